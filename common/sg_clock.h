@@ -1,0 +1,30 @@
+/*
+ * sg_clock: the two clocks signet uses. Deadlines and latencies use the
+ * monotonic clock; certificate validity uses wall-clock seconds.
+ */
+#ifndef SG_CLOCK_H
+#define SG_CLOCK_H
+
+#include "sg_error.h"
+
+#include <stdint.h>
+#include <time.h>
+
+static inline uint64_t sg_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static inline int64_t sg_wall_seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec;
+}
+
+/* Sleeps for ms milliseconds (restarting after signals). */
+SG_API void sg_sleep_ms(unsigned ms);
+
+#endif

@@ -1,0 +1,97 @@
+/*
+ * Thread-local error detail. The record is written only where a failure is
+ * detected; propagation never touches it, so the message names the real
+ * cause. OpenSSL's error queue is drained into the message here and nowhere
+ * else, so stale errors never leak into the next failure.
+ */
+#include "sg_error.h"
+#include "sg_guard.h"
+
+#include <openssl/err.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static _Thread_local sg_error last;
+
+static int vset(const char *file, int line, int code, const char *fmt, va_list ap)
+{
+	last.code = code;
+	last.file = file;
+	last.line = line;
+	vsnprintf(last.msg, sizeof(last.msg), fmt, ap);
+	return code;
+}
+
+int sg_error_set_at(const char *file, int line, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vset(file, line, code, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int sg_error_set_ossl_at(const char *file, int line, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vset(file, line, code, fmt, ap);
+	va_end(ap);
+
+	size_t used = strlen(last.msg);
+	const char *sep = ": ";
+	unsigned long e;
+	while ((e = ERR_get_error()) != 0) {
+		char buf[256];
+		ERR_error_string_n(e, buf, sizeof(buf));
+		if (used + strlen(sep) + strlen(buf) + 1 < sizeof(last.msg)) {
+			used += (size_t)snprintf(last.msg + used, sizeof(last.msg) - used, "%s%s", sep, buf);
+			sep = "; ";
+		}
+	}
+	return code;
+}
+
+const sg_error *sg_error_last(void)
+{
+	return &last;
+}
+
+void sg_error_clear(void)
+{
+	memset(&last, 0, sizeof(last));
+}
+
+void sg_error_save(sg_error *out)
+{
+	*out = last;
+}
+
+void sg_error_restore(const sg_error *e)
+{
+	last = *e;
+}
+
+const char *sg_error_name(int code)
+{
+	switch (code) {
+	case SG_OK: return "ok";
+	case SG_EINVAL: return "invalid";
+	case SG_ENOTFOUND: return "not_found";
+	case SG_EBUSY: return "busy";
+	case SG_EAUTH: return "auth";
+	case SG_EDENIED: return "denied";
+	case SG_EHSM: return "hsm";
+	case SG_EPROTO: return "protocol";
+	case SG_ETIMEOUT: return "timeout";
+	case SG_EINTERNAL: return "internal";
+	default: return "unknown";
+	}
+}
+
+void sg_freep(void *pp)
+{
+	free(*(void **)pp);
+}

@@ -1,0 +1,141 @@
+/*
+ * sg_hsm: the only code in signet that speaks PKCS#11.
+ *
+ * An sg_hsm is one loaded module, the tokens selected by a pkcs11: URI
+ * (RFC 7512) that all hold the same CA key, and the login state of each.
+ * Signing happens through sg_hsm_session handles, one per signer thread:
+ * each owns one PKCS#11 session on one token (sessions are spread across
+ * tokens round-robin), the cached key handle, and optionally a session-object
+ * copy of the key (faster on SoftHSM2; skipped where C_CopyObject is not
+ * supported). The hot path is a single-part C_SignInit + C_Sign over a
+ * digest (ECDSA) or a DigestInfo (RSA PKCS#1 v1.5).
+ *
+ * Threading: sg_hsm_open and sg_hsm_free run alone. Sessions are opened and
+ * reopened one at a time under an internal lock (some modules' C_OpenSession
+ * is not thread-safe); a session handle is then used by one thread at a time
+ * and different sessions sign concurrently. Health may be read from any
+ * thread.
+ *
+ * Faults: CKR_SESSION_HANDLE_INVALID/CLOSED, CKR_USER_NOT_LOGGED_IN,
+ * CKR_DEVICE_ERROR/REMOVED/MEMORY and CKR_TOKEN_NOT_PRESENT make sg_hsm_sign
+ * reopen the session (and log in again) with exponential backoff, and retry
+ * the signature, within the caller's deadline. A wrong or locked PIN is never
+ * retried: the token is marked failed and SG_EAUTH returned.
+ *
+ * Keys: CA keys are generated inside the token with CKA_SENSITIVE=TRUE and
+ * CKA_EXTRACTABLE=FALSE and never leave it. The PIN is borrowed only for the
+ * duration of sg_hsm_open (a copy is kept in a wiped buffer for re-login).
+ */
+#ifndef SG_HSM_H
+#define SG_HSM_H
+
+#include "sg_error.h"
+#include "sg_secret.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sg_key_type {
+	SG_KEY_EC_P256 = 0,
+	SG_KEY_EC_P384,
+	SG_KEY_RSA_2048,
+	SG_KEY_RSA_3072,
+	SG_KEY_RSA_4096,
+	SG_KEY_TYPE_COUNT
+} sg_key_type;
+
+/* "ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096". */
+SG_API const char *sg_key_type_name(sg_key_type t);
+SG_API int sg_key_type_parse(const char *s, sg_key_type *out) SG_MUST_CHECK;
+SG_API bool sg_key_type_is_ec(sg_key_type t);
+
+/* What sg_hsm_sign computes over its input. */
+typedef enum sg_hsm_mech {
+	SG_HSM_ECDSA,       /* CKM_ECDSA over a digest; output raw r||s */
+	SG_HSM_RSA_PKCS,    /* CKM_RSA_PKCS over a DER DigestInfo */
+} sg_hsm_mech;
+
+typedef struct sg_hsm sg_hsm;
+typedef struct sg_hsm_session sg_hsm_session;
+
+typedef struct sg_hsm_options {
+	const char *module_path;   /* NULL: SoftHSM2 */
+	const char *token_uri;     /* "pkcs11:token=..." selects one or more tokens */
+	const char *key_uri;       /* "pkcs11:id=%01;object=signet-ca": CKA_ID and/or label */
+	const sg_secret *pin;      /* user PIN, borrowed for the call */
+	const char *init_reserved; /* C_Initialize pReserved string (NSS softoken); NULL: none */
+	const char *softhsm_conf;  /* sets SOFTHSM2_CONF before loading; NULL: leave as is */
+	bool copy_key;             /* copy the key to a session object per session */
+	bool allow_missing_key;    /* open even when no key matches (to generate one) */
+	unsigned max_retries;      /* recovery attempts per signature; 0: default (5) */
+	unsigned backoff_ms;       /* first backoff; doubles per attempt; 0: default (20) */
+} sg_hsm_options;
+
+/* Loads the module, initialises it with CKF_OS_LOCKING_OK, finds every
+ * token the URI matches, logs in to each, finds the key by id/label and
+ * checks that the token supports its mechanism. Caller frees with
+ * sg_hsm_free. Errors: SG_ENOTFOUND (module, token or key missing), SG_EAUTH
+ * (PIN wrong or locked), SG_EINVAL (bad URI, unsupported key/mechanism),
+ * SG_EHSM (the module failed). */
+SG_API int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts) SG_MUST_CHECK;
+/* Closes every session, logs out and finalizes the module when signet was
+ * the one to initialise it. Accepts NULL. Sessions must be freed first. */
+SG_API void sg_hsm_free(sg_hsm *h);
+
+/* Type of the key found (or generated). */
+SG_API int sg_hsm_key_type(const sg_hsm *h, sg_key_type *out) SG_MUST_CHECK;
+/* The key's SubjectPublicKeyInfo DER, read from the token (public key object
+ * or the private key's public attributes). Caller frees *der with free(). */
+SG_API int sg_hsm_public_key(const sg_hsm *h, uint8_t **der, size_t *len) SG_MUST_CHECK;
+/* How many tokens are in use. */
+SG_API size_t sg_hsm_token_count(const sg_hsm *h);
+
+/* Opens a session for one signer thread. Caller frees with
+ * sg_hsm_session_free. */
+SG_API int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h) SG_MUST_CHECK;
+SG_API void sg_hsm_session_free(sg_hsm_session *s);
+/* Whether this session signs with a session-object copy of the key. */
+SG_API bool sg_hsm_session_uses_copy(const sg_hsm_session *s);
+
+/* Signs in (a digest or DigestInfo) into sig (capacity *siglen; on return the
+ * length). Recovers from session and login faults as described above while
+ * now < deadline_ns (CLOCK_MONOTONIC; 0: no deadline). Errors: SG_EBUSY (a
+ * transient fault outlasted the retries), SG_ETIMEOUT, SG_EAUTH, SG_EHSM,
+ * SG_EINVAL (buffer too small). */
+SG_API int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t inlen,
+		       uint8_t *sig, size_t *siglen, uint64_t deadline_ns) SG_MUST_CHECK;
+
+typedef enum sg_hsm_state {
+	SG_HSM_OK = 0,       /* every token usable */
+	SG_HSM_DEGRADED = 1, /* some token failing, or recovering */
+	SG_HSM_DOWN = 2,     /* no token usable */
+} sg_hsm_state;
+
+typedef struct sg_hsm_stats {
+	sg_hsm_state state;
+	uint64_t signatures;  /* successful C_Sign calls */
+	uint64_t faults;      /* faults seen (any CKR other than OK) */
+	uint64_t recoveries;  /* successful session reopen/re-login */
+	uint64_t sessions;    /* sessions open now */
+	char last_fault[128]; /* "C_Sign: CKR_SESSION_HANDLE_INVALID", or "" */
+} sg_hsm_stats;
+
+/* Snapshot of health and counters; safe from any thread. */
+SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
+
+/* --- provisioning (signetctl init; not for the hot path) --- */
+
+/* Initialises the first token-less or uninitialised slot with label, sets the
+ * SO PIN and the user PIN (C_InitToken, C_InitPIN). Nothing is exec'd and no
+ * PIN appears in argv. */
+SG_API int sg_hsm_init_token(const char *module_path, const char *softhsm_conf, const char *init_reserved,
+			     const char *label, const sg_secret *so_pin, const sg_secret *user_pin) SG_MUST_CHECK;
+
+/* Generates a key pair on the first token of h with the label and id of the
+ * key URI given to sg_hsm_open: private key CKA_TOKEN, CKA_PRIVATE,
+ * CKA_SENSITIVE, CKA_SIGN true and CKA_EXTRACTABLE false; public key with
+ * CKA_VERIFY. Fails with SG_EINVAL when a key with that id/label exists. */
+SG_API int sg_hsm_generate_key(sg_hsm *h, sg_key_type type) SG_MUST_CHECK;
+
+#endif

@@ -1,0 +1,77 @@
+/*
+ * sg_test: the unit-test harness. A test file defines `static void t_x(void)`
+ * functions and lists them in SG_TEST_MAIN; each check that fails prints
+ * file:line and the expression and marks the run failed, and the process
+ * exits non-zero (ctest counts it). SG_CHECK_RC prints the thread's last
+ * error detail on mismatch, which is usually the whole diagnosis.
+ */
+#ifndef SG_TEST_H
+#define SG_TEST_H
+
+#include "sg_error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int sg_test_failures;
+static int sg_test_checks;
+
+#define SG_CHECK(cond)                                                              \
+	do {                                                                            \
+		sg_test_checks++;                                                           \
+		if (!(cond)) {                                                              \
+			sg_test_failures++;                                                     \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+		}                                                                           \
+	} while (0)
+
+#define SG_CHECK_RC(expr, want)                                                          \
+	do {                                                                                 \
+		sg_test_checks++;                                                                \
+		int sg_rc_ = (expr);                                                             \
+		if (sg_rc_ != (want)) {                                                          \
+			sg_test_failures++;                                                          \
+			fprintf(stderr, "%s:%d: %s returned %d (%s), want %d; last error: %s\n",     \
+				__FILE__, __LINE__, #expr, sg_rc_, sg_error_name(sg_rc_), (int)(want), \
+				sg_error_last()->msg);                                                   \
+		}                                                                                \
+	} while (0)
+
+#define SG_CHECK_OK(expr) SG_CHECK_RC((expr), 0)
+
+/* Checks that the last error message contains a substring. */
+#define SG_CHECK_MSG(substr)                                                               \
+	do {                                                                                   \
+		sg_test_checks++;                                                                  \
+		if (!strstr(sg_error_last()->msg, (substr))) {                                     \
+			sg_test_failures++;                                                            \
+			fprintf(stderr, "%s:%d: error \"%s\" lacks \"%s\"\n", __FILE__, __LINE__,     \
+				sg_error_last()->msg, (substr));                                           \
+		}                                                                                  \
+	} while (0)
+
+typedef struct sg_test_case {
+	const char *name;
+	void (*fn)(void);
+} sg_test_case;
+
+#define SG_TEST(fn) {#fn, fn}
+
+#define SG_TEST_MAIN(...)                                                              \
+	int main(int argc, char **argv)                                                    \
+	{                                                                                  \
+		static const sg_test_case cases[] = {__VA_ARGS__};                           \
+		size_t ncases = sizeof(cases) / sizeof(cases[0]);                            \
+		for (size_t i = 0; i < ncases; i++) {                                        \
+			if (argc > 1 && strcmp(argv[1], cases[i].name) != 0)                       \
+				continue;                                                              \
+			int before = sg_test_failures;                                             \
+			cases[i].fn();                                                             \
+			printf("%s %s\n", sg_test_failures == before ? "ok  " : "FAIL", cases[i].name); \
+		}                                                                              \
+		printf("%d checks, %d failed\n", sg_test_checks, sg_test_failures);           \
+		return sg_test_failures ? 1 : 0;                                               \
+	}
+
+#endif
