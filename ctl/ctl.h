@@ -1,0 +1,34 @@
+/*
+ * Internals shared by signetctl's subcommands (not a public module header):
+ * file helpers and the subcommand entry points.
+ */
+#ifndef CTL_H
+#define CTL_H
+
+#include "sg_error.h"
+#include "sg_csr.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Writes data to path atomically (temporary file + rename) with mode. With
+ * exclusive, fails if path exists. */
+int ctl_write_file(const char *path, const void *data, size_t len, unsigned mode, int exclusive) SG_MUST_CHECK;
+/* Reads a whole file of at most max bytes (NUL-terminated); "-" reads stdin.
+ * Caller frees *out. */
+int ctl_read_file(const char *path, size_t max, uint8_t **out, size_t *len) SG_MUST_CHECK;
+/* path joined to dir; caller frees. */
+char *ctl_join(const char *dir, const char *name);
+/* Parses "CN=x,O=y" (attributes CN, O, OU, C, L, ST, serialNumber) into rdns
+ * that borrow buf, which is modified. */
+int ctl_parse_subject(char *buf, sg_rdn *rdns, size_t max, size_t *n) SG_MUST_CHECK;
+
+struct sg_issuer;
+/* Signs tbs (a TBSCertificate or CertificationRequestInfo) with the HSM key
+ * and writes the signed object's DER into w. */
+int ctl_sign_wrap(struct sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len,
+		  sg_der_writer *w) SG_MUST_CHECK;
+
+int ctl_init(int argc, char **argv);
+
+#endif

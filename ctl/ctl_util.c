@@ -1,0 +1,130 @@
+/*
+ * File and text helpers for signetctl. Files are written to a temporary name
+ * in the same folder, fsync'ed and renamed, so a crash never leaves a
+ * half-written certificate or config behind.
+ */
+#include "ctl.h"
+#include "sg_guard.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int ctl_write_file(const char *path, const void *data, size_t len, unsigned mode, int exclusive)
+{
+	struct stat st;
+	SG_ENSURE(!exclusive || lstat(path, &st) != 0, SG_EINVAL, "%s already exists; not overwriting it", path);
+	size_t plen = strlen(path);
+	char *tmp SG_AUTOFREE = malloc(plen + 8);
+	SG_ENSURE(tmp, SG_EINTERNAL, "out of memory");
+	snprintf(tmp, plen + 8, "%s.tmpXX", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", tmp, strerror(errno));
+	const uint8_t *p = data;
+	size_t off = 0;
+	while (off < len) {
+		ssize_t n = write(fd, p + off, len - off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int e = errno;
+			close(fd);
+			unlink(tmp);
+			SG_BAIL(SG_EINVAL, "cannot write %s: %s", tmp, strerror(e));
+		}
+		off += (size_t)n;
+	}
+	if (fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0) {
+		int e = errno;
+		unlink(tmp);
+		SG_BAIL(SG_EINVAL, "cannot finish %s: %s", path, strerror(e));
+	}
+	if (rename(tmp, path) != 0) {
+		int e = errno;
+		unlink(tmp);
+		SG_BAIL(SG_EINVAL, "cannot rename %s to %s: %s", tmp, path, strerror(e));
+	}
+	return SG_OK;
+}
+
+int ctl_read_file(const char *path, size_t max, uint8_t **out, size_t *len)
+{
+	int fd = strcmp(path, "-") == 0 ? dup(0) : open(path, O_RDONLY | O_CLOEXEC);
+	SG_ENSURE(fd >= 0, errno == ENOENT ? SG_ENOTFOUND : SG_EINVAL, "cannot open %s: %s", path, strerror(errno));
+	uint8_t *buf = malloc(max + 1);
+	size_t got = 0;
+	ssize_t n = 0;
+	if (buf)
+		while (got <= max && (n = read(fd, buf + got, max + 1 - got)) > 0)
+			got += (size_t)n;
+	int e = errno;
+	close(fd);
+	if (!buf)
+		SG_BAIL(SG_EINTERNAL, "out of memory");
+	if (n < 0) {
+		free(buf);
+		SG_BAIL(SG_EINVAL, "cannot read %s: %s", path, strerror(e));
+	}
+	if (got > max) {
+		free(buf);
+		SG_BAIL(SG_EINVAL, "%s is larger than %zu bytes", path, max);
+	}
+	buf[got] = 0;
+	*out = buf;
+	*len = got;
+	return SG_OK;
+}
+
+char *ctl_join(const char *dir, const char *name)
+{
+	size_t n = strlen(dir) + strlen(name) + 2;
+	char *s = malloc(n);
+	if (s)
+		snprintf(s, n, "%s/%s", dir, name);
+	return s;
+}
+
+static const struct {
+	const char *key;
+	sg_name_attr attr;
+	uint8_t tag;
+} subject_keys[] = {
+	{"CN", SG_NAME_CN, SG_DER_UTF8STRING},
+	{"O", SG_NAME_O, SG_DER_UTF8STRING},
+	{"OU", SG_NAME_OU, SG_DER_UTF8STRING},
+	{"C", SG_NAME_C, SG_DER_PRINTABLESTRING},
+	{"L", SG_NAME_L, SG_DER_UTF8STRING},
+	{"ST", SG_NAME_ST, SG_DER_UTF8STRING},
+	{"serialNumber", SG_NAME_SERIAL, SG_DER_PRINTABLESTRING},
+};
+
+int ctl_parse_subject(char *buf, sg_rdn *rdns, size_t max, size_t *n)
+{
+	*n = 0;
+	char *save = NULL;
+	for (char *part = strtok_r(buf, ",", &save); part; part = strtok_r(NULL, ",", &save)) {
+		while (*part == ' ')
+			part++;
+		char *eq = strchr(part, '=');
+		SG_ENSURE(eq && eq != part && eq[1], SG_EINVAL, "subject part \"%s\" is not KEY=value", part);
+		*eq = 0;
+		SG_ENSURE(*n < max, SG_EINVAL, "subject has more than %zu parts", max);
+		size_t i = 0;
+		while (i < sizeof(subject_keys) / sizeof(subject_keys[0]) && strcmp(subject_keys[i].key, part) != 0)
+			i++;
+		SG_ENSURE(i < sizeof(subject_keys) / sizeof(subject_keys[0]), SG_EINVAL,
+			  "unsupported subject attribute \"%s\" (CN, O, OU, C, L, ST, serialNumber)", part);
+		for (const char *c = eq + 1; *c; c++)
+			SG_ENSURE((unsigned char)*c >= 0x20 && *c != 0x7f, SG_EINVAL, "control byte in subject");
+		SG_ENSURE(subject_keys[i].attr != SG_NAME_C || strlen(eq + 1) == 2, SG_EINVAL,
+			  "C must be a two-letter country code");
+		rdns[*n] = (sg_rdn){subject_keys[i].attr, subject_keys[i].tag,
+				    {(const uint8_t *)eq + 1, strlen(eq + 1)}};
+		(*n)++;
+	}
+	return SG_OK;
+}

@@ -1,0 +1,360 @@
+/*
+ * signetctl: the admin tool of the signet appliance.
+ *
+ *   init     create a CA: key in a PKCS#11 token, self-signed root, config
+ *   issue    issue a certificate for a CSR through the signer pool
+ *   csr      make a CSR for the HSM key (to have it signed by an offline root)
+ *   import   install a CA certificate and chain for the HSM key
+ *   status   show the CA and the HSM's health
+ *
+ * Subcommands are rows of a table; each parses its own flags with sg_opt and
+ * shares the appliance settings (SG_SETTINGS_ROWS) with signetd, so a flag
+ * and a config line with the same name mean the same thing. Every failure is
+ * one line on stderr and a non-zero exit: 2 for usage, 1 for everything else.
+ */
+#define _XOPEN_SOURCE 700 /* realpath */
+#include "ctl.h"
+#include "sg_appliance.h"
+#include "sg_cert.h"
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_issuer.h"
+#include "sg_log.h"
+#include "sg_opt.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct ctl_args {
+	sg_settings s;
+	char *csr;
+	int profile;
+	char *identity;
+	int64_t ttl;
+	int64_t path_len;
+	char *out;
+	char *subject;
+	char *cert;
+	char *chain;
+	char *root;
+} ctl_args;
+
+static const char *const profiles[] = {"istio", "generic", "intermediate", NULL};
+
+#define ROW(name, type, field, def, min, max, choices, help) \
+	{name, type, offsetof(ctl_args, field), def, min, max, choices, help, true}
+
+static const sg_opt issue_opts[] = {
+	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	ROW("csr", SG_OPT_PATH, csr, NULL, 0, 0, NULL, "PKCS#10 request, PEM or DER (- for stdin)"),
+	ROW("profile", SG_OPT_ENUM, profile, "istio", 0, 0, profiles, "certificate profile"),
+	ROW("identity", SG_OPT_STRING, identity, NULL, 0, SG_IDENTITY_MAX, NULL,
+	    "istio profile: SPIFFE ID to stamp (default: the CSR's URI SAN)"),
+	ROW("ttl", SG_OPT_DURATION, ttl, "0s", 0, 100LL * 365 * 86400, NULL,
+	    "validity (0s: the profile's default: istio 24h, generic 2160h, intermediate 8760h)"),
+	ROW("path-len", SG_OPT_INT, path_len, "0", -1, 16, NULL, "intermediate profile: pathLenConstraint (-1: none)"),
+	ROW("out", SG_OPT_PATH, out, NULL, 0, 0, NULL, "write the chain here instead of stdout"),
+};
+
+static const sg_opt csr_opts[] = {
+	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	ROW("subject", SG_OPT_STRING, subject, NULL, 0, 1024, NULL, "subject, e.g. \"O=example,CN=signet issuing CA\""),
+	ROW("out", SG_OPT_PATH, out, NULL, 0, 0, NULL, "write the CSR here instead of stdout"),
+};
+
+static const sg_opt import_opts[] = {
+	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	ROW("cert", SG_OPT_PATH, cert, NULL, 0, 0, NULL, "the signed CA certificate for the HSM key (PEM)"),
+	ROW("chain", SG_OPT_PATH, chain, NULL, 0, 0, NULL, "certificates between it and the root (PEM; optional)"),
+	ROW("root", SG_OPT_PATH, root, NULL, 0, 0, NULL, "the root bundle (PEM)"),
+};
+
+static const sg_opt status_opts[] = {
+	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+};
+
+#define N(t) (sizeof(t) / sizeof(t[0]))
+
+static int write_out(const char *path, const char *text, size_t len)
+{
+	if (!path) {
+		SG_ENSURE(fwrite(text, 1, len, stdout) == len && fflush(stdout) == 0, SG_EINVAL,
+			  "cannot write to standard output");
+		return SG_OK;
+	}
+	return ctl_write_file(path, text, len, 0644, 0);
+}
+
+static int do_issue(ctl_args *a)
+{
+	SG_ENSURE(a->csr, SG_EINVAL, "--csr is required");
+	uint8_t *csr SG_AUTOFREE = NULL;
+	size_t csr_len;
+	SG_TRY(ctl_read_file(a->csr, SG_CSR_MAX_DER * 2, &csr, &csr_len));
+	/* One request: one signer thread is plenty unless asked otherwise. */
+	if (!a->s.signer_threads)
+		a->s.signer_threads = 1;
+	sg_appliance *app = NULL;
+	SG_TRY(sg_appliance_open(&app, &a->s));
+	sg_issue_request req = {
+		.csr = csr,
+		.csr_len = csr_len,
+		.profile = (sg_profile)a->profile,
+		.identity = a->identity,
+		.ttl = a->ttl,
+		.path_len = (int)a->path_len,
+		.deadline_ns = sg_now_ns() + 30ull * 1000000000u,
+	};
+	sg_issue_result res;
+	char *chain = NULL;
+	int rc = sg_pool_issue(sg_appliance_pool(app), &req, &res);
+	if (rc == SG_OK) {
+		sg_log(SG_LOG_INFO, "certificate issued", SG_F_STR("serial", res.serial_hex),
+		       SG_F_STR("profile", sg_profile_name(req.profile)), SG_F_STR("identity", res.identity),
+		       SG_F_INT("not_after", res.not_after), SG_F_INT("latency_us", res.latency_ns / 1000), SG_F_END);
+		rc = sg_issue_result_join(&res, &chain);
+		if (rc == SG_OK)
+			rc = write_out(a->out, chain, strlen(chain));
+	}
+	free(chain);
+	sg_issue_result_clear(&res);
+	sg_error e;
+	sg_error_save(&e);
+	sg_appliance_free(app);
+	sg_error_restore(&e);
+	return rc;
+}
+
+/* Opens only the HSM (no CA needed: csr runs before a CA certificate
+ * exists for an intermediate). */
+static int open_hsm(const sg_settings *s, sg_hsm **hsm)
+{
+	SG_ENSURE(s->hsm_token && s->hsm_key, SG_EINVAL, "hsm-token and hsm-key are required (use --config)");
+	sg_settings_apply_log(s);
+	sg_secret *pin SG_CLEANUP(sg_secret_freep) = NULL;
+	SG_TRY(sg_settings_pin(s, &pin));
+	sg_hsm_options ho;
+	sg_settings_hsm_options(s, pin, &ho);
+	return sg_hsm_open(hsm, &ho);
+}
+
+static int make_csr(ctl_args *a, sg_hsm *hsm)
+{
+	char *subject SG_AUTOFREE = strdup(a->subject);
+	SG_ENSURE(subject, SG_EINTERNAL, "out of memory");
+	sg_rdn rdns[SG_CSR_MAX_RDNS];
+	size_t n;
+	SG_TRY(ctl_parse_subject(subject, rdns, SG_CSR_MAX_RDNS, &n));
+	SG_ENSURE(n > 0, SG_EINVAL, "--subject is empty");
+	uint8_t *spki SG_AUTOFREE = NULL;
+	size_t spki_len;
+	SG_TRY(sg_hsm_public_key(hsm, &spki, &spki_len));
+	sg_pubkey key;
+	SG_TRY(sg_pubkey_parse(&key, spki, spki_len));
+	sg_key_type type;
+	SG_TRY(sg_hsm_key_type(hsm, &type));
+
+	uint8_t info[SG_CSR_MAX_DER], out[SG_CSR_MAX_DER + 1200];
+	sg_der_writer iw, ow;
+	sg_der_writer_init(&iw, info, sizeof(info));
+	SG_TRY(sg_csr_encode_info(&iw, rdns, n, &key));
+	sg_issuer *is = NULL;
+	SG_TRY(sg_issuer_new(&is, NULL, hsm, NULL));
+	sg_der_writer_init(&ow, out, sizeof(out));
+	int rc = ctl_sign_wrap(is, sg_sigalg_for_ca(type), iw.buf, iw.len, &ow);
+	sg_issuer_free(is);
+	SG_TRY(rc);
+	char *pem SG_AUTOFREE = NULL;
+	size_t pem_len;
+	SG_TRY(sg_pem_encode("CERTIFICATE REQUEST", ow.buf, ow.len, &pem, &pem_len));
+	return write_out(a->out, pem, pem_len);
+}
+
+static int do_csr(ctl_args *a)
+{
+	SG_ENSURE(a->subject, SG_EINVAL, "--subject is required");
+	sg_hsm *hsm = NULL;
+	SG_TRY(open_hsm(&a->s, &hsm));
+	int rc = make_csr(a, hsm);
+	sg_error e;
+	sg_error_save(&e);
+	sg_hsm_free(hsm);
+	sg_error_restore(&e);
+	return rc;
+}
+
+/* Replaces (or appends) "name = value" lines of the config file. */
+static int update_config(const char *path, const char *const *names, const char *const *values, size_t n)
+{
+	uint8_t *old SG_AUTOFREE = NULL;
+	size_t len;
+	SG_TRY(ctl_read_file(path, SG_OPT_FILE_MAX, &old, &len));
+	size_t cap = len + n * (PATH_MAX + 64) + 1;
+	char *text SG_AUTOFREE = malloc(cap);
+	SG_ENSURE(text, SG_EINTERNAL, "out of memory");
+	size_t used = 0;
+	bool done[8] = {false};
+	char *save = NULL;
+	for (char *line = strtok_r((char *)old, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		const char *p = line;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		size_t i = 0;
+		for (; i < n; i++) {
+			size_t k = strlen(names[i]);
+			if (strncmp(p, names[i], k) == 0 && (p[k] == ' ' || p[k] == '\t' || p[k] == '='))
+				break;
+		}
+		if (i < n) {
+			if (!done[i] && values[i])
+				used += (size_t)snprintf(text + used, cap - used, "%s = %s\n", names[i], values[i]);
+			done[i] = true;
+		} else {
+			used += (size_t)snprintf(text + used, cap - used, "%s\n", line);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!done[i] && values[i])
+			used += (size_t)snprintf(text + used, cap - used, "%s = %s\n", names[i], values[i]);
+	SG_ENSURE(used < cap, SG_EINTERNAL, "config too long");
+	return ctl_write_file(path, text, used, 0644, 0);
+}
+
+static int do_import(ctl_args *a)
+{
+	SG_ENSURE(a->s.config, SG_EINVAL, "--config is required");
+	SG_ENSURE(a->cert && a->root, SG_EINVAL, "--cert and --root are required");
+	sg_hsm *hsm = NULL;
+	SG_TRY(open_hsm(&a->s, &hsm));
+	uint8_t *spki SG_AUTOFREE = NULL;
+	size_t spki_len;
+	int rc = sg_hsm_public_key(hsm, &spki, &spki_len);
+	sg_hsm_free(hsm);
+	SG_TRY(rc);
+	/* Everything is checked before anything is written. */
+	sg_ca_files files = {a->cert, a->chain, a->root};
+	sg_ca *ca = NULL;
+	SG_TRY(sg_ca_load(&ca, &files, spki, spki_len, sg_wall_seconds()));
+	sg_ca_free(ca);
+
+	char dir[PATH_MAX];
+	SG_ENSURE(realpath(a->s.config, dir), SG_EINVAL, "cannot resolve %s", a->s.config);
+	*strrchr(dir, '/') = 0;
+	const char *src[3] = {a->cert, a->chain, a->root};
+	const char *dst[3] = {"ca-cert.pem", "cert-chain.pem", "root-cert.pem"};
+	for (int i = 0; i < 3; i++) {
+		if (!src[i])
+			continue;
+		uint8_t *data SG_AUTOFREE = NULL;
+		size_t len;
+		SG_TRY(ctl_read_file(src[i], 1 << 20, &data, &len));
+		char *path SG_AUTOFREE = ctl_join(dir, dst[i]);
+		SG_ENSURE(path, SG_EINTERNAL, "out of memory");
+		SG_TRY(ctl_write_file(path, data, len, 0644, 0));
+	}
+	const char *names[] = {"ca-cert", "ca-chain", "root-cert"};
+	const char *values[] = {dst[0], a->chain ? dst[1] : NULL, dst[2]};
+	SG_TRY(update_config(a->s.config, names, values, 3));
+	printf("imported CA certificate into %s\n", a->s.config);
+	return SG_OK;
+}
+
+static void print_time(const char *label, int64_t t)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	char buf[32];
+	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
+	printf("%-14s %s\n", label, buf);
+}
+
+static int do_status(ctl_args *a)
+{
+	a->s.signer_threads = 1;
+	sg_appliance *app = NULL;
+	SG_TRY(sg_appliance_open(&app, &a->s));
+	const sg_ca *ca = sg_appliance_ca(app);
+	sg_hsm_stats st;
+	sg_hsm_stats_get(sg_appliance_hsm(app), &st);
+	static const char *const states[] = {"ok", "degraded", "down"};
+	printf("%-14s %s\n", "ca", sg_ca_subject(ca));
+	printf("%-14s %s\n", "key", sg_key_type_name(sg_ca_key_type(ca)));
+	print_time("ca-not-after", sg_ca_issuer(ca)->not_after);
+	print_time("root-not-after", sg_ca_root_not_after(ca));
+	printf("%-14s %zu\n", "tokens", sg_hsm_token_count(sg_appliance_hsm(app)));
+	printf("%-14s %s\n", "hsm", states[st.state]);
+	sg_appliance_free(app);
+	return SG_OK;
+}
+
+typedef struct command {
+	const char *name;
+	const char *summary;
+	const sg_opt *opts;
+	size_t nopts;
+	int (*run)(ctl_args *a);
+} command;
+
+static const command commands[] = {
+	{"issue", "issue a certificate for a CSR and print the chain, leaf first", issue_opts, N(issue_opts), do_issue},
+	{"csr", "make a CSR for the HSM key (intermediate CA path)", csr_opts, N(csr_opts), do_csr},
+	{"import", "install a signed CA certificate and chain for the HSM key", import_opts, N(import_opts), do_import},
+	{"status", "show the CA and the HSM's health", status_opts, N(status_opts), do_status},
+};
+
+static void usage(FILE *fp)
+{
+	fprintf(fp, "usage: signetctl COMMAND [options]   (signetctl COMMAND --help for its options)\n\n"
+		    "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n");
+	for (size_t i = 0; i < N(commands); i++)
+		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "init") == 0)
+		return ctl_init(argc - 2, argv + 2);
+	const command *cmd = NULL;
+	for (size_t i = 0; i < N(commands); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			cmd = &commands[i];
+	if (!cmd) {
+		fprintf(stderr, "signetctl: unknown command \"%s\"\n", argv[1]);
+		usage(stderr);
+		return 2;
+	}
+	ctl_args a = {0};
+	char **pos SG_AUTOFREE = calloc((size_t)argc + 1, sizeof(*pos));
+	if (!pos)
+		return 1;
+	sg_opt_result res = {.argv = pos};
+	int rc = sg_opt_parse(cmd->opts, cmd->nopts, &a, argc - 2, argv + 2, &res);
+	if (rc == SG_OK && res.argc > 0)
+		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
+	if (rc < 0 || res.help) {
+		if (res.help && rc == SG_OK) {
+			printf("usage: signetctl %s [options]\n\n%s.\n\n", cmd->name, cmd->summary);
+			sg_opt_usage(cmd->opts, cmd->nopts, stdout);
+		} else {
+			fprintf(stderr, "signetctl %s: %s\n", cmd->name, sg_error_last()->msg);
+		}
+		sg_opt_free(cmd->opts, cmd->nopts, &a);
+		return rc < 0 ? 2 : 0;
+	}
+	rc = cmd->run(&a);
+	if (rc < 0)
+		fprintf(stderr, "signetctl %s: %s\n", cmd->name, sg_error_last()->msg);
+	sg_opt_free(cmd->opts, cmd->nopts, &a);
+	return rc < 0 ? 1 : 0;
+}

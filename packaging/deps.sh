@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages signet needs, and only those missing.
+#   packaging/deps.sh run    building and running the appliance
+#   packaging/deps.sh test   plus compilers, sanitizer runtimes and test tools
+set -euo pipefail
+
+run_pkgs=(build-essential cmake pkg-config libssl-dev openssl softhsm2 libsofthsm2
+          p11-kit libp11-kit-dev libjemalloc-dev)
+test_pkgs=(clang libclang-rt-14-dev g++ libbenchmark-dev python3-cryptography strace)
+
+want=("${run_pkgs[@]}")
+[ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "installing: ${missing[*]}" >&2
+if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

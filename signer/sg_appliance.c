@@ -1,0 +1,121 @@
+/*
+ * From settings to a running signer. Start-up order matters: the PIN is read
+ * and wiped within sg_appliance_open; the HSM is opened before the CA is
+ * loaded so that the CA certificate can be checked against the key the HSM
+ * actually holds (fail closed on a mismatch); the pool opens its sessions one
+ * at a time.
+ */
+#include "sg_appliance.h"
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_log.h"
+
+#include <stdlib.h>
+
+const char *const sg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
+const char *const sg_log_format_names[] = {"text", "json", NULL};
+
+struct sg_appliance {
+	sg_hsm *hsm;
+	sg_ca *ca;
+	sg_pool *pool;
+};
+
+void sg_settings_apply_log(const sg_settings *s)
+{
+	sg_log_configure((sg_log_level)s->log_level, (sg_log_format)s->log_format);
+}
+
+int sg_settings_pin(const sg_settings *s, sg_secret **out)
+{
+	if (s->pin_file && *s->pin_file)
+		return sg_secret_from_file(out, s->pin_file);
+	if (s->pin_env && *s->pin_env)
+		return sg_secret_from_env(out, s->pin_env);
+	SG_BAIL(SG_EINVAL, "no PIN source: set pin-file or pin-env");
+}
+
+void sg_settings_hsm_options(const sg_settings *s, const sg_secret *pin, sg_hsm_options *o)
+{
+	*o = (sg_hsm_options){
+		.module_path = s->hsm_module,
+		.token_uri = s->hsm_token,
+		.key_uri = s->hsm_key,
+		.pin = pin,
+		.init_reserved = s->hsm_init_reserved,
+		.softhsm_conf = s->softhsm2_conf,
+		.copy_key = s->hsm_copy_key,
+	};
+}
+
+static int open_all(sg_appliance *a, const sg_settings *s)
+{
+	SG_ENSURE(s->hsm_token && s->hsm_key, SG_EINVAL, "hsm-token and hsm-key are required (see signetctl init)");
+	SG_ENSURE(s->ca_cert && s->root_cert, SG_EINVAL, "ca-cert and root-cert are required (see signetctl init)");
+	sg_secret *pin SG_CLEANUP(sg_secret_freep) = NULL;
+	SG_TRY(sg_settings_pin(s, &pin));
+	sg_hsm_options ho;
+	sg_settings_hsm_options(s, pin, &ho);
+	SG_TRY(sg_hsm_open(&a->hsm, &ho));
+
+	uint8_t *spki SG_AUTOFREE = NULL;
+	size_t spki_len;
+	SG_TRY(sg_hsm_public_key(a->hsm, &spki, &spki_len));
+	sg_ca_files files = {s->ca_cert, s->ca_chain, s->root_cert};
+	SG_TRY(sg_ca_load(&a->ca, &files, spki, spki_len, sg_wall_seconds()));
+
+	sg_pool_options po = {
+		.threads = (unsigned)s->signer_threads,
+		.queue_capacity = (unsigned)s->signer_queue,
+		.issuer = {.verify_issued = s->verify_issued},
+	};
+	SG_TRY(sg_pool_new(&a->pool, a->ca, a->hsm, &po));
+	sg_pool_stats st;
+	sg_pool_stats_get(a->pool, &st);
+	sg_log(SG_LOG_INFO, "signer ready", SG_F_STR("ca", sg_ca_subject(a->ca)),
+	       SG_F_STR("key", sg_key_type_name(sg_ca_key_type(a->ca))), SG_F_INT("threads", st.threads),
+	       SG_F_INT("queue", st.queue_capacity), SG_F_INT("tokens", sg_hsm_token_count(a->hsm)), SG_F_END);
+	return SG_OK;
+}
+
+int sg_appliance_open(sg_appliance **out, const sg_settings *s)
+{
+	sg_appliance *a = calloc(1, sizeof(*a));
+	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
+	sg_settings_apply_log(s);
+	int rc = open_all(a, s);
+	if (rc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_appliance_free(a);
+		sg_error_restore(&e);
+		return rc;
+	}
+	*out = a;
+	return SG_OK;
+}
+
+void sg_appliance_free(sg_appliance *a)
+{
+	if (!a)
+		return;
+	sg_pool_free(a->pool);
+	sg_ca_free(a->ca);
+	sg_hsm_free(a->hsm);
+	free(a);
+}
+
+sg_hsm *sg_appliance_hsm(sg_appliance *a)
+{
+	return a->hsm;
+}
+
+const sg_ca *sg_appliance_ca(sg_appliance *a)
+{
+	return a->ca;
+}
+
+sg_pool *sg_appliance_pool(sg_appliance *a)
+{
+	return a->pool;
+}

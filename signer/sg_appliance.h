@@ -1,0 +1,106 @@
+/*
+ * sg_appliance: the settings shared by signetctl and signetd, and the one
+ * place that turns them into a running signer (HSM + CA + pool).
+ *
+ * Both programs read the same config file (written by `signetctl init`) and
+ * accept the same names as flags; SG_SETTINGS_ROWS expands to the sg_opt rows
+ * for these settings inside a program's own table; log_default is the
+ * program's default log level ("info" for the daemon, "warn" for the CLI,
+ * whose only stderr output on failure should be the one error line).
+ */
+#ifndef SG_APPLIANCE_H
+#define SG_APPLIANCE_H
+
+#include "sg_ca.h"
+#include "sg_error.h"
+#include "sg_hsm.h"
+#include "sg_opt.h"
+#include "sg_pool.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sg_settings {
+	char *config;
+	char *hsm_module;
+	char *hsm_token;
+	char *hsm_key;
+	char *pin_file;
+	char *pin_env;
+	char *hsm_init_reserved;
+	char *softhsm2_conf;
+	bool hsm_copy_key;
+	char *ca_cert;
+	char *ca_chain;
+	char *root_cert;
+	char *trust_domain;
+	int64_t signer_threads;
+	int64_t signer_queue;
+	bool verify_issued;
+	int log_level;  /* index into sg_log_level_names */
+	int log_format; /* index into sg_log_format_names */
+} sg_settings;
+
+extern const char *const sg_log_level_names[];
+extern const char *const sg_log_format_names[];
+
+#define SG_SETTINGS_ROWS(T, m, log_default)                                                                                   \
+	{"config", SG_OPT_PATH, offsetof(T, m.config), NULL, 0, 0, NULL,                                           \
+	 "config file (name = value lines, same names as the flags)", true},                                       \
+	{"hsm-module", SG_OPT_PATH, offsetof(T, m.hsm_module), NULL, 0, 0, NULL,                                   \
+	 "PKCS#11 module (default: SoftHSM2)", false},                                                             \
+	{"hsm-token", SG_OPT_STRING, offsetof(T, m.hsm_token), NULL, 0, 4096, NULL,                                \
+	 "pkcs11: URI of the token(s) holding the CA key", false},                                                 \
+	{"hsm-key", SG_OPT_STRING, offsetof(T, m.hsm_key), NULL, 0, 4096, NULL,                                    \
+	 "pkcs11: URI of the CA key (id and/or object label)", false},                                             \
+	{"pin-file", SG_OPT_PATH, offsetof(T, m.pin_file), NULL, 0, 0, NULL,                                       \
+	 "file holding the token user PIN (mode 0600)", false},                                                    \
+	{"pin-env", SG_OPT_STRING, offsetof(T, m.pin_env), NULL, 0, 256, NULL,                                     \
+	 "environment variable holding the token user PIN", false},                                                \
+	{"hsm-init-reserved", SG_OPT_STRING, offsetof(T, m.hsm_init_reserved), NULL, 0, 4096, NULL,                \
+	 "C_Initialize pReserved string (NSS softoken)", false},                                                   \
+	{"softhsm2-conf", SG_OPT_PATH, offsetof(T, m.softhsm2_conf), NULL, 0, 0, NULL,                             \
+	 "SoftHSM2 configuration file (sets SOFTHSM2_CONF)", false},                                               \
+	{"hsm-copy-key", SG_OPT_BOOL, offsetof(T, m.hsm_copy_key), "true", 0, 0, NULL,                             \
+	 "sign with a per-session copy of the key where the module allows (faster on SoftHSM2)", false},          \
+	{"ca-cert", SG_OPT_PATH, offsetof(T, m.ca_cert), NULL, 0, 0, NULL,                                         \
+	 "PEM certificate of the HSM key (root or intermediate)", false},                                          \
+	{"ca-chain", SG_OPT_PATH, offsetof(T, m.ca_chain), NULL, 0, 0, NULL,                                       \
+	 "PEM certificates between the CA certificate and the root", false},                                       \
+	{"root-cert", SG_OPT_PATH, offsetof(T, m.root_cert), NULL, 0, 0, NULL, "PEM root bundle given to clients", \
+	 false},                                                                                                    \
+	{"trust-domain", SG_OPT_STRING, offsetof(T, m.trust_domain), "cluster.local", 0, 253, NULL,               \
+	 "SPIFFE trust domain", false},                                                                             \
+	{"signer-threads", SG_OPT_INT, offsetof(T, m.signer_threads), "0", 0, SG_POOL_MAX_THREADS, NULL,          \
+	 "signer threads (0: one per CPU)", false},                                                                 \
+	{"signer-queue", SG_OPT_INT, offsetof(T, m.signer_queue), "0", 0, SG_POOL_MAX_QUEUE, NULL,                \
+	 "signer queue capacity (0: 64 per thread)", false},                                                        \
+	{"verify-issued", SG_OPT_BOOL, offsetof(T, m.verify_issued), "false", 0, 0, NULL,                         \
+	 "verify every HSM signature in software before returning it", false},                                     \
+	{"log-level", SG_OPT_ENUM, offsetof(T, m.log_level), log_default, 0, 0, sg_log_level_names,                   \
+	 "log level", false},                                                                                       \
+	{"log-format", SG_OPT_ENUM, offsetof(T, m.log_format), "text", 0, 0, sg_log_format_names,                \
+	 "log format", false}
+
+typedef struct sg_appliance sg_appliance;
+
+/* Applies log settings, reads the PIN (wiped after login), opens the HSM,
+ * loads and checks the CA against the HSM key and starts the signer pool.
+ * Caller frees with sg_appliance_free. */
+SG_API int sg_appliance_open(sg_appliance **out, const sg_settings *s) SG_MUST_CHECK;
+SG_API void sg_appliance_free(sg_appliance *a);
+
+/* Borrowed until sg_appliance_free. */
+SG_API sg_hsm *sg_appliance_hsm(sg_appliance *a);
+SG_API const sg_ca *sg_appliance_ca(sg_appliance *a);
+SG_API sg_pool *sg_appliance_pool(sg_appliance *a);
+
+/* Reads the PIN named by the settings (pin-file, else pin-env). */
+SG_API int sg_settings_pin(const sg_settings *s, sg_secret **out) SG_MUST_CHECK;
+/* Fills HSM options from settings; pin is borrowed. */
+SG_API void sg_settings_hsm_options(const sg_settings *s, const sg_secret *pin, sg_hsm_options *o);
+/* Applies log-level and log-format. */
+SG_API void sg_settings_apply_log(const sg_settings *s);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * sg_pool: the multithreaded signer pool.
+ *
+ * N worker threads, each with its own sg_issuer (OpenSSL context + HSM
+ * session), take requests from one bounded FIFO queue. Submission never
+ * blocks: a full queue answers SG_EBUSY at once (the caller turns that into a
+ * retryable status), so overload is never queued without bound. Completion is
+ * a callback run on the worker thread; the gRPC front end uses it to finish a
+ * call without holding a thread per request. A request whose deadline passes
+ * while queued completes with SG_ETIMEOUT without touching the HSM.
+ *
+ * Shutdown (sg_pool_free) refuses new work, lets the workers finish every
+ * queued request, then joins them: nothing accepted is dropped.
+ *
+ * Ownership: the request (and the CSR bytes and identity it points to) is
+ * borrowed until the callback runs. The result passed to the callback is
+ * valid during the callback; it may keep the leaf by taking res->leaf_pem
+ * (setting it to NULL). err is the failure detail when rc < 0.
+ */
+#ifndef SG_POOL_H
+#define SG_POOL_H
+
+#include "sg_ca.h"
+#include "sg_error.h"
+#include "sg_hsm.h"
+#include "sg_issuer.h"
+
+#include <stdint.h>
+
+#define SG_POOL_MAX_THREADS 256
+#define SG_POOL_MAX_QUEUE (1u << 20)
+
+typedef struct sg_pool sg_pool;
+
+typedef struct sg_pool_options {
+	unsigned threads;        /* 0: one per online CPU */
+	unsigned queue_capacity; /* 0: 64 per thread */
+	sg_issuer_options issuer;
+} sg_pool_options;
+
+typedef void (*sg_pool_done_fn)(int rc, sg_issue_result *res, const sg_error *err, void *arg);
+
+/* Opens one HSM session per worker (one at a time) and starts the workers.
+ * ca and hsm are borrowed for the pool's life. Caller frees with
+ * sg_pool_free. */
+SG_API int sg_pool_new(sg_pool **out, const sg_ca *ca, sg_hsm *hsm, const sg_pool_options *opts) SG_MUST_CHECK;
+
+/* Queues a request. SG_OK: done will be called exactly once, later, on a
+ * worker thread. SG_EBUSY: the queue is full or the pool is shutting down;
+ * done will not be called. */
+SG_API int sg_pool_submit(sg_pool *p, const sg_issue_request *req, sg_pool_done_fn done, void *arg) SG_MUST_CHECK;
+
+/* Submits and waits. On success *res is filled and owned by the caller
+ * (release with sg_issue_result_clear). */
+SG_API int sg_pool_issue(sg_pool *p, const sg_issue_request *req, sg_issue_result *res) SG_MUST_CHECK;
+
+/* Counters, summed over the workers' private shards. */
+typedef struct sg_pool_stats {
+	unsigned threads;
+	unsigned queue_capacity;
+	uint64_t queued;          /* in the queue now */
+	uint64_t submitted;       /* accepted by sg_pool_submit */
+	uint64_t rejected;        /* refused with SG_EBUSY */
+	uint64_t completed;       /* callbacks run */
+	uint64_t issued;          /* completed with SG_OK */
+	uint64_t by_error[10];    /* completed with error -i (index by -rc) */
+	uint64_t latency_ns_sum;  /* of issued certificates, queue wait included */
+} sg_pool_stats;
+
+SG_API void sg_pool_stats_get(sg_pool *p, sg_pool_stats *out);
+
+/* Stops accepting, drains the queue, joins the workers. Accepts NULL. */
+SG_API void sg_pool_free(sg_pool *p);
+
+#endif

@@ -1,0 +1,328 @@
+/*
+ * The signer pool against a real SoftHSM2 CA: issuance through every
+ * profile checked field by field with OpenSSL's parser and verifier,
+ * backpressure, deadlines, drain on shutdown, concurrency and recovery from
+ * sessions closed under the signers.
+ */
+#include "ca_fixture.h"
+#include "sg_clock.h"
+#include "sg_issuer.h"
+#include "sg_pool.h"
+
+#include <dlfcn.h>
+#include <p11-kit/pkcs11.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+static fixture fx;
+static sg_appliance *app;
+
+static void open_app(unsigned threads, unsigned queue, bool verify)
+{
+	fx.args.s.signer_threads = threads;
+	fx.args.s.signer_queue = queue;
+	fx.args.s.verify_issued = verify;
+	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
+}
+
+static int issue(sg_profile prof, const char *csr, size_t len, const char *identity, int64_t ttl,
+		 sg_issue_result *res)
+{
+	sg_issue_request req = {.csr = (const uint8_t *)csr, .csr_len = len, .profile = prof,
+				.identity = identity, .ttl = ttl, .path_len = -1};
+	return sg_pool_issue(sg_appliance_pool(app), &req, res);
+}
+
+static int64_t asn1_time(const ASN1_TIME *t)
+{
+	int days = 0, secs = 0;
+	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
+	ASN1_TIME_diff(&days, &secs, epoch, t);
+	ASN1_TIME_free(epoch);
+	return (int64_t)days * 86400 + secs;
+}
+
+static void t_istio_profile(void)
+{
+	static const char *algs[][2] = {{"EC", "P-256"}, {"RSA", "2048"}, {"EC", "P-384"}};
+	for (int i = 0; i < 3; i++) {
+		size_t len;
+		csr_opts o = {algs[i][0], algs[i][1], "critical,URI:spiffe://cluster.local/ns/default/sa/default", NULL, false};
+		char *csr = make_csr(&o, &len);
+		sg_issue_result res;
+		int64_t now = sg_wall_seconds();
+		SG_CHECK_OK(issue(SG_PROFILE_ISTIO, csr, len, NULL, 3600, &res));
+		X509 *leaf = verify_chain(&res, fx.root);
+		SG_CHECK(leaf != NULL);
+		if (leaf) {
+			SG_CHECK(X509_NAME_entry_count(X509_get_subject_name(leaf)) == 0);
+			int crit = -1;
+			GENERAL_NAMES *gens = X509_get_ext_d2i(leaf, NID_subject_alt_name, &crit, NULL);
+			SG_CHECK(crit == 1 && gens && sk_GENERAL_NAME_num(gens) == 1);
+			if (gens && sk_GENERAL_NAME_num(gens) == 1) {
+				GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, 0);
+				SG_CHECK(g->type == GEN_URI);
+				SG_CHECK(strcmp((const char *)ASN1_STRING_get0_data(g->d.uniformResourceIdentifier),
+						"spiffe://cluster.local/ns/default/sa/default") == 0);
+			}
+			GENERAL_NAMES_free(gens);
+			SG_CHECK(X509_get_key_usage(leaf) == (KU_DIGITAL_SIGNATURE | KU_KEY_ENCIPHERMENT));
+			SG_CHECK(X509_get_extended_key_usage(leaf) == (XKU_SSL_SERVER | XKU_SSL_CLIENT));
+			SG_CHECK(X509_check_ca(leaf) == 0);
+			BASIC_CONSTRAINTS *bc = X509_get_ext_d2i(leaf, NID_basic_constraints, &crit, NULL);
+			SG_CHECK(bc && !bc->ca && crit == 1);
+			BASIC_CONSTRAINTS_free(bc);
+			SG_CHECK(X509_get0_subject_key_id(leaf) != NULL);
+			SG_CHECK(X509_get0_authority_key_id(leaf) != NULL);
+			const ASN1_INTEGER *serial = X509_get0_serialNumber(leaf);
+			SG_CHECK(serial->length == 16 && serial->type == V_ASN1_INTEGER);
+			int64_t nb = asn1_time(X509_get0_notBefore(leaf)), na = asn1_time(X509_get0_notAfter(leaf));
+			SG_CHECK(nb >= now - SG_ISTIO_BACKDATE - 5 && nb <= now - SG_ISTIO_BACKDATE + 5);
+			SG_CHECK(na >= now + 3600 - 5 && na <= now + 3600 + 5);
+			SG_CHECK(X509_get_version(leaf) == X509_VERSION_3);
+			X509_free(leaf);
+		}
+		SG_CHECK(res.chain_len == 1); /* self-signed root: [leaf, root] */
+		SG_CHECK(strcmp(res.identity, "spiffe://cluster.local/ns/default/sa/default") == 0);
+		SG_CHECK(strlen(res.serial_hex) == 32);
+		sg_issue_result_clear(&res);
+		free(csr);
+	}
+}
+
+static void t_istio_identity_is_stamped(void)
+{
+	size_t len;
+	csr_opts o = {"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/a,DNS:evil.example", NULL, false};
+	char *csr = make_csr(&o, &len);
+	sg_issue_result res;
+	SG_CHECK_OK(issue(SG_PROFILE_ISTIO, csr, len, "spiffe://cluster.local/ns/b/sa/b", 0, &res));
+	X509 *leaf = verify_chain(&res, fx.root);
+	SG_CHECK(leaf != NULL);
+	GENERAL_NAMES *gens = leaf ? X509_get_ext_d2i(leaf, NID_subject_alt_name, NULL, NULL) : NULL;
+	SG_CHECK(gens && sk_GENERAL_NAME_num(gens) == 1); /* the CSR's DNS name is not copied */
+	GENERAL_NAMES_free(gens);
+	int64_t now = sg_wall_seconds();
+	SG_CHECK(res.not_after >= now + SG_TTL_DEFAULT_ISTIO - 5);
+	X509_free(leaf);
+	sg_issue_result_clear(&res);
+	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, "https://not-spiffe", 0, &res), SG_EINVAL);
+	SG_CHECK_MSG("not a SPIFFE ID");
+	free(csr);
+
+	/* Two URI SANs and no identity: ambiguous, refused. */
+	csr_opts two = {"EC", "P-256", "URI:spiffe://a/x,URI:spiffe://a/y", NULL, false};
+	csr = make_csr(&two, &len);
+	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, NULL, 0, &res), SG_EINVAL);
+	SG_CHECK_MSG("exactly one URI SAN");
+	free(csr);
+}
+
+static void t_generic_and_intermediate(void)
+{
+	size_t len;
+	csr_opts o = {"EC", "P-256", "DNS:svc.example.com,IP:10.0.0.1", "svc.example.com", false};
+	char *csr = make_csr(&o, &len);
+	sg_issue_result res;
+	SG_CHECK_OK(issue(SG_PROFILE_GENERIC, csr, len, NULL, 7200, &res));
+	X509 *leaf = verify_chain(&res, fx.root);
+	SG_CHECK(leaf != NULL);
+	if (leaf) {
+		char cn[64] = "";
+		X509_NAME_get_text_by_NID(X509_get_subject_name(leaf), NID_commonName, cn, sizeof(cn));
+		SG_CHECK(strcmp(cn, "svc.example.com") == 0);
+		SG_CHECK(X509_check_host(leaf, "svc.example.com", 0, 0, NULL) == 1);
+		SG_CHECK(X509_check_ip_asc(leaf, "10.0.0.1", 0) == 1);
+		int crit = -1;
+		GENERAL_NAMES *g = X509_get_ext_d2i(leaf, NID_subject_alt_name, &crit, NULL);
+		SG_CHECK(crit == 0); /* subject not empty: SAN not critical */
+		GENERAL_NAMES_free(g);
+		X509_free(leaf);
+	}
+	sg_issue_result_clear(&res);
+	SG_CHECK_RC(issue(SG_PROFILE_INTERMEDIATE, csr, len, NULL, 0, &res), SG_OK);
+	leaf = verify_chain(&res, fx.root);
+	SG_CHECK(leaf && X509_check_ca(leaf) >= 1);
+	SG_CHECK(leaf && (X509_get_key_usage(leaf) & KU_KEY_CERT_SIGN));
+	X509_free(leaf);
+	sg_issue_result_clear(&res);
+	free(csr);
+
+	csr_opts ca = {"EC", "P-256", "DNS:x.example", "x", true};
+	csr = make_csr(&ca, &len);
+	SG_CHECK_RC(issue(SG_PROFILE_GENERIC, csr, len, NULL, 0, &res), SG_EDENIED);
+	free(csr);
+}
+
+static void t_ttl_rules(void)
+{
+	size_t len;
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	char *csr = make_csr(&o, &len);
+	sg_issue_result res;
+	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, NULL, -1, &res), SG_EINVAL);
+	/* Longer than the CA lives: clamped to the CA's NotAfter. */
+	SG_CHECK_OK(issue(SG_PROFILE_ISTIO, csr, len, NULL, 50LL * 365 * 86400, &res));
+	SG_CHECK(res.not_after == sg_ca_issuer(sg_appliance_ca(app))->not_after);
+	sg_issue_result_clear(&res);
+	free(csr);
+}
+
+static void t_bad_csrs(void)
+{
+	sg_issue_result res;
+	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, "garbage", 7, NULL, 0, &res), SG_EINVAL);
+	size_t len;
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	char *csr = make_csr(&o, &len);
+	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len / 2, NULL, 0, &res), SG_EINVAL);
+	free(csr);
+	csr_opts weak = {"RSA", "1024", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr = make_csr(&weak, &len);
+	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, NULL, 0, &res), SG_EINVAL);
+	SG_CHECK_MSG("1024");
+	free(csr);
+}
+
+typedef struct tally {
+	atomic_int ok, busy, timeout, other, calls;
+} tally;
+
+static void count(int rc, sg_issue_result *res, const sg_error *err, void *arg)
+{
+	tally *t = arg;
+	(void)res;
+	(void)err;
+	atomic_fetch_add(&t->calls, 1);
+	if (rc == SG_OK)
+		atomic_fetch_add(&t->ok, 1);
+	else if (rc == SG_ETIMEOUT)
+		atomic_fetch_add(&t->timeout, 1);
+	else
+		atomic_fetch_add(&t->other, 1);
+}
+
+/* A burst larger than the queue: the excess is refused at once with
+ * SG_EBUSY; everything accepted completes exactly once, also across
+ * shutdown (drain). */
+static void t_backpressure_and_drain(void)
+{
+	sg_appliance_free(app);
+	app = NULL;
+	open_app(2, 4, false);
+	size_t len;
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	char *csr = make_csr(&o, &len);
+	tally t = {0};
+	int accepted = 0, refused = 0;
+	sg_issue_request req = {.csr = (const uint8_t *)csr, .csr_len = len, .profile = SG_PROFILE_ISTIO};
+	for (int i = 0; i < 200; i++) {
+		int rc = sg_pool_submit(sg_appliance_pool(app), &req, count, &t);
+		if (rc == SG_OK)
+			accepted++;
+		else if (rc == SG_EBUSY)
+			refused++;
+	}
+	SG_CHECK(accepted + refused == 200);
+	SG_CHECK(refused > 0);
+	sg_pool_stats st;
+	sg_pool_stats_get(sg_appliance_pool(app), &st);
+	SG_CHECK(st.rejected == (uint64_t)refused);
+	/* Expired deadline: completes with SG_ETIMEOUT, never signs. */
+	sg_issue_request late = req;
+	late.deadline_ns = sg_now_ns() - 1;
+	while (sg_pool_submit(sg_appliance_pool(app), &late, count, &t) == SG_EBUSY)
+		sg_sleep_ms(1);
+	accepted++;
+	sg_appliance_free(app); /* drains */
+	app = NULL;
+	SG_CHECK(atomic_load(&t.calls) == accepted);
+	SG_CHECK(atomic_load(&t.ok) == accepted - 1);
+	SG_CHECK(atomic_load(&t.timeout) == 1);
+	free(csr);
+	open_app(4, 0, true);
+}
+
+/* Closes every PKCS#11 session of the process's token from outside the
+ * signer (the module is a per-process singleton, so dlopen gives the same
+ * instance): the signers must recover and no request may fail. */
+static void close_all_sessions(void)
+{
+	void *lib = dlopen(getenv("SIGNET_SOFTHSM_MODULE"), RTLD_NOW | RTLD_NOLOAD);
+	if (!lib)
+		return;
+	CK_C_GetFunctionList get = (CK_C_GetFunctionList)dlsym(lib, "C_GetFunctionList");
+	CK_FUNCTION_LIST_PTR f;
+	get(&f);
+	CK_SLOT_ID slots[16];
+	CK_ULONG n = 16;
+	if (f->C_GetSlotList(CK_TRUE, slots, &n) == CKR_OK)
+		for (CK_ULONG i = 0; i < n; i++)
+			f->C_CloseAllSessions(slots[i]);
+	dlclose(lib);
+}
+
+typedef struct load {
+	const char *csr;
+	size_t len;
+	atomic_int ok, failed;
+} load;
+
+static void *client(void *arg)
+{
+	load *l = arg;
+	for (int i = 0; i < 40; i++) {
+		sg_issue_result res;
+		sg_issue_request req = {.csr = (const uint8_t *)l->csr, .csr_len = l->len, .profile = SG_PROFILE_ISTIO,
+					.deadline_ns = sg_now_ns() + 20ull * 1000000000u};
+		int rc = sg_pool_issue(sg_appliance_pool(app), &req, &res);
+		if (rc == SG_OK) {
+			atomic_fetch_add(&l->ok, 1);
+			sg_issue_result_clear(&res);
+		} else {
+			fprintf(stderr, "issue failed: %s\n", sg_error_last()->msg);
+			atomic_fetch_add(&l->failed, 1);
+		}
+	}
+	return NULL;
+}
+
+static void t_concurrent_with_faults(void)
+{
+	size_t len;
+	csr_opts o = {"RSA", "2048", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	load l = {.csr = make_csr(&o, &len)};
+	l.len = len;
+	pthread_t th[4];
+	for (int i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, client, &l);
+	for (int i = 0; i < 5; i++) {
+		sg_sleep_ms(20);
+		close_all_sessions();
+	}
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	SG_CHECK(atomic_load(&l.ok) == 160);
+	SG_CHECK(atomic_load(&l.failed) == 0);
+	sg_hsm_stats hs;
+	sg_hsm_stats_get(sg_appliance_hsm(app), &hs);
+	SG_CHECK(hs.recoveries > 0);
+	SG_CHECK(hs.state == SG_HSM_OK);
+	free((char *)l.csr);
+}
+
+static void setup(void)
+{
+	SG_CHECK_OK(fixture_ca(&fx, "ecdsa-p256"));
+	open_app(2, 0, false);
+}
+
+static void teardown(void)
+{
+	sg_appliance_free(app);
+	fixture_free(&fx);
+}
+
+SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_istio_profile), SG_TEST(t_istio_identity_is_stamped),
+	     SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bad_csrs),
+	     SG_TEST(t_backpressure_and_drain), SG_TEST(t_concurrent_with_faults), SG_TEST(teardown))
