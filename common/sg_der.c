@@ -14,7 +14,7 @@ int sg_reader_bytes(sg_reader *r, size_t n, sg_slice *out)
 {
 	SG_ENSURE(n <= sg_reader_left(r), SG_EINVAL, "truncated input: need %zu bytes, %zu left", n,
 		  sg_reader_left(r));
-	out->p = r->p + r->off;
+	out->p = r->p ? r->p + r->off : NULL; /* no arithmetic on NULL (C11 6.5.6) */
 	out->len = n;
 	r->off += n;
 	return SG_OK;
@@ -202,6 +202,12 @@ static size_t len_octets(size_t n)
 
 static void put_header(sg_der_writer *w, uint8_t tag, size_t n)
 {
+	/* len_octets stops at three length bytes, and our reader refuses
+	 * anything above SG_DER_MAX_LEN: never write what we would not read. */
+	if (n > SG_DER_MAX_LEN) {
+		w->failed = true;
+		return;
+	}
 	size_t lo = len_octets(n);
 	if (!reserve(w, 1 + lo))
 		return;
@@ -233,9 +239,17 @@ size_t sg_der_begin(sg_der_writer *w, uint8_t tag)
 
 void sg_der_end(sg_der_writer *w, size_t mark)
 {
-	if (w->failed)
+	/* A mark that is not a short-form header we wrote (caller bug) poisons
+	 * the writer instead of underflowing. */
+	if (w->failed || mark > w->len || w->len - mark < 2 || w->buf[mark + 1] != 0) {
+		w->failed = true;
 		return;
+	}
 	size_t content = w->len - mark - 2;
+	if (content > SG_DER_MAX_LEN) {
+		w->failed = true;
+		return;
+	}
 	size_t lo = len_octets(content);
 	if (lo > 1) {
 		if (!reserve(w, lo - 1))
@@ -291,8 +305,14 @@ void sg_der_time(sg_der_writer *w, int64_t t)
 {
 	struct tm tm;
 	time_t tt = (time_t)t;
-	char s[20];
+	char s[64]; /* 16 needed; the rest quiets -Wformat-truncation (int fields) */
 	if (!gmtime_r(&tt, &tm)) {
+		w->failed = true;
+		return;
+	}
+	/* GeneralizedTime has four year digits (RFC 5280 §4.1.2.5.2); a year
+	 * outside 0..9999 cannot be encoded and would overflow s. */
+	if (tm.tm_year < -1900 || tm.tm_year > 9999 - 1900) {
 		w->failed = true;
 		return;
 	}

@@ -15,6 +15,9 @@
 
 static _Thread_local sg_error last;
 
+/* The format attribute lets clang check callers (-Wformat-nonliteral). */
+static int vset(const char *file, int line, int code, const char *fmt, va_list ap) SG_PRINTF(4, 0);
+
 static int vset(const char *file, int line, int code, const char *fmt, va_list ap)
 {
 	last.code = code;

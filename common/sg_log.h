@@ -13,6 +13,18 @@
  * control bytes are quoted and escaped), so a hostile string cannot forge a
  * record. Each record is written with one write(2), so lines from threads
  * never interleave. There is deliberately no field type for secrets.
+ *
+ * Escaping: \" \\ \n \r \t in both formats; other control bytes (and DEL)
+ * are \u00XX in JSON and \xHH in text; invalid UTF-8 becomes \ufffd in JSON
+ * (the output is always valid JSON) and \xHH in text. Text values are bare
+ * only when they are non-empty printable ASCII without space, quote,
+ * backslash or '='. The text message is escaped but not quoted. A NULL
+ * string value is written as null (JSON) or (null) (text). Keys are
+ * restricted to [A-Za-z0-9_.-] (anything else becomes '_', at most 63 bytes).
+ *
+ * A record longer than SG_LOG_RECORD_MAX bytes is cut at a whole escape
+ * unit, an open string is closed and the marker "truncated":true (JSON) or
+ * truncated=true (text) ends the line.
  */
 #ifndef SG_LOG_H
 #define SG_LOG_H
@@ -40,20 +52,26 @@ typedef struct sg_log_field {
 	int64_t i;
 } sg_log_field;
 
+/* Largest record, newline included: PIPE_BUF, so writes to a pipe are atomic. */
+#define SG_LOG_RECORD_MAX 4096
+
 #define SG_F_STR(k, v) ((sg_log_field){(k), SG_LOG_F_STR, (v), 0})
 #define SG_F_INT(k, v) ((sg_log_field){(k), SG_LOG_F_INT, NULL, (int64_t)(v)})
 #define SG_F_END ((sg_log_field){NULL, SG_LOG_F_STR, NULL, 0})
 
-/* Process-wide settings; set them once at start-up, before threads. */
+/* Process-wide settings; set them once at start-up, before threads.
+ * Defaults: SG_LOG_INFO, SG_LOG_TEXT, fd 2. */
 SG_API void sg_log_configure(sg_log_level min, sg_log_format fmt);
 /* Redirects output to fd (default 2); for tests. */
 SG_API void sg_log_set_fd(int fd);
-/* Parses "debug|info|warn|error" and "text|json". */
+/* Parses "debug|info|warn|error" and "text|json" (exact, lower case);
+ * SG_EINVAL otherwise. */
 SG_API int sg_log_level_parse(const char *s, sg_log_level *out) SG_MUST_CHECK;
 SG_API int sg_log_format_parse(const char *s, sg_log_format *out) SG_MUST_CHECK;
 SG_API int sg_log_enabled(sg_log_level level);
 
-/* Emits one record; the field list ends with SG_F_END. */
+/* Emits one record if level is enabled; the field list ends with SG_F_END
+ * (fields may be NULL). Write errors are ignored. */
 SG_API void sg_log_fields(sg_log_level level, const char *msg, const sg_log_field *fields);
 #define sg_log(level, msg, ...)                                                \
 	do {                                                                       \

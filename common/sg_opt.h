@@ -21,7 +21,41 @@
  *
  * Values of type STRING/PATH (defaults included) land in the target struct
  * as heap copies; a later value frees the earlier one. The target must start
- * zeroed; release every string with sg_opt_free() when done.
+ * zeroed; release every string with sg_opt_free() when done. A value that
+ * fails to parse leaves the field as it was.
+ *
+ * Exact rules:
+ *  - Command line (GNU getopt_long, long options only): "--name value"
+ *    takes the next argument as the value even if it starts with '-'
+ *    (so "--offset -5" works); "--name=value"; a BOOL given bare is true.
+ *    "--" ends the options; "-" alone is a positional; "-x" is an error
+ *    (there are no short options). "--help" (unless the table has a "help"
+ *    row) sets res->help and sg_opt_parse returns 0 at once, after the
+ *    defaults, without reading the config file or applying other flags.
+ *    A flag given twice is an error.
+ *  - Config file: one "name = value" per line; blanks (space, tab) around
+ *    name and value are dropped; the value is the rest of the line, taken
+ *    literally (no quoting, inner spaces kept). '#' starts a comment only as
+ *    the first non-blank character of a line, so values may contain '#'.
+ *    Lines end with '\n'; the last may lack it. Any byte below 0x20 other
+ *    than tab (CR included: no CRLF files) and 0x7f is refused. A line may
+ *    hold at most SG_OPT_LINE_MAX bytes (newline excluded), the file at most
+ *    SG_OPT_FILE_MAX bytes. A name set twice in one file is an error (the
+ *    message names both lines); flag_only rows are refused in the file.
+ *  - BOOL: true|yes|on|1 and false|no|off|0.
+ *  - INT: decimal with an optional '-'; no '+', spaces, hex or suffixes.
+ *  - INT/DURATION bounds are inclusive; min == max == 0 means unbounded.
+ *  - DURATION: see sg_opt_parse_duration.
+ *  - STRING: may be empty; when max > 0, at most max bytes.
+ *  - PATH: must not be empty; a relative value from a config file is
+ *    resolved as "<folder of the file>/<value>" (a file named without a
+ *    folder leaves it relative to the working directory, which is the same
+ *    place); from the command line, defaults and sg_opt_set it is kept as
+ *    given. max > 0 bounds the resolved length.
+ *  - ENUM: exactly one of choices (case-sensitive); stores its index.
+ *  - Errors are SG_EINVAL ("--max-ttl: \"5x\" is not a duration ...",
+ *    "signet.conf:12: unknown setting \"foo\""); SG_ENOTFOUND when the
+ *    --config file does not exist; SG_EINTERNAL when out of memory.
  */
 #ifndef SG_OPT_H
 #define SG_OPT_H
@@ -61,31 +95,43 @@ typedef struct sg_opt_result {
 	bool help;         /* --help was given: the caller prints sg_opt_usage */
 } sg_opt_result;
 
-/* Parses argv[0..argc) (argv[0] is NOT skipped: pass argv + 1 for main's
- * arguments) into the struct at target. Positional arguments are collected
- * into a caller-provided array of argc pointers in *res. Stops option
- * processing at "--". */
+/* Parses argv[0..argc) (argv[0] is NOT skipped: pass argc - 1, argv + 1 for
+ * main's arguments) into the struct at target: defaults, then the --config
+ * file, then the flags. Positional arguments are stored in order into
+ * res->argv, which the caller either points at an array with room for argc
+ * pointers or leaves NULL, in which case positionals are compacted in place
+ * into argv itself (the strings are borrowed either way); res->argc is their
+ * count. Stops option processing at "--". On failure the target may hold
+ * some values already: free it with sg_opt_free and exit. */
 SG_API int sg_opt_parse(const sg_opt *table, size_t n, void *target, int argc, char **argv,
 			sg_opt_result *res) SG_MUST_CHECK;
 
 /* Applies one "name = value" text (for tests and for programs that read
- * settings from elsewhere). origin names the source in error messages. */
+ * settings from elsewhere). origin names the source in error messages (NULL:
+ * "setting"). flag_only rows are accepted; relative paths stay relative. */
 SG_API int sg_opt_set(const sg_opt *table, size_t n, void *target, const char *name, const char *value,
 		      const char *origin) SG_MUST_CHECK;
 
-/* Parses a config file's bytes (already in memory; bounded by len). base_dir
- * resolves relative PATH values; may be NULL. */
+/* Parses a config file's bytes (already in memory; bounded by len, need not
+ * be NUL-terminated). origin names the file in messages (NULL: "config").
+ * base_dir resolves relative PATH values; may be NULL. Stops at the first
+ * bad line; the lines before it have been applied. */
 SG_API int sg_opt_parse_file_bytes(const sg_opt *table, size_t n, void *target, const char *data,
 				   size_t len, const char *origin, const char *base_dir) SG_MUST_CHECK;
 
-/* Parses a duration such as "90s", "15m", "1h30m", "2d", "0s" into seconds.
- * A bare number is rejected (ambiguous). */
+/* Parses a duration such as "90s", "15m", "1h30m", "2d", "0s" into seconds:
+ * one or more <decimal><unit> groups, units d, h, m, s, strictly largest
+ * first and each at most once; a component may exceed its natural range
+ * ("90m"). A bare number is rejected (ambiguous), as are signs, spaces,
+ * other units and totals above INT64_MAX seconds. */
 SG_API int sg_opt_parse_duration(const char *s, int64_t *out) SG_MUST_CHECK;
 
-/* Writes "--name VALUE  help (default: x)" lines for every row to fp. */
+/* Writes "--name VALUE  help (default: x)" lines for every row to fp (a
+ * FILE *), VALUE showing the type, bounds or choices, then --help. */
 SG_API void sg_opt_usage(const sg_opt *table, size_t n, void *fp);
 
-/* Frees every string the module allocated into target. */
+/* Frees every string the module allocated into target and sets the fields
+ * to NULL (so calling it twice is safe). */
 SG_API void sg_opt_free(const sg_opt *table, size_t n, void *target);
 
 #endif

@@ -76,17 +76,24 @@ typedef struct sg_hsm_options {
  * token the URI matches, logs in to each, finds the key by id/label and
  * checks that the token supports its mechanism. Caller frees with
  * sg_hsm_free. Errors: SG_ENOTFOUND (module, token or key missing), SG_EAUTH
- * (PIN wrong or locked), SG_EINVAL (bad URI, unsupported key/mechanism),
- * SG_EHSM (the module failed). */
+ * (PIN wrong or locked), SG_EINVAL (bad URI, a URI carrying pin-value,
+ * unsupported key/mechanism, tokens holding different keys), SG_EHSM (the
+ * module failed). Login is process-wide: while another sg_hsm of this
+ * process is logged in to a token, modules like SoftHSM2 accept any PIN. */
 SG_API int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts) SG_MUST_CHECK;
-/* Closes every session, logs out and finalizes the module when signet was
- * the one to initialise it. Accepts NULL. Sessions must be freed first. */
+/* Closes every session (closing the process's last session on a token ends
+ * its login; no explicit C_Logout, which would also log out another sg_hsm on
+ * the same token) and finalizes the module when the last sg_hsm of that
+ * module goes and signet was the one to initialise it. Accepts NULL.
+ * Sessions must be freed first. */
 SG_API void sg_hsm_free(sg_hsm *h);
 
 /* Type of the key found (or generated). */
 SG_API int sg_hsm_key_type(const sg_hsm *h, sg_key_type *out) SG_MUST_CHECK;
-/* The key's SubjectPublicKeyInfo DER, read from the token (public key object
- * or the private key's public attributes). Caller frees *der with free(). */
+/* The key's SubjectPublicKeyInfo DER, read from the token when the key was
+ * found or generated (EC: the public key object's CKA_EC_POINT; RSA: the
+ * private key's CKA_MODULUS and CKA_PUBLIC_EXPONENT). Caller frees *der with
+ * free(). */
 SG_API int sg_hsm_public_key(const sg_hsm *h, uint8_t **der, size_t *len) SG_MUST_CHECK;
 /* How many tokens are in use. */
 SG_API size_t sg_hsm_token_count(const sg_hsm *h);
@@ -97,6 +104,9 @@ SG_API int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h) SG_MUST_CHECK;
 SG_API void sg_hsm_session_free(sg_hsm_session *s);
 /* Whether this session signs with a session-object copy of the key. */
 SG_API bool sg_hsm_session_uses_copy(const sg_hsm_session *s);
+/* Index (0 .. sg_hsm_token_count() - 1) of the token this session signs on,
+ * for metrics and tests. */
+SG_API size_t sg_hsm_session_token(const sg_hsm_session *s);
 
 /* Signs in (a digest or DigestInfo) into sig (capacity *siglen; on return the
  * length). Recovers from session and login faults as described above while

@@ -1,0 +1,1470 @@
+/*
+ * sg_hsm: the PKCS#11 adapter (see sg_hsm.h for the contract).
+ *
+ * Shape of the thing:
+ *
+ *   module registry   one entry per module path, process-wide, refcounted:
+ *                     two sg_hsm handles on the same library share one
+ *                     C_Initialize. A module someone else initialised
+ *                     (CKR_CRYPTOKI_ALREADY_INITIALIZED) is never finalised
+ *                     by us. Libraries stay mapped after the last release:
+ *                     unloading a module that pulled in OpenSSL providers and
+ *                     threads is fragile, and a mapping costs nothing.
+ *   sg_hsm            the tokens the token URI selects, all holding the same
+ *                     key (checked: identical SubjectPublicKeyInfo). Each token
+ *                     keeps one RW "admin" session for its whole life: login
+ *                     state belongs to the application and ends with its last
+ *                     session, so the admin session pins it, and provisioning
+ *                     calls use it.
+ *   sg_hsm_session    one RO session per signer thread on one token (round
+ *                     robin), the key handle found in that session and, with
+ *                     copy_key, a session-object copy of the key (SoftHSM2
+ *                     re-reads its file store on every C_SignInit for token
+ *                     objects; a session copy avoids that).
+ *
+ * Locks: h->open_lock serialises C_OpenSession (not thread-safe on
+ * tpm2-pkcs11); token->lock serialises (re-)login and admin-session use. The
+ * order is token->lock before open_lock, never the reverse. The signing path
+ * takes neither: C_SignInit + C_Sign on the caller's own session and relaxed
+ * atomic counters.
+ *
+ * Recovery: a fault from the list in sg_hsm.h (plus stale object handles and
+ * a stuck operation, which is what a foreign C_Logout or C_CloseAllSessions
+ * leaves behind) marks the session broken. The session is closed and opened
+ * again, logged in when C_GetSessionInfo says the login is gone, the key found
+ * again and re-copied; then the signature is retried. Attempts after the
+ * first wait backoff_ms, doubling, bounded by max_retries and the deadline;
+ * only the broken session waits. A PIN the token refuses marks the token
+ * failed for good: signet never presents that PIN again (tokens lock PINs
+ * after a few failures).
+ *
+ * Handles: after C_CloseAllSessions a module that reuses session handle
+ * numbers could hand a stale handle of one thread to another thread's new
+ * session; SoftHSM2 and the modules we know never reuse them.
+ *
+ * No PIN ever reaches a message: errors name the function, token label and
+ * CKR code only.
+ */
+#include "sg_hsm.h"
+
+#include "sg_clock.h"
+#include "sg_der.h"
+#include "sg_guard.h"
+
+#include <dlfcn.h>
+#include <p11-kit/pkcs11.h>
+#include <p11-kit/uri.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_RETRIES 5
+#define DEFAULT_BACKOFF_MS 20
+#define MAX_BACKOFF_MS 2000
+#define SPKI_MAX 1200    /* RSA-8192 SPKI is ~1,060 bytes; we accept up to 4096 */
+#define MODULUS_MAX 1024 /* bytes read from CKA_MODULUS before deciding */
+#define LABEL_LEN 32     /* CK_TOKEN_INFO.label, space padded */
+
+/* ------------------------------------------------------------------ */
+/* CKR names                                                          */
+
+#define CKR_ENTRY(x)                                                                                                   \
+	{                                                                                                              \
+		x, #x                                                                                                  \
+	}
+static const struct {
+	CK_RV rv;
+	const char *name;
+} ckr_names[] = {
+    CKR_ENTRY(CKR_OK),
+    CKR_ENTRY(CKR_CANCEL),
+    CKR_ENTRY(CKR_HOST_MEMORY),
+    CKR_ENTRY(CKR_SLOT_ID_INVALID),
+    CKR_ENTRY(CKR_GENERAL_ERROR),
+    CKR_ENTRY(CKR_FUNCTION_FAILED),
+    CKR_ENTRY(CKR_ARGUMENTS_BAD),
+    CKR_ENTRY(CKR_ATTRIBUTE_READ_ONLY),
+    CKR_ENTRY(CKR_ATTRIBUTE_SENSITIVE),
+    CKR_ENTRY(CKR_ATTRIBUTE_TYPE_INVALID),
+    CKR_ENTRY(CKR_ATTRIBUTE_VALUE_INVALID),
+    CKR_ENTRY(CKR_DATA_INVALID),
+    CKR_ENTRY(CKR_DATA_LEN_RANGE),
+    CKR_ENTRY(CKR_DEVICE_ERROR),
+    CKR_ENTRY(CKR_DEVICE_MEMORY),
+    CKR_ENTRY(CKR_DEVICE_REMOVED),
+    CKR_ENTRY(CKR_FUNCTION_CANCELED),
+    CKR_ENTRY(CKR_FUNCTION_NOT_SUPPORTED),
+    CKR_ENTRY(CKR_KEY_HANDLE_INVALID),
+    CKR_ENTRY(CKR_KEY_SIZE_RANGE),
+    CKR_ENTRY(CKR_KEY_TYPE_INCONSISTENT),
+    CKR_ENTRY(CKR_KEY_FUNCTION_NOT_PERMITTED),
+    CKR_ENTRY(CKR_MECHANISM_INVALID),
+    CKR_ENTRY(CKR_MECHANISM_PARAM_INVALID),
+    CKR_ENTRY(CKR_OBJECT_HANDLE_INVALID),
+    CKR_ENTRY(CKR_OPERATION_ACTIVE),
+    CKR_ENTRY(CKR_OPERATION_NOT_INITIALIZED),
+    CKR_ENTRY(CKR_PIN_INCORRECT),
+    CKR_ENTRY(CKR_PIN_INVALID),
+    CKR_ENTRY(CKR_PIN_LEN_RANGE),
+    CKR_ENTRY(CKR_PIN_EXPIRED),
+    CKR_ENTRY(CKR_PIN_LOCKED),
+    CKR_ENTRY(CKR_SESSION_CLOSED),
+    CKR_ENTRY(CKR_SESSION_COUNT),
+    CKR_ENTRY(CKR_SESSION_HANDLE_INVALID),
+    CKR_ENTRY(CKR_SESSION_PARALLEL_NOT_SUPPORTED),
+    CKR_ENTRY(CKR_SESSION_READ_ONLY),
+    CKR_ENTRY(CKR_SESSION_EXISTS),
+    CKR_ENTRY(CKR_SESSION_READ_ONLY_EXISTS),
+    CKR_ENTRY(CKR_SESSION_READ_WRITE_SO_EXISTS),
+    CKR_ENTRY(CKR_SIGNATURE_INVALID),
+    CKR_ENTRY(CKR_SIGNATURE_LEN_RANGE),
+    CKR_ENTRY(CKR_TEMPLATE_INCOMPLETE),
+    CKR_ENTRY(CKR_TEMPLATE_INCONSISTENT),
+    CKR_ENTRY(CKR_TOKEN_NOT_PRESENT),
+    CKR_ENTRY(CKR_TOKEN_NOT_RECOGNIZED),
+    CKR_ENTRY(CKR_TOKEN_WRITE_PROTECTED),
+    CKR_ENTRY(CKR_USER_ALREADY_LOGGED_IN),
+    CKR_ENTRY(CKR_USER_NOT_LOGGED_IN),
+    CKR_ENTRY(CKR_USER_PIN_NOT_INITIALIZED),
+    CKR_ENTRY(CKR_USER_TYPE_INVALID),
+    CKR_ENTRY(CKR_USER_ANOTHER_ALREADY_LOGGED_IN),
+    CKR_ENTRY(CKR_USER_TOO_MANY_TYPES),
+    CKR_ENTRY(CKR_DOMAIN_PARAMS_INVALID),
+    CKR_ENTRY(CKR_CURVE_NOT_SUPPORTED),
+    CKR_ENTRY(CKR_BUFFER_TOO_SMALL),
+    CKR_ENTRY(CKR_CRYPTOKI_NOT_INITIALIZED),
+    CKR_ENTRY(CKR_CRYPTOKI_ALREADY_INITIALIZED),
+    CKR_ENTRY(CKR_MUTEX_BAD),
+    CKR_ENTRY(CKR_MUTEX_NOT_LOCKED),
+    CKR_ENTRY(CKR_NEED_TO_CREATE_THREADS),
+    CKR_ENTRY(CKR_CANT_LOCK),
+};
+
+typedef struct ckr_buf {
+	char s[32];
+} ckr_buf;
+
+/* The symbolic name of rv; unknown codes in hex, in *b. */
+static const char *ckr_name(CK_RV rv, ckr_buf *b)
+{
+	for (size_t i = 0; i < sizeof(ckr_names) / sizeof(ckr_names[0]); i++)
+		if (ckr_names[i].rv == rv)
+			return ckr_names[i].name;
+	snprintf(b->s, sizeof(b->s), "CKR_0x%lx", (unsigned long)rv);
+	return b->s;
+}
+
+/* Session and device faults that a reopened session (and a new login) can
+ * cure. The last three are what a foreign C_Logout / C_CloseAllSessions leaves
+ * in a live session: a destroyed private session object, and an operation
+ * that never finished. */
+static bool is_fault(CK_RV rv)
+{
+	switch (rv) {
+	case CKR_SESSION_HANDLE_INVALID:
+	case CKR_SESSION_CLOSED:
+	case CKR_USER_NOT_LOGGED_IN:
+	case CKR_DEVICE_ERROR:
+	case CKR_DEVICE_REMOVED:
+	case CKR_DEVICE_MEMORY:
+	case CKR_TOKEN_NOT_PRESENT:
+	case CKR_OBJECT_HANDLE_INVALID:
+	case CKR_KEY_HANDLE_INVALID:
+	case CKR_OPERATION_ACTIVE:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static bool is_pin_error(CK_RV rv)
+{
+	return rv == CKR_PIN_INCORRECT || rv == CKR_PIN_LOCKED || rv == CKR_PIN_EXPIRED || rv == CKR_PIN_INVALID ||
+	       rv == CKR_PIN_LEN_RANGE || rv == CKR_USER_PIN_NOT_INITIALIZED;
+}
+
+/* Our category for a CKR: faults are transient (SG_EBUSY: retry after
+ * recovery), refused PINs SG_EAUTH, bad input SG_EINVAL, the rest SG_EHSM. */
+static int ckr_category(CK_RV rv)
+{
+	if (is_fault(rv))
+		return SG_EBUSY;
+	if (is_pin_error(rv))
+		return SG_EAUTH;
+	switch (rv) {
+	case CKR_DATA_INVALID:
+	case CKR_DATA_LEN_RANGE:
+	case CKR_BUFFER_TOO_SMALL:
+	case CKR_MECHANISM_INVALID:
+	case CKR_KEY_TYPE_INCONSISTENT:
+		return SG_EINVAL;
+	default:
+		return SG_EHSM;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Module registry                                                    */
+
+typedef struct module {
+	struct module *next;
+	char *path;
+	void *dl;
+	CK_FUNCTION_LIST_PTR f;
+	unsigned refs;
+	bool owner; /* we called C_Initialize: C_Finalize at refs 0 */
+	char *conf; /* SOFTHSM2_CONF it was initialised with, or NULL */
+} module;
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static module *registry;
+
+static bool str_eq_opt(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+static int module_load(module **out, const char *path)
+{
+	dlerror();
+	void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	SG_ENSURE(dl, SG_ENOTFOUND, "cannot load PKCS#11 module %s: %s", path, dlerror());
+	CK_C_GetFunctionList gfl = (CK_C_GetFunctionList)dlsym(dl, "C_GetFunctionList");
+	if (!gfl) {
+		dlclose(dl);
+		SG_BAIL(SG_EINVAL, "%s is not a PKCS#11 module (no C_GetFunctionList)", path);
+	}
+	CK_FUNCTION_LIST_PTR f = NULL;
+	CK_RV rv = gfl(&f);
+	if (rv != CKR_OK || !f) {
+		ckr_buf b;
+		dlclose(dl);
+		SG_BAIL(SG_EHSM, "PKCS#11 C_GetFunctionList of %s: %s", path, ckr_name(rv, &b));
+	}
+	module *m = calloc(1, sizeof(*m));
+	char *p = strdup(path);
+	if (!m || !p) {
+		free(m);
+		free(p);
+		dlclose(dl);
+		SG_BAIL(SG_EINTERNAL, "out of memory");
+	}
+	m->path = p;
+	m->dl = dl;
+	m->f = f;
+	*out = m;
+	return SG_OK;
+}
+
+/* Finds or loads the module at path and makes sure it is initialised. The
+ * environment is changed (SOFTHSM2_CONF) only under the registry lock and
+ * only right before a C_Initialize of ours. */
+static int module_acquire(module **out, const char *path, const char *conf, const char *init_reserved)
+{
+	int rc = SG_EHSM;
+	pthread_mutex_lock(&registry_lock);
+	module *m = registry;
+	while (m && strcmp(m->path, path) != 0)
+		m = m->next;
+	if (!m) {
+		SG_TRY_GOTO(rc, module_load(&m, path), unlock);
+		m->next = registry;
+		registry = m;
+	}
+	if (m->refs == 0) {
+		if (conf && setenv("SOFTHSM2_CONF", conf, 1) != 0) {
+			rc = sg_error_set(SG_EINTERNAL, "cannot set SOFTHSM2_CONF");
+			goto unlock;
+		}
+		CK_C_INITIALIZE_ARGS args;
+		memset(&args, 0, sizeof(args));
+		args.flags = CKF_OS_LOCKING_OK;
+		args.pReserved = (void *)init_reserved; /* NSS reads it, never writes */
+		CK_RV rv = m->f->C_Initialize(&args);
+		if (rv != CKR_OK && rv != CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+			ckr_buf b;
+			rc = sg_error_set(SG_EHSM, "PKCS#11 C_Initialize of %s: %s", path, ckr_name(rv, &b));
+			goto unlock;
+		}
+		m->owner = rv == CKR_OK;
+		free(m->conf);
+		m->conf = NULL;
+		if (conf && !(m->conf = strdup(conf))) {
+			if (m->owner)
+				m->f->C_Finalize(NULL);
+			m->owner = false;
+			rc = sg_error_set(SG_EINTERNAL, "out of memory");
+			goto unlock;
+		}
+	} else if (conf && !str_eq_opt(conf, m->conf)) {
+		/* SoftHSM2 reads its config once per C_Initialize: a second
+		 * handle cannot see a different token directory. */
+		rc = sg_error_set(SG_EINVAL, "PKCS#11 module %s is already initialised with another SOFTHSM2_CONF (%s)",
+		                  path, m->conf ? m->conf : "from the environment");
+		goto unlock;
+	}
+	m->refs++;
+	*out = m;
+	rc = SG_OK;
+unlock:
+	pthread_mutex_unlock(&registry_lock);
+	return rc;
+}
+
+static void module_release(module *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&registry_lock);
+	if (--m->refs == 0 && m->owner) {
+		m->f->C_Finalize(NULL);
+		m->owner = false;
+	}
+	pthread_mutex_unlock(&registry_lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Types                                                              */
+
+typedef struct token {
+	CK_SLOT_ID slot;
+	char label[LABEL_LEN + 1]; /* trimmed, for messages */
+	pthread_mutex_t lock;      /* login and the admin session */
+	bool lock_init;
+	CK_SESSION_HANDLE admin; /* RW, kept open; CK_INVALID_HANDLE when none */
+	bool has_key;
+	atomic_bool auth_failed; /* the token refused our PIN: never again */
+	atomic_bool down;        /* the last recovery on this token failed */
+	atomic_uint broken;      /* sessions on this token awaiting recovery */
+} token;
+
+struct sg_hsm {
+	module *mod;
+	CK_FUNCTION_LIST_PTR f;
+	token *tokens;
+	size_t ntokens;
+	sg_secret *pin;
+
+	/* key selectors from the key URI */
+	uint8_t *key_id;
+	size_t key_id_len;
+	char *key_label;
+
+	bool copy_key;
+	unsigned max_retries;
+	unsigned backoff_ms;
+
+	bool have_key;
+	sg_key_type type;
+	size_t sig_len;
+	uint8_t *spki;
+	size_t spki_len;
+
+	pthread_mutex_t open_lock;
+	pthread_mutex_t fault_lock;
+	char last_fault[sizeof(((sg_hsm_stats *)0)->last_fault)];
+
+	atomic_size_t rr;
+	_Atomic uint64_t signatures;
+	_Atomic uint64_t faults;
+	_Atomic uint64_t recoveries;
+	_Atomic uint64_t sessions;
+};
+
+struct sg_hsm_session {
+	sg_hsm *h;
+	size_t tok;
+	bool connected;
+	bool broken; /* counted in token->broken */
+	bool uses_copy;
+	CK_SESSION_HANDLE sh;
+	CK_OBJECT_HANDLE key; /* what C_SignInit uses: the copy or the token key */
+	CK_RV copy_rv;        /* why the copy was not made, when it was not */
+};
+
+/* ------------------------------------------------------------------ */
+/* Faults and errors                                                  */
+
+static void record_fault(sg_hsm *h, const char *fn, CK_RV rv)
+{
+	ckr_buf b;
+	atomic_fetch_add_explicit(&h->faults, 1, memory_order_relaxed);
+	pthread_mutex_lock(&h->fault_lock);
+	snprintf(h->last_fault, sizeof(h->last_fault), "%s: %s", fn, ckr_name(rv, &b));
+	pthread_mutex_unlock(&h->fault_lock);
+}
+
+/* Records the fault and the error detail; returns the category. */
+static int p11_fail(sg_hsm *h, const token *t, const char *fn, CK_RV rv)
+{
+	ckr_buf b;
+	if (h)
+		record_fault(h, fn, rv);
+	return sg_error_set(ckr_category(rv), "PKCS#11 %s on token '%s': %s", fn, t ? t->label : "?", ckr_name(rv, &b));
+}
+
+static void trim_label(char out[LABEL_LEN + 1], const CK_UTF8CHAR in[LABEL_LEN])
+{
+	size_t n = LABEL_LEN;
+	while (n > 0 && (in[n - 1] == ' ' || in[n - 1] == '\0'))
+		n--;
+	memcpy(out, in, n);
+	out[n] = '\0';
+}
+
+/* ------------------------------------------------------------------ */
+/* URIs                                                               */
+
+static int uri_parse(P11KitUri **out, const char *what, const char *s, P11KitUriType type)
+{
+	SG_ENSURE(s && *s, SG_EINVAL, "%s URI missing", what);
+	P11KitUri *uri = p11_kit_uri_new();
+	SG_ENSURE(uri, SG_EINTERNAL, "out of memory");
+	int prc = p11_kit_uri_parse(s, type, uri);
+	if (prc != P11_KIT_URI_OK) {
+		p11_kit_uri_free(uri);
+		/* The URI failed to parse, so we cannot tell whether it holds a
+		 * PIN: do not echo it. */
+		SG_BAIL(SG_EINVAL, "malformed %s URI: %s", what, p11_kit_uri_message(prc));
+	}
+	if (p11_kit_uri_get_pin_value(uri)) {
+		p11_kit_uri_free(uri);
+		SG_BAIL(SG_EINVAL,
+		        "%s URI carries pin-value: a PIN must not live in a URI (config, argv); give it as a PIN file",
+		        what);
+	}
+	if (p11_kit_uri_get_pin_source(uri)) {
+		p11_kit_uri_free(uri);
+		SG_BAIL(SG_EINVAL, "%s URI carries pin-source, which signet does not support; give the PIN separately",
+		        what);
+	}
+	if (p11_kit_uri_any_unrecognized(uri)) {
+		p11_kit_uri_free(uri);
+		SG_BAIL(SG_EINVAL, "%s URI %s has attributes signet does not understand", what, s);
+	}
+	*out = uri;
+	return SG_OK;
+}
+
+static void uri_freep(P11KitUri **u)
+{
+	if (*u)
+		p11_kit_uri_free(*u);
+}
+
+/* Takes CKA_ID / CKA_LABEL (object=) from the key URI. */
+static int key_selectors(sg_hsm *h, P11KitUri *uri, const char *s)
+{
+	CK_ATTRIBUTE_PTR id = p11_kit_uri_get_attribute(uri, CKA_ID);
+	CK_ATTRIBUTE_PTR label = p11_kit_uri_get_attribute(uri, CKA_LABEL);
+	CK_ATTRIBUTE_PTR cls = p11_kit_uri_get_attribute(uri, CKA_CLASS);
+	SG_ENSURE(id || label, SG_EINVAL, "key URI %s names no key: give id= and/or object=", s);
+	if (cls) {
+		CK_OBJECT_CLASS c = 0;
+		SG_ENSURE(cls->ulValueLen == sizeof(c), SG_EINVAL, "key URI %s: bad type=", s);
+		memcpy(&c, cls->pValue, sizeof(c));
+		SG_ENSURE(c == CKO_PRIVATE_KEY, SG_EINVAL, "key URI %s: type= must be private", s);
+	}
+	if (id) {
+		SG_ENSURE(id->ulValueLen > 0 && id->ulValueLen <= 256, SG_EINVAL, "key URI %s: id= empty or too long",
+		          s);
+		h->key_id = malloc(id->ulValueLen);
+		SG_ENSURE(h->key_id, SG_EINTERNAL, "out of memory");
+		memcpy(h->key_id, id->pValue, id->ulValueLen);
+		h->key_id_len = id->ulValueLen;
+	}
+	if (label) {
+		SG_ENSURE(label->ulValueLen > 0 && label->ulValueLen <= 256, SG_EINVAL,
+		          "key URI %s: object= empty or too long", s);
+		h->key_label = malloc(label->ulValueLen + 1);
+		SG_ENSURE(h->key_label, SG_EINTERNAL, "out of memory");
+		memcpy(h->key_label, label->pValue, label->ulValueLen);
+		h->key_label[label->ulValueLen] = '\0';
+	}
+	return SG_OK;
+}
+
+/* "id=..;object=.." for messages (labels and ids are not secret). */
+static const char *key_desc(const sg_hsm *h, char *buf, size_t cap)
+{
+	size_t off = 0;
+	buf[0] = '\0';
+	if (h->key_label)
+		off += (size_t)snprintf(buf, cap, "object=%.64s", h->key_label);
+	if (h->key_id && off < cap) {
+		off += (size_t)snprintf(buf + off, cap - off, "%sid=", off ? " " : "");
+		for (size_t i = 0; i < h->key_id_len && i < 32 && off + 3 < cap; i++)
+			off += (size_t)snprintf(buf + off, cap - off, "%02x", h->key_id[i]);
+	}
+	return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* Objects and attributes                                             */
+
+/* Finds exactly one object of class cls matching the key selectors. */
+static int find_object(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_CLASS cls, CK_OBJECT_HANDLE *out,
+                       int notfound_code)
+{
+	/* CKA_TOKEN=TRUE: session objects are visible to every session of
+	 * the process, so another session's key copy would match too. */
+	CK_BBOOL on_token = CK_TRUE;
+	CK_ATTRIBUTE tmpl[4];
+	CK_ULONG n = 0;
+	tmpl[n++] = (CK_ATTRIBUTE){CKA_CLASS, &cls, sizeof(cls)};
+	tmpl[n++] = (CK_ATTRIBUTE){CKA_TOKEN, &on_token, sizeof(on_token)};
+	if (h->key_id)
+		tmpl[n++] = (CK_ATTRIBUTE){CKA_ID, h->key_id, h->key_id_len};
+	if (h->key_label)
+		tmpl[n++] = (CK_ATTRIBUTE){CKA_LABEL, h->key_label, strlen(h->key_label)};
+	CK_RV rv = h->f->C_FindObjectsInit(sh, tmpl, n);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_FindObjectsInit", rv);
+	CK_OBJECT_HANDLE found[2];
+	CK_ULONG nfound = 0;
+	rv = h->f->C_FindObjects(sh, found, 2, &nfound);
+	CK_RV frv = h->f->C_FindObjectsFinal(sh);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_FindObjects", rv);
+	if (frv != CKR_OK)
+		return p11_fail(h, t, "C_FindObjectsFinal", frv);
+	char d[160];
+	const char *what = cls == CKO_PRIVATE_KEY ? "private key" : "public key";
+	SG_ENSURE(nfound > 0, notfound_code, "no %s %s on token '%s'", what, key_desc(h, d, sizeof(d)), t->label);
+	SG_ENSURE(nfound == 1, SG_EINVAL, "more than one %s %s on token '%s': select by id and object together", what,
+	          key_desc(h, d, sizeof(d)), t->label);
+	*out = found[0];
+	return SG_OK;
+}
+
+/* Reads one attribute into buf (cap bytes). Too large: SG_EINVAL. */
+static int get_attr(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE obj, CK_ATTRIBUTE_TYPE type, void *buf,
+                    size_t cap, size_t *len)
+{
+	CK_ATTRIBUTE a = {type, NULL, 0};
+	CK_RV rv = h->f->C_GetAttributeValue(sh, obj, &a, 1);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetAttributeValue", rv);
+	SG_ENSURE(a.ulValueLen != CK_UNAVAILABLE_INFORMATION && a.ulValueLen <= cap, SG_EINVAL,
+	          "PKCS#11 attribute 0x%lx on token '%s' is unavailable or larger than %zu bytes", (unsigned long)type,
+	          t->label, cap);
+	a.pValue = buf;
+	rv = h->f->C_GetAttributeValue(sh, obj, &a, 1);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetAttributeValue", rv);
+	*len = a.ulValueLen;
+	return SG_OK;
+}
+
+static const uint8_t oid_ec_public_key[] = {0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01};
+static const uint8_t oid_rsa_encryption[] = {0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01};
+/* CKA_EC_PARAMS values: the DER OID of the named curve (RFC 5480 §2.1.1). */
+static const uint8_t ec_params_p256[] = {0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07};
+static const uint8_t ec_params_p384[] = {0x06, 0x05, 0x2b, 0x81, 0x04, 0x00, 0x22};
+
+static size_t sig_len_of(sg_key_type type)
+{
+	switch (type) {
+	case SG_KEY_EC_P256:
+		return 64;
+	case SG_KEY_EC_P384:
+		return 96;
+	case SG_KEY_RSA_2048:
+		return 256;
+	case SG_KEY_RSA_3072:
+		return 384;
+	case SG_KEY_RSA_4096:
+		return 512;
+	default:
+		return 0;
+	}
+}
+
+static size_t ec_field_len(sg_key_type type)
+{
+	return type == SG_KEY_EC_P256 ? 32 : 48;
+}
+
+/* The uncompressed point inside CKA_EC_POINT: SoftHSM2 (and the spec) wrap
+ * it in a DER OCTET STRING, some modules return it raw. The length tells
+ * them apart (raw is exactly 1 + 2 * field length, wrapped is longer). */
+static int ec_point(sg_key_type type, const uint8_t *p, size_t n, sg_slice *point)
+{
+	size_t want = 1 + 2 * ec_field_len(type);
+	if (n == want && p[0] == 0x04) {
+		*point = (sg_slice){p, n};
+		return SG_OK;
+	}
+	sg_reader r = sg_reader_of((sg_slice){p, n});
+	sg_slice inner = {NULL, 0};
+	SG_ENSURE(sg_der_read(&r, SG_DER_OCTET_STRING, &inner, NULL) == SG_OK && sg_reader_done(&r) &&
+	              inner.len == want && inner.p[0] == 0x04,
+	          SG_EINVAL, "CKA_EC_POINT is neither an uncompressed %s point nor one wrapped in an OCTET STRING",
+	          sg_key_type_name(type));
+	*point = inner;
+	return SG_OK;
+}
+
+static int spki_ec(sg_key_type type, sg_slice point, uint8_t *buf, size_t cap, size_t *len)
+{
+	const uint8_t *curve = type == SG_KEY_EC_P256 ? ec_params_p256 : ec_params_p384;
+	size_t curve_len = type == SG_KEY_EC_P256 ? sizeof(ec_params_p256) : sizeof(ec_params_p384);
+	sg_der_writer w;
+	sg_der_writer_init(&w, buf, cap);
+	size_t spki = sg_der_begin(&w, SG_DER_SEQUENCE);
+	size_t alg = sg_der_begin(&w, SG_DER_SEQUENCE);
+	sg_der_prim(&w, SG_DER_OID, oid_ec_public_key, sizeof(oid_ec_public_key));
+	sg_der_raw(&w, curve, curve_len); /* already a whole OID TLV */
+	sg_der_end(&w, alg);
+	sg_der_bits(&w, point.p, point.len);
+	sg_der_end(&w, spki);
+	SG_TRY(sg_der_writer_status(&w));
+	*len = w.len;
+	return SG_OK;
+}
+
+/* RFC 3279 §2.3.1: BIT STRING holding RSAPublicKey ::= SEQ{n, e}. */
+static int spki_rsa(const uint8_t *n, size_t nlen, const uint8_t *e, size_t elen, uint8_t *buf, size_t cap, size_t *len)
+{
+	uint8_t inner[MODULUS_MAX + 64];
+	sg_der_writer iw;
+	sg_der_writer_init(&iw, inner, sizeof(inner));
+	size_t seq = sg_der_begin(&iw, SG_DER_SEQUENCE);
+	sg_der_uint_bytes(&iw, n, nlen);
+	sg_der_uint_bytes(&iw, e, elen);
+	sg_der_end(&iw, seq);
+	SG_TRY(sg_der_writer_status(&iw));
+
+	sg_der_writer w;
+	sg_der_writer_init(&w, buf, cap);
+	size_t spki = sg_der_begin(&w, SG_DER_SEQUENCE);
+	size_t alg = sg_der_begin(&w, SG_DER_SEQUENCE);
+	sg_der_prim(&w, SG_DER_OID, oid_rsa_encryption, sizeof(oid_rsa_encryption));
+	sg_der_prim(&w, SG_DER_NULL, NULL, 0);
+	sg_der_end(&w, alg);
+	sg_der_bits(&w, inner, iw.len);
+	sg_der_end(&w, spki);
+	SG_TRY(sg_der_writer_status(&w));
+	*len = w.len;
+	return SG_OK;
+}
+
+static size_t bit_length(const uint8_t *p, size_t n)
+{
+	while (n > 0 && p[0] == 0) {
+		p++;
+		n--;
+	}
+	if (n == 0)
+		return 0;
+	size_t bits = n * 8;
+	for (uint8_t top = p[0]; !(top & 0x80); top <<= 1)
+		bits--;
+	return bits;
+}
+
+/* Reads the key type and builds the SPKI of the private key `key` on t,
+ * using the matching public key object where the private key does not carry
+ * the public value (EC). */
+static int read_key(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE key, sg_key_type *type, uint8_t *spki,
+                    size_t cap, size_t *spki_len)
+{
+	CK_KEY_TYPE kt = 0;
+	size_t len = 0;
+	SG_TRY(get_attr(h, t, sh, key, CKA_KEY_TYPE, &kt, sizeof(kt), &len));
+	SG_ENSURE(len == sizeof(kt), SG_EINVAL, "bad CKA_KEY_TYPE on token '%s'", t->label);
+	if (kt == CKK_EC) {
+		uint8_t params[128];
+		SG_TRY(get_attr(h, t, sh, key, CKA_EC_PARAMS, params, sizeof(params), &len));
+		if (sg_slice_eq((sg_slice){params, len}, ec_params_p256, sizeof(ec_params_p256)))
+			*type = SG_KEY_EC_P256;
+		else if (sg_slice_eq((sg_slice){params, len}, ec_params_p384, sizeof(ec_params_p384)))
+			*type = SG_KEY_EC_P384;
+		else
+			SG_BAIL(
+			    SG_EINVAL,
+			    "key on token '%s' is EC on a curve signet does not support (CKA_EC_PARAMS of %zu bytes; "
+			    "want prime256v1 or secp384r1)",
+			    t->label, len);
+		CK_OBJECT_HANDLE pub;
+		SG_TRY(find_object(h, t, sh, CKO_PUBLIC_KEY, &pub, SG_ENOTFOUND));
+		uint8_t raw[160];
+		sg_slice point = {NULL, 0};
+		SG_TRY(get_attr(h, t, sh, pub, CKA_EC_POINT, raw, sizeof(raw), &len));
+		SG_TRY(ec_point(*type, raw, len, &point));
+		return spki_ec(*type, point, spki, cap, spki_len);
+	}
+	SG_ENSURE(kt == CKK_RSA, SG_EINVAL,
+	          "key on token '%s' has CKA_KEY_TYPE 0x%lx; signet supports EC and RSA keys only", t->label,
+	          (unsigned long)kt);
+	uint8_t n[MODULUS_MAX], e[16];
+	size_t nlen = 0, elen = 0;
+	SG_TRY(get_attr(h, t, sh, key, CKA_MODULUS, n, sizeof(n), &nlen));
+	SG_TRY(get_attr(h, t, sh, key, CKA_PUBLIC_EXPONENT, e, sizeof(e), &elen));
+	size_t bits = bit_length(n, nlen);
+	switch (bits) {
+	case 2048:
+		*type = SG_KEY_RSA_2048;
+		break;
+	case 3072:
+		*type = SG_KEY_RSA_3072;
+		break;
+	case 4096:
+		*type = SG_KEY_RSA_4096;
+		break;
+	default:
+		SG_BAIL(SG_EINVAL, "RSA key on token '%s' has %zu bits; signet supports 2048, 3072 and 4096", t->label,
+		        bits);
+	}
+	return spki_rsa(n, nlen, e, elen, spki, cap, spki_len);
+}
+
+/* ------------------------------------------------------------------ */
+/* Login and sessions                                                 */
+
+static bool logged_in(CK_STATE st)
+{
+	return st == CKS_RO_USER_FUNCTIONS || st == CKS_RW_USER_FUNCTIONS;
+}
+
+/* Logs the user in through session sh unless the token already is (force:
+ * present the PIN anyway, so that sg_hsm_open checks it even when another
+ * sg_hsm of this process is logged in; modules that check the PIN before
+ * answering CKR_USER_ALREADY_LOGGED_IN then refuse a wrong one). Call with
+ * t->lock held, so that concurrent recoveries log in once. */
+static int login_locked(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, bool force)
+{
+	if (atomic_load(&t->auth_failed))
+		SG_BAIL(SG_EAUTH, "token '%s' refused the PIN before; signet will not present it again", t->label);
+	CK_SESSION_INFO si;
+	CK_RV rv = h->f->C_GetSessionInfo(sh, &si);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetSessionInfo", rv);
+	if (logged_in(si.state) && !force)
+		return SG_OK;
+	rv = h->f->C_Login(sh, CKU_USER, (CK_UTF8CHAR_PTR)sg_secret_data(h->pin), sg_secret_len(h->pin));
+	if (rv == CKR_OK || rv == CKR_USER_ALREADY_LOGGED_IN)
+		return SG_OK;
+	if (is_pin_error(rv)) {
+		/* Tokens lock a PIN after a few failures; one failure is enough
+		 * to stop presenting this one. */
+		atomic_store(&t->auth_failed, true);
+		return p11_fail(h, t, "C_Login", rv); /* SG_EAUTH */
+	}
+	return p11_fail(h, t, "C_Login", rv);
+}
+
+/* Fast check without the lock; the lock only when a login is needed. */
+static int ensure_login(sg_hsm *h, token *t, CK_SESSION_HANDLE sh)
+{
+	if (atomic_load(&t->auth_failed))
+		SG_BAIL(SG_EAUTH, "token '%s' refused the PIN before; signet will not present it again", t->label);
+	CK_SESSION_INFO si;
+	CK_RV rv = h->f->C_GetSessionInfo(sh, &si);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetSessionInfo", rv);
+	if (logged_in(si.state))
+		return SG_OK;
+	pthread_mutex_lock(&t->lock);
+	int rc = login_locked(h, t, sh, false);
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
+
+static int open_session(sg_hsm *h, token *t, CK_FLAGS flags, CK_SESSION_HANDLE *sh)
+{
+	pthread_mutex_lock(&h->open_lock);
+	CK_RV rv = h->f->C_OpenSession(t->slot, flags | CKF_SERIAL_SESSION, NULL, NULL, sh);
+	pthread_mutex_unlock(&h->open_lock);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_OpenSession", rv);
+	return SG_OK;
+}
+
+/* Makes sure t->admin is a live, logged-in RW session; t->lock held. */
+static int admin_locked(sg_hsm *h, token *t)
+{
+	CK_SESSION_INFO si;
+	if (t->admin != CK_INVALID_HANDLE && h->f->C_GetSessionInfo(t->admin, &si) != CKR_OK) {
+		h->f->C_CloseSession(t->admin); /* probably gone already; harmless */
+		t->admin = CK_INVALID_HANDLE;
+	}
+	if (t->admin == CK_INVALID_HANDLE)
+		SG_TRY(open_session(h, t, CKF_RW_SESSION, &t->admin));
+	return login_locked(h, t, t->admin, false);
+}
+
+/* Whether session sh is dead or no longer logged in. Modules answer a
+ * session that lost its login or objects mid-call with all sorts of codes
+ * (SoftHSM2: CKR_GENERAL_ERROR, CKR_KEY_FUNCTION_NOT_PERMITTED while a
+ * foreign C_Logout deletes the key copy); asking the session afterwards
+ * tells a fault to recover from apart from a genuine refusal. */
+static bool session_lost(sg_hsm *h, CK_SESSION_HANDLE sh)
+{
+	CK_SESSION_INFO si;
+	return h->f->C_GetSessionInfo(sh, &si) != CKR_OK || !logged_in(si.state);
+}
+
+static void session_disconnect(sg_hsm_session *s)
+{
+	if (s->connected)
+		s->h->f->C_CloseSession(s->sh); /* also destroys the session copy */
+	s->connected = false;
+	s->uses_copy = false;
+	s->sh = CK_INVALID_HANDLE;
+	s->key = CK_INVALID_HANDLE;
+}
+
+/* Opens the session, logs in if needed, finds the key and copies it. */
+static int session_connect(sg_hsm_session *s)
+{
+	sg_hsm *h = s->h;
+	token *t = &h->tokens[s->tok];
+	CK_SESSION_HANDLE sh;
+	SG_TRY(open_session(h, t, 0, &sh));
+	int rc = ensure_login(h, t, sh);
+	CK_OBJECT_HANDLE key = CK_INVALID_HANDLE;
+	if (rc == SG_OK)
+		rc = find_object(h, t, sh, CKO_PRIVATE_KEY, &key, SG_EHSM);
+	if (rc < 0) {
+		/* Transient too: a session that lost its login meanwhile, and an
+		 * ambiguous find. The key was unique at sg_hsm_open, but SoftHSM2
+		 * lets a search see another thread's half-made session copy
+		 * (seen under concurrent recovery, about once in 3,000). */
+		bool transient = rc == SG_EINVAL || (rc != SG_EAUTH && rc != SG_EBUSY && session_lost(h, sh));
+		h->f->C_CloseSession(sh);
+		if (transient) {
+			char msg[SG_ERROR_MSG_MAX];
+			snprintf(msg, sizeof(msg), "%s", sg_error_last()->msg);
+			return sg_error_set(SG_EBUSY, "%s (transient: will retry)", msg);
+		}
+		return rc;
+	}
+	s->sh = sh;
+	s->key = key;
+	s->connected = true;
+	s->uses_copy = false;
+	s->copy_rv = CKR_OK;
+	if (h->copy_key) {
+		/* An explicit CKA_TOKEN=FALSE: NSS answers an empty template with
+		 * the original handle, and destroying that would delete the key.
+		 * Any failure just means signing with the token object. */
+		CK_BBOOL no = CK_FALSE;
+		CK_ATTRIBUTE tmpl[] = {{CKA_TOKEN, &no, sizeof(no)}};
+		CK_OBJECT_HANDLE copy = CK_INVALID_HANDLE;
+		CK_RV rv = h->f->C_CopyObject(sh, key, tmpl, 1, &copy);
+		if (rv == CKR_OK && copy != CK_INVALID_HANDLE && copy != key) {
+			s->key = copy;
+			s->uses_copy = true;
+		} else {
+			s->copy_rv = rv == CKR_OK ? CKR_GENERAL_ERROR : rv;
+		}
+	}
+	return SG_OK;
+}
+
+static void session_mark_broken(sg_hsm_session *s)
+{
+	if (!s->broken) {
+		s->broken = true;
+		atomic_fetch_add(&s->h->tokens[s->tok].broken, 1);
+	}
+}
+
+static void session_mark_healthy(sg_hsm_session *s)
+{
+	if (s->broken) {
+		s->broken = false;
+		atomic_fetch_sub(&s->h->tokens[s->tok].broken, 1);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Mechanisms                                                         */
+
+static int check_mechanisms(sg_hsm *h, token *t, const CK_MECHANISM_TYPE *want, const char *const *names, size_t nwant)
+{
+	CK_ULONG n = 0;
+	CK_RV rv = h->f->C_GetMechanismList(t->slot, NULL, &n);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetMechanismList", rv);
+	SG_ENSURE(n > 0 && n < 4096, SG_EHSM, "token '%s' lists %lu mechanisms", t->label, (unsigned long)n);
+	CK_MECHANISM_TYPE *list SG_AUTOFREE = calloc(n, sizeof(*list));
+	SG_ENSURE(list, SG_EINTERNAL, "out of memory");
+	rv = h->f->C_GetMechanismList(t->slot, list, &n);
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetMechanismList", rv);
+	for (size_t i = 0; i < nwant; i++) {
+		bool found = false;
+		for (CK_ULONG j = 0; j < n && !found; j++)
+			found = list[j] == want[i];
+		SG_ENSURE(found, SG_EINVAL, "token '%s' does not support %s", t->label, names[i]);
+	}
+	return SG_OK;
+}
+
+static int check_sign_mechanism(sg_hsm *h, token *t, sg_key_type type)
+{
+	CK_MECHANISM_TYPE m = sg_key_type_is_ec(type) ? CKM_ECDSA : CKM_RSA_PKCS;
+	const char *name =
+	    sg_key_type_is_ec(type) ? "CKM_ECDSA (needed for an ecdsa key)" : "CKM_RSA_PKCS (needed for an rsa key)";
+	return check_mechanisms(h, t, &m, &name, 1);
+}
+
+/* ------------------------------------------------------------------ */
+/* Open and free                                                      */
+
+static int list_slots(CK_FUNCTION_LIST_PTR f, CK_SLOT_ID **out, CK_ULONG *n)
+{
+	ckr_buf b;
+	CK_RV rv = f->C_GetSlotList(CK_TRUE, NULL, n);
+	SG_ENSURE(rv == CKR_OK, SG_EHSM, "PKCS#11 C_GetSlotList: %s", ckr_name(rv, &b));
+	*out = calloc(*n ? *n : 1, sizeof(**out));
+	SG_ENSURE(*out, SG_EINTERNAL, "out of memory");
+	rv = f->C_GetSlotList(CK_TRUE, *out, n);
+	if (rv != CKR_OK) {
+		free(*out);
+		*out = NULL;
+		SG_BAIL(SG_EHSM, "PKCS#11 C_GetSlotList: %s", ckr_name(rv, &b));
+	}
+	return SG_OK;
+}
+
+/* Fills h->tokens with every initialised token both URIs match. */
+static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char *turi_s)
+{
+	CK_SLOT_ID *slots SG_AUTOFREE = NULL;
+	CK_ULONG nslots = 0;
+	SG_TRY(list_slots(h->f, &slots, &nslots));
+	h->tokens = calloc(nslots ? nslots : 1, sizeof(*h->tokens));
+	SG_ENSURE(h->tokens, SG_EINTERNAL, "out of memory");
+	for (CK_ULONG i = 0; i < nslots; i++) {
+		CK_TOKEN_INFO ti;
+		CK_SLOT_INFO si;
+		if (h->f->C_GetTokenInfo(slots[i], &ti) != CKR_OK || h->f->C_GetSlotInfo(slots[i], &si) != CKR_OK)
+			continue; /* removed meanwhile */
+		if (!(ti.flags & CKF_TOKEN_INITIALIZED))
+			continue;
+		if (!p11_kit_uri_match_token_info(turi, &ti) || !p11_kit_uri_match_slot_info(turi, &si) ||
+		    !p11_kit_uri_match_token_info(kuri, &ti))
+			continue;
+		token *t = &h->tokens[h->ntokens++];
+		t->slot = slots[i];
+		trim_label(t->label, ti.label);
+		t->admin = CK_INVALID_HANDLE;
+		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
+		t->lock_init = true;
+		atomic_init(&t->auth_failed, false);
+		atomic_init(&t->down, false);
+		atomic_init(&t->broken, 0);
+	}
+	SG_ENSURE(h->ntokens > 0, SG_ENOTFOUND, "no initialised token matches %s", turi_s);
+	return SG_OK;
+}
+
+/* Logs in to every token, finds the key on each and checks that they hold
+ * the same key. */
+static int open_tokens(sg_hsm *h, bool allow_missing)
+{
+	uint8_t spki[SPKI_MAX];
+	size_t spki_len = 0;
+	char d[160];
+	for (size_t i = 0; i < h->ntokens; i++) {
+		token *t = &h->tokens[i];
+		SG_TRY(open_session(h, t, CKF_RW_SESSION, &t->admin));
+		SG_TRY(login_locked(h, t, t->admin, true)); /* alone in sg_hsm_open */
+		CK_OBJECT_HANDLE key;
+		int rc = find_object(h, t, t->admin, CKO_PRIVATE_KEY, &key, SG_ENOTFOUND);
+		if (rc == SG_ENOTFOUND && allow_missing)
+			continue;
+		SG_TRY(rc);
+		sg_key_type type;
+		SG_TRY(read_key(h, t, t->admin, key, &type, spki, sizeof(spki), &spki_len));
+		if (!h->have_key) {
+			h->spki = malloc(spki_len);
+			SG_ENSURE(h->spki, SG_EINTERNAL, "out of memory");
+			memcpy(h->spki, spki, spki_len);
+			h->spki_len = spki_len;
+			h->type = type;
+			h->sig_len = sig_len_of(type);
+			h->have_key = true;
+		} else if (spki_len != h->spki_len || memcmp(spki, h->spki, spki_len) != 0) {
+			SG_BAIL(SG_EINVAL,
+			        "tokens '%s' and '%s' hold different keys under %s: refusing to balance across them",
+			        h->tokens[0].label, t->label, key_desc(h, d, sizeof(d)));
+		}
+		SG_TRY(check_sign_mechanism(h, t, type));
+		t->has_key = true;
+	}
+	if (!allow_missing) {
+		for (size_t i = 0; i < h->ntokens; i++)
+			SG_ENSURE(h->tokens[i].has_key, SG_ENOTFOUND, "no private key %s on token '%s'",
+			          key_desc(h, d, sizeof(d)), h->tokens[i].label);
+	}
+	return SG_OK;
+}
+
+void sg_hsm_free(sg_hsm *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; h->tokens && i < h->ntokens; i++) {
+		token *t = &h->tokens[i];
+		/* No C_Logout: the login belongs to the whole process and another
+		 * sg_hsm may be using the token. Closing our last session ends it;
+		 * C_Finalize ends everything. */
+		if (t->admin != CK_INVALID_HANDLE)
+			h->f->C_CloseSession(t->admin);
+		if (t->lock_init)
+			pthread_mutex_destroy(&t->lock);
+	}
+	module_release(h->mod);
+	free(h->tokens);
+	sg_secret_free(h->pin);
+	free(h->key_id);
+	free(h->key_label);
+	free(h->spki);
+	pthread_mutex_destroy(&h->open_lock);
+	pthread_mutex_destroy(&h->fault_lock);
+	free(h);
+}
+
+static void hsm_freep(sg_hsm **h)
+{
+	sg_hsm_free(*h);
+}
+
+int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts)
+{
+	SG_ENSURE(out && opts, SG_EINVAL, "sg_hsm_open: no options");
+	SG_ENSURE(opts->pin, SG_EINVAL, "sg_hsm_open: no PIN given");
+	P11KitUri *turi SG_CLEANUP(uri_freep) = NULL;
+	P11KitUri *kuri SG_CLEANUP(uri_freep) = NULL;
+	/* Object attributes are parsed but unused in the token URI, so the
+	 * key URI can double as the token URI. */
+	SG_TRY(uri_parse(&turi, "token", opts->token_uri, P11_KIT_URI_FOR_OBJECT_ON_TOKEN | P11_KIT_URI_FOR_SLOT));
+	SG_TRY(uri_parse(&kuri, "key", opts->key_uri, P11_KIT_URI_FOR_OBJECT_ON_TOKEN));
+
+	sg_hsm *h SG_CLEANUP(hsm_freep) = calloc(1, sizeof(*h));
+	SG_ENSURE(h, SG_EINTERNAL, "out of memory");
+	/* Mutexes first: sg_hsm_free destroys them unconditionally. */
+	if (pthread_mutex_init(&h->open_lock, NULL) != 0 || pthread_mutex_init(&h->fault_lock, NULL) != 0) {
+		free(SG_MOVE(h));
+		SG_BAIL(SG_EINTERNAL, "pthread_mutex_init failed");
+	}
+	atomic_init(&h->rr, 0);
+	atomic_init(&h->signatures, 0);
+	atomic_init(&h->faults, 0);
+	atomic_init(&h->recoveries, 0);
+	atomic_init(&h->sessions, 0);
+	h->copy_key = opts->copy_key;
+	h->max_retries = opts->max_retries ? opts->max_retries : DEFAULT_RETRIES;
+	h->backoff_ms = opts->backoff_ms ? opts->backoff_ms : DEFAULT_BACKOFF_MS;
+	SG_TRY(key_selectors(h, kuri, opts->key_uri));
+	SG_TRY(sg_secret_new(&h->pin, sg_secret_data(opts->pin), sg_secret_len(opts->pin)));
+
+	const char *path = opts->module_path ? opts->module_path : SIGNET_SOFTHSM_MODULE;
+	SG_TRY(module_acquire(&h->mod, path, opts->softhsm_conf, opts->init_reserved));
+	h->f = h->mod->f;
+	SG_TRY(select_tokens(h, turi, kuri, opts->token_uri));
+	SG_TRY(open_tokens(h, opts->allow_missing_key));
+	*out = SG_MOVE(h);
+	return SG_OK;
+}
+
+int sg_hsm_key_type(const sg_hsm *h, sg_key_type *out)
+{
+	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
+	*out = h->type;
+	return SG_OK;
+}
+
+int sg_hsm_public_key(const sg_hsm *h, uint8_t **der, size_t *len)
+{
+	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
+	*der = malloc(h->spki_len);
+	SG_ENSURE(*der, SG_EINTERNAL, "out of memory");
+	memcpy(*der, h->spki, h->spki_len);
+	*len = h->spki_len;
+	return SG_OK;
+}
+
+size_t sg_hsm_token_count(const sg_hsm *h)
+{
+	return h ? h->ntokens : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Sessions and signing                                               */
+
+int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
+{
+	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
+	/* Round robin over the tokens that hold the key and still accept
+	 * our PIN. */
+	size_t pick = h->ntokens;
+	for (size_t i = 0; i < h->ntokens && pick == h->ntokens; i++) {
+		size_t k = atomic_fetch_add(&h->rr, 1) % h->ntokens;
+		token *t = &h->tokens[k];
+		if (t->has_key && !atomic_load(&t->auth_failed))
+			pick = k;
+	}
+	SG_ENSURE(pick < h->ntokens, SG_EAUTH, "no token accepts the PIN any more");
+	sg_hsm_session *s = calloc(1, sizeof(*s));
+	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
+	s->h = h;
+	s->tok = pick;
+	s->sh = CK_INVALID_HANDLE;
+	int rc = session_connect(s);
+	if (rc < 0) {
+		free(s);
+		return rc;
+	}
+	atomic_fetch_add(&h->sessions, 1);
+	*out = s;
+	return SG_OK;
+}
+
+void sg_hsm_session_free(sg_hsm_session *s)
+{
+	if (!s)
+		return;
+	session_disconnect(s);
+	session_mark_healthy(s);
+	atomic_fetch_sub(&s->h->sessions, 1);
+	free(s);
+}
+
+bool sg_hsm_session_uses_copy(const sg_hsm_session *s)
+{
+	return s && s->connected && s->uses_copy;
+}
+
+size_t sg_hsm_session_token(const sg_hsm_session *s)
+{
+	return s->tok;
+}
+
+static CK_RV sign_once(sg_hsm_session *s, CK_MECHANISM_TYPE m, const uint8_t *in, size_t inlen, uint8_t *sig,
+                       size_t *siglen, const char **fn)
+{
+	CK_MECHANISM mech = {m, NULL, 0};
+	CK_RV rv = s->h->f->C_SignInit(s->sh, &mech, s->key);
+	if (rv != CKR_OK) {
+		*fn = "C_SignInit";
+		return rv;
+	}
+	CK_ULONG n = *siglen;
+	/* C_Sign does not write its input; the prototype lacks the const. */
+	rv = s->h->f->C_Sign(s->sh, (CK_BYTE_PTR)in, inlen, sig, &n);
+	*fn = "C_Sign";
+	if (rv == CKR_OK)
+		*siglen = n;
+	return rv;
+}
+
+/* Sleeps before recovery attempt `attempt` (0: none), never past the
+ * deadline. Returns false when the deadline is reached. */
+static bool backoff(const sg_hsm *h, unsigned attempt, uint64_t deadline_ns)
+{
+	if (attempt > 0) {
+		unsigned shift = attempt - 1 < 16 ? attempt - 1 : 16;
+		uint64_t ms = (uint64_t)h->backoff_ms << shift;
+		if (ms > MAX_BACKOFF_MS)
+			ms = MAX_BACKOFF_MS;
+		if (deadline_ns) {
+			uint64_t now = sg_now_ns();
+			if (now >= deadline_ns)
+				return false;
+			uint64_t left_ms = (deadline_ns - now) / 1000000u;
+			if (ms >= left_ms) {
+				sg_sleep_ms((unsigned)left_ms);
+				return false;
+			}
+		}
+		sg_sleep_ms((unsigned)ms);
+	}
+	return !deadline_ns || sg_now_ns() < deadline_ns;
+}
+
+int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t inlen, uint8_t *sig, size_t *siglen,
+                uint64_t deadline_ns)
+{
+	SG_ENSURE(s && in && sig && siglen, SG_EINVAL, "sg_hsm_sign: missing argument");
+	sg_hsm *h = s->h;
+	token *t = &h->tokens[s->tok];
+	bool ec = sg_key_type_is_ec(h->type);
+	SG_ENSURE((mech == SG_HSM_ECDSA) == ec && (mech == SG_HSM_ECDSA || mech == SG_HSM_RSA_PKCS), SG_EINVAL,
+	          "mechanism does not fit the %s key", sg_key_type_name(h->type));
+	SG_ENSURE(*siglen >= h->sig_len, SG_EINVAL, "signature buffer of %zu bytes; a %s signature needs %zu", *siglen,
+	          sg_key_type_name(h->type), h->sig_len);
+	SG_ENSURE(inlen > 0 && inlen <= 1024, SG_EINVAL, "input of %zu bytes to sign", inlen);
+	if (deadline_ns && sg_now_ns() >= deadline_ns)
+		SG_BAIL(SG_ETIMEOUT, "deadline passed before signing on token '%s'", t->label);
+	if (atomic_load_explicit(&t->auth_failed, memory_order_relaxed))
+		SG_BAIL(SG_EAUTH, "token '%s' refused the PIN; signing on it stopped", t->label);
+
+	CK_MECHANISM_TYPE m = ec ? CKM_ECDSA : CKM_RSA_PKCS;
+	unsigned attempt = 0;
+	int last = SG_EBUSY;
+	for (;;) {
+		if (s->connected) {
+			const char *fn = "C_Sign";
+			CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, &fn);
+			if (rv == CKR_OK) {
+				atomic_fetch_add_explicit(&h->signatures, 1, memory_order_relaxed);
+				if (s->broken)
+					session_mark_healthy(s);
+				return SG_OK;
+			}
+			last = p11_fail(h, t, fn, rv);
+			if (last != SG_EBUSY && !session_lost(h, s->sh)) {
+				/* Not a session fault (bad input, key refused):
+				 * no retry. BUFFER_TOO_SMALL would leave the
+				 * operation active, so start afresh next time. */
+				if (rv == CKR_BUFFER_TOO_SMALL)
+					session_disconnect(s);
+				return last;
+			}
+			session_mark_broken(s);
+			session_disconnect(s);
+		}
+		if (attempt >= h->max_retries) {
+			char fault[sizeof(h->last_fault)];
+			pthread_mutex_lock(&h->fault_lock);
+			memcpy(fault, h->last_fault, sizeof(fault));
+			pthread_mutex_unlock(&h->fault_lock);
+			SG_BAIL(SG_EBUSY, "PKCS#11 token '%s' still failing after %u recovery attempts (last fault %s)",
+			        t->label, attempt, fault);
+		}
+		if (!backoff(h, attempt, deadline_ns))
+			SG_BAIL(SG_ETIMEOUT, "deadline passed while recovering the session on token '%s'", t->label);
+		attempt++;
+		last = session_connect(s);
+		if (last == SG_OK) {
+			atomic_fetch_add_explicit(&h->recoveries, 1, memory_order_relaxed);
+			atomic_store(&t->down, false);
+			continue;
+		}
+		atomic_store(&t->down, true);
+		session_mark_broken(s);
+		if (last != SG_EBUSY) /* PIN refused, key vanished, module broke */
+			return last;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Health                                                             */
+
+void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!h) {
+		out->state = SG_HSM_DOWN;
+		return;
+	}
+	sg_hsm *mh = (sg_hsm *)h; /* atomics and the fault lock only */
+	out->signatures = atomic_load(&mh->signatures);
+	out->faults = atomic_load(&mh->faults);
+	out->recoveries = atomic_load(&mh->recoveries);
+	out->sessions = atomic_load(&mh->sessions);
+	pthread_mutex_lock(&mh->fault_lock);
+	memcpy(out->last_fault, h->last_fault, sizeof(out->last_fault));
+	pthread_mutex_unlock(&mh->fault_lock);
+	size_t usable = 0;
+	bool degraded = false;
+	for (size_t i = 0; i < h->ntokens; i++) {
+		token *t = &h->tokens[i];
+		bool bad = atomic_load(&t->auth_failed) || atomic_load(&t->down);
+		usable += !bad;
+		degraded |= bad || atomic_load(&t->broken) > 0;
+	}
+	out->state = usable == 0 ? SG_HSM_DOWN : degraded ? SG_HSM_DEGRADED : SG_HSM_OK;
+}
+
+/* ------------------------------------------------------------------ */
+/* Provisioning                                                       */
+
+static void pad_label(CK_UTF8CHAR out[LABEL_LEN], const char *label)
+{
+	size_t n = strlen(label);
+	memset(out, ' ', LABEL_LEN);
+	memcpy(out, label, n < LABEL_LEN ? n : LABEL_LEN);
+}
+
+/* The slot whose initialised token carries label; SG_ENOTFOUND if none. */
+static int find_labelled(CK_FUNCTION_LIST_PTR f, const CK_UTF8CHAR padded[LABEL_LEN], CK_SLOT_ID *slot,
+                         bool *uninit_found, CK_SLOT_ID *uninit)
+{
+	CK_SLOT_ID *slots SG_AUTOFREE = NULL;
+	CK_ULONG n = 0;
+	SG_TRY(list_slots(f, &slots, &n));
+	bool found = false;
+	*uninit_found = false;
+	for (CK_ULONG i = 0; i < n; i++) {
+		CK_TOKEN_INFO ti;
+		if (f->C_GetTokenInfo(slots[i], &ti) != CKR_OK)
+			continue;
+		if (!(ti.flags & CKF_TOKEN_INITIALIZED)) {
+			if (!*uninit_found) {
+				*uninit_found = true;
+				*uninit = slots[i];
+			}
+		} else if (!found && memcmp(ti.label, padded, LABEL_LEN) == 0) {
+			found = true;
+			*slot = slots[i];
+		}
+	}
+	return found ? SG_OK : SG_ENOTFOUND;
+}
+
+static int init_token(CK_FUNCTION_LIST_PTR f, const char *label, const sg_secret *so_pin, const sg_secret *user_pin)
+{
+	ckr_buf b;
+	CK_UTF8CHAR padded[LABEL_LEN];
+	pad_label(padded, label);
+	CK_SLOT_ID slot = 0, empty = 0;
+	bool have_empty = false;
+	int rc = find_labelled(f, padded, &slot, &have_empty, &empty);
+	if (rc == SG_OK)
+		SG_BAIL(SG_EINVAL, "a token labelled '%s' exists already", label);
+	if (rc != SG_ENOTFOUND)
+		return rc;
+	SG_ENSURE(have_empty, SG_ENOTFOUND, "no slot with an uninitialised token to initialise as '%s'", label);
+	CK_RV rv = f->C_InitToken(empty, (CK_UTF8CHAR_PTR)sg_secret_data(so_pin), sg_secret_len(so_pin), padded);
+	SG_ENSURE(rv == CKR_OK, ckr_category(rv) == SG_EBUSY ? SG_EHSM : ckr_category(rv),
+	          "PKCS#11 C_InitToken for '%s': %s", label, ckr_name(rv, &b));
+	/* SoftHSM2 moves the new token to a fresh slot id: look it up again. */
+	rc = find_labelled(f, padded, &slot, &have_empty, &empty);
+	if (rc == SG_ENOTFOUND)
+		SG_BAIL(SG_EHSM, "token '%s' not found after C_InitToken", label);
+	SG_TRY(rc);
+	CK_SESSION_HANDLE sh;
+	rv = f->C_OpenSession(slot, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &sh);
+	SG_ENSURE(rv == CKR_OK, SG_EHSM, "PKCS#11 C_OpenSession on token '%s': %s", label, ckr_name(rv, &b));
+	const char *fn = "C_Login(SO)";
+	rv = f->C_Login(sh, CKU_SO, (CK_UTF8CHAR_PTR)sg_secret_data(so_pin), sg_secret_len(so_pin));
+	if (rv == CKR_OK) {
+		fn = "C_InitPIN";
+		rv = f->C_InitPIN(sh, (CK_UTF8CHAR_PTR)sg_secret_data(user_pin), sg_secret_len(user_pin));
+		f->C_Logout(sh);
+	}
+	f->C_CloseSession(sh);
+	SG_ENSURE(rv == CKR_OK, ckr_category(rv) == SG_EBUSY ? SG_EHSM : ckr_category(rv),
+	          "PKCS#11 %s on token '%s': %s", fn, label, ckr_name(rv, &b));
+	return SG_OK;
+}
+
+int sg_hsm_init_token(const char *module_path, const char *softhsm_conf, const char *init_reserved, const char *label,
+                      const sg_secret *so_pin, const sg_secret *user_pin)
+{
+	SG_ENSURE(label && *label && strlen(label) <= LABEL_LEN, SG_EINVAL, "token label must have 1 to %d characters",
+	          LABEL_LEN);
+	SG_ENSURE(so_pin && user_pin && sg_secret_len(so_pin) > 0 && sg_secret_len(user_pin) > 0, SG_EINVAL,
+	          "token initialisation needs an SO PIN and a user PIN");
+	module *m = NULL;
+	SG_TRY(module_acquire(&m, module_path ? module_path : SIGNET_SOFTHSM_MODULE, softhsm_conf, init_reserved));
+	int rc = init_token(m->f, label, so_pin, user_pin);
+	module_release(m);
+	return rc;
+}
+
+int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
+{
+	SG_ENSURE(h && (unsigned)type < SG_KEY_TYPE_COUNT, SG_EINVAL, "sg_hsm_generate_key: bad arguments");
+	SG_ENSURE(h->key_id && h->key_label, SG_EINVAL,
+	          "key generation needs both id= and object= in the key URI (the key is selected by both later)");
+	SG_ENSURE(!h->have_key, SG_EINVAL, "a key with this id/label exists already");
+	token *t = &h->tokens[0];
+	bool ec = sg_key_type_is_ec(type);
+	CK_MECHANISM_TYPE mechs[2] = {ec ? CKM_EC_KEY_PAIR_GEN : CKM_RSA_PKCS_KEY_PAIR_GEN,
+	                              ec ? CKM_ECDSA : CKM_RSA_PKCS};
+	const char *names[2] = {ec ? "CKM_EC_KEY_PAIR_GEN" : "CKM_RSA_PKCS_KEY_PAIR_GEN",
+	                        ec ? "CKM_ECDSA" : "CKM_RSA_PKCS"};
+	SG_TRY(check_mechanisms(h, t, mechs, names, 2));
+
+	int rc = SG_EHSM;
+	char d[160];
+	pthread_mutex_lock(&t->lock);
+	SG_TRY_GOTO(rc, admin_locked(h, t), unlock);
+	/* Refuse when either selector is taken, in any object class: a
+	 * second key under the same label or id would make selection
+	 * ambiguous. */
+	for (int pass = 0; pass < 2; pass++) {
+		CK_ATTRIBUTE a = pass == 0 ? (CK_ATTRIBUTE){CKA_ID, h->key_id, h->key_id_len}
+		                           : (CK_ATTRIBUTE){CKA_LABEL, h->key_label, strlen(h->key_label)};
+		CK_OBJECT_HANDLE o;
+		CK_ULONG nf = 0;
+		CK_RV rv = h->f->C_FindObjectsInit(t->admin, &a, 1);
+		if (rv == CKR_OK) {
+			rv = h->f->C_FindObjects(t->admin, &o, 1, &nf);
+			h->f->C_FindObjectsFinal(t->admin);
+		}
+		if (rv != CKR_OK) {
+			rc = p11_fail(h, t, "C_FindObjects", rv);
+			goto unlock;
+		}
+		SG_ENSURE_GOTO(rc, nf == 0, unlock, SG_EINVAL, "token '%s' already has an object with %s %s", t->label,
+		               pass == 0 ? "the id of" : "the label of", key_desc(h, d, sizeof(d)));
+	}
+
+	CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
+	CK_ULONG bits = type == SG_KEY_RSA_2048 ? 2048 : type == SG_KEY_RSA_3072 ? 3072 : 4096;
+	CK_BYTE e65537[] = {0x01, 0x00, 0x01};
+	CK_ATTRIBUTE pub[8] = {
+	    {CKA_TOKEN, &yes, sizeof(yes)},
+	    {CKA_PRIVATE, &no, sizeof(no)},
+	    {CKA_VERIFY, &yes, sizeof(yes)},
+	    {CKA_ID, h->key_id, h->key_id_len},
+	    {CKA_LABEL, h->key_label, strlen(h->key_label)},
+	};
+	CK_ULONG npub = 5;
+	if (ec) {
+		const uint8_t *params = type == SG_KEY_EC_P256 ? ec_params_p256 : ec_params_p384;
+		size_t plen = type == SG_KEY_EC_P256 ? sizeof(ec_params_p256) : sizeof(ec_params_p384);
+		pub[npub++] = (CK_ATTRIBUTE){CKA_EC_PARAMS, (void *)params, plen};
+	} else {
+		pub[npub++] = (CK_ATTRIBUTE){CKA_MODULUS_BITS, &bits, sizeof(bits)};
+		pub[npub++] = (CK_ATTRIBUTE){CKA_PUBLIC_EXPONENT, e65537, sizeof(e65537)};
+	}
+	CK_ATTRIBUTE priv[] = {
+	    {CKA_TOKEN, &yes, sizeof(yes)},
+	    {CKA_PRIVATE, &yes, sizeof(yes)},
+	    {CKA_SENSITIVE, &yes, sizeof(yes)},
+	    {CKA_SIGN, &yes, sizeof(yes)},
+	    {CKA_EXTRACTABLE, &no, sizeof(no)},
+	    {CKA_ID, h->key_id, h->key_id_len},
+	    {CKA_LABEL, h->key_label, strlen(h->key_label)},
+	};
+	CK_MECHANISM gen = {mechs[0], NULL, 0};
+	CK_OBJECT_HANDLE hpub, hpriv;
+	CK_RV rv =
+	    h->f->C_GenerateKeyPair(t->admin, &gen, pub, npub, priv, sizeof(priv) / sizeof(priv[0]), &hpub, &hpriv);
+	if (rv != CKR_OK) {
+		rc = p11_fail(h, t, "C_GenerateKeyPair", rv);
+		goto unlock;
+	}
+	/* Read it back the way sessions will find it. */
+	CK_OBJECT_HANDLE key;
+	SG_TRY_GOTO(rc, find_object(h, t, t->admin, CKO_PRIVATE_KEY, &key, SG_EHSM), unlock);
+	uint8_t spki[SPKI_MAX];
+	size_t spki_len = 0;
+	sg_key_type got;
+	SG_TRY_GOTO(rc, read_key(h, t, t->admin, key, &got, spki, sizeof(spki), &spki_len), unlock);
+	SG_ENSURE_GOTO(rc, got == type, unlock, SG_EHSM, "token '%s' generated a %s key when asked for %s", t->label,
+	               sg_key_type_name(got), sg_key_type_name(type));
+	h->spki = malloc(spki_len);
+	SG_ENSURE_GOTO(rc, h->spki, unlock, SG_EINTERNAL, "out of memory");
+	memcpy(h->spki, spki, spki_len);
+	h->spki_len = spki_len;
+	h->type = type;
+	h->sig_len = sig_len_of(type);
+	t->has_key = true;
+	h->have_key = true;
+	rc = SG_OK;
+unlock:
+	pthread_mutex_unlock(&t->lock);
+	return rc;
+}
