@@ -252,9 +252,10 @@ static int run_init(const init_args *a, const char *abs_dir)
 	int rc;
 	char *pem = NULL;
 	size_t pem_len = 0;
+	char *root_path SG_AUTOFREE = ctl_join(abs_dir, "root-cert.pem");
+	SG_ENSURE_GOTO(rc, root_path, out, SG_EINTERNAL, "out of memory");
 	SG_TRY_GOTO(rc, sg_hsm_generate_key(hsm, type), out);
 	SG_TRY_GOTO(rc, make_root(a, hsm, type, &pem, &pem_len), out);
-	char *root_path SG_AUTOFREE = ctl_join(abs_dir, "root-cert.pem");
 	SG_TRY_GOTO(rc, ctl_write_file(root_path, pem, pem_len, 0644, 1), out);
 	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
 	sg_log(SG_LOG_INFO, "CA created", SG_F_STR("dir", abs_dir), SG_F_STR("key", sg_key_type_name(type)),

@@ -234,6 +234,7 @@ int sg_cert_lint(const sg_cert_spec *s, const sg_cert_issuer *iss, bool ca_profi
 	SG_ENSURE(s->not_before >= iss->not_before && s->not_after <= iss->not_after, SG_EINTERNAL,
 		  "lint: validity is outside the issuer's");
 	SG_ENSURE(s->key != NULL, SG_EINTERNAL, "lint: no public key");
+	SG_ENSURE(s->san_count > 0 || s->is_ca, SG_EINTERNAL, "lint: a leaf certificate without a SAN");
 	SG_ENSURE(s->san_count > 0 || s->subject_len > 0, SG_EINTERNAL, "lint: empty subject and no SAN");
 	SG_ENSURE(!s->is_ca || ca_profile, SG_EINTERNAL, "lint: CA:TRUE outside a CA profile");
 	SG_ENSURE(s->is_ca || !(s->key_usage & (SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN)), SG_EINTERNAL,

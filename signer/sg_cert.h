@@ -58,7 +58,8 @@ SG_API int sg_cert_serial(sg_cert_spec *spec) SG_MUST_CHECK;
 
 /* Checks the spec against the rules every certificate of ours obeys:
  * serial positive and at most 20 octets, NotBefore < NotAfter, validity
- * inside the issuer's, a SAN present unless the subject is non-empty, no
+ * inside the issuer's, a SAN on every leaf (names live in SANs, RFC 6125),
+ * a subject or a SAN on every certificate, no
  * CA:TRUE unless ca_profile, keyCertSign only on CAs and always on them.
  * Returns SG_OK or SG_EINTERNAL naming the rule (a lint failure is a bug in
  * policy, never the requester's fault). */

@@ -165,7 +165,7 @@ static int apply_generic(const sg_issuer *is, const sg_issue_request *req, sg_ce
 {
 	const sg_csr *csr = &is->csr;
 	SG_ENSURE(!csr->is_ca, SG_EDENIED, "CSR asks for a CA certificate; the generic profile issues leaves only");
-	SG_ENSURE(csr->san_count > 0 || csr->subject_len > 0, SG_EINVAL, "CSR has neither a subject nor a SAN");
+	SG_ENSURE(csr->san_count > 0, SG_EINVAL, "CSR has no subjectAltName; names belong in SANs");
 	SG_ENSURE(!(req->key_usage & (SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN)), SG_EDENIED,
 		  "keyCertSign and cRLSign are for CA certificates only");
 	SG_ENSURE(!(req->ext_key_usage & SG_EKU_OTHER), SG_EINVAL, "unsupported extended key usage");

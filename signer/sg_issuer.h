@@ -13,7 +13,7 @@
  *                 SAN = the identity, KU digitalSignature|keyEncipherment,
  *                 EKU serverAuth|clientAuth, CA:FALSE, NotBefore = now - 2 min.
  *                 The identity is the request's, or the CSR's only URI SAN.
- *   generic       subject and SANs from the CSR (parsed and re-encoded), usages
+ *   generic       subject and SANs (at least one) from the CSR (re-encoded), usages
  *                 from the request (default digitalSignature|keyEncipherment,
  *                 serverAuth|clientAuth), CA:FALSE (cert-manager's issuer).
  *   intermediate  subject from the CSR, CA:TRUE with the request's pathLen,

@@ -6,8 +6,11 @@
  * EC on P-256 or P-384 with an uncompressed point (RFC 5480), and RSA
  * (rsaEncryption, NULL parameters, RFC 8017 RSAPublicKey) of 2048..8192 bits
  * with an odd public exponent >= 3. Everything else fails with SG_EINVAL and
- * a message naming the problem ("RSA key of 1024 bits is too weak", "EC curve
- * secp256k1 is not supported", ...).
+ * a message naming the problem ("RSA key of 1024 bits is too weak (minimum
+ * 2048)", "EC curve 1.3.132.0.10 is not supported (P-256 and P-384 only)",
+ * "compressed EC points are not supported", "Ed25519 keys are not
+ * supported ...", ...). Whether an EC point lies on its curve is checked by
+ * sg_crypto_verify, not here (this module does no field arithmetic).
  *
  * sg_pubkey_encode writes the SPKI afresh from the parsed parts, so a
  * certificate never carries bytes copied from a CSR.
@@ -82,6 +85,12 @@ SG_API bool sg_sigalg_is_ec(sg_sigalg alg);
  * P-384 -> SHA-384, RSA -> SHA-256. */
 SG_API sg_sigalg sg_sigalg_for_ca(sg_key_type t);
 SG_API size_t sg_hash_len(sg_hash h);
+/* "ecdsa-with-SHA256", "sha256WithRSAEncryption", ...; static string. */
+SG_API const char *sg_sigalg_name(sg_sigalg alg);
+
+/* Formats an OID's content octets in dotted form ("1.3.132.0.10") into buf
+ * and returns buf; malformed encodings print as "(bad OID)". For messages. */
+SG_API const char *sg_oid_format(sg_slice oid, char *buf, size_t cap);
 
 /* DigestInfo prefix (RFC 8017 §9.2 note 1) for RSA PKCS#1 v1.5 signing. */
 SG_API void sg_digestinfo_prefix(sg_hash h, const uint8_t **p, size_t *len);

@@ -70,9 +70,10 @@ def main():
         eku = ext.get_extension_for_oid(ExtensionOID.EXTENDED_KEY_USAGE).value
         check(set(eku) == {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH}, "EKU")
         check(not bc.value.ca, "istio leaf is a CA")
-        backdate = datetime.datetime.utcnow() - leaf.not_valid_before
-        check(datetime.timedelta(seconds=100) < backdate < datetime.timedelta(seconds=300),
-              f"NotBefore is not now - 2 min ({backdate})")
+        # now - 2 min, but never before the issuer's own NotBefore.
+        want = max(datetime.datetime.utcnow() - datetime.timedelta(seconds=120), issuer.not_valid_before)
+        skew = abs((leaf.not_valid_before - want).total_seconds())
+        check(skew < 30, f"NotBefore {leaf.not_valid_before} is not {want} (now - 2 min, clamped)")
     elif profile == "intermediate":
         check(bc.value.ca, "intermediate is not a CA")
         check(ku.value.key_cert_sign and ku.value.crl_sign, "intermediate lacks keyCertSign/cRLSign")

@@ -1,0 +1,569 @@
+/*
+ * Tests for sg_opt: GNU command-line forms, every value type with its
+ * bounds, durations, the config file reader (limits, hostile bytes, errors
+ * naming file and line), precedence (defaults < file < flags) and string
+ * ownership (run under ASan: every test ends with sg_opt_free).
+ */
+#include "sg_opt.h"
+#include "sg_test.h"
+
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct cfg {
+	char *config;
+	char *name;
+	char *key;
+	char *label;
+	int64_t workers;
+	int64_t ttl;
+	bool verbose;
+	int mode;
+} cfg;
+
+static const char *const modes[] = {"ca", "ra", "offline", NULL};
+
+static const sg_opt table[] = {
+	{"config", SG_OPT_PATH, offsetof(cfg, config), NULL, 0, 0, NULL, "config file", true},
+	{"name", SG_OPT_STRING, offsetof(cfg, name), "signet", 0, 16, NULL, "instance name", false},
+	{"key", SG_OPT_PATH, offsetof(cfg, key), NULL, 0, 0, NULL, "PIN file", false},
+	{"label", SG_OPT_STRING, offsetof(cfg, label), NULL, 0, 0, NULL, "free text", false},
+	{"workers", SG_OPT_INT, offsetof(cfg, workers), "4", 1, 64, NULL, "worker threads", false},
+	{"max-ttl", SG_OPT_DURATION, offsetof(cfg, ttl), "1d", 60, 30 * 86400, NULL, "longest validity",
+	 false},
+	{"verbose", SG_OPT_BOOL, offsetof(cfg, verbose), "false", 0, 0, NULL, "log more", false},
+	{"mode", SG_OPT_ENUM, offsetof(cfg, mode), "ca", 0, 0, modes, "role", false},
+};
+#define NT (sizeof(table) / sizeof(table[0]))
+
+typedef struct wide {
+	int64_t any;
+	int64_t dur;
+} wide;
+static const sg_opt wide_table[] = {
+	{"any", SG_OPT_INT, offsetof(wide, any), NULL, 0, 0, NULL, "unbounded", false},
+	{"dur", SG_OPT_DURATION, offsetof(wide, dur), NULL, 0, 0, NULL, "unbounded", false},
+};
+
+/* Parses a NULL-terminated list of arguments into a fresh cfg. */
+static int parse(cfg *c, sg_opt_result *res, char **pos, const char **args)
+{
+	int argc = 0;
+	while (args[argc])
+		argc++;
+	memset(c, 0, sizeof(*c));
+	memset(res, 0, sizeof(*res));
+	res->argv = pos;
+	return sg_opt_parse(table, NT, c, argc, (char **)args, res);
+}
+
+static const char *tmpdir(void)
+{
+	const char *d = getenv("SIGNET_TEST_TMP");
+	return d && *d ? d : "/tmp";
+}
+
+static void write_file(const char *path, const void *data, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	SG_CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	SG_CHECK(write(fd, data, n) == (ssize_t)n);
+	close(fd);
+}
+
+static int file_bytes(cfg *c, const char *text, size_t n, const char *base)
+{
+	return sg_opt_parse_file_bytes(table, NT, c, text, n, "t.conf", base);
+}
+
+static void t_defaults(void)
+{
+	cfg c;
+	sg_opt_result res;
+	char *pos[1];
+	const char *args[] = {NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, args));
+	SG_CHECK(c.name && strcmp(c.name, "signet") == 0);
+	SG_CHECK(c.workers == 4 && c.ttl == 86400 && !c.verbose && c.mode == 0);
+	SG_CHECK(c.key == NULL && c.config == NULL && c.label == NULL);
+	SG_CHECK(res.argc == 0 && !res.help);
+	sg_opt_free(table, NT, &c);
+	SG_CHECK(c.name == NULL);
+	sg_opt_free(table, NT, &c); /* twice is fine */
+}
+
+static void t_gnu_forms(void)
+{
+	cfg c;
+	sg_opt_result res;
+	char *pos[16];
+	const char *args[] = {"--workers", "8", "--name=x y", "--verbose", "--mode", "ra", "--max-ttl=1h30m",
+			      "--label", "-dash", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, args));
+	SG_CHECK(c.workers == 8);
+	SG_CHECK(strcmp(c.name, "x y") == 0);
+	SG_CHECK(c.name != args[2] + 7); /* a heap copy, not borrowed */
+	SG_CHECK(c.verbose);
+	SG_CHECK(c.mode == 1);
+	SG_CHECK(c.ttl == 5400);
+	SG_CHECK(strcmp(c.label, "-dash") == 0); /* "--name value" takes the next argument as is */
+	sg_opt_free(table, NT, &c);
+
+	const char *b1[] = {"--verbose=true", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, b1));
+	SG_CHECK(c.verbose);
+	sg_opt_free(table, NT, &c);
+	const char *b2[] = {"--verbose=false", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, b2));
+	SG_CHECK(!c.verbose);
+	sg_opt_free(table, NT, &c);
+	/* A bare boolean does not swallow the next argument. */
+	const char *b3[] = {"--verbose", "false", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, b3));
+	SG_CHECK(c.verbose && res.argc == 1 && strcmp(res.argv[0], "false") == 0);
+	sg_opt_free(table, NT, &c);
+	const char *b4[] = {"--verbose=maybe", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, b4), SG_EINVAL);
+	SG_CHECK_MSG("--verbose");
+	sg_opt_free(table, NT, &c);
+	const char *b5[] = {"--verbose=", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, b5), SG_EINVAL);
+	sg_opt_free(table, NT, &c);
+	/* An empty string value is a value. */
+	const char *b6[] = {"--label=", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, b6));
+	SG_CHECK(c.label && c.label[0] == 0);
+	sg_opt_free(table, NT, &c);
+}
+
+static void t_errors(void)
+{
+	cfg c;
+	sg_opt_result res;
+	char *pos[8];
+	const char *u1[] = {"--nosuch", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, u1), SG_EINVAL);
+	SG_CHECK_MSG("--nosuch");
+	sg_opt_free(table, NT, &c);
+	const char *u2[] = {"--bogus=3", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, u2), SG_EINVAL);
+	SG_CHECK_MSG("--bogus");
+	sg_opt_free(table, NT, &c);
+	const char *u3[] = {"-v", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, u3), SG_EINVAL);
+	SG_CHECK_MSG("-v");
+	sg_opt_free(table, NT, &c);
+	const char *u4[] = {"--", "--nosuch", NULL}; /* after --: positional */
+	SG_CHECK_OK(parse(&c, &res, pos, u4));
+	sg_opt_free(table, NT, &c);
+	const char *u5[] = {"--=x", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, u5), SG_EINVAL);
+	sg_opt_free(table, NT, &c);
+
+	const char *m1[] = {"--workers", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, m1), SG_EINVAL);
+	SG_CHECK_MSG("--workers: missing value");
+	sg_opt_free(table, NT, &c);
+	const char *m2[] = {"--workers", "3", "--workers", "4", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, m2), SG_EINVAL);
+	SG_CHECK_MSG("more than once");
+	sg_opt_free(table, NT, &c);
+	const char *m3[] = {"--max-ttl", "5x", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, m3), SG_EINVAL);
+	SG_CHECK_MSG("--max-ttl: \"5x\" is not a duration");
+	sg_opt_free(table, NT, &c);
+	const char *m4[] = {"--mode", "RA", NULL}; /* case-sensitive */
+	SG_CHECK_RC(parse(&c, &res, pos, m4), SG_EINVAL);
+	SG_CHECK_MSG("--mode");
+	sg_opt_free(table, NT, &c);
+	const char *m5[] = {"--help=1", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, m5), SG_EINVAL);
+	sg_opt_free(table, NT, &c);
+}
+
+static void t_positionals(void)
+{
+	cfg c;
+	sg_opt_result res;
+	char *pos[16];
+	const char *args[] = {"a", "--workers", "3", "b", "-", "--", "--verbose", "c", "--", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, args));
+	SG_CHECK(c.workers == 3 && !c.verbose);
+	SG_CHECK(res.argc == 6);
+	const char *want[] = {"a", "b", "-", "--verbose", "c", "--"};
+	for (int i = 0; i < 6 && i < res.argc; i++)
+		SG_CHECK(strcmp(res.argv[i], want[i]) == 0);
+	SG_CHECK(res.argv[0] == args[0]); /* borrowed */
+	sg_opt_free(table, NT, &c);
+
+	/* res->argv NULL: compacted in place into argv. */
+	char a0[] = "--verbose", a1[] = "x", a2[] = "--workers=2", a3[] = "y";
+	char *argv[] = {a0, a1, a2, a3};
+	memset(&c, 0, sizeof(c));
+	memset(&res, 0, sizeof(res));
+	SG_CHECK_OK(sg_opt_parse(table, NT, &c, 4, argv, &res));
+	SG_CHECK(res.argv == argv && res.argc == 2);
+	SG_CHECK(argv[0] == a1 && argv[1] == a3);
+	SG_CHECK(c.verbose && c.workers == 2);
+	sg_opt_free(table, NT, &c);
+}
+
+static void t_help(void)
+{
+	cfg c;
+	sg_opt_result res;
+	char *pos[8];
+	const char *args[] = {"--workers", "5", "--help", "--nosuch", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, args), SG_EINVAL); /* unknown flag still fails the scan */
+	sg_opt_free(table, NT, &c);
+	const char *h[] = {"pos", "--help", "--workers", "999", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, h));
+	SG_CHECK(res.help);
+	SG_CHECK(c.workers == 4); /* flags are not applied once help is asked for */
+	sg_opt_free(table, NT, &c);
+}
+
+static void t_bounds(void)
+{
+	static const struct {
+		const char *flag, *value;
+		int rc;
+	} cases[] = {
+		{"--workers", "1", 0},       {"--workers", "64", 0},       {"--workers", "0", SG_EINVAL},
+		{"--workers", "65", SG_EINVAL}, {"--workers", "-1", SG_EINVAL}, {"--workers", "abc", SG_EINVAL},
+		{"--workers", "", SG_EINVAL}, {"--workers", "+5", SG_EINVAL},  {"--workers", " 5", SG_EINVAL},
+		{"--workers", "5 ", SG_EINVAL}, {"--workers", "0x10", SG_EINVAL}, {"--workers", "1e1", SG_EINVAL},
+		{"--max-ttl", "60s", 0},     {"--max-ttl", "1m", 0},       {"--max-ttl", "59s", SG_EINVAL},
+		{"--max-ttl", "30d", 0},     {"--max-ttl", "30d1s", SG_EINVAL}, {"--max-ttl", "0s", SG_EINVAL},
+		{"--name", "0123456789abcdef", 0}, {"--name", "0123456789abcdefg", SG_EINVAL},
+		{"--name", "", 0},           {"--key", "", SG_EINVAL},     {"--mode", "offline", 0},
+		{"--mode", "", SG_EINVAL},   {"--verbose", "yes", 0},      {"--verbose", "off", 0},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cfg c;
+		sg_opt_result res;
+		char *pos[4];
+		const char *args[] = {cases[i].flag, cases[i].value, NULL};
+		char eq[64];
+		if (strcmp(cases[i].flag, "--verbose") == 0) {
+			snprintf(eq, sizeof(eq), "%s=%s", cases[i].flag, cases[i].value);
+			args[0] = eq;
+			args[1] = NULL;
+		}
+		int rc = parse(&c, &res, pos, args);
+		if (rc != cases[i].rc)
+			fprintf(stderr, "case %s %s: rc %d (%s)\n", cases[i].flag, cases[i].value, rc,
+				sg_error_last()->msg);
+		SG_CHECK(rc == cases[i].rc);
+		sg_opt_free(table, NT, &c);
+	}
+	cfg c;
+	sg_opt_result res;
+	char *pos[4];
+	const char *a[] = {"--workers", "65", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, a), SG_EINVAL);
+	SG_CHECK_MSG("out of range [1, 64]");
+	sg_opt_free(table, NT, &c);
+
+	wide w = {0, 0};
+	SG_CHECK_OK(sg_opt_set(wide_table, 2, &w, "any", "-9223372036854775808", "test"));
+	SG_CHECK(w.any == INT64_MIN);
+	SG_CHECK_OK(sg_opt_set(wide_table, 2, &w, "any", "9223372036854775807", "test"));
+	SG_CHECK(w.any == INT64_MAX);
+	SG_CHECK_RC(sg_opt_set(wide_table, 2, &w, "any", "9223372036854775808", "test"), SG_EINVAL);
+	SG_CHECK_RC(sg_opt_set(wide_table, 2, &w, "any", "-9223372036854775809", "test"), SG_EINVAL);
+	SG_CHECK_RC(sg_opt_set(wide_table, 2, &w, "any", "-", "test"), SG_EINVAL);
+	SG_CHECK(w.any == INT64_MAX); /* failed sets change nothing */
+	SG_CHECK_OK(sg_opt_set(wide_table, 2, &w, "dur", "0s", "test"));
+	SG_CHECK(w.dur == 0);
+	SG_CHECK_RC(sg_opt_set(wide_table, 2, &w, "nosuch", "1", "env"), SG_EINVAL);
+	SG_CHECK_MSG("env: unknown setting \"nosuch\"");
+}
+
+static void t_durations(void)
+{
+	static const struct {
+		const char *s;
+		int64_t want;
+	} good[] = {
+		{"90s", 90},
+		{"15m", 900},
+		{"1h30m", 5400},
+		{"2d", 172800},
+		{"0s", 0},
+		{"1d2h3m4s", 93784},
+		{"90m", 5400},
+		{"007s", 7},
+		{"9223372036854775807s", INT64_MAX},
+		{"153722867280912930m", 153722867280912930LL * 60},
+		{"106751991167300d15h", 106751991167300LL * 86400 + 15 * 3600},
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		int64_t v = -1;
+		SG_CHECK_OK(sg_opt_parse_duration(good[i].s, &v));
+		if (v != good[i].want)
+			fprintf(stderr, "duration %s = %lld\n", good[i].s, (long long)v);
+		SG_CHECK(v == good[i].want);
+	}
+	static const char *const bad[] = {
+		"",      "10",     "1x",   "-5m",   "+5m",     "9999999999999999h", "30m1h", "1h1h", "1h 30m",
+		" 1h",   "1h ",    "h",    "1hm",   "1.5h",    "9223372036854775808s", "153722867280912931m",
+		"106751991167301d", "106751991167300d16h", "99999999999999999999s", "1H", "1w", "1ms",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int64_t v = 12345;
+		int rc = sg_opt_parse_duration(bad[i], &v);
+		if (rc != SG_EINVAL)
+			fprintf(stderr, "duration \"%s\" accepted as %lld\n", bad[i], (long long)v);
+		SG_CHECK(rc == SG_EINVAL);
+		SG_CHECK(v == 12345);
+	}
+}
+
+static void t_file_basic(void)
+{
+	cfg c;
+	memset(&c, 0, sizeof(c));
+	const char *text = "# signet\n"
+			   "\n"
+			   "   \t \n"
+			   "  # indented comment\n"
+			   "  workers\t=\t 7  \n"
+			   "name=abc\n"
+			   "label = hello   world # not a comment \n"
+			   "verbose = yes\n"
+			   "mode = offline\n"
+			   "max-ttl = 2d\n"
+			   "key = keys/ca.pin";
+	SG_CHECK_OK(file_bytes(&c, text, strlen(text), "/etc/signet"));
+	SG_CHECK(c.workers == 7);
+	SG_CHECK(c.name && strcmp(c.name, "abc") == 0);
+	SG_CHECK(c.label && strcmp(c.label, "hello   world # not a comment") == 0);
+	SG_CHECK(c.verbose && c.mode == 2 && c.ttl == 172800);
+	SG_CHECK(c.key && strcmp(c.key, "/etc/signet/keys/ca.pin") == 0);
+	sg_opt_free(table, NT, &c);
+
+	const char *abs = "key = /abs/ca.pin\n";
+	SG_CHECK_OK(file_bytes(&c, abs, strlen(abs), "/etc/signet"));
+	SG_CHECK(strcmp(c.key, "/abs/ca.pin") == 0);
+	const char *rel = "key = rel.pin\n";
+	SG_CHECK_OK(file_bytes(&c, rel, strlen(rel), NULL));
+	SG_CHECK(strcmp(c.key, "rel.pin") == 0);
+	const char *empty_label = "label =\n";
+	SG_CHECK_OK(file_bytes(&c, empty_label, strlen(empty_label), NULL));
+	SG_CHECK(c.label && c.label[0] == 0);
+	SG_CHECK_OK(file_bytes(&c, "", 0, NULL));
+	SG_CHECK_OK(file_bytes(&c, NULL, 0, NULL));
+	/* Not NUL-terminated: only len bytes are read. */
+	char raw[] = {'w', 'o', 'r', 'k', 'e', 'r', 's', '=', '9', '9'};
+	SG_CHECK_OK(file_bytes(&c, raw, 9, NULL));
+	SG_CHECK(c.workers == 9);
+	sg_opt_free(table, NT, &c);
+}
+
+static void t_file_errors(void)
+{
+	static const struct {
+		const char *text;
+		const char *msg;
+	} cases[] = {
+		{"workers = 2\n\nfoo = 1\n", "t.conf:3: unknown setting \"foo\""},
+		{"config = other.conf\n", "t.conf:1: \"config\" can only be given on the command line"},
+		{"workers 5\n", "t.conf:1: expected \"name = value\""},
+		{" = 5\n", "t.conf:1: missing setting name"},
+		{"workers = 65\n", "t.conf:1: workers: 65 is out of range"},
+		{"max-ttl = 10\n", "t.conf:1: max-ttl: \"10\" is not a duration"},
+		{"name = a\nworkers = 2\nname = b\n", "t.conf:3: \"name\" is already set on line 1"},
+		{"name = a\r\n", "t.conf:1: control character 0x0d"},
+		{"name = a\x01\n", "control character 0x01"},
+		{"name = a\x7f\n", "control character 0x7f"},
+		{"# \x1b[2J\n", "control character 0x1b"},
+		{"key = \n", "empty path"},
+		{"Workers = 2\n", "unknown setting \"Workers\""},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		cfg c;
+		memset(&c, 0, sizeof(c));
+		SG_CHECK_RC(file_bytes(&c, cases[i].text, strlen(cases[i].text), NULL), SG_EINVAL);
+		SG_CHECK_MSG(cases[i].msg);
+		sg_opt_free(table, NT, &c);
+	}
+	/* NUL inside the bytes. */
+	cfg c;
+	memset(&c, 0, sizeof(c));
+	const char nul[] = "name = a\0b\nworkers = 3\n";
+	SG_CHECK_RC(file_bytes(&c, nul, sizeof(nul) - 1, NULL), SG_EINVAL);
+	SG_CHECK_MSG("t.conf:1: control character 0x00");
+	SG_CHECK(c.workers == 0);
+	/* Lines before a bad line are applied (documented). */
+	const char *partial = "workers = 3\nbad\n";
+	SG_CHECK_RC(file_bytes(&c, partial, strlen(partial), NULL), SG_EINVAL);
+	SG_CHECK(c.workers == 3);
+	/* UTF-8 and tabs are fine in values. */
+	const char *utf = "label = caf\xc3\xa9\tbar\n";
+	SG_CHECK_OK(file_bytes(&c, utf, strlen(utf), NULL));
+	SG_CHECK(strcmp(c.label, "caf\xc3\xa9\tbar") == 0);
+	sg_opt_free(table, NT, &c);
+	SG_CHECK_RC(sg_opt_parse_file_bytes(table, NT, &c, "x", 1, NULL, NULL), SG_EINVAL);
+	SG_CHECK_MSG("config:1:");
+}
+
+static void t_file_limits(void)
+{
+	cfg c;
+	memset(&c, 0, sizeof(c));
+	char *buf = malloc(SG_OPT_FILE_MAX + 2);
+	SG_CHECK(buf != NULL);
+	if (!buf)
+		return;
+	/* A line of exactly SG_OPT_LINE_MAX bytes (newline excluded). */
+	size_t n = 0;
+	n += (size_t)snprintf(buf, 16, "label = ");
+	while (n < SG_OPT_LINE_MAX)
+		buf[n++] = 'x';
+	SG_CHECK_OK(file_bytes(&c, buf, n, NULL));
+	SG_CHECK(c.label && strlen(c.label) == SG_OPT_LINE_MAX - 8);
+	buf[n] = '\n';
+	SG_CHECK_OK(file_bytes(&c, buf, n + 1, NULL));
+	buf[n] = 'x';
+	SG_CHECK_RC(file_bytes(&c, buf, n + 1, NULL), SG_EINVAL);
+	SG_CHECK_MSG("t.conf:1: line longer than 4096 bytes");
+	/* Same for a comment line, on line 2. */
+	buf[0] = '\n';
+	buf[1] = '#';
+	for (size_t i = 2; i < SG_OPT_LINE_MAX + 1; i++)
+		buf[i] = '#';
+	SG_CHECK_OK(file_bytes(&c, buf, SG_OPT_LINE_MAX + 1, NULL));
+	SG_CHECK_RC(file_bytes(&c, buf, SG_OPT_LINE_MAX + 2, NULL), SG_EINVAL);
+	SG_CHECK_MSG("t.conf:2:");
+
+	/* A file of exactly SG_OPT_FILE_MAX bytes: comment lines of 64 bytes. */
+	for (size_t i = 0; i < SG_OPT_FILE_MAX; i++)
+		buf[i] = (i % 64 == 63) ? '\n' : '#';
+	memcpy(buf, "workers=5\n", 10);
+	SG_CHECK_OK(file_bytes(&c, buf, SG_OPT_FILE_MAX, NULL));
+	SG_CHECK(c.workers == 5);
+	buf[SG_OPT_FILE_MAX] = '#';
+	SG_CHECK_RC(file_bytes(&c, buf, SG_OPT_FILE_MAX + 1, NULL), SG_EINVAL);
+	SG_CHECK_MSG("larger than");
+
+	/* The same through sg_opt_parse and a real file (fstat check). */
+	char path[512];
+	snprintf(path, sizeof(path), "%s/opt-limit-%d.conf", tmpdir(), (int)getpid());
+	write_file(path, buf, SG_OPT_FILE_MAX);
+	sg_opt_free(table, NT, &c);
+	sg_opt_result res;
+	char *pos[4];
+	const char *args[] = {"--config", path, NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, args));
+	SG_CHECK(c.workers == 5);
+	sg_opt_free(table, NT, &c);
+	write_file(path, buf, SG_OPT_FILE_MAX + 1);
+	SG_CHECK_RC(parse(&c, &res, pos, args), SG_EINVAL);
+	SG_CHECK_MSG("larger than 65536 bytes");
+	sg_opt_free(table, NT, &c);
+	unlink(path);
+	free(buf);
+}
+
+static void t_config_precedence(void)
+{
+	char dir[512], path[600];
+	snprintf(dir, sizeof(dir), "%s/opt-%d", tmpdir(), (int)getpid());
+	mkdir(dir, 0700);
+	snprintf(path, sizeof(path), "%s/signet.conf", dir);
+	const char *text = "workers = 5\nname = fromfile\nkey = rel.pin\nverbose = true\n";
+	write_file(path, text, strlen(text));
+
+	cfg c;
+	sg_opt_result res;
+	char *pos[8];
+	const char *args[] = {"--workers", "9", "p1", "--config", path, NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, args));
+	SG_CHECK(c.workers == 9);                         /* flag beats file */
+	SG_CHECK(strcmp(c.name, "fromfile") == 0);        /* file beats default */
+	SG_CHECK(c.verbose);
+	SG_CHECK(c.ttl == 86400);                         /* default kept */
+	SG_CHECK(c.config && strcmp(c.config, path) == 0);
+	char want[700];
+	snprintf(want, sizeof(want), "%s/rel.pin", dir);
+	SG_CHECK(c.key && strcmp(c.key, want) == 0);      /* relative to the file's folder */
+	SG_CHECK(res.argc == 1 && strcmp(res.argv[0], "p1") == 0);
+	sg_opt_free(table, NT, &c);
+
+	const char *flagkey[] = {"--config", path, "--key", "cli.pin", "--verbose=false", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, flagkey));
+	SG_CHECK(strcmp(c.key, "cli.pin") == 0 && !c.verbose);
+	sg_opt_free(table, NT, &c);
+
+	/* Errors in the file name it and the line. */
+	const char *bad = "workers = 5\nnope = 1\n";
+	write_file(path, bad, strlen(bad));
+	SG_CHECK_RC(parse(&c, &res, pos, args), SG_EINVAL);
+	char msg[700];
+	snprintf(msg, sizeof(msg), "%s:2: unknown setting \"nope\"", path);
+	SG_CHECK_MSG(msg);
+	sg_opt_free(table, NT, &c);
+	unlink(path);
+
+	const char *missing[] = {"--config", path, NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, missing), SG_ENOTFOUND);
+	sg_opt_free(table, NT, &c);
+	const char *isdir[] = {"--config", dir, NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, isdir), SG_EINVAL);
+	SG_CHECK_MSG("not a regular file");
+	sg_opt_free(table, NT, &c);
+	rmdir(dir);
+}
+
+static void t_strings_owned(void)
+{
+	cfg c;
+	memset(&c, 0, sizeof(c));
+	char value[] = "first";
+	SG_CHECK_OK(sg_opt_set(table, NT, &c, "name", value, "test"));
+	SG_CHECK(c.name != value && strcmp(c.name, "first") == 0);
+	value[0] = 'X'; /* the copy is independent */
+	SG_CHECK(strcmp(c.name, "first") == 0);
+	SG_CHECK_OK(sg_opt_set(table, NT, &c, "name", "second", "test")); /* frees "first" */
+	SG_CHECK_RC(sg_opt_set(table, NT, &c, "name", "much-too-long-for-16", "test"), SG_EINVAL);
+	SG_CHECK_MSG("test: name: value longer than 16 bytes");
+	SG_CHECK(strcmp(c.name, "second") == 0);
+	SG_CHECK_OK(sg_opt_set(table, NT, &c, "config", "x.conf", NULL)); /* flag_only ok here */
+	SG_CHECK_OK(sg_opt_set(table, NT, &c, "key", "a", NULL));
+	SG_CHECK_OK(sg_opt_set(table, NT, &c, "label", "b", NULL));
+	sg_opt_free(table, NT, &c);
+	SG_CHECK(!c.name && !c.config && !c.key && !c.label);
+}
+
+static void t_usage(void)
+{
+	FILE *f = tmpfile();
+	SG_CHECK(f != NULL);
+	if (!f)
+		return;
+	sg_opt_usage(table, NT, f);
+	rewind(f);
+	char buf[4096];
+	size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	SG_CHECK(strstr(buf, "--workers N (1..64)  worker threads (default: 4)") != NULL);
+	SG_CHECK(strstr(buf, "--mode ca|ra|offline") != NULL);
+	SG_CHECK(strstr(buf, "--max-ttl DURATION") != NULL);
+	SG_CHECK(strstr(buf, "--config PATH") != NULL);
+	SG_CHECK(strstr(buf, "--verbose") != NULL);
+	SG_CHECK(strstr(buf, "--help") != NULL);
+}
+
+SG_TEST_MAIN(SG_TEST(t_defaults), SG_TEST(t_gnu_forms), SG_TEST(t_errors), SG_TEST(t_positionals),
+	     SG_TEST(t_help), SG_TEST(t_bounds), SG_TEST(t_durations), SG_TEST(t_file_basic),
+	     SG_TEST(t_file_errors), SG_TEST(t_file_limits), SG_TEST(t_config_precedence),
+	     SG_TEST(t_strings_owned), SG_TEST(t_usage))

@@ -1,0 +1,752 @@
+/*
+ * Fault tests of sg_hsm against real SoftHSM2 tokens: C_CloseAllSessions and
+ * C_Logout injected through the same module instance (dlopen of the same
+ * library gives the same function list), a PIN changed under us, concurrent
+ * signers with faults injected meanwhile, several tokens holding one key
+ * (imported with C_CreateObject), and rough sign rates.
+ */
+#include "sg_clock.h"
+#include "sg_hsm.h"
+#include "sg_test.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/ec.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <openssl/rsa.h>
+#include <openssl/x509.h>
+#include <p11-kit/pkcs11.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* --- fixture: a private SoftHSM2 token directory per test case ---------- */
+
+typedef struct fx {
+	char dir[600];
+	char conf[700];
+	const char *module;
+	sg_secret *pin;
+	sg_secret *so;
+	CK_FUNCTION_LIST_PTR f; /* the same module instance, for direct checks */
+} fx;
+
+static __attribute__((unused)) void rm_rf(const char *path)
+{
+	DIR *d = opendir(path);
+	if (d) {
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+				continue;
+			char sub[1200];
+			snprintf(sub, sizeof(sub), "%s/%s", path, e->d_name);
+			rm_rf(sub);
+		}
+		closedir(d);
+		rmdir(path);
+	} else {
+		unlink(path);
+	}
+}
+
+static __attribute__((unused)) void fx_init(fx *x)
+{
+	memset(x, 0, sizeof(*x));
+	const char *tmp = getenv("SIGNET_TEST_TMP");
+	snprintf(x->dir, sizeof(x->dir), "%s/hsm-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(x->dir)) {
+		perror("mkdtemp");
+		exit(2);
+	}
+	char tokens[700];
+	snprintf(tokens, sizeof(tokens), "%s/tokens", x->dir);
+	mkdir(tokens, 0700);
+	snprintf(x->conf, sizeof(x->conf), "%s/softhsm2.conf", x->dir);
+	FILE *fp = fopen(x->conf, "w");
+	if (!fp) {
+		perror("fopen");
+		exit(2);
+	}
+	fprintf(fp, "directories.tokendir = %s\nobjectstore.backend = file\nlog.level = ERROR\n", tokens);
+	fclose(fp);
+	const char *m = getenv("SIGNET_SOFTHSM_MODULE");
+	x->module = m && *m ? m : "/usr/lib/softhsm/libsofthsm2.so";
+	if (sg_secret_new(&x->pin, "1234", 4) || sg_secret_new(&x->so, "5678", 4))
+		exit(2);
+	void *dl = dlopen(x->module, RTLD_NOW | RTLD_LOCAL);
+	CK_C_GetFunctionList gfl = dl ? (CK_C_GetFunctionList)dlsym(dl, "C_GetFunctionList") : NULL;
+	if (!gfl || gfl(&x->f) != CKR_OK) {
+		fprintf(stderr, "cannot load %s\n", x->module);
+		exit(2);
+	}
+}
+
+static __attribute__((unused)) void fx_free(fx *x)
+{
+	sg_secret_free(x->pin);
+	sg_secret_free(x->so);
+	rm_rf(x->dir);
+}
+
+static __attribute__((unused)) int fx_token(fx *x, const char *label)
+{
+	return sg_hsm_init_token(x->module, x->conf, NULL, label, x->so, x->pin);
+}
+
+static __attribute__((unused)) int fx_open(fx *x, sg_hsm **h, const char *token_uri, const char *key_uri, bool copy,
+                                           bool allow_missing)
+{
+	sg_hsm_options o = {
+	    .module_path = x->module,
+	    .token_uri = token_uri,
+	    .key_uri = key_uri,
+	    .pin = x->pin,
+	    .softhsm_conf = x->conf,
+	    .copy_key = copy,
+	    .allow_missing_key = allow_missing,
+	};
+	return sg_hsm_open(h, &o);
+}
+
+/* Slot of the initialised token labelled label (module must be live). */
+static __attribute__((unused)) CK_SLOT_ID fx_slot(fx *x, const char *label)
+{
+	CK_SLOT_ID slots[32];
+	CK_ULONG n = 32;
+	if (x->f->C_GetSlotList(CK_TRUE, slots, &n) != CKR_OK)
+		return (CK_SLOT_ID)-1;
+	for (CK_ULONG i = 0; i < n; i++) {
+		CK_TOKEN_INFO ti;
+		if (x->f->C_GetTokenInfo(slots[i], &ti) != CKR_OK || !(ti.flags & CKF_TOKEN_INITIALIZED))
+			continue;
+		size_t len = strlen(label);
+		if (memcmp(ti.label, label, len) == 0 && (len == 32 || ti.label[len] == ' '))
+			return slots[i];
+	}
+	return (CK_SLOT_ID)-1;
+}
+
+/* --- signing and verification with OpenSSL ----------------------------- */
+
+static const uint8_t sha256_prefix[] = {0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01,
+                                        0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20};
+
+/* Verifies sig (raw r||s for EC, PKCS#1 v1.5 for RSA) over digest. */
+static __attribute__((unused)) bool verify(const uint8_t *spki, size_t spki_len, const uint8_t digest[32],
+                                           const uint8_t *sig, size_t siglen)
+{
+	const uint8_t *p = spki;
+	EVP_PKEY *pk = d2i_PUBKEY(NULL, &p, (long)spki_len);
+	if (!pk || p != spki + spki_len) {
+		EVP_PKEY_free(pk);
+		return false;
+	}
+	uint8_t der[256];
+	const uint8_t *vs = sig;
+	size_t vlen = siglen;
+	bool ec = EVP_PKEY_get_base_id(pk) == EVP_PKEY_EC;
+	if (ec) {
+		ECDSA_SIG *es = ECDSA_SIG_new();
+		BIGNUM *r = BN_bin2bn(sig, (int)siglen / 2, NULL);
+		BIGNUM *s = BN_bin2bn(sig + siglen / 2, (int)siglen / 2, NULL);
+		ECDSA_SIG_set0(es, r, s);
+		uint8_t *dp = der;
+		int n = i2d_ECDSA_SIG(es, &dp);
+		ECDSA_SIG_free(es);
+		if (n <= 0) {
+			EVP_PKEY_free(pk);
+			return false;
+		}
+		vs = der;
+		vlen = (size_t)n;
+	}
+	EVP_PKEY_CTX *ctx = EVP_PKEY_CTX_new(pk, NULL);
+	bool ok = ctx && EVP_PKEY_verify_init(ctx) == 1;
+	if (ok && !ec)
+		ok = EVP_PKEY_CTX_set_rsa_padding(ctx, RSA_PKCS1_PADDING) == 1 &&
+		     EVP_PKEY_CTX_set_signature_md(ctx, EVP_sha256()) == 1;
+	ok = ok && EVP_PKEY_verify(ctx, vs, vlen, digest, 32) == 1;
+	EVP_PKEY_CTX_free(ctx);
+	EVP_PKEY_free(pk);
+	return ok;
+}
+
+/* Builds the sg_hsm_sign input for digest: the digest (EC) or DigestInfo. */
+static __attribute__((unused)) size_t sign_input(bool ec, const uint8_t digest[32], uint8_t *in)
+{
+	if (ec) {
+		memcpy(in, digest, 32);
+		return 32;
+	}
+	memcpy(in, sha256_prefix, sizeof(sha256_prefix));
+	memcpy(in + sizeof(sha256_prefix), digest, 32);
+	return sizeof(sha256_prefix) + 32;
+}
+
+/* Signs a fresh random digest through s; returns the sg_hsm_sign result and
+ * sets *verified. */
+static __attribute__((unused)) int sign_verify(sg_hsm *h, sg_hsm_session *s, uint64_t deadline, bool *verified)
+{
+	sg_key_type kt;
+	*verified = false;
+	if (sg_hsm_key_type(h, &kt))
+		return -100;
+	bool ec = sg_key_type_is_ec(kt);
+	uint8_t digest[32], in[64], sig[512];
+	RAND_bytes(digest, sizeof(digest));
+	size_t inlen = sign_input(ec, digest, in), siglen = sizeof(sig);
+	int rc = sg_hsm_sign(s, ec ? SG_HSM_ECDSA : SG_HSM_RSA_PKCS, in, inlen, sig, &siglen, deadline);
+	if (rc == 0) {
+		uint8_t *spki = NULL;
+		size_t spki_len = 0;
+		if (sg_hsm_public_key(h, &spki, &spki_len) == 0)
+			*verified = verify(spki, spki_len, digest, sig, siglen);
+		free(spki);
+	}
+	return rc;
+}
+
+/* Imports an OpenSSL EC P-256 key as a private and a public token object;
+ * CKA_EC_POINT wrapped in an OCTET STRING (as the spec says) or raw (as some
+ * modules store it). */
+static __attribute__((unused)) CK_RV import_ec(fx *x, CK_SLOT_ID slot, const uint8_t *id, size_t idlen,
+                                               const char *label, EVP_PKEY *pk, bool raw_point)
+{
+	static const uint8_t p256[] = {0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07};
+	uint8_t d[32], pub[65], point[67];
+	size_t publen = 0;
+	BIGNUM *bn = NULL;
+	if (EVP_PKEY_get_bn_param(pk, OSSL_PKEY_PARAM_PRIV_KEY, &bn) != 1 || BN_bn2binpad(bn, d, 32) != 32)
+		return CKR_GENERAL_ERROR;
+	BN_clear_free(bn);
+	if (EVP_PKEY_get_octet_string_param(pk, OSSL_PKEY_PARAM_PUB_KEY, pub, sizeof(pub), &publen) != 1 ||
+	    publen != 65)
+		return CKR_GENERAL_ERROR;
+	point[0] = 0x04;
+	point[1] = 65;
+	memcpy(point + 2, pub, 65);
+	CK_OBJECT_CLASS cpriv = CKO_PRIVATE_KEY, cpub = CKO_PUBLIC_KEY;
+	CK_KEY_TYPE kt = CKK_EC;
+	CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
+	CK_ATTRIBUTE priv[] = {
+	    {CKA_CLASS, &cpriv, sizeof(cpriv)},
+	    {CKA_KEY_TYPE, &kt, sizeof(kt)},
+	    {CKA_TOKEN, &yes, sizeof(yes)},
+	    {CKA_PRIVATE, &yes, sizeof(yes)},
+	    {CKA_SENSITIVE, &yes, sizeof(yes)},
+	    {CKA_SIGN, &yes, sizeof(yes)},
+	    {CKA_EXTRACTABLE, &no, sizeof(no)},
+	    {CKA_EC_PARAMS, (void *)p256, sizeof(p256)},
+	    {CKA_VALUE, d, sizeof(d)},
+	    {CKA_ID, (void *)id, idlen},
+	    {CKA_LABEL, (void *)label, strlen(label)},
+	};
+	CK_ATTRIBUTE pubt[] = {
+	    {CKA_CLASS, &cpub, sizeof(cpub)},
+	    {CKA_KEY_TYPE, &kt, sizeof(kt)},
+	    {CKA_TOKEN, &yes, sizeof(yes)},
+	    {CKA_VERIFY, &yes, sizeof(yes)},
+	    {CKA_EC_PARAMS, (void *)p256, sizeof(p256)},
+	    {CKA_EC_POINT, raw_point ? point + 2 : point, raw_point ? 65 : sizeof(point)},
+	    {CKA_ID, (void *)id, idlen},
+	    {CKA_LABEL, (void *)label, strlen(label)},
+	};
+	CK_SESSION_HANDLE sh;
+	CK_RV rv = x->f->C_OpenSession(slot, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &sh);
+	if (rv != CKR_OK)
+		return rv;
+	CK_OBJECT_HANDLE o;
+	rv = x->f->C_CreateObject(sh, priv, sizeof(priv) / sizeof(priv[0]), &o);
+	if (rv == CKR_OK)
+		rv = x->f->C_CreateObject(sh, pubt, sizeof(pubt) / sizeof(pubt[0]), &o);
+	x->f->C_CloseSession(sh);
+	OPENSSL_cleanse(d, sizeof(d));
+	return rv;
+}
+/* --- cases ------------------------------------------------------------- */
+
+static bool fault_is(const sg_hsm *h, const char *what)
+{
+	sg_hsm_stats st;
+	sg_hsm_stats_get(h, &st);
+	return strstr(st.last_fault, what) != NULL;
+}
+
+/* Logs the application out of the token in slot (all its sessions). */
+static CK_RV logout_slot(fx *x, CK_SLOT_ID slot)
+{
+	CK_SESSION_HANDLE sh;
+	CK_RV rv = x->f->C_OpenSession(slot, CKF_SERIAL_SESSION, NULL, NULL, &sh);
+	if (rv != CKR_OK)
+		return rv;
+	rv = x->f->C_Logout(sh);
+	x->f->C_CloseSession(sh);
+	return rv;
+}
+
+/* C_CloseAllSessions and C_Logout from outside: the next signature on each
+ * session recovers (reopen, re-login, re-find, re-copy) and verifies; an
+ * expired deadline fails fast. With and without the session key copy. */
+static void t_recover(void)
+{
+	for (int copy = 0; copy < 2; copy++) {
+		fx x;
+		fx_init(&x);
+		SG_CHECK_OK(fx_token(&x, "rec"));
+		sg_hsm *h = NULL;
+		SG_CHECK_OK(fx_open(&x, &h, "pkcs11:token=rec", "pkcs11:id=%10;object=rec", copy, true));
+		if (!h) {
+			fx_free(&x);
+			return;
+		}
+		SG_CHECK_OK(sg_hsm_generate_key(h, SG_KEY_EC_P256));
+		CK_SLOT_ID slot = fx_slot(&x, "rec");
+		sg_hsm_session *s1 = NULL, *s2 = NULL;
+		SG_CHECK_OK(sg_hsm_session_open(&s1, h));
+		SG_CHECK_OK(sg_hsm_session_open(&s2, h));
+		SG_CHECK(sg_hsm_session_uses_copy(s1) == (bool)copy);
+		bool ok = false;
+		SG_CHECK_OK(sign_verify(h, s1, 0, &ok));
+		SG_CHECK(ok);
+
+		SG_CHECK(x.f->C_CloseAllSessions(slot) == CKR_OK);
+		SG_CHECK_OK(sign_verify(h, s1, 0, &ok));
+		SG_CHECK(ok);
+		SG_CHECK_OK(sign_verify(h, s2, 0, &ok));
+		SG_CHECK(ok);
+		SG_CHECK(sg_hsm_session_uses_copy(s1) == (bool)copy);
+		sg_hsm_stats st;
+		sg_hsm_stats_get(h, &st);
+		SG_CHECK(st.recoveries == 2 && st.faults >= 2 && st.sessions == 2 && st.signatures == 3);
+		SG_CHECK(st.state == SG_HSM_OK);
+		SG_CHECK(fault_is(h, "CKR_SESSION_HANDLE_INVALID"));
+
+		/* A foreign logout: the token object needs the login again, the
+		 * private session copy is gone. */
+		SG_CHECK(logout_slot(&x, slot) == CKR_OK);
+		SG_CHECK_OK(sign_verify(h, s1, 0, &ok));
+		SG_CHECK(ok);
+		/* SoftHSM2 hides private objects from a logged-out session:
+		 * CKR_OBJECT_HANDLE_INVALID (others say CKR_USER_NOT_LOGGED_IN). */
+		SG_CHECK(fault_is(h, "C_SignInit: CKR_OBJECT_HANDLE_INVALID") ||
+		         fault_is(h, "C_SignInit: CKR_USER_NOT_LOGGED_IN"));
+		sg_hsm_stats_get(h, &st);
+		SG_CHECK(st.recoveries == 3);
+		SG_CHECK_OK(sign_verify(h, s2, 0, &ok));
+		SG_CHECK(ok);
+
+		/* Deadline already passed: SG_ETIMEOUT at once, no hang. */
+		SG_CHECK(x.f->C_CloseAllSessions(slot) == CKR_OK);
+		uint64_t t0 = sg_now_ns();
+		SG_CHECK_RC(sign_verify(h, s1, t0 - 1, &ok), SG_ETIMEOUT);
+		SG_CHECK(sg_now_ns() - t0 < 100000000u);
+		SG_CHECK_OK(sign_verify(h, s1, sg_now_ns() + 2000000000u, &ok));
+		SG_CHECK(ok);
+		sg_hsm_stats_get(h, &st);
+		SG_CHECK(st.recoveries >= 5);
+
+		sg_hsm_session_free(s1);
+		sg_hsm_session_free(s2);
+		sg_hsm_stats_get(h, &st);
+		SG_CHECK(st.sessions == 0);
+		sg_hsm_free(h);
+		fx_free(&x);
+	}
+}
+
+/* The PIN changes under us and the login is lost: re-login fails once with
+ * SG_EAUTH; later signatures fail at once without presenting the PIN again. */
+static void t_wrong_pin_not_retried(void)
+{
+	fx x;
+	fx_init(&x);
+	SG_CHECK_OK(fx_token(&x, "pin"));
+	sg_hsm *h = NULL;
+	SG_CHECK_OK(fx_open(&x, &h, "pkcs11:token=pin", "pkcs11:id=%20;object=pin", false, true));
+	if (!h) {
+		fx_free(&x);
+		return;
+	}
+	SG_CHECK_OK(sg_hsm_generate_key(h, SG_KEY_EC_P384));
+	sg_hsm_session *s = NULL;
+	SG_CHECK_OK(sg_hsm_session_open(&s, h));
+	bool ok = false;
+	SG_CHECK_OK(sign_verify(h, s, 0, &ok));
+	SG_CHECK(ok);
+
+	CK_SLOT_ID slot = fx_slot(&x, "pin");
+	CK_SESSION_HANDLE sh;
+	SG_CHECK(x.f->C_OpenSession(slot, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &sh) == CKR_OK);
+	SG_CHECK(x.f->C_SetPIN(sh, (CK_UTF8CHAR_PTR) "1234", 4, (CK_UTF8CHAR_PTR) "9999", 4) == CKR_OK);
+	SG_CHECK(x.f->C_Logout(sh) == CKR_OK);
+	x.f->C_CloseSession(sh);
+
+	SG_CHECK_RC(sign_verify(h, s, 0, &ok), SG_EAUTH);
+	SG_CHECK_MSG("C_Login on token 'pin': CKR_PIN_INCORRECT");
+	SG_CHECK(!strstr(sg_error_last()->msg, "1234"));
+	sg_hsm_stats st1, st2;
+	sg_hsm_stats_get(h, &st1);
+	SG_CHECK(!strcmp(st1.last_fault, "C_Login: CKR_PIN_INCORRECT"));
+	SG_CHECK(st1.state == SG_HSM_DOWN);
+	uint64_t t0 = sg_now_ns();
+	SG_CHECK_RC(sign_verify(h, s, 0, &ok), SG_EAUTH);
+	SG_CHECK(sg_now_ns() - t0 < 50000000u); /* no backoff, no login */
+	sg_hsm_stats_get(h, &st2);
+	SG_CHECK(st2.faults == st1.faults); /* not a single PKCS#11 call failed */
+	sg_hsm_session *s2 = NULL;
+	SG_CHECK_RC(sg_hsm_session_open(&s2, h), SG_EAUTH);
+	sg_hsm_session_free(s);
+	sg_hsm_free(h);
+	fx_free(&x);
+}
+
+/* --- concurrency ------------------------------------------------------- */
+
+/* The injector waits until no signer is inside sg_hsm_sign before it closes
+ * the sessions: SoftHSM2 2.6.1 frees a session that C_CloseAllSessions (or a
+ * C_Logout, for private session objects) closes under a running C_Sign and
+ * crashes (softhsm/SoftHSMv2#688). Faults still land between signatures of
+ * all four threads at once, so every session recovers concurrently with the
+ * others signing or recovering. */
+static atomic_bool gate_closed;
+static atomic_int gate_inside;
+
+static void gate_enter(void)
+{
+	for (;;) {
+		while (atomic_load(&gate_closed))
+			sched_yield();
+		atomic_fetch_add(&gate_inside, 1);
+		if (!atomic_load(&gate_closed))
+			return;
+		atomic_fetch_sub(&gate_inside, 1);
+	}
+}
+
+static void gate_leave(void)
+{
+	atomic_fetch_sub(&gate_inside, 1);
+}
+
+static void gate_close(void)
+{
+	atomic_store(&gate_closed, true);
+	while (atomic_load(&gate_inside) > 0)
+		sched_yield();
+}
+
+static void gate_open(void)
+{
+	atomic_store(&gate_closed, false);
+}
+
+typedef struct worker {
+	sg_hsm *h;
+	atomic_bool *stop;
+	int ok, verified, errors, unclean;
+	int codes[16];
+} worker;
+
+static void *sign_worker(void *arg)
+{
+	worker *w = arg;
+	sg_hsm_session *s = NULL;
+	if (sg_hsm_session_open(&s, w->h) != 0) {
+		w->unclean++;
+		return NULL;
+	}
+	for (int i = 0; i < 2000 && !atomic_load(w->stop); i++) {
+		bool ok = false;
+		gate_enter();
+		int rc = sign_verify(w->h, s, sg_now_ns() + 3000000000u, &ok);
+		gate_leave();
+		if (rc == 0) {
+			w->ok++;
+			w->verified += ok;
+		} else {
+			w->errors++;
+			w->codes[-rc & 15]++;
+			fprintf(stderr, "signer: clean error %d: %s\n", rc, sg_error_last()->msg);
+			if (rc < SG_EINTERNAL || !sg_error_last()->msg[0])
+				w->unclean++;
+		}
+	}
+	sg_hsm_session_free(s);
+	return NULL;
+}
+
+static void t_concurrent_faults(void)
+{
+	fx x;
+	fx_init(&x);
+	SG_CHECK_OK(fx_token(&x, "conc"));
+	sg_hsm *h = NULL;
+	SG_CHECK_OK(fx_open(&x, &h, "pkcs11:token=conc", "pkcs11:id=%30;object=conc", true, true));
+	if (!h) {
+		fx_free(&x);
+		return;
+	}
+	SG_CHECK_OK(sg_hsm_generate_key(h, SG_KEY_EC_P256));
+	CK_SLOT_ID slot = fx_slot(&x, "conc");
+	atomic_bool stop;
+	atomic_init(&stop, false);
+	worker w[4];
+	pthread_t th[4];
+	memset(w, 0, sizeof(w));
+	for (int i = 0; i < 4; i++) {
+		w[i].h = h;
+		w[i].stop = &stop;
+		SG_CHECK(pthread_create(&th[i], NULL, sign_worker, &w[i]) == 0);
+	}
+	for (int k = 0; k < 6; k++) {
+		sg_sleep_ms(60);
+		gate_close();
+		if (k % 3 == 2)
+			SG_CHECK(logout_slot(&x, slot) == CKR_OK);
+		else
+			SG_CHECK(x.f->C_CloseAllSessions(slot) == CKR_OK);
+		gate_open();
+	}
+	sg_sleep_ms(60);
+	atomic_store(&stop, true);
+	int ok = 0, verified = 0, errors = 0;
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		ok += w[i].ok;
+		verified += w[i].verified;
+		errors += w[i].errors;
+		SG_CHECK(w[i].unclean == 0);
+		SG_CHECK(w[i].ok > 0);
+	}
+	sg_hsm_stats st;
+	sg_hsm_stats_get(h, &st);
+	printf("concurrent: %d signed (%d verified), %d clean errors, %llu faults, %llu recoveries\n", ok, verified,
+	       errors, (unsigned long long)st.faults, (unsigned long long)st.recoveries);
+	SG_CHECK(verified == ok);
+	SG_CHECK(st.recoveries >= 4);
+	SG_CHECK(st.sessions == 0);
+	SG_CHECK(st.signatures == (uint64_t)ok);
+	sg_hsm_free(h);
+	fx_free(&x);
+}
+
+/* --- several tokens ---------------------------------------------------- */
+
+static void t_two_tokens_same_key(void)
+{
+	fx x;
+	fx_init(&x);
+	SG_CHECK_OK(fx_token(&x, "multi-a"));
+	SG_CHECK_OK(fx_token(&x, "multi-b"));
+	const char *turi = "pkcs11:manufacturer=SoftHSM%20project";
+	const char *kuri = "pkcs11:id=%aa%bb;object=shared";
+	static const uint8_t id[] = {0xaa, 0xbb};
+	sg_hsm *h = NULL;
+	SG_CHECK_OK(fx_open(&x, &h, turi, kuri, true, true));
+	if (!h) {
+		fx_free(&x);
+		return;
+	}
+	SG_CHECK(sg_hsm_token_count(h) == 2);
+	EVP_PKEY *pk = EVP_EC_gen("P-256");
+	SG_CHECK(pk != NULL);
+	CK_SLOT_ID sa = fx_slot(&x, "multi-a"), sb = fx_slot(&x, "multi-b");
+	SG_CHECK(import_ec(&x, sa, id, sizeof(id), "shared", pk, false) == CKR_OK);
+	SG_CHECK(import_ec(&x, sb, id, sizeof(id), "shared", pk, false) == CKR_OK);
+	sg_hsm_free(h);
+
+	h = NULL;
+	SG_CHECK_OK(fx_open(&x, &h, turi, kuri, true, false));
+	if (!h) {
+		EVP_PKEY_free(pk);
+		fx_free(&x);
+		return;
+	}
+	SG_CHECK(sg_hsm_token_count(h) == 2);
+	uint8_t *spki = NULL, *want = NULL;
+	size_t spki_len = 0;
+	SG_CHECK_OK(sg_hsm_public_key(h, &spki, &spki_len));
+	int want_len = i2d_PUBKEY(pk, &want);
+	SG_CHECK(want_len > 0 && (size_t)want_len == spki_len && !memcmp(spki, want, spki_len));
+	OPENSSL_free(want);
+	free(spki);
+
+	sg_hsm_session *s[4] = {0};
+	for (int i = 0; i < 4; i++) {
+		SG_CHECK_OK(sg_hsm_session_open(&s[i], h));
+		if (!s[i])
+			continue;
+		SG_CHECK(sg_hsm_session_token(s[i]) == (size_t)(i % 2));
+		SG_CHECK(sg_hsm_session_uses_copy(s[i]));
+		bool ok = false;
+		SG_CHECK_OK(sign_verify(h, s[i], 0, &ok));
+		SG_CHECK(ok);
+	}
+
+	/* Token b loses its login and its PIN changes: its sessions fail with
+	 * SG_EAUTH, the health is DEGRADED, token a keeps signing and new
+	 * sessions go to token a only. */
+	CK_SESSION_HANDLE sh;
+	SG_CHECK(x.f->C_OpenSession(sb, CKF_SERIAL_SESSION | CKF_RW_SESSION, NULL, NULL, &sh) == CKR_OK);
+	SG_CHECK(x.f->C_SetPIN(sh, (CK_UTF8CHAR_PTR) "1234", 4, (CK_UTF8CHAR_PTR) "4321", 4) == CKR_OK);
+	SG_CHECK(x.f->C_Logout(sh) == CKR_OK);
+	x.f->C_CloseSession(sh);
+	/* sg_hsm keeps the tokens in C_GetSlotList order. */
+	CK_SLOT_ID slots[32];
+	CK_ULONG nslots = 32;
+	SG_CHECK(x.f->C_GetSlotList(CK_TRUE, slots, &nslots) == CKR_OK);
+	CK_ULONG pa = 0, pb = 0;
+	for (CK_ULONG i = 0; i < nslots; i++) {
+		pa = slots[i] == sa ? i : pa;
+		pb = slots[i] == sb ? i : pb;
+	}
+	size_t ib = pb < pa ? 0 : 1;
+	size_t ia = 1 - ib;
+	bool ok = false;
+	SG_CHECK_RC(sign_verify(h, s[ib], 0, &ok), SG_EAUTH); /* s[i] is on token i % 2 */
+	SG_CHECK_OK(sign_verify(h, s[ia], 0, &ok));
+	SG_CHECK(ok);
+	sg_hsm_stats st;
+	sg_hsm_stats_get(h, &st);
+	SG_CHECK(st.state == SG_HSM_DEGRADED);
+	sg_hsm_session *extra = NULL;
+	SG_CHECK_OK(sg_hsm_session_open(&extra, h));
+	SG_CHECK(extra && sg_hsm_session_token(extra) == ia);
+	sg_hsm_session_free(extra);
+	for (int i = 0; i < 4; i++)
+		sg_hsm_session_free(s[i]);
+	sg_hsm_free(h);
+	EVP_PKEY_free(pk);
+	fx_free(&x);
+}
+
+static void t_two_tokens_different_keys(void)
+{
+	fx x;
+	fx_init(&x);
+	SG_CHECK_OK(fx_token(&x, "diff-a"));
+	SG_CHECK_OK(fx_token(&x, "diff-b"));
+	const char *turi = "pkcs11:manufacturer=SoftHSM%20project";
+	const char *kuri = "pkcs11:id=%01;object=ca";
+	static const uint8_t id[] = {0x01};
+	sg_hsm *h = NULL;
+	SG_CHECK_OK(fx_open(&x, &h, turi, kuri, false, true));
+	if (!h) {
+		fx_free(&x);
+		return;
+	}
+	EVP_PKEY *k1 = EVP_EC_gen("P-256"), *k2 = EVP_EC_gen("P-256");
+	SG_CHECK(import_ec(&x, fx_slot(&x, "diff-a"), id, 1, "ca", k1, false) == CKR_OK);
+	SG_CHECK(import_ec(&x, fx_slot(&x, "diff-b"), id, 1, "ca", k2, true) == CKR_OK);
+	sg_hsm_free(h);
+	h = NULL;
+	SG_CHECK_RC(fx_open(&x, &h, turi, kuri, false, false), SG_EINVAL);
+	SG_CHECK_MSG("different keys");
+	SG_CHECK(h == NULL);
+	/* Only one of them selected: fine. Token b stores its CKA_EC_POINT
+	 * raw, without the OCTET STRING: the SPKI is the same. */
+	SG_CHECK_OK(fx_open(&x, &h, "pkcs11:token=diff-b", kuri, false, false));
+	uint8_t *spki = NULL, *want = NULL;
+	size_t spki_len = 0;
+	SG_CHECK_OK(sg_hsm_public_key(h, &spki, &spki_len));
+	int want_len = i2d_PUBKEY(k2, &want);
+	SG_CHECK(want_len > 0 && (size_t)want_len == spki_len && spki && !memcmp(spki, want, spki_len));
+	OPENSSL_free(want);
+	free(spki);
+	sg_hsm_session *s = NULL;
+	bool ok = false;
+	SG_CHECK_OK(sg_hsm_session_open(&s, h));
+	SG_CHECK_OK(sign_verify(h, s, 0, &ok));
+	SG_CHECK(ok);
+	sg_hsm_session_free(s);
+	sg_hsm_free(h);
+	EVP_PKEY_free(k1);
+	EVP_PKEY_free(k2);
+	fx_free(&x);
+}
+
+/* --- rough sign rates (printed, not asserted) -------------------------- */
+
+typedef struct rate_arg {
+	sg_hsm *h;
+	bool ec;
+	uint64_t until;
+	long n;
+} rate_arg;
+
+static void *rate_worker(void *arg)
+{
+	rate_arg *a = arg;
+	sg_hsm_session *s = NULL;
+	if (sg_hsm_session_open(&s, a->h) != 0)
+		return NULL;
+	uint8_t digest[32] = {1}, in[64], sig[512];
+	size_t inlen = sign_input(a->ec, digest, in);
+	while (sg_now_ns() < a->until) {
+		size_t siglen = sizeof(sig);
+		if (sg_hsm_sign(s, a->ec ? SG_HSM_ECDSA : SG_HSM_RSA_PKCS, in, inlen, sig, &siglen, 0) == 0)
+			a->n++;
+	}
+	sg_hsm_session_free(s);
+	return NULL;
+}
+
+static double measure(sg_hsm *h, bool ec, int threads)
+{
+	rate_arg a[4];
+	pthread_t th[4];
+	uint64_t t0 = sg_now_ns();
+	for (int i = 0; i < threads; i++) {
+		a[i] = (rate_arg){h, ec, t0 + 300000000u, 0};
+		pthread_create(&th[i], NULL, rate_worker, &a[i]);
+	}
+	long n = 0;
+	for (int i = 0; i < threads; i++) {
+		pthread_join(th[i], NULL);
+		n += a[i].n;
+	}
+	return (double)n / ((double)(sg_now_ns() - t0) / 1e9);
+}
+
+static void t_sign_rates(void)
+{
+	fx x;
+	fx_init(&x);
+	SG_CHECK_OK(fx_token(&x, "rate"));
+	static const struct {
+		sg_key_type type;
+		const char *uri;
+	} keys[] = {{SG_KEY_EC_P256, "pkcs11:id=%01;object=p256"}, {SG_KEY_RSA_2048, "pkcs11:id=%02;object=rsa"}};
+	for (size_t k = 0; k < 2; k++) {
+		sg_hsm *h = NULL;
+		SG_CHECK_OK(fx_open(&x, &h, "pkcs11:token=rate", keys[k].uri, false, true));
+		if (!h)
+			break;
+		SG_CHECK_OK(sg_hsm_generate_key(h, keys[k].type));
+		sg_hsm_free(h);
+		for (int copy = 0; copy < 2; copy++) {
+			h = NULL;
+			SG_CHECK_OK(fx_open(&x, &h, "pkcs11:token=rate", keys[k].uri, copy, false));
+			if (!h)
+				continue;
+			bool ec = sg_key_type_is_ec(keys[k].type);
+			double r1 = measure(h, ec, 1), r4 = measure(h, ec, 4);
+			printf("rate %-10s copy=%d: %8.0f sig/s (1 thread), %8.0f sig/s (4 threads)\n",
+			       sg_key_type_name(keys[k].type), copy, r1, r4);
+			SG_CHECK(r1 > 0 && r4 > 0);
+			sg_hsm_free(h);
+		}
+	}
+	fx_free(&x);
+}
+
+SG_TEST_MAIN(SG_TEST(t_recover), SG_TEST(t_wrong_pin_not_retried), SG_TEST(t_concurrent_faults),
+             SG_TEST(t_two_tokens_same_key), SG_TEST(t_two_tokens_different_keys), SG_TEST(t_sign_rates))
