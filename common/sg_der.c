@@ -6,9 +6,7 @@
 #include "sg_der.h"
 #include "sg_guard.h"
 
-#include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 int sg_reader_bytes(sg_reader *r, size_t n, sg_slice *out)
 {
@@ -18,6 +16,17 @@ int sg_reader_bytes(sg_reader *r, size_t n, sg_slice *out)
 	out->len = n;
 	r->off += n;
 	return SG_OK;
+}
+
+void sg_reader_until(sg_reader *r, uint8_t delim, sg_slice *out)
+{
+	size_t left = sg_reader_left(r);
+	const uint8_t *start = r->p ? r->p + r->off : NULL;
+	const uint8_t *hit = left ? memchr(start, delim, left) : NULL;
+	size_t n = hit ? (size_t)(hit - start) : left;
+	out->p = start;
+	out->len = n;
+	r->off += n;
 }
 
 int sg_der_peek(const sg_reader *r, uint8_t *tag)
@@ -301,29 +310,53 @@ void sg_der_bool(sg_der_writer *w, bool v)
 	sg_der_prim(w, SG_DER_BOOLEAN, &b, 1);
 }
 
+/* Civil date of a day count since 1970-01-01 (inverse of days_from_civil).
+ * Pure arithmetic: gmtime_r takes glibc's time-zone lock, which every signer
+ * thread would contend on. */
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+	z += 719468;
+	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
+	int64_t doe = z - era * 146097;
+	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+	int64_t mp = (5 * doy + 2) / 153;
+	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
+	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
+	*y = yoe + era * 400 + (*m <= 2);
+}
+
+static void two_digits(char *p, int v)
+{
+	p[0] = (char)('0' + v / 10);
+	p[1] = (char)('0' + v % 10);
+}
+
 void sg_der_time(sg_der_writer *w, int64_t t)
 {
-	struct tm tm;
-	time_t tt = (time_t)t;
-	char s[64]; /* 16 needed; the rest quiets -Wformat-truncation (int fields) */
-	if (!gmtime_r(&tt, &tm)) {
-		w->failed = true;
-		return;
-	}
+	int64_t days = t >= 0 ? t / 86400 : -((-t + 86399) / 86400);
+	int64_t secs = t - days * 86400;
+	int64_t year;
+	int mon, mday;
+	civil_from_days(days, &year, &mon, &mday);
 	/* GeneralizedTime has four year digits (RFC 5280 §4.1.2.5.2); a year
-	 * outside 0..9999 cannot be encoded and would overflow s. */
-	if (tm.tm_year < -1900 || tm.tm_year > 9999 - 1900) {
+	 * outside 0..9999 cannot be encoded. */
+	if (year < 0 || year > 9999) {
 		w->failed = true;
 		return;
 	}
-	int year = tm.tm_year + 1900;
-	if (year >= 1950 && year < 2050) {
-		snprintf(s, sizeof(s), "%02d%02d%02d%02d%02d%02dZ", year % 100, tm.tm_mon + 1, tm.tm_mday,
-			 tm.tm_hour, tm.tm_min, tm.tm_sec);
-		sg_der_prim(w, SG_DER_UTCTIME, s, 13);
-	} else {
-		snprintf(s, sizeof(s), "%04d%02d%02d%02d%02d%02dZ", year, tm.tm_mon + 1, tm.tm_mday,
-			 tm.tm_hour, tm.tm_min, tm.tm_sec);
-		sg_der_prim(w, SG_DER_GENERALIZEDTIME, s, 15);
+	char s[15], *p = s;
+	bool utc = year >= 1950 && year < 2050;
+	if (!utc) {
+		two_digits(p, (int)(year / 100));
+		p += 2;
 	}
+	two_digits(p, (int)(year % 100));
+	two_digits(p + 2, mon);
+	two_digits(p + 4, mday);
+	two_digits(p + 6, (int)(secs / 3600));
+	two_digits(p + 8, (int)(secs / 60 % 60));
+	two_digits(p + 10, (int)(secs % 60));
+	p[12] = 'Z';
+	sg_der_prim(w, utc ? SG_DER_UTCTIME : SG_DER_GENERALIZEDTIME, s, utc ? 13 : 15);
 }

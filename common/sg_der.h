@@ -77,6 +77,10 @@ static inline bool sg_slice_eq(sg_slice a, const void *b, size_t blen)
 /* Reads n raw bytes. */
 SG_API int sg_reader_bytes(sg_reader *r, size_t n, sg_slice *out) SG_MUST_CHECK;
 
+/* Reads up to (not including) the first byte equal to delim, or to the end
+ * of input; the delimiter stays unread. Never fails. */
+SG_API void sg_reader_until(sg_reader *r, uint8_t delim, sg_slice *out);
+
 /* Peeks at the next tag without consuming; fails at the end of input. */
 SG_API int sg_der_peek(const sg_reader *r, uint8_t *tag) SG_MUST_CHECK;
 

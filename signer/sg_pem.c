@@ -169,14 +169,20 @@ static int pem_decode(const uint8_t *in, size_t inlen, const char *const *labels
 		  labels[0]);
 
 	b64_state s = {.out = out, .cap = cap};
+	/* The body, a line at a time: LF or CRLF line ends, the END line starts
+	 * with '-'. Each line is one bounded slice decoded in a tight loop. */
 	for (;;) {
 		SG_ENSURE(peek_byte(&r, &c), SG_EINVAL, "PEM has no END line");
 		if (c == '-')
 			break;
-		skip_byte(&r);
-		if (c == '\n' || c == '\r')
-			continue;
-		SG_TRY(b64_feed(&s, c));
+		sg_slice line;
+		sg_reader_until(&r, '\n', &line);
+		if (!sg_reader_done(&r))
+			skip_byte(&r);
+		if (line.len && line.p[line.len - 1] == '\r')
+			line.len--;
+		for (size_t i = 0; i < line.len; i++)
+			SG_TRY(b64_feed(&s, line.p[i]));
 	}
 	SG_ENSURE(s.data + s.pad == 0, SG_EINVAL, "PEM base64 is truncated (not a multiple of 4 characters)");
 	SG_ENSURE(s.len > 0, SG_EINVAL, "PEM body is empty");

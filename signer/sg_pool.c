@@ -1,9 +1,10 @@
 /*
  * Signer pool: a bounded ring of requests under one mutex, N workers.
  *
- * The lock is held only to move requests in and out of the ring; a worker
- * takes up to BATCH requests per wake-up so that under load the mutex and
- * condition variable cost is shared by several certificates. Counters are
+ * The lock is held only to move requests in and out of the ring; under load
+ * a worker takes up to BATCH requests per wake-up (its fair share of the
+ * queue) so that the mutex and condition variable cost is shared by several
+ * certificates. Counters are
  * per worker (written by that worker only, read with relaxed atomics), so
  * the hot path shares no cache line between workers.
  */
@@ -79,8 +80,11 @@ static void *worker_main(void *arg)
 		pthread_mutex_lock(&p->lock);
 		while (p->count == 0 && !p->stopping)
 			pthread_cond_wait(&p->nonempty, &p->lock);
-		unsigned n = 0;
-		while (n < BATCH && p->count > 0) {
+		/* Take a fair share, not a fixed batch: when the queue runs low,
+		 * one worker must not sit on requests another could be signing. */
+		unsigned share = p->count / p->nworkers, n = 0;
+		unsigned take = share < 1 ? 1 : share > BATCH ? BATCH : share;
+		while (n < take && p->count > 0) {
 			batch[n++] = p->ring[p->head];
 			p->head = (p->head + 1) % p->cap;
 			p->count--;
