@@ -134,6 +134,33 @@ static int check_identity(const char *id, size_t len, bool spiffe)
 	return SG_OK;
 }
 
+/* istio-csr's CSR policy: the request must ask for exactly the identity the
+ * caller proved, and nothing else. */
+static int check_strict(const sg_csr *csr, const char *identity)
+{
+	for (size_t i = 0; i < csr->subject_len; i++)
+		SG_ENSURE(csr->subject[i].attr != SG_NAME_CN, SG_EDENIED, "CSR subject must not carry a CommonName");
+	size_t uris = 0;
+	for (size_t i = 0; i < csr->san_count; i++) {
+		const sg_san *s = &csr->sans[i];
+		SG_ENSURE(s->type == SG_SAN_URI, SG_EDENIED, "CSR may carry only URI SANs (found a %s)",
+			  s->type == SG_SAN_DNS ? "DNS name" : s->type == SG_SAN_IP ? "IP address" : "email address");
+		SG_ENSURE(sg_slice_eq(s->value, identity, strlen(identity)), SG_EDENIED,
+			  "[%.*s] != [%s]: failed to match URIs with identities", (int)(s->value.len > 256 ? 256 : s->value.len),
+			  (const char *)s->value.p, identity);
+		uris++;
+	}
+	SG_ENSURE(uris == 1, SG_EDENIED, "CSR must carry exactly one URI SAN, the identity %s (has %zu)", identity, uris);
+	SG_ENSURE(!csr->has_basic_constraints && !csr->is_ca, SG_EDENIED, "forbidden extension: basicConstraints");
+	SG_ENSURE(csr->other_extensions == 0, SG_EDENIED, "forbidden extension in CSR (%u not SAN, keyUsage or extKeyUsage)",
+		  csr->other_extensions);
+	SG_ENSURE(!(csr->key_usage & ~(uint32_t)(SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT)), SG_EDENIED,
+		  "forbidden key usage in CSR (only digitalSignature and keyEncipherment)");
+	SG_ENSURE(!(csr->ext_key_usage & ~(uint32_t)(SG_EKU_SERVER_AUTH | SG_EKU_CLIENT_AUTH)), SG_EDENIED,
+		  "forbidden extended key usage in CSR (only serverAuth and clientAuth)");
+	return SG_OK;
+}
+
 /* What each profile makes of the request; everything lands in spec. */
 static int apply_istio(const sg_issuer *is, const sg_issue_request *req, sg_cert_spec *spec, sg_san *san)
 {
@@ -151,6 +178,10 @@ static int apply_istio(const sg_issuer *is, const sg_issue_request *req, sg_cert
 			  uris);
 	}
 	SG_TRY(check_identity((const char *)san->value.p, san->value.len, true));
+	if (req->strict_csr) {
+		SG_ENSURE(req->identity, SG_EINTERNAL, "strict CSR policy needs the caller's identity");
+		SG_TRY(check_strict(csr, req->identity));
+	}
 	san->type = SG_SAN_URI;
 	spec->subject_len = 0;
 	spec->sans = san;

@@ -13,6 +13,12 @@
  *                 SAN = the identity, KU digitalSignature|keyEncipherment,
  *                 EKU serverAuth|clientAuth, CA:FALSE, NotBefore = now - 2 min.
  *                 The identity is the request's, or the CSR's only URI SAN.
+ *                 With strict_csr (istio-csr's policy) the CSR must also ask
+ *                 for exactly that: its URI SANs equal the identity, no DNS,
+ *                 IP or email SANs, no CommonName, keyUsage only
+ *                 digitalSignature/keyEncipherment, extKeyUsage only
+ *                 serverAuth/clientAuth, no basicConstraints and no other
+ *                 extension; a mismatch is SG_EDENIED.
  *   generic       subject and SANs (at least one) from the CSR (re-encoded), usages
  *                 from the request (default digitalSignature|keyEncipherment,
  *                 serverAuth|clientAuth), CA:FALSE (cert-manager's issuer).
@@ -51,6 +57,7 @@ typedef struct sg_issue_request {
 	size_t csr_len;
 	sg_profile profile;
 	const char *identity;   /* istio: the URI SAN to stamp; NULL: the CSR's */
+	bool strict_csr;        /* istio: istio-csr's CSR checks (see below) */
 	int64_t ttl;            /* seconds; 0: the profile's default */
 	uint32_t key_usage;     /* generic: SG_KU_*; 0: default */
 	uint32_t ext_key_usage; /* generic: SG_EKU_*; 0: default */

@@ -67,6 +67,8 @@ typedef struct csr_opts {
 	const char *san;     /* X509V3 SAN text, e.g. "critical,URI:spiffe://..."; NULL: none */
 	const char *cn;      /* subject CN; NULL: the istio-agent O= form */
 	bool ca;             /* add basicConstraints CA:TRUE */
+	const char *ku;      /* keyUsage text, e.g. "critical,digitalSignature"; NULL: none */
+	bool comment;        /* add a Netscape comment extension (neither SAN, KU nor EKU) */
 } csr_opts;
 
 static char *make_csr(const csr_opts *o, size_t *len)
@@ -86,6 +88,10 @@ static char *make_csr(const csr_opts *o, size_t *len)
 		sk_X509_EXTENSION_push(exts, X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, o->san));
 	if (o->ca)
 		sk_X509_EXTENSION_push(exts, X509V3_EXT_conf_nid(NULL, NULL, NID_basic_constraints, "critical,CA:TRUE"));
+	if (o->ku)
+		sk_X509_EXTENSION_push(exts, X509V3_EXT_conf_nid(NULL, NULL, NID_key_usage, o->ku));
+	if (o->comment)
+		sk_X509_EXTENSION_push(exts, X509V3_EXT_conf_nid(NULL, NULL, NID_netscape_comment, "hello"));
 	if (sk_X509_EXTENSION_num(exts))
 		X509_REQ_add_extensions(r, exts);
 	X509_REQ_sign(r, k, EVP_sha256());

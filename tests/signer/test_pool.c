@@ -47,7 +47,7 @@ static void t_istio_profile(void)
 	static const char *algs[][2] = {{"EC", "P-256"}, {"RSA", "2048"}, {"EC", "P-384"}};
 	for (int i = 0; i < 3; i++) {
 		size_t len;
-		csr_opts o = {algs[i][0], algs[i][1], "critical,URI:spiffe://cluster.local/ns/default/sa/default", NULL, false};
+		csr_opts o = {algs[i][0], algs[i][1], "critical,URI:spiffe://cluster.local/ns/default/sa/default", NULL, false, NULL, false};
 		char *csr = make_csr(&o, &len);
 		sg_issue_result res;
 		int64_t now = sg_wall_seconds();
@@ -93,7 +93,7 @@ static void t_istio_profile(void)
 static void t_istio_identity_is_stamped(void)
 {
 	size_t len;
-	csr_opts o = {"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/a,DNS:evil.example", NULL, false};
+	csr_opts o = {"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/a,DNS:evil.example", NULL, false, NULL, false};
 	char *csr = make_csr(&o, &len);
 	sg_issue_result res;
 	SG_CHECK_OK(issue(SG_PROFILE_ISTIO, csr, len, "spiffe://cluster.local/ns/b/sa/b", 0, &res));
@@ -111,17 +111,62 @@ static void t_istio_identity_is_stamped(void)
 	free(csr);
 
 	/* Two URI SANs and no identity: ambiguous, refused. */
-	csr_opts two = {"EC", "P-256", "URI:spiffe://a/x,URI:spiffe://a/y", NULL, false};
+	csr_opts two = {"EC", "P-256", "URI:spiffe://a/x,URI:spiffe://a/y", NULL, false, NULL, false};
 	csr = make_csr(&two, &len);
 	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, NULL, 0, &res), SG_EINVAL);
 	SG_CHECK_MSG("exactly one URI SAN");
 	free(csr);
 }
 
+/* istio-csr's policy: the CSR must ask for exactly the caller's identity. */
+static void t_istio_strict(void)
+{
+	static const char *id = "spiffe://cluster.local/ns/a/sa/b";
+	static const struct {
+		csr_opts o;
+		int rc;
+		const char *msg;
+	} cases[] = {
+		{{"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/a/sa/b", NULL, false, NULL, false}, SG_OK, NULL},
+		{{"RSA", "2048", "critical,URI:spiffe://cluster.local/ns/a/sa/b", NULL, false,
+		  "critical,digitalSignature,keyEncipherment", false},
+		 SG_OK, NULL},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/other", NULL, false, NULL, false}, SG_EDENIED,
+		 "failed to match URIs with identities"},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/b,DNS:evil.example", NULL, false, NULL, false},
+		 SG_EDENIED, "only URI SANs"},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/b,IP:10.1.2.3", NULL, false, NULL, false}, SG_EDENIED,
+		 "IP address"},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/b", "b", false, NULL, false}, SG_EDENIED,
+		 "CommonName"},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/b", NULL, true, NULL, false}, SG_EDENIED,
+		 "basicConstraints"},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/b", NULL, false, "critical,keyCertSign", false},
+		 SG_EDENIED, "forbidden key usage"},
+		{{"EC", "P-256", "URI:spiffe://cluster.local/ns/a/sa/b", NULL, false, NULL, true}, SG_EDENIED,
+		 "forbidden extension"},
+		{{"EC", "P-256", NULL, NULL, false, NULL, false}, SG_EDENIED, "exactly one URI SAN"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		size_t len;
+		char *csr = make_csr(&cases[i].o, &len);
+		sg_issue_request req = {.csr = (const uint8_t *)csr, .csr_len = len, .profile = SG_PROFILE_ISTIO,
+					.identity = id, .strict_csr = true};
+		sg_issue_result res;
+		int rc = sg_pool_issue(sg_appliance_pool(app), &req, &res);
+		SG_CHECK_RC(rc, cases[i].rc);
+		if (cases[i].msg)
+			SG_CHECK_MSG(cases[i].msg);
+		if (rc == SG_OK)
+			sg_issue_result_clear(&res);
+		free(csr);
+	}
+}
+
 static void t_generic_and_intermediate(void)
 {
 	size_t len;
-	csr_opts o = {"EC", "P-256", "DNS:svc.example.com,IP:10.0.0.1", "svc.example.com", false};
+	csr_opts o = {"EC", "P-256", "DNS:svc.example.com,IP:10.0.0.1", "svc.example.com", false, NULL, false};
 	char *csr = make_csr(&o, &len);
 	sg_issue_result res;
 	SG_CHECK_OK(issue(SG_PROFILE_GENERIC, csr, len, NULL, 7200, &res));
@@ -148,13 +193,13 @@ static void t_generic_and_intermediate(void)
 	sg_issue_result_clear(&res);
 	free(csr);
 
-	csr_opts cn_only = {"EC", "P-256", NULL, "svc.example.com", false};
+	csr_opts cn_only = {"EC", "P-256", NULL, "svc.example.com", false, NULL, false};
 	csr = make_csr(&cn_only, &len);
 	SG_CHECK_RC(issue(SG_PROFILE_GENERIC, csr, len, NULL, 0, &res), SG_EINVAL);
 	SG_CHECK_MSG("no subjectAltName");
 	free(csr);
 
-	csr_opts ca = {"EC", "P-256", "DNS:x.example", "x", true};
+	csr_opts ca = {"EC", "P-256", "DNS:x.example", "x", true, NULL, false};
 	csr = make_csr(&ca, &len);
 	SG_CHECK_RC(issue(SG_PROFILE_GENERIC, csr, len, NULL, 0, &res), SG_EDENIED);
 	free(csr);
@@ -163,7 +208,7 @@ static void t_generic_and_intermediate(void)
 static void t_ttl_rules(void)
 {
 	size_t len;
-	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
 	char *csr = make_csr(&o, &len);
 	sg_issue_result res;
 	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, NULL, -1, &res), SG_EINVAL);
@@ -179,11 +224,11 @@ static void t_bad_csrs(void)
 	sg_issue_result res;
 	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, "garbage", 7, NULL, 0, &res), SG_EINVAL);
 	size_t len;
-	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
 	char *csr = make_csr(&o, &len);
 	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len / 2, NULL, 0, &res), SG_EINVAL);
 	free(csr);
-	csr_opts weak = {"RSA", "1024", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr_opts weak = {"RSA", "1024", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
 	csr = make_csr(&weak, &len);
 	SG_CHECK_RC(issue(SG_PROFILE_ISTIO, csr, len, NULL, 0, &res), SG_EINVAL);
 	SG_CHECK_MSG("1024");
@@ -217,7 +262,7 @@ static void t_backpressure_and_drain(void)
 	app = NULL;
 	open_app(2, 4, false);
 	size_t len;
-	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
 	char *csr = make_csr(&o, &len);
 	tally t = {0};
 	int accepted = 0, refused = 0;
@@ -325,7 +370,7 @@ static void *client(void *arg)
 static void t_concurrent_with_faults(void)
 {
 	size_t len;
-	csr_opts o = {"RSA", "2048", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr_opts o = {"RSA", "2048", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
 	load l = {.csr = make_csr(&o, &len)};
 	l.len = len;
 	pthread_barrier_init(&l.round, NULL, CLIENTS + 1);
@@ -354,7 +399,7 @@ static void t_concurrent_with_faults(void)
 static void t_logged_out(void)
 {
 	size_t len;
-	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false};
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
 	char *csr = make_csr(&o, &len);
 	sg_hsm_stats before, after;
 	sg_hsm_stats_get(sg_appliance_hsm(app), &before);
@@ -384,6 +429,6 @@ static void teardown(void)
 	fixture_free(&fx);
 }
 
-SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_istio_profile), SG_TEST(t_istio_identity_is_stamped),
+SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_istio_profile), SG_TEST(t_istio_identity_is_stamped), SG_TEST(t_istio_strict),
 	     SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bad_csrs),
 	     SG_TEST(t_backpressure_and_drain), SG_TEST(t_concurrent_with_faults), SG_TEST(t_logged_out), SG_TEST(teardown))
