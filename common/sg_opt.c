@@ -207,6 +207,8 @@ static int apply(const sg_opt *o, void *target, const char *value, const char *b
 		*slot = s;
 		return SG_OK;
 	}
+	case SG_OPT_FOREIGN:
+		return SG_OK; /* a shared config file may name other programs' settings */
 	case SG_OPT_ENUM:
 		SG_ENSURE(o->choices, SG_EINTERNAL, "%s: enum without choices", where);
 		for (int i = 0; o->choices[i]; i++) {
@@ -420,7 +422,7 @@ static int scan_args(const sg_opt *table, size_t n, int argc, char **argv, sg_op
 			continue;
 		}
 		const sg_opt *o = find(table, n, name, name_len);
-		SG_ENSURE(o, SG_EINVAL, "unknown option --%.*s", (int)name_len, name);
+		SG_ENSURE(o && o->type != SG_OPT_FOREIGN, SG_EINVAL, "unknown option --%.*s", (int)name_len, name);
 		size_t idx = (size_t)(o - table);
 		SG_ENSURE(!seen[idx], SG_EINVAL, "--%s given more than once", o->name);
 		seen[idx] = true;
@@ -492,6 +494,7 @@ static void type_hint(const sg_opt *o, char *buf, size_t cap)
 		return;
 	case SG_OPT_STRING: snprintf(buf, cap, " STRING"); return;
 	case SG_OPT_PATH: snprintf(buf, cap, " PATH"); return;
+	case SG_OPT_FOREIGN: snprintf(buf, cap, " (ignored)"); return;
 	case SG_OPT_ENUM: {
 		size_t used = (size_t)snprintf(buf, cap, " ");
 		for (int i = 0; o->choices && o->choices[i] && used < cap; i++)
@@ -507,6 +510,8 @@ void sg_opt_usage(const sg_opt *table, size_t n, void *fp)
 	FILE *f = fp;
 	for (size_t i = 0; i < n; i++) {
 		const sg_opt *o = &table[i];
+		if (o->type == SG_OPT_FOREIGN)
+			continue;
 		char hint[256];
 		type_hint(o, hint, sizeof(hint));
 		fprintf(f, "  --%s%s  %s", o->name, hint, o->help ? o->help : "");

@@ -76,6 +76,8 @@ typedef enum sg_opt_type {
 	SG_OPT_STRING,   /* char *, at most max bytes when max > 0 */
 	SG_OPT_PATH,     /* char *; relative paths in a config file resolve against its folder */
 	SG_OPT_ENUM,     /* int index into choices (a NULL-terminated list) */
+	SG_OPT_FOREIGN,  /* another program's setting: accepted (and ignored) in a
+			  * shared config file, unknown as a flag, not in --help */
 } sg_opt_type;
 
 typedef struct sg_opt {

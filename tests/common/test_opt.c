@@ -563,7 +563,36 @@ static void t_usage(void)
 	SG_CHECK(strstr(buf, "--help") != NULL);
 }
 
+/* Settings of another program sharing the config file: accepted there,
+ * unknown as flags, absent from --help. */
+static void t_foreign(void)
+{
+	typedef struct {
+		int64_t port;
+	} mine;
+	static const sg_opt rows[] = {
+		{"port", SG_OPT_INT, offsetof(mine, port), "1", 1, 65535, NULL, "a port", false},
+		{"serving-address", SG_OPT_FOREIGN, 0, NULL, 0, 0, NULL, NULL, false},
+	};
+	mine m = {0};
+	static const char file[] = "port = 7\nserving-address = 0.0.0.0:6443\n";
+	SG_CHECK_OK(sg_opt_parse_file_bytes(rows, 2, &m, file, sizeof(file) - 1, "shared.conf", NULL));
+	SG_CHECK(m.port == 7);
+	char *argv[] = {"--serving-address", "x"};
+	char *pos[2];
+	sg_opt_result res = {.argv = pos};
+	SG_CHECK_RC(sg_opt_parse(rows, 2, &m, 2, argv, &res), SG_EINVAL);
+	SG_CHECK_MSG("unknown option --serving-address");
+	char buf[1024] = "";
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+	if (f) {
+		sg_opt_usage(rows, 2, f);
+		fclose(f);
+		SG_CHECK(strstr(buf, "--port") && !strstr(buf, "serving-address"));
+	}
+}
+
 SG_TEST_MAIN(SG_TEST(t_defaults), SG_TEST(t_gnu_forms), SG_TEST(t_errors), SG_TEST(t_positionals),
 	     SG_TEST(t_help), SG_TEST(t_bounds), SG_TEST(t_durations), SG_TEST(t_file_basic),
 	     SG_TEST(t_file_errors), SG_TEST(t_file_limits), SG_TEST(t_config_precedence),
-	     SG_TEST(t_strings_owned), SG_TEST(t_usage))
+	     SG_TEST(t_strings_owned), SG_TEST(t_usage), SG_TEST(t_foreign))
