@@ -1,0 +1,71 @@
+/*
+ * sg_policy: what a caller may have, decided before any signing work.
+ *
+ * Two modes, matching the servers signet replaces:
+ *   istio-csr (default)  the CSR must ask for exactly the caller's identity
+ *                        (checked by the signer, sg_issue_request.strict_csr);
+ *                        TTL = min(requested, or the max when none, max).
+ *   istiod               the CSR's names are ignored and the identity is
+ *                        stamped; TTL <= 0 gives the default (24h), a TTL
+ *                        above the max is refused (SG_EINVAL, istiod's
+ *                        "requested TTL ... is greater than the max allowed").
+ * Both: the clusterid header must be empty or equal the configured cluster
+ * ID; metadata ImpersonatedIdentity is honoured only for callers whose
+ * "namespace/serviceaccount" is in the trusted node accounts, and must be a
+ * SPIFFE ID of this trust domain. Refusals are SG_EAUTH (authentication) or
+ * SG_EDENIED (authorization), which the front end answers with
+ * UNAUTHENTICATED.
+ *
+ * An sg_policy is immutable after sg_policy_new and shared by all threads.
+ */
+#ifndef SG_POLICY_H
+#define SG_POLICY_H
+
+#include "sg_authn.h"
+#include "sg_error.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum sg_policy_mode {
+	SG_POLICY_ISTIO_CSR = 0,
+	SG_POLICY_ISTIOD = 1,
+} sg_policy_mode;
+
+extern const char *const sg_policy_mode_names[]; /* "istio-csr", "istiod", NULL */
+
+typedef struct sg_policy_options {
+	sg_policy_mode mode;
+	int64_t max_ttl;          /* seconds; > 0 */
+	int64_t default_ttl;      /* istiod mode, for requests without a TTL */
+	const char *cluster_id;   /* "Kubernetes" */
+	const char *trust_domain; /* "cluster.local" */
+	const char *trusted_node_accounts; /* comma-separated "ns/sa" list, or NULL */
+} sg_policy_options;
+
+typedef struct sg_policy sg_policy;
+
+typedef struct sg_policy_input {
+	const sg_caller *caller;
+	const char *cluster_id;            /* clusterid header, or NULL */
+	int64_t requested_ttl;             /* validity_duration, seconds */
+	const char *impersonated_identity; /* or NULL */
+} sg_policy_input;
+
+typedef struct sg_policy_decision {
+	char identity[SG_ID_MAX]; /* the SPIFFE ID to certify */
+	int64_t ttl;              /* seconds */
+	bool strict_csr;          /* the signer enforces istio-csr's CSR checks */
+	bool impersonated;
+} sg_policy_decision;
+
+/* Caller frees with sg_policy_free. Validates the options (bad node
+ * account entries are SG_EINVAL naming the entry). */
+SG_API int sg_policy_new(sg_policy **out, const sg_policy_options *o) SG_MUST_CHECK;
+SG_API void sg_policy_free(sg_policy *p);
+SG_API sg_policy_mode sg_policy_get_mode(const sg_policy *p);
+
+SG_API int sg_policy_decide(const sg_policy *p, const sg_policy_input *in, sg_policy_decision *out) SG_MUST_CHECK;
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * Request policy: cluster ID, impersonation and TTL rules in both modes.
+ */
+#include "sg_policy.h"
+#include "sg_test.h"
+
+static sg_caller caller(const char *ns, const char *sa)
+{
+	sg_caller c = {0};
+	snprintf(c.identity, sizeof(c.identity), "spiffe://cluster.local/ns/%s/sa/%s", ns, sa);
+	snprintf(c.ns, sizeof(c.ns), "%s", ns);
+	snprintf(c.sa, sizeof(c.sa), "%s", sa);
+	c.method = "jwt";
+	return c;
+}
+
+static sg_policy *make(sg_policy_mode mode, const char *trusted)
+{
+	sg_policy_options o = {.mode = mode, .max_ttl = 3600, .default_ttl = 86400, .cluster_id = "Kubernetes",
+			       .trust_domain = "cluster.local", .trusted_node_accounts = trusted};
+	sg_policy *p = NULL;
+	SG_CHECK_OK(sg_policy_new(&p, &o));
+	return p;
+}
+
+static void t_istio_csr_ttl_clamps(void)
+{
+	sg_policy *p = make(SG_POLICY_ISTIO_CSR, NULL);
+	sg_caller c = caller("default", "app");
+	sg_policy_decision d;
+	static const struct {
+		int64_t req, want;
+	} cases[] = {{0, 3600}, {-5, 3600}, {60, 60}, {3600, 3600}, {86400, 3600}, {INT64_MAX, 3600}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		sg_policy_input in = {.caller = &c, .requested_ttl = cases[i].req};
+		SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+		SG_CHECK(d.ttl == cases[i].want);
+		SG_CHECK(d.strict_csr);
+		SG_CHECK(strcmp(d.identity, c.identity) == 0);
+	}
+	sg_policy_free(p);
+}
+
+static void t_istiod_ttl_rejects(void)
+{
+	sg_policy *p = make(SG_POLICY_ISTIOD, NULL);
+	sg_caller c = caller("default", "app");
+	sg_policy_decision d;
+	sg_policy_input in = {.caller = &c, .requested_ttl = 0};
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	SG_CHECK(d.ttl == 3600); /* the default (24h) is capped by the max */
+	SG_CHECK(!d.strict_csr);
+	in.requested_ttl = 3600;
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	in.requested_ttl = 3601;
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EINVAL);
+	SG_CHECK_MSG("greater than the max allowed TTL");
+	sg_policy_free(p);
+}
+
+static void t_cluster_id(void)
+{
+	sg_policy *p = make(SG_POLICY_ISTIO_CSR, NULL);
+	sg_caller c = caller("default", "app");
+	sg_policy_decision d;
+	sg_policy_input in = {.caller = &c, .cluster_id = ""};
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	in.cluster_id = "Kubernetes";
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	in.cluster_id = "other";
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EAUTH);
+	SG_CHECK_MSG("only know about local cluster");
+	sg_policy_free(p);
+}
+
+static void t_impersonation(void)
+{
+	sg_policy *none = make(SG_POLICY_ISTIO_CSR, NULL);
+	sg_policy *p = make(SG_POLICY_ISTIO_CSR, "istio-system/ztunnel, kube-system/node-agent");
+	sg_caller zt = caller("istio-system", "ztunnel"), app = caller("default", "app");
+	sg_policy_decision d;
+	sg_policy_input in = {.caller = &zt, .impersonated_identity = "spiffe://cluster.local/ns/default/sa/app"};
+	SG_CHECK_RC(sg_policy_decide(none, &in, &d), SG_EDENIED);
+	SG_CHECK_MSG("no trusted node accounts");
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	SG_CHECK(d.impersonated && strcmp(d.identity, "spiffe://cluster.local/ns/default/sa/app") == 0);
+	in.caller = &app;
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	SG_CHECK_MSG("default/app is not a trusted node account");
+	in.caller = &zt;
+	in.impersonated_identity = "spiffe://evil.example/ns/default/sa/app";
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	in.impersonated_identity = "spiffe://cluster.local";
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	in.impersonated_identity = "spiffe://cluster.local/ns/a b";
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	/* An mTLS caller has no namespace: never a trusted node account. */
+	sg_caller m = {.method = "mtls"};
+	snprintf(m.identity, sizeof(m.identity), "spiffe://cluster.local/ns/istio-system/sa/ztunnel");
+	in.caller = &m;
+	in.impersonated_identity = "spiffe://cluster.local/ns/default/sa/app";
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	sg_policy_free(p);
+	sg_policy_free(none);
+}
+
+static void t_bad_options(void)
+{
+	sg_policy *p = NULL;
+	sg_policy_options o = {.mode = SG_POLICY_ISTIO_CSR, .max_ttl = 3600, .trusted_node_accounts = "noslash"};
+	SG_CHECK_RC(sg_policy_new(&p, &o), SG_EINVAL);
+	SG_CHECK_MSG("noslash");
+	o.trusted_node_accounts = "a/b/c";
+	SG_CHECK_RC(sg_policy_new(&p, &o), SG_EINVAL);
+	o.trusted_node_accounts = "/sa";
+	SG_CHECK_RC(sg_policy_new(&p, &o), SG_EINVAL);
+	o.trusted_node_accounts = "ns/";
+	SG_CHECK_RC(sg_policy_new(&p, &o), SG_EINVAL);
+	o.trusted_node_accounts = NULL;
+	o.max_ttl = 0;
+	SG_CHECK_RC(sg_policy_new(&p, &o), SG_EINVAL);
+	/* '@' in a trust domain is written as '.' (istio-csr). */
+	o.max_ttl = 60;
+	o.trust_domain = "corp@example";
+	o.trusted_node_accounts = "a/b";
+	SG_CHECK_OK(sg_policy_new(&p, &o));
+	sg_caller c = caller("a", "b");
+	sg_policy_input in = {.caller = &c, .impersonated_identity = "spiffe://corp.example/ns/x/sa/y"};
+	sg_policy_decision d;
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	sg_policy_free(p);
+}
+
+SG_TEST_MAIN(SG_TEST(t_istio_csr_ttl_clamps), SG_TEST(t_istiod_ttl_rejects), SG_TEST(t_cluster_id),
+	     SG_TEST(t_impersonation), SG_TEST(t_bad_options))
