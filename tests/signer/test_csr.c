@@ -4,6 +4,7 @@
  * some built byte by byte with sg_der_writer and signed with a real key so
  * that only the defect under test is wrong.
  */
+#include "key_fixture.h"
 #include "sg_csr.h"
 #include "sg_test.h"
 
@@ -14,34 +15,6 @@
 #include <openssl/x509v3.h>
 
 #define ISTIO_URI "spiffe://cluster.local/ns/default/sa/default"
-
-static EVP_PKEY *keygen(const char *kind)
-{
-	if (!strncmp(kind, "rsa", 3))
-		return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)atoi(kind + 3));
-	if (!strcmp(kind, "ed25519"))
-		return EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
-	return EVP_PKEY_Q_keygen(NULL, NULL, "EC", kind);
-}
-
-static EVP_PKEY *key_of(const char *kind)
-{
-	static struct {
-		const char *kind;
-		EVP_PKEY *k;
-	} cache[16];
-	for (size_t i = 0; i < 16; i++) {
-		if (cache[i].kind && !strcmp(cache[i].kind, kind))
-			return cache[i].k;
-		if (!cache[i].kind) {
-			cache[i].kind = kind;
-			if (!(cache[i].k = keygen(kind)))
-				abort();
-			return cache[i].k;
-		}
-	}
-	abort();
-}
 
 /* ---- CSRs through the X509_REQ API ----------------------------------- */
 

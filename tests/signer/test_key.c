@@ -2,6 +2,7 @@
  * Tests for sg_key (SPKI, AlgorithmIdentifier, DigestInfo, ECDSA DER) and
  * sg_crypto (digest, verify), against keys and signatures made by OpenSSL.
  */
+#include "key_fixture.h"
 #include "sg_crypto.h"
 #include "sg_key.h"
 #include "sg_test.h"
@@ -10,39 +11,6 @@
 #include <openssl/ec.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
-
-static EVP_PKEY *keygen(const char *kind)
-{
-	if (!strcmp(kind, "rsa1024"))
-		return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)1024);
-	if (!strcmp(kind, "rsa2048"))
-		return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
-	if (!strcmp(kind, "rsa3072"))
-		return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)3072);
-	if (!strcmp(kind, "ed25519"))
-		return EVP_PKEY_Q_keygen(NULL, NULL, "ED25519");
-	return EVP_PKEY_Q_keygen(NULL, NULL, "EC", kind);
-}
-
-static EVP_PKEY *key_of(const char *kind)
-{
-	static struct {
-		const char *kind;
-		EVP_PKEY *k;
-	} cache[16];
-	for (size_t i = 0; i < 16; i++) {
-		if (cache[i].kind && !strcmp(cache[i].kind, kind))
-			return cache[i].k;
-		if (!cache[i].kind) {
-			cache[i].kind = kind;
-			cache[i].k = keygen(kind);
-			if (!cache[i].k)
-				abort();
-			return cache[i].k;
-		}
-	}
-	abort();
-}
 
 static size_t spki_of(EVP_PKEY *k, uint8_t *buf)
 {
