@@ -227,7 +227,9 @@ static void *sign_worker(void *arg)
 				w->unclean++;
 		}
 	}
+	gate_enter();
 	sg_hsm_session_free(s);
+	gate_leave();
 	return NULL;
 }
 
