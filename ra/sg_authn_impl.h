@@ -1,0 +1,57 @@
+/*
+ * sg_authn_impl: the authenticators signet ships (interface: sg_authn.h).
+ *
+ *   jwt    a Kubernetes service-account token in "authorization: Bearer",
+ *          verified locally against a JWKS file (sg_jwt.h), with a cache.
+ *   mtls   the first URI SAN of a client certificate the TLS layer has
+ *          already verified; it must be a SPIFFE ID of our trust domain.
+ *   chain  several of the above, tried in order (istio order: client
+ *          certificate first, then JWT); the first success wins.
+ *
+ * All three complete synchronously when their members do: on success start()
+ * calls done(SG_OK, caller, NULL, arg) before it returns SG_OK; on failure
+ * it returns the error (SG_EAUTH with the detail set) and does not call
+ * done. A chain also accepts members that complete later (it then reports a
+ * final failure through done).
+ *
+ * Ownership: each constructor fills *out; release with out->free(out->self).
+ * Option strings are copied.
+ */
+#ifndef SG_AUTHN_IMPL_H
+#define SG_AUTHN_IMPL_H
+
+#include "sg_authn.h"
+#include "sg_error.h"
+
+#include <stddef.h>
+
+typedef struct sg_authn_jwt_options {
+	const char *jwks_file;        /* required; reloaded when it changes */
+	const char *issuer;           /* required: the token's "iss" */
+	const char *const *audiences; /* NULL: {"istio-ca"} */
+	size_t n_audiences;
+	const char *trust_domain; /* required, e.g. "cluster.local" */
+	int leeway;               /* seconds; 0: 60; < 0: none */
+	size_t cache_entries;     /* 0: 16384 */
+} sg_authn_jwt_options;
+
+/* Fails with SG_EINVAL/SG_ENOTFOUND when the JWKS file cannot be loaded.
+ * start(): no bearer -> SG_EAUTH "no bearer token"; otherwise the token's
+ * SG_EAUTH detail, or a caller with method "jwt", identity
+ * spiffe://<td>/ns/<ns>/sa/<sa>, ns, sa, pod name/uid and expires = exp. */
+SG_API int sg_authn_jwt_new(sg_authenticator *out, const sg_authn_jwt_options *o) SG_MUST_CHECK;
+
+/* start(): no peer identity -> SG_EAUTH "no client certificate"; an identity
+ * that is not spiffe://<trust_domain>/<path> -> SG_EAUTH; otherwise a caller
+ * with method "mtls" and identity = the peer's URI (ns and sa are "", as the
+ * interface specifies for mTLS callers). '@' in trust_domain becomes '.'. */
+SG_API int sg_authn_mtls_new(sg_authenticator *out, const char *trust_domain) SG_MUST_CHECK;
+
+/* Takes ownership of the n authenticators in list (copied by value; the
+ * chain frees them, also when this call fails). On all-fail the error is
+ * that of the last member that applied to the request (its credential was
+ * present: "jwt"/"tokenreview" need a bearer token, "mtls" a peer
+ * identity), or else the last member's. */
+SG_API int sg_authn_chain_new(sg_authenticator *out, const sg_authenticator *list, size_t n) SG_MUST_CHECK;
+
+#endif

@@ -1,0 +1,723 @@
+/*
+ * sg_jwks: JSON Web Key Sets (RFC 7517) as served by the Kubernetes API
+ * server at /openid/v1/jwks, the signature half of JWS (RFC 7515 / RFC 7518
+ * §3), base64url, and a JWKS file that reloads itself. Together with
+ * sg_jwt.c this is the jansson adapter of signet; its OpenSSL calls are the
+ * JWS ones.
+ *
+ * Shape: a key set is parsed once into immutable OpenSSL keys (EVP_PKEY
+ * from OSSL_PARAM: ~35 µs per key, paid at load time, never per request)
+ * and shared by reference count. A request therefore pays only
+ * EVP_DigestVerify. A set is strict about what it cannot use safely: a
+ * malformed or weak key of a type we support fails the whole set (an
+ * operator error worth surfacing; on reload the old keys stay), while keys
+ * meant for something else (use != "sig", unknown kty/alg) are skipped.
+ *
+ * The file source answers sg_jwks_file_get with one atomic load of a
+ * timestamp; once per second one caller (the one that wins a CAS on the
+ * timestamp) stats the file and reloads when its identity (inode, size,
+ * mtime) changed. The current set is swapped under a mutex that readers
+ * hold only for a pointer load and a reference increment, which is what
+ * makes the reference safe to take. A broken file is remembered by identity
+ * so that it is parsed and logged once, not every second.
+ */
+#include "sg_clock.h"
+#include "sg_der.h"
+#include "sg_guard.h"
+#include "sg_jwt.h"
+#include "sg_log.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <openssl/bn.h>
+#include <openssl/core_names.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/param_build.h>
+#include <openssl/rsa.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- base64url (RFC 4648 §5) ---- */
+
+static int b64_value(unsigned char c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	if (c == '-')
+		return 62;
+	if (c == '_')
+		return 63;
+	return -1;
+}
+
+int sg_b64url_decode(const char *in, size_t n, uint8_t *out, size_t cap, size_t *out_len)
+{
+	/* The alphabet first: its errors say more than a length error. */
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)in[i];
+		if (b64_value(c) >= 0)
+			continue;
+		SG_ENSURE(c != '=', SG_EINVAL, "base64url: padding is not allowed");
+		SG_ENSURE(c != '+' && c != '/', SG_EINVAL, "base64url: '%c' is base64, not base64url", (char)c);
+		SG_BAIL(SG_EINVAL, "base64url: byte 0x%02x is outside the alphabet", c);
+	}
+	SG_ENSURE(n % 4 != 1, SG_EINVAL, "base64url: impossible length");
+	size_t need = n / 4 * 3 + (n % 4 ? n % 4 - 1 : 0);
+	SG_ENSURE(need <= cap, SG_EINVAL, "base64url: %zu bytes exceed the limit of %zu", need, cap);
+	uint32_t acc = 0;
+	unsigned bits = 0;
+	size_t o = 0;
+	for (size_t i = 0; i < n; i++) {
+		acc = (acc << 6) | (uint32_t)b64_value((unsigned char)in[i]);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[o++] = (uint8_t)(acc >> bits);
+			acc &= (1u << bits) - 1;
+		}
+	}
+	/* The leftover 2 or 4 bits must be zero: one encoding per value. */
+	SG_ENSURE(acc == 0, SG_EINVAL, "base64url: non-zero trailing bits");
+	*out_len = o;
+	return SG_OK;
+}
+
+int sg_b64url_encode(const uint8_t *in, size_t n, char *out, size_t cap)
+{
+	static const char alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+	SG_ENSURE(n <= SIZE_MAX / 4 - 2 && (4 * n + 2) / 3 + 1 <= cap, SG_EINVAL, "base64url: output does not fit");
+	size_t o = 0;
+	uint32_t acc = 0;
+	unsigned bits = 0;
+	for (size_t i = 0; i < n; i++) {
+		acc = (acc << 8) | in[i];
+		bits += 8;
+		while (bits >= 6) {
+			bits -= 6;
+			out[o++] = alphabet[(acc >> bits) & 63];
+		}
+		acc &= (1u << bits) - 1;
+	}
+	if (bits)
+		out[o++] = alphabet[(acc << (6 - bits)) & 63];
+	out[o] = '\0';
+	return SG_OK;
+}
+
+/* ---- algorithms and keys ---- */
+
+enum kty { KTY_RSA, KTY_EC };
+
+static const struct alg_info {
+	const char *name;
+	enum kty kty;
+	bool pss;
+	int md; /* index into mds[] */
+	size_t ec_bytes;
+} algs[SG_JWS_ALG_COUNT] = {
+    [SG_JWS_RS256] = {"RS256", KTY_RSA, false, 0, 0}, [SG_JWS_RS384] = {"RS384", KTY_RSA, false, 1, 0},
+    [SG_JWS_RS512] = {"RS512", KTY_RSA, false, 2, 0}, [SG_JWS_PS256] = {"PS256", KTY_RSA, true, 0, 0},
+    [SG_JWS_PS384] = {"PS384", KTY_RSA, true, 1, 0},  [SG_JWS_PS512] = {"PS512", KTY_RSA, true, 2, 0},
+    [SG_JWS_ES256] = {"ES256", KTY_EC, false, 0, 32}, [SG_JWS_ES384] = {"ES384", KTY_EC, false, 1, 48},
+    [SG_JWS_ES512] = {"ES512", KTY_EC, false, 2, 66},
+};
+
+static const struct curve_info {
+	const char *jose;
+	const char *ossl;
+	size_t bytes;
+} curves[] = {
+    {"P-256", "prime256v1", 32},
+    {"P-384", "secp384r1", 48},
+    {"P-521", "secp521r1", 66},
+};
+
+#define RSA_MIN_BITS 2048
+#define RSA_MAX_BITS 8192
+
+bool sg_jws_alg_parse(const char *name, sg_jws_alg *out)
+{
+	for (int i = 0; i < SG_JWS_ALG_COUNT; i++) {
+		if (strcmp(name, algs[i].name) == 0) {
+			*out = (sg_jws_alg)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+const char *sg_jws_alg_name(sg_jws_alg alg)
+{
+	return (unsigned)alg < SG_JWS_ALG_COUNT ? algs[alg].name : "?";
+}
+
+/* Digests are fetched once per process, not per verification. */
+static EVP_MD *mds[3];
+static pthread_once_t mds_once = PTHREAD_ONCE_INIT;
+static void fetch_mds(void)
+{
+	mds[0] = EVP_MD_fetch(NULL, "SHA256", NULL);
+	mds[1] = EVP_MD_fetch(NULL, "SHA384", NULL);
+	mds[2] = EVP_MD_fetch(NULL, "SHA512", NULL);
+}
+
+struct jwk {
+	char kid[SG_JWT_KID_MAX + 1];
+	bool has_kid;
+	enum kty kty;
+	int alg;         /* the key's own "alg" (sg_jws_alg), or -1 */
+	size_t bytes;    /* EC coordinate size, or RSA modulus size */
+	const char *crv; /* EC: JOSE curve name */
+	EVP_PKEY *pkey;
+};
+
+struct sg_jwks {
+	atomic_uint refs;
+	uint64_t gen;
+	size_t n;
+	size_t ignored;
+	struct jwk keys[SG_JWKS_KEYS_MAX];
+};
+
+static atomic_uint_fast64_t next_generation;
+
+sg_jwks *sg_jwks_retain(sg_jwks *k)
+{
+	atomic_fetch_add_explicit(&k->refs, 1, memory_order_relaxed);
+	return k;
+}
+
+void sg_jwks_release(sg_jwks *k)
+{
+	if (!k || atomic_fetch_sub_explicit(&k->refs, 1, memory_order_acq_rel) != 1)
+		return;
+	for (size_t i = 0; i < k->n; i++)
+		EVP_PKEY_free(k->keys[i].pkey);
+	free(k);
+}
+
+size_t sg_jwks_count(const sg_jwks *k)
+{
+	return k->n;
+}
+size_t sg_jwks_ignored(const sg_jwks *k)
+{
+	return k->ignored;
+}
+uint64_t sg_jwks_generation(const sg_jwks *k)
+{
+	return k->gen;
+}
+
+/* ---- JWKS parsing (RFC 7517 §4, §5; RFC 7518 §6) ---- */
+
+/* json_decrefp (the cleanup helper) comes with jansson.h. */
+static void bld_freep(OSSL_PARAM_BLD **b)
+{
+	OSSL_PARAM_BLD_free(*b);
+}
+static void params_freep(OSSL_PARAM **p)
+{
+	OSSL_PARAM_free(*p);
+}
+static void pctx_freep(EVP_PKEY_CTX **c)
+{
+	EVP_PKEY_CTX_free(*c);
+}
+static void bn_freep(BIGNUM **b)
+{
+	BN_free(*b);
+}
+
+/* A member that must be a string when present; NULL when absent. */
+static int opt_string(json_t *obj, const char *name, size_t idx, const char **out)
+{
+	json_t *v = json_object_get(obj, name);
+	*out = NULL;
+	if (!v)
+		return SG_OK;
+	SG_ENSURE(json_is_string(v), SG_EINVAL, "JWKS key %zu: \"%s\" is not a string", idx, name);
+	*out = json_string_value(v);
+	return SG_OK;
+}
+
+/* Decodes a required base64url member into buf. */
+static int b64_member(json_t *obj, const char *name, size_t idx, uint8_t *buf, size_t cap, size_t *len)
+{
+	const char *s;
+	SG_TRY(opt_string(obj, name, idx, &s));
+	SG_ENSURE(s, SG_EINVAL, "JWKS key %zu: \"%s\" is missing", idx, name);
+	if (sg_b64url_decode(s, strlen(s), buf, cap, len) == SG_OK)
+		return SG_OK;
+	char why[SG_ERROR_MSG_MAX];
+	snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+	SG_BAIL(SG_EINVAL, "JWKS key %zu: \"%s\": %s", idx, name, why);
+}
+
+static int pkey_from_params(const char *type, OSSL_PARAM_BLD *bld, size_t idx, EVP_PKEY **out)
+{
+	OSSL_PARAM *params SG_CLEANUP(params_freep) = OSSL_PARAM_BLD_to_param(bld);
+	SG_ENSURE(params, SG_EINTERNAL, "JWKS key %zu: out of memory", idx);
+	EVP_PKEY_CTX *ctx SG_CLEANUP(pctx_freep) = EVP_PKEY_CTX_new_from_name(NULL, type, NULL);
+	SG_ENSURE(ctx, SG_EINTERNAL, "JWKS key %zu: no %s support", idx, type);
+	SG_OSSL(EVP_PKEY_fromdata_init(ctx), SG_EINTERNAL, "JWKS key %zu: fromdata", idx);
+	SG_OSSL(EVP_PKEY_fromdata(ctx, out, EVP_PKEY_PUBLIC_KEY, params), SG_EINVAL, "JWKS key %zu: bad %s key", idx,
+	        type);
+	return SG_OK;
+}
+
+static int parse_rsa(json_t *obj, size_t idx, struct jwk *k)
+{
+	uint8_t n[RSA_MAX_BITS / 8 + 1], e[8];
+	size_t nlen, elen;
+	SG_TRY(b64_member(obj, "n", idx, n, sizeof(n), &nlen));
+	SG_TRY(b64_member(obj, "e", idx, e, sizeof(e), &elen));
+	BIGNUM *bn SG_CLEANUP(bn_freep) = BN_bin2bn(n, (int)nlen, NULL);
+	BIGNUM *be SG_CLEANUP(bn_freep) = BN_bin2bn(e, (int)elen, NULL);
+	SG_ENSURE(bn && be, SG_EINTERNAL, "JWKS key %zu: out of memory", idx);
+	int bits = BN_num_bits(bn);
+	SG_ENSURE(bits >= RSA_MIN_BITS, SG_EINVAL, "JWKS key %zu: RSA key of %d bits is below %d", idx, bits,
+	          RSA_MIN_BITS);
+	SG_ENSURE(bits <= RSA_MAX_BITS, SG_EINVAL, "JWKS key %zu: RSA key of %d bits is above %d", idx, bits,
+	          RSA_MAX_BITS);
+	SG_ENSURE(BN_is_odd(be) && BN_num_bits(be) >= 2, SG_EINVAL, "JWKS key %zu: bad RSA exponent", idx);
+	OSSL_PARAM_BLD *bld SG_CLEANUP(bld_freep) = OSSL_PARAM_BLD_new();
+	SG_ENSURE(bld, SG_EINTERNAL, "JWKS key %zu: out of memory", idx);
+	SG_OSSL(OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_N, bn), SG_EINTERNAL, "JWKS key %zu: n", idx);
+	SG_OSSL(OSSL_PARAM_BLD_push_BN(bld, OSSL_PKEY_PARAM_RSA_E, be), SG_EINTERNAL, "JWKS key %zu: e", idx);
+	SG_TRY(pkey_from_params("RSA", bld, idx, &k->pkey));
+	k->bytes = ((size_t)bits + 7) / 8;
+	return SG_OK;
+}
+
+static int parse_ec(json_t *obj, size_t idx, struct jwk *k)
+{
+	const char *crv;
+	SG_TRY(opt_string(obj, "crv", idx, &crv));
+	SG_ENSURE(crv, SG_EINVAL, "JWKS key %zu: \"crv\" is missing", idx);
+	const struct curve_info *c = NULL;
+	for (size_t i = 0; i < sizeof(curves) / sizeof(curves[0]); i++)
+		if (strcmp(crv, curves[i].jose) == 0)
+			c = &curves[i];
+	SG_ENSURE(c, SG_EINVAL, "JWKS key %zu: unsupported curve", idx);
+	/* RFC 7518 §6.2.1.2: coordinates are full-length octet strings. */
+	uint8_t pub[1 + 2 * 66];
+	size_t xlen, ylen;
+	pub[0] = 0x04;
+	SG_TRY(b64_member(obj, "x", idx, pub + 1, c->bytes, &xlen));
+	SG_TRY(b64_member(obj, "y", idx, pub + 1 + c->bytes, c->bytes, &ylen));
+	SG_ENSURE(xlen == c->bytes && ylen == c->bytes, SG_EINVAL, "JWKS key %zu: %s coordinates must be %zu bytes",
+	          idx, c->jose, c->bytes);
+	OSSL_PARAM_BLD *bld SG_CLEANUP(bld_freep) = OSSL_PARAM_BLD_new();
+	SG_ENSURE(bld, SG_EINTERNAL, "JWKS key %zu: out of memory", idx);
+	SG_OSSL(OSSL_PARAM_BLD_push_utf8_string(bld, OSSL_PKEY_PARAM_GROUP_NAME, c->ossl, 0), SG_EINTERNAL,
+	        "JWKS key %zu: group", idx);
+	SG_OSSL(OSSL_PARAM_BLD_push_octet_string(bld, OSSL_PKEY_PARAM_PUB_KEY, pub, 1 + 2 * c->bytes), SG_EINTERNAL,
+	        "JWKS key %zu: point", idx);
+	SG_TRY(pkey_from_params("EC", bld, idx, &k->pkey));
+	/* fromdata decodes the point; the explicit check makes "on the curve"
+	 * a stated property rather than a side effect. */
+	EVP_PKEY_CTX *chk SG_CLEANUP(pctx_freep) = EVP_PKEY_CTX_new_from_pkey(NULL, k->pkey, NULL);
+	SG_ENSURE(chk, SG_EINTERNAL, "JWKS key %zu: out of memory", idx);
+	SG_OSSL(EVP_PKEY_public_check(chk), SG_EINVAL, "JWKS key %zu: EC point is not on %s", idx, c->jose);
+	k->bytes = c->bytes;
+	k->crv = c->jose;
+	return SG_OK;
+}
+
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if (*s < 0x21 || *s > 0x7e)
+			return false;
+	return true;
+}
+
+/* Whether the key's "key_ops" (RFC 7517 §4.3), when present, allows verify. */
+static bool ops_allow_verify(json_t *obj)
+{
+	json_t *ops = json_object_get(obj, "key_ops");
+	if (!ops)
+		return true;
+	size_t i;
+	json_t *op;
+	json_array_foreach(ops, i,
+	                   op) if (json_is_string(op) && strcmp(json_string_value(op), "verify") == 0) return true;
+	return false;
+}
+
+/* Parses one entry into k->keys[k->n] or counts it as ignored. */
+static int parse_key(sg_jwks *set, json_t *obj, size_t idx)
+{
+	SG_ENSURE(json_is_object(obj), SG_EINVAL, "JWKS key %zu is not an object", idx);
+	const char *kty, *use, *alg, *kid;
+	SG_TRY(opt_string(obj, "kty", idx, &kty));
+	SG_TRY(opt_string(obj, "use", idx, &use));
+	SG_TRY(opt_string(obj, "alg", idx, &alg));
+	SG_TRY(opt_string(obj, "kid", idx, &kid));
+	SG_ENSURE(kty, SG_EINVAL, "JWKS key %zu: \"kty\" is missing", idx);
+	enum kty t;
+	if (strcmp(kty, "RSA") == 0)
+		t = KTY_RSA;
+	else if (strcmp(kty, "EC") == 0)
+		t = KTY_EC;
+	else
+		goto ignore;
+	if ((use && strcmp(use, "sig") != 0) || !ops_allow_verify(obj))
+		goto ignore;
+	sg_jws_alg a = SG_JWS_ALG_COUNT;
+	if (alg && !sg_jws_alg_parse(alg, &a))
+		goto ignore;
+	SG_ENSURE(!json_object_get(obj, "d"), SG_EINVAL, "JWKS key %zu carries private key material", idx);
+	SG_ENSURE(!kid || (strlen(kid) <= SG_JWT_KID_MAX && printable(kid)), SG_EINVAL,
+	          "JWKS key %zu: \"kid\" is longer than %d bytes or not printable", idx, SG_JWT_KID_MAX);
+
+	struct jwk *k = &set->keys[set->n];
+	memset(k, 0, sizeof(*k));
+	k->kty = t;
+	k->alg = alg ? (int)a : -1;
+	if (kid) {
+		k->has_kid = true;
+		memcpy(k->kid, kid, strlen(kid) + 1);
+	}
+	int rc = t == KTY_RSA ? parse_rsa(obj, idx, k) : parse_ec(obj, idx, k);
+	if (rc != SG_OK) {
+		EVP_PKEY_free(k->pkey);
+		return rc;
+	}
+	set->n++; /* from here the set owns k->pkey */
+	if (alg) {
+		const struct alg_info *ai = &algs[a];
+		SG_ENSURE(ai->kty == t && (t == KTY_RSA || ai->ec_bytes == k->bytes), SG_EINVAL,
+		          "JWKS key %zu: alg %s does not fit kty %s", idx, ai->name, kty);
+	}
+	return SG_OK;
+ignore:
+	set->ignored++;
+	return SG_OK;
+}
+
+int sg_jwks_parse(sg_jwks **out, const void *json, size_t len)
+{
+	*out = NULL;
+	SG_ENSURE(len <= SG_JWKS_MAX, SG_EINVAL, "JWKS is %zu bytes, more than %u", len, SG_JWKS_MAX);
+	json_error_t jerr;
+	json_t *root SG_CLEANUP(json_decrefp) = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	SG_ENSURE(root, SG_EINVAL, "JWKS is not valid JSON: %s (line %d)", jerr.text, jerr.line);
+	SG_ENSURE(json_is_object(root), SG_EINVAL, "JWKS is not a JSON object");
+	json_t *keys = json_object_get(root, "keys");
+	SG_ENSURE(json_is_array(keys), SG_EINVAL, "JWKS has no \"keys\" array");
+	size_t n = json_array_size(keys);
+	SG_ENSURE(n <= SG_JWKS_KEYS_MAX, SG_EINVAL, "JWKS has %zu keys, more than %d", n, SG_JWKS_KEYS_MAX);
+
+	sg_jwks *set = calloc(1, sizeof(*set));
+	SG_ENSURE(set, SG_EINTERNAL, "out of memory");
+	atomic_init(&set->refs, 1);
+	int rc = SG_OK;
+	for (size_t i = 0; i < n && rc == SG_OK; i++)
+		rc = parse_key(set, json_array_get(keys, i), i);
+	if (rc == SG_OK && set->n == 0)
+		rc = sg_error_set(SG_EINVAL, "JWKS has no usable key (%zu ignored)", set->ignored);
+	if (rc != SG_OK) {
+		ERR_clear_error();
+		sg_jwks_release(set);
+		return rc;
+	}
+	set->gen = atomic_fetch_add(&next_generation, 1) + 1;
+	*out = set;
+	return SG_OK;
+}
+
+/* ---- signatures (RFC 7518 §3.3, §3.4, §3.5) ---- */
+
+static bool key_fits(const struct jwk *k, sg_jws_alg alg)
+{
+	const struct alg_info *a = &algs[alg];
+	return k->kty == a->kty && (k->kty == KTY_RSA || k->bytes == a->ec_bytes) && (k->alg < 0 || k->alg == (int)alg);
+}
+
+static void mdctx_freep(EVP_MD_CTX **c)
+{
+	EVP_MD_CTX_free(*c);
+}
+
+static int verify_one(const struct jwk *k, sg_jws_alg alg, const uint8_t *msg, size_t msg_len, const uint8_t *sig,
+                      size_t sig_len)
+{
+	const struct alg_info *a = &algs[alg];
+	uint8_t der[2 * 66 + 16];
+	if (a->kty == KTY_EC) {
+		/* Raw r||s (RFC 7518 §3.4) re-encoded as Ecdsa-Sig-Value DER. */
+		SG_ENSURE(sig_len == 2 * a->ec_bytes, SG_EAUTH, "token signature has %zu bytes, %s needs %zu", sig_len,
+		          a->name, 2 * a->ec_bytes);
+		sg_der_writer w;
+		sg_der_writer_init(&w, der, sizeof(der));
+		size_t m = sg_der_begin(&w, SG_DER_SEQUENCE);
+		sg_der_uint_bytes(&w, sig, a->ec_bytes);
+		sg_der_uint_bytes(&w, sig + a->ec_bytes, a->ec_bytes);
+		sg_der_end(&w, m);
+		SG_TRY(sg_der_writer_status(&w));
+		sig = der;
+		sig_len = w.len;
+	} else {
+		SG_ENSURE(sig_len == k->bytes, SG_EAUTH, "token signature has %zu bytes, the key needs %zu", sig_len,
+		          k->bytes);
+	}
+	pthread_once(&mds_once, fetch_mds);
+	EVP_MD *md = mds[a->md];
+	SG_ENSURE(md, SG_EINTERNAL, "digest for %s unavailable", a->name);
+	EVP_MD_CTX *ctx SG_CLEANUP(mdctx_freep) = EVP_MD_CTX_new();
+	SG_ENSURE(ctx, SG_EINTERNAL, "out of memory");
+	EVP_PKEY_CTX *pctx = NULL; /* owned by ctx */
+	ERR_clear_error();
+	SG_OSSL(EVP_DigestVerifyInit(ctx, &pctx, md, NULL, k->pkey), SG_EINTERNAL, "%s verify init", a->name);
+	if (a->pss) {
+		SG_OSSL(EVP_PKEY_CTX_set_rsa_padding(pctx, RSA_PKCS1_PSS_PADDING), SG_EINTERNAL, "PSS padding");
+		/* RFC 7518 §3.5: the salt is as long as the hash. */
+		SG_OSSL(EVP_PKEY_CTX_set_rsa_pss_saltlen(pctx, RSA_PSS_SALTLEN_DIGEST), SG_EINTERNAL, "PSS salt");
+	}
+	if (EVP_DigestVerify(ctx, sig, sig_len, msg, msg_len) != 1) {
+		ERR_clear_error(); /* a wrong signature is not an OpenSSL fault */
+		SG_BAIL(SG_EAUTH, "token signature does not verify");
+	}
+	return SG_OK;
+}
+
+static void describe(const struct jwk *k, char *buf, size_t cap)
+{
+	if (k->kty == KTY_EC)
+		snprintf(buf, cap, "EC %s%s%s", k->crv, k->alg >= 0 ? ", alg " : "",
+		         k->alg >= 0 ? algs[k->alg].name : "");
+	else
+		snprintf(buf, cap, "RSA%s%s", k->alg >= 0 ? ", alg " : "", k->alg >= 0 ? algs[k->alg].name : "");
+}
+
+int sg_jwks_verify(const sg_jwks *set, sg_jws_alg alg, const char *kid, const uint8_t *msg, size_t msg_len,
+                   const uint8_t *sig, size_t sig_len)
+{
+	SG_ENSURE((unsigned)alg < SG_JWS_ALG_COUNT, SG_EAUTH, "token alg is not accepted");
+	const struct jwk *named = NULL;
+	int rc = SG_EAUTH;
+	bool tried = false;
+	for (size_t i = 0; i < set->n; i++) {
+		const struct jwk *k = &set->keys[i];
+		if (kid) {
+			if (!k->has_kid || strcmp(k->kid, kid) != 0)
+				continue;
+			named = k;
+		}
+		if (!key_fits(k, alg))
+			continue;
+		tried = true;
+		rc = verify_one(k, alg, msg, msg_len, sig, sig_len);
+		if (rc == SG_OK || rc != SG_EAUTH)
+			return rc;
+	}
+	if (tried)
+		return rc; /* the detail of the last key tried */
+	if (kid && !named)
+		SG_BAIL(SG_EAUTH, "token kid \"%.64s\" is not in the JWKS", kid);
+	if (named) {
+		char d[48];
+		describe(named, d, sizeof(d));
+		SG_BAIL(SG_EAUTH, "token alg %s does not match key \"%.64s\" (%s)", algs[alg].name, kid, d);
+	}
+	SG_BAIL(SG_EAUTH, "the JWKS has no key for token alg %s", algs[alg].name);
+}
+
+/* ---- the file source ---- */
+
+/* set: a check happened; exists: the file was there (else only set). */
+struct file_id {
+	bool set;
+	bool exists;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtim;
+};
+
+struct sg_jwks_file {
+	char *path;
+	pthread_mutex_t lock; /* guards cur: readers hold it for a load + retain */
+	sg_jwks *cur;
+	pthread_mutex_t reload; /* one reloader at a time; guards the fields below */
+	struct file_id loaded;
+	struct file_id failed;
+	sg_error failed_err;
+	atomic_uint_fast64_t checked_ms;
+	atomic_uint_fast64_t gen;
+};
+
+static struct file_id id_of(const struct stat *st)
+{
+	struct file_id id = {true, true, st->st_dev, st->st_ino, st->st_size, st->st_mtim};
+	return id;
+}
+
+static bool same_id(const struct file_id *a, const struct file_id *b)
+{
+	if (!a->set || !b->set || a->exists != b->exists)
+		return false;
+	return !a->exists || (a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+	                      a->mtim.tv_sec == b->mtim.tv_sec && a->mtim.tv_nsec == b->mtim.tv_nsec);
+}
+
+static uint64_t mono_ms(void)
+{
+	return sg_now_ns() / 1000000u;
+}
+
+static void fd_closep(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+}
+
+/* Reads and parses path; *id is the identity of what was read. */
+static int load(const char *path, sg_jwks **out, struct file_id *id)
+{
+	int fd SG_CLEANUP(fd_closep) = open(path, O_RDONLY | O_CLOEXEC);
+	SG_ENSURE(fd >= 0, errno == ENOENT ? SG_ENOTFOUND : SG_EINVAL, "cannot open JWKS %s: %s", path,
+	          strerror(errno));
+	struct stat st;
+	SG_ENSURE(fstat(fd, &st) == 0 && S_ISREG(st.st_mode), SG_EINVAL, "JWKS %s is not a regular file", path);
+	*id = id_of(&st);
+	SG_ENSURE(st.st_size <= (off_t)SG_JWKS_MAX, SG_EINVAL, "JWKS %s is larger than %u bytes", path, SG_JWKS_MAX);
+	/* One byte of slack: growth during the read shows up as too large. */
+	size_t cap = (size_t)st.st_size + 1, len = 0;
+	char *buf SG_AUTOFREE = malloc(cap);
+	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
+	for (;;) {
+		ssize_t r = read(fd, buf + len, cap - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		SG_ENSURE(r >= 0, SG_EINVAL, "cannot read JWKS %s: %s", path, strerror(errno));
+		if (r == 0)
+			break;
+		len += (size_t)r;
+		SG_ENSURE(len < cap, SG_EINVAL, "JWKS %s grew while being read", path);
+	}
+	int rc = sg_jwks_parse(out, buf, len);
+	if (rc == SG_OK)
+		return SG_OK;
+	char why[SG_ERROR_MSG_MAX];
+	snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+	SG_BAIL(rc, "JWKS %s: %s", path, why);
+}
+
+static void swap_in(sg_jwks_file *f, sg_jwks *k)
+{
+	pthread_mutex_lock(&f->lock);
+	sg_jwks *old = f->cur;
+	f->cur = k;
+	atomic_store_explicit(&f->gen, k->gen, memory_order_release);
+	pthread_mutex_unlock(&f->lock);
+	sg_jwks_release(old);
+}
+
+/* Stats the file and reloads it when it changed. */
+static int check(sg_jwks_file *f)
+{
+	int rc = SG_OK;
+	struct stat st;
+	struct file_id now_id = {.set = true, .exists = false};
+	if (stat(f->path, &st) == 0)
+		now_id = id_of(&st);
+	pthread_mutex_lock(&f->reload);
+	if (same_id(&now_id, &f->loaded))
+		goto unlock;
+	if (same_id(&now_id, &f->failed)) {
+		sg_error_restore(&f->failed_err);
+		rc = f->failed_err.code;
+		goto unlock;
+	}
+	sg_jwks *k = NULL;
+	struct file_id read_id = now_id;
+	rc = load(f->path, &k, &read_id);
+	if (rc != SG_OK) {
+		/* Keep serving the old keys; remember this file to log it once. */
+		f->failed = read_id;
+		sg_error_save(&f->failed_err);
+		sg_log(SG_LOG_WARN, "JWKS reload failed; keeping the previous keys", SG_F_STR("path", f->path),
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+		goto unlock;
+	}
+	f->loaded = read_id;
+	f->failed.set = false;
+	sg_log(SG_LOG_INFO, "JWKS reloaded", SG_F_STR("path", f->path), SG_F_INT("keys", k->n),
+	       SG_F_INT("ignored", k->ignored), SG_F_END);
+	swap_in(f, k);
+unlock:
+	pthread_mutex_unlock(&f->reload);
+	return rc;
+}
+
+int sg_jwks_file_new(sg_jwks_file **out, const char *path)
+{
+	*out = NULL;
+	sg_jwks_file *f = calloc(1, sizeof(*f));
+	SG_ENSURE(f, SG_EINTERNAL, "out of memory");
+	f->path = strdup(path);
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->reload, NULL);
+	atomic_init(&f->checked_ms, mono_ms());
+	int rc = f->path ? load(path, &f->cur, &f->loaded) : sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc != SG_OK) {
+		sg_jwks_file_free(f);
+		return rc;
+	}
+	atomic_init(&f->gen, f->cur->gen);
+	*out = f;
+	return SG_OK;
+}
+
+uint64_t sg_jwks_file_poll(sg_jwks_file *f)
+{
+	uint_fast64_t now = mono_ms();
+	uint_fast64_t last = atomic_load_explicit(&f->checked_ms, memory_order_relaxed);
+	if (now - last >= 1000 && atomic_compare_exchange_strong(&f->checked_ms, &last, now)) {
+		/* A background reload must not clobber the caller's error detail. */
+		sg_error saved;
+		sg_error_save(&saved);
+		(void)check(f);
+		sg_error_restore(&saved);
+	}
+	return atomic_load_explicit(&f->gen, memory_order_acquire);
+}
+
+sg_jwks *sg_jwks_file_get(sg_jwks_file *f)
+{
+	(void)sg_jwks_file_poll(f);
+	pthread_mutex_lock(&f->lock);
+	sg_jwks *k = sg_jwks_retain(f->cur);
+	pthread_mutex_unlock(&f->lock);
+	return k;
+}
+
+int sg_jwks_file_refresh(sg_jwks_file *f)
+{
+	atomic_store(&f->checked_ms, mono_ms());
+	return check(f);
+}
+
+void sg_jwks_file_free(sg_jwks_file *f)
+{
+	if (!f)
+		return;
+	sg_jwks_release(f->cur);
+	pthread_mutex_destroy(&f->lock);
+	pthread_mutex_destroy(&f->reload);
+	free(f->path);
+	free(f);
+}

@@ -1,0 +1,282 @@
+/*
+ * Tests for ra/sg_authn_impl.h: the jwt authenticator (tokens from the
+ * development issuer), the mtls authenticator (own and foreign trust
+ * domains, malformed SPIFFE IDs) and the chain (order, which error wins,
+ * members that complete later).
+ */
+#include "sg_authn_impl.h"
+#include "sg_jwt.h"
+#include "sg_test.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NOW INT64_C(1700000000)
+
+static char dir[64], key_path[128], jwks_path[128];
+
+struct result {
+	int calls;
+	int rc;
+	sg_caller caller;
+	sg_error err;
+};
+
+static void on_done(int rc, const sg_caller *caller, const sg_error *err, void *arg)
+{
+	struct result *r = arg;
+	r->calls++;
+	r->rc = rc;
+	if (caller)
+		r->caller = *caller;
+	if (err)
+		r->err = *err;
+}
+
+/* Runs a; returns start()'s result, *r holds what done saw. */
+static int run(const sg_authenticator *a, const char *bearer, const char *peer, struct result *r)
+{
+	memset(r, 0, sizeof(*r));
+	sg_authn_request req = {bearer, bearer ? strlen(bearer) : 0, peer, NOW};
+	return a->start(a->self, &req, on_done, r);
+}
+
+static void setup(void)
+{
+	if (dir[0])
+		return;
+	snprintf(dir, sizeof(dir), "/tmp/sg_authn_test.XXXXXX");
+	if (!mkdtemp(dir))
+		abort();
+	snprintf(key_path, sizeof(key_path), "%s/issuer.key", dir);
+	snprintf(jwks_path, sizeof(jwks_path), "%s/issuer.jwks", dir);
+	if (sg_jwt_dev_issuer_create(key_path, jwks_path, NULL) != 0)
+		abort();
+}
+
+static char *mint(const char *ns, const char *sa, int64_t ttl)
+{
+	sg_jwt_mint_options o = {
+	    .issuer = "signet-dev",
+	    .ns = ns,
+	    .sa = sa,
+	    .pod_name = "app-5d8f",
+	    .pod_uid = "7c2e-11",
+	    .ttl = ttl,
+	    .now = NOW,
+	};
+	char *t = NULL;
+	if (sg_jwt_mint(key_path, &o, &t) != 0)
+		abort();
+	return t;
+}
+
+static int jwt_new(sg_authenticator *a, const char *td)
+{
+	sg_authn_jwt_options o = {.jwks_file = jwks_path, .issuer = "signet-dev", .trust_domain = td};
+	return sg_authn_jwt_new(a, &o);
+}
+
+static void t_jwt(void)
+{
+	setup();
+	sg_authenticator a;
+	SG_CHECK_OK(jwt_new(&a, "cluster.local"));
+	SG_CHECK(strcmp(a.name, "jwt") == 0);
+	struct result r;
+	char *tok = mint("default", "sleep", 3600);
+	SG_CHECK_OK(run(&a, tok, NULL, &r));
+	SG_CHECK(r.calls == 1 && r.rc == 0);
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://cluster.local/ns/default/sa/sleep") == 0);
+	SG_CHECK(strcmp(r.caller.ns, "default") == 0 && strcmp(r.caller.sa, "sleep") == 0);
+	SG_CHECK(strcmp(r.caller.pod_name, "app-5d8f") == 0 && strcmp(r.caller.pod_uid, "7c2e-11") == 0);
+	SG_CHECK(r.caller.expires == NOW + 3600 && strcmp(r.caller.method, "jwt") == 0);
+	/* Again: from the cache, same caller. */
+	SG_CHECK_OK(run(&a, tok, NULL, &r));
+	SG_CHECK(r.calls == 1 && strcmp(r.caller.identity, "spiffe://cluster.local/ns/default/sa/sleep") == 0);
+
+	SG_CHECK_RC(run(&a, NULL, NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("no bearer token");
+	SG_CHECK(r.calls == 0);
+	SG_CHECK_RC(run(&a, "", NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("no bearer token");
+	tok[strlen(tok) - 3] = tok[strlen(tok) - 3] == 'A' ? 'B' : 'A'; /* still base64url */
+	SG_CHECK_RC(run(&a, tok, NULL, &r), SG_EAUTH);
+	SG_CHECK(r.calls == 0);
+	free(tok);
+	tok = mint("default", "sleep", 10);
+	sg_authn_request late = {tok, strlen(tok), NULL, NOW + 100};
+	SG_CHECK_RC(a.start(a.self, &late, on_done, &r), SG_EAUTH);
+	SG_CHECK_MSG("token expired");
+	free(tok);
+	a.free(a.self);
+
+	/* '@' in the trust domain. */
+	SG_CHECK_OK(jwt_new(&a, "corp@example.com"));
+	tok = mint("ns1", "sa1", 60);
+	SG_CHECK_OK(run(&a, tok, NULL, &r));
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://corp.example.com/ns/ns1/sa/sa1") == 0);
+	free(tok);
+	a.free(a.self);
+
+	/* Construction errors. */
+	sg_authn_jwt_options bad = {.jwks_file = "/nonexistent/jwks", .issuer = "x", .trust_domain = "td"};
+	SG_CHECK_RC(sg_authn_jwt_new(&a, &bad), SG_ENOTFOUND);
+	bad.jwks_file = jwks_path;
+	bad.trust_domain = "a/b";
+	SG_CHECK_RC(sg_authn_jwt_new(&a, &bad), SG_EINVAL);
+	bad.trust_domain = NULL;
+	SG_CHECK_RC(sg_authn_jwt_new(&a, &bad), SG_EINVAL);
+}
+
+static void t_mtls(void)
+{
+	sg_authenticator a;
+	struct result r;
+	SG_CHECK_OK(sg_authn_mtls_new(&a, "cluster.local"));
+	SG_CHECK_OK(run(&a, NULL, "spiffe://cluster.local/ns/default/sa/sleep", &r));
+	SG_CHECK(r.calls == 1 && r.rc == 0 && strcmp(r.caller.method, "mtls") == 0);
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://cluster.local/ns/default/sa/sleep") == 0);
+	SG_CHECK(r.caller.ns[0] == '\0' && r.caller.expires == 0);
+
+	static const char *const refused[][2] = {
+	    {"spiffe://other.local/ns/default/sa/sleep", "not in trust domain cluster.local"},
+	    {"spiffe://cluster.local.evil/ns/a/sa/b", "not in trust domain"},
+	    {"spiffe://cluster.localx/ns/a", "not in trust domain"},
+	    {"https://cluster.local/ns/a/sa/b", "not a SPIFFE ID"},
+	    {"spiffe://cluster.local", "not in trust domain"},
+	    {"spiffe://cluster.local/", "malformed SPIFFE path"},
+	    {"spiffe://cluster.local/ns//sa/b", "malformed SPIFFE path"},
+	    {"spiffe://cluster.local/ns/../sa/b", "malformed SPIFFE path"},
+	    {"spiffe://cluster.local/ns/a/sa/b/", "malformed SPIFFE path"},
+	    {"spiffe://cluster.local/ns/a b", "malformed SPIFFE path"},
+	    {"spiffe://cluster.local/ns/a?x=1", "malformed SPIFFE path"},
+	    {"", "no client certificate"},
+	};
+	for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+		SG_CHECK_RC(run(&a, NULL, refused[i][0], &r), SG_EAUTH);
+		SG_CHECK_MSG(refused[i][1]);
+		SG_CHECK(r.calls == 0);
+	}
+	SG_CHECK_RC(run(&a, "tok", NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("no client certificate");
+	char longid[700] = "spiffe://cluster.local/";
+	memset(longid + strlen(longid), 'a', 600);
+	SG_CHECK_RC(run(&a, NULL, longid, &r), SG_EAUTH);
+	SG_CHECK_MSG("longer than");
+	a.free(a.self);
+
+	SG_CHECK_OK(sg_authn_mtls_new(&a, "corp@example.com"));
+	SG_CHECK_OK(run(&a, NULL, "spiffe://corp.example.com/ns/a/sa/b", &r));
+	a.free(a.self);
+	SG_CHECK_RC(sg_authn_mtls_new(&a, ""), SG_EINVAL);
+	SG_CHECK_RC(sg_authn_mtls_new(&a, "a/b"), SG_EINVAL);
+}
+
+/* A member that completes later: start() keeps done and returns SG_OK; the
+ * test then finishes it with a failure or a success. */
+struct later {
+	sg_authn_done_fn done;
+	void *arg;
+	int started;
+};
+
+static int later_start(void *self, const sg_authn_request *req, sg_authn_done_fn done, void *arg)
+{
+	struct later *l = self;
+	(void)req;
+	l->done = done;
+	l->arg = arg;
+	l->started++;
+	return SG_OK;
+}
+
+static void later_free(void *self)
+{
+	(void)self;
+}
+
+static void t_chain(void)
+{
+	setup();
+	sg_authenticator list[2], chain;
+	SG_CHECK_OK(sg_authn_mtls_new(&list[0], "cluster.local"));
+	SG_CHECK_OK(jwt_new(&list[1], "cluster.local"));
+	SG_CHECK_OK(sg_authn_chain_new(&chain, list, 2));
+	struct result r;
+	char *tok = mint("default", "sleep", 3600);
+	const char *peer = "spiffe://cluster.local/ns/gw/sa/gateway";
+
+	SG_CHECK_OK(run(&chain, tok, NULL, &r));
+	SG_CHECK(r.calls == 1 && strcmp(r.caller.method, "jwt") == 0);
+	SG_CHECK_OK(run(&chain, NULL, peer, &r));
+	SG_CHECK(r.calls == 1 && strcmp(r.caller.method, "mtls") == 0);
+	/* Both present: the client certificate comes first (istio order). */
+	SG_CHECK_OK(run(&chain, tok, peer, &r));
+	SG_CHECK(r.calls == 1 && strcmp(r.caller.method, "mtls") == 0 && strcmp(r.caller.identity, peer) == 0);
+	/* A foreign certificate and a good token: the token wins. */
+	SG_CHECK_OK(run(&chain, tok, "spiffe://evil/ns/a/sa/b", &r));
+	SG_CHECK(r.calls == 1 && strcmp(r.caller.method, "jwt") == 0);
+
+	/* All fail: the error of the last member that applied. */
+	char *bad = strdup(tok);
+	bad[strlen(bad) - 3] = bad[strlen(bad) - 3] == 'A' ? 'B' : 'A';
+	SG_CHECK_RC(run(&chain, bad, NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("token signature does not verify");
+	SG_CHECK(r.calls == 0);
+	SG_CHECK_RC(run(&chain, NULL, "spiffe://evil/ns/a/sa/b", &r), SG_EAUTH);
+	SG_CHECK_MSG("not in trust domain");
+	SG_CHECK_RC(run(&chain, bad, "spiffe://evil/ns/a/sa/b", &r), SG_EAUTH);
+	SG_CHECK_MSG("token signature does not verify");
+	SG_CHECK_RC(run(&chain, NULL, NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("no bearer token");
+	chain.free(chain.self);
+
+	/* Order the other way: jwt first. */
+	SG_CHECK_OK(jwt_new(&list[0], "cluster.local"));
+	SG_CHECK_OK(sg_authn_mtls_new(&list[1], "cluster.local"));
+	SG_CHECK_OK(sg_authn_chain_new(&chain, list, 2));
+	SG_CHECK_OK(run(&chain, tok, peer, &r));
+	SG_CHECK(strcmp(r.caller.method, "jwt") == 0);
+	SG_CHECK_RC(run(&chain, bad, NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("token signature does not verify"); /* not "no client certificate" */
+	chain.free(chain.self);
+
+	/* A member that answers later, then fails: the chain goes on. */
+	struct later l = {0};
+	list[0] = (sg_authenticator){"tokenreview", later_start, later_free, &l};
+	SG_CHECK_OK(sg_authn_mtls_new(&list[1], "cluster.local"));
+	SG_CHECK_OK(sg_authn_chain_new(&chain, list, 2));
+	SG_CHECK_OK(run(&chain, bad, peer, &r));
+	SG_CHECK(l.started == 1 && r.calls == 0);
+	sg_error e = {.code = SG_EAUTH, .msg = "token review said no"};
+	l.done(SG_EAUTH, NULL, &e, l.arg);
+	SG_CHECK(r.calls == 1 && r.rc == 0 && strcmp(r.caller.method, "mtls") == 0);
+	/* ... then everything fails: done carries the applying member's error. */
+	SG_CHECK_OK(run(&chain, bad, NULL, &r));
+	l.done(SG_EAUTH, NULL, &e, l.arg);
+	SG_CHECK(r.calls == 1 && r.rc == SG_EAUTH && strstr(r.err.msg, "token review said no"));
+	/* ... or succeeds later. */
+	SG_CHECK_OK(run(&chain, bad, NULL, &r));
+	sg_caller c = {.identity = "spiffe://cluster.local/ns/x/sa/y", .method = "tokenreview"};
+	l.done(SG_OK, &c, NULL, l.arg);
+	SG_CHECK(r.calls == 1 && r.rc == 0 && strcmp(r.caller.identity, c.identity) == 0);
+	chain.free(chain.self);
+
+	SG_CHECK_RC(sg_authn_chain_new(&chain, list, 0), SG_EINVAL);
+	free(bad);
+	free(tok);
+}
+
+static void t_teardown(void)
+{
+	setup();
+	char cmd[128];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	SG_CHECK(system(cmd) == 0);
+}
+
+SG_TEST_MAIN(SG_TEST(t_jwt), SG_TEST(t_mtls), SG_TEST(t_chain), SG_TEST(t_teardown))
