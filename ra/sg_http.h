@@ -1,0 +1,88 @@
+/*
+ * sg_http: a small HTTP/1.1 server for the operational endpoints (metrics,
+ * readiness, health); the one adapter for libmicrohttpd.
+ *
+ * The server answers GET and HEAD on a fixed table of exact paths; anything
+ * else is refused before a handler runs: another method is 405 (with Allow),
+ * a request that announces a body (Content-Length other than 0, or
+ * Transfer-Encoding) is 413, an unknown path 404. The query string is
+ * ignored. Nothing from the request (headers, path, body) is ever echoed in
+ * a response. HEAD runs the GET handler and sends its headers only.
+ *
+ * Limits: at most max_connections connections (default 64), each closed
+ * after timeout_seconds of inactivity (default 10), request headers within
+ * libmicrohttpd's per-connection memory (32 KiB).
+ *
+ * Handlers run on the server's single internal thread, one at a time, so
+ * they must be quick (render metrics, read atomics) and must not block.
+ *
+ * Ownership: the route table and its paths are copied; handler args are
+ * borrowed until sg_http_server_stop returns.
+ */
+#ifndef SG_HTTP_H
+#define SG_HTTP_H
+
+#include "sg_error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SG_HTTP_MAX_ROUTES 16
+#define SG_HTTP_PATH_MAX 256
+
+typedef struct sg_http_server sg_http_server;
+
+/* Filled by a handler. Starts as status 200, content type
+ * "text/plain; charset=utf-8", empty body. */
+typedef struct sg_http_response {
+	int status;               /* 200..599 */
+	const char *content_type; /* a static string */
+	/* The body: set with one of the functions below, not directly. */
+	const char *body;
+	size_t body_len;
+	int body_owned; /* body is freed with free() after sending */
+} sg_http_response;
+
+/* Body borrowed: body must outlive the server (a string literal). */
+SG_API void sg_http_response_static(sg_http_response *r, const char *body, size_t len);
+/* Body copied. SG_EINTERNAL when out of memory. */
+SG_API int sg_http_response_copy(sg_http_response *r, const char *body, size_t len) SG_MUST_CHECK;
+/* Body taken: body was malloc'ed and is freed with free() by the server,
+ * also when the handler then fails. */
+SG_API void sg_http_response_take(sg_http_response *r, char *body, size_t len);
+
+/* A handler fills resp and returns 0, or returns a negative sg_error code,
+ * in which case the client gets 500 with a short fixed text (the detail is
+ * logged, never sent). */
+typedef int (*sg_http_handler_fn)(sg_http_response *resp, void *arg);
+
+typedef struct sg_http_route {
+	const char *path; /* exact match, e.g. "/metrics" */
+	sg_http_handler_fn fn;
+	void *arg;
+} sg_http_route;
+
+typedef struct sg_http_options {
+	/* Numeric IPv4 or IPv6 address ("127.0.0.1", "0.0.0.0", "::1", "[::1]");
+	 * "::" listens on IPv6 and IPv4 (dual stack). NULL: "127.0.0.1". */
+	const char *bind_address;
+	uint16_t port; /* 0: an ephemeral port, see sg_http_server_port */
+	const sg_http_route *routes;
+	size_t nroutes;           /* 1..SG_HTTP_MAX_ROUTES */
+	unsigned max_connections; /* 0: 64 */
+	unsigned timeout_seconds; /* 0: 10 */
+} sg_http_options;
+
+/* Binds, listens and starts serving on an internal thread. SG_EINVAL for bad
+ * options, SG_EINTERNAL when the address cannot be bound (the detail says
+ * why). Caller stops with sg_http_server_stop. */
+SG_API int sg_http_server_start(sg_http_server **out, const sg_http_options *o) SG_MUST_CHECK;
+
+/* The bound port (the real one when options asked for 0). */
+SG_API uint16_t sg_http_server_port(const sg_http_server *s);
+
+/* Stops accepting, closes every connection (also ones mid-request), joins
+ * the internal thread and frees the server. Accepts NULL. */
+SG_API void sg_http_server_stop(sg_http_server *s);
+
+#endif
