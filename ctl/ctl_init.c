@@ -19,6 +19,7 @@
 #include "sg_guard.h"
 #include "sg_hsm.h"
 #include "sg_issuer.h"
+#include "sg_jwt.h"
 #include "sg_log.h"
 #include "sg_opt.h"
 #include "sg_secret.h"
@@ -33,6 +34,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+/* The development issuer's name: .invalid never resolves (RFC 2606). */
+#define DEV_ISSUER "https://signet.invalid/dev-issuer"
 
 typedef struct init_args {
 	char *dir;
@@ -201,9 +205,16 @@ static int write_config(const init_args *a, const char *abs_dir, const char *tok
 			 "%s"
 			 "ca-cert = root-cert.pem\n"
 			 "root-cert = root-cert.pem\n"
-			 "trust-domain = %s\n",
+			 "trust-domain = %s\n"
+			 "# A development token issuer, so that signetd works without Kubernetes\n"
+			 "# (signetctl token). In a cluster, set jwt-issuer and jwt-jwks-file to\n"
+			 "# the API server's service-account issuer and its /openid/v1/jwks.\n"
+			 "jwt-issuer = %s\n"
+			 "jwt-jwks-file = jwks.json\n"
+			 "jwt-signing-key = jwt-signing-key.pem\n",
 			 when, module ? "hsm-module = " : "", module ? module : "", module ? "\n" : "", token_uri,
-			 key_uri, pin_file, module ? "" : "softhsm2-conf = softhsm2.conf\n", a->trust_domain);
+			 key_uri, pin_file, module ? "" : "softhsm2-conf = softhsm2.conf\n", a->trust_domain,
+			 DEV_ISSUER);
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "configuration too long");
 	return ctl_write_file(path, text, (size_t)n, 0644, 1);
 }
@@ -253,10 +264,13 @@ static int run_init(const init_args *a, const char *abs_dir)
 	char *pem = NULL;
 	size_t pem_len = 0;
 	char *root_path SG_AUTOFREE = ctl_join(abs_dir, "root-cert.pem");
-	SG_ENSURE_GOTO(rc, root_path, out, SG_EINTERNAL, "out of memory");
+	char *jwt_key SG_AUTOFREE = ctl_join(abs_dir, "jwt-signing-key.pem");
+	char *jwks SG_AUTOFREE = ctl_join(abs_dir, "jwks.json");
+	SG_ENSURE_GOTO(rc, root_path && jwt_key && jwks, out, SG_EINTERNAL, "out of memory");
 	SG_TRY_GOTO(rc, sg_hsm_generate_key(hsm, type), out);
 	SG_TRY_GOTO(rc, make_root(a, hsm, type, &pem, &pem_len), out);
 	SG_TRY_GOTO(rc, ctl_write_file(root_path, pem, pem_len, 0644, 1), out);
+	SG_TRY_GOTO(rc, sg_jwt_dev_issuer_create(jwt_key, jwks, NULL), out);
 	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
 	sg_log(SG_LOG_INFO, "CA created", SG_F_STR("dir", abs_dir), SG_F_STR("key", sg_key_type_name(type)),
 	       SG_F_STR("token", a->token_label), SG_F_STR("trust_domain", a->trust_domain), SG_F_END);

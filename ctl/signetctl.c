@@ -6,6 +6,8 @@
  *   csr      make a CSR for the HSM key (to have it signed by an offline root)
  *   import   install a CA certificate and chain for the HSM key
  *   status   show the CA and the HSM's health
+ *   token    mint a service-account token from the development issuer
+ *   request  call signetd's CreateCertificate and print the chain
  *
  * Subcommands are rows of a table; each parses its own flags with sg_opt and
  * shares the appliance settings (SG_SETTINGS_ROWS) with signetd, so a flag
@@ -15,12 +17,17 @@
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "ctl.h"
 #include "sg_appliance.h"
+#include "sg_daemon.h"
+#include "sg_grpc.h"
+#include "sg_istio.h"
+#include "sg_jwt.h"
 #include "sg_cert.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_issuer.h"
 #include "sg_log.h"
 #include "sg_opt.h"
+#include "sg_secret.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -40,6 +47,17 @@ typedef struct ctl_args {
 	char *cert;
 	char *chain;
 	char *root;
+	char *ns;
+	char *service_account;
+	char *audience;
+	char *pod_name;
+	char *addr;
+	char *token_file;
+	char *ca_file;
+	char *server_name;
+	char *impersonate;
+	char *cluster_id;
+	int64_t timeout;
 } ctl_args;
 
 static const char *const profiles[] = {"istio", "generic", "intermediate", NULL};
@@ -47,8 +65,12 @@ static const char *const profiles[] = {"istio", "generic", "intermediate", NULL}
 #define ROW(name, type, field, def, min, max, choices, help) \
 	{name, type, offsetof(ctl_args, field), def, min, max, choices, help, true}
 
+/* Every table: the appliance settings, and signetd's as foreign rows so that
+ * one config file can serve both programs. */
+#define SETTINGS SG_SETTINGS_ROWS(ctl_args, s, "warn"), SG_DAEMON_FOREIGN_ROWS
+
 static const sg_opt issue_opts[] = {
-	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	SETTINGS
 	ROW("csr", SG_OPT_PATH, csr, NULL, 0, 0, NULL, "PKCS#10 request, PEM or DER (- for stdin)"),
 	ROW("profile", SG_OPT_ENUM, profile, "istio", 0, 0, profiles, "certificate profile"),
 	ROW("identity", SG_OPT_STRING, identity, NULL, 0, SG_IDENTITY_MAX, NULL,
@@ -60,20 +82,44 @@ static const sg_opt issue_opts[] = {
 };
 
 static const sg_opt csr_opts[] = {
-	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	SETTINGS
 	ROW("subject", SG_OPT_STRING, subject, NULL, 0, 1024, NULL, "subject, e.g. \"O=example,CN=signet issuing CA\""),
 	ROW("out", SG_OPT_PATH, out, NULL, 0, 0, NULL, "write the CSR here instead of stdout"),
 };
 
 static const sg_opt import_opts[] = {
-	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	SETTINGS
 	ROW("cert", SG_OPT_PATH, cert, NULL, 0, 0, NULL, "the signed CA certificate for the HSM key (PEM)"),
 	ROW("chain", SG_OPT_PATH, chain, NULL, 0, 0, NULL, "certificates between it and the root (PEM; optional)"),
 	ROW("root", SG_OPT_PATH, root, NULL, 0, 0, NULL, "the root bundle (PEM)"),
 };
 
 static const sg_opt status_opts[] = {
-	SG_SETTINGS_ROWS(ctl_args, s, "warn"),
+	SETTINGS
+};
+
+static const sg_opt token_opts[] = {
+	SETTINGS
+	ROW("namespace", SG_OPT_STRING, ns, NULL, 0, 63, NULL, "namespace of the service account"),
+	ROW("service-account", SG_OPT_STRING, service_account, NULL, 0, 253, NULL, "service account name"),
+	ROW("audience", SG_OPT_STRING, audience, "istio-ca", 0, 256, NULL, "token audience"),
+	ROW("pod-name", SG_OPT_STRING, pod_name, NULL, 0, 253, NULL, "pod the token is bound to (optional)"),
+	ROW("ttl", SG_OPT_DURATION, ttl, "1h", 60, 48 * 3600, NULL, "token lifetime"),
+};
+
+static const sg_opt request_opts[] = {
+	SETTINGS
+	ROW("addr", SG_OPT_STRING, addr, "127.0.0.1:6443", 0, 256, NULL, "signetd's gRPC address host:port"),
+	ROW("token-file", SG_OPT_PATH, token_file, NULL, 0, 0, NULL,
+	    "file holding the bearer token (- for stdin; never pass a token in argv)"),
+	ROW("csr", SG_OPT_PATH, csr, NULL, 0, 0, NULL, "PEM CSR to send"),
+	ROW("ca-file", SG_OPT_PATH, ca_file, NULL, 0, 0, NULL, "roots to verify signetd with (default: root-cert)"),
+	ROW("server-name", SG_OPT_STRING, server_name, "localhost", 0, 253, NULL, "TLS server name to verify"),
+	ROW("ttl", SG_OPT_DURATION, ttl, "0s", 0, 100LL * 365 * 86400, NULL, "validity_duration to ask for (0s: none)"),
+	ROW("impersonate", SG_OPT_STRING, impersonate, NULL, 0, 1024, NULL, "metadata ImpersonatedIdentity"),
+	ROW("cluster-id", SG_OPT_STRING, cluster_id, NULL, 0, 253, NULL, "clusterid header"),
+	ROW("timeout", SG_OPT_DURATION, timeout, "10s", 1, 600, NULL, "call deadline"),
+	ROW("out", SG_OPT_PATH, out, NULL, 0, 0, NULL, "write the chain here instead of stdout"),
 };
 
 #define N(t) (sizeof(t) / sizeof(t[0]))
@@ -290,6 +336,98 @@ static int do_status(ctl_args *a)
 	return SG_OK;
 }
 
+static int do_token(ctl_args *a)
+{
+	SG_ENSURE(a->ns && a->service_account, SG_EINVAL, "--namespace and --service-account are required");
+	SG_ENSURE(a->s.jwt_signing_key && a->s.jwt_issuer, SG_EINVAL,
+		  "jwt-signing-key and jwt-issuer are not set (a CA made by signetctl init has them)");
+	const char *aud[] = {a->audience};
+	sg_jwt_mint_options mo = {
+		.issuer = a->s.jwt_issuer,
+		.audiences = aud,
+		.n_audiences = 1,
+		.ns = a->ns,
+		.sa = a->service_account,
+		.pod_name = a->pod_name,
+		.ttl = a->ttl,
+	};
+	char *token = NULL;
+	SG_TRY(sg_jwt_mint(a->s.jwt_signing_key, &mo, &token));
+	int rc = write_out(NULL, token, strlen(token));
+	if (rc == SG_OK)
+		rc = write_out(NULL, "\n", 1);
+	sg_wipe(token, strlen(token));
+	free(token);
+	return rc;
+}
+
+static int read_token(const char *path, char **out)
+{
+	uint8_t *t = NULL;
+	size_t len;
+	SG_TRY(ctl_read_file(path, 16 * 1024, &t, &len));
+	while (len && (t[len - 1] == '\n' || t[len - 1] == '\r' || t[len - 1] == ' '))
+		t[--len] = 0;
+	if (!len) {
+		free(t);
+		SG_BAIL(SG_EINVAL, "token file %s is empty", path);
+	}
+	*out = (char *)t;
+	return SG_OK;
+}
+
+static const char *const grpc_codes[17] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
+					   "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+					   "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
+					   "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
+
+static int call_signetd(ctl_args *a, const char *token, const uint8_t *csr, size_t csr_len, char **chain)
+{
+	uint8_t *root SG_AUTOFREE = NULL, *req SG_AUTOFREE = NULL, *resp SG_AUTOFREE = NULL;
+	size_t root_len, req_len, resp_len = 0;
+	const char *ca = a->ca_file ? a->ca_file : a->s.root_cert;
+	SG_ENSURE(ca, SG_EINVAL, "--ca-file (or root-cert from --config) is required to verify signetd");
+	SG_TRY(ctl_read_file(ca, 1 << 20, &root, &root_len));
+	SG_TRY(sg_istio_request_encode((const char *)csr, csr_len, a->ttl, a->impersonate, &req, &req_len));
+	char *auth SG_AUTOFREE = malloc(strlen(token) + 8);
+	SG_ENSURE(auth, SG_EINTERNAL, "out of memory");
+	snprintf(auth, strlen(token) + 8, "Bearer %s", token);
+	sg_grpc_md md[2] = {{"authorization", auth}, {"clusterid", a->cluster_id}};
+	sg_grpc_channel_options co = {.target = a->addr, .root_pem = (const char *)root, .server_name = a->server_name};
+	sg_grpc_channel *ch = NULL;
+	SG_TRY(sg_grpc_channel_new(&ch, &co));
+	int status = -1;
+	char msg[512] = "";
+	int rc = sg_grpc_unary(ch, "/istio.v1.auth.IstioCertificateService/CreateCertificate", md, a->cluster_id ? 2 : 1,
+			       req, req_len, (uint64_t)a->timeout * 1000000000u, &resp, &resp_len, &status, msg,
+			       sizeof(msg));
+	sg_grpc_channel_free(ch);
+	sg_wipe(auth, strlen(auth));
+	SG_TRY(rc);
+	SG_ENSURE(status == 0, status == 16 ? SG_EAUTH : SG_EPROTO, "signetd answered %s: %s",
+		  status >= 0 && status < 17 ? grpc_codes[status] : "an unknown status", msg);
+	return sg_istio_response_join(resp, resp_len, chain);
+}
+
+static int do_request(ctl_args *a)
+{
+	SG_ENSURE(a->token_file && a->csr, SG_EINVAL, "--token-file and --csr are required");
+	char *token = NULL;
+	SG_TRY(read_token(a->token_file, &token));
+	uint8_t *csr SG_AUTOFREE = NULL;
+	size_t csr_len;
+	int rc = ctl_read_file(a->csr, SG_CSR_MAX_DER * 2, &csr, &csr_len);
+	char *chain = NULL;
+	if (rc == SG_OK)
+		rc = call_signetd(a, token, csr, csr_len, &chain);
+	sg_wipe(token, strlen(token));
+	free(token);
+	if (rc == SG_OK)
+		rc = write_out(a->out, chain, strlen(chain));
+	free(chain);
+	return rc;
+}
+
 typedef struct command {
 	const char *name;
 	const char *summary;
@@ -303,6 +441,10 @@ static const command commands[] = {
 	{"csr", "make a CSR for the HSM key (intermediate CA path)", csr_opts, N(csr_opts), do_csr},
 	{"import", "install a signed CA certificate and chain for the HSM key", import_opts, N(import_opts), do_import},
 	{"status", "show the CA and the HSM's health", status_opts, N(status_opts), do_status},
+	{"token", "mint a service-account token from the development issuer (init sets one up)", token_opts,
+	 N(token_opts), do_token},
+	{"request", "call signetd's CreateCertificate and print the chain, leaf first", request_opts,
+	 N(request_opts), do_request},
 };
 
 static void usage(FILE *fp)

@@ -38,6 +38,10 @@ typedef struct sg_settings {
 	int64_t signer_threads;
 	int64_t signer_queue;
 	bool verify_issued;
+	char *jwt_issuer;      /* iss of accepted service-account tokens */
+	char *jwt_jwks_file;   /* JWKS (RFC 7517) to verify them with */
+	char *jwt_signing_key; /* development issuer's key (signetctl token) */
+	char *token_audiences; /* comma-separated aud values accepted */
 	int log_level;  /* index into sg_log_level_names */
 	int log_format; /* index into sg_log_format_names */
 } sg_settings;
@@ -78,6 +82,14 @@ extern const char *const sg_log_format_names[];
 	 "signer queue capacity (0: 64 per thread)", false},                                                        \
 	{"verify-issued", SG_OPT_BOOL, offsetof(T, m.verify_issued), "false", 0, 0, NULL,                         \
 	 "verify every HSM signature in software before returning it", false},                                     \
+	{"jwt-issuer", SG_OPT_STRING, offsetof(T, m.jwt_issuer), NULL, 0, 1024, NULL,                             \
+	 "issuer (iss) of accepted service-account tokens", false},                                                \
+	{"jwt-jwks-file", SG_OPT_PATH, offsetof(T, m.jwt_jwks_file), NULL, 0, 0, NULL,                            \
+	 "JWKS file to verify tokens with (reloaded when it changes)", false},                                    \
+	{"jwt-signing-key", SG_OPT_PATH, offsetof(T, m.jwt_signing_key), NULL, 0, 0, NULL,                        \
+	 "development token issuer's private key (signetctl token)", false},                                      \
+	{"token-audiences", SG_OPT_STRING, offsetof(T, m.token_audiences), "istio-ca", 0, 1024, NULL,            \
+	 "comma-separated audiences a token must carry one of", false},                                           \
 	{"log-level", SG_OPT_ENUM, offsetof(T, m.log_level), log_default, 0, 0, sg_log_level_names,                   \
 	 "log level", false},                                                                                       \
 	{"log-format", SG_OPT_ENUM, offsetof(T, m.log_format), "text", 0, 0, sg_log_format_names,                \

@@ -1,0 +1,95 @@
+/*
+ * sg_daemon: signetd's own settings. They are listed once, as an X-macro,
+ * and expanded two ways: as real rows in signetd's table, and as foreign
+ * rows in signetctl's, so both programs can read one config file that
+ * holds all of them (a foreign row is accepted in the file and ignored).
+ * Names follow istio-csr's flags where they exist.
+ */
+#ifndef SG_DAEMON_H
+#define SG_DAEMON_H
+
+#include "sg_opt.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct sg_daemon_settings {
+	char *serving_address;
+	char *cluster_id;
+	int64_t max_client_certificate_duration;
+	int64_t default_certificate_duration;
+	int policy;
+	char *ca_trusted_node_accounts;
+	bool enable_client_cert_authenticator;
+	char *root_ca_file;
+	char *serving_certificate_dns_names;
+	int64_t serving_certificate_duration;
+	char *serving_certificate_file;
+	char *serving_key_file;
+	char *http_address;
+	int64_t metrics_port;
+	int64_t readiness_probe_port;
+	char *readiness_probe_path;
+	int64_t server_timeout;
+	int64_t grpc_threads;
+	int64_t max_concurrent_streams;
+	int64_t shutdown_grace;
+} sg_daemon_settings;
+
+extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NULL */
+
+/* X(name, type, field, default, min, max, choices, help) */
+#define SG_DAEMON_SETTINGS(X)                                                                                     \
+	X("serving-address", SG_OPT_STRING, serving_address, "0.0.0.0:6443", 0, 256, NULL,                       \
+	  "gRPC listen address host:port")                                                                         \
+	X("cluster-id", SG_OPT_STRING, cluster_id, "Kubernetes", 0, 253, NULL,                                   \
+	  "the clusterid header must be empty or equal this")                                                      \
+	X("max-client-certificate-duration", SG_OPT_DURATION, max_client_certificate_duration, "1h", 60,         \
+	  10LL * 365 * 86400, NULL, "longest workload certificate")                                                \
+	X("default-certificate-duration", SG_OPT_DURATION, default_certificate_duration, "24h", 60,              \
+	  10LL * 365 * 86400, NULL, "istiod policy: TTL when the request has none")                               \
+	X("policy", SG_OPT_ENUM, policy, "istio-csr", 0, 0, sg_daemon_policy_names,                              \
+	  "istio-csr: the CSR must ask for the caller's identity, TTL clamped; istiod: identity stamped, TTL above the max refused") \
+	X("ca-trusted-node-accounts", SG_OPT_STRING, ca_trusted_node_accounts, "", 0, 4096, NULL,                \
+	  "comma-separated namespace/serviceaccount list allowed to impersonate (node agents)")                   \
+	X("enable-client-cert-authenticator", SG_OPT_BOOL, enable_client_cert_authenticator, "false", 0, 0,      \
+	  NULL, "accept the URI SAN of a verified client certificate as the identity")                            \
+	X("root-ca-file", SG_OPT_PATH, root_ca_file, NULL, 0, 0, NULL,                                            \
+	  "root bundle returned to clients and trusted for client certificates (default: root-cert)")             \
+	X("serving-certificate-dns-names", SG_OPT_STRING, serving_certificate_dns_names,                         \
+	  "signet.istio-system.svc,localhost", 0, 4096, NULL,                                                      \
+	  "comma-separated DNS SANs of the self-issued serving certificate")                                       \
+	X("serving-certificate-duration", SG_OPT_DURATION, serving_certificate_duration, "1h", 300,              \
+	  365LL * 86400, NULL, "lifetime of the self-issued serving certificate (renewed at 2/3)")                \
+	X("serving-certificate-file", SG_OPT_PATH, serving_certificate_file, NULL, 0, 0, NULL,                    \
+	  "serve this certificate chain (PEM) instead of a self-issued one; reloaded when it changes")           \
+	X("serving-key-file", SG_OPT_PATH, serving_key_file, NULL, 0, 0, NULL,                                    \
+	  "private key of serving-certificate-file")                                                               \
+	X("http-address", SG_OPT_STRING, http_address, "0.0.0.0", 0, 256, NULL,                                   \
+	  "address the metrics and probe endpoints listen on")                                                     \
+	X("metrics-port", SG_OPT_INT, metrics_port, "9402", 0, 65535, NULL, "Prometheus /metrics port (0: any free port, logged)") \
+	X("readiness-probe-port", SG_OPT_INT, readiness_probe_port, "6060", 0, 65535, NULL,                       \
+	  "readiness and health probe port (0: any free port, logged; may equal metrics-port)")                                                             \
+	X("readiness-probe-path", SG_OPT_STRING, readiness_probe_path, "/readyz", 0, 256, NULL,                  \
+	  "readiness probe path (/healthz is served beside it)")                                                   \
+	X("server-timeout", SG_OPT_DURATION, server_timeout, "10s", 1, 600, NULL,                                 \
+	  "deadline of a request when the client sends none")                                                    \
+	X("grpc-threads", SG_OPT_INT, grpc_threads, "2", 1, 64, NULL, "gRPC transport threads")                 \
+	X("max-concurrent-streams", SG_OPT_INT, max_concurrent_streams, "1000", 1, 100000, NULL,                 \
+	  "concurrent calls per connection")                                                                       \
+	X("shutdown-grace", SG_OPT_DURATION, shutdown_grace, "15s", 0, 600, NULL,                                 \
+	  "time in-flight requests get to finish on SIGTERM")
+
+#define SG_DAEMON_ROW_(name, type, field, def, min, max, choices, help) \
+	{name, type, offsetof(SG_DAEMON_T_, SG_DAEMON_M_.field), def, min, max, choices, help, false},
+#define SG_DAEMON_FOREIGN_(name, type, field, def, min, max, choices, help) \
+	{name, SG_OPT_FOREIGN, 0, NULL, 0, 0, NULL, NULL, false},
+
+/* Rows for a table over struct T whose member m is an sg_daemon_settings:
+ * define SG_DAEMON_T_ and SG_DAEMON_M_ first. */
+#define SG_DAEMON_ROWS SG_DAEMON_SETTINGS(SG_DAEMON_ROW_)
+/* The same names as foreign rows (for other programs sharing the file). */
+#define SG_DAEMON_FOREIGN_ROWS SG_DAEMON_SETTINGS(SG_DAEMON_FOREIGN_)
+
+#endif

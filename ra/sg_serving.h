@@ -1,0 +1,50 @@
+/*
+ * sg_serving: the daemon's own TLS serving certificate.
+ *
+ * By default signet issues it to itself: a fresh P-256 key (in memory, not
+ * in the HSM: it protects transport, not the CA) and a certificate from the
+ * CA with the configured DNS names, serverAuth, renewed at 2/3 of its life,
+ * so clients that trust the mesh root (istio-ca-root-cert) trust signet.
+ * Alternatively a certificate and key are read from files and reloaded when
+ * they change. Either way the gRPC layer fetches the current material by
+ * version number and picks a change up on the next handshake.
+ *
+ * Thread-safe: tick() runs on the daemon's housekeeping thread, get() on
+ * gRPC's handshake path.
+ */
+#ifndef SG_SERVING_H
+#define SG_SERVING_H
+
+#include "sg_ca.h"
+#include "sg_error.h"
+#include "sg_pool.h"
+
+#include <stdint.h>
+
+typedef struct sg_serving sg_serving;
+
+typedef struct sg_serving_options {
+	sg_pool *pool;             /* issues the self-issued certificate */
+	const char *dns_names;     /* comma-separated */
+	int64_t duration;          /* seconds */
+	const char *cert_file;     /* both set: serve these instead */
+	const char *key_file;
+	const char *client_ca_pem; /* roots trusted for client certificates */
+} sg_serving_options;
+
+/* Obtains the first certificate (issues or reads it). Caller frees with
+ * sg_serving_free. */
+SG_API int sg_serving_new(sg_serving **out, const sg_serving_options *o) SG_MUST_CHECK;
+SG_API void sg_serving_free(sg_serving *s);
+
+/* Renews when 2/3 of the lifetime has passed (or reloads changed files).
+ * A failure keeps the current certificate and is retried on the next tick. */
+SG_API int sg_serving_tick(sg_serving *s, int64_t now) SG_MUST_CHECK;
+
+/* Copies of the current chain, key and client CA PEM (caller frees each;
+ * the key copy should be wiped: use sg_serving_wipe_free) and its version. */
+SG_API int sg_serving_get(sg_serving *s, char **chain, char **key, char **client_ca, uint64_t *version) SG_MUST_CHECK;
+SG_API void sg_serving_wipe_free(char *pem);
+SG_API int64_t sg_serving_not_after(sg_serving *s);
+
+#endif
