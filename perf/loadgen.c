@@ -1,0 +1,1360 @@
+/*
+ * loadgen: the load generator behind perf/compare.sh. It drives signetd's
+ * Istio CA API over gRPC (grpc core through ra/sg_grpc.h) or cfssl's
+ * /api/v1/cfssl/sign over HTTP/1.1 (libcurl multi + jansson) with the same
+ * workload, and prints certificates per second and the latency
+ * distribution.
+ *
+ *   loadgen --target grpc://127.0.0.1:PORT --token-file T --ca-file ROOT \
+ *           --connections 4 --concurrency 16 --requests 20000 --duration 20s
+ *   loadgen --target http://127.0.0.1:PORT --connections 4 --concurrency 16 ...
+ *
+ * Design notes.
+ *
+ * - Every request carries its own CSR. All warmup + requests CSRs (a new
+ *   P-256 key each, istio-agent's shape: empty O=, one critical URI SAN,
+ *   self-signed with ECDSA-SHA256) are made before the clock starts, so no
+ *   server-side cache keyed by request content can short-cut the work and
+ *   the client spends no CPU on keys while measuring (it shares the
+ *   machine with the server). The request info is a template made once by
+ *   OpenSSL with each key's point patched in (see csr_template); the first
+ *   CSR of every thread is checked with OpenSSL's X509_REQ_verify, and the
+ *   servers verify every one of them.
+ * - Workload: C connections x M outstanding calls each. Closed loop (the
+ *   default) starts the next call from the completion of the previous one,
+ *   so it measures the maximum throughput. Open loop (--rate R) starts call
+ *   i at t0 + i/R, with at most the same C x M outstanding; its latency is
+ *   measured from the scheduled start, not the actual one, so a server that
+ *   falls behind cannot hide it by slowing the client down (coordinated
+ *   omission); starts more than 1 ms behind schedule are counted.
+ * - Both bounds always apply: at most --requests calls (after --warmup
+ *   calls, which are not counted) and no call started after --duration.
+ * - Every response is checked, cheaply (the client must not eat the CPU
+ *   the server needs): status OK; the response decodes; signet's chain has
+ *   at least two elements; the leaf is a PEM certificate (decoded with the
+ *   signer's strict PEM reader) whose DER contains the CSR's
+ *   SubjectPublicKeyInfo bytes, and for signet also the requested SPIFFE
+ *   URI (cfssl 1.2 drops URI SANs, so not for cfssl, whose /sign answer
+ *   is the leaf alone). A leaf for any other key fails the request. X.509
+ *   is not parsed.
+ * - HTTP/1.1 has no multiplexing, so for cfssl the C x M outstanding
+ *   requests use C x M keep-alive connections; the number of requests in
+ *   flight, which is what loads the server, is the same as for gRPC.
+ * - Loopback only: the target host must be 127.0.0.0/8, ::1 or localhost
+ *   (which is sent to 127.0.0.1 without asking a resolver), and proxies
+ *   from the environment are ignored (gRPC's and libcurl's alike), so no
+ *   request can leave the machine.
+ * - Failures are counted by kind (gRPC status name, HTTP status, transport
+ *   error, bad response) with the first message of each kind. The exit
+ *   status is 0 only when every request succeeded and was checked.
+ *
+ * The bearer token comes from a file (never argv) readable only by its
+ * owner, is held in an sg_secret and is sent only over TLS.
+ */
+#include "sg_clock.h"
+#include "sg_csr.h"
+#include "sg_der.h"
+#include "sg_error.h"
+#include "sg_grpc.h"
+#include "sg_guard.h"
+#include "sg_istio.h"
+#include "sg_key.h"
+#include "sg_opt.h"
+#include "sg_secret.h"
+
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- settings ----------------------------------------------------------- */
+
+typedef struct lg_args {
+	char *target;
+	int64_t connections;
+	int64_t concurrency;
+	int64_t requests;
+	int64_t duration;
+	int64_t rate;
+	int64_t warmup;
+	int64_t timeout;
+	int64_t ttl;
+	int64_t csr_threads;
+	char *token_file;
+	char *ca_file;
+	char *server_name;
+	char *identity;
+	char *cluster_id;
+	bool json;
+} lg_args;
+
+#define ROW(name, type, field, def, min, max, help)                                                                    \
+	{                                                                                                              \
+		name, type, offsetof(lg_args, field), def, min, max, NULL, help, true                                  \
+	}
+
+static const sg_opt opts[] = {
+    ROW("target", SG_OPT_STRING, target, NULL, 0, 256,
+        "grpc://127.0.0.1:PORT (signetd) or http://127.0.0.1:PORT (cfssl serve)"),
+    ROW("connections", SG_OPT_INT, connections, "4", 1, 256, "connections (gRPC channels); HTTP: see --concurrency"),
+    ROW("concurrency", SG_OPT_INT, concurrency, "16", 1, 1024,
+        "outstanding calls per connection (HTTP: C x M connections)"),
+    ROW("requests", SG_OPT_INT, requests, "10000", 1, 2000000,
+        "at most this many measured requests, each with its own CSR"),
+    ROW("duration", SG_OPT_DURATION, duration, "30s", 1, 3600,
+        "start no request after this long (warm-up bounded the same way)"),
+    ROW("rate", SG_OPT_INT, rate, "0", 0, 1000000, "open loop: start this many requests per second (0: closed loop)"),
+    ROW("warmup", SG_OPT_INT, warmup, "500", 0, 1000000, "requests before measuring (own CSRs, not counted)"),
+    ROW("timeout", SG_OPT_DURATION, timeout, "10s", 1, 600, "deadline of each request"),
+    ROW("ttl", SG_OPT_DURATION, ttl, "1h", 0, 86400, "gRPC: validity_duration asked for (0s: none)"),
+    ROW("csr-threads", SG_OPT_INT, csr_threads, "0", 0, 64, "threads making the CSRs before the run (0: one per CPU)"),
+    ROW("token-file", SG_OPT_PATH, token_file, NULL, 0, 0,
+        "gRPC: file (mode 0600) holding the bearer token; never pass a token in argv"),
+    ROW("ca-file", SG_OPT_PATH, ca_file, NULL, 0, 0,
+        "gRPC: roots to verify the server with (TLS); without it, plaintext"),
+    ROW("server-name", SG_OPT_STRING, server_name, "localhost", 0, 253, "gRPC: TLS name to verify"),
+    ROW("identity", SG_OPT_STRING, identity, "spiffe://cluster.local/ns/default/sa/default", 0, 1024,
+        "URI SAN of the CSRs (signet: must be the token's identity)"),
+    ROW("cluster-id", SG_OPT_STRING, cluster_id, "Kubernetes", 0, 253, "gRPC: clusterid header (empty: none)"),
+    ROW("json", SG_OPT_BOOL, json, "false", 0, 0, "print the result as one JSON line"),
+};
+
+#define N(t) (sizeof(t) / sizeof((t)[0]))
+#define NS_PER_S 1000000000ull
+#define LATE_NS 1000000ull /* an open-loop start this late is counted */
+#define MAX_FAIL_KINDS 32
+#define MAX_HTTP_BODY (1u << 20)
+
+/* ---- the target --------------------------------------------------------- */
+
+typedef enum lg_kind { LG_GRPC, LG_HTTP } lg_kind;
+
+typedef struct lg_target {
+	lg_kind kind;
+	char host[64]; /* as it is connected to: "127.0.0.1", "[::1]" */
+	unsigned port;
+} lg_target;
+
+/* Parses "grpc://HOST:PORT" or "http://HOST:PORT[/]" and refuses any host
+ * that is not loopback. Literal addresses only (plus "localhost", mapped to
+ * 127.0.0.1 here rather than resolved): a name could resolve anywhere. */
+static int parse_target(const char *s, lg_target *t)
+{
+	const char *rest;
+	if (strncmp(s, "grpc://", 7) == 0) {
+		t->kind = LG_GRPC;
+		rest = s + 7;
+	} else if (strncmp(s, "http://", 7) == 0) {
+		t->kind = LG_HTTP;
+		rest = s + 7;
+	} else {
+		SG_BAIL(SG_EINVAL, "--target: \"%s\" is not grpc://HOST:PORT or http://HOST:PORT", s);
+	}
+	char host[64];
+	const char *colon;
+	if (rest[0] == '[') {
+		const char *end = strchr(rest, ']');
+		SG_ENSURE(end && end[1] == ':' && (size_t)(end - rest - 1) < sizeof(host), SG_EINVAL,
+		          "--target: bad IPv6 address in \"%s\"", s);
+		memcpy(host, rest + 1, (size_t)(end - rest - 1));
+		host[end - rest - 1] = '\0';
+		colon = end + 1;
+	} else {
+		colon = strrchr(rest, ':');
+		SG_ENSURE(colon && (size_t)(colon - rest) < sizeof(host), SG_EINVAL, "--target: no port in \"%s\"", s);
+		memcpy(host, rest, (size_t)(colon - rest));
+		host[colon - rest] = '\0';
+	}
+	char *end;
+	errno = 0;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	SG_ENSURE(errno == 0 && end != colon + 1 && (*end == '\0' || strcmp(end, "/") == 0) && port >= 1 &&
+	              port <= 65535 && colon[1] != '-' && colon[1] != '+',
+	          SG_EINVAL, "--target: bad port in \"%s\"", s);
+	t->port = (unsigned)port;
+
+	struct in_addr a4;
+	struct in6_addr a6;
+	if (strcmp(host, "localhost") == 0) {
+		snprintf(t->host, sizeof(t->host), "127.0.0.1");
+	} else if (inet_pton(AF_INET, host, &a4) == 1) {
+		SG_ENSURE((ntohl(a4.s_addr) >> 24) == 127, SG_EINVAL,
+		          "--target: %s is not a loopback address (127.0.0.0/8, ::1, localhost)", host);
+		snprintf(t->host, sizeof(t->host), "%s", host);
+	} else if (inet_pton(AF_INET6, host, &a6) == 1) {
+		SG_ENSURE(memcmp(&a6, &in6addr_loopback, sizeof(a6)) == 0, SG_EINVAL,
+		          "--target: %s is not a loopback address (127.0.0.0/8, ::1, localhost)", host);
+		snprintf(t->host, sizeof(t->host), "[::1]");
+	} else {
+		SG_BAIL(SG_EINVAL, "--target: host \"%s\" is not a loopback address (127.0.0.0/8, ::1, localhost)",
+		        host);
+	}
+	return SG_OK;
+}
+
+static const uint8_t *find_bytes(const uint8_t *hay, size_t n, const uint8_t *needle, size_t m)
+{
+	if (m == 0 || m > n)
+		return NULL;
+	for (const uint8_t *p = hay, *end = hay + (n - m); p <= end;) {
+		p = memchr(p, needle[0], (size_t)(end - p) + 1);
+		if (!p)
+			return NULL;
+		if (memcmp(p, needle, m) == 0)
+			return p;
+		p++;
+	}
+	return NULL;
+}
+
+/* ---- the CSRs ----------------------------------------------------------- */
+
+/* One request's material: what is sent, and the SPKI bytes the issued
+ * certificate must contain. */
+typedef struct lg_item {
+	uint8_t *body; /* serialized IstioCertificateRequest, or the JSON text */
+	size_t body_len;
+	uint8_t spki[128];
+	size_t spki_len;
+} lg_item;
+
+typedef struct csr_template csr_template;
+
+typedef struct csr_job {
+	lg_item *items;
+	size_t from, to;
+	lg_kind kind;
+	const csr_template *tpl;
+	int64_t ttl;
+	sg_error err;
+	int rc;
+} csr_job;
+
+static void x509_req_freep(X509_REQ **r)
+{
+	X509_REQ_free(*r);
+}
+static void evp_pkey_freep(EVP_PKEY **k)
+{
+	EVP_PKEY_free(*k);
+}
+static void general_names_freep(GENERAL_NAMES **g)
+{
+	GENERAL_NAMES_free(*g);
+}
+static void exts_freep(STACK_OF(X509_EXTENSION) * *e)
+{
+	sk_X509_EXTENSION_pop_free(*e, X509_EXTENSION_free);
+}
+
+/* The P-256 SubjectPublicKeyInfo before the point (RFC 5480): SEQUENCE {
+ * SEQUENCE { id-ecPublicKey, prime256v1 }, BIT STRING { 0 unused bits, ...
+ * followed by the 65-byte uncompressed point. */
+static const uint8_t p256_spki_prefix[26] = {0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48,
+                                             0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48,
+                                             0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00};
+#define P256_POINT 65
+
+/* The CertificationRequestInfo that every CSR shares but for its key. Why a
+ * template: on OpenSSL 3.0, X509_REQ_set_pubkey and i2d_PUBKEY each build
+ * an OSSL_ENCODER chain (~400 us and ~125 us here, under global locks),
+ * ten times the key generation and signature; 20000 CSRs would take a
+ * minute. The template is made once by OpenSSL, then each CSR patches its
+ * point in and signs the bytes. */
+struct csr_template {
+	uint8_t info[2048];
+	size_t len;
+	size_t point_off; /* offset of the point inside info */
+};
+
+static int pub_point(EVP_PKEY *key, uint8_t point[P256_POINT])
+{
+	size_t n = 0;
+	SG_OSSL(EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, point, P256_POINT, &n), SG_EINTERNAL,
+	        "cannot read the public point");
+	SG_ENSURE(n == P256_POINT && point[0] == 0x04, SG_EINTERNAL, "not an uncompressed P-256 point");
+	return SG_OK;
+}
+
+/* The template, as istio-agent's CSRs are: subject O="" and a critical
+ * subjectAltName holding one URI. */
+static int make_template(EVP_PKEY_CTX *kctx, const char *identity, csr_template *t)
+{
+	EVP_PKEY *key SG_CLEANUP(evp_pkey_freep) = NULL;
+	SG_OSSL(EVP_PKEY_keygen(kctx, &key), SG_EINTERNAL, "P-256 key generation failed");
+	X509_REQ *req SG_CLEANUP(x509_req_freep) = X509_REQ_new();
+	SG_ENSURE(req, SG_EINTERNAL, "out of memory for a CSR");
+	/* O="" as Go's encoder writes it (PrintableString). Not through
+	 * MBSTRING_*: OpenSSL's string table refuses an empty O there. */
+	SG_OSSL(X509_NAME_add_entry_by_NID(X509_REQ_get_subject_name(req), NID_organizationName, V_ASN1_PRINTABLESTRING,
+	                                   (const unsigned char *)"", 0, -1, 0),
+	        SG_EINTERNAL, "cannot set the CSR subject");
+	SG_OSSL(X509_REQ_set_pubkey(req, key), SG_EINTERNAL, "cannot set the CSR key");
+
+	GENERAL_NAMES *gens SG_CLEANUP(general_names_freep) = sk_GENERAL_NAME_new_null();
+	GENERAL_NAME *uri = GENERAL_NAME_new();
+	ASN1_IA5STRING *ia5 = ASN1_IA5STRING_new();
+	if (!gens || !uri || !ia5 || ASN1_STRING_set(ia5, identity, (int)strlen(identity)) != 1) {
+		GENERAL_NAME_free(uri);
+		ASN1_IA5STRING_free(ia5);
+		SG_BAIL(SG_EINTERNAL, "out of memory for the CSR's subjectAltName");
+	}
+	GENERAL_NAME_set0_value(uri, GEN_URI, ia5);
+	if (!sk_GENERAL_NAME_push(gens, uri)) {
+		GENERAL_NAME_free(uri);
+		SG_BAIL(SG_EINTERNAL, "out of memory for the CSR's subjectAltName");
+	}
+	STACK_OF(X509_EXTENSION) * exts SG_CLEANUP(exts_freep) = NULL;
+	SG_OSSL(X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 1, X509V3_ADD_DEFAULT), SG_EINTERNAL,
+	        "cannot encode the CSR's subjectAltName");
+	SG_OSSL(X509_REQ_add_extensions(req, exts), SG_EINTERNAL, "cannot add the CSR's extensions");
+
+	int n = i2d_re_X509_REQ_tbs(req, NULL);
+	SG_ENSURE(n > 0 && (size_t)n <= sizeof(t->info), SG_EINTERNAL, "CSR info of %d bytes", n);
+	uint8_t *p = t->info;
+	i2d_re_X509_REQ_tbs(req, &p);
+	t->len = (size_t)n;
+	uint8_t point[P256_POINT];
+	SG_TRY(pub_point(key, point));
+	const uint8_t *at = find_bytes(t->info, t->len, point, sizeof(point));
+	SG_ENSURE(at && (size_t)(at - t->info) >= sizeof(p256_spki_prefix) &&
+	              memcmp(at - sizeof(p256_spki_prefix), p256_spki_prefix, sizeof(p256_spki_prefix)) == 0,
+	          SG_EINTERNAL, "the CSR template does not hold a standard P-256 SPKI");
+	t->point_off = (size_t)(at - t->info);
+	return SG_OK;
+}
+
+static void md_ctx_freep(EVP_MD_CTX **c)
+{
+	EVP_MD_CTX_free(*c);
+}
+
+/* One CSR (RFC 2986): the template with a new key's point, signed with that
+ * key (ECDSA with SHA-256), as PEM; it->spki is the key's SPKI. */
+static int make_csr(EVP_PKEY_CTX *kctx, const csr_template *t, char **pem, size_t *pem_len, lg_item *it)
+{
+	EVP_PKEY *key SG_CLEANUP(evp_pkey_freep) = NULL;
+	SG_OSSL(EVP_PKEY_keygen(kctx, &key), SG_EINTERNAL, "P-256 key generation failed");
+	uint8_t info[sizeof(t->info)], point[P256_POINT];
+	SG_TRY(pub_point(key, point));
+	memcpy(info, t->info, t->len);
+	memcpy(info + t->point_off, point, sizeof(point));
+	memcpy(it->spki, p256_spki_prefix, sizeof(p256_spki_prefix));
+	memcpy(it->spki + sizeof(p256_spki_prefix), point, sizeof(point));
+	it->spki_len = sizeof(p256_spki_prefix) + sizeof(point);
+
+	EVP_MD_CTX *md SG_CLEANUP(md_ctx_freep) = EVP_MD_CTX_new();
+	SG_ENSURE(md, SG_EINTERNAL, "out of memory for a digest");
+	uint8_t sig[80];
+	size_t sig_len = sizeof(sig);
+	SG_OSSL(EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, NULL, key, NULL), SG_EINTERNAL,
+	        "cannot start the CSR signature");
+	SG_OSSL(EVP_DigestSign(md, sig, &sig_len, info, t->len), SG_EINTERNAL, "cannot sign the CSR");
+
+	uint8_t der[sizeof(t->info) + 128];
+	sg_der_writer w;
+	sg_der_writer_init(&w, der, sizeof(der));
+	size_t mark = sg_der_begin(&w, 0x30);
+	sg_der_raw(&w, info, t->len);
+	sg_sigalg_encode(&w, SG_SIG_ECDSA_SHA256);
+	sg_der_bits(&w, sig, sig_len);
+	sg_der_end(&w, mark);
+	SG_TRY(sg_der_writer_status(&w));
+	return sg_pem_encode("CERTIFICATE REQUEST", w.buf, w.len, pem, pem_len);
+}
+
+/* OpenSSL's own verdict on one CSR of each thread: the template path must
+ * make requests any reader accepts (the servers check all of them too). */
+static int check_csr(const char *pem, size_t pem_len)
+{
+	uint8_t der[4096];
+	size_t len;
+	SG_TRY(sg_csr_decode((const uint8_t *)pem, pem_len, der, sizeof(der), &len));
+	const unsigned char *p = der;
+	X509_REQ *req SG_CLEANUP(x509_req_freep) = d2i_X509_REQ(NULL, &p, (long)len);
+	SG_ENSURE(req && p == der + len, SG_EINTERNAL, "OpenSSL cannot read the CSR we made");
+	EVP_PKEY *k = X509_REQ_get0_pubkey(req);
+	SG_ENSURE(k && X509_REQ_verify(req, k) == 1, SG_EINTERNAL, "OpenSSL refuses the CSR's signature");
+	return SG_OK;
+}
+
+/* The request body for one CSR: the protobuf message for signet, the JSON
+ * text cfssl's sign endpoint takes (made by jansson, not by hand). */
+static int make_body(lg_kind kind, const char *pem, size_t pem_len, int64_t ttl, lg_item *it)
+{
+	if (kind == LG_GRPC)
+		return sg_istio_request_encode(pem, pem_len, ttl, NULL, &it->body, &it->body_len);
+	json_t *o = json_pack("{s:s%}", "certificate_request", pem, pem_len);
+	SG_ENSURE(o, SG_EINTERNAL, "cannot build the cfssl request JSON");
+	char *text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	SG_ENSURE(text, SG_EINTERNAL, "cannot serialize the cfssl request JSON");
+	it->body = (uint8_t *)text;
+	it->body_len = strlen(text);
+	return SG_OK;
+}
+
+static void pkey_ctx_freep(EVP_PKEY_CTX **c)
+{
+	EVP_PKEY_CTX_free(*c);
+}
+
+/* A key generation context, set up once per thread and reused. */
+static int p256_keygen(EVP_PKEY_CTX **out)
+{
+	EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+	if (!c || EVP_PKEY_keygen_init(c) != 1 || EVP_PKEY_CTX_set_group_name(c, "P-256") != 1) {
+		EVP_PKEY_CTX_free(c);
+		SG_BAIL(SG_EINTERNAL, "cannot set up P-256 key generation");
+	}
+	*out = c;
+	return SG_OK;
+}
+
+static int csr_range(csr_job *j)
+{
+	EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
+	SG_TRY(p256_keygen(&kctx));
+	int rc = SG_OK;
+	for (size_t i = j->from; i < j->to && rc == SG_OK; i++) {
+		char *pem = NULL;
+		size_t pem_len = 0;
+		rc = make_csr(kctx, j->tpl, &pem, &pem_len, &j->items[i]);
+		if (rc == SG_OK && i == j->from)
+			rc = check_csr(pem, pem_len);
+		if (rc == SG_OK)
+			rc = make_body(j->kind, pem, pem_len, j->ttl, &j->items[i]);
+		free(pem);
+	}
+	return rc;
+}
+
+static void *csr_thread(void *p)
+{
+	csr_job *j = p;
+	j->rc = csr_range(j);
+	if (j->rc < 0)
+		sg_error_save(&j->err);
+	return NULL;
+}
+
+/* Makes n distinct CSRs on `threads` threads (key generation dominates and
+ * the run has not started, so all CPUs may be used). */
+static int make_items(lg_item **out, size_t n, unsigned threads, lg_kind kind, const char *identity, int64_t ttl)
+{
+	lg_item *items = calloc(n, sizeof(*items));
+	SG_ENSURE(items, SG_EINTERNAL, "out of memory for %zu requests", n);
+	*out = items;
+	csr_template tpl;
+	{
+		EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
+		SG_TRY(p256_keygen(&kctx));
+		SG_TRY(make_template(kctx, identity, &tpl));
+	}
+	if (threads > n)
+		threads = (unsigned)n;
+	csr_job jobs[64];
+	pthread_t tids[64];
+	unsigned started = 0;
+	for (unsigned t = 0; t < threads; t++) {
+		jobs[t] = (csr_job){items, n * t / threads, n * (t + 1) / threads, kind, &tpl, ttl, {0}, 0};
+		if (pthread_create(&tids[t], NULL, csr_thread, &jobs[t]) != 0)
+			break;
+		started++;
+	}
+	int rc = started == threads ? SG_OK : sg_error_set(SG_EINTERNAL, "cannot start the CSR threads");
+	for (unsigned t = 0; t < started; t++) {
+		pthread_join(tids[t], NULL);
+		if (jobs[t].rc < 0 && rc == SG_OK) {
+			sg_error_restore(&jobs[t].err);
+			rc = jobs[t].rc;
+		}
+	}
+	return rc;
+}
+
+static void free_items(lg_item *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(items[i].body);
+	free(items);
+}
+
+/* ---- results ------------------------------------------------------------ */
+
+typedef struct fail_kind {
+	char label[48];
+	char first[160]; /* the first message of this kind */
+	uint64_t count;
+} fail_kind;
+
+/* One phase (warm-up or measured) of a run: the requests [first, end), the
+ * pacing, and what came back. Completions arrive on several threads (one
+ * per gRPC connection): counters are atomics, the rare failure table and
+ * the open-loop slot list are under mu. */
+typedef struct lg_phase {
+	size_t first, end;
+	atomic_size_t next;       /* next request index to start */
+	uint64_t t_start, t_stop; /* no start at or after t_stop */
+	uint64_t rate;            /* open loop: starts per second; 0: closed loop */
+	atomic_size_t n_ok;
+	atomic_size_t n_done; /* completed calls, OK or not */
+	atomic_size_t n_late;
+	atomic_uint_fast64_t t_last; /* latest completion */
+	uint64_t *lat;               /* latencies (ns) of OK requests, n_ok of them */
+	uint64_t *lat_sent;          /* open loop: the same from the actual start */
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	size_t outstanding;
+	fail_kind fails[MAX_FAIL_KINDS];
+	size_t n_fail_kinds;
+	uint64_t n_failed;
+} lg_phase;
+
+static void phase_fail(lg_phase *ph, const char *label, const char *msg)
+{
+	pthread_mutex_lock(&ph->mu);
+	ph->n_failed++;
+	size_t i = 0;
+	while (i < ph->n_fail_kinds && strcmp(ph->fails[i].label, label) != 0)
+		i++;
+	if (i == ph->n_fail_kinds && i < MAX_FAIL_KINDS) {
+		snprintf(ph->fails[i].label, sizeof(ph->fails[i].label), "%s", label);
+		snprintf(ph->fails[i].first, sizeof(ph->fails[i].first), "%s", msg ? msg : "");
+		for (char *c = ph->fails[i].first; *c; c++) /* one line per failure kind */
+			if ((unsigned char)*c < 0x20 || *c == 0x7f)
+				*c = ' ';
+		ph->n_fail_kinds++;
+	}
+	if (i < MAX_FAIL_KINDS)
+		ph->fails[i].count++;
+	pthread_mutex_unlock(&ph->mu);
+}
+
+static void phase_done(lg_phase *ph, uint64_t now)
+{
+	atomic_fetch_add(&ph->n_done, 1);
+	uint64_t last = atomic_load(&ph->t_last);
+	while (now > last && !atomic_compare_exchange_weak(&ph->t_last, &last, now))
+		;
+}
+
+/* t0: when the request was due (open loop) or sent; sent: when it was. */
+static void phase_ok(lg_phase *ph, uint64_t t0, uint64_t sent, uint64_t now)
+{
+	size_t k = atomic_fetch_add(&ph->n_ok, 1);
+	ph->lat[k] = now - t0;
+	if (ph->lat_sent)
+		ph->lat_sent[k] = now - sent;
+}
+
+/* When open-loop request i is due (computed from i, so no error adds up). */
+static uint64_t phase_due(const lg_phase *ph, size_t i)
+{
+	return ph->t_start + (uint64_t)(i - ph->first) * NS_PER_S / ph->rate;
+}
+
+/* ---- response checks ---------------------------------------------------- */
+
+/* The leaf must be one PEM certificate for the CSR's key (its DER holds the
+ * CSR's SPKI verbatim: both servers re-encode the key as a standard
+ * named-curve SPKI) and, when identity is given, must name it. Returns a
+ * failure label, or NULL when the leaf is good. */
+static const char *check_leaf(const char *pem, size_t len, const lg_item *it, const char *identity, uint8_t *der,
+                              size_t cap)
+{
+	size_t der_len, used;
+	if (sg_pem_decode((const uint8_t *)pem, len, "CERTIFICATE", der, cap, &der_len, &used) < 0)
+		return "bad response: leaf is not a PEM certificate";
+	if (!find_bytes(der, der_len, it->spki, it->spki_len))
+		return "bad response: leaf is not for the CSR's key";
+	if (identity && !find_bytes(der, der_len, (const uint8_t *)identity, strlen(identity)))
+		return "bad response: leaf lacks the identity";
+	return NULL;
+}
+
+/* ---- gRPC driver -------------------------------------------------------- */
+
+typedef struct lg_grpc lg_grpc;
+
+/* One gRPC connection: a channel of its own and a client (completion queue
+ * + thread) of its own, so completions of different connections run in
+ * parallel and each thread has its own decode arena and scratch. */
+typedef struct lg_conn {
+	lg_grpc *g;
+	sg_grpc_client *client;
+	sg_grpc_channel *channel;
+	sg_istio_arena *arena;
+	uint8_t der[16 * 1024];
+} lg_conn;
+
+/* One outstanding-call slot; a connection owns M of them. */
+typedef struct lg_slot {
+	lg_conn *conn;
+	size_t idx;  /* request index */
+	uint64_t t0; /* start (closed loop) or scheduled start (open loop) */
+	uint64_t sent;
+	struct lg_slot *next_free;
+} lg_slot;
+
+struct lg_grpc {
+	const lg_args *a;
+	lg_item *items;
+	lg_phase *ph; /* the phase running */
+	lg_conn *conns;
+	size_t nconns;
+	lg_slot *slots;
+	size_t nslots;
+	lg_slot *free_slots; /* open loop, under ph->mu */
+	sg_grpc_md md[2];
+	size_t nmd;
+	uint64_t timeout_ns;
+};
+
+static void on_reply(int status, const char *msg, const uint8_t *resp, size_t len, void *arg);
+
+/* Starts the call for s->idx; on failure the call is counted as failed and
+ * the slot is not in flight. */
+static bool slot_start(lg_grpc *g, lg_slot *s)
+{
+	const lg_item *it = &g->items[s->idx];
+	if (sg_grpc_call_start(s->conn->client, s->conn->channel, SG_ISTIO_METHOD, g->md, g->nmd, it->body,
+	                       it->body_len, g->timeout_ns, on_reply, s) == SG_OK)
+		return true;
+	phase_fail(g->ph, "start failed", sg_error_last()->msg);
+	phase_done(g->ph, sg_now_ns());
+	return false;
+}
+
+/* The slot leaves flight: back to the free list (open loop) and one fewer
+ * outstanding; the waiting thread is woken. */
+static void slot_release(lg_grpc *g, lg_slot *s)
+{
+	lg_phase *ph = g->ph;
+	pthread_mutex_lock(&ph->mu);
+	s->next_free = g->free_slots;
+	g->free_slots = s;
+	ph->outstanding--;
+	pthread_cond_broadcast(&ph->cv);
+	pthread_mutex_unlock(&ph->mu);
+}
+
+static void check_grpc(lg_conn *c, lg_slot *s, int status, const char *msg, const uint8_t *resp, size_t len,
+                       uint64_t now)
+{
+	lg_grpc *g = c->g;
+	if (status != SG_GRPC_OK) {
+		phase_fail(g->ph, sg_grpc_status_name(status), msg);
+		return;
+	}
+	sg_istio_arena_reset(c->arena);
+	sg_istio_chain chain;
+	const char *bad = NULL;
+	if (sg_istio_response_decode(c->arena, resp, len, &chain) < 0)
+		bad = "bad response: undecodable";
+	else if (chain.n < 2)
+		bad = "bad response: chain shorter than 2";
+	else
+		bad = check_leaf(chain.elems[0], chain.lens[0], &g->items[s->idx], g->a->identity, c->der,
+		                 sizeof(c->der));
+	if (bad)
+		phase_fail(g->ph, bad, bad);
+	else
+		phase_ok(g->ph, s->t0, s->sent, now);
+}
+
+/* Runs on the connection's client thread. Closed loop: the slot goes on
+ * with the next request at once, from this thread. */
+static void on_reply(int status, const char *msg, const uint8_t *resp, size_t len, void *arg)
+{
+	lg_slot *s = arg;
+	lg_grpc *g = s->conn->g;
+	lg_phase *ph = g->ph;
+	uint64_t now = sg_now_ns();
+	check_grpc(s->conn, s, status, msg, resp, len, now);
+	phase_done(ph, now);
+	while (!ph->rate && now < ph->t_stop) {
+		size_t i = atomic_fetch_add(&ph->next, 1);
+		if (i >= ph->end)
+			break;
+		s->idx = i;
+		s->t0 = s->sent = sg_now_ns();
+		if (slot_start(g, s))
+			return;
+	}
+	slot_release(g, s);
+}
+
+static void sleep_until(uint64_t t)
+{
+	for (;;) {
+		uint64_t now = sg_now_ns();
+		if (now >= t)
+			return;
+		struct timespec d = {(time_t)((t - now) / NS_PER_S), (long)((t - now) % NS_PER_S)};
+		nanosleep(&d, NULL);
+	}
+}
+
+/* Waits until no call of the phase is in flight. Calls end by their
+ * deadlines at the latest, so this is bounded; the bound is checked anyway
+ * so that a broken transport cannot hang the benchmark. */
+static int phase_wait(lg_phase *ph, uint64_t timeout_ns)
+{
+	uint64_t limit = ph->t_stop + timeout_ns + 10 * NS_PER_S;
+	int rc = SG_OK;
+	pthread_mutex_lock(&ph->mu);
+	while (ph->outstanding > 0) {
+		if (sg_now_ns() > limit) {
+			rc = sg_error_set(SG_ETIMEOUT, "%zu calls still in flight past their deadlines",
+			                  ph->outstanding);
+			break;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += 1;
+		pthread_cond_timedwait(&ph->cv, &ph->mu, &ts);
+	}
+	pthread_mutex_unlock(&ph->mu);
+	return rc;
+}
+
+static int grpc_run_phase(lg_grpc *g, lg_phase *ph)
+{
+	g->ph = ph;
+	g->free_slots = NULL;
+	for (size_t k = g->nslots; k-- > 0;) {
+		g->slots[k].next_free = g->free_slots;
+		g->free_slots = &g->slots[k];
+	}
+	ph->outstanding = 0;
+	ph->t_start = sg_now_ns();
+	ph->t_stop = ph->t_start + (uint64_t)g->a->duration * NS_PER_S;
+	atomic_store(&ph->t_last, ph->t_start);
+	if (!ph->rate) {
+		/* Closed loop: fill every slot; completions keep them busy. */
+		for (size_t k = 0; k < g->nslots; k++) {
+			size_t i = atomic_fetch_add(&ph->next, 1);
+			if (i >= ph->end)
+				break;
+			lg_slot *s = &g->slots[k];
+			s->idx = i;
+			s->t0 = s->sent = sg_now_ns();
+			pthread_mutex_lock(&ph->mu);
+			ph->outstanding++;
+			pthread_mutex_unlock(&ph->mu);
+			if (!slot_start(g, s)) {
+				pthread_mutex_lock(&ph->mu);
+				ph->outstanding--;
+				pthread_mutex_unlock(&ph->mu);
+			}
+		}
+		return phase_wait(ph, g->timeout_ns);
+	}
+	/* Open loop: call i is due at t_start + i * interval; a free slot is
+	 * waited for when all C x M are busy (and the start counted as late). */
+	for (size_t i = ph->first; i < ph->end; i++) {
+		uint64_t due = phase_due(ph, i);
+		if (due >= ph->t_stop)
+			break;
+		sleep_until(due);
+		pthread_mutex_lock(&ph->mu);
+		while (!g->free_slots)
+			pthread_cond_wait(&ph->cv, &ph->mu);
+		lg_slot *s = g->free_slots;
+		g->free_slots = s->next_free;
+		ph->outstanding++;
+		pthread_mutex_unlock(&ph->mu);
+		s->idx = i;
+		s->t0 = due;
+		s->sent = sg_now_ns();
+		if (s->sent - due > LATE_NS)
+			atomic_fetch_add(&ph->n_late, 1);
+		if (!slot_start(g, s))
+			slot_release(g, s);
+	}
+	return phase_wait(ph, g->timeout_ns);
+}
+
+static int read_file(const char *path, size_t max, char **out)
+{
+	FILE *f = fopen(path, "rb");
+	SG_ENSURE(f, SG_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+	char *buf = malloc(max + 1);
+	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+	int bad = ferror(f);
+	fclose(f);
+	SG_ENSURE(buf, SG_EINTERNAL, "out of memory reading %s", path);
+	if (bad || n == 0 || n > max) {
+		free(buf);
+		SG_BAIL(SG_EINVAL, "%s is unreadable, empty or larger than %zu bytes", path, max);
+	}
+	buf[n] = '\0';
+	*out = buf;
+	return SG_OK;
+}
+
+/* The authorization header value "Bearer <token>", as a secret. */
+static int bearer(const char *path, sg_secret **out)
+{
+	sg_secret *tok SG_CLEANUP(sg_secret_freep) = NULL;
+	SG_TRY(sg_secret_from_file(&tok, path));
+	size_t n = sg_secret_len(tok);
+	while (n && (sg_secret_data(tok)[n - 1] == '\n' || sg_secret_data(tok)[n - 1] == '\r'))
+		n--;
+	SG_ENSURE(n > 0, SG_EINVAL, "token file %s is empty", path);
+	size_t cap = n + 8;
+	char *v = malloc(cap);
+	SG_ENSURE(v, SG_EINTERNAL, "out of memory");
+	memcpy(v, "Bearer ", 7);
+	memcpy(v + 7, sg_secret_data(tok), n);
+	v[n + 7] = '\0';
+	int rc = sg_secret_new(out, v, n + 7);
+	sg_wipe(v, cap);
+	free(v);
+	return rc;
+}
+
+static void grpc_teardown(lg_grpc *g)
+{
+	for (size_t c = 0; c < g->nconns; c++) {
+		sg_grpc_client_free(g->conns[c].client);
+		sg_grpc_channel_free(g->conns[c].channel);
+		sg_istio_arena_free(g->conns[c].arena);
+	}
+	free(g->conns);
+	free(g->slots);
+}
+
+/* What a gRPC run needs from files, read (and refused) before any CSR is
+ * made. */
+typedef struct lg_creds {
+	char *root;      /* PEM roots, or NULL: plaintext */
+	sg_secret *auth; /* "Bearer <token>", or NULL */
+} lg_creds;
+
+static int creds_read(const lg_args *a, lg_kind kind, lg_creds *c)
+{
+	if (kind == LG_HTTP) {
+		SG_ENSURE(!a->token_file && !a->ca_file, SG_EINVAL,
+		          "--token-file and --ca-file are for gRPC targets (cfssl is driven over plain HTTP)");
+		return SG_OK;
+	}
+	SG_ENSURE(!a->token_file || a->ca_file, SG_EINVAL,
+	          "--token-file needs --ca-file: a bearer token is sent only over TLS");
+	if (a->ca_file)
+		SG_TRY(read_file(a->ca_file, 1 << 20, &c->root));
+	if (a->token_file)
+		SG_TRY(bearer(a->token_file, &c->auth));
+	return SG_OK;
+}
+
+static void creds_clear(lg_creds *c)
+{
+	free(c->root);
+	sg_secret_free(c->auth);
+	c->root = NULL;
+	c->auth = NULL;
+}
+
+static int grpc_run(const lg_args *a, const lg_target *t, const lg_creds *cr, lg_item *items, lg_phase *phases,
+                    size_t nphases)
+{
+	const char *root = cr->root;
+	const sg_secret *auth = cr->auth;
+	char addr[96];
+	snprintf(addr, sizeof(addr), "%s:%u", t->host, t->port);
+
+	lg_grpc g = {.a = a, .items = items, .timeout_ns = (uint64_t)a->timeout * NS_PER_S};
+	if (auth)
+		g.md[g.nmd++] = (sg_grpc_md){"authorization", sg_secret_cstr(auth)};
+	if (a->cluster_id && a->cluster_id[0])
+		g.md[g.nmd++] = (sg_grpc_md){"clusterid", a->cluster_id};
+	g.nconns = (size_t)a->connections;
+	g.nslots = g.nconns * (size_t)a->concurrency;
+	g.conns = calloc(g.nconns, sizeof(*g.conns));
+	g.slots = calloc(g.nslots, sizeof(*g.slots));
+	int rc = g.conns && g.slots ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory for connections");
+	for (size_t c = 0; c < g.nconns && rc == SG_OK; c++) {
+		lg_conn *cn = &g.conns[c];
+		cn->g = &g;
+		/* own_connection: C channels must be C TCP connections, not one
+		 * shared subchannel. */
+		sg_grpc_channel_options co = {.target = addr,
+		                              .root_pem = root,
+		                              .server_name = root ? a->server_name : NULL,
+		                              .own_connection = true};
+		rc = sg_grpc_channel_new(&cn->channel, &co);
+		if (rc == SG_OK)
+			rc = sg_grpc_client_new(&cn->client);
+		if (rc == SG_OK)
+			rc = sg_istio_arena_new(&cn->arena);
+	}
+	for (size_t k = 0; k < g.nslots && rc == SG_OK; k++)
+		g.slots[k].conn = &g.conns[k / (size_t)a->concurrency];
+	for (size_t p = 0; p < nphases && rc == SG_OK; p++)
+		if (phases[p].end > phases[p].first)
+			rc = grpc_run_phase(&g, &phases[p]);
+	if (rc == SG_ETIMEOUT) {
+		/* Calls are still in flight: freeing their state would be a use
+		 * after free. Report and let exit() take the process down. */
+		return rc;
+	}
+	sg_error e;
+	sg_error_save(&e);
+	grpc_teardown(&g);
+	sg_error_restore(&e);
+	return rc;
+}
+
+/* ---- HTTP driver (cfssl) ------------------------------------------------ */
+
+typedef struct lg_http_slot {
+	CURL *h;
+	struct curl_slist *headers;
+	char *buf;
+	size_t len, cap;
+	bool overflow;
+	size_t idx;
+	uint64_t t0, sent;
+	bool busy;
+} lg_http_slot;
+
+typedef struct lg_http {
+	const lg_args *a;
+	lg_item *items;
+	CURLM *m;
+	lg_http_slot *slots;
+	size_t nslots;
+	char url[160];
+	uint8_t der[16 * 1024];
+} lg_http;
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+	lg_http_slot *s = arg;
+	size_t n = size * nmemb;
+	if (s->len + n > MAX_HTTP_BODY) {
+		s->overflow = true;
+		return 0; /* aborts the transfer */
+	}
+	if (s->len + n + 1 > s->cap) {
+		size_t cap = s->cap ? s->cap : 4096;
+		while (cap < s->len + n + 1)
+			cap *= 2;
+		char *b = realloc(s->buf, cap);
+		if (!b)
+			return 0;
+		s->buf = b;
+		s->cap = cap;
+	}
+	memcpy(s->buf + s->len, data, n);
+	s->len += n;
+	s->buf[s->len] = '\0';
+	return n;
+}
+
+/* curl_easy_setopt, failing the function with the option's name. */
+#define SETOPT(h, opt, val)                                                                                            \
+	do {                                                                                                           \
+		CURLcode e_ = curl_easy_setopt((h), opt, val);                                                         \
+		SG_ENSURE(e_ == CURLE_OK, SG_EINTERNAL, "curl_easy_setopt(%s): %s", #opt, curl_easy_strerror(e_));     \
+	} while (0)
+
+static int http_slot_init(lg_http *h, lg_http_slot *s)
+{
+	s->h = curl_easy_init();
+	SG_ENSURE(s->h, SG_EINTERNAL, "curl_easy_init failed");
+	s->headers = curl_slist_append(NULL, "Content-Type: application/json");
+	/* No "Expect: 100-continue" round trip before the body. */
+	struct curl_slist *l = s->headers ? curl_slist_append(s->headers, "Expect:") : NULL;
+	SG_ENSURE(l, SG_EINTERNAL, "out of memory for HTTP headers");
+	s->headers = l;
+	/* Proxy "" disables proxies even when the environment names one;
+	 * only plain HTTP, no redirects: the request stays on loopback. */
+	SETOPT(s->h, CURLOPT_URL, h->url);
+	SETOPT(s->h, CURLOPT_PROXY, "");
+	SETOPT(s->h, CURLOPT_NOPROXY, "*");
+	SETOPT(s->h, CURLOPT_PROTOCOLS_STR, "http");
+	SETOPT(s->h, CURLOPT_FOLLOWLOCATION, 0L);
+	SETOPT(s->h, CURLOPT_HTTPHEADER, s->headers);
+	SETOPT(s->h, CURLOPT_POST, 1L);
+	SETOPT(s->h, CURLOPT_WRITEFUNCTION, on_body);
+	SETOPT(s->h, CURLOPT_WRITEDATA, s);
+	SETOPT(s->h, CURLOPT_PRIVATE, s);
+	SETOPT(s->h, CURLOPT_TCP_NODELAY, 1L);
+	SETOPT(s->h, CURLOPT_NOSIGNAL, 1L);
+	SETOPT(s->h, CURLOPT_TIMEOUT_MS, (long)h->a->timeout * 1000L);
+	return SG_OK;
+}
+
+static bool http_start(lg_http *h, lg_phase *ph, lg_http_slot *s, size_t idx, uint64_t t0)
+{
+	const lg_item *it = &h->items[idx];
+	s->idx = idx;
+	s->t0 = t0;
+	s->sent = sg_now_ns();
+	s->len = 0;
+	s->overflow = false;
+	CURLcode e = curl_easy_setopt(s->h, CURLOPT_POSTFIELDSIZE, (long)it->body_len);
+	if (!e)
+		e = curl_easy_setopt(s->h, CURLOPT_POSTFIELDS, (const char *)it->body);
+	CURLMcode me = e ? CURLM_OK : curl_multi_add_handle(h->m, s->h);
+	if (e || me) {
+		phase_fail(ph, "start failed", e ? curl_easy_strerror(e) : curl_multi_strerror(me));
+		phase_done(ph, sg_now_ns());
+		return false;
+	}
+	s->busy = true;
+	ph->outstanding++;
+	return true;
+}
+
+/* cfssl answers {"success":true,"result":{"certificate":"<PEM>"},...}. */
+static void check_http(lg_http *h, lg_phase *ph, lg_http_slot *s, CURLcode res, uint64_t now)
+{
+	char label[48];
+	if (res != CURLE_OK) {
+		snprintf(label, sizeof(label), "transport: %s",
+		         s->overflow ? "response too large" : curl_easy_strerror(res));
+		phase_fail(ph, label, curl_easy_strerror(res));
+		return;
+	}
+	long code = 0;
+	curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &code);
+	if (code != 200) {
+		snprintf(label, sizeof(label), "HTTP %ld", code);
+		phase_fail(ph, label, s->len ? s->buf : "");
+		return;
+	}
+	json_error_t err;
+	json_t *root = json_loadb(s->buf ? s->buf : "", s->len, 0, &err);
+	json_t *cert = json_object_get(json_object_get(root, "result"), "certificate");
+	const char *bad = NULL;
+	if (!root)
+		bad = "bad response: not JSON";
+	else if (!json_is_true(json_object_get(root, "success")))
+		bad = "bad response: success is not true";
+	else if (!json_is_string(cert))
+		bad = "bad response: no result.certificate";
+	else
+		bad = check_leaf(json_string_value(cert), json_string_length(cert), &h->items[s->idx], NULL, h->der,
+		                 sizeof(h->der));
+	json_decref(root);
+	if (bad)
+		phase_fail(ph, bad, s->len ? s->buf : bad);
+	else
+		phase_ok(ph, s->t0, s->sent, now);
+}
+
+/* One thread runs the multi handle: completions are read after each poll,
+ * checked, and (closed loop) the handle goes on with the next request on
+ * its kept-alive connection. Open loop starts due requests between polls;
+ * curl_multi_poll's millisecond timeout bounds the pacing error. */
+static int http_run_phase(lg_http *h, lg_phase *ph)
+{
+	ph->outstanding = 0;
+	ph->t_start = sg_now_ns();
+	ph->t_stop = ph->t_start + (uint64_t)h->a->duration * NS_PER_S;
+	atomic_store(&ph->t_last, ph->t_start);
+	size_t next = ph->first;
+	uint64_t limit = ph->t_stop + (uint64_t)h->a->timeout * NS_PER_S + 10 * NS_PER_S;
+	if (!ph->rate)
+		for (size_t k = 0; k < h->nslots && next < ph->end; k++)
+			http_start(h, ph, &h->slots[k], next++, sg_now_ns());
+	for (;;) {
+		uint64_t now = sg_now_ns();
+		if (ph->rate) {
+			for (size_t k = 0; k < h->nslots && next < ph->end; k++) {
+				uint64_t due = phase_due(ph, next);
+				if (due > now || due >= ph->t_stop)
+					break;
+				if (h->slots[k].busy)
+					continue;
+				if (now - due > LATE_NS)
+					atomic_fetch_add(&ph->n_late, 1);
+				http_start(h, ph, &h->slots[k], next++, due);
+			}
+		}
+		bool more = next < ph->end && now < ph->t_stop;
+		if (ph->outstanding == 0 && !more)
+			break;
+		SG_ENSURE(now < limit, SG_ETIMEOUT, "%zu HTTP requests still in flight past their deadlines",
+		          ph->outstanding);
+		int running = 0;
+		CURLMcode me = curl_multi_perform(h->m, &running);
+		SG_ENSURE(me == CURLM_OK, SG_EINTERNAL, "curl_multi_perform: %s", curl_multi_strerror(me));
+		CURLMsg *msg;
+		int left;
+		while ((msg = curl_multi_info_read(h->m, &left))) {
+			if (msg->msg != CURLMSG_DONE)
+				continue;
+			char *priv = NULL;
+			curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+			lg_http_slot *s = (lg_http_slot *)priv;
+			CURLcode res = msg->data.result;
+			curl_multi_remove_handle(h->m, s->h);
+			s->busy = false;
+			ph->outstanding--;
+			uint64_t t = sg_now_ns();
+			check_http(h, ph, s, res, t);
+			phase_done(ph, t);
+			if (!ph->rate && next < ph->end && t < ph->t_stop)
+				http_start(h, ph, s, next++, sg_now_ns());
+		}
+		int wait_ms = 100;
+		if (ph->rate && next < ph->end) {
+			uint64_t due = phase_due(ph, next);
+			uint64_t n2 = sg_now_ns();
+			wait_ms = due <= n2 ? 0 : (int)((due - n2 + 999999) / 1000000);
+			if (wait_ms > 100)
+				wait_ms = 100;
+		}
+		me = curl_multi_poll(h->m, NULL, 0, wait_ms, NULL);
+		SG_ENSURE(me == CURLM_OK, SG_EINTERNAL, "curl_multi_poll: %s", curl_multi_strerror(me));
+	}
+	return SG_OK;
+}
+
+static int http_run(const lg_args *a, const lg_target *t, lg_item *items, lg_phase *phases, size_t nphases)
+{
+	SG_ENSURE(curl_global_init(CURL_GLOBAL_DEFAULT) == CURLE_OK, SG_EINTERNAL, "curl_global_init failed");
+	lg_http *h = calloc(1, sizeof(*h));
+	SG_ENSURE(h, SG_EINTERNAL, "out of memory");
+	h->a = a;
+	h->items = items;
+	snprintf(h->url, sizeof(h->url), "http://%s:%u/api/v1/cfssl/sign", t->host, t->port);
+	h->nslots = (size_t)(a->connections * a->concurrency);
+	h->slots = calloc(h->nslots, sizeof(*h->slots));
+	h->m = curl_multi_init();
+	int rc = h->slots && h->m ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory for the HTTP client");
+	if (rc == SG_OK) {
+		/* One connection per outstanding request (HTTP/1.1), all kept. */
+		curl_multi_setopt(h->m, CURLMOPT_PIPELINING, (long)CURLPIPE_NOTHING);
+		curl_multi_setopt(h->m, CURLMOPT_MAX_HOST_CONNECTIONS, (long)h->nslots);
+		curl_multi_setopt(h->m, CURLMOPT_MAXCONNECTS, (long)h->nslots);
+	}
+	for (size_t k = 0; k < h->nslots && rc == SG_OK; k++)
+		rc = http_slot_init(h, &h->slots[k]);
+	for (size_t p = 0; p < nphases && rc == SG_OK; p++)
+		if (phases[p].end > phases[p].first)
+			rc = http_run_phase(h, &phases[p]);
+	sg_error e;
+	sg_error_save(&e);
+	for (size_t k = 0; h->slots && k < h->nslots; k++) {
+		if (h->slots[k].busy)
+			curl_multi_remove_handle(h->m, h->slots[k].h);
+		curl_easy_cleanup(h->slots[k].h);
+		curl_slist_free_all(h->slots[k].headers);
+		free(h->slots[k].buf);
+	}
+	if (h->m)
+		curl_multi_cleanup(h->m);
+	free(h->slots);
+	free(h);
+	curl_global_cleanup();
+	sg_error_restore(&e);
+	return rc;
+}
+
+/* ---- report ------------------------------------------------------------- */
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+/* Nearest-rank percentile of a sorted array, in ms. */
+static double pct_ms(const uint64_t *v, size_t n, double p)
+{
+	if (!n)
+		return 0;
+	size_t r = (size_t)(p * (double)n + 0.999999);
+	if (r < 1)
+		r = 1;
+	if (r > n)
+		r = n;
+	return (double)v[r - 1] / 1e6;
+}
+
+typedef struct lg_dist {
+	double p50, p99, p999, max;
+} lg_dist;
+
+static lg_dist dist_of(uint64_t *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_u64);
+	return (lg_dist){pct_ms(v, n, 0.50), pct_ms(v, n, 0.99), pct_ms(v, n, 0.999), n ? (double)v[n - 1] / 1e6 : 0};
+}
+
+static json_t *dist_json(lg_dist d)
+{
+	return json_pack("{s:f, s:f, s:f, s:f}", "p50_ms", d.p50, "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max);
+}
+
+/* Throughput is OK responses over the time from the phase's start to its
+ * last completion. Open loop reports latency from the scheduled start (the
+ * number that matters) and, beside it, from the actual start, so client
+ * side delays show as the difference. */
+static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t warmup_ok)
+{
+	size_t ok = atomic_load(&ph->n_ok);
+	lg_dist d = dist_of(ph->lat, ok);
+	lg_dist ds = ph->lat_sent ? dist_of(ph->lat_sent, ok) : d;
+	double secs = (double)(atomic_load(&ph->t_last) - ph->t_start) / 1e9;
+	double rate = secs > 0 ? (double)ok / secs : 0;
+	if (a->json) {
+		json_t *fails = json_object();
+		for (size_t i = 0; fails && i < ph->n_fail_kinds; i++)
+			json_object_set_new(fails, ph->fails[i].label, json_integer((json_int_t)ph->fails[i].count));
+		json_t *o = json_pack(
+		    "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, "
+		    "s:o, s:o}",
+		    "target", a->target, "kind", t->kind == LG_GRPC ? "grpc" : "http", "connections",
+		    (json_int_t)a->connections, "concurrency", (json_int_t)a->concurrency, "rate", (json_int_t)a->rate,
+		    "warmup_ok", (json_int_t)warmup_ok, "sent", (json_int_t)atomic_load(&ph->n_done), "ok",
+		    (json_int_t)ok, "failed", (json_int_t)ph->n_failed, "late_starts",
+		    (json_int_t)atomic_load(&ph->n_late), "elapsed_s", secs, "certs_per_s", rate, "p50_ms", d.p50,
+		    "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max, "from_actual_start", dist_json(ds), "failures",
+		    fails ? fails : json_null());
+		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+		if (text)
+			printf("%s\n", text);
+		free(text);
+		json_decref(o);
+		return;
+	}
+	printf("loadgen %s  connections=%lld concurrency=%lld %s", a->target, (long long)a->connections,
+	       (long long)a->concurrency, a->rate ? "open loop" : "closed loop");
+	if (a->rate)
+		printf(" rate=%lld/s", (long long)a->rate);
+	printf("  (warm-up: %zu ok, not counted)\n", warmup_ok);
+	printf("  requests %zu  ok %zu  failed %llu  in %.2f s  ->  %.1f certs/s\n", atomic_load(&ph->n_done), ok,
+	       (unsigned long long)ph->n_failed, secs, rate);
+	printf("  latency ms%s  p50 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  (n=%zu)\n",
+	       a->rate ? " (from scheduled start)" : "", d.p50, d.p99, d.p999, d.max, ok);
+	if (a->rate) {
+		printf("  latency ms (from actual start)     p50 %.3f  p99 %.3f  p99.9 %.3f  max %.3f\n", ds.p50,
+		       ds.p99, ds.p999, ds.max);
+		printf("  starts more than 1 ms behind schedule: %zu\n", atomic_load(&ph->n_late));
+	}
+	for (size_t i = 0; i < ph->n_fail_kinds; i++)
+		printf("  failed %-40s %llu  (first: %.120s)\n", ph->fails[i].label,
+		       (unsigned long long)ph->fails[i].count, ph->fails[i].first);
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static int phase_init(lg_phase *ph, size_t first, size_t n, int64_t rate)
+{
+	memset(ph, 0, sizeof(*ph));
+	ph->first = first;
+	ph->end = first + n;
+	atomic_store(&ph->next, first);
+	ph->rate = (uint64_t)rate;
+	ph->lat = calloc(n ? n : 1, sizeof(*ph->lat));
+	if (rate)
+		ph->lat_sent = calloc(n ? n : 1, sizeof(*ph->lat_sent));
+	SG_ENSURE(ph->lat && (!rate || ph->lat_sent), SG_EINTERNAL, "out of memory for %zu latencies", n);
+	SG_ENSURE(pthread_mutex_init(&ph->mu, NULL) == 0 && pthread_cond_init(&ph->cv, NULL) == 0, SG_EINTERNAL,
+	          "cannot create a lock");
+	return SG_OK;
+}
+
+static int run(lg_args *a)
+{
+	SG_ENSURE(a->target, SG_EINVAL, "--target is required");
+	SG_ENSURE(strncmp(a->identity, "spiffe://", 9) == 0, SG_EINVAL, "--identity must be a spiffe:// URI");
+	lg_target t;
+	SG_TRY(parse_target(a->target, &t));
+	SG_ENSURE(a->connections * a->concurrency <= 4096, SG_EINVAL,
+	          "--connections x --concurrency is %lld (max 4096)", (long long)(a->connections * a->concurrency));
+	/* Proxies from the environment would take requests off loopback. */
+	const char *proxies[] = {"grpc_proxy",  "https_proxy", "http_proxy", "GRPC_PROXY",
+	                         "HTTPS_PROXY", "HTTP_PROXY",  "all_proxy",  "ALL_PROXY"};
+	for (size_t i = 0; i < N(proxies); i++)
+		unsetenv(proxies[i]);
+
+	lg_creds cr = {0};
+	int rc = creds_read(a, t.kind, &cr);
+	if (rc < 0) {
+		creds_clear(&cr);
+		return rc;
+	}
+	size_t warm = (size_t)a->warmup, n = (size_t)a->requests;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned threads = a->csr_threads ? (unsigned)a->csr_threads : (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1);
+	lg_item *items = NULL;
+	uint64_t t0 = sg_now_ns();
+	rc = make_items(&items, warm + n, threads, t.kind, a->identity, a->ttl);
+	if (rc == SG_OK && !a->json)
+		printf("loadgen: %zu distinct P-256 CSRs made in %.1f s on %u threads\n", warm + n,
+		       (double)(sg_now_ns() - t0) / 1e9, threads);
+	lg_phase phases[2];
+	memset(phases, 0, sizeof(phases));
+	if (rc == SG_OK)
+		rc = phase_init(&phases[0], 0, warm, 0); /* warm-up: closed loop */
+	if (rc == SG_OK)
+		rc = phase_init(&phases[1], warm, n, a->rate);
+	if (rc == SG_OK)
+		rc = t.kind == LG_GRPC ? grpc_run(a, &t, &cr, items, phases, 2) : http_run(a, &t, items, phases, 2);
+	creds_clear(&cr); /* calls copy their metadata: safe even after a timeout */
+	if (rc == SG_OK) {
+		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok));
+		if (phases[0].n_failed || phases[1].n_failed || atomic_load(&phases[1].n_ok) == 0)
+			rc = sg_error_set(SG_EPROTO, "%llu of %zu requests failed (warm-up included)",
+			                  (unsigned long long)(phases[0].n_failed + phases[1].n_failed),
+			                  atomic_load(&phases[0].n_done) + atomic_load(&phases[1].n_done));
+	}
+	if (rc == SG_ETIMEOUT)
+		return rc; /* calls in flight still point into items and phases */
+	for (size_t p = 0; p < 2; p++) {
+		free(phases[p].lat);
+		free(phases[p].lat_sent);
+	}
+	free_items(items, warm + n);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	lg_args a;
+	memset(&a, 0, sizeof(a));
+	sg_opt_result res = {0};
+	int rc = sg_opt_parse(opts, N(opts), &a, argc - 1, argv + 1, &res);
+	if (rc == SG_OK && res.argc > 0)
+		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
+	if (rc < 0 || res.help) {
+		if (rc == SG_OK) {
+			printf("usage: loadgen --target grpc://127.0.0.1:PORT|http://127.0.0.1:PORT [options]\n\n"
+			       "Drives signetd (gRPC) or cfssl serve (HTTP) with distinct CSRs and prints\n"
+			       "certificates/s and latency percentiles.\n\n");
+			sg_opt_usage(opts, N(opts), stdout);
+		} else {
+			fprintf(stderr, "loadgen: %s\n", sg_error_last()->msg);
+		}
+		sg_opt_free(opts, N(opts), &a);
+		return rc < 0 ? 2 : 0;
+	}
+	rc = run(&a);
+	fflush(stdout);
+	if (rc < 0)
+		fprintf(stderr, "loadgen: %s\n", sg_error_last()->msg);
+	sg_opt_free(opts, N(opts), &a);
+	return rc < 0 ? 1 : 0;
+}
