@@ -57,6 +57,20 @@ static char *bio_string(BIO *b)
 	return s;
 }
 
+/* Makes chain and key (both taken over) the current material. */
+static void install(sg_serving *s, char *chain, char *key, int64_t not_before, int64_t not_after)
+{
+	pthread_mutex_lock(&s->lock);
+	free(s->chain);
+	sg_serving_wipe_free(s->key);
+	s->chain = chain;
+	s->key = key;
+	s->version++;
+	s->not_before = not_before;
+	s->not_after = not_after;
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* A new P-256 key and a CSR for the DNS names, as PEM. */
 static int make_key_and_csr(const char *dns_names, char **key_pem, char **csr_pem)
 {
@@ -145,15 +159,7 @@ static int issue(sg_serving *s)
 		off += res.chain_lens[i];
 	}
 	chain[off] = 0;
-	pthread_mutex_lock(&s->lock);
-	free(s->chain);
-	sg_serving_wipe_free(s->key);
-	s->chain = chain;
-	s->key = key;
-	s->version++;
-	s->not_before = res.not_before;
-	s->not_after = res.not_after;
-	pthread_mutex_unlock(&s->lock);
+	install(s, chain, key, res.not_before, res.not_after);
 	sg_log(SG_LOG_INFO, "serving certificate issued", SG_F_STR("serial", res.serial_hex),
 	       SG_F_STR("dns", s->dns_names), SG_F_INT("not_after", res.not_after), SG_F_END);
 	sg_issue_result_clear(&res);
@@ -219,16 +225,9 @@ static int load_files(sg_serving *s, bool force)
 		return sg_error_set_ossl(SG_EINVAL, "%s and %s are not a matching PEM certificate and key", s->o.cert_file,
 					 s->o.key_file);
 	}
-	pthread_mutex_lock(&s->lock);
-	free(s->chain);
-	sg_serving_wipe_free(s->key);
-	s->chain = chain;
-	s->key = key;
-	s->version++;
-	s->not_after = na;
-	s->cert_mtime = cs.st_mtim;
+	install(s, chain, key, 0, na);
+	s->cert_mtime = cs.st_mtim; /* only tick() reads these, on one thread */
 	s->key_mtime = ks.st_mtim;
-	pthread_mutex_unlock(&s->lock);
 	sg_log(SG_LOG_INFO, "serving certificate loaded", SG_F_STR("file", s->o.cert_file), SG_F_END);
 	return SG_OK;
 }

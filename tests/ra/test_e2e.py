@@ -359,6 +359,64 @@ class E2E(unittest.TestCase):
         finally:
             self.assertEqual(d.stop(), 0, d.text())
 
+    def serving_serial(self, port):
+        """The serial of the certificate signetd presents (TLS 1.3, ALPN h2)."""
+        for _ in range(3):  # s_client can lose a race with its own stdin EOF; it is not what is tested
+            out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{port}", "-servername", "localhost",
+                                  "-alpn", "h2", "-CAfile", os.path.join(self.dir, "root-cert.pem"),
+                                  "-verify_return_error"], input=b"", capture_output=True, timeout=30)
+            if out.returncode == 0 and b"-----BEGIN CERTIFICATE-----" in out.stdout:
+                break
+            time.sleep(0.2)
+        self.assertEqual(out.returncode, 0, (out.stdout + out.stderr).decode(errors="replace"))
+        self.assertIn(b"ALPN protocol: h2", out.stdout)
+        pem = out.stdout[out.stdout.index(b"-----BEGIN CERTIFICATE-----"):]
+        return x509.load_pem_x509_certificate(pem).serial_number
+
+    def issue_serving(self, name):
+        key = ec.generate_private_key(ec.SECP256R1())
+        csr = x509.CertificateSigningRequestBuilder().subject_name(x509.Name([])).add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=True).sign(key, hashes.SHA256())
+        base = os.path.join(self.tmp, name)
+        with open(base + ".csr", "wb") as f:
+            f.write(csr.public_bytes(serialization.Encoding.PEM))
+        subprocess.run([SIGNETCTL, "issue", "--config", self.conf, "--profile", "generic", "--csr", base + ".csr",
+                        "--ttl", "1h", "--out", base + ".crt"], check=True)
+        with open(base + ".key", "wb") as f:
+            f.write(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                      serialization.NoEncryption()))
+        return base + ".crt", base + ".key"
+
+    def test_serving_certificate_files_reload(self):
+        """A serving certificate from files is picked up again when the files
+        change, without a restart; TLS 1.2 and 1.3 both negotiate h2."""
+        a_crt, a_key = self.issue_serving("a")
+        b_crt, b_key = self.issue_serving("b")
+        live_crt, live_key = os.path.join(self.tmp, "live.crt"), os.path.join(self.tmp, "live.key")
+        shutil.copy(a_crt, live_crt)
+        shutil.copy(a_key, live_key)
+        d = Signetd(self.conf, "--serving-certificate-file", live_crt, "--serving-key-file", live_key)
+        try:
+            first = self.serving_serial(d.port)
+            self.assertEqual(first, x509.load_pem_x509_certificate(read(a_crt, "rb")).serial_number)
+            for proto in ("-tls1_2", "-tls1_3"):
+                out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{d.port}", proto, "-alpn", "h2",
+                                      "-servername", "localhost"], input=b"", capture_output=True, timeout=30)
+                self.assertIn(b"ALPN protocol: h2", out.stdout, proto)
+            time.sleep(1.1)  # a different mtime
+            shutil.copy(b_key, live_key)
+            shutil.copy(b_crt, live_crt)
+            want = x509.load_pem_x509_certificate(read(b_crt, "rb")).serial_number
+            deadline = time.time() + 10
+            while time.time() < deadline and self.serving_serial(d.port) != want:
+                time.sleep(0.3)
+            self.assertEqual(self.serving_serial(d.port), want)
+            # Still serving requests on the new certificate.
+            stub = self.pb_grpc.IstioCertificateServiceStub(self.open_channel(d.port))
+            self.assertEqual(len(self.call(make_csr(spiffe("default", "default")), self.token(), stub=stub).cert_chain), 2)
+        finally:
+            self.assertEqual(d.stop(), 0, d.text())
+
     def test_graceful_shutdown_drains(self):
         d = Signetd(self.conf, threads=1)
         ch = self.open_channel(d.port)
