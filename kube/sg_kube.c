@@ -1,0 +1,1002 @@
+/*
+ * sg_kube: the Kubernetes REST client over libcurl, with jansson documents.
+ *
+ * A call is: check and escape the resource reference into a URL (bounded,
+ * no caller byte reaches the URL unescaped), wait for the rate limiter,
+ * borrow an easy handle from the pool (a handle keeps its connection and
+ * TLS session, so a busy client reuses connections; HTTP/2 is negotiated by
+ * ALPN when the server offers it), perform, and turn the answer into either
+ * a document or an error. Failed answers carry a Status object
+ * (k8s.io/apimachinery/pkg/apis/meta/v1 Status): its reason and message go
+ * into the error detail and into the thread's sg_kube_status, so callers
+ * can tell 409 Conflict from AlreadyExists without parsing text.
+ *
+ * TLS: the peer is always verified (host name and chain) against the
+ * cluster CA when the configuration has one, and then against it alone;
+ * otherwise against the system roots. Client certificates and keys go to
+ * curl as in-memory blobs that we keep (CURL_BLOB_NOCOPY) so that curl
+ * holds no copy of the key of its own.
+ *
+ * The bearer token: static, or read from a file re-read whenever the
+ * file's identity (inode, size, mtime) changes, looked at at most once a
+ * second (projected service-account tokens rotate). The header line we
+ * build for curl is wiped after each call.
+ *
+ * Watches share this file because they share the handle pool, the URL
+ * builder and the authentication; the stream parser is sg_kube_watch.c.
+ */
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_kube_impl.h"
+#include "sg_log.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define POOL_IDLE_MAX 8
+#define ERRBODY_MAX (64u << 10)
+#define FIELD_MANAGER_MAX 128
+#define EVENT_MESSAGE_MAX 1024
+#define WATCH_TIMEOUT_DEFAULT 290
+#define WATCH_SILENCE_GRACE 30
+
+struct sg_kube {
+	sg_kube_config *cfg;
+	sg_kube_options opt;
+	char user_agent[128];
+	sg_kube_ratelimit *rl;
+
+	pthread_mutex_t pool_mu;
+	CURL *idle[POOL_IDLE_MAX];
+	size_t n_idle;
+
+	pthread_mutex_t token_mu;
+	sg_secret *token;     /* the current token from token_file */
+	struct stat token_id; /* its identity when read */
+	uint64_t token_checked_ns;
+};
+
+/* ---- thread-local status ---- */
+
+static _Thread_local sg_kube_status tl_status;
+
+const sg_kube_status *sg_kube_last_status(void)
+{
+	return &tl_status;
+}
+
+void sg_kube_status_set(const sg_kube_status *st)
+{
+	tl_status = *st;
+}
+
+void sg_kube_status_reset(void)
+{
+	memset(&tl_status, 0, sizeof(tl_status));
+}
+
+int sg_kube_error_of_http(long code)
+{
+	if (code >= 200 && code < 300)
+		return SG_OK;
+	switch (code) {
+	case 400:
+	case 413:
+	case 415:
+	case 422:
+		return SG_EINVAL;
+	case 401:
+	case 403:
+		return SG_EAUTH;
+	case 404:
+		return SG_ENOTFOUND;
+	case 408:
+	case 504:
+		return SG_ETIMEOUT;
+	case 409:
+	case 410:
+	case 429:
+		return SG_EBUSY;
+	default:
+		return code >= 500 && code < 600 ? SG_EBUSY : SG_EPROTO;
+	}
+}
+
+static const char *http_phrase(long code)
+{
+	static const struct {
+		long code;
+		const char *text;
+	} t[] = {
+	    {400, "BadRequest"},   {401, "Unauthorized"}, {403, "Forbidden"},         {404, "NotFound"},
+	    {405, "MethodNotAllowed"}, {406, "NotAcceptable"}, {409, "Conflict"},      {410, "Gone"},
+	    {413, "RequestEntityTooLarge"}, {415, "UnsupportedMediaType"}, {422, "Invalid"},
+	    {429, "TooManyRequests"}, {500, "InternalError"}, {503, "ServiceUnavailable"}, {504, "Timeout"},
+	};
+	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
+		if (t[i].code == code)
+			return t[i].text;
+	return "Error";
+}
+
+int sg_kube_status_from_json(sg_kube_status *out, const json_t *s)
+{
+	memset(out, 0, sizeof(*out));
+	SG_ENSURE(json_is_object(s), SG_EINVAL, "kube: Status is not an object");
+	json_t *kind = json_object_get(s, "kind");
+	json_t *code = json_object_get(s, "code");
+	bool is_status = json_is_string(kind) && strcmp(json_string_value(kind), "Status") == 0;
+	SG_ENSURE(is_status || json_is_integer(code), SG_EINVAL, "kube: not a Status object");
+	if (json_is_integer(code)) {
+		json_int_t c = json_integer_value(code);
+		out->code = c >= 0 && c <= 999 ? (long)c : 0;
+	}
+	json_t *reason = json_object_get(s, "reason");
+	if (json_is_string(reason))
+		sg_kube_sanitize(out->reason, sizeof(out->reason), json_string_value(reason), json_string_length(reason));
+	json_t *msg = json_object_get(s, "message");
+	if (json_is_string(msg))
+		sg_kube_sanitize(out->message, sizeof(out->message), json_string_value(msg), json_string_length(msg));
+	return SG_OK;
+}
+
+int sg_kube_status_parse(sg_kube_status *out, const void *body, size_t len)
+{
+	memset(out, 0, sizeof(*out));
+	SG_ENSURE(len <= ERRBODY_MAX, SG_EINVAL, "kube: Status larger than %u bytes", ERRBODY_MAX);
+	json_error_t jerr;
+	json_t *j SG_CLEANUP(json_decrefp) = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	SG_ENSURE(j, SG_EINVAL, "kube: Status is not JSON");
+	return sg_kube_status_from_json(out, j);
+}
+
+/* ---- small helpers ---- */
+
+const char *sg_kube_meta_str(const json_t *obj, const char *field)
+{
+	json_t *v = json_object_get(json_object_get(obj, "metadata"), field);
+	return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+void sg_kube_microtime_now(char *out, size_t cap)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char base[32];
+	strftime(base, sizeof(base), "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(out, cap, "%s.%06ldZ", base, ts.tv_nsec / 1000);
+}
+
+static void rfc3339_now(char *out, size_t cap)
+{
+	time_t t = time(NULL);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* ---- URL building ---- */
+
+struct url {
+	char s[SG_KUBE_URL_MAX];
+	size_t n;
+	bool overflow;
+};
+
+static void url_put(struct url *u, const char *s, size_t n)
+{
+	if (u->overflow || n >= sizeof(u->s) - u->n) {
+		u->overflow = true;
+		return;
+	}
+	memcpy(u->s + u->n, s, n);
+	u->n += n;
+	u->s[u->n] = 0;
+}
+
+static void url_str(struct url *u, const char *s)
+{
+	url_put(u, s, strlen(s));
+}
+
+/* RFC 3986 §2.3 unreserved bytes pass; everything else is %XX. */
+static void url_escape(struct url *u, const char *s)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
+		    c == '_' || c == '~') {
+			url_put(u, (const char *)&c, 1);
+		} else {
+			char e[3] = {'%', hex[c >> 4], hex[c & 15]};
+			url_put(u, e, 3);
+		}
+	}
+}
+
+static void url_param(struct url *u, const char *k, const char *v)
+{
+	url_str(u, strchr(u->s, '?') ? "&" : "?");
+	url_str(u, k);
+	url_str(u, "=");
+	url_escape(u, v);
+}
+
+/* group/version/resource/subresource: lower-case DNS-ish tokens. */
+static int check_token(const char *what, const char *s, bool required)
+{
+	if (!s || !*s) {
+		SG_ENSURE(!required, SG_EINVAL, "kube: resource %s is missing", what);
+		return SG_OK;
+	}
+	size_t n = strlen(s);
+	SG_ENSURE(n <= SG_KUBE_NAME_MAX && strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789.-") == n, SG_EINVAL,
+	          "kube: resource %s is not a lower-case token", what);
+	return SG_OK;
+}
+
+/* Names and namespaces: printable, no '/' or '%', not "." or "..". */
+static int check_name(const char *what, const char *s)
+{
+	if (!s)
+		return SG_OK;
+	size_t n = strlen(s);
+	SG_ENSURE(n > 0 && n <= SG_KUBE_NAME_MAX, SG_EINVAL, "kube: %s is empty or longer than %d bytes", what,
+	          SG_KUBE_NAME_MAX);
+	SG_ENSURE(strcmp(s, ".") != 0 && strcmp(s, "..") != 0, SG_EINVAL, "kube: %s may not be \".\" or \"..\"", what);
+	for (size_t i = 0; i < n; i++)
+		SG_ENSURE(s[i] > 0x20 && s[i] < 0x7f && s[i] != '/' && s[i] != '%', SG_EINVAL,
+		          "kube: %s holds a forbidden byte", what);
+	return SG_OK;
+}
+
+static int build_url(const sg_kube *k, const sg_kube_ref *r, struct url *u)
+{
+	SG_ENSURE(r, SG_EINVAL, "kube: no resource");
+	SG_TRY(check_token("group", r->group, false));
+	SG_TRY(check_token("version", r->version, true));
+	SG_TRY(check_token("resource", r->resource, true));
+	SG_TRY(check_token("subresource", r->subresource, false));
+	SG_TRY(check_name("namespace", r->ns));
+	SG_TRY(check_name("name", r->name));
+	SG_ENSURE(!r->subresource || r->name, SG_EINVAL, "kube: a subresource needs a name");
+	u->n = 0;
+	u->s[0] = 0;
+	u->overflow = false;
+	url_str(u, k->cfg->server);
+	if (r->group && *r->group) {
+		url_str(u, "/apis/");
+		url_str(u, r->group);
+		url_str(u, "/");
+	} else {
+		url_str(u, "/api/");
+	}
+	url_str(u, r->version);
+	if (r->ns) {
+		url_str(u, "/namespaces/");
+		url_escape(u, r->ns);
+	}
+	url_str(u, "/");
+	url_str(u, r->resource);
+	if (r->name) {
+		url_str(u, "/");
+		url_escape(u, r->name);
+	}
+	if (r->subresource && *r->subresource) {
+		url_str(u, "/");
+		url_str(u, r->subresource);
+	}
+	SG_ENSURE(!u->overflow, SG_EINVAL, "kube: URL longer than %d bytes", SG_KUBE_URL_MAX);
+	return SG_OK;
+}
+
+/* "configmaps default/x", "leases/status x", "configmaps in default". For
+ * messages; the parts were checked by build_url (printable). */
+static void describe(const sg_kube_ref *r, char *out, size_t cap)
+{
+	const char *sub = r->subresource && *r->subresource ? r->subresource : NULL;
+	if (r->name)
+		snprintf(out, cap, "%.64s%s%.32s %.64s%s%.128s", r->resource, sub ? "/" : "", sub ? sub : "",
+		         r->ns ? r->ns : "", r->ns ? "/" : "", r->name);
+	else
+		snprintf(out, cap, "%.64s%s%.64s", r->resource, r->ns ? " in " : "", r->ns ? r->ns : "");
+}
+
+/* ---- the handle pool ---- */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static CURL *pool_get(sg_kube *k)
+{
+	CURL *h = NULL;
+	pthread_mutex_lock(&k->pool_mu);
+	if (k->n_idle)
+		h = k->idle[--k->n_idle];
+	pthread_mutex_unlock(&k->pool_mu);
+	if (h)
+		curl_easy_reset(h); /* options only: the connection and TLS session stay */
+	else
+		h = curl_easy_init();
+	return h;
+}
+
+static void pool_put(sg_kube *k, CURL *h)
+{
+	if (!h)
+		return;
+	pthread_mutex_lock(&k->pool_mu);
+	if (k->n_idle < POOL_IDLE_MAX) {
+		k->idle[k->n_idle++] = h;
+		h = NULL;
+	}
+	pthread_mutex_unlock(&k->pool_mu);
+	curl_easy_cleanup(h);
+}
+
+/* ---- authentication ---- */
+
+static bool same_file(const struct stat *a, const struct stat *b)
+{
+	return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
+	       a->st_mtim.tv_sec == b->st_mtim.tv_sec && a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* Appends "Authorization: Bearer <token>" to *hdrs when there is a token.
+ * The slist node is wiped by free_headers. */
+static int add_auth(sg_kube *k, struct curl_slist **hdrs)
+{
+	const sg_kube_config *c = k->cfg;
+	if (!c->token && !c->token_file)
+		return SG_OK;
+	int rc = SG_OK;
+	pthread_mutex_lock(&k->token_mu);
+	if (c->token_file) {
+		uint64_t now = sg_now_ns();
+		if (!k->token || now - k->token_checked_ns >= 1000000000u) {
+			k->token_checked_ns = now;
+			struct stat st;
+			if (stat(c->token_file, &st) == 0 && (!k->token || !same_file(&st, &k->token_id))) {
+				sg_secret *fresh = NULL;
+				if (sg_kube_read_token(c->token_file, &fresh) == SG_OK) {
+					sg_secret_free(k->token);
+					k->token = fresh;
+					k->token_id = st;
+				} else if (!k->token) {
+					rc = SG_EAUTH;
+				}
+				/* else: keep the old token; the file may be mid-rotation */
+			}
+		}
+	}
+	const sg_secret *tok = c->token ? c->token : k->token;
+	if (rc == SG_OK && !tok)
+		rc = SG_EAUTH;
+	if (rc == SG_OK) {
+		static const char prefix[] = "Authorization: Bearer ";
+		size_t n = sizeof(prefix) + sg_secret_len(tok);
+		char *line = malloc(n);
+		if (!line) {
+			rc = SG_EINTERNAL;
+		} else {
+			memcpy(line, prefix, sizeof(prefix) - 1);
+			memcpy(line + sizeof(prefix) - 1, sg_secret_data(tok), sg_secret_len(tok) + 1);
+			struct curl_slist *l = curl_slist_append(*hdrs, line);
+			sg_wipe(line, n);
+			free(line);
+			if (l)
+				*hdrs = l;
+			else
+				rc = SG_EINTERNAL;
+		}
+	}
+	pthread_mutex_unlock(&k->token_mu);
+	if (rc == SG_EAUTH)
+		return sg_error_set(SG_EAUTH, "kube: cannot read the token file %s", c->token_file);
+	SG_ENSURE(rc == SG_OK, SG_EINTERNAL, "kube: out of memory");
+	return SG_OK;
+}
+
+static void free_headers(struct curl_slist *h)
+{
+	for (struct curl_slist *p = h; p; p = p->next)
+		sg_wipe(p->data, strlen(p->data));
+	curl_slist_free_all(h);
+}
+
+static void free_headersp(struct curl_slist **h)
+{
+	free_headers(*h);
+}
+
+/* ---- performing a request ---- */
+
+struct rbuf {
+	char *p;
+	size_t n, cap, max;
+	bool overflow;
+};
+
+static bool rbuf_add(struct rbuf *b, const char *data, size_t n)
+{
+	if (n > b->max - b->n) {
+		b->overflow = true;
+		return false;
+	}
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->n + n + 1)
+			cap = cap > b->max / 2 ? b->max + 1 : cap * 2;
+		char *p = realloc(b->p, cap);
+		if (!p)
+			return false;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, data, n);
+	b->n += n;
+	b->p[b->n] = 0;
+	return true;
+}
+
+static size_t write_body(char *data, size_t size, size_t nmemb, void *arg)
+{
+	return rbuf_add(arg, data, size * nmemb) ? size * nmemb : 0;
+}
+
+/* Options common to every request. The caller adds method and body. */
+static int setup(sg_kube *k, CURL *h, const char *url, struct curl_slist **hdrs, const char *ctype, char *errbuf)
+{
+	const sg_kube_config *c = k->cfg;
+	SG_TRY(add_auth(k, hdrs));
+	*hdrs = curl_slist_append(*hdrs, "Accept: application/json");
+	if (*hdrs && ctype) {
+		char line[96];
+		snprintf(line, sizeof(line), "Content-Type: %s", ctype);
+		*hdrs = curl_slist_append(*hdrs, line);
+	}
+	if (*hdrs)
+		*hdrs = curl_slist_append(*hdrs, "Expect:");
+	SG_ENSURE(*hdrs, SG_EINTERNAL, "kube: out of memory");
+	int bad = 0;
+	bad |= curl_easy_setopt(h, CURLOPT_URL, url);
+	bad |= curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "https");
+	bad |= curl_easy_setopt(h, CURLOPT_HTTPHEADER, *hdrs);
+	bad |= curl_easy_setopt(h, CURLOPT_USERAGENT, k->user_agent);
+	bad |= curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+	bad |= curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+	bad |= curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+	bad |= curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+	bad |= curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, k->opt.connect_timeout_ms);
+	bad |= curl_easy_setopt(h, CURLOPT_HTTP_VERSION,
+	                        k->opt.http1 ? (long)CURL_HTTP_VERSION_1_1 : (long)CURL_HTTP_VERSION_2TLS);
+	bad |= curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+	bad |= curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+	if (c->ca) {
+		struct curl_blob ca = {c->ca, c->ca_len, CURL_BLOB_NOCOPY};
+		bad |= curl_easy_setopt(h, CURLOPT_CAINFO_BLOB, &ca);
+		/* The cluster CA alone: not the system roots as well. */
+		bad |= curl_easy_setopt(h, CURLOPT_CAINFO, NULL);
+		bad |= curl_easy_setopt(h, CURLOPT_CAPATH, NULL);
+	}
+	if (c->cert) {
+		struct curl_blob cert = {c->cert, c->cert_len, CURL_BLOB_NOCOPY};
+		struct curl_blob key = {(void *)sg_secret_data(c->key), sg_secret_len(c->key), CURL_BLOB_NOCOPY};
+		bad |= curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &cert);
+		bad |= curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
+		bad |= curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &key);
+		bad |= curl_easy_setopt(h, CURLOPT_SSLKEYTYPE, "PEM");
+	}
+	SG_ENSURE(!bad, SG_EINTERNAL, "kube: libcurl refused an option (built without TLS or HTTP/2?)");
+	return SG_OK;
+}
+
+static int curl_error(CURLcode cc, const char *method, const char *what, const char *errbuf)
+{
+	char why[CURL_ERROR_SIZE];
+	const char *e = errbuf && *errbuf ? errbuf : curl_easy_strerror(cc);
+	sg_kube_sanitize(why, sizeof(why), e, strlen(e));
+	int code;
+	switch (cc) {
+	case CURLE_OPERATION_TIMEDOUT:
+		code = SG_ETIMEOUT;
+		break;
+	case CURLE_PEER_FAILED_VERIFICATION:
+	case CURLE_SSL_CERTPROBLEM:
+	case CURLE_SSL_CACERT_BADFILE:
+	case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+		code = SG_EAUTH;
+		break;
+	case CURLE_OUT_OF_MEMORY:
+		code = SG_EINTERNAL;
+		break;
+	case CURLE_URL_MALFORMAT:
+	case CURLE_UNSUPPORTED_PROTOCOL:
+		code = SG_EINVAL;
+		break;
+	default:
+		code = SG_EBUSY; /* connect, send, receive, TLS handshake, HTTP/2 framing: retry */
+	}
+	return sg_error_set(code, "kube: %s %s: %s", method, what, why);
+}
+
+/* A non-2xx answer: the Status into the thread's record and the detail. */
+static int http_error(long http, const char *body, size_t len, const char *method, const char *what)
+{
+	sg_kube_status st;
+	if (!body || sg_kube_status_parse(&st, body, len) != SG_OK)
+		memset(&st, 0, sizeof(st));
+	st.code = http; /* the HTTP code rules over a Status that disagrees */
+	if (!st.reason[0])
+		snprintf(st.reason, sizeof(st.reason), "%s", http_phrase(http));
+	sg_kube_status_set(&st);
+	int code = sg_kube_error_of_http(http);
+	if (code == SG_OK)
+		code = SG_EPROTO;
+	if (st.message[0])
+		return sg_error_set(code, "kube: %s %s: %ld %s: %s", method, what, http, st.reason, st.message);
+	return sg_error_set(code, "kube: %s %s: %ld %s", method, what, http, st.reason);
+}
+
+static void rbuf_free(struct rbuf *b)
+{
+	free(b->p);
+}
+
+/* One request/response. body may be NULL; out may be NULL. */
+static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct url *u, const char *ctype,
+                const json_t *body, json_t **out)
+{
+	if (out)
+		*out = NULL;
+	sg_kube_status_reset();
+	char what[320];
+	describe(ref, what, sizeof(what));
+	SG_ENSURE(!u->overflow, SG_EINVAL, "kube: %s %s: URL longer than %d bytes", method, what, SG_KUBE_URL_MAX);
+	char *payload SG_AUTOFREE = NULL;
+	if (body) {
+		payload = json_dumps(body, JSON_COMPACT);
+		SG_ENSURE(payload, SG_EINVAL, "kube: %s %s: the body cannot be encoded", method, what);
+	}
+	sg_kube_ratelimit_wait(k->rl);
+	CURL *h = pool_get(k);
+	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
+	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
+	struct rbuf rb SG_CLEANUP(rbuf_free) = {.max = SG_KUBE_RESPONSE_MAX};
+	char errbuf[CURL_ERROR_SIZE] = "";
+	int rc = setup(k, h, u->s, &hdrs, ctype, errbuf);
+	if (rc < 0)
+		goto done;
+	int bad = 0;
+	bad |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, k->opt.request_timeout_ms);
+	bad |= curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_body);
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &rb);
+	if (payload) {
+		bad |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
+		bad |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
+	}
+	if (strcmp(method, "GET") == 0)
+		bad |= curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	else
+		bad |= curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	SG_ENSURE_GOTO(rc, !bad, done, SG_EINTERNAL, "kube: libcurl refused an option");
+
+	CURLcode cc = curl_easy_perform(h);
+	long http = 0;
+	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+	if (cc == CURLE_WRITE_ERROR && rb.overflow) {
+		rc = sg_error_set(SG_EPROTO, "kube: %s %s: response larger than %u bytes", method, what,
+		                  SG_KUBE_RESPONSE_MAX);
+		goto done;
+	}
+	if (cc != CURLE_OK) {
+		rc = curl_error(cc, method, what, errbuf);
+		goto done;
+	}
+	if (http < 200 || http > 299) {
+		rc = http_error(http, rb.p, rb.n, method, what);
+		goto done;
+	}
+	tl_status.code = http;
+	if (out) {
+		json_error_t jerr;
+		json_t *j = rb.n ? json_loadb(rb.p, rb.n, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		if (!json_is_object(j)) {
+			json_decref(j);
+			rc = sg_error_set(SG_EPROTO, "kube: %s %s: the answer is not a JSON object", method, what);
+			goto done;
+		}
+		*out = j;
+	}
+	rc = SG_OK;
+done:
+	pool_put(k, h);
+	return rc;
+}
+
+/* ---- the verbs ---- */
+
+int sg_kube_get(sg_kube *k, const sg_kube_ref *ref, json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: get needs a name");
+	return call(k, "GET", ref, &u, NULL, NULL, out);
+}
+
+static void list_params(struct url *u, const sg_kube_list_opts *o)
+{
+	if (!o)
+		return;
+	if (o->label_selector && *o->label_selector)
+		url_param(u, "labelSelector", o->label_selector);
+	if (o->field_selector && *o->field_selector)
+		url_param(u, "fieldSelector", o->field_selector);
+	if (o->limit > 0) {
+		char n[24];
+		snprintf(n, sizeof(n), "%ld", o->limit);
+		url_param(u, "limit", n);
+	}
+	if (o->cont && *o->cont)
+		url_param(u, "continue", o->cont);
+}
+
+int sg_kube_list(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_opts *opt, json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(!ref->name, SG_EINVAL, "kube: list takes no name");
+	list_params(&u, opt);
+	json_t *page = NULL;
+	SG_TRY(call(k, "GET", ref, &u, NULL, NULL, &page));
+	json_t *items = json_object_get(page, "items");
+	if (!json_is_array(items) && !json_is_null(items) && items) {
+		json_decref(page);
+		SG_BAIL(SG_EPROTO, "kube: list %s: \"items\" is not an array", ref->resource);
+	}
+	if (out)
+		*out = page;
+	else
+		json_decref(page);
+	return SG_OK;
+}
+
+int sg_kube_list_all(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_opts *opt, json_t **out)
+{
+	*out = NULL;
+	sg_kube_list_opts o = opt ? *opt : (sg_kube_list_opts){0};
+	if (o.limit <= 0)
+		o.limit = 500;
+	json_t *all SG_CLEANUP(json_decrefp) = NULL;
+	json_t *items = json_array();
+	SG_ENSURE(items, SG_EINTERNAL, "kube: out of memory");
+	char *cont SG_AUTOFREE = NULL;
+	for (;;) {
+		json_t *page SG_CLEANUP(json_decrefp) = NULL;
+		o.cont = cont;
+		int rc = sg_kube_list(k, ref, &o, &page);
+		if (rc < 0) {
+			json_decref(items);
+			return rc;
+		}
+		json_t *pi = json_object_get(page, "items");
+		if (json_is_array(pi) && json_array_extend(items, pi) != 0) {
+			json_decref(items);
+			SG_BAIL(SG_EINTERNAL, "kube: out of memory");
+		}
+		const char *next = sg_kube_meta_str(page, "continue");
+		free(cont);
+		cont = next && *next ? strdup(next) : NULL;
+		if (!cont) {
+			/* The last page: its kind and resourceVersion describe the
+			 * whole snapshot. */
+			json_object_set_new(page, "items", items);
+			all = json_incref(page);
+			break;
+		}
+	}
+	*out = SG_MOVE(all);
+	return SG_OK;
+}
+
+int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(!ref->name, SG_EINVAL, "kube: create takes no name (it is in the body)");
+	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: create needs an object");
+	return call(k, "POST", ref, &u, "application/json", body, out);
+}
+
+int sg_kube_update(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: update needs a name");
+	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: update needs an object");
+	return call(k, "PUT", ref, &u, "application/json", body, out);
+}
+
+int sg_kube_delete(sg_kube *k, const sg_kube_ref *ref, json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: delete needs a name");
+	return call(k, "DELETE", ref, &u, NULL, NULL, out);
+}
+
+int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: patch needs a name");
+	SG_ENSURE(json_is_object(patch), SG_EINVAL, "kube: a merge patch is an object");
+	return call(k, "PATCH", ref, &u, "application/merge-patch+json", patch, out);
+}
+
+int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager, bool force,
+                  json_t **out)
+{
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: apply needs a name");
+	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: apply needs an object");
+	SG_ENSURE(field_manager && *field_manager && strlen(field_manager) <= FIELD_MANAGER_MAX, SG_EINVAL,
+	          "kube: apply needs a field manager of 1..%d bytes", FIELD_MANAGER_MAX);
+	for (const char *p = field_manager; *p; p++)
+		SG_ENSURE(*p >= 0x20 && *p < 0x7f, SG_EINVAL, "kube: the field manager must be printable");
+	url_param(&u, "fieldManager", field_manager);
+	url_param(&u, "force", force ? "true" : "false");
+	/* Exactly one Content-Type (kubernetes-client/c#52). */
+	return call(k, "PATCH", ref, &u, "application/apply-patch+yaml", body, out);
+}
+
+int sg_kube_event(sg_kube *k, const json_t *obj, const char *type, const char *reason, const char *message,
+                  const char *component, json_t **out)
+{
+	if (out)
+		*out = NULL;
+	json_t *av = json_object_get(obj, "apiVersion"), *kind = json_object_get(obj, "kind");
+	const char *name = sg_kube_meta_str(obj, "name");
+	SG_ENSURE(json_is_string(av) && json_is_string(kind) && name, SG_EINVAL,
+	          "kube: an event needs an object with apiVersion, kind and metadata.name");
+	SG_ENSURE(type && (strcmp(type, "Normal") == 0 || strcmp(type, "Warning") == 0), SG_EINVAL,
+	          "kube: event type must be Normal or Warning");
+	SG_ENSURE(reason && *reason && strlen(reason) <= 128, SG_EINVAL, "kube: event reason must be 1..128 bytes");
+	SG_ENSURE(component && *component && strlen(component) <= 128, SG_EINVAL, "kube: event component is required");
+	const char *ns = sg_kube_meta_str(obj, "namespace");
+	const char *ev_ns = ns && *ns ? ns : "default";
+
+	/* client-go's recorder names events "<object>.<unix nanoseconds in hex>". */
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	char ev_name[SG_KUBE_NAME_MAX + 1];
+	snprintf(ev_name, sizeof(ev_name), "%.*s.%llx", SG_KUBE_NAME_MAX - 20, name,
+	         (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec);
+	char now[40];
+	rfc3339_now(now, sizeof(now));
+	char msg[EVENT_MESSAGE_MAX + 1];
+	snprintf(msg, sizeof(msg), "%s", message ? message : "");
+
+	json_t *involved = json_pack("{s:O, s:O, s:s}", "apiVersion", av, "kind", kind, "name", name);
+	json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:i, s:s}",
+	                       "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ev_ns,
+	                       "involvedObject", involved, "reason", reason, "message", msg, "type", type, "source",
+	                       "component", component, "firstTimestamp", now, "lastTimestamp", now, "count", 1,
+	                       "reportingComponent", component);
+	SG_ENSURE(ev && involved, SG_EINTERNAL, "kube: event: out of memory (or a non-UTF-8 string)");
+	json_t *evp SG_CLEANUP(json_decrefp) = ev;
+	if (ns && *ns)
+		json_object_set_new(involved, "namespace", json_string(ns));
+	static const char *const copy[] = {"uid", "resourceVersion"};
+	for (size_t i = 0; i < 2; i++) {
+		const char *v = sg_kube_meta_str(obj, copy[i]);
+		if (v)
+			json_object_set_new(involved, copy[i], json_string(v));
+	}
+	sg_kube_ref ref = {.version = "v1", .resource = "events", .ns = ev_ns};
+	return sg_kube_create(k, &ref, ev, out);
+}
+
+/* ---- watch ---- */
+
+struct wstate {
+	sg_kube_watch_parser *parser;
+	CURL *h;
+	long http;
+	struct rbuf err; /* the body of a non-2xx answer */
+	int prc;         /* the parser's verdict */
+	const atomic_bool *stop;
+	bool stopped;
+};
+
+static size_t write_watch(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct wstate *w = arg;
+	size_t n = size * nmemb;
+	if (w->http == 0)
+		curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->http);
+	if (w->http < 200 || w->http > 299) {
+		(void)rbuf_add(&w->err, data, n); /* excess is dropped: the Status is short */
+		return n;
+	}
+	w->prc = sg_kube_watch_parser_feed(w->parser, data, n);
+	return w->prc == 0 ? n : 0;
+}
+
+static int progress_watch(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	(void)dt, (void)dn, (void)ut, (void)un;
+	struct wstate *w = arg;
+	if (w->stop && atomic_load(w->stop)) {
+		w->stopped = true;
+		return 1;
+	}
+	return 0;
+}
+
+static void parser_freep(sg_kube_watch_parser **p)
+{
+	sg_kube_watch_parser_free(*p);
+}
+
+int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *opt, sg_kube_watch_fn fn, void *arg)
+{
+	sg_kube_status_reset();
+	sg_kube_watch_opts o = opt ? *opt : (sg_kube_watch_opts){0};
+	if (o.timeout_seconds <= 0)
+		o.timeout_seconds = WATCH_TIMEOUT_DEFAULT;
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(!ref->name && !ref->subresource, SG_EINVAL, "kube: watch a collection (select one name with a "
+	                                                      "field selector)");
+	char what[320];
+	describe(ref, what, sizeof(what));
+	char tmo[16];
+	snprintf(tmo, sizeof(tmo), "%d", o.timeout_seconds);
+	url_param(&u, "watch", "1");
+	if (o.resource_version && *o.resource_version)
+		url_param(&u, "resourceVersion", o.resource_version);
+	if (!o.no_bookmarks)
+		url_param(&u, "allowWatchBookmarks", "true");
+	url_param(&u, "timeoutSeconds", tmo);
+	if (o.label_selector && *o.label_selector)
+		url_param(&u, "labelSelector", o.label_selector);
+	if (o.field_selector && *o.field_selector)
+		url_param(&u, "fieldSelector", o.field_selector);
+	SG_ENSURE(!u.overflow, SG_EINVAL, "kube: WATCH %s: URL longer than %d bytes", what, SG_KUBE_URL_MAX);
+
+	sg_kube_watch_parser *parser SG_CLEANUP(parser_freep) = NULL;
+	SG_TRY(sg_kube_watch_parser_new(&parser, k->opt.watch_line_max, fn, arg));
+	sg_kube_ratelimit_wait(k->rl);
+	CURL *h = pool_get(k);
+	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
+	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
+	struct wstate w = {.parser = parser, .h = h, .err = {.max = ERRBODY_MAX}, .stop = o.stop};
+	char errbuf[CURL_ERROR_SIZE] = "";
+	int rc = setup(k, h, u.s, &hdrs, NULL, errbuf);
+	if (rc < 0)
+		goto done;
+	int bad = 0;
+	/* No total timeout: the server ends the watch after timeoutSeconds; a
+	 * silent stream (dead peer) is given up after that plus a grace. */
+	bad |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	bad |= curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)o.timeout_seconds + WATCH_SILENCE_GRACE);
+	bad |= curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_watch);
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &w);
+	bad |= curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+	bad |= curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, progress_watch);
+	bad |= curl_easy_setopt(h, CURLOPT_XFERINFODATA, &w);
+	SG_ENSURE_GOTO(rc, !bad, done, SG_EINTERNAL, "kube: libcurl refused an option");
+
+	CURLcode cc = curl_easy_perform(h);
+	if (w.http == 0)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &w.http);
+	if (w.stopped) {
+		rc = SG_OK;
+	} else if (w.prc != 0) {
+		rc = w.prc; /* the callback's stop value, or the parser's error (detail set) */
+		if (rc < 0) {
+			char why[SG_ERROR_MSG_MAX];
+			snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+			rc = sg_error_set(rc, "kube: WATCH %s: %s", what, why);
+		}
+	} else if (w.http != 0 && (w.http < 200 || w.http > 299)) {
+		rc = http_error(w.http, w.err.p, w.err.n, "WATCH", what);
+	} else if (cc != CURLE_OK) {
+		rc = curl_error(cc, "WATCH", what, errbuf);
+	} else {
+		rc = sg_kube_watch_parser_finish(parser);
+		if (rc < 0) {
+			char why[SG_ERROR_MSG_MAX];
+			snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+			rc = sg_error_set(rc, "kube: WATCH %s: %s", what, why);
+		}
+	}
+	if (rc >= 0 && tl_status.code == 0)
+		tl_status.code = w.http;
+done:
+	free(w.err.p);
+	pool_put(k, h);
+	return rc;
+}
+
+/* ---- life cycle ---- */
+
+int sg_kube_new(sg_kube **out, sg_kube_config **cfg, const sg_kube_options *opt)
+{
+	*out = NULL;
+	sg_kube_config *c = *cfg;
+	*cfg = NULL;
+	if (!c)
+		SG_BAIL(SG_EINVAL, "kube: no configuration");
+	pthread_once(&curl_once, curl_init);
+	if (curl_init_rc != CURLE_OK) {
+		sg_kube_config_free(c);
+		SG_BAIL(SG_EINTERNAL, "kube: curl_global_init failed");
+	}
+	sg_kube *k = calloc(1, sizeof(*k));
+	if (!k) {
+		sg_kube_config_free(c);
+		SG_BAIL(SG_EINTERNAL, "kube: out of memory");
+	}
+	k->cfg = c;
+	if (opt)
+		k->opt = *opt;
+	if (k->opt.qps == 0)
+		k->opt.qps = 20;
+	if (k->opt.burst <= 0)
+		k->opt.burst = 50;
+	if (k->opt.connect_timeout_ms <= 0)
+		k->opt.connect_timeout_ms = 5000;
+	if (k->opt.request_timeout_ms <= 0)
+		k->opt.request_timeout_ms = 30000;
+	if (k->opt.watch_line_max == 0 || k->opt.watch_line_max > SG_KUBE_WATCH_LINE_MAX)
+		k->opt.watch_line_max = SG_KUBE_WATCH_LINE_MAX;
+	snprintf(k->user_agent, sizeof(k->user_agent), "%s",
+	         opt && opt->user_agent ? opt->user_agent : "signet/0.1 (kube)");
+	k->opt.user_agent = NULL;
+	pthread_mutex_init(&k->pool_mu, NULL);
+	pthread_mutex_init(&k->token_mu, NULL);
+	int rc = sg_kube_ratelimit_new(&k->rl, k->opt.qps, k->opt.burst);
+	if (rc < 0) {
+		sg_kube_free(k);
+		return rc;
+	}
+	*out = k;
+	return SG_OK;
+}
+
+void sg_kube_free(sg_kube *k)
+{
+	if (!k)
+		return;
+	for (size_t i = 0; i < k->n_idle; i++)
+		curl_easy_cleanup(k->idle[i]);
+	sg_kube_ratelimit_free(k->rl);
+	sg_secret_free(k->token);
+	sg_kube_config_free(k->cfg);
+	pthread_mutex_destroy(&k->pool_mu);
+	pthread_mutex_destroy(&k->token_mu);
+	free(k);
+}
+
+const char *sg_kube_namespace(const sg_kube *k)
+{
+	return sg_kube_config_namespace(k->cfg);
+}

@@ -1,0 +1,272 @@
+/*
+ * sg_kube: a small Kubernetes API client (the libcurl + jansson adapter of
+ * the Kubernetes layer). It sits beside ra/ and sees common/ only.
+ *
+ * Pieces, bottom up:
+ *   sg_kube_config     where the API server is and how to authenticate:
+ *                      a kubeconfig file (YAML through libyaml, or JSON) or
+ *                      the in-cluster service-account files.
+ *   sg_kube            the client: a small pool of curl easy handles
+ *                      (connection reuse, HTTP/2 over TLS where offered),
+ *                      a client-side token-bucket rate limiter, and the
+ *                      verbs get / list / create / update / delete / merge
+ *                      patch / server-side apply / watch / events.
+ *   sg_kube_status     the Kubernetes Status object of a failed call, kept
+ *                      per thread next to the sg_error detail.
+ *   sg_kube_watch_parser  the incremental, bounded parser of a watch stream
+ *                      (newline-delimited JSON events).
+ * The informer (sg_kube_informer.h) and the Lease elector (sg_lease.h) are
+ * built on these.
+ *
+ * Errors (sg_error.h categories; the detail names the verb, the resource
+ * and the Status message, e.g. "kube: PUT configmaps default/x: 409
+ * Conflict: the object has been modified; ..."):
+ *   400, 422 -> SG_EINVAL      401, 403 -> SG_EAUTH     404 -> SG_ENOTFOUND
+ *   409, 410, 429, 5xx -> SG_EBUSY (retryable: re-read, relist or back off)
+ *   connection failures -> SG_EBUSY; timeouts -> SG_ETIMEOUT;
+ *   TLS verification failures -> SG_EAUTH; malformed answers -> SG_EPROTO.
+ * sg_kube_last_status() tells 409 Conflict from 409 AlreadyExists and a 410
+ * from a 429: it holds the HTTP code and Status reason of this thread's last
+ * call (code 0 when the call never got an HTTP answer).
+ *
+ * JSON documents: request bodies are borrowed (never modified, never
+ * stolen); documents returned through `json_t **out` are new references the
+ * caller releases with json_decref. Every out parameter may be NULL when
+ * the caller does not want the answer.
+ *
+ * Secrets: bearer tokens and client keys live in sg_secret buffers, never
+ * reach a log line, and the copies we hand to curl are wiped after use.
+ *
+ * Thread safety: an sg_kube may be used by any number of threads at once;
+ * each call borrows one easy handle from the pool for its duration.
+ */
+#ifndef SG_KUBE_H
+#define SG_KUBE_H
+
+#include "sg_error.h"
+
+#include <jansson.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- limits ---- */
+#define SG_KUBE_CONFIG_MAX (1u << 20)        /* kubeconfig file, bytes */
+#define SG_KUBE_RESPONSE_MAX (64u << 20)     /* a non-watch response body */
+#define SG_KUBE_WATCH_LINE_MAX (16u << 20)   /* one watch event, bytes */
+#define SG_KUBE_URL_MAX 8192
+#define SG_KUBE_NAME_MAX 253                 /* object names (DNS subdomain) */
+#define SG_KUBE_STATUS_REASON_MAX 64
+#define SG_KUBE_STATUS_MESSAGE_MAX 320
+
+/* ---- configuration ---- */
+
+typedef struct sg_kube_config sg_kube_config;
+
+/* Reads a kubeconfig file: path, else $KUBECONFIG (its first entry when it
+ * is a list), else ~/.kube/config. context NULL means current-context.
+ * Supported: cluster server (https only), certificate-authority(-data)
+ * (insecure-skip-tls-verify must be absent or false); user token,
+ * tokenFile, client-certificate(-data) + client-key(-data); the context's
+ * namespace. Relative file names resolve against the kubeconfig's folder.
+ * Anything else needed to authenticate (exec, auth-provider, basic auth) is
+ * refused with SG_EINVAL naming the field. SG_ENOTFOUND when no file.
+ * Caller frees with sg_kube_config_free. */
+SG_API int sg_kube_config_from_kubeconfig(sg_kube_config **out, const char *path, const char *context) SG_MUST_CHECK;
+
+/* The same from bytes already in memory (YAML or JSON); base_dir resolves
+ * relative file names (NULL: the working directory). */
+SG_API int sg_kube_config_from_bytes(sg_kube_config **out, const void *data, size_t len, const char *context,
+                                     const char *base_dir) SG_MUST_CHECK;
+
+/* In-cluster files; NULL members take the defaults shown. */
+typedef struct sg_kube_incluster {
+	const char *token_path;     /* /var/run/secrets/kubernetes.io/serviceaccount/token */
+	const char *ca_path;        /* .../ca.crt */
+	const char *namespace_path; /* .../namespace (optional file) */
+	const char *host;           /* NULL: $KUBERNETES_SERVICE_HOST */
+	const char *port;           /* NULL: $KUBERNETES_SERVICE_PORT */
+} sg_kube_incluster;
+
+/* The in-cluster configuration: https://$KUBERNETES_SERVICE_HOST:PORT with
+ * the service-account CA and token. The token file is re-read whenever its
+ * identity (inode, size, mtime) changes, checked at most once per second,
+ * so rotated projected tokens keep working. SG_ENOTFOUND outside a pod. */
+SG_API int sg_kube_config_in_cluster(sg_kube_config **out, const sg_kube_incluster *paths) SG_MUST_CHECK;
+
+/* The usual order of a program: --kubeconfig (kubeconfig, may be NULL),
+ * then $KUBECONFIG, then in-cluster, then ~/.kube/config. */
+SG_API int sg_kube_config_load(sg_kube_config **out, const char *kubeconfig) SG_MUST_CHECK;
+
+/* Borrowed until sg_kube_config_free. namespace is "default" when unset. */
+SG_API const char *sg_kube_config_server(const sg_kube_config *c);
+SG_API const char *sg_kube_config_namespace(const sg_kube_config *c);
+SG_API void sg_kube_config_free(sg_kube_config *c);
+
+/* ---- the client ---- */
+
+typedef struct sg_kube sg_kube;
+
+typedef struct sg_kube_options {
+	double qps;                 /* 0: 20 (cert-manager's default); < 0: no rate limit */
+	int burst;                  /* 0: 50 */
+	long connect_timeout_ms;    /* 0: 5000 */
+	long request_timeout_ms;    /* 0: 30000 (not for watches) */
+	const char *user_agent;     /* NULL: "signet/<version>" */
+	size_t watch_line_max;      /* 0: SG_KUBE_WATCH_LINE_MAX */
+	bool http1;                 /* force HTTP/1.1 (default: HTTP/2 when offered) */
+} sg_kube_options;
+
+/* Creates a client. *cfg is consumed (on success and on failure) and set
+ * to NULL. opt may be NULL. Caller frees with sg_kube_free. */
+SG_API int sg_kube_new(sg_kube **out, sg_kube_config **cfg, const sg_kube_options *opt) SG_MUST_CHECK;
+/* Frees the client; no call may be in progress. Accepts NULL. */
+SG_API void sg_kube_free(sg_kube *k);
+/* The namespace of the configuration (borrowed for the client's life). */
+SG_API const char *sg_kube_namespace(const sg_kube *k);
+
+/* An object or a collection. group NULL or "" is the core group (/api/v1);
+ * ns NULL is cluster-scoped (or all namespaces for list/watch); name NULL
+ * addresses the collection (list, watch, create); subresource is e.g.
+ * "status". Every segment is checked (printable, no '/', not "." or "..")
+ * and escaped, and the URL is bounded by SG_KUBE_URL_MAX. */
+typedef struct sg_kube_ref {
+	const char *group;
+	const char *version;
+	const char *resource;
+	const char *ns;
+	const char *name;
+	const char *subresource;
+} sg_kube_ref;
+
+/* The outcome of this thread's last call (borrowed, thread-local). */
+typedef struct sg_kube_status {
+	long code;                                   /* HTTP code or Status.code; 0: no answer */
+	char reason[SG_KUBE_STATUS_REASON_MAX];      /* "Conflict", "AlreadyExists", "Expired", ... */
+	char message[SG_KUBE_STATUS_MESSAGE_MAX];    /* sanitised Status.message */
+} sg_kube_status;
+SG_API const sg_kube_status *sg_kube_last_status(void);
+
+/* Parses a Kubernetes Status document (kind "Status" or an object with an
+ * integer "code"); wrong member types are ignored, strings are cut to the
+ * field sizes and control bytes replaced. SG_EINVAL when it is not one. */
+SG_API int sg_kube_status_parse(sg_kube_status *out, const void *body, size_t len) SG_MUST_CHECK;
+SG_API int sg_kube_status_from_json(sg_kube_status *out, const json_t *status) SG_MUST_CHECK;
+/* The sg_error category of an HTTP code (table above). */
+SG_API int sg_kube_error_of_http(long code);
+
+/* GET one object. */
+SG_API int sg_kube_get(sg_kube *k, const sg_kube_ref *ref, json_t **out) SG_MUST_CHECK;
+
+typedef struct sg_kube_list_opts {
+	const char *label_selector;
+	const char *field_selector;
+	long limit;            /* page size; 0: no limit (list_all: 500) */
+	const char *cont;      /* continue token of the previous page */
+} sg_kube_list_opts;
+
+/* One page of a list (a *List object: items, metadata.continue). */
+SG_API int sg_kube_list(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_opts *opt, json_t **out) SG_MUST_CHECK;
+/* Every page, following continue tokens: a List object whose "items" hold
+ * all objects and whose metadata.resourceVersion is the snapshot's. A stale
+ * continue token fails with SG_EBUSY and status 410 (relist). */
+SG_API int sg_kube_list_all(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_opts *opt, json_t **out) SG_MUST_CHECK;
+
+/* POST a new object to the collection (ref->name NULL). */
+SG_API int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out) SG_MUST_CHECK;
+/* PUT (replace). Optimistic concurrency: a metadata.resourceVersion in the
+ * body makes a stale update fail with 409 Conflict. ref->subresource
+ * "status" writes the status subresource. */
+SG_API int sg_kube_update(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out) SG_MUST_CHECK;
+/* DELETE; *out is the deleted object or a Status. */
+SG_API int sg_kube_delete(sg_kube *k, const sg_kube_ref *ref, json_t **out) SG_MUST_CHECK;
+/* PATCH with application/merge-patch+json (RFC 7386). */
+SG_API int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out) SG_MUST_CHECK;
+/* Server-side apply: PATCH application/apply-patch+yaml with the JSON body
+ * (JSON is YAML), ?fieldManager=<field_manager>&force=<force>. The body is
+ * a full intent (apiVersion, kind, metadata.name). field_manager: 1..128
+ * printable bytes. A conflict with another manager (force false) is
+ * SG_EBUSY with status 409 Conflict. */
+SG_API int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
+                         bool force, json_t **out) SG_MUST_CHECK;
+
+/* Creates a core/v1 Event about obj (which must carry apiVersion, kind and
+ * metadata.name; namespace, uid and resourceVersion are copied when
+ * present). type "Normal" or "Warning"; reason CamelCase; message is cut
+ * at 1024 bytes; component names the reporter. The Event lives in the
+ * object's namespace ("default" for cluster-scoped objects). */
+SG_API int sg_kube_event(sg_kube *k, const json_t *obj, const char *type, const char *reason, const char *message,
+                         const char *component, json_t **out) SG_MUST_CHECK;
+
+/* ---- watch ---- */
+
+typedef enum sg_kube_event_type {
+	SG_KUBE_ADDED,
+	SG_KUBE_MODIFIED,
+	SG_KUBE_DELETED,
+	SG_KUBE_BOOKMARK,
+} sg_kube_event_type;
+
+SG_API const char *sg_kube_event_name(sg_kube_event_type t);
+
+/* Called once per event; object is borrowed for the call (json_incref to
+ * keep it). Return 0 to go on, > 0 to end the watch cleanly, < 0 (with an
+ * sg_error detail) to fail it. */
+typedef int (*sg_kube_watch_fn)(sg_kube_event_type type, json_t *object, void *arg);
+
+/* Incremental parser of a watch stream: newline-delimited JSON
+ * {"type": ..., "object": {...}} (blank lines and a CR before the LF are
+ * allowed). Bytes are buffered only up to the end of the current line,
+ * which may be at most max_line bytes (SG_EPROTO beyond). An ERROR event
+ * ends the stream: its Status is recorded (sg_kube_last_status) and the
+ * feed fails with its category, SG_EBUSY + code 410 for an expired
+ * resourceVersion. Unknown types, non-object "object" members and invalid
+ * JSON are SG_EPROTO. Caller frees with sg_kube_watch_parser_free. */
+typedef struct sg_kube_watch_parser sg_kube_watch_parser;
+SG_API int sg_kube_watch_parser_new(sg_kube_watch_parser **out, size_t max_line, sg_kube_watch_fn fn,
+                                    void *arg) SG_MUST_CHECK;
+/* Feeds len bytes; returns 0, the callback's positive stop value, or a
+ * negative error (after which the parser refuses further input). */
+SG_API int sg_kube_watch_parser_feed(sg_kube_watch_parser *p, const void *data, size_t len) SG_MUST_CHECK;
+/* The end of the stream: SG_EPROTO when it stops inside a line. */
+SG_API int sg_kube_watch_parser_finish(sg_kube_watch_parser *p) SG_MUST_CHECK;
+SG_API void sg_kube_watch_parser_free(sg_kube_watch_parser *p);
+
+typedef struct sg_kube_watch_opts {
+	const char *resource_version; /* NULL/"": from "now" (the server's choice) */
+	const char *label_selector;
+	const char *field_selector;
+	int timeout_seconds;          /* server-side end of the watch; 0: 290 */
+	bool no_bookmarks;            /* allowWatchBookmarks is on unless set */
+	const atomic_bool *stop;      /* when it turns true the watch ends (within ~1 s) */
+} sg_kube_watch_opts;
+
+/* One watch request, streamed to fn until the server ends it (0), fn stops
+ * it (its positive value), opt->stop turns true (0), or it fails: an HTTP
+ * error or in-stream ERROR (410: SG_EBUSY with sg_kube_last_status()->code
+ * 410, meaning "relist"), a broken or truncated stream (SG_EPROTO), a
+ * connection failure (SG_EBUSY). There is no total timeout; a stream that
+ * stays silent for timeout_seconds + 30 s is abandoned (SG_ETIMEOUT). */
+SG_API int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *opt, sg_kube_watch_fn fn,
+                         void *arg) SG_MUST_CHECK;
+
+/* ---- rate limiter ---- */
+
+/* A token bucket: qps tokens per second, at most burst banked; a waiter
+ * reserves the next token and sleeps until it is due (FIFO by arrival).
+ * qps <= 0 disables it. Caller frees with sg_kube_ratelimit_free. */
+typedef struct sg_kube_ratelimit sg_kube_ratelimit;
+SG_API int sg_kube_ratelimit_new(sg_kube_ratelimit **out, double qps, int burst) SG_MUST_CHECK;
+SG_API void sg_kube_ratelimit_wait(sg_kube_ratelimit *r);
+SG_API void sg_kube_ratelimit_free(sg_kube_ratelimit *r);
+
+/* ---- small helpers shared by the informer and the elector ---- */
+
+/* metadata.<field> as a string, or NULL (borrowed from obj). */
+SG_API const char *sg_kube_meta_str(const json_t *obj, const char *field);
+/* Formats wall-clock now as a Kubernetes MicroTime (RFC 3339 with
+ * microseconds, UTC): cap >= 28. */
+SG_API void sg_kube_microtime_now(char *out, size_t cap);
+
+#endif

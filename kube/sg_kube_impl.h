@@ -1,0 +1,40 @@
+/*
+ * sg_kube_impl: what the files of kube/ share and nobody else sees (the
+ * parsed configuration and small helpers). Not installed, not public.
+ */
+#ifndef SG_KUBE_IMPL_H
+#define SG_KUBE_IMPL_H
+
+#include "sg_kube.h"
+#include "sg_secret.h"
+
+#include <stdint.h>
+
+struct sg_kube_config {
+	char *server;      /* "https://host:port", no trailing slash */
+	char *ns;          /* never NULL once parsed */
+	uint8_t *ca;       /* PEM bundle; NULL: the system roots */
+	size_t ca_len;
+	uint8_t *cert;     /* client certificate PEM, or NULL */
+	size_t cert_len;
+	sg_secret *key;    /* client key PEM, or NULL */
+	sg_secret *token;  /* static bearer token, or NULL */
+	char *token_file;  /* bearer token file re-read on change, or NULL */
+};
+
+/* Reads a whole regular file of at most max bytes into a fresh buffer (one
+ * spare NUL byte after the data). SG_ENOTFOUND when missing. */
+int sg_kube_read_file(const char *path, size_t max, uint8_t **out, size_t *len) SG_MUST_CHECK;
+/* Reads a token file (at most SG_SECRET_MAX bytes, surrounding whitespace
+ * dropped, must not be empty) into a secret; the scratch copy is wiped. */
+int sg_kube_read_token(const char *path, sg_secret **out) SG_MUST_CHECK;
+
+/* Copies printable ASCII of s[0..n) into out (cap bytes, NUL-terminated),
+ * replacing anything else by '?'. For peer-controlled text in messages. */
+void sg_kube_sanitize(char *out, size_t cap, const char *s, size_t n);
+
+/* Records a Status (or only an HTTP code) as this thread's last status. */
+void sg_kube_status_set(const sg_kube_status *st);
+void sg_kube_status_reset(void);
+
+#endif

@@ -1,0 +1,28 @@
+# The sg_kube client tests; included from tests/kube/CMakeLists.txt.
+#
+# Every test_*.c here is one executable kube_<file> linked with sg_kube.
+# test_kube_parse needs no server. The others run against a real
+# kube-apiserver: each starts its own in a temporary folder with
+# apiserver.sh (which builds the binary through build-apiserver.sh on the
+# first run, hence the long TIMEOUT) and stops it at exit, or uses the
+# server named by $SIGNET_KUBE_ENV (an apiserver.sh env file) when set.
+# RUN_SERIAL for those: the lease and rate-limit tests measure time and the
+# informer test restarts its apiserver.
+if(TARGET sg_kube)
+  file(GLOB SIGNET_KUBE_CLIENT_TESTS CONFIGURE_DEPENDS ${CMAKE_CURRENT_LIST_DIR}/test_*.c)
+  foreach(src ${SIGNET_KUBE_CLIENT_TESTS})
+    get_filename_component(base ${src} NAME_WE)
+    signet_test(kube_${base} SOURCES ${src} LIBS sg_kube)
+    target_compile_definitions(kube_${base} PRIVATE KUBE_SCRIPTS="${CMAKE_CURRENT_LIST_DIR}")
+    set(env "SIGNET_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp")
+    if(DEFINED ENV{SIGNET_KUBE_ENV})
+      list(APPEND env "SIGNET_KUBE_ENV=$ENV{SIGNET_KUBE_ENV}")
+    endif()
+    if(base STREQUAL "test_kube_parse")
+      set_tests_properties(kube_${base} PROPERTIES LABELS kube TIMEOUT 120 ENVIRONMENT "${env}")
+    else()
+      set_tests_properties(kube_${base} PROPERTIES LABELS kube TIMEOUT 1800 RUN_SERIAL TRUE
+                           ENVIRONMENT "${env}")
+    endif()
+  endforeach()
+endif()

@@ -1,0 +1,439 @@
+/*
+ * sg_kube without a server: kubeconfig and in-cluster configuration, the
+ * watch-stream parser and the Status parser on good and hostile input,
+ * resource-reference checks, the error table, and the rate limiter.
+ */
+#include "sg_clock.h"
+#include "sg_kube.h"
+#include "sg_test.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char tmpdir[512];
+
+static void make_tmp(void)
+{
+	if (tmpdir[0])
+		return;
+	const char *t = getenv("SIGNET_TEST_TMP");
+	snprintf(tmpdir, sizeof(tmpdir), "%s/kube-parse.XXXXXX", t && *t ? t : "/tmp");
+	if (!mkdtemp(tmpdir))
+		abort();
+}
+
+static void write_file(const char *name, const char *text, char *path, size_t cap)
+{
+	make_tmp();
+	snprintf(path, cap, "%s/%s", tmpdir, name);
+	FILE *f = fopen(path, "w");
+	if (!f)
+		abort();
+	fputs(text, f);
+	fclose(f);
+}
+
+/* "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" in base64 */
+static const char pem_b64[] = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=";
+
+static int from_text(sg_kube_config **c, const char *text, const char *ctx)
+{
+	return sg_kube_config_from_bytes(c, text, strlen(text), ctx, tmpdir);
+}
+
+static void t_kubeconfig_yaml(void)
+{
+	char text[2048];
+	snprintf(text, sizeof(text),
+	         "apiVersion: v1\nkind: Config\n"
+	         "clusters:\n- name: c1\n  cluster:\n    server: https://10.0.0.1:6443/\n"
+	         "    certificate-authority-data: %s\n"
+	         "- name: c2\n  cluster:\n    server: https://example.test\n"
+	         "users:\n- name: u1\n  user:\n    token: abc.def\n"
+	         "contexts:\n- name: one\n  context: {cluster: c1, user: u1, namespace: team-a}\n"
+	         "- name: two\n  context:\n    cluster: c2\n"
+	         "current-context: one\n",
+	         pem_b64);
+	sg_kube_config *c = NULL;
+	SG_CHECK_OK(from_text(&c, text, NULL));
+	if (c) {
+		SG_CHECK(strcmp(sg_kube_config_server(c), "https://10.0.0.1:6443") == 0);
+		SG_CHECK(strcmp(sg_kube_config_namespace(c), "team-a") == 0);
+	}
+	sg_kube_config_free(c);
+	c = NULL;
+	SG_CHECK_OK(from_text(&c, text, "two"));
+	if (c) {
+		SG_CHECK(strcmp(sg_kube_config_server(c), "https://example.test") == 0);
+		SG_CHECK(strcmp(sg_kube_config_namespace(c), "default") == 0);
+	}
+	sg_kube_config_free(c);
+	SG_CHECK_RC(from_text(&c, text, "three"), SG_EINVAL);
+	SG_CHECK_MSG("no contexts entry named \"three\"");
+}
+
+static void t_kubeconfig_json_and_files(void)
+{
+	char ca[600], tok[600], text[2048];
+	write_file("ca.crt", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", ca, sizeof(ca));
+	write_file("token", "  tok-123\n", tok, sizeof(tok));
+	snprintf(text, sizeof(text),
+	         "{\"current-context\":\"x\",\"contexts\":[{\"name\":\"x\",\"context\":{\"cluster\":\"c\",\"user\":\"u\"}}],"
+	         "\"clusters\":[{\"name\":\"c\",\"cluster\":{\"server\":\"https://[::1]:6443\",\"certificate-authority\":"
+	         "\"ca.crt\",\"insecure-skip-tls-verify\":false}}],"
+	         "\"users\":[{\"name\":\"u\",\"user\":{\"tokenFile\":\"token\"}}]}");
+	sg_kube_config *c = NULL;
+	SG_CHECK_OK(from_text(&c, text, NULL)); /* relative names resolve against base_dir */
+	sg_kube_config_free(c);
+
+	char path[600];
+	write_file("kubeconfig.json", text, path, sizeof(path));
+	SG_CHECK_OK(sg_kube_config_from_kubeconfig(&c, path, NULL));
+	sg_kube_config_free(c);
+	setenv("KUBECONFIG", path, 1);
+	SG_CHECK_OK(sg_kube_config_load(&c, NULL));
+	sg_kube_config_free(c);
+	unsetenv("KUBECONFIG");
+	char missing[700];
+	snprintf(missing, sizeof(missing), "%s/nope", tmpdir);
+	SG_CHECK_RC(sg_kube_config_from_kubeconfig(&c, missing, NULL), SG_ENOTFOUND);
+}
+
+static void t_kubeconfig_refused(void)
+{
+	static const struct {
+		const char *yaml;
+		const char *msg;
+	} bad[] = {
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h', insecure-skip-tls-verify: true}}]\n",
+	     "insecure-skip-tls-verify"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'http://h'}}]\n",
+	     "https://"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
+	     "users: [{name: u, user: {exec: {command: aws}}}]\n",
+	     "user.exec is not supported"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
+	     "users: [{name: u, user: {client-certificate-data: LS0t}}]\n",
+	     "go together"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority-data: '!!!'}}]\n",
+	     "not valid base64"},
+	    {"current-context: x\ncurrent-context: y\n", "duplicate"},
+	    {"- a\n- b\n", "not a mapping"},
+	    {"a: [unclosed\n", "YAML error"},
+	    {"contexts: []\n", "no current-context"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority: /nonexistent/ca}}]\n",
+	     "does not exist"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c, namespace: 'Bad/NS'}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h'}}]\n",
+	     "DNS label"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: [1]}}]\n", "not a string"},
+	};
+	make_tmp();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sg_kube_config *c = NULL;
+		int rc = from_text(&c, bad[i].yaml, NULL);
+		SG_CHECK(rc < 0 && c == NULL);
+		SG_CHECK_MSG(bad[i].msg);
+	}
+}
+
+static void t_kubeconfig_billion_laughs(void)
+{
+	const char *bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n"
+	                   "b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+	                   "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\n"
+	                   "d: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+	                   "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\n"
+	                   "f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n";
+	sg_kube_config *c = NULL;
+	SG_CHECK_RC(sg_kube_config_from_bytes(&c, bomb, strlen(bomb), NULL, NULL), SG_EINVAL);
+	SG_CHECK_MSG("too large or too deep");
+	char deep[4096] = "";
+	for (int i = 0; i < 200; i++)
+		strcat(deep, "[");
+	SG_CHECK_RC(sg_kube_config_from_bytes(&c, deep, strlen(deep), NULL, NULL), SG_EINVAL);
+}
+
+static void t_in_cluster(void)
+{
+	char tok[600], ca[600], ns[600];
+	write_file("sa-token", "eyJhbGciOi.x.y\n", tok, sizeof(tok));
+	write_file("sa-ca.crt", "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", ca, sizeof(ca));
+	write_file("sa-namespace", "signet-system", ns, sizeof(ns));
+	sg_kube_incluster p = {tok, ca, ns, "10.96.0.1", "443"};
+	sg_kube_config *c = NULL;
+	SG_CHECK_OK(sg_kube_config_in_cluster(&c, &p));
+	if (c) {
+		SG_CHECK(strcmp(sg_kube_config_server(c), "https://10.96.0.1:443") == 0);
+		SG_CHECK(strcmp(sg_kube_config_namespace(c), "signet-system") == 0);
+	}
+	sg_kube_config_free(c);
+	p.host = "fd00::1";
+	SG_CHECK_OK(sg_kube_config_in_cluster(&c, &p));
+	if (c)
+		SG_CHECK(strcmp(sg_kube_config_server(c), "https://[fd00::1]:443") == 0);
+	sg_kube_config_free(c);
+	p.host = "evil/host";
+	SG_CHECK_RC(sg_kube_config_in_cluster(&c, &p), SG_EINVAL);
+	char empty[600];
+	write_file("sa-empty", "\n", empty, sizeof(empty));
+	p = (sg_kube_incluster){empty, ca, ns, "10.96.0.1", "443"};
+	SG_CHECK_RC(sg_kube_config_in_cluster(&c, &p), SG_EINVAL);
+	unsetenv("KUBERNETES_SERVICE_HOST");
+	p = (sg_kube_incluster){tok, ca, ns, NULL, NULL};
+	SG_CHECK_RC(sg_kube_config_in_cluster(&c, &p), SG_ENOTFOUND);
+}
+
+/* ---- watch parser ---- */
+
+struct seen {
+	int n;
+	sg_kube_event_type types[16];
+	char names[16][32];
+	int stop_at; /* return 1 at this event (1-based), 0: never */
+};
+
+static int record(sg_kube_event_type t, json_t *obj, void *arg)
+{
+	struct seen *s = arg;
+	if (s->n < 16) {
+		s->types[s->n] = t;
+		const char *name = sg_kube_meta_str(obj, "name");
+		snprintf(s->names[s->n], sizeof(s->names[0]), "%s", name ? name : "");
+	}
+	s->n++;
+	return s->stop_at && s->n == s->stop_at ? 1 : 0;
+}
+
+static const char stream[] =
+    "{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"a\",\"resourceVersion\":\"1\"}}}\n"
+    "\r\n"
+    "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"b\",\"resourceVersion\":\"2\"}}}\r\n"
+    "   \n"
+    "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"3\"}}}\n"
+    "{\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"c\",\"resourceVersion\":\"4\"}}}\n";
+
+static void t_watch_parser_chunks(void)
+{
+	for (size_t step = 1; step <= sizeof(stream); step += 7) {
+		struct seen s = {0};
+		sg_kube_watch_parser *p = NULL;
+		SG_CHECK_OK(sg_kube_watch_parser_new(&p, 0, record, &s));
+		int rc = 0;
+		for (size_t off = 0; off < sizeof(stream) - 1 && rc == 0; off += step) {
+			size_t n = sizeof(stream) - 1 - off < step ? sizeof(stream) - 1 - off : step;
+			rc = sg_kube_watch_parser_feed(p, stream + off, n);
+		}
+		SG_CHECK_OK(rc);
+		SG_CHECK_OK(sg_kube_watch_parser_finish(p));
+		SG_CHECK(s.n == 4);
+		SG_CHECK(s.types[0] == SG_KUBE_ADDED && strcmp(s.names[0], "a") == 0);
+		SG_CHECK(s.types[1] == SG_KUBE_MODIFIED && strcmp(s.names[1], "b") == 0);
+		SG_CHECK(s.types[2] == SG_KUBE_BOOKMARK);
+		SG_CHECK(s.types[3] == SG_KUBE_DELETED && strcmp(s.names[3], "c") == 0);
+		sg_kube_watch_parser_free(p);
+	}
+}
+
+static int feed_all(const char *text, size_t max_line, struct seen *s)
+{
+	sg_kube_watch_parser *p = NULL;
+	if (sg_kube_watch_parser_new(&p, max_line, record, s) != 0)
+		return -100;
+	int rc = sg_kube_watch_parser_feed(p, text, strlen(text));
+	if (rc == 0)
+		rc = sg_kube_watch_parser_finish(p);
+	sg_kube_watch_parser_free(p);
+	return rc;
+}
+
+static void t_watch_parser_hostile(void)
+{
+	struct seen s = {0};
+	SG_CHECK_RC(feed_all("{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"status\":\"Failure\","
+	                     "\"message\":\"too old resource version: 1 (200)\",\"reason\":\"Expired\",\"code\":410}}\n",
+	                     0, &s),
+	            SG_EBUSY);
+	SG_CHECK(sg_kube_last_status()->code == 410);
+	SG_CHECK(strcmp(sg_kube_last_status()->reason, "Expired") == 0);
+	SG_CHECK_MSG("too old resource version");
+	SG_CHECK_RC(feed_all("{\"type\":\"ERROR\",\"object\":{\"code\":403,\"reason\":\"Forbidden\"}}\n", 0, &s),
+	            SG_EAUTH);
+	SG_CHECK_RC(feed_all("{\"type\":\"ERROR\",\"object\":{}}\n", 0, &s), SG_EBUSY); /* 500 */
+	SG_CHECK_RC(feed_all("{\"type\":\"NOPE\",\"object\":{}}\n", 0, &s), SG_EPROTO);
+	SG_CHECK_MSG("unknown");
+	SG_CHECK_RC(feed_all("{\"type\":\"ADDED\",\"object\":[]}\n", 0, &s), SG_EPROTO);
+	SG_CHECK_RC(feed_all("{\"type\":7,\"object\":{}}\n", 0, &s), SG_EPROTO);
+	SG_CHECK_RC(feed_all("[1,2]\n", 0, &s), SG_EPROTO);
+	SG_CHECK_RC(feed_all("{\"type\":\"ADDED\",\"object\":{}\n", 0, &s), SG_EPROTO); /* bad JSON */
+	SG_CHECK_RC(feed_all("{\"type\":\"ADDED\",\"object\":{},\"type\":\"DELETED\"}\n", 0, &s), SG_EPROTO);
+	SG_CHECK_RC(feed_all("{\"type\":\"ADDED\",\"object\":{}}\n{\"type\":\"ADD", 0, &s), SG_EPROTO);
+	SG_CHECK_MSG("truncated");
+	SG_CHECK_RC(feed_all("{\"type\":\"ADDED\",\"object\":{\"x\":1e999999}}\n", 0, &s), SG_EPROTO);
+
+	/* A line over the bound fails, whether it arrives whole or in pieces. */
+	char big[300];
+	memset(big, 'x', sizeof(big) - 2);
+	big[sizeof(big) - 2] = '\n';
+	big[sizeof(big) - 1] = 0;
+	SG_CHECK_RC(feed_all(big, 128, &s), SG_EPROTO);
+	SG_CHECK_MSG("longer than 128");
+	sg_kube_watch_parser *p = NULL;
+	SG_CHECK_OK(sg_kube_watch_parser_new(&p, 128, record, &s));
+	int rc = 0;
+	for (int i = 0; i < 1000 && rc == 0; i++)
+		rc = sg_kube_watch_parser_feed(p, "xxxxxxxx", 8);
+	SG_CHECK(rc == SG_EPROTO);
+	SG_CHECK_RC(sg_kube_watch_parser_feed(p, "\n", 1), SG_EPROTO); /* stays failed */
+	sg_kube_watch_parser_free(p);
+
+	/* The callback's stop value ends the feed; nothing after it is seen. */
+	struct seen st = {.stop_at = 2};
+	SG_CHECK(feed_all(stream, 0, &st) == 1);
+	SG_CHECK(st.n == 2);
+}
+
+static void t_status_parse(void)
+{
+	sg_kube_status st;
+	const char *conflict = "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\","
+	                       "\"message\":\"Operation cannot be fulfilled on configmaps \\\"x\\\": the object has "
+	                       "been modified\\n\\u001b[31m\",\"reason\":\"Conflict\",\"code\":409}";
+	SG_CHECK_OK(sg_kube_status_parse(&st, conflict, strlen(conflict)));
+	SG_CHECK(st.code == 409 && strcmp(st.reason, "Conflict") == 0);
+	SG_CHECK(strstr(st.message, "the object has been modified??[31m") != NULL); /* controls replaced */
+	const char *odd = "{\"kind\":\"Status\",\"code\":\"409\",\"reason\":[1],\"message\":7}";
+	SG_CHECK_OK(sg_kube_status_parse(&st, odd, strlen(odd)));
+	SG_CHECK(st.code == 0 && st.reason[0] == 0 && st.message[0] == 0);
+	const char *huge = "{\"code\":99999999999999}";
+	SG_CHECK_OK(sg_kube_status_parse(&st, huge, strlen(huge)));
+	SG_CHECK(st.code == 0);
+	SG_CHECK_RC(sg_kube_status_parse(&st, "{\"kind\":\"Pod\"}", 14), SG_EINVAL);
+	SG_CHECK_RC(sg_kube_status_parse(&st, "<html>", 6), SG_EINVAL);
+	SG_CHECK_RC(sg_kube_status_parse(&st, "", 0), SG_EINVAL);
+	char longmsg[2000];
+	snprintf(longmsg, sizeof(longmsg), "{\"code\":500,\"message\":\"%01500d\"}", 0);
+	SG_CHECK_OK(sg_kube_status_parse(&st, longmsg, strlen(longmsg)));
+	SG_CHECK(strlen(st.message) == SG_KUBE_STATUS_MESSAGE_MAX - 1);
+}
+
+static void t_error_table(void)
+{
+	SG_CHECK(sg_kube_error_of_http(200) == SG_OK);
+	SG_CHECK(sg_kube_error_of_http(201) == SG_OK);
+	SG_CHECK(sg_kube_error_of_http(400) == SG_EINVAL);
+	SG_CHECK(sg_kube_error_of_http(422) == SG_EINVAL);
+	SG_CHECK(sg_kube_error_of_http(401) == SG_EAUTH);
+	SG_CHECK(sg_kube_error_of_http(403) == SG_EAUTH);
+	SG_CHECK(sg_kube_error_of_http(404) == SG_ENOTFOUND);
+	SG_CHECK(sg_kube_error_of_http(409) == SG_EBUSY);
+	SG_CHECK(sg_kube_error_of_http(410) == SG_EBUSY);
+	SG_CHECK(sg_kube_error_of_http(429) == SG_EBUSY);
+	SG_CHECK(sg_kube_error_of_http(503) == SG_EBUSY);
+	SG_CHECK(sg_kube_error_of_http(504) == SG_ETIMEOUT);
+	SG_CHECK(sg_kube_error_of_http(302) == SG_EPROTO);
+}
+
+static sg_kube *offline_client(void)
+{
+	const char *text = "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	                   "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n";
+	sg_kube_config *c = NULL;
+	sg_kube *k = NULL;
+	if (sg_kube_config_from_bytes(&c, text, strlen(text), NULL, NULL) != 0 || sg_kube_new(&k, &c, NULL) != 0)
+		abort();
+	return k;
+}
+
+static void t_refs_checked(void)
+{
+	sg_kube *k = offline_client();
+	json_t *o = NULL;
+	sg_kube_ref r = {.version = "v1", .resource = "configmaps", .ns = "default", .name = "../secrets/x"};
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	SG_CHECK_MSG("forbidden byte");
+	r.name = "..";
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	r.name = "x";
+	r.ns = "a/b";
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	r.ns = "default";
+	r.resource = "ConfigMaps";
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	r.resource = "configmaps";
+	r.group = "apps/../..";
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	r.group = NULL;
+	r.version = NULL;
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	r.version = "v1";
+	char longname[400];
+	memset(longname, 'a', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = 0;
+	r.name = longname;
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EINVAL);
+	r.name = "x";
+	json_t *body = json_object();
+	SG_CHECK_RC(sg_kube_apply(k, &r, body, "", false, NULL), SG_EINVAL);
+	SG_CHECK_RC(sg_kube_apply(k, &r, body, "bad\nmanager", false, NULL), SG_EINVAL);
+	SG_CHECK_RC(sg_kube_create(k, &r, body, NULL), SG_EINVAL); /* create takes no name */
+	json_decref(body);
+	/* Nothing listens on port 1: a retryable transport error, no crash. */
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EBUSY);
+	SG_CHECK(o == NULL);
+	SG_CHECK(sg_kube_last_status()->code == 0);
+	sg_kube_free(k);
+}
+
+static void t_ratelimit(void)
+{
+	sg_kube_ratelimit *r = NULL;
+	SG_CHECK_OK(sg_kube_ratelimit_new(&r, 0, 0));
+	SG_CHECK(r == NULL); /* disabled */
+	sg_kube_ratelimit_wait(r);
+	SG_CHECK_RC(sg_kube_ratelimit_new(&r, 10, 0), SG_EINVAL);
+
+	/* Burst 10: ten at once, then 40 more at 100/s = 0.4 s. */
+	SG_CHECK_OK(sg_kube_ratelimit_new(&r, 100, 10));
+	uint64_t t0 = sg_now_ns();
+	for (int i = 0; i < 10; i++)
+		sg_kube_ratelimit_wait(r);
+	uint64_t t1 = sg_now_ns();
+	for (int i = 0; i < 40; i++)
+		sg_kube_ratelimit_wait(r);
+	uint64_t t2 = sg_now_ns();
+	double burst_s = (double)(t1 - t0) / 1e9, rest_s = (double)(t2 - t1) / 1e9;
+	printf("ratelimit: burst %.3f s, 40 at 100 qps %.3f s\n", burst_s, rest_s);
+	SG_CHECK(burst_s < 0.05);
+	SG_CHECK(rest_s > 0.37 && rest_s < 0.6);
+	sg_kube_ratelimit_free(r);
+}
+
+static void cleanup(void)
+{
+	if (tmpdir[0]) {
+		char cmd[600];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "cannot remove %s\n", tmpdir);
+	}
+}
+
+static void t_zz_cleanup(void)
+{
+	cleanup();
+}
+
+SG_TEST_MAIN(SG_TEST(t_kubeconfig_yaml), SG_TEST(t_kubeconfig_json_and_files), SG_TEST(t_kubeconfig_refused),
+             SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_in_cluster), SG_TEST(t_watch_parser_chunks),
+             SG_TEST(t_watch_parser_hostile), SG_TEST(t_status_parse), SG_TEST(t_error_table),
+             SG_TEST(t_refs_checked), SG_TEST(t_ratelimit), SG_TEST(t_zz_cleanup))
