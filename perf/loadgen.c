@@ -91,6 +91,7 @@ typedef struct lg_args {
 	int64_t timeout;
 	int64_t ttl;
 	int64_t csr_threads;
+	int64_t client_threads;
 	char *token_file;
 	char *ca_file;
 	char *server_name;
@@ -119,6 +120,8 @@ static const sg_opt opts[] = {
     ROW("timeout", SG_OPT_DURATION, timeout, "10s", 1, 600, "deadline of each request"),
     ROW("ttl", SG_OPT_DURATION, ttl, "1h", 0, 86400, "gRPC: validity_duration asked for (0s: none)"),
     ROW("csr-threads", SG_OPT_INT, csr_threads, "0", 0, 64, "threads making the CSRs before the run (0: one per CPU)"),
+    ROW("client-threads", SG_OPT_INT, client_threads, "1", 1, 64,
+        "gRPC: completion threads shared by the connections (the client shares the CPUs with the server)"),
     ROW("token-file", SG_OPT_PATH, token_file, NULL, 0, 0,
         "gRPC: file (mode 0600) holding the bearer token; never pass a token in argv"),
     ROW("ca-file", SG_OPT_PATH, ca_file, NULL, 0, 0,
@@ -591,9 +594,11 @@ static const char *check_leaf(const char *pem, size_t len, const lg_item *it, co
 
 typedef struct lg_grpc lg_grpc;
 
-/* One gRPC connection: a channel of its own and a client (completion queue
- * + thread) of its own, so completions of different connections run in
- * parallel and each thread has its own decode arena and scratch. */
+/* One gRPC connection: a channel (TCP connection) of its own, one of the
+ * --client-threads clients (completion queue + thread; connections share
+ * them round-robin, because on a small machine every client thread is taken
+ * from the server under test) and a decode arena and scratch of its own
+ * (used only on its client's thread). */
 typedef struct lg_conn {
 	lg_grpc *g;
 	sg_grpc_client *client;
@@ -617,6 +622,8 @@ struct lg_grpc {
 	lg_phase *ph; /* the phase running */
 	lg_conn *conns;
 	size_t nconns;
+	sg_grpc_client **clients;
+	size_t nclients;
 	lg_slot *slots;
 	size_t nslots;
 	lg_slot *free_slots; /* open loop, under ph->mu */
@@ -831,11 +838,13 @@ static int bearer(const char *path, sg_secret **out)
 
 static void grpc_teardown(lg_grpc *g)
 {
+	for (size_t c = 0; c < g->nclients; c++)
+		sg_grpc_client_free(g->clients[c]);
 	for (size_t c = 0; c < g->nconns; c++) {
-		sg_grpc_client_free(g->conns[c].client);
 		sg_grpc_channel_free(g->conns[c].channel);
 		sg_istio_arena_free(g->conns[c].arena);
 	}
+	free(g->clients);
 	free(g->conns);
 	free(g->slots);
 }
@@ -886,9 +895,13 @@ static int grpc_run(const lg_args *a, const lg_target *t, const lg_creds *cr, lg
 		g.md[g.nmd++] = (sg_grpc_md){"clusterid", a->cluster_id};
 	g.nconns = (size_t)a->connections;
 	g.nslots = g.nconns * (size_t)a->concurrency;
+	g.nclients = (size_t)a->client_threads < g.nconns ? (size_t)a->client_threads : g.nconns;
 	g.conns = calloc(g.nconns, sizeof(*g.conns));
+	g.clients = calloc(g.nclients, sizeof(*g.clients));
 	g.slots = calloc(g.nslots, sizeof(*g.slots));
-	int rc = g.conns && g.slots ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory for connections");
+	int rc = g.conns && g.clients && g.slots ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory for connections");
+	for (size_t c = 0; c < g.nclients && rc == SG_OK; c++)
+		rc = sg_grpc_client_new(&g.clients[c]);
 	for (size_t c = 0; c < g.nconns && rc == SG_OK; c++) {
 		lg_conn *cn = &g.conns[c];
 		cn->g = &g;
@@ -899,8 +912,7 @@ static int grpc_run(const lg_args *a, const lg_target *t, const lg_creds *cr, lg
 		                              .server_name = root ? a->server_name : NULL,
 		                              .own_connection = true};
 		rc = sg_grpc_channel_new(&cn->channel, &co);
-		if (rc == SG_OK)
-			rc = sg_grpc_client_new(&cn->client);
+		cn->client = g.clients[c % g.nclients];
 		if (rc == SG_OK)
 			rc = sg_istio_arena_new(&cn->arena);
 	}
