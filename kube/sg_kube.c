@@ -793,13 +793,12 @@ int sg_kube_event(sg_kube *k, const json_t *obj, const char *type, const char *r
 	snprintf(msg, sizeof(msg), "%s", message ? message : "");
 
 	json_t *involved = json_pack("{s:O, s:O, s:s}", "apiVersion", av, "kind", kind, "name", name);
-	json_t *ev = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:i, s:s}",
+	json_t *ev SG_CLEANUP(json_decrefp) = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o, s:s, s:s, s:s, s:{s:s}, s:s, s:s, s:i, s:s}",
 	                       "apiVersion", "v1", "kind", "Event", "metadata", "name", ev_name, "namespace", ev_ns,
 	                       "involvedObject", involved, "reason", reason, "message", msg, "type", type, "source",
 	                       "component", component, "firstTimestamp", now, "lastTimestamp", now, "count", 1,
 	                       "reportingComponent", component);
 	SG_ENSURE(ev && involved, SG_EINTERNAL, "kube: event: out of memory (or a non-UTF-8 string)");
-	json_t *evp SG_CLEANUP(json_decrefp) = ev;
 	if (ns && *ns)
 		json_object_set_new(involved, "namespace", json_string(ns));
 	static const char *const copy[] = {"uid", "resourceVersion"};
