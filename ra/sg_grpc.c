@@ -951,18 +951,21 @@ void sg_grpc_server_shutdown(sg_grpc_server *s, uint64_t grace_ns)
 	pthread_mutex_unlock(&s->mu);
 	bool started = s->server && s->nthreads > 0;
 	if (started) {
+		uint64_t deadline = sg_now_ns() + grace_ns;
 		grpc_server_shutdown_and_notify(s->server, s->cqs[0], &s->t_shutdown);
 		pthread_mutex_lock(&s->mu);
-		wait_until(s, all_answered, sg_now_ns() + grace_ns);
+		wait_until(s, all_answered, deadline);
 		pthread_mutex_unlock(&s->mu);
 		reap(s, true);
-		/* let those answers go out before cancelling what remains, and give
-		 * gRPC the time to finish the calls itself (its shutdown tag): a
-		 * connection closed with answers still unread by the client is
-		 * reset, and the client loses them */
+		/* Let those answers go out before cancelling what remains: gRPC's
+		 * shutdown tag says every call has completed. A connection closed
+		 * (or a call cancelled) with an answer still unsent or unread is
+		 * an answer lost, so wait for the tag within the grace period (and
+		 * at least 2 s more for the answers just given by reap). */
+		uint64_t flush = sg_now_ns() + 2000000000u;
 		pthread_mutex_lock(&s->mu);
-		wait_until(s, all_answered, sg_now_ns() + 1000000000u);
-		wait_until(s, notified, sg_now_ns() + 1000000000u);
+		wait_until(s, all_answered, flush > deadline ? flush : deadline);
+		wait_until(s, notified, flush > deadline ? flush : deadline);
 		pthread_mutex_unlock(&s->mu);
 		grpc_server_cancel_all_calls(s->server);
 		pthread_mutex_lock(&s->mu);

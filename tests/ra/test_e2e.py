@@ -436,9 +436,12 @@ class E2E(unittest.TestCase):
         self.assertEqual(d.stop(), 0, d.text())
         ch.close()
         # Every call got an answer: a chain, or a clean retryable refusal for
-        # calls that arrived after shutdown began; none was left hanging.
+        # calls that reached the server after shutdown began (signetd answers
+        # UNAVAILABLE; gRPC itself refuses calls it had not yet handed to
+        # signetd with UNAVAILABLE or CANCELLED: istio-agent retries all
+        # three); none was left hanging.
         for r in results:
-            self.assertIn(r, (2, grpc.StatusCode.UNAVAILABLE))
+            self.assertIn(r, (2, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED))
         self.assertIn(2, results)
 
 
