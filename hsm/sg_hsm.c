@@ -22,7 +22,9 @@
  *                     re-reads its file store on every C_SignInit for token
  *                     objects; a session copy avoids that).
  *
- * Locks: h->open_lock serialises C_OpenSession (not thread-safe on
+ * Locks: h->find_lock serialises a session's key search and session copy
+ * (SoftHSM2 shows half-made copies to other sessions' searches);
+ * h->open_lock serialises C_OpenSession (not thread-safe on
  * tpm2-pkcs11); token->lock serialises (re-)login and admin-session use. The
  * order is token->lock before open_lock, never the reverse. The signing path
  * takes neither: C_SignInit + C_Sign on the caller's own session and relaxed
@@ -363,6 +365,7 @@ struct sg_hsm {
 	size_t spki_len;
 
 	pthread_mutex_t open_lock;
+	pthread_mutex_t find_lock; /* key search + session copy, one session at a time */
 	pthread_mutex_t fault_lock;
 	char last_fault[sizeof(((sg_hsm_stats *)0)->last_fault)];
 
@@ -826,9 +829,14 @@ static int session_connect(sg_hsm_session *s)
 	SG_TRY(open_session(h, t, 0, &sh));
 	int rc = ensure_login(h, t, sh);
 	CK_OBJECT_HANDLE key = CK_INVALID_HANDLE;
+	/* Search and copy as one step: SoftHSM2 lets a search see another
+	 * session's half-made copy of the key, which makes the search
+	 * ambiguous. Sessions are connected at start-up and on recovery only. */
+	pthread_mutex_lock(&h->find_lock);
 	if (rc == SG_OK)
 		rc = find_object(h, t, sh, CKO_PRIVATE_KEY, &key, SG_EHSM);
 	if (rc < 0) {
+		pthread_mutex_unlock(&h->find_lock);
 		/* Transient too: a session that lost its login meanwhile, and an
 		 * ambiguous find. The key was unique at sg_hsm_open, but SoftHSM2
 		 * lets a search see another thread's half-made session copy
@@ -862,6 +870,7 @@ static int session_connect(sg_hsm_session *s)
 			s->copy_rv = rv == CKR_OK ? CKR_GENERAL_ERROR : rv;
 		}
 	}
+	pthread_mutex_unlock(&h->find_lock);
 	return SG_OK;
 }
 
@@ -1027,6 +1036,7 @@ void sg_hsm_free(sg_hsm *h)
 	free(h->key_label);
 	free(h->spki);
 	pthread_mutex_destroy(&h->open_lock);
+	pthread_mutex_destroy(&h->find_lock);
 	pthread_mutex_destroy(&h->fault_lock);
 	free(h);
 }
@@ -1050,7 +1060,8 @@ int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts)
 	sg_hsm *h SG_CLEANUP(hsm_freep) = calloc(1, sizeof(*h));
 	SG_ENSURE(h, SG_EINTERNAL, "out of memory");
 	/* Mutexes first: sg_hsm_free destroys them unconditionally. */
-	if (pthread_mutex_init(&h->open_lock, NULL) != 0 || pthread_mutex_init(&h->fault_lock, NULL) != 0) {
+	if (pthread_mutex_init(&h->open_lock, NULL) != 0 || pthread_mutex_init(&h->find_lock, NULL) != 0 ||
+	    pthread_mutex_init(&h->fault_lock, NULL) != 0) {
 		free(SG_MOVE(h));
 		SG_BAIL(SG_EINTERNAL, "pthread_mutex_init failed");
 	}

@@ -208,6 +208,7 @@ static void *sign_worker(void *arg)
 	int orc = sg_hsm_session_open(&s, w->h);
 	gate_leave();
 	if (orc != 0) {
+		fprintf(stderr, "signer: session open failed %d: %s\n", orc, sg_error_last()->msg);
 		w->unclean++;
 		return NULL;
 	}
