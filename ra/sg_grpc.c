@@ -48,6 +48,7 @@
 #include <string.h>
 
 #define REAPER_TICK_MS 20
+#define LINGER_MS 500 /* after the last answer, before closing connections */
 
 /* ---- status table ------------------------------------------------------ */
 
@@ -965,8 +966,17 @@ void sg_grpc_server_shutdown(sg_grpc_server *s, uint64_t grace_ns)
 		uint64_t flush = sg_now_ns() + 2000000000u;
 		pthread_mutex_lock(&s->mu);
 		wait_until(s, all_answered, flush > deadline ? flush : deadline);
+		bool had_calls = !s->shutdown_notified;
 		wait_until(s, notified, flush > deadline ? flush : deadline);
 		pthread_mutex_unlock(&s->mu);
+		/* "Completed" means written to the socket, not read by the client.
+		 * Closing a connection whose peer still sends (window updates,
+		 * pings) makes the kernel answer with a reset, and a reset makes
+		 * the client's kernel drop answers it has not read yet. After
+		 * GOAWAY clients close their connections themselves once their
+		 * calls are done; give them a moment before we do. */
+		if (had_calls)
+			sg_sleep_ms(LINGER_MS);
 		grpc_server_cancel_all_calls(s->server);
 		pthread_mutex_lock(&s->mu);
 		wait_until(s, all_released, 0);
