@@ -358,10 +358,11 @@ static int check_depth(unsigned depth)
 	return SG_OK;
 }
 
-/* google.protobuf.Struct: repeated FieldsEntry fields = 1 (a map). */
-static int scan_struct(scan *s, sg_reader *r, unsigned depth)
+/* Struct and ListValue have the same shape: one repeated message field 1
+ * (Struct's map entries, ListValue's values), each scanned by `each`. */
+static int scan_repeated(scan *s, sg_reader *r, unsigned depth, const char *where, const char *field,
+			 int (*each)(scan *, sg_reader *, unsigned))
 {
-	static const char where[] = "metadata Struct";
 	SG_TRY(check_depth(depth));
 	while (!sg_reader_done(r)) {
 		uint32_t f = 0;
@@ -369,9 +370,9 @@ static int scan_struct(scan *s, sg_reader *r, unsigned depth)
 		sg_reader sub = {0};
 		SG_TRY(read_key(s, r, where, &f, &wt));
 		if (f == 1) {
-			SG_TRY(want_wt(where, "fields", f, wt, WT_LEN));
+			SG_TRY(want_wt(where, field, f, wt, WT_LEN));
 			SG_TRY(read_len(r, &sub, where, f));
-			SG_TRY(scan_entry(s, &sub, depth));
+			SG_TRY(each(s, &sub, depth));
 		} else {
 			SG_TRY(skip_field(r, wt, where, f));
 		}
@@ -379,25 +380,16 @@ static int scan_struct(scan *s, sg_reader *r, unsigned depth)
 	return SG_OK;
 }
 
+/* google.protobuf.Struct: repeated FieldsEntry fields = 1 (a map). */
+static int scan_struct(scan *s, sg_reader *r, unsigned depth)
+{
+	return scan_repeated(s, r, depth, "metadata Struct", "fields", scan_entry);
+}
+
 /* google.protobuf.ListValue: repeated Value values = 1. */
 static int scan_list(scan *s, sg_reader *r, unsigned depth)
 {
-	static const char where[] = "metadata ListValue";
-	SG_TRY(check_depth(depth));
-	while (!sg_reader_done(r)) {
-		uint32_t f = 0;
-		unsigned wt = 0;
-		sg_reader sub = {0};
-		SG_TRY(read_key(s, r, where, &f, &wt));
-		if (f == 1) {
-			SG_TRY(want_wt(where, "values", f, wt, WT_LEN));
-			SG_TRY(read_len(r, &sub, where, f));
-			SG_TRY(scan_value(s, &sub, depth));
-		} else {
-			SG_TRY(skip_field(r, wt, where, f));
-		}
-	}
-	return SG_OK;
+	return scan_repeated(s, r, depth, "metadata ListValue", "values", scan_value);
 }
 
 /* IstioCertificateRequest: csr 1, validity_duration 3, metadata 4. */
