@@ -33,6 +33,7 @@ typedef struct sg_caller {
 	char identity[SG_ID_MAX]; /* spiffe://<trust-domain>/ns/<ns>/sa/<sa> */
 	char ns[254];             /* Kubernetes namespace, "" for mTLS callers */
 	char sa[254];             /* service account */
+	char sa_uid[64];          /* the service account's uid, when the credential names it */
 	char pod_name[254];       /* from the token's kubernetes.io claims, or "" */
 	char pod_uid[64];
 	int64_t expires;          /* token expiry (0: none known) */

@@ -47,6 +47,7 @@ static int jwt_start(void *self, const sg_authn_request *req, sg_authn_done_fn d
 	SG_TRY(sg_jwt_identity(caller.identity, sizeof(caller.identity), a->trust_domain, c.ns, c.sa));
 	snprintf(caller.ns, sizeof(caller.ns), "%s", c.ns);
 	snprintf(caller.sa, sizeof(caller.sa), "%s", c.sa);
+	snprintf(caller.sa_uid, sizeof(caller.sa_uid), "%s", c.sa_uid);
 	snprintf(caller.pod_name, sizeof(caller.pod_name), "%s", c.pod_name);
 	snprintf(caller.pod_uid, sizeof(caller.pod_uid), "%s", c.pod_uid);
 	caller.expires = c.exp;

@@ -286,13 +286,15 @@ static int parse_subject(const char *sub, char *ns, size_t nscap, char *sa, size
 static int kubernetes_claims(json_t *k8s, sg_jwt_claims *c)
 {
 	SG_ENSURE(json_is_object(k8s), SG_EAUTH, "token kubernetes.io claim is not an object");
-	const char *ns, *sa = NULL, *pod = NULL, *uid = NULL;
+	const char *ns, *sa = NULL, *sa_uid = NULL, *pod = NULL, *uid = NULL;
 	SG_TRY(string_member(k8s, "namespace", &ns));
 	SG_ENSURE(ns, SG_EAUTH, "token kubernetes.io claims lack namespace");
 	json_t *sao = json_object_get(k8s, "serviceaccount");
 	SG_ENSURE(json_is_object(sao), SG_EAUTH, "token kubernetes.io claims lack serviceaccount");
 	SG_TRY(string_member(sao, "name", &sa));
 	SG_ENSURE(sa, SG_EAUTH, "token kubernetes.io claims lack serviceaccount.name");
+	SG_TRY(string_member(sao, "uid", &sa_uid));
+	SG_ENSURE(!sa_uid || is_uid(sa_uid), SG_EAUTH, "token service account uid is malformed");
 	json_t *po = json_object_get(k8s, "pod");
 	if (po) {
 		SG_ENSURE(json_is_object(po), SG_EAUTH, "token kubernetes.io.pod is not an object");
@@ -304,6 +306,7 @@ static int kubernetes_claims(json_t *k8s, sg_jwt_claims *c)
 	SG_ENSURE(strlen(ns) < sizeof(c->ns) && strlen(sa) < sizeof(c->sa), SG_EAUTH, "token names are too long");
 	copy(c->ns, sizeof(c->ns), ns);
 	copy(c->sa, sizeof(c->sa), sa);
+	copy(c->sa_uid, sizeof(c->sa_uid), sa_uid);
 	copy(c->pod_name, sizeof(c->pod_name), pod);
 	copy(c->pod_uid, sizeof(c->pod_uid), uid);
 	return SG_OK;

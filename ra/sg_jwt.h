@@ -136,6 +136,7 @@ SG_API void sg_jwks_file_free(sg_jwks_file *f);
 typedef struct sg_jwt_claims {
 	char ns[64];
 	char sa[254];
+	char sa_uid[64];    /* "" when absent */
 	char pod_name[254]; /* "" when absent */
 	char pod_uid[64];   /* "" when absent */
 	int64_t exp;
