@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -457,12 +458,16 @@ static size_t write_body(char *data, size_t size, size_t nmemb, void *arg)
 	return rbuf_add(arg, data, size * nmemb) ? size * nmemb : 0;
 }
 
-/* Options common to every request. The caller adds method and body. */
-static int setup(sg_kube *k, CURL *h, const char *url, struct curl_slist **hdrs, const char *ctype, char *errbuf)
+/* Options common to every request. The caller adds method and body.
+ * accept NULL is "application/json". */
+static int setup(sg_kube *k, CURL *h, const char *url, struct curl_slist **hdrs, const char *ctype, const char *accept,
+                 char *errbuf)
 {
 	const sg_kube_config *c = k->cfg;
 	SG_TRY(add_auth(k, hdrs));
-	*hdrs = curl_slist_append(*hdrs, "Accept: application/json");
+	char accept_line[96];
+	snprintf(accept_line, sizeof(accept_line), "Accept: %s", accept ? accept : "application/json");
+	*hdrs = curl_slist_append(*hdrs, accept_line);
 	if (*hdrs && ctype) {
 		char line[96];
 		snprintf(line, sizeof(line), "Content-Type: %s", ctype);
@@ -551,9 +556,21 @@ static int http_error(long http, const char *body, size_t len, const char *metho
 	return sg_error_set(code, "kube: %s %s: %ld %s", method, what, http, st.reason);
 }
 
+/* Request and response bodies are wiped before they are freed: a
+ * TokenReview carries a workload's bearer token both ways. */
 static void rbuf_free(struct rbuf *b)
 {
+	if (b->p)
+		sg_wipe(b->p, b->n);
 	free(b->p);
+}
+
+static void payload_free(char **p)
+{
+	if (*p) {
+		sg_wipe(*p, strlen(*p));
+		free(*p);
+	}
 }
 
 /* One request/response. body may be NULL; out may be NULL. */
@@ -566,7 +583,7 @@ static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct u
 	char what[320];
 	describe(ref, what, sizeof(what));
 	SG_ENSURE(!u->overflow, SG_EINVAL, "kube: %s %s: URL longer than %d bytes", method, what, SG_KUBE_URL_MAX);
-	char *payload SG_AUTOFREE = NULL;
+	char *payload SG_CLEANUP(payload_free) = NULL;
 	if (body) {
 		payload = json_dumps(body, JSON_COMPACT);
 		SG_ENSURE(payload, SG_EINVAL, "kube: %s %s: the body cannot be encoded", method, what);
@@ -577,7 +594,7 @@ static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct u
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
 	struct rbuf rb SG_CLEANUP(rbuf_free) = {.max = SG_KUBE_RESPONSE_MAX};
 	char errbuf[CURL_ERROR_SIZE] = "";
-	int rc = setup(k, h, u->s, &hdrs, ctype, errbuf);
+	int rc = setup(k, h, u->s, &hdrs, ctype, NULL, errbuf);
 	if (rc < 0)
 		goto done;
 	int bad = 0;
@@ -717,7 +734,11 @@ int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_
 {
 	struct url u;
 	SG_TRY(build_url(k, ref, &u));
-	SG_ENSURE(!ref->name, SG_EINVAL, "kube: create takes no name (it is in the body)");
+	/* A name only with a subresource: POST to serviceaccounts/<name>/token
+	 * (TokenRequest) or pods/<name>/eviction creates something under an
+	 * existing object. A new object's own name is in its body. */
+	SG_ENSURE(!ref->name || (ref->subresource && *ref->subresource), SG_EINVAL,
+	          "kube: create takes no name (it is in the body) unless it posts to a subresource");
 	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: create needs an object");
 	return call(k, "POST", ref, &u, "application/json", body, out);
 }
@@ -811,6 +832,185 @@ int sg_kube_event(sg_kube *k, const json_t *obj, const char *type, const char *r
 	return sg_kube_create(k, &ref, ev, out);
 }
 
+/* ---- non-resource paths ---- */
+
+/* RFC 3986 §3.3 pchar without '%' (the path goes into the URL as given, so
+ * no byte may need escaping and none may pretend to be an escape), plus the
+ * '/' separator. '?' and '#' are not pchar: no query, no fragment. */
+static bool path_byte(unsigned char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+	       (c != 0 && strchr("-._~!$&'()*+,;=:@/", c) != NULL);
+}
+
+static int check_path(const char *path)
+{
+	SG_ENSURE(path && path[0] == '/', SG_EINVAL, "kube: a path must start with '/'");
+	size_t n = strnlen(path, SG_KUBE_PATH_MAX + 1);
+	SG_ENSURE(n <= SG_KUBE_PATH_MAX, SG_EINVAL, "kube: path longer than %d bytes", SG_KUBE_PATH_MAX);
+	for (size_t i = 0; i < n; i++)
+		SG_ENSURE(path_byte((unsigned char)path[i]), SG_EINVAL,
+		          "kube: path byte %zu (0x%02x) is not allowed (no escapes, spaces, query or fragment)", i,
+		          (unsigned char)path[i]);
+	/* Segments: none empty, none "." or "..". The server would normalise
+	 * them into another path than the one the caller reviewed. "/" alone
+	 * is the one path with an empty segment. */
+	if (n == 1)
+		return SG_OK;
+	size_t start = 1;
+	for (size_t i = 1; i <= n; i++) {
+		if (i < n && path[i] != '/')
+			continue;
+		size_t len = i - start;
+		SG_ENSURE(len > 0, SG_EINVAL, "kube: path has an empty segment");
+		SG_ENSURE(!(len == 1 && path[start] == '.') &&
+		              !(len == 2 && path[start] == '.' && path[start + 1] == '.'),
+		          SG_EINVAL, "kube: path has a \".\" or \"..\" segment");
+		start = i + 1;
+	}
+	return SG_OK;
+}
+
+/* application/json, or application/<type>+json (the +json structured
+ * syntax suffix, RFC 6839 §3.1, e.g. application/jwk-set+json of RFC 7517
+ * §8.5); parameters such as charset are allowed. */
+static bool json_media_type(const char *ct)
+{
+	static const char app[] = "application/";
+	const size_t an = sizeof(app) - 1;
+	if (!ct)
+		return false;
+	size_t n = strcspn(ct, "; \t");
+	if (n <= an || strncasecmp(ct, app, an) != 0)
+		return false;
+	const char *sub = ct + an;
+	size_t sn = n - an;
+	if (sn == 4 && strncasecmp(sub, "json", 4) == 0)
+		return true;
+	return sn > 5 && strncasecmp(sub + sn - 5, "+json", 5) == 0;
+}
+
+struct pstate {
+	CURL *h;
+	long http;
+	struct rbuf body; /* a 2xx answer, bounded by the caller's max */
+	struct rbuf err;  /* a failed answer's Status, bounded by ERRBODY_MAX */
+	const atomic_bool *stop;
+	bool stopped;
+};
+
+static size_t write_path(char *data, size_t size, size_t nmemb, void *arg)
+{
+	struct pstate *p = arg;
+	size_t n = size * nmemb;
+	if (p->http == 0)
+		curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &p->http);
+	if (p->http < 200 || p->http > 299) {
+		(void)rbuf_add(&p->err, data, n); /* excess is dropped: the Status is short */
+		return n;
+	}
+	return rbuf_add(&p->body, data, n) ? n : 0;
+}
+
+static int progress_path(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
+{
+	(void)dt, (void)dn, (void)ut, (void)un;
+	struct pstate *p = arg;
+	if (p->stop && atomic_load(p->stop)) {
+		p->stopped = true;
+		return 1;
+	}
+	return 0;
+}
+
+static void pstate_free(struct pstate *p)
+{
+	free(p->body.p);
+	free(p->err.p);
+}
+
+int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt, uint8_t **out, size_t *len)
+{
+	if (out)
+		*out = NULL;
+	if (len)
+		*len = 0;
+	sg_kube_status_reset();
+	SG_TRY(check_path(path));
+	size_t max = opt && opt->max ? opt->max : SG_KUBE_RESPONSE_MAX;
+	if (max > SG_KUBE_RESPONSE_MAX)
+		max = SG_KUBE_RESPONSE_MAX;
+	struct url u = {.n = 0};
+	url_str(&u, k->cfg->server);
+	url_str(&u, path);
+	SG_ENSURE(!u.overflow, SG_EINVAL, "kube: GET %.200s: URL longer than %d bytes", path, SG_KUBE_URL_MAX);
+
+	sg_kube_ratelimit_wait(k->rl);
+	CURL *h = pool_get(k);
+	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
+	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
+	struct pstate p SG_CLEANUP(pstate_free) = {
+	    .h = h, .body = {.max = max}, .err = {.max = ERRBODY_MAX}, .stop = opt ? opt->stop : NULL};
+	char errbuf[CURL_ERROR_SIZE] = "";
+	int rc = setup(k, h, u.s, &hdrs, NULL, "application/json, application/jwk-set+json", errbuf);
+	if (rc < 0)
+		goto done;
+	int bad = 0;
+	bad |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, k->opt.request_timeout_ms);
+	bad |= curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
+	/* A declared length over the limit fails before any body byte; the
+	 * write callback bounds what arrives without one (and decompressed). */
+	bad |= curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)max);
+	bad |= curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_path);
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &p);
+	if (p.stop) {
+		bad |= curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+		bad |= curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, progress_path);
+		bad |= curl_easy_setopt(h, CURLOPT_XFERINFODATA, &p);
+	}
+	SG_ENSURE_GOTO(rc, !bad, done, SG_EINTERNAL, "kube: libcurl refused an option");
+
+	CURLcode cc = curl_easy_perform(h);
+	if (p.http == 0)
+		curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &p.http);
+	if (p.stopped) {
+		rc = sg_error_set(SG_EBUSY, "kube: GET %.200s: stopped", path);
+	} else if (p.http != 0 && (p.http < 200 || p.http > 299)) {
+		rc = http_error(p.http, p.err.p, p.err.n, "GET", path);
+	} else if (cc == CURLE_FILESIZE_EXCEEDED || (cc == CURLE_WRITE_ERROR && p.body.overflow)) {
+		rc = sg_error_set(SG_EPROTO, "kube: GET %.200s: response larger than %zu bytes", path, max);
+	} else if (cc == CURLE_WRITE_ERROR) {
+		rc = sg_error_set(SG_EINTERNAL, "kube: GET %.200s: out of memory", path);
+	} else if (cc != CURLE_OK) {
+		rc = curl_error(cc, "GET", path, errbuf);
+	} else {
+		char *ct = NULL;
+		curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
+		if (!json_media_type(ct)) {
+			char shown[64];
+			sg_kube_sanitize(shown, sizeof(shown), ct ? ct : "none", strlen(ct ? ct : "none"));
+			rc = sg_error_set(SG_EPROTO, "kube: GET %.200s: the answer is %s, not JSON", path, shown);
+		} else {
+			rc = SG_OK;
+		}
+	}
+	if (rc == SG_OK) {
+		tl_status.code = p.http;
+		if (!p.body.p) { /* an empty body: still a NUL-terminated buffer */
+			p.body.p = calloc(1, 1);
+			SG_ENSURE_GOTO(rc, p.body.p, done, SG_EINTERNAL, "kube: out of memory");
+		}
+		if (len)
+			*len = p.body.n;
+		if (out)
+			*out = (uint8_t *)SG_MOVE(p.body.p);
+	}
+done:
+	pool_put(k, h);
+	return rc;
+}
+
 /* ---- watch ---- */
 
 struct wstate {
@@ -887,7 +1087,7 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
 	struct wstate w = {.parser = parser, .h = h, .err = {.max = ERRBODY_MAX}, .stop = o.stop};
 	char errbuf[CURL_ERROR_SIZE] = "";
-	int rc = setup(k, h, u.s, &hdrs, NULL, errbuf);
+	int rc = setup(k, h, u.s, &hdrs, NULL, NULL, errbuf);
 	if (rc < 0)
 		goto done;
 	int bad = 0;

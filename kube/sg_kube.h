@@ -10,7 +10,8 @@
  *                      (connection reuse, HTTP/2 over TLS where offered),
  *                      a client-side token-bucket rate limiter, and the
  *                      verbs get / list / create / update / delete / merge
- *                      patch / server-side apply / watch / events.
+ *                      patch / server-side apply / watch / events, and a
+ *                      GET of a non-resource path (discovery documents).
  *   sg_kube_status     the Kubernetes Status object of a failed call, kept
  *                      per thread next to the sg_error detail.
  *   sg_kube_watch_parser  the incremental, bounded parser of a watch stream
@@ -56,6 +57,7 @@
 #define SG_KUBE_RESPONSE_MAX (64u << 20)     /* a non-watch response body */
 #define SG_KUBE_WATCH_LINE_MAX (16u << 20)   /* one watch event, bytes */
 #define SG_KUBE_URL_MAX 8192
+#define SG_KUBE_PATH_MAX 1024                /* a non-resource path (sg_kube_get_path) */
 #define SG_KUBE_NAME_MAX 253                 /* object names (DNS subdomain) */
 #define SG_KUBE_STATUS_REASON_MAX 64
 #define SG_KUBE_STATUS_MESSAGE_MAX 320
@@ -173,7 +175,9 @@ SG_API int sg_kube_list(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_o
  * continue token fails with SG_EBUSY and status 410 (relist). */
 SG_API int sg_kube_list_all(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_opts *opt, json_t **out) SG_MUST_CHECK;
 
-/* POST a new object to the collection (ref->name NULL). */
+/* POST a new object to the collection (ref->name NULL), or to a
+ * subresource of a named object (ref->name and ref->subresource, e.g.
+ * serviceaccounts/<name>/token for a TokenRequest). */
 SG_API int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out) SG_MUST_CHECK;
 /* PUT (replace). Optimistic concurrency: a metadata.resourceVersion in the
  * body makes a stale update fail with 409 Conflict. ref->subresource
@@ -198,6 +202,29 @@ SG_API int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body,
  * object's namespace ("default" for cluster-scoped objects). */
 SG_API int sg_kube_event(sg_kube *k, const json_t *obj, const char *type, const char *reason, const char *message,
                          const char *component, json_t **out) SG_MUST_CHECK;
+
+/* ---- non-resource paths ---- */
+
+typedef struct sg_kube_path_opts {
+	size_t max;              /* body limit, bytes; 0 (and anything larger): SG_KUBE_RESPONSE_MAX */
+	const atomic_bool *stop; /* when it turns true the call ends (within ~1 s) with SG_EBUSY */
+} sg_kube_path_opts;
+
+/* GET of a path that is not a resource, such as "/openid/v1/jwks" or
+ * "/.well-known/openid-configuration", appended as given to the server URL.
+ * The path must start with '/' and be at most SG_KUBE_PATH_MAX bytes of
+ * RFC 3986 path characters other than '%' (no escapes, spaces, controls,
+ * query or fragment), with no empty, "." or ".." segment (SG_EINVAL).
+ * Accept: application/json, application/jwk-set+json. The answer must be
+ * 2xx with a JSON media type (application/json or application/<x>+json)
+ * and at most max bytes after decoding: a larger one fails with SG_EPROTO
+ * ("response larger than"), before more than max bytes are buffered, as
+ * does another media type. Other errors as for the verbs (table above).
+ * The body is not parsed. opt may be NULL. On success *out holds *len
+ * bytes plus a NUL that *len does not count; caller frees it with free()
+ * (out and len may be NULL, as everywhere in this header). */
+SG_API int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt, uint8_t **out,
+                            size_t *len) SG_MUST_CHECK;
 
 /* ---- watch ---- */
 

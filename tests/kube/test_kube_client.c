@@ -2,7 +2,8 @@
  * sg_kube against a real kube-apiserver (test_kube_env.h): CRUD and the
  * error details, pagination, watches (order, bookmarks, 410), server-side
  * apply conflicts, the status subresource of a CRD, Events, authentication
- * failures and token-file rotation, TLS verification and the rate limiter.
+ * failures and token-file rotation, TLS verification, the rate limiter, and
+ * the GET of non-resource paths (the OIDC discovery endpoints).
  */
 #include "sg_clock.h"
 #include "sg_kube.h"
@@ -477,6 +478,87 @@ static void t_rate_limit(void)
 	sg_kube_free(slow);
 }
 
+/* ---- non-resource paths ---- */
+
+static void t_get_path(void)
+{
+	uint8_t *body = NULL;
+	size_t len = 0;
+	/* The JWKS (application/jwk-set+json) and the discovery document. */
+	SG_CHECK_OK(sg_kube_get_path(k, "/openid/v1/jwks", NULL, &body, &len));
+	SG_CHECK(sg_kube_last_status()->code == 200);
+	SG_CHECK(body && len > 0 && body[len] == 0 && strlen((char *)body) == len);
+	json_t *j = body ? json_loadb((const char *)body, len, 0, NULL) : NULL;
+	SG_CHECK(json_array_size(json_object_get(j, "keys")) >= 1);
+	json_decref(j);
+	free(body);
+	body = NULL;
+	SG_CHECK_OK(
+	    sg_kube_get_path(k, "/.well-known/openid-configuration", &(sg_kube_path_opts){.max = 65536}, &body, &len));
+	j = body ? json_loadb((const char *)body, len, 0, NULL) : NULL;
+	SG_CHECK(json_is_string(json_object_get(j, "issuer")) && json_is_string(json_object_get(j, "jwks_uri")));
+	json_decref(j);
+	free(body);
+	body = NULL;
+	SG_CHECK_OK(sg_kube_get_path(k, "/openid/v1/jwks", NULL, NULL, NULL)); /* answer not wanted */
+	/* "/" itself is a path (the API server lists its paths there). */
+	SG_CHECK_OK(sg_kube_get_path(k, "/", NULL, &body, &len));
+	free(body);
+	body = NULL;
+
+	/* Bounded: a body over max is refused, nothing is returned. */
+	SG_CHECK_RC(sg_kube_get_path(k, "/openid/v1/jwks", &(sg_kube_path_opts){.max = 16}, &body, &len), SG_EPROTO);
+	SG_CHECK_MSG("kube: GET /openid/v1/jwks: response larger than 16 bytes");
+	SG_CHECK(body == NULL && len == 0);
+	/* Not JSON: /healthz answers text/plain "ok". */
+	SG_CHECK_RC(sg_kube_get_path(k, "/healthz", NULL, &body, &len), SG_EPROTO);
+	SG_CHECK_MSG("kube: GET /healthz: the answer is text/plain");
+	SG_CHECK(body == NULL);
+	/* HTTP errors as for the verbs. */
+	SG_CHECK_RC(sg_kube_get_path(k, "/no/such/path", NULL, &body, &len), SG_ENOTFOUND);
+	SG_CHECK(sg_kube_last_status()->code == 404);
+	SG_CHECK_MSG("kube: GET /no/such/path: 404");
+	/* A stop flag already raised: the call ends at once. */
+	atomic_bool stop = true;
+	SG_CHECK_RC(sg_kube_get_path(k, "/openid/v1/jwks", &(sg_kube_path_opts){.stop = &stop}, &body, &len), SG_EBUSY);
+	SG_CHECK_MSG("kube: GET /openid/v1/jwks: stopped");
+
+	/* Paths refused before anything is sent. */
+	static const char *const bad[] = {
+	    "",         "openid/v1/jwks", "/openid/../api", "/openid/./v1", "/..",         "/openid//jwks",
+	    "/openid/", "/a?b=c",         "/a#frag",        "/a b",         "/%2e%2e/api", "/a\\b",
+	    "/a\nb",    "/\xc3\xa9",      "/a\"b",          "/a<b>",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		SG_CHECK_RC(sg_kube_get_path(k, bad[i], NULL, &body, &len), SG_EINVAL);
+		SG_CHECK(sg_kube_last_status()->code == 0);
+	}
+	SG_CHECK_RC(sg_kube_get_path(k, NULL, NULL, &body, &len), SG_EINVAL);
+	char long_path[SG_KUBE_PATH_MAX + 2];
+	memset(long_path, 'a', sizeof(long_path));
+	long_path[0] = '/';
+	long_path[SG_KUBE_PATH_MAX + 1] = 0;
+	SG_CHECK_RC(sg_kube_get_path(k, long_path, NULL, &body, &len), SG_EINVAL);
+	SG_CHECK_MSG("longer than");
+	long_path[SG_KUBE_PATH_MAX] = 0; /* exactly the limit: sent, and not found */
+	SG_CHECK_RC(sg_kube_get_path(k, long_path, NULL, &body, &len), SG_ENOTFOUND);
+
+	/* Anonymous callers are refused by the server (RBAC): 403. */
+	char yaml[1024];
+	snprintf(yaml, sizeof(yaml),
+	         "current-context: t\ncontexts: [{name: t, context: {cluster: c}}]\n"
+	         "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n",
+	         kube_env.server, kube_env.ca_file);
+	sg_kube *anon = client_from(yaml);
+	SG_CHECK(anon != NULL);
+	if (anon) {
+		SG_CHECK_RC(sg_kube_get_path(anon, "/openid/v1/jwks", NULL, &body, &len), SG_EAUTH);
+		SG_CHECK(sg_kube_last_status()->code == 403);
+		SG_CHECK_MSG("kube: GET /openid/v1/jwks: 403 Forbidden");
+		sg_kube_free(anon);
+	}
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_kube_ref coll = cm_ref(NULL);
@@ -506,5 +588,6 @@ static void t_start(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crud), SG_TEST(t_pagination), SG_TEST(t_watch_order),
-             SG_TEST(t_watch_bookmarks), SG_TEST(t_apply), SG_TEST(t_status_subresource),
-             SG_TEST(t_watch_expired), SG_TEST(t_event), SG_TEST(t_auth_and_rotation), SG_TEST(t_rate_limit), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_watch_bookmarks), SG_TEST(t_apply), SG_TEST(t_status_subresource), SG_TEST(t_watch_expired),
+             SG_TEST(t_event), SG_TEST(t_auth_and_rotation), SG_TEST(t_rate_limit), SG_TEST(t_get_path),
+             SG_TEST(t_zz_cleanup))
