@@ -2,7 +2,9 @@
  * sg_authn_impl: the authenticators signet ships (interface: sg_authn.h).
  *
  *   jwt    a Kubernetes service-account token in "authorization: Bearer",
- *          verified locally against a JWKS file (sg_jwt.h), with a cache.
+ *          verified locally against a JWKS (sg_jwt.h), with a cache: a file
+ *          it loads itself, or a key source the caller keeps fresh (the API
+ *          server's keys through sg_jwks_kube.h).
  *   mtls   the first URI SAN of a client certificate the TLS layer has
  *          already verified; it must be a SPIFFE ID of our trust domain.
  *   chain  several of the above, tried in order (istio order: client
@@ -22,12 +24,16 @@
 
 #include "sg_authn.h"
 #include "sg_error.h"
+#include "sg_jwt.h"
 
 #include <stddef.h>
 
+/* Exactly one of jwks_file and jwks_source. */
 typedef struct sg_authn_jwt_options {
-	const char *jwks_file;        /* required; reloaded when it changes */
-	const char *issuer;           /* required: the token's "iss" */
+	const char *jwks_file;        /* a JWKS file, loaded here and reloaded when it changes */
+	sg_jwks_file *jwks_source;    /* or a key source (file or pushed, e.g. sg_jwks_kube_source);
+	                                 borrowed: it must outlive the authenticator */
+	const char *issuer;           /* required: the token's "iss" (e.g. sg_jwks_kube_issuer) */
 	const char *const *audiences; /* NULL: {"istio-ca"} */
 	size_t n_audiences;
 	const char *trust_domain; /* required, e.g. "cluster.local" */
@@ -35,7 +41,8 @@ typedef struct sg_authn_jwt_options {
 	size_t cache_entries;     /* 0: 16384 */
 } sg_authn_jwt_options;
 
-/* Fails with SG_EINVAL/SG_ENOTFOUND when the JWKS file cannot be loaded.
+/* Fails with SG_EINVAL when not exactly one of jwks_file and jwks_source is
+ * given, and with SG_EINVAL/SG_ENOTFOUND when the JWKS file cannot be loaded.
  * start(): no bearer -> SG_EAUTH "no bearer token"; otherwise the token's
  * SG_EAUTH detail, or a caller with method "jwt", identity
  * spiffe://<td>/ns/<ns>/sa/<sa>, ns, sa, pod name/uid and expires = exp. */

@@ -1,8 +1,11 @@
 /*
- * sg_authn_jwt: the "jwt" authenticator (sg_authn_impl.h). It owns a JWKS
- * file source and a verifier with its cache (sg_jwt.h); start() turns the
- * bearer token into a caller synchronously, so it never holds a request
- * beyond the call.
+ * sg_authn_jwt: the "jwt" authenticator (sg_authn_impl.h). It owns a
+ * verifier with its cache (sg_jwt.h) over a key source: a JWKS file it
+ * loads and owns, or a source the caller owns and keeps fresh (the API
+ * server's JWKS, sg_jwks_kube.h), which it only borrows. The verifier
+ * cannot tell the two apart; only who frees the source differs. start()
+ * turns the bearer token into a caller synchronously, so it never holds a
+ * request beyond the call.
  *
  * This is what istio-csr does with a TokenReview on every request, done
  * locally: the same claims (issuer, audience istio-ca, expiry, the
@@ -20,7 +23,7 @@
 #define TRUST_DOMAIN_MAX 255
 
 struct jwt_authn {
-	sg_jwks_file *keys;
+	sg_jwks_file *owned; /* the source loaded from jwks_file; NULL when borrowed */
 	sg_jwt_verifier *verifier;
 	char trust_domain[TRUST_DOMAIN_MAX + 1];
 };
@@ -31,7 +34,7 @@ static void jwt_free(void *self)
 	if (!a)
 		return;
 	sg_jwt_verifier_free(a->verifier);
-	sg_jwks_file_free(a->keys);
+	sg_jwks_file_free(a->owned);
 	free(a);
 }
 
@@ -70,8 +73,9 @@ static bool valid_trust_domain(const char *td)
 int sg_authn_jwt_new(sg_authenticator *out, const sg_authn_jwt_options *o)
 {
 	memset(out, 0, sizeof(*out));
-	SG_ENSURE(o && o->jwks_file && o->issuer && o->trust_domain, SG_EINVAL,
-	          "jwt authenticator needs a JWKS file, an issuer and a trust domain");
+	SG_ENSURE(o && o->issuer && o->trust_domain, SG_EINVAL, "jwt authenticator needs an issuer and a trust domain");
+	SG_ENSURE(!o->jwks_file != !o->jwks_source, SG_EINVAL,
+	          "jwt authenticator needs exactly one of a JWKS file and a key source");
 	SG_ENSURE(valid_trust_domain(o->trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
 	struct jwt_authn *a = calloc(1, sizeof(*a));
 	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
@@ -83,9 +87,9 @@ int sg_authn_jwt_new(sg_authenticator *out, const sg_authn_jwt_options *o)
 	    .leeway = o->leeway,
 	    .cache_entries = o->cache_entries,
 	};
-	int rc = sg_jwks_file_new(&a->keys, o->jwks_file);
+	int rc = o->jwks_file ? sg_jwks_file_new(&a->owned, o->jwks_file) : SG_OK;
 	if (rc == SG_OK)
-		rc = sg_jwt_verifier_new(&a->verifier, a->keys, &vo);
+		rc = sg_jwt_verifier_new(&a->verifier, o->jwks_file ? a->owned : o->jwks_source, &vo);
 	if (rc != SG_OK) {
 		jwt_free(a);
 		return rc;

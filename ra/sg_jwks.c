@@ -20,6 +20,14 @@
  * hold only for a pointer load and a reference increment, which is what
  * makes the reference safe to take. A broken file is remembered by identity
  * so that it is parsed and logged once, not every second.
+ *
+ * The same object is also the pushed source (no path): its keys change only
+ * when a writer calls sg_jwks_file_set, e.g. the API-server discovery in
+ * sg_jwks_kube.c. Keeping one type rather than a "source" interface keeps
+ * the verifier and its callers unchanged, and the swap, the generation and
+ * the readers' locking are the file source's, so both kinds behave alike
+ * under concurrency: a reader sees the old set or the new one, never
+ * neither, and a new generation makes the verifier's cached entries misses.
  */
 #include "sg_clock.h"
 #include "sg_der.h"
@@ -548,7 +556,7 @@ struct file_id {
 };
 
 struct sg_jwks_file {
-	char *path;
+	char *path;           /* NULL: a pushed source (sg_jwks_file_set) */
 	pthread_mutex_t lock; /* guards cur: readers hold it for a load + retain */
 	sg_jwks *cur;
 	pthread_mutex_t reload; /* one reloader at a time; guards the fields below */
@@ -682,8 +690,42 @@ int sg_jwks_file_new(sg_jwks_file **out, const char *path)
 	return SG_OK;
 }
 
+int sg_jwks_file_new_pushed(sg_jwks_file **out, sg_jwks *initial)
+{
+	*out = NULL;
+	SG_ENSURE(initial, SG_EINVAL, "a pushed JWKS source needs an initial key set");
+	sg_jwks_file *f = calloc(1, sizeof(*f));
+	SG_ENSURE(f, SG_EINTERNAL, "out of memory");
+	pthread_mutex_init(&f->lock, NULL);
+	pthread_mutex_init(&f->reload, NULL);
+	f->cur = sg_jwks_retain(initial);
+	atomic_init(&f->checked_ms, mono_ms());
+	atomic_init(&f->gen, initial->gen);
+	*out = f;
+	return SG_OK;
+}
+
+int sg_jwks_file_set(sg_jwks_file *f, sg_jwks *keys)
+{
+	SG_ENSURE(!f->path, SG_EINVAL, "JWKS %s follows its file; keys cannot be pushed to it", f->path);
+	SG_ENSURE(keys, SG_EINVAL, "no key set to push");
+	/* reload serialises writers; under it, cur changes only here. */
+	pthread_mutex_lock(&f->reload);
+	if (f->cur != keys)
+		swap_in(f, sg_jwks_retain(keys));
+	pthread_mutex_unlock(&f->reload);
+	return SG_OK;
+}
+
+bool sg_jwks_file_is_pushed(const sg_jwks_file *f)
+{
+	return f->path == NULL;
+}
+
 uint64_t sg_jwks_file_poll(sg_jwks_file *f)
 {
+	if (!f->path) /* pushed: nothing to look at, the writer swaps */
+		return atomic_load_explicit(&f->gen, memory_order_acquire);
 	uint_fast64_t now = mono_ms();
 	uint_fast64_t last = atomic_load_explicit(&f->checked_ms, memory_order_relaxed);
 	if (now - last >= 1000 && atomic_compare_exchange_strong(&f->checked_ms, &last, now)) {
@@ -707,6 +749,8 @@ sg_jwks *sg_jwks_file_get(sg_jwks_file *f)
 
 int sg_jwks_file_refresh(sg_jwks_file *f)
 {
+	if (!f->path)
+		return SG_OK;
 	atomic_store(&f->checked_ms, mono_ms());
 	return check(f);
 }

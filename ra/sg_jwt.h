@@ -8,9 +8,11 @@
  *   base64url     RFC 4648 §5 without padding, strict alphabet, canonical.
  *   sg_jwks       an immutable, refcounted key set; OpenSSL keys are built
  *                 once when it is parsed.
- *   sg_jwks_file  a JWKS file that reloads itself when it changes (checked
- *                 at most once per second); a broken new file keeps the old
- *                 keys.
+ *   sg_jwks_file  the key source a verifier reads: a JWKS file that
+ *                 reloads itself when it changes (checked at most once per
+ *                 second; a broken new file keeps the old keys), or a
+ *                 pushed source whose keys a writer replaces (the API
+ *                 server's JWKS, sg_jwks_kube.h).
  *   sg_jwt_verify the stateless check of one token against one key set.
  *   sg_jwt_verifier  sg_jwt_verify behind a bounded verification cache keyed
  *                 by SHA-256 of the token; a JWKS reload invalidates it.
@@ -105,7 +107,7 @@ SG_API const char *sg_jws_alg_name(sg_jws_alg alg);
 SG_API int sg_jwks_verify(const sg_jwks *k, sg_jws_alg alg, const char *kid, const uint8_t *msg, size_t msg_len,
                           const uint8_t *sig, size_t sig_len) SG_MUST_CHECK;
 
-/* ---- a JWKS file that follows its changes ---- */
+/* ---- key sources: a JWKS file that follows its changes, or pushed keys ---- */
 
 typedef struct sg_jwks_file sg_jwks_file;
 
@@ -113,14 +115,14 @@ typedef struct sg_jwks_file sg_jwks_file;
  * otherwise). Caller frees with sg_jwks_file_free; the path is copied. */
 SG_API int sg_jwks_file_new(sg_jwks_file **out, const char *path) SG_MUST_CHECK;
 /* The current key set, with a reference the caller drops with
- * sg_jwks_release. At most once per second (a monotonic timestamp checked
+ * sg_jwks_release. For a file source, at most once per second (a monotonic timestamp checked
  * with one atomic load) it stats the file and, when its inode, size or
  * mtime changed, reloads it; a file that fails to load keeps the previous
  * keys and logs a warning (once per distinct broken file). Never NULL. */
 SG_API sg_jwks *sg_jwks_file_get(sg_jwks_file *f);
 /* The generation of the current key set after the same once-per-second
  * check as sg_jwks_file_get, without taking a reference: the cheap probe
- * a cache uses to notice a reload. */
+ * a cache uses to notice a reload (or a push). */
 SG_API uint64_t sg_jwks_file_poll(sg_jwks_file *f);
 /* Checks the file now, ignoring the once-per-second limit (for SIGHUP and
  * tests). SG_OK when unchanged or reloaded; the load error when the file
@@ -128,6 +130,23 @@ SG_API uint64_t sg_jwks_file_poll(sg_jwks_file *f);
 SG_API int sg_jwks_file_refresh(sg_jwks_file *f) SG_MUST_CHECK;
 /* Accepts NULL. No other thread may be using f. */
 SG_API void sg_jwks_file_free(sg_jwks_file *f);
+
+/* A pushed source: the same type and the same reader calls (get, poll and
+ * the verifier work unchanged), but its keys change only through
+ * sg_jwks_file_set; it looks at no file, and sg_jwks_file_refresh is a
+ * no-op (SG_OK). The source takes its own reference to initial (the caller
+ * keeps and releases its own). SG_EINVAL when initial is NULL. Caller frees
+ * with sg_jwks_file_free. */
+SG_API int sg_jwks_file_new_pushed(sg_jwks_file **out, sg_jwks *initial) SG_MUST_CHECK;
+/* Makes keys the current set of a pushed source (the source takes its own
+ * reference). Readers see either the old or the new set; the generation
+ * becomes keys' own, so a verifier's cached verifications under the old
+ * set become misses. Pushing the set that is already current changes
+ * nothing. Writers are serialised; any number of readers may run at once.
+ * SG_EINVAL for a file source or a NULL set. */
+SG_API int sg_jwks_file_set(sg_jwks_file *f, sg_jwks *keys) SG_MUST_CHECK;
+/* Whether f is a pushed source. */
+SG_API bool sg_jwks_file_is_pushed(const sg_jwks_file *f);
 
 /* ---- verification ---- */
 
@@ -165,9 +184,9 @@ SG_API int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const cha
 
 typedef struct sg_jwt_verifier sg_jwt_verifier;
 
-/* A verifier over a JWKS file (borrowed: it must outlive the verifier) with
- * a cache of cache_entries verified tokens. The option strings are copied.
- * Caller frees with sg_jwt_verifier_free. */
+/* A verifier over a key source, file or pushed (borrowed: it must outlive
+ * the verifier), with a cache of cache_entries verified tokens. The option
+ * strings are copied. Caller frees with sg_jwt_verifier_free. */
 SG_API int sg_jwt_verifier_new(sg_jwt_verifier **out, sg_jwks_file *keys, const sg_jwt_options *o) SG_MUST_CHECK;
 SG_API void sg_jwt_verifier_free(sg_jwt_verifier *v);
 /* sg_jwt_verify with the cache: a hit (same SHA-256, same key-set

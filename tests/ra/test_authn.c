@@ -1,6 +1,7 @@
 /*
  * Tests for ra/sg_authn_impl.h: the jwt authenticator (tokens from the
- * development issuer), the mtls authenticator (own and foreign trust
+ * development issuer; keys from a file or from a borrowed key source whose
+ * keys are pushed), the mtls authenticator (own and foreign trust
  * domains, malformed SPIFFE IDs) and the chain (order, which error wins,
  * members that complete later).
  */
@@ -130,6 +131,79 @@ static void t_jwt(void)
 	SG_CHECK_RC(sg_authn_jwt_new(&a, &bad), SG_EINVAL);
 	bad.trust_domain = NULL;
 	SG_CHECK_RC(sg_authn_jwt_new(&a, &bad), SG_EINVAL);
+}
+
+/* The jwt authenticator over a key source it borrows (as the daemon does
+ * with the API server's keys, sg_jwks_kube.h): a rotation pushed into the
+ * source reaches the authenticator, and the source outlives it. */
+static void t_jwt_source(void)
+{
+	setup();
+	FILE *fp = fopen(jwks_path, "rb");
+	char buf[4096];
+	size_t n = fp ? fread(buf, 1, sizeof(buf), fp) : 0;
+	if (fp)
+		fclose(fp);
+	sg_jwks *keys = NULL;
+	SG_CHECK_OK(sg_jwks_parse(&keys, buf, n));
+	sg_jwks_file *src = NULL;
+	SG_CHECK_OK(sg_jwks_file_new_pushed(&src, keys));
+
+	sg_authenticator a;
+	sg_authn_jwt_options o = {.jwks_source = src, .issuer = "signet-dev", .trust_domain = "cluster.local"};
+	SG_CHECK_OK(sg_authn_jwt_new(&a, &o));
+	struct result r;
+	sg_jwt_mint_options mo = {
+	    .issuer = "signet-dev", .ns = "default", .sa = "sleep", .sa_uid = "5f1d-77", .ttl = 600, .now = NOW};
+	char *tok = NULL;
+	SG_CHECK_OK(sg_jwt_mint(key_path, &mo, &tok));
+	SG_CHECK_OK(run(&a, tok, NULL, &r));
+	SG_CHECK(r.calls == 1 && r.rc == 0);
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://cluster.local/ns/default/sa/sleep") == 0);
+	SG_CHECK(strcmp(r.caller.sa_uid, "5f1d-77") == 0 && strcmp(r.caller.method, "jwt") == 0);
+
+	/* The issuer rotates its key: the old token's key is gone from the
+	 * pushed set, so the (cached) token is refused from then on. */
+	char key2[160], jwks2[160];
+	snprintf(key2, sizeof(key2), "%s/issuer2.key", dir);
+	snprintf(jwks2, sizeof(jwks2), "%s/issuer2.jwks", dir);
+	SG_CHECK_OK(sg_jwt_dev_issuer_create(key2, jwks2, NULL));
+	fp = fopen(jwks2, "rb");
+	n = fp ? fread(buf, 1, sizeof(buf), fp) : 0;
+	if (fp)
+		fclose(fp);
+	sg_jwks *keys2 = NULL;
+	SG_CHECK_OK(sg_jwks_parse(&keys2, buf, n));
+	SG_CHECK_OK(sg_jwks_file_set(src, keys2));
+	SG_CHECK_RC(run(&a, tok, NULL, &r), SG_EAUTH);
+	SG_CHECK_MSG("is not in the JWKS");
+	SG_CHECK(r.calls == 0);
+	char *tok2 = NULL;
+	SG_CHECK_OK(sg_jwt_mint(key2, &mo, &tok2));
+	SG_CHECK_OK(run(&a, tok2, NULL, &r));
+	SG_CHECK(r.calls == 1 && strcmp(r.caller.sa, "sleep") == 0);
+	free(tok);
+	free(tok2);
+	/* The authenticator borrowed the source: freeing it leaves src whole. */
+	a.free(a.self);
+	sg_jwks *cur = sg_jwks_file_get(src);
+	SG_CHECK(cur == keys2);
+	sg_jwks_release(cur);
+
+	/* Exactly one of file and source. */
+	sg_authn_jwt_options both = {
+	    .jwks_file = jwks_path, .jwks_source = src, .issuer = "signet-dev", .trust_domain = "cluster.local"};
+	SG_CHECK_RC(sg_authn_jwt_new(&a, &both), SG_EINVAL);
+	SG_CHECK_MSG("exactly one of a JWKS file and a key source");
+	sg_authn_jwt_options neither = {.issuer = "signet-dev", .trust_domain = "cluster.local"};
+	SG_CHECK_RC(sg_authn_jwt_new(&a, &neither), SG_EINVAL);
+	SG_CHECK_MSG("exactly one of a JWKS file and a key source");
+	sg_authn_jwt_options no_issuer = {.jwks_source = src, .trust_domain = "cluster.local"};
+	SG_CHECK_RC(sg_authn_jwt_new(&a, &no_issuer), SG_EINVAL);
+
+	sg_jwks_file_free(src);
+	sg_jwks_release(keys);
+	sg_jwks_release(keys2);
 }
 
 static void t_mtls(void)
@@ -279,4 +353,4 @@ static void t_teardown(void)
 	SG_CHECK(system(cmd) == 0);
 }
 
-SG_TEST_MAIN(SG_TEST(t_jwt), SG_TEST(t_mtls), SG_TEST(t_chain), SG_TEST(t_teardown))
+SG_TEST_MAIN(SG_TEST(t_jwt), SG_TEST(t_jwt_source), SG_TEST(t_mtls), SG_TEST(t_chain), SG_TEST(t_teardown))

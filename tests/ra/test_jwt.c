@@ -2,7 +2,8 @@
  * Tests for ra/sg_jwt.h: base64url, JWKS parsing, token verification with
  * real OpenSSL keys (tokens are built by hand here so that every hostile
  * shape can be signed), the verification cache, JWKS reload (also under
- * concurrent readers: run it under TSan), and the development issuer.
+ * concurrent readers: run it under TSan), the pushed key source (rotation
+ * invalidates the cache; pushes racing readers), and the development issuer.
  */
 #include "sg_jwt.h"
 #include "sg_log.h"
@@ -720,6 +721,169 @@ static void t_concurrent(void)
 	free(s);
 }
 
+/* ---- the pushed source ---- */
+
+static sg_jwks *parse_or_die(const char *j)
+{
+	sg_jwks *k = NULL;
+	if (sg_jwks_parse(&k, j, strlen(j)) != 0)
+		abort();
+	return k;
+}
+
+/* {"keys":[ec2]} and {"keys":[ec1, rsa1, ec2]}. */
+static sg_jwks *only_ec2_set(void)
+{
+	char k2[512], j[700];
+	jwk_ec(ec_key2, "ec2", k2, sizeof(k2));
+	snprintf(j, sizeof(j), "{\"keys\":[%s]}", k2);
+	return parse_or_die(j);
+}
+
+static sg_jwks *all_set(void)
+{
+	char a[512], b[2048], c[512], j[4096];
+	jwk_ec(ec_key, "ec1", a, sizeof(a));
+	jwk_rsa(rsa_key, "rsa1", b, sizeof(b));
+	jwk_ec(ec_key2, "ec2", c, sizeof(c));
+	snprintf(j, sizeof(j), "{\"keys\":[%s,%s,%s]}", a, b, c);
+	return parse_or_die(j);
+}
+
+static void t_pushed(void)
+{
+	ENSURE_SETUP();
+	sg_jwks *std = std_set(), *only2 = only_ec2_set();
+	sg_jwks_file *f = NULL;
+	SG_CHECK_RC(sg_jwks_file_new_pushed(&f, NULL), SG_EINVAL);
+	SG_CHECK(f == NULL);
+	SG_CHECK_OK(sg_jwks_file_new_pushed(&f, std));
+	SG_CHECK(sg_jwks_file_is_pushed(f));
+	SG_CHECK(sg_jwks_file_poll(f) == sg_jwks_generation(std));
+	SG_CHECK_OK(sg_jwks_file_refresh(f)); /* nothing to look at */
+	SG_CHECK(sg_jwks_file_poll(f) == sg_jwks_generation(std));
+
+	sg_jwt_verifier *v = NULL;
+	SG_CHECK_OK(sg_jwt_verifier_new(&v, f, &opts));
+	char old_tok[4096], new_tok[4096];
+	snprintf(old_tok, sizeof(old_tok), "%s", es_token(claims("\"istio-ca\"", NOW + 600, K8S)));
+	snprintf(
+	    new_tok, sizeof(new_tok), "%s",
+	    sign_json("ES256", ec_key2, "{\"alg\":\"ES256\",\"kid\":\"ec2\"}", claims("\"istio-ca\"", NOW + 600, K8S)));
+	sg_jwt_claims c;
+	uint64_t hits, misses;
+	SG_CHECK_OK(sg_jwt_verifier_verify(v, old_tok, strlen(old_tok), NOW, &c));
+	SG_CHECK_OK(sg_jwt_verifier_verify(v, old_tok, strlen(old_tok), NOW, &c));
+	SG_CHECK(strcmp(c.sa_uid, "u-1") == 0);
+	SG_CHECK_RC(sg_jwt_verifier_verify(v, new_tok, strlen(new_tok), NOW, &c), SG_EAUTH);
+	sg_jwt_verifier_stats(v, &hits, &misses);
+	SG_CHECK(hits == 1 && misses == 2);
+
+	/* Pushing the set in use changes nothing: same generation, still a hit. */
+	SG_CHECK_OK(sg_jwks_file_set(f, std));
+	SG_CHECK(sg_jwks_file_poll(f) == sg_jwks_generation(std));
+	SG_CHECK_OK(sg_jwt_verifier_verify(v, old_tok, strlen(old_tok), NOW, &c));
+	sg_jwt_verifier_stats(v, &hits, &misses);
+	SG_CHECK(hits == 2 && misses == 2);
+
+	/* Rotation: only ec2. The cached verification of the ec1 token is a
+	 * miss now, and the token is refused: its key was removed. */
+	SG_CHECK_OK(sg_jwks_file_set(f, only2));
+	SG_CHECK(sg_jwks_file_poll(f) == sg_jwks_generation(only2));
+	SG_CHECK_RC(sg_jwt_verifier_verify(v, old_tok, strlen(old_tok), NOW, &c), SG_EAUTH);
+	SG_CHECK_MSG("token kid \"ec1\" is not in the JWKS");
+	SG_CHECK_OK(sg_jwt_verifier_verify(v, new_tok, strlen(new_tok), NOW, &c));
+	sg_jwt_verifier_stats(v, &hits, &misses);
+	SG_CHECK(hits == 2 && misses == 4);
+	sg_jwks *cur = sg_jwks_file_get(f);
+	SG_CHECK(cur == only2 && sg_jwks_count(cur) == 1);
+	sg_jwks_release(cur);
+
+	/* The source holds its own references: ours can go now. */
+	sg_jwks_release(std);
+	sg_jwks_release(only2);
+	SG_CHECK_OK(sg_jwt_verifier_verify(v, new_tok, strlen(new_tok), NOW, &c));
+
+	/* Refused: a NULL set, and pushes to a file source. */
+	SG_CHECK_RC(sg_jwks_file_set(f, NULL), SG_EINVAL);
+	sg_jwks_file *file = NULL;
+	SG_CHECK_OK(sg_jwks_file_new(&file, std_jwks_path()));
+	SG_CHECK(!sg_jwks_file_is_pushed(file));
+	sg_jwks *k = std_set();
+	SG_CHECK_RC(sg_jwks_file_set(file, k), SG_EINVAL);
+	SG_CHECK_MSG("keys cannot be pushed to it");
+	sg_jwks_release(k);
+	sg_jwks_file_free(file);
+	sg_jwt_verifier_free(v);
+	sg_jwks_file_free(f);
+}
+
+/* Readers verify (mostly through the cache) and take references while a
+ * writer rotates between two sets that both hold ec1: every verification
+ * must succeed, and TSan must stay quiet. */
+struct pconc {
+	sg_jwks_file *f;
+	sg_jwt_verifier *v;
+	char toks[4][2048];
+	atomic_int stop;
+	atomic_int failures;
+	atomic_long verified;
+};
+
+static void *pconc_reader(void *arg)
+{
+	struct pconc *s = arg;
+	long n = 0;
+	while (!atomic_load(&s->stop)) {
+		const char *t = s->toks[n % 4];
+		sg_jwt_claims c;
+		if (sg_jwt_verifier_verify(s->v, t, strlen(t), NOW, &c) != 0)
+			atomic_fetch_add(&s->failures, 1);
+		sg_jwks *k = sg_jwks_file_get(s->f);
+		if (sg_jwks_count(k) < 2)
+			atomic_fetch_add(&s->failures, 1);
+		sg_jwks_release(k);
+		n++;
+	}
+	atomic_fetch_add(&s->verified, n);
+	return NULL;
+}
+
+static void t_pushed_concurrent(void)
+{
+	ENSURE_SETUP();
+	sg_jwks *sets[2] = {std_set(), all_set()};
+	struct pconc *s = calloc(1, sizeof(*s));
+	SG_CHECK_OK(sg_jwks_file_new_pushed(&s->f, sets[0]));
+	sg_jwt_options o = opts;
+	o.cache_entries = 256;
+	SG_CHECK_OK(sg_jwt_verifier_new(&s->v, s->f, &o));
+	for (int i = 0; i < 4; i++) {
+		char extra[300];
+		snprintf(extra, sizeof(extra), K8S ",\"jti\":\"p%d\"", i);
+		snprintf(s->toks[i], sizeof(s->toks[i]), "%s", es_token(claims("\"istio-ca\"", NOW + 600, extra)));
+	}
+	pthread_t th[3];
+	for (int i = 0; i < 3; i++)
+		pthread_create(&th[i], NULL, pconc_reader, s);
+	int pushes = 0;
+	for (; pushes < 400; pushes++) {
+		SG_CHECK_OK(sg_jwks_file_set(s->f, sets[pushes % 2]));
+		nanosleep(&(struct timespec){0, 2000000}, NULL);
+	}
+	atomic_store(&s->stop, 1);
+	for (int i = 0; i < 3; i++)
+		pthread_join(th[i], NULL);
+	SG_CHECK(atomic_load(&s->failures) == 0);
+	SG_CHECK(atomic_load(&s->verified) > 100);
+	printf("pushed concurrent: %d pushes, %ld verifications\n", pushes, atomic_load(&s->verified));
+	sg_jwt_verifier_free(s->v);
+	sg_jwks_file_free(s->f);
+	sg_jwks_release(sets[0]);
+	sg_jwks_release(sets[1]);
+	free(s);
+}
+
 /* ---- development issuer, identity ---- */
 
 static void t_dev_issuer(void)
@@ -864,4 +1028,5 @@ static void t_teardown(void)
 
 SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_valid), SG_TEST(t_claims_refused),
              SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload), SG_TEST(t_concurrent),
-             SG_TEST(t_dev_issuer), SG_TEST(t_identity), SG_TEST(t_cost), SG_TEST(t_teardown))
+             SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer), SG_TEST(t_identity),
+             SG_TEST(t_cost), SG_TEST(t_teardown))
