@@ -1,0 +1,1113 @@
+/*
+ * sg_authn_tokenreview: the "tokenreview" authenticator (contract:
+ * sg_authn_kube.h). Three parts, in this order below:
+ *
+ *   the parser   sg_tokenreview_parse reads a TokenReview answer the way
+ *                istiod's kube_jwt.go does (authenticated, error, groups,
+ *                a four-part service-account username, the pod extras,
+ *                status.audiences), with the strictness of a parser of
+ *                untrusted bytes: every member's type is checked, names
+ *                are validated as Kubernetes validates them, and nothing
+ *                we quote back is longer or less printable than a log line
+ *                can take. sg_tokenreview_token_exp is the unverified exp
+ *                probe.
+ *   the cache    64 shards, each a mutex over 4-way sets with LRU
+ *                replacement (the shape of the JWT verifier's cache in
+ *                sg_jwt.c), keyed by SHA-256 of the token. An entry holds
+ *                either who the token is (ns, sa, uids, pod) or why it was
+ *                refused; the identity string is rebuilt on a hit rather
+ *                than stored, to keep entries under 800 bytes.
+ *   the queue    one mutex guards a FIFO of reviews waiting for a worker
+ *                and a hash table of every review queued or in flight, so
+ *                that a second request with the same token becomes one
+ *                more waiter on the first one's review. Workers take a
+ *                review, make the blocking sg_kube_create call with no
+ *                lock held, store the answer in the cache, and only then
+ *                unlink the review and call its waiters. Because the cache
+ *                is filled before the review leaves the table, and start()
+ *                looks at the cache again (under the queue lock) when it
+ *                finds no review, a token is reviewed once however the
+ *                requests interleave with the answer.
+ *
+ * Lock order: the queue mutex, then a shard mutex (start() re-checks the
+ * cache under the queue lock); workers never hold both. done callbacks are
+ * never called with a lock held.
+ *
+ * The token travels in three copies we can reach: the review's own
+ * buffer, the JSON string in the request body and the spec.token the API
+ * server echoes in its answer. All three are wiped as soon as the call
+ * returns. (sg_kube's serialised request body and its response buffer are
+ * its own.)
+ */
+#include "sg_authn_kube.h"
+#include "sg_clock.h"
+#include "sg_der.h"
+#include "sg_guard.h"
+#include "sg_jwt.h"
+#include "sg_log.h"
+#include "sg_secret.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TRUST_DOMAIN_MAX 255
+#define AUDIENCE_LEN_MAX 256
+#define NUMERIC_DATE_MAX INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
+#define NAME_SHOWN_MAX 64                      /* a username quoted in a message */
+#define SHARDS 64
+#define WAYS 4
+#define WARN_INTERVAL_NS (UINT64_C(10) * 1000000000u)
+
+static const char *const default_audiences[] = {"istio-ca"};
+static const char sa_group[] = "system:serviceaccounts";
+static const char sa_prefix[] = "system:serviceaccount:";
+static const char extra_pod_name[] = "authentication.kubernetes.io/pod-name";
+static const char extra_pod_uid[] = "authentication.kubernetes.io/pod-uid";
+
+/* ---- small validators ---- */
+
+static bool printable_ascii(const char *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (s[i] < 0x21 || s[i] > 0x7e)
+			return false;
+	return true;
+}
+
+/* One DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, length 1..max. */
+static bool dns_label(const char *s, size_t n, size_t max)
+{
+	if (n == 0 || n > max || s[0] == '-' || s[n - 1] == '-')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+			return false;
+	return true;
+}
+
+/* DNS-1123 subdomain: labels joined by '.', at most 253 bytes. */
+static bool dns_subdomain(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 253)
+		return false;
+	size_t start = 0;
+	for (size_t i = 0; i <= n; i++) {
+		if (i == n || s[i] == '.') {
+			if (!dns_label(s + start, i - start, 253))
+				return false;
+			start = i + 1;
+		}
+	}
+	return true;
+}
+
+/* A Kubernetes uid: a UUID in practice; we accept [A-Za-z0-9-]{1,63}. */
+static bool is_uid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+		      s[i] == '-'))
+			return false;
+	return true;
+}
+
+/* Copies at most max bytes of s as printable ASCII ('?' for anything
+ * else), with "..." when cut: what a server said, fit for a message. */
+static void sanitize(char *out, size_t cap, const char *s, size_t max)
+{
+	size_t n = 0, i = 0;
+	for (; s[i] && i < max && n + 1 < cap; i++)
+		out[n++] = s[i] >= 0x20 && s[i] <= 0x7e ? s[i] : '?';
+	out[n] = '\0';
+	if (s[i] && n + 4 <= cap)
+		memcpy(out + n, "...", 4);
+}
+
+/* A JSON string without NUL bytes (which strlen-based checks would cut). */
+static const char *plain_string(const json_t *v)
+{
+	if (!json_is_string(v))
+		return NULL;
+	const char *s = json_string_value(v);
+	return strlen(s) == json_string_length(v) ? s : NULL;
+}
+
+/* ---- the parser (TokenReview v1; istio security/pkg/server/ca/authenticate/kubeauth) ---- */
+
+static int check_envelope(const json_t *review, const json_t **status, bool *authenticated)
+{
+	SG_ENSURE(json_is_object(review), SG_EPROTO, "token review: the answer is not a JSON object");
+	const json_t *kind = json_object_get(review, "kind");
+	SG_ENSURE(!kind || (plain_string(kind) && strcmp(json_string_value(kind), "TokenReview") == 0), SG_EPROTO,
+	          "token review: the answer is not a TokenReview");
+	*status = json_object_get(review, "status");
+	SG_ENSURE(json_is_object(*status), SG_EPROTO, "token review: the answer has no status object");
+	/* Go's omitempty drops a false "authenticated". */
+	const json_t *a = json_object_get(*status, "authenticated");
+	SG_ENSURE(!a || json_is_boolean(a), SG_EPROTO, "token review: status.authenticated is not a boolean");
+	*authenticated = json_is_true(a);
+	return SG_OK;
+}
+
+/* istiod refuses on a non-empty status.error even when authenticated. */
+static int check_verdict(const json_t *status, bool authenticated)
+{
+	const json_t *e = json_object_get(status, "error");
+	const char *why = NULL;
+	if (e) {
+		SG_ENSURE(json_is_string(e), SG_EAUTH, "token review: status.error is not a string");
+		why = json_string_value(e); /* shown sanitised, NUL bytes end it */
+	}
+	char shown[SG_TOKENREVIEW_ERROR_MAX + 4];
+	if (why && *why) {
+		sanitize(shown, sizeof(shown), why, SG_TOKENREVIEW_ERROR_MAX);
+		SG_BAIL(SG_EAUTH, "token review: %s: %s", authenticated ? "error" : "not authenticated", shown);
+	}
+	SG_ENSURE(authenticated, SG_EAUTH, "token review: not authenticated");
+	return SG_OK;
+}
+
+/* username = system:serviceaccount:<ns>:<sa>, exactly four parts. */
+static int check_username(const json_t *user, sg_caller *c)
+{
+	const char *u = plain_string(json_object_get(user, "username"));
+	SG_ENSURE(u, SG_EAUTH, "token review: user has no username string");
+	char shown[NAME_SHOWN_MAX + 4];
+	sanitize(shown, sizeof(shown), u, NAME_SHOWN_MAX);
+	SG_ENSURE(strncmp(u, sa_prefix, sizeof(sa_prefix) - 1) == 0, SG_EAUTH,
+	          "token review: user \"%s\" is not a service account", shown);
+	const char *ns = u + sizeof(sa_prefix) - 1;
+	const char *colon = strchr(ns, ':');
+	SG_ENSURE(colon && !strchr(colon + 1, ':'), SG_EAUTH,
+	          "token review: username \"%s\" is not system:serviceaccount:<namespace>:<name>", shown);
+	size_t nlen = (size_t)(colon - ns);
+	SG_ENSURE(dns_label(ns, nlen, 63), SG_EAUTH, "token review: namespace in \"%s\" is not a DNS-1123 label",
+	          shown);
+	SG_ENSURE(dns_subdomain(colon + 1), SG_EAUTH,
+	          "token review: service account in \"%s\" is not a DNS-1123 subdomain", shown);
+	memcpy(c->ns, ns, nlen);
+	c->ns[nlen] = '\0';
+	snprintf(c->sa, sizeof(c->sa), "%s", colon + 1);
+	return SG_OK;
+}
+
+static int check_groups(const json_t *user)
+{
+	const json_t *groups = json_object_get(user, "groups");
+	SG_ENSURE(json_is_array(groups), SG_EAUTH, "token review: user has no groups array");
+	bool member = false;
+	size_t i;
+	const json_t *g;
+	json_array_foreach(groups, i, g)
+	{
+		const char *s = plain_string(g);
+		SG_ENSURE(s, SG_EAUTH, "token review: group %zu is not a string", i);
+		member |= strcmp(s, sa_group) == 0;
+	}
+	SG_ENSURE(member, SG_EAUTH, "token review: user is not in group %s", sa_group);
+	return SG_OK;
+}
+
+/* extra[key]: absent, or an array of strings whose first one is taken. */
+static int extra_first(const json_t *extra, const char *key, const char **out)
+{
+	*out = NULL;
+	const json_t *v = json_object_get(extra, key);
+	if (!v)
+		return SG_OK;
+	SG_ENSURE(json_is_array(v), SG_EAUTH, "token review: extra %s is not an array", key);
+	size_t i;
+	const json_t *e;
+	json_array_foreach(v, i, e)
+	{
+		SG_ENSURE(plain_string(e), SG_EAUTH, "token review: extra %s holds a non-string", key);
+	}
+	if (json_array_size(v) > 0)
+		*out = json_string_value(json_array_get(v, 0));
+	return SG_OK;
+}
+
+static int check_extra(const json_t *user, sg_caller *c)
+{
+	const json_t *uid = json_object_get(user, "uid");
+	if (uid) {
+		const char *s = plain_string(uid);
+		SG_ENSURE(s && is_uid(s), SG_EAUTH, "token review: user uid is malformed");
+		snprintf(c->sa_uid, sizeof(c->sa_uid), "%s", s);
+	}
+	const json_t *extra = json_object_get(user, "extra");
+	if (!extra)
+		return SG_OK;
+	SG_ENSURE(json_is_object(extra), SG_EAUTH, "token review: user extra is not an object");
+	const char *pod, *pod_uid;
+	SG_TRY(extra_first(extra, extra_pod_name, &pod));
+	SG_TRY(extra_first(extra, extra_pod_uid, &pod_uid));
+	SG_ENSURE(!pod || dns_subdomain(pod), SG_EAUTH, "token review: pod name is not a DNS-1123 subdomain");
+	SG_ENSURE(!pod_uid || is_uid(pod_uid), SG_EAUTH, "token review: pod uid is malformed");
+	snprintf(c->pod_name, sizeof(c->pod_name), "%s", pod ? pod : "");
+	snprintf(c->pod_uid, sizeof(c->pod_uid), "%s", pod_uid ? pod_uid : "");
+	return SG_OK;
+}
+
+/* status.audiences, when present, is the part of what we asked for that
+ * the token is good for: it must not be empty of ours. */
+static int check_audiences(const json_t *status, const sg_tokenreview_expect *x)
+{
+	const json_t *aud = json_object_get(status, "audiences");
+	if (!aud)
+		return SG_OK;
+	SG_ENSURE(json_is_array(aud), SG_EAUTH, "token review: status.audiences is not an array");
+	const char *const *want = x->audiences ? x->audiences : default_audiences;
+	size_t nwant = x->audiences ? x->n_audiences : 1;
+	size_t i;
+	const json_t *v;
+	json_array_foreach(aud, i, v)
+	{
+		const char *s = plain_string(v);
+		SG_ENSURE(s, SG_EAUTH, "token review: audience %zu is not a string", i);
+		for (size_t j = 0; j < nwant; j++)
+			if (strcmp(s, want[j]) == 0)
+				return SG_OK;
+	}
+	SG_BAIL(SG_EAUTH, "token review: the token's audiences do not include %s%s", nwant > 1 ? "any of " : "",
+	        nwant > 1 ? "the configured audiences" : want[0]);
+}
+
+static int parse_review(const json_t *review, const sg_tokenreview_expect *x, sg_caller *c)
+{
+	SG_ENSURE(x && x->trust_domain && *x->trust_domain, SG_EINVAL, "token review: no trust domain");
+	SG_ENSURE(!x->audiences || x->n_audiences > 0, SG_EINVAL, "token review: no audiences");
+	const json_t *status = NULL;
+	bool authenticated = false;
+	SG_TRY(check_envelope(review, &status, &authenticated));
+	SG_TRY(check_verdict(status, authenticated));
+	const json_t *user = json_object_get(status, "user");
+	SG_ENSURE(json_is_object(user), SG_EAUTH, "token review: authenticated, but no user");
+	SG_TRY(check_username(user, c));
+	SG_TRY(check_groups(user));
+	SG_TRY(check_extra(user, c));
+	SG_TRY(check_audiences(status, x));
+	/* spiffe:// + 255 + /ns/ + 63 + /sa/ + 253 can exceed SG_ID_MAX. */
+	if (sg_jwt_identity(c->identity, sizeof(c->identity), x->trust_domain, c->ns, c->sa) != SG_OK)
+		SG_BAIL(SG_EAUTH, "token review: the identity is longer than %d bytes", SG_ID_MAX - 1);
+	c->method = "tokenreview";
+	return SG_OK;
+}
+
+int sg_tokenreview_parse(const json_t *review, const sg_tokenreview_expect *x, sg_caller *out)
+{
+	sg_caller c;
+	memset(&c, 0, sizeof(c));
+	memset(out, 0, sizeof(*out));
+	SG_TRY(parse_review(review, x, &c));
+	*out = c;
+	return SG_OK;
+}
+
+int sg_tokenreview_parse_bytes(const void *json, size_t len, const sg_tokenreview_expect *x, sg_caller *out)
+{
+	memset(out, 0, sizeof(*out));
+	SG_ENSURE(json && len > 0, SG_EPROTO, "token review: the answer is empty");
+	SG_ENSURE(len <= SG_TOKENREVIEW_ANSWER_MAX, SG_EPROTO, "token review: the answer is %zu bytes, more than %u",
+	          len, SG_TOKENREVIEW_ANSWER_MAX);
+	json_error_t jerr;
+	json_t *review SG_CLEANUP(json_decrefp) = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+	/* jansson's text would quote the input ("near '...'"): not repeated. */
+	SG_ENSURE(review, SG_EPROTO, "token review: the answer is not valid JSON (line %d)", jerr.line);
+	return sg_tokenreview_parse(review, x, out);
+}
+
+/* ---- the unverified exp (RFC 7519 §4.1.4, RFC 7515 §7.1) ---- */
+
+bool sg_tokenreview_token_exp(const char *token, size_t len, int64_t *exp)
+{
+	*exp = 0;
+	if (!token || len == 0 || len > SG_TOKENREVIEW_TOKEN_MAX)
+		return false;
+	sg_reader r = sg_reader_of((sg_slice){(const uint8_t *)token, len});
+	sg_slice header, payload, dot;
+	sg_reader_until(&r, '.', &header);
+	if (sg_reader_left(&r) == 0 || sg_reader_bytes(&r, 1, &dot) != SG_OK)
+		return false;
+	sg_reader_until(&r, '.', &payload);
+	/* A third part must follow (the signature); its content is not ours. */
+	if (sg_reader_left(&r) == 0 || payload.len == 0 || payload.len / 4 * 3 > SG_JWT_PAYLOAD_MAX)
+		return false;
+	uint8_t buf[SG_JWT_PAYLOAD_MAX];
+	size_t n;
+	if (sg_b64url_decode((const char *)payload.p, payload.len, buf, sizeof(buf), &n) != SG_OK)
+		return false;
+	json_error_t jerr;
+	json_t *claims SG_CLEANUP(json_decrefp) = json_loadb((const char *)buf, n, JSON_REJECT_DUPLICATES, &jerr);
+	const json_t *v = json_object_get(claims, "exp"); /* NULL unless an object with exp */
+	if (json_is_integer(v)) {
+		json_int_t i = json_integer_value(v);
+		if (i < 0 || i > NUMERIC_DATE_MAX)
+			return false;
+		*exp = (int64_t)i;
+		return true;
+	}
+	if (json_is_real(v)) {
+		double d = json_real_value(v);
+		if (!isfinite(d) || d < 0 || d > (double)NUMERIC_DATE_MAX)
+			return false;
+		*exp = (int64_t)d;
+		return true;
+	}
+	return false;
+}
+
+/* ---- the authenticator's state ---- */
+
+struct who {
+	char ns[64];
+	char sa[254];
+	char sa_uid[64];
+	char pod_name[254];
+	char pod_uid[64];
+};
+
+struct centry {
+	uint8_t key[32];
+	bool used;
+	bool refusal;
+	uint32_t stamp;
+	int64_t until;
+	int64_t exp; /* the token's; 0: unknown */
+	union {
+		struct who who;
+		char why[SG_ERROR_MSG_MAX];
+	} u;
+};
+
+struct shard {
+	_Alignas(64) pthread_mutex_t lock;
+	uint32_t clock;
+	struct centry *e;
+};
+
+struct waiter {
+	sg_authn_done_fn done;
+	void *arg;
+	struct waiter *next;
+};
+
+/* One TokenReview to make, for every request that carried its token. */
+struct review {
+	uint8_t key[32];
+	struct review *hnext; /* the table's chain */
+	struct review *qnext; /* the queue */
+	struct waiter *waiters, **wtail;
+	bool queued; /* in the queue, not yet taken by a worker */
+	int64_t now; /* the first request's clock */
+	int64_t exp; /* the token's, 0: unknown */
+	size_t len;
+	char token[]; /* len bytes + NUL; wiped before free */
+};
+
+struct tr {
+	/* Read-only after new(). */
+	sg_kube *kube;
+	char trust_domain[TRUST_DOMAIN_MAX + 1];
+	char **aud;
+	size_t n_aud;
+	sg_tokenreview_expect expect;
+	int64_t ttl_max, negative_ttl; /* negative_ttl 0: refusals are not kept */
+	EVP_MD *sha256;
+	size_t sets; /* per shard */
+	size_t queue_max;
+	unsigned n_threads;
+	pthread_t *threads;
+
+	struct shard shards[SHARDS];
+
+	/* The queue and the table of reviews queued or in flight. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool stopping;
+	struct review *qhead, **qtail;
+	size_t queued;
+	struct review **table;
+	size_t table_mask;
+
+	atomic_uint_fast64_t reviews, hits, coalesced, refused, api_errors, rejected;
+	atomic_size_t cached, pending;
+	_Atomic uint64_t warn_last_ns;
+	atomic_uint_fast64_t warn_suppressed;
+};
+
+/* ---- the cache ---- */
+
+static struct centry *set_of(struct tr *a, const uint8_t h[32], struct shard **sh)
+{
+	uint64_t x;
+	memcpy(&x, h + 8, sizeof(x));
+	*sh = &a->shards[h[0] % SHARDS];
+	return (*sh)->e + (x % a->sets) * WAYS;
+}
+
+enum hit { MISS, HIT_ACCEPTED, HIT_REFUSED };
+
+static void caller_of(const struct tr *a, const struct who *w, int64_t exp, sg_caller *c)
+{
+	memset(c, 0, sizeof(*c));
+	memcpy(c->ns, w->ns, sizeof(w->ns));
+	memcpy(c->sa, w->sa, sizeof(w->sa));
+	memcpy(c->sa_uid, w->sa_uid, sizeof(w->sa_uid));
+	memcpy(c->pod_name, w->pod_name, sizeof(w->pod_name));
+	memcpy(c->pod_uid, w->pod_uid, sizeof(w->pod_uid));
+	/* It fitted when the entry was made; the trust domain has not changed. */
+	if (sg_jwt_identity(c->identity, sizeof(c->identity), a->trust_domain, c->ns, c->sa) != SG_OK)
+		c->identity[0] = '\0';
+	c->expires = exp;
+	c->method = "tokenreview";
+}
+
+/* The reverse: what an entry keeps of a caller (every field fits; the
+ * parser checked the lengths). */
+static void who_of(const sg_caller *c, struct who *w)
+{
+	memset(w, 0, sizeof(*w));
+	memcpy(w->ns, c->ns, strnlen(c->ns, sizeof(w->ns) - 1));
+	memcpy(w->sa, c->sa, strnlen(c->sa, sizeof(w->sa) - 1));
+	memcpy(w->sa_uid, c->sa_uid, strnlen(c->sa_uid, sizeof(w->sa_uid) - 1));
+	memcpy(w->pod_name, c->pod_name, strnlen(c->pod_name, sizeof(w->pod_name) - 1));
+	memcpy(w->pod_uid, c->pod_uid, strnlen(c->pod_uid, sizeof(w->pod_uid) - 1));
+}
+
+/* Copies out what the cache knows about h at now; a stale entry found on
+ * the way is dropped. Holds the shard lock only for the copy. */
+static enum hit lookup(struct tr *a, const uint8_t h[32], int64_t now, struct who *who, int64_t *exp, char *why,
+                       size_t whycap)
+{
+	struct shard *sh;
+	struct centry *set = set_of(a, h, &sh);
+	enum hit hit = MISS;
+	pthread_mutex_lock(&sh->lock);
+	for (size_t i = 0; i < WAYS; i++) {
+		struct centry *e = &set[i];
+		if (!e->used || CRYPTO_memcmp(e->key, h, 32) != 0)
+			continue;
+		if (now >= e->until) {
+			e->used = false;
+			atomic_fetch_sub_explicit(&a->cached, 1, memory_order_relaxed);
+			break;
+		}
+		e->stamp = ++sh->clock;
+		if (e->refusal) {
+			snprintf(why, whycap, "%s", e->u.why);
+			hit = HIT_REFUSED;
+		} else {
+			*who = e->u.who;
+			*exp = e->exp;
+			hit = HIT_ACCEPTED;
+		}
+		break;
+	}
+	pthread_mutex_unlock(&sh->lock);
+	return hit;
+}
+
+/* Stores an answer: who (an acceptance) or why (a refusal), until then. */
+static void insert(struct tr *a, const uint8_t h[32], int64_t now, int64_t until, const struct who *who, int64_t exp,
+                   const char *why)
+{
+	if (until <= now)
+		return;
+	struct shard *sh;
+	struct centry *set = set_of(a, h, &sh);
+	pthread_mutex_lock(&sh->lock);
+	/* The token's own entry, else a free or stale one, else the least
+	 * recently used: one entry per token, whatever the order. */
+	struct centry *victim = NULL;
+	for (size_t i = 0; !victim && i < WAYS; i++)
+		if (set[i].used && CRYPTO_memcmp(set[i].key, h, 32) == 0)
+			victim = &set[i];
+	for (size_t i = 0; !victim && i < WAYS; i++)
+		if (!set[i].used || set[i].until <= now)
+			victim = &set[i];
+	if (!victim) {
+		victim = &set[0];
+		for (size_t i = 1; i < WAYS; i++)
+			if ((int32_t)(set[i].stamp - victim->stamp) < 0)
+				victim = &set[i];
+	}
+	if (!victim->used)
+		atomic_fetch_add_explicit(&a->cached, 1, memory_order_relaxed);
+	memcpy(victim->key, h, 32);
+	victim->used = true;
+	victim->until = until;
+	victim->exp = exp;
+	victim->refusal = who == NULL;
+	if (who)
+		victim->u.who = *who;
+	else
+		snprintf(victim->u.why, sizeof(victim->u.why), "%s", why);
+	victim->stamp = ++sh->clock;
+	pthread_mutex_unlock(&sh->lock);
+}
+
+/* ---- reviews and waiters ---- */
+
+static void review_free(struct review *r)
+{
+	if (!r)
+		return;
+	sg_wipe(r->token, r->len + 1);
+	while (r->waiters) {
+		struct waiter *w = r->waiters;
+		r->waiters = w->next;
+		free(w);
+	}
+	free(r);
+}
+
+static struct review **bucket_of(struct tr *a, const uint8_t h[32])
+{
+	uint64_t x;
+	memcpy(&x, h + 16, sizeof(x));
+	return &a->table[x & a->table_mask];
+}
+
+static struct review *find(struct tr *a, const uint8_t h[32])
+{
+	for (struct review *r = *bucket_of(a, h); r; r = r->hnext)
+		if (memcmp(r->key, h, 32) == 0)
+			return r;
+	return NULL;
+}
+
+static void unlink_review(struct tr *a, struct review *r)
+{
+	for (struct review **p = bucket_of(a, r->key); *p; p = &(*p)->hnext) {
+		if (*p == r) {
+			*p = r->hnext;
+			atomic_fetch_sub_explicit(&a->pending, 1, memory_order_relaxed);
+			return;
+		}
+	}
+}
+
+static void add_waiter(struct review *r, struct waiter *w)
+{
+	w->next = NULL;
+	*r->wtail = w;
+	r->wtail = &w->next;
+}
+
+/* Calls and frees every waiter of a list; err is the failure's detail. */
+static void deliver(struct waiter *ws, int rc, const sg_caller *caller, const sg_error *err)
+{
+	while (ws) {
+		struct waiter *w = ws;
+		ws = w->next;
+		if (rc == SG_OK) {
+			w->done(SG_OK, caller, NULL, w->arg);
+		} else {
+			sg_error_restore(err); /* the detail is also this thread's during the call */
+			w->done(rc, NULL, err, w->arg);
+		}
+		free(w);
+	}
+}
+
+/* ---- one TokenReview ---- */
+
+/* Rate-limited WARN for failures that are ours or the API server's. */
+static void warn_api(struct tr *a, const sg_error *e)
+{
+	uint64_t now = sg_now_ns();
+	uint64_t last = atomic_load_explicit(&a->warn_last_ns, memory_order_relaxed);
+	if ((last && now - last < WARN_INTERVAL_NS) ||
+	    !atomic_compare_exchange_strong_explicit(&a->warn_last_ns, &last, now, memory_order_relaxed,
+	                                             memory_order_relaxed)) {
+		atomic_fetch_add_explicit(&a->warn_suppressed, 1, memory_order_relaxed);
+		return;
+	}
+	uint64_t quiet = atomic_exchange_explicit(&a->warn_suppressed, 0, memory_order_relaxed);
+	sg_log(SG_LOG_WARN, "token review failed", SG_F_STR("error", sg_error_name(e->code)),
+	       SG_F_STR("reason", e->msg), SG_F_INT("suppressed", quiet), SG_F_END);
+}
+
+/* A failed sg_kube_create: never the caller's fault, so never SG_EAUTH.
+ * 401/403 (and TLS verification failures) mean signet itself is refused. */
+static int api_failure(int rc)
+{
+	char kube[SG_ERROR_MSG_MAX];
+	snprintf(kube, sizeof(kube), "%s", sg_error_last()->msg);
+	long http = sg_kube_last_status()->code;
+	if (rc == SG_EINTERNAL)
+		return sg_error_set(SG_EINTERNAL, "token review: %s", kube);
+	if (rc == SG_EAUTH && http == 403)
+		SG_BAIL(SG_EBUSY,
+		        "token review unavailable: signet may not create tokenreviews.authentication.k8s.io "
+		        "(RBAC): %s",
+		        kube);
+	if (rc == SG_EAUTH && http == 401)
+		SG_BAIL(SG_EBUSY, "token review unavailable: the API server does not accept signet's credentials: %s",
+		        kube);
+	SG_BAIL(SG_EBUSY, "token review unavailable: %s", kube);
+}
+
+/* Whether the message quotes the token (defence in depth: no server we
+ * know echoes it, but a message goes to the client and the log). */
+static bool quotes(const char *msg, const char *token, size_t len)
+{
+	size_t m = strlen(msg);
+	if (len < 8 || len > m)
+		return false;
+	for (size_t i = 0; i + len <= m; i++)
+		if (msg[i] == token[0] && memcmp(msg + i, token, len) == 0)
+			return true;
+	return false;
+}
+
+static void wipe_string(json_t *s)
+{
+	if (json_is_string(s)) /* jansson's own buffer: it is ours to clear before the decref */
+		sg_wipe((char *)json_string_value(s), json_string_length(s));
+}
+
+static json_t *request_body(const struct tr *a, const struct review *r)
+{
+	json_t *aud = json_array();
+	for (size_t i = 0; aud && i < a->n_aud; i++)
+		if (json_array_append_new(aud, json_string(a->aud[i])) != 0) {
+			json_decref(aud);
+			aud = NULL;
+		}
+	if (!aud)
+		return NULL;
+	return json_pack("{s:s, s:s, s:{s:s%, s:o}}", "apiVersion", "authentication.k8s.io/v1", "kind", "TokenReview",
+	                 "spec", "token", r->token, r->len, "audiences", aud);
+}
+
+/* Makes the call and parses the answer; the detail goes to *err. */
+static int review_call(struct tr *a, struct review *r, sg_caller *caller, sg_error *err)
+{
+	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
+	json_t *body = request_body(a, r);
+	json_t *answer = NULL;
+	int rc;
+	if (!body) {
+		rc = sg_error_set(SG_EINTERNAL, "token review: out of memory");
+	} else {
+		atomic_fetch_add_explicit(&a->reviews, 1, memory_order_relaxed);
+		rc = sg_kube_create(a->kube, &ref, body, &answer);
+		wipe_string(json_object_get(json_object_get(body, "spec"), "token"));
+		json_decref(body);
+		if (rc != SG_OK)
+			rc = api_failure(rc);
+	}
+	if (rc == SG_OK) {
+		rc = sg_tokenreview_parse(answer, &a->expect, caller);
+		if (rc == SG_EPROTO) {
+			char why[SG_ERROR_MSG_MAX];
+			snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+			rc = sg_error_set(SG_EBUSY,
+			                  "token review unavailable: the API server's answer is malformed: %s", why);
+		}
+		wipe_string(json_object_get(json_object_get(answer, "spec"), "token"));
+	}
+	json_decref(answer);
+	sg_error_save(err);
+	err->code = rc;
+	if (rc != SG_OK && quotes(err->msg, r->token, r->len))
+		snprintf(err->msg, sizeof(err->msg), "%s",
+		         rc == SG_EAUTH ? "token review: refused" : "token review unavailable");
+	sg_wipe(r->token, r->len);
+	return rc;
+}
+
+/* Reviews r, remembers the answer, and hands it to every waiter. */
+static void complete(struct tr *a, struct review *r)
+{
+	sg_caller caller;
+	sg_error err;
+	memset(&caller, 0, sizeof(caller));
+	memset(&err, 0, sizeof(err));
+	int rc = review_call(a, r, &caller, &err);
+	if (rc == SG_OK) {
+		caller.expires = r->exp;
+		struct who who;
+		who_of(&caller, &who);
+		int64_t life = r->exp
+		                   ? a->ttl_max
+		                   : (a->ttl_max < SG_TOKENREVIEW_TTL_NO_EXP ? a->ttl_max : SG_TOKENREVIEW_TTL_NO_EXP);
+		int64_t until = r->now + life;
+		if (r->exp && r->exp < until)
+			until = r->exp;
+		insert(a, r->key, r->now, until, &who, r->exp, NULL);
+	} else if (rc == SG_EAUTH) {
+		atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);
+		if (a->negative_ttl > 0)
+			insert(a, r->key, r->now, r->now + a->negative_ttl, NULL, 0, err.msg);
+	} else {
+		atomic_fetch_add_explicit(&a->api_errors, 1, memory_order_relaxed);
+		warn_api(a, &err);
+	}
+	/* The answer is in the cache before the review leaves the table. */
+	pthread_mutex_lock(&a->mu);
+	unlink_review(a, r);
+	struct waiter *ws = r->waiters;
+	r->waiters = NULL;
+	r->wtail = &r->waiters;
+	pthread_mutex_unlock(&a->mu);
+	deliver(ws, rc, &caller, &err);
+	review_free(r);
+}
+
+static void *worker(void *arg)
+{
+	struct tr *a = arg;
+	pthread_mutex_lock(&a->mu);
+	for (;;) {
+		while (!a->stopping && !a->qhead)
+			pthread_cond_wait(&a->cv, &a->mu);
+		if (a->stopping)
+			break;
+		struct review *r = a->qhead;
+		a->qhead = r->qnext;
+		if (!a->qhead)
+			a->qtail = &a->qhead;
+		a->queued--;
+		r->queued = false;
+		pthread_mutex_unlock(&a->mu);
+		complete(a, r);
+		pthread_mutex_lock(&a->mu);
+	}
+	pthread_mutex_unlock(&a->mu);
+	return NULL;
+}
+
+/* ---- start ---- */
+
+static int answer_hit(struct tr *a, enum hit hit, const struct who *who, int64_t exp, const char *why,
+                      sg_authn_done_fn done, void *arg)
+{
+	atomic_fetch_add_explicit(&a->hits, 1, memory_order_relaxed);
+	if (hit == HIT_REFUSED)
+		SG_BAIL(SG_EAUTH, "%s", why);
+	sg_caller caller;
+	caller_of(a, who, exp, &caller);
+	done(SG_OK, &caller, NULL, arg);
+	return SG_OK;
+}
+
+/* Joins the review of h, or queues a new one. */
+static int enqueue(struct tr *a, const uint8_t h[32], const sg_authn_request *req, int64_t exp, sg_authn_done_fn done,
+                   void *arg)
+{
+	struct waiter *w = malloc(sizeof(*w));
+	struct review *r = malloc(sizeof(*r) + req->bearer_len + 1);
+	if (!w || !r) {
+		free(w);
+		free(r);
+		SG_BAIL(SG_EINTERNAL, "token review: out of memory");
+	}
+	*w = (struct waiter){.done = done, .arg = arg};
+	memset(r, 0, sizeof(*r));
+	memcpy(r->key, h, 32);
+	r->wtail = &r->waiters;
+	r->now = req->now;
+	r->exp = exp;
+	r->len = req->bearer_len;
+	memcpy(r->token, req->bearer, req->bearer_len);
+	r->token[r->len] = '\0';
+
+	struct who who;
+	char why[SG_ERROR_MSG_MAX];
+	int64_t hexp = 0;
+	enum hit hit = MISS;
+	bool full = false;
+	int rc;
+	pthread_mutex_lock(&a->mu);
+	SG_ENSURE_GOTO(rc, !a->stopping, unlock, SG_EBUSY, "token review: signet is shutting down");
+	struct review *cur = find(a, h);
+	if (cur) {
+		add_waiter(cur, w);
+		w = NULL;
+		atomic_fetch_add_explicit(&a->coalesced, 1, memory_order_relaxed);
+		rc = SG_OK;
+		goto unlock;
+	}
+	/* The review of this token may have ended since the first look. */
+	hit = lookup(a, h, req->now, &who, &hexp, why, sizeof(why));
+	if (hit != MISS) {
+		rc = SG_OK;
+		goto unlock;
+	}
+	full = a->queued >= a->queue_max;
+	SG_ENSURE_GOTO(rc, !full, unlock, SG_EBUSY, "too many token reviews pending");
+	add_waiter(r, w);
+	w = NULL;
+	r->queued = true;
+	struct review **b = bucket_of(a, h);
+	r->hnext = *b;
+	*b = r;
+	*a->qtail = r;
+	a->qtail = &r->qnext;
+	a->queued++;
+	atomic_fetch_add_explicit(&a->pending, 1, memory_order_relaxed);
+	r = NULL;
+	pthread_cond_signal(&a->cv);
+	rc = SG_OK;
+unlock:
+	pthread_mutex_unlock(&a->mu);
+	free(w);
+	review_free(r);
+	if (full)
+		atomic_fetch_add_explicit(&a->rejected, 1, memory_order_relaxed);
+	if (hit != MISS)
+		return answer_hit(a, hit, &who, hexp, why, done, arg);
+	return rc;
+}
+
+static int tr_start(void *self, const sg_authn_request *req, sg_authn_done_fn done, void *arg)
+{
+	struct tr *a = self;
+	SG_ENSURE(req->bearer && req->bearer_len > 0, SG_EAUTH, "no bearer token");
+	if (req->bearer_len > SG_TOKENREVIEW_TOKEN_MAX) {
+		atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);
+		SG_BAIL(SG_EAUTH, "token is %zu bytes, more than %d", req->bearer_len, SG_TOKENREVIEW_TOKEN_MAX);
+	}
+	uint8_t h[32];
+	SG_OSSL(EVP_Digest(req->bearer, req->bearer_len, h, NULL, a->sha256, NULL), SG_EINTERNAL, "SHA-256");
+
+	struct who who;
+	char why[SG_ERROR_MSG_MAX];
+	int64_t exp = 0;
+	enum hit hit = lookup(a, h, req->now, &who, &exp, why, sizeof(why));
+	if (hit != MISS)
+		return answer_hit(a, hit, &who, exp, why, done, arg);
+
+	/* Misses only: a hit is a token that passed these checks before. A
+	 * bearer token is visible ASCII (RFC 6750 §2.1 b64token); anything
+	 * else is no token the API server issued. */
+	if (!printable_ascii(req->bearer, req->bearer_len)) {
+		atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);
+		SG_BAIL(SG_EAUTH, "token has bytes outside printable ASCII");
+	}
+	/* Its own exp says it is over: kube-apiserver would still take it for
+	 * up to a minute (leeway); a certificate authority need not. */
+	if (sg_tokenreview_token_exp(req->bearer, req->bearer_len, &exp) && req->now >= exp) {
+		atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);
+		SG_BAIL(SG_EAUTH, "token expired");
+	}
+	return enqueue(a, h, req, exp, done, arg);
+}
+
+/* ---- lifetime ---- */
+
+static void tr_destroy(struct tr *a)
+{
+	for (size_t i = 0; i < SHARDS; i++) {
+		if (a->shards[i].e)
+			sg_wipe(a->shards[i].e, a->sets * WAYS * sizeof(struct centry));
+		free(a->shards[i].e);
+		pthread_mutex_destroy(&a->shards[i].lock);
+	}
+	for (size_t i = 0; a->aud && i < a->n_aud; i++)
+		free(a->aud[i]);
+	free(a->aud);
+	free(a->table);
+	free(a->threads);
+	EVP_MD_free(a->sha256);
+	pthread_mutex_destroy(&a->mu);
+	pthread_cond_destroy(&a->cv);
+	free(a);
+}
+
+/* Stops the workers: every waiter not yet answered gets "shutting down"
+ * now; reviews still queued are dropped, those in flight end in their
+ * worker, which finds no one left to tell. */
+static void tr_stop(struct tr *a, unsigned started)
+{
+	struct waiter *orphans = NULL, **otail = &orphans;
+	struct review *dropped = NULL;
+	pthread_mutex_lock(&a->mu);
+	a->stopping = true;
+	for (size_t i = 0; a->table && i <= a->table_mask; i++) {
+		struct review **p = &a->table[i];
+		while (*p) {
+			struct review *r = *p;
+			*otail = r->waiters;
+			if (r->waiters)
+				otail = r->wtail;
+			r->waiters = NULL;
+			r->wtail = &r->waiters;
+			if (r->queued) {
+				*p = r->hnext;
+				atomic_fetch_sub_explicit(&a->pending, 1, memory_order_relaxed);
+				r->hnext = dropped;
+				dropped = r;
+			} else {
+				p = &r->hnext;
+			}
+		}
+	}
+	a->qhead = NULL;
+	a->qtail = &a->qhead;
+	a->queued = 0;
+	pthread_cond_broadcast(&a->cv);
+	pthread_mutex_unlock(&a->mu);
+
+	sg_error err = {.code = SG_EBUSY, .file = __FILE__, .line = __LINE__};
+	snprintf(err.msg, sizeof(err.msg), "token review: signet is shutting down");
+	deliver(orphans, SG_EBUSY, NULL, &err);
+	while (dropped) {
+		struct review *r = dropped;
+		dropped = r->hnext;
+		review_free(r);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(a->threads[i], NULL);
+}
+
+static void tr_free(void *self)
+{
+	struct tr *a = self;
+	if (!a)
+		return;
+	tr_stop(a, a->n_threads);
+	tr_destroy(a);
+}
+
+static bool valid_trust_domain(const char *td)
+{
+	size_t n = strlen(td);
+	if (n == 0 || n > TRUST_DOMAIN_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (td[i] <= 0x20 || td[i] >= 0x7f || td[i] == '/')
+			return false;
+	return true;
+}
+
+static int check_options(const sg_authn_tokenreview_options *o)
+{
+	SG_ENSURE(o && o->kube && o->trust_domain, SG_EINVAL,
+	          "tokenreview authenticator needs a Kubernetes client and a trust domain");
+	SG_ENSURE(valid_trust_domain(o->trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
+	SG_ENSURE(!o->audiences || (o->n_audiences > 0 && o->n_audiences <= SG_TOKENREVIEW_AUDIENCES_MAX), SG_EINVAL,
+	          "tokenreview authenticator needs 1..%d audiences", SG_TOKENREVIEW_AUDIENCES_MAX);
+	for (size_t i = 0; o->audiences && i < o->n_audiences; i++) {
+		const char *s = o->audiences[i];
+		SG_ENSURE(s && *s && strlen(s) <= AUDIENCE_LEN_MAX && printable_ascii(s, strlen(s)), SG_EINVAL,
+		          "audience %zu is empty, longer than %d bytes or not printable", i, AUDIENCE_LEN_MAX);
+	}
+	SG_ENSURE(o->cache_entries <= SG_TOKENREVIEW_CACHE_LIMIT, SG_EINVAL, "cache_entries is above %u",
+	          SG_TOKENREVIEW_CACHE_LIMIT);
+	SG_ENSURE(o->cache_ttl_max >= 0 && o->cache_ttl_max <= SG_TOKENREVIEW_TTL_LIMIT, SG_EINVAL,
+	          "cache_ttl_max must be 0..%d seconds", SG_TOKENREVIEW_TTL_LIMIT);
+	SG_ENSURE(o->negative_ttl <= SG_TOKENREVIEW_NEGATIVE_TTL_LIMIT, SG_EINVAL, "negative_ttl is above %d seconds",
+	          SG_TOKENREVIEW_NEGATIVE_TTL_LIMIT);
+	SG_ENSURE(o->workers <= SG_TOKENREVIEW_WORKERS_LIMIT, SG_EINVAL, "workers is above %d",
+	          SG_TOKENREVIEW_WORKERS_LIMIT);
+	SG_ENSURE(o->queue_max <= SG_TOKENREVIEW_QUEUE_LIMIT, SG_EINVAL, "queue_max is above %u",
+	          SG_TOKENREVIEW_QUEUE_LIMIT);
+	return SG_OK;
+}
+
+/* Copies the settings and allocates everything; no thread yet. */
+static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
+{
+	/* The shards are cache-line aligned, so the struct must be too. */
+	size_t size = (sizeof(struct tr) + 63) / 64 * 64;
+	struct tr *a = aligned_alloc(64, size);
+	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
+	memset(a, 0, size);
+	pthread_mutex_init(&a->mu, NULL);
+	pthread_cond_init(&a->cv, NULL);
+	for (size_t i = 0; i < SHARDS; i++)
+		pthread_mutex_init(&a->shards[i].lock, NULL);
+	a->kube = o->kube;
+	snprintf(a->trust_domain, sizeof(a->trust_domain), "%s", o->trust_domain);
+	a->ttl_max = o->cache_ttl_max ? o->cache_ttl_max : SG_TOKENREVIEW_TTL_DEFAULT;
+	a->negative_ttl =
+	    o->negative_ttl == 0 ? SG_TOKENREVIEW_NEGATIVE_TTL_DEFAULT : (o->negative_ttl < 0 ? 0 : o->negative_ttl);
+	a->queue_max = o->queue_max ? o->queue_max : SG_TOKENREVIEW_QUEUE_DEFAULT;
+	a->n_threads = o->workers ? o->workers : SG_TOKENREVIEW_WORKERS_DEFAULT;
+	size_t entries = o->cache_entries ? o->cache_entries : SG_TOKENREVIEW_CACHE_DEFAULT;
+	a->sets = entries / (SHARDS * WAYS) ? entries / (SHARDS * WAYS) : 1;
+	/* Every review queued or in flight has a slot; twice that keeps chains short. */
+	size_t slots = 16;
+	while (slots < 2 * (a->queue_max + a->n_threads))
+		slots *= 2;
+	a->table_mask = slots - 1;
+	a->qtail = &a->qhead;
+
+	const char *const *aud = o->audiences ? o->audiences : default_audiences;
+	a->n_aud = o->audiences ? o->n_audiences : 1;
+	a->aud = calloc(a->n_aud, sizeof(char *));
+	a->table = calloc(slots, sizeof(struct review *));
+	a->threads = calloc(a->n_threads, sizeof(pthread_t));
+	a->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+	bool ok = a->aud && a->table && a->threads && a->sha256;
+	for (size_t i = 0; ok && i < a->n_aud; i++)
+		ok = (a->aud[i] = strdup(aud[i])) != NULL;
+	for (size_t i = 0; ok && i < SHARDS; i++)
+		ok = (a->shards[i].e = calloc(a->sets * WAYS, sizeof(struct centry))) != NULL;
+	if (!ok) {
+		tr_destroy(a);
+		SG_BAIL(SG_EINTERNAL, "out of memory");
+	}
+	a->expect = (sg_tokenreview_expect){
+	    .audiences = (const char *const *)a->aud, .n_audiences = a->n_aud, .trust_domain = a->trust_domain};
+	*out = a;
+	return SG_OK;
+}
+
+int sg_authn_tokenreview_new(sg_authenticator *out, const sg_authn_tokenreview_options *o)
+{
+	memset(out, 0, sizeof(*out));
+	SG_TRY(check_options(o));
+	struct tr *a = NULL;
+	SG_TRY(tr_alloc(&a, o));
+	for (unsigned i = 0; i < a->n_threads; i++) {
+		if (pthread_create(&a->threads[i], NULL, worker, a) != 0) {
+			tr_stop(a, i);
+			tr_destroy(a);
+			SG_BAIL(SG_EINTERNAL, "cannot start token review worker %u of %u", i + 1, a->n_threads);
+		}
+	}
+	out->name = "tokenreview";
+	out->start = tr_start;
+	out->free = tr_free;
+	out->self = a;
+	return SG_OK;
+}
+
+/* ---- stats ---- */
+
+void sg_authn_tokenreview_stats_of(const void *self, sg_authn_tokenreview_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	const struct tr *a = self;
+	if (!a)
+		return;
+	out->reviews = atomic_load_explicit(&a->reviews, memory_order_relaxed);
+	out->cache_hits = atomic_load_explicit(&a->hits, memory_order_relaxed);
+	out->coalesced = atomic_load_explicit(&a->coalesced, memory_order_relaxed);
+	out->refused = atomic_load_explicit(&a->refused, memory_order_relaxed);
+	out->api_errors = atomic_load_explicit(&a->api_errors, memory_order_relaxed);
+	out->rejected = atomic_load_explicit(&a->rejected, memory_order_relaxed);
+	out->cached = atomic_load_explicit(&a->cached, memory_order_relaxed);
+	out->pending = atomic_load_explicit(&a->pending, memory_order_relaxed);
+}
+
+void sg_authn_tokenreview_stats_get(const sg_authenticator *a, sg_authn_tokenreview_stats *out)
+{
+	sg_authn_tokenreview_stats_of(a && a->start == tr_start ? a->self : NULL, out);
+}

@@ -1,0 +1,715 @@
+/*
+ * The tokenreview authenticator (ra/sg_authn_kube.h) against a real
+ * kube-apiserver (tests/kube/test_kube_env.h): tokens come from
+ * TokenRequest (audience istio-ca, 600 s, the 1.20 minimum, optionally
+ * bound to a Pod that stays Pending), and every verdict is the API
+ * server's own.
+ *
+ * Cases: a pod-bound and an unbound token give the right caller (identity,
+ * ns, sa, sa uid, pod name and uid, expires); the second look is a cache
+ * hit that completes inside start(); tokens for another audience, for a
+ * deleted service account, for a service account deleted and recreated
+ * (the token's uid no longer matches: what an expired token looks like to
+ * the API server, since 1.20 will not mint one shorter than 10 minutes),
+ * for a deleted pod, tampered and garbage tokens, and valid credentials
+ * that are not service accounts are refused; a token that has expired by
+ * its own exp is simulated through the request's clock and refused without
+ * an API call; a revocation is seen once the cache entry ends; sixteen
+ * threads presenting one new token cause one review; an unreachable API
+ * server and a client without RBAC rights give SG_EBUSY, never cached;
+ * free() right after many starts answers each exactly once.
+ */
+#include "sg_authn_kube.h"
+#include "sg_clock.h"
+#include "sg_kube.h"
+#include "sg_secret.h"
+#include "sg_test.h"
+#include "test_kube_env.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NS "tr-test"
+#define TD "cluster.local"
+
+static sg_kube *k;
+static char app_uid[64], pod_uid[64], loose_uid[64];
+
+/* ---- objects and tokens ---- */
+
+static bool create(const char *resource, const char *ns, json_t *body, char *uid, size_t cap)
+{
+	json_t *out = NULL;
+	int rc = sg_kube_create(k, &(sg_kube_ref){.version = "v1", .resource = resource, .ns = ns}, body, &out);
+	json_decref(body);
+	if (rc != 0) {
+		fprintf(stderr, "create %s: %s\n", resource, sg_error_last()->msg);
+		return false;
+	}
+	if (uid)
+		snprintf(uid, cap, "%s", sg_kube_meta_str(out, "uid") ? sg_kube_meta_str(out, "uid") : "");
+	json_decref(out);
+	return true;
+}
+
+static bool service_account(const char *name, char *uid, size_t cap)
+{
+	return create("serviceaccounts", NS,
+	              json_pack("{s:s, s:s, s:{s:s, s:s}}", "apiVersion", "v1", "kind", "ServiceAccount", "metadata",
+	                        "name", name, "namespace", NS),
+	              uid, cap);
+}
+
+/* A Pod that stays Pending: nodeName set (no kubelet runs) or, without a
+ * node, unscheduled (and then deleted at once, without a grace period). */
+static bool pod(const char *name, const char *sa, const char *node, char *uid, size_t cap)
+{
+	json_t *spec = json_pack("{s:s, s:[{s:s, s:s}]}", "serviceAccountName", sa, "containers", "name", "c", "image",
+	                         "registry.invalid/none");
+	if (node)
+		json_object_set_new(spec, "nodeName", json_string(node));
+	return create("pods", NS,
+	              json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "v1", "kind", "Pod", "metadata", "name",
+	                        name, "namespace", NS, "spec", spec),
+	              uid, cap);
+}
+
+static bool delete_and_wait(const char *resource, const char *name)
+{
+	sg_kube_ref ref = {.version = "v1", .resource = resource, .ns = NS, .name = name};
+	if (sg_kube_delete(k, &ref, NULL) != 0)
+		return false;
+	for (int i = 0; i < 100; i++) {
+		if (sg_kube_get(k, &ref, NULL) == SG_ENOTFOUND) {
+			/* TokenReview looks objects up through the API server's
+			 * informers, which follow etcd closely but not at once. */
+			sg_sleep_ms(1000);
+			return true;
+		}
+		sg_sleep_ms(100);
+	}
+	return false;
+}
+
+/* A TokenRequest; caller frees the token with free_token. Two requests
+ * alike in the same second give the same token (RS256 is deterministic),
+ * so each asks for one more second of life: every token is new. */
+static char *mint(const char *sa, const char *aud, const char *pod_name, const char *uid)
+{
+	static int minted;
+	json_t *spec = json_pack("{s:[s], s:i}", "audiences", aud, "expirationSeconds", 600 + minted++);
+	if (pod_name)
+		json_object_set_new(
+		    spec, "boundObjectRef",
+		    json_pack("{s:s, s:s, s:s, s:s}", "kind", "Pod", "apiVersion", "v1", "name", pod_name, "uid", uid));
+	json_t *body = json_pack("{s:s, s:s, s:o}", "apiVersion", "authentication.k8s.io/v1", "kind", "TokenRequest",
+	                         "spec", spec);
+	json_t *out = NULL;
+	sg_kube_ref ref = {
+	    .version = "v1", .resource = "serviceaccounts", .ns = NS, .name = sa, .subresource = "token"};
+	int rc = sg_kube_create(k, &ref, body, &out);
+	json_decref(body);
+	if (rc != 0) {
+		fprintf(stderr, "TokenRequest %s: %s\n", sa, sg_error_last()->msg);
+		return NULL;
+	}
+	const char *t = json_string_value(json_object_get(json_object_get(out, "status"), "token"));
+	char *copy = t ? strdup(t) : NULL;
+	json_decref(out);
+	return copy;
+}
+
+static void free_token(char *t)
+{
+	if (t)
+		sg_wipe(t, strlen(t));
+	free(t);
+}
+
+static char *read_file(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char buf[512] = "";
+	if (!f || !fgets(buf, sizeof(buf), f)) {
+		if (f)
+			fclose(f);
+		return NULL;
+	}
+	fclose(f);
+	buf[strcspn(buf, "\r\n")] = '\0';
+	return strdup(buf);
+}
+
+/* ---- running the authenticator ---- */
+
+struct result {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls;
+	int rc;
+	bool inside_start; /* done ran before start() returned, on its thread */
+	pthread_t starter;
+	sg_caller caller;
+	sg_error err;
+};
+
+static void on_done(int rc, const sg_caller *caller, const sg_error *err, void *arg)
+{
+	struct result *r = arg;
+	pthread_mutex_lock(&r->mu);
+	r->calls++;
+	r->rc = rc;
+	r->inside_start = pthread_equal(pthread_self(), r->starter);
+	if (caller)
+		r->caller = *caller;
+	if (err)
+		r->err = *err;
+	pthread_cond_broadcast(&r->cv);
+	pthread_mutex_unlock(&r->mu);
+}
+
+static void result_init(struct result *r)
+{
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	r->starter = pthread_self();
+}
+
+static void result_destroy(struct result *r)
+{
+	pthread_mutex_destroy(&r->mu);
+	pthread_cond_destroy(&r->cv);
+}
+
+static int wait_calls(struct result *r, int n, int ms)
+{
+	struct timespec until;
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += ms / 1000;
+	pthread_mutex_lock(&r->mu);
+	while (r->calls < n && pthread_cond_timedwait(&r->cv, &r->mu, &until) == 0)
+		;
+	int calls = r->calls;
+	pthread_mutex_unlock(&r->mu);
+	return calls;
+}
+
+/* Starts and waits for the verdict: start()'s error, or what done said
+ * (the detail then in r->err); SG_ETIMEOUT when done never came and
+ * SG_EINTERNAL when it came after start() failed. r is (re)initialised;
+ * destroy it after. */
+static int run(sg_authenticator *a, const char *token, int64_t now, struct result *r)
+{
+	result_init(r);
+	sg_authn_request req = {.bearer = token, .bearer_len = token ? strlen(token) : 0, .now = now};
+	int rc = a->start(a->self, &req, on_done, r);
+	pthread_mutex_lock(&r->mu);
+	bool inside = r->calls == 1 && r->inside_start;
+	pthread_mutex_unlock(&r->mu);
+	if (rc != SG_OK) {
+		snprintf(r->err.msg, sizeof(r->err.msg), "%s", sg_error_last()->msg);
+		return r->calls == 0 ? rc : SG_EINTERNAL; /* done must not run after a failed start */
+	}
+	/* No SG_CHECK here: racing threads call this. */
+	int calls = wait_calls(r, 1, 120000);
+	r->inside_start = inside;
+	return calls == 1 ? r->rc : SG_ETIMEOUT;
+}
+
+/* Counts acceptances that complete inside start() (on this thread). */
+static void count_done(int rc, const sg_caller *caller, const sg_error *err, void *arg)
+{
+	(void)caller;
+	(void)err;
+	if (rc == SG_OK)
+		++*(int *)arg;
+}
+
+static int new_tr(sg_authenticator *a, sg_kube *kk, const sg_authn_tokenreview_options *extra)
+{
+	sg_authn_tokenreview_options o = extra ? *extra : (sg_authn_tokenreview_options){0};
+	o.kube = kk;
+	if (!o.trust_domain)
+		o.trust_domain = TD;
+	return sg_authn_tokenreview_new(a, &o);
+}
+
+static sg_authn_tokenreview_stats stats(const sg_authenticator *a)
+{
+	sg_authn_tokenreview_stats st;
+	sg_authn_tokenreview_stats_get(a, &st);
+	return st;
+}
+
+/* ---- the cases ---- */
+
+static void t_start(void)
+{
+	bool up = kube_env_start();
+	SG_CHECK(up);
+	if (!up) {
+		fprintf(stderr, "no API server\n");
+		exit(1);
+	}
+	k = kube_env_client(-1, 0);
+	if (!k)
+		exit(1);
+	bool ok = create(
+	    "namespaces", NULL,
+	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS), NULL, 0);
+	ok = ok && service_account("app", app_uid, sizeof(app_uid));
+	ok = ok && pod("app-pod", "app", "node-1", pod_uid, sizeof(pod_uid));
+	SG_CHECK(ok && app_uid[0] && pod_uid[0]);
+	if (!ok)
+		exit(1);
+}
+
+static void t_accepts(void)
+{
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	char *tok = mint("app", "istio-ca", "app-pod", pod_uid);
+	SG_CHECK(tok != NULL);
+	if (!tok)
+		return;
+	int64_t exp = 0, now = sg_wall_seconds();
+	SG_CHECK(sg_tokenreview_token_exp(tok, strlen(tok), &exp));
+	SG_CHECK(exp >= now + 540 && exp <= now + 720);
+
+	struct result r;
+	SG_CHECK_OK(run(&a, tok, now, &r));
+	SG_CHECK(!r.inside_start); /* a worker's answer */
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://cluster.local/ns/" NS "/sa/app") == 0);
+	SG_CHECK(strcmp(r.caller.ns, NS) == 0 && strcmp(r.caller.sa, "app") == 0);
+	SG_CHECK(strcmp(r.caller.sa_uid, app_uid) == 0);
+	SG_CHECK(strcmp(r.caller.pod_name, "app-pod") == 0 && strcmp(r.caller.pod_uid, pod_uid) == 0);
+	SG_CHECK(r.caller.expires == exp && r.caller.method && strcmp(r.caller.method, "tokenreview") == 0);
+	sg_authn_tokenreview_stats st = stats(&a);
+	SG_CHECK(st.reviews == 1 && st.cache_hits == 0 && st.cached == 1 && st.pending == 0);
+	result_destroy(&r);
+
+	/* Again: from the cache, inside start(), no API call. */
+	SG_CHECK_OK(run(&a, tok, now + 1, &r));
+	SG_CHECK(r.inside_start);
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://cluster.local/ns/" NS "/sa/app") == 0);
+	SG_CHECK(strcmp(r.caller.pod_uid, pod_uid) == 0 && r.caller.expires == exp);
+	st = stats(&a);
+	SG_CHECK(st.reviews == 1 && st.cache_hits == 1);
+	result_destroy(&r);
+
+	/* The fast path: a hash and a short lock, no API call. */
+	enum { HITS = 20000 };
+	int accepted = 0;
+	uint64_t t0 = sg_now_ns();
+	for (int i = 0; i < HITS; i++) {
+		sg_authn_request req = {.bearer = tok, .bearer_len = strlen(tok), .now = now};
+		if (a.start(a.self, &req, count_done, &accepted) != SG_OK)
+			break;
+	}
+	printf("cache hit: %llu ns each\n", (unsigned long long)((sg_now_ns() - t0) / HITS));
+	SG_CHECK(accepted == HITS && stats(&a).reviews == 1);
+
+	/* A token bound to no pod: no pod in the caller. */
+	char *plain = mint("app", "istio-ca", NULL, NULL);
+	SG_CHECK_OK(run(&a, plain, now, &r));
+	SG_CHECK(strcmp(r.caller.sa, "app") == 0 && r.caller.pod_name[0] == '\0' && r.caller.pod_uid[0] == '\0');
+	result_destroy(&r);
+	a.free(a.self);
+
+	/* '@' in the trust domain, and two audiences of which the token has one. */
+	static const char *const two[] = {"https://kubernetes.default.svc.cluster.local", "istio-ca"};
+	SG_CHECK_OK(new_tr(
+	    &a, k,
+	    &(sg_authn_tokenreview_options){.trust_domain = "corp@example.com", .audiences = two, .n_audiences = 2}));
+	SG_CHECK_OK(run(&a, plain, now, &r));
+	SG_CHECK(strcmp(r.caller.identity, "spiffe://corp.example.com/ns/" NS "/sa/app") == 0);
+	result_destroy(&r);
+	a.free(a.self);
+	free_token(plain);
+	free_token(tok);
+}
+
+static void t_audience(void)
+{
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	char *other = mint("app", "some-other-audience", NULL, NULL);
+	int64_t now = sg_wall_seconds();
+	struct result r;
+	SG_CHECK_RC(run(&a, other, now, &r), SG_EAUTH);
+	printf("another audience: %s\n", r.err.msg);
+	SG_CHECK(strstr(r.err.msg, "token review: not authenticated") != NULL);
+	SG_CHECK(!strstr(r.err.msg, other));
+	SG_CHECK(stats(&a).reviews == 1 && stats(&a).refused == 1);
+	result_destroy(&r);
+	/* The refusal is remembered: refused inside start(), no second call. */
+	SG_CHECK_RC(run(&a, other, now + 1, &r), SG_EAUTH);
+	SG_CHECK(strstr(r.err.msg, "token review: not authenticated") != NULL);
+	SG_CHECK(stats(&a).reviews == 1 && stats(&a).cache_hits == 1);
+	result_destroy(&r);
+	/* ... for negative_ttl seconds only. */
+	SG_CHECK_RC(run(&a, other, now + 5, &r), SG_EAUTH);
+	SG_CHECK(stats(&a).reviews == 2);
+	result_destroy(&r);
+	a.free(a.self);
+
+	/* negative_ttl < 0: every refusal is asked again. */
+	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.negative_ttl = -1}));
+	SG_CHECK_RC(run(&a, other, now, &r), SG_EAUTH);
+	result_destroy(&r);
+	SG_CHECK_RC(run(&a, other, now, &r), SG_EAUTH);
+	result_destroy(&r);
+	SG_CHECK(stats(&a).reviews == 2 && stats(&a).cache_hits == 0);
+	a.free(a.self);
+
+	/* An istio-ca token where another audience is required. */
+	static const char *const api[] = {"https://kubernetes.default.svc.cluster.local"};
+	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.audiences = api, .n_audiences = 1}));
+	char *tok = mint("app", "istio-ca", NULL, NULL);
+	SG_CHECK_RC(run(&a, tok, now, &r), SG_EAUTH);
+	SG_CHECK(strstr(r.err.msg, "not authenticated") != NULL);
+	result_destroy(&r);
+	a.free(a.self);
+	free_token(tok);
+	free_token(other);
+}
+
+static void t_revoked(void)
+{
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	struct result r;
+
+	/* A fresh token whose service account is then deleted. */
+	SG_CHECK(service_account("gone", NULL, 0));
+	char *gone = mint("gone", "istio-ca", NULL, NULL);
+	SG_CHECK(gone && delete_and_wait("serviceaccounts", "gone"));
+	SG_CHECK_RC(run(&a, gone, sg_wall_seconds(), &r), SG_EAUTH);
+	printf("deleted service account: %s\n", r.err.msg);
+	SG_CHECK(strstr(r.err.msg, "not authenticated") != NULL);
+	result_destroy(&r);
+
+	/* Deleted and recreated: same name, new uid. The token is within its
+	 * exp but no longer valid, which is how the API server treats an
+	 * expired one too. */
+	char old_uid[64], new_uid[64];
+	SG_CHECK(service_account("recreated", old_uid, sizeof(old_uid)));
+	char *stale = mint("recreated", "istio-ca", NULL, NULL);
+	SG_CHECK(stale && delete_and_wait("serviceaccounts", "recreated"));
+	SG_CHECK(service_account("recreated", new_uid, sizeof(new_uid)) && strcmp(old_uid, new_uid) != 0);
+	sg_sleep_ms(1000);
+	SG_CHECK_RC(run(&a, stale, sg_wall_seconds(), &r), SG_EAUTH);
+	printf("recreated service account: %s\n", r.err.msg);
+	result_destroy(&r);
+	/* A token of the new account works. */
+	char *fresh = mint("recreated", "istio-ca", NULL, NULL);
+	SG_CHECK_OK(run(&a, fresh, sg_wall_seconds(), &r));
+	SG_CHECK(strcmp(r.caller.sa_uid, new_uid) == 0);
+	result_destroy(&r);
+
+	/* A token bound to a pod that is then deleted (unscheduled: at once). */
+	SG_CHECK(pod("loose-pod", "app", NULL, loose_uid, sizeof(loose_uid)));
+	char *bound = mint("app", "istio-ca", "loose-pod", loose_uid);
+	SG_CHECK(bound && delete_and_wait("pods", "loose-pod"));
+	SG_CHECK_RC(run(&a, bound, sg_wall_seconds(), &r), SG_EAUTH);
+	printf("deleted pod: %s\n", r.err.msg);
+	result_destroy(&r);
+	a.free(a.self);
+
+	/* The cost of the cache: a token accepted before its account went
+	 * away stays accepted until its entry ends (cache_ttl_max = 1 here),
+	 * then a review refuses it, once the API server's own cache of
+	 * successful authentications (10 s in 1.20) has let go as well. */
+	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.cache_ttl_max = 1}));
+	SG_CHECK(service_account("short", NULL, 0));
+	char *tok = mint("short", "istio-ca", NULL, NULL);
+	int64_t now = sg_wall_seconds();
+	SG_CHECK_OK(run(&a, tok, now, &r));
+	result_destroy(&r);
+	SG_CHECK(delete_and_wait("serviceaccounts", "short"));
+	SG_CHECK_OK(run(&a, tok, now, &r)); /* the same second: still the cached answer */
+	SG_CHECK(r.inside_start);
+	result_destroy(&r);
+	int rc = SG_OK;
+	for (int i = 0; i < 30 && rc == SG_OK; i++) {
+		rc = run(&a, tok, now + 2 + i, &r); /* every look a review: past the entry */
+		SG_CHECK(!r.inside_start);
+		result_destroy(&r);
+		if (rc == SG_OK)
+			sg_sleep_ms(1000);
+	}
+	SG_CHECK(rc == SG_EAUTH);
+	SG_CHECK(stats(&a).reviews >= 2 && stats(&a).cache_hits == 1);
+	a.free(a.self);
+	free_token(tok);
+	free_token(bound);
+	free_token(fresh);
+	free_token(stale);
+	free_token(gone);
+}
+
+/* Expired by its own exp: simulated through the request's clock (1.20
+ * mints nothing shorter than 600 s), refused inside start(). */
+static void t_expired(void)
+{
+	sg_authenticator a;
+	/* Entries then live until the token's exp, not 5 minutes. */
+	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.cache_ttl_max = 3600}));
+	char *tok = mint("app", "istio-ca", NULL, NULL);
+	int64_t exp = 0, now = sg_wall_seconds();
+	SG_CHECK(sg_tokenreview_token_exp(tok, strlen(tok), &exp));
+	struct result r;
+	SG_CHECK_OK(run(&a, tok, now, &r)); /* reviewed and cached */
+	result_destroy(&r);
+	SG_CHECK_RC(run(&a, tok, exp - 1, &r), SG_OK); /* the entry lives until exp at most */
+	SG_CHECK(r.inside_start);
+	result_destroy(&r);
+	SG_CHECK_RC(run(&a, tok, exp, &r), SG_EAUTH);
+	SG_CHECK(strcmp(r.err.msg, "token expired") == 0);
+	result_destroy(&r);
+	char *unseen = mint("app", "istio-ca", NULL, NULL);
+	SG_CHECK(sg_tokenreview_token_exp(unseen, strlen(unseen), &exp));
+	SG_CHECK_RC(run(&a, unseen, exp + 10, &r), SG_EAUTH);
+	SG_CHECK(strcmp(r.err.msg, "token expired") == 0);
+	result_destroy(&r);
+	sg_authn_tokenreview_stats st = stats(&a);
+	SG_CHECK(st.reviews == 1 && st.refused == 2);
+	a.free(a.self);
+	free_token(unseen);
+	free_token(tok);
+}
+
+static void t_garbage(void)
+{
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	int64_t now = sg_wall_seconds();
+	struct result r;
+	SG_CHECK_RC(run(&a, "not-a-token", now, &r), SG_EAUTH);
+	printf("garbage: %s\n", r.err.msg);
+	SG_CHECK(strstr(r.err.msg, "not authenticated") != NULL);
+	result_destroy(&r);
+
+	/* A real token with its signature changed. */
+	char *tok = mint("app", "istio-ca", NULL, NULL);
+	size_t n = strlen(tok);
+	tok[n - 5] = tok[n - 5] == 'A' ? 'B' : 'A';
+	SG_CHECK_RC(run(&a, tok, now, &r), SG_EAUTH);
+	printf("tampered: %s\n", r.err.msg);
+	SG_CHECK(!strstr(r.err.msg, tok));
+	result_destroy(&r);
+
+	/* Valid credentials of users that are not service accounts. */
+	char *admin = read_file(kube_env.token_file), *user = read_file(kube_env.user_token_file);
+	SG_CHECK(admin && user);
+	SG_CHECK_RC(run(&a, admin, now, &r), SG_EAUTH);
+	printf("admin token: %s\n", r.err.msg);
+	SG_CHECK(strstr(r.err.msg, "user \"signet-admin\" is not a service account") != NULL);
+	result_destroy(&r);
+	SG_CHECK_RC(run(&a, user, now, &r), SG_EAUTH);
+	SG_CHECK(strstr(r.err.msg, "user \"signet-user\" is not a service account") != NULL);
+	result_destroy(&r);
+	SG_CHECK(stats(&a).reviews == 4 && stats(&a).refused == 4 && stats(&a).api_errors == 0);
+	a.free(a.self);
+	free_token(admin);
+	free_token(user);
+	free_token(tok);
+}
+
+struct racer {
+	sg_authenticator *a;
+	const char *token;
+	pthread_barrier_t *go;
+	struct result r;
+	int rc;
+};
+
+static void *race(void *arg)
+{
+	struct racer *x = arg;
+	pthread_barrier_wait(x->go);
+	x->rc = run(x->a, x->token, sg_wall_seconds(), &x->r);
+	return NULL;
+}
+
+static void t_coalescing(void)
+{
+	enum { N = 16 };
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	char *tok = mint("app", "istio-ca", "app-pod", pod_uid);
+	pthread_barrier_t go;
+	pthread_barrier_init(&go, NULL, N);
+	struct racer x[N];
+	pthread_t th[N];
+	for (int i = 0; i < N; i++) {
+		x[i] = (struct racer){.a = &a, .token = tok, .go = &go};
+		pthread_create(&th[i], NULL, race, &x[i]);
+	}
+	for (int i = 0; i < N; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < N; i++) {
+		SG_CHECK(x[i].rc == SG_OK && x[i].r.calls == 1);
+		SG_CHECK(strcmp(x[i].r.caller.pod_name, "app-pod") == 0);
+		result_destroy(&x[i].r);
+	}
+	sg_authn_tokenreview_stats st = stats(&a);
+	printf("16 racers: %llu review, %llu coalesced, %llu cache hits\n", (unsigned long long)st.reviews,
+	       (unsigned long long)st.coalesced, (unsigned long long)st.cache_hits);
+	SG_CHECK(st.reviews == 1 && st.coalesced + st.cache_hits == N - 1);
+	pthread_barrier_destroy(&go);
+	a.free(a.self);
+	free_token(tok);
+}
+
+static sg_kube *client_from(const char *yaml)
+{
+	sg_kube_config *c = NULL;
+	sg_kube *kk = NULL;
+	if (sg_kube_config_from_bytes(&c, yaml, strlen(yaml), NULL, NULL) != 0 ||
+	    sg_kube_new(&kk, &c, &(sg_kube_options){.qps = -1}) != 0) {
+		fprintf(stderr, "client: %s\n", sg_error_last()->msg);
+		return NULL;
+	}
+	return kk;
+}
+
+static void t_unreachable(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(sa);
+	SG_CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
+	         getsockname(s, (struct sockaddr *)&sa, &len) == 0);
+	close(s); /* nobody listens there now */
+	char yaml[2048];
+	snprintf(yaml, sizeof(yaml),
+	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
+	         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:%d', certificate-authority: '%s'}}]\n"
+	         "users: [{name: u, user: {tokenFile: '%s'}}]\n",
+	         ntohs(sa.sin_port), kube_env.ca_file, kube_env.token_file);
+	sg_kube *dead = client_from(yaml);
+	SG_CHECK(dead != NULL);
+	if (!dead)
+		return;
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, dead, NULL));
+	char *tok = mint("app", "istio-ca", NULL, NULL);
+	struct result r;
+	for (int i = 1; i <= 2; i++) {
+		SG_CHECK_RC(run(&a, tok, sg_wall_seconds(), &r), SG_EBUSY);
+		SG_CHECK(strstr(r.err.msg, "token review unavailable: kube: POST tokenreviews") != NULL);
+		result_destroy(&r);
+		sg_authn_tokenreview_stats st = stats(&a);
+		SG_CHECK(st.reviews == (uint64_t)i && st.api_errors == (uint64_t)i && st.cached == 0 &&
+		         st.refused == 0);
+	}
+	a.free(a.self);
+	sg_kube_free(dead);
+	/* The same token through the real server: accepted (it was never cached as bad). */
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	SG_CHECK_OK(run(&a, tok, sg_wall_seconds(), &r));
+	result_destroy(&r);
+	a.free(a.self);
+	free_token(tok);
+}
+
+/* signet's own credentials lack RBAC rights (403) or are unknown (401):
+ * not the caller's fault, so SG_EBUSY and not cached. */
+static void t_rbac(void)
+{
+	char yaml[2048];
+	snprintf(yaml, sizeof(yaml),
+	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
+	         "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n"
+	         "users: [{name: u, user: {tokenFile: '%s'}}]\n",
+	         kube_env.server, kube_env.ca_file, kube_env.user_token_file);
+	sg_kube *weak = client_from(yaml);
+	SG_CHECK(weak != NULL);
+	if (!weak)
+		return;
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, weak, NULL));
+	char *tok = mint("app", "istio-ca", NULL, NULL);
+	struct result r;
+	for (int i = 1; i <= 2; i++) {
+		SG_CHECK_RC(run(&a, tok, sg_wall_seconds(), &r), SG_EBUSY);
+		if (i == 1)
+			printf("no RBAC: %s\n", r.err.msg);
+		SG_CHECK(strstr(r.err.msg, "signet may not create tokenreviews.authentication.k8s.io (RBAC)") != NULL);
+		SG_CHECK(strstr(r.err.msg, "User \"signet-user\" cannot create resource \"tokenreviews\"") != NULL);
+		result_destroy(&r);
+	}
+	SG_CHECK(stats(&a).reviews == 2 && stats(&a).api_errors == 2 && stats(&a).refused == 0);
+	a.free(a.self);
+	sg_kube_free(weak);
+
+	snprintf(yaml, sizeof(yaml),
+	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
+	         "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n"
+	         "users: [{name: u, user: {token: not-a-known-token}}]\n",
+	         kube_env.server, kube_env.ca_file);
+	sg_kube *unknown = client_from(yaml);
+	SG_CHECK(unknown != NULL);
+	if (unknown) {
+		SG_CHECK_OK(new_tr(&a, unknown, NULL));
+		SG_CHECK_RC(run(&a, tok, sg_wall_seconds(), &r), SG_EBUSY);
+		SG_CHECK(strstr(r.err.msg, "does not accept signet's credentials") != NULL);
+		result_destroy(&r);
+		a.free(a.self);
+		sg_kube_free(unknown);
+	}
+	free_token(tok);
+}
+
+/* free() while reviews are queued and in flight: each start that was
+ * accepted gets exactly one done, a verdict or "shutting down". */
+static void t_free_pending(void)
+{
+	enum { N = 8 };
+	char *toks[N];
+	for (int i = 0; i < N; i++)
+		toks[i] = mint("app", "istio-ca", NULL, NULL);
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.workers = 1}));
+	struct result r[2 * N];
+	int64_t now = sg_wall_seconds();
+	for (int i = 0; i < 2 * N; i++) {
+		result_init(&r[i]);
+		sg_authn_request req = {.bearer = toks[i % N], .bearer_len = strlen(toks[i % N]), .now = now};
+		SG_CHECK_OK(a.start(a.self, &req, on_done, &r[i]));
+	}
+	a.free(a.self);
+	int answered = 0, shut = 0;
+	for (int i = 0; i < 2 * N; i++) {
+		SG_CHECK(r[i].calls == 1);
+		SG_CHECK(r[i].rc == SG_OK || (r[i].rc == SG_EBUSY && strstr(r[i].err.msg, "shutting down")));
+		answered += r[i].rc == SG_OK;
+		shut += r[i].rc == SG_EBUSY;
+		result_destroy(&r[i]);
+	}
+	printf("free with %d pending: %d answered, %d shutting down\n", 2 * N, answered, shut);
+	SG_CHECK(shut > 0);
+	for (int i = 0; i < N; i++)
+		free_token(toks[i]);
+}
+
+static void t_zz_cleanup(void)
+{
+	sg_kube_free(k);
+	k = NULL;
+}
+
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_accepts), SG_TEST(t_audience), SG_TEST(t_revoked), SG_TEST(t_expired),
+             SG_TEST(t_garbage), SG_TEST(t_coalescing), SG_TEST(t_unreachable), SG_TEST(t_rbac),
+             SG_TEST(t_free_pending), SG_TEST(t_zz_cleanup))
