@@ -5,6 +5,11 @@
  *
  * Trusted node accounts are parsed once into a small array; a lookup is a
  * linear scan, fine for the handful of node agents a mesh trusts.
+ *
+ * Node authorization of impersonation is not decided here but by an
+ * optional hook (the pod index of sg_workload.h), called last among the
+ * impersonation checks: the cheap, local refusals (untrusted caller,
+ * foreign trust domain, malformed ID) never reach a cache lookup.
  */
 #include "sg_policy.h"
 #include "sg_guard.h"
@@ -120,6 +125,43 @@ static int check_spiffe(const sg_policy *p, const char *id)
 	return SG_OK;
 }
 
+/* The path of an impersonated identity for node authorization: exactly
+ * ns/<ns>/sa/<sa> (istiod's spiffe.ParseIdentity), segments as
+ * SPIFFE-ID §2.2 allows them ([A-Za-z0-9._-], not "." or ".."). */
+static int copy_segment(const char **s, char *out, size_t cap)
+{
+	size_t n = 0;
+	while ((*s)[n] && (*s)[n] != '/') {
+		char c = (*s)[n];
+		SG_ENSURE((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+				  c == '-' || c == '_',
+			  SG_EDENIED, "impersonated identity has a malformed SPIFFE path");
+		n++;
+	}
+	SG_ENSURE(n > 0 && n < cap && !(n == 1 && **s == '.') && !(n == 2 && (*s)[0] == '.' && (*s)[1] == '.'),
+		  SG_EDENIED, "impersonated identity has a malformed SPIFFE path");
+	memcpy(out, *s, n);
+	out[n] = 0;
+	*s += n;
+	return SG_OK;
+}
+
+static int parse_workload_id(const sg_policy *p, const char *id, char *ns, size_t ns_cap, char *sa, size_t sa_cap)
+{
+	const char *s = id + 9 + strlen(p->trust_domain) + 1; /* check_spiffe passed */
+	SG_ENSURE(strncmp(s, "ns/", 3) == 0, SG_EDENIED,
+		  "impersonated identity is not spiffe://%s/ns/<namespace>/sa/<serviceaccount>", p->trust_domain);
+	s += 3;
+	SG_TRY(copy_segment(&s, ns, ns_cap));
+	SG_ENSURE(strncmp(s, "/sa/", 4) == 0, SG_EDENIED,
+		  "impersonated identity is not spiffe://%s/ns/<namespace>/sa/<serviceaccount>", p->trust_domain);
+	s += 4;
+	SG_TRY(copy_segment(&s, sa, sa_cap));
+	SG_ENSURE(*s == 0, SG_EDENIED, "impersonated identity is not spiffe://%s/ns/<namespace>/sa/<serviceaccount>",
+		  p->trust_domain);
+	return SG_OK;
+}
+
 static int decide_ttl(const sg_policy *p, int64_t requested, int64_t *ttl)
 {
 	int64_t max = p->o.max_ttl;
@@ -154,6 +196,13 @@ int sg_policy_decide(const sg_policy *p, const sg_policy_input *in, sg_policy_de
 			  "request impersonation authentication failure: %s/%s is not a trusted node account",
 			  *c->ns ? c->ns : "-", *c->sa ? c->sa : "-");
 		SG_TRY(check_spiffe(p, in->impersonated_identity));
+		if (p->o.authorize_impersonation) {
+			char ns[254], sa[254];
+			SG_TRY(parse_workload_id(p, in->impersonated_identity, ns, sizeof(ns), sa, sizeof(sa)));
+			int rc = p->o.authorize_impersonation(p->o.authorize_arg, c, ns, sa);
+			if (rc != SG_OK) /* fail closed, also on a positive answer */
+				return rc < 0 ? rc : sg_error_set(SG_EINTERNAL, "impersonation hook answered %d", rc);
+		}
 		id = in->impersonated_identity;
 		out->impersonated = true;
 	}

@@ -12,9 +12,13 @@
  * Both: the clusterid header must be empty or equal the configured cluster
  * ID; metadata ImpersonatedIdentity is honoured only for callers whose
  * "namespace/serviceaccount" is in the trusted node accounts, and must be a
- * SPIFFE ID of this trust domain. Refusals are SG_EAUTH (authentication) or
- * SG_EDENIED (authorization), which the front end answers with
- * UNAUTHENTICATED.
+ * SPIFFE ID of this trust domain. With an impersonation hook (node
+ * authorization, sg_workload.h) it must moreover be exactly
+ * spiffe://<trust-domain>/ns/<ns>/sa/<sa> (istiod's spiffe.ParseIdentity),
+ * and the hook decides whether this caller may have that identity. Refusals
+ * are SG_EAUTH (authentication) or SG_EDENIED (authorization), which the
+ * front end answers with UNAUTHENTICATED; a hook may also answer SG_EBUSY
+ * (it cannot tell yet: the client retries).
  *
  * An sg_policy is immutable after sg_policy_new and shared by all threads.
  */
@@ -42,6 +46,18 @@ typedef struct sg_policy_options {
 	const char *cluster_id;   /* "Kubernetes" */
 	const char *trust_domain; /* "cluster.local" */
 	const char *trusted_node_accounts; /* comma-separated "ns/sa" list, or NULL */
+	/* Optional node authorization of impersonation, called (on the
+	 * deciding thread, so it must not block) after the caller was found
+	 * in the trusted node accounts and the impersonated identity parsed
+	 * as spiffe://<our trust domain>/ns/<target_ns>/sa/<target_sa>; a
+	 * negative result (SG_EAUTH with its detail, usually) is the
+	 * decision's error. NULL: trusted node accounts may impersonate any
+	 * identity of the trust domain. arg comes first: the hook is a
+	 * method of the object it names (sg_workload_authorize_impersonation
+	 * has this shape). */
+	int (*authorize_impersonation)(void *arg, const sg_caller *caller, const char *target_ns,
+				       const char *target_sa);
+	void *authorize_arg; /* borrowed; must outlive the policy */
 } sg_policy_options;
 
 typedef struct sg_policy sg_policy;
@@ -66,6 +82,7 @@ SG_API int sg_policy_new(sg_policy **out, const sg_policy_options *o) SG_MUST_CH
 SG_API void sg_policy_free(sg_policy *p);
 SG_API sg_policy_mode sg_policy_get_mode(const sg_policy *p);
 
+/* Thread-safe (the policy is immutable; the hook must be thread-safe). */
 SG_API int sg_policy_decide(const sg_policy *p, const sg_policy_input *in, sg_policy_decision *out) SG_MUST_CHECK;
 
 #endif

@@ -1,5 +1,6 @@
 /*
- * Request policy: cluster ID, impersonation and TTL rules in both modes.
+ * Request policy: cluster ID, impersonation (with and without the node
+ * authorization hook) and TTL rules in both modes.
  */
 #include "sg_policy.h"
 #include "sg_test.h"
@@ -104,6 +105,99 @@ static void t_impersonation(void)
 	sg_policy_free(none);
 }
 
+struct hook_state {
+	int calls;
+	int rc;
+	char ns[64], sa[64];
+	const sg_caller *caller;
+};
+
+static int hook(void *arg, const sg_caller *caller, const char *target_ns, const char *target_sa)
+{
+	struct hook_state *h = arg;
+	h->calls++;
+	h->caller = caller;
+	snprintf(h->ns, sizeof(h->ns), "%s", target_ns);
+	snprintf(h->sa, sizeof(h->sa), "%s", target_sa);
+	return h->rc < 0 ? sg_error_set(h->rc, "node says no") : h->rc;
+}
+
+/* Node authorization: the hook sees parsed targets of our trust domain
+ * only, after the trusted-account check, and its refusal is the answer. */
+static void t_impersonation_hook(void)
+{
+	struct hook_state h = {0};
+	sg_policy_options o = {.mode = SG_POLICY_ISTIO_CSR, .max_ttl = 3600, .trust_domain = "cluster.local",
+			       .trusted_node_accounts = "istio-system/ztunnel", .authorize_impersonation = hook,
+			       .authorize_arg = &h};
+	sg_policy *p = NULL;
+	SG_CHECK_OK(sg_policy_new(&p, &o));
+	sg_caller zt = caller("istio-system", "ztunnel"), app = caller("default", "app");
+	sg_policy_decision d;
+	sg_policy_input in = {.caller = &zt, .impersonated_identity = "spiffe://cluster.local/ns/default/sa/app"};
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	SG_CHECK(h.calls == 1 && h.caller == &zt && strcmp(h.ns, "default") == 0 && strcmp(h.sa, "app") == 0);
+	SG_CHECK(d.impersonated && strcmp(d.identity, "spiffe://cluster.local/ns/default/sa/app") == 0);
+	in.impersonated_identity = "spiffe://cluster.local/ns/a.b-c_d/sa/x";
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	SG_CHECK(h.calls == 2 && strcmp(h.ns, "a.b-c_d") == 0 && strcmp(h.sa, "x") == 0);
+
+	/* The hook's answer is the decision's, detail included. */
+	in.impersonated_identity = "spiffe://cluster.local/ns/default/sa/app";
+	h.rc = SG_EAUTH;
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EAUTH);
+	SG_CHECK_MSG("node says no");
+	SG_CHECK(!d.impersonated && d.identity[0] == 0);
+	h.rc = SG_EBUSY;
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EBUSY);
+	h.rc = 1; /* not a valid answer: refused all the same */
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EINTERNAL);
+	h.rc = 0;
+	int calls = h.calls;
+
+	/* Refused before the hook: untrusted caller, foreign trust domain,
+	 * IDs that are not exactly ns/<ns>/sa/<sa>. */
+	in.caller = &app;
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	in.caller = &zt;
+	static const char *const bad[] = {
+	    "spiffe://evil.example/ns/default/sa/app",
+	    "spiffe://cluster.local/foo/bar",
+	    "spiffe://cluster.local/ns/default",
+	    "spiffe://cluster.local/ns/default/sa",
+	    "spiffe://cluster.local/ns/default/sa/",
+	    "spiffe://cluster.local/ns//sa/app",
+	    "spiffe://cluster.local/ns/default/sa/app/extra",
+	    "spiffe://cluster.local/ns/default/sb/app",
+	    "spiffe://cluster.local/ns/../sa/app",
+	    "spiffe://cluster.local/ns/./sa/app",
+	    "spiffe://cluster.local/ns/default/sa/a%2fb",
+	    "spiffe://cluster.local/ns/default/sa/a:b",
+	    "spiffe://cluster.local//ns/default/sa/app",
+	    "spiffe://cluster.local/NS/default/sa/app",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		in.impersonated_identity = bad[i];
+		SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	}
+	/* Segments longer than a Kubernetes name cannot be ours either. */
+	char longid[SG_ID_MAX];
+	snprintf(longid, sizeof(longid), "spiffe://cluster.local/ns/%0300d/sa/app", 0);
+	in.impersonated_identity = longid;
+	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
+	/* No impersonation: the hook is not asked. */
+	in.impersonated_identity = NULL;
+	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	SG_CHECK(!d.impersonated && h.calls == calls);
+	sg_policy_free(p);
+
+	/* Without a hook, any path of our trust domain (as before). */
+	sg_policy *plain = make(SG_POLICY_ISTIO_CSR, "istio-system/ztunnel");
+	in.impersonated_identity = "spiffe://cluster.local/foo/bar";
+	SG_CHECK_OK(sg_policy_decide(plain, &in, &d));
+	sg_policy_free(plain);
+}
+
 static void t_bad_options(void)
 {
 	sg_policy *p = NULL;
@@ -132,4 +226,4 @@ static void t_bad_options(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_istio_csr_ttl_clamps), SG_TEST(t_istiod_ttl_rejects), SG_TEST(t_cluster_id),
-	     SG_TEST(t_impersonation), SG_TEST(t_bad_options))
+	     SG_TEST(t_impersonation), SG_TEST(t_impersonation_hook), SG_TEST(t_bad_options))
