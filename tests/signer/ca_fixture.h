@@ -71,7 +71,7 @@ typedef struct csr_opts {
 	bool comment;        /* add a Netscape comment extension (neither SAN, KU nor EKU) */
 } csr_opts;
 
-static char *make_csr(const csr_opts *o, size_t *len)
+static inline char *make_csr(const csr_opts *o, size_t *len)
 {
 	EVP_PKEY *k = strcmp(o->alg, "EC") == 0 ? EVP_PKEY_Q_keygen(NULL, NULL, "EC", o->param)
 						: EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)atoi(o->param));
@@ -113,7 +113,7 @@ static char *make_csr(const csr_opts *o, size_t *len)
 
 /* Verifies a PEM chain (leaf first, root bundle last) against the root file
  * with OpenSSL's verifier; returns the parsed leaf (caller frees) or NULL. */
-static X509 *verify_chain(const sg_issue_result *res, const char *root_file)
+static inline X509 *verify_chain(const sg_issue_result *res, const char *root_file)
 {
 	char *joined = NULL;
 	if (sg_issue_result_join(res, &joined) != 0)

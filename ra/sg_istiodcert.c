@@ -1,0 +1,1227 @@
+/*
+ * istiod's serving certificate in a Secret (see sg_istiodcert.h for the
+ * contract).
+ *
+ * Shape: one controller thread owns the current certificate ("material":
+ * chain, key, validity) and makes the Secret say exactly that. It wakes on
+ * three things: an event of the Secret informer (the Secret changed or
+ * went away), a root bundle change, and the next deadline (the renewal
+ * time, or a retry after a failure). Each wake runs one sync:
+ *
+ *   root changed and the certificate no longer chains to it -> drop it
+ *   no certificate, or it is due                            -> issue one
+ *   the Secret (from the informer's cache) differs          -> write it
+ *
+ * The write decision reads the informer's cache, and every replace carries
+ * the resourceVersion it was decided on: a cache that is behind costs a
+ * 409 and a live GET, never a blind overwrite, and a Secret that matches
+ * costs nothing, which is why our own writes (they come back as watch
+ * events) cannot loop. A drift repair writes the current certificate back;
+ * only the clock, a root change or a failed issuance leads to a new one,
+ * and never twice within SG_ISTIODCERT_MIN_REISSUE seconds.
+ *
+ * Key and CSR are made with OpenSSL here, as sg_serving.c does for
+ * signetd's own certificate: this runs about once an hour, and the key
+ * must end up in a Secret anyway, so it is a software key. The names are
+ * put into the CSR as parsed GENERAL_NAMEs, never through OpenSSL's config
+ * string syntax. The certificate itself is built by our issuer from the
+ * CSR under the generic profile, like every other certificate.
+ *
+ * Adoption: the certificate lives in memory and in the Secret; a new
+ * leader (or a restarted process) would otherwise issue one on every
+ * start. So each start first looks at the Secret and takes its
+ * certificate over when it is one we would have issued and is not due.
+ *
+ * Secrets: the key PEM and its base64 are wiped when replaced or freed.
+ * Copies made by jansson (the request body, the informer's cached Secret)
+ * are outside our reach; they live as long as a request or the cache.
+ */
+#include "sg_istiodcert.h"
+
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_issuer.h"
+#include "sg_kube_informer.h"
+#include "sg_log.h"
+#include "sg_secret.h"
+
+#include <openssl/bn.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BACKOFF_FIRST_MS 1000u
+#define BACKOFF_MAX_MS 30000u
+#define SYNC_POLL_MS 200u
+#define WAKE_MAX_MS 60000u /* re-read the wall clock at least this often */
+#define WRITE_ATTEMPTS 5
+#define ISSUE_TIMEOUT_NS (30ull * 1000000000u)
+#define DATA_MAX (1u << 20) /* a Secret holds at most 1 MiB */
+#define MAX_DNS (SG_CSR_MAX_SANS - 1)
+#define CN_MAX 64 /* ub-common-name (RFC 5280 appendix A) */
+#define TLS_TYPE "kubernetes.io/tls"
+#define KEY_CRT "tls.crt"
+#define KEY_KEY "tls.key"
+#define KEY_CA "ca.crt"
+
+/* The current certificate. The controller thread's alone while running;
+ * start and stop hand it over between runs. */
+typedef struct material {
+	char *chain;     /* PEM: leaf + intermediates */
+	char *key;       /* PEM; wiped */
+	char *chain_b64; /* the Secret's data values */
+	char *key_b64;   /* wiped */
+	int64_t not_before, not_after;
+	int64_t obtained; /* when we issued or adopted it (wall seconds) */
+	char serial[2 * 20 + 1];
+} material;
+
+struct sg_istiodcert {
+	sg_kube *kube;
+	sg_pool *pool;
+	char *ns, *name, *cn, *uri, *field_selector;
+	char *dns[MAX_DNS];
+	size_t ndns;
+	char *dns_list; /* for logs */
+	int64_t duration, renew_before;
+	sg_istiodcert_key_algorithm alg;
+	unsigned bits;
+
+	pthread_mutex_t mu; /* everything below up to `life` */
+	pthread_cond_t cv;  /* CLOCK_MONOTONIC: dirty, root, stop */
+	json_t *root;       /* string; replaced whole, never modified */
+	bool root_changed;
+	bool dirty;
+	atomic_bool stop;
+	sg_istiodcert_stats stats;
+
+	pthread_mutex_t life; /* start/stop; the fields below */
+	bool running;
+	pthread_t th;
+	sg_kube_informer *inf;
+
+	material cur;
+	bool announce; /* cur is new: say so with an Event once it is written */
+	unsigned failures;
+};
+
+static bool stopping(const sg_istiodcert *c)
+{
+	return atomic_load(&c->stop);
+}
+
+/* ---- small helpers ---- */
+
+static void wipe_free(char *s)
+{
+	if (s) {
+		sg_wipe(s, strlen(s));
+		free(s);
+	}
+}
+
+static void material_free(material *m)
+{
+	free(m->chain);
+	wipe_free(m->key);
+	free(m->chain_b64);
+	wipe_free(m->key_b64);
+	memset(m, 0, sizeof(*m));
+}
+
+static int b64_encode(const void *p, size_t n, char **out)
+{
+	SG_ENSURE(n <= DATA_MAX, SG_EINVAL, "istiodcert: %zu bytes are too many for a Secret", n);
+	*out = malloc(4 * ((n + 2) / 3) + 1);
+	SG_ENSURE(*out, SG_EINTERNAL, "istiodcert: out of memory");
+	EVP_EncodeBlock((unsigned char *)*out, p, (int)n);
+	return SG_OK;
+}
+
+/* Strict base64 (RFC 4648 §4, padded, no whitespace: what the API server
+ * sends) into a NUL-terminated buffer; false for anything else. */
+static bool b64_decode(const char *s, size_t n, uint8_t **out, size_t *len)
+{
+	*out = NULL;
+	if (n == 0 || n % 4 != 0 || n / 4 * 3 > DATA_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+		          ch == '+' || ch == '/' || (ch == '=' && i >= n - 2 && (i == n - 1 || s[n - 1] == '='));
+		if (!ok)
+			return false;
+	}
+	uint8_t *b = malloc(n / 4 * 3 + 1);
+	if (!b)
+		return false;
+	int got = EVP_DecodeBlock(b, (const unsigned char *)s, (int)n);
+	size_t pad = (s[n - 1] == '=') + (s[n - 2] == '=');
+	if (got < 0 || (size_t)got < pad) {
+		free(b);
+		return false;
+	}
+	*len = (size_t)got - pad;
+	b[*len] = 0;
+	*out = b;
+	return true;
+}
+
+static char *bio_string(BIO *b)
+{
+	char *p;
+	long n = BIO_get_mem_data(b, &p);
+	char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
+	if (s) {
+		memcpy(s, p, (size_t)n);
+		s[n] = 0;
+	}
+	return s;
+}
+
+static int pem_noprompt(char *buf, int size, int rwflag, void *u)
+{
+	(void)buf, (void)size, (void)rwflag, (void)u;
+	return -1; /* an encrypted PEM is not ours; never ask a terminal */
+}
+
+static int64_t asn1_seconds(const ASN1_TIME *t)
+{
+	int days = 0, secs = 0;
+	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
+	int64_t v = 0;
+	if (epoch && t && ASN1_TIME_diff(&days, &secs, epoch, t))
+		v = (int64_t)days * 86400 + secs;
+	ASN1_TIME_free(epoch);
+	return v;
+}
+
+/* When m is due: renew_before before its end, or at 2/3 of its life
+ * (also when the CA cut the life to renew_before or less), and never
+ * within SG_ISTIODCERT_MIN_REISSUE of when we got it. */
+static int64_t due_at(const sg_istiodcert *c, const material *m, bool with_floor)
+{
+	int64_t life = m->not_after - m->not_before;
+	int64_t at = c->renew_before > 0 && c->renew_before < life ? m->not_after - c->renew_before
+	                                                           : m->not_before + life * 2 / 3;
+	if (with_floor && at < m->obtained + SG_ISTIODCERT_MIN_REISSUE)
+		at = m->obtained + SG_ISTIODCERT_MIN_REISSUE;
+	return at;
+}
+
+/* ---- certificates with OpenSSL ---- */
+
+typedef STACK_OF(X509) cert_list;
+
+static cert_list *read_certs(const void *pem, size_t len)
+{
+	cert_list *sk = sk_X509_new_null();
+	BIO *b = len <= INT32_MAX ? BIO_new_mem_buf(pem, (int)len) : NULL;
+	X509 *x;
+	while (sk && b && (x = PEM_read_bio_X509(b, NULL, pem_noprompt, NULL)) != NULL) {
+		if (!sk_X509_push(sk, x)) {
+			X509_free(x);
+			break;
+		}
+	}
+	BIO_free(b);
+	ERR_clear_error(); /* the loop ends with a "no start line" */
+	return sk;
+}
+
+/* Whether the chain (leaf first) verifies against the root bundle now. */
+static bool chains_to(const char *chain, size_t chain_len, const json_t *root)
+{
+	cert_list *certs = read_certs(chain, chain_len);
+	cert_list *roots = read_certs(json_string_value(root), json_string_length(root));
+	X509_STORE *st = X509_STORE_new();
+	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	bool ok = certs && roots && st && ctx && sk_X509_num(certs) > 0 && sk_X509_num(roots) > 0;
+	for (int i = 0; ok && i < sk_X509_num(roots); i++)
+		ok = X509_STORE_add_cert(st, sk_X509_value(roots, i)) == 1;
+	X509 *leaf = ok ? sk_X509_shift(certs) : NULL;
+	ok = ok && X509_STORE_CTX_init(ctx, st, leaf, certs) == 1 && X509_verify_cert(ctx) == 1;
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(st);
+	X509_free(leaf);
+	sk_X509_pop_free(certs, X509_free);
+	sk_X509_pop_free(roots, X509_free);
+	ERR_clear_error();
+	return ok;
+}
+
+/* Whether leaf carries exactly our names: the CN (when we set one), our
+ * DNS SANs in any order, our one URI SAN, and nothing else. */
+static bool names_match(const sg_istiodcert *c, X509 *leaf)
+{
+	X509_NAME *subj = X509_get_subject_name(leaf);
+	int idx = X509_NAME_get_index_by_NID(subj, NID_commonName, -1);
+	if (c->cn) {
+		const ASN1_STRING *cn = idx >= 0 ? X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, idx)) : NULL;
+		if (!cn || (size_t)ASN1_STRING_length(cn) != strlen(c->cn) ||
+		    memcmp(ASN1_STRING_get0_data(cn), c->cn, strlen(c->cn)) != 0)
+			return false;
+	}
+	GENERAL_NAMES *gens = X509_get_ext_d2i(leaf, NID_subject_alt_name, NULL, NULL);
+	bool seen[MAX_DNS] = {false};
+	size_t dns = 0, uris = 0;
+	bool ok = gens != NULL;
+	for (int i = 0; ok && i < sk_GENERAL_NAME_num(gens); i++) {
+		const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+		const ASN1_STRING *s = g->type == GEN_DNS   ? g->d.dNSName
+		                       : g->type == GEN_URI ? g->d.uniformResourceIdentifier
+		                                            : NULL;
+		if (!s) {
+			ok = false;
+			break;
+		}
+		size_t n = (size_t)ASN1_STRING_length(s);
+		const unsigned char *p = ASN1_STRING_get0_data(s);
+		if (g->type == GEN_URI) {
+			ok = n == strlen(c->uri) && memcmp(p, c->uri, n) == 0;
+			uris++;
+			continue;
+		}
+		ok = false;
+		for (size_t d = 0; d < c->ndns; d++) {
+			if (!seen[d] && n == strlen(c->dns[d]) && memcmp(p, c->dns[d], n) == 0) {
+				seen[d] = true;
+				ok = true;
+				break;
+			}
+		}
+		dns++;
+	}
+	GENERAL_NAMES_free(gens);
+	return ok && dns == c->ndns && uris == 1;
+}
+
+static bool key_matches(const sg_istiodcert *c, EVP_PKEY *k)
+{
+	int want = c->alg == SG_ISTIODCERT_RSA ? EVP_PKEY_RSA : EVP_PKEY_EC;
+	return EVP_PKEY_get_base_id(k) == want && EVP_PKEY_get_bits(k) == (int)c->bits;
+}
+
+static void serial_hex(X509 *x, char *out, size_t cap)
+{
+	out[0] = 0;
+	BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
+	char *h = bn ? BN_bn2hex(bn) : NULL;
+	if (h) {
+		size_t i = 0;
+		for (; h[i] && i + 1 < cap; i++)
+			out[i] = (char)(h[i] >= 'A' && h[i] <= 'F' ? h[i] - 'A' + 'a' : h[i]);
+		out[i] = 0;
+	}
+	OPENSSL_free(h);
+	BN_free(bn);
+}
+
+/* The string value of data[key] when it is a non-empty string. */
+static const char *data_str(const json_t *secret, const char *key, size_t *len)
+{
+	json_t *v = json_object_get(json_object_get(secret, "data"), key);
+	if (!json_is_string(v) || json_string_length(v) == 0)
+		return NULL;
+	*len = json_string_length(v);
+	return json_string_value(v);
+}
+
+/* Fills *m from secret when it holds a certificate we would have issued,
+ * chaining to root and not due at now. Nothing in it is trusted: any
+ * surprise is a plain "no". */
+static bool adoptable(const sg_istiodcert *c, const json_t *secret, const json_t *root, int64_t now, material *m)
+{
+	memset(m, 0, sizeof(*m));
+	const char *type = json_string_value(json_object_get(secret, "type"));
+	size_t crt_len = 0, key_len = 0;
+	const char *crt64 = data_str(secret, KEY_CRT, &crt_len), *key64 = data_str(secret, KEY_KEY, &key_len);
+	if (!type || strcmp(type, TLS_TYPE) != 0 || !crt64 || !key64)
+		return false;
+	uint8_t *crt = NULL, *key = NULL;
+	size_t crt_n = 0, key_n = 0;
+	bool ok = b64_decode(crt64, crt_len, &crt, &crt_n) && b64_decode(key64, key_len, &key, &key_n) &&
+	          !memchr(crt, 0, crt_n) && !memchr(key, 0, key_n);
+	cert_list *certs = ok ? read_certs(crt, crt_n) : NULL;
+	X509 *leaf = certs && sk_X509_num(certs) > 0 ? sk_X509_value(certs, 0) : NULL;
+	BIO *kb = ok ? BIO_new_mem_buf(key, (int)key_n) : NULL;
+	EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, pem_noprompt, NULL) : NULL;
+	ok = leaf && k && X509_check_private_key(leaf, k) == 1 && key_matches(c, k) && names_match(c, leaf) &&
+	     chains_to((const char *)crt, crt_n, root);
+	if (ok) {
+		m->not_before = asn1_seconds(X509_get0_notBefore(leaf));
+		m->not_after = asn1_seconds(X509_get0_notAfter(leaf));
+		m->obtained = now;
+		serial_hex(leaf, m->serial, sizeof(m->serial));
+		ok = m->not_after > m->not_before && now < due_at(c, m, false);
+	}
+	if (ok) {
+		m->chain = (char *)crt;
+		m->key = (char *)key;
+		crt = key = NULL;
+		m->chain_b64 = strndup(crt64, crt_len);
+		m->key_b64 = strndup(key64, key_len);
+		ok = m->chain_b64 && m->key_b64;
+	}
+	EVP_PKEY_free(k);
+	BIO_free(kb);
+	sk_X509_pop_free(certs, X509_free);
+	free(crt);
+	if (key) {
+		sg_wipe(key, key_n);
+		free(key);
+	}
+	ERR_clear_error();
+	if (!ok)
+		material_free(m);
+	return ok;
+}
+
+/* ---- issuing ---- */
+
+static EVP_PKEY *make_key(const sg_istiodcert *c)
+{
+	if (c->alg == SG_ISTIODCERT_RSA)
+		return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)c->bits);
+	return EVP_PKEY_Q_keygen(NULL, NULL, "EC", c->bits == 384 ? "P-384" : "P-256");
+}
+
+static bool push_name(GENERAL_NAMES *gens, int type, const char *value)
+{
+	GENERAL_NAME *g = GENERAL_NAME_new();
+	ASN1_IA5STRING *s = ASN1_IA5STRING_new();
+	if (!g || !s || ASN1_STRING_set(s, value, (int)strlen(value)) != 1) {
+		GENERAL_NAME_free(g);
+		ASN1_IA5STRING_free(s);
+		return false;
+	}
+	GENERAL_NAME_set0_value(g, type, s);
+	if (!sk_GENERAL_NAME_push(gens, g)) {
+		GENERAL_NAME_free(g);
+		return false;
+	}
+	return true;
+}
+
+/* A CSR for our names signed by k, as PEM. */
+static int make_csr(const sg_istiodcert *c, EVP_PKEY *k, char **out)
+{
+	X509_REQ *req = X509_REQ_new();
+	X509_NAME *subj = X509_NAME_new();
+	GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
+	STACK_OF(X509_EXTENSION) *exts = NULL;
+	BIO *b = BIO_new(BIO_s_mem());
+	bool ok = req && subj && gens && b;
+	if (ok && c->cn)
+		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)c->cn, -1,
+		                                -1, 0) == 1;
+	for (size_t i = 0; ok && i < c->ndns; i++)
+		ok = push_name(gens, GEN_DNS, c->dns[i]);
+	ok = ok && push_name(gens, GEN_URI, c->uri) &&
+	     X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 0, X509V3_ADD_DEFAULT) == 1 &&
+	     X509_REQ_set_subject_name(req, subj) == 1 && X509_REQ_set_pubkey(req, k) == 1 &&
+	     X509_REQ_add_extensions(req, exts) == 1 && X509_REQ_sign(req, k, EVP_sha256()) > 0 &&
+	     PEM_write_bio_X509_REQ(b, req) == 1;
+	*out = ok ? bio_string(b) : NULL;
+	int rc = *out ? SG_OK : sg_error_set_ossl(SG_EINTERNAL, "istiodcert: cannot make the CSR");
+	BIO_free(b);
+	sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
+	GENERAL_NAMES_free(gens);
+	X509_NAME_free(subj);
+	X509_REQ_free(req);
+	return rc;
+}
+
+static int key_pem(EVP_PKEY *k, char **out)
+{
+	BIO *b = BIO_new(BIO_s_secmem());
+	*out = b && PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL) == 1 ? bio_string(b) : NULL;
+	BIO_free(b);
+	SG_ENSURE(*out, SG_EINTERNAL, "istiodcert: cannot encode the private key");
+	return SG_OK;
+}
+
+/* tls.crt: the leaf and the intermediates; the root bundle (the last
+ * chain element) goes to ca.crt. */
+static int join_chain(const sg_issue_result *res, char **out)
+{
+	size_t total = res->leaf_pem_len;
+	for (size_t i = 0; i + 1 < res->chain_len; i++)
+		total += res->chain_lens[i];
+	char *s = malloc(total + 1);
+	SG_ENSURE(s, SG_EINTERNAL, "istiodcert: out of memory");
+	memcpy(s, res->leaf_pem, res->leaf_pem_len);
+	size_t off = res->leaf_pem_len;
+	for (size_t i = 0; i + 1 < res->chain_len; i++) {
+		memcpy(s + off, res->chain[i], res->chain_lens[i]);
+		off += res->chain_lens[i];
+	}
+	s[off] = 0;
+	*out = s;
+	return SG_OK;
+}
+
+/* Makes m from the issued result; takes over key (on success and failure). */
+static int material_make(material *m, const sg_issue_result *res, char *key, int64_t now)
+{
+	memset(m, 0, sizeof(*m));
+	m->key = key;
+	int rc = join_chain(res, &m->chain);
+	if (rc == SG_OK)
+		rc = b64_encode(m->chain, strlen(m->chain), &m->chain_b64);
+	if (rc == SG_OK)
+		rc = b64_encode(m->key, strlen(m->key), &m->key_b64);
+	if (rc < 0) {
+		material_free(m);
+		return rc;
+	}
+	m->not_before = res->not_before;
+	m->not_after = res->not_after;
+	m->obtained = now;
+	snprintf(m->serial, sizeof(m->serial), "%s", res->serial_hex);
+	return SG_OK;
+}
+
+static void publish(sg_istiodcert *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->stats.not_before = c->cur.not_before;
+	c->stats.not_after = c->cur.not_after;
+	c->stats.renew_at = c->cur.chain ? due_at(c, &c->cur, true) : 0;
+	snprintf(c->stats.serial, sizeof(c->stats.serial), "%s", c->cur.serial);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static int issue(sg_istiodcert *c, int64_t now)
+{
+	ERR_clear_error();
+	EVP_PKEY *k = make_key(c);
+	if (!k)
+		return sg_error_set_ossl(SG_EINTERNAL, "istiodcert: cannot make a %s-%u key",
+		                         c->alg == SG_ISTIODCERT_RSA ? "RSA" : "ECDSA", c->bits);
+	char *csr = NULL, *key = NULL;
+	int rc = make_csr(c, k, &csr);
+	if (rc == SG_OK)
+		rc = key_pem(k, &key);
+	EVP_PKEY_free(k);
+	if (rc < 0) {
+		free(csr);
+		return rc;
+	}
+	sg_issue_request req = {
+	    .csr = (const uint8_t *)csr,
+	    .csr_len = strlen(csr),
+	    .profile = SG_PROFILE_GENERIC,
+	    .ttl = c->duration,
+	    .key_usage = SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT,
+	    .ext_key_usage = SG_EKU_SERVER_AUTH | SG_EKU_CLIENT_AUTH,
+	    .path_len = -1,
+	    .deadline_ns = sg_now_ns() + ISSUE_TIMEOUT_NS,
+	};
+	sg_issue_result res;
+	rc = sg_pool_issue(c->pool, &req, &res);
+	free(csr);
+	if (rc < 0) {
+		wipe_free(key);
+		return rc;
+	}
+	material m;
+	rc = material_make(&m, &res, key, now);
+	sg_issue_result_clear(&res);
+	SG_TRY(rc);
+	material_free(&c->cur);
+	c->cur = m;
+	c->announce = true;
+	pthread_mutex_lock(&c->mu);
+	c->stats.issued++;
+	pthread_mutex_unlock(&c->mu);
+	publish(c);
+	sg_log(SG_LOG_INFO, "istiodcert: certificate issued", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name),
+	       SG_F_STR("serial", c->cur.serial), SG_F_STR("dns", c->dns_list), SG_F_INT("not_after", c->cur.not_after),
+	       SG_F_INT("renew_at", due_at(c, &c->cur, true)), SG_F_END);
+	return SG_OK;
+}
+
+/* ---- the Secret ---- */
+
+static bool str_is(const json_t *v, const char *want, size_t len, bool secret)
+{
+	if (!json_is_string(v) || json_string_length(v) != len)
+		return false;
+	if (secret)
+		return CRYPTO_memcmp(json_string_value(v), want, len) == 0;
+	return memcmp(json_string_value(v), want, len) == 0;
+}
+
+static bool matches(const sg_istiodcert *c, const json_t *secret, const char *ca_b64)
+{
+	json_t *data = json_object_get(secret, "data");
+	const char *type = json_string_value(json_object_get(secret, "type"));
+	return type && strcmp(type, TLS_TYPE) == 0 &&
+	       str_is(json_object_get(data, KEY_CRT), c->cur.chain_b64, strlen(c->cur.chain_b64), false) &&
+	       str_is(json_object_get(data, KEY_KEY), c->cur.key_b64, strlen(c->cur.key_b64), true) &&
+	       str_is(json_object_get(data, KEY_CA), ca_b64, strlen(ca_b64), false);
+}
+
+/* Sets our three keys in data (an object). */
+static bool set_data(const sg_istiodcert *c, json_t *data, const char *ca_b64)
+{
+	return json_object_set_new(data, KEY_CRT, json_string(c->cur.chain_b64)) == 0 &&
+	       json_object_set_new(data, KEY_KEY, json_string(c->cur.key_b64)) == 0 &&
+	       json_object_set_new(data, KEY_CA, json_string(ca_b64)) == 0;
+}
+
+static json_t *desired_new(const sg_istiodcert *c, const char *ca_b64)
+{
+	json_t *s = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:{}}", "apiVersion", "v1", "kind", "Secret", "metadata",
+	                      "name", c->name, "namespace", c->ns, "type", TLS_TYPE, "data");
+	if (s && !set_data(c, json_object_get(s, "data"), ca_b64)) {
+		json_decref(s);
+		s = NULL;
+	}
+	return s;
+}
+
+/* secret corrected: type and our keys; other data keys, labels,
+ * annotations and the resourceVersion (the PUT's precondition) kept. */
+static json_t *desired_update(const sg_istiodcert *c, const json_t *secret, const char *ca_b64)
+{
+	json_t *s = json_deep_copy(secret);
+	json_t *meta = json_object_get(s, "metadata");
+	if (!s || !json_is_object(meta) || !json_is_string(json_object_get(meta, "resourceVersion"))) {
+		json_decref(s);
+		return NULL;
+	}
+	json_t *data = json_object_get(s, "data");
+	if (!json_is_object(data)) {
+		data = json_object();
+		if (json_object_set_new(s, "data", data) != 0)
+			data = NULL;
+	}
+	json_object_del(s, "stringData");
+	if (!data || json_object_set_new(s, "type", json_string(TLS_TYPE)) != 0 || !set_data(c, data, ca_b64)) {
+		json_decref(s);
+		return NULL;
+	}
+	return s;
+}
+
+typedef enum outcome {
+	OUT_NONE,
+	OUT_CREATED,
+	OUT_UPDATED,
+	OUT_UNCHANGED,
+} outcome;
+
+static bool conflict(int rc)
+{
+	return rc == SG_EBUSY && sg_kube_last_status()->code == 409;
+}
+
+/* After a 409 or a vanished object: the live Secret, or NULL when gone. */
+static int reread(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret)
+{
+	json_decref(*secret);
+	*secret = NULL;
+	int rc = sg_kube_get(c->kube, ref, secret);
+	return rc == SG_ENOTFOUND ? SG_OK : rc;
+}
+
+/* Best effort: an Event on the Secret when a new certificate is in it. */
+static void announce(sg_istiodcert *c, const json_t *written)
+{
+	const char *uid = sg_kube_meta_str(written, "uid");
+	json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:s*}}", "apiVersion", "v1", "kind", "Secret", "metadata",
+	                        "name", c->name, "namespace", c->ns, "uid", uid);
+	time_t na = (time_t)c->cur.not_after;
+	struct tm tm;
+	char until[32] = "?";
+	if (gmtime_r(&na, &tm))
+		strftime(until, sizeof(until), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	char msg[256];
+	snprintf(msg, sizeof(msg), "Issued certificate %s for %s, valid until %s", c->cur.serial, c->dns_list, until);
+	if (!obj || sg_kube_event(c->kube, obj, "Normal", "CertificateIssued", msg, "signet", NULL) < 0)
+		sg_log(SG_LOG_DEBUG, "istiodcert: cannot record an Event", SG_F_STR("error", sg_error_last()->msg),
+		       SG_F_END);
+	json_decref(obj);
+}
+
+static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret, const char *ca_b64, outcome *out)
+{
+	/* The answer echoes the key: ask for it only when the Event needs its uid. */
+	json_t *written = NULL, **answer = c->announce ? &written : NULL;
+	int rc;
+	if (!*secret) {
+		sg_kube_ref coll = *ref;
+		coll.name = NULL;
+		json_t *body = desired_new(c, ca_b64);
+		SG_ENSURE(body, SG_EINTERNAL, "istiodcert: out of memory");
+		rc = sg_kube_create(c->kube, &coll, body, answer);
+		json_decref(body);
+		if (rc == SG_OK)
+			*out = OUT_CREATED;
+		else if (conflict(rc))
+			rc = reread(c, ref, secret); /* AlreadyExists: the cache is behind */
+	} else {
+		const char *type = json_string_value(json_object_get(*secret, "type"));
+		if (!type || strcmp(type, TLS_TYPE) != 0 || json_is_true(json_object_get(*secret, "immutable"))) {
+			/* type is immutable, and so is the data of an immutable Secret */
+			sg_log(SG_LOG_WARN, "istiodcert: replacing a Secret of the wrong type or immutable",
+			       SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name), SG_F_STR("type", type),
+			       SG_F_END);
+			rc = sg_kube_delete(c->kube, ref, NULL);
+			if (rc == SG_OK || rc == SG_ENOTFOUND) {
+				pthread_mutex_lock(&c->mu);
+				c->stats.recreates++;
+				pthread_mutex_unlock(&c->mu);
+				json_decref(*secret);
+				*secret = NULL;
+				rc = SG_OK;
+			}
+			return rc;
+		}
+		json_t *body = desired_update(c, *secret, ca_b64);
+		if (!body)
+			return reread(c, ref, secret);
+		rc = sg_kube_update(c->kube, ref, body, answer);
+		json_decref(body);
+		if (rc == SG_OK)
+			*out = OUT_UPDATED;
+		else if (conflict(rc) || rc == SG_ENOTFOUND)
+			rc = reread(c, ref, secret);
+	}
+	if (rc == SG_OK && *out != OUT_NONE && c->announce) {
+		c->announce = false;
+		announce(c, written);
+	}
+	json_decref(written);
+	return rc;
+}
+
+static int write_secret(sg_istiodcert *c, const json_t *root)
+{
+	char *ca_b64 = NULL;
+	SG_TRY(b64_encode(json_string_value(root), json_string_length(root), &ca_b64));
+	sg_kube_ref ref = {.version = "v1", .resource = "secrets", .ns = c->ns, .name = c->name};
+	json_t *secret = sg_kube_informer_get(c->inf, c->ns, c->name);
+	outcome out = OUT_NONE;
+	int rc = SG_OK;
+	for (int attempt = 0; attempt < WRITE_ATTEMPTS && out == OUT_NONE; attempt++) {
+		if (secret && matches(c, secret, ca_b64)) {
+			out = OUT_UNCHANGED;
+			break;
+		}
+		if (stopping(c))
+			break;
+		rc = write_once(c, &ref, &secret, ca_b64, &out);
+		if (rc < 0)
+			break;
+	}
+	json_decref(secret);
+	free(ca_b64);
+	if (rc == SG_OK && out == OUT_NONE && !stopping(c))
+		rc = sg_error_set(SG_EBUSY, "istiodcert: %s/%s kept changing under us (%d attempts)", c->ns, c->name,
+		                  WRITE_ATTEMPTS);
+	if (rc < 0 || out == OUT_NONE)
+		return rc;
+	pthread_mutex_lock(&c->mu);
+	uint64_t *n = out == OUT_CREATED   ? &c->stats.creates
+	              : out == OUT_UPDATED ? &c->stats.updates
+	                                   : &c->stats.unchanged;
+	(*n)++;
+	pthread_mutex_unlock(&c->mu);
+	if (out != OUT_UNCHANGED)
+		sg_log(SG_LOG_INFO, out == OUT_CREATED ? "istiodcert: Secret created" : "istiodcert: Secret updated",
+		       SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name), SG_F_STR("serial", c->cur.serial),
+		       SG_F_END);
+	return SG_OK;
+}
+
+/* ---- the controller thread ---- */
+
+static int sync_once(sg_istiodcert *c, const json_t *root, bool root_changed)
+{
+	if (stopping(c))
+		return SG_OK;
+	int64_t now = sg_wall_seconds();
+	if (root_changed && c->cur.chain && !chains_to(c->cur.chain, strlen(c->cur.chain), root)) {
+		sg_log(SG_LOG_INFO, "istiodcert: the certificate does not chain to the new root bundle; re-issuing",
+		       SG_F_STR("serial", c->cur.serial), SG_F_END);
+		material_free(&c->cur);
+		publish(c);
+	}
+	int issued = SG_OK;
+	sg_error issue_err = {0};
+	if (!c->cur.chain || now >= due_at(c, &c->cur, true)) {
+		issued = issue(c, now);
+		if (issued < 0 && (!c->cur.chain || now >= c->cur.not_after))
+			return issued; /* nothing valid to write */
+		if (issued < 0)
+			sg_error_save(&issue_err); /* keep the still-valid one in place; retry soon */
+	}
+	int rc = write_secret(c, root);
+	if (issued < 0 && rc == SG_OK) {
+		sg_error_restore(&issue_err);
+		return issued;
+	}
+	return rc;
+}
+
+/* Adopts the Secret's certificate when it is one we would have issued. */
+static void adopt(sg_istiodcert *c)
+{
+	pthread_mutex_lock(&c->mu);
+	json_t *root = json_incref(c->root);
+	pthread_mutex_unlock(&c->mu);
+	json_t *secret = sg_kube_informer_get(c->inf, c->ns, c->name);
+	material m;
+	if (secret && adoptable(c, secret, root, sg_wall_seconds(), &m)) {
+		if (c->cur.chain_b64 && strcmp(c->cur.chain_b64, m.chain_b64) == 0) {
+			material_free(&m); /* what we wrote last time we led */
+		} else {
+			material_free(&c->cur);
+			c->cur = m;
+			c->announce = false;
+			pthread_mutex_lock(&c->mu);
+			c->stats.adopted++;
+			pthread_mutex_unlock(&c->mu);
+			publish(c);
+			sg_log(SG_LOG_INFO, "istiodcert: adopted the certificate in the Secret",
+			       SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name),
+			       SG_F_STR("serial", c->cur.serial), SG_F_INT("not_after", c->cur.not_after), SG_F_END);
+		}
+	}
+	json_decref(secret);
+	json_decref(root);
+}
+
+static bool wait_synced(sg_istiodcert *c)
+{
+	while (!stopping(c))
+		if (sg_kube_informer_wait_synced(c->inf, SYNC_POLL_MS) == SG_OK)
+			return true;
+	return false;
+}
+
+/* The monotonic time of the next sync after a success: the renewal time,
+ * but at least every WAKE_MAX_MS (the wall clock may jump). */
+static uint64_t next_wake(const sg_istiodcert *c)
+{
+	uint64_t now = sg_now_ns();
+	int64_t left = c->cur.chain ? due_at(c, &c->cur, true) - sg_wall_seconds() : 0;
+	uint64_t ms = left <= 0 ? 0 : (uint64_t)left * 1000u;
+	return now + (ms > WAKE_MAX_MS ? WAKE_MAX_MS : ms) * 1000000ull;
+}
+
+static uint64_t backoff_ns(unsigned failures)
+{
+	uint64_t ms = BACKOFF_FIRST_MS;
+	for (unsigned i = 1; i < failures && ms < BACKOFF_MAX_MS; i++)
+		ms *= 2;
+	return (ms > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms) * 1000000ull;
+}
+
+static void *run(void *arg)
+{
+	sg_istiodcert *c = arg;
+	if (!wait_synced(c))
+		return NULL;
+	adopt(c);
+	uint64_t next = 0;
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		while (!stopping(c) && !c->dirty && !c->root_changed && sg_now_ns() < next) {
+			struct timespec ts = {.tv_sec = (time_t)(next / 1000000000u),
+			                      .tv_nsec = (long)(next % 1000000000u)};
+			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+		}
+		if (stopping(c)) {
+			pthread_mutex_unlock(&c->mu);
+			break;
+		}
+		c->dirty = false;
+		bool root_changed = c->root_changed;
+		c->root_changed = false;
+		json_t *root = json_incref(c->root);
+		pthread_mutex_unlock(&c->mu);
+
+		int rc = sync_once(c, root, root_changed);
+		json_decref(root);
+		if (stopping(c))
+			break;
+		if (rc < 0) {
+			uint64_t delay = backoff_ns(++c->failures);
+			next = sg_now_ns() + delay;
+			pthread_mutex_lock(&c->mu);
+			c->stats.errors++;
+			pthread_mutex_unlock(&c->mu);
+			sg_log(SG_LOG_WARN, "istiodcert: sync failed; retrying", SG_F_STR("namespace", c->ns),
+			       SG_F_STR("secret", c->name), SG_F_STR("error", sg_error_last()->msg),
+			       SG_F_INT("retry_ms", delay / 1000000u), SG_F_END);
+		} else {
+			c->failures = 0;
+			next = next_wake(c);
+		}
+	}
+	return NULL;
+}
+
+static void mark_dirty(sg_istiodcert *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->dirty = true;
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void on_add(json_t *obj, void *arg)
+{
+	(void)obj;
+	mark_dirty(arg);
+}
+
+static void on_update(json_t *old_obj, json_t *new_obj, void *arg)
+{
+	(void)old_obj, (void)new_obj;
+	mark_dirty(arg);
+}
+
+static void on_delete(json_t *obj, void *arg)
+{
+	(void)obj;
+	mark_dirty(arg);
+}
+
+/* ---- options ---- */
+
+static bool lower_alnum(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
+}
+
+/* A DNS-1123 label: [a-z0-9-], alphanumeric at both ends, 1..63 bytes. */
+static bool dns_label_ok(const char *s, size_t n)
+{
+	if (n == 0 || n > 63 || !lower_alnum(s[0]) || !lower_alnum(s[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!lower_alnum(s[i]) && s[i] != '-')
+			return false;
+	return true;
+}
+
+/* A DNS name of labels as above, at most 253 bytes: a Kubernetes object
+ * name (DNS-1123 subdomain), or with fold (DNS ignores case) and wildcard
+ * ("*." in front) a certificate's DNS name. */
+static bool dns_name_ok(const char *s, bool fold, bool wildcard)
+{
+	if (wildcard && strncmp(s, "*.", 2) == 0)
+		s += 2;
+	size_t n = strlen(s);
+	if (n == 0 || n > 253)
+		return false;
+	char low[254];
+	for (size_t i = 0; i <= n; i++)
+		low[i] = (char)(fold && s[i] >= 'A' && s[i] <= 'Z' ? s[i] - 'A' + 'a' : s[i]);
+	for (const char *p = low; *p;) {
+		const char *dot = strchr(p, '.');
+		size_t len = dot ? (size_t)(dot - p) : strlen(p);
+		if (!dns_label_ok(p, len))
+			return false;
+		p += len;
+		if (*p == '.' && !*++p)
+			return false; /* no trailing dot */
+	}
+	return true;
+}
+
+static bool trust_domain_ok(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 255)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!lower_alnum(s[i]) && s[i] != '.' && s[i] != '-' && s[i] != '_')
+			return false;
+	return true;
+}
+
+static int add_dns(sg_istiodcert *c, const char *name)
+{
+	for (size_t i = 0; i < c->ndns; i++)
+		if (strcmp(c->dns[i], name) == 0)
+			return SG_OK;
+	SG_ENSURE(c->ndns < MAX_DNS, SG_EINVAL, "istiodcert: more than %d DNS names", MAX_DNS);
+	c->dns[c->ndns] = strdup(name);
+	SG_ENSURE(c->dns[c->ndns], SG_EINTERNAL, "istiodcert: out of memory");
+	c->ndns++;
+	return SG_OK;
+}
+
+typedef int (*item_fn)(sg_istiodcert *c, const char *item);
+
+/* Calls fn for each non-empty, space-trimmed item of a comma-separated
+ * list. */
+static int each_item(sg_istiodcert *c, const char *csv, const char *what, item_fn fn)
+{
+	for (const char *p = csv ? csv : ""; *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		const char *q = p;
+		size_t n = len;
+		while (n && (*q == ' ' || *q == '\t'))
+			q++, n--;
+		while (n && (q[n - 1] == ' ' || q[n - 1] == '\t'))
+			n--;
+		char item[256];
+		SG_ENSURE(n < sizeof(item), SG_EINVAL, "istiodcert: %s: an item is longer than 253 bytes", what);
+		memcpy(item, q, n);
+		item[n] = 0;
+		if (n)
+			SG_TRY(fn(c, item));
+		p += len;
+		if (*p == ',')
+			p++;
+	}
+	return SG_OK;
+}
+
+static int add_revision(sg_istiodcert *c, const char *rev)
+{
+	if (strcmp(rev, "default") == 0)
+		return SG_OK;
+	char name[320];
+	snprintf(name, sizeof(name), "istiod-%s.%s.svc", rev, c->ns);
+	SG_ENSURE(dns_label_ok(rev, strlen(rev)) && strlen(rev) <= 63 - strlen("istiod-") &&
+	              dns_name_ok(name, false, false),
+	          SG_EINVAL, "istiodcert: revision \"%.64s\" does not make a DNS name (istiod-<rev>.<ns>.svc)", rev);
+	return add_dns(c, name);
+}
+
+static int add_additional(sg_istiodcert *c, const char *name)
+{
+	SG_ENSURE(dns_name_ok(name, true, true), SG_EINVAL, "istiodcert: \"%.253s\" is not a DNS name", name);
+	return add_dns(c, name);
+}
+
+static int copy_str(const char *s, char **out)
+{
+	*out = strdup(s);
+	SG_ENSURE(*out, SG_EINTERNAL, "istiodcert: out of memory");
+	return SG_OK;
+}
+
+static int check_key(sg_istiodcert *c, const sg_istiodcert_options *o)
+{
+	c->alg = o->key_algorithm;
+	switch (o->key_algorithm) {
+	case SG_ISTIODCERT_RSA:
+		c->bits = o->key_size ? o->key_size : 2048;
+		SG_ENSURE(c->bits >= 2048 && c->bits <= 8192, SG_EINVAL,
+		          "istiodcert: RSA key size %u out of range (2048..8192)", c->bits);
+		return SG_OK;
+	case SG_ISTIODCERT_ECDSA:
+		c->bits = o->key_size ? o->key_size : 256;
+		SG_ENSURE(c->bits == 256 || c->bits == 384, SG_EINVAL, "istiodcert: ECDSA key size %u (256 or 384)",
+		          c->bits);
+		return SG_OK;
+	}
+	SG_BAIL(SG_EINVAL, "istiodcert: unknown key algorithm %d", (int)o->key_algorithm);
+}
+
+static int check_root(const char *pem, size_t len, json_t **out)
+{
+	SG_ENSURE(pem && len > 0 && len <= SG_ISTIODCERT_ROOT_MAX, SG_EINVAL,
+	          "istiodcert: the root bundle must be 1..%u bytes", SG_ISTIODCERT_ROOT_MAX);
+	SG_ENSURE(!memchr(pem, 0, len), SG_EINVAL, "istiodcert: the root bundle holds a NUL byte");
+	cert_list *sk = read_certs(pem, len);
+	bool ok = sk && sk_X509_num(sk) > 0;
+	sk_X509_pop_free(sk, X509_free);
+	SG_ENSURE(ok, SG_EINVAL, "istiodcert: the root bundle holds no PEM certificate");
+	*out = json_stringn(pem, len);
+	SG_ENSURE(*out, SG_EINVAL, "istiodcert: the root bundle is not UTF-8 text");
+	return SG_OK;
+}
+
+static int init(sg_istiodcert *c, const sg_istiodcert_options *o, const char *root_pem, size_t len)
+{
+	SG_ENSURE(o->kube && o->pool, SG_EINVAL, "istiodcert: needs a Kubernetes client and a signer pool");
+	c->kube = o->kube;
+	c->pool = o->pool;
+	const char *ns = o->ns ? o->ns : SG_ISTIODCERT_NAMESPACE;
+	const char *name = o->secret_name ? o->secret_name : SG_ISTIODCERT_SECRET;
+	const char *td = o->trust_domain ? o->trust_domain : SG_ISTIODCERT_TRUST_DOMAIN;
+	SG_ENSURE(dns_label_ok(ns, strlen(ns)), SG_EINVAL, "istiodcert: invalid namespace \"%.64s\"", ns);
+	SG_ENSURE(dns_name_ok(name, false, false), SG_EINVAL, "istiodcert: invalid Secret name \"%.253s\"", name);
+	SG_ENSURE(trust_domain_ok(td), SG_EINVAL, "istiodcert: invalid trust domain \"%.255s\"", td);
+	c->duration = o->duration ? o->duration : SG_ISTIODCERT_DURATION;
+	SG_ENSURE(c->duration >= SG_ISTIODCERT_DURATION_MIN && c->duration <= SG_ISTIODCERT_DURATION_MAX, SG_EINVAL,
+	          "istiodcert: duration %lld s out of range (%d..%lld)", (long long)c->duration,
+	          SG_ISTIODCERT_DURATION_MIN, (long long)SG_ISTIODCERT_DURATION_MAX);
+	c->renew_before = o->renew_before;
+	SG_ENSURE(c->renew_before >= 0 && c->duration - c->renew_before >= SG_ISTIODCERT_MIN_REISSUE, SG_EINVAL,
+	          "istiodcert: renew-before %lld s must be less than the duration %lld s by %d s at least",
+	          (long long)c->renew_before, (long long)c->duration, SG_ISTIODCERT_MIN_REISSUE);
+	SG_TRY(check_key(c, o));
+	SG_TRY(check_root(root_pem, len, &c->root));
+	SG_TRY(copy_str(ns, &c->ns));
+	SG_TRY(copy_str(name, &c->name));
+
+	char buf[600];
+	snprintf(buf, sizeof(buf), "istiod.%s.svc", ns);
+	SG_TRY(add_dns(c, buf));
+	if (strlen(buf) <= CN_MAX) /* longer names live in the SAN only */
+		SG_TRY(copy_str(buf, &c->cn));
+	SG_TRY(each_item(c, o->revisions, "revisions", add_revision));
+	SG_TRY(each_item(c, o->additional_dns_names, "additional DNS names", add_additional));
+	snprintf(buf, sizeof(buf), "spiffe://%s/ns/%s/sa/%s", td, ns, SG_ISTIODCERT_SERVICE_ACCOUNT);
+	SG_TRY(copy_str(buf, &c->uri));
+	snprintf(buf, sizeof(buf), "metadata.name=%s", name);
+	SG_TRY(copy_str(buf, &c->field_selector));
+	size_t total = 1;
+	for (size_t i = 0; i < c->ndns; i++)
+		total += strlen(c->dns[i]) + 1;
+	c->dns_list = calloc(1, total);
+	SG_ENSURE(c->dns_list, SG_EINTERNAL, "istiodcert: out of memory");
+	for (size_t i = 0; i < c->ndns; i++) {
+		if (i)
+			strcat(c->dns_list, ",");
+		strcat(c->dns_list, c->dns[i]);
+	}
+	return SG_OK;
+}
+
+/* ---- life cycle ---- */
+
+int sg_istiodcert_new(sg_istiodcert **out, const sg_istiodcert_options *o, const char *root_pem, size_t len)
+{
+	*out = NULL;
+	SG_ENSURE(o, SG_EINVAL, "istiodcert: no options");
+	sg_istiodcert *c = calloc(1, sizeof(*c));
+	SG_ENSURE(c, SG_EINTERNAL, "istiodcert: out of memory");
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_init(&c->life, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->cv, &ca);
+	pthread_condattr_destroy(&ca);
+	int rc = init(c, o, root_pem, len);
+	if (rc < 0) {
+		sg_istiodcert_free(c);
+		return rc;
+	}
+	*out = c;
+	return SG_OK;
+}
+
+int sg_istiodcert_start(sg_istiodcert *c)
+{
+	pthread_mutex_lock(&c->life);
+	int rc = SG_OK;
+	if (c->running)
+		goto unlock;
+	atomic_store(&c->stop, false);
+	pthread_mutex_lock(&c->mu);
+	c->dirty = false;
+	c->root_changed = true; /* the bundle may have changed while we were stopped: check the chain once */
+	pthread_mutex_unlock(&c->mu);
+	c->failures = 0;
+	sg_kube_ref secrets = {.version = "v1", .resource = "secrets", .ns = c->ns};
+	sg_kube_informer_opts io = {.field_selector = c->field_selector};
+	sg_kube_handlers h = {on_add, on_update, on_delete, c};
+	SG_TRY_GOTO(rc, sg_kube_informer_new(&c->inf, c->kube, &secrets, &io, &h), fail);
+	SG_TRY_GOTO(rc, sg_kube_informer_start(c->inf), fail);
+	SG_ENSURE_GOTO(rc, pthread_create(&c->th, NULL, run, c) == 0, fail, SG_EINTERNAL,
+	               "istiodcert: cannot start the controller thread");
+	c->running = true;
+	sg_log(SG_LOG_INFO, "istiodcert: started", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name),
+	       SG_F_STR("dns", c->dns_list), SG_F_STR("uri", c->uri), SG_F_END);
+	goto unlock;
+fail:
+	atomic_store(&c->stop, true);
+	sg_kube_informer_free(c->inf);
+	c->inf = NULL;
+unlock:
+	pthread_mutex_unlock(&c->life);
+	return rc;
+}
+
+void sg_istiodcert_stop(sg_istiodcert *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->life);
+	if (!c->running)
+		goto unlock;
+	pthread_mutex_lock(&c->mu);
+	atomic_store(&c->stop, true);
+	pthread_cond_broadcast(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+	pthread_join(c->th, NULL); /* first: once it is joined, nothing of ours writes */
+	sg_kube_informer_free(c->inf);
+	c->inf = NULL;
+	c->running = false;
+	sg_log(SG_LOG_INFO, "istiodcert: stopped", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name), SG_F_END);
+unlock:
+	pthread_mutex_unlock(&c->life);
+}
+
+int sg_istiodcert_set_root(sg_istiodcert *c, const char *root_pem, size_t len)
+{
+	json_t *root = NULL;
+	SG_TRY(check_root(root_pem, len, &root));
+	pthread_mutex_lock(&c->mu);
+	bool changed = !json_equal(root, c->root);
+	if (changed) {
+		json_decref(c->root);
+		c->root = root;
+		root = NULL;
+		c->root_changed = true;
+		pthread_cond_broadcast(&c->cv);
+	}
+	pthread_mutex_unlock(&c->mu);
+	json_decref(root);
+	if (changed)
+		sg_log(SG_LOG_INFO, "istiodcert: root bundle changed", SG_F_STR("namespace", c->ns),
+		       SG_F_STR("secret", c->name), SG_F_END);
+	return SG_OK;
+}
+
+void sg_istiodcert_stats_get(sg_istiodcert *c, sg_istiodcert_stats *out)
+{
+	pthread_mutex_lock(&c->mu);
+	*out = c->stats;
+	pthread_mutex_unlock(&c->mu);
+}
+
+void sg_istiodcert_free(sg_istiodcert *c)
+{
+	if (!c)
+		return;
+	sg_istiodcert_stop(c);
+	material_free(&c->cur);
+	json_decref(c->root);
+	free(c->ns);
+	free(c->name);
+	free(c->cn);
+	free(c->uri);
+	free(c->field_selector);
+	free(c->dns_list);
+	for (size_t i = 0; i < c->ndns; i++)
+		free(c->dns[i]);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
+	pthread_mutex_destroy(&c->life);
+	free(c);
+}

@@ -1,0 +1,104 @@
+/*
+ * sg_rootdist: the root-bundle distributor. Keeps ConfigMap
+ * istio-ca-root-cert (data key root-cert.pem, label istio.io/config=true)
+ * in every selected namespace equal to the mesh's root bundle, as
+ * istio-csr's namespace controller does; sidecars and istiod read it to
+ * trust the mesh CA. Leader-only: the daemon starts it when it takes the
+ * Lease and stops it when it loses it.
+ *
+ * What it writes, per selected namespace that exists and is not
+ * Terminating:
+ *   - no ConfigMap: one is created with {labels: {istio.io/config: "true"},
+ *     data: {root-cert.pem: <bundle>}};
+ *   - a ConfigMap that differs: its data is reset to exactly that one key
+ *     (extra data and binaryData keys are removed), the label is set, and
+ *     it is replaced with a PUT carrying the resourceVersion read; every
+ *     other label, annotation and field a user set is kept. An immutable
+ *     ConfigMap whose data is wrong is deleted and created again.
+ *   - a ConfigMap that already matches: nothing, ever. Our own writes come
+ *     back as watch events and find nothing to do, so nothing loops
+ *     (istio-csr #161).
+ * ConfigMaps in namespaces that stop matching are left alone (not deleted,
+ * no longer updated), as istio-csr does.
+ *
+ * Threads (between start and stop): two informers (namespaces matching the
+ * selector, ConfigMaps with the name in all namespaces), each with its own
+ * thread, and one worker thread that reconciles namespaces from a
+ * deduplicated queue. Failures are retried per namespace after 1 s,
+ * doubling to 30 s; while the API server does not answer at all, the
+ * worker also pauses as a whole (same steps), and failure warnings are
+ * logged at most once a second.
+ *
+ * Kubernetes RBAC the client needs: namespaces get/list/watch; configmaps
+ * get/list/watch/create/update/delete in every namespace.
+ */
+#ifndef SG_ROOTDIST_H
+#define SG_ROOTDIST_H
+
+#include "sg_error.h"
+#include "sg_kube.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SG_ROOTDIST_NAME "istio-ca-root-cert"
+#define SG_ROOTDIST_KEY "root-cert.pem"
+#define SG_ROOTDIST_LABEL "istio.io/config"
+#define SG_ROOTDIST_ROOT_MAX (512u << 10) /* bundle bytes (a ConfigMap holds at most 1 MiB) */
+#define SG_ROOTDIST_SELECTOR_MAX 4096
+
+typedef struct sg_rootdist sg_rootdist;
+
+typedef struct sg_rootdist_options {
+	sg_kube *kube;                  /* borrowed; must outlive the distributor */
+	const char *namespace_selector; /* Kubernetes label selector; NULL or "": every namespace */
+	const char *name;               /* NULL: SG_ROOTDIST_NAME */
+	const char *key;                /* NULL: SG_ROOTDIST_KEY */
+} sg_rootdist_options;
+
+typedef struct sg_rootdist_stats {
+	uint64_t creates;    /* ConfigMaps created (an immutable one re-created counts here) */
+	uint64_t updates;    /* ConfigMaps replaced (PUT) */
+	uint64_t unchanged;  /* reconciles that found the ConfigMap correct */
+	uint64_t skipped;    /* namespaces not selected, gone or Terminating */
+	uint64_t rereads;    /* live GETs after a 409 (stale cache) or a vanished object */
+	uint64_t errors;     /* failed reconciles (each retried with backoff) */
+	uint64_t namespaces; /* selected namespaces known to the running informer */
+	uint64_t queued;     /* namespaces waiting, including those backing off */
+} sg_rootdist_stats;
+
+/* Creates a stopped distributor for the root bundle root_pem (len bytes of
+ * PEM holding at least one certificate; copied). The selector is checked
+ * against the Kubernetes label-selector grammar (key, !key, key=v, key==v,
+ * key!=v, key in (..), key notin (..), key>n, key<n, comma-separated):
+ * SG_EINVAL names what is wrong. Strings are copied. Caller frees with
+ * sg_rootdist_free. */
+SG_API int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char *root_pem,
+                           size_t len) SG_MUST_CHECK;
+
+/* Starts the informers and the worker (call it when this process leads).
+ * Every start begins from a fresh LIST, then reconciles every selected
+ * namespace once and follows events. Returns at once (it does not wait for
+ * the API server); SG_OK when already running. */
+SG_API int sg_rootdist_start(sg_rootdist *r) SG_MUST_CHECK;
+
+/* Stops (leadership lost, or shutdown): the worker makes no write after it
+ * has seen the stop, the call waits for the worker (at most the one request
+ * in flight, bounded by the client's request timeout) and for the
+ * informers (about a second each), and drops the queue and the caches.
+ * When it returns, this module makes no more API calls. Safe when not
+ * running; may be followed by another start. */
+SG_API void sg_rootdist_stop(sg_rootdist *r);
+
+/* Replaces the root bundle (copied; same rules as for new). When it
+ * differs from the current one and the distributor runs, every selected
+ * namespace is reconciled again. Any thread. */
+SG_API int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len) SG_MUST_CHECK;
+
+/* Counters since sg_rootdist_new (namespaces and queued: now). Any thread. */
+SG_API void sg_rootdist_stats_get(sg_rootdist *r, sg_rootdist_stats *out);
+
+/* Stops and frees; accepts NULL. */
+SG_API void sg_rootdist_free(sg_rootdist *r);
+
+#endif

@@ -1,0 +1,695 @@
+/*
+ * sg_istiodcert against a real kube-apiserver and a real CA (SoftHSM2
+ * token made by signetctl init, signer pool through sg_appliance): the
+ * Secret appears with a chain that OpenSSL verifies for TLS serving, the
+ * names istio-csr gives istiod, a key that matches the certificate and the
+ * root bundle in ca.crt; nothing is written once it matches (no loop);
+ * deletion and edits are repaired without re-issuing, a Secret of the
+ * wrong type or an immutable one is replaced; stop means no writes and a
+ * later start repairs; a new leader adopts a valid certificate instead of
+ * issuing; root bundle changes rewrite ca.crt and re-issue only when the
+ * chain breaks; a short-lived certificate is renewed when due, and only
+ * then.
+ */
+#include "sg_istiodcert.h"
+
+#include "sg_clock.h"
+#include "sg_log.h"
+#include "sg_test.h"
+#include "signer/ca_fixture.h"
+#include "test_kube_env.h"
+
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NS "istio-system"
+#define SECRET "istiod-tls"
+#define TD "cluster.local"
+#define URI "spiffe://" TD "/ns/" NS "/sa/istiod-service-account"
+
+static sg_kube *k;
+static fixture fx;
+static sg_appliance *app;
+static char *root;    /* the CA's root bundle */
+static char *foreign; /* an unrelated self-signed root */
+static sg_istiodcert *ic;
+
+/* The DNS names the main instance must put in its certificate. */
+static const char *const want_dns[] = {"istiod.istio-system.svc", "istiod-canary.istio-system.svc",
+                                       "istiod.example.com", "Extra.Example.org"};
+
+/* ---- fixtures ---- */
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char *buf = calloc(1, 1 << 20);
+	size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+	fclose(f);
+	if (buf)
+		buf[n] = 0;
+	return buf;
+}
+
+static char *make_root(const char *cn)
+{
+	EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	X509 *x = X509_new();
+	X509_set_version(x, 2);
+	ASN1_INTEGER_set(X509_get_serialNumber(x), 7);
+	X509_gmtime_adj(X509_getm_notBefore(x), 0);
+	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
+	X509_NAME *n = X509_get_subject_name(x);
+	X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
+	X509_set_issuer_name(x, n);
+	X509_set_pubkey(x, key);
+	X509_sign(x, key, EVP_sha256());
+	BIO *b = BIO_new(BIO_s_mem());
+	PEM_write_bio_X509(b, x);
+	char *p;
+	long len = BIO_get_mem_data(b, &p);
+	char *out = strndup(p, (size_t)len);
+	BIO_free(b);
+	X509_free(x);
+	EVP_PKEY_free(key);
+	return out;
+}
+
+static sg_kube_ref secret_ref(const char *name)
+{
+	return (sg_kube_ref){.version = "v1", .resource = "secrets", .ns = NS, .name = name};
+}
+
+static json_t *secret_get(const char *name)
+{
+	sg_kube_ref ref = secret_ref(name);
+	json_t *s = NULL;
+	int rc = sg_kube_get(k, &ref, &s);
+	if (rc != SG_OK && rc != SG_ENOTFOUND)
+		fprintf(stderr, "GET secret %s: %s\n", name, sg_error_last()->msg);
+	return s;
+}
+
+static void secret_patch(const char *name, json_t *patch)
+{
+	sg_kube_ref ref = secret_ref(name);
+	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
+	json_decref(patch);
+}
+
+static void secret_delete(const char *name)
+{
+	sg_kube_ref ref = secret_ref(name);
+	SG_CHECK_OK(sg_kube_delete(k, &ref, NULL));
+}
+
+static char *b64(const char *s)
+{
+	size_t n = strlen(s);
+	char *out = malloc(4 * ((n + 2) / 3) + 1);
+	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
+	return out;
+}
+
+/* data[key] decoded (caller frees), or NULL. */
+static char *data_get(const json_t *secret, const char *key)
+{
+	const char *v = json_string_value(json_object_get(json_object_get(secret, "data"), key));
+	size_t n = v ? strlen(v) : 0;
+	if (!v || n == 0 || n % 4)
+		return NULL;
+	unsigned char *out = malloc(n / 4 * 3 + 1);
+	int got = EVP_DecodeBlock(out, (const unsigned char *)v, (int)n);
+	if (got < 0) {
+		free(out);
+		return NULL;
+	}
+	got -= (v[n - 1] == '=') + (v[n - 2] == '=');
+	out[got] = 0;
+	return (char *)out;
+}
+
+static STACK_OF(X509) * certs_of(const char *pem)
+{
+	STACK_OF(X509) *sk = sk_X509_new_null();
+	BIO *b = BIO_new_mem_buf(pem, -1);
+	X509 *x;
+	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
+		sk_X509_push(sk, x);
+	ERR_clear_error();
+	BIO_free(b);
+	return sk;
+}
+
+static int64_t asn1_time(const ASN1_TIME *t)
+{
+	int days = 0, secs = 0;
+	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
+	ASN1_TIME_diff(&days, &secs, epoch, t);
+	ASN1_TIME_free(epoch);
+	return (int64_t)days * 86400 + secs;
+}
+
+typedef struct expect {
+	const char *const *dns;
+	size_t ndns;
+	int key_type; /* EVP_PKEY_RSA or EVP_PKEY_EC */
+	int bits;
+	int64_t duration;
+	const char *ca; /* expected ca.crt */
+} expect;
+
+/* Checks a Secret the way istiod will use it; returns the leaf's serial
+ * (lower-case hex; caller frees) or NULL when anything is wrong. */
+static char *check_secret(const json_t *s, const expect *e)
+{
+	bool ok = true;
+	const char *type = json_string_value(json_object_get(s, "type"));
+	ok &= type && strcmp(type, "kubernetes.io/tls") == 0;
+	char *crt = data_get(s, "tls.crt"), *key = data_get(s, "tls.key"), *ca = data_get(s, "ca.crt");
+	ok &= crt && key && ca && strcmp(ca, e->ca) == 0;
+	STACK_OF(X509) *chain = crt ? certs_of(crt) : NULL;
+	X509 *leaf = chain && sk_X509_num(chain) > 0 ? sk_X509_shift(chain) : NULL;
+	ok &= leaf != NULL;
+	/* The chain verifies for TLS serving against the CA's root file. */
+	X509_STORE *st = X509_STORE_new();
+	X509_STORE_load_file(st, fx.root);
+	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	if (leaf) {
+		X509_STORE_CTX_init(ctx, st, leaf, chain);
+		X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
+		int v = X509_verify_cert(ctx);
+		if (v != 1)
+			fprintf(stderr, "verify: %s\n", X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx)));
+		ok &= v == 1;
+	}
+	/* The key is the certificate's, of the configured type and size. */
+	BIO *kb = key ? BIO_new_mem_buf(key, -1) : NULL;
+	EVP_PKEY *pk = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
+	ok &= pk && leaf && X509_check_private_key(leaf, pk) == 1;
+	ok &= pk && EVP_PKEY_get_base_id(pk) == e->key_type && EVP_PKEY_get_bits(pk) == e->bits;
+	/* Names: CN, DNS SANs (any order), one URI SAN, nothing else. */
+	char cn[128] = "";
+	if (leaf)
+		X509_NAME_get_text_by_NID(X509_get_subject_name(leaf), NID_commonName, cn, sizeof(cn));
+	ok &= strcmp(cn, "istiod." NS ".svc") == 0;
+	GENERAL_NAMES *gens = leaf ? X509_get_ext_d2i(leaf, NID_subject_alt_name, NULL, NULL) : NULL;
+	size_t dns = 0, uris = 0, other = 0;
+	for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+		GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+		if (g->type == GEN_DNS) {
+			const char *v = (const char *)ASN1_STRING_get0_data(g->d.dNSName);
+			bool known = false;
+			for (size_t d = 0; d < e->ndns; d++)
+				known |= strcmp(v, e->dns[d]) == 0;
+			if (!known)
+				fprintf(stderr, "unexpected DNS SAN %s\n", v);
+			ok &= known;
+			dns++;
+		} else if (g->type == GEN_URI) {
+			ok &= strcmp((const char *)ASN1_STRING_get0_data(g->d.uniformResourceIdentifier), URI) == 0;
+			uris++;
+		} else {
+			other++;
+		}
+	}
+	GENERAL_NAMES_free(gens);
+	ok &= dns == e->ndns && uris == 1 && other == 0;
+	/* Usages for serving (and istio's client side). */
+	ok &= leaf && (X509_get_extended_key_usage(leaf) & (XKU_SSL_SERVER | XKU_SSL_CLIENT)) ==
+	                  (XKU_SSL_SERVER | XKU_SSL_CLIENT);
+	ok &= leaf && !X509_check_ca(leaf);
+	int64_t life = leaf ? asn1_time(X509_get0_notAfter(leaf)) - asn1_time(X509_get0_notBefore(leaf)) : 0;
+	ok &= life == e->duration;
+	char *serial = NULL;
+	if (ok) {
+		BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(leaf), NULL);
+		char *h = BN_bn2hex(bn);
+		serial = strdup(h);
+		for (char *p = serial; *p; p++)
+			*p = (char)(*p >= 'A' && *p <= 'F' ? *p - 'A' + 'a' : *p);
+		OPENSSL_free(h);
+		BN_free(bn);
+	}
+	EVP_PKEY_free(pk);
+	BIO_free(kb);
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(st);
+	X509_free(leaf);
+	sk_X509_pop_free(chain, X509_free);
+	free(crt);
+	free(key);
+	free(ca);
+	ERR_clear_error();
+	return serial;
+}
+
+static expect main_expect(void)
+{
+	return (expect){want_dns, 4, EVP_PKEY_RSA, 2048, 3600, root};
+}
+
+/* Waits until the Secret passes check_secret; returns the serial. */
+static char *wait_valid(const char *name, const expect *e, unsigned ms)
+{
+	uint64_t deadline = sg_now_ns() + (uint64_t)ms * 1000000u;
+	for (;;) {
+		json_t *s = secret_get(name);
+		char *serial = s ? check_secret(s, e) : NULL;
+		json_decref(s);
+		if (serial)
+			return serial;
+		if (sg_now_ns() > deadline) {
+			fprintf(stderr, "secret %s not valid within %u ms\n", name, ms);
+			return NULL;
+		}
+		sg_sleep_ms(50);
+	}
+}
+
+static char *secret_rv(const char *name)
+{
+	json_t *s = secret_get(name);
+	const char *rv = sg_kube_meta_str(s, "resourceVersion");
+	char *out = strdup(rv ? rv : "");
+	json_decref(s);
+	return out;
+}
+
+static sg_istiodcert_stats stats_of(sg_istiodcert *c)
+{
+	sg_istiodcert_stats s;
+	sg_istiodcert_stats_get(c, &s);
+	return s;
+}
+
+static uint64_t writes(sg_istiodcert_stats s)
+{
+	return s.creates + s.updates + s.recreates;
+}
+
+static sg_istiodcert_options main_options(void)
+{
+	return (sg_istiodcert_options){
+	    .kube = k,
+	    .pool = sg_appliance_pool(app),
+	    .revisions = "default, canary",
+	    .additional_dns_names = "istiod.example.com,Extra.Example.org, istiod.example.com",
+	};
+}
+
+/* Lets events arrive and be handled. */
+static void settle(void)
+{
+	sg_sleep_ms(1500);
+}
+
+/* ---- tests ---- */
+
+static void t_start(void)
+{
+	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
+	if (!kube_env_start()) {
+		fprintf(stderr, "no API server\n");
+		exit(1);
+	}
+	k = kube_env_client(-1, 0);
+	if (!k || fixture_ca(&fx, "ecdsa-p256") != 0) {
+		fprintf(stderr, "no client or no CA\n");
+		exit(1);
+	}
+	fx.args.s.signer_threads = 1;
+	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
+	root = read_text(fx.root);
+	foreign = make_root("an unrelated root");
+	if (!app || !root || !foreign)
+		exit(1);
+	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
+	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS);
+	SG_CHECK_OK(sg_kube_create(k, &coll, ns, NULL));
+	json_decref(ns);
+}
+
+static void t_options(void)
+{
+	struct {
+		sg_istiodcert_options o;
+		const char *why;
+	} bad[] = {
+	    {{.key_size = 1024}, "RSA 1024"},
+	    {{.key_algorithm = SG_ISTIODCERT_ECDSA, .key_size = 521}, "ECDSA 521"},
+	    {{.key_algorithm = (sg_istiodcert_key_algorithm)7}, "unknown algorithm"},
+	    {{.duration = 30}, "too short"},
+	    {{.duration = 3600, .renew_before = 3600}, "renew-before = duration"},
+	    {{.duration = 3600, .renew_before = -1}, "negative renew-before"},
+	    {{.revisions = "default,Canary"}, "upper-case revision"},
+	    {{.revisions = "a.b"}, "dotted revision"},
+	    {{.additional_dns_names = "bad name"}, "space in a DNS name"},
+	    {{.additional_dns_names = "a..b"}, "empty label"},
+	    {{.additional_dns_names = "a.b."}, "trailing dot"},
+	    {{.trust_domain = "Cluster.Local"}, "upper-case trust domain"},
+	    {{.trust_domain = "a/b"}, "slash in trust domain"},
+	    {{.ns = "Istio-System"}, "bad namespace"},
+	    {{.secret_name = "Istiod_TLS"}, "bad secret name"},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		bad[i].o.kube = k;
+		bad[i].o.pool = sg_appliance_pool(app);
+		sg_istiodcert *c = NULL;
+		int rc = sg_istiodcert_new(&c, &bad[i].o, root, strlen(root));
+		if (rc != SG_EINVAL)
+			fprintf(stderr, "accepted: %s\n", bad[i].why);
+		SG_CHECK(rc == SG_EINVAL && c == NULL);
+	}
+	/* 40 DNS names are more than a CSR may carry. */
+	char many[2048] = "";
+	for (int i = 0; i < 40; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%sn%d.example.com", i ? "," : "", i);
+	sg_istiodcert_options o = main_options();
+	o.additional_dns_names = many;
+	sg_istiodcert *c = NULL;
+	SG_CHECK_RC(sg_istiodcert_new(&c, &o, root, strlen(root)), SG_EINVAL);
+	o = main_options();
+	SG_CHECK_RC(sg_istiodcert_new(&c, &o, "junk", 4), SG_EINVAL);
+	o.pool = NULL;
+	SG_CHECK_RC(sg_istiodcert_new(&c, &o, root, strlen(root)), SG_EINVAL);
+	/* Good ones, and a lifecycle without anything in between. */
+	o = main_options();
+	o.key_algorithm = SG_ISTIODCERT_ECDSA;
+	o.key_size = 384;
+	o.additional_dns_names = "*.example.com";
+	SG_CHECK_OK(sg_istiodcert_new(&c, &o, root, strlen(root)));
+	sg_istiodcert_stop(c);
+	SG_CHECK_RC(sg_istiodcert_set_root(c, "junk", 4), SG_EINVAL);
+	sg_istiodcert_free(c);
+	sg_istiodcert_free(NULL);
+}
+
+static void t_issue(void)
+{
+	sg_istiodcert_options o = main_options();
+	SG_CHECK_OK(sg_istiodcert_new(&ic, &o, root, strlen(root)));
+	if (!ic)
+		exit(1);
+	uint64_t t0 = sg_now_ns();
+	SG_CHECK_OK(sg_istiodcert_start(ic));
+	SG_CHECK_OK(sg_istiodcert_start(ic)); /* already running: fine */
+	expect e = main_expect();
+	char *serial = wait_valid(SECRET, &e, 30000);
+	SG_CHECK(serial != NULL);
+	printf("Secret valid after %.2f s, serial %s\n", (double)(sg_now_ns() - t0) / 1e9, serial ? serial : "-");
+	settle();
+	sg_istiodcert_stats s = stats_of(ic);
+	SG_CHECK(s.issued == 1 && s.creates == 1 && s.updates == 0 && s.errors == 0 && s.adopted == 0);
+	SG_CHECK(serial && strcmp(s.serial, serial) == 0);
+	SG_CHECK(s.not_after - s.not_before == 3600 && s.renew_at == s.not_before + 2400);
+	free(serial);
+
+	/* The issuance is on record as an Event on the Secret. */
+	sg_kube_ref events = {.version = "v1", .resource = "events", .ns = NS};
+	sg_kube_list_opts lo = {.field_selector = "involvedObject.name=" SECRET ",reason=CertificateIssued"};
+	json_t *list = NULL;
+	SG_CHECK_OK(sg_kube_list(k, &events, &lo, &list));
+	SG_CHECK(json_array_size(json_object_get(list, "items")) == 1);
+	json_decref(list);
+}
+
+static void t_no_loop(void)
+{
+	sg_istiodcert_stats s0 = stats_of(ic);
+	char *rv = secret_rv(SECRET);
+	sg_sleep_ms(4000);
+	char *rv1 = secret_rv(SECRET);
+	sg_istiodcert_stats s1 = stats_of(ic);
+	SG_CHECK(rv[0] && strcmp(rv, rv1) == 0);
+	SG_CHECK(writes(s1) == writes(s0) && s1.issued == s0.issued && s1.errors == 0);
+	free(rv);
+	free(rv1);
+}
+
+static void t_repair(void)
+{
+	expect e = main_expect();
+	sg_istiodcert_stats s0 = stats_of(ic);
+	json_t *before = secret_get(SECRET);
+	char *serial0 = check_secret(before, &e);
+	json_decref(before);
+
+	secret_delete(SECRET);
+	char *serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && serial0 && strcmp(serial, serial0) == 0); /* written back, not re-issued */
+	free(serial);
+
+	char *junk = b64("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n");
+	secret_patch(SECRET, json_pack("{s:{s:s}}", "data", "tls.key", junk));
+	free(junk);
+	serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && strcmp(serial, serial0) == 0);
+	free(serial);
+
+	secret_patch(SECRET, json_pack("{s:{s:n}}", "data", "ca.crt"));
+	serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial != NULL);
+	free(serial);
+
+	/* Someone else's data key, label and annotation are kept, and their
+	 * write is not answered by one of ours. */
+	char *extra = b64("hello");
+	secret_patch(SECRET, json_pack("{s:{s:s}, s:{s:{s:s}, s:{s:s}}}", "data", "extra", extra, "metadata", "labels",
+	                               "owner", "me", "annotations", "why", "because"));
+	settle();
+	sg_istiodcert_stats s1 = stats_of(ic);
+	char *rv = secret_rv(SECRET);
+	settle();
+	char *rv1 = secret_rv(SECRET);
+	SG_CHECK(strcmp(rv, rv1) == 0 && writes(stats_of(ic)) == writes(s1));
+	json_t *s = secret_get(SECRET);
+	const char *v = json_string_value(json_object_get(json_object_get(s, "data"), "extra"));
+	const char *owner =
+	    json_string_value(json_object_get(json_object_get(json_object_get(s, "metadata"), "labels"), "owner"));
+	SG_CHECK(v && strcmp(v, extra) == 0 && owner && strcmp(owner, "me") == 0);
+	serial = check_secret(s, &e);
+	SG_CHECK(serial != NULL);
+	free(serial);
+	json_decref(s);
+	free(extra);
+	free(rv);
+	free(rv1);
+
+	sg_istiodcert_stats s2 = stats_of(ic);
+	printf("repairs: creates %llu updates %llu issued %llu errors %llu\n", (unsigned long long)s2.creates,
+	       (unsigned long long)s2.updates, (unsigned long long)s2.issued, (unsigned long long)s2.errors);
+	SG_CHECK(s2.issued == s0.issued && s2.errors == 0);
+	SG_CHECK(s2.creates == s0.creates + 1 && s2.updates >= s0.updates + 2);
+	free(serial0);
+}
+
+static void put_secret(const char *type, bool immutable)
+{
+	sg_kube_ref coll = {.version = "v1", .resource = "secrets", .ns = NS};
+	char *x = b64("x");
+	json_t *s = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:b, s:{s:s, s:s}}", "apiVersion", "v1", "kind", "Secret",
+	                      "metadata", "name", SECRET, "namespace", NS, "type", type, "immutable", immutable, "data",
+	                      "tls.crt", x, "tls.key", x);
+	SG_CHECK_OK(sg_kube_create(k, &coll, s, NULL));
+	json_decref(s);
+	free(x);
+}
+
+/* Stop, delete, tamper, start: the stopped controller writes nothing, and
+ * the next start repairs, replacing what cannot be edited in place. */
+static void t_stop_and_replace(void)
+{
+	expect e = main_expect();
+	sg_istiodcert_stop(ic);
+	sg_istiodcert_stats s0 = stats_of(ic);
+	secret_delete(SECRET);
+	sg_sleep_ms(3000);
+	json_t *gone = secret_get(SECRET);
+	SG_CHECK(gone == NULL);
+	json_decref(gone);
+	SG_CHECK(writes(stats_of(ic)) == writes(s0));
+
+	put_secret("Opaque", false);
+	SG_CHECK_OK(sg_istiodcert_start(ic));
+	char *serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && strcmp(serial, s0.serial) == 0);
+	free(serial);
+	settle();
+	sg_istiodcert_stats s1 = stats_of(ic);
+	SG_CHECK(s1.recreates == s0.recreates + 1 && s1.issued == s0.issued);
+
+	sg_istiodcert_stop(ic);
+	secret_delete(SECRET);
+	put_secret("kubernetes.io/tls", true);
+	SG_CHECK_OK(sg_istiodcert_start(ic));
+	serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial != NULL);
+	free(serial);
+	settle();
+	json_t *s = secret_get(SECRET);
+	SG_CHECK(!json_is_true(json_object_get(s, "immutable")));
+	json_decref(s);
+	sg_istiodcert_stats s2 = stats_of(ic);
+	SG_CHECK(s2.recreates == s1.recreates + 1 && s2.issued == s0.issued && s2.errors == 0);
+}
+
+/* Another leader (a fresh controller with the same settings) takes the
+ * valid certificate over: no issuance, no write. One with other settings
+ * (an ECDSA key) cannot, and issues its own. */
+static void t_adopt(void)
+{
+	sg_istiodcert_stop(ic);
+	sg_istiodcert_stats old = stats_of(ic);
+	char *rv = secret_rv(SECRET);
+	sg_istiodcert_options o = main_options();
+	sg_istiodcert *other = NULL;
+	SG_CHECK_OK(sg_istiodcert_new(&other, &o, root, strlen(root)));
+	SG_CHECK_OK(sg_istiodcert_start(other));
+	settle();
+	sg_istiodcert_stats s = stats_of(other);
+	char *rv1 = secret_rv(SECRET);
+	SG_CHECK(s.adopted == 1 && s.issued == 0 && writes(s) == 0 && s.errors == 0);
+	SG_CHECK(strcmp(s.serial, old.serial) == 0 && s.not_after == old.not_after && s.renew_at == old.renew_at);
+	SG_CHECK(strcmp(rv, rv1) == 0);
+	sg_istiodcert_free(other);
+	free(rv);
+	free(rv1);
+
+	o.key_algorithm = SG_ISTIODCERT_ECDSA;
+	o.key_size = 256;
+	SG_CHECK_OK(sg_istiodcert_new(&other, &o, root, strlen(root)));
+	SG_CHECK_OK(sg_istiodcert_start(other));
+	expect e = main_expect();
+	e.key_type = EVP_PKEY_EC;
+	e.bits = 256;
+	char *serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && strcmp(serial, old.serial) != 0);
+	free(serial);
+	s = stats_of(other);
+	SG_CHECK(s.adopted == 0 && s.issued == 1 && s.updates == 1);
+	sg_istiodcert_free(other);
+
+	/* The first controller leads again: the ECDSA certificate is not one
+	 * it would issue, so it writes its own (still valid) one back. */
+	SG_CHECK_OK(sg_istiodcert_start(ic));
+	e = main_expect();
+	serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && strcmp(serial, old.serial) == 0);
+	free(serial);
+}
+
+static void t_set_root(void)
+{
+	expect e = main_expect();
+	settle();
+	sg_istiodcert_stats s0 = stats_of(ic);
+
+	/* A bundle that still holds our root: ca.crt follows, no issuance. */
+	size_t n = strlen(root) + strlen(foreign) + 1;
+	char *both = malloc(n);
+	snprintf(both, n, "%s%s", root, foreign);
+	SG_CHECK_OK(sg_istiodcert_set_root(ic, both, strlen(both)));
+	e.ca = both;
+	char *serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && strcmp(serial, s0.serial) == 0);
+	free(serial);
+	settle();
+	SG_CHECK(stats_of(ic).issued == s0.issued);
+
+	/* A bundle the certificate does not chain to: one new certificate
+	 * (which does not chain either: the CA is what it is) and no more. */
+	SG_CHECK_OK(sg_istiodcert_set_root(ic, foreign, strlen(foreign)));
+	uint64_t deadline = sg_now_ns() + 20000000000ull;
+	while (stats_of(ic).issued == s0.issued && sg_now_ns() < deadline)
+		sg_sleep_ms(50);
+	settle();
+	sg_istiodcert_stats s1 = stats_of(ic);
+	SG_CHECK(s1.issued == s0.issued + 1);
+	json_t *s = secret_get(SECRET);
+	char *ca = data_get(s, "ca.crt");
+	SG_CHECK(ca && strcmp(ca, foreign) == 0);
+	free(ca);
+	json_decref(s);
+	sg_sleep_ms(3000);
+	SG_CHECK(stats_of(ic).issued == s1.issued);
+
+	/* Back to the real root: the new certificate chains, only ca.crt moves. */
+	SG_CHECK_OK(sg_istiodcert_set_root(ic, root, strlen(root)));
+	e.ca = root;
+	serial = wait_valid(SECRET, &e, 20000);
+	SG_CHECK(serial && strcmp(serial, s1.serial) == 0);
+	free(serial);
+	settle();
+	sg_istiodcert_stats s2 = stats_of(ic);
+	SG_CHECK(s2.issued == s1.issued && s2.errors == 0);
+	free(both);
+}
+
+/* A 60 s certificate renewed 55 s before its end: a new one every 5 s,
+ * each valid, and no more than that. */
+static void t_renew(void)
+{
+	sg_istiodcert_free(ic);
+	ic = NULL;
+	sg_istiodcert_options o = main_options();
+	o.secret_name = "istiod-renew";
+	o.revisions = NULL;
+	o.additional_dns_names = NULL;
+	o.duration = 60;
+	o.renew_before = 55;
+	o.key_algorithm = SG_ISTIODCERT_ECDSA;
+	static const char *const dns[] = {"istiod.istio-system.svc"};
+	expect e = {dns, 1, EVP_PKEY_EC, 256, 60, root};
+	sg_istiodcert *c = NULL;
+	SG_CHECK_OK(sg_istiodcert_new(&c, &o, root, strlen(root)));
+	SG_CHECK_OK(sg_istiodcert_start(c));
+	char *first = wait_valid("istiod-renew", &e, 20000);
+	SG_CHECK(first != NULL);
+	sg_istiodcert_stats s = stats_of(c);
+	SG_CHECK(s.renew_at == s.not_after - 55);
+	uint64_t t0 = sg_now_ns();
+	char *next = NULL;
+	while (sg_now_ns() - t0 < 15000000000ull) {
+		free(next);
+		next = wait_valid("istiod-renew", &e, 5000);
+		if (next && first && strcmp(next, first) != 0)
+			break;
+		sg_sleep_ms(100);
+	}
+	SG_CHECK(next && first && strcmp(next, first) != 0);
+	printf("renewed after %.1f s\n", (double)(sg_now_ns() - t0) / 1e9);
+	uint64_t issued0 = stats_of(c).issued;
+	sg_sleep_ms(12000);
+	sg_istiodcert_stats s1 = stats_of(c);
+	printf("issued %llu certificates in 12 s\n", (unsigned long long)(s1.issued - issued0));
+	SG_CHECK(s1.issued - issued0 >= 2 && s1.issued - issued0 <= 3);
+	SG_CHECK(s1.errors == 0);
+	free(first);
+	free(next);
+	next = wait_valid("istiod-renew", &e, 5000);
+	SG_CHECK(next != NULL);
+	free(next);
+	sg_istiodcert_free(c);
+}
+
+static void t_zz_cleanup(void)
+{
+	sg_istiodcert_free(ic);
+	sg_appliance_free(app);
+	fixture_free(&fx);
+	free(root);
+	free(foreign);
+	sg_kube_free(k);
+}
+
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_options), SG_TEST(t_issue), SG_TEST(t_no_loop), SG_TEST(t_repair),
+             SG_TEST(t_stop_and_replace), SG_TEST(t_adopt), SG_TEST(t_set_root), SG_TEST(t_renew),
+             SG_TEST(t_zz_cleanup))
