@@ -35,9 +35,39 @@ typedef struct sg_daemon_settings {
 	int64_t grpc_threads;
 	int64_t max_concurrent_streams;
 	int64_t shutdown_grace;
+	/* Kubernetes */
+	char *kubeconfig;
+	int64_t kube_api_qps;
+	int64_t kube_api_burst;
+	bool disable_kubernetes_client_rate_limiter;
+	int token_authenticator;
+	int64_t token_cache_ttl;
+	int64_t jwks_refresh_interval;
+	bool leader_election;
+	char *leader_election_namespace;
+	char *leader_election_lease_name;
+	int64_t leader_election_lease_duration;
+	int64_t leader_election_renew_deadline;
+	int64_t leader_election_retry_period;
+	bool root_ca_configmap;
+	char *configmap_namespace_selector;
+	bool istiod_cert_enabled;
+	char *istiod_cert_name;
+	char *istiod_cert_namespace;
+	int64_t istiod_cert_duration;
+	int64_t istiod_cert_renew_before;
+	int istiod_cert_key_algorithm;
+	int64_t istiod_cert_key_size;
+	char *istiod_cert_additional_dns_names;
+	char *istiod_cert_istio_revisions;
 } sg_daemon_settings;
 
 extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NULL */
+/* "auto" (tokenreview when a Kubernetes API is configured, else jwks),
+ * "tokenreview", "jwks" */
+extern const char *const sg_daemon_token_authenticator_names[];
+enum { SG_TOKEN_AUTH_AUTO, SG_TOKEN_AUTH_TOKENREVIEW, SG_TOKEN_AUTH_JWKS };
+extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NULL */
 
 /* X(name, type, field, default, min, max, choices, help) */
 #define SG_DAEMON_SETTINGS(X)                                                                                     \
@@ -79,7 +109,59 @@ extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NUL
 	X("max-concurrent-streams", SG_OPT_INT, max_concurrent_streams, "1000", 1, 100000, NULL,                 \
 	  "concurrent calls per connection")                                                                       \
 	X("shutdown-grace", SG_OPT_DURATION, shutdown_grace, "15s", 0, 600, NULL,                                 \
-	  "time in-flight requests get to finish on SIGTERM")
+	  "time in-flight requests get to finish on SIGTERM")                                                      \
+	X("kubeconfig", SG_OPT_PATH, kubeconfig, NULL, 0, 0, NULL,                                                \
+	  "kubeconfig of the Kubernetes API (default: $KUBECONFIG, else the in-cluster service account when "      \
+	  "running in a pod; neither: no Kubernetes)")                                                            \
+	X("kube-api-qps", SG_OPT_INT, kube_api_qps, "80", 1, 100000, NULL,                                        \
+	  "Kubernetes API requests per second (client-side rate limit)")                                           \
+	X("kube-api-burst", SG_OPT_INT, kube_api_burst, "160", 1, 100000, NULL,                                   \
+	  "Kubernetes API requests allowed in a burst")                                                             \
+	X("disable-kubernetes-client-rate-limiter", SG_OPT_BOOL, disable_kubernetes_client_rate_limiter, "false", \
+	  0, 0, NULL, "no client-side rate limit on Kubernetes API requests")                                      \
+	X("token-authenticator", SG_OPT_ENUM, token_authenticator, "auto", 0, 0,                                  \
+	  sg_daemon_token_authenticator_names,                                                                      \
+	  "how service-account tokens are checked: tokenreview (ask the API server, results cached), jwks "        \
+	  "(verify locally; keys from jwt-jwks-file or the API server); auto: tokenreview with Kubernetes, else jwks") \
+	X("token-cache-ttl", SG_OPT_DURATION, token_cache_ttl, "5m", 1, 3600, NULL,                               \
+	  "longest time a token review is reused (never beyond the token's expiry)")                               \
+	X("jwks-refresh-interval", SG_OPT_DURATION, jwks_refresh_interval, "5m", 10, 86400, NULL,                 \
+	  "how often keys discovered from the API server are refreshed (jwks mode without jwt-jwks-file)")         \
+	X("leader-election", SG_OPT_BOOL, leader_election, "true", 0, 0, NULL,                                    \
+	  "run the Kubernetes writers (root ConfigMaps, istiod certificate) only while holding the Lease; "        \
+	  "false: always (one replica only)")                                                                       \
+	X("leader-election-namespace", SG_OPT_STRING, leader_election_namespace, "istio-system", 1, 63, NULL,     \
+	  "namespace of the leader-election Lease")                                                                 \
+	X("leader-election-lease-name", SG_OPT_STRING, leader_election_lease_name, "signet", 1, 253, NULL,       \
+	  "name of the leader-election Lease")                                                                      \
+	X("leader-election-lease-duration", SG_OPT_DURATION, leader_election_lease_duration, "15s", 2, 600, NULL, \
+	  "how long a silent leader keeps the Lease")                                                               \
+	X("leader-election-renew-deadline", SG_OPT_DURATION, leader_election_renew_deadline, "10s", 1, 600, NULL, \
+	  "a leader that cannot renew for this long steps down")                                                    \
+	X("leader-election-retry-period", SG_OPT_DURATION, leader_election_retry_period, "2s", 1, 60, NULL,       \
+	  "interval between Lease attempts")                                                                        \
+	X("root-ca-configmap", SG_OPT_BOOL, root_ca_configmap, "true", 0, 0, NULL,                                \
+	  "keep ConfigMap istio-ca-root-cert (root-cert.pem) in every selected namespace (leader only)")           \
+	X("configmap-namespace-selector", SG_OPT_STRING, configmap_namespace_selector, "", 0, 4096, NULL,        \
+	  "label selector of the namespaces that get istio-ca-root-cert (empty: all)")                             \
+	X("istiod-cert-enabled", SG_OPT_BOOL, istiod_cert_enabled, "false", 0, 0, NULL,                           \
+	  "issue and renew istiod's serving certificate into a kubernetes.io/tls Secret (leader only)")            \
+	X("istiod-cert-name", SG_OPT_STRING, istiod_cert_name, "istiod-tls", 1, 253, NULL,                        \
+	  "name of istiod's certificate Secret")                                                                    \
+	X("istiod-cert-namespace", SG_OPT_STRING, istiod_cert_namespace, "istio-system", 1, 63, NULL,             \
+	  "istiod's namespace (the Secret's, and the DNS names')")                                                 \
+	X("istiod-cert-duration", SG_OPT_DURATION, istiod_cert_duration, "1h", 300, 365LL * 86400, NULL,          \
+	  "lifetime of istiod's certificate")                                                                       \
+	X("istiod-cert-renew-before", SG_OPT_DURATION, istiod_cert_renew_before, "0s", 0, 365LL * 86400, NULL,     \
+	  "renew istiod's certificate when less than this remains (0: at 2/3 of its life)")                       \
+	X("istiod-cert-key-algorithm", SG_OPT_ENUM, istiod_cert_key_algorithm, "RSA", 0, 0,                       \
+	  sg_daemon_key_algorithm_names, "key type of istiod's certificate")                                       \
+	X("istiod-cert-key-size", SG_OPT_INT, istiod_cert_key_size, "2048", 256, 8192, NULL,                      \
+	  "RSA: 2048 or more bits; ECDSA: 256 or 384")                                                              \
+	X("istiod-cert-additional-dns-names", SG_OPT_STRING, istiod_cert_additional_dns_names, "", 0, 4096, NULL, \
+	  "comma-separated extra DNS SANs of istiod's certificate")                                                \
+	X("istiod-cert-istio-revisions", SG_OPT_STRING, istiod_cert_istio_revisions, "default", 0, 4096, NULL,    \
+	  "comma-separated Istio revisions; each but default adds istiod-<rev>.<ns>.svc")
 
 #define SG_DAEMON_ROW_(name, type, field, def, min, max, choices, help) \
 	{name, type, offsetof(SG_DAEMON_T_, SG_DAEMON_M_.field), def, min, max, choices, help, false},

@@ -299,3 +299,19 @@ int64_t sg_serving_not_after(sg_serving *s)
 	pthread_mutex_unlock(&s->lock);
 	return na;
 }
+
+int sg_serving_set_client_ca(sg_serving *s, const char *pem)
+{
+	char *copy = strdup(pem ? pem : "");
+	SG_ENSURE(copy, SG_EINTERNAL, "out of memory");
+	pthread_mutex_lock(&s->lock);
+	bool same = strcmp(copy, s->client_ca) == 0;
+	char *old = same ? copy : s->client_ca;
+	if (!same) {
+		s->client_ca = copy;
+		s->version++; /* the next handshake picks it up */
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(old);
+	return SG_OK;
+}

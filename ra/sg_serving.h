@@ -47,4 +47,8 @@ SG_API int sg_serving_get(sg_serving *s, char **chain, char **key, char **client
 SG_API void sg_serving_wipe_free(char *pem);
 SG_API int64_t sg_serving_not_after(sg_serving *s);
 
+/* Replaces the roots trusted for client certificates (the root bundle was
+ * reloaded); a change bumps the version. pem is copied. */
+SG_API int sg_serving_set_client_ca(sg_serving *s, const char *pem) SG_MUST_CHECK;
+
 #endif

@@ -10,15 +10,23 @@
  *   signer thread:     parse, verify, profile, lint, C_Sign (sg_issuer) ->
  *                      on_issued: encode the chain, finish the call, audit
  *
+ * With a Kubernetes API configured, sg_cluster (sg_cluster.h) supplies the
+ * token authenticator (TokenReview or cluster-discovered JWKS), node
+ * authorization for impersonation, and the leader-only writers (root
+ * ConfigMaps, istiod's Secret); standalone, tokens are checked against a
+ * JWKS file.
+ *
  * The main thread only starts things, then waits for signals and once a
- * second does housekeeping (serving certificate renewal, health). SIGTERM
- * and SIGINT shut down gracefully: not ready, stop accepting, let in-flight
- * requests finish within shutdown-grace, drain the signer pool.
+ * second does housekeeping (serving certificate renewal, root-ca-file
+ * changes, health). SIGTERM and SIGINT shut down gracefully: not ready,
+ * stop accepting, let in-flight requests finish within shutdown-grace, stop
+ * the cluster writers (the Lease is released), drain the signer pool.
  */
 #include "sg_appliance.h"
 #include "sg_authn.h"
 #include "sg_authn_impl.h"
 #include "sg_clock.h"
+#include "sg_cluster.h"
 #include "sg_daemon.h"
 #include "sg_grpc.h"
 #include "sg_guard.h"
@@ -30,6 +38,7 @@
 #include "sg_serving.h"
 
 #include <pthread.h>
+#include <sys/stat.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -41,6 +50,8 @@
 #define MAX_AUDIENCES 8
 
 const char *const sg_daemon_policy_names[] = {"istio-csr", "istiod", NULL};
+const char *const sg_daemon_token_authenticator_names[] = {"auto", "tokenreview", "jwks", NULL};
+const char *const sg_daemon_key_algorithm_names[] = {"RSA", "ECDSA", NULL};
 
 typedef struct daemon_args {
 	sg_settings s;
@@ -64,6 +75,26 @@ typedef struct metrics {
 enum { ERR_CA_NOT_READY, ERR_CSR, ERR_TTL, ERR_CERT_GEN, ERR_UNKNOWN };
 static const char *const sign_err_names[] = {"CA_NOT_READY", "CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR", "UNKNOWN"};
 
+/* The elements a response carries after the leaf: the CA's chain, with the
+ * root bundle replaced by root-ca-file when that is set. */
+typedef struct chain_snap {
+	atomic_uint refs;
+	const char *elems[MAX_CHAIN];
+	size_t lens[MAX_CHAIN];
+	size_t n;
+	char *root; /* the root-ca-file bundle (owned), or NULL */
+	size_t root_len;
+} chain_snap;
+
+/* What identifies a file's contents cheaply (a change means "re-read"). */
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	bool known;
+};
+
 typedef struct daemon {
 	daemon_args a;
 	sg_appliance *app;
@@ -71,17 +102,17 @@ typedef struct daemon {
 	const sg_ca *ca;
 	sg_authenticator auth;
 	bool auth_ready;
+	sg_cluster *cluster; /* NULL when no Kubernetes API is configured */
 	sg_policy *policy;
 	sg_serving *serving;
 	sg_grpc_server *grpc;
 	sg_http_server *http_metrics, *http_probe;
 	metrics m;
-	/* Chain elements after the leaf: the CA's, with the root bundle
-	 * replaced by root-ca-file when that is set. */
-	const char *chain[MAX_CHAIN];
-	size_t chain_lens[MAX_CHAIN];
-	size_t chain_len;
-	char *root_override;
+	/* Chain elements after the leaf, swapped whole when root-ca-file
+	 * changes; signer threads hold a reference while they encode. */
+	pthread_mutex_t chain_lock;
+	chain_snap *chain;
+	struct file_id root_file;
 	atomic_bool ready, stopping;
 } daemon;
 
@@ -154,6 +185,32 @@ static void fail(rpc *r, int code, const sg_error *e, const char *prefix)
 	finish(r, status, msg, NULL, 0);
 }
 
+/* ---- the chain returned after the leaf ------------------------------------- */
+
+static chain_snap *chain_get(daemon *d)
+{
+	pthread_mutex_lock(&d->chain_lock);
+	chain_snap *c = d->chain;
+	atomic_fetch_add(&c->refs, 1);
+	pthread_mutex_unlock(&d->chain_lock);
+	return c;
+}
+
+static void chain_put(chain_snap *c)
+{
+	if (c && atomic_fetch_sub(&c->refs, 1) == 1) {
+		free(c->root);
+		free(c);
+	}
+}
+
+/* The root bundle clients are given (and the mesh trusts). */
+static const char *chain_root(const chain_snap *c, size_t *len)
+{
+	*len = c->lens[c->n - 1];
+	return c->elems[c->n - 1];
+}
+
 static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *arg)
 {
 	rpc *r = arg;
@@ -170,13 +227,16 @@ static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *a
 	size_t lens[MAX_CHAIN + 1], n = 0;
 	elems[n] = res->leaf_pem;
 	lens[n++] = res->leaf_pem_len;
-	for (size_t i = 0; i < d->chain_len; i++) {
-		elems[n] = d->chain[i];
-		lens[n++] = d->chain_lens[i];
+	chain_snap *cs = chain_get(d);
+	for (size_t i = 0; i < cs->n; i++) {
+		elems[n] = cs->elems[i];
+		lens[n++] = cs->lens[i];
 	}
 	uint8_t *out = NULL;
 	size_t out_len = 0;
-	if (sg_istio_response_encode(elems, lens, n, &out, &out_len) < 0) {
+	int erc = sg_istio_response_encode(elems, lens, n, &out, &out_len);
+	chain_put(cs);
+	if (erc < 0) {
 		sg_error e;
 		sg_error_save(&e);
 		sg_series_inc(d->m.sign_err[ERR_CERT_GEN]);
@@ -523,26 +583,34 @@ static int split_audiences(char *list, const char **out, size_t *n)
 	return SG_OK;
 }
 
-static int setup_auth(daemon *d, char *audiences_buf)
+/* mTLS first when enabled (istio's order), then the token authenticator:
+ * the cluster's choice when there is a cluster, else a JWKS file. */
+static int setup_auth(daemon *d, const char *const *aud, size_t naud)
 {
 	const sg_settings *s = &d->a.s;
 	sg_authenticator list[2];
 	size_t n = 0;
 	if (d->a.d.enable_client_cert_authenticator)
 		SG_TRY(sg_authn_mtls_new(&list[n++], s->trust_domain));
-	SG_ENSURE(s->jwt_issuer && s->jwt_jwks_file, SG_EINVAL,
-		  "jwt-issuer and jwt-jwks-file are required to authenticate workloads");
-	const char *aud[MAX_AUDIENCES];
-	size_t naud;
-	SG_TRY(split_audiences(audiences_buf, aud, &naud));
-	sg_authn_jwt_options jo = {
-		.jwks_file = s->jwt_jwks_file,
-		.issuer = s->jwt_issuer,
-		.audiences = aud,
-		.n_audiences = naud,
-		.trust_domain = s->trust_domain,
-	};
-	int rc = sg_authn_jwt_new(&list[n], &jo);
+	const char *method = "jwks (keys from jwt-jwks-file)";
+	int rc;
+	if (d->cluster) {
+		rc = sg_cluster_authenticator(d->cluster, &list[n], &method);
+	} else if (d->a.d.token_authenticator == SG_TOKEN_AUTH_TOKENREVIEW) {
+		rc = sg_error_set(SG_EINVAL, "token-authenticator tokenreview needs a Kubernetes API (kubeconfig)");
+	} else if (!s->jwt_issuer || !s->jwt_jwks_file) {
+		rc = sg_error_set(SG_EINVAL, "jwt-issuer and jwt-jwks-file are required to authenticate workloads "
+					     "without a Kubernetes API");
+	} else {
+		sg_authn_jwt_options jo = {
+			.jwks_file = s->jwt_jwks_file,
+			.issuer = s->jwt_issuer,
+			.audiences = aud,
+			.n_audiences = naud,
+			.trust_domain = s->trust_domain,
+		};
+		rc = sg_authn_jwt_new(&list[n], &jo);
+	}
 	if (rc < 0) {
 		for (size_t i = 0; i < n; i++)
 			list[i].free(list[i].self);
@@ -551,39 +619,130 @@ static int setup_auth(daemon *d, char *audiences_buf)
 	n++;
 	SG_TRY(sg_authn_chain_new(&d->auth, list, n)); /* owns the list, also on failure */
 	d->auth_ready = true;
+	sg_log(SG_LOG_INFO, "token authentication", SG_F_STR("method", method), SG_F_END);
 	return SG_OK;
 }
 
-static int load_root_override(daemon *d)
+#define ROOT_FILE_MAX (1u << 20)
+
+static bool same_file(const struct file_id *a, const struct stat *st)
 {
-	const char *path = d->a.d.root_ca_file;
+	return a->known && a->dev == st->st_dev && a->ino == st->st_ino && a->size == st->st_size &&
+	       a->mtime.tv_sec == st->st_mtim.tv_sec && a->mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+/* Reads root-ca-file (bounded; it must hold a PEM certificate) and notes
+ * which file it was. */
+static int read_root_file(const char *path, char **out, size_t *len, struct file_id *id)
+{
+	FILE *f = fopen(path, "re");
+	SG_ENSURE(f, SG_ENOTFOUND, "cannot open root-ca-file %s", path);
+	struct stat st;
+	char *buf = NULL;
+	size_t got = 0;
+	int rc = fstat(fileno(f), &st) == 0 ? SG_OK : sg_error_set(SG_EINVAL, "cannot stat root-ca-file %s", path);
+	if (rc == SG_OK && (st.st_size <= 0 || (uint64_t)st.st_size >= ROOT_FILE_MAX))
+		rc = sg_error_set(SG_EINVAL, "root-ca-file %s is empty or larger than %u bytes", path, ROOT_FILE_MAX);
+	if (rc == SG_OK && !(buf = malloc((size_t)st.st_size + 1)))
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK) {
+		got = fread(buf, 1, (size_t)st.st_size, f);
+		buf[got] = 0;
+		if (got != (size_t)st.st_size)
+			rc = sg_error_set(SG_EINVAL, "root-ca-file %s changed while it was read", path);
+		else if (!strstr(buf, "-----BEGIN CERTIFICATE-----"))
+			rc = sg_error_set(SG_EINVAL, "root-ca-file %s holds no PEM certificate", path);
+	}
+	fclose(f);
+	if (rc < 0) {
+		free(buf);
+		return rc;
+	}
+	*id = (struct file_id){.dev = st.st_dev, .ino = st.st_ino, .size = st.st_size, .mtime = st.st_mtim, .known = true};
+	*out = buf;
+	*len = got;
+	return SG_OK;
+}
+
+/* A new chain: the CA's, with root (owned, may be NULL) as the bundle. */
+static int chain_new(daemon *d, char *root, size_t root_len, chain_snap **out)
+{
 	size_t n;
 	const char *const *elems;
 	const size_t *lens;
 	sg_ca_chain(d->ca, &elems, &lens, &n);
-	SG_ENSURE(n <= MAX_CHAIN, SG_EINVAL, "CA chain too long");
+	chain_snap *c = calloc(1, sizeof(*c));
+	if (!c || n == 0 || n > MAX_CHAIN) {
+		free(c);
+		free(root);
+		SG_BAIL(c ? SG_EINVAL : SG_EINTERNAL, c ? "CA chain has %zu elements" : "out of memory", n);
+	}
+	atomic_init(&c->refs, 1);
 	for (size_t i = 0; i < n; i++) {
-		d->chain[i] = elems[i];
-		d->chain_lens[i] = lens[i];
+		c->elems[i] = elems[i];
+		c->lens[i] = lens[i];
 	}
-	d->chain_len = n;
-	if (!path)
-		return SG_OK;
-	FILE *f = fopen(path, "re");
-	SG_ENSURE(f, SG_ENOTFOUND, "cannot open root-ca-file %s", path);
-	char *buf = malloc(1 << 20);
-	size_t got = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-	fclose(f);
-	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
-	buf[got] = 0;
-	if (!strstr(buf, "-----BEGIN CERTIFICATE-----")) {
-		free(buf);
-		SG_BAIL(SG_EINVAL, "root-ca-file %s holds no PEM certificate", path);
+	c->n = n;
+	if (root) {
+		c->root = root;
+		c->root_len = root_len;
+		c->elems[n - 1] = root;
+		c->lens[n - 1] = root_len;
 	}
-	d->root_override = buf;
-	d->chain[n - 1] = buf;
-	d->chain_lens[n - 1] = got;
+	*out = c;
 	return SG_OK;
+}
+
+static int load_chain(daemon *d)
+{
+	char *root = NULL;
+	size_t len = 0;
+	if (d->a.d.root_ca_file)
+		SG_TRY(read_root_file(d->a.d.root_ca_file, &root, &len, &d->root_file));
+	return chain_new(d, root, len, &d->chain);
+}
+
+/* root-ca-file is followed like istio-csr follows it: a changed file
+ * replaces the bundle returned to clients, trusted for client
+ * certificates and distributed to namespaces. A broken new file keeps the
+ * old bundle (and is reported once per change). */
+static void reload_root(daemon *d)
+{
+	const char *path = d->a.d.root_ca_file;
+	struct stat st;
+	if (!path || stat(path, &st) != 0 || same_file(&d->root_file, &st))
+		return;
+	char *root = NULL;
+	size_t len = 0;
+	struct file_id id;
+	if (read_root_file(path, &root, &len, &id) < 0) {
+		d->root_file = (struct file_id){.dev = st.st_dev, .ino = st.st_ino, .size = st.st_size,
+						.mtime = st.st_mtim, .known = true};
+		sg_log_error_last(SG_LOG_WARN, "root-ca-file changed but cannot be used; keeping the previous roots");
+		return;
+	}
+	d->root_file = id;
+	chain_snap *cur = chain_get(d);
+	bool same = cur->root_len == len && memcmp(cur->root, root, len) == 0;
+	chain_put(cur);
+	chain_snap *next = NULL;
+	if (same) {
+		free(root);
+		return;
+	}
+	if (chain_new(d, root, len, &next) < 0) {
+		sg_log_error_last(SG_LOG_WARN, "cannot use the new root bundle");
+		return;
+	}
+	pthread_mutex_lock(&d->chain_lock);
+	chain_snap *old = d->chain;
+	d->chain = next;
+	pthread_mutex_unlock(&d->chain_lock);
+	chain_put(old);
+	if (sg_serving_set_client_ca(d->serving, next->root) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot update the client-certificate roots");
+	sg_cluster_set_root(d->cluster, next->root, next->root_len);
+	sg_log(SG_LOG_INFO, "root bundle reloaded", SG_F_STR("file", path), SG_F_INT("bytes", (int64_t)len), SG_F_END);
 }
 
 static int start(daemon *d)
@@ -592,11 +751,29 @@ static int start(daemon *d)
 	SG_TRY(sg_appliance_open(&d->app, &d->a.s));
 	d->pool = sg_appliance_pool(d->app);
 	d->ca = sg_appliance_ca(d->app);
-	SG_TRY(load_root_override(d));
+	SG_TRY(load_chain(d));
 
-	char *aud SG_AUTOFREE = strdup(d->a.s.token_audiences ? d->a.s.token_audiences : "istio-ca");
-	SG_ENSURE(aud, SG_EINTERNAL, "out of memory");
-	SG_TRY(setup_auth(d, aud));
+	char *aud_buf SG_AUTOFREE = strdup(d->a.s.token_audiences ? d->a.s.token_audiences : "istio-ca");
+	SG_ENSURE(aud_buf, SG_EINTERNAL, "out of memory");
+	const char *aud[MAX_AUDIENCES];
+	size_t naud;
+	SG_TRY(split_audiences(aud_buf, aud, &naud));
+	if (sg_cluster_configured(s)) {
+		size_t root_len;
+		const char *root = chain_root(d->chain, &root_len);
+		sg_cluster_options co = {
+			.settings = &d->a.s,
+			.daemon = s,
+			.pool = d->pool,
+			.root_pem = root,
+			.root_len = root_len,
+			.audiences = aud,
+			.n_audiences = naud,
+		};
+		SG_TRY(sg_cluster_new(&d->cluster, &co));
+	}
+	SG_TRY(setup_auth(d, aud, naud));
+	bool node_authz = d->cluster && s->ca_trusted_node_accounts && *s->ca_trusted_node_accounts;
 	sg_policy_options po = {
 		.mode = (sg_policy_mode)s->policy,
 		.max_ttl = s->max_client_certificate_duration,
@@ -604,6 +781,8 @@ static int start(daemon *d)
 		.cluster_id = s->cluster_id,
 		.trust_domain = d->a.s.trust_domain,
 		.trusted_node_accounts = s->ca_trusted_node_accounts,
+		.authorize_impersonation = node_authz ? sg_cluster_authorize_impersonation : NULL,
+		.authorize_arg = d->cluster,
 	};
 	SG_TRY(sg_policy_new(&d->policy, &po));
 	sg_serving_options so = {
@@ -612,10 +791,12 @@ static int start(daemon *d)
 		.duration = s->serving_certificate_duration,
 		.cert_file = s->serving_certificate_file,
 		.key_file = s->serving_key_file,
-		.client_ca_pem = d->chain[d->chain_len - 1],
+		.client_ca_pem = d->chain->elems[d->chain->n - 1],
 	};
 	SG_TRY(sg_serving_new(&d->serving, &so));
 	SG_TRY(setup_metrics(d));
+	if (d->cluster)
+		SG_TRY(sg_cluster_metrics(d->cluster, d->m.reg));
 	SG_TRY(start_http(d));
 
 	sg_grpc_server_options go = {
@@ -632,6 +813,8 @@ static int start(daemon *d)
 		.max_concurrent_streams = (unsigned)s->max_concurrent_streams,
 	};
 	SG_TRY(sg_grpc_server_start(&d->grpc, &go));
+	if (d->cluster)
+		SG_TRY(sg_cluster_start(d->cluster));
 	/* The bound ports (the settings may say 0: any free port). */
 	int metrics_port = d->http_metrics ? sg_http_server_port(d->http_metrics) : 0;
 	int probe_port = d->http_probe ? sg_http_server_port(d->http_probe) : metrics_port;
@@ -649,14 +832,17 @@ static void stop(daemon *d)
 		sg_grpc_server_shutdown(d->grpc, (uint64_t)d->a.d.shutdown_grace * 1000000000u);
 	sg_http_server_stop(d->http_probe);
 	sg_http_server_stop(d->http_metrics);
-	/* The pool drains whatever is still queued, then the HSM closes. */
+	/* No call is left: the authenticator goes, then the cluster (its
+	 * writers stop and the Lease is released while the signer pool still
+	 * runs), then the pool drains and the HSM closes. */
+	if (d->auth_ready)
+		d->auth.free(d->auth.self);
+	sg_cluster_free(d->cluster);
 	sg_appliance_free(d->app);
 	sg_serving_free(d->serving);
 	sg_policy_free(d->policy);
-	if (d->auth_ready)
-		d->auth.free(d->auth.self);
 	sg_metrics_free(d->m.reg);
-	free(d->root_override);
+	chain_put(d->chain);
 }
 
 /* Ready when the HSM can sign, the CA is loaded (it is, once started) and
@@ -664,6 +850,7 @@ static void stop(daemon *d)
 static void housekeeping(daemon *d)
 {
 	int64_t now = sg_wall_seconds();
+	reload_root(d);
 	if (sg_serving_tick(d->serving, now) < 0)
 		sg_log_error_last(SG_LOG_WARN, "serving certificate renewal failed; will retry");
 	bool ok = hsm_stats(d).state != SG_HSM_DOWN && sg_serving_not_after(d->serving) > now &&
@@ -685,6 +872,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static daemon d;
+	pthread_mutex_init(&d.chain_lock, NULL);
 	char **pos SG_AUTOFREE = calloc((size_t)argc + 1, sizeof(*pos));
 	if (!pos)
 		return 1;

@@ -33,101 +33,21 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 SIGNETCTL, SIGNETD, PROTO_DIR = sys.argv[1:4]
 del sys.argv[1:4]
 
-TD = "cluster.local"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import signet_e2e  # noqa: E402
+from signet_e2e import TD, b64url, make_csr, read, spiffe  # noqa: E402,F401
+
 METHOD = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 
 
-def spiffe(ns, sa):
-    return f"spiffe://{TD}/ns/{ns}/sa/{sa}"
-
-
 def compile_proto(out):
-    import grpc_tools
-    from grpc_tools import protoc
-    include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
-    rc = protoc.main(["protoc", f"-I{PROTO_DIR}", f"-I{include}", f"--python_out={out}",
-                      f"--grpc_python_out={out}", os.path.join(PROTO_DIR, "ca.proto")])
-    assert rc == 0, "protoc failed"
-    sys.path.insert(0, out)
+    signet_e2e.compile_proto(PROTO_DIR, out)
 
 
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
-
-
-def b64url(data):
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def make_csr(identity=None, key="ec", dns=None, cn=None, ca=False, extra_uri=None):
-    """A CSR like istio-agent's GenCSR: empty O=, one critical URI SAN."""
-    k = rsa.generate_private_key(65537, 2048) if key == "rsa" else ec.generate_private_key(ec.SECP256R1())
-    name = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, "")]
-    if cn:
-        name.append(x509.NameAttribute(NameOID.COMMON_NAME, cn))
-    b = x509.CertificateSigningRequestBuilder().subject_name(x509.Name(name))
-    sans = []
-    if identity:
-        sans.append(x509.UniformResourceIdentifier(identity))
-    if extra_uri:
-        sans.append(x509.UniformResourceIdentifier(extra_uri))
-    if dns:
-        sans.append(x509.DNSName(dns))
-    if sans:
-        b = b.add_extension(x509.SubjectAlternativeName(sans), critical=True)
-    if ca:
-        b = b.add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-    return b.sign(k, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
-
-
-class Signetd:
-    """signetd on loopback with ephemeral ports, read from its JSON log."""
-
+class Signetd(signet_e2e.Signetd):
     def __init__(self, conf, *flags, threads=2):
-        self.log_path = conf + f".{time.time_ns()}.log"
-        self.log = open(self.log_path, "w+")
-        self.proc = subprocess.Popen(
-            [SIGNETD, "--config", conf, "--serving-address", "127.0.0.1:0", "--http-address", "127.0.0.1",
-             "--metrics-port", "0", "--readiness-probe-port", "0", "--log-format", "json",
-             "--signer-threads", str(threads), *flags],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        self.port = self.metrics_port = self.probe_port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
-            if self.proc.poll() is not None:
-                raise RuntimeError("signetd exited:\n" + self.text())
-            for rec in self.records():
-                if rec.get("msg") == "signetd serving":
-                    self.port = rec["port"]
-                    self.metrics_port = rec.get("metrics_port")
-                    self.probe_port = rec.get("probe_port")
-            time.sleep(0.05)
-        if self.port is None:
-            raise RuntimeError("signetd did not start:\n" + self.text())
+        super().__init__(SIGNETD, conf, *flags, threads=threads)
 
-    def text(self):
-        return read(self.log_path)
-
-    def records(self):
-        out = []
-        for line in self.text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
-
-    def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
 
 
 class E2E(unittest.TestCase):

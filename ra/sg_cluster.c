@@ -1,0 +1,485 @@
+/*
+ * sg_cluster: how signetd uses a Kubernetes cluster (contract: sg_cluster.h).
+ *
+ * Everything here is assembly: the parts live in their own modules
+ * (sg_authn_kube.h TokenReview, sg_jwks_kube.h key discovery, sg_workload.h
+ * pod and service-account index, sg_rootdist.h, sg_istiodcert.h, sg_lease.h)
+ * and this file decides which of them the settings ask for and in what
+ * order they start and stop.
+ *
+ * Leadership: the elector's callbacks run on its thread and only start or
+ * stop the writers; a writer's stop() waits for its threads, so when
+ * on_stopped_leading returns this replica has stopped writing, and only
+ * then does the elector release the Lease. The request path never waits
+ * for any of this.
+ */
+#include "sg_cluster.h"
+#include "sg_authn_impl.h"
+#include "sg_authn_kube.h"
+#include "sg_guard.h"
+#include "sg_istiodcert.h"
+#include "sg_jwks_kube.h"
+#include "sg_kube.h"
+#include "sg_lease.h"
+#include "sg_log.h"
+#include "sg_rootdist.h"
+#include "sg_workload.h"
+
+#include <openssl/rand.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SYNC_WAIT_MS 10000
+#define IDENTITY_MAX 128
+
+struct sg_cluster {
+	const sg_settings *s;
+	const sg_daemon_settings *d;
+	sg_kube *kube;
+	sg_kube *kube_reviews;     /* TokenReviews only: their bursts must not delay Lease renewals */
+	sg_workload *workload;     /* pods (node authorization) and/or service accounts (bound tokens) */
+	sg_jwks_kube *jwks;        /* jwks mode without a file */
+	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
+	sg_rootdist *rootdist;
+	sg_istiodcert *istiodcert;
+	sg_lease_elector *elector;
+	atomic_bool leading;       /* the writers run */
+	pthread_mutex_t writers_lock;
+	bool writers_running;
+	char identity[IDENTITY_MAX];
+	char **audiences;
+	size_t n_audiences;
+};
+
+bool sg_cluster_configured(const sg_daemon_settings *d)
+{
+	const char *kc = getenv("KUBECONFIG");
+	const char *host = getenv("KUBERNETES_SERVICE_HOST");
+	return (d->kubeconfig && *d->kubeconfig) || (kc && *kc) || (host && *host);
+}
+
+/* ---- the writers (leader only) --------------------------------------------- */
+
+static void writers_start(sg_cluster *c)
+{
+	pthread_mutex_lock(&c->writers_lock);
+	if (c->writers_running)
+		goto unlock;
+	if (c->rootdist && sg_rootdist_start(c->rootdist) < 0)
+		sg_log_error_last(SG_LOG_ERROR, "cannot start the istio-ca-root-cert writer");
+	if (c->istiodcert && sg_istiodcert_start(c->istiodcert) < 0)
+		sg_log_error_last(SG_LOG_ERROR, "cannot start the istiod certificate writer");
+	c->writers_running = true;
+	atomic_store(&c->leading, true);
+unlock:
+	pthread_mutex_unlock(&c->writers_lock);
+}
+
+static void writers_stop(sg_cluster *c)
+{
+	pthread_mutex_lock(&c->writers_lock);
+	if (!c->writers_running)
+		goto unlock;
+	atomic_store(&c->leading, false);
+	sg_istiodcert_stop(c->istiodcert);
+	sg_rootdist_stop(c->rootdist);
+	c->writers_running = false;
+unlock:
+	pthread_mutex_unlock(&c->writers_lock);
+}
+
+static void on_started_leading(void *arg)
+{
+	sg_cluster *c = arg;
+	sg_log(SG_LOG_INFO, "leading: writing root ConfigMaps and istiod's certificate", SG_F_STR("identity", c->identity),
+	       SG_F_END);
+	writers_start(c);
+}
+
+static void on_stopped_leading(void *arg)
+{
+	sg_cluster *c = arg;
+	writers_stop(c);
+	sg_log(SG_LOG_INFO, "stopped leading", SG_F_STR("identity", c->identity), SG_F_END);
+}
+
+static void on_new_leader(const char *identity, void *arg)
+{
+	sg_cluster *c = arg;
+	if (strcmp(identity, c->identity) != 0)
+		sg_log(SG_LOG_INFO, "leader", SG_F_STR("holder", identity[0] ? identity : "(none)"), SG_F_END);
+}
+
+/* client-go's identity: the host name plus a random suffix, so a restarted
+ * replica on the same host is a new candidate. */
+static int make_identity(char *out, size_t cap)
+{
+	char host[64] = "signet";
+	if (gethostname(host, sizeof(host)) != 0)
+		snprintf(host, sizeof(host), "signet");
+	host[sizeof(host) - 1] = 0;
+	unsigned char r[8];
+	SG_ENSURE(RAND_bytes(r, sizeof(r)) == 1, SG_EINTERNAL, "no randomness for the leader identity");
+	snprintf(out, cap, "%s_%02x%02x%02x%02x%02x%02x%02x%02x", host, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
+	return SG_OK;
+}
+
+/* ---- construction ------------------------------------------------------------ */
+
+static int resolved_mode(const sg_cluster *c)
+{
+	return c->d->token_authenticator == SG_TOKEN_AUTH_AUTO ? SG_TOKEN_AUTH_TOKENREVIEW : c->d->token_authenticator;
+}
+
+static int new_client(const sg_daemon_settings *d, sg_kube **out, char *server, size_t cap)
+{
+	sg_kube_config *cfg = NULL;
+	SG_TRY(sg_kube_config_load(&cfg, d->kubeconfig));
+	snprintf(server, cap, "%s", sg_kube_config_server(cfg));
+	bool unlimited = d->disable_kubernetes_client_rate_limiter;
+	sg_kube_options ko = {
+		.qps = unlimited ? -1 : (double)d->kube_api_qps,
+		.burst = (int)d->kube_api_burst,
+	};
+	return sg_kube_new(out, &cfg, &ko); /* consumes cfg */
+}
+
+static int make_clients(sg_cluster *c)
+{
+	char server[256];
+	SG_TRY(new_client(c->d, &c->kube, server, sizeof(server)));
+	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW)
+		SG_TRY(new_client(c->d, &c->kube_reviews, server, sizeof(server)));
+	sg_log(SG_LOG_INFO, "kubernetes API", SG_F_STR("server", server), SG_F_STR("namespace", sg_kube_namespace(c->kube)),
+	       SG_F_END);
+	return SG_OK;
+}
+
+static bool need_pods(const sg_cluster *c)
+{
+	return c->d->ca_trusted_node_accounts && *c->d->ca_trusted_node_accounts;
+}
+
+static int make_parts(sg_cluster *c, const sg_cluster_options *o)
+{
+	const sg_daemon_settings *d = c->d;
+	bool jwks = resolved_mode(c) == SG_TOKEN_AUTH_JWKS;
+	if (need_pods(c) || jwks) {
+		sg_workload_options wo = {.kube = c->kube, .pods = true, .service_accounts = jwks};
+		SG_TRY(sg_workload_new(&c->workload, &wo));
+	}
+	if (jwks && !c->s->jwt_jwks_file) {
+		sg_jwks_kube_options jo = {.kube = c->kube, .refresh_seconds = (int)d->jwks_refresh_interval};
+		SG_TRY(sg_jwks_kube_new(&c->jwks, &jo));
+	}
+	if (d->root_ca_configmap) {
+		sg_rootdist_options ro = {.kube = c->kube, .namespace_selector = d->configmap_namespace_selector};
+		SG_TRY(sg_rootdist_new(&c->rootdist, &ro, o->root_pem, o->root_len));
+	}
+	if (d->istiod_cert_enabled) {
+		sg_istiodcert_options io = {
+			.kube = c->kube,
+			.pool = o->pool,
+			.ns = d->istiod_cert_namespace,
+			.secret_name = d->istiod_cert_name,
+			.trust_domain = c->s->trust_domain,
+			.revisions = d->istiod_cert_istio_revisions,
+			.additional_dns_names = d->istiod_cert_additional_dns_names,
+			.duration = d->istiod_cert_duration,
+			.renew_before = d->istiod_cert_renew_before,
+			.key_algorithm = d->istiod_cert_key_algorithm == 0 ? SG_ISTIODCERT_RSA : SG_ISTIODCERT_ECDSA,
+			.key_size = (unsigned)d->istiod_cert_key_size,
+		};
+		SG_TRY(sg_istiodcert_new(&c->istiodcert, &io, o->root_pem, o->root_len));
+	}
+	if (d->leader_election && (c->rootdist || c->istiodcert)) {
+		SG_TRY(make_identity(c->identity, sizeof(c->identity)));
+		sg_lease_opts lo = {
+			.ns = d->leader_election_namespace,
+			.name = d->leader_election_lease_name,
+			.identity = c->identity,
+			.lease_duration_ms = (unsigned)d->leader_election_lease_duration * 1000u,
+			.renew_deadline_ms = (unsigned)d->leader_election_renew_deadline * 1000u,
+			.retry_period_ms = (unsigned)d->leader_election_retry_period * 1000u,
+			.on_started_leading = on_started_leading,
+			.on_stopped_leading = on_stopped_leading,
+			.on_new_leader = on_new_leader,
+			.arg = c,
+		};
+		SG_TRY(sg_lease_elector_new(&c->elector, c->kube, &lo));
+	}
+	return SG_OK;
+}
+
+int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
+{
+	*out = NULL;
+	SG_ENSURE(sg_cluster_configured(o->daemon), SG_EINVAL, "no Kubernetes API is configured");
+	sg_cluster *c = calloc(1, sizeof(*c));
+	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
+	c->s = o->settings;
+	c->d = o->daemon;
+	pthread_mutex_init(&c->writers_lock, NULL);
+	int rc = SG_OK;
+	c->audiences = calloc(o->n_audiences ? o->n_audiences : 1, sizeof(char *));
+	for (size_t i = 0; c->audiences && i < o->n_audiences; i++)
+		if ((c->audiences[c->n_audiences] = strdup(o->audiences[i])))
+			c->n_audiences++;
+	if (!c->audiences || c->n_audiences != o->n_audiences)
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK)
+		rc = make_clients(c);
+	if (rc == SG_OK)
+		rc = make_parts(c, o);
+	if (rc < 0) {
+		sg_cluster_free(c);
+		return rc;
+	}
+	*out = c;
+	return SG_OK;
+}
+
+/* ---- the request path -------------------------------------------------------- */
+
+int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **method)
+{
+	const char *const *aud = (const char *const *)c->audiences;
+	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW) {
+		sg_authn_tokenreview_options to = {
+			.kube = c->kube_reviews,
+			.audiences = aud,
+			.n_audiences = c->n_audiences,
+			.trust_domain = c->s->trust_domain,
+			.cache_ttl_max = (int)c->d->token_cache_ttl,
+		};
+		SG_TRY(sg_authn_tokenreview_new(out, &to));
+		c->tokenreview = out->self;
+		*method = "tokenreview";
+		return SG_OK;
+	}
+	/* jwks: keys from the file when one is named, else from the API server;
+	 * the issuer from the settings, else from the discovery document. */
+	const char *issuer = c->s->jwt_issuer;
+	if (!issuer && c->jwks)
+		issuer = sg_jwks_kube_issuer(c->jwks);
+	SG_ENSURE(issuer, SG_EINVAL, "jwt-issuer is required with jwt-jwks-file");
+	sg_authn_jwt_options jo = {
+		.jwks_file = c->jwks ? NULL : c->s->jwt_jwks_file,
+		.jwks_source = c->jwks ? sg_jwks_kube_source(c->jwks) : NULL,
+		.issuer = issuer,
+		.audiences = aud,
+		.n_audiences = c->n_audiences,
+		.trust_domain = c->s->trust_domain,
+	};
+	sg_authenticator inner;
+	SG_TRY(sg_authn_jwt_new(&inner, &jo));
+	SG_TRY(sg_authn_bound_new(out, inner, c->workload)); /* owns inner, also on failure */
+	*method = c->jwks ? "jwks (keys from the API server)" : "jwks (keys from jwt-jwks-file)";
+	return SG_OK;
+}
+
+int sg_cluster_authorize_impersonation(void *cluster, const sg_caller *caller, const char *target_ns,
+				       const char *target_sa)
+{
+	sg_cluster *c = cluster;
+	SG_ENSURE(c->workload, SG_EAUTH, "impersonation needs the pod index");
+	return sg_workload_authorize_impersonation(c->workload, caller, target_ns, target_sa);
+}
+
+/* ---- running ------------------------------------------------------------------- */
+
+int sg_cluster_start(sg_cluster *c)
+{
+	if (c->workload) {
+		SG_TRY(sg_workload_start(c->workload));
+		/* Serving before the first list would refuse every node agent and
+		 * every bound token for a moment; waiting a little avoids that,
+		 * and a slow API server only delays it (the caches fill later). */
+		if (sg_workload_wait_synced(c->workload, SYNC_WAIT_MS) < 0)
+			sg_log(SG_LOG_WARN, "pod and service-account caches not filled yet; continuing", SG_F_END);
+	}
+	if (c->elector)
+		return sg_lease_elector_start(c->elector);
+	if (c->rootdist || c->istiodcert) {
+		sg_log(SG_LOG_INFO, "leader election off: this replica writes", SG_F_END);
+		writers_start(c);
+	}
+	return SG_OK;
+}
+
+void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len)
+{
+	if (!c)
+		return;
+	if (c->rootdist && sg_rootdist_set_root(c->rootdist, pem, len) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the ConfigMap writer");
+	if (c->istiodcert && sg_istiodcert_set_root(c->istiodcert, pem, len) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the istiod certificate writer");
+}
+
+bool sg_cluster_is_leader(sg_cluster *c)
+{
+	return c && atomic_load(&c->leading);
+}
+
+/* ---- metrics ------------------------------------------------------------------- */
+
+static double leader_gauge(void *arg)
+{
+	return sg_cluster_is_leader(arg);
+}
+
+static sg_authn_tokenreview_stats tr_stats(sg_cluster *c)
+{
+	sg_authn_tokenreview_stats st = {0};
+	if (c->tokenreview)
+		sg_authn_tokenreview_stats_of(c->tokenreview, &st);
+	return st;
+}
+
+static double tr_reviews(void *arg)
+{
+	return (double)tr_stats(arg).reviews;
+}
+
+static double tr_hits(void *arg)
+{
+	return (double)tr_stats(arg).cache_hits;
+}
+
+static double tr_coalesced(void *arg)
+{
+	return (double)tr_stats(arg).coalesced;
+}
+
+static double tr_errors(void *arg)
+{
+	return (double)tr_stats(arg).api_errors;
+}
+
+static sg_rootdist_stats rd_stats(sg_cluster *c)
+{
+	sg_rootdist_stats st = {0};
+	if (c->rootdist)
+		sg_rootdist_stats_get(c->rootdist, &st);
+	return st;
+}
+
+static double rd_writes(void *arg)
+{
+	sg_rootdist_stats st = rd_stats(arg);
+	return (double)(st.creates + st.updates);
+}
+
+static double rd_errors(void *arg)
+{
+	return (double)rd_stats(arg).errors;
+}
+
+static sg_workload_stats wl_stats(sg_cluster *c)
+{
+	sg_workload_stats st;
+	memset(&st, 0, sizeof(st));
+	if (c->workload)
+		sg_workload_stats_get(c->workload, &st);
+	return st;
+}
+
+static double wl_allowed(void *arg)
+{
+	return (double)wl_stats(arg).impersonation_allowed;
+}
+
+static double wl_refused(void *arg)
+{
+	return (double)wl_stats(arg).impersonation_refused;
+}
+
+static double wl_live(void *arg)
+{
+	return (double)wl_stats(arg).bound_live;
+}
+
+static double wl_pods(void *arg)
+{
+	return (double)wl_stats(arg).pods;
+}
+
+static sg_jwks_kube_stats jk_stats(sg_cluster *c)
+{
+	sg_jwks_kube_stats st;
+	memset(&st, 0, sizeof(st));
+	if (c->jwks)
+		sg_jwks_kube_stats_get(c->jwks, &st);
+	return st;
+}
+
+static double jk_failures(void *arg)
+{
+	return (double)jk_stats(arg).failures;
+}
+
+static double jk_last(void *arg)
+{
+	return (double)jk_stats(arg).last_success;
+}
+
+int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
+{
+	static const struct {
+		const char *name, *help;
+		sg_metrics_value_fn fn;
+		bool counter;
+	} fns[] = {
+		{"signet_leader", "1 while this replica holds the leader-election Lease and runs the writers.", leader_gauge,
+		 false},
+		{"signet_tokenreview_requests_total", "TokenReview calls made to the API server.", tr_reviews, true},
+		{"signet_tokenreview_cache_hits_total", "Tokens answered from the review cache.", tr_hits, true},
+		{"signet_tokenreview_coalesced_total", "Requests that waited for a review already under way.", tr_coalesced,
+		 true},
+		{"signet_tokenreview_errors_total", "TokenReview calls that got no answer (API unreachable or refusing).",
+		 tr_errors, true},
+		{"signet_root_configmap_writes_total", "istio-ca-root-cert ConfigMaps created or repaired.", rd_writes, true},
+		{"signet_root_configmap_errors_total", "Failed istio-ca-root-cert reconciles.", rd_errors, true},
+		{"signet_impersonation_allowed_total", "Impersonations a node agent was allowed (pod on its node).",
+		 wl_allowed, true},
+		{"signet_impersonation_refused_total", "Impersonations refused by node authorization.", wl_refused, true},
+		{"signet_bound_token_lookups_total", "Live API lookups of a token's ServiceAccount or Pod (cache misses).",
+		 wl_live, true},
+		{"signet_workload_pods", "Pods in the node-authorization index.", wl_pods, false},
+		{"signet_jwks_fetch_failures_total", "Failed fetches of the cluster's JWKS (the previous keys stay in use).",
+		 jk_failures, true},
+		{"signet_jwks_last_success_timestamp", "When the cluster's JWKS was last fetched.", jk_last, false},
+	};
+	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c)
+				      : sg_metrics_gauge_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c));
+	return SG_OK;
+}
+
+/* ---- the end ------------------------------------------------------------------- */
+
+void sg_cluster_free(sg_cluster *c)
+{
+	if (!c)
+		return;
+	/* The elector stops leading first (the writers stop), then releases
+	 * the Lease so a successor takes over at its next retry. */
+	sg_lease_elector_free(c->elector);
+	writers_stop(c);
+	sg_istiodcert_free(c->istiodcert);
+	sg_rootdist_free(c->rootdist);
+	sg_workload_free(c->workload);
+	sg_jwks_kube_free(c->jwks);
+	sg_kube_free(c->kube_reviews);
+	sg_kube_free(c->kube);
+	for (size_t i = 0; i < c->n_audiences; i++)
+		free(c->audiences[i]);
+	free(c->audiences);
+	pthread_mutex_destroy(&c->writers_lock);
+	free(c);
+}

@@ -1,0 +1,85 @@
+/*
+ * sg_cluster: signetd's Kubernetes side. It owns the API client and puts
+ * together what the daemon needs from a cluster:
+ *
+ *   authentication  a TokenReview authenticator (cached, coalesced), or for
+ *                   jwks mode the cluster's keys discovered through the API
+ *                   server, with the bound-token check (the token's
+ *                   ServiceAccount and Pod must still exist);
+ *   authorization   node authorization of impersonation (a trusted node
+ *                   agent may only ask for identities of pods on its node);
+ *   writers         the istio-ca-root-cert ConfigMaps and istiod's
+ *                   certificate Secret, run only by the replica that holds
+ *                   the leader-election Lease (every replica serves gRPC).
+ *
+ * A cluster is "configured" when --kubeconfig is set, $KUBECONFIG is set,
+ * or signetd runs in a pod ($KUBERNETES_SERVICE_HOST); otherwise signetd
+ * runs standalone and none of this exists.
+ *
+ * Lifecycle: new (client, checks the API answers) -> authenticator /
+ * impersonation hook handed to the request path -> start (informers, the
+ * elector or the writers) -> set_root whenever the root bundle changes ->
+ * free (stops writers first, releases the Lease, then the rest).
+ */
+#ifndef SG_CLUSTER_H
+#define SG_CLUSTER_H
+
+#include "sg_appliance.h"
+#include "sg_authn.h"
+#include "sg_daemon.h"
+#include "sg_error.h"
+#include "sg_metrics.h"
+#include "sg_pool.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct sg_cluster sg_cluster;
+
+typedef struct sg_cluster_options {
+	const sg_settings *settings;      /* borrowed for the cluster's life */
+	const sg_daemon_settings *daemon; /* borrowed for the cluster's life */
+	sg_pool *pool;                    /* signs istiod's certificate */
+	const char *root_pem;             /* the root bundle now (copied) */
+	size_t root_len;
+	const char *const *audiences;     /* token audiences (copied) */
+	size_t n_audiences;
+} sg_cluster_options;
+
+/* Whether the settings and environment name a Kubernetes API. */
+SG_API bool sg_cluster_configured(const sg_daemon_settings *d);
+
+/* Loads the configuration, creates the client and the parts the settings
+ * ask for (nothing runs yet). Caller frees with sg_cluster_free. */
+SG_API int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o) SG_MUST_CHECK;
+
+/* The token authenticator the settings select (tokenreview, or jwks with
+ * keys from jwt-jwks-file or the API server, plus the bound-token check).
+ * *out is the caller's (free with out->free(out->self)); it borrows the
+ * cluster, which must outlive it. method names what was chosen. */
+SG_API int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **method) SG_MUST_CHECK;
+
+/* The policy's impersonation hook (sg_policy_options.authorize_impersonation
+ * with arg = the cluster): node authorization against the pod index. */
+SG_API int sg_cluster_authorize_impersonation(void *cluster, const sg_caller *caller, const char *target_ns,
+					      const char *target_sa);
+
+/* Starts informers (waiting up to a few seconds for the first list) and
+ * the leader elector, or the writers directly when leader-election is
+ * off. */
+SG_API int sg_cluster_start(sg_cluster *c) SG_MUST_CHECK;
+
+/* A new root bundle (copied): the writers converge to it. Any thread. */
+SG_API void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len);
+
+/* Gauges and counters under signet_kube_* / signet_leader. */
+SG_API int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg) SG_MUST_CHECK;
+
+SG_API bool sg_cluster_is_leader(sg_cluster *c);
+
+/* Stops the writers (releasing the Lease), the informers and workers, and
+ * frees. Authenticators obtained from the cluster must be freed first.
+ * Accepts NULL. */
+SG_API void sg_cluster_free(sg_cluster *c);
+
+#endif

@@ -1,0 +1,538 @@
+#!/usr/bin/python3
+"""signetd in a Kubernetes cluster: a real kube-apiserver and etcd
+(tests/kube/apiserver.sh), tokens minted by the API server (TokenRequest),
+Python's grpcio as the client and `openssl verify` on every chain.
+
+  - both token modes (tokenreview, jwks with keys discovered from the API
+    server): a pod-bound istio-ca token gets a certificate; another
+    audience, a deleted (or re-created) service account and an expired
+    token are refused;
+  - node authorization: a trusted node agent impersonates only identities
+    of pods on its own node;
+  - istio-ca-root-cert ConfigMaps: in selected namespaces only, repaired
+    after deletion or edits, following a root change, no write loop;
+  - istiod's certificate Secret;
+  - two replicas: one leader writes; killing it hands over within 20 s;
+  - the API server restarted under a running signetd: it recovers.
+
+usage: test_kube_e2e.py SIGNETCTL SIGNETD PROTO_DIR KUBE_SCRIPTS
+"""
+import base64
+import datetime
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding
+from cryptography.x509.oid import ExtensionOID, NameOID
+
+SIGNETCTL, SIGNETD, PROTO_DIR, KUBE_SCRIPTS = sys.argv[1:5]
+del sys.argv[1:5]
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import signet_e2e  # noqa: E402
+from signet_e2e import make_csr, read, spiffe  # noqa: E402
+
+UNAUTH = grpc.StatusCode.UNAUTHENTICATED
+ROOT_CM = "istio-ca-root-cert"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/istio-system/leases/signet"
+
+
+def wait_for(what, fn, timeout=30, interval=0.2):
+    """Polls fn until it returns something true; fails with `what`."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Kube:
+    """Just enough of the Kubernetes REST API, with the admin token."""
+
+    def __init__(self, env):
+        self.server = env["KUBE_APISERVER"]
+        self.admin_token = read(env["KUBE_TOKEN_FILE"]).strip()
+        self.ctx = ssl.create_default_context(cafile=env["KUBE_CA_FILE"])
+
+    def req(self, method, path, body=None, ctype="application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        r = urllib.request.Request(self.server + path, data=data, method=method,
+                                   headers={"Authorization": f"Bearer {self.admin_token}", "Content-Type": ctype,
+                                            "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(r, context=self.ctx, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read() or b"{}")
+
+    def ok(self, method, path, body=None, ctype="application/json"):
+        code, doc = self.req(method, path, body, ctype)
+        assert 200 <= code < 300, f"{method} {path}: {code} {doc.get('message')}"
+        return doc
+
+    def namespace(self, name, labels=None):
+        self.ok("POST", "/api/v1/namespaces",
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}})
+
+    def label_namespace(self, name, labels):
+        self.ok("PATCH", f"/api/v1/namespaces/{name}", {"metadata": {"labels": labels}},
+                "application/merge-patch+json")
+
+    def service_account(self, ns, name):
+        return self.ok("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                       {"apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": {"name": name}})["metadata"]["uid"]
+
+    def pod(self, ns, name, sa, node):
+        """A Pod bound to node (nothing runs it: there is no kubelet)."""
+        return self.ok("POST", f"/api/v1/namespaces/{ns}/pods",
+                       {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+                        "spec": {"serviceAccountName": sa, "nodeName": node,
+                                 "containers": [{"name": "c", "image": "none"}]}})["metadata"]["uid"]
+
+    def token(self, ns, sa, audience="istio-ca", pod=None, seconds=600):
+        spec = {"audiences": [audience], "expirationSeconds": seconds}
+        if pod:
+            spec["boundObjectRef"] = {"kind": "Pod", "apiVersion": "v1", "name": pod[0], "uid": pod[1]}
+        doc = self.ok("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        return doc["status"]["token"]
+
+    def configmap(self, ns, name=ROOT_CM):
+        code, doc = self.req("GET", f"/api/v1/namespaces/{ns}/configmaps/{name}")
+        return doc if code == 200 else None
+
+    def delete(self, path):
+        code, doc = self.req("DELETE", path)
+        assert code in (200, 202, 404), f"DELETE {path}: {code} {doc.get('message')}"
+
+    def lease_holder(self):
+        code, doc = self.req("GET", LEASE)
+        return doc.get("spec", {}).get("holderIdentity", "") if code == 200 else ""
+
+
+class Cluster:
+    """The API server, a CA made by `signetctl init`, and the objects the
+    tests share."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="kube-e2e.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        self.api_dir = os.path.join(self.tmp, "api")
+        os.mkdir(self.api_dir)
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "start", self.api_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        self.env = {}
+        for line in read(os.path.join(self.api_dir, "env")).splitlines():
+            if "=" in line:
+                k, v = line.split("=", 1)
+                self.env[k] = v
+        self.kube = Kube(self.env)
+        signet_e2e.compile_proto(PROTO_DIR, self.tmp)
+        import ca_pb2
+        import ca_pb2_grpc
+        self.pb, self.pb_grpc = ca_pb2, ca_pb2_grpc
+        self.dir = os.path.join(self.tmp, "ca")
+        subprocess.run([SIGNETCTL, "init", "--dir", self.dir, "--log-level", "warn"], check=True,
+                       stdout=subprocess.DEVNULL)
+        # The config signetctl init wrote, without its development token
+        # issuer: in a cluster the tokens are the API server's.
+        self.conf = os.path.join(self.dir, "kube.conf")
+        with open(os.path.join(self.dir, "signet.conf")) as src, open(self.conf, "w") as f:
+            f.writelines(line for line in src if not line.startswith(("jwt-issuer", "jwt-jwks-file")))
+        self.root_file = os.path.join(self.dir, "root-cert.pem")
+        self.root = read(self.root_file, "rb")
+        k = self.kube
+        k.namespace("istio-system")
+        k.namespace("apps", {"istio-injection": "enabled"})
+        k.namespace("plain")
+        k.service_account("istio-system", "ztunnel")
+        k.service_account("apps", "app1")
+        k.service_account("apps", "app2")
+        self.ztunnel_pod = ("ztunnel-n1", k.pod("istio-system", "ztunnel-n1", "ztunnel", "n1"))
+        self.app1_pod = ("app1-n1", k.pod("apps", "app1-n1", "app1", "n1"))
+        k.pod("apps", "app2-n2", "app2", "n2")
+
+    def close(self, keep):
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not keep:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        else:
+            print(f"kept {self.tmp}", file=sys.stderr)
+
+    def signetd(self, *flags, env_extra=None, ca_trusted="istio-system/ztunnel"):
+        env = dict(os.environ)
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        env.update(env_extra or {})
+        return signet_e2e.Signetd(SIGNETD, self.conf, "--kubeconfig", self.env["KUBECONFIG"],
+                                  "--ca-trusted-node-accounts", ca_trusted, *flags, env=env)
+
+    def channel(self, port):
+        creds = grpc.ssl_channel_credentials(root_certificates=self.root)
+        return grpc.secure_channel(f"127.0.0.1:{port}", creds,
+                                   options=[("grpc.ssl_target_name_override", "localhost")])
+
+    def metric(self, d, name):
+        with urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics", timeout=10) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " ") or line.startswith(name + "{"):
+                    return float(line.rsplit(" ", 1)[1])
+        return None
+
+
+C = None
+
+
+def setUpModule():
+    global C
+    C = Cluster()
+
+
+def tearDownModule():
+    ok = all(not r.failures and not r.errors for r in RESULTS)
+    C.close(keep=not ok)
+
+
+RESULTS = []
+
+
+class Base(unittest.TestCase):
+    def run(self, result=None):
+        result = super().run(result)
+        if result is not None:
+            RESULTS.append(result)
+        return result
+
+    def call(self, stub, token, identity, impersonate=None):
+        req = C.pb.IstioCertificateRequest(csr=make_csr(identity), validity_duration=3600)
+        if impersonate:
+            req.metadata.update({"ImpersonatedIdentity": impersonate})
+        md = [("authorization", f"Bearer {token}")] if token else []
+        return list(stub.CreateCertificate(req, metadata=md, timeout=30).cert_chain)
+
+    def refused(self, stub, token, identity, impersonate=None, code=UNAUTH):
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.call(stub, token, identity, impersonate)
+        self.assertEqual(cm.exception.code(), code, cm.exception.details())
+        return cm.exception.details()
+
+    def verified(self, chain, identity, root=None):
+        self.assertGreaterEqual(len(chain), 2)
+        self.assertEqual(chain[-1].encode(), root or C.root)
+        path = os.path.join(C.tmp, f"chain.{time.time_ns()}.pem")
+        with open(path, "w") as f:
+            f.write("".join(chain))
+        v = subprocess.run(["openssl", "verify", "-CAfile", C.root_file, path], capture_output=True, text=True)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        leaf = x509.load_pem_x509_certificate(chain[0].encode())
+        san = leaf.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier), [identity])
+
+
+class TokenModes:
+    """The same checks in both token modes (mixed into two classes)."""
+
+    MODE = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.d = C.signetd("--token-authenticator", cls.MODE, "--root-ca-configmap=false")
+        cls.ch = C.channel(cls.d.port)
+        cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        rc = cls.d.stop()
+        assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+
+    def test_mode_in_use(self):
+        logged = [r for r in self.d.records() if r.get("msg") == "token authentication"]
+        self.assertTrue(logged and logged[0]["method"].startswith(self.MODE), logged)
+
+    def test_pod_bound_token_gets_a_certificate(self):
+        tok = C.kube.token("apps", "app1", pod=C.app1_pod)
+        ident = spiffe("apps", "app1")
+        self.verified(self.call(self.stub, tok, ident), ident)
+        self.verified(self.call(self.stub, tok, ident), ident)  # again: from the cache in tokenreview mode
+
+    def test_plain_token_gets_a_certificate(self):
+        tok = C.kube.token("apps", "app2")
+        self.verified(self.call(self.stub, tok, spiffe("apps", "app2")), spiffe("apps", "app2"))
+
+    def test_other_audience_is_refused(self):
+        tok = C.kube.token("apps", "app1", audience="https://kubernetes.default.svc.cluster.local")
+        self.refused(self.stub, tok, spiffe("apps", "app1"))
+
+    def test_identity_must_match_the_token(self):
+        tok = C.kube.token("apps", "app1")
+        self.refused(self.stub, tok, spiffe("apps", "app2"))
+
+    def test_deleted_service_account_is_refused(self):
+        sa = f"gone-{self.MODE}"
+        C.kube.service_account("apps", sa)
+        tok = C.kube.token("apps", sa)
+        C.kube.delete(f"/api/v1/namespaces/apps/serviceaccounts/{sa}")
+
+        def refused():
+            try:
+                self.call(self.stub, tok, spiffe("apps", sa))
+                return False
+            except grpc.RpcError as e:
+                return e.code() == UNAUTH
+        # The API server refuses at once; the local check may take the
+        # watch event's few milliseconds to see the deletion.
+        wait_for("the deleted account's token to be refused", refused, timeout=10)
+
+    def test_recreated_service_account_does_not_revive_old_tokens(self):
+        sa = f"again-{self.MODE}"
+        C.kube.service_account("apps", sa)
+        tok = C.kube.token("apps", sa)
+        C.kube.delete(f"/api/v1/namespaces/apps/serviceaccounts/{sa}")
+        time.sleep(0.5)
+        C.kube.service_account("apps", sa)  # same name, new uid
+        self.refused(self.stub, tok, spiffe("apps", sa))
+        fresh = C.kube.token("apps", sa)
+        self.verified(self.call(self.stub, fresh, spiffe("apps", sa)), spiffe("apps", sa))
+
+    def test_garbage_and_missing_tokens_are_refused(self):
+        self.refused(self.stub, "not-a-token", spiffe("apps", "app1"))
+        self.refused(self.stub, None, spiffe("apps", "app1"))
+
+    def test_node_agent_impersonates_pods_on_its_node_only(self):
+        tok = C.kube.token("istio-system", "ztunnel", pod=C.ztunnel_pod)
+        app1, app2 = spiffe("apps", "app1"), spiffe("apps", "app2")
+        self.verified(self.call(self.stub, tok, app1, impersonate=app1), app1)
+        msg = self.refused(self.stub, tok, app2, impersonate=app2)
+        self.assertIn("node", msg)
+        # Without a pod claim there is no node to check against.
+        plain = C.kube.token("istio-system", "ztunnel")
+        self.refused(self.stub, plain, app1, impersonate=app1)
+        # An untrusted caller cannot impersonate at all.
+        app_tok = C.kube.token("apps", "app2")
+        self.refused(self.stub, app_tok, app1, impersonate=app1)
+
+    def test_expired_token_is_refused(self):
+        """A token the cluster's own key signed, as the API server makes
+        them, whose exp has passed (TokenRequest cannot make one shorter
+        than 10 minutes)."""
+        tok = expired(C.kube.token("apps", "app1"))
+        msg = self.refused(self.stub, tok, spiffe("apps", "app1"))
+        self.assertIn("expired", msg)
+
+
+def b64url_json(part):
+    return json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+
+
+def expired(token):
+    """token with exp two minutes ago, re-signed with the API server's
+    service-account key (RS256), everything else unchanged."""
+    head, body, _ = token.split(".")
+    claims = b64url_json(body)
+    now = int(time.time())
+    claims.update({"exp": now - 120, "iat": now - 720, "nbf": now - 720})
+    key = serialization.load_pem_private_key(read(os.path.join(C.api_dir, "sa.key"), "rb"), None)
+    signing_input = head + "." + signet_e2e.b64url(json.dumps(claims).encode())
+    sig = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return signing_input + "." + signet_e2e.b64url(sig)
+
+
+class TokenReviewMode(TokenModes, Base):
+    MODE = "tokenreview"
+
+
+class JwksMode(TokenModes, Base):
+    MODE = "jwks"
+
+
+def other_root():
+    """A self-signed certificate to add to the root bundle."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "next root")])
+    now = datetime.datetime.utcnow()
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now)
+            .not_valid_after(now + datetime.timedelta(days=30))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+class Writers(Base):
+    """One signetd that leads alone: ConfigMaps, istiod's Secret, restart."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.root_file = os.path.join(C.tmp, "bundle.pem")
+        shutil.copy(C.root_file, cls.root_file)
+        cls.d = C.signetd("--configmap-namespace-selector", "istio-injection=enabled",
+                          "--root-ca-file", cls.root_file, "--istiod-cert-enabled",
+                          "--istiod-cert-key-algorithm", "ECDSA", "--istiod-cert-key-size", "256",
+                          "--istiod-cert-istio-revisions", "default,canary")
+        cls.ch = C.channel(cls.d.port)
+        cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.ch.close()
+        rc = cls.d.stop()
+        assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+        # On SIGTERM the leader released the Lease.
+        assert C.kube.lease_holder() == "", C.kube.lease_holder()
+
+    def bundle(self):
+        return read(self.root_file)
+
+    def cm_ok(self, ns):
+        cm = C.kube.configmap(ns)
+        return cm if (cm and cm.get("data") == {"root-cert.pem": self.bundle()}
+                      and cm["metadata"].get("labels", {}).get("istio.io/config") == "true") else None
+
+    def test_a_configmaps_in_selected_namespaces_only(self):
+        wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
+        time.sleep(1)
+        self.assertIsNone(C.kube.configmap("plain"))
+        self.assertIsNone(C.kube.configmap("istio-system"))
+        C.kube.namespace("late")
+        C.kube.label_namespace("late", {"istio-injection": "enabled"})
+        wait_for("istio-ca-root-cert in a namespace labelled later", lambda: self.cm_ok("late"))
+
+    def test_b_repaired_after_deletion_and_edits(self):
+        wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
+        C.kube.delete(f"/api/v1/namespaces/apps/configmaps/{ROOT_CM}")
+        wait_for("the deleted ConfigMap to come back", lambda: self.cm_ok("apps"))
+        C.kube.ok("PATCH", f"/api/v1/namespaces/apps/configmaps/{ROOT_CM}",
+                  {"metadata": {"labels": {"istio.io/config": None, "team": "a"}},
+                   "data": {"root-cert.pem": "tampered", "extra": "x"}}, "application/merge-patch+json")
+        cm = wait_for("the edited ConfigMap to be repaired", lambda: self.cm_ok("apps"))
+        self.assertEqual(cm["metadata"]["labels"].get("team"), "a")  # what users add is kept
+
+    def test_c_no_write_loop(self):
+        cm = wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
+        time.sleep(1)
+        rv = C.kube.configmap("apps")["metadata"]["resourceVersion"]
+        writes = C.metric(self.d, "signet_root_configmap_writes_total")
+        time.sleep(3)
+        self.assertEqual(C.kube.configmap("apps")["metadata"]["resourceVersion"], rv)
+        self.assertEqual(C.metric(self.d, "signet_root_configmap_writes_total"), writes)
+        self.assertIsNotNone(cm)
+
+    def test_d_follows_a_root_change(self):
+        wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
+        new = C.root + other_root()
+        with open(self.root_file + ".tmp", "wb") as f:
+            f.write(new)
+        os.replace(self.root_file + ".tmp", self.root_file)
+        wait_for("the ConfigMap to carry the new bundle",
+                 lambda: (C.kube.configmap("apps") or {}).get("data", {}).get("root-cert.pem") == new.decode())
+        tok = C.kube.token("apps", "app1")
+        chain = self.call(self.stub, tok, spiffe("apps", "app1"))
+        self.assertEqual(chain[-1].encode(), new)  # clients get the new bundle, as one element
+
+    def test_e_istiod_certificate(self):
+        def secret():
+            code, doc = C.kube.req("GET", "/api/v1/namespaces/istio-system/secrets/istiod-tls")
+            return doc if code == 200 else None
+        s = wait_for("Secret istiod-tls", secret)
+        self.assertEqual(s["type"], "kubernetes.io/tls")
+        data = {k: base64.b64decode(v) for k, v in s["data"].items()}
+        path = os.path.join(C.tmp, "istiod.pem")
+        with open(path, "wb") as f:
+            f.write(data["tls.crt"])
+        v = subprocess.run(["openssl", "verify", "-CAfile", C.root_file, path], capture_output=True, text=True)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        leaf = x509.load_pem_x509_certificate(data["tls.crt"])
+        san = leaf.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        self.assertEqual(set(san.get_values_for_type(x509.DNSName)),
+                         {"istiod.istio-system.svc", "istiod-canary.istio-system.svc"})
+        self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier),
+                         [spiffe("istio-system", "istiod-service-account")])
+        key = serialization.load_pem_private_key(data["tls.key"], None)
+        self.assertEqual(key.public_key().public_numbers(), leaf.public_key().public_numbers())
+        self.assertIn(b"-----BEGIN CERTIFICATE-----", data["ca.crt"])
+        C.kube.delete("/api/v1/namespaces/istio-system/secrets/istiod-tls")
+        wait_for("Secret istiod-tls to come back", secret)
+
+    def test_f_api_server_restart(self):
+        wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "restart-apiserver", C.api_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        # TokenReview works again (new token: not in the cache) ...
+        def issued():
+            try:
+                return self.call(self.stub, C.kube.token("apps", "app2"), spiffe("apps", "app2"))
+            except grpc.RpcError:
+                return None
+        wait_for("a certificate after the restart", issued, timeout=60)
+        # ... and the watches resumed: edits are repaired, new namespaces served.
+        C.kube.delete(f"/api/v1/namespaces/apps/configmaps/{ROOT_CM}")
+        wait_for("repair after the restart", lambda: self.cm_ok("apps"), timeout=60)
+        C.kube.namespace("after-restart", {"istio-injection": "enabled"})
+        wait_for("a new namespace served after the restart", lambda: self.cm_ok("after-restart"), timeout=60)
+
+
+class Replicas(Base):
+    def test_one_leader_and_handover(self):
+        # Both replicas serve; exactly one writes.
+        a = C.signetd("--configmap-namespace-selector", "istio-injection=enabled")
+        b = C.signetd("--configmap-namespace-selector", "istio-injection=enabled")
+        try:
+            leader_of = {}
+            for d in (a, b):
+                ch = C.channel(d.port)
+                stub = C.pb_grpc.IstioCertificateServiceStub(ch)
+                self.verified(self.call(stub, C.kube.token("apps", "app1"), spiffe("apps", "app1")),
+                              spiffe("apps", "app1"))
+                ch.close()
+
+            def one_leader():
+                la, lb = C.metric(a, "signet_leader"), C.metric(b, "signet_leader")
+                self.assertFalse(la == 1 and lb == 1, "two leaders")
+                return (a, b) if la == 1 else (b, a) if lb == 1 else None
+            leader, follower = wait_for("a leader", one_leader, timeout=30)
+            leader_of["first"] = leader
+            C.kube.delete(f"/api/v1/namespaces/apps/configmaps/{ROOT_CM}")
+            wait_for("the leader's repair", lambda: C.kube.configmap("apps"))
+            for _ in range(10):  # never two leaders
+                one_leader()
+                time.sleep(0.1)
+            self.assertEqual(C.metric(follower, "signet_root_configmap_writes_total"), 0)
+            # Kill the leader (no release): the follower takes over when the
+            # Lease expires, within lease duration + retry period.
+            holder = C.kube.lease_holder()
+            t0 = time.time()
+            leader.proc.send_signal(signal.SIGKILL)
+            leader.proc.wait()
+            wait_for("the follower to lead", lambda: C.metric(follower, "signet_leader") == 1, timeout=25,
+                     interval=0.1)
+            took = time.time() - t0
+            self.assertLess(took, 20, f"handover took {took:.1f}s")
+            self.assertNotEqual(C.kube.lease_holder(), holder)
+            C.kube.delete(f"/api/v1/namespaces/apps/configmaps/{ROOT_CM}")
+            wait_for("the new leader's repair", lambda: C.kube.configmap("apps"))
+            print(f"handover in {took:.1f}s", file=sys.stderr)
+        finally:
+            a.stop()
+            b.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
