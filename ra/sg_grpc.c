@@ -157,7 +157,8 @@ struct sg_grpc_server {
 	bool grpc_inited;
 
 	pthread_mutex_t mu;
-	pthread_cond_t cond; /* calls list, handler refs, shutdown progress */
+	pthread_cond_t cond;	    /* shutdown progress (signalled only while stopping) */
+	pthread_cond_t reaper_cond; /* the reaper's tick and stop */
 	sg_grpc_call *calls;	/* every call object, requested or in flight */
 	size_t handler_refs;	/* calls the handler has not released */
 	size_t open_calls;	/* arrived calls whose answer is not yet sent */
@@ -205,6 +206,15 @@ static uint64_t ns_until(gpr_timespec t)
 
 /* ---- call lifetime ----------------------------------------------------- */
 
+/* Only shutdown waits on s->cond, so the per-call bookkeeping wakes it only
+ * then: a broadcast with a waiter is a futex wake and a context switch, and
+ * every call makes three of them. Called with s->mu held. */
+static void wake_shutdown(sg_grpc_server *s)
+{
+	if (s->stopping)
+		pthread_cond_broadcast(&s->cond);
+}
+
 static void call_list_add(sg_grpc_call *c)
 {
 	sg_grpc_server *s = c->srv;
@@ -227,7 +237,7 @@ static void call_destroy(sg_grpc_call *c)
 		s->calls = c->next;
 	if (c->next)
 		c->next->prev = c->prev;
-	pthread_cond_broadcast(&s->cond);
+	wake_shutdown(s);
 	pthread_mutex_unlock(&s->mu);
 
 	if (c->call)
@@ -272,7 +282,7 @@ static void call_closed(sg_grpc_call *c)
 	sg_grpc_server *s = c->srv;
 	pthread_mutex_lock(&s->mu);
 	s->open_calls--;
-	pthread_cond_broadcast(&s->cond);
+	wake_shutdown(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -323,7 +333,7 @@ int sg_grpc_call_finish(sg_grpc_call *c, int status, const char *msg, const uint
 		call_unref(c);
 		pthread_mutex_lock(&s->mu);
 		s->handler_refs--;
-		pthread_cond_broadcast(&s->cond);
+		wake_shutdown(s);
 		pthread_mutex_unlock(&s->mu);
 	}
 	return rc;
@@ -668,7 +678,7 @@ static void *reaper_thread(void *p)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&s->cond, &s->mu, &ts);
+		pthread_cond_timedwait(&s->reaper_cond, &s->mu, &ts);
 		if (s->reaper_stop)
 			break;
 		pthread_mutex_unlock(&s->mu);
@@ -880,6 +890,7 @@ int sg_grpc_server_start(sg_grpc_server **out, const sg_grpc_server_options *opt
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cond, &ca);
+	pthread_cond_init(&s->reaper_cond, &ca);
 	pthread_condattr_destroy(&ca);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->tls_mu, NULL);
@@ -985,7 +996,7 @@ void sg_grpc_server_shutdown(sg_grpc_server *s, uint64_t grace_ns)
 	if (s->reaper_started) {
 		pthread_mutex_lock(&s->mu);
 		s->reaper_stop = true;
-		pthread_cond_broadcast(&s->cond);
+		pthread_cond_broadcast(&s->reaper_cond);
 		pthread_mutex_unlock(&s->mu);
 		pthread_join(s->reaper, NULL);
 	}
@@ -1028,6 +1039,7 @@ void sg_grpc_server_shutdown(sg_grpc_server *s, uint64_t grace_ns)
 	pthread_mutex_destroy(&s->mu);
 	pthread_mutex_destroy(&s->tls_mu);
 	pthread_cond_destroy(&s->cond);
+	pthread_cond_destroy(&s->reaper_cond);
 	free(s->method);
 	free(s);
 }
