@@ -35,6 +35,7 @@ typedef struct sg_daemon_settings {
 	int64_t grpc_threads;
 	int64_t max_concurrent_streams;
 	int64_t shutdown_grace;
+	bool sched_batch;
 	/* Kubernetes */
 	char *kubeconfig;
 	int64_t kube_api_qps;
@@ -110,6 +111,9 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	  "concurrent calls per connection")                                                                       \
 	X("shutdown-grace", SG_OPT_DURATION, shutdown_grace, "15s", 0, 600, NULL,                                 \
 	  "time in-flight requests get to finish on SIGTERM")                                                      \
+	X("sched-batch", SG_OPT_BOOL, sched_batch, "true", 0, 0, NULL,                                            \
+	  "run signetd's threads as SCHED_BATCH (CPU-bound work: a thread waking another does not get preempted "   \
+	  "by it; fewer context switches under load)")                                                              \
 	X("kubeconfig", SG_OPT_PATH, kubeconfig, NULL, 0, 0, NULL,                                                \
 	  "kubeconfig of the Kubernetes API (default: $KUBECONFIG, else the in-cluster service account when "      \
 	  "running in a pod; neither: no Kubernetes)")                                                            \
