@@ -41,15 +41,18 @@ struct sg_cluster {
 	const sg_daemon_settings *d;
 	sg_kube *kube;
 	sg_kube *kube_reviews;     /* TokenReviews only: their bursts must not delay Lease renewals */
+	sg_kube *kube_lease;       /* the elector: a renewal may not outlast the renew deadline */
+	sg_kube *kube_writers;     /* the writers: a request in flight when leadership ends is short */
 	sg_workload *workload;     /* pods (node authorization) and/or service accounts (bound tokens) */
 	sg_jwks_kube *jwks;        /* jwks mode without a file */
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
 	sg_rootdist *rootdist;
 	sg_istiodcert *istiodcert;
 	sg_lease_elector *elector;
-	atomic_bool leading;       /* the writers run */
+	atomic_bool leading;       /* every writer runs */
 	pthread_mutex_t writers_lock;
-	bool writers_running;
+	bool want_writers;         /* we lead (or lead alone): the writers should run */
+	bool rootdist_running, istiodcert_running;
 	char identity[IDENTITY_MAX];
 	char **audiences;
 	size_t n_audiences;
@@ -64,31 +67,68 @@ bool sg_cluster_configured(const sg_daemon_settings *d)
 
 /* ---- the writers (leader only) --------------------------------------------- */
 
+/* Starts whichever writer is not running yet; `leading` (and the
+ * signet_leader gauge) says yes only when all run. A writer that fails to
+ * start is retried by sg_cluster_tick, so a leader never holds the Lease
+ * while silently writing nothing. Called with writers_lock held. */
+static void writers_start_locked(sg_cluster *c)
+{
+	if (c->rootdist && !c->rootdist_running) {
+		if (sg_rootdist_start(c->rootdist) == SG_OK)
+			c->rootdist_running = true;
+		else
+			sg_log_error_last(SG_LOG_ERROR, "cannot start the istio-ca-root-cert writer; will retry");
+	}
+	if (c->istiodcert && !c->istiodcert_running) {
+		if (sg_istiodcert_start(c->istiodcert) == SG_OK)
+			c->istiodcert_running = true;
+		else
+			sg_log_error_last(SG_LOG_ERROR, "cannot start the istiod certificate writer; will retry");
+	}
+	atomic_store(&c->leading, (!c->rootdist || c->rootdist_running) && (!c->istiodcert || c->istiodcert_running));
+}
+
 static void writers_start(sg_cluster *c)
 {
 	pthread_mutex_lock(&c->writers_lock);
-	if (c->writers_running)
-		goto unlock;
-	if (c->rootdist && sg_rootdist_start(c->rootdist) < 0)
-		sg_log_error_last(SG_LOG_ERROR, "cannot start the istio-ca-root-cert writer");
-	if (c->istiodcert && sg_istiodcert_start(c->istiodcert) < 0)
-		sg_log_error_last(SG_LOG_ERROR, "cannot start the istiod certificate writer");
-	c->writers_running = true;
-	atomic_store(&c->leading, true);
-unlock:
+	c->want_writers = true;
+	writers_start_locked(c);
 	pthread_mutex_unlock(&c->writers_lock);
 }
 
+static void *stop_rootdist(void *arg)
+{
+	sg_rootdist_stop(arg);
+	return NULL;
+}
+
+/* Both writers stop at once (each may wait for one request in flight), so
+ * leadership ends within one request timeout, not two. */
 static void writers_stop(sg_cluster *c)
 {
 	pthread_mutex_lock(&c->writers_lock);
-	if (!c->writers_running)
-		goto unlock;
+	c->want_writers = false;
 	atomic_store(&c->leading, false);
-	sg_istiodcert_stop(c->istiodcert);
-	sg_rootdist_stop(c->rootdist);
-	c->writers_running = false;
-unlock:
+	pthread_t t;
+	bool threaded = c->rootdist_running && c->istiodcert_running &&
+			pthread_create(&t, NULL, stop_rootdist, c->rootdist) == 0;
+	if (c->istiodcert_running)
+		sg_istiodcert_stop(c->istiodcert);
+	if (threaded)
+		pthread_join(t, NULL);
+	else if (c->rootdist_running)
+		sg_rootdist_stop(c->rootdist);
+	c->rootdist_running = c->istiodcert_running = false;
+	pthread_mutex_unlock(&c->writers_lock);
+}
+
+void sg_cluster_tick(sg_cluster *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->writers_lock);
+	if (c->want_writers)
+		writers_start_locked(c);
 	pthread_mutex_unlock(&c->writers_lock);
 }
 
@@ -135,7 +175,9 @@ static int resolved_mode(const sg_cluster *c)
 	return c->d->token_authenticator == SG_TOKEN_AUTH_AUTO ? SG_TOKEN_AUTH_TOKENREVIEW : c->d->token_authenticator;
 }
 
-static int new_client(const sg_daemon_settings *d, sg_kube **out, char *server, size_t cap)
+/* A client of its own per user, so that no user's requests queue behind
+ * another's rate limit or timeout. timeout_ms 0: the client's default. */
+static int new_client(const sg_daemon_settings *d, sg_kube **out, long timeout_ms, char *server, size_t cap)
 {
 	sg_kube_config *cfg = NULL;
 	SG_TRY(sg_kube_config_load(&cfg, d->kubeconfig));
@@ -144,16 +186,31 @@ static int new_client(const sg_daemon_settings *d, sg_kube **out, char *server, 
 	sg_kube_options ko = {
 		.qps = unlimited ? -1 : (double)d->kube_api_qps,
 		.burst = (int)d->kube_api_burst,
+		.request_timeout_ms = timeout_ms,
 	};
 	return sg_kube_new(out, &cfg, &ko); /* consumes cfg */
 }
 
+/* client-go bounds each renewal by the renew deadline; here a renewal may
+ * take renew_deadline - retry_period, and a writer's request at most what
+ * separates the end of our leadership from a successor's start
+ * (lease_duration - renew_deadline), so a replica that loses the Lease has
+ * stopped writing before anyone else can lead. */
 static int make_clients(sg_cluster *c)
 {
+	const sg_daemon_settings *d = c->d;
 	char server[256];
-	SG_TRY(new_client(c->d, &c->kube, server, sizeof(server)));
+	long lease_ms = (long)(d->leader_election_renew_deadline - d->leader_election_retry_period) * 1000;
+	long writers_ms = (long)(d->leader_election_lease_duration - d->leader_election_renew_deadline) * 1000;
+	SG_TRY(new_client(d, &c->kube, 0, server, sizeof(server)));
 	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW)
-		SG_TRY(new_client(c->d, &c->kube_reviews, server, sizeof(server)));
+		SG_TRY(new_client(d, &c->kube_reviews, 0, server, sizeof(server)));
+	if (d->root_ca_configmap || d->istiod_cert_enabled) {
+		SG_TRY(new_client(d, &c->kube_writers, d->leader_election && writers_ms >= 1000 ? writers_ms : 0, server,
+				  sizeof(server)));
+		if (d->leader_election)
+			SG_TRY(new_client(d, &c->kube_lease, lease_ms >= 1000 ? lease_ms : 1000, server, sizeof(server)));
+	}
 	sg_log(SG_LOG_INFO, "kubernetes API", SG_F_STR("server", server), SG_F_STR("namespace", sg_kube_namespace(c->kube)),
 	       SG_F_END);
 	return SG_OK;
@@ -177,12 +234,12 @@ static int make_parts(sg_cluster *c, const sg_cluster_options *o)
 		SG_TRY(sg_jwks_kube_new(&c->jwks, &jo));
 	}
 	if (d->root_ca_configmap) {
-		sg_rootdist_options ro = {.kube = c->kube, .namespace_selector = d->configmap_namespace_selector};
+		sg_rootdist_options ro = {.kube = c->kube_writers, .namespace_selector = d->configmap_namespace_selector};
 		SG_TRY(sg_rootdist_new(&c->rootdist, &ro, o->root_pem, o->root_len));
 	}
 	if (d->istiod_cert_enabled) {
 		sg_istiodcert_options io = {
-			.kube = c->kube,
+			.kube = c->kube_writers,
 			.pool = o->pool,
 			.ns = d->istiod_cert_namespace,
 			.secret_name = d->istiod_cert_name,
@@ -210,7 +267,7 @@ static int make_parts(sg_cluster *c, const sg_cluster_options *o)
 			.on_new_leader = on_new_leader,
 			.arg = c,
 		};
-		SG_TRY(sg_lease_elector_new(&c->elector, c->kube, &lo));
+		SG_TRY(sg_lease_elector_new(&c->elector, c->kube_lease, &lo));
 	}
 	return SG_OK;
 }
@@ -266,7 +323,9 @@ int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **
 	const char *issuer = c->s->jwt_issuer;
 	if (!issuer && c->jwks)
 		issuer = sg_jwks_kube_issuer(c->jwks);
-	SG_ENSURE(issuer, SG_EINVAL, "jwt-issuer is required with jwt-jwks-file");
+	SG_ENSURE(issuer, SG_EINVAL,
+		  c->jwks ? "the API server's discovery document names no issuer; set jwt-issuer"
+			  : "jwt-issuer is required with jwt-jwks-file");
 	sg_authn_jwt_options jo = {
 		.jwks_file = c->jwks ? NULL : c->s->jwt_jwks_file,
 		.jwks_source = c->jwks ? sg_jwks_kube_source(c->jwks) : NULL,
@@ -475,6 +534,8 @@ void sg_cluster_free(sg_cluster *c)
 	sg_rootdist_free(c->rootdist);
 	sg_workload_free(c->workload);
 	sg_jwks_kube_free(c->jwks);
+	sg_kube_free(c->kube_lease);
+	sg_kube_free(c->kube_writers);
 	sg_kube_free(c->kube_reviews);
 	sg_kube_free(c->kube);
 	for (size_t i = 0; i < c->n_audiences; i++)

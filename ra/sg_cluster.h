@@ -69,6 +69,10 @@ SG_API int sg_cluster_authorize_impersonation(void *cluster, const sg_caller *ca
  * off. */
 SG_API int sg_cluster_start(sg_cluster *c) SG_MUST_CHECK;
 
+/* Once a second from the daemon's housekeeping: retries a writer that
+ * failed to start while this replica leads. */
+SG_API void sg_cluster_tick(sg_cluster *c);
+
 /* A new root bundle (copied): the writers converge to it. Any thread. */
 SG_API void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len);
 

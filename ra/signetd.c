@@ -37,6 +37,7 @@
 #include "sg_policy.h"
 #include "sg_serving.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/stat.h>
@@ -705,8 +706,14 @@ static int load_chain(daemon *d)
 {
 	char *root = NULL;
 	size_t len = 0;
-	if (d->a.d.root_ca_file)
+	if (d->a.d.root_ca_file) {
 		SG_TRY(read_root_file(d->a.d.root_ca_file, &root, &len, &d->root_file));
+		int rc = sg_ca_check_bundle(d->ca, root, len, d->a.d.root_ca_file);
+		if (rc < 0) {
+			free(root);
+			return rc;
+		}
+	}
 	return chain_new(d, root, len, &d->chain);
 }
 
@@ -723,25 +730,29 @@ static void reload_root(daemon *d)
 	char *root = NULL;
 	size_t len = 0;
 	struct file_id id;
-	if (read_root_file(path, &root, &len, &id) < 0) {
+	/* A broken file is reported once per change: its identity is noted so
+	 * that the next tick does not read it again. */
+	if (read_root_file(path, &root, &len, &id) < 0 || sg_ca_check_bundle(d->ca, root, len, path) < 0) {
+		free(root);
 		d->root_file = (struct file_id){.dev = st.st_dev, .ino = st.st_ino, .size = st.st_size,
 						.mtime = st.st_mtim, .known = true};
 		sg_log_error_last(SG_LOG_WARN, "root-ca-file changed but cannot be used; keeping the previous roots");
 		return;
 	}
-	d->root_file = id;
 	chain_snap *cur = chain_get(d);
 	bool same = cur->root_len == len && memcmp(cur->root, root, len) == 0;
 	chain_put(cur);
-	chain_snap *next = NULL;
 	if (same) {
 		free(root);
+		d->root_file = id;
 		return;
 	}
-	if (chain_new(d, root, len, &next) < 0) {
+	chain_snap *next = NULL;
+	if (chain_new(d, root, len, &next) < 0) { /* takes root; retried on the next tick */
 		sg_log_error_last(SG_LOG_WARN, "cannot use the new root bundle");
 		return;
 	}
+	d->root_file = id;
 	pthread_mutex_lock(&d->chain_lock);
 	chain_snap *old = d->chain;
 	d->chain = next;
@@ -820,9 +831,11 @@ static int start(daemon *d)
 		.handler_arg = d,
 		.max_concurrent_streams = (unsigned)s->max_concurrent_streams,
 	};
-	SG_TRY(sg_grpc_server_start(&d->grpc, &go));
+	/* The pod and service-account caches fill before the first call is
+	 * accepted, so node agents and bound tokens are not refused for it. */
 	if (d->cluster)
 		SG_TRY(sg_cluster_start(d->cluster));
+	SG_TRY(sg_grpc_server_start(&d->grpc, &go));
 	/* The bound ports (the settings may say 0: any free port). */
 	int metrics_port = d->http_metrics ? sg_http_server_port(d->http_metrics) : 0;
 	int probe_port = d->http_probe ? sg_http_server_port(d->http_probe) : metrics_port;
@@ -859,6 +872,7 @@ static void housekeeping(daemon *d)
 {
 	int64_t now = sg_wall_seconds();
 	reload_root(d);
+	sg_cluster_tick(d->cluster);
 	if (sg_serving_tick(d->serving, now) < 0)
 		sg_log_error_last(SG_LOG_WARN, "serving certificate renewal failed; will retry");
 	bool ok = hsm_stats(d).state != SG_HSM_DOWN && sg_serving_not_after(d->serving) > now &&
@@ -881,7 +895,8 @@ static void set_sched_batch(bool on)
 		return;
 	struct sched_param sp = {.sched_priority = 0};
 	if (sched_setscheduler(0, SCHED_BATCH, &sp) != 0)
-		sg_log(SG_LOG_WARN, "cannot use SCHED_BATCH; staying on the default policy", SG_F_END);
+		sg_log(SG_LOG_WARN, "cannot use SCHED_BATCH; staying on the default policy",
+		       SG_F_STR("error", strerror(errno)), SG_F_END);
 }
 
 static void usage(void)

@@ -32,6 +32,9 @@ struct sg_ca {
 	size_t elem_lens[MAX_CHAIN + 2];
 	size_t n_elems;
 	char *root_pem;
+	char *cert_pem;     /* the CA certificate, also when it is a root */
+	size_t n_inter;     /* elems[first_inter .. first_inter + n_inter): intermediates */
+	size_t first_inter;
 	int64_t root_not_after;
 	int64_t chain_not_after;
 	char subject[256];
@@ -52,11 +55,10 @@ static int64_t asn1_seconds(const ASN1_TIME *t)
 	return (int64_t)days * 86400 + secs;
 }
 
-/* Reads every CERTIFICATE block of a PEM file; at least one is required. */
-static int read_certs(const char *path, STACK_OF(X509) **out)
+/* Reads every CERTIFICATE block of bio (consumed); at least one is
+ * required. what names the source in messages. */
+static int read_certs_bio(BIO *bio, const char *what, STACK_OF(X509) **out)
 {
-	BIO *bio = BIO_new_file(path, "r");
-	SG_ENSURE(bio, SG_ENOTFOUND, "cannot read %s", path);
 	STACK_OF(X509) *sk = sk_X509_new_null();
 	X509 *x;
 	ERR_clear_error();
@@ -69,11 +71,22 @@ static int read_certs(const char *path, STACK_OF(X509) **out)
 		ERR_clear_error();
 	if (!sk || sk_X509_num(sk) == 0 || ERR_peek_error()) {
 		sk_X509_pop_free(sk, X509_free);
-		return sg_error_set_ossl(SG_EINVAL, "%s holds no valid PEM certificate", path);
+		return sg_error_set_ossl(SG_EINVAL, "%s holds no valid PEM certificate", what);
 	}
-	SG_ENSURE(sk_X509_num(sk) <= MAX_CHAIN, SG_EINVAL, "%s holds more than %d certificates", path, MAX_CHAIN);
+	if (sk_X509_num(sk) > MAX_CHAIN) {
+		sk_X509_pop_free(sk, X509_free);
+		SG_BAIL(SG_EINVAL, "%s holds more than %d certificates", what, MAX_CHAIN);
+	}
 	*out = sk;
 	return SG_OK;
+}
+
+/* Reads every CERTIFICATE block of a PEM file; at least one is required. */
+static int read_certs(const char *path, STACK_OF(X509) **out)
+{
+	BIO *bio = BIO_new_file(path, "r");
+	SG_ENSURE(bio, SG_ENOTFOUND, "cannot read %s", path);
+	return read_certs_bio(bio, path, out);
 }
 
 static int pem_of(X509 *x, char **out, size_t *len)
@@ -194,11 +207,15 @@ static int build(sg_ca *ca, const sg_ca_files *f, const uint8_t *hsm_spki, size_
 
 	/* Chain elements: the CA certificate unless it is a root we hand out
 	 * anyway, the intermediates (roots dropped), then the bundle. */
+	size_t cert_len;
+	SG_TRY(pem_of(cert, &ca->cert_pem, &cert_len));
 	if (!in_stack(roots, cert))
 		SG_TRY(add_elem(ca, cert));
+	ca->first_inter = ca->n_elems;
 	for (int i = 0; i < sk_X509_num(chain); i++)
 		if (!in_stack(roots, sk_X509_value(chain, i)))
 			SG_TRY(add_elem(ca, sk_X509_value(chain, i)));
+	ca->n_inter = ca->n_elems - ca->first_inter;
 	size_t total = 0;
 	for (int i = 0; i < sk_X509_num(roots); i++) {
 		char *pem;
@@ -248,6 +265,7 @@ void sg_ca_free(sg_ca *ca)
 		if (ca->elems[i] != ca->root_pem)
 			free(ca->elems[i]);
 	free(ca->root_pem);
+	free(ca->cert_pem);
 	OPENSSL_free(ca->name_der);
 	free(ca->spki);
 	free(ca);
@@ -293,4 +311,35 @@ int64_t sg_ca_chain_not_after(const sg_ca *ca)
 const char *sg_ca_subject(const sg_ca *ca)
 {
 	return ca->subject;
+}
+
+static X509 *cert_of_pem(const char *pem)
+{
+	BIO *bio = BIO_new_mem_buf(pem, -1);
+	X509 *x = bio ? PEM_read_bio_X509(bio, NULL, NULL, NULL) : NULL;
+	BIO_free(bio);
+	return x;
+}
+
+int sg_ca_check_bundle(const sg_ca *ca, const char *pem, size_t len, const char *what)
+{
+	SG_ENSURE(len > 0 && len <= INT32_MAX, SG_EINVAL, "%s is empty or too large", what);
+	BIO *bio = BIO_new_mem_buf(pem, (int)len);
+	SG_ENSURE(bio, SG_EINTERNAL, "out of memory");
+	STACK_OF(X509) *roots SG_CLEANUP(free_certs) = NULL;
+	SG_TRY(read_certs_bio(bio, what, &roots));
+	STACK_OF(X509) *chain SG_CLEANUP(free_certs) = sk_X509_new_null();
+	X509 *cert = cert_of_pem(ca->cert_pem);
+	int rc = chain && cert ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
+	for (size_t i = 0; rc == SG_OK && i < ca->n_inter; i++) {
+		X509 *x = cert_of_pem(ca->elems[ca->first_inter + i]);
+		if (!x || !sk_X509_push(chain, x)) {
+			X509_free(x);
+			rc = sg_error_set(SG_EINTERNAL, "out of memory");
+		}
+	}
+	if (rc == SG_OK)
+		rc = verify_chain(cert, chain, roots, what);
+	X509_free(cert);
+	return rc;
 }

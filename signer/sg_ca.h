@@ -52,6 +52,12 @@ SG_API const char *sg_ca_root_pem(const sg_ca *ca);
  * the root (cert and intermediates). */
 SG_API int64_t sg_ca_root_not_after(const sg_ca *ca);
 SG_API int64_t sg_ca_chain_not_after(const sg_ca *ca);
+/* Checks a candidate root bundle (len bytes of PEM; what names it in
+ * messages): every block must be a certificate, and the CA certificate
+ * with its intermediates must verify to one of them. SG_EINVAL with the
+ * reason otherwise. For a reloaded bundle before it is handed out. */
+SG_API int sg_ca_check_bundle(const sg_ca *ca, const char *pem, size_t len, const char *what) SG_MUST_CHECK;
+
 /* Subject of the CA certificate as a one-line string ("CN=...,O=..."). */
 SG_API const char *sg_ca_subject(const sg_ca *ca);
 

@@ -219,6 +219,57 @@ static void t_ttl_rules(void)
 	free(csr);
 }
 
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char *buf = calloc(1, 1 << 16);
+	*len = buf ? fread(buf, 1, (1 << 16) - 1, f) : 0;
+	fclose(f);
+	return buf;
+}
+
+/* A reloaded root bundle is checked before it is handed out: only
+ * certificates, and the CA must chain to one of them. */
+static void t_bundle_check(void)
+{
+	const sg_ca *ca = sg_appliance_ca(app);
+	size_t rlen = 0, olen = 0;
+	char *root = slurp(fx.root, &rlen);
+	char other_path[700], cmd[1600];
+	snprintf(other_path, sizeof(other_path), "%s/other-root.pem", fx.dir);
+	snprintf(cmd, sizeof(cmd),
+		 "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout /dev/null "
+		 "-subj /CN=other -days 2 -out '%s' 2>/dev/null",
+		 other_path);
+	SG_CHECK(system(cmd) == 0);
+	char *other = slurp(other_path, &olen);
+	SG_CHECK(root && other && rlen > 0 && olen > 0);
+	if (!root || !other)
+		goto out;
+	SG_CHECK_OK(sg_ca_check_bundle(ca, root, rlen, "bundle"));
+	/* Rotation: the current root plus the next one. */
+	char *both = calloc(1, rlen + olen + 1);
+	SG_CHECK(both != NULL);
+	if (both) {
+		memcpy(both, root, rlen);
+		memcpy(both + rlen, other, olen);
+		SG_CHECK_OK(sg_ca_check_bundle(ca, both, rlen + olen, "bundle"));
+		free(both);
+	}
+	/* Without our root: the CA would hand out roots it does not chain to. */
+	SG_CHECK_RC(sg_ca_check_bundle(ca, other, olen, "bundle"), SG_EINVAL);
+	SG_CHECK_MSG("does not chain");
+	static const char garbage[] = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+	SG_CHECK_RC(sg_ca_check_bundle(ca, garbage, sizeof(garbage) - 1, "bundle"), SG_EINVAL);
+	SG_CHECK_RC(sg_ca_check_bundle(ca, "", 0, "bundle"), SG_EINVAL);
+	SG_CHECK_RC(sg_ca_check_bundle(ca, "not PEM at all", 14, "bundle"), SG_EINVAL);
+out:
+	free(root);
+	free(other);
+}
+
 static void t_bad_csrs(void)
 {
 	sg_issue_result res;
@@ -430,5 +481,5 @@ static void teardown(void)
 }
 
 SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_istio_profile), SG_TEST(t_istio_identity_is_stamped), SG_TEST(t_istio_strict),
-	     SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bad_csrs),
+	     SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bundle_check), SG_TEST(t_bad_csrs),
 	     SG_TEST(t_backpressure_and_drain), SG_TEST(t_concurrent_with_faults), SG_TEST(t_logged_out), SG_TEST(teardown))
