@@ -288,6 +288,17 @@ SG_API int sg_kube_ratelimit_new(sg_kube_ratelimit **out, double qps, int burst)
 SG_API void sg_kube_ratelimit_wait(sg_kube_ratelimit *r);
 SG_API void sg_kube_ratelimit_free(sg_kube_ratelimit *r);
 
+/* ---- naming rules ---- */
+
+/* A DNS-1123 label: [a-z0-9-], alphanumeric at both ends, 1..max bytes
+ * (namespaces: max 63). */
+SG_API bool sg_kube_dns_label(const char *s, size_t n, size_t max);
+/* A DNS-1123 subdomain: such labels joined by '.', 1..253 bytes (object
+ * names: service accounts, pods). */
+SG_API bool sg_kube_dns_subdomain(const char *s, size_t n);
+/* A uid: a UUID in practice; [A-Za-z0-9-]{1,63} is accepted. */
+SG_API bool sg_kube_uid(const char *s);
+
 /* ---- small helpers shared by the informer and the elector ---- */
 
 /* metadata.<field> as a string, or NULL (borrowed from obj). */

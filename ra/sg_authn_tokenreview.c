@@ -81,47 +81,6 @@ static bool printable_ascii(const char *s, size_t n)
 	return true;
 }
 
-/* One DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, length 1..max. */
-static bool dns_label(const char *s, size_t n, size_t max)
-{
-	if (n == 0 || n > max || s[0] == '-' || s[n - 1] == '-')
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
-			return false;
-	return true;
-}
-
-/* DNS-1123 subdomain: labels joined by '.', at most 253 bytes. */
-static bool dns_subdomain(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 253)
-		return false;
-	size_t start = 0;
-	for (size_t i = 0; i <= n; i++) {
-		if (i == n || s[i] == '.') {
-			if (!dns_label(s + start, i - start, 253))
-				return false;
-			start = i + 1;
-		}
-	}
-	return true;
-}
-
-/* A Kubernetes uid: a UUID in practice; we accept [A-Za-z0-9-]{1,63}. */
-static bool is_uid(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 63)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-		      s[i] == '-'))
-			return false;
-	return true;
-}
-
 /* Copies at most max bytes of s as printable ASCII ('?' for anything
  * else), with "..." when cut: what a server said, fit for a message. */
 static void sanitize(char *out, size_t cap, const char *s, size_t max)
@@ -192,9 +151,9 @@ static int check_username(const json_t *user, sg_caller *c)
 	SG_ENSURE(colon && !strchr(colon + 1, ':'), SG_EAUTH,
 	          "token review: username \"%s\" is not system:serviceaccount:<namespace>:<name>", shown);
 	size_t nlen = (size_t)(colon - ns);
-	SG_ENSURE(dns_label(ns, nlen, 63), SG_EAUTH, "token review: namespace in \"%s\" is not a DNS-1123 label",
-	          shown);
-	SG_ENSURE(dns_subdomain(colon + 1), SG_EAUTH,
+	SG_ENSURE(sg_kube_dns_label(ns, nlen, 63), SG_EAUTH,
+	          "token review: namespace in \"%s\" is not a DNS-1123 label", shown);
+	SG_ENSURE(sg_kube_dns_subdomain(colon + 1, strlen(colon + 1)), SG_EAUTH,
 	          "token review: service account in \"%s\" is not a DNS-1123 subdomain", shown);
 	memcpy(c->ns, ns, nlen);
 	c->ns[nlen] = '\0';
@@ -243,7 +202,7 @@ static int check_extra(const json_t *user, sg_caller *c)
 	const json_t *uid = json_object_get(user, "uid");
 	if (uid) {
 		const char *s = plain_string(uid);
-		SG_ENSURE(s && is_uid(s), SG_EAUTH, "token review: user uid is malformed");
+		SG_ENSURE(s && sg_kube_uid(s), SG_EAUTH, "token review: user uid is malformed");
 		snprintf(c->sa_uid, sizeof(c->sa_uid), "%s", s);
 	}
 	const json_t *extra = json_object_get(user, "extra");
@@ -253,8 +212,9 @@ static int check_extra(const json_t *user, sg_caller *c)
 	const char *pod, *pod_uid;
 	SG_TRY(extra_first(extra, extra_pod_name, &pod));
 	SG_TRY(extra_first(extra, extra_pod_uid, &pod_uid));
-	SG_ENSURE(!pod || dns_subdomain(pod), SG_EAUTH, "token review: pod name is not a DNS-1123 subdomain");
-	SG_ENSURE(!pod_uid || is_uid(pod_uid), SG_EAUTH, "token review: pod uid is malformed");
+	SG_ENSURE(!pod || sg_kube_dns_subdomain(pod, strlen(pod)), SG_EAUTH,
+	          "token review: pod name is not a DNS-1123 subdomain");
+	SG_ENSURE(!pod_uid || sg_kube_uid(pod_uid), SG_EAUTH, "token review: pod uid is malformed");
 	snprintf(c->pod_name, sizeof(c->pod_name), "%s", pod ? pod : "");
 	snprintf(c->pod_uid, sizeof(c->pod_uid), "%s", pod_uid ? pod_uid : "");
 	return SG_OK;

@@ -31,6 +31,7 @@
 #include "sg_clock.h"
 #include "sg_der.h"
 #include "sg_guard.h"
+#include "sg_kube.h"
 #include "sg_secret.h"
 
 #include <errno.h>
@@ -67,46 +68,6 @@ static bool is_printable(const char *s, size_t max)
 	size_t n = 0;
 	for (; *s; s++, n++)
 		if (n >= max || *s < 0x20 || *s > 0x7e || *s == '"' || *s == '\\')
-			return false;
-	return true;
-}
-
-/* One DNS-1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, length 1..max. */
-static bool dns_label(const char *s, size_t n, size_t max)
-{
-	if (n == 0 || n > max || s[0] == '-' || s[n - 1] == '-')
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
-			return false;
-	return true;
-}
-
-/* DNS-1123 subdomain: labels joined by '.', at most 253 bytes. */
-static bool dns_subdomain(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 253)
-		return false;
-	size_t start = 0;
-	for (size_t i = 0; i <= n; i++) {
-		if (i == n || s[i] == '.') {
-			if (!dns_label(s + start, i - start, 253))
-				return false;
-			start = i + 1;
-		}
-	}
-	return true;
-}
-
-static bool is_uid(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 63)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
-		      s[i] == '-'))
 			return false;
 	return true;
 }
@@ -294,14 +255,15 @@ static int kubernetes_claims(json_t *k8s, sg_jwt_claims *c)
 	SG_TRY(string_member(sao, "name", &sa));
 	SG_ENSURE(sa, SG_EAUTH, "token kubernetes.io claims lack serviceaccount.name");
 	SG_TRY(string_member(sao, "uid", &sa_uid));
-	SG_ENSURE(!sa_uid || is_uid(sa_uid), SG_EAUTH, "token service account uid is malformed");
+	SG_ENSURE(!sa_uid || sg_kube_uid(sa_uid), SG_EAUTH, "token service account uid is malformed");
 	json_t *po = json_object_get(k8s, "pod");
 	if (po) {
 		SG_ENSURE(json_is_object(po), SG_EAUTH, "token kubernetes.io.pod is not an object");
 		SG_TRY(string_member(po, "name", &pod));
 		SG_TRY(string_member(po, "uid", &uid));
-		SG_ENSURE(!pod || dns_subdomain(pod), SG_EAUTH, "token pod name is not a DNS-1123 subdomain");
-		SG_ENSURE(!uid || is_uid(uid), SG_EAUTH, "token pod uid is malformed");
+		SG_ENSURE(!pod || sg_kube_dns_subdomain(pod, strlen(pod)), SG_EAUTH,
+		          "token pod name is not a DNS-1123 subdomain");
+		SG_ENSURE(!uid || sg_kube_uid(uid), SG_EAUTH, "token pod uid is malformed");
 	}
 	SG_ENSURE(strlen(ns) < sizeof(c->ns) && strlen(sa) < sizeof(c->sa), SG_EAUTH, "token names are too long");
 	copy(c->ns, sizeof(c->ns), ns);
@@ -342,8 +304,9 @@ static int check_claims(json_t *p, const sg_jwt_options *o, int64_t now, sg_jwt_
 		SG_ENSURE(sub, SG_EAUTH, "token has no kubernetes.io claims and no service-account subject");
 		SG_TRY(parse_subject(sub, c->ns, sizeof(c->ns), c->sa, sizeof(c->sa)));
 	}
-	SG_ENSURE(dns_label(c->ns, strlen(c->ns), 63), SG_EAUTH, "token namespace is not a DNS-1123 label");
-	SG_ENSURE(dns_subdomain(c->sa), SG_EAUTH, "token service account is not a DNS-1123 subdomain");
+	SG_ENSURE(sg_kube_dns_label(c->ns, strlen(c->ns), 63), SG_EAUTH, "token namespace is not a DNS-1123 label");
+	SG_ENSURE(sg_kube_dns_subdomain(c->sa, strlen(c->sa)), SG_EAUTH,
+	          "token service account is not a DNS-1123 subdomain");
 	return SG_OK;
 }
 
@@ -774,11 +737,13 @@ int sg_jwt_mint(const char *key_path, const sg_jwt_mint_options *o, char **token
 	*token = NULL;
 	SG_ENSURE(o && o->issuer && o->ns && o->sa, SG_EINVAL,
 	          "mint needs an issuer, a namespace and a service account");
-	SG_ENSURE(dns_label(o->ns, strlen(o->ns), 63), SG_EINVAL, "namespace is not a DNS-1123 label");
-	SG_ENSURE(dns_subdomain(o->sa), SG_EINVAL, "service account is not a DNS-1123 subdomain");
-	SG_ENSURE(!o->pod_name || dns_subdomain(o->pod_name), SG_EINVAL, "pod name is not a DNS-1123 subdomain");
-	SG_ENSURE(!o->pod_uid || is_uid(o->pod_uid), SG_EINVAL, "pod uid is malformed");
-	SG_ENSURE(!o->sa_uid || is_uid(o->sa_uid), SG_EINVAL, "service account uid is malformed");
+	SG_ENSURE(sg_kube_dns_label(o->ns, strlen(o->ns), 63), SG_EINVAL, "namespace is not a DNS-1123 label");
+	SG_ENSURE(sg_kube_dns_subdomain(o->sa, strlen(o->sa)), SG_EINVAL,
+	          "service account is not a DNS-1123 subdomain");
+	SG_ENSURE(!o->pod_name || sg_kube_dns_subdomain(o->pod_name, strlen(o->pod_name)), SG_EINVAL,
+	          "pod name is not a DNS-1123 subdomain");
+	SG_ENSURE(!o->pod_uid || sg_kube_uid(o->pod_uid), SG_EINVAL, "pod uid is malformed");
+	SG_ENSURE(!o->sa_uid || sg_kube_uid(o->sa_uid), SG_EINVAL, "service account uid is malformed");
 	SG_ENSURE(!o->audiences || (o->n_audiences > 0 && o->n_audiences <= AUD_MAX), SG_EINVAL, "1..%d audiences",
 	          AUD_MAX);
 	SG_ENSURE(o->ttl > 0 && o->ttl <= 366 * 86400, SG_EINVAL, "token ttl must be 1 s .. 1 year");

@@ -378,35 +378,13 @@ static bool label_name_ok(const char *s, size_t n, bool empty_ok)
 	return true;
 }
 
-/* A DNS-1123 subdomain: lower-case labels of [a-z0-9-], at most 253 bytes. */
-static bool dns_subdomain_ok(const char *s, size_t n)
-{
-	if (n == 0 || n > 253)
-		return false;
-	size_t label = 0;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		bool lower = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-		if (c == '.') {
-			if (label == 0 || s[i - 1] == '-')
-				return false;
-			label = 0;
-		} else if (lower || (c == '-' && label > 0)) {
-			label++;
-		} else {
-			return false;
-		}
-	}
-	return label > 0 && s[n - 1] != '-';
-}
-
 /* A qualified key: [prefix/]name. */
 static bool label_key_ok(const char *k)
 {
 	const char *slash = strchr(k, '/');
 	if (!slash)
 		return label_name_ok(k, strlen(k), false);
-	return dns_subdomain_ok(k, (size_t)(slash - k)) && label_name_ok(slash + 1, strlen(slash + 1), false);
+	return sg_kube_dns_subdomain(k, (size_t)(slash - k)) && label_name_ok(slash + 1, strlen(slash + 1), false);
 }
 
 static int sel_fail(const sel *p, const char *what)
@@ -963,7 +941,8 @@ static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_p
 	const char *name = o->name ? o->name : SG_ROOTDIST_NAME;
 	const char *key = o->key ? o->key : SG_ROOTDIST_KEY;
 	SG_ENSURE(o->kube, SG_EINVAL, "rootdist: no Kubernetes client");
-	SG_ENSURE(dns_subdomain_ok(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"", name);
+	SG_ENSURE(sg_kube_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"",
+	          name);
 	SG_ENSURE(configmap_key_ok(key), SG_EINVAL, "rootdist: invalid ConfigMap key \"%.260s\"", key);
 	const char *selector = o->namespace_selector ? o->namespace_selector : "";
 	bool every = true;

@@ -1,0 +1,50 @@
+/*
+ * Kubernetes naming rules (contract: sg_kube.h), shared by everything that
+ * checks names coming from tokens, TokenReview answers or objects: one
+ * definition, so a namespace or uid accepted in one place is accepted in
+ * all of them. The rules are apimachinery's validation package.
+ */
+#include "sg_kube.h"
+
+#include <string.h>
+
+static bool lower_alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+bool sg_kube_dns_label(const char *s, size_t n, size_t max)
+{
+	if (n == 0 || n > max || !lower_alnum(s[0]) || !lower_alnum(s[n - 1]))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!lower_alnum(s[i]) && s[i] != '-')
+			return false;
+	return true;
+}
+
+bool sg_kube_dns_subdomain(const char *s, size_t n)
+{
+	if (n == 0 || n > SG_KUBE_NAME_MAX)
+		return false;
+	size_t start = 0;
+	for (size_t i = 0; i <= n; i++) {
+		if (i == n || s[i] == '.') {
+			if (!sg_kube_dns_label(s + start, i - start, SG_KUBE_NAME_MAX))
+				return false;
+			start = i + 1;
+		}
+	}
+	return true;
+}
+
+bool sg_kube_uid(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!lower_alnum(s[i]) && !(s[i] >= 'A' && s[i] <= 'Z') && s[i] != '-')
+			return false;
+	return true;
+}
