@@ -174,6 +174,10 @@ class Cluster:
         k.pod("apps", "app2-n2", "app2", "n2")
 
     def close(self, keep):
+        # Stopped here, before its folder may go (the module cleanup above
+        # only covers a failed set-up: it finds nothing to stop after this).
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         if not keep:
             shutil.rmtree(self.tmp, ignore_errors=True)
         else:
