@@ -15,6 +15,7 @@
 
 #include "sg_clock.h"
 #include "sg_log.h"
+#include "self_signed.h"
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
 #include "test_kube_env.h"
@@ -56,30 +57,6 @@ static char *read_text(const char *path)
 	if (buf)
 		buf[n] = 0;
 	return buf;
-}
-
-static char *make_root(const char *cn)
-{
-	EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-	X509 *x = X509_new();
-	X509_set_version(x, 2);
-	ASN1_INTEGER_set(X509_get_serialNumber(x), 7);
-	X509_gmtime_adj(X509_getm_notBefore(x), 0);
-	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-	X509_NAME *n = X509_get_subject_name(x);
-	X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
-	X509_set_issuer_name(x, n);
-	X509_set_pubkey(x, key);
-	X509_sign(x, key, EVP_sha256());
-	BIO *b = BIO_new(BIO_s_mem());
-	PEM_write_bio_X509(b, x);
-	char *p;
-	long len = BIO_get_mem_data(b, &p);
-	char *out = strndup(p, (size_t)len);
-	BIO_free(b);
-	X509_free(x);
-	EVP_PKEY_free(key);
-	return out;
 }
 
 static sg_kube_ref secret_ref(const char *name)
@@ -328,7 +305,7 @@ static void t_start(void)
 	fx.args.s.signer_threads = 1;
 	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
 	root = read_text(fx.root);
-	foreign = make_root("an unrelated root");
+	foreign = test_self_signed_pem("an unrelated root");
 	if (!app || !root || !foreign)
 		exit(1);
 	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};

@@ -16,6 +16,7 @@
 
 #include "sg_clock.h"
 #include "sg_log.h"
+#include "self_signed.h"
 #include "sg_test.h"
 #include "test_kube_env.h"
 
@@ -35,31 +36,6 @@ static char *root_a, *root_b;
 static sg_rootdist *rd;
 
 /* ---- fixtures ---- */
-
-/* A self-signed P-256 CA certificate as PEM (caller frees). */
-static char *make_root(const char *cn)
-{
-	EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-	X509 *x = X509_new();
-	X509_set_version(x, 2);
-	ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
-	X509_gmtime_adj(X509_getm_notBefore(x), 0);
-	X509_gmtime_adj(X509_getm_notAfter(x), 86400);
-	X509_NAME *n = X509_get_subject_name(x);
-	X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
-	X509_set_issuer_name(x, n);
-	X509_set_pubkey(x, key);
-	X509_sign(x, key, EVP_sha256());
-	BIO *b = BIO_new(BIO_s_mem());
-	PEM_write_bio_X509(b, x);
-	char *p;
-	long len = BIO_get_mem_data(b, &p);
-	char *out = strndup(p, (size_t)len);
-	BIO_free(b);
-	X509_free(x);
-	EVP_PKEY_free(key);
-	return out;
-}
 
 static sg_kube_ref cm_ref(const char *ns)
 {
@@ -202,8 +178,8 @@ static void t_start(void)
 		exit(1);
 	}
 	k = kube_env_client(-1, 0);
-	root_a = make_root("signet test root A");
-	root_b = make_root("signet test root B");
+	root_a = test_self_signed_pem("signet test root A");
+	root_b = test_self_signed_pem("signet test root B");
 	if (!k || !root_a || !root_b)
 		exit(1);
 }
