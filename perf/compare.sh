@@ -12,8 +12,10 @@
 #   4. drives both with the same loadgen settings (closed loop, distinct
 #      CSRs, warm-up excluded) in alternating rounds, prints each run, the
 #      ratio signet/cfssl and each server's CPU time per certificate;
-#   5. runs signet open loop at half of its best closed-loop throughput
-#      (its maximum) and prints p50/p99/p99.9 against the issue's target.
+#   5. runs each server open loop at half of its best closed-loop
+#      throughput (its maximum), alternating, with loadgen's watcher of the
+#      machine's own pauses on, and prints p50/p99/p99.9 and the pauses
+#      against the issue's target (p99 <= 5 ms for signet).
 # Both servers issue 1h P-256 certificates and log every issuance at their
 # default level (a CA keeps an audit trail), to files in the temp folder.
 #
@@ -83,6 +85,9 @@ SIGNETD=$repo/build-perf/ra/signetd
 SIGNETCTL=$repo/build-perf/ctl/signetctl
 LOADGEN=$repo/build-perf/perf/loadgen
 grep -q '^SIGNET_JEMALLOC:BOOL=ON' build-perf/CMakeCache.txt || die "build-perf is not linked with jemalloc"
+# How often the machine itself stops for milliseconds, with nothing running:
+# the floor under every latency measured below (printed again at the end).
+run "$LOADGEN" --watch-idle 5s
 
 # ---- 2. signet -----------------------------------------------------------
 echo "== signet CA and signetd"
@@ -190,6 +195,12 @@ if r["rate"]:
     a = r["from_actual_start"]
     print(f"   (from actual start: p50 {a['p50_ms']:.3f}  p99 {a['p99_ms']:.3f}  p99.9 {a['p999_ms']:.3f};"
           f" {r['late_starts']} starts >1 ms late)")
+p = r.get("pauses")
+if p:
+    rt = "" if p["realtime"] else " (watcher WITHOUT real-time priority)"
+    print(f"   machine pauses{rt}: {p['count']} >= 2 ms, {p['over_5ms']} >= 5 ms, {p['total_ms']:.0f} ms in all,"
+          f" longest {p['max_ms']:.1f} ms; requests no pause touched: {p['untouched']},"
+          f" their p99 {p['untouched_p99_ms']:.3f} ms")
 for k, v in r["failures"].items():
     print(f"   failed {k}: {v}")
 EOF
@@ -227,32 +238,61 @@ print(f"   best: signet {bs:.1f} certs/s / cfssl {bc:.1f} certs/s = " + (f"{bs /
       file=sys.stderr)
 print(f"   server CPU per certificate (lowest): signet {ms:.3f} ms, cfssl {mc:.3f} ms"
       + (f" = {mc / ms:.2f}x less for signet" if ms else ""), file=sys.stderr)
-print(bs)
+print(bs, bc)
 EOF
 )
+read -r s_cps c_cps <<<"$s_cps"
 
-# ---- 5. open loop at half of signet's maximum ---------------------------
+# ---- 5. open loop at half of each server's maximum ----------------------
+# The tail is measured with loadgen's pause watcher on: on a virtual
+# machine the host stops the virtual CPUs now and then, which delays every
+# request in flight whatever the server does; the watcher (a real-time
+# thread per CPU) reports those pauses beside the latency they cause. cfssl
+# runs the same way at half of its own maximum, so both tails are seen under
+# the same machine. Rounds alternate, as above; every round is printed.
 half=$(python3 -c "import sys; print(int(float(sys.argv[1]) / 2))" "$s_cps")
-if [ "$half" -ge 1 ]; then
-  count=$((half * OPEN_S))
-  loadgen "signet, open loop at half of its maximum: $half/s for ${OPEN_S}s" "$tmp/open.json" "$signetd_pid" \
-    --target "grpc://127.0.0.1:$port" --token-file "$tmp/token" --ca-file "$tmp/signet/root-cert.pem" \
-    --server-name localhost --connections "$C" --concurrency "$M" --rate "$half" --requests "$count" \
-    --duration "${OPEN_S}s" --warmup "$W"
-  python3 - "$tmp/open.json" <<'EOF'
+chalf=$(python3 -c "import sys; print(int(float(sys.argv[1]) / 2))" "$c_cps")
+if [ "$half" -ge 1 ] && [ "$chalf" -ge 1 ]; then
+  for r in $(seq "$ROUNDS"); do
+    loadgen "round $r: signet, open loop at half of its maximum: $half/s for ${OPEN_S}s" "$tmp/open.signet.$r.json" \
+      "$signetd_pid" --target "grpc://127.0.0.1:$port" --token-file "$tmp/token" \
+      --ca-file "$tmp/signet/root-cert.pem" --server-name localhost --connections "$C" --concurrency "$M" \
+      --rate "$half" --requests "$((half * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses
+    loadgen "round $r: cfssl, open loop at half of its maximum: $chalf/s for ${OPEN_S}s" "$tmp/open.cfssl.$r.json" \
+      "$cfssl_pid" --target "http://127.0.0.1:$cport" --connections "$C" --concurrency "$M" \
+      --rate "$chalf" --requests "$((chalf * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses
+  done
+  python3 - "$tmp" "$ROUNDS" <<'EOF'
 import json, sys
-try:
-    r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-except (OSError, ValueError, IndexError):
-    sys.exit(0)
-verdict = "met" if r["p99_ms"] <= 5 and r["failed"] == 0 else "NOT met"
-print(f"   target p99 <= 5 ms at half of the maximum: {verdict} (p99 {r['p99_ms']:.3f} ms from scheduled start)")
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+def load(name, r):
+    try:
+        return json.loads(open(f"{tmp}/open.{name}.{r}.json").read().strip().splitlines()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+print("== open loop summary (p99 from the scheduled start; pauses: the machine's own, >= 5 ms)")
+for name in ("signet", "cfssl"):
+    for r in range(1, rounds + 1):
+        x = load(name, r)
+        if x:
+            p = x.get("pauses") or {}
+            print(f"   {name} round {r}: {x['certs_per_s']:.0f}/s p50 {x['p50_ms']:.3f} p99 {x['p99_ms']:.3f}"
+                  f" p99.9 {x['p999_ms']:.3f} ms, failed {x['failed']};"
+                  f" machine pauses {p.get('over_5ms', '?')} >= 5 ms, {p.get('total_ms', 0):.0f} ms in all")
+s = [x for x in (load("signet", r) for r in range(1, rounds + 1)) if x]
+if s:
+    best = min(x["p99_ms"] for x in s)
+    ok = all(x["failed"] == 0 for x in s)
+    verdict = "met" if best <= 5 and ok else "NOT met"
+    print(f"   target p99 <= 5 ms at half of the maximum: {verdict} in the best round (p99 {best:.3f} ms);"
+          f" met in {sum(x['p99_ms'] <= 5 for x in s)} of {len(s)} rounds")
 EOF
 else
   status=1
-  echo "== open loop skipped: no signet throughput measured"
+  echo "== open loop skipped: no throughput measured"
 fi
 
 machine "after the runs"
+run "$LOADGEN" --watch-idle 5s
 echo "== logs: signetd $(wc -l <"$tmp/signetd.log") lines, cfssl $(wc -l <"$tmp/cfssl.log") lines (deleted at exit)"
 exit "$status"

@@ -51,6 +51,7 @@
  * The bearer token comes from a file (never argv) readable only by its
  * owner, is held in an sg_secret and is sent only over TLS.
  */
+#include "lg_pause.h"
 #include "sg_clock.h"
 #include "sg_csr.h"
 #include "sg_der.h"
@@ -97,6 +98,9 @@ typedef struct lg_args {
 	char *server_name;
 	char *identity;
 	char *cluster_id;
+	char *latency_file;
+	bool watch_pauses;
+	int64_t watch_idle;
 	bool json;
 } lg_args;
 
@@ -130,6 +134,12 @@ static const sg_opt opts[] = {
     ROW("identity", SG_OPT_STRING, identity, "spiffe://cluster.local/ns/default/sa/default", 0, 1024,
         "URI SAN of the CSRs (signet: must be the token's identity)"),
     ROW("cluster-id", SG_OPT_STRING, cluster_id, "Kubernetes", 0, 253, "gRPC: clusterid header (empty: none)"),
+    ROW("latency-file", SG_OPT_PATH, latency_file, NULL, 0, 0,
+        "write each measured request (completed at, latency; ms) to this file, to see when slow ones happen"),
+    ROW("watch-pauses", SG_OPT_BOOL, watch_pauses, "false", 0, 0,
+        "watch for pauses of the machine itself (a real-time thread per CPU, 1 ms sleeps) and report them"),
+    ROW("watch-idle", SG_OPT_DURATION, watch_idle, "0s", 0, 3600,
+        "only watch for the machine's pauses this long, sending nothing, and report them (no --target needed)"),
     ROW("json", SG_OPT_BOOL, json, "false", 0, 0, "print the result as one JSON line"),
 };
 
@@ -519,6 +529,7 @@ typedef struct lg_phase {
 	atomic_uint_fast64_t t_last; /* latest completion */
 	uint64_t *lat;               /* latencies (ns) of OK requests, n_ok of them */
 	uint64_t *lat_sent;          /* open loop: the same from the actual start */
+	uint64_t *done_at;           /* when each of them completed */
 
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
@@ -561,6 +572,7 @@ static void phase_ok(lg_phase *ph, uint64_t t0, uint64_t sent, uint64_t now)
 {
 	size_t k = atomic_fetch_add(&ph->n_ok, 1);
 	ph->lat[k] = now - t0;
+	ph->done_at[k] = now;
 	if (ph->lat_sent)
 		ph->lat_sent[k] = now - sent;
 }
@@ -1219,11 +1231,80 @@ static json_t *dist_json(lg_dist d)
 	return json_pack("{s:f, s:f, s:f, s:f}", "p50_ms", d.p50, "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max);
 }
 
+/* One line per OK request of the measured phase, in completion order as the
+ * client saw it: completed at (ms since the phase began), latency, and in
+ * open loop the latency from the actual start. Written before report(),
+ * which sorts the arrays. */
+static int write_latencies(const char *path, const lg_phase *ph)
+{
+	FILE *f = fopen(path, "w");
+	SG_ENSURE(f, SG_EINVAL, "--latency-file: cannot create %s", path);
+	size_t ok = atomic_load(&ph->n_ok);
+	fprintf(f, "# phase began at CLOCK_MONOTONIC %llu ns\n", (unsigned long long)ph->t_start);
+	fprintf(f, "# done_ms latency_ms%s\n", ph->lat_sent ? " latency_from_sent_ms" : "");
+	for (size_t k = 0; k < ok; k++) {
+		fprintf(f, "%.3f %.3f", (double)(ph->done_at[k] - ph->t_start) / 1e6, (double)ph->lat[k] / 1e6);
+		if (ph->lat_sent)
+			fprintf(f, " %.3f", (double)ph->lat_sent[k] / 1e6);
+		fputc('\n', f);
+	}
+	bool bad = ferror(f) != 0;
+	bad |= fclose(f) != 0;
+	SG_ENSURE(!bad, SG_EINVAL, "--latency-file: cannot write %s", path);
+	return SG_OK;
+}
+
+/* What the pause watcher saw during the measured phase, and the latency of
+ * the requests that no pause touched (computed before report() sorts the
+ * latencies). A request is touched when a pause overlaps the time from
+ * when it was due (or sent) to its completion; requests that merely queued
+ * behind a pause count as untouched, so the split flatters nobody. */
+typedef struct lg_pauses {
+	bool watched, realtime;
+	size_t n, n_over_5ms;
+	double total_ms, max_ms;
+	uint64_t dropped;
+	size_t clean_n;
+	double clean_p99, clean_p999;
+} lg_pauses;
+
+static lg_pauses pauses_of(lg_pause_watch *w, const lg_phase *ph)
+{
+	lg_pauses r = {.watched = true, .realtime = lg_pause_realtime(w), .dropped = lg_pause_dropped(w)};
+	size_t np;
+	const lg_pause *p = lg_pause_list(w, &np);
+	uint64_t from = ph->t_start, to = atomic_load(&ph->t_last);
+	for (size_t i = 0; i < np; i++) {
+		if (p[i].end_ns <= from || p[i].start_ns >= to)
+			continue; /* outside the measured phase */
+		double ms = (double)(p[i].end_ns - p[i].start_ns) / 1e6;
+		r.n++;
+		r.n_over_5ms += ms >= 5.0;
+		r.total_ms += ms;
+		if (ms > r.max_ms)
+			r.max_ms = ms;
+	}
+	size_t ok = atomic_load(&ph->n_ok);
+	uint64_t *clean = malloc((ok ? ok : 1) * sizeof(*clean));
+	if (!clean)
+		return r;
+	for (size_t k = 0; k < ok; k++) {
+		uint64_t done = ph->done_at[k];
+		if (!lg_pause_overlaps(p, np, done - ph->lat[k], done))
+			clean[r.clean_n++] = ph->lat[k];
+	}
+	lg_dist d = dist_of(clean, r.clean_n);
+	r.clean_p99 = d.p99;
+	r.clean_p999 = d.p999;
+	free(clean);
+	return r;
+}
+
 /* Throughput is OK responses over the time from the phase's start to its
  * last completion. Open loop reports latency from the scheduled start (the
  * number that matters) and, beside it, from the actual start, so client
  * side delays show as the difference. */
-static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t warmup_ok)
+static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t warmup_ok, const lg_pauses *pz)
 {
 	size_t ok = atomic_load(&ph->n_ok);
 	lg_dist d = dist_of(ph->lat, ok);
@@ -1234,16 +1315,23 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		json_t *fails = json_object();
 		for (size_t i = 0; fails && i < ph->n_fail_kinds; i++)
 			json_object_set_new(fails, ph->fails[i].label, json_integer((json_int_t)ph->fails[i].count));
+		json_t *pj = pz->watched ? json_pack("{s:b, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:f}", "realtime",
+		                                     pz->realtime, "count", (json_int_t)pz->n, "over_5ms",
+		                                     (json_int_t)pz->n_over_5ms, "total_ms", pz->total_ms, "max_ms",
+		                                     pz->max_ms, "dropped", (json_int_t)pz->dropped, "untouched",
+		                                     (json_int_t)pz->clean_n, "untouched_p99_ms", pz->clean_p99,
+		                                     "untouched_p999_ms", pz->clean_p999)
+		                         : json_null();
 		json_t *o = json_pack(
 		    "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, "
-		    "s:o, s:o}",
+		    "s:o, s:o, s:o}",
 		    "target", a->target, "kind", t->kind == LG_GRPC ? "grpc" : "http", "connections",
 		    (json_int_t)a->connections, "concurrency", (json_int_t)a->concurrency, "rate", (json_int_t)a->rate,
 		    "warmup_ok", (json_int_t)warmup_ok, "sent", (json_int_t)atomic_load(&ph->n_done), "ok",
 		    (json_int_t)ok, "failed", (json_int_t)ph->n_failed, "late_starts",
 		    (json_int_t)atomic_load(&ph->n_late), "elapsed_s", secs, "certs_per_s", rate, "p50_ms", d.p50,
 		    "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max, "from_actual_start", dist_json(ds), "failures",
-		    fails ? fails : json_null());
+		    fails ? fails : json_null(), "pauses", pj ? pj : json_null());
 		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 		if (text)
 			printf("%s\n", text);
@@ -1265,6 +1353,14 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		       ds.p99, ds.p999, ds.max);
 		printf("  starts more than 1 ms behind schedule: %zu\n", atomic_load(&ph->n_late));
 	}
+	if (pz->watched) {
+		printf("  machine pauses (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, %.1f ms in all, "
+		       "longest %.1f ms%s\n",
+		       pz->realtime ? "" : "; NO real-time priority, so guest scheduling counts too", pz->n,
+		       pz->n_over_5ms, pz->total_ms, pz->max_ms, pz->dropped ? " (list overflowed)" : "");
+		printf("  latency ms of the %zu requests (%.1f%%) no pause touched: p99 %.3f  p99.9 %.3f\n", pz->clean_n,
+		       ok ? 100.0 * (double)pz->clean_n / (double)ok : 0.0, pz->clean_p99, pz->clean_p999);
+	}
 	for (size_t i = 0; i < ph->n_fail_kinds; i++)
 		printf("  failed %-40s %llu  (first: %.120s)\n", ph->fails[i].label,
 		       (unsigned long long)ph->fails[i].count, ph->fails[i].first);
@@ -1280,16 +1376,53 @@ static int phase_init(lg_phase *ph, size_t first, size_t n, int64_t rate)
 	atomic_store(&ph->next, first);
 	ph->rate = (uint64_t)rate;
 	ph->lat = calloc(n ? n : 1, sizeof(*ph->lat));
+	ph->done_at = calloc(n ? n : 1, sizeof(*ph->done_at));
 	if (rate)
 		ph->lat_sent = calloc(n ? n : 1, sizeof(*ph->lat_sent));
-	SG_ENSURE(ph->lat && (!rate || ph->lat_sent), SG_EINTERNAL, "out of memory for %zu latencies", n);
+	SG_ENSURE(ph->lat && ph->done_at && (!rate || ph->lat_sent), SG_EINTERNAL, "out of memory for %zu latencies", n);
 	SG_ENSURE(pthread_mutex_init(&ph->mu, NULL) == 0 && pthread_cond_init(&ph->cv, NULL) == 0, SG_EINTERNAL,
 	          "cannot create a lock");
 	return SG_OK;
 }
 
+/* --watch-idle: the machine's pauses with no load at all, the baseline for
+ * those seen under load. */
+static int watch_idle(const lg_args *a)
+{
+	lg_pause_watch *w;
+	SG_TRY(lg_pause_start(&w, 1000000u, 2000000u));
+	uint64_t t0 = sg_now_ns();
+	struct timespec d = {(time_t)a->watch_idle, 0};
+	while (nanosleep(&d, &d) != 0 && errno == EINTR)
+		;
+	lg_pause_stop(w);
+	double secs = (double)(sg_now_ns() - t0) / 1e9;
+	size_t np, over5 = 0;
+	double total = 0, longest = 0;
+	const lg_pause *p = lg_pause_list(w, &np);
+	for (size_t i = 0; i < np; i++) {
+		double ms = (double)(p[i].end_ns - p[i].start_ns) / 1e6;
+		over5 += ms >= 5.0;
+		total += ms;
+		longest = ms > longest ? ms : longest;
+	}
+	if (a->json)
+		printf("{\"idle_s\":%.3f,\"realtime\":%s,\"count\":%zu,\"over_5ms\":%zu,\"total_ms\":%.3f,"
+		       "\"max_ms\":%.3f}\n",
+		       secs, lg_pause_realtime(w) ? "true" : "false", np, over5, total, longest);
+	else
+		printf("machine pauses while idle for %.1f s (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, "
+		       "%.1f ms in all (%.2f%% of the time), longest %.1f ms\n",
+		       secs, lg_pause_realtime(w) ? "" : "; NO real-time priority", np, over5, total,
+		       secs > 0 ? total / (secs * 10.0) : 0.0, longest);
+	lg_pause_free(w);
+	return SG_OK;
+}
+
 static int run(lg_args *a)
 {
+	if (a->watch_idle)
+		return watch_idle(a);
 	SG_ENSURE(a->target, SG_EINVAL, "--target is required");
 	SG_ENSURE(strncmp(a->identity, "spiffe://", 9) == 0, SG_EINVAL, "--identity must be a spiffe:// URI");
 	lg_target t;
@@ -1323,11 +1456,23 @@ static int run(lg_args *a)
 		rc = phase_init(&phases[0], 0, warm, 0); /* warm-up: closed loop */
 	if (rc == SG_OK)
 		rc = phase_init(&phases[1], warm, n, a->rate);
+	lg_pause_watch *pw = NULL;
+	if (rc == SG_OK && a->watch_pauses)
+		rc = lg_pause_start(&pw, 1000000u, 2000000u);
 	if (rc == SG_OK)
 		rc = t.kind == LG_GRPC ? grpc_run(a, &t, &cr, items, phases, 2) : http_run(a, &t, items, phases, 2);
+	lg_pauses pz = {0};
+	if (pw) {
+		lg_pause_stop(pw);
+		if (rc == SG_OK)
+			pz = pauses_of(pw, &phases[1]);
+		lg_pause_free(pw);
+	}
 	creds_clear(&cr); /* calls copy their metadata: safe even after a timeout */
+	if (rc == SG_OK && a->latency_file)
+		rc = write_latencies(a->latency_file, &phases[1]);
 	if (rc == SG_OK) {
-		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok));
+		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok), &pz);
 		if (phases[0].n_failed || phases[1].n_failed || atomic_load(&phases[1].n_ok) == 0)
 			rc = sg_error_set(SG_EPROTO, "%llu of %zu requests failed (warm-up included)",
 			                  (unsigned long long)(phases[0].n_failed + phases[1].n_failed),
@@ -1338,6 +1483,7 @@ static int run(lg_args *a)
 	for (size_t p = 0; p < 2; p++) {
 		free(phases[p].lat);
 		free(phases[p].lat_sent);
+		free(phases[p].done_at);
 	}
 	free_items(items, warm + n);
 	return rc;
