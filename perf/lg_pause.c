@@ -156,7 +156,8 @@ void lg_pause_stop(lg_pause_watch *w)
 	if (!w->merged)
 		return; /* lg_pause_list then reports none; loadgen says so */
 	for (int i = 0; i < w->nws; i++) {
-		memcpy(w->merged + w->nmerged, w->ws[i].seen, w->ws[i].n * sizeof(*w->merged));
+		if (w->ws[i].n) /* seen is NULL for a watcher that failed to start */
+			memcpy(w->merged + w->nmerged, w->ws[i].seen, w->ws[i].n * sizeof(*w->merged));
 		w->nmerged += w->ws[i].n;
 	}
 	w->nmerged = lg_pause_merge(w->merged, w->nmerged);
