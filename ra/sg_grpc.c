@@ -162,7 +162,10 @@ struct sg_grpc_server {
 	sg_grpc_call *calls;	/* every call object, requested or in flight */
 	size_t handler_refs;	/* calls the handler has not released */
 	size_t open_calls;	/* arrived calls whose answer is not yet sent */
-	bool stopping;		/* no new requests */
+	uint64_t closed_total;	/* arrived calls that ended, ever */
+	uint64_t drain_target;	/* shutdown: closed_total once those in flight ended */
+	bool stopping;		/* shutdown began (wakes shutdown's waits) */
+	bool goaway;		/* gRPC's shutdown began: no new requests */
 	bool shutdown_notified;
 	bool reaper_stop;
 	tag t_shutdown;
@@ -282,6 +285,7 @@ static void call_closed(sg_grpc_call *c)
 	sg_grpc_server *s = c->srv;
 	pthread_mutex_lock(&s->mu);
 	s->open_calls--;
+	s->closed_total++;
 	wake_shutdown(s);
 	pthread_mutex_unlock(&s->mu);
 }
@@ -397,7 +401,7 @@ static void other_free(other_call *o)
 static bool stopping(sg_grpc_server *s)
 {
 	pthread_mutex_lock(&s->mu);
-	bool stop = s->stopping;
+	bool stop = s->goaway;
 	pthread_mutex_unlock(&s->mu);
 	return stop;
 }
@@ -949,6 +953,11 @@ static bool notified(sg_grpc_server *s)
 	return s->shutdown_notified;
 }
 
+static bool in_flight_ended(sg_grpc_server *s)
+{
+	return s->closed_total >= s->drain_target;
+}
+
 static bool all_released(sg_grpc_server *s)
 {
 	return s->handler_refs == 0 && s->shutdown_notified;
@@ -958,12 +967,31 @@ void sg_grpc_server_shutdown(sg_grpc_server *s, uint64_t grace_ns)
 {
 	if (!s)
 		return;
+	bool started = s->server && s->nthreads > 0;
 	pthread_mutex_lock(&s->mu);
 	s->stopping = true;
+	s->goaway = !started; /* a server that never served has nothing to drain */
 	pthread_mutex_unlock(&s->mu);
-	bool started = s->server && s->nthreads > 0;
 	if (started) {
 		uint64_t deadline = sg_now_ns() + grace_ns;
+		/* Answer the calls in flight before saying GOAWAY. gRPC closes a
+		 * connection the moment its last stream ends after a GOAWAY; a
+		 * client that still sends then (a BDP or keepalive ping answering
+		 * our last answer) gets a reset, and a reset makes its kernel drop
+		 * the answers it has not read yet. So: wait for the calls in
+		 * flight now (new ones keep being accepted meanwhile), give clients a
+		 * moment to read, and only then start gRPC's shutdown, which then
+		 * finds little or nothing in flight. */
+		pthread_mutex_lock(&s->mu);
+		bool in_flight = s->open_calls > 0;
+		s->drain_target = s->closed_total + s->open_calls;
+		wait_until(s, in_flight_ended, deadline);
+		pthread_mutex_unlock(&s->mu);
+		if (in_flight && sg_now_ns() + (uint64_t)LINGER_MS * 1000000u < deadline)
+			sg_sleep_ms(LINGER_MS);
+		pthread_mutex_lock(&s->mu);
+		s->goaway = true;
+		pthread_mutex_unlock(&s->mu);
 		grpc_server_shutdown_and_notify(s->server, s->cqs[0], &s->t_shutdown);
 		pthread_mutex_lock(&s->mu);
 		wait_until(s, all_answered, deadline);

@@ -139,8 +139,10 @@ SG_API int sg_grpc_server_start(sg_grpc_server **out, const sg_grpc_server_optio
 /* The bound port (the address may say :0). */
 SG_API int sg_grpc_server_port(const sg_grpc_server *s);
 
-/* Stops accepting connections and calls; calls in flight may still be
- * finished by the handler until grace_ns passes, after which the adapter
+/* Lets the calls in flight be answered first (new calls are still accepted
+ * meanwhile, and clients get half a second to read their answers), then
+ * stops accepting connections and calls (GOAWAY); calls in flight may still
+ * be finished by the handler until grace_ns passes, after which the adapter
  * answers the rest UNAVAILABLE. Then waits until the handler has released
  * every call it was given (sg_grpc_call_finish), joins the threads and
  * frees the server. Accepts NULL. */
