@@ -110,6 +110,22 @@ bool lg_pause_overlaps(const lg_pause *v, size_t n, uint64_t from, uint64_t to)
 	return lo < n && v[lo].start_ns < to;
 }
 
+lg_pause_sum lg_pause_summarize(const lg_pause *v, size_t n, uint64_t from, uint64_t to)
+{
+	lg_pause_sum r = {0};
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].end_ns <= from || v[i].start_ns >= to)
+			continue;
+		double ms = (double)(v[i].end_ns - v[i].start_ns) / 1e6;
+		r.n++;
+		r.n_over_5ms += ms >= 5.0;
+		r.total_ms += ms;
+		if (ms > r.max_ms)
+			r.max_ms = ms;
+	}
+	return r;
+}
+
 int lg_pause_start(lg_pause_watch **out, uint64_t tick_ns, uint64_t min_ns)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

@@ -29,6 +29,19 @@ typedef struct lg_pause {
 
 typedef struct lg_pause_watch lg_pause_watch;
 
+/* What loadgen watches with: 1 ms sleeps, a pause is an overrun of 2 ms or
+ * more. */
+#define LG_PAUSE_TICK_NS 1000000u
+#define LG_PAUSE_MIN_NS 2000000u
+
+/* The pauses of a merged list that overlap [from, to): how many, how many of
+ * 5 ms or more, their total and the longest (ms). */
+typedef struct lg_pause_sum {
+	size_t n, n_over_5ms;
+	double total_ms, max_ms;
+} lg_pause_sum;
+lg_pause_sum lg_pause_summarize(const lg_pause *v, size_t n, uint64_t from, uint64_t to);
+
 /* Starts the watcher threads. Fails (SG_EINTERNAL) only when a thread
  * cannot be created. */
 int lg_pause_start(lg_pause_watch **out, uint64_t tick_ns, uint64_t min_ns);

@@ -1261,8 +1261,7 @@ static int write_latencies(const char *path, const lg_phase *ph)
  * behind a pause count as untouched, so the split flatters nobody. */
 typedef struct lg_pauses {
 	bool watched, realtime;
-	size_t n, n_over_5ms;
-	double total_ms, max_ms;
+	lg_pause_sum sum;
 	uint64_t dropped;
 	size_t clean_n;
 	double clean_p99, clean_p999;
@@ -1273,17 +1272,7 @@ static lg_pauses pauses_of(lg_pause_watch *w, const lg_phase *ph)
 	lg_pauses r = {.watched = true, .realtime = lg_pause_realtime(w), .dropped = lg_pause_dropped(w)};
 	size_t np;
 	const lg_pause *p = lg_pause_list(w, &np);
-	uint64_t from = ph->t_start, to = atomic_load(&ph->t_last);
-	for (size_t i = 0; i < np; i++) {
-		if (p[i].end_ns <= from || p[i].start_ns >= to)
-			continue; /* outside the measured phase */
-		double ms = (double)(p[i].end_ns - p[i].start_ns) / 1e6;
-		r.n++;
-		r.n_over_5ms += ms >= 5.0;
-		r.total_ms += ms;
-		if (ms > r.max_ms)
-			r.max_ms = ms;
-	}
+	r.sum = lg_pause_summarize(p, np, ph->t_start, atomic_load(&ph->t_last)); /* the measured phase */
 	size_t ok = atomic_load(&ph->n_ok);
 	uint64_t *clean = malloc((ok ? ok : 1) * sizeof(*clean));
 	if (!clean)
@@ -1316,9 +1305,9 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		for (size_t i = 0; fails && i < ph->n_fail_kinds; i++)
 			json_object_set_new(fails, ph->fails[i].label, json_integer((json_int_t)ph->fails[i].count));
 		json_t *pj = pz->watched ? json_pack("{s:b, s:I, s:I, s:f, s:f, s:I, s:I, s:f, s:f}", "realtime",
-		                                     pz->realtime, "count", (json_int_t)pz->n, "over_5ms",
-		                                     (json_int_t)pz->n_over_5ms, "total_ms", pz->total_ms, "max_ms",
-		                                     pz->max_ms, "dropped", (json_int_t)pz->dropped, "untouched",
+		                                     pz->realtime, "count", (json_int_t)pz->sum.n, "over_5ms",
+		                                     (json_int_t)pz->sum.n_over_5ms, "total_ms", pz->sum.total_ms,
+		                                     "max_ms", pz->sum.max_ms, "dropped", (json_int_t)pz->dropped, "untouched",
 		                                     (json_int_t)pz->clean_n, "untouched_p99_ms", pz->clean_p99,
 		                                     "untouched_p999_ms", pz->clean_p999)
 		                         : json_null();
@@ -1356,8 +1345,8 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 	if (pz->watched) {
 		printf("  machine pauses (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, %.1f ms in all, "
 		       "longest %.1f ms%s\n",
-		       pz->realtime ? "" : "; NO real-time priority, so guest scheduling counts too", pz->n,
-		       pz->n_over_5ms, pz->total_ms, pz->max_ms, pz->dropped ? " (list overflowed)" : "");
+		       pz->realtime ? "" : "; NO real-time priority, so guest scheduling counts too", pz->sum.n,
+		       pz->sum.n_over_5ms, pz->sum.total_ms, pz->sum.max_ms, pz->dropped ? " (list overflowed)" : "");
 		printf("  latency ms of the %zu requests (%.1f%%) no pause touched: p99 %.3f  p99.9 %.3f\n", pz->clean_n,
 		       ok ? 100.0 * (double)pz->clean_n / (double)ok : 0.0, pz->clean_p99, pz->clean_p999);
 	}
@@ -1390,32 +1379,34 @@ static int phase_init(lg_phase *ph, size_t first, size_t n, int64_t rate)
 static int watch_idle(const lg_args *a)
 {
 	lg_pause_watch *w;
-	SG_TRY(lg_pause_start(&w, 1000000u, 2000000u));
+	SG_TRY(lg_pause_start(&w, LG_PAUSE_TICK_NS, LG_PAUSE_MIN_NS));
 	uint64_t t0 = sg_now_ns();
 	struct timespec d = {(time_t)a->watch_idle, 0};
 	while (nanosleep(&d, &d) != 0 && errno == EINTR)
 		;
 	lg_pause_stop(w);
-	double secs = (double)(sg_now_ns() - t0) / 1e9;
-	size_t np, over5 = 0;
-	double total = 0, longest = 0;
+	uint64_t t1 = sg_now_ns();
+	double secs = (double)(t1 - t0) / 1e9;
+	size_t np;
 	const lg_pause *p = lg_pause_list(w, &np);
-	for (size_t i = 0; i < np; i++) {
-		double ms = (double)(p[i].end_ns - p[i].start_ns) / 1e6;
-		over5 += ms >= 5.0;
-		total += ms;
-		longest = ms > longest ? ms : longest;
-	}
-	if (a->json)
-		printf("{\"idle_s\":%.3f,\"realtime\":%s,\"count\":%zu,\"over_5ms\":%zu,\"total_ms\":%.3f,"
-		       "\"max_ms\":%.3f}\n",
-		       secs, lg_pause_realtime(w) ? "true" : "false", np, over5, total, longest);
-	else
+	lg_pause_sum sum = lg_pause_summarize(p, np, t0, t1);
+	bool rt = lg_pause_realtime(w);
+	lg_pause_free(w);
+	if (a->json) {
+		json_t *o = json_pack("{s:f, s:b, s:I, s:I, s:f, s:f}", "idle_s", secs, "realtime", rt, "count",
+		                      (json_int_t)sum.n, "over_5ms", (json_int_t)sum.n_over_5ms, "total_ms",
+		                      sum.total_ms, "max_ms", sum.max_ms);
+		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+		json_decref(o);
+		SG_ENSURE(text, SG_EINTERNAL, "out of memory for the report");
+		printf("%s\n", text);
+		free(text);
+	} else {
 		printf("machine pauses while idle for %.1f s (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, "
 		       "%.1f ms in all (%.2f%% of the time), longest %.1f ms\n",
-		       secs, lg_pause_realtime(w) ? "" : "; NO real-time priority", np, over5, total,
-		       secs > 0 ? total / (secs * 10.0) : 0.0, longest);
-	lg_pause_free(w);
+		       secs, rt ? "" : "; NO real-time priority", sum.n, sum.n_over_5ms, sum.total_ms,
+		       secs > 0 ? sum.total_ms / (secs * 10.0) : 0.0, sum.max_ms);
+	}
 	return SG_OK;
 }
 
@@ -1458,7 +1449,7 @@ static int run(lg_args *a)
 		rc = phase_init(&phases[1], warm, n, a->rate);
 	lg_pause_watch *pw = NULL;
 	if (rc == SG_OK && a->watch_pauses)
-		rc = lg_pause_start(&pw, 1000000u, 2000000u);
+		rc = lg_pause_start(&pw, LG_PAUSE_TICK_NS, LG_PAUSE_MIN_NS);
 	if (rc == SG_OK)
 		rc = t.kind == LG_GRPC ? grpc_run(a, &t, &cr, items, phases, 2) : http_run(a, &t, items, phases, 2);
 	lg_pauses pz = {0};

@@ -398,17 +398,17 @@ static void other_free(other_call *o)
 	free(o);
 }
 
-static bool stopping(sg_grpc_server *s)
+static bool goaway_sent(sg_grpc_server *s)
 {
 	pthread_mutex_lock(&s->mu);
-	bool stop = s->goaway;
+	bool g = s->goaway;
 	pthread_mutex_unlock(&s->mu);
-	return stop;
+	return g;
 }
 
 static void rerequest(sg_grpc_server *s, unsigned cq, bool other)
 {
-	if (stopping(s))
+	if (goaway_sent(s))
 		return;
 	if ((other ? request_other(s, cq) : request_call(s, cq)) < 0)
 		sg_log_error_last(SG_LOG_ERROR, "grpc: could not request the next call");

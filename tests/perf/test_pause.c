@@ -38,10 +38,25 @@ static void t_overlaps(void)
 	SG_CHECK(!lg_pause_overlaps(v, 3, 500, 999));
 }
 
+static void t_summarize(void)
+{
+	const lg_pause v[] = {{100, 2000100}, {5000000, 12000000}, {20000000, 21000000}};
+	lg_pause_sum all = lg_pause_summarize(v, 3, 0, 30000000);
+	SG_CHECK(all.n == 3 && all.n_over_5ms == 1);
+	SG_CHECK(all.total_ms > 10.0 - 1e-9 && all.total_ms < 10.0 + 1e-9); /* 2 + 7 + 1 ms */
+	SG_CHECK(all.max_ms > 7.0 - 1e-9 && all.max_ms < 7.0 + 1e-9);
+	/* Only what overlaps the window counts; touching an end is outside. */
+	lg_pause_sum mid = lg_pause_summarize(v, 3, 2000100, 20000000);
+	SG_CHECK(mid.n == 1 && mid.n_over_5ms == 1);
+	lg_pause_sum none = lg_pause_summarize(v, 3, 12000000, 20000000);
+	SG_CHECK(none.n == 0 && none.total_ms == 0 && none.max_ms == 0);
+	SG_CHECK(lg_pause_summarize(NULL, 0, 0, 1).n == 0);
+}
+
 static void t_live(void)
 {
 	lg_pause_watch *w = NULL;
-	SG_CHECK_RC(lg_pause_start(&w, 1000000u, 2000000u), SG_OK);
+	SG_CHECK_RC(lg_pause_start(&w, LG_PAUSE_TICK_NS, LG_PAUSE_MIN_NS), SG_OK);
 	if (!w)
 		return;
 	struct timespec d = {0, 100000000}; /* 100 ms */
@@ -60,4 +75,4 @@ static void t_live(void)
 	lg_pause_free(w);
 }
 
-SG_TEST_MAIN(SG_TEST(t_merge), SG_TEST(t_overlaps), SG_TEST(t_live))
+SG_TEST_MAIN(SG_TEST(t_merge), SG_TEST(t_overlaps), SG_TEST(t_summarize), SG_TEST(t_live))
