@@ -53,10 +53,14 @@ done
 d=$tmp/ecdsa-p256
 
 # --- refusals and errors --------------------------------------------------
-before=$(ls -laR "$d" | sha256sum)
+# Names, types, modes, sizes, mtimes and contents of everything under $d, and
+# nothing outside it: `ls -la` would also list "..", whose mtime moves when
+# this script writes into $tmp.
+snapshot() { (cd "$1" && find . -printf '%p %y %m %s %T@\n' | sort && find . -type f -exec sha256sum {} + | sort) | sha256sum; }
+before=$(snapshot "$d")
 if "$ctl" init --dir "$d" 2>"$tmp/err"; then fail "init refuses an existing folder"; else pass "init refuses an existing folder"; fi
 expect "refusal says why" grep -q "not empty" "$tmp/err"
-expect "refused init changed nothing" test "$before" = "$(ls -laR "$d" | sha256sum)"
+expect "refused init changed nothing" test "$before" = "$(snapshot "$d")"
 
 one_line_error() { # one_line_error WANT_EXIT PATTERN -- command...
   local want=$1 pat=$2; shift 3
