@@ -4,6 +4,7 @@
 # both on 127.0.0.1 only, with every file under one folder DIR.
 #
 #   tests/kube/apiserver.sh start DIR             etcd + kube-apiserver, wait for /readyz
+#                                                 and the system namespaces
 #   tests/kube/apiserver.sh stop DIR              stop both (TERM, KILL after KUBE_STOP_GRACE=3 s)
 #   tests/kube/apiserver.sh restart-apiserver DIR kube-apiserver only; same port, same data
 #   tests/kube/apiserver.sh env DIR               print DIR/env as `export` lines
@@ -328,6 +329,23 @@ start_apiserver() {
       die "kube-apiserver not ready after ${ready_timeout}s"
     fi
     sleep 0.3
+  done
+  # /readyz says the server serves, not that its system-namespaces controller
+  # has run: that controller creates default, kube-system, kube-public and
+  # kube-node-lease a moment later, on its own goroutine. Tests create objects
+  # in them at once, so wait until all four can be read.
+  local ns code hdr=$dir/admin-auth.hdr
+  # The token goes to curl in a header file, not on its command line.
+  (umask 077 && printf 'Authorization: Bearer %s\n' "$(cat "$dir/admin-token")" >"$hdr")
+  for ns in default kube-system kube-public kube-node-lease; do
+    while :; do
+      code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/apiserver.crt" \
+        -H @"$hdr" "$url/api/v1/namespaces/$ns" 2>/dev/null || true)
+      [ "$code" = 200 ] && break
+      alive "$APISERVER_PID" kube-apiserver || { show_log "$dir/apiserver.log"; die "kube-apiserver exited during start"; }
+      [ $SECONDS -lt $deadline ] || { show_log "$dir/apiserver.log"; die "namespace $ns not created after ${ready_timeout}s (last answer $code)"; }
+      sleep 0.2
+    done
   done
 }
 
