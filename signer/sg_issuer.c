@@ -285,6 +285,9 @@ int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result 
 	sg_der_writer_init(&tbs, is->tbs, sizeof(is->tbs));
 	SG_TRY(sg_cert_encode_tbs(&tbs, &spec, iss, is->crypto));
 
+	/* The last moment a signature can still be saved. */
+	SG_ENSURE(!req->cancelled || !req->cancelled(req->cancel_arg), SG_ETIMEOUT,
+		  "the request was cancelled before it was signed");
 	uint8_t sig[SIG_MAX + 16];
 	size_t sig_len = sizeof(sig);
 	SG_TRY(sg_issuer_sign_raw(is, iss->sigalg, tbs.buf, tbs.len, sig, &sig_len, req->deadline_ns));

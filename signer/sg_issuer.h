@@ -63,6 +63,12 @@ typedef struct sg_issue_request {
 	uint32_t ext_key_usage; /* generic: SG_EKU_*; 0: default */
 	int path_len;           /* intermediate: -1 for none */
 	uint64_t deadline_ns;   /* CLOCK_MONOTONIC; 0: none */
+	/* Asked before a queued request starts and again just before the HSM
+	 * signs: true means nobody will receive the certificate (the caller
+	 * went away), and the issue stops with SG_ETIMEOUT without a
+	 * signature. NULL: never. Called on the signer thread; must be quick. */
+	bool (*cancelled)(void *arg);
+	void *cancel_arg;
 } sg_issue_request;
 
 typedef struct sg_issue_result {

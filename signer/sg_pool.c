@@ -55,6 +55,8 @@ static void run_job(worker *w, job *j)
 	int rc;
 	if (j->req.deadline_ns && sg_now_ns() >= j->req.deadline_ns)
 		rc = sg_error_set(SG_ETIMEOUT, "deadline passed while queued for a signer");
+	else if (j->req.cancelled && j->req.cancelled(j->req.cancel_arg))
+		rc = sg_error_set(SG_ETIMEOUT, "the request was cancelled while queued for a signer");
 	else
 		rc = sg_issuer_issue(w->issuer, &j->req, &res);
 	if (rc < 0)
