@@ -16,9 +16,27 @@
  * `answered` is claimed with a compare-and-swap by the handler's finish, the
  * deadline reaper or shutdown, whichever comes first.
  *
+ * The method is registered without payload pre-read, so a call surfaces as
+ * soon as its headers arrive and the adapter reads the message itself
+ * (RECV_MESSAGE). That is what puts a message-less stream under the
+ * deadline: with pre-read, gRPC would hold such a stream invisibly for as
+ * long as the client liked.
+ *
  * The reaper thread enforces the server-side deadline (istio-agent sends no
  * grpc-timeout): it scans the calls every REAPER_TICK_MS and answers the
- * expired ones DEADLINE_EXCEEDED.
+ * expired ones DEADLINE_EXCEEDED; answering a call whose request has not
+ * arrived resets its stream. Once a second it also has the connection
+ * guard forget closed connections.
+ *
+ * Request bytes: gRPC 1.51 checks the receive limit only once a whole
+ * message has arrived, and while a message is incomplete it keeps granting
+ * the stream window for it, however large the length prefix says it is. The
+ * bound is therefore the memory quota (GRPC_ARG_RESOURCE_QUOTA): every
+ * buffer of every connection is charged to it, and when it is exceeded gRPC
+ * stops accepting connections and reclaims memory by closing idle
+ * connections and then resetting streams. BDP probing is off and the
+ * initial window is one request, so honest connections stay small and
+ * nothing grows a window on its own.
  *
  * TLS uses gRPC's certificate-config fetcher: gRPC asks before each
  * handshake, our callback asks the application's tls_fetch with the version
@@ -30,6 +48,7 @@
 #include "sg_grpc.h"
 
 #include "sg_clock.h"
+#include "sg_grpc_conn.h"
 #include "sg_guard.h"
 #include "sg_log.h"
 
@@ -46,8 +65,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #define REAPER_TICK_MS 20
+#define SWEEP_EVERY_NS 1000000000ull /* connection count refreshed this often */
 #define LINGER_MS 500 /* after the last answer, before closing connections */
 
 /* ---- status table ------------------------------------------------------ */
@@ -99,6 +120,7 @@ const char *sg_grpc_status_name(int status)
 
 enum tag_kind {
 	TAG_REQUESTED,	/* a registered call arrived (or the request failed) */
+	TAG_MESSAGE,	/* its request message arrived (or cannot) */
 	TAG_CLOSED,	/* RECV_CLOSE_ON_SERVER completed */
 	TAG_ANSWERED,	/* the answering batch completed */
 	TAG_OTHER_ARRIVED, /* a call to an unregistered method arrived */
@@ -114,7 +136,7 @@ typedef struct tag {
 struct sg_grpc_call {
 	sg_grpc_server *srv;
 	unsigned cq;
-	tag t_req, t_close, t_answer;
+	tag t_req, t_msg, t_close, t_answer;
 	grpc_call *call;
 	gpr_timespec deadline;
 	grpc_metadata_array md;
@@ -126,6 +148,7 @@ struct sg_grpc_call {
 	atomic_int refs;     /* 0 while only requested */
 	atomic_int answered; /* 1 once an answer was claimed */
 	atomic_bool handled; /* the handler holds a reference */
+	atomic_bool has_message; /* the request message arrived */
 	_Atomic uint64_t deadline_ns;
 	char *authorization, *cluster_id, *peer_identity, *peer;
 	sg_grpc_request req;
@@ -155,6 +178,9 @@ struct sg_grpc_server {
 	bool reaper_started;
 	int port;
 	bool grpc_inited;
+	sg_grpc_guard *guard;
+	uint64_t last_sweep_ns; /* reaper only */
+	atomic_uint_fast64_t calls_cancelled, streams_expired;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;	    /* shutdown progress (signalled only while stopping) */
@@ -352,13 +378,14 @@ static int request_call(sg_grpc_server *s, unsigned cq)
 	c->srv = s;
 	c->cq = cq;
 	c->t_req = (tag){TAG_REQUESTED, c};
+	c->t_msg = (tag){TAG_MESSAGE, c};
 	c->t_close = (tag){TAG_CLOSED, c};
 	c->t_answer = (tag){TAG_ANSWERED, c};
 	grpc_metadata_array_init(&c->md);
 	call_list_add(c);
 	grpc_call_error e = grpc_server_request_registered_call(
-		s->server, s->method_handle, &c->call, &c->deadline, &c->md, &c->payload, s->cqs[cq],
-		s->cqs[cq], &c->t_req);
+		s->server, s->method_handle, &c->call, &c->deadline, &c->md, NULL, s->cqs[cq], s->cqs[cq],
+		&c->t_req);
 	if (e != GRPC_CALL_OK) {
 		call_destroy(c);
 		SG_BAIL(SG_EINTERNAL, "grpc_server_request_registered_call failed: %s",
@@ -487,9 +514,6 @@ static int prepare(sg_grpc_call *c, int *status)
 {
 	sg_grpc_server *s = c->srv;
 	*status = SG_GRPC_INTERNAL;
-	char *peer = grpc_call_get_peer(c->call);
-	c->peer = dup_bytes(peer ? peer : "", peer ? strlen(peer) : 0);
-	gpr_free(peer);
 	SG_ENSURE(c->peer, SG_EINTERNAL, "out of memory for a peer address");
 
 	*status = SG_GRPC_INVALID_ARGUMENT;
@@ -526,6 +550,10 @@ static int prepare(sg_grpc_call *c, int *status)
 	return SG_OK;
 }
 
+static void start_message(sg_grpc_call *c);
+
+/* The call's headers arrived: it is live from now on, under its deadline,
+ * whether or not the client ever sends its message. */
 static void call_arrived(sg_grpc_call *c, bool ok)
 {
 	sg_grpc_server *s = c->srv;
@@ -541,6 +569,9 @@ static void call_arrived(sg_grpc_call *c, bool ok)
 	c->req.received_ns = now;
 	c->req.deadline_ns = now + left;
 	atomic_store(&c->deadline_ns, now + left);
+	char *peer = grpc_call_get_peer(c->call);
+	c->peer = dup_bytes(peer ? peer : "", peer ? strlen(peer) : 0);
+	gpr_free(peer);
 
 	pthread_mutex_lock(&s->mu);
 	s->open_calls++;
@@ -562,31 +593,74 @@ static void call_arrived(sg_grpc_call *c, bool ok)
 		call_unref(c);
 		return;
 	}
+	start_message(c);
+}
 
-	int status;
-	if (prepare(c, &status) < 0) {
-		sg_log(SG_LOG_INFO, "grpc: call refused", SG_F_STR("peer", c->peer),
-		       SG_F_STR("status", sg_grpc_status_name(status)),
-		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
-		if (answer(c, status, sg_error_last()->msg, NULL, 0) < 0)
+static void start_message(sg_grpc_call *c)
+{
+	grpc_op op;
+	memset(&op, 0, sizeof(op));
+	op.op = GRPC_OP_RECV_MESSAGE;
+	op.data.recv_message.recv_message = &c->payload;
+	atomic_fetch_add(&c->refs, 1); /* for the batch */
+	grpc_call_error e = grpc_call_start_batch(c->call, &op, 1, &c->t_msg, NULL);
+	if (e != GRPC_CALL_OK) {
+		sg_log(SG_LOG_ERROR, "grpc: cannot start RECV_MESSAGE", SG_F_STR("error", grpc_call_error_to_string(e)),
+		       SG_F_END);
+		if (answer(c, SG_GRPC_INTERNAL, "internal error", NULL, 0) < 0)
 			sg_log_error_last(SG_LOG_ERROR, "grpc: cannot answer a call");
+		call_unref(c);
+	}
+}
+
+/* The request message arrived (ok with a payload), or the stream ended
+ * without one, or the call was answered meanwhile (deadline, cancel). */
+static void message_arrived(sg_grpc_call *c, bool ok)
+{
+	sg_grpc_server *s = c->srv;
+	if (atomic_load(&c->answered)) { /* expired or cancelled while waiting */
+		call_unref(c);
 		return;
 	}
+	atomic_store(&c->has_message, ok && c->payload);
+	int status;
+	if (prepare(c, &status) < 0) {
+		sg_log(SG_LOG_INFO, "grpc: call refused", SG_F_STR("peer", c->peer ? c->peer : ""),
+		       SG_F_STR("status", sg_grpc_status_name(status)),
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+		if (answer(c, status, sg_error_last()->msg, NULL, 0) < 0 && sg_error_last()->code != SG_ETIMEOUT)
+			sg_log_error_last(SG_LOG_ERROR, "grpc: cannot answer a call");
+		call_unref(c);
+		return;
+	}
+	/* The batch's reference becomes the handler's. */
 	pthread_mutex_lock(&s->mu);
 	s->handler_refs++;
 	pthread_mutex_unlock(&s->mu);
-	atomic_fetch_add(&c->refs, 1);
 	atomic_store(&c->handled, true);
 	s->o.handler(c, &c->req, s->o.handler_arg);
+}
+
+bool sg_grpc_call_ended(const sg_grpc_call *c)
+{
+	return atomic_load(&c->answered) != 0;
 }
 
 /* The client went away (cancel, deadline, reset) before an answer: nothing
  * is sent any more, and a late finish is told so. */
 static void close_done(sg_grpc_call *c)
 {
+	sg_grpc_server *s = c->srv;
 	int expect = 0;
 	if (c->cancelled && atomic_compare_exchange_strong(&c->answered, &expect, 1))
 		call_closed(c);
+	if (c->cancelled) {
+		atomic_fetch_add_explicit(&s->calls_cancelled, 1, memory_order_relaxed);
+		if (s->guard && sg_grpc_guard_note_reset(s->guard, c->peer))
+			sg_log(SG_LOG_WARN, "grpc: closed a connection that cancels streams too fast",
+			       SG_F_STR("peer", c->peer ? c->peer : ""),
+			       SG_F_INT("limit_per_second", s->o.resets_per_second), SG_F_END);
+	}
 	call_unref(c);
 }
 
@@ -597,6 +671,9 @@ static void dispatch(sg_grpc_server *s, const tag *t, bool ok)
 	switch (t->kind) {
 	case TAG_REQUESTED:
 		call_arrived(t->owner, ok);
+		break;
+	case TAG_MESSAGE:
+		message_arrived(t->owner, ok);
 		break;
 	case TAG_CLOSED:
 		close_done(t->owner);
@@ -658,9 +735,15 @@ static void reap(sg_grpc_server *s, bool all)
 		}
 		pthread_mutex_unlock(&s->mu);
 		for (size_t i = 0; i < n; i++) {
+			bool no_request = !atomic_load(&due[i]->has_message);
 			int rc = all ? answer(due[i], SG_GRPC_UNAVAILABLE, "server shutting down", NULL, 0)
-				     : answer(due[i], SG_GRPC_DEADLINE_EXCEEDED,
-					      "deadline exceeded before the request was answered", NULL, 0);
+			       : no_request
+				       ? answer(due[i], SG_GRPC_DEADLINE_EXCEEDED,
+						"no request message arrived within the deadline", NULL, 0)
+				       : answer(due[i], SG_GRPC_DEADLINE_EXCEEDED,
+						"deadline exceeded before the request was answered", NULL, 0);
+			if (rc == SG_OK && !all && no_request)
+				atomic_fetch_add_explicit(&s->streams_expired, 1, memory_order_relaxed);
 			if (rc < 0 && rc != SG_ETIMEOUT)
 				sg_log_error_last(SG_LOG_ERROR, "grpc: cannot answer an expired call");
 			call_unref(due[i]);
@@ -687,6 +770,11 @@ static void *reaper_thread(void *p)
 			break;
 		pthread_mutex_unlock(&s->mu);
 		reap(s, false);
+		uint64_t now = sg_now_ns();
+		if (s->guard && now - s->last_sweep_ns >= SWEEP_EVERY_NS) {
+			sg_grpc_guard_sweep(s->guard);
+			s->last_sweep_ns = now;
+		}
 		pthread_mutex_lock(&s->mu);
 	}
 	pthread_mutex_unlock(&s->mu);
@@ -780,10 +868,32 @@ static int int_arg(unsigned v)
 	return v > (unsigned)INT32_MAX ? INT32_MAX : (int)v;
 }
 
+/* Bytes of HTTP/2 window a stream starts with: one whole request and its
+ * gRPC prefix, so an honest call never waits for a window update. */
+static int initial_window(const sg_grpc_server_options *o)
+{
+	return int_arg((unsigned)o->max_message + 1024);
+}
+
 static int setup(sg_grpc_server *s)
 {
 	const sg_grpc_server_options *o = &s->o;
+	grpc_resource_quota *quota = grpc_resource_quota_create("signet-grpc");
+	SG_ENSURE(quota, SG_EINTERNAL, "grpc_resource_quota_create failed");
+	grpc_resource_quota_resize(quota, o->memory_limit);
 	grpc_arg args[] = {
+		{GRPC_ARG_POINTER, (char *)GRPC_ARG_RESOURCE_QUOTA,
+		 {.pointer = {quota, grpc_resource_quota_arg_vtable()}}},
+		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_HTTP2_BDP_PROBE, {.integer = 0}},
+		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, {.integer = initial_window(o)}},
+		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+		 {.integer = int_arg(o->handshake_timeout_ms)}},
+		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+		 {.integer = o->max_connection_idle_ms ? int_arg(o->max_connection_idle_ms) : INT32_MAX}},
+		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_CONNECTION_AGE_MS,
+		 {.integer = o->max_connection_age_ms ? int_arg(o->max_connection_age_ms) : INT32_MAX}},
+		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS,
+		 {.integer = int_arg(o->max_connection_age_grace_ms)}},
 		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
 		 {.integer = (int)o->max_message}},
 		{GRPC_ARG_INTEGER, (char *)GRPC_ARG_MAX_CONCURRENT_STREAMS,
@@ -800,9 +910,9 @@ static int setup(sg_grpc_server *s)
 	};
 	grpc_channel_args ca = {sizeof(args) / sizeof(args[0]), args};
 	s->server = grpc_server_create(&ca, NULL);
+	grpc_resource_quota_unref(quota); /* the server holds its own reference */
 	SG_ENSURE(s->server, SG_EINTERNAL, "grpc_server_create failed");
-	s->method_handle = grpc_server_register_method(s->server, s->method, NULL,
-						       GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+	s->method_handle = grpc_server_register_method(s->server, s->method, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
 	SG_ENSURE(s->method_handle, SG_EINVAL, "grpc_server_register_method(%s) failed", s->method);
 	s->cqs = calloc(o->cq_threads, sizeof(*s->cqs));
 	s->threads = calloc(o->cq_threads, sizeof(*s->threads));
@@ -825,6 +935,9 @@ static int setup(sg_grpc_server *s)
 				s->tls_error[0] ? s->tls_error : "the fetcher failed");
 		SG_BAIL(SG_EBUSY, "grpc server: cannot bind %s", o->address);
 	}
+	/* The listener exists once the port is added; guard it before the
+	 * first accept. */
+	SG_TRY(sg_grpc_guard_new(&s->guard, s->port, o->max_connections, o->resets_per_second));
 	grpc_server_start(s->server);
 	for (unsigned i = 0; i < o->cq_threads; i++) {
 		for (unsigned k = 0; k < o->calls_per_thread; k++)
@@ -869,7 +982,27 @@ static int check_options(sg_grpc_server_options *o)
 	if (!o->server_timeout_ns)
 		o->server_timeout_ns = 10ull * 1000000000u;
 	if (!o->max_concurrent_streams)
-		o->max_concurrent_streams = 1000;
+		o->max_concurrent_streams = 100;
+	struct rlimit rl;
+	SG_ENSURE(getrlimit(RLIMIT_NOFILE, &rl) == 0, SG_EINTERNAL, "getrlimit(RLIMIT_NOFILE) failed");
+	rlim_t room = rl.rlim_cur > SG_GRPC_FD_RESERVE + 16 ? rl.rlim_cur - SG_GRPC_FD_RESERVE : 16;
+	if (room > UINT32_MAX / 2)
+		room = UINT32_MAX / 2;
+	if (!o->max_connections)
+		o->max_connections = (unsigned)room;
+	SG_ENSURE(o->max_connections <= room, SG_EINVAL,
+		  "grpc server: max-connections %u needs an open-files limit of at least %u (it is %llu)",
+		  o->max_connections, o->max_connections + SG_GRPC_FD_RESERVE, (unsigned long long)rl.rlim_cur);
+	if (!o->handshake_timeout_ms)
+		o->handshake_timeout_ms = 10000;
+	if (!o->max_connection_age_grace_ms)
+		o->max_connection_age_grace_ms = 30000;
+	if (!o->memory_limit)
+		o->memory_limit = 256u << 20;
+	SG_ENSURE(o->memory_limit >= (4u << 20), SG_EINVAL, "grpc server: memory limit %zu below 4 MiB",
+		  o->memory_limit);
+	if (!o->resets_per_second)
+		o->resets_per_second = 200;
 	if (!o->min_ping_interval_ms)
 		o->min_ping_interval_ms = 10000;
 	if (!o->keepalive_time_ms)
@@ -918,6 +1051,23 @@ int sg_grpc_server_start(sg_grpc_server **out, const sg_grpc_server_options *opt
 int sg_grpc_server_port(const sg_grpc_server *s)
 {
 	return s ? s->port : 0;
+}
+
+void sg_grpc_server_stats_get(sg_grpc_server *s, sg_grpc_server_stats *out)
+{
+	sg_grpc_guard_stats g = {0};
+	if (s->guard)
+		sg_grpc_guard_stats_get(s->guard, &g);
+	*out = (sg_grpc_server_stats){
+		.connections = g.open,
+		.max_connections = s->o.max_connections,
+		.refused_limit = g.refused_limit,
+		.refused_fds = g.refused_fds,
+		.rapid_reset_closed = g.rapid_reset_closed,
+		.calls_cancelled = atomic_load_explicit(&s->calls_cancelled, memory_order_relaxed),
+		.streams_expired = atomic_load_explicit(&s->streams_expired, memory_order_relaxed),
+		.last_refused_ns = g.last_refused_ns,
+	};
 }
 
 /* Waits on the server condition until pred holds or deadline (monotonic ns,
@@ -1046,6 +1196,7 @@ void sg_grpc_server_shutdown(sg_grpc_server *s, uint64_t grace_ns)
 	}
 	if (s->server)
 		grpc_server_destroy(s->server);
+	sg_grpc_guard_free(s->guard);
 	for (unsigned i = 0; s->cqs && i < s->o.cq_threads; i++)
 		if (s->cqs[i])
 			grpc_completion_queue_shutdown(s->cqs[i]);

@@ -13,8 +13,19 @@
  * that call also releases the call object.
  *
  * Deadlines: a call's deadline is the client's grpc-timeout, capped by the
- * server timeout (istio-agent sends none). When it passes before the handler
- * finishes, the adapter answers DEADLINE_EXCEEDED itself.
+ * server timeout (istio-agent sends none), counted from the moment the
+ * call's headers arrive. When it passes before the handler finishes, or
+ * before the client has even sent its request message, the adapter answers
+ * DEADLINE_EXCEEDED itself (which also resets the stream).
+ *
+ * Hostile peers (none of this needs credentials): request bytes are bounded
+ * by small HTTP/2 windows and a memory quota for the whole server; a
+ * connection cap (with the listener kept alive when descriptors run out,
+ * sg_grpc_conn.h), a handshake timeout, idle and age limits, a stream cap
+ * per connection and the deadline above reclaim what a silent client holds;
+ * a connection that cancels streams faster than resets_per_second is closed
+ * (the HTTP/2 rapid-reset defence). sg_grpc_call_ended lets the handler skip
+ * work nobody will receive.
  *
  * Errors follow sg_error.h; sg_grpc_status_of is the one table from our
  * error categories to gRPC status codes.
@@ -110,7 +121,18 @@ typedef struct sg_grpc_server_options {
 	unsigned calls_per_thread;  /* calls requested in advance per queue (default 128) */
 	size_t max_message;         /* largest request message (default 64 KiB) */
 	uint64_t server_timeout_ns; /* deadline cap, and the deadline when the client sends none (default 10 s) */
-	unsigned max_concurrent_streams; /* per connection (default 1000) */
+	unsigned max_concurrent_streams; /* per connection (default 100) */
+	/* Connections held at once; more are refused at once with a TCP reset
+	 * (0: the open-files soft limit less SG_GRPC_FD_RESERVE, at least 16;
+	 * more than that is refused with SG_EINVAL, since the process would
+	 * run out of descriptors first). */
+	unsigned max_connections;
+	unsigned handshake_timeout_ms;	 /* TLS and HTTP/2 preface (default 10 s) */
+	unsigned max_connection_idle_ms; /* close a connection without calls after this (0: never) */
+	unsigned max_connection_age_ms;	 /* GOAWAY after this, +-10 % jitter (0: never) */
+	unsigned max_connection_age_grace_ms; /* then calls get this long before the close (default 30 s) */
+	size_t memory_limit; /* bytes the server's connections may buffer, in all (default 256 MiB) */
+	unsigned resets_per_second; /* client cancels per connection per second before it is closed (default 200) */
 	/* Keepalive: clients may ping every min_ping_interval_ms (default 10 s,
 	 * below istio-agent's 30 s), also without calls, without being sent
 	 * GOAWAY; the server pings idle connections every keepalive_time_ms
@@ -130,6 +152,11 @@ typedef struct sg_grpc_server_options {
 
 #define SG_GRPC_ISTIO_METHOD "/istio.v1.auth.IstioCertificateService/CreateCertificate"
 
+/* Descriptors kept for everything but gRPC connections (HSM, files, the
+ * HTTP endpoints, the Kubernetes client) when max_connections is derived
+ * from the open-files limit. */
+#define SG_GRPC_FD_RESERVE 256
+
 /* Binds, starts the transport threads and serves. Unknown methods are
  * answered UNIMPLEMENTED. *out is freed by sg_grpc_server_shutdown.
  * SG_EINVAL for bad options, SG_EBUSY when the address cannot be bound,
@@ -138,6 +165,26 @@ SG_API int sg_grpc_server_start(sg_grpc_server **out, const sg_grpc_server_optio
 
 /* The bound port (the address may say :0). */
 SG_API int sg_grpc_server_port(const sg_grpc_server *s);
+
+typedef struct sg_grpc_server_stats {
+	uint64_t connections;	      /* open now (closed ones are noticed within a second) */
+	uint64_t max_connections;     /* the cap in force */
+	uint64_t refused_limit;	      /* connections refused at the cap */
+	uint64_t refused_fds;	      /* connections refused for want of a descriptor */
+	uint64_t rapid_reset_closed;  /* connections closed for cancelling too fast */
+	uint64_t calls_cancelled;     /* calls the client cancelled or reset */
+	uint64_t streams_expired;     /* calls reset because no request message came in time */
+	uint64_t last_refused_ns;     /* CLOCK_MONOTONIC of the last refused connection, 0: never */
+} sg_grpc_server_stats;
+
+/* Counters for metrics and readiness; any thread. */
+SG_API void sg_grpc_server_stats_get(sg_grpc_server *s, sg_grpc_server_stats *out);
+
+/* True once nobody can receive this call's answer any more: the client
+ * cancelled or reset it, its deadline passed, or the server shut down.
+ * The handler asks before costly work (authentication, signing); the call
+ * must still be finished. Any thread, until sg_grpc_call_finish. */
+SG_API bool sg_grpc_call_ended(const sg_grpc_call *call);
 
 /* Lets the calls in flight be answered first (new calls are still accepted
  * meanwhile, and clients get half a second to read their answers), then

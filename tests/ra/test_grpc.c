@@ -24,6 +24,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -366,9 +370,11 @@ static void serve(const pki *p, uint64_t version)
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static sg_grpc_server *start(bool insecure, bool client_cert, uint64_t server_timeout_ns)
+static sg_grpc_server *start_with(bool insecure, bool client_cert, uint64_t server_timeout_ns,
+				  unsigned max_connections)
 {
 	sg_grpc_server_options o = {
+		.max_connections = max_connections,
 		.address = "127.0.0.1:0",
 		.handler = on_call,
 		.insecure = insecure,
@@ -384,6 +390,44 @@ static sg_grpc_server *start(bool insecure, bool client_cert, uint64_t server_ti
 	SG_CHECK_OK(sg_grpc_server_start(&s, &o));
 	SG_CHECK(s && sg_grpc_server_port(s) > 0);
 	return s;
+}
+
+static sg_grpc_server *start(bool insecure, bool client_cert, uint64_t server_timeout_ns)
+{
+	return start_with(insecure, client_cert, server_timeout_ns, 0);
+}
+
+/* A plain TCP connection to the server (no HTTP/2 spoken), or -1. */
+static int tcp_connect(const sg_grpc_server *s)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)sg_grpc_server_port(s))};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) != 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* True when the server has closed or reset fd within timeout_ms. */
+static bool closed_by_server(int fd, int timeout_ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	if (poll(&p, 1, timeout_ms) != 1)
+		return false;
+	char c;
+	ssize_t n = recv(fd, &c, 1, MSG_DONTWAIT);
+	return n == 0 || (n < 0 && errno == ECONNRESET);
+}
+
+static sg_grpc_server_stats stats_of(sg_grpc_server *s)
+{
+	sg_grpc_server_stats st;
+	sg_grpc_server_stats_get(s, &st);
+	return st;
 }
 
 static sg_grpc_channel *channel(const sg_grpc_server *s, const char *root, const pki *cert)
@@ -601,6 +645,67 @@ static void t_server_timeout(void)
 	st = call(ch, SG_GRPC_ISTIO_METHOD, "hang", 4, 60 * SEC, NULL, 0);
 	SG_CHECK(st == SG_GRPC_DEADLINE_EXCEEDED);
 	release_hung();
+	sg_grpc_channel_free(ch);
+	sg_grpc_server_shutdown(s, SEC);
+}
+
+/* At max_connections, a new connection is refused at once (reset), not
+ * queued; once connections close, new ones are accepted again. */
+static void t_connection_limit(void)
+{
+	sg_grpc_server *s = start_with(true, false, 0, 4);
+	int fds[6];
+	for (int i = 0; i < 6; i++)
+		SG_CHECK((fds[i] = tcp_connect(s)) >= 0);
+	int refused = 0;
+	for (int i = 0; i < 6; i++)
+		refused += closed_by_server(fds[i], i < 4 ? 200 : 2000);
+	SG_CHECK(refused == 2);
+	sg_grpc_server_stats st = stats_of(s);
+	SG_CHECK(st.refused_limit == 2 && st.max_connections == 4);
+	SG_CHECK(st.connections == 4);
+	for (int i = 0; i < 6; i++)
+		close(fds[i]);
+	/* The count follows once gRPC has closed its side (the guard sweeps
+	 * every second, and before it refuses anything). */
+	uint64_t until = sg_now_ns() + 5 * SEC;
+	while (stats_of(s).connections != 0 && sg_now_ns() < until)
+		sg_sleep_ms(20);
+	SG_CHECK(stats_of(s).connections == 0);
+	sg_grpc_channel *ch = channel(s, NULL, NULL);
+	SG_CHECK(echo(ch, "after the limit") == SG_GRPC_OK);
+	SG_CHECK(stats_of(s).connections == 1);
+	sg_grpc_channel_free(ch);
+	sg_grpc_server_shutdown(s, SEC);
+}
+
+/* Out of descriptors, gRPC 1.51 would stop accepting for good; the guard
+ * refuses the waiting connection and the listener keeps working once
+ * descriptors are free again. */
+static void t_listener_survives_emfile(void)
+{
+	sg_grpc_server *s = start(true, false, 0);
+	struct rlimit was;
+	SG_CHECK(getrlimit(RLIMIT_NOFILE, &was) == 0);
+	/* Fill every descriptor below a lowered soft limit, then free one for
+	 * the client's socket: the server's accept then has none. */
+	struct rlimit low = {.rlim_cur = 512, .rlim_max = was.rlim_max};
+	SG_CHECK(setrlimit(RLIMIT_NOFILE, &low) == 0);
+	int fill[512], n = 0;
+	for (int fd; n < 512 && (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;)
+		fill[n++] = fd;
+	SG_CHECK(n > 0 && errno == EMFILE);
+	close(fill[--n]);
+	int c = tcp_connect(s);
+	SG_CHECK(c >= 0);
+	SG_CHECK(closed_by_server(c, 3000));
+	close(c);
+	SG_CHECK(stats_of(s).refused_fds >= 1);
+	while (n > 0)
+		close(fill[--n]);
+	SG_CHECK(setrlimit(RLIMIT_NOFILE, &was) == 0);
+	sg_grpc_channel *ch = channel(s, NULL, NULL);
+	SG_CHECK(echo(ch, "accepting again") == SG_GRPC_OK);
 	sg_grpc_channel_free(ch);
 	sg_grpc_server_shutdown(s, SEC);
 }
@@ -837,6 +942,7 @@ static void t_teardown(void)
 
 SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_insecure_echo), SG_TEST(t_concurrent), SG_TEST(t_oversized),
 	     SG_TEST(t_unknown_method), SG_TEST(t_client_deadline), SG_TEST(t_server_timeout),
-	     SG_TEST(t_keepalive), SG_TEST(t_shutdown_drains), SG_TEST(t_shutdown_grace_expires),
+	     SG_TEST(t_connection_limit), SG_TEST(t_listener_survives_emfile), SG_TEST(t_keepalive),
+	     SG_TEST(t_shutdown_drains), SG_TEST(t_shutdown_grace_expires),
 	     SG_TEST(t_tls_and_rotation), SG_TEST(t_client_certificates), SG_TEST(t_tls_versions_alpn),
 	     SG_TEST(t_bad_options), SG_TEST(t_teardown))
