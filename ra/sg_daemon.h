@@ -34,6 +34,12 @@ typedef struct sg_daemon_settings {
 	int64_t server_timeout;
 	int64_t grpc_threads;
 	int64_t max_concurrent_streams;
+	int64_t max_connections;
+	int64_t handshake_timeout;
+	int64_t max_connection_idle;
+	int64_t max_connection_age;
+	int64_t max_connection_age_grace;
+	int64_t grpc_memory_limit;
 	int64_t shutdown_grace;
 	bool sched_batch;
 	/* Kubernetes */
@@ -97,18 +103,32 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	  "serve this certificate chain (PEM) instead of a self-issued one; reloaded when it changes")           \
 	X("serving-key-file", SG_OPT_PATH, serving_key_file, NULL, 0, 0, NULL,                                    \
 	  "private key of serving-certificate-file")                                                               \
-	X("http-address", SG_OPT_STRING, http_address, "0.0.0.0", 0, 256, NULL,                                   \
-	  "address the metrics and probe endpoints listen on")                                                     \
+	X("http-address", SG_OPT_STRING, http_address, "", 0, 256, NULL,                                          \
+	  "address the metrics and probe endpoints listen on (default: 0.0.0.0 in a Kubernetes pod, where the "    \
+	  "kubelet probes the pod's address, else 127.0.0.1)")                                                      \
 	X("metrics-port", SG_OPT_INT, metrics_port, "9402", 0, 65535, NULL, "Prometheus /metrics port (0: any free port, logged)") \
 	X("readiness-probe-port", SG_OPT_INT, readiness_probe_port, "6060", 0, 65535, NULL,                       \
 	  "readiness and health probe port (0: any free port, logged; may equal metrics-port)")                                                             \
 	X("readiness-probe-path", SG_OPT_STRING, readiness_probe_path, "/readyz", 0, 256, NULL,                  \
 	  "readiness probe path (/healthz is served beside it)")                                                   \
 	X("server-timeout", SG_OPT_DURATION, server_timeout, "10s", 1, 600, NULL,                                 \
-	  "deadline of a request when the client sends none")                                                    \
+	  "deadline of a request when the client sends none; also the time a call has to deliver its request")  \
 	X("grpc-threads", SG_OPT_INT, grpc_threads, "2", 1, 64, NULL, "gRPC transport threads")                 \
-	X("max-concurrent-streams", SG_OPT_INT, max_concurrent_streams, "1000", 1, 100000, NULL,                 \
-	  "concurrent calls per connection")                                                                       \
+	X("max-concurrent-streams", SG_OPT_INT, max_concurrent_streams, "100", 1, 100000, NULL,                  \
+	  "concurrent calls per connection (istio-agent makes one at a time)")                                     \
+	X("max-connections", SG_OPT_INT, max_connections, "0", 0, 1000000, NULL,                                  \
+	  "gRPC connections held at once; more are refused at once (0: the open-files limit less 256)")           \
+	X("handshake-timeout", SG_OPT_DURATION, handshake_timeout, "10s", 1, 600, NULL,                           \
+	  "time a new connection has to finish TLS and the HTTP/2 preface")                                        \
+	X("max-connection-idle", SG_OPT_DURATION, max_connection_idle, "5m", 0, 30LL * 86400, NULL,                \
+	  "close a gRPC connection without calls for this long (0: never)")                                        \
+	X("max-connection-age", SG_OPT_DURATION, max_connection_age, "30m", 0, 30LL * 86400, NULL,                 \
+	  "ask a gRPC connection to go away after this long, +-10% (0: never)")                                    \
+	X("max-connection-age-grace", SG_OPT_DURATION, max_connection_age_grace, "30s", 1, 3600, NULL,            \
+	  "time the calls of an aged connection get before it is closed")                                          \
+	X("grpc-memory-limit", SG_OPT_INT, grpc_memory_limit, "256", 16, 65536, NULL,                             \
+	  "MiB all gRPC connections together may buffer; beyond it new connections are refused, idle ones "       \
+	  "closed and streams reset")   \
 	X("shutdown-grace", SG_OPT_DURATION, shutdown_grace, "15s", 0, 600, NULL,                                 \
 	  "time in-flight requests get to finish on SIGTERM")                                                      \
 	X("sched-batch", SG_OPT_BOOL, sched_batch, "true", 0, 0, NULL,                                            \

@@ -40,6 +40,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 /* A Linux policy (uapi linux/sched.h: 3) that glibc's sched.h declares
@@ -79,6 +80,10 @@ typedef struct metrics {
 	sg_series *sign_err[5]; /* CA_NOT_READY, CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR, UNKNOWN */
 	sg_series *latency_ok, *latency_err;
 	sg_series *requests[17]; /* signet_grpc_requests_total by status code */
+	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
+	uint64_t seen_refused_limit, seen_refused_fds;    /* main thread only */
+	sg_series *gone;          /* signet_requests_abandoned_total */
+	atomic_uint_fast64_t finish_warn_ns; /* rate limit of "cannot finish a call" */
 } metrics;
 
 enum { ERR_CA_NOT_READY, ERR_CSR, ERR_TTL, ERR_CERT_GEN, ERR_UNKNOWN };
@@ -115,6 +120,10 @@ typedef struct daemon {
 	sg_policy *policy;
 	sg_serving *serving;
 	sg_grpc_server *grpc;
+	/* grpc as the HTTP thread may read it: set once serving, cleared
+	 * before the server is shut down (and freed). */
+	pthread_mutex_t grpc_mu;
+	sg_grpc_server *grpc_live;
 	sg_http_server *http_metrics, *http_probe;
 	metrics m;
 	/* Chain elements after the leaf, swapped whole when root-ca-file
@@ -170,28 +179,60 @@ static void rpc_free(rpc *r)
 	free(r);
 }
 
-static void finish(rpc *r, int status, const char *msg, const uint8_t *resp, size_t len)
+/* Answers the call; true when the answer was handed to gRPC, false when
+ * the client had gone (cancelled, reset, deadline or shutdown): counted,
+ * not logged, since a client can make that happen at will. A real failure
+ * to answer is logged, at most once a second. Does not free r. */
+static bool answer_call(rpc *r, int status, const char *msg, const uint8_t *resp, size_t len)
 {
 	daemon *d = r->d;
 	double secs = (double)(sg_now_ns() - r->t0) / 1e9;
 	sg_series_observe(status == SG_GRPC_OK ? d->m.latency_ok : d->m.latency_err, secs);
 	if (status >= 0 && status < 17 && d->m.requests[status])
 		sg_series_inc(d->m.requests[status]);
-	if (sg_grpc_call_finish(r->call, status, msg, resp, len) < 0)
-		sg_log_error_last(SG_LOG_WARN, "cannot finish a call");
+	int rc = sg_grpc_call_finish(r->call, status, msg, resp, len);
+	if (rc == SG_ETIMEOUT) {
+		sg_series_inc(d->m.gone);
+	} else if (rc < 0) {
+		uint64_t now = sg_now_ns(), last = atomic_load(&d->m.finish_warn_ns);
+		if (now - last >= 1000000000u && atomic_compare_exchange_strong(&d->m.finish_warn_ns, &last, now))
+			sg_log_error_last(SG_LOG_WARN, "cannot finish a call");
+	}
+	return rc == SG_OK;
+}
+
+static void finish(rpc *r, int status, const char *msg, const uint8_t *resp, size_t len)
+{
+	answer_call(r, status, msg, resp, len);
 	rpc_free(r);
 }
 
 /* Ends a call with the error recorded in e; the message names the problem
- * (never a token or a PIN: no error detail in signet carries them). */
+ * (never a token or a PIN: no error detail in signet carries them). A call
+ * whose client has gone is ended without a log line. */
 static void fail(rpc *r, int code, const sg_error *e, const char *prefix)
 {
 	char msg[SG_ERROR_MSG_MAX + 64];
 	snprintf(msg, sizeof(msg), "%s: %s", prefix, e->msg);
 	int status = sg_grpc_status_of(code);
-	sg_log(SG_LOG_INFO, "request refused", SG_F_STR("peer", r->peer), SG_F_STR("reason", e->msg),
-	       SG_F_STR("error", sg_error_name(code)), SG_F_INT("grpc_status", status), SG_F_END);
+	if (!sg_grpc_call_ended(r->call))
+		sg_log(SG_LOG_INFO, "request refused", SG_F_STR("peer", r->peer), SG_F_STR("reason", e->msg),
+		       SG_F_STR("error", sg_error_name(code)), SG_F_INT("grpc_status", status), SG_F_END);
 	finish(r, status, msg, NULL, 0);
+}
+
+/* Nobody will receive this call's answer: stop before spending on it. */
+static bool abandoned(rpc *r)
+{
+	if (!sg_grpc_call_ended(r->call))
+		return false;
+	finish(r, SG_GRPC_CANCELLED, "the call ended before it was answered", NULL, 0);
+	return true;
+}
+
+static bool rpc_cancelled(void *arg)
+{
+	return sg_grpc_call_ended(((rpc *)arg)->call);
 }
 
 /* ---- the chain returned after the leaf ------------------------------------- */
@@ -254,12 +295,14 @@ static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *a
 	}
 	sg_series_inc(d->m.success);
 	uint64_t us = (sg_now_ns() - r->t0) / 1000;
-	/* The audit line: what was issued to whom, never how they proved it. */
+	/* The audit line, written before the answer leaves: what was issued to
+	 * whom, never how they proved it. Every signature has one; a client
+	 * that went away after the signature shows as abandoned=1. */
 	sg_log(SG_LOG_INFO, "certificate issued", SG_F_STR("serial", res->serial_hex),
 	       SG_F_STR("identity", res->identity), SG_F_STR("san", res->identity), SG_F_INT("not_after", res->not_after),
 	       SG_F_STR("key", sg_key_type_name(res->ca_key)), SG_F_STR("auth", r->caller_method),
 	       SG_F_INT("impersonated", r->decision.impersonated), SG_F_STR("peer", r->peer),
-	       SG_F_INT("latency_us", us), SG_F_END);
+	       SG_F_INT("latency_us", us), SG_F_INT("abandoned", sg_grpc_call_ended(r->call)), SG_F_END);
 	finish(r, SG_GRPC_OK, NULL, out, out_len);
 	free(out);
 }
@@ -273,6 +316,8 @@ static void on_authenticated(int rc, const sg_caller *caller, const sg_error *er
 		fail(r, rc, err, "request authenticate failure");
 		return;
 	}
+	if (abandoned(r))
+		return;
 	snprintf(r->caller_method, sizeof(r->caller_method), "%s", caller->method ? caller->method : "");
 	sg_policy_input in = {
 		.caller = caller,
@@ -300,6 +345,8 @@ static void on_authenticated(int rc, const sg_caller *caller, const sg_error *er
 		.ttl = r->decision.ttl,
 		.path_len = -1,
 		.deadline_ns = r->deadline_ns,
+		.cancelled = rpc_cancelled,
+		.cancel_arg = r,
 	};
 	int src = sg_pool_submit(d->pool, &r->issue, on_issued, r);
 	if (src < 0) {
@@ -356,6 +403,8 @@ static void on_call(sg_grpc_call *call, const sg_grpc_request *gr, void *arg)
 		fail(r, rc == SG_EINTERNAL ? SG_EBUSY : SG_EINVAL, &e, "malformed request");
 		return;
 	}
+	if (abandoned(r))
+		return;
 	sg_authn_request ar = {.peer_identity = gr->peer_identity, .now = sg_wall_seconds()};
 	ar.bearer = bearer_of(gr->authorization, &ar.bearer_len);
 	rc = d->auth.start(d->auth.self, &ar, on_authenticated, r);
@@ -461,6 +510,42 @@ static double ready_gauge(void *arg)
 	return atomic_load(&((daemon *)arg)->ready);
 }
 
+/* Zeros before the gRPC server is up and once it is shutting down. */
+static sg_grpc_server_stats grpc_stats(daemon *d)
+{
+	sg_grpc_server_stats st = {0};
+	pthread_mutex_lock(&d->grpc_mu);
+	if (d->grpc_live)
+		sg_grpc_server_stats_get(d->grpc_live, &st);
+	pthread_mutex_unlock(&d->grpc_mu);
+	return st;
+}
+
+static double grpc_connections(void *arg)
+{
+	return (double)grpc_stats(arg).connections;
+}
+
+static double grpc_max_connections(void *arg)
+{
+	return (double)grpc_stats(arg).max_connections;
+}
+
+static double grpc_cancelled(void *arg)
+{
+	return (double)grpc_stats(arg).calls_cancelled;
+}
+
+static double grpc_expired(void *arg)
+{
+	return (double)grpc_stats(arg).streams_expired;
+}
+
+static double grpc_rapid_reset(void *arg)
+{
+	return (double)grpc_stats(arg).rapid_reset_closed;
+}
+
 static int counter(sg_metrics *reg, const char *name, const char *help, sg_series **out)
 {
 	sg_metric *f;
@@ -501,6 +586,16 @@ static int setup_metrics(daemon *d)
 				  code_label, 1));
 	for (int i = 0; i < 17; i++)
 		SG_TRY(sg_metric_series(&m->requests[i], f, &codes[i]));
+	static const char *const reason_label[] = {"reason"};
+	static const char *const limit[] = {"limit"}, *const fds[] = {"fds"};
+	SG_TRY(sg_metrics_counter(&f, m->reg, "signet_grpc_connections_refused_total",
+				  "gRPC connections refused at once: at max-connections (limit) or with no file "
+				  "descriptor left (fds).",
+				  reason_label, 1));
+	SG_TRY(sg_metric_series(&m->conn_refused_limit, f, limit));
+	SG_TRY(sg_metric_series(&m->conn_refused_fds, f, fds));
+	SG_TRY(counter(m->reg, "signet_requests_abandoned_total",
+		       "Calls whose client went away (cancelled, reset or timed out) before the answer.", &m->gone));
 	static const struct {
 		const char *name, *help;
 		sg_metrics_value_fn fn;
@@ -521,6 +616,15 @@ static int setup_metrics(daemon *d)
 		{"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
 		 serving_expiry, false},
 		{"signet_ready", "1 when signet is ready to serve.", ready_gauge, false},
+		{"signet_grpc_connections", "Open gRPC connections.", grpc_connections, false},
+		{"signet_grpc_max_connections", "gRPC connections held at once at most (max-connections).",
+		 grpc_max_connections, false},
+		{"signet_grpc_calls_cancelled_total", "Calls the client cancelled or reset.", grpc_cancelled, true},
+		{"signet_grpc_streams_expired_total",
+		 "Calls reset because their request message did not arrive within the deadline.", grpc_expired, true},
+		{"signet_grpc_rapid_reset_closed_total",
+		 "Connections closed for cancelling streams faster than allowed (HTTP/2 rapid reset).",
+		 grpc_rapid_reset, true},
 	};
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d)
@@ -555,6 +659,19 @@ static int serve_health(sg_http_response *resp, void *arg)
 	return SG_OK;
 }
 
+/* Where the endpoints listen unless http-address says: in a pod, every
+ * address (the kubelet probes the pod's address, Prometheus scrapes it, and
+ * the pod's network namespace is its own); on a host, loopback only, since
+ * a host's addresses may face networks the endpoints have no business on. */
+static const char *http_address(const daemon *d)
+{
+	const char *a = d->a.d.http_address;
+	if (a && *a)
+		return a;
+	const char *k8s = getenv("KUBERNETES_SERVICE_HOST");
+	return k8s && *k8s ? "0.0.0.0" : "127.0.0.1";
+}
+
 /* /metrics on metrics-port; the readiness path and /healthz on
  * readiness-probe-port, which may be the same port (then one server). */
 static int start_http(daemon *d)
@@ -563,7 +680,7 @@ static int start_http(daemon *d)
 	bool same = s->metrics_port == s->readiness_probe_port;
 	sg_http_route probe[] = {{s->readiness_probe_path, serve_ready, d}, {"/healthz", serve_health, d}};
 	sg_http_route routes[3] = {{"/metrics", serve_metrics, d}, probe[0], probe[1]};
-	sg_http_options o = {.bind_address = s->http_address, .port = (uint16_t)s->metrics_port, .routes = routes,
+	sg_http_options o = {.bind_address = http_address(d), .port = (uint16_t)s->metrics_port, .routes = routes,
 			     .nroutes = same ? 3 : 1};
 	SG_TRY(sg_http_server_start(&d->http_metrics, &o));
 	if (same)
@@ -830,18 +947,31 @@ static int start(daemon *d)
 		.handler = on_call,
 		.handler_arg = d,
 		.max_concurrent_streams = (unsigned)s->max_concurrent_streams,
+		.max_connections = (unsigned)s->max_connections,
+		.handshake_timeout_ms = (unsigned)s->handshake_timeout * 1000u,
+		.max_connection_idle_ms = (unsigned)s->max_connection_idle * 1000u,
+		.max_connection_age_ms = (unsigned)s->max_connection_age * 1000u,
+		.max_connection_age_grace_ms = (unsigned)s->max_connection_age_grace * 1000u,
+		.memory_limit = (size_t)s->grpc_memory_limit << 20,
 	};
 	/* The pod and service-account caches fill before the first call is
 	 * accepted, so node agents and bound tokens are not refused for it. */
 	if (d->cluster)
 		SG_TRY(sg_cluster_start(d->cluster));
 	SG_TRY(sg_grpc_server_start(&d->grpc, &go));
+	pthread_mutex_lock(&d->grpc_mu);
+	d->grpc_live = d->grpc;
+	pthread_mutex_unlock(&d->grpc_mu);
+	sg_grpc_server_stats gs;
+	sg_grpc_server_stats_get(d->grpc, &gs);
 	/* The bound ports (the settings may say 0: any free port). */
 	int metrics_port = d->http_metrics ? sg_http_server_port(d->http_metrics) : 0;
 	int probe_port = d->http_probe ? sg_http_server_port(d->http_probe) : metrics_port;
 	sg_log(SG_LOG_INFO, "signetd serving", SG_F_STR("address", s->serving_address),
 	       SG_F_INT("port", sg_grpc_server_port(d->grpc)), SG_F_STR("policy", sg_daemon_policy_names[s->policy]),
-	       SG_F_INT("metrics_port", metrics_port), SG_F_INT("probe_port", probe_port), SG_F_END);
+	       SG_F_INT("metrics_port", metrics_port), SG_F_INT("probe_port", probe_port),
+	       SG_F_INT("max_connections", (int64_t)gs.max_connections), SG_F_STR("http_address", http_address(d)),
+	       SG_F_END);
 	return SG_OK;
 }
 
@@ -849,6 +979,9 @@ static void stop(daemon *d)
 {
 	atomic_store(&d->ready, false);
 	atomic_store(&d->stopping, true);
+	pthread_mutex_lock(&d->grpc_mu);
+	d->grpc_live = NULL;
+	pthread_mutex_unlock(&d->grpc_mu);
 	if (d->grpc)
 		sg_grpc_server_shutdown(d->grpc, (uint64_t)d->a.d.shutdown_grace * 1000000000u);
 	sg_http_server_stop(d->http_probe);
@@ -866,8 +999,13 @@ static void stop(daemon *d)
 	chain_put(d->chain);
 }
 
-/* Ready when the HSM can sign, the CA is loaded (it is, once started) and
- * the serving certificate is valid. */
+/* A listener that refused a connection this recently (at max-connections,
+ * or out of descriptors) is not taking new clients: the replica says so,
+ * so that a Service sends new connections elsewhere. */
+#define REFUSED_UNREADY_NS 2000000000ull
+
+/* Ready when the HSM can sign, the CA is loaded (it is, once started), the
+ * serving certificate is valid and the gRPC listener takes connections. */
 static void housekeeping(daemon *d)
 {
 	int64_t now = sg_wall_seconds();
@@ -875,12 +1013,43 @@ static void housekeeping(daemon *d)
 	sg_cluster_tick(d->cluster);
 	if (sg_serving_tick(d->serving, now) < 0)
 		sg_log_error_last(SG_LOG_WARN, "serving certificate renewal failed; will retry");
+	sg_grpc_server_stats gs;
+	sg_grpc_server_stats_get(d->grpc, &gs);
+	sg_series_add(d->m.conn_refused_limit, gs.refused_limit - d->m.seen_refused_limit);
+	sg_series_add(d->m.conn_refused_fds, gs.refused_fds - d->m.seen_refused_fds);
+	if (gs.refused_fds > d->m.seen_refused_fds)
+		sg_log(SG_LOG_WARN, "gRPC connections refused: no file descriptor left",
+		       SG_F_INT("refused", (int64_t)(gs.refused_fds - d->m.seen_refused_fds)), SG_F_END);
+	if (gs.refused_limit > d->m.seen_refused_limit)
+		sg_log(SG_LOG_WARN, "gRPC connections refused at max-connections",
+		       SG_F_INT("refused", (int64_t)(gs.refused_limit - d->m.seen_refused_limit)),
+		       SG_F_INT("max_connections", (int64_t)gs.max_connections), SG_F_END);
+	d->m.seen_refused_limit = gs.refused_limit;
+	d->m.seen_refused_fds = gs.refused_fds;
+	bool accepting = !gs.last_refused_ns || sg_now_ns() - gs.last_refused_ns >= REFUSED_UNREADY_NS;
 	bool ok = hsm_stats(d).state != SG_HSM_DOWN && sg_serving_not_after(d->serving) > now &&
-		  !atomic_load(&d->stopping);
+		  !atomic_load(&d->stopping) && accepting;
 	bool was = atomic_exchange(&d->ready, ok);
 	if (was != ok)
 		sg_log(ok ? SG_LOG_INFO : SG_LOG_WARN, ok ? "ready" : "not ready",
-		       SG_F_STR("hsm", hsm_stats(d).last_fault), SG_F_END);
+		       SG_F_STR("hsm", hsm_stats(d).last_fault), SG_F_INT("accepting", accepting), SG_F_END);
+}
+
+/* Connections are descriptors: take the whole hard limit the process is
+ * allowed (systemd's default soft limit is 1024, its hard limit far
+ * higher), before max-connections is derived from it. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+		return;
+	rlim_t was = rl.rlim_cur;
+	rl.rlim_cur = rl.rlim_max;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		sg_log(SG_LOG_WARN, "cannot raise the open-files limit", SG_F_STR("error", strerror(errno)), SG_F_END);
+	else
+		sg_log(SG_LOG_DEBUG, "open-files limit raised", SG_F_INT("from", (int64_t)was),
+		       SG_F_INT("to", (int64_t)rl.rlim_cur), SG_F_END);
 }
 
 /* Signing and TLS are CPU-bound, and the request path hands work between
@@ -911,6 +1080,7 @@ int main(int argc, char **argv)
 {
 	static daemon d;
 	pthread_mutex_init(&d.chain_lock, NULL);
+	pthread_mutex_init(&d.grpc_mu, NULL);
 	char **pos SG_AUTOFREE = calloc((size_t)argc + 1, sizeof(*pos));
 	if (!pos)
 		return 1;
@@ -938,6 +1108,7 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	set_sched_batch(d.a.d.sched_batch);
+	raise_fd_limit();
 
 	rc = start(&d);
 	if (rc < 0) {
