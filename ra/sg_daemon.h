@@ -117,7 +117,8 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	X("max-concurrent-streams", SG_OPT_INT, max_concurrent_streams, "100", 1, 100000, NULL,                  \
 	  "concurrent calls per connection (istio-agent makes one at a time)")                                     \
 	X("max-connections", SG_OPT_INT, max_connections, "0", 0, 1000000, NULL,                                  \
-	  "gRPC connections held at once; more are refused at once (0: the open-files limit less 256)")           \
+	  "gRPC connections held at once; more are refused at once (0: 16384, or the open-files limit less 256 "  \
+	  "when that is lower)")                                                                                      \
 	X("handshake-timeout", SG_OPT_DURATION, handshake_timeout, "10s", 1, 600, NULL,                           \
 	  "time a new connection has to finish TLS and the HTTP/2 preface")                                        \
 	X("max-connection-idle", SG_OPT_DURATION, max_connection_idle, "5m", 0, 30LL * 86400, NULL,                \

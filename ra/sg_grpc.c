@@ -989,7 +989,8 @@ static int check_options(sg_grpc_server_options *o)
 	if (room > UINT32_MAX / 2)
 		room = UINT32_MAX / 2;
 	if (!o->max_connections)
-		o->max_connections = (unsigned)room;
+		o->max_connections = room < SG_GRPC_DEFAULT_MAX_CONNECTIONS ? (unsigned)room
+									      : SG_GRPC_DEFAULT_MAX_CONNECTIONS;
 	SG_ENSURE(o->max_connections <= room, SG_EINVAL,
 		  "grpc server: max-connections %u needs an open-files limit of at least %u (it is %llu)",
 		  o->max_connections, o->max_connections + SG_GRPC_FD_RESERVE, (unsigned long long)rl.rlim_cur);

@@ -123,9 +123,10 @@ typedef struct sg_grpc_server_options {
 	uint64_t server_timeout_ns; /* deadline cap, and the deadline when the client sends none (default 10 s) */
 	unsigned max_concurrent_streams; /* per connection (default 100) */
 	/* Connections held at once; more are refused at once with a TCP reset
-	 * (0: the open-files soft limit less SG_GRPC_FD_RESERVE, at least 16;
-	 * more than that is refused with SG_EINVAL, since the process would
-	 * run out of descriptors first). */
+	 * (0: SG_GRPC_DEFAULT_MAX_CONNECTIONS or the open-files soft limit less
+	 * SG_GRPC_FD_RESERVE, whichever is smaller, at least 16; more than the
+	 * latter is refused with SG_EINVAL, since the process would run out of
+	 * descriptors first). */
 	unsigned max_connections;
 	unsigned handshake_timeout_ms;	 /* TLS and HTTP/2 preface (default 10 s) */
 	unsigned max_connection_idle_ms; /* close a connection without calls after this (0: never) */
@@ -156,6 +157,9 @@ typedef struct sg_grpc_server_options {
  * HTTP endpoints, the Kubernetes client) when max_connections is derived
  * from the open-files limit. */
 #define SG_GRPC_FD_RESERVE 256
+/* An idle TLS connection costs about 75 KiB (gRPC's buffers, the TLS
+ * session, kernel socket memory): 16384 of them are about 1.2 GiB. */
+#define SG_GRPC_DEFAULT_MAX_CONNECTIONS 16384
 
 /* Binds, starts the transport threads and serves. Unknown methods are
  * answered UNIMPLEMENTED. *out is freed by sg_grpc_server_shutdown.
