@@ -84,10 +84,31 @@ have_deb_src() {
   grep -qsiE '^Types:.*deb-src' /etc/apt/sources.list.d/*.sources && return 0
   return 1
 }
+# The archive this machine already installs bookworm main from: the first
+# deb822 stanza (any *.sources file) whose Types list deb and whose Suites
+# list bookworm, else the first one-line "deb URI bookworm ... main" entry.
+# No archive is ever assumed: a machine without one gets a clear error.
+bookworm_uri() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -r "$f" ] || continue
+    awk '
+      function flush() { if (deb && suite && uri != "") { print uri; found = 1; exit } deb = suite = 0; uri = "" }
+      /^[[:space:]]*$/ { flush(); next }
+      tolower($1) == "types:"  { for (i = 2; i <= NF; i++) if ($i == "deb") deb = 1 }
+      tolower($1) == "suites:" { for (i = 2; i <= NF; i++) if ($i == "bookworm") suite = 1 }
+      tolower($1) == "uris:"   { uri = $2 }
+      END { if (!found) flush() }' "$f" | head -n 1
+  done | head -n 1
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
+                       if ($(i + 1) == "bookworm") { print $i; exit } }'
+}
+
 updated=no
 if ! have_deb_src; then
-  uri=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)
-  uri=${uri:-http://deb.debian.org/debian}
+  uri=$(bookworm_uri | head -n 1)
+  [ -n "$uri" ] || die "no apt source for bookworm found in /etc/apt/sources.list or /etc/apt/sources.list.d/; add the Debian 12 archive this machine should use, then run again"
   log "adding $src_list (deb-src $uri bookworm main)"
   $sudo tee "$src_list" >/dev/null <<EOF
 # Added by signet tests/kube/build-apiserver.sh: source packages, to build
