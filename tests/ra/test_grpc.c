@@ -231,6 +231,23 @@ static void on_call(sg_grpc_call *call, const sg_grpc_request *req, void *arg)
 	pthread_mutex_unlock(&mu);
 }
 
+/* True once every hung call has ended for the adapter (cancelled,
+ * expired or shut down), waiting up to timeout_ms. */
+static bool hung_ended(int timeout_ms)
+{
+	uint64_t until = sg_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	for (;;) {
+		bool all = true;
+		pthread_mutex_lock(&mu);
+		for (job *j = hung; j; j = j->next)
+			all = all && sg_grpc_call_ended(j->call);
+		pthread_mutex_unlock(&mu);
+		if (all || sg_now_ns() >= until)
+			return all;
+		sg_sleep_ms(5);
+	}
+}
+
 /* Finishes every hung call now (they were answered by the adapter). */
 static void release_hung(void)
 {
@@ -622,7 +639,7 @@ static void t_client_deadline(void)
 	 * timeout (gRPC rounds grpc-timeout up to its unit, so allow slack). */
 	SG_CHECK(seen_deadline_left() <= SEC);
 	int late = atomic_load(&finish_late);
-	sg_sleep_ms(100); /* the server side sees the cancel */
+	SG_CHECK(hung_ended(5000)); /* the server side has seen the cancel */
 	release_hung();
 	SG_CHECK(atomic_load(&finish_late) == late + 1);
 	sg_grpc_channel_free(ch);
