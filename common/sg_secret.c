@@ -1,24 +1,51 @@
 /*
- * Secrets live in their own allocation, excluded from core dumps
- * (madvise MADV_DONTDUMP is Linux-only and best effort) and wiped with
- * OPENSSL_cleanse before free. Files holding secrets must not be readable by
+ * Secrets live in their own anonymous mapping of whole pages, never on the
+ * heap: madvise(MADV_DONTDUMP) works on whole pages, and a heap chunk would
+ * share its pages (and the dump flag) with everything else malloc puts
+ * there. The mapping is marked before a secret byte is written, and locked
+ * with mlock where RLIMIT_MEMLOCK allows so the bytes never reach swap.
+ * Locking is best effort (a small limit is common and not the caller's
+ * fault; it is logged once per process); the dump exclusion is not: it is
+ * what keeps a PIN out of a core file, and it cannot fail on a kernel that
+ * runs signet (Linux 3.4 or later), so a failure is an error.
+ *
+ * The header (length, mapping size, locked flag) sits at the start of the
+ * mapping, the value right after it. On free the whole mapping is wiped with
+ * OPENSSL_cleanse, then unlocked and unmapped.
+ *
+ * Reading a PIN file goes through read(2) into the mapping itself: stdio
+ * would keep a copy in its buffer, and a bounce buffer on the stack would be
+ * one more copy to wipe. Files holding secrets must not be readable by
  * anyone but the owner: a PIN file with mode 0644 is refused, as ssh does.
+ *
+ * sg_secret_protect_process covers what the mappings cannot: copies made by
+ * other libraries (a PKCS#11 module keeps the PIN) and the environment.
+ *
+ * Linux-specific by design (MAP_ANONYMOUS, MADV_DONTDUMP, prctl); glibc
+ * declares the first two only beyond POSIX, hence _DEFAULT_SOURCE here.
  */
+#define _DEFAULT_SOURCE
 #include "sg_secret.h"
 #include "sg_guard.h"
+#include "sg_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/rand.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 struct sg_secret {
-	size_t len;
-	uint8_t data[]; /* len bytes + NUL */
+	size_t len;     /* bytes of the value */
+	size_t map_len; /* bytes mapped: whole pages, header included */
+	bool locked;    /* mlock succeeded; munlock on free */
+	uint8_t data[]; /* len bytes + NUL; the rest of the mapping is zero */
 };
 
 void sg_wipe(void *p, size_t n)
@@ -26,17 +53,68 @@ void sg_wipe(void *p, size_t n)
 	OPENSSL_cleanse(p, n);
 }
 
+/* Says once per process that secrets are not locked, and why: an operator
+ * can raise the limit (LimitMEMLOCK= in a systemd unit). */
+static void note_unlocked(int err)
+{
+	static atomic_flag said = ATOMIC_FLAG_INIT;
+	if (atomic_flag_test_and_set(&said))
+		return;
+	sg_log(SG_LOG_INFO, "secret memory is not locked and may be swapped out; raise RLIMIT_MEMLOCK to lock it",
+	       SG_F_STR("error", strerror(err)), SG_F_END);
+}
+
+/* Maps a zeroed secret with room for cap value bytes and the NUL; len is 0.
+ * cap is at most SG_SECRET_MAX + 1, so the size arithmetic cannot wrap. */
+static int secret_map(sg_secret **out, size_t cap)
+{
+	long page = sysconf(_SC_PAGESIZE);
+	SG_ENSURE(page > 0, SG_EINTERNAL, "cannot read the page size");
+	size_t need = sizeof(sg_secret) + cap + 1;
+	size_t map_len = (need + (size_t)page - 1) / (size_t)page * (size_t)page;
+	void *p = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	SG_ENSURE(p != MAP_FAILED, SG_EINTERNAL, "cannot map memory for a secret: %s", strerror(errno));
+	if (madvise(p, map_len, MADV_DONTDUMP) != 0) {
+		int e = errno;
+		munmap(p, map_len);
+		SG_BAIL(SG_EINTERNAL, "cannot exclude secret memory from core dumps: %s", strerror(e));
+	}
+	sg_secret *s = p;
+	s->map_len = map_len;
+	s->locked = mlock(p, map_len) == 0;
+	if (!s->locked)
+		note_unlocked(errno);
+	*out = s;
+	return SG_OK;
+}
+
 int sg_secret_new(sg_secret **out, const void *p, size_t n)
 {
 	SG_ENSURE(n <= SG_SECRET_MAX, SG_EINVAL, "secret longer than %d bytes", SG_SECRET_MAX);
-	sg_secret *s = malloc(sizeof(*s) + n + 1);
-	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
-	s->len = n;
+	sg_secret *s;
+	SG_TRY(secret_map(&s, n));
 	if (n)
 		memcpy(s->data, p, n);
-	s->data[n] = 0;
+	s->len = n;
 	*out = s;
 	return SG_OK;
+}
+
+/* Reads until cap bytes or end of file; returns the count or -1 (errno). */
+static ssize_t read_all(int fd, uint8_t *buf, size_t cap)
+{
+	size_t got = 0;
+	while (got < cap) {
+		ssize_t n = read(fd, buf + got, cap - got);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
 }
 
 int sg_secret_from_file(sg_secret **out, const char *path)
@@ -44,30 +122,34 @@ int sg_secret_from_file(sg_secret **out, const char *path)
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	SG_ENSURE(fd >= 0, errno == ENOENT ? SG_ENOTFOUND : SG_EINVAL, "cannot open secret file %s: %s", path,
 		  strerror(errno));
+	sg_secret *s = NULL;
 	struct stat st;
-	uint8_t buf[SG_SECRET_MAX + 1];
 	int rc = SG_EINVAL;
-	ssize_t n = 0;
-	SG_ENSURE_GOTO(rc, fstat(fd, &st) == 0 && S_ISREG(st.st_mode), out_close, SG_EINVAL,
+	SG_ENSURE_GOTO(rc, fstat(fd, &st) == 0 && S_ISREG(st.st_mode), out, SG_EINVAL,
 		       "secret file %s is not a regular file", path);
-	SG_ENSURE_GOTO(rc, (st.st_mode & 077) == 0, out_close, SG_EAUTH,
+	SG_ENSURE_GOTO(rc, (st.st_mode & 077) == 0, out, SG_EAUTH,
 		       "secret file %s is accessible by group or others (mode %03o); chmod 600 it", path,
 		       (unsigned)(st.st_mode & 0777));
-	size_t got = 0;
-	while (got < sizeof(buf) && (n = read(fd, buf + got, sizeof(buf) - got)) > 0)
-		got += (size_t)n;
-	SG_ENSURE_GOTO(rc, n >= 0, out_wipe, SG_EINVAL, "cannot read secret file %s: %s", path, strerror(errno));
-	SG_ENSURE_GOTO(rc, got <= SG_SECRET_MAX, out_wipe, SG_EINVAL, "secret file %s is larger than %d bytes",
-		       path, SG_SECRET_MAX);
-	if (got && buf[got - 1] == '\n')
-		got--;
-	if (got && buf[got - 1] == '\r')
-		got--;
-	SG_ENSURE_GOTO(rc, got > 0, out_wipe, SG_EINVAL, "secret file %s is empty", path);
-	rc = sg_secret_new(out, buf, got);
-out_wipe:
-	sg_wipe(buf, sizeof(buf));
-out_close:
+	SG_ENSURE_GOTO(rc, st.st_size <= SG_SECRET_MAX, out, SG_EINVAL, "secret file %s is larger than %d bytes", path,
+		       SG_SECRET_MAX);
+	/* Sized by fstat, plus one byte: a file that grew since is noticed
+	 * rather than cut short. */
+	size_t size = (size_t)st.st_size;
+	SG_TRY_GOTO(rc, secret_map(&s, size + 1), out);
+	ssize_t got = read_all(fd, s->data, size + 1);
+	SG_ENSURE_GOTO(rc, got >= 0, out, SG_EINVAL, "cannot read secret file %s: %s", path, strerror(errno));
+	SG_ENSURE_GOTO(rc, (size_t)got <= size, out, SG_EINVAL, "secret file %s changed while it was read", path);
+	size_t n = (size_t)got;
+	if (n && s->data[n - 1] == '\n')
+		s->data[--n] = 0;
+	if (n && s->data[n - 1] == '\r')
+		s->data[--n] = 0;
+	SG_ENSURE_GOTO(rc, n > 0, out, SG_EINVAL, "secret file %s is empty", path);
+	s->len = n;
+	*out = SG_MOVE(s);
+	rc = SG_OK;
+out:
+	sg_secret_free(s);
 	close(fd);
 	return rc;
 }
@@ -83,17 +165,22 @@ int sg_secret_from_env(sg_secret **out, const char *name)
 int sg_secret_random_hex(sg_secret **out, size_t n)
 {
 	uint8_t raw[64];
-	char hex[129];
 	SG_ENSURE(n <= sizeof(raw), SG_EINVAL, "random secret too long");
-	SG_OSSL(RAND_bytes(raw, (int)n), SG_EINTERNAL, "RAND_bytes failed");
-	for (size_t i = 0; i < n; i++) {
-		hex[2 * i] = "0123456789abcdef"[raw[i] >> 4];
-		hex[2 * i + 1] = "0123456789abcdef"[raw[i] & 15];
+	sg_secret *s;
+	SG_TRY(secret_map(&s, 2 * n));
+	int rc = RAND_bytes(raw, (int)n) == 1 ? SG_OK : sg_error_set_ossl(SG_EINTERNAL, "RAND_bytes failed");
+	for (size_t i = 0; rc == SG_OK && i < n; i++) {
+		s->data[2 * i] = (uint8_t)"0123456789abcdef"[raw[i] >> 4];
+		s->data[2 * i + 1] = (uint8_t)"0123456789abcdef"[raw[i] & 15];
 	}
-	int rc = sg_secret_new(out, hex, 2 * n);
 	sg_wipe(raw, sizeof(raw));
-	sg_wipe(hex, sizeof(hex));
-	return rc;
+	if (rc < 0) {
+		sg_secret_free(s);
+		return rc;
+	}
+	s->len = 2 * n;
+	*out = s;
+	return SG_OK;
 }
 
 const uint8_t *sg_secret_data(const sg_secret *s)
@@ -120,6 +207,21 @@ void sg_secret_free(sg_secret *s)
 {
 	if (!s)
 		return;
-	sg_wipe(s->data, s->len);
-	free(s);
+	size_t map_len = s->map_len;
+	bool locked = s->locked;
+	/* All of it: stripped newlines and the header are wiped too. */
+	sg_wipe(s, map_len);
+	if (locked)
+		munlock(s, map_len);
+	munmap(s, map_len);
+}
+
+int sg_secret_protect_process(void)
+{
+	SG_ENSURE(prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0, SG_EINTERNAL, "cannot make the process non-dumpable: %s",
+		  strerror(errno));
+	/* Fail closed: a kernel that ignored the request is an error too. */
+	SG_ENSURE(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0, SG_EINTERNAL,
+		  "the process is still dumpable after PR_SET_DUMPABLE");
+	return SG_OK;
 }

@@ -1,16 +1,34 @@
 /*
  * Tests for sg_secret: file permissions (ssh-style refusal of group/other
  * access), newline stripping, size limits, the environment source, constant
- * time comparison results and random hex.
+ * time comparison results and random hex; then the memory the secrets live
+ * in: a mapping the kernel leaves out of core dumps ("dd" in smaps) and
+ * locks where allowed ("lo"), wiped before it is unmapped, a real core
+ * dump (gcore) that shows heap memory but not the PIN, and the
+ * non-dumpable process (checked in forked children, so that this test
+ * process stays debuggable).
+ *
+ * _DEFAULT_SOURCE: syscall(2) for the munmap interposer, madvise below.
  */
+#define _DEFAULT_SOURCE
 #include "sg_secret.h"
 #include "sg_test.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[512];
@@ -194,6 +212,419 @@ static void t_random_hex(void)
 	sg_secret_free(a);
 }
 
+/* --- the memory secrets live in ------------------------------------------ */
+
+/* The VmFlags of the /proc/self/smaps mapping holding addr, as " dd lo ... "
+ * (a space around every flag, so " dd " matches one flag); "" if none. */
+static void vm_flags(const void *addr, char *out, size_t cap)
+{
+	out[0] = 0;
+	FILE *f = fopen("/proc/self/smaps", "r");
+	SG_CHECK(f != NULL);
+	if (!f)
+		return;
+	char line[512];
+	bool in = false;
+	uintptr_t a = (uintptr_t)addr;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char c;
+		if (sscanf(line, "%lx-%lx %c", &lo, &hi, &c) == 3) {
+			in = a >= lo && a < hi;
+		} else if (in && strncmp(line, "VmFlags:", 8) == 0) {
+			line[strcspn(line, "\n")] = 0;
+			snprintf(out, cap, "%s ", line + 8);
+			break;
+		}
+	}
+	fclose(f);
+}
+
+static bool has_flag(const void *addr, const char *flag)
+{
+	char flags[512], want[8];
+	vm_flags(addr, flags, sizeof(flags));
+	snprintf(want, sizeof(want), " %s ", flag);
+	return strstr(flags, want) != NULL;
+}
+
+/* The sanitizers' runtimes replace mlock with a no-op that reports success,
+ * so under them nothing is ever locked; the plain builds check "lo". */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define MLOCK_IS_REAL 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define MLOCK_IS_REAL 0
+#endif
+#endif
+#ifndef MLOCK_IS_REAL
+#define MLOCK_IS_REAL 1
+#endif
+
+/* Whether mlock must succeed here: a real mlock, and root (CAP_IPC_LOCK
+ * ignores the limit) or a limit with room for the few pages this test
+ * locks. */
+static bool can_lock(void)
+{
+	struct rlimit rl;
+	if (!MLOCK_IS_REAL)
+		return false;
+	if (geteuid() == 0)
+		return true;
+	return getrlimit(RLIMIT_MEMLOCK, &rl) == 0 &&
+	       (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= 64 * (rlim_t)sysconf(_SC_PAGESIZE));
+}
+
+static void check_mapping(const sg_secret *s, const char *what)
+{
+	bool dd = has_flag(sg_secret_data(s), "dd"), lo = has_flag(sg_secret_data(s), "lo");
+	SG_CHECK(dd);
+	SG_CHECK(lo || !can_lock());
+	if (!dd || (!lo && can_lock()))
+		fprintf(stderr, "  (%s: dd=%d lo=%d)\n", what, dd, lo);
+	/* Not on the heap: a heap address has neither flag. */
+	void *heap = malloc(64);
+	SG_CHECK(heap && !has_flag(heap, "dd"));
+	free(heap);
+}
+
+static void t_mapping_flags(void)
+{
+	setup_dir(); /* idempotent: a single test can run alone */
+	sg_secret *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+	SG_CHECK_OK(sg_secret_new(&a, "1234", 4));
+	SG_CHECK_OK(sg_secret_from_file(&b, make("pin", "5678\n", 5, 0600)));
+	SG_CHECK_OK(sg_secret_random_hex(&c, 16));
+	SG_CHECK(setenv("SG_TEST_SECRET", "hunter2", 1) == 0);
+	SG_CHECK_OK(sg_secret_from_env(&d, "SG_TEST_SECRET"));
+	SG_CHECK(unsetenv("SG_TEST_SECRET") == 0);
+	if (a && b && c && d) {
+		check_mapping(a, "new");
+		check_mapping(b, "from_file");
+		check_mapping(c, "random_hex");
+		check_mapping(d, "from_env");
+		SG_CHECK(strcmp(sg_secret_cstr(b), "5678") == 0);
+	}
+	sg_secret_free(a);
+	sg_secret_free(b);
+	sg_secret_free(c);
+	sg_secret_free(d);
+	/* The largest file fills more than one page; all of it is marked. */
+	char *big = malloc(SG_SECRET_MAX);
+	SG_CHECK(big != NULL);
+	if (big) {
+		memset(big, 'p', SG_SECRET_MAX);
+		b = NULL;
+		SG_CHECK_OK(sg_secret_from_file(&b, make("pin", big, SG_SECRET_MAX, 0600)));
+		if (b) {
+			SG_CHECK(has_flag(sg_secret_data(b), "dd"));
+			SG_CHECK(has_flag(sg_secret_data(b) + SG_SECRET_MAX, "dd"));
+		}
+		sg_secret_free(b);
+		free(big);
+	}
+}
+
+/* Runs fn in a forked child; true if every check there passed. */
+static bool in_child(void (*fn)(void))
+{
+	fflush(NULL);
+	pid_t pid = fork();
+	SG_CHECK(pid >= 0);
+	if (pid == 0) {
+		int before = sg_test_failures;
+		fn();
+		fflush(NULL);
+		_exit(sg_test_failures == before ? 0 : 1);
+	}
+	int st = 0;
+	return pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+/* With no room to lock anything a secret still works, marked "dd"; only
+ * CAP_IPC_LOCK (root) locks it anyway. */
+static void lock_limit_child(void)
+{
+	struct rlimit zero = {0, 0};
+	SG_CHECK(setrlimit(RLIMIT_MEMLOCK, &zero) == 0);
+	sg_secret *s = NULL;
+	SG_CHECK_OK(sg_secret_new(&s, "1234", 4));
+	if (!s)
+		return;
+	SG_CHECK(has_flag(sg_secret_data(s), "dd"));
+	SG_CHECK(geteuid() == 0 || !has_flag(sg_secret_data(s), "lo"));
+	SG_CHECK(sg_secret_equal(s, "1234", 4));
+	sg_secret_free(s);
+}
+
+static void t_lock_limit(void)
+{
+	SG_CHECK(in_child(lock_limit_child));
+}
+
+/*
+ * munmap, interposed for this executable: when a watched secret's mapping
+ * is unmapped, it records whether every byte of the mapping (header
+ * included) was already zero. That is the last moment the bytes exist in
+ * this process, so it is as close as a test gets to "wiped on free". The
+ * real call is the system call itself.
+ */
+static const uint8_t *watch;
+static int unmapped_calls;
+static bool unmapped_zero;
+
+int munmap(void *addr, size_t len)
+{
+	const uint8_t *p = addr;
+	if (watch && watch >= p && watch < p + len) {
+		unmapped_calls++;
+		unmapped_zero = true;
+		for (size_t i = 0; i < len; i++)
+			unmapped_zero &= p[i] == 0;
+	}
+	return (int)syscall(SYS_munmap, addr, len);
+}
+
+static void t_wipe_on_free(void)
+{
+	setup_dir(); /* idempotent: a single test can run alone */
+	sg_secret *s[3] = {NULL, NULL, NULL};
+	SG_CHECK_OK(sg_secret_new(&s[0], "correct horse battery staple", 28));
+	SG_CHECK_OK(sg_secret_from_file(&s[1], make("pin", "1234\r\n", 6, 0600))); /* stripped bytes too */
+	SG_CHECK_OK(sg_secret_random_hex(&s[2], 64));
+	for (int i = 0; i < 3; i++) {
+		if (!s[i])
+			continue;
+		watch = sg_secret_data(s[i]);
+		unmapped_calls = 0;
+		unmapped_zero = false;
+		sg_secret_free(s[i]);
+		watch = NULL;
+		SG_CHECK(unmapped_calls == 1);
+		SG_CHECK(unmapped_zero);
+	}
+}
+
+static void protect_child(void)
+{
+	SG_CHECK(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1);
+	SG_CHECK_OK(sg_secret_protect_process());
+	SG_CHECK(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0);
+	SG_CHECK_OK(sg_secret_protect_process()); /* idempotent */
+	SG_CHECK(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0);
+	sg_secret *s = NULL; /* secrets still work */
+	SG_CHECK_OK(sg_secret_new(&s, "1234", 4));
+	SG_CHECK(s && sg_secret_equal(s, "1234", 4));
+	sg_secret_free(s);
+}
+
+static void t_protect_process(void)
+{
+	SG_CHECK(in_child(protect_child));
+	SG_CHECK(prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 1); /* this process untouched */
+}
+
+/* --- a real core dump ------------------------------------------------------ */
+
+/* Finds prog in $PATH; false if absent. */
+static bool in_path(const char *prog, char *out, size_t cap)
+{
+	const char *path = getenv("PATH");
+	char copy[4096];
+	snprintf(copy, sizeof(copy), "%s", path ? path : "/usr/bin:/bin");
+	char *save = NULL;
+	for (char *d = strtok_r(copy, ":", &save); d; d = strtok_r(NULL, ":", &save)) {
+		snprintf(out, cap, "%s/%s", d, prog);
+		if (access(out, X_OK) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* Whether the file contains needle (n bytes), read in overlapping chunks. */
+static bool file_contains(const char *path, const void *needle, size_t n)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return false;
+	enum { CHUNK = 1 << 20 };
+	uint8_t *buf = malloc(CHUNK + n);
+	bool found = false;
+	size_t keep = 0;
+	size_t got;
+	while (buf && !found && (got = fread(buf + keep, 1, CHUNK, f)) > 0) {
+		size_t have = keep + got;
+		for (size_t i = 0; i + n <= have && !found; i++)
+			found = buf[i] == *(const uint8_t *)needle && memcmp(buf + i, needle, n) == 0;
+		keep = have < n - 1 ? have : n - 1;
+		memmove(buf, buf + have - keep, keep);
+	}
+	free(buf);
+	fclose(f);
+	return found;
+}
+
+/* Blocks until the pipe says something (or closes); false on EOF/error. */
+static bool wait_byte(int fd)
+{
+	char b;
+	ssize_t n;
+	while ((n = read(fd, &b, 1)) < 0 && errno == EINTR)
+		;
+	return n == 1;
+}
+
+/*
+ * Marks this process's inaccessible anonymous mappings (---p, no file) as
+ * excluded from core dumps. gdb's gcore writes every anonymous mapping,
+ * inaccessible ones included, and AddressSanitizer reserves terabytes of
+ * them, which no test can wait for. They hold no data, so excluding them
+ * hides nothing; readable memory is left alone, and the heap marker proves
+ * it is still in the core.
+ */
+static void exclude_reservations(void)
+{
+	static uintptr_t lo[4096], hi[4096];
+	size_t n = 0;
+	FILE *f = fopen("/proc/self/maps", "r");
+	if (!f)
+		return;
+	char line[512];
+	while (n < 4096 && fgets(line, sizeof(line), f)) {
+		unsigned long a, b, inode;
+		char perms[8], path[8] = "";
+		if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %7s", &a, &b, perms, &inode, path) >= 4 &&
+		    strcmp(perms, "---p") == 0 && inode == 0 && path[0] == 0) {
+			lo[n] = a;
+			hi[n++] = b;
+		}
+	}
+	fclose(f);
+	for (size_t i = 0; i < n; i++)
+		(void)madvise((void *)lo[i], hi[i] - lo[i], MADV_DONTDUMP);
+}
+
+/* The dumped child: loads the PIN into a secret, puts a marker on the heap,
+ * says so, and waits for the pipe to close. It never calls
+ * sg_secret_protect_process: the secret's pages alone must keep the PIN
+ * out of the core. */
+static void core_child(int go, int ready)
+{
+	alarm(120); /* never outlive a test that lost track of us */
+	/* Yama (ptrace_scope 1) would let only our ancestors attach; gcore is
+	 * our sibling. Without Yama this fails harmlessly. */
+	(void)prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+	if (!wait_byte(go))
+		_exit(2);
+	char path[600], *marker = malloc(64);
+	snprintf(path, sizeof(path), "%s/core-pin", dir);
+	sg_secret *pin = NULL;
+	if (!marker || sg_secret_from_file(&pin, path) != 0)
+		_exit(3);
+	snprintf(marker, 64, "signet-heap-marker-%d", (int)getpid());
+	exclude_reservations();
+	if (write(ready, "r", 1) != 1)
+		_exit(4);
+	while (wait_byte(go))
+		;
+	sg_secret_free(pin);
+	free(marker);
+	_exit(0);
+}
+
+/* Runs gcore on pid with a time limit; true if it wrote prefix.pid. */
+static bool run_gcore(const char *gcore, const char *prefix, pid_t pid, const char *log)
+{
+	char pidtext[16];
+	snprintf(pidtext, sizeof(pidtext), "%d", (int)pid);
+	fflush(NULL);
+	pid_t g = fork();
+	if (g == 0) {
+		setpgid(0, 0); /* gcore runs gdb: one group to kill */
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(gcore, "gcore", "-o", prefix, pidtext, (char *)NULL);
+		_exit(127);
+	}
+	if (g < 0)
+		return false;
+	setpgid(g, g);
+	int st = 0;
+	for (int i = 0; i < 1800; i++) { /* 90 s */
+		if (waitpid(g, &st, WNOHANG) == g)
+			return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		nanosleep(&(struct timespec){0, 50 * 1000 * 1000}, NULL);
+	}
+	fprintf(stderr, "gcore took longer than 90 s; killed\n");
+	kill(-g, SIGKILL);
+	waitpid(g, &st, 0);
+	return false;
+}
+
+static void t_core_dump(void)
+{
+	char gcore[600];
+	if (!in_path("gcore", gcore, sizeof(gcore))) {
+		printf("skip t_core_dump: gcore (from gdb) is not installed, so no core dump can be made\n");
+		return;
+	}
+	setup_dir(); /* idempotent: a single test can run alone */
+	int go[2], ready[2];
+	SG_CHECK(pipe(go) == 0 && pipe(ready) == 0);
+	fflush(NULL);
+	/* The child is forked before the PIN exists, so the only copy it can
+	 * have is the one it reads into its secret. */
+	pid_t child = fork();
+	SG_CHECK(child >= 0);
+	if (child < 0)
+		return;
+	if (child == 0) {
+		close(go[1]);
+		close(ready[0]);
+		core_child(go[0], ready[1]);
+	}
+	close(go[0]);
+	close(ready[1]);
+	sg_secret *pin = NULL;
+	SG_CHECK_OK(sg_secret_random_hex(&pin, 16));
+	char prefix[600], core[640], log[640], marker[64];
+	snprintf(prefix, sizeof(prefix), "%s/core", dir);
+	snprintf(core, sizeof(core), "%s.%d", prefix, (int)child);
+	snprintf(log, sizeof(log), "%s/gcore.log", dir);
+	snprintf(marker, sizeof(marker), "signet-heap-marker-%d", (int)child);
+	if (pin) {
+		make("core-pin", sg_secret_data(pin), sg_secret_len(pin), 0600);
+		SG_CHECK(write(go[1], "g", 1) == 1);
+		bool up = wait_byte(ready[0]);
+		SG_CHECK(up);
+		bool dumped = up && run_gcore(gcore, prefix, child, log);
+		SG_CHECK(dumped);
+		if (dumped) {
+			/* The control: ordinary heap memory is in the core. */
+			SG_CHECK(file_contains(core, marker, strlen(marker)));
+			/* The PIN, alive in the child's secret, is not. */
+			SG_CHECK(!file_contains(core, sg_secret_data(pin), sg_secret_len(pin)));
+		} else {
+			char cmd[700];
+			snprintf(cmd, sizeof(cmd), "cat '%s' >&2", log);
+			if (system(cmd) != 0)
+				fprintf(stderr, "(no gcore log)\n");
+		}
+	}
+	close(go[1]); /* the child exits */
+	close(ready[0]);
+	int st = 0;
+	SG_CHECK(waitpid(child, &st, 0) == child && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	sg_secret_free(pin);
+	unlink(core);
+	unlink(log);
+	snprintf(core, sizeof(core), "%s/core-pin", dir);
+	unlink(core);
+}
+
 static void t_cleanup(void)
 {
 	char path[600];
@@ -203,4 +634,6 @@ static void t_cleanup(void)
 }
 
 SG_TEST_MAIN(SG_TEST(setup_dir), SG_TEST(t_file_modes), SG_TEST(t_file_content), SG_TEST(t_file_kinds),
-	     SG_TEST(t_env), SG_TEST(t_new_equal), SG_TEST(t_random_hex), SG_TEST(t_cleanup))
+	     SG_TEST(t_env), SG_TEST(t_new_equal), SG_TEST(t_random_hex), SG_TEST(t_mapping_flags),
+	     SG_TEST(t_lock_limit), SG_TEST(t_wipe_on_free), SG_TEST(t_protect_process), SG_TEST(t_core_dump),
+	     SG_TEST(t_cleanup))
