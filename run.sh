@@ -2,7 +2,8 @@
 # Installs what is missing, builds signet, and runs the appliance on the
 # embedded default: a SoftHSM2 token, a self-signed root and a development
 # token issuer created on first run under ./state (SIGNET_STATE to choose
-# another folder); nothing outside it is touched. signetd then serves the
+# another folder), the token's SO PIN beside it in ./state.so-pin (signetd
+# never reads it); nothing else is touched. signetd then serves the
 # Istio CA API on 127.0.0.1:6443 (metrics on :9402, probes on :6060); this
 # script shows a certificate being requested the way istio-agent does it,
 # and keeps signetd in the foreground until Ctrl-C (graceful shutdown).

@@ -2,15 +2,25 @@
  * signetctl init: a new CA in a new folder.
  *
  * Without --hsm-module the folder gets its own SoftHSM2 token (config, token
- * store, user PIN and SO PIN files, all private to the folder); with one, the
+ * store and the user PIN file, all private to the folder); with one, the
  * key goes into the named token of that module. Either way the CA key is
  * generated inside the token (never extractable), a self-signed root is made
  * by signing our own TBS through the same HSM path the signer uses, and
  * signet.conf records where everything is.
  *
- * Refusal is the first step: an existing non-empty folder is left untouched.
- * When a later step fails, a folder that init created is removed again, so a
- * retry starts clean.
+ * The folder is what signetd reads, so it holds only what signetd needs.
+ * The new token's SO PIN (which can re-initialise the token, destroying the
+ * CA key, or reset the user PIN) is not among that: it goes to
+ * --so-pin-file, by default DIR.so-pin beside the folder, mode 0400, and
+ * signet.conf never names it, so the operator can move it offline and
+ * nothing breaks. A path inside the folder is refused.
+ *
+ * Refusal is the first step: an existing non-empty folder, an SO PIN file
+ * that already exists (it may belong to a live token) or one that could not
+ * be written are refused before anything is created. When a later step
+ * fails, what init made is removed again (the folder's contents, the folder
+ * if init created it), so a retry starts clean; the SO PIN file is written
+ * last, after everything else succeeded, so a failed init never leaves one.
  */
 #define _XOPEN_SOURCE 700 /* nftw */
 #include "ctl.h"
@@ -45,6 +55,7 @@ typedef struct init_args {
 	char *hsm_module;
 	char *token_label;
 	char *pin_file;
+	char *so_pin_file;
 	char *ca_name;
 	int64_t ca_ttl;
 	int log_level;
@@ -63,6 +74,10 @@ static const sg_opt init_opts[] = {
 	{"token-label", SG_OPT_STRING, offsetof(init_args, token_label), "signet-ca", 0, 32, NULL, "token label", true},
 	{"pin-file", SG_OPT_PATH, offsetof(init_args, pin_file), NULL, 0, 0, NULL,
 	 "user PIN file of the existing token (with --hsm-module)", true},
+	{"so-pin-file", SG_OPT_PATH, offsetof(init_args, so_pin_file), NULL, 0, 0, NULL,
+	 "where the new SoftHSM2 token's SO PIN is written, mode 0400; must not exist and must be outside --dir "
+	 "(default: DIR.so-pin, beside DIR; signetd never needs it: keep it offline)",
+	 true},
 	{"ca-name", SG_OPT_STRING, offsetof(init_args, ca_name), "signet root CA", 0, 64, NULL, "root CN", true},
 	{"ca-ttl", SG_OPT_DURATION, offsetof(init_args, ca_ttl), "87600h", 3600, 100LL * 365 * 86400, NULL,
 	 "root validity", true},
@@ -86,16 +101,17 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 	return ftw->level == 0 ? 0 : remove(path);
 }
 
-static int check_dir(const char *dir, bool *created)
+/* Refuses a folder that exists and is not empty; *exists says whether it
+ * exists (empty). Creates nothing. */
+static int check_dir(const char *dir, bool *exists)
 {
-	*created = false;
+	*exists = false;
 	DIR *d = opendir(dir);
 	if (!d) {
 		SG_ENSURE(errno == ENOENT, SG_EINVAL, "cannot use %s: %s", dir, strerror(errno));
-		SG_ENSURE(mkdir(dir, 0700) == 0, SG_EINVAL, "cannot create %s: %s", dir, strerror(errno));
-		*created = true;
 		return SG_OK;
 	}
+	*exists = true;
 	struct dirent *e;
 	bool empty = true;
 	while ((e = readdir(d)) != NULL)
@@ -106,19 +122,20 @@ static int check_dir(const char *dir, bool *created)
 	return SG_OK;
 }
 
-static int write_secret(const char *path, const sg_secret *s)
+static int write_secret(const char *path, const sg_secret *s, unsigned mode)
 {
-	return ctl_write_file(path, sg_secret_data(s), sg_secret_len(s), 0600, 1);
+	return ctl_write_file(path, sg_secret_data(s), sg_secret_len(s), mode, 1);
 }
 
-/* The embedded default: a SoftHSM2 token private to the folder. */
-static int make_softhsm(const init_args *a, const char *abs_dir, sg_secret **pin)
+/* The embedded default: a SoftHSM2 token private to the folder. The user
+ * PIN is written into the folder (signetd logs in with it); the SO PIN is
+ * handed back to the caller, which writes it outside the folder last. */
+static int make_softhsm(const init_args *a, const char *abs_dir, sg_secret **pin, sg_secret **so)
 {
 	char *tokens SG_AUTOFREE = ctl_join(abs_dir, "tokens");
 	char *conf SG_AUTOFREE = ctl_join(abs_dir, "softhsm2.conf");
 	char *pin_path SG_AUTOFREE = ctl_join(abs_dir, "pin");
-	char *so_path SG_AUTOFREE = ctl_join(abs_dir, "so-pin");
-	SG_ENSURE(tokens && conf && pin_path && so_path, SG_EINTERNAL, "out of memory");
+	SG_ENSURE(tokens && conf && pin_path, SG_EINTERNAL, "out of memory");
 	SG_ENSURE(mkdir(tokens, 0700) == 0, SG_EINVAL, "cannot create %s: %s", tokens, strerror(errno));
 	char text[PATH_MAX + 256];
 	int n = snprintf(text, sizeof(text),
@@ -129,12 +146,10 @@ static int make_softhsm(const init_args *a, const char *abs_dir, sg_secret **pin
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "folder path too long");
 	SG_TRY(ctl_write_file(conf, text, (size_t)n, 0600, 1));
 
-	sg_secret *so SG_CLEANUP(sg_secret_freep) = NULL;
 	SG_TRY(sg_secret_random_hex(pin, 16));
-	SG_TRY(sg_secret_random_hex(&so, 16));
-	SG_TRY(write_secret(pin_path, *pin));
-	SG_TRY(write_secret(so_path, so));
-	return sg_hsm_init_token(NULL, conf, NULL, a->token_label, so, *pin);
+	SG_TRY(sg_secret_random_hex(so, 16));
+	SG_TRY(write_secret(pin_path, *pin, 0600));
+	return sg_hsm_init_token(NULL, conf, NULL, a->token_label, *so, *pin);
 }
 
 static int make_root(const init_args *a, sg_hsm *hsm, sg_key_type type, char **pem, size_t *pem_len)
@@ -225,18 +240,80 @@ static int absolute(const char *path, char *out)
 	return SG_OK;
 }
 
-static int run_init(const init_args *a, const char *abs_dir)
+/* The absolute, symlink-free form of a path whose last component need not
+ * exist yet; its folder must. out holds PATH_MAX bytes. */
+static int absolute_leaf(const char *path, char *out)
+{
+	char parent[PATH_MAX];
+	int n = snprintf(parent, sizeof(parent), "%s", path);
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(parent), SG_EINVAL, "path too long: %s", path);
+	while (n > 1 && parent[n - 1] == '/')
+		parent[--n] = 0;
+	/* Split "a/b/leaf" into "a/b" and "leaf"; "leaf" alone is in ".". */
+	char *slash = strrchr(parent, '/');
+	char leaf[NAME_MAX + 1];
+	n = snprintf(leaf, sizeof(leaf), "%s", slash ? slash + 1 : parent);
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(leaf) && strcmp(leaf, ".") != 0 && strcmp(leaf, "..") != 0, SG_EINVAL,
+		  "%s does not name a file or folder", path);
+	if (!slash)
+		snprintf(parent, sizeof(parent), ".");
+	else if (slash == parent)
+		parent[1] = 0; /* "/leaf" */
+	else
+		*slash = 0;
+	char abs_parent[PATH_MAX];
+	SG_TRY(absolute(parent, abs_parent));
+	n = snprintf(out, PATH_MAX, "%s%s%s", abs_parent, strcmp(abs_parent, "/") == 0 ? "" : "/", leaf);
+	SG_ENSURE(n > 0 && n < PATH_MAX, SG_EINVAL, "path too long: %s", path);
+	return SG_OK;
+}
+
+/*
+ * Where the SO PIN goes: --so-pin-file, or DIR.so-pin beside the folder.
+ * Refused, before anything is created: a path inside the folder (signetd
+ * reads the folder), a path that exists (an SO PIN of a live token must not
+ * be overwritten; lstat, so a dangling symlink counts), and a folder we
+ * cannot write to (found now, not after the token is made).
+ */
+static int plan_so_pin(const init_args *a, const char *abs_dir, char *out)
+{
+	if (a->so_pin_file) {
+		SG_TRY(absolute_leaf(a->so_pin_file, out));
+	} else {
+		int n = snprintf(out, PATH_MAX, "%s.so-pin", abs_dir);
+		SG_ENSURE(n > 0 && n < PATH_MAX, SG_EINVAL, "folder path too long");
+	}
+	size_t dl = strlen(abs_dir);
+	SG_ENSURE(strncmp(out, abs_dir, dl) != 0 || (out[dl] != '/' && out[dl] != 0), SG_EINVAL,
+		  "the SO PIN file %s is inside %s, which signetd reads; choose a --so-pin-file outside it", out,
+		  abs_dir);
+	struct stat st;
+	SG_ENSURE(lstat(out, &st) != 0, SG_EINVAL,
+		  "the SO PIN file %s already exists (it may belong to another token); move it away or choose "
+		  "another --so-pin-file",
+		  out);
+	SG_ENSURE(errno == ENOENT, SG_EINVAL, "cannot use %s for the SO PIN: %s", out, strerror(errno));
+	char folder[PATH_MAX];
+	snprintf(folder, sizeof(folder), "%s", out);
+	*strrchr(folder, '/') = 0;
+	SG_ENSURE(access(*folder ? folder : "/", W_OK | X_OK) == 0, SG_EINVAL,
+		  "cannot write the SO PIN file %s: %s; choose another --so-pin-file", out, strerror(errno));
+	return SG_OK;
+}
+
+/* so_path: where the SO PIN goes (a new SoftHSM2 token), else NULL. */
+static int run_init(const init_args *a, const char *abs_dir, const char *so_path)
 {
 	sg_key_type type = (sg_key_type)a->key_type;
 	sg_secret *pin SG_CLEANUP(sg_secret_freep) = NULL;
+	sg_secret *so SG_CLEANUP(sg_secret_freep) = NULL;
 	char module[PATH_MAX], pin_path[PATH_MAX];
 	if (a->hsm_module) {
-		SG_ENSURE(a->pin_file, SG_EINVAL, "--hsm-module needs --pin-file with the token's user PIN");
 		SG_TRY(absolute(a->hsm_module, module));
 		SG_TRY(absolute(a->pin_file, pin_path));
 		SG_TRY(sg_secret_from_file(&pin, pin_path));
 	} else {
-		SG_TRY(make_softhsm(a, abs_dir, &pin));
+		SG_TRY(make_softhsm(a, abs_dir, &pin, &so));
 		snprintf(pin_path, sizeof(pin_path), "pin");
 	}
 
@@ -272,14 +349,38 @@ static int run_init(const init_args *a, const char *abs_dir)
 	SG_TRY_GOTO(rc, ctl_write_file(root_path, pem, pem_len, 0644, 1), out);
 	SG_TRY_GOTO(rc, sg_jwt_dev_issuer_create(jwt_key, jwks, NULL), out);
 	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
+	/* Last: nothing can fail after it, so a failed init never leaves an SO
+	 * PIN behind for a token that was removed again. */
+	if (so)
+		SG_TRY_GOTO(rc, write_secret(so_path, so, 0400), out);
 	sg_log(SG_LOG_INFO, "CA created", SG_F_STR("dir", abs_dir), SG_F_STR("key", sg_key_type_name(type)),
 	       SG_F_STR("token", a->token_label), SG_F_STR("trust_domain", a->trust_domain), SG_F_END);
 	printf("created %s/signet.conf (CA key %s in token \"%s\", root %s/root-cert.pem)\n", abs_dir,
 	       sg_key_type_name(type), a->token_label, abs_dir);
+	if (so)
+		printf("the token's SO PIN is in %s (mode 0400); signetd never needs it: keep it offline\n", so_path);
 out:
 	free(pem);
 	sg_hsm_free(hsm);
 	return rc;
+}
+
+/* Every refusal, then the one thing made before run_init: the folder, when
+ * it does not exist yet (*created). so_path is NULL with --hsm-module. */
+static int prepare(const init_args *a, char *abs_dir, char *so_path, bool *created)
+{
+	bool exists;
+	*created = false;
+	SG_TRY(check_dir(a->dir, &exists));
+	SG_TRY(exists ? absolute(a->dir, abs_dir) : absolute_leaf(a->dir, abs_dir));
+	SG_ENSURE(strcmp(abs_dir, "/") != 0, SG_EINVAL, "refusing to use / as the CA folder");
+	if (so_path)
+		SG_TRY(plan_so_pin(a, abs_dir, so_path));
+	if (!exists) {
+		SG_ENSURE(mkdir(abs_dir, 0700) == 0, SG_EINVAL, "cannot create %s: %s", abs_dir, strerror(errno));
+		*created = true;
+	}
+	return SG_OK;
 }
 
 int ctl_init(int argc, char **argv)
@@ -292,7 +393,15 @@ int ctl_init(int argc, char **argv)
 	int rc = sg_opt_parse(init_opts, N_INIT_OPTS, &a, argc, argv, &res);
 	if (rc == SG_OK && res.help) {
 		printf("usage: signetctl init --dir DIR [options]\n\n"
-		       "Creates a CA: a key generated inside a PKCS#11 token and a self-signed root.\n\n");
+		       "Creates a CA: a key generated inside a PKCS#11 token and a self-signed root.\n\n"
+		       "Without --hsm-module, DIR gets its own SoftHSM2 token. DIR is what signetd\n"
+		       "reads: signet.conf, the token, and the user PIN in DIR/pin (mode 0600).\n"
+		       "The token's SO PIN, which can re-initialise the token (destroying the CA\n"
+		       "key) or reset the user PIN, is written outside DIR: to --so-pin-file,\n"
+		       "by default DIR.so-pin beside DIR, with mode 0400. signet.conf does not\n"
+		       "name it and signetd never needs it; move it offline. init refuses a\n"
+		       "non-empty DIR and an SO PIN file that already exists, and a failed init\n"
+		       "leaves neither behind.\n\n");
 		sg_opt_usage(init_opts, N_INIT_OPTS, stdout);
 		sg_opt_free(init_opts, N_INIT_OPTS, &a);
 		return 0;
@@ -301,6 +410,11 @@ int ctl_init(int argc, char **argv)
 		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
 	if (rc == SG_OK && !a.dir)
 		rc = sg_error_set(SG_EINVAL, "--dir is required");
+	if (rc == SG_OK && a.hsm_module && !a.pin_file)
+		rc = sg_error_set(SG_EINVAL, "--hsm-module needs --pin-file with the token's user PIN");
+	if (rc == SG_OK && a.hsm_module && a.so_pin_file)
+		rc = sg_error_set(SG_EINVAL, "--so-pin-file is for a new SoftHSM2 token; with --hsm-module the token "
+					     "and its SO PIN are already yours");
 	if (rc < 0) {
 		fprintf(stderr, "signetctl init: %s\n", sg_error_last()->msg);
 		sg_opt_free(init_opts, N_INIT_OPTS, &a);
@@ -309,19 +423,17 @@ int ctl_init(int argc, char **argv)
 	sg_log_configure((sg_log_level)a.log_level, SG_LOG_TEXT);
 
 	bool created = false;
-	char abs_dir[PATH_MAX];
-	rc = check_dir(a.dir, &created);
+	char abs_dir[PATH_MAX], so_path[PATH_MAX];
+	rc = prepare(&a, abs_dir, a.hsm_module ? NULL : so_path, &created);
 	if (rc == SG_OK) {
-		rc = absolute(a.dir, abs_dir);
-		if (rc == SG_OK)
-			rc = run_init(&a, abs_dir);
+		rc = run_init(&a, abs_dir, a.hsm_module ? NULL : so_path);
 		if (rc < 0) {
 			/* Leave the folder as we found it: absent, or empty. */
 			sg_error e;
 			sg_error_save(&e);
-			nftw(a.dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+			nftw(abs_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 			if (created)
-				rmdir(a.dir);
+				rmdir(abs_dir);
 			sg_error_restore(&e);
 		}
 	}

@@ -13,6 +13,11 @@
  * shares the appliance settings (SG_SETTINGS_ROWS) with signetd, so a flag
  * and a config line with the same name mean the same thing. Every failure is
  * one line on stderr and a non-zero exit: 2 for usage, 1 for everything else.
+ *
+ * signetctl holds PINs (init makes them; the others log in to the HSM), so
+ * the first thing main does is make the process non-dumpable: no core file,
+ * and no debugger or /proc/PID/mem reader of the same user. The PINs
+ * themselves live in sg_secret pages, which core dumps leave out anyway.
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "ctl.h"
@@ -457,6 +462,10 @@ static void usage(FILE *fp)
 
 int main(int argc, char **argv)
 {
+	if (sg_secret_protect_process() < 0) {
+		fprintf(stderr, "signetctl: %s\n", sg_error_last()->msg);
+		return 1;
+	}
 	if (argc < 2) {
 		usage(stderr);
 		return 2;

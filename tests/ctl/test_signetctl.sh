@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End-to-end: signetctl init / issue / csr / import / status on real SoftHSM2
 # tokens; every chain verified by `openssl verify` and checked field by field
-# by check_cert.py; secrets kept out of logs and argv; errors are one line.
+# by check_cert.py; secrets kept out of logs and argv; the SO PIN kept out of
+# the folder signetd reads; signetctl non-dumpable; errors are one line.
 set -euo pipefail
 ctl=$1
 check=$2
@@ -33,7 +34,14 @@ for kt in ecdsa-p256 ecdsa-p384 rsa-2048; do
   ASAN_OPTIONS=detect_leaks=0 strace -f -qq -e trace=execve -s 256 -o "$tmp/$kt.trace" \
     "$ctl" init --dir "$d" --key-type "$kt" --log-level debug >"$tmp/$kt.log" 2>&1 || { fail "init $kt"; cat "$tmp/$kt.log"; continue; }
   pass "init $kt"
-  expect "$kt: pin and so-pin are 0600" test "$(stat -c %a "$d/pin")/$(stat -c %a "$d/so-pin")" = 600/600
+  expect "$kt: pin is 0600" test "$(stat -c %a "$d/pin")" = 600
+  # The SO PIN goes beside the folder, never into it (signetd reads DIR).
+  expect "$kt: SO PIN in DIR.so-pin, mode 0400" test "$(stat -c %a "$d.so-pin")/$(stat -c %s "$d.so-pin")" = 400/32
+  expect "$kt: no SO PIN file inside DIR" test ! -e "$d/so-pin"
+  expect "$kt: SO PIN bytes nowhere in DIR" bash -c "! grep -rqF -- \"\$(cat $d.so-pin)\" $d"
+  expect "$kt: signet.conf does not name the SO PIN" bash -c "! grep -qi 'so-pin\|so_pin' $d/signet.conf"
+  expect "$kt: init says where the SO PIN is" grep -qF "$d.so-pin (mode 0400)" "$tmp/$kt.log"
+  expect "$kt: SO PIN differs from the user PIN" test "$(cat "$d.so-pin")" != "$(cat "$d/pin")"
   expect "$kt: no program is executed (no PIN in any argv)" test "$(grep -c execve "$tmp/$kt.trace")" = 1
   expect "$kt: PIN not in the init trace" bash -c "! grep -qF -- \"\$(cat $d/pin)\" $tmp/$kt.trace"
   expect "$kt: root is a self-signed CA" openssl verify -CAfile "$d/root-cert.pem" "$d/root-cert.pem"
@@ -48,6 +56,7 @@ for kt in ecdsa-p256 ecdsa-p384 rsa-2048; do
     fi
   done
   expect "$kt: PIN in no log line" bash -c "! grep -qF -- \"\$(cat $d/pin)\" $tmp/$kt.log"
+  expect "$kt: SO PIN in no log line" bash -c "! grep -qF -- \"\$(cat $d.so-pin)\" $tmp/$kt.log $tmp/$kt.trace"
   expect "$kt: status reports a healthy HSM" bash -c "'$ctl' status --config '$d/signet.conf' | grep -q '^hsm *ok'"
 done
 d=$tmp/ecdsa-p256
@@ -58,9 +67,11 @@ d=$tmp/ecdsa-p256
 # this script writes into $tmp.
 snapshot() { (cd "$1" && find . -printf '%p %y %m %s %T@\n' | sort && find . -type f -exec sha256sum {} + | sort) | sha256sum; }
 before=$(snapshot "$d")
+so_before=$(stat -c '%a %s %Y' "$d.so-pin" && sha256sum <"$d.so-pin")
 if "$ctl" init --dir "$d" 2>"$tmp/err"; then fail "init refuses an existing folder"; else pass "init refuses an existing folder"; fi
 expect "refusal says why" grep -q "not empty" "$tmp/err"
 expect "refused init changed nothing" test "$before" = "$(snapshot "$d")"
+expect "refused init left the SO PIN file alone" test "$so_before" = "$(stat -c '%a %s %Y' "$d.so-pin" && sha256sum <"$d.so-pin")"
 
 one_line_error() { # one_line_error WANT_EXIT PATTERN -- command...
   local want=$1 pat=$2; shift 3
@@ -79,6 +90,7 @@ expect "weak key refused" one_line_error 1 "1024" -- "$ctl" issue --config "$d/s
 chmod 644 "$d/pin"
 expect "world-readable PIN file refused" one_line_error 1 "chmod 600" -- "$ctl" issue --config "$d/signet.conf" --csr "$tmp/p256.csr"
 chmod 600 "$d/pin"
+expect "init --help documents the SO PIN file" bash -c "'$ctl' init --help | grep -q -- '--so-pin-file' && '$ctl' init --help | grep -q 'DIR.so-pin'"
 expect "--help documents every setting" bash -c "'$ctl' issue --help | grep -q -- '--verify-issued' && '$ctl' issue --help | grep -q -- '--hsm-copy-key'"
 
 # GNU forms: --name=value, bare booleans, --name=false; flags override the file.
@@ -86,6 +98,89 @@ expect "--name=value and bare booleans" "$ctl" issue --config="$d/signet.conf" -
   --signer-threads=2 --verify-issued --hsm-copy-key=false --out "$tmp/forms.pem"
 expect "flag overrides config (bad root-cert refused)" one_line_error 1 "nonexistent" -- \
   "$ctl" issue --config "$d/signet.conf" --csr "$tmp/p256.csr" --root-cert "$tmp/nonexistent.pem"
+
+# --- the SO PIN file: where it goes, what is refused, nothing left behind ----
+# Nothing named after a folder exists in $tmp (the folder, DIR.so-pin, temporaries).
+nothing_of() { ! compgen -G "$1*" >/dev/null; }
+mkdir "$tmp/offline" "$tmp/empty"
+so=$tmp/offline/so.pin
+expect "init --so-pin-file" "$ctl" init --dir "$tmp/so" --so-pin-file "$so" --log-level warn >/dev/null
+expect "--so-pin-file: written there, mode 0400" test "$(stat -c %a "$so")/$(stat -c %s "$so")" = 400/32
+expect "--so-pin-file: not beside DIR, not in DIR" test ! -e "$tmp/so.so-pin" -a ! -e "$tmp/so/so-pin"
+expect "--so-pin-file: signet.conf does not name it" bash -c "! grep -qi 'so-pin\|offline' $tmp/so/signet.conf"
+expect "--so-pin-file: the CA works" "$ctl" issue --config "$tmp/so/signet.conf" --csr "$tmp/p256.csr" --out "$tmp/so.pem"
+# The file holds the token's SO PIN: re-initialising the token (which needs
+# it) fails with another and succeeds with it. (softhsm2-util takes PINs
+# only in argv; this throwaway token is destroyed by the last step.)
+reinit() { SOFTHSM2_CONF=$tmp/so/softhsm2.conf softhsm2-util --init-token --token signet-ca --label signet-ca \
+             --so-pin "$1" --pin 123456 </dev/null >/dev/null 2>&1; }
+if command -v softhsm2-util >/dev/null; then
+  wrong_so_pin_refused() { ! reinit 00000000; }
+  expect "SO PIN file: a wrong SO PIN is refused by the token" wrong_so_pin_refused
+  expect "SO PIN file: the token accepts the written SO PIN" reinit "$(cat "$so")"
+else
+  echo "skip SO PIN check against the token: softhsm2-util is not installed"
+fi
+
+so_sum=$(sha256sum <"$so")
+expect "an existing SO PIN file is refused" one_line_error 1 "already exists" -- \
+  "$ctl" init --dir "$tmp/so2" --so-pin-file "$so"
+expect "...and nothing is created" nothing_of "$tmp/so2"
+expect "...and the SO PIN file is unchanged" test "$so_sum" = "$(sha256sum <"$so")"
+touch "$tmp/so3.so-pin"
+expect "an existing DIR.so-pin is refused" one_line_error 1 "already exists" -- "$ctl" init --dir "$tmp/so3"
+expect "...and DIR is not created" test ! -e "$tmp/so3"
+expect "an SO PIN file inside DIR is refused" one_line_error 1 "inside" -- \
+  "$ctl" init --dir "$tmp/empty" --so-pin-file "$tmp/empty/so.pin"
+ln -s "$tmp/empty" "$tmp/empty-link"
+expect "...also through a symlink" one_line_error 1 "inside" -- \
+  "$ctl" init --dir "$tmp/empty" --so-pin-file "$tmp/empty-link/so.pin"
+expect "...and the empty DIR stays empty" test -z "$(ls -A "$tmp/empty")"
+expect "an SO PIN file in a missing folder is refused" one_line_error 1 "cannot resolve" -- \
+  "$ctl" init --dir "$tmp/so4" --so-pin-file "$tmp/missing/so.pin"
+expect "...and nothing is created" nothing_of "$tmp/so4"
+expect "--so-pin-file with --hsm-module: usage error" one_line_error 2 "--so-pin-file" -- \
+  "$ctl" init --dir "$tmp/so5" --hsm-module /nonexistent.so --pin-file "$tmp/so/pin" --so-pin-file "$tmp/so5.pin"
+# A failure at the very last step (a stale temporary file where the SO PIN is
+# written: ctl_write_file's "<path>.tmpXX") comes after the token, key, root
+# and config were made: all of it is removed, and no SO PIN is left.
+touch "$tmp/offline/late.pin.tmpXX"
+expect "init failing at the last step exits 1" one_line_error 1 "late.pin" -- \
+  "$ctl" init --dir "$tmp/late" --so-pin-file "$tmp/offline/late.pin"
+expect "...and leaves no folder" nothing_of "$tmp/late"
+expect "...and no SO PIN file" test ! -e "$tmp/offline/late.pin"
+expect "...and someone else's file alone" test -e "$tmp/offline/late.pin.tmpXX"
+
+# --- signetctl makes itself non-dumpable ----------------------------------
+# A non-dumpable process's /proc/PID files (mem among them) are root's
+# whoever runs it, and its own user can no longer ptrace it or read its
+# memory. Run signetctl as an
+# ordinary user (nobody, when this runs as root), blocked reading a CSR from
+# a FIFO, and watch /proc/PID/mem change hands once it runs as that user.
+runas=()
+[ "$(id -u)" = 0 ] && command -v setpriv >/dev/null && runas=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [ "$(id -u)" = 0 ] && [ ${#runas[@]} = 0 ]; then
+  echo "skip non-dumpable check: running as root without setpriv"
+else
+  uid=$(id -u); [ ${#runas[@]} != 0 ] && uid=65534
+  mkfifo "$tmp/csr.fifo"
+  ASAN_OPTIONS=detect_leaks=0 "${runas[@]}" "$ctl" issue --csr - <"$tmp/csr.fifo" >/dev/null 2>&1 &
+  pid=$!
+  exec 3>"$tmp/csr.fifo"
+  nondumpable() {
+    local i u
+    for i in $(seq 200); do
+      u=$(awk '/^Uid:/{print $2}' "/proc/$pid/status" 2>/dev/null) || return 1
+      [ "$u" = "$uid" ] && [ "$(stat -c %u "/proc/$pid/mem")" = 0 ] && return 0
+      sleep 0.05
+    done
+    return 1
+  }
+  expect "signetctl is non-dumpable (/proc/PID/mem is root's, process runs as uid $uid)" nondumpable
+  kill "$pid" 2>/dev/null || true
+  exec 3>&-
+  wait "$pid" 2>/dev/null || true
+fi
 
 # --- intermediate CA: B's key in its own token, signed by A's root --------
 a=$tmp/ecdsa-p256 b=$tmp/sub
