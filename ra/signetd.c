@@ -35,6 +35,7 @@
 #include "sg_log.h"
 #include "sg_metrics.h"
 #include "sg_policy.h"
+#include "sg_secret.h"
 #include "sg_serving.h"
 
 #include <errno.h>
@@ -1078,6 +1079,12 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
+	/* Before any secret exists: no core dump, no same-user ptrace or
+	 * /proc/PID/mem of a process that holds the HSM PIN. */
+	if (sg_secret_protect_process() < 0) {
+		fprintf(stderr, "signetd: %s\n", sg_error_last()->msg);
+		return 1;
+	}
 	static daemon d;
 	pthread_mutex_init(&d.chain_lock, NULL);
 	pthread_mutex_init(&d.grpc_mu, NULL);

@@ -364,6 +364,58 @@ class E2E(unittest.TestCase):
             self.assertIn(r, (2, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED))
         self.assertIn(2, results)
 
+    # ---- the PIN in memory -------------------------------------------------------
+
+    def test_pin_out_of_reach_of_same_user_and_dumps(self):
+        """signetd runs as an unprivileged user: another process of that user
+        can neither ptrace it (gcore fails) nor read its memory files, and a
+        core dump made anyway (by root) does not contain the PIN."""
+        sanitized = any(m in read(SIGNETD, "rb") for m in (b"__asan_init", b"__tsan_init"))
+        # A world-traversable folder owned by nobody, with its own CA.
+        base = tempfile.mkdtemp(prefix="dump.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        os.chmod(base, 0o755)
+        ca = os.path.join(base, "ca")
+        subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["chown", "-R", "nobody:nogroup", base], check=True)
+        pin = read(os.path.join(ca, "pin"), "rb").strip()
+        nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        log = open(os.path.join(base, "signetd.log"), "w+")
+        proc = subprocess.Popen(nobody + [SIGNETD, "--config", os.path.join(ca, "signet.conf"), "--serving-address",
+                                          "127.0.0.1:0", "--metrics-port", "0", "--readiness-probe-port", "0",
+                                          "--log-format", "json"], stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.time() + 60
+            while time.time() < deadline and "signetd serving" not in read(log.name):
+                self.assertIsNone(proc.poll(), read(log.name))
+                time.sleep(0.05)
+            self.assertIn("signetd serving", read(log.name))
+            # Not dumpable: the kernel gives its /proc files to root.
+            self.assertEqual(os.stat(f"/proc/{proc.pid}/mem").st_uid, 0)
+            self.assertEqual(os.stat(f"/proc/{proc.pid}/status").st_uid, 0)
+            # The same user cannot attach to it.
+            core = os.path.join(base, "same-user-core")
+            r = subprocess.run(nobody + ["gcore", "-o", core, str(proc.pid)], capture_output=True, timeout=120)
+            self.assertFalse([f for f in os.listdir(base) if f.startswith("same-user-core")], r.stdout)
+            if sanitized:
+                return  # a sanitizer's shadow memory makes a root core dump terabytes
+            # Root can dump it; the PIN's pages are left out.
+            core = os.path.join(base, "root-core")
+            subprocess.run(["gcore", "-o", core, str(proc.pid)], capture_output=True, timeout=120, check=True)
+            dumped = [os.path.join(base, f) for f in os.listdir(base) if f.startswith("root-core")]
+            self.assertEqual(len(dumped), 1)
+            data = read(dumped[0], "rb")
+            # The dump does show ordinary memory: the root, which signetd
+            # keeps on its heap to answer every call.
+            root_line = read(os.path.join(ca, "root-cert.pem")).splitlines()[1].encode()
+            self.assertIn(root_line, data)
+            self.assertNotIn(pin, data)
+        finally:
+            proc.terminate()
+            proc.wait(60)
+            log.close()
+            shutil.rmtree(base, ignore_errors=True)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
