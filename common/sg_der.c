@@ -360,3 +360,44 @@ void sg_der_time(sg_der_writer *w, int64_t t)
 	p[12] = 'Z';
 	sg_der_prim(w, utc ? SG_DER_UTCTIME : SG_DER_GENERALIZEDTIME, s, utc ? 13 : 15);
 }
+
+/* ---- string contents ---------------------------------------------------- */
+
+bool sg_der_printable_char(uint8_t c)
+{
+	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+	       (c != 0 && strchr(" '()+,-./:=?", c) != NULL);
+}
+
+bool sg_der_utf8_next(sg_slice s, size_t *i, uint32_t *cp)
+{
+	uint8_t b = s.p[*i];
+	size_t n;
+	uint32_t v, min;
+	if (b < 0x80) {
+		*cp = b;
+		(*i)++;
+		return true;
+	} else if ((b & 0xe0) == 0xc0) {
+		n = 1, v = b & 0x1f, min = 0x80;
+	} else if ((b & 0xf0) == 0xe0) {
+		n = 2, v = b & 0x0f, min = 0x800;
+	} else if ((b & 0xf8) == 0xf0) {
+		n = 3, v = b & 0x07, min = 0x10000;
+	} else {
+		return false;
+	}
+	if (n > s.len - *i - 1)
+		return false;
+	for (size_t k = 1; k <= n; k++) {
+		uint8_t c = s.p[*i + k];
+		if ((c & 0xc0) != 0x80)
+			return false;
+		v = (v << 6) | (c & 0x3f);
+	}
+	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+		return false;
+	*cp = v;
+	*i += n + 1;
+	return true;
+}

@@ -140,6 +140,14 @@ SG_API void sg_der_bool(sg_der_writer *w, bool v);
 /* UTCTime for years 1950..2049, GeneralizedTime otherwise (RFC 5280). */
 SG_API void sg_der_time(sg_der_writer *w, int64_t unix_seconds);
 
+/* PrintableString's character set (X.680 §41.4 Table 10: A-Z a-z 0-9
+ * space ' ( ) + , - . / : = ?). */
+SG_API bool sg_der_printable_char(uint8_t c);
+/* Decodes one UTF-8 sequence at s.p[*i] into *cp and advances *i; false for
+ * anything RFC 3629 §4 forbids (overlong forms, surrogates, beyond
+ * U+10FFFF, truncated sequences). */
+SG_API bool sg_der_utf8_next(sg_slice s, size_t *i, uint32_t *cp);
+
 /* Shared read-only byte strings of the OIDs we use (content octets only). */
 typedef struct sg_oid {
 	const uint8_t *p;

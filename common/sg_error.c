@@ -90,6 +90,7 @@ const char *sg_error_name(int code)
 	case SG_EPROTO: return "protocol";
 	case SG_ETIMEOUT: return "timeout";
 	case SG_EINTERNAL: return "internal";
+	case SG_ELINT: return "lint";
 	default: return "unknown";
 	}
 }

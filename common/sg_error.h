@@ -31,6 +31,7 @@ enum sg_error_code {
 	SG_EPROTO = -7,    /* a peer broke its protocol */
 	SG_ETIMEOUT = -8,  /* the request's deadline passed */
 	SG_EINTERNAL = -9, /* a bug or resource exhaustion on our side */
+	SG_ELINT = -10,    /* a certificate about to be signed broke a rule (a bug in policy or encoder) */
 };
 
 #define SG_ERROR_MSG_MAX 512

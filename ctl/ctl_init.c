@@ -188,9 +188,9 @@ static int make_root(const init_args *a, sg_hsm *hsm, sg_key_type type, char **p
 		.path_len = -1,
 	};
 	SG_TRY_GOTO(rc, sg_cert_serial(&spec), out);
-	SG_TRY_GOTO(rc, sg_cert_lint(&spec, &self, true), out);
 	sg_der_writer_init(&tw, tbs, sizeof(tbs));
 	SG_TRY_GOTO(rc, sg_cert_encode_tbs(&tw, &spec, &self, sg_issuer_crypto(is)), out);
+	SG_TRY_GOTO(rc, sg_cert_lint_tbs(tw.buf, tw.len, &self, SG_LINT_CA), out);
 	sg_der_writer_init(&cw, cert, sizeof(cert));
 	SG_TRY_GOTO(rc, ctl_sign_wrap(is, self.sigalg, tw.buf, tw.len, &cw), out);
 	rc = sg_pem_encode("CERTIFICATE", cw.buf, cw.len, pem, pem_len);

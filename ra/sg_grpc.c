@@ -92,6 +92,7 @@ static const struct {
 	{SG_EPROTO, SG_GRPC_INVALID_ARGUMENT},
 	{SG_ETIMEOUT, SG_GRPC_DEADLINE_EXCEEDED},
 	{SG_EINTERNAL, SG_GRPC_INTERNAL},
+	{SG_ELINT, SG_GRPC_INTERNAL}, /* our policy or encoder is wrong, not the request */
 };
 
 int sg_grpc_status_of(int sg_code)

@@ -78,7 +78,7 @@ static const sg_opt opts[] = {SG_SETTINGS_ROWS(daemon_args, s, "info"), SG_DAEMO
 typedef struct metrics {
 	sg_metrics *reg;
 	sg_series *csr, *authn_fail, *parse_err, *success;
-	sg_series *sign_err[5]; /* CA_NOT_READY, CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR, UNKNOWN */
+	sg_series *sign_err[6]; /* CA_NOT_READY, CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR, lint, UNKNOWN */
 	sg_series *latency_ok, *latency_err;
 	sg_series *requests[17]; /* signet_grpc_requests_total by status code */
 	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
@@ -87,8 +87,11 @@ typedef struct metrics {
 	atomic_uint_fast64_t finish_warn_ns; /* rate limit of "cannot finish a call" */
 } metrics;
 
-enum { ERR_CA_NOT_READY, ERR_CSR, ERR_TTL, ERR_CERT_GEN, ERR_UNKNOWN };
-static const char *const sign_err_names[] = {"CA_NOT_READY", "CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR", "UNKNOWN"};
+enum { ERR_CA_NOT_READY, ERR_CSR, ERR_TTL, ERR_CERT_GEN, ERR_LINT, ERR_UNKNOWN, ERR_COUNT };
+/* istiod's labels, and "lint": a certificate our own checks refused to
+ * sign (a bug in policy or the encoder, reported on its own). */
+static const char *const sign_err_names[ERR_COUNT] = {"CA_NOT_READY", "CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR",
+						       "lint", "UNKNOWN"};
 
 /* The elements a response carries after the leaf: the CA's chain, with the
  * root bundle replaced by root-ca-file when that is set. */
@@ -146,7 +149,7 @@ static const struct {
 } sign_err_map[] = {
 	{SG_EINVAL, ERR_CSR},          {SG_EAUTH, ERR_CSR},          {SG_EDENIED, ERR_CSR},
 	{SG_EBUSY, ERR_CA_NOT_READY},  {SG_EHSM, ERR_CA_NOT_READY},  {SG_ETIMEOUT, ERR_CA_NOT_READY},
-	{SG_EINTERNAL, ERR_CERT_GEN},
+	{SG_EINTERNAL, ERR_CERT_GEN},  {SG_ELINT, ERR_LINT},
 };
 
 static int sign_err_of(int code)
@@ -569,7 +572,7 @@ static int setup_metrics(daemon *d)
 	static const char *const err_label[] = {"error"};
 	SG_TRY(sg_metrics_counter(&f, m->reg, "citadel_server_csr_sign_err_count",
 				  "The number of errors occurred when signing the CSR.", err_label, 1));
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < ERR_COUNT; i++)
 		SG_TRY(sg_metric_series(&m->sign_err[i], f, &sign_err_names[i]));
 	static const char *const outcome[] = {"outcome"};
 	SG_TRY(sg_metrics_histogram(&f, m->reg, "signet_request_duration_seconds",

@@ -1,5 +1,6 @@
 /*
- * Certificate encoder and linter (RFC 5280 §4.1, §4.2).
+ * Certificate encoder (RFC 5280 §4.1, §4.2); its output is linted by
+ * sg_cert_lint.c before anything is signed.
  *
  * The TBSCertificate is written in one pass into a caller-owned buffer with
  * the DER writer; no OpenSSL object is built, so the hot path takes none of
@@ -224,25 +225,3 @@ int sg_csr_encode_info(sg_der_writer *w, const sg_rdn *rdns, size_t n, const sg_
 	return sg_der_writer_status(w);
 }
 
-int sg_cert_lint(const sg_cert_spec *s, const sg_cert_issuer *iss, bool ca_profile)
-{
-	SG_ENSURE(s->serial_len >= 8 && s->serial_len <= 20, SG_EINTERNAL, "lint: serial of %zu octets",
-		  s->serial_len);
-	SG_ENSURE(!(s->serial[0] & 0x80), SG_EINTERNAL, "lint: serial is negative");
-	SG_ENSURE(s->serial[0] != 0, SG_EINTERNAL, "lint: serial has a leading zero octet");
-	SG_ENSURE(s->not_before < s->not_after, SG_EINTERNAL, "lint: NotBefore is not before NotAfter");
-	SG_ENSURE(s->not_before >= iss->not_before && s->not_after <= iss->not_after, SG_EINTERNAL,
-		  "lint: validity is outside the issuer's");
-	SG_ENSURE(s->key != NULL, SG_EINTERNAL, "lint: no public key");
-	SG_ENSURE(s->san_count > 0 || s->is_ca, SG_EINTERNAL, "lint: a leaf certificate without a SAN");
-	SG_ENSURE(s->san_count > 0 || s->subject_len > 0, SG_EINTERNAL, "lint: empty subject and no SAN");
-	SG_ENSURE(!s->is_ca || ca_profile, SG_EINTERNAL, "lint: CA:TRUE outside a CA profile");
-	SG_ENSURE(s->is_ca || !(s->key_usage & (SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN)), SG_EINTERNAL,
-		  "lint: keyCertSign or cRLSign on a non-CA certificate");
-	SG_ENSURE(!s->is_ca || (s->key_usage & SG_KU_KEY_CERT_SIGN), SG_EINTERNAL,
-		  "lint: CA certificate without keyCertSign");
-	SG_ENSURE(!(s->ext_key_usage & SG_EKU_OTHER), SG_EINTERNAL, "lint: unknown extKeyUsage bit");
-	for (size_t i = 0; i < s->san_count; i++)
-		SG_ENSURE(s->sans[i].value.len > 0, SG_EINTERNAL, "lint: empty SAN entry");
-	return SG_OK;
-}

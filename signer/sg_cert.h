@@ -1,6 +1,7 @@
 /*
  * sg_cert: builds X.509 v3 certificates (RFC 5280 §4.1) from a spec that
- * policy filled in, and lints the spec before anything is signed.
+ * policy filled in, and lints the encoded result before anything is
+ * signed.
  *
  * The encoder writes every field itself: the subject Name from parsed
  * attributes, the SPKI from the parsed key (sg_pubkey_encode), SANs from
@@ -56,14 +57,21 @@ typedef struct sg_cert_issuer {
  * 0x40..0x7f (positive, minimal DER, RFC 5280 §4.1.2.2). */
 SG_API int sg_cert_serial(sg_cert_spec *spec) SG_MUST_CHECK;
 
-/* Checks the spec against the rules every certificate of ours obeys:
- * serial positive and at most 20 octets, NotBefore < NotAfter, validity
- * inside the issuer's, a SAN on every leaf (names live in SANs, RFC 6125),
- * a subject or a SAN on every certificate, no
- * CA:TRUE unless ca_profile, keyCertSign only on CAs and always on them.
- * Returns SG_OK or SG_EINTERNAL naming the rule (a lint failure is a bug in
- * policy, never the requester's fault). */
-SG_API int sg_cert_lint(const sg_cert_spec *spec, const sg_cert_issuer *iss, bool ca_profile) SG_MUST_CHECK;
+/* What a certificate is allowed to be (sg_cert_lint_tbs). */
+typedef enum sg_lint_profile {
+	SG_LINT_LEAF,  /* an end-entity certificate */
+	SG_LINT_ISTIO, /* istiod's workload profile: a leaf that may carry keyEncipherment on an EC key */
+	SG_LINT_CA,    /* a CA certificate (root or intermediate) */
+} sg_lint_profile;
+
+/* Reads the encoded TBSCertificate back with the DER reader (exact lengths,
+ * nothing left over) and checks what it says against the rules every
+ * certificate of ours obeys; the list is in sg_cert_lint.c. Called last
+ * before the HSM signs. Returns SG_OK, or SG_ELINT naming the rule broken (a
+ * lint failure is a bug in policy or the encoder, never the requester's
+ * fault). */
+SG_API int sg_cert_lint_tbs(const uint8_t *tbs, size_t len, const sg_cert_issuer *iss,
+			    sg_lint_profile profile) SG_MUST_CHECK;
 
 /* Writes the TBSCertificate of spec into w. */
 SG_API int sg_cert_encode_tbs(sg_der_writer *w, const sg_cert_spec *spec, const sg_cert_issuer *iss,

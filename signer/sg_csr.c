@@ -112,48 +112,6 @@ static unsigned string_kind(uint8_t tag)
 					     : 0;
 }
 
-/* X.680 §41.4 Table 10: A-Z a-z 0-9 space ' ( ) + , - . / : = ? */
-static bool printable_char(uint8_t c)
-{
-	return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
-	       (c != 0 && strchr(" '()+,-./:=?", c) != NULL);
-}
-
-/* Decodes one UTF-8 sequence at s[*i] (RFC 3629 §4: minimal, no surrogates,
- * at most U+10FFFF). */
-static bool utf8_next(sg_slice s, size_t *i, uint32_t *cp)
-{
-	uint8_t b = s.p[*i];
-	size_t n;
-	uint32_t v, min;
-	if (b < 0x80) {
-		*cp = b;
-		(*i)++;
-		return true;
-	} else if ((b & 0xe0) == 0xc0) {
-		n = 1, v = b & 0x1f, min = 0x80;
-	} else if ((b & 0xf0) == 0xe0) {
-		n = 2, v = b & 0x0f, min = 0x800;
-	} else if ((b & 0xf8) == 0xf0) {
-		n = 3, v = b & 0x07, min = 0x10000;
-	} else {
-		return false;
-	}
-	if (n > s.len - *i - 1)
-		return false;
-	for (size_t k = 1; k <= n; k++) {
-		uint8_t c = s.p[*i + k];
-		if ((c & 0xc0) != 0x80)
-			return false;
-		v = (v << 6) | (c & 0x3f);
-	}
-	if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
-		return false;
-	*cp = v;
-	*i += n + 1;
-	return true;
-}
-
 static bool control_char(uint32_t cp)
 {
 	return cp < 0x20 || (cp >= 0x7f && cp <= 0x9f);
@@ -166,14 +124,14 @@ static int check_string(const char *attr, uint8_t tag, sg_slice v, size_t *chars
 	for (size_t i = 0; i < v.len; n++) {
 		uint32_t cp = v.p[i];
 		if (tag == SG_DER_UTF8STRING) {
-			SG_ENSURE(utf8_next(v, &i, &cp), SG_EINVAL, "CSR subject %s is not valid UTF-8", attr);
+			SG_ENSURE(sg_der_utf8_next(v, &i, &cp), SG_EINVAL, "CSR subject %s is not valid UTF-8", attr);
 		} else {
 			i++;
 			SG_ENSURE(cp < 0x80, SG_EINVAL, "CSR subject %s has a non-ASCII byte (0x%02x)", attr,
 				  (unsigned)cp);
 		}
 		SG_ENSURE(!control_char(cp), SG_EINVAL, "CSR subject %s contains a control character", attr);
-		SG_ENSURE(tag != SG_DER_PRINTABLESTRING || printable_char((uint8_t)cp), SG_EINVAL,
+		SG_ENSURE(tag != SG_DER_PRINTABLESTRING || sg_der_printable_char((uint8_t)cp), SG_EINVAL,
 			  "CSR subject %s has a character not allowed in a PrintableString ('%c')", attr, (char)cp);
 	}
 	*chars = n;

@@ -204,7 +204,15 @@ static int apply_generic(const sg_issuer *is, const sg_issue_request *req, sg_ce
 	spec->subject_len = csr->subject_len;
 	spec->sans = csr->sans;
 	spec->san_count = csr->san_count;
-	spec->key_usage = req->key_usage ? req->key_usage : SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT;
+	/* keyEncipherment and dataEncipherment mean nothing for an EC key, nor
+	 * keyAgreement for an RSA key: asked for (cert-manager asks for
+	 * keyEncipherment by default), they are left out, not refused. */
+	bool ec = csr->key.kind == SG_PUBKEY_EC;
+	uint32_t ku = req->key_usage ? req->key_usage
+				     : SG_KU_DIGITAL_SIGNATURE | (ec ? 0 : SG_KU_KEY_ENCIPHERMENT);
+	ku &= ec ? ~(uint32_t)(SG_KU_KEY_ENCIPHERMENT | SG_KU_DATA_ENCIPHERMENT) : ~(uint32_t)SG_KU_KEY_AGREEMENT;
+	SG_ENSURE(ku, SG_EINVAL, "no key usage left that applies to this key type");
+	spec->key_usage = ku;
 	spec->ext_key_usage = req->ext_key_usage ? req->ext_key_usage : SG_EKU_SERVER_AUTH | SG_EKU_CLIENT_AUTH;
 	spec->is_ca = false;
 	return SG_OK;
@@ -279,11 +287,16 @@ int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result 
 	}
 	SG_TRY(validity(req, iss, &spec));
 	SG_TRY(sg_cert_serial(&spec));
-	SG_TRY(sg_cert_lint(&spec, iss, req->profile == SG_PROFILE_INTERMEDIATE));
 
 	sg_der_writer tbs;
 	sg_der_writer_init(&tbs, is->tbs, sizeof(is->tbs));
 	SG_TRY(sg_cert_encode_tbs(&tbs, &spec, iss, is->crypto));
+	static const sg_lint_profile lint_of[] = {
+		[SG_PROFILE_ISTIO] = SG_LINT_ISTIO,
+		[SG_PROFILE_GENERIC] = SG_LINT_LEAF,
+		[SG_PROFILE_INTERMEDIATE] = SG_LINT_CA,
+	};
+	SG_TRY(sg_cert_lint_tbs(tbs.buf, tbs.len, iss, lint_of[req->profile]));
 
 	/* The last moment a signature can still be saved. */
 	SG_ENSURE(!req->cancelled || !req->cancelled(req->cancel_arg), SG_ETIMEOUT,

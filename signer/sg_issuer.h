@@ -20,8 +20,11 @@
  *                 serverAuth/clientAuth, no basicConstraints and no other
  *                 extension; a mismatch is SG_EDENIED.
  *   generic       subject and SANs (at least one) from the CSR (re-encoded), usages
- *                 from the request (default digitalSignature|keyEncipherment,
- *                 serverAuth|clientAuth), CA:FALSE (cert-manager's issuer).
+ *                 from the request (default digitalSignature, plus
+ *                 keyEncipherment for RSA keys; serverAuth|clientAuth),
+ *                 CA:FALSE (cert-manager's issuer). Usages that mean nothing
+ *                 for the key type (keyEncipherment and dataEncipherment on EC
+ *                 keys, keyAgreement on RSA keys) are left out.
  *   intermediate  subject from the CSR, CA:TRUE with the request's pathLen,
  *                 KU keyCertSign|cRLSign|digitalSignature, no SAN, no EKU.
  * NotAfter = NotBefore-or-now + TTL, clamped to the CA's NotAfter.

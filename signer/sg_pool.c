@@ -33,7 +33,7 @@ typedef struct worker {
 	bool started;
 	sg_issuer *issuer;
 	_Atomic uint64_t completed, issued, latency_ns;
-	_Atomic uint64_t by_error[10];
+	_Atomic uint64_t by_error[SG_POOL_ERRORS];
 	char pad[64];
 } worker;
 
@@ -69,7 +69,7 @@ static void run_job(worker *w, job *j)
 	atomic_fetch_add_explicit(&w->completed, 1, memory_order_relaxed);
 	if (rc == SG_OK)
 		atomic_fetch_add_explicit(&w->issued, 1, memory_order_relaxed);
-	else if (-rc < 10)
+	else if (-rc < SG_POOL_ERRORS)
 		atomic_fetch_add_explicit(&w->by_error[-rc], 1, memory_order_relaxed);
 }
 
@@ -234,7 +234,7 @@ void sg_pool_stats_get(sg_pool *p, sg_pool_stats *out)
 		out->completed += atomic_load_explicit(&w->completed, memory_order_relaxed);
 		out->issued += atomic_load_explicit(&w->issued, memory_order_relaxed);
 		out->latency_ns_sum += atomic_load_explicit(&w->latency_ns, memory_order_relaxed);
-		for (int e = 0; e < 10; e++)
+		for (int e = 0; e < SG_POOL_ERRORS; e++)
 			out->by_error[e] += atomic_load_explicit(&w->by_error[e], memory_order_relaxed);
 	}
 }

@@ -55,6 +55,9 @@ SG_API int sg_pool_submit(sg_pool *p, const sg_issue_request *req, sg_pool_done_
 SG_API int sg_pool_issue(sg_pool *p, const sg_issue_request *req, sg_issue_result *res) SG_MUST_CHECK;
 
 /* Counters, summed over the workers' private shards. */
+/* One counter per error category of sg_error.h (SG_EINVAL .. SG_ELINT). */
+#define SG_POOL_ERRORS 11
+
 typedef struct sg_pool_stats {
 	unsigned threads;
 	unsigned queue_capacity;
@@ -63,7 +66,7 @@ typedef struct sg_pool_stats {
 	uint64_t rejected;        /* refused with SG_EBUSY */
 	uint64_t completed;       /* callbacks run */
 	uint64_t issued;          /* completed with SG_OK */
-	uint64_t by_error[10];    /* completed with error -i (index by -rc) */
+	uint64_t by_error[SG_POOL_ERRORS]; /* completed with error -i (index by -rc) */
 	uint64_t latency_ns_sum;  /* of issued certificates, queue wait included */
 } sg_pool_stats;
 
