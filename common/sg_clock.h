@@ -24,6 +24,13 @@ static inline int64_t sg_wall_seconds(void)
 	return (int64_t)ts.tv_sec;
 }
 
+/* Calendar arithmetic, proleptic Gregorian, UTC (H. Hinnant's algorithms):
+ * days since 1970-01-01 of a civil date, and back. Pure arithmetic, unlike
+ * timegm and gmtime_r, which take glibc's time-zone lock (every signer
+ * thread would contend on it). */
+SG_API int64_t sg_days_from_civil(int64_t y, int m, int d);
+SG_API void sg_civil_from_days(int64_t days, int64_t *y, int *m, int *d);
+
 /* Sleeps for ms milliseconds (restarting after signals). */
 SG_API void sg_sleep_ms(unsigned ms);
 

@@ -4,6 +4,8 @@
  * produces the same. Both work on caller-owned memory and never allocate.
  */
 #include "sg_der.h"
+
+#include "sg_clock.h"
 #include "sg_guard.h"
 
 #include <string.h>
@@ -138,17 +140,6 @@ static int digits(const uint8_t *p, int n)
 	return v;
 }
 
-/* Days since 1970-01-01 of a civil date (proleptic Gregorian). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	int64_t yoe = y - era * 400;
-	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
 int sg_der_parse_time(uint8_t tag, sg_slice c, int64_t *out)
 {
 	int year;
@@ -176,7 +167,7 @@ int sg_der_parse_time(uint8_t tag, sg_slice c, int64_t *out)
 		  SG_EINVAL, "DER: time field out of range");
 	bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
 	SG_ENSURE(!(mo == 2 && d == 29 && !leap), SG_EINVAL, "DER: February 29 in a common year");
-	*out = days_from_civil(year, mo, d) * 86400 + h * 3600 + mi * 60 + s;
+	*out = sg_days_from_civil(year, mo, d) * 86400 + h * 3600 + mi * 60 + s;
 	return SG_OK;
 }
 
@@ -310,22 +301,6 @@ void sg_der_bool(sg_der_writer *w, bool v)
 	sg_der_prim(w, SG_DER_BOOLEAN, &b, 1);
 }
 
-/* Civil date of a day count since 1970-01-01 (inverse of days_from_civil).
- * Pure arithmetic: gmtime_r takes glibc's time-zone lock, which every signer
- * thread would contend on. */
-static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
-{
-	z += 719468;
-	int64_t era = (z >= 0 ? z : z - 146096) / 146097;
-	int64_t doe = z - era * 146097;
-	int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-	int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-	int64_t mp = (5 * doy + 2) / 153;
-	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
-	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
-	*y = yoe + era * 400 + (*m <= 2);
-}
-
 static void two_digits(char *p, int v)
 {
 	p[0] = (char)('0' + v / 10);
@@ -338,7 +313,7 @@ void sg_der_time(sg_der_writer *w, int64_t t)
 	int64_t secs = t - days * 86400;
 	int64_t year;
 	int mon, mday;
-	civil_from_days(days, &year, &mon, &mday);
+	sg_civil_from_days(days, &year, &mon, &mday);
 	/* GeneralizedTime has four year digits (RFC 5280 §4.1.2.5.2); a year
 	 * outside 0..9999 cannot be encoded. */
 	if (year < 0 || year > 9999) {

@@ -152,18 +152,6 @@ static bool digits(const char *s, int n, int *v)
 	return true;
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
- * days_from_civil). */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-	y -= m <= 2;
-	int64_t era = (y >= 0 ? y : y - 399) / 400;
-	int64_t yoe = y - era * 400;
-	int64_t doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
-	int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-	return era * 146097 + doe - 719468;
-}
-
 /* RFC 3339 §5.6 date-time, as metav1.Time is written
  * ("2024-05-01T12:00:00Z"; fractions and offsets accepted). */
 static bool parse_time(const char *s, int64_t *out)
@@ -196,7 +184,7 @@ static bool parse_time(const char *s, int64_t *out)
 	}
 	if (*p)
 		return false;
-	*out = days_from_civil(Y, M, D) * 86400 + h * 3600 + m * 60 + sec - sign * (oh * 3600 + om * 60);
+	*out = sg_days_from_civil(Y, M, D) * 86400 + h * 3600 + m * 60 + sec - sign * (oh * 3600 + om * 60);
 	return true;
 }
 

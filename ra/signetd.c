@@ -582,14 +582,12 @@ static int setup_metrics(daemon *d)
 	SG_TRY(sg_metric_series(&m->latency_ok, f, ok));
 	SG_TRY(sg_metric_series(&m->latency_err, f, err));
 	static const char *const code_label[] = {"grpc_code"};
-	static const char *const codes[17] = {"OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-					      "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-					      "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED",
-					      "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED"};
 	SG_TRY(sg_metrics_counter(&f, m->reg, "signet_grpc_requests_total", "CreateCertificate calls by gRPC status.",
 				  code_label, 1));
-	for (int i = 0; i < 17; i++)
-		SG_TRY(sg_metric_series(&m->requests[i], f, &codes[i]));
+	for (int i = 0; i < 17; i++) {
+		const char *code = sg_grpc_status_name(i); /* the one table of status names */
+		SG_TRY(sg_metric_series(&m->requests[i], f, &code));
+	}
 	static const char *const reason_label[] = {"reason"};
 	static const char *const limit[] = {"limit"}, *const fds[] = {"fds"};
 	SG_TRY(sg_metrics_counter(&f, m->reg, "signet_grpc_connections_refused_total",
