@@ -28,6 +28,7 @@
 #ifndef SG_JWT_H
 #define SG_JWT_H
 
+#include "sg_base64.h"
 #include "sg_error.h"
 
 #include <stdbool.h>
@@ -46,16 +47,7 @@
 #define SG_JWT_CACHE_DEFAULT 16384
 #define SG_JWT_CACHE_TTL_MAX 300 /* a cached verification lives at most 5 min */
 
-/* ---- base64url (RFC 4648 §5, no padding) ---- */
-
-/* Decodes n characters into out (capacity cap). Refuses padding, any byte
- * outside [A-Za-z0-9_-], a length of 1 mod 4 and non-zero trailing bits
- * (so every byte string has exactly one accepted encoding). SG_EINVAL with a
- * detail on any of those or when the result does not fit. */
-SG_API int sg_b64url_decode(const char *in, size_t n, uint8_t *out, size_t cap, size_t *out_len) SG_MUST_CHECK;
-/* Encodes n bytes plus a NUL into out; SG_EINVAL when cap is too small
- * (needs (4n+2)/3 + 1). */
-SG_API int sg_b64url_encode(const uint8_t *in, size_t n, char *out, size_t cap) SG_MUST_CHECK;
+/* base64url: sg_b64url_decode and sg_b64url_encode (sg_base64.h). */
 
 /* ---- key sets ---- */
 

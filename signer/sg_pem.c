@@ -20,6 +20,7 @@
  * Encoding writes the RFC 7468 §3 "stricttextualmsg" form: 64-column lines,
  * LF line ends, a trailing newline.
  */
+#include "sg_base64.h"
 #include "sg_csr.h"
 #include "sg_guard.h"
 
@@ -29,23 +30,6 @@
 #include <string.h>
 
 #define PEM_MAX_LABEL 64
-
-static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-static int b64_value(uint8_t c)
-{
-	if (c >= 'A' && c <= 'Z')
-		return c - 'A';
-	if (c >= 'a' && c <= 'z')
-		return c - 'a' + 26;
-	if (c >= '0' && c <= '9')
-		return c - '0' + 52;
-	if (c == '+')
-		return 62;
-	if (c == '/')
-		return 63;
-	return -1;
-}
 
 static bool peek_byte(const sg_reader *r, uint8_t *c)
 {
@@ -105,52 +89,6 @@ static int read_label(sg_reader *r, sg_slice *label)
 	return SG_OK;
 }
 
-typedef struct b64_state {
-	uint8_t *out;
-	size_t cap, len;
-	uint32_t acc;
-	unsigned data; /* sextets of the current quantum */
-	unsigned pad;  /* '=' seen in the current quantum */
-	bool done;     /* a padded quantum ended the data */
-} b64_state;
-
-static int put(b64_state *s, uint8_t byte)
-{
-	SG_ENSURE(s->len < s->cap, SG_EINVAL, "PEM body exceeds %zu bytes", s->cap);
-	s->out[s->len++] = byte;
-	return SG_OK;
-}
-
-/* One base64 character or '=' (RFC 4648 §4). */
-static int b64_feed(b64_state *s, uint8_t c)
-{
-	if (c == '=') {
-		SG_ENSURE(s->data + s->pad >= 2, SG_EINVAL, "PEM base64 padding is misplaced");
-		s->pad++;
-	} else {
-		int v = b64_value(c);
-		SG_ENSURE(v >= 0, SG_EINVAL, "PEM body has an invalid base64 character (0x%02x)", c);
-		SG_ENSURE(!s->done && s->pad == 0, SG_EINVAL, "PEM base64 has data after padding");
-		s->acc = (s->acc << 6) | (uint32_t)v;
-		s->data++;
-	}
-	if (s->data + s->pad < 4)
-		return SG_OK;
-
-	/* A whole quantum: 4 sextets -> 3 bytes, 3 -> 2, 2 -> 1. */
-	unsigned bytes = s->data - 1;
-	unsigned spare = s->data * 6 - bytes * 8; /* bits that padding discards */
-	SG_ENSURE((s->acc & ((1u << spare) - 1)) == 0, SG_EINVAL, "PEM base64 has non-zero padding bits");
-	uint32_t v = s->acc >> spare;
-	for (unsigned i = bytes; i > 0; i--)
-		SG_TRY(put(s, (uint8_t)(v >> (8 * (i - 1)))));
-	s->done = s->pad > 0;
-	s->acc = 0;
-	s->data = 0;
-	s->pad = 0;
-	return SG_OK;
-}
-
 static int pem_decode(const uint8_t *in, size_t inlen, const char *const *labels, size_t nlabels, uint8_t *out,
 		      size_t cap, size_t *outlen, size_t *consumed)
 {
@@ -168,7 +106,8 @@ static int pem_decode(const uint8_t *in, size_t inlen, const char *const *labels
 	SG_ENSURE(known, SG_EINVAL, "PEM label \"%.*s\" is not \"%s\"", (int)label.len, (const char *)label.p,
 		  labels[0]);
 
-	b64_state s = {.out = out, .cap = cap};
+	sg_b64_decoder s;
+	sg_b64_decoder_init(&s, SG_B64_STD, out, cap);
 	/* The body, a line at a time: LF or CRLF line ends, the END line starts
 	 * with '-'. Each line is one bounded slice decoded in a tight loop. */
 	for (;;) {
@@ -181,16 +120,16 @@ static int pem_decode(const uint8_t *in, size_t inlen, const char *const *labels
 			skip_byte(&r);
 		if (line.len && line.p[line.len - 1] == '\r')
 			line.len--;
-		for (size_t i = 0; i < line.len; i++)
-			SG_TRY(b64_feed(&s, line.p[i]));
+		SG_TRY(sg_b64_decoder_feed(&s, line.p, line.len));
 	}
-	SG_ENSURE(s.data + s.pad == 0, SG_EINVAL, "PEM base64 is truncated (not a multiple of 4 characters)");
-	SG_ENSURE(s.len > 0, SG_EINVAL, "PEM body is empty");
+	size_t n;
+	SG_TRY(sg_b64_decoder_finish(&s, &n));
+	SG_ENSURE(n > 0, SG_EINVAL, "PEM body is empty");
 	SG_ENSURE(take(&r, "-----END "), SG_EINVAL, "PEM has no END line");
 	SG_TRY(read_label(&r, &end_label));
 	SG_ENSURE(sg_slice_eq(end_label, label.p, label.len), SG_EINVAL, "PEM END label does not match BEGIN");
 	SG_ENSURE(take_eol(&r), SG_EINVAL, "PEM END line is malformed");
-	*outlen = s.len;
+	*outlen = n;
 	if (consumed)
 		*consumed = r.off;
 	return SG_OK;
@@ -215,25 +154,14 @@ int sg_pem_encode(const char *label, const uint8_t *der, size_t len, char **out,
 	char *p SG_AUTOFREE = malloc(total + 1);
 	SG_ENSURE(p, SG_EINTERNAL, "out of memory");
 
-	size_t n = 0, col = 0;
-	n += (size_t)snprintf(p, total + 1, "-----BEGIN %s-----\n", label);
-	for (size_t i = 0; i < len; i += 3) {
-		uint32_t v = (uint32_t)der[i] << 16;
-		size_t have = len - i < 3 ? len - i : 3;
-		if (have > 1)
-			v |= (uint32_t)der[i + 1] << 8;
-		if (have > 2)
-			v |= der[i + 2];
-		for (size_t k = 0; k < 4; k++) {
-			p[n++] = k <= have ? b64[(v >> (18 - 6 * k)) & 0x3f] : '=';
-			if (++col == 64) {
-				p[n++] = '\n';
-				col = 0;
-			}
-		}
-	}
-	if (col)
+	size_t n = (size_t)snprintf(p, total + 1, "-----BEGIN %s-----\n", label);
+	/* 48 bytes make one 64-character line. */
+	for (size_t i = 0; i < len; i += 48) {
+		size_t chunk = len - i < 48 ? len - i : 48;
+		SG_TRY(sg_b64_encode(SG_B64_STD, der + i, chunk, p + n, total + 1 - n));
+		n += sg_b64_encoded_len(SG_B64_STD, chunk);
 		p[n++] = '\n';
+	}
 	n += (size_t)snprintf(p + n, total + 1 - n, "-----END %s-----\n", label);
 	SG_ENSURE(n == total, SG_EINTERNAL, "PEM length mismatch");
 	*out = SG_MOVE(p);

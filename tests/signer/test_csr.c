@@ -762,20 +762,20 @@ static void t_pem(void)
 		{"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n", "PEM label \"CERTIFICATE\" is not"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nMIIB\n", "PEM has no END line"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nMI!B\n-----END CERTIFICATE REQUEST-----\n",
-		 "invalid base64 character (0x21)"},
+		 "byte 0x21 is outside the alphabet"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nMIIB=\n-----END CERTIFICATE REQUEST-----\n",
 		 "padding is misplaced"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nMII\n-----END CERTIFICATE REQUEST-----\n",
 		 "not a multiple of 4"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nQR==\n-----END CERTIFICATE REQUEST-----\n",
-		 "non-zero padding bits"},
+		 "non-zero trailing bits"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nQQ==QUJD\n-----END CERTIFICATE REQUEST-----\n",
 		 "data after padding"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nQQ==\n-----END CERTIFICATE-----\n",
 		 "END label does not match"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\n-----END CERTIFICATE REQUEST-----\n", "PEM body is empty"},
 		{"-----BEGIN CERTIFICATE REQUEST-----\nMI IB\n-----END CERTIFICATE REQUEST-----\n",
-		 "invalid base64 character (0x20)"},
+		 "byte 0x20 is outside the alphabet"},
 		{"-----BEGIN CERTIFICATE REQUEST----- x\nQQ==\n-----END CERTIFICATE REQUEST-----\n",
 		 "BEGIN line is malformed"},
 	};
@@ -787,7 +787,7 @@ static void t_pem(void)
 	/* Capacity is enforced. */
 	SG_CHECK_RC(sg_pem_decode((const uint8_t *)pem, pemlen, "CERTIFICATE REQUEST", out, 10, &outlen, NULL),
 		    SG_EINVAL);
-	SG_CHECK_MSG("PEM body exceeds 10 bytes");
+	SG_CHECK_MSG("decoded data exceeds 10 bytes");
 	SG_CHECK_RC(sg_csr_decode(der, n, out, 10, &outlen), SG_EINVAL);
 	SG_CHECK_RC(sg_csr_decode(der, 0, out, sizeof(out), &outlen), SG_EINVAL);
 	SG_CHECK_MSG("CSR is empty");

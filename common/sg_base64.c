@@ -1,0 +1,133 @@
+/*
+ * The base64 codec (sg_base64.h). One table-free value function serves both
+ * alphabets: they differ only in the two characters after the digits. The
+ * decoder works a quantum at a time, which is where the padding rules live.
+ */
+#include "sg_base64.h"
+
+#include "sg_guard.h"
+
+static const char std_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+static const char url_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+static const char *name_of(sg_b64 a)
+{
+	return a == SG_B64_URL ? "base64url" : "base64";
+}
+
+static int value_of(sg_b64 a, uint8_t c)
+{
+	if (c >= 'A' && c <= 'Z')
+		return c - 'A';
+	if (c >= 'a' && c <= 'z')
+		return c - 'a' + 26;
+	if (c >= '0' && c <= '9')
+		return c - '0' + 52;
+	const char *tail = (a == SG_B64_URL ? url_alphabet : std_alphabet) + 62;
+	if (c == (uint8_t)tail[0])
+		return 62;
+	if (c == (uint8_t)tail[1])
+		return 63;
+	return -1;
+}
+
+void sg_b64_decoder_init(sg_b64_decoder *d, sg_b64 alphabet, uint8_t *out, size_t cap)
+{
+	*d = (sg_b64_decoder){.alphabet = alphabet, .out = out, .cap = cap};
+}
+
+/* Writes the bytes of the current quantum (data sextets: 4 -> 3 bytes,
+ * 3 -> 2, 2 -> 1) after checking that the bits it drops are zero. */
+static int flush(sg_b64_decoder *d)
+{
+	const char *name = name_of(d->alphabet);
+	unsigned bytes = d->data - 1;
+	unsigned spare = d->data * 6 - bytes * 8;
+	SG_ENSURE((d->acc & ((1u << spare) - 1)) == 0, SG_EINVAL, "%s: non-zero trailing bits", name);
+	SG_ENSURE(bytes <= d->cap - d->len, SG_EINVAL, "%s: decoded data exceeds %zu bytes", name, d->cap);
+	uint32_t v = d->acc >> spare;
+	for (unsigned i = bytes; i > 0; i--)
+		d->out[d->len++] = (uint8_t)(v >> (8 * (i - 1)));
+	d->done = d->pad > 0;
+	d->acc = 0;
+	d->data = 0;
+	d->pad = 0;
+	return SG_OK;
+}
+
+int sg_b64_decoder_feed(sg_b64_decoder *d, const uint8_t *p, size_t n)
+{
+	const char *name = name_of(d->alphabet);
+	bool url = d->alphabet == SG_B64_URL;
+	for (size_t i = 0; i < n; i++) {
+		uint8_t c = p[i];
+		if (c == '=') {
+			SG_ENSURE(!url, SG_EINVAL, "base64url: padding is not allowed");
+			SG_ENSURE(d->data + d->pad >= 2, SG_EINVAL, "base64: padding is misplaced");
+			d->pad++;
+		} else {
+			int v = value_of(d->alphabet, c);
+			if (v < 0) {
+				int other = value_of(url ? SG_B64_STD : SG_B64_URL, c);
+				SG_ENSURE(other < 0, SG_EINVAL, "%s: '%c' is %s, not %s", name, (char)c,
+					  name_of(url ? SG_B64_STD : SG_B64_URL), name);
+				SG_BAIL(SG_EINVAL, "%s: byte 0x%02x is outside the alphabet", name, c);
+			}
+			SG_ENSURE(!d->done && d->pad == 0, SG_EINVAL, "%s: data after padding", name);
+			d->acc = (d->acc << 6) | (uint32_t)v;
+			d->data++;
+		}
+		if (d->data + d->pad == 4)
+			SG_TRY(flush(d));
+	}
+	return SG_OK;
+}
+
+int sg_b64_decoder_finish(sg_b64_decoder *d, size_t *out_len)
+{
+	if (d->data + d->pad != 0) {
+		SG_ENSURE(d->alphabet == SG_B64_URL, SG_EINVAL,
+			  "base64: truncated (not a multiple of 4 characters)");
+		SG_ENSURE(d->data >= 2, SG_EINVAL, "base64url: impossible length");
+		SG_TRY(flush(d));
+	}
+	*out_len = d->len;
+	return SG_OK;
+}
+
+int sg_b64_decode(sg_b64 alphabet, const char *in, size_t n, uint8_t *out, size_t cap, size_t *out_len)
+{
+	sg_b64_decoder d;
+	sg_b64_decoder_init(&d, alphabet, out, cap);
+	SG_TRY(sg_b64_decoder_feed(&d, (const uint8_t *)in, n));
+	return sg_b64_decoder_finish(&d, out_len);
+}
+
+size_t sg_b64_encoded_len(sg_b64 alphabet, size_t n)
+{
+	return alphabet == SG_B64_STD ? (n + 2) / 3 * 4 : n / 3 * 4 + (n % 3 ? n % 3 + 1 : 0);
+}
+
+int sg_b64_encode(sg_b64 alphabet, const uint8_t *in, size_t n, char *out, size_t cap)
+{
+	SG_ENSURE(n <= SIZE_MAX / 4 - 3 && sg_b64_encoded_len(alphabet, n) < cap, SG_EINVAL,
+		  "%s: output does not fit", name_of(alphabet));
+	const char *a = alphabet == SG_B64_URL ? url_alphabet : std_alphabet;
+	size_t o = 0;
+	for (size_t i = 0; i < n; i += 3) {
+		size_t have = n - i < 3 ? n - i : 3;
+		uint32_t v = (uint32_t)in[i] << 16;
+		if (have > 1)
+			v |= (uint32_t)in[i + 1] << 8;
+		if (have > 2)
+			v |= in[i + 2];
+		for (size_t k = 0; k < 4; k++) {
+			if (k <= have)
+				out[o++] = a[(v >> (18 - 6 * k)) & 0x3f];
+			else if (alphabet == SG_B64_STD)
+				out[o++] = '=';
+		}
+	}
+	out[o] = '\0';
+	return SG_OK;
+}
