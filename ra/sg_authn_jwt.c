@@ -13,6 +13,7 @@
  * (spiffe://<td>/ns/<ns>/sa/<sa>, '@' in the trust domain becoming '.').
  */
 #include "sg_authn_impl.h"
+#include "sg_spiffe.h"
 #include "sg_guard.h"
 #include "sg_jwt.h"
 
@@ -20,12 +21,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRUST_DOMAIN_MAX 255
 
 struct jwt_authn {
 	sg_jwks_file *owned; /* the source loaded from jwks_file; NULL when borrowed */
 	sg_jwt_verifier *verifier;
-	char trust_domain[TRUST_DOMAIN_MAX + 1];
+	char trust_domain[SG_TRUST_DOMAIN_MAX + 1];
 };
 
 static void jwt_free(void *self)
@@ -59,24 +59,13 @@ static int jwt_start(void *self, const sg_authn_request *req, sg_authn_done_fn d
 	return SG_OK;
 }
 
-static bool valid_trust_domain(const char *td)
-{
-	size_t n = strlen(td);
-	if (n == 0 || n > TRUST_DOMAIN_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (td[i] <= 0x20 || td[i] >= 0x7f || td[i] == '/')
-			return false;
-	return true;
-}
-
 int sg_authn_jwt_new(sg_authenticator *out, const sg_authn_jwt_options *o)
 {
 	memset(out, 0, sizeof(*out));
 	SG_ENSURE(o && o->issuer && o->trust_domain, SG_EINVAL, "jwt authenticator needs an issuer and a trust domain");
 	SG_ENSURE(!o->jwks_file != !o->jwks_source, SG_EINVAL,
 	          "jwt authenticator needs exactly one of a JWKS file and a key source");
-	SG_ENSURE(valid_trust_domain(o->trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
+	SG_ENSURE(sg_trust_domain_valid(o->trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
 	struct jwt_authn *a = calloc(1, sizeof(*a));
 	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
 	snprintf(a->trust_domain, sizeof(a->trust_domain), "%s", o->trust_domain);

@@ -18,6 +18,7 @@
  * to the credential it consumes.
  */
 #include "sg_authn_impl.h"
+#include "sg_spiffe.h"
 #include "sg_guard.h"
 
 #include <stdbool.h>
@@ -27,10 +28,9 @@
 
 /* ---- mtls ---- */
 
-#define TRUST_DOMAIN_MAX 255
 
 struct mtls_authn {
-	char prefix[sizeof("spiffe://") + TRUST_DOMAIN_MAX + 1]; /* "spiffe://<td>/" */
+	char prefix[sizeof("spiffe://") + SG_TRUST_DOMAIN_MAX + 1]; /* "spiffe://<td>/" */
 };
 
 static void mtls_free(void *self)
@@ -88,11 +88,7 @@ int sg_authn_mtls_new(sg_authenticator *out, const char *trust_domain)
 {
 	memset(out, 0, sizeof(*out));
 	SG_ENSURE(trust_domain, SG_EINVAL, "mtls authenticator needs a trust domain");
-	size_t n = strlen(trust_domain);
-	SG_ENSURE(n > 0 && n <= TRUST_DOMAIN_MAX, SG_EINVAL, "trust domain is empty or too long");
-	for (size_t i = 0; i < n; i++)
-		SG_ENSURE(trust_domain[i] > 0x20 && trust_domain[i] < 0x7f && trust_domain[i] != '/', SG_EINVAL,
-		          "trust domain is malformed");
+	SG_ENSURE(sg_trust_domain_valid(trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
 	struct mtls_authn *a = calloc(1, sizeof(*a));
 	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
 	snprintf(a->prefix, sizeof(a->prefix), "spiffe://%s/", trust_domain);

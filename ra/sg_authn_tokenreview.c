@@ -40,6 +40,7 @@
  * its own.)
  */
 #include "sg_authn_kube.h"
+#include "sg_spiffe.h"
 #include "sg_clock.h"
 #include "sg_der.h"
 #include "sg_guard.h"
@@ -57,7 +58,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRUST_DOMAIN_MAX 255
 #define AUDIENCE_LEN_MAX 256
 #define NUMERIC_DATE_MAX INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 #define NAME_SHOWN_MAX 64                      /* a username quoted in a message */
@@ -379,7 +379,7 @@ struct review {
 struct tr {
 	/* Read-only after new(). */
 	sg_kube *kube;
-	char trust_domain[TRUST_DOMAIN_MAX + 1];
+	char trust_domain[SG_TRUST_DOMAIN_MAX + 1];
 	char **aud;
 	size_t n_aud;
 	sg_tokenreview_expect expect;
@@ -944,22 +944,11 @@ static void tr_free(void *self)
 	tr_destroy(a);
 }
 
-static bool valid_trust_domain(const char *td)
-{
-	size_t n = strlen(td);
-	if (n == 0 || n > TRUST_DOMAIN_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (td[i] <= 0x20 || td[i] >= 0x7f || td[i] == '/')
-			return false;
-	return true;
-}
-
 static int check_options(const sg_authn_tokenreview_options *o)
 {
 	SG_ENSURE(o && o->kube && o->trust_domain, SG_EINVAL,
 	          "tokenreview authenticator needs a Kubernetes client and a trust domain");
-	SG_ENSURE(valid_trust_domain(o->trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
+	SG_ENSURE(sg_trust_domain_valid(o->trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
 	SG_ENSURE(!o->audiences || (o->n_audiences > 0 && o->n_audiences <= SG_TOKENREVIEW_AUDIENCES_MAX), SG_EINVAL,
 	          "tokenreview authenticator needs 1..%d audiences", SG_TOKENREVIEW_AUDIENCES_MAX);
 	for (size_t i = 0; o->audiences && i < o->n_audiences; i++) {

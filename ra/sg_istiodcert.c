@@ -37,6 +37,7 @@
  * are outside our reach; they live as long as a request or the cache.
  */
 #include "sg_istiodcert.h"
+#include "sg_spiffe.h"
 
 #include "sg_clock.h"
 #include "sg_guard.h"
@@ -945,17 +946,6 @@ static bool dns_name_ok(const char *s, bool fold, bool wildcard)
 	return true;
 }
 
-static bool trust_domain_ok(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > 255)
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!lower_alnum(s[i]) && s[i] != '.' && s[i] != '-' && s[i] != '_')
-			return false;
-	return true;
-}
-
 static int add_dns(sg_istiodcert *c, const char *name)
 {
 	for (size_t i = 0; i < c->ndns; i++)
@@ -1063,7 +1053,7 @@ static int init(sg_istiodcert *c, const sg_istiodcert_options *o, const char *ro
 	const char *td = o->trust_domain ? o->trust_domain : SG_ISTIODCERT_TRUST_DOMAIN;
 	SG_ENSURE(dns_label_ok(ns, strlen(ns)), SG_EINVAL, "istiodcert: invalid namespace \"%.64s\"", ns);
 	SG_ENSURE(dns_name_ok(name, false, false), SG_EINVAL, "istiodcert: invalid Secret name \"%.253s\"", name);
-	SG_ENSURE(trust_domain_ok(td), SG_EINVAL, "istiodcert: invalid trust domain \"%.255s\"", td);
+	SG_ENSURE(sg_trust_domain_valid(td), SG_EINVAL, "istiodcert: invalid trust domain \"%.255s\"", td);
 	c->duration = o->duration ? o->duration : SG_ISTIODCERT_DURATION;
 	SG_ENSURE(c->duration >= SG_ISTIODCERT_DURATION_MIN && c->duration <= SG_ISTIODCERT_DURATION_MAX, SG_EINVAL,
 	          "istiodcert: duration %lld s out of range (%d..%lld)", (long long)c->duration,
