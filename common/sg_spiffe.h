@@ -1,8 +1,9 @@
 /*
  * sg_spiffe: the SPIFFE naming rules signet applies, in one place. A trust
  * domain is what follows "spiffe://" up to the first '/': 1 to 255 bytes of
- * printable ASCII without '/' (istio-csr also turns '@' into '.', which the
- * mTLS authenticator does where it builds its prefix).
+ * lower-case letters, digits, '.', '-' and '_' (the SPIFFE ID standard),
+ * and '@', which istio-csr accepts and reads as '.' (every SPIFFE ID signet
+ * writes or compares has it replaced: sg_trust_domain_normalize).
  */
 #ifndef SG_SPIFFE_H
 #define SG_SPIFFE_H
@@ -15,5 +16,8 @@
 
 /* True when td (NUL-terminated) is a trust domain by the rule above. */
 SG_API bool sg_trust_domain_valid(const char *td);
+/* Copies a valid td into out (cap bytes) with '@' replaced by '.'. SG_EINVAL
+ * when td is not valid or does not fit. */
+SG_API int sg_trust_domain_normalize(const char *td, char *out, size_t cap) SG_MUST_CHECK;
 
 #endif

@@ -88,14 +88,11 @@ int sg_authn_mtls_new(sg_authenticator *out, const char *trust_domain)
 {
 	memset(out, 0, sizeof(*out));
 	SG_ENSURE(trust_domain, SG_EINVAL, "mtls authenticator needs a trust domain");
-	SG_ENSURE(sg_trust_domain_valid(trust_domain), SG_EINVAL, "trust domain is empty, too long or malformed");
+	char td[SG_TRUST_DOMAIN_MAX + 1];
+	SG_TRY(sg_trust_domain_normalize(trust_domain, td, sizeof(td)));
 	struct mtls_authn *a = calloc(1, sizeof(*a));
 	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
-	snprintf(a->prefix, sizeof(a->prefix), "spiffe://%s/", trust_domain);
-	/* istio-csr: '@' in the trust domain becomes '.'. */
-	for (char *p = a->prefix + 9; *p; p++)
-		if (*p == '@')
-			*p = '.';
+	snprintf(a->prefix, sizeof(a->prefix), "spiffe://%s/", td);
 	out->name = "mtls";
 	out->start = mtls_start;
 	out->free = mtls_free;

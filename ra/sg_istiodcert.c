@@ -37,6 +37,7 @@
  * are outside our reach; they live as long as a request or the cache.
  */
 #include "sg_istiodcert.h"
+#include "sg_softkey.h"
 #include "sg_spiffe.h"
 
 #include "sg_clock.h"
@@ -176,18 +177,6 @@ static bool b64_decode(const char *s, size_t n, uint8_t **out, size_t *len)
 	b[*len] = 0;
 	*out = b;
 	return true;
-}
-
-static char *bio_string(BIO *b)
-{
-	char *p;
-	long n = BIO_get_mem_data(b, &p);
-	char *s = n > 0 ? malloc((size_t)n + 1) : NULL;
-	if (s) {
-		memcpy(s, p, (size_t)n);
-		s[n] = 0;
-	}
-	return s;
 }
 
 static int pem_noprompt(char *buf, int size, int rwflag, void *u)
@@ -390,96 +379,15 @@ static bool adoptable(const sg_istiodcert *c, const json_t *secret, const json_t
 
 /* ---- issuing ---- */
 
-static EVP_PKEY *make_key(const sg_istiodcert *c)
-{
-	if (c->alg == SG_ISTIODCERT_RSA)
-		return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)c->bits);
-	return EVP_PKEY_Q_keygen(NULL, NULL, "EC", c->bits == 384 ? "P-384" : "P-256");
-}
-
-static bool push_name(GENERAL_NAMES *gens, int type, const char *value)
-{
-	GENERAL_NAME *g = GENERAL_NAME_new();
-	ASN1_IA5STRING *s = ASN1_IA5STRING_new();
-	if (!g || !s || ASN1_STRING_set(s, value, (int)strlen(value)) != 1) {
-		GENERAL_NAME_free(g);
-		ASN1_IA5STRING_free(s);
-		return false;
-	}
-	GENERAL_NAME_set0_value(g, type, s);
-	if (!sk_GENERAL_NAME_push(gens, g)) {
-		GENERAL_NAME_free(g);
-		return false;
-	}
-	return true;
-}
-
-/* A CSR for our names signed by k, as PEM. */
-static int make_csr(const sg_istiodcert *c, EVP_PKEY *k, char **out)
-{
-	X509_REQ *req = X509_REQ_new();
-	X509_NAME *subj = X509_NAME_new();
-	GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
-	STACK_OF(X509_EXTENSION) *exts = NULL;
-	BIO *b = BIO_new(BIO_s_mem());
-	bool ok = req && subj && gens && b;
-	if (ok && c->cn)
-		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)c->cn, -1,
-		                                -1, 0) == 1;
-	for (size_t i = 0; ok && i < c->ndns; i++)
-		ok = push_name(gens, GEN_DNS, c->dns[i]);
-	ok = ok && push_name(gens, GEN_URI, c->uri) &&
-	     X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 0, X509V3_ADD_DEFAULT) == 1 &&
-	     X509_REQ_set_subject_name(req, subj) == 1 && X509_REQ_set_pubkey(req, k) == 1 &&
-	     X509_REQ_add_extensions(req, exts) == 1 && X509_REQ_sign(req, k, EVP_sha256()) > 0 &&
-	     PEM_write_bio_X509_REQ(b, req) == 1;
-	*out = ok ? bio_string(b) : NULL;
-	int rc = *out ? SG_OK : sg_error_set_ossl(SG_EINTERNAL, "istiodcert: cannot make the CSR");
-	BIO_free(b);
-	sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
-	GENERAL_NAMES_free(gens);
-	X509_NAME_free(subj);
-	X509_REQ_free(req);
-	return rc;
-}
-
-static int key_pem(EVP_PKEY *k, char **out)
-{
-	BIO *b = BIO_new(BIO_s_secmem());
-	*out = b && PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL) == 1 ? bio_string(b) : NULL;
-	BIO_free(b);
-	SG_ENSURE(*out, SG_EINTERNAL, "istiodcert: cannot encode the private key");
-	return SG_OK;
-}
-
-/* tls.crt: the leaf and the intermediates; the root bundle (the last
- * chain element) goes to ca.crt. */
-static int join_chain(const sg_issue_result *res, char **out)
-{
-	size_t total = res->leaf_pem_len;
-	for (size_t i = 0; i + 1 < res->chain_len; i++)
-		total += res->chain_lens[i];
-	char *s = malloc(total + 1);
-	SG_ENSURE(s, SG_EINTERNAL, "istiodcert: out of memory");
-	memcpy(s, res->leaf_pem, res->leaf_pem_len);
-	size_t off = res->leaf_pem_len;
-	for (size_t i = 0; i + 1 < res->chain_len; i++) {
-		memcpy(s + off, res->chain[i], res->chain_lens[i]);
-		off += res->chain_lens[i];
-	}
-	s[off] = 0;
-	*out = s;
-	return SG_OK;
-}
-
-/* Makes m from the issued result; takes over key (on success and failure). */
-static int material_make(material *m, const sg_issue_result *res, char *key, int64_t now)
+/* Makes m from the issued result, taking over its key and chain (on
+ * success and failure). */
+static int material_make(material *m, sg_softkey_result *res, int64_t now)
 {
 	memset(m, 0, sizeof(*m));
-	m->key = key;
-	int rc = join_chain(res, &m->chain);
-	if (rc == SG_OK)
-		rc = b64_encode(m->chain, strlen(m->chain), &m->chain_b64);
+	m->key = res->key_pem;
+	m->chain = res->chain_pem;
+	res->key_pem = res->chain_pem = NULL;
+	int rc = b64_encode(m->chain, strlen(m->chain), &m->chain_b64);
 	if (rc == SG_OK)
 		rc = b64_encode(m->key, strlen(m->key), &m->key_b64);
 	if (rc < 0) {
@@ -505,40 +413,28 @@ static void publish(sg_istiodcert *c)
 
 static int issue(sg_istiodcert *c, int64_t now)
 {
-	ERR_clear_error();
-	EVP_PKEY *k = make_key(c);
-	if (!k)
-		return sg_error_set_ossl(SG_EINTERNAL, "istiodcert: cannot make a %s-%u key",
-		                         c->alg == SG_ISTIODCERT_RSA ? "RSA" : "ECDSA", c->bits);
-	char *csr = NULL, *key = NULL;
-	int rc = make_csr(c, k, &csr);
-	if (rc == SG_OK)
-		rc = key_pem(k, &key);
-	EVP_PKEY_free(k);
-	if (rc < 0) {
-		free(csr);
-		return rc;
-	}
-	sg_issue_request req = {
-	    .csr = (const uint8_t *)csr,
-	    .csr_len = strlen(csr),
-	    .profile = SG_PROFILE_GENERIC,
-	    .ttl = c->duration,
-	    .key_usage = SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT,
-	    .ext_key_usage = SG_EKU_SERVER_AUTH | SG_EKU_CLIENT_AUTH,
-	    .path_len = -1,
-	    .deadline_ns = sg_now_ns() + ISSUE_TIMEOUT_NS,
+	const char *uris[] = {c->uri};
+	sg_softkey_request req = {
+		.type = c->alg == SG_ISTIODCERT_RSA ? SG_SOFTKEY_RSA
+			: c->bits == 384	    ? SG_SOFTKEY_EC_P384
+						    : SG_SOFTKEY_EC_P256,
+		.rsa_bits = (unsigned)c->bits,
+		.cn = c->cn,
+		.dns = (const char *const *)c->dns,
+		.ndns = c->ndns,
+		.uris = uris,
+		.nuris = 1,
+		.ttl = c->duration,
+		.ext_key_usage = SG_EKU_SERVER_AUTH | SG_EKU_CLIENT_AUTH,
+		.timeout_ns = ISSUE_TIMEOUT_NS,
 	};
-	sg_issue_result res;
-	rc = sg_pool_issue(c->pool, &req, &res);
-	free(csr);
-	if (rc < 0) {
-		wipe_free(key);
+	sg_softkey_result res;
+	int rc = sg_softkey_issue(c->pool, &req, &res);
+	if (rc < 0)
 		return rc;
-	}
 	material m;
-	rc = material_make(&m, &res, key, now);
-	sg_issue_result_clear(&res);
+	rc = material_make(&m, &res, now);
+	sg_softkey_result_clear(&res);
 	SG_TRY(rc);
 	material_free(&c->cur);
 	c->cur = m;
@@ -1074,7 +970,9 @@ static int init(sg_istiodcert *c, const sg_istiodcert_options *o, const char *ro
 		SG_TRY(copy_str(buf, &c->cn));
 	SG_TRY(each_item(c, o->revisions, "revisions", add_revision));
 	SG_TRY(each_item(c, o->additional_dns_names, "additional DNS names", add_additional));
-	snprintf(buf, sizeof(buf), "spiffe://%s/ns/%s/sa/%s", td, ns, SG_ISTIODCERT_SERVICE_ACCOUNT);
+	char tdn[SG_TRUST_DOMAIN_MAX + 1];
+	SG_TRY(sg_trust_domain_normalize(td, tdn, sizeof(tdn)));
+	snprintf(buf, sizeof(buf), "spiffe://%s/ns/%s/sa/%s", tdn, ns, SG_ISTIODCERT_SERVICE_ACCOUNT);
 	SG_TRY(copy_str(buf, &c->uri));
 	snprintf(buf, sizeof(buf), "metadata.name=%s", name);
 	SG_TRY(copy_str(buf, &c->field_selector));

@@ -28,6 +28,7 @@
  * caching a negative answer across a key rotation.
  */
 #include "sg_jwt.h"
+#include "sg_spiffe.h"
 #include "sg_clock.h"
 #include "sg_der.h"
 #include "sg_guard.h"
@@ -366,12 +367,10 @@ int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *toke
 int sg_jwt_identity(char *out, size_t cap, const char *trust_domain, const char *ns, const char *sa)
 {
 	SG_ENSURE(trust_domain && *trust_domain, SG_EINVAL, "no trust domain");
-	int n = snprintf(out, cap, "spiffe://%s/ns/%s/sa/%s", trust_domain, ns, sa);
+	char td[SG_TRUST_DOMAIN_MAX + 1]; /* istio-csr: the trust domain's '@' becomes '.' */
+	SG_TRY(sg_trust_domain_normalize(trust_domain, td, sizeof(td)));
+	int n = snprintf(out, cap, "spiffe://%s/ns/%s/sa/%s", td, ns, sa);
 	SG_ENSURE(n > 0 && (size_t)n < cap, SG_EINVAL, "identity does not fit in %zu bytes", cap);
-	/* istio-csr: the trust domain's '@' becomes '.'. */
-	for (size_t i = 9, end = 9 + strlen(trust_domain); i < end; i++)
-		if (out[i] == '@')
-			out[i] = '.';
 	return SG_OK;
 }
 

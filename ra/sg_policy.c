@@ -12,6 +12,7 @@
  * foreign trust domain, malformed ID) never reach a cache lookup.
  */
 #include "sg_policy.h"
+#include "sg_spiffe.h"
 #include "sg_guard.h"
 
 #include <stdio.h>
@@ -78,11 +79,10 @@ int sg_policy_new(sg_policy **out, const sg_policy_options *o)
 	p->o = *o;
 	snprintf(p->cluster_id, sizeof(p->cluster_id), "%s", o->cluster_id ? o->cluster_id : "Kubernetes");
 	/* istio-csr writes trust domains with '@' as '.' in SPIFFE IDs. */
-	snprintf(p->trust_domain, sizeof(p->trust_domain), "%s", o->trust_domain ? o->trust_domain : "cluster.local");
-	for (char *c = p->trust_domain; *c; c++)
-		if (*c == '@')
-			*c = '.';
-	int rc = parse_accounts(p, o->trusted_node_accounts);
+	int rc = sg_trust_domain_normalize(o->trust_domain ? o->trust_domain : "cluster.local", p->trust_domain,
+					   sizeof(p->trust_domain));
+	if (rc == SG_OK)
+		rc = parse_accounts(p, o->trusted_node_accounts);
 	if (rc < 0) {
 		free(p);
 		return rc;
