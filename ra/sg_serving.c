@@ -7,6 +7,7 @@
  * here: this runs once an hour, not per request.
  */
 #include "sg_serving.h"
+#include "sg_softkey.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_issuer.h"
@@ -45,18 +46,6 @@ void sg_serving_wipe_free(char *pem)
 	}
 }
 
-static char *bio_string(BIO *b)
-{
-	char *p;
-	long n = BIO_get_mem_data(b, &p);
-	char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
-	if (s) {
-		memcpy(s, p, (size_t)n);
-		s[n] = 0;
-	}
-	return s;
-}
-
 /* Makes chain and key (both taken over) the current material. */
 static void install(sg_serving *s, char *chain, char *key, int64_t not_before, int64_t not_after)
 {
@@ -71,98 +60,40 @@ static void install(sg_serving *s, char *chain, char *key, int64_t not_before, i
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* A new P-256 key and a CSR for the DNS names, as PEM. */
-static int make_key_and_csr(const char *dns_names, char **key_pem, char **csr_pem)
-{
-	int rc = SG_EINTERNAL;
-	EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-	X509_REQ *req = X509_REQ_new();
-	STACK_OF(X509_EXTENSION) *exts = sk_X509_EXTENSION_new_null();
-	BIO *kb = BIO_new(BIO_s_secmem()), *cb = BIO_new(BIO_s_mem());
-	char *san = malloc(strlen(dns_names) * 5 + 16); /* "a," becomes "DNS:a," */
-	SG_ENSURE_GOTO(rc, k && req && exts && kb && cb && san, out, SG_EINTERNAL, "out of memory");
-	/* "a,b" -> "DNS:a,DNS:b" */
-	size_t o = 0;
-	for (const char *p = dns_names; *p;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-		while (len && *p == ' ')
-			p++, len--;
-		if (len) {
-			o += (size_t)sprintf(san + o, "%sDNS:", o ? "," : "");
-			memcpy(san + o, p, len);
-			o += len;
-		}
-		p += len;
-		if (*p == ',')
-			p++;
-	}
-	san[o] = 0;
-	SG_ENSURE_GOTO(rc, o > 0, out, SG_EINVAL, "no serving certificate DNS names");
-	X509_EXTENSION *ext = X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, san);
-	SG_ENSURE_GOTO(rc, ext && sk_X509_EXTENSION_push(exts, ext), out, SG_EINVAL,
-		       "bad serving certificate DNS names \"%s\"", dns_names);
-	if (X509_REQ_set_pubkey(req, k) != 1 || X509_REQ_add_extensions(req, exts) != 1 ||
-	    X509_REQ_sign(req, k, EVP_sha256()) <= 0 || PEM_write_bio_X509_REQ(cb, req) != 1 ||
-	    PEM_write_bio_PrivateKey(kb, k, NULL, NULL, 0, NULL, NULL) != 1) {
-		rc = sg_error_set_ossl(SG_EINTERNAL, "cannot make the serving key and CSR");
-		goto out;
-	}
-	*key_pem = bio_string(kb);
-	*csr_pem = bio_string(cb);
-	rc = *key_pem && *csr_pem ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
-out:
-	free(san);
-	BIO_free(kb);
-	BIO_free(cb);
-	sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
-	X509_REQ_free(req);
-	EVP_PKEY_free(k);
-	return rc;
-}
-
-/* Issues through the pool; the TLS chain is the leaf and the intermediates
- * (the root bundle, the last chain element, is the client's to have). */
+/* A P-256 key and a serverAuth certificate for the DNS names ("a,b"),
+ * issued through the pool; the chain served is the leaf and the
+ * intermediates. */
 static int issue(sg_serving *s)
 {
-	char *key = NULL, *csr = NULL;
-	SG_TRY(make_key_and_csr(s->dns_names, &key, &csr));
-	sg_issue_request req = {
-		.csr = (const uint8_t *)csr,
-		.csr_len = strlen(csr),
-		.profile = SG_PROFILE_GENERIC,
+	char *list SG_AUTOFREE = strdup(s->dns_names);
+	SG_ENSURE(list, SG_EINTERNAL, "out of memory");
+	const char *dns[SG_SOFTKEY_MAX_NAMES];
+	size_t ndns = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ')
+			t++;
+		if (!*t)
+			continue;
+		SG_ENSURE(ndns < SG_SOFTKEY_MAX_NAMES, SG_EINVAL, "more than %d serving certificate DNS names",
+			  SG_SOFTKEY_MAX_NAMES);
+		dns[ndns++] = t;
+	}
+	SG_ENSURE(ndns > 0, SG_EINVAL, "no serving certificate DNS names");
+	sg_softkey_request req = {
+		.type = SG_SOFTKEY_EC_P256,
+		.dns = dns,
+		.ndns = ndns,
 		.ttl = s->o.duration,
-		.key_usage = SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT,
 		.ext_key_usage = SG_EKU_SERVER_AUTH,
-		.deadline_ns = sg_now_ns() + 30ull * 1000000000u,
 	};
-	sg_issue_result res;
-	int rc = sg_pool_issue(s->o.pool, &req, &res);
-	free(csr);
-	if (rc < 0) {
-		sg_serving_wipe_free(key);
-		return rc;
-	}
-	size_t total = res.leaf_pem_len;
-	for (size_t i = 0; i + 1 < res.chain_len; i++)
-		total += res.chain_lens[i];
-	char *chain = malloc(total + 1);
-	if (!chain) {
-		sg_issue_result_clear(&res);
-		sg_serving_wipe_free(key);
-		SG_BAIL(SG_EINTERNAL, "out of memory");
-	}
-	memcpy(chain, res.leaf_pem, res.leaf_pem_len);
-	size_t off = res.leaf_pem_len;
-	for (size_t i = 0; i + 1 < res.chain_len; i++) {
-		memcpy(chain + off, res.chain[i], res.chain_lens[i]);
-		off += res.chain_lens[i];
-	}
-	chain[off] = 0;
-	install(s, chain, key, res.not_before, res.not_after);
+	sg_softkey_result res;
+	SG_TRY(sg_softkey_issue(s->o.pool, &req, &res));
+	install(s, res.chain_pem, res.key_pem, res.not_before, res.not_after); /* takes both */
 	sg_log(SG_LOG_INFO, "serving certificate issued", SG_F_STR("serial", res.serial_hex),
 	       SG_F_STR("dns", s->dns_names), SG_F_INT("not_after", res.not_after), SG_F_END);
-	sg_issue_result_clear(&res);
+	res.chain_pem = res.key_pem = NULL;
+	sg_softkey_result_clear(&res);
 	return SG_OK;
 }
 

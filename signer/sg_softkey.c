@@ -1,0 +1,185 @@
+/*
+ * Software key + issued certificate (sg_softkey.h). OpenSSL makes the key
+ * and signs the CSR with it (the CSR proves possession like any other); the
+ * pool then issues exactly as it does for workloads.
+ */
+#include "sg_softkey.h"
+
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_secret.h"
+
+#include <openssl/bio.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_TIMEOUT_NS (30ull * 1000000000u)
+
+/* The BIO's contents as a NUL-terminated string; the BIO may hold a key, so
+ * its memory is BIO_s_secmem's where it matters (the caller chose). */
+static char *bio_string(BIO *b)
+{
+	char *p;
+	long n = BIO_get_mem_data(b, &p);
+	char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	if (s) {
+		memcpy(s, p, (size_t)n);
+		s[n] = '\0';
+	}
+	return s;
+}
+
+static void wipe_free(char *s)
+{
+	if (s) {
+		sg_wipe(s, strlen(s));
+		free(s);
+	}
+}
+
+static EVP_PKEY *make_key(const sg_softkey_request *r)
+{
+	switch (r->type) {
+	case SG_SOFTKEY_EC_P256: return EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	case SG_SOFTKEY_EC_P384: return EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-384");
+	case SG_SOFTKEY_RSA: return EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)r->rsa_bits);
+	}
+	return NULL;
+}
+
+static bool push_name(GENERAL_NAMES *gens, int type, const char *value)
+{
+	GENERAL_NAME *g = GENERAL_NAME_new();
+	ASN1_IA5STRING *s = ASN1_IA5STRING_new();
+	if (!g || !s || ASN1_STRING_set(s, value, (int)strlen(value)) != 1) {
+		GENERAL_NAME_free(g);
+		ASN1_IA5STRING_free(s);
+		return false;
+	}
+	GENERAL_NAME_set0_value(g, type, s);
+	if (!sk_GENERAL_NAME_push(gens, g)) {
+		GENERAL_NAME_free(g);
+		return false;
+	}
+	return true;
+}
+
+/* A CSR for r's names, signed by k, as PEM. */
+static int make_csr(const sg_softkey_request *r, EVP_PKEY *k, char **out)
+{
+	X509_REQ *req = X509_REQ_new();
+	X509_NAME *subj = X509_NAME_new();
+	GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
+	STACK_OF(X509_EXTENSION) *exts = NULL;
+	BIO *b = BIO_new(BIO_s_mem());
+	bool ok = req && subj && gens && b;
+	if (ok && r->cn)
+		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)r->cn, -1,
+						-1, 0) == 1;
+	for (size_t i = 0; ok && i < r->ndns; i++)
+		ok = push_name(gens, GEN_DNS, r->dns[i]);
+	for (size_t i = 0; ok && i < r->nuris; i++)
+		ok = push_name(gens, GEN_URI, r->uris[i]);
+	ok = ok && X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 0, X509V3_ADD_DEFAULT) == 1 &&
+	     X509_REQ_set_subject_name(req, subj) == 1 && X509_REQ_set_pubkey(req, k) == 1 &&
+	     X509_REQ_add_extensions(req, exts) == 1 && X509_REQ_sign(req, k, EVP_sha256()) > 0 &&
+	     PEM_write_bio_X509_REQ(b, req) == 1;
+	*out = ok ? bio_string(b) : NULL;
+	int rc = *out ? SG_OK : sg_error_set_ossl(SG_EINTERNAL, "cannot make a CSR for a software key");
+	BIO_free(b);
+	sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
+	GENERAL_NAMES_free(gens);
+	X509_NAME_free(subj);
+	X509_REQ_free(req);
+	return rc;
+}
+
+static int key_pem(EVP_PKEY *k, char **out)
+{
+	BIO *b = BIO_new(BIO_s_secmem());
+	*out = b && PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL) == 1 ? bio_string(b) : NULL;
+	BIO_free(b);
+	SG_ENSURE(*out, SG_EINTERNAL, "cannot encode a software key");
+	return SG_OK;
+}
+
+/* The leaf and the intermediates: the root bundle (the last chain element)
+ * is the relying party's to have, not the server's to send. */
+static int join_chain(const sg_issue_result *res, char **out)
+{
+	size_t total = res->leaf_pem_len;
+	for (size_t i = 0; i + 1 < res->chain_len; i++)
+		total += res->chain_lens[i];
+	char *s = malloc(total + 1);
+	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
+	memcpy(s, res->leaf_pem, res->leaf_pem_len);
+	size_t off = res->leaf_pem_len;
+	for (size_t i = 0; i + 1 < res->chain_len; i++) {
+		memcpy(s + off, res->chain[i], res->chain_lens[i]);
+		off += res->chain_lens[i];
+	}
+	s[off] = '\0';
+	*out = s;
+	return SG_OK;
+}
+
+int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *r, sg_softkey_result *out)
+{
+	memset(out, 0, sizeof(*out));
+	SG_ENSURE(r->ndns + r->nuris > 0, SG_EINVAL, "a software key's certificate needs at least one name");
+	SG_ENSURE(r->ndns + r->nuris <= SG_SOFTKEY_MAX_NAMES, SG_EINVAL, "more than %d names",
+		  SG_SOFTKEY_MAX_NAMES);
+	SG_ENSURE(r->type != SG_SOFTKEY_RSA || r->rsa_bits >= 2048, SG_EINVAL, "RSA keys have at least 2048 bits");
+	ERR_clear_error();
+	EVP_PKEY *k = make_key(r);
+	SG_ENSURE(k, SG_EINTERNAL, "cannot make a software key");
+	char *csr = NULL, *key = NULL;
+	int rc = make_csr(r, k, &csr);
+	if (rc == SG_OK)
+		rc = key_pem(k, &key);
+	EVP_PKEY_free(k);
+	if (rc < 0) {
+		free(csr);
+		return rc;
+	}
+	sg_issue_request req = {
+		.csr = (const uint8_t *)csr,
+		.csr_len = strlen(csr),
+		.profile = SG_PROFILE_GENERIC,
+		.ttl = r->ttl,
+		.key_usage = SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT, /* the profile drops it for EC */
+		.ext_key_usage = r->ext_key_usage,
+		.path_len = -1,
+		.deadline_ns = sg_now_ns() + (r->timeout_ns ? r->timeout_ns : DEFAULT_TIMEOUT_NS),
+	};
+	sg_issue_result res;
+	rc = sg_pool_issue(pool, &req, &res);
+	free(csr);
+	if (rc == SG_OK) {
+		rc = join_chain(&res, &out->chain_pem);
+		out->not_before = res.not_before;
+		out->not_after = res.not_after;
+		snprintf(out->serial_hex, sizeof(out->serial_hex), "%s", res.serial_hex);
+		sg_issue_result_clear(&res);
+	}
+	if (rc < 0) {
+		wipe_free(key);
+		free(out->chain_pem);
+		memset(out, 0, sizeof(*out));
+		return rc;
+	}
+	out->key_pem = key;
+	return SG_OK;
+}
+
+void sg_softkey_result_clear(sg_softkey_result *r)
+{
+	wipe_free(r->key_pem);
+	free(r->chain_pem);
+	memset(r, 0, sizeof(*r));
+}
