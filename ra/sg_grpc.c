@@ -195,6 +195,9 @@ struct sg_grpc_server {
 	bool goaway;		/* gRPC's shutdown began: no new requests */
 	bool shutdown_notified;
 	bool reaper_stop;
+	/* "call refused" lines: a client can cause them at will, so at most one
+	 * a second, with the number left out since the last one. */
+	atomic_uint_fast64_t refused_log_ns, refused_unlogged;
 	tag t_shutdown;
 
 	pthread_mutex_t tls_mu;
@@ -626,9 +629,14 @@ static void message_arrived(sg_grpc_call *c, bool ok)
 	atomic_store(&c->has_message, ok && c->payload);
 	int status;
 	if (prepare(c, &status) < 0) {
-		sg_log(SG_LOG_INFO, "grpc: call refused", SG_F_STR("peer", c->peer ? c->peer : ""),
-		       SG_F_STR("status", sg_grpc_status_name(status)),
-		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+		uint64_t now = sg_now_ns(), last = atomic_load(&s->refused_log_ns);
+		if (now - last >= 1000000000u && atomic_compare_exchange_strong(&s->refused_log_ns, &last, now))
+			sg_log(SG_LOG_INFO, "grpc: call refused", SG_F_STR("peer", c->peer ? c->peer : ""),
+			       SG_F_STR("status", sg_grpc_status_name(status)), SG_F_STR("error", sg_error_last()->msg),
+			       SG_F_INT("not_logged_since", (int64_t)atomic_exchange(&s->refused_unlogged, 0)),
+			       SG_F_END);
+		else
+			atomic_fetch_add(&s->refused_unlogged, 1);
 		if (answer(c, status, sg_error_last()->msg, NULL, 0) < 0 && sg_error_last()->code != SG_ETIMEOUT)
 			sg_log_error_last(SG_LOG_ERROR, "grpc: cannot answer a call");
 		call_unref(c);
