@@ -8,16 +8,11 @@
  * here is the SHA-1 of the subject key for its key identifier.
  */
 #include "sg_cert.h"
+#include "sg_cert_oids.h"
 #include "sg_guard.h"
 
 #include <string.h>
 
-static const uint8_t OID_KU[] = {0x55, 0x1d, 0x0f};
-static const uint8_t OID_SAN[] = {0x55, 0x1d, 0x11};
-static const uint8_t OID_BC[] = {0x55, 0x1d, 0x13};
-static const uint8_t OID_EKU[] = {0x55, 0x1d, 0x25};
-static const uint8_t OID_SKI[] = {0x55, 0x1d, 0x0e};
-static const uint8_t OID_AKI[] = {0x55, 0x1d, 0x23};
 
 static const struct {
 	uint32_t bit;
