@@ -5,10 +5,72 @@
  * Threading model: MHD_USE_EPOLL_INTERNAL_THREAD, one thread multiplexing
  * every connection with epoll. The endpoints are scraped every few seconds
  * and every handler is an in-memory operation (render the registry, read a
- * few atomics), so one thread is plenty; thread-per-connection would let 64
- * idle or slow clients pin 64 threads (and stacks) in a process whose
- * threads belong to the signer. The cost is that a slow handler delays the
- * others, which is why handlers must not block (sg_http.h says so).
+ * few atomics), so one thread is plenty; thread-per-connection would let
+ * idle or slow clients pin a thread (and stack) each in a process whose
+ * threads belong to the signer. libmicrohttpd's thread pool
+ * (MHD_OPTION_THREAD_POOL_SIZE) is not used either: it would run handlers
+ * concurrently, which sg_http.h promises they never are, and it buys nothing
+ * against starvation, which is about connection slots held, not CPU; the
+ * limits below bound what one thread does per connection. The cost is that a
+ * slow handler delays the others, which is why handlers must not block.
+ *
+ * Starvation. A probe endpoint is only useful if a hostile client cannot
+ * keep the kubelet out. Three layers, all inside libmicrohttpd's own
+ * connection handling:
+ *
+ * - Per-address limit (MHD_OPTION_PER_IP_CONNECTION_LIMIT). libmicrohttpd
+ *   counts connections per client address and closes an accepted socket at
+ *   once when its address already holds the limit. One host can hold only a
+ *   few slots, and each excess connection costs one accept and one close, so
+ *   the listen queue keeps moving and the kubelet's connection is reached in
+ *   turn.
+ * - Total limit (MHD_OPTION_CONNECTION_LIMIT), which bounds descriptors and
+ *   memory (32 KiB per connection). At the limit libmicrohttpd takes the
+ *   listen socket out of its epoll set; new clients wait in the kernel's
+ *   listen queue, so the limit must not be held for long by anyone:
+ * - Deadlines. MHD_OPTION_CONNECTION_TIMEOUT is an idle timeout: every byte
+ *   received restarts it, so a client trickling a header byte every few
+ *   seconds held a slot forever, and a thousand of them held every slot
+ *   (the listen queue then drained 64 connections per 10 s idle timeout).
+ *   libmicrohttpd has no absolute timeout, so this file adds one. Each
+ *   connection gets a record in a table (NOTIFY_CONNECTION STARTED) holding
+ *   its socket and a deadline: request_timeout after the accept; re-armed
+ *   when the access handler runs (the client then has as long to take the
+ *   response) and when a request completes (as long for a next request,
+ *   should libmicrohttpd keep the connection: 0.9.75 does not, because it
+ *   closes every connection whose response was queued on the first call of
+ *   the access handler, which is where this file answers); the record is
+ *   dropped at NOTIFY_CONNECTION CLOSED. A watcher thread sleeps until the
+ *   earliest deadline and calls shutdown(2), not close(2), on the socket of
+ *   each overdue connection. libmicrohttpd then sees end of file and
+ *   hang-up on its epoll set and closes the connection through its ordinary
+ *   path, as if the client had left; it wakes its own connections the same
+ *   way in MHD_stop_daemon.
+ *
+ * Why the watcher is safe (libmicrohttpd 0.9.75, daemon.c):
+ * - Descriptor reuse. The watcher shuts a socket down only while it holds
+ *   the table lock and finds the record armed; CLOSED removes the record
+ *   under the same lock; and libmicrohttpd runs CLOSED before it closes the
+ *   socket (MHD_cleanup_connections calls the callback, then
+ *   MHD_socket_close_chk_; the one other path that closes a started
+ *   connection, the failure branch of new_connection_process_, does the
+ *   same). So while the lock is held every descriptor in the table is open
+ *   and is that connection's socket; it cannot have been closed and reused
+ *   for another file of the process.
+ * - libmicrohttpd's state. The watcher never calls libmicrohttpd and never
+ *   touches a connection object; shutdown(2) of a socket that another thread
+ *   reads and writes is serialised by the kernel, and a peer that vanishes
+ *   at any moment is something libmicrohttpd handles on every connection.
+ * - Order. STARTED, the access handler, COMPLETED and CLOSED all run on the
+ *   daemon's thread; the lock orders them against the watcher only. Every
+ *   deadline is "now + request_timeout" read under the lock, so appending a
+ *   re-armed record keeps the list sorted and the watcher looks only at its
+ *   head.
+ * - Capacity. The table has max_connections records, taken from a free
+ *   list: libmicrohttpd counts a connection before STARTED and until after
+ *   CLOSED, so no more can be live at once. Should the free list still be
+ *   empty, the connection is shut down at once rather than served without a
+ *   deadline (fail closed).
  *
  * Requests are judged on the first call of the access handler, when the
  * headers have arrived and before any body is read: the method, a declared
@@ -22,6 +84,7 @@
  * so that a failed start can say why (address in use, permission denied).
  */
 #include "sg_http.h"
+#include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_log.h"
 
@@ -29,16 +92,37 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
-#define DEFAULT_MAX_CONNECTIONS 64
-#define DEFAULT_TIMEOUT_SECONDS 10
 #define TEXT_PLAIN "text/plain; charset=utf-8"
+#define NS_PER_S 1000000000ull
+
+/* The limits of sg_http_options: where each lives, its default (for 0) and
+ * its maximum. */
+enum { L_CONNECTIONS, L_PER_IP, L_REQUEST_TIMEOUT, L_IDLE_TIMEOUT, L_COUNT };
+
+typedef struct limit {
+	const char *name;
+	size_t offset; /* of an unsigned in sg_http_options */
+	unsigned def, max;
+} limit;
+
+static const limit LIMITS[L_COUNT] = {
+    [L_CONNECTIONS] = {"max_connections", offsetof(sg_http_options, max_connections), 128, SG_HTTP_CONNECTIONS_MAX},
+    [L_PER_IP] = {"max_connections_per_ip", offsetof(sg_http_options, max_connections_per_ip), 8,
+                  SG_HTTP_CONNECTIONS_MAX},
+    [L_REQUEST_TIMEOUT] = {"request_timeout_seconds", offsetof(sg_http_options, request_timeout_seconds), 5,
+                           SG_HTTP_TIMEOUT_MAX},
+    [L_IDLE_TIMEOUT] = {"timeout_seconds", offsetof(sg_http_options, timeout_seconds), 5, SG_HTTP_TIMEOUT_MAX},
+};
 
 typedef struct route {
 	char path[SG_HTTP_PATH_MAX];
@@ -46,14 +130,222 @@ typedef struct route {
 	void *arg;
 } route;
 
+/* One per open connection, from STARTED to CLOSED. */
+typedef struct watch {
+	struct watch *prev, *next; /* the armed list; next also links the free list */
+	int fd;                    /* the connection's socket, owned by libmicrohttpd */
+	uint64_t deadline_ns;      /* monotonic; meaningful while armed */
+	bool armed;                /* in the armed list */
+	bool shut;                 /* shut down for its deadline; never re-armed */
+} watch;
+
+/* The deadline table and its thread; everything below lock is guarded by it. */
+typedef struct watcher {
+	uint64_t timeout_ns;
+	watch *slots; /* max_connections records */
+	bool ready;   /* lock and wake initialised */
+	bool running; /* thread started */
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t wake; /* on CLOCK_MONOTONIC */
+	bool stopping;
+	watch *free;
+	watch *head, *tail; /* armed, earliest deadline first */
+	/* sg_http_stats, written under lock, read without. */
+	_Atomic uint64_t open, accepted, overdue;
+} watcher;
+
 struct sg_http_server {
 	struct MHD_Daemon *daemon;
 	uint16_t port;
 	size_t nroutes;
 	route routes[SG_HTTP_MAX_ROUTES];
+	watcher watch;
 	pthread_t starter;       /* the thread inside MHD_start_daemon */
 	char start_message[256]; /* written and read by the starter only */
 };
+
+/* ---- deadlines ------------------------------------------------------- */
+
+/* Lock held. */
+static void unarm(watcher *w, watch *x)
+{
+	if (!x->armed)
+		return;
+	if (x->prev)
+		x->prev->next = x->next;
+	else
+		w->head = x->next;
+	if (x->next)
+		x->next->prev = x->prev;
+	else
+		w->tail = x->prev;
+	x->prev = x->next = NULL;
+	x->armed = false;
+}
+
+/* Lock held. Gives x the deadline now + timeout, at the list's tail: every
+ * deadline is made this way under the lock, so the list stays sorted. */
+static void arm(watcher *w, watch *x)
+{
+	unarm(w, x);
+	if (x->shut)
+		return;
+	x->deadline_ns = sg_now_ns() + w->timeout_ns;
+	x->prev = w->tail;
+	if (w->tail) {
+		w->tail->next = x;
+	} else {
+		w->head = x;
+		pthread_cond_signal(&w->wake); /* the thread may be waiting for any record */
+	}
+	w->tail = x;
+	x->armed = true;
+}
+
+static void *watcher_run(void *arg)
+{
+	watcher *w = arg;
+	pthread_mutex_lock(&w->lock);
+	while (!w->stopping) {
+		uint64_t now = sg_now_ns();
+		unsigned overdue = 0;
+		while (w->head && w->head->deadline_ns <= now) {
+			watch *x = w->head;
+			unarm(w, x);
+			x->shut = true;
+			/* Counted first, so the count is never behind what the
+			 * client sees. */
+			atomic_fetch_add_explicit(&w->overdue, 1, memory_order_relaxed);
+			overdue++;
+			/* x->fd is open and x's connection's while we hold the lock
+			 * (design note); libmicrohttpd closes it after CLOSED. */
+			(void)shutdown(x->fd, SHUT_RDWR);
+		}
+		if (overdue) {
+			pthread_mutex_unlock(&w->lock);
+			sg_log(SG_LOG_DEBUG, "http: closed connections past their deadline", SG_F_INT("count", overdue),
+			       SG_F_END);
+			pthread_mutex_lock(&w->lock);
+			continue;
+		}
+		if (!w->head) {
+			pthread_cond_wait(&w->wake, &w->lock);
+		} else {
+			struct timespec at = {(time_t)(w->head->deadline_ns / NS_PER_S),
+			                      (long)(w->head->deadline_ns % NS_PER_S)};
+			pthread_cond_timedwait(&w->wake, &w->lock, &at);
+		}
+	}
+	pthread_mutex_unlock(&w->lock);
+	return NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: a record from accept to close. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+	watcher *w = cls;
+	watch *x = *socket_context;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		if (!ci)
+			return; /* not in 0.9.75: the descriptor is set before STARTED */
+		pthread_mutex_lock(&w->lock);
+		x = w->free;
+		if (x) {
+			w->free = x->next;
+			*x = (watch){.fd = ci->connect_fd};
+			arm(w, x);
+			atomic_fetch_add_explicit(&w->open, 1, memory_order_relaxed);
+		}
+		atomic_fetch_add_explicit(&w->accepted, 1, memory_order_relaxed);
+		pthread_mutex_unlock(&w->lock);
+		*socket_context = x;
+		if (!x) /* cannot happen (design note); no deadline, no service */
+			(void)shutdown(ci->connect_fd, SHUT_RDWR);
+		return;
+	}
+	if (code != MHD_CONNECTION_NOTIFY_CLOSED || !x)
+		return;
+	pthread_mutex_lock(&w->lock);
+	unarm(w, x);
+	x->next = w->free;
+	w->free = x;
+	atomic_fetch_sub_explicit(&w->open, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&w->lock);
+	*socket_context = NULL;
+}
+
+/* A new deadline for c: its response (from the access handler) or its next
+ * request (from MHD_OPTION_NOTIFY_COMPLETED). */
+static void rearm(watcher *w, struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	watch *x = ci ? ci->socket_context : NULL;
+	if (!x)
+		return;
+	pthread_mutex_lock(&w->lock);
+	arm(w, x);
+	pthread_mutex_unlock(&w->lock);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode code)
+{
+	(void)req_cls;
+	(void)code; /* also after an error: CLOSED follows and drops the record */
+	rearm(cls, c);
+}
+
+static int watcher_init(watcher *w, unsigned slots, unsigned timeout_s)
+{
+	w->timeout_ns = (uint64_t)timeout_s * NS_PER_S;
+	w->slots = calloc(slots, sizeof(*w->slots));
+	SG_ENSURE(w->slots, SG_EINTERNAL, "http: out of memory");
+	for (unsigned i = 0; i + 1 < slots; i++)
+		w->slots[i].next = &w->slots[i + 1];
+	w->free = &w->slots[0];
+
+	pthread_condattr_t ca;
+	SG_ENSURE(pthread_condattr_init(&ca) == 0, SG_EINTERNAL, "http: cannot create a condition variable");
+	int rc = pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	if (rc == 0)
+		rc = pthread_cond_init(&w->wake, &ca);
+	pthread_condattr_destroy(&ca);
+	SG_ENSURE(rc == 0, SG_EINTERNAL, "http: cannot create a condition variable");
+	if (pthread_mutex_init(&w->lock, NULL) != 0) {
+		pthread_cond_destroy(&w->wake);
+		SG_BAIL(SG_EINTERNAL, "http: cannot create a mutex");
+	}
+	w->ready = true;
+
+	/* The thread takes no signals: they belong to the daemon's main loop. */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&w->thread, NULL, watcher_run, w);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	SG_ENSURE(rc == 0, SG_EINTERNAL, "http: cannot start the deadline thread: %s", strerror(rc));
+	w->running = true;
+	return 0;
+}
+
+/* After MHD_stop_daemon: every connection has been CLOSED. */
+static void watcher_fini(watcher *w)
+{
+	if (w->running) {
+		pthread_mutex_lock(&w->lock);
+		w->stopping = true;
+		pthread_cond_signal(&w->wake);
+		pthread_mutex_unlock(&w->lock);
+		pthread_join(w->thread, NULL);
+	}
+	if (w->ready) {
+		pthread_cond_destroy(&w->wake);
+		pthread_mutex_destroy(&w->lock);
+	}
+	free(w->slots);
+}
 
 /* ---- responses ------------------------------------------------------- */
 
@@ -146,7 +438,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	(void)version;
 	(void)upload_data;
 	(void)req_cls;
-	const sg_http_server *s = cls;
+	sg_http_server *s = cls;
+	rearm(&s->watch, c); /* the headers are in: the response's deadline starts */
 
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
 		return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", true);
@@ -237,26 +530,60 @@ static int copy_routes(sg_http_server *s, const sg_http_options *o)
 	return 0;
 }
 
+/* Each limit of o, or its default; SG_EINVAL above a maximum. */
+static int resolve_limits(unsigned out[L_COUNT], const sg_http_options *o)
+{
+	for (size_t i = 0; i < L_COUNT; i++) {
+		const limit *l = &LIMITS[i];
+		unsigned v;
+		memcpy(&v, (const char *)o + l->offset, sizeof(v));
+		SG_ENSURE(v <= l->max, SG_EINVAL, "http: %s is %u, at most %u", l->name, v, l->max);
+		out[i] = v ? v : l->def;
+	}
+	return 0;
+}
+
+/* Stops the daemon first: once it has returned, every connection has been
+ * CLOSED, so the watcher holds no descriptor when it is stopped. */
+static void server_free(sg_http_server *s)
+{
+	if (!s)
+		return;
+	if (s->daemon)
+		MHD_stop_daemon(s->daemon);
+	watcher_fini(&s->watch);
+	free(s);
+}
+
+static void server_freep(sg_http_server **s)
+{
+	server_free(*s);
+}
+
 int sg_http_server_start(sg_http_server **out, const sg_http_options *o)
 {
 	const char *bind = o->bind_address ? o->bind_address : "127.0.0.1";
 	unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG;
 	addr a;
+	unsigned lim[L_COUNT];
 	SG_TRY(parse_bind(&a, &flags, bind, o->port));
+	SG_TRY(resolve_limits(lim, o));
 
-	sg_http_server *s SG_AUTOFREE = calloc(1, sizeof(*s));
+	sg_http_server *s SG_CLEANUP(server_freep) = calloc(1, sizeof(*s));
 	SG_ENSURE(s, SG_EINTERNAL, "http: out of memory");
 	SG_TRY(copy_routes(s, o));
+	SG_TRY(watcher_init(&s->watch, lim[L_CONNECTIONS], lim[L_REQUEST_TIMEOUT]));
 	s->starter = pthread_self();
 
-	unsigned max_conn = o->max_connections ? o->max_connections : DEFAULT_MAX_CONNECTIONS;
-	unsigned timeout = o->timeout_seconds ? o->timeout_seconds : DEFAULT_TIMEOUT_SECONDS;
 	// clang-format off
 	s->daemon = MHD_start_daemon(flags, o->port, NULL, NULL, on_request, s,
 				     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
 				     MHD_OPTION_SOCK_ADDR, &a.sa,
-				     MHD_OPTION_CONNECTION_LIMIT, max_conn,
-				     MHD_OPTION_CONNECTION_TIMEOUT, timeout,
+				     MHD_OPTION_CONNECTION_LIMIT, lim[L_CONNECTIONS],
+				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim[L_PER_IP],
+				     MHD_OPTION_CONNECTION_TIMEOUT, lim[L_IDLE_TIMEOUT],
+				     MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s->watch,
+				     MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s->watch,
 				     MHD_OPTION_END);
 	// clang-format on
 	SG_ENSURE(s->daemon, SG_EINTERNAL, "http: cannot serve on %s port %u: %s", bind, (unsigned)o->port,
@@ -273,10 +600,15 @@ uint16_t sg_http_server_port(const sg_http_server *s)
 	return s->port;
 }
 
+void sg_http_server_stats(const sg_http_server *s, sg_http_stats *out)
+{
+	const watcher *w = &s->watch;
+	out->open = atomic_load_explicit(&w->open, memory_order_relaxed);
+	out->accepted = atomic_load_explicit(&w->accepted, memory_order_relaxed);
+	out->overdue = atomic_load_explicit(&w->overdue, memory_order_relaxed);
+}
+
 void sg_http_server_stop(sg_http_server *s)
 {
-	if (!s)
-		return;
-	MHD_stop_daemon(s->daemon);
-	free(s);
+	server_free(s);
 }

@@ -9,12 +9,43 @@
  * ignored. Nothing from the request (headers, path, body) is ever echoed in
  * a response. HEAD runs the GET handler and sends its headers only.
  *
- * Limits: at most max_connections connections (default 64), each closed
- * after timeout_seconds of inactivity (default 10), request headers within
- * libmicrohttpd's per-connection memory (32 KiB).
+ * Limits, so that no client (or crowd of clients from one address) can
+ * starve a probe; every one has a default used when the option is 0, and
+ * sg_http_server_start refuses values above the stated maximum:
+ *
+ *   max_connections (128, at most 4096): connections open at once. At the
+ *     limit the server stops accepting; a new client's connection waits in
+ *     the kernel's listen queue until a slot frees (at the latest when a
+ *     connection's deadline below passes), and is then served.
+ *   max_connections_per_ip (8, at most 4096): connections open at once from
+ *     one client address (IPv4 address, or the whole IPv6 address; clients
+ *     of a dual-stack listener reaching it over IPv4 count by their mapped
+ *     address). A connection beyond it is accepted and closed at once,
+ *     without a response: the client sees end of file or a reset. Clients
+ *     behind one NAT address share this budget; a value equal to
+ *     max_connections turns the per-address limit off.
+ *   request_timeout_seconds (5, at most 3600): an absolute deadline. The
+ *     request line and headers must arrive in full within this time of the
+ *     connection being accepted, and the client must then take the whole
+ *     response within this time of its request having arrived. A connection
+ *     past its deadline is closed without a response, however steadily it
+ *     trickles bytes.
+ *   timeout_seconds (5, at most 3600): an idle timeout. A connection on
+ *     which nothing is received or sent for this long is closed; it matters
+ *     only when set below request_timeout_seconds.
+ *   request headers: within libmicrohttpd's per-connection memory (32 KiB);
+ *     a longer header block is answered with an error and the connection
+ *     closed.
+ *
+ * One request per connection: the server closes the connection after each
+ * response (it sends Connection: close), so no client holds a slot between
+ * requests, and a connection lives at most about twice
+ * request_timeout_seconds.
  *
  * Handlers run on the server's single internal thread, one at a time, so
  * they must be quick (render metrics, read atomics) and must not block.
+ * The server owns one more thread, which enforces the deadlines and never
+ * runs a handler.
  *
  * Ownership: the route table and its paths are copied; handler args are
  * borrowed until sg_http_server_stop returns.
@@ -29,6 +60,8 @@
 
 #define SG_HTTP_MAX_ROUTES 16
 #define SG_HTTP_PATH_MAX 256
+#define SG_HTTP_CONNECTIONS_MAX 4096 /* bound of both connection limits */
+#define SG_HTTP_TIMEOUT_MAX 3600     /* bound of both timeouts, seconds */
 
 typedef struct sg_http_server sg_http_server;
 
@@ -68,18 +101,33 @@ typedef struct sg_http_options {
 	const char *bind_address;
 	uint16_t port; /* 0: an ephemeral port, see sg_http_server_port */
 	const sg_http_route *routes;
-	size_t nroutes;           /* 1..SG_HTTP_MAX_ROUTES */
-	unsigned max_connections; /* 0: 64 */
-	unsigned timeout_seconds; /* 0: 10 */
+	size_t nroutes; /* 1..SG_HTTP_MAX_ROUTES */
+	/* The limits described at the top of this file; 0 picks the default. */
+	unsigned max_connections;         /* 0: 128, at most 4096 */
+	unsigned max_connections_per_ip;  /* 0: 8, at most 4096 */
+	unsigned request_timeout_seconds; /* 0: 5, at most 3600 (absolute) */
+	unsigned timeout_seconds;         /* 0: 5, at most 3600 (idle) */
 } sg_http_options;
 
 /* Binds, listens and starts serving on an internal thread. SG_EINVAL for bad
- * options, SG_EINTERNAL when the address cannot be bound (the detail says
+ * options (routes, address, a limit above its maximum), SG_EINTERNAL when
+ * the address cannot be bound or a thread cannot be started (the detail says
  * why). Caller stops with sg_http_server_stop. */
 SG_API int sg_http_server_start(sg_http_server **out, const sg_http_options *o) SG_MUST_CHECK;
 
 /* The bound port (the real one when options asked for 0). */
 SG_API uint16_t sg_http_server_port(const sg_http_server *s);
+
+/* Counters for monitoring, read without locking (each is exact, the set is
+ * not a snapshot). Connections refused by max_connections_per_ip never
+ * count: the server closes them before they become connections. */
+typedef struct sg_http_stats {
+	uint64_t open;     /* connections open now */
+	uint64_t accepted; /* connections accepted since start */
+	uint64_t overdue;  /* connections closed at their request deadline */
+} sg_http_stats;
+
+SG_API void sg_http_server_stats(const sg_http_server *s, sg_http_stats *out);
 
 /* Stops accepting, closes every connection (also ones mid-request), joins
  * the internal thread and frees the server. Accepts NULL. */

@@ -4,6 +4,14 @@
  * concurrent scrapes of a registry being hammered, and a stop that does not
  * hang on connected clients.
  *
+ * Starvation: a slowloris of 1,000 connections from 127.0.0.2 while /readyz
+ * is probed from 127.0.0.1, the absolute request deadline against a client
+ * that is never idle, and the per-address limit. Linux routes all of 127/8
+ * to the loopback interface, so a client socket bound to 127.0.0.2 is a
+ * second client address on the same host. Waits poll observable state (a
+ * reply, a closed socket, the server's connection count) under a deadline
+ * instead of sleeping.
+ *
  * The routes here are the example of how signetd wires the endpoints:
  * /metrics renders a registry, /healthz always answers, /readyz answers 503
  * until something sets the ready flag.
@@ -15,10 +23,14 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -83,7 +95,9 @@ static void reply_clear(reply *r)
 	memset(r, 0, sizeof(*r));
 }
 
-static int dial(const char *ip, uint16_t port)
+/* A connected TCP socket to ip:port, from the source address from (NULL:
+ * the kernel's choice); 5 s send and receive timeouts. -1 on failure. */
+static int dial_from(const char *from, const char *ip, uint16_t port)
 {
 	int v6 = strchr(ip, ':') != NULL;
 	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
@@ -92,12 +106,17 @@ static int dial(const char *ip, uint16_t port)
 	struct timeval tv = {5, 0};
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	int rc;
-	if (v6) {
+	int rc = 0;
+	if (from && !v6) {
+		struct sockaddr_in src = {.sin_family = AF_INET};
+		inet_pton(AF_INET, from, &src.sin_addr);
+		rc = bind(fd, (struct sockaddr *)&src, sizeof(src));
+	}
+	if (rc == 0 && v6) {
 		struct sockaddr_in6 a = {.sin6_family = AF_INET6, .sin6_port = htons(port)};
 		inet_pton(AF_INET6, ip, &a.sin6_addr);
 		rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
-	} else {
+	} else if (rc == 0) {
 		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
 		inet_pton(AF_INET, ip, &a.sin_addr);
 		rc = connect(fd, (struct sockaddr *)&a, sizeof(a));
@@ -109,10 +128,17 @@ static int dial(const char *ip, uint16_t port)
 	return fd;
 }
 
+static int dial(const char *ip, uint16_t port)
+{
+	return dial_from(NULL, ip, port);
+}
+
+/* MSG_NOSIGNAL: a server that has closed the connection is an answer the
+ * tests look for, not a reason for SIGPIPE. */
 static bool send_all(int fd, const char *s, size_t n)
 {
 	while (n) {
-		ssize_t w = send(fd, s, n, 0);
+		ssize_t w = send(fd, s, n, MSG_NOSIGNAL);
 		if (w <= 0)
 			return false;
 		s += w;
@@ -193,6 +219,73 @@ static bool has_header(const reply *r, const char *line)
 	return strstr(r->head, line) != NULL;
 }
 
+/* Reads one response from fd: the head, then Content-Length bytes of body,
+ * without waiting for the connection to end. Returns the status, or -1 when
+ * the connection ended (or timed out) before a whole response came. */
+static int read_response(int fd, reply *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->status = -1;
+	char head[sizeof(out->head)];
+	size_t len = 0;
+	for (;;) { /* byte by byte, so that nothing past the head is consumed */
+		if (len >= 4 && memcmp(head + len - 4, "\r\n\r\n", 4) == 0)
+			break;
+		if (len == sizeof(head) - 1 || recv(fd, head + len, 1, 0) != 1)
+			return -1;
+		len++;
+	}
+	head[len - 4] = '\0';
+	int st;
+	if (sscanf(head, "HTTP/1.%*d %d", &st) != 1)
+		return -1;
+	size_t want = 0;
+	for (const char *p = head; (p = strstr(p, "\r\n")) != NULL; p += 2)
+		if (strncasecmp(p + 2, "Content-Length:", 15) == 0)
+			want = strtoul(p + 17, NULL, 10);
+	if (want > 1 << 20)
+		return -1;
+	char *body = malloc(want + 1);
+	for (size_t got = 0; got < want;) {
+		ssize_t r = recv(fd, body + got, want - got, 0);
+		if (r <= 0) {
+			free(body);
+			return -1;
+		}
+		got += (size_t)r;
+	}
+	body[want] = '\0';
+	memcpy(out->head, head, len - 3);
+	out->body = body;
+	out->body_len = want;
+	out->status = st;
+	return st;
+}
+
+/* One GET on an open connection, read with read_response. */
+static int get_on(int fd, const char *path, reply *out)
+{
+	char req[512];
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: localhost\r\n\r\n", path);
+	if (!send_all(fd, req, strlen(req))) {
+		memset(out, 0, sizeof(*out));
+		out->status = -1;
+		return -1;
+	}
+	return read_response(fd, out);
+}
+
+/* Whether the server closed fd (end of file or reset) within ms. */
+static bool closed_within(int fd, int ms)
+{
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	if (poll(&p, 1, ms) != 1)
+		return false;
+	char c;
+	ssize_t r = recv(fd, &c, 1, MSG_DONTWAIT);
+	return r == 0 || (r < 0 && (errno == ECONNRESET || errno == EPIPE));
+}
+
 /* ---- fixture ---------------------------------------------------------- */
 
 typedef struct fixture {
@@ -203,28 +296,37 @@ typedef struct fixture {
 	uint16_t port;
 } fixture;
 
-static bool fixture_start(fixture *fx, const char *bind, unsigned max_conn, unsigned timeout)
+/* Starts the example server; limits (may be NULL) gives the limit fields of
+ * sg_http_options. A failure to start fails the test. */
+static bool fixture_start(fixture *fx, const char *bind, const sg_http_options *limits)
 {
 	memset(fx, 0, sizeof(*fx));
 	atomic_init(&fx->ready, false);
 	sg_metric *c = NULL;
-	if (sg_metrics_new(&fx->m) != 0 || sg_metrics_counter(&c, fx->m, "hits_total", "Hits.", NULL, 0) != 0 ||
-	    sg_metric_series(&fx->hits, c, NULL) != 0)
+	bool ok = sg_metrics_new(&fx->m) == 0 && sg_metrics_counter(&c, fx->m, "hits_total", "Hits.", NULL, 0) == 0 &&
+	          sg_metric_series(&fx->hits, c, NULL) == 0;
+	SG_CHECK(ok);
+	if (!ok) {
+		sg_metrics_free(fx->m);
 		return false;
+	}
 	const sg_http_route routes[] = {
 	    {"/metrics", h_metrics, fx->m}, {"/healthz", h_healthz, NULL}, {"/readyz", h_readyz, &fx->ready},
 	    {"/fail", h_fail, NULL},        {"/bad", h_bad_status, NULL},
 	};
-	sg_http_options o = {.bind_address = bind,
-	                     .port = 0,
-	                     .routes = routes,
-	                     .nroutes = 5,
-	                     .max_connections = max_conn,
-	                     .timeout_seconds = timeout};
+	sg_http_options o = {0};
+	if (limits)
+		o = *limits;
+	o.bind_address = bind;
+	o.port = 0;
+	o.routes = routes;
+	o.nroutes = 5;
 	int rc = sg_http_server_start(&fx->srv, &o);
 	SG_CHECK_OK(rc);
-	if (rc != 0)
+	if (rc != 0) {
+		sg_metrics_free(fx->m);
 		return false;
+	}
 	fx->port = sg_http_server_port(fx->srv);
 	SG_CHECK(fx->port != 0);
 	return true;
@@ -249,12 +351,28 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* Waits (at most 3 s) until the server has exactly n connections open;
+ * false if it never had. */
+static bool open_connections(const fixture *fx, uint64_t n)
+{
+	sg_http_stats st;
+	for (double end = now_s() + 3;;) {
+		sg_http_server_stats(fx->srv, &st);
+		if (st.open == n || now_s() > end)
+			break;
+		sleep_ms(5);
+	}
+	if (st.open != n)
+		printf("  %llu connections open, want %llu\n", (unsigned long long)st.open, (unsigned long long)n);
+	return st.open == n;
+}
+
 /* ---- tests ------------------------------------------------------------ */
 
 static void t_routes(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, 0, 0))
+	if (!fixture_start(&fx, NULL, NULL))
 		return;
 	reply r;
 	sg_series_add(fx.hits, 7);
@@ -292,7 +410,7 @@ static void t_routes(void)
 static void t_methods(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, 0, 0))
+	if (!fixture_start(&fx, NULL, NULL))
 		return;
 	reply r;
 	const char *refused[] = {"POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "BREW"};
@@ -339,7 +457,7 @@ static void t_methods(void)
 static void t_errors_not_echoed(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, 0, 0))
+	if (!fixture_start(&fx, NULL, NULL))
 		return;
 	reply r;
 	get(fx.port, "GET", "/fail", &r);
@@ -434,11 +552,12 @@ static void t_bind(void)
 static void t_limits(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, 2, 1))
+	if (!fixture_start(&fx, NULL, &(sg_http_options){.max_connections = 2, .timeout_seconds = 1}))
 		return;
+	/* Two silent connections hold both slots. */
 	int a = dial("127.0.0.1", fx.port), b = dial("127.0.0.1", fx.port);
 	SG_CHECK(a >= 0 && b >= 0);
-	sleep_ms(200); /* let the server accept both */
+	SG_CHECK(open_connections(&fx, 2));
 	/* At the limit the server stops accepting: a third client waits in the
 	 * listen backlog until the 1 s idle timeout frees a slot. */
 	reply r;
@@ -449,35 +568,61 @@ static void t_limits(void)
 	SG_CHECK(r.status == 200 && waited > 0.7 && waited < 4);
 	reply_clear(&r);
 	/* The idle connections were closed by the timeout. */
-	char c;
-	ssize_t got = recv(a, &c, 1, 0);
-	SG_CHECK(got == 0 || (got < 0 && errno == ECONNRESET));
+	SG_CHECK(closed_within(a, 2000));
+	SG_CHECK(closed_within(b, 2000));
 	close(a);
 	close(b);
-	sleep_ms(200);
+	SG_CHECK(open_connections(&fx, 0));
 	get(fx.port, "GET", "/healthz", &r);
 	SG_CHECK(r.status == 200);
 	reply_clear(&r);
 	fixture_stop(&fx);
 }
 
+static void t_option_bounds(void)
+{
+	const sg_http_route routes[] = {{"/healthz", h_healthz, NULL}};
+	sg_http_server *s = NULL;
+	const sg_http_options bad[] = {
+	    {.routes = routes, .nroutes = 1, .max_connections = SG_HTTP_CONNECTIONS_MAX + 1},
+	    {.routes = routes, .nroutes = 1, .max_connections_per_ip = SG_HTTP_CONNECTIONS_MAX + 1},
+	    {.routes = routes, .nroutes = 1, .request_timeout_seconds = SG_HTTP_TIMEOUT_MAX + 1},
+	    {.routes = routes, .nroutes = 1, .timeout_seconds = SG_HTTP_TIMEOUT_MAX + 1},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		SG_CHECK_RC(sg_http_server_start(&s, &bad[i]), SG_EINVAL);
+	SG_CHECK_MSG("timeout_seconds is 3601, at most 3600");
+	const sg_http_options top = {.routes = routes,
+	                             .nroutes = 1,
+	                             .max_connections = SG_HTTP_CONNECTIONS_MAX,
+	                             .max_connections_per_ip = SG_HTTP_CONNECTIONS_MAX,
+	                             .request_timeout_seconds = SG_HTTP_TIMEOUT_MAX,
+	                             .timeout_seconds = SG_HTTP_TIMEOUT_MAX};
+	SG_CHECK_OK(sg_http_server_start(&s, &top));
+	reply r;
+	get(sg_http_server_port(s), "GET", "/healthz", &r);
+	SG_CHECK(r.status == 200);
+	reply_clear(&r);
+	sg_http_server_stop(s);
+}
+
 static void t_stop_with_clients(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, 0, 0))
+	if (!fixture_start(&fx, NULL, NULL))
 		return;
 	int idle = dial("127.0.0.1", fx.port);
 	int partial = dial("127.0.0.1", fx.port);
 	SG_CHECK(idle >= 0 && partial >= 0);
 	SG_CHECK(send_all(partial, "GET /metrics HTTP/1.1\r\nHost: x\r\n", 33));
-	sleep_ms(200);
+	SG_CHECK(open_connections(&fx, 2));
 	double t0 = now_s();
 	fixture_stop(&fx);
 	double took = now_s() - t0;
 	printf("  stop with 2 connected clients: %.3f s\n", took);
 	SG_CHECK(took < 2);
-	char c;
-	SG_CHECK(recv(partial, &c, 1, 0) <= 0);
+	SG_CHECK(closed_within(idle, 2000));
+	SG_CHECK(closed_within(partial, 2000));
 	close(idle);
 	close(partial);
 }
@@ -532,7 +677,7 @@ static void *scrape_run(void *arg)
 static void t_concurrent_scrapes(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, "127.0.0.1", 0, 0))
+	if (!fixture_start(&fx, "127.0.0.1", NULL))
 		return;
 	pthread_t h[HAMMERS], s[SCRAPERS];
 	scrape_ctx sc[SCRAPERS];
@@ -556,5 +701,332 @@ static void t_concurrent_scrapes(void)
 	fixture_stop(&fx);
 }
 
+/* ---- starvation -------------------------------------------------------- */
+
+/* Raises the open-files soft limit to the hard limit; false (and a failed
+ * check) when even that is below need. */
+static bool enough_files(rlim_t need)
+{
+	struct rlimit rl;
+	SG_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	if (rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		SG_CHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+		SG_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	}
+	bool ok = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need;
+	if (!ok)
+		printf("  open-files limit %llu, need %llu\n", (unsigned long long)rl.rlim_cur,
+		       (unsigned long long)need);
+	SG_CHECK(ok);
+	return ok;
+}
+
+static long now_ms(void)
+{
+	return (long)(now_s() * 1000);
+}
+
+/* The slowloris: LORIS_CONNS connections from LORIS_FROM, each trickling
+ * one byte of a never-ending header block per second. A connection the
+ * server closes is opened again a second later, so the attacker keeps
+ * knocking for the whole attack. One thread, poll(2) over every socket. */
+#define LORIS_CONNS 1000
+#define LORIS_FROM "127.0.0.2"
+#define LORIS_TICK_MS 1000
+
+typedef struct loris_slot {
+	int fd;
+	long opened_ms; /* when connect(2) was called */
+	long next_ms;   /* next byte, or next connect when fd < 0 */
+	size_t sent;
+} loris_slot;
+
+typedef struct loris {
+	uint16_t port;
+	atomic_bool stop;
+	loris_slot slot[LORIS_CONNS];
+	/* Results, read after the thread is joined. */
+	unsigned connects, connect_errors, bytes, closed_early, closed_late;
+	long longest_ms; /* longest connection the server let live */
+} loris;
+
+static const char LORIS_HEAD[] = "GET /readyz HTTP/1.1\r\nHost: x\r\n";
+static const char LORIS_LINE[] = "X-Loris: a\r\n";
+
+static char loris_byte(size_t i)
+{
+	size_t h = sizeof(LORIS_HEAD) - 1, l = sizeof(LORIS_LINE) - 1;
+	return i < h ? LORIS_HEAD[i] : LORIS_LINE[(i - h) % l];
+}
+
+static void loris_open(loris *l, loris_slot *sl, long now)
+{
+	sl->fd = socket(AF_INET, SOCK_STREAM, 0);
+	sl->opened_ms = now;
+	sl->sent = 0;
+	sl->next_ms = now + LORIS_TICK_MS;
+	if (sl->fd < 0) {
+		l->connect_errors++;
+		sl->next_ms = now + LORIS_TICK_MS;
+		return;
+	}
+	fcntl(sl->fd, F_SETFL, fcntl(sl->fd, F_GETFL) | O_NONBLOCK);
+	struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET, .sin_port = htons(l->port)};
+	inet_pton(AF_INET, LORIS_FROM, &src.sin_addr);
+	inet_pton(AF_INET, "127.0.0.1", &dst.sin_addr);
+	if (bind(sl->fd, (struct sockaddr *)&src, sizeof(src)) != 0 ||
+	    (connect(sl->fd, (struct sockaddr *)&dst, sizeof(dst)) != 0 && errno != EINPROGRESS)) {
+		close(sl->fd);
+		sl->fd = -1;
+		l->connect_errors++;
+		return;
+	}
+	l->connects++;
+}
+
+/* The server closed sl's connection (or refused it). */
+static void loris_lost(loris *l, loris_slot *sl, long now)
+{
+	long lived = now - sl->opened_ms;
+	if (lived > l->longest_ms)
+		l->longest_ms = lived;
+	if (lived < 1000)
+		l->closed_early++; /* refused at once: the per-address limit */
+	else
+		l->closed_late++; /* held, then closed: the deadline */
+	close(sl->fd);
+	sl->fd = -1;
+	sl->next_ms = now + LORIS_TICK_MS;
+}
+
+static void *loris_run(void *arg)
+{
+	loris *l = arg;
+	static struct pollfd p[LORIS_CONNS];
+	long start = now_ms();
+	for (size_t i = 0; i < LORIS_CONNS; i++) /* spread the first connects over a second */
+		l->slot[i] = (loris_slot){.fd = -1, .next_ms = start + (long)(i * LORIS_TICK_MS / LORIS_CONNS)};
+	while (!atomic_load(&l->stop)) {
+		long now = now_ms();
+		for (size_t i = 0; i < LORIS_CONNS; i++) {
+			loris_slot *sl = &l->slot[i];
+			if (now < sl->next_ms)
+				continue;
+			if (sl->fd < 0) {
+				loris_open(l, sl, now);
+				continue;
+			}
+			char c = loris_byte(sl->sent);
+			ssize_t w = send(sl->fd, &c, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (w == 1) {
+				sl->sent++;
+				l->bytes++;
+				sl->next_ms = now + LORIS_TICK_MS;
+			} else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN) {
+				sl->next_ms = now + 100; /* still connecting */
+			} else {
+				loris_lost(l, sl, now);
+			}
+		}
+		for (size_t i = 0; i < LORIS_CONNS; i++)
+			p[i] = (struct pollfd){.fd = l->slot[i].fd, .events = POLLIN}; /* fd -1 is skipped */
+		if (poll(p, LORIS_CONNS, 20) <= 0)
+			continue;
+		now = now_ms();
+		for (size_t i = 0; i < LORIS_CONNS; i++) {
+			if (p[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			char buf[256];
+			ssize_t r = recv(p[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+			if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+				loris_lost(l, &l->slot[i], now);
+		}
+	}
+	for (size_t i = 0; i < LORIS_CONNS; i++)
+		if (l->slot[i].fd >= 0)
+			close(l->slot[i].fd);
+	return NULL;
+}
+
+/* The kubelet: GET /readyz every 300 ms from 127.0.0.1 for ms; counts the
+ * probes answered 200 within PROBE_BUDGET_S and the slowest one, and
+ * samples how many connections the server holds. */
+#define PROBE_EVERY_MS 300
+#define PROBE_BUDGET_S 1.0
+
+typedef struct probes {
+	unsigned sent, good;
+	double worst_s;
+	uint64_t most_open;
+} probes;
+
+static void probe_for(const fixture *fx, long ms, probes *pr)
+{
+	long end = now_ms() + ms;
+	while (now_ms() < end) {
+		reply r;
+		double t0 = now_s();
+		get(fx->port, "GET", "/readyz", &r);
+		double took = now_s() - t0;
+		pr->sent++;
+		if (r.status == 200 && took <= PROBE_BUDGET_S)
+			pr->good++;
+		else
+			printf("  probe %u: status %d after %.3f s\n", pr->sent, r.status, took);
+		if (took > pr->worst_s)
+			pr->worst_s = took;
+		reply_clear(&r);
+		sg_http_stats st;
+		sg_http_server_stats(fx->srv, &st);
+		if (st.open > pr->most_open)
+			pr->most_open = st.open;
+		sleep_ms(PROBE_EVERY_MS);
+	}
+}
+
+/* With the defaults (8 per address, 5 s deadline): the attacker's excess is
+ * refused at once, what it holds is closed at the deadline, and every probe
+ * from another address is answered promptly, during the attack and after. */
+static void t_slowloris(void)
+{
+	if (!enough_files(LORIS_CONNS + 512))
+		return;
+	fixture fx;
+	if (!fixture_start(&fx, NULL, NULL))
+		return;
+	atomic_store(&fx.ready, true);
+	static loris l;
+	memset(&l, 0, sizeof(l));
+	l.port = fx.port;
+	atomic_init(&l.stop, false);
+	pthread_t t;
+	SG_CHECK(pthread_create(&t, NULL, loris_run, &l) == 0);
+
+	probes during = {0}, after = {0};
+	probe_for(&fx, 7000, &during); /* longer than the 5 s deadline */
+	atomic_store(&l.stop, true);
+	pthread_join(t, NULL);
+	probe_for(&fx, 1500, &after);
+	sg_http_stats st;
+	sg_http_server_stats(fx.srv, &st);
+
+	printf("  attacker: %u connections, %u bytes, %u refused at once, %u closed after holding a slot "
+	       "(longest %.1f s), %u connect errors\n",
+	       l.connects, l.bytes, l.closed_early, l.closed_late, l.longest_ms / 1000.0, l.connect_errors);
+	printf("  server: at most %llu connections open, %llu accepted, %llu closed at the deadline\n",
+	       (unsigned long long)during.most_open, (unsigned long long)st.accepted, (unsigned long long)st.overdue);
+	printf("  probes during: %u/%u good, worst %.3f s; after: %u/%u good, worst %.3f s\n", during.good, during.sent,
+	       during.worst_s, after.good, after.sent, after.worst_s);
+	SG_CHECK(l.connects >= LORIS_CONNS);  /* the attack happened */
+	SG_CHECK(during.most_open <= 8 + 1);  /* 8 from the attacker, 1 probe */
+	SG_CHECK(st.overdue >= 8);            /* the held slots... */
+	SG_CHECK(l.longest_ms < 5000 + 1500); /* ...were closed at the deadline */
+	SG_CHECK(during.sent >= 10 && during.good == during.sent);
+	SG_CHECK(after.sent >= 3 && after.good == after.sent);
+	fixture_stop(&fx);
+}
+
+/* A client that sends a header byte every second is never idle, yet it is
+ * closed at the absolute deadline, without a response. */
+static long trickle_until_closed(int fd, long limit_ms, size_t *sent)
+{
+	long t0 = now_ms();
+	*sent = 0;
+	while (now_ms() - t0 < limit_ms) {
+		char c = loris_byte(*sent);
+		if (send(fd, &c, 1, MSG_NOSIGNAL) != 1)
+			break;
+		(*sent)++;
+		if (closed_within(fd, 1000))
+			break;
+	}
+	return now_ms() - t0;
+}
+
+static void t_request_deadline(void)
+{
+	fixture fx;
+	/* Idle timeout far off: only the deadline can close these clients. */
+	if (!fixture_start(&fx, NULL, &(sg_http_options){.request_timeout_seconds = 2, .timeout_seconds = 60}))
+		return;
+	int fd = dial("127.0.0.1", fx.port);
+	SG_CHECK(fd >= 0);
+	size_t sent = 0;
+	long took = trickle_until_closed(fd, 8000, &sent);
+	printf("  trickling client closed after %.3f s, %zu bytes sent\n", took / 1000.0, sent);
+	SG_CHECK(took >= 1900 && took < 3500);
+	SG_CHECK(sent >= 2);
+	char c;
+	SG_CHECK(recv(fd, &c, 1, MSG_DONTWAIT) <= 0); /* no response */
+	close(fd);
+	sg_http_stats st;
+	sg_http_server_stats(fx.srv, &st);
+	SG_CHECK(st.overdue == 1);
+
+	/* Slow but in time: the request line, a pause, the rest. Served, and
+	 * the response ends the connection. */
+	fd = dial("127.0.0.1", fx.port);
+	SG_CHECK(fd >= 0);
+	SG_CHECK(send_all(fd, "GET /healthz HTTP/1.1\r\n", 23));
+	sleep_ms(1000);
+	SG_CHECK(send_all(fd, "Host: x\r\n\r\n", 11));
+	reply r;
+	SG_CHECK(read_response(fd, &r) == 200);
+	SG_CHECK(has_header(&r, "Connection: close"));
+	reply_clear(&r);
+	SG_CHECK(closed_within(fd, 2000));
+	close(fd);
+	SG_CHECK(open_connections(&fx, 0));
+	sg_http_server_stats(fx.srv, &st);
+	SG_CHECK(st.overdue == 1);
+	fixture_stop(&fx);
+}
+
+/* One address at its limit is refused more connections; another address
+ * is served meanwhile; a slot it frees is its own again. */
+static void t_per_ip_limit(void)
+{
+	fixture fx;
+	if (!fixture_start(
+	        &fx, NULL,
+	        &(sg_http_options){.max_connections_per_ip = 2, .request_timeout_seconds = 60, .timeout_seconds = 60}))
+		return;
+	int held[2];
+	for (int i = 0; i < 2; i++) { /* mid-request, holding a slot each */
+		held[i] = dial_from(LORIS_FROM, "127.0.0.1", fx.port);
+		SG_CHECK(held[i] >= 0 && send_all(held[i], "GET /healthz HTTP/1.1\r\n", 23));
+	}
+	SG_CHECK(open_connections(&fx, 2));
+	reply r;
+	int extra = dial_from(LORIS_FROM, "127.0.0.1", fx.port);
+	SG_CHECK(extra >= 0);                          /* the kernel completes the handshake... */
+	SG_CHECK(get_on(extra, "/healthz", &r) == -1); /* ...the server closes, no reply */
+	reply_clear(&r);
+	close(extra);
+	sg_http_stats st;
+	sg_http_server_stats(fx.srv, &st);
+	SG_CHECK(st.open == 2 && st.accepted == 2);
+
+	get(fx.port, "GET", "/healthz", &r); /* 127.0.0.1 is another address */
+	SG_CHECK(r.status == 200);
+	reply_clear(&r);
+
+	/* A held connection finishes its request: its slot is free again. */
+	SG_CHECK(send_all(held[0], "Host: x\r\n\r\n", 11));
+	SG_CHECK(read_response(held[0], &r) == 200);
+	reply_clear(&r);
+	close(held[0]);
+	SG_CHECK(open_connections(&fx, 1));
+	int again = dial_from(LORIS_FROM, "127.0.0.1", fx.port);
+	SG_CHECK(again >= 0 && get_on(again, "/healthz", &r) == 200);
+	reply_clear(&r);
+	if (again >= 0)
+		close(again);
+	close(held[1]);
+	fixture_stop(&fx);
+}
+
 SG_TEST_MAIN(SG_TEST(t_routes), SG_TEST(t_methods), SG_TEST(t_errors_not_echoed), SG_TEST(t_bind), SG_TEST(t_limits),
-             SG_TEST(t_stop_with_clients), SG_TEST(t_concurrent_scrapes))
+             SG_TEST(t_option_bounds), SG_TEST(t_stop_with_clients), SG_TEST(t_concurrent_scrapes),
+             SG_TEST(t_request_deadline), SG_TEST(t_per_ip_limit), SG_TEST(t_slowloris))
