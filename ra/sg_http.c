@@ -25,27 +25,33 @@
  *   the listen queue keeps moving and the kubelet's connection is reached in
  *   turn.
  * - Total limit (MHD_OPTION_CONNECTION_LIMIT), which bounds descriptors and
- *   memory (32 KiB per connection). At the limit libmicrohttpd takes the
- *   listen socket out of its epoll set; new clients wait in the kernel's
- *   listen queue, so the limit must not be held for long by anyone:
+ *   memory (32 KiB per connection). It is not what protects the probe: at
+ *   the limit libmicrohttpd takes the listen socket out of its epoll set
+ *   and new clients wait in the kernel's listen queue, so the limit must
+ *   not be held for long by anyone:
  * - Deadlines. MHD_OPTION_CONNECTION_TIMEOUT is an idle timeout: every byte
  *   received restarts it, so a client trickling a header byte every few
- *   seconds held a slot forever, and a thousand of them held every slot
- *   (the listen queue then drained 64 connections per 10 s idle timeout).
- *   libmicrohttpd has no absolute timeout, so this file adds one. Each
- *   connection gets a record in a table (NOTIFY_CONNECTION STARTED) holding
- *   its socket and a deadline: request_timeout after the accept; re-armed
- *   when the access handler runs (the client then has as long to take the
- *   response) and when a request completes (as long for a next request,
- *   should libmicrohttpd keep the connection: 0.9.75 does not, because it
- *   closes every connection whose response was queued on the first call of
- *   the access handler, which is where this file answers); the record is
- *   dropped at NOTIFY_CONNECTION CLOSED. A watcher thread sleeps until the
- *   earliest deadline and calls shutdown(2), not close(2), on the socket of
- *   each overdue connection. libmicrohttpd then sees end of file and
- *   hang-up on its epoll set and closes the connection through its ordinary
- *   path, as if the client had left; it wakes its own connections the same
- *   way in MHD_stop_daemon.
+ *   seconds would hold its slot forever. Nor does it help that the client
+ *   leaves: libmicrohttpd 0.9.75 takes a short read as "drained" on its
+ *   edge-triggered epoll set, so an end of file that arrived together with
+ *   the last bytes raises no further event and the dead connection keeps
+ *   its slot until a timeout. With only the idle timeout, a crowd that
+ *   stops keeps the listen queue draining one full set of slots per idle
+ *   timeout. libmicrohttpd has no absolute timeout, so this file adds one.
+ *   Each connection gets a record in a table (NOTIFY_CONNECTION STARTED)
+ *   holding its socket and a deadline: request_timeout after the accept;
+ *   re-armed when the access handler runs (the client then has as long to
+ *   take the response) and when a request completes (as long for a next
+ *   request, should libmicrohttpd keep the connection: 0.9.75 does not,
+ *   because it closes every connection whose response was queued on the
+ *   first call of the access handler, which is where this file answers);
+ *   the record is dropped at NOTIFY_CONNECTION CLOSED. A watcher thread
+ *   sleeps until the earliest deadline and calls shutdown(2), not close(2),
+ *   on the socket of each overdue connection. The shutdown is a state change
+ *   that wakes the epoll set afresh with a hang-up, which libmicrohttpd
+ *   handles as an error on the connection: it closes it through its
+ *   ordinary path (call_handlers with force_close, then cleanup). It wakes
+ *   its own connections the same way in MHD_stop_daemon.
  *
  * Why the watcher is safe (libmicrohttpd 0.9.75, daemon.c):
  * - Descriptor reuse. The watcher shuts a socket down only while it holds

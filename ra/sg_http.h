@@ -13,10 +13,11 @@
  * starve a probe; every one has a default used when the option is 0, and
  * sg_http_server_start refuses values above the stated maximum:
  *
- *   max_connections (128, at most 4096): connections open at once. At the
- *     limit the server stops accepting; a new client's connection waits in
- *     the kernel's listen queue until a slot frees (at the latest when a
- *     connection's deadline below passes), and is then served.
+ *   max_connections (128, at most 4096): connections open at once, one
+ *     descriptor each. At the limit the server stops accepting; a new
+ *     client's connection waits in the kernel's listen queue until a slot
+ *     frees (at the latest when a connection's deadline below passes), and
+ *     is then served.
  *   max_connections_per_ip (8, at most 4096): connections open at once from
  *     one client address (IPv4 address, or the whole IPv6 address; clients
  *     of a dual-stack listener reaching it over IPv4 count by their mapped
