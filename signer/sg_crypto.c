@@ -58,6 +58,7 @@
 #include <openssl/rsa.h>
 
 #include <limits.h>
+#include <pthread.h>
 #include <stdlib.h>
 
 struct sg_crypto {
@@ -231,6 +232,24 @@ int sg_crypto_verify(sg_crypto *c, const sg_pubkey *k, sg_sigalg alg, const uint
 	else
 		rc = verify_rsa(k, h, dg, sg_hash_len(h), sig, siglen);
 	return rc;
+}
+
+/* One process-wide fetch: EVP_Digest with an implicit EVP_sha256() would
+ * fetch on every call and take the provider store's lock. */
+static EVP_MD *sha256_md;
+static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+
+static void sha256_fetch(void)
+{
+	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+}
+
+int sg_sha256(const void *p, size_t n, uint8_t out[32])
+{
+	pthread_once(&sha256_once, sha256_fetch);
+	SG_ENSURE(sha256_md != NULL, SG_EINTERNAL, "SHA-256 is not available");
+	SG_OSSL(EVP_Digest(p, n, out, NULL, sha256_md, NULL), SG_EINTERNAL, "SHA-256 failed");
+	return SG_OK;
 }
 
 int sg_crypto_random(uint8_t *buf, size_t n)

@@ -35,6 +35,11 @@ SG_API int sg_crypto_digest(sg_crypto *c, sg_hash h, const void *p, size_t n, ui
 SG_API int sg_crypto_verify(sg_crypto *c, const sg_pubkey *k, sg_sigalg alg, const uint8_t *msg, size_t msglen,
 			    const uint8_t *sig, size_t siglen) SG_MUST_CHECK;
 
+/* SHA-256 of n bytes, for callers without an sg_crypto (cache keys, key
+ * identifiers, document fingerprints). Thread-safe; the digest is fetched
+ * once per process. */
+SG_API int sg_sha256(const void *p, size_t n, uint8_t out[32]) SG_MUST_CHECK;
+
 /* Fills buf with n bytes from OpenSSL's CSPRNG (per-thread DRBG). */
 SG_API int sg_crypto_random(uint8_t *buf, size_t n) SG_MUST_CHECK;
 
