@@ -2,11 +2,13 @@
  * istiod's serving certificate in a Secret (see sg_istiodcert.h for the
  * contract).
  *
- * Shape: one controller thread owns the current certificate ("material":
- * chain, key, validity) and makes the Secret say exactly that. It wakes on
- * three things: an event of the Secret informer (the Secret changed or
- * went away), a root bundle change, and the next deadline (the renewal
- * time, or a retry after a failure). Each wake runs one sync:
+ * Shape: a controller on the runtime (sg_ctrl.h) with one key, the
+ * Secret's. Its reconcile owns the current certificate ("material":
+ * chain, key, validity) and makes the Secret say exactly that. The key is
+ * queued by an event of the Secret informer (the Secret changed or went
+ * away), a root bundle change, and the next deadline (the renewal time,
+ * as the reconcile's requeue-after, or the runtime's retry after a
+ * failure). Each pass runs one sync:
  *
  *   root changed and the certificate no longer chains to it -> drop it
  *   no certificate, or it is due                            -> issue one
@@ -37,6 +39,7 @@
  * are outside our reach; they live as long as a request or the cache.
  */
 #include "sg_istiodcert.h"
+#include "sg_ctrl.h"
 #include "sg_softkey.h"
 #include "sg_spiffe.h"
 
@@ -99,27 +102,23 @@ struct sg_istiodcert {
 	sg_istiodcert_key_algorithm alg;
 	unsigned bits;
 
-	pthread_mutex_t mu; /* everything below up to `life` */
-	pthread_cond_t cv;  /* CLOCK_MONOTONIC: dirty, root, stop */
+	sg_ctrl *ctrl;
+	char key[SG_CTRL_KEY_MAX]; /* "<ns>/<name>": the one key */
+
+	pthread_mutex_t mu; /* the fields below up to cur */
 	json_t *root;       /* string; replaced whole, never modified */
 	bool root_changed;
-	bool dirty;
-	atomic_bool stop;
 	sg_istiodcert_stats stats;
 
-	pthread_mutex_t life; /* start/stop; the fields below */
-	bool running;
-	pthread_t th;
-	sg_kube_informer *inf;
-
+	/* The reconcile's alone while running (one worker); start and stop
+	 * hand it over between runs. */
 	material cur;
 	bool announce; /* cur is new: say so with an Event once it is written */
-	unsigned failures;
 };
 
 static bool stopping(const sg_istiodcert *c)
 {
-	return atomic_load(&c->stop);
+	return sg_ctrl_stopping(c->ctrl);
 }
 
 /* ---- small helpers ---- */
@@ -610,7 +609,7 @@ static int write_secret(sg_istiodcert *c, const json_t *root)
 	char *ca_b64 = NULL;
 	SG_TRY(b64_encode(json_string_value(root), json_string_length(root), &ca_b64));
 	sg_kube_ref ref = {.version = "v1", .resource = "secrets", .ns = c->ns, .name = c->name};
-	json_t *secret = sg_kube_informer_get(c->inf, c->ns, c->name);
+	json_t *secret = sg_kube_informer_get(sg_ctrl_informer(c->ctrl, 0), c->ns, c->name);
 	outcome out = OUT_NONE;
 	int rc = SG_OK;
 	for (int attempt = 0; attempt < WRITE_ATTEMPTS && out == OUT_NONE; attempt++) {
@@ -680,7 +679,7 @@ static void adopt(sg_istiodcert *c)
 	pthread_mutex_lock(&c->mu);
 	json_t *root = json_incref(c->root);
 	pthread_mutex_unlock(&c->mu);
-	json_t *secret = sg_kube_informer_get(c->inf, c->ns, c->name);
+	json_t *secret = sg_kube_informer_get(sg_ctrl_informer(c->ctrl, 0), c->ns, c->name);
 	material m;
 	if (secret && adoptable(c, secret, root, sg_wall_seconds(), &m)) {
 		if (c->cur.chain_b64 && strcmp(c->cur.chain_b64, m.chain_b64) == 0) {
@@ -702,101 +701,53 @@ static void adopt(sg_istiodcert *c)
 	json_decref(root);
 }
 
-static bool wait_synced(sg_istiodcert *c)
+/* When to look again after a success: at the renewal time, but at least
+ * every WAKE_MAX_MS (the wall clock may jump). */
+static uint64_t next_wake_ms(const sg_istiodcert *c)
 {
-	while (!stopping(c))
-		if (sg_kube_informer_wait_synced(c->inf, SYNC_POLL_MS) == SG_OK)
-			return true;
-	return false;
-}
-
-/* The monotonic time of the next sync after a success: the renewal time,
- * but at least every WAKE_MAX_MS (the wall clock may jump). */
-static uint64_t next_wake(const sg_istiodcert *c)
-{
-	uint64_t now = sg_now_ns();
 	int64_t left = c->cur.chain ? due_at(c, &c->cur, true) - sg_wall_seconds() : 0;
-	uint64_t ms = left <= 0 ? 0 : (uint64_t)left * 1000u;
-	return now + (ms > WAKE_MAX_MS ? WAKE_MAX_MS : ms) * 1000000ull;
+	uint64_t ms = left <= 0 ? 1 : (uint64_t)left * 1000u;
+	return ms > WAKE_MAX_MS ? WAKE_MAX_MS : ms;
 }
 
-static uint64_t backoff_ns(unsigned failures)
+/* ---- the controller's callbacks ---- */
+
+static int reconcile(sg_ctrl *ctrl, const char *key, sg_ctrl_result *res, void *arg)
 {
-	uint64_t ms = BACKOFF_FIRST_MS;
-	for (unsigned i = 1; i < failures && ms < BACKOFF_MAX_MS; i++)
-		ms *= 2;
-	return (ms > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : ms) * 1000000ull;
+	(void)ctrl, (void)key;
+	sg_istiodcert *c = arg;
+	pthread_mutex_lock(&c->mu);
+	bool root_changed = c->root_changed;
+	c->root_changed = false;
+	json_t *root = json_incref(c->root);
+	pthread_mutex_unlock(&c->mu);
+	int rc = sync_once(c, root, root_changed);
+	json_decref(root);
+	if (rc == SG_OK)
+		res->requeue_after_ms = next_wake_ms(c);
+	return rc;
 }
 
-static void *run(void *arg)
+static void synced(sg_ctrl *ctrl, void *arg)
+{
+	(void)ctrl;
+	adopt(arg);
+}
+
+/* There is one key, whether the Secret exists or not. */
+static void resync(sg_ctrl *ctrl, void *arg)
 {
 	sg_istiodcert *c = arg;
-	if (!wait_synced(c))
-		return NULL;
-	adopt(c);
-	uint64_t next = 0;
-	for (;;) {
-		pthread_mutex_lock(&c->mu);
-		while (!stopping(c) && !c->dirty && !c->root_changed && sg_now_ns() < next) {
-			struct timespec ts = {.tv_sec = (time_t)(next / 1000000000u),
-			                      .tv_nsec = (long)(next % 1000000000u)};
-			pthread_cond_timedwait(&c->cv, &c->mu, &ts);
-		}
-		if (stopping(c)) {
-			pthread_mutex_unlock(&c->mu);
-			break;
-		}
-		c->dirty = false;
-		bool root_changed = c->root_changed;
-		c->root_changed = false;
-		json_t *root = json_incref(c->root);
-		pthread_mutex_unlock(&c->mu);
-
-		int rc = sync_once(c, root, root_changed);
-		json_decref(root);
-		if (stopping(c))
-			break;
-		if (rc < 0) {
-			uint64_t delay = backoff_ns(++c->failures);
-			next = sg_now_ns() + delay;
-			pthread_mutex_lock(&c->mu);
-			c->stats.errors++;
-			pthread_mutex_unlock(&c->mu);
-			sg_log(SG_LOG_WARN, "istiodcert: sync failed; retrying", SG_F_STR("namespace", c->ns),
-			       SG_F_STR("secret", c->name), SG_F_STR("error", sg_error_last()->msg),
-			       SG_F_INT("retry_ms", delay / 1000000u), SG_F_END);
-		} else {
-			c->failures = 0;
-			next = next_wake(c);
-		}
-	}
-	return NULL;
+	sg_ctrl_add(ctrl, c->key);
 }
 
-static void mark_dirty(sg_istiodcert *c)
-{
-	pthread_mutex_lock(&c->mu);
-	c->dirty = true;
-	pthread_cond_signal(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-}
-
-static void on_add(json_t *obj, void *arg)
+/* Every event of the Secret informer is about our Secret (the field
+ * selector names it). */
+static void map_secret(sg_ctrl *ctrl, const json_t *obj, void *arg)
 {
 	(void)obj;
-	mark_dirty(arg);
-}
-
-static void on_update(json_t *old_obj, json_t *new_obj, void *arg)
-{
-	(void)old_obj, (void)new_obj;
-	mark_dirty(arg);
-}
-
-static void on_delete(json_t *obj, void *arg)
-{
-	(void)obj;
-	mark_dirty(arg);
+	sg_istiodcert *c = arg;
+	sg_ctrl_add(ctrl, c->key);
 }
 
 /* ---- options ---- */
@@ -998,13 +949,26 @@ int sg_istiodcert_new(sg_istiodcert **out, const sg_istiodcert_options *o, const
 	sg_istiodcert *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "istiodcert: out of memory");
 	pthread_mutex_init(&c->mu, NULL);
-	pthread_mutex_init(&c->life, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&c->cv, &ca);
-	pthread_condattr_destroy(&ca);
 	int rc = init(c, o, root_pem, len);
+	if (rc == SG_OK) {
+		snprintf(c->key, sizeof(c->key), "%s/%s", c->ns, c->name);
+		sg_ctrl_watch secrets = {
+			.ref = {.version = "v1", .resource = "secrets", .ns = c->ns},
+			.field_selector = c->field_selector,
+			.map = map_secret,
+		};
+		sg_ctrl_def def = {
+			.name = "istiodcert",
+			.kube = c->kube,
+			.watches = &secrets,
+			.nwatches = 1,
+			.reconcile = reconcile,
+			.synced = synced,
+			.resync = resync,
+			.arg = c,
+		};
+		rc = sg_ctrl_new(&c->ctrl, &def);
+	}
 	if (rc < 0) {
 		sg_istiodcert_free(c);
 		return rc;
@@ -1013,56 +977,30 @@ int sg_istiodcert_new(sg_istiodcert **out, const sg_istiodcert_options *o, const
 	return SG_OK;
 }
 
+sg_ctrl *sg_istiodcert_controller(sg_istiodcert *c)
+{
+	return c->ctrl;
+}
+
 int sg_istiodcert_start(sg_istiodcert *c)
 {
-	pthread_mutex_lock(&c->life);
-	int rc = SG_OK;
-	if (c->running)
-		goto unlock;
-	atomic_store(&c->stop, false);
+	if (sg_ctrl_running(c->ctrl))
+		return SG_OK;
 	pthread_mutex_lock(&c->mu);
-	c->dirty = false;
 	c->root_changed = true; /* the bundle may have changed while we were stopped: check the chain once */
 	pthread_mutex_unlock(&c->mu);
-	c->failures = 0;
-	sg_kube_ref secrets = {.version = "v1", .resource = "secrets", .ns = c->ns};
-	sg_kube_informer_opts io = {.field_selector = c->field_selector};
-	sg_kube_handlers h = {on_add, on_update, on_delete, c};
-	SG_TRY_GOTO(rc, sg_kube_informer_new(&c->inf, c->kube, &secrets, &io, &h), fail);
-	SG_TRY_GOTO(rc, sg_kube_informer_start(c->inf), fail);
-	SG_ENSURE_GOTO(rc, pthread_create(&c->th, NULL, run, c) == 0, fail, SG_EINTERNAL,
-	               "istiodcert: cannot start the controller thread");
-	c->running = true;
+	SG_TRY(sg_ctrl_start(c->ctrl));
 	sg_log(SG_LOG_INFO, "istiodcert: started", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name),
 	       SG_F_STR("dns", c->dns_list), SG_F_STR("uri", c->uri), SG_F_END);
-	goto unlock;
-fail:
-	atomic_store(&c->stop, true);
-	sg_kube_informer_free(c->inf);
-	c->inf = NULL;
-unlock:
-	pthread_mutex_unlock(&c->life);
-	return rc;
+	return SG_OK;
 }
 
 void sg_istiodcert_stop(sg_istiodcert *c)
 {
-	if (!c)
+	if (!c || !sg_ctrl_running(c->ctrl))
 		return;
-	pthread_mutex_lock(&c->life);
-	if (!c->running)
-		goto unlock;
-	pthread_mutex_lock(&c->mu);
-	atomic_store(&c->stop, true);
-	pthread_cond_broadcast(&c->cv);
-	pthread_mutex_unlock(&c->mu);
-	pthread_join(c->th, NULL); /* first: once it is joined, nothing of ours writes */
-	sg_kube_informer_free(c->inf);
-	c->inf = NULL;
-	c->running = false;
+	sg_ctrl_stop(c->ctrl); /* joins the worker: once it returns, nothing of ours writes */
 	sg_log(SG_LOG_INFO, "istiodcert: stopped", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name), SG_F_END);
-unlock:
-	pthread_mutex_unlock(&c->life);
 }
 
 int sg_istiodcert_set_root(sg_istiodcert *c, const char *root_pem, size_t len)
@@ -1076,21 +1014,25 @@ int sg_istiodcert_set_root(sg_istiodcert *c, const char *root_pem, size_t len)
 		c->root = root;
 		root = NULL;
 		c->root_changed = true;
-		pthread_cond_broadcast(&c->cv);
 	}
 	pthread_mutex_unlock(&c->mu);
 	json_decref(root);
-	if (changed)
+	if (changed) {
+		sg_ctrl_add(c->ctrl, c->key);
 		sg_log(SG_LOG_INFO, "istiodcert: root bundle changed", SG_F_STR("namespace", c->ns),
 		       SG_F_STR("secret", c->name), SG_F_END);
+	}
 	return SG_OK;
 }
 
 void sg_istiodcert_stats_get(sg_istiodcert *c, sg_istiodcert_stats *out)
 {
+	sg_ctrl_stats cs;
+	sg_ctrl_stats_get(c->ctrl, &cs);
 	pthread_mutex_lock(&c->mu);
 	*out = c->stats;
 	pthread_mutex_unlock(&c->mu);
+	out->errors = cs.errors;
 }
 
 void sg_istiodcert_free(sg_istiodcert *c)
@@ -1098,6 +1040,7 @@ void sg_istiodcert_free(sg_istiodcert *c)
 	if (!c)
 		return;
 	sg_istiodcert_stop(c);
+	sg_ctrl_free(c->ctrl);
 	material_free(&c->cur);
 	json_decref(c->root);
 	free(c->ns);
@@ -1108,8 +1051,6 @@ void sg_istiodcert_free(sg_istiodcert *c)
 	free(c->dns_list);
 	for (size_t i = 0; i < c->ndns; i++)
 		free(c->dns[i]);
-	pthread_cond_destroy(&c->cv);
 	pthread_mutex_destroy(&c->mu);
-	pthread_mutex_destroy(&c->life);
 	free(c);
 }

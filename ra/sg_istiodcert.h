@@ -35,9 +35,10 @@
  * A root bundle change (set_root) rewrites ca.crt, and re-issues only when
  * the current certificate no longer chains to the new bundle.
  *
- * Threads (between start and stop): one Secret informer (field selector on
- * the name) and one controller thread that issues, renews and writes.
- * Failures are retried after 1 s, doubling to 30 s.
+ * It is a controller on the runtime (sg_ctrl.h), named "istiodcert", with
+ * one key (the Secret). Threads (between start and stop): one Secret
+ * informer (field selector on the name) and one worker that issues, renews
+ * and writes. Failures are retried after 1 s, doubling to 30 s.
  *
  * Kubernetes RBAC the client needs: secrets get/list/watch/create/update/
  * delete in <ns>; events create in <ns>.
@@ -45,6 +46,7 @@
 #ifndef SG_ISTIODCERT_H
 #define SG_ISTIODCERT_H
 
+#include "sg_ctrl.h"
 #include "sg_error.h"
 #include "sg_kube.h"
 #include "sg_pool.h"
@@ -124,6 +126,10 @@ SG_API int sg_istiodcert_set_root(sg_istiodcert *c, const char *root_pem, size_t
 
 /* Counters since sg_istiodcert_new and the current certificate. Any thread. */
 SG_API void sg_istiodcert_stats_get(sg_istiodcert *c, sg_istiodcert_stats *out);
+
+/* The runtime's controller (borrowed), for the daemon's table; start and
+ * stop above wrap its start and stop. */
+SG_API sg_ctrl *sg_istiodcert_controller(sg_istiodcert *c);
 
 /* Stops and frees (the key is wiped); accepts NULL. */
 SG_API void sg_istiodcert_free(sg_istiodcert *c);

@@ -1,20 +1,20 @@
 /*
- * Root-bundle distribution (see sg_rootdist.h for the contract).
+ * Root-bundle distribution (see sg_rootdist.h for the contract), a
+ * controller on the runtime (sg_ctrl.h): the keys are namespace names.
  *
- * Shape: client-go's controller pattern, reduced. Two informers feed a
- * queue of namespace names; one worker takes a name and reconciles that one
- * namespace. Each key is at most once in the queue, so a burst of events
- * (a relist, a root change, our own writes echoing back) costs one
- * reconcile per namespace, and the single worker means one namespace is
+ * Two watches: namespaces (the primary: a resync queues every selected
+ * namespace) and ConfigMaps with our name in every namespace (an event
+ * queues the ConfigMap's namespace). The runtime de-duplicates keys, so a
+ * burst of events (a relist, a root change, our own writes echoing back)
+ * costs one reconcile per namespace, and one worker means one namespace is
  * never reconciled twice at the same time.
  *
  * Namespace selection is done by the API server: the namespace informer
  * carries the selector, so its store holds exactly the selected
  * namespaces, and a namespace that gains the label arrives as ADDED (and
  * one that loses it as DELETED), which is what makes "labelled later"
- * work without our own selector matcher. We still parse the selector
- * locally (same grammar as apimachinery's labels.Parse) so a typo fails at
- * start-up instead of as a LIST that 400s forever.
+ * work. The selector is still parsed here (sg_kube_selector.h), so a typo
+ * fails at start-up instead of as a LIST that 400s forever.
  *
  * The write decision reads the informer's cache, not a live GET: at start
  * (and after every root change) every selected namespace is reconciled, and
@@ -28,249 +28,42 @@
  * at all, which is also why our own writes cannot loop: their watch events
  * arrive after the store holds the object we wrote, and it matches.
  *
- * Leadership: the informers and the worker exist only between start and
- * stop, and each start lists afresh, so a new leader never acts on what it
- * saw the last time it led. The worker checks the stop flag before every
- * write; stop joins it, so no write of ours happens after stop returns.
+ * Leadership, retries, the pause while the API server is away and the
+ * rate of failure warnings are the runtime's.
  *
  * Events (core/v1 Event objects) are not written: a root rotation would
  * write one per namespace, and the log says the same.
  */
 #include "sg_rootdist.h"
 
-#include "sg_clock.h"
+#include "sg_ctrl.h"
 #include "sg_guard.h"
-#include "sg_kube_informer.h"
+#include "sg_kube_selector.h"
 #include "sg_log.h"
 
 #include <openssl/err.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#define BACKOFF_FIRST_MS 1000u
-#define BACKOFF_MAX_MS 30000u
-#define SYNC_POLL_MS 200u
 #define WRITE_ATTEMPTS 5 /* conflicts answered by re-reading before we back off */
-#define NAME_MAX_LEN SG_KUBE_NAME_MAX
-
-/* ---- the work queue ----
- *
- * Ready names wait in a FIFO; names that failed wait in a min-heap by due
- * time. `queued` maps each name to its state (0: in the FIFO, else its due
- * time), which is what deduplicates. A name moved from the heap to the
- * FIFO by a fresh event leaves a stale heap entry behind; it is recognised
- * (its due time no longer matches the map) and dropped when it surfaces.
- */
-
-typedef struct qnode {
-	struct qnode *next;
-	char name[];
-} qnode;
-
-typedef struct delayed {
-	uint64_t due_ns;
-	char *name;
-} delayed;
-
-typedef struct queue {
-	qnode *head, *tail;
-	delayed *heap;
-	size_t heap_len, heap_cap;
-	json_t *queued;   /* name -> integer: 0 ready, else due time (ns) */
-	json_t *failures; /* name -> integer: consecutive failures */
-} queue;
-
-static int queue_init(queue *q)
-{
-	memset(q, 0, sizeof(*q));
-	q->queued = json_object();
-	q->failures = json_object();
-	SG_ENSURE(q->queued && q->failures, SG_EINTERNAL, "rootdist: out of memory");
-	return SG_OK;
-}
-
-static void queue_clear(queue *q)
-{
-	while (q->head) {
-		qnode *n = q->head;
-		q->head = n->next;
-		free(n);
-	}
-	q->tail = NULL;
-	for (size_t i = 0; i < q->heap_len; i++)
-		free(q->heap[i].name);
-	q->heap_len = 0;
-	json_object_clear(q->queued);
-	json_object_clear(q->failures);
-}
-
-static void queue_free(queue *q)
-{
-	queue_clear(q);
-	free(q->heap);
-	json_decref(q->queued);
-	json_decref(q->failures);
-}
-
-static bool fifo_push(queue *q, const char *name)
-{
-	size_t len = strlen(name);
-	qnode *n = malloc(sizeof(*n) + len + 1);
-	if (!n)
-		return false;
-	n->next = NULL;
-	memcpy(n->name, name, len + 1);
-	if (q->tail)
-		q->tail->next = n;
-	else
-		q->head = n;
-	q->tail = n;
-	return true;
-}
-
-static bool heap_push(queue *q, const char *name, uint64_t due)
-{
-	if (q->heap_len == q->heap_cap) {
-		size_t cap = q->heap_cap ? q->heap_cap * 2 : 16;
-		delayed *h = realloc(q->heap, cap * sizeof(*h));
-		if (!h)
-			return false;
-		q->heap = h;
-		q->heap_cap = cap;
-	}
-	char *copy = strdup(name);
-	if (!copy)
-		return false;
-	size_t i = q->heap_len++;
-	q->heap[i] = (delayed){due, copy};
-	while (i > 0 && q->heap[(i - 1) / 2].due_ns > q->heap[i].due_ns) {
-		delayed t = q->heap[i];
-		q->heap[i] = q->heap[(i - 1) / 2];
-		q->heap[(i - 1) / 2] = t;
-		i = (i - 1) / 2;
-	}
-	return true;
-}
-
-/* Removes the heap's top into *out (the caller owns out->name). */
-static void heap_pop(queue *q, delayed *out)
-{
-	*out = q->heap[0];
-	q->heap[0] = q->heap[--q->heap_len];
-	size_t i = 0;
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		if (l < q->heap_len && q->heap[l].due_ns < q->heap[m].due_ns)
-			m = l;
-		if (r < q->heap_len && q->heap[r].due_ns < q->heap[m].due_ns)
-			m = r;
-		if (m == i)
-			break;
-		delayed t = q->heap[i];
-		q->heap[i] = q->heap[m];
-		q->heap[m] = t;
-		i = m;
-	}
-}
-
-/* Queues name now (delay_ns 0) or later; an earlier time wins over a
- * later one. Out of memory drops the name with a log line: the next event
- * or resync brings it back. */
-static void queue_add(queue *q, const char *name, uint64_t delay_ns)
-{
-	uint64_t due = delay_ns ? sg_now_ns() + delay_ns : 0;
-	json_t *cur = json_object_get(q->queued, name);
-	if (cur) {
-		uint64_t was = (uint64_t)json_integer_value(cur);
-		if (was == 0 || (due != 0 && due >= was))
-			return; /* already ready, or due sooner */
-	}
-	bool ok = json_object_set_new(q->queued, name, json_integer((json_int_t)due)) == 0 &&
-	          (due == 0 ? fifo_push(q, name) : heap_push(q, name, due));
-	if (!ok) {
-		json_object_del(q->queued, name);
-		sg_log(SG_LOG_WARN, "rootdist: cannot queue a namespace (out of memory)", SG_F_STR("namespace", name),
-		       SG_F_END);
-	}
-}
-
-/* Moves every heap entry that is due into the FIFO. */
-static void queue_promote(queue *q, uint64_t now)
-{
-	while (q->heap_len && q->heap[0].due_ns <= now) {
-		delayed d;
-		heap_pop(q, &d);
-		json_t *cur = json_object_get(q->queued, d.name);
-		if (cur && (uint64_t)json_integer_value(cur) == d.due_ns) {
-			if (json_object_set_new(q->queued, d.name, json_integer(0)) != 0 || !fifo_push(q, d.name))
-				json_object_del(q->queued, d.name);
-		}
-		free(d.name);
-	}
-}
-
-/* The first ready entry (caller frees it), or NULL. */
-static qnode *queue_take(queue *q)
-{
-	qnode *n = q->head;
-	if (!n)
-		return NULL;
-	q->head = n->next;
-	if (!q->head)
-		q->tail = NULL;
-	n->next = NULL;
-	json_object_del(q->queued, n->name);
-	return n;
-}
-
-/* The retry delay after one more failure of name. */
-static uint64_t queue_fail(queue *q, const char *name)
-{
-	json_int_t n = json_integer_value(json_object_get(q->failures, name)) + 1;
-	json_object_set_new(q->failures, name, json_integer(n));
-	uint64_t ms = BACKOFF_FIRST_MS;
-	for (json_int_t i = 1; i < n && ms < BACKOFF_MAX_MS; i++)
-		ms *= 2;
-	if (ms > BACKOFF_MAX_MS)
-		ms = BACKOFF_MAX_MS;
-	return ms * 1000000ull;
-}
-
-static void queue_forget(queue *q, const char *name)
-{
-	json_object_del(q->failures, name);
-}
-
-/* ---- the distributor ---- */
+#define NS_WATCH 0
+#define CM_WATCH 1
 
 struct sg_rootdist {
 	sg_kube *kube;
-	char *selector; /* NULL: every namespace */
+	sg_ctrl *ctrl;
+	sg_kube_selector *selector;
 	char *name;
 	char *key;
-	char *field_selector; /* metadata.name=<name> */
 
-	pthread_mutex_t mu; /* everything below up to `life` */
-	pthread_cond_t cv;  /* CLOCK_MONOTONIC: queue, resync, stop */
+	pthread_mutex_t mu; /* the fields below */
 	json_t *root;       /* string; replaced whole, never modified */
-	queue q;
-	bool resync_all;
-	atomic_bool stop;
 	sg_rootdist_stats stats;
-	uint64_t last_warn_ns; /* failure warnings: at most one a second */
-	uint64_t quiet_failures;
-
-	pthread_mutex_t life; /* start/stop; the fields below */
-	bool running;
-	pthread_t worker;
-	sg_kube_informer *ns_inf; /* set before and cleared after their threads */
-	sg_kube_informer *cm_inf;
 };
 
 typedef enum outcome {
@@ -280,217 +73,6 @@ typedef enum outcome {
 	OUT_SKIPPED,
 	OUT_STOPPED,
 } outcome;
-
-/* ---- label selectors (k8s.io/apimachinery/pkg/labels/selector.go) ---- */
-
-typedef struct sel {
-	const char *s;
-	size_t i;
-	char tok[NAME_MAX_LEN + 70]; /* an identifier token */
-} sel;
-
-enum sel_tok { T_END, T_IDENT, T_COMMA, T_OPEN, T_CLOSE, T_NOT, T_EQ, T_DEQ, T_NEQ, T_GT, T_LT, T_IN, T_NOTIN };
-
-static bool sel_special(char c)
-{
-	return c == '!' || c == '=' || c == ',' || c == '(' || c == ')' || c == '<' || c == '>' || c == ' ' ||
-	       c == '\t' || c == '\n' || c == '\r';
-}
-
-/* Reads the next token; an identifier is copied into p->tok. A byte that
- * is neither special nor printable ASCII is an error (-1). */
-static int sel_next(sel *p)
-{
-	while (p->s[p->i] == ' ' || p->s[p->i] == '\t' || p->s[p->i] == '\n' || p->s[p->i] == '\r')
-		p->i++;
-	char c = p->s[p->i];
-	if (!c)
-		return T_END;
-	p->i++;
-	switch (c) {
-	case ',':
-		return T_COMMA;
-	case '(':
-		return T_OPEN;
-	case ')':
-		return T_CLOSE;
-	case '<':
-		return T_LT;
-	case '>':
-		return T_GT;
-	case '!':
-		if (p->s[p->i] == '=') {
-			p->i++;
-			return T_NEQ;
-		}
-		return T_NOT;
-	case '=':
-		if (p->s[p->i] == '=') {
-			p->i++;
-			return T_DEQ;
-		}
-		return T_EQ;
-	}
-	size_t start = p->i - 1, n = 0;
-	p->i = start;
-	while (p->s[p->i] && !sel_special(p->s[p->i])) {
-		unsigned char b = (unsigned char)p->s[p->i];
-		if (b < 0x21 || b > 0x7e || n + 1 >= sizeof(p->tok))
-			return -1;
-		p->tok[n++] = (char)b;
-		p->i++;
-	}
-	p->tok[n] = 0;
-	if (strcmp(p->tok, "in") == 0)
-		return T_IN;
-	if (strcmp(p->tok, "notin") == 0)
-		return T_NOTIN;
-	return T_IDENT;
-}
-
-static int sel_peek(sel *p)
-{
-	size_t save = p->i;
-	char tok[sizeof(p->tok)];
-	memcpy(tok, p->tok, sizeof(tok));
-	int t = sel_next(p);
-	p->i = save;
-	memcpy(p->tok, tok, sizeof(tok));
-	return t;
-}
-
-static bool alnum(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-/* A label value or the name part of a key: at most 63 bytes of
- * [A-Za-z0-9] with '-', '_', '.' inside (empty only where allowed). */
-static bool label_name_ok(const char *s, size_t n, bool empty_ok)
-{
-	if (n == 0)
-		return empty_ok;
-	if (n > 63 || !alnum(s[0]) || !alnum(s[n - 1]))
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
-			return false;
-	return true;
-}
-
-/* A qualified key: [prefix/]name. */
-static bool label_key_ok(const char *k)
-{
-	const char *slash = strchr(k, '/');
-	if (!slash)
-		return label_name_ok(k, strlen(k), false);
-	return sg_kube_dns_subdomain(k, (size_t)(slash - k)) && label_name_ok(slash + 1, strlen(slash + 1), false);
-}
-
-static int sel_fail(const sel *p, const char *what)
-{
-	return sg_error_set(SG_EINVAL, "rootdist: namespace selector \"%.200s\": %s at offset %zu", p->s, what, p->i);
-}
-
-static int sel_values(sel *p)
-{
-	if (sel_next(p) != T_OPEN)
-		return sel_fail(p, "expected '(' after in/notin");
-	size_t n = 0;
-	for (;;) {
-		int t = sel_next(p);
-		if (t == T_CLOSE && n == 0)
-			return sel_fail(p, "the value set of in/notin is empty");
-		if (t == T_IDENT || t == T_IN || t == T_NOTIN) {
-			if (!label_name_ok(p->tok, strlen(p->tok), true))
-				return sel_fail(p, "invalid label value");
-			n++;
-			t = sel_next(p);
-		} else if (t == T_COMMA || t == T_CLOSE) {
-			n++; /* an empty value, as in "(a,)" */
-		} else {
-			return sel_fail(p, "expected a value");
-		}
-		if (t == T_CLOSE)
-			return SG_OK;
-		if (t != T_COMMA)
-			return sel_fail(p, "expected ',' or ')'");
-	}
-}
-
-static bool all_digits(const char *s)
-{
-	if (*s == '-')
-		s++;
-	if (!*s)
-		return false;
-	for (; *s; s++)
-		if (*s < '0' || *s > '9')
-			return false;
-	return true;
-}
-
-static int sel_requirement(sel *p)
-{
-	int t = sel_next(p);
-	bool negated = t == T_NOT;
-	if (negated)
-		t = sel_next(p);
-	if (t != T_IDENT && t != T_IN && t != T_NOTIN)
-		return sel_fail(p, "expected a label key");
-	if (!label_key_ok(p->tok))
-		return sel_fail(p, "invalid label key");
-	int op = sel_peek(p);
-	if (op == T_END || op == T_COMMA)
-		return SG_OK; /* key, !key */
-	if (negated)
-		return sel_fail(p, "'!key' takes no operator");
-	op = sel_next(p);
-	switch (op) {
-	case T_IN:
-	case T_NOTIN:
-		return sel_values(p);
-	case T_EQ:
-	case T_DEQ:
-	case T_NEQ:
-	case T_GT:
-	case T_LT: {
-		int v = sel_peek(p);
-		if (v == T_END || v == T_COMMA) {
-			if (op == T_GT || op == T_LT)
-				return sel_fail(p, "'<' and '>' need an integer");
-			return SG_OK; /* key= (empty value) */
-		}
-		v = sel_next(p);
-		if (v != T_IDENT && v != T_IN && v != T_NOTIN)
-			return sel_fail(p, "expected a value");
-		if ((op == T_GT || op == T_LT) ? !all_digits(p->tok) : !label_name_ok(p->tok, strlen(p->tok), true))
-			return sel_fail(p, "invalid label value");
-		return SG_OK;
-	}
-	default:
-		return sel_fail(p, "expected an operator (=, ==, !=, in, notin, <, >)");
-	}
-}
-
-/* Checks s; *blank tells whether it selects everything (empty or spaces). */
-static int selector_check(const char *s, bool *blank)
-{
-	SG_ENSURE(strlen(s) <= SG_ROOTDIST_SELECTOR_MAX, SG_EINVAL, "rootdist: namespace selector longer than %d bytes",
-	          SG_ROOTDIST_SELECTOR_MAX);
-	sel p = {.s = s};
-	*blank = sel_peek(&p) == T_END;
-	if (*blank)
-		return SG_OK;
-	for (;;) {
-		SG_TRY(sel_requirement(&p));
-		int t = sel_next(&p);
-		if (t == T_END)
-			return SG_OK;
-		if (t != T_COMMA)
-			return sel_fail(&p, "expected ','");
-	}
-}
 
 /* ---- the root bundle ---- */
 
@@ -523,11 +105,12 @@ static int root_string(const char *pem, size_t len, json_t **out)
 	return SG_OK;
 }
 
+
 /* ---- reconciling one namespace ---- */
 
 static bool stopping(const sg_rootdist *r)
 {
-	return atomic_load(&r->stop);
+	return sg_ctrl_stopping(r->ctrl);
 }
 
 static void count(sg_rootdist *r, uint64_t *counter)
@@ -670,9 +253,9 @@ static int update(sg_rootdist *r, const sg_kube_ref *ref, json_t *root, json_t *
 	return rc;
 }
 
-static int reconcile(sg_rootdist *r, const char *ns_name, outcome *out)
+static int reconcile_ns(sg_rootdist *r, const char *ns_name, outcome *out)
 {
-	json_t *ns = sg_kube_informer_get(r->ns_inf, NULL, ns_name);
+	json_t *ns = sg_kube_informer_get(sg_ctrl_informer(r->ctrl, NS_WATCH), NULL, ns_name);
 	bool skip = !ns || terminating(ns);
 	json_decref(ns);
 	if (skip) {
@@ -683,7 +266,7 @@ static int reconcile(sg_rootdist *r, const char *ns_name, outcome *out)
 	json_t *root = json_incref(r->root);
 	pthread_mutex_unlock(&r->mu);
 	sg_kube_ref ref = {.version = "v1", .resource = "configmaps", .ns = ns_name, .name = r->name};
-	json_t *cm = sg_kube_informer_get(r->cm_inf, ns_name, r->name);
+	json_t *cm = sg_kube_informer_get(sg_ctrl_informer(r->ctrl, CM_WATCH), ns_name, r->name);
 	int rc = SG_OK;
 	*out = OUT_STOPPED;
 	for (int attempt = 0; attempt < WRITE_ATTEMPTS && *out == OUT_STOPPED; attempt++) {
@@ -705,89 +288,12 @@ static int reconcile(sg_rootdist *r, const char *ns_name, outcome *out)
 	return rc;
 }
 
-/* ---- the worker ---- */
 
-static void enqueue(sg_rootdist *r, const char *ns)
-{
-	if (!ns || !*ns || strlen(ns) > NAME_MAX_LEN)
-		return;
-	pthread_mutex_lock(&r->mu);
-	queue_add(&r->q, ns, 0);
-	pthread_cond_signal(&r->cv);
-	pthread_mutex_unlock(&r->mu);
-}
+/* ---- the controller's callbacks ---- */
 
-/* Queues every selected namespace the informer holds. */
-static void enqueue_all(sg_rootdist *r)
-{
-	json_t *all = sg_kube_informer_list(r->ns_inf);
-	size_t i;
-	json_t *ns;
-	json_array_foreach(all, i, ns)
-	{
-		enqueue(r, sg_kube_meta_str(ns, "name"));
-	}
-	json_decref(all);
-}
-
-static bool wait_until(sg_rootdist *r, uint64_t deadline_ns)
-{
-	struct timespec ts = {.tv_sec = (time_t)(deadline_ns / 1000000000u),
-	                      .tv_nsec = (long)(deadline_ns % 1000000000u)};
-	return pthread_cond_timedwait(&r->cv, &r->mu, &ts) == 0;
-}
-
-/* The next namespace to reconcile (caller frees), or NULL once stopping. */
-static qnode *next_name(sg_rootdist *r)
+static void tally(sg_rootdist *r, const char *ns, outcome out)
 {
 	pthread_mutex_lock(&r->mu);
-	qnode *name = NULL;
-	while (!stopping(r)) {
-		if (r->resync_all) {
-			r->resync_all = false;
-			pthread_mutex_unlock(&r->mu);
-			enqueue_all(r);
-			pthread_mutex_lock(&r->mu);
-			continue;
-		}
-		queue_promote(&r->q, sg_now_ns());
-		name = queue_take(&r->q);
-		if (name)
-			break;
-		if (r->q.heap_len)
-			wait_until(r, r->q.heap[0].due_ns);
-		else
-			pthread_cond_wait(&r->cv, &r->mu);
-	}
-	pthread_mutex_unlock(&r->mu);
-	return name;
-}
-
-static void finish(sg_rootdist *r, const char *ns, int rc, outcome out)
-{
-	pthread_mutex_lock(&r->mu);
-	if (rc < 0) {
-		uint64_t delay = queue_fail(&r->q, ns);
-		queue_add(&r->q, ns, delay);
-		r->stats.errors++;
-		/* One line a second at most: when the API server is away every
-		 * namespace fails the same way. */
-		uint64_t now = sg_now_ns(), quiet = r->quiet_failures;
-		bool loud = now - r->last_warn_ns >= 1000000000u || r->last_warn_ns == 0;
-		if (loud) {
-			r->last_warn_ns = now;
-			r->quiet_failures = 0;
-		} else {
-			r->quiet_failures++;
-		}
-		pthread_mutex_unlock(&r->mu);
-		sg_log(loud ? SG_LOG_WARN : SG_LOG_DEBUG, "rootdist: reconcile failed; retrying",
-		       SG_F_STR("namespace", ns), SG_F_STR("error", sg_error_last()->msg),
-		       SG_F_INT("retry_ms", delay / 1000000u), SG_F_INT("failures_not_shown", loud ? quiet : 0),
-		       SG_F_END);
-		return;
-	}
-	queue_forget(&r->q, ns);
 	switch (out) {
 	case OUT_CREATED:
 		r->stats.creates++;
@@ -813,110 +319,45 @@ static void finish(sg_rootdist *r, const char *ns, int rc, outcome out)
 		       SG_F_STR("namespace", ns), SG_F_END);
 }
 
-/* Waits until both caches hold a first LIST; false when stopped first.
- * Deciding "absent, create it" from an empty cache would only cost
- * AlreadyExists round trips, but there is no reason to pay them. */
-static bool wait_synced(sg_rootdist *r)
+static int reconcile(sg_ctrl *c, const char *ns, sg_ctrl_result *res, void *arg)
 {
-	while (!stopping(r)) {
-		if (sg_kube_informer_wait_synced(r->ns_inf, SYNC_POLL_MS) == SG_OK &&
-		    sg_kube_informer_wait_synced(r->cm_inf, SYNC_POLL_MS) == SG_OK)
-			return true;
-	}
-	return false;
+	(void)c, (void)res;
+	sg_rootdist *r = arg;
+	outcome out = OUT_STOPPED;
+	int rc = reconcile_ns(r, ns, &out);
+	if (rc == SG_OK && !stopping(r))
+		tally(r, ns, out);
+	return rc;
 }
 
-/* Sleeps until deadline (monotonic ns) unless stopped first. */
-static void pause_until(sg_rootdist *r, uint64_t deadline)
-{
-	pthread_mutex_lock(&r->mu);
-	while (!stopping(r) && sg_now_ns() < deadline)
-		wait_until(r, deadline);
-	pthread_mutex_unlock(&r->mu);
-}
-
-/* A failure without any HTTP answer: the API server is unreachable, and
- * the next namespace would fail the same way. */
-static bool unreachable(int rc)
-{
-	return (rc == SG_EBUSY || rc == SG_ETIMEOUT) && sg_kube_last_status()->code == 0;
-}
-
-static void *work(void *arg)
+/* A namespace event queues the namespace itself. */
+static void map_namespace(sg_ctrl *c, const json_t *ns, void *arg)
 {
 	sg_rootdist *r = arg;
-	if (!wait_synced(r))
-		return NULL;
-	enqueue_all(r);
-	qnode *ns;
-	unsigned down = 0; /* consecutive reconciles that found the server unreachable */
-	while ((ns = next_name(r)) != NULL) {
-		outcome out = OUT_STOPPED;
-		int rc = reconcile(r, ns->name, &out);
-		bool away = rc < 0 && unreachable(rc);
-		if (!stopping(r))
-			finish(r, ns->name, rc, out);
-		free(ns);
-		/* Per-namespace backoff alone would still send one request per
-		 * namespace while the server is away; pause the whole worker
-		 * instead (1 s doubling to 30 s) until something answers. */
-		if (away) {
-			uint64_t ms = BACKOFF_FIRST_MS;
-			for (unsigned i = 0; i < down && ms < BACKOFF_MAX_MS; i++)
-				ms *= 2;
-			down++;
-			pause_until(r, sg_now_ns() + (ms < BACKOFF_MAX_MS ? ms : BACKOFF_MAX_MS) * 1000000ull);
-		} else {
-			down = 0;
-		}
-	}
-	return NULL;
-}
-
-/* ---- informer handlers (on the informers' threads) ---- */
-
-static void ns_changed(sg_rootdist *r, const json_t *ns)
-{
-	enqueue(r, sg_kube_meta_str(ns, "name"));
-	size_t n = sg_kube_informer_size(r->ns_inf);
+	const char *name = sg_kube_meta_str(ns, "name");
+	if (name && *name && strlen(name) <= SG_KUBE_NAME_MAX)
+		sg_ctrl_add(c, name);
+	size_t n = sg_kube_informer_size(sg_ctrl_informer(c, NS_WATCH));
 	pthread_mutex_lock(&r->mu);
 	r->stats.namespaces = n;
 	pthread_mutex_unlock(&r->mu);
 }
 
-static void ns_add(json_t *obj, void *arg)
+/* A ConfigMap event queues its namespace. */
+static void map_configmap(sg_ctrl *c, const json_t *cm, void *arg)
 {
-	ns_changed(arg, obj);
-}
-
-static void ns_update(json_t *old_obj, json_t *new_obj, void *arg)
-{
-	(void)old_obj;
-	ns_changed(arg, new_obj);
-}
-
-static void ns_delete(json_t *obj, void *arg)
-{
-	ns_changed(arg, obj);
-}
-
-static void cm_add(json_t *obj, void *arg)
-{
-	enqueue(arg, sg_kube_meta_str(obj, "namespace"));
-}
-
-static void cm_update(json_t *old_obj, json_t *new_obj, void *arg)
-{
-	(void)old_obj;
-	enqueue(arg, sg_kube_meta_str(new_obj, "namespace"));
-}
-
-static void cm_delete(json_t *obj, void *arg)
-{
-	enqueue(arg, sg_kube_meta_str(obj, "namespace"));
+	(void)arg;
+	const char *ns = sg_kube_meta_str(cm, "namespace");
+	if (ns && *ns && strlen(ns) <= SG_KUBE_NAME_MAX)
+		sg_ctrl_add(c, ns);
 }
 
 /* ---- life cycle ---- */
+
+static bool alnum(char c)
+{
+	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+}
 
 static bool configmap_key_ok(const char *k)
 {
@@ -944,20 +385,31 @@ static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_p
 	SG_ENSURE(sg_kube_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"",
 	          name);
 	SG_ENSURE(configmap_key_ok(key), SG_EINVAL, "rootdist: invalid ConfigMap key \"%.260s\"", key);
-	const char *selector = o->namespace_selector ? o->namespace_selector : "";
-	bool every = true;
-	SG_TRY(selector_check(selector, &every));
+	SG_TRY(sg_kube_selector_parse(&r->selector, o->namespace_selector, "rootdist: namespace selector"));
 	SG_TRY(root_string(root_pem, len, &r->root));
 	r->kube = o->kube;
-	if (!every)
-		SG_TRY(copy_str(selector, &r->selector));
 	SG_TRY(copy_str(name, &r->name));
 	SG_TRY(copy_str(key, &r->key));
-	size_t n = strlen("metadata.name=") + strlen(name) + 1;
-	r->field_selector = malloc(n);
-	SG_ENSURE(r->field_selector, SG_EINTERNAL, "rootdist: out of memory");
-	snprintf(r->field_selector, n, "metadata.name=%s", name);
-	return queue_init(&r->q);
+	char field[300];
+	snprintf(field, sizeof(field), "metadata.name=%s", name);
+	const char *labels = sg_kube_selector_everything(r->selector) ? NULL : sg_kube_selector_string(r->selector);
+	sg_ctrl_watch watches[] = {
+		[NS_WATCH] = {.ref = {.version = "v1", .resource = "namespaces"},
+		              .label_selector = labels,
+		              .map = map_namespace},
+		[CM_WATCH] = {.ref = {.version = "v1", .resource = "configmaps"},
+		              .field_selector = field,
+		              .map = map_configmap},
+	};
+	sg_ctrl_def def = {
+		.name = "rootdist",
+		.kube = o->kube,
+		.watches = watches,
+		.nwatches = 2,
+		.reconcile = reconcile,
+		.arg = r,
+	};
+	return sg_ctrl_new(&r->ctrl, &def);
 }
 
 int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char *root_pem, size_t len)
@@ -967,12 +419,6 @@ int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char 
 	sg_rootdist *r = calloc(1, sizeof(*r));
 	SG_ENSURE(r, SG_EINTERNAL, "rootdist: out of memory");
 	pthread_mutex_init(&r->mu, NULL);
-	pthread_mutex_init(&r->life, NULL);
-	pthread_condattr_t ca;
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&r->cv, &ca);
-	pthread_condattr_destroy(&ca);
 	int rc = init(r, o, root_pem, len);
 	if (rc < 0) {
 		sg_rootdist_free(r);
@@ -982,78 +428,30 @@ int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char 
 	return SG_OK;
 }
 
-/* Frees the informers of a stopped distributor. */
-static void drop_informers(sg_rootdist *r)
+sg_ctrl *sg_rootdist_controller(sg_rootdist *r)
 {
-	sg_kube_informer_free(r->ns_inf);
-	sg_kube_informer_free(r->cm_inf);
-	r->ns_inf = NULL;
-	r->cm_inf = NULL;
-}
-
-static int make_informers(sg_rootdist *r)
-{
-	sg_kube_ref namespaces = {.version = "v1", .resource = "namespaces"};
-	sg_kube_ref configmaps = {.version = "v1", .resource = "configmaps"};
-	sg_kube_informer_opts nso = {.label_selector = r->selector};
-	sg_kube_informer_opts cmo = {.field_selector = r->field_selector};
-	sg_kube_handlers nsh = {ns_add, ns_update, ns_delete, r};
-	sg_kube_handlers cmh = {cm_add, cm_update, cm_delete, r};
-	SG_TRY(sg_kube_informer_new(&r->ns_inf, r->kube, &namespaces, &nso, &nsh));
-	return sg_kube_informer_new(&r->cm_inf, r->kube, &configmaps, &cmo, &cmh);
+	return r->ctrl;
 }
 
 int sg_rootdist_start(sg_rootdist *r)
 {
-	pthread_mutex_lock(&r->life);
-	int rc = SG_OK;
-	if (r->running)
-		goto unlock;
-	atomic_store(&r->stop, false);
-	pthread_mutex_lock(&r->mu);
-	r->resync_all = false;
-	queue_clear(&r->q);
-	pthread_mutex_unlock(&r->mu);
-	SG_TRY_GOTO(rc, make_informers(r), fail);
-	SG_TRY_GOTO(rc, sg_kube_informer_start(r->ns_inf), fail);
-	SG_TRY_GOTO(rc, sg_kube_informer_start(r->cm_inf), fail);
-	SG_ENSURE_GOTO(rc, pthread_create(&r->worker, NULL, work, r) == 0, fail, SG_EINTERNAL,
-	               "rootdist: cannot start the worker thread");
-	r->running = true;
+	if (sg_ctrl_running(r->ctrl))
+		return SG_OK;
+	SG_TRY(sg_ctrl_start(r->ctrl));
 	sg_log(SG_LOG_INFO, "rootdist: started", SG_F_STR("name", r->name),
-	       SG_F_STR("selector", r->selector ? r->selector : ""), SG_F_END);
-	goto unlock;
-fail:
-	atomic_store(&r->stop, true);
-	drop_informers(r);
-unlock:
-	pthread_mutex_unlock(&r->life);
-	return rc;
+	       SG_F_STR("selector", sg_kube_selector_string(r->selector)), SG_F_END);
+	return SG_OK;
 }
 
 void sg_rootdist_stop(sg_rootdist *r)
 {
-	if (!r)
+	if (!r || !sg_ctrl_running(r->ctrl))
 		return;
-	pthread_mutex_lock(&r->life);
-	if (!r->running)
-		goto unlock;
+	sg_ctrl_stop(r->ctrl);
 	pthread_mutex_lock(&r->mu);
-	atomic_store(&r->stop, true);
-	pthread_cond_broadcast(&r->cv);
-	pthread_mutex_unlock(&r->mu);
-	/* The worker first: once it is joined, nothing of ours writes. */
-	pthread_join(r->worker, NULL);
-	drop_informers(r);
-	pthread_mutex_lock(&r->mu);
-	queue_clear(&r->q);
-	r->resync_all = false;
 	r->stats.namespaces = 0;
 	pthread_mutex_unlock(&r->mu);
-	r->running = false;
 	sg_log(SG_LOG_INFO, "rootdist: stopped", SG_F_STR("name", r->name), SG_F_END);
-unlock:
-	pthread_mutex_unlock(&r->life);
 }
 
 int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len)
@@ -1066,23 +464,26 @@ int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len)
 		json_decref(r->root);
 		r->root = root;
 		root = NULL;
-		r->resync_all = true; /* the worker lists the namespaces (only it may touch the informer) */
-		pthread_cond_broadcast(&r->cv);
 	}
 	pthread_mutex_unlock(&r->mu);
 	json_decref(root);
-	if (changed)
+	if (changed) {
+		sg_ctrl_resync(r->ctrl); /* every selected namespace, on a worker */
 		sg_log(SG_LOG_INFO, "rootdist: root bundle changed; reconciling every selected namespace",
 		       SG_F_STR("name", r->name), SG_F_END);
+	}
 	return SG_OK;
 }
 
 void sg_rootdist_stats_get(sg_rootdist *r, sg_rootdist_stats *out)
 {
+	sg_ctrl_stats cs;
+	sg_ctrl_stats_get(r->ctrl, &cs);
 	pthread_mutex_lock(&r->mu);
 	*out = r->stats;
-	out->queued = json_object_size(r->q.queued);
 	pthread_mutex_unlock(&r->mu);
+	out->errors = cs.errors;
+	out->queued = cs.queued;
 }
 
 void sg_rootdist_free(sg_rootdist *r)
@@ -1090,15 +491,11 @@ void sg_rootdist_free(sg_rootdist *r)
 	if (!r)
 		return;
 	sg_rootdist_stop(r);
-	drop_informers(r);
-	queue_free(&r->q);
+	sg_ctrl_free(r->ctrl);
+	sg_kube_selector_free(r->selector);
 	json_decref(r->root);
-	free(r->selector);
 	free(r->name);
 	free(r->key);
-	free(r->field_selector);
-	pthread_cond_destroy(&r->cv);
 	pthread_mutex_destroy(&r->mu);
-	pthread_mutex_destroy(&r->life);
 	free(r);
 }

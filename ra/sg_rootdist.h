@@ -21,10 +21,11 @@
  * ConfigMaps in namespaces that stop matching are left alone (not deleted,
  * no longer updated), as istio-csr does.
  *
+ * It is a controller on the runtime (sg_ctrl.h), named "rootdist".
  * Threads (between start and stop): two informers (namespaces matching the
  * selector, ConfigMaps with the name in all namespaces), each with its own
- * thread, and one worker thread that reconciles namespaces from a
- * deduplicated queue. Failures are retried per namespace after 1 s,
+ * thread, and one worker that reconciles namespaces from the runtime's
+ * de-duplicated queue. Failures are retried per namespace after 1 s,
  * doubling to 30 s; while the API server does not answer at all, the
  * worker also pauses as a whole (same steps), and failure warnings are
  * logged at most once a second.
@@ -35,8 +36,10 @@
 #ifndef SG_ROOTDIST_H
 #define SG_ROOTDIST_H
 
+#include "sg_ctrl.h"
 #include "sg_error.h"
 #include "sg_kube.h"
+#include "sg_kube_selector.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -45,7 +48,7 @@
 #define SG_ROOTDIST_KEY "root-cert.pem"
 #define SG_ROOTDIST_LABEL "istio.io/config"
 #define SG_ROOTDIST_ROOT_MAX (512u << 10) /* bundle bytes (a ConfigMap holds at most 1 MiB) */
-#define SG_ROOTDIST_SELECTOR_MAX 4096
+#define SG_ROOTDIST_SELECTOR_MAX SG_KUBE_SELECTOR_MAX
 
 typedef struct sg_rootdist sg_rootdist;
 
@@ -97,6 +100,10 @@ SG_API int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len
 
 /* Counters since sg_rootdist_new (namespaces and queued: now). Any thread. */
 SG_API void sg_rootdist_stats_get(sg_rootdist *r, sg_rootdist_stats *out);
+
+/* The runtime's controller (borrowed), for the daemon's table. start and
+ * stop above are its start and stop with a log line. */
+SG_API sg_ctrl *sg_rootdist_controller(sg_rootdist *r);
 
 /* Stops and frees; accepts NULL. */
 SG_API void sg_rootdist_free(sg_rootdist *r);

@@ -1,0 +1,544 @@
+/*
+ * One controller on the runtime (contract: sg_ctrl.h).
+ *
+ * Life of a run (start .. stop):
+ *   start   creates the informers (a fresh LIST each run: a new leader
+ *           must not act on what it saw when it last led), starts them,
+ *           starts the workers;
+ *   worker 0  waits until every informer has listed, runs `synced` (the
+ *           controller adopts what exists), queues everything through
+ *           `resync`, then opens the gate for the other workers: no
+ *           reconcile sees a half-filled cache;
+ *   workers take keys from the queue; the queue never hands one key to
+ *           two workers, so a reconcile owns its key;
+ *   stop    raises the stop flag (reconciles check it before each write),
+ *           shuts the queue, joins the workers (each finishes at most the
+ *           request it has in flight), then frees the informers.
+ *
+ * sg_ctrl_resync travels through the queue as a key no Kubernetes name can
+ * be (it starts with a control byte), so concurrent resync requests fold
+ * into one, and it runs on a worker while the informers surely exist.
+ *
+ * An absent API server: a failure that got no HTTP answer at all means the
+ * next key would fail the same way, so the queue as a whole pauses (1 s
+ * doubling to 30 s) besides the key's own backoff. Failure warnings are
+ * logged at most once a second per controller, with the number not shown.
+ */
+#include "sg_ctrl.h"
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_log.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RESYNC_KEY "\001resync"
+#define SYNC_POLL_MS 200u
+
+typedef struct watch {
+	sg_ctrl *owner;
+	char *group, *version, *resource, *ns;
+	char *label_selector, *field_selector;
+	sg_ctrl_map_fn map;
+} watch;
+
+struct sg_ctrl {
+	char name[SG_CTRL_NAME_MAX];
+	char field_manager[SG_CTRL_NAME_MAX + 8];
+	sg_kube *kube;
+	watch watches[SG_CTRL_WATCH_MAX];
+	size_t nwatches;
+	sg_ctrl_reconcile_fn reconcile;
+	void (*synced)(sg_ctrl *c, void *arg);
+	void (*resync)(sg_ctrl *c, void *arg);
+	void *arg;
+	unsigned nworkers;
+	sg_ctrl_queue *q;
+	atomic_bool stop;
+
+	pthread_mutex_t life; /* start/stop and the fields below */
+	bool running;
+	pthread_t workers[SG_CTRL_WORKERS_MAX];
+	size_t started;
+	sg_kube_informer *inf[SG_CTRL_WATCH_MAX];
+
+	pthread_mutex_t gate_mu; /* the gate: workers > 0 wait for worker 0 */
+	pthread_cond_t gate_cv;
+	bool open;
+
+	atomic_bool is_running;
+	atomic_uint_fast64_t reconciles, errors, requeues;
+	atomic_uint down; /* consecutive failures without an answer */
+	_Atomic(sg_series *) m_ok, m_failed, m_requeued, m_queued;
+
+	pthread_mutex_t warn_mu;
+	uint64_t last_warn_ns, quiet;
+};
+
+/* ---- keys ---- */
+
+bool sg_ctrl_key_of(const json_t *obj, char key[SG_CTRL_KEY_MAX])
+{
+	const char *ns = sg_kube_meta_str(obj, "namespace");
+	const char *name = sg_kube_meta_str(obj, "name");
+	if (!name || !*name)
+		return false;
+	int n = ns && *ns ? snprintf(key, SG_CTRL_KEY_MAX, "%s/%s", ns, name) : snprintf(key, SG_CTRL_KEY_MAX, "%s", name);
+	return n > 0 && n < SG_CTRL_KEY_MAX;
+}
+
+bool sg_ctrl_key_split(const char *key, char ns[64], char name[SG_KUBE_NAME_MAX + 1])
+{
+	const char *slash = strchr(key, '/');
+	size_t nl = slash ? (size_t)(slash - key) : 0;
+	const char *nm = slash ? slash + 1 : key;
+	if (nl > 63 || strlen(nm) == 0 || strlen(nm) > SG_KUBE_NAME_MAX || strchr(nm, '/'))
+		return false;
+	memcpy(ns, key, nl);
+	ns[nl] = 0;
+	memcpy(name, nm, strlen(nm) + 1);
+	return true;
+}
+
+static void set_queued(sg_ctrl *c)
+{
+	sg_series *s = atomic_load(&c->m_queued);
+	if (s)
+		sg_series_set(s, (double)sg_ctrl_queue_len(c->q));
+}
+
+static void bump(atomic_uint_fast64_t *n, _Atomic(sg_series *) *series)
+{
+	atomic_fetch_add_explicit(n, 1, memory_order_relaxed);
+	sg_series *s = atomic_load(series);
+	if (s)
+		sg_series_inc(s);
+}
+
+void sg_ctrl_add(sg_ctrl *c, const char *key)
+{
+	sg_ctrl_queue_add(c->q, key); /* refused while stopped: the queue is shut */
+	set_queued(c);
+}
+
+void sg_ctrl_add_after(sg_ctrl *c, const char *key, uint64_t delay_ms)
+{
+	sg_ctrl_queue_add_after(c->q, key, delay_ms);
+	set_queued(c);
+}
+
+void sg_ctrl_resync(sg_ctrl *c)
+{
+	sg_ctrl_queue_add(c->q, RESYNC_KEY);
+}
+
+/* ---- informer handlers (informer threads) ---- */
+
+static void map_obj(watch *w, const json_t *obj)
+{
+	if (w->map) {
+		w->map(w->owner, obj, w->owner->arg);
+		return;
+	}
+	char key[SG_CTRL_KEY_MAX];
+	if (sg_ctrl_key_of(obj, key))
+		sg_ctrl_add(w->owner, key);
+}
+
+static void on_add(json_t *obj, void *arg)
+{
+	map_obj(arg, obj);
+}
+
+static void on_update(json_t *old_obj, json_t *new_obj, void *arg)
+{
+	(void)old_obj;
+	map_obj(arg, new_obj);
+}
+
+static void on_delete(json_t *obj, void *arg)
+{
+	map_obj(arg, obj);
+}
+
+/* ---- workers ---- */
+
+bool sg_ctrl_stopping(const sg_ctrl *c)
+{
+	return atomic_load(&c->stop);
+}
+
+sg_kube_informer *sg_ctrl_informer(sg_ctrl *c, size_t i)
+{
+	return i < c->nwatches ? c->inf[i] : NULL;
+}
+
+static bool wait_synced(sg_ctrl *c)
+{
+	for (size_t i = 0; i < c->nwatches; i++)
+		while (sg_kube_informer_wait_synced(c->inf[i], SYNC_POLL_MS) != SG_OK)
+			if (sg_ctrl_stopping(c))
+				return false;
+	return !sg_ctrl_stopping(c);
+}
+
+static void resync_default(sg_ctrl *c)
+{
+	json_t *all = sg_kube_informer_list(c->inf[0]);
+	size_t i;
+	json_t *obj;
+	json_array_foreach(all, i, obj)
+	{
+		map_obj(&c->watches[0], obj);
+	}
+	json_decref(all);
+}
+
+static void run_resync(sg_ctrl *c)
+{
+	if (c->resync)
+		c->resync(c, c->arg);
+	else
+		resync_default(c);
+}
+
+/* A failure without any HTTP answer: the API server is unreachable. */
+static bool unreachable(int rc)
+{
+	return (rc == SG_EBUSY || rc == SG_ETIMEOUT) && sg_kube_last_status()->code == 0;
+}
+
+static void warn_failure(sg_ctrl *c, const char *key, uint64_t retry_ms)
+{
+	pthread_mutex_lock(&c->warn_mu);
+	uint64_t now = sg_now_ns(), quiet = c->quiet;
+	bool loud = c->last_warn_ns == 0 || now - c->last_warn_ns >= 1000000000u;
+	if (loud) {
+		c->last_warn_ns = now;
+		c->quiet = 0;
+	} else {
+		c->quiet++;
+	}
+	pthread_mutex_unlock(&c->warn_mu);
+	sg_log(loud ? SG_LOG_WARN : SG_LOG_DEBUG, "reconcile failed; retrying", SG_F_STR("controller", c->name),
+	       SG_F_STR("key", key), SG_F_STR("error", sg_error_last()->msg), SG_F_INT("retry_ms", retry_ms),
+	       SG_F_INT("failures_not_shown", loud ? quiet : 0), SG_F_END);
+}
+
+static void handle(sg_ctrl *c, const char *key)
+{
+	if (strcmp(key, RESYNC_KEY) == 0) {
+		run_resync(c);
+		return;
+	}
+	sg_ctrl_result res = {0};
+	int rc = c->reconcile(c, key, &res, c->arg);
+	if (sg_ctrl_stopping(c))
+		return;
+	if (rc < 0) {
+		uint64_t ms = sg_ctrl_queue_add_rate_limited(c->q, key);
+		bump(&c->errors, &c->m_failed);
+		warn_failure(c, key, ms);
+		if (unreachable(rc)) {
+			unsigned down = atomic_fetch_add(&c->down, 1);
+			uint64_t pause = SG_CTRL_BACKOFF_FIRST_MS;
+			for (unsigned i = 0; i < down && pause < SG_CTRL_BACKOFF_MAX_MS; i++)
+				pause *= 2;
+			if (pause > SG_CTRL_BACKOFF_MAX_MS)
+				pause = SG_CTRL_BACKOFF_MAX_MS;
+			sg_ctrl_queue_pause_until(c->q, sg_now_ns() + pause * 1000000ull);
+		} else {
+			atomic_store(&c->down, 0);
+		}
+		return;
+	}
+	atomic_store(&c->down, 0);
+	sg_ctrl_queue_forget(c->q, key);
+	bump(&c->reconciles, &c->m_ok);
+	if (res.requeue_after_ms) {
+		sg_ctrl_queue_add_after(c->q, key, res.requeue_after_ms);
+		bump(&c->requeues, &c->m_requeued);
+	}
+}
+
+typedef struct worker_arg {
+	sg_ctrl *c;
+	size_t index;
+} worker_arg;
+
+static bool pass_gate(sg_ctrl *c, size_t index)
+{
+	if (index == 0) {
+		bool ok = wait_synced(c);
+		if (ok) {
+			if (c->synced)
+				c->synced(c, c->arg);
+			run_resync(c);
+		}
+		pthread_mutex_lock(&c->gate_mu);
+		c->open = true;
+		pthread_cond_broadcast(&c->gate_cv);
+		pthread_mutex_unlock(&c->gate_mu);
+		return ok;
+	}
+	pthread_mutex_lock(&c->gate_mu);
+	while (!c->open)
+		pthread_cond_wait(&c->gate_cv, &c->gate_mu);
+	pthread_mutex_unlock(&c->gate_mu);
+	return !sg_ctrl_stopping(c);
+}
+
+static void *work(void *p)
+{
+	worker_arg wa = *(worker_arg *)p;
+	free(p);
+	sg_ctrl *c = wa.c;
+	if (!pass_gate(c, wa.index))
+		return NULL;
+	char key[SG_CTRL_KEY_MAX];
+	while (sg_ctrl_queue_get(c->q, key)) {
+		if (!sg_ctrl_stopping(c))
+			handle(c, key);
+		sg_ctrl_queue_done(c->q, key);
+		set_queued(c);
+	}
+	return NULL;
+}
+
+/* ---- life cycle ---- */
+
+static int copy_opt(const char *s, char **out)
+{
+	*out = NULL;
+	if (!s)
+		return SG_OK;
+	*out = strdup(s);
+	SG_ENSURE(*out, SG_EINTERNAL, "controller: out of memory");
+	return SG_OK;
+}
+
+static bool name_ok(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n == 0 || n >= SG_CTRL_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-'))
+			return false;
+	return true;
+}
+
+static int init(sg_ctrl *c, const sg_ctrl_def *d)
+{
+	SG_ENSURE(name_ok(d->name), SG_EINVAL, "controller: the name must be 1..%d bytes of [a-z0-9-]",
+	          SG_CTRL_NAME_MAX - 1);
+	SG_ENSURE(d->kube && d->reconcile, SG_EINVAL, "controller %s: needs a client and a reconcile function", d->name);
+	SG_ENSURE(d->watches && d->nwatches >= 1 && d->nwatches <= SG_CTRL_WATCH_MAX, SG_EINVAL,
+	          "controller %s: 1..%d watches", d->name, SG_CTRL_WATCH_MAX);
+	SG_ENSURE(d->workers <= SG_CTRL_WORKERS_MAX, SG_EINVAL, "controller %s: at most %d workers", d->name,
+	          SG_CTRL_WORKERS_MAX);
+	snprintf(c->name, sizeof(c->name), "%s", d->name);
+	snprintf(c->field_manager, sizeof(c->field_manager), "signet-%s", d->name);
+	c->kube = d->kube;
+	c->reconcile = d->reconcile;
+	c->synced = d->synced;
+	c->resync = d->resync;
+	c->arg = d->arg;
+	c->nworkers = d->workers ? d->workers : 1;
+	for (size_t i = 0; i < d->nwatches; i++) {
+		const sg_ctrl_watch *s = &d->watches[i];
+		watch *w = &c->watches[i];
+		SG_ENSURE(s->ref.version && s->ref.resource && !s->ref.name, SG_EINVAL,
+		          "controller %s: watch %zu must name a collection (version, resource, no name)", d->name, i);
+		w->owner = c;
+		w->map = s->map;
+		c->nwatches++;
+		SG_TRY(copy_opt(s->ref.group, &w->group));
+		SG_TRY(copy_opt(s->ref.version, &w->version));
+		SG_TRY(copy_opt(s->ref.resource, &w->resource));
+		SG_TRY(copy_opt(s->ref.ns, &w->ns));
+		SG_TRY(copy_opt(s->label_selector, &w->label_selector));
+		SG_TRY(copy_opt(s->field_selector, &w->field_selector));
+	}
+	SG_TRY(sg_ctrl_queue_new(&c->q, d->backoff_first_ms, d->backoff_max_ms));
+	sg_ctrl_queue_shutdown(c->q); /* adds are refused until start */
+	return SG_OK;
+}
+
+int sg_ctrl_new(sg_ctrl **out, const sg_ctrl_def *d)
+{
+	*out = NULL;
+	SG_ENSURE(d, SG_EINVAL, "controller: no definition");
+	sg_ctrl *c = calloc(1, sizeof(*c));
+	SG_ENSURE(c, SG_EINTERNAL, "controller: out of memory");
+	pthread_mutex_init(&c->life, NULL);
+	pthread_mutex_init(&c->gate_mu, NULL);
+	pthread_cond_init(&c->gate_cv, NULL);
+	pthread_mutex_init(&c->warn_mu, NULL);
+	int rc = init(c, d);
+	if (rc < 0) {
+		sg_ctrl_free(c);
+		return rc;
+	}
+	*out = c;
+	return SG_OK;
+}
+
+static void drop_informers(sg_ctrl *c)
+{
+	for (size_t i = 0; i < c->nwatches; i++) {
+		sg_kube_informer_free(c->inf[i]);
+		c->inf[i] = NULL;
+	}
+}
+
+/* Ends a run: the workers first (once joined, nothing of ours writes),
+ * then the informers. life held. */
+static void halt(sg_ctrl *c)
+{
+	atomic_store(&c->stop, true);
+	sg_ctrl_queue_shutdown(c->q);
+	pthread_mutex_lock(&c->gate_mu);
+	c->open = true; /* workers waiting at the gate leave */
+	pthread_cond_broadcast(&c->gate_cv);
+	pthread_mutex_unlock(&c->gate_mu);
+	for (size_t i = 0; i < c->started; i++)
+		pthread_join(c->workers[i], NULL);
+	c->started = 0;
+	drop_informers(c);
+	sg_ctrl_queue_reset(c->q);
+	sg_ctrl_queue_shutdown(c->q);
+	set_queued(c);
+}
+
+static int make_informers(sg_ctrl *c)
+{
+	for (size_t i = 0; i < c->nwatches; i++) {
+		watch *w = &c->watches[i];
+		sg_kube_ref ref = {.group = w->group, .version = w->version, .resource = w->resource, .ns = w->ns};
+		sg_kube_informer_opts o = {.label_selector = w->label_selector, .field_selector = w->field_selector};
+		sg_kube_handlers h = {on_add, on_update, on_delete, w};
+		SG_TRY(sg_kube_informer_new(&c->inf[i], c->kube, &ref, &o, &h));
+	}
+	for (size_t i = 0; i < c->nwatches; i++)
+		SG_TRY(sg_kube_informer_start(c->inf[i]));
+	return SG_OK;
+}
+
+static int start_workers(sg_ctrl *c)
+{
+	for (size_t i = 0; i < c->nworkers; i++) {
+		worker_arg *wa = malloc(sizeof(*wa));
+		SG_ENSURE(wa, SG_EINTERNAL, "controller %s: out of memory", c->name);
+		*wa = (worker_arg){c, i};
+		if (pthread_create(&c->workers[i], NULL, work, wa) != 0) {
+			free(wa);
+			SG_BAIL(SG_EINTERNAL, "controller %s: cannot start a worker thread", c->name);
+		}
+		c->started++;
+	}
+	return SG_OK;
+}
+
+int sg_ctrl_start(sg_ctrl *c)
+{
+	pthread_mutex_lock(&c->life);
+	int rc = SG_OK;
+	if (c->running)
+		goto unlock;
+	atomic_store(&c->stop, false);
+	atomic_store(&c->down, 0);
+	c->open = false;
+	sg_ctrl_queue_reset(c->q);
+	rc = make_informers(c);
+	if (rc == SG_OK)
+		rc = start_workers(c);
+	if (rc < 0) {
+		sg_error saved;
+		sg_error_save(&saved);
+		halt(c);
+		sg_error_restore(&saved);
+		goto unlock;
+	}
+	c->running = true;
+	atomic_store(&c->is_running, true);
+unlock:
+	pthread_mutex_unlock(&c->life);
+	return rc;
+}
+
+void sg_ctrl_stop(sg_ctrl *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->life);
+	if (c->running) {
+		atomic_store(&c->is_running, false);
+		halt(c);
+		c->running = false;
+	}
+	pthread_mutex_unlock(&c->life);
+}
+
+void sg_ctrl_free(sg_ctrl *c)
+{
+	if (!c)
+		return;
+	sg_ctrl_stop(c);
+	sg_ctrl_queue_free(c->q);
+	for (size_t i = 0; i < c->nwatches; i++) {
+		watch *w = &c->watches[i];
+		free(w->group);
+		free(w->version);
+		free(w->resource);
+		free(w->ns);
+		free(w->label_selector);
+		free(w->field_selector);
+	}
+	pthread_mutex_destroy(&c->life);
+	pthread_mutex_destroy(&c->gate_mu);
+	pthread_cond_destroy(&c->gate_cv);
+	pthread_mutex_destroy(&c->warn_mu);
+	free(c);
+}
+
+const char *sg_ctrl_name(const sg_ctrl *c)
+{
+	return c->name;
+}
+
+sg_kube *sg_ctrl_kube(const sg_ctrl *c)
+{
+	return c->kube;
+}
+
+const char *sg_ctrl_field_manager(const sg_ctrl *c)
+{
+	return c->field_manager;
+}
+
+bool sg_ctrl_running(sg_ctrl *c)
+{
+	return c && atomic_load(&c->is_running);
+}
+
+void sg_ctrl_stats_get(sg_ctrl *c, sg_ctrl_stats *out)
+{
+	out->reconciles = atomic_load(&c->reconciles);
+	out->errors = atomic_load(&c->errors);
+	out->requeues = atomic_load(&c->requeues);
+	out->queued = sg_ctrl_queue_len(c->q);
+	out->running = atomic_load(&c->is_running);
+}
+
+void sg_ctrl_bind_metrics(sg_ctrl *c, sg_series *ok, sg_series *failed, sg_series *requeued, sg_series *queued)
+{
+	atomic_store(&c->m_ok, ok);
+	atomic_store(&c->m_failed, failed);
+	atomic_store(&c->m_requeued, requeued);
+	atomic_store(&c->m_queued, queued);
+	set_queued(c);
+}

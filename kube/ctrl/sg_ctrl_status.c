@@ -1,0 +1,229 @@
+/*
+ * What a reconcile function writes besides its objects (contract:
+ * sg_ctrl.h): Events, metav1.Conditions and server-side apply.
+ *
+ * Conditions follow apimachinery's meta.SetStatusCondition: a condition is
+ * identified by its type; lastTransitionTime moves only when the status
+ * does, so a controller that re-asserts "Ready=True" on every pass does not
+ * make the condition look new. Status is written only when an owned field
+ * differs from what the object says, so a reconcile that finds nothing to
+ * do makes no request and no watch event, and cannot loop on its own
+ * writes.
+ *
+ * Server-side apply with one field manager per controller
+ * ("signet-<name>") and force: a controller's fields are its own, and the
+ * API server tells apart what a user or another controller set.
+ */
+#include "sg_ctrl.h"
+#include "sg_guard.h"
+#include "sg_log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define REASON_MAX 1024
+#define MESSAGE_MAX 32768
+#define EVENT_MESSAGE_MAX 1024
+
+void sg_ctrl_event(sg_ctrl *c, const json_t *obj, const char *type, const char *reason, const char *fmt, ...)
+{
+	char msg[EVENT_MESSAGE_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (sg_kube_event(sg_ctrl_kube(c), obj, type, reason, msg, sg_ctrl_field_manager(c), NULL) < 0)
+		sg_log(SG_LOG_DEBUG, "cannot record an Event", SG_F_STR("controller", sg_ctrl_name(c)),
+		       SG_F_STR("reason", reason), SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+}
+
+int sg_ctrl_apply(sg_ctrl *c, const sg_kube_ref *ref, const json_t *body, json_t **out)
+{
+	return sg_kube_apply(sg_ctrl_kube(c), ref, body, sg_ctrl_field_manager(c), true, out);
+}
+
+/* ---- conditions ---- */
+
+static void rfc3339(int64_t t, char out[32])
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+	if (!gmtime_r(&tt, &tm) || strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		snprintf(out, 32, "1970-01-01T00:00:00Z");
+}
+
+static bool condition_ok(const sg_ctrl_condition *c)
+{
+	bool status = c->status && (strcmp(c->status, "True") == 0 || strcmp(c->status, "False") == 0 ||
+	                            strcmp(c->status, "Unknown") == 0);
+	size_t rl = c->reason ? strlen(c->reason) : 0;
+	return c->type && *c->type && strlen(c->type) <= 316 && status && rl >= 1 && rl <= REASON_MAX &&
+	       (!c->message || strlen(c->message) <= MESSAGE_MAX) && c->observed_generation >= 0;
+}
+
+static json_t *find_in(const json_t *conditions, const char *type)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(conditions, i, v)
+	{
+		const char *t = json_string_value(json_object_get(v, "type"));
+		if (t && strcmp(t, type) == 0)
+			return v;
+	}
+	return NULL;
+}
+
+/* Sets member k of o to v (consumed) when it differs; true when it did. */
+static bool put(json_t *o, const char *k, json_t *v)
+{
+	if (!v)
+		return false;
+	if (json_equal(json_object_get(o, k), v)) {
+		json_decref(v);
+		return false;
+	}
+	return json_object_set_new(o, k, v) == 0;
+}
+
+bool sg_ctrl_condition_set(json_t *conditions, const sg_ctrl_condition *cond, int64_t now)
+{
+	if (!json_is_array(conditions) || !cond || !condition_ok(cond)) {
+		sg_log(SG_LOG_ERROR, "controller: refusing a malformed condition",
+		       SG_F_STR("type", cond && cond->type ? cond->type : ""), SG_F_END);
+		return false;
+	}
+	char when[32];
+	rfc3339(now, when);
+	json_t *c = find_in(conditions, cond->type);
+	bool changed = false;
+	if (!c) {
+		c = json_pack("{s:s}", "type", cond->type);
+		if (!c || json_array_append_new(conditions, c) != 0)
+			return false;
+		changed = true;
+	}
+	const char *was = json_string_value(json_object_get(c, "status"));
+	if (!was || strcmp(was, cond->status) != 0 || !json_is_string(json_object_get(c, "lastTransitionTime")))
+		changed |= put(c, "lastTransitionTime", json_string(when));
+	changed |= put(c, "status", json_string(cond->status));
+	changed |= put(c, "reason", json_string(cond->reason));
+	changed |= put(c, "message", json_string(cond->message ? cond->message : ""));
+	if (cond->observed_generation > 0)
+		changed |= put(c, "observedGeneration", json_integer(cond->observed_generation));
+	return changed;
+}
+
+const json_t *sg_ctrl_condition_find(const json_t *obj, const char *type)
+{
+	return find_in(json_object_get(json_object_get(obj, "status"), "conditions"), type);
+}
+
+/* ---- status by server-side apply ---- */
+
+/* The intent's conditions completed from the object's: observedGeneration
+ * defaults to the generation, lastTransitionTime survives an unchanged
+ * status. Each condition is the intent whole: members of the live one that
+ * the intent does not set are dropped. */
+static int complete_conditions(json_t *want, const json_t *obj, int64_t now)
+{
+	json_t *conds = json_object_get(want, "conditions");
+	if (!conds)
+		return SG_OK;
+	SG_ENSURE(json_is_array(conds), SG_EINVAL, "status.conditions must be an array");
+	const json_t *have = json_object_get(json_object_get(obj, "status"), "conditions");
+	json_int_t gen = json_integer_value(json_object_get(json_object_get(obj, "metadata"), "generation"));
+	char when[32];
+	rfc3339(now, when);
+	json_t *fixed = json_array();
+	SG_ENSURE(fixed, SG_EINTERNAL, "out of memory");
+	size_t i;
+	json_t *w;
+	json_array_foreach(conds, i, w)
+	{
+		json_int_t og = json_integer_value(json_object_get(w, "observedGeneration"));
+		sg_ctrl_condition c = {
+			.type = json_string_value(json_object_get(w, "type")),
+			.status = json_string_value(json_object_get(w, "status")),
+			.reason = json_string_value(json_object_get(w, "reason")),
+			.message = json_string_value(json_object_get(w, "message")),
+			.observed_generation = og > 0 ? og : gen,
+		};
+		if (!condition_ok(&c) || find_in(fixed, c.type)) {
+			json_decref(fixed);
+			SG_BAIL(SG_EINVAL, "status.conditions[%zu] is malformed or repeats a type", i);
+		}
+		const json_t *prev = find_in(have, c.type);
+		const char *prev_status = json_string_value(json_object_get(prev, "status"));
+		json_t *prev_time = json_object_get(prev, "lastTransitionTime");
+		bool same = prev_status && strcmp(prev_status, c.status) == 0 && json_is_string(prev_time);
+		json_t *t = same ? json_incref(prev_time) : json_string(when);
+		/* "o" takes t, also when json_pack fails */
+		json_t *n = json_pack("{s:s, s:s, s:s, s:s, s:o}", "type", c.type, "status", c.status, "reason", c.reason,
+		                      "message", c.message ? c.message : "", "lastTransitionTime", t);
+		if (!n || (c.observed_generation > 0 &&
+		           json_object_set_new(n, "observedGeneration", json_integer(c.observed_generation)) != 0) ||
+		    json_array_append_new(fixed, n) != 0) {
+			json_decref(fixed);
+			SG_BAIL(SG_EINTERNAL, "out of memory");
+		}
+	}
+	if (json_object_set_new(want, "conditions", fixed) != 0)
+		SG_BAIL(SG_EINTERNAL, "out of memory");
+	return SG_OK;
+}
+
+/* Whether every field of want already has that value in have. */
+static bool holds_all(const json_t *want, const json_t *have)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)want, k, v)
+	{
+		if (!json_equal(v, json_object_get(have, k)))
+			return false;
+	}
+	return true;
+}
+
+static char *api_version(const sg_kube_ref *ref, char *buf, size_t cap)
+{
+	if (ref->group && *ref->group)
+		snprintf(buf, cap, "%s/%s", ref->group, ref->version);
+	else
+		snprintf(buf, cap, "%s", ref->version);
+	return buf;
+}
+
+int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
+                         const json_t *status, bool *written)
+{
+	if (written)
+		*written = false;
+	SG_ENSURE(ref && ref->version && ref->name && kind && json_is_object(status), SG_EINVAL,
+	          "status apply: needs a named object, its kind and a status object");
+	json_t *want = json_deep_copy(status);
+	SG_ENSURE(want, SG_EINTERNAL, "out of memory");
+	int rc = complete_conditions(want, obj, time(NULL));
+	if (rc < 0 || holds_all(want, json_object_get(obj, "status"))) {
+		json_decref(want);
+		return rc;
+	}
+	char av[300];
+	/* "o" consumes want, also when json_pack fails. */
+	json_t *body = json_pack("{s:s, s:s, s:{s:s, s:s*}, s:o}", "apiVersion", api_version(ref, av, sizeof(av)),
+	                         "kind", kind, "metadata", "name", ref->name, "namespace", ref->ns, "status", want);
+	if (!body)
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK) {
+		sg_kube_ref sub = *ref;
+		sub.subresource = "status";
+		rc = sg_ctrl_apply(c, &sub, body, NULL);
+		if (rc == SG_OK && written)
+			*written = true;
+	}
+	json_decref(body);
+	return rc;
+}
