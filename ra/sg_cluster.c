@@ -7,15 +7,17 @@
  * and this file decides which of them the settings ask for and in what
  * order they start and stop.
  *
- * Leadership: the elector's callbacks run on its thread and only start or
- * stop the writers; a writer's stop() waits for its threads, so when
- * on_stopped_leading returns this replica has stopped writing, and only
- * then does the elector release the Lease. The request path never waits
- * for any of this.
+ * The controllers are rows of one table (`controllers` below) run by the
+ * runtime's manager (sg_ctrl.h): it holds the leader-election Lease,
+ * starts the leader-only rows when this replica leads and stops them, all
+ * at once, before the Lease is released. The request path never waits for
+ * any of this.
  */
 #include "sg_cluster.h"
 #include "sg_authn_impl.h"
 #include "sg_authn_kube.h"
+#include "sg_crypto.h"
+#include "sg_ctrl.h"
 #include "sg_guard.h"
 #include "sg_istiodcert.h"
 #include "sg_jwks_kube.h"
@@ -25,7 +27,6 @@
 #include "sg_rootdist.h"
 #include "sg_workload.h"
 
-#include <openssl/rand.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -48,11 +49,7 @@ struct sg_cluster {
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
 	sg_rootdist *rootdist;
 	sg_istiodcert *istiodcert;
-	sg_lease_elector *elector;
-	atomic_bool leading;       /* every writer runs */
-	pthread_mutex_t writers_lock;
-	bool want_writers;         /* we lead (or lead alone): the writers should run */
-	bool rootdist_running, istiodcert_running;
+	sg_ctrl_manager *ctrls;    /* the table, and the Lease */
 	char identity[IDENTITY_MAX];
 	char **audiences;
 	size_t n_audiences;
@@ -65,95 +62,6 @@ bool sg_cluster_configured(const sg_daemon_settings *d)
 	return (d->kubeconfig && *d->kubeconfig) || (kc && *kc) || (host && *host);
 }
 
-/* ---- the writers (leader only) --------------------------------------------- */
-
-/* Starts whichever writer is not running yet; `leading` (and the
- * signet_leader gauge) says yes only when all run. A writer that fails to
- * start is retried by sg_cluster_tick, so a leader never holds the Lease
- * while silently writing nothing. Called with writers_lock held. */
-static void writers_start_locked(sg_cluster *c)
-{
-	if (c->rootdist && !c->rootdist_running) {
-		if (sg_rootdist_start(c->rootdist) == SG_OK)
-			c->rootdist_running = true;
-		else
-			sg_log_error_last(SG_LOG_ERROR, "cannot start the istio-ca-root-cert writer; will retry");
-	}
-	if (c->istiodcert && !c->istiodcert_running) {
-		if (sg_istiodcert_start(c->istiodcert) == SG_OK)
-			c->istiodcert_running = true;
-		else
-			sg_log_error_last(SG_LOG_ERROR, "cannot start the istiod certificate writer; will retry");
-	}
-	atomic_store(&c->leading, (!c->rootdist || c->rootdist_running) && (!c->istiodcert || c->istiodcert_running));
-}
-
-static void writers_start(sg_cluster *c)
-{
-	pthread_mutex_lock(&c->writers_lock);
-	c->want_writers = true;
-	writers_start_locked(c);
-	pthread_mutex_unlock(&c->writers_lock);
-}
-
-static void *stop_rootdist(void *arg)
-{
-	sg_rootdist_stop(arg);
-	return NULL;
-}
-
-/* Both writers stop at once (each may wait for one request in flight), so
- * leadership ends within one request timeout, not two. */
-static void writers_stop(sg_cluster *c)
-{
-	pthread_mutex_lock(&c->writers_lock);
-	c->want_writers = false;
-	atomic_store(&c->leading, false);
-	pthread_t t;
-	bool threaded = c->rootdist_running && c->istiodcert_running &&
-			pthread_create(&t, NULL, stop_rootdist, c->rootdist) == 0;
-	if (c->istiodcert_running)
-		sg_istiodcert_stop(c->istiodcert);
-	if (threaded)
-		pthread_join(t, NULL);
-	else if (c->rootdist_running)
-		sg_rootdist_stop(c->rootdist);
-	c->rootdist_running = c->istiodcert_running = false;
-	pthread_mutex_unlock(&c->writers_lock);
-}
-
-void sg_cluster_tick(sg_cluster *c)
-{
-	if (!c)
-		return;
-	pthread_mutex_lock(&c->writers_lock);
-	if (c->want_writers)
-		writers_start_locked(c);
-	pthread_mutex_unlock(&c->writers_lock);
-}
-
-static void on_started_leading(void *arg)
-{
-	sg_cluster *c = arg;
-	sg_log(SG_LOG_INFO, "leading: writing root ConfigMaps and istiod's certificate", SG_F_STR("identity", c->identity),
-	       SG_F_END);
-	writers_start(c);
-}
-
-static void on_stopped_leading(void *arg)
-{
-	sg_cluster *c = arg;
-	writers_stop(c);
-	sg_log(SG_LOG_INFO, "stopped leading", SG_F_STR("identity", c->identity), SG_F_END);
-}
-
-static void on_new_leader(const char *identity, void *arg)
-{
-	sg_cluster *c = arg;
-	if (strcmp(identity, c->identity) != 0)
-		sg_log(SG_LOG_INFO, "leader", SG_F_STR("holder", identity[0] ? identity : "(none)"), SG_F_END);
-}
-
 /* client-go's identity: the host name plus a random suffix, so a restarted
  * replica on the same host is a new candidate. */
 static int make_identity(char *out, size_t cap)
@@ -163,7 +71,7 @@ static int make_identity(char *out, size_t cap)
 		snprintf(host, sizeof(host), "signet");
 	host[sizeof(host) - 1] = 0;
 	unsigned char r[8];
-	SG_ENSURE(RAND_bytes(r, sizeof(r)) == 1, SG_EINTERNAL, "no randomness for the leader identity");
+	SG_TRY(sg_crypto_random(r, sizeof(r)));
 	snprintf(out, cap, "%s_%02x%02x%02x%02x%02x%02x%02x%02x", host, r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7]);
 	return SG_OK;
 }
@@ -191,6 +99,8 @@ static int new_client(const sg_daemon_settings *d, sg_kube **out, long timeout_m
 	return sg_kube_new(out, &cfg, &ko); /* consumes cfg */
 }
 
+static bool any_controller(const sg_daemon_settings *d);
+
 /* client-go bounds each renewal by the renew deadline; here a renewal may
  * take renew_deadline - retry_period, and a writer's request at most what
  * separates the end of our leadership from a successor's start
@@ -205,7 +115,7 @@ static int make_clients(sg_cluster *c)
 	SG_TRY(new_client(d, &c->kube, 0, server, sizeof(server)));
 	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW)
 		SG_TRY(new_client(d, &c->kube_reviews, 0, server, sizeof(server)));
-	if (d->root_ca_configmap || d->istiod_cert_enabled) {
+	if (any_controller(d)) {
 		SG_TRY(new_client(d, &c->kube_writers, d->leader_election && writers_ms >= 1000 ? writers_ms : 0, server,
 				  sizeof(server)));
 		if (d->leader_election)
@@ -213,6 +123,115 @@ static int make_clients(sg_cluster *c)
 	}
 	sg_log(SG_LOG_INFO, "kubernetes API", SG_F_STR("server", server), SG_F_STR("namespace", sg_kube_namespace(c->kube)),
 	       SG_F_END);
+	return SG_OK;
+}
+
+/* ---- the controllers ----------------------------------------------------------- */
+
+static bool want_rootdist(const sg_daemon_settings *d)
+{
+	return d->root_ca_configmap;
+}
+
+static bool want_istiodcert(const sg_daemon_settings *d)
+{
+	return d->istiod_cert_enabled;
+}
+
+static int rootdist_start(void *self)
+{
+	return sg_rootdist_start(self);
+}
+
+static void rootdist_stop(void *self)
+{
+	sg_rootdist_stop(self);
+}
+
+static int make_rootdist(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	sg_rootdist_options ro = {.kube = c->kube_writers, .namespace_selector = c->d->configmap_namespace_selector};
+	SG_TRY(sg_rootdist_new(&c->rootdist, &ro, o->root_pem, o->root_len));
+	*row = (sg_ctrl_row){sg_rootdist_controller(c->rootdist), rootdist_start, rootdist_stop, c->rootdist, true, NULL};
+	return SG_OK;
+}
+
+static int istiodcert_start(void *self)
+{
+	return sg_istiodcert_start(self);
+}
+
+static void istiodcert_stop(void *self)
+{
+	sg_istiodcert_stop(self);
+}
+
+static int make_istiodcert(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	const sg_daemon_settings *d = c->d;
+	sg_istiodcert_options io = {
+		.kube = c->kube_writers,
+		.pool = o->pool,
+		.ns = d->istiod_cert_namespace,
+		.secret_name = d->istiod_cert_name,
+		.trust_domain = c->s->trust_domain,
+		.revisions = d->istiod_cert_istio_revisions,
+		.additional_dns_names = d->istiod_cert_additional_dns_names,
+		.duration = d->istiod_cert_duration,
+		.renew_before = d->istiod_cert_renew_before,
+		.key_algorithm = d->istiod_cert_key_algorithm == 0 ? SG_ISTIODCERT_RSA : SG_ISTIODCERT_ECDSA,
+		.key_size = (unsigned)d->istiod_cert_key_size,
+	};
+	SG_TRY(sg_istiodcert_new(&c->istiodcert, &io, o->root_pem, o->root_len));
+	*row = (sg_ctrl_row){sg_istiodcert_controller(c->istiodcert), istiodcert_start, istiodcert_stop, c->istiodcert,
+	                     true, NULL};
+	return SG_OK;
+}
+
+/* One row per controller: whether the settings ask for it, and how to make
+ * it. A new controller is a new row (and its own module). */
+static const struct controller_kind {
+	bool (*wanted)(const sg_daemon_settings *d);
+	int (*make)(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row);
+} controllers[] = {
+	{want_rootdist, make_rootdist},
+	{want_istiodcert, make_istiodcert},
+};
+
+static bool any_controller(const sg_daemon_settings *d)
+{
+	for (size_t i = 0; i < sizeof(controllers) / sizeof(controllers[0]); i++)
+		if (controllers[i].wanted(d))
+			return true;
+	return false;
+}
+
+static int make_controllers(sg_cluster *c, const sg_cluster_options *o)
+{
+	const sg_daemon_settings *d = c->d;
+	if (!any_controller(d))
+		return SG_OK;
+	sg_ctrl_manager_opts mo = {0};
+	if (d->leader_election) {
+		SG_TRY(make_identity(c->identity, sizeof(c->identity)));
+		mo.lease_kube = c->kube_lease;
+		mo.lease = (sg_lease_opts){
+			.ns = d->leader_election_namespace,
+			.name = d->leader_election_lease_name,
+			.identity = c->identity,
+			.lease_duration_ms = (unsigned)d->leader_election_lease_duration * 1000u,
+			.renew_deadline_ms = (unsigned)d->leader_election_renew_deadline * 1000u,
+			.retry_period_ms = (unsigned)d->leader_election_retry_period * 1000u,
+		};
+	}
+	SG_TRY(sg_ctrl_manager_new(&c->ctrls, &mo));
+	for (size_t i = 0; i < sizeof(controllers) / sizeof(controllers[0]); i++) {
+		if (!controllers[i].wanted(d))
+			continue;
+		sg_ctrl_row row;
+		SG_TRY(controllers[i].make(c, o, &row));
+		SG_TRY(sg_ctrl_manager_add(c->ctrls, &row));
+	}
 	return SG_OK;
 }
 
@@ -233,43 +252,7 @@ static int make_parts(sg_cluster *c, const sg_cluster_options *o)
 		sg_jwks_kube_options jo = {.kube = c->kube, .refresh_seconds = (int)d->jwks_refresh_interval};
 		SG_TRY(sg_jwks_kube_new(&c->jwks, &jo));
 	}
-	if (d->root_ca_configmap) {
-		sg_rootdist_options ro = {.kube = c->kube_writers, .namespace_selector = d->configmap_namespace_selector};
-		SG_TRY(sg_rootdist_new(&c->rootdist, &ro, o->root_pem, o->root_len));
-	}
-	if (d->istiod_cert_enabled) {
-		sg_istiodcert_options io = {
-			.kube = c->kube_writers,
-			.pool = o->pool,
-			.ns = d->istiod_cert_namespace,
-			.secret_name = d->istiod_cert_name,
-			.trust_domain = c->s->trust_domain,
-			.revisions = d->istiod_cert_istio_revisions,
-			.additional_dns_names = d->istiod_cert_additional_dns_names,
-			.duration = d->istiod_cert_duration,
-			.renew_before = d->istiod_cert_renew_before,
-			.key_algorithm = d->istiod_cert_key_algorithm == 0 ? SG_ISTIODCERT_RSA : SG_ISTIODCERT_ECDSA,
-			.key_size = (unsigned)d->istiod_cert_key_size,
-		};
-		SG_TRY(sg_istiodcert_new(&c->istiodcert, &io, o->root_pem, o->root_len));
-	}
-	if (d->leader_election && (c->rootdist || c->istiodcert)) {
-		SG_TRY(make_identity(c->identity, sizeof(c->identity)));
-		sg_lease_opts lo = {
-			.ns = d->leader_election_namespace,
-			.name = d->leader_election_lease_name,
-			.identity = c->identity,
-			.lease_duration_ms = (unsigned)d->leader_election_lease_duration * 1000u,
-			.renew_deadline_ms = (unsigned)d->leader_election_renew_deadline * 1000u,
-			.retry_period_ms = (unsigned)d->leader_election_retry_period * 1000u,
-			.on_started_leading = on_started_leading,
-			.on_stopped_leading = on_stopped_leading,
-			.on_new_leader = on_new_leader,
-			.arg = c,
-		};
-		SG_TRY(sg_lease_elector_new(&c->elector, c->kube_lease, &lo));
-	}
-	return SG_OK;
+	return make_controllers(c, o);
 }
 
 int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
@@ -280,7 +263,6 @@ int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
 	c->s = o->settings;
 	c->d = o->daemon;
-	pthread_mutex_init(&c->writers_lock, NULL);
 	int rc = SG_OK;
 	c->audiences = calloc(o->n_audiences ? o->n_audiences : 1, sizeof(char *));
 	for (size_t i = 0; c->audiences && i < o->n_audiences; i++)
@@ -361,13 +343,7 @@ int sg_cluster_start(sg_cluster *c)
 		if (sg_workload_wait_synced(c->workload, SYNC_WAIT_MS) < 0)
 			sg_log(SG_LOG_WARN, "pod and service-account caches not filled yet; continuing", SG_F_END);
 	}
-	if (c->elector)
-		return sg_lease_elector_start(c->elector);
-	if (c->rootdist || c->istiodcert) {
-		sg_log(SG_LOG_INFO, "leader election off: this replica writes", SG_F_END);
-		writers_start(c);
-	}
-	return SG_OK;
+	return c->ctrls ? sg_ctrl_manager_start(c->ctrls) : SG_OK;
 }
 
 void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len)
@@ -382,7 +358,13 @@ void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len)
 
 bool sg_cluster_is_leader(sg_cluster *c)
 {
-	return c && atomic_load(&c->leading);
+	return c && sg_ctrl_manager_leading(c->ctrls);
+}
+
+void sg_cluster_tick(sg_cluster *c)
+{
+	if (c)
+		sg_ctrl_manager_tick(c->ctrls);
 }
 
 /* ---- metrics ------------------------------------------------------------------- */
@@ -517,7 +499,7 @@ int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c)
 				      : sg_metrics_gauge_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c));
-	return SG_OK;
+	return c->ctrls ? sg_ctrl_manager_metrics(c->ctrls, reg) : SG_OK;
 }
 
 /* ---- the end ------------------------------------------------------------------- */
@@ -526,10 +508,9 @@ void sg_cluster_free(sg_cluster *c)
 {
 	if (!c)
 		return;
-	/* The elector stops leading first (the writers stop), then releases
-	 * the Lease so a successor takes over at its next retry. */
-	sg_lease_elector_free(c->elector);
-	writers_stop(c);
+	/* The controllers stop (leading ends), the Lease is released so a
+	 * successor takes over at its next retry, then the rest goes. */
+	sg_ctrl_manager_free(c->ctrls);
 	sg_istiodcert_free(c->istiodcert);
 	sg_rootdist_free(c->rootdist);
 	sg_workload_free(c->workload);
@@ -541,6 +522,5 @@ void sg_cluster_free(sg_cluster *c)
 	for (size_t i = 0; i < c->n_audiences; i++)
 		free(c->audiences[i]);
 	free(c->audiences);
-	pthread_mutex_destroy(&c->writers_lock);
 	free(c);
 }
