@@ -3,12 +3,9 @@
  * over gRPC (TLS, HTTP/2) to istio-agent, ztunnel and node agents, as a
  * drop-in for istio-csr and istiod's CA, with metrics and probes on HTTP.
  *
- * A request's life (no thread ever waits for the HSM on its behalf):
- *
- *   transport thread:  decode (sg_istio) -> authenticate (sg_authn) ->
- *                      policy (sg_policy) -> sg_pool_submit, or an error
- *   signer thread:     parse, verify, profile, lint, C_Sign (sg_issuer) ->
- *                      on_issued: encode the chain, finish the call, audit
+ * The request path is sg_service (sg_service.h): decode, authenticate,
+ * policy, the signer pool, the answer and the audit line. This file puts
+ * the parts together from the settings and runs them.
  *
  * With a Kubernetes API configured, sg_cluster (sg_cluster.h) supplies the
  * token authenticator (TokenReview or cluster-discovered JWKS), node
@@ -37,6 +34,7 @@
 #include "sg_policy.h"
 #include "sg_secret.h"
 #include "sg_serving.h"
+#include "sg_service.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -57,7 +55,6 @@
 #include <string.h>
 #include <strings.h>
 
-#define MAX_CHAIN 12
 #define MAX_AUDIENCES 8
 
 const char *const sg_daemon_policy_names[] = {"istio-csr", "istiod", NULL};
@@ -74,35 +71,12 @@ typedef struct daemon_args {
 static const sg_opt opts[] = {SG_SETTINGS_ROWS(daemon_args, s, "info"), SG_DAEMON_ROWS};
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
-/* istiod's metric names, then ours. */
+/* The daemon's own metrics beside the service's (sg_service.h). */
 typedef struct metrics {
 	sg_metrics *reg;
-	sg_series *csr, *authn_fail, *parse_err, *success;
-	sg_series *sign_err[6]; /* CA_NOT_READY, CSR_ERROR, TTL_ERROR, CERT_GEN_ERROR, lint, UNKNOWN */
-	sg_series *latency_ok, *latency_err;
-	sg_series *requests[17]; /* signet_grpc_requests_total by status code */
 	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
 	uint64_t seen_refused_limit, seen_refused_fds;    /* main thread only */
-	sg_series *gone;          /* signet_requests_abandoned_total */
-	atomic_uint_fast64_t finish_warn_ns; /* rate limit of "cannot finish a call" */
 } metrics;
-
-enum { ERR_CA_NOT_READY, ERR_CSR, ERR_TTL, ERR_CERT_GEN, ERR_LINT, ERR_UNKNOWN, ERR_COUNT };
-/* istiod's labels, and "lint": a certificate our own checks refused to
- * sign (a bug in policy or the encoder, reported on its own). */
-static const char *const sign_err_names[ERR_COUNT] = {"CA_NOT_READY", "CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR",
-						       "lint", "UNKNOWN"};
-
-/* The elements a response carries after the leaf: the CA's chain, with the
- * root bundle replaced by root-ca-file when that is set. */
-typedef struct chain_snap {
-	atomic_uint refs;
-	const char *elems[MAX_CHAIN];
-	size_t lens[MAX_CHAIN];
-	size_t n;
-	char *root; /* the root-ca-file bundle (owned), or NULL */
-	size_t root_len;
-} chain_snap;
 
 /* What identifies a file's contents cheaply (a change means "re-read"). */
 struct file_id {
@@ -123,6 +97,7 @@ typedef struct daemon {
 	sg_cluster *cluster; /* NULL when no Kubernetes API is configured */
 	sg_policy *policy;
 	sg_serving *serving;
+	sg_service *svc;
 	sg_grpc_server *grpc;
 	/* grpc as the HTTP thread may read it: set once serving, cleared
 	 * before the server is shut down (and freed). */
@@ -130,295 +105,9 @@ typedef struct daemon {
 	sg_grpc_server *grpc_live;
 	sg_http_server *http_metrics, *http_probe;
 	metrics m;
-	/* Chain elements after the leaf, swapped whole when root-ca-file
-	 * changes; signer threads hold a reference while they encode. */
-	pthread_mutex_t chain_lock;
-	chain_snap *chain;
 	struct file_id root_file;
 	atomic_bool ready, stopping;
 } daemon;
-
-/* ---- errors ------------------------------------------------------------- */
-
-/* The status a client sees comes from sg_grpc_status_of (the one table);
- * this one only says which of istiod's csr_sign_err_count labels a signing
- * failure counts under. */
-static const struct {
-	int code;
-	int sign_err;
-} sign_err_map[] = {
-	{SG_EINVAL, ERR_CSR},          {SG_EAUTH, ERR_CSR},          {SG_EDENIED, ERR_CSR},
-	{SG_EBUSY, ERR_CA_NOT_READY},  {SG_EHSM, ERR_CA_NOT_READY},  {SG_ETIMEOUT, ERR_CA_NOT_READY},
-	{SG_EINTERNAL, ERR_CERT_GEN},  {SG_ELINT, ERR_LINT},
-};
-
-static int sign_err_of(int code)
-{
-	for (size_t i = 0; i < sizeof(sign_err_map) / sizeof(sign_err_map[0]); i++)
-		if (sign_err_map[i].code == code)
-			return sign_err_map[i].sign_err;
-	return ERR_UNKNOWN;
-}
-
-/* ---- one call ------------------------------------------------------------ */
-
-typedef struct rpc {
-	daemon *d;
-	sg_grpc_call *call;
-	uint64_t t0;
-	uint64_t deadline_ns;
-	sg_istio_arena *arena;
-	sg_istio_request req;
-	char cluster_id[256];
-	bool has_cluster_id;
-	char peer[128];
-	sg_policy_decision decision;
-	char caller_method[16];
-	sg_issue_request issue;
-} rpc;
-
-static void rpc_free(rpc *r)
-{
-	sg_istio_arena_free(r->arena);
-	free(r);
-}
-
-/* Answers the call; true when the answer was handed to gRPC, false when
- * the client had gone (cancelled, reset, deadline or shutdown): counted,
- * not logged, since a client can make that happen at will. A real failure
- * to answer is logged, at most once a second. Does not free r. */
-static bool answer_call(rpc *r, int status, const char *msg, const uint8_t *resp, size_t len)
-{
-	daemon *d = r->d;
-	double secs = (double)(sg_now_ns() - r->t0) / 1e9;
-	sg_series_observe(status == SG_GRPC_OK ? d->m.latency_ok : d->m.latency_err, secs);
-	if (status >= 0 && status < 17 && d->m.requests[status])
-		sg_series_inc(d->m.requests[status]);
-	int rc = sg_grpc_call_finish(r->call, status, msg, resp, len);
-	if (rc == SG_ETIMEOUT) {
-		sg_series_inc(d->m.gone);
-	} else if (rc < 0) {
-		uint64_t now = sg_now_ns(), last = atomic_load(&d->m.finish_warn_ns);
-		if (now - last >= 1000000000u && atomic_compare_exchange_strong(&d->m.finish_warn_ns, &last, now))
-			sg_log_error_last(SG_LOG_WARN, "cannot finish a call");
-	}
-	return rc == SG_OK;
-}
-
-static void finish(rpc *r, int status, const char *msg, const uint8_t *resp, size_t len)
-{
-	answer_call(r, status, msg, resp, len);
-	rpc_free(r);
-}
-
-/* Ends a call with the error recorded in e; the message names the problem
- * (never a token or a PIN: no error detail in signet carries them). A call
- * whose client has gone is ended without a log line. */
-static void fail(rpc *r, int code, const sg_error *e, const char *prefix)
-{
-	char msg[SG_ERROR_MSG_MAX + 64];
-	snprintf(msg, sizeof(msg), "%s: %s", prefix, e->msg);
-	int status = sg_grpc_status_of(code);
-	if (!sg_grpc_call_ended(r->call))
-		sg_log(SG_LOG_INFO, "request refused", SG_F_STR("peer", r->peer), SG_F_STR("reason", e->msg),
-		       SG_F_STR("error", sg_error_name(code)), SG_F_INT("grpc_status", status), SG_F_END);
-	finish(r, status, msg, NULL, 0);
-}
-
-/* Nobody will receive this call's answer: stop before spending on it. */
-static bool abandoned(rpc *r)
-{
-	if (!sg_grpc_call_ended(r->call))
-		return false;
-	finish(r, SG_GRPC_CANCELLED, "the call ended before it was answered", NULL, 0);
-	return true;
-}
-
-static bool rpc_cancelled(void *arg)
-{
-	return sg_grpc_call_ended(((rpc *)arg)->call);
-}
-
-/* ---- the chain returned after the leaf ------------------------------------- */
-
-static chain_snap *chain_get(daemon *d)
-{
-	pthread_mutex_lock(&d->chain_lock);
-	chain_snap *c = d->chain;
-	atomic_fetch_add(&c->refs, 1);
-	pthread_mutex_unlock(&d->chain_lock);
-	return c;
-}
-
-static void chain_put(chain_snap *c)
-{
-	if (c && atomic_fetch_sub(&c->refs, 1) == 1) {
-		free(c->root);
-		free(c);
-	}
-}
-
-/* The root bundle clients are given (and the mesh trusts). */
-static const char *chain_root(const chain_snap *c, size_t *len)
-{
-	*len = c->lens[c->n - 1];
-	return c->elems[c->n - 1];
-}
-
-static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *arg)
-{
-	rpc *r = arg;
-	daemon *d = r->d;
-	if (rc < 0) {
-		sg_series_inc(d->m.sign_err[sign_err_of(rc)]);
-		if (rc == SG_EINVAL || rc == SG_EAUTH)
-			sg_series_inc(d->m.parse_err);
-		fail(r, rc, err, rc == SG_EDENIED ? "request authenticate failure" : "CSR signing error");
-		return;
-	}
-	/* Istio's response: leaf, each intermediate, the root bundle last. */
-	const char *elems[MAX_CHAIN + 1];
-	size_t lens[MAX_CHAIN + 1], n = 0;
-	elems[n] = res->leaf_pem;
-	lens[n++] = res->leaf_pem_len;
-	chain_snap *cs = chain_get(d);
-	for (size_t i = 0; i < cs->n; i++) {
-		elems[n] = cs->elems[i];
-		lens[n++] = cs->lens[i];
-	}
-	uint8_t *out = NULL;
-	size_t out_len = 0;
-	int erc = sg_istio_response_encode(elems, lens, n, &out, &out_len);
-	chain_put(cs);
-	if (erc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_series_inc(d->m.sign_err[ERR_CERT_GEN]);
-		fail(r, SG_EINTERNAL, &e, "cannot encode the response");
-		return;
-	}
-	sg_series_inc(d->m.success);
-	uint64_t us = (sg_now_ns() - r->t0) / 1000;
-	/* The audit line, written before the answer leaves: what was issued to
-	 * whom, never how they proved it. Every signature has one; a client
-	 * that went away after the signature shows as abandoned=1. */
-	sg_log(SG_LOG_INFO, "certificate issued", SG_F_STR("serial", res->serial_hex),
-	       SG_F_STR("identity", res->identity), SG_F_STR("san", res->identity), SG_F_INT("not_after", res->not_after),
-	       SG_F_STR("key", sg_key_type_name(res->ca_key)), SG_F_STR("auth", r->caller_method),
-	       SG_F_INT("impersonated", r->decision.impersonated), SG_F_STR("peer", r->peer),
-	       SG_F_INT("latency_us", us), SG_F_INT("abandoned", sg_grpc_call_ended(r->call)), SG_F_END);
-	finish(r, SG_GRPC_OK, NULL, out, out_len);
-	free(out);
-}
-
-static void on_authenticated(int rc, const sg_caller *caller, const sg_error *err, void *arg)
-{
-	rpc *r = arg;
-	daemon *d = r->d;
-	if (rc < 0) {
-		sg_series_inc(d->m.authn_fail);
-		fail(r, rc, err, "request authenticate failure");
-		return;
-	}
-	if (abandoned(r))
-		return;
-	snprintf(r->caller_method, sizeof(r->caller_method), "%s", caller->method ? caller->method : "");
-	sg_policy_input in = {
-		.caller = caller,
-		.cluster_id = r->has_cluster_id ? r->cluster_id : NULL,
-		.requested_ttl = r->req.validity_seconds,
-		.impersonated_identity = r->req.impersonated_identity,
-	};
-	int prc = sg_policy_decide(d->policy, &in, &r->decision);
-	if (prc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		if (prc == SG_EINVAL)
-			sg_series_inc(d->m.sign_err[ERR_TTL]);
-		else
-			sg_series_inc(d->m.authn_fail);
-		fail(r, prc, &e, prc == SG_EINVAL ? "CSR signing error" : "request authenticate failure");
-		return;
-	}
-	r->issue = (sg_issue_request){
-		.csr = (const uint8_t *)r->req.csr,
-		.csr_len = r->req.csr_len,
-		.profile = SG_PROFILE_ISTIO,
-		.identity = r->decision.identity,
-		.strict_csr = r->decision.strict_csr,
-		.ttl = r->decision.ttl,
-		.path_len = -1,
-		.deadline_ns = r->deadline_ns,
-		.cancelled = rpc_cancelled,
-		.cancel_arg = r,
-	};
-	int src = sg_pool_submit(d->pool, &r->issue, on_issued, r);
-	if (src < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_series_inc(d->m.sign_err[ERR_CA_NOT_READY]);
-		fail(r, src, &e, "CSR signing error");
-	}
-}
-
-/* "Bearer <token>": the scheme is case-insensitive (RFC 6750 §2.1). */
-static const char *bearer_of(const char *h, size_t *len)
-{
-	if (!h || strlen(h) < 7 || strncasecmp(h, "Bearer ", 7) != 0)
-		return NULL;
-	const char *t = h + 7;
-	while (*t == ' ')
-		t++;
-	*len = strlen(t);
-	return *len ? t : NULL;
-}
-
-static void on_call(sg_grpc_call *call, const sg_grpc_request *gr, void *arg)
-{
-	daemon *d = arg;
-	sg_series_inc(d->m.csr);
-	rpc *r = calloc(1, sizeof(*r));
-	if (!r) {
-		sg_grpc_call_finish(call, SG_GRPC_UNAVAILABLE, "out of memory", NULL, 0);
-		return;
-	}
-	r->d = d;
-	r->call = call;
-	r->t0 = gr->received_ns ? gr->received_ns : sg_now_ns();
-	r->deadline_ns = gr->deadline_ns;
-	snprintf(r->peer, sizeof(r->peer), "%s", gr->peer ? gr->peer : "");
-	if (gr->cluster_id) {
-		snprintf(r->cluster_id, sizeof(r->cluster_id), "%s", gr->cluster_id);
-		r->has_cluster_id = true;
-	}
-	if (atomic_load(&d->stopping)) {
-		sg_error e = {.code = SG_EBUSY};
-		snprintf(e.msg, sizeof(e.msg), "signet is shutting down");
-		fail(r, SG_EBUSY, &e, "unavailable");
-		return;
-	}
-	int rc = sg_istio_arena_new(&r->arena);
-	if (rc == SG_OK)
-		rc = sg_istio_request_decode(r->arena, gr->body, gr->len, &r->req);
-	if (rc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_series_inc(d->m.parse_err);
-		fail(r, rc == SG_EINTERNAL ? SG_EBUSY : SG_EINVAL, &e, "malformed request");
-		return;
-	}
-	if (abandoned(r))
-		return;
-	sg_authn_request ar = {.peer_identity = gr->peer_identity, .now = sg_wall_seconds()};
-	ar.bearer = bearer_of(gr->authorization, &ar.bearer_len);
-	rc = d->auth.start(d->auth.self, &ar, on_authenticated, r);
-	if (rc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_series_inc(d->m.authn_fail);
-		fail(r, rc, &e, "request authenticate failure");
-	}
-}
 
 /* ---- TLS material for gRPC ------------------------------------------------ */
 
@@ -550,44 +239,10 @@ static double grpc_rapid_reset(void *arg)
 	return (double)grpc_stats(arg).rapid_reset_closed;
 }
 
-static int counter(sg_metrics *reg, const char *name, const char *help, sg_series **out)
-{
-	sg_metric *f;
-	SG_TRY(sg_metrics_counter(&f, reg, name, help, NULL, 0));
-	return sg_metric_series(out, f, NULL);
-}
-
 static int setup_metrics(daemon *d)
 {
 	metrics *m = &d->m;
-	SG_TRY(sg_metrics_new(&m->reg));
-	SG_TRY(counter(m->reg, "citadel_server_csr_count", "The number of CSRs received.", &m->csr));
-	SG_TRY(counter(m->reg, "citadel_server_authentication_failure_count",
-		       "The number of authentication failures.", &m->authn_fail));
-	SG_TRY(counter(m->reg, "citadel_server_csr_parsing_err_count", "The number of errors occurred when parsing the CSR.",
-		       &m->parse_err));
-	SG_TRY(counter(m->reg, "citadel_server_success_cert_issuance_count", "The number of certificates issuances that have succeeded.",
-		       &m->success));
 	sg_metric *f;
-	static const char *const err_label[] = {"error"};
-	SG_TRY(sg_metrics_counter(&f, m->reg, "citadel_server_csr_sign_err_count",
-				  "The number of errors occurred when signing the CSR.", err_label, 1));
-	for (int i = 0; i < ERR_COUNT; i++)
-		SG_TRY(sg_metric_series(&m->sign_err[i], f, &sign_err_names[i]));
-	static const char *const outcome[] = {"outcome"};
-	SG_TRY(sg_metrics_histogram(&f, m->reg, "signet_request_duration_seconds",
-				    "Time from receiving a CreateCertificate call to its answer.", SG_METRICS_LATENCY_BOUNDS,
-				    SG_METRICS_LATENCY_NBOUNDS, outcome, 1));
-	static const char *const ok[] = {"ok"}, *const err[] = {"error"};
-	SG_TRY(sg_metric_series(&m->latency_ok, f, ok));
-	SG_TRY(sg_metric_series(&m->latency_err, f, err));
-	static const char *const code_label[] = {"grpc_code"};
-	SG_TRY(sg_metrics_counter(&f, m->reg, "signet_grpc_requests_total", "CreateCertificate calls by gRPC status.",
-				  code_label, 1));
-	for (int i = 0; i < 17; i++) {
-		const char *code = sg_grpc_status_name(i); /* the one table of status names */
-		SG_TRY(sg_metric_series(&m->requests[i], f, &code));
-	}
 	static const char *const reason_label[] = {"reason"};
 	static const char *const limit[] = {"limit"}, *const fds[] = {"fds"};
 	SG_TRY(sg_metrics_counter(&f, m->reg, "signet_grpc_connections_refused_total",
@@ -596,8 +251,6 @@ static int setup_metrics(daemon *d)
 				  reason_label, 1));
 	SG_TRY(sg_metric_series(&m->conn_refused_limit, f, limit));
 	SG_TRY(sg_metric_series(&m->conn_refused_fds, f, fds));
-	SG_TRY(counter(m->reg, "signet_requests_abandoned_total",
-		       "Calls whose client went away (cancelled, reset or timed out) before the answer.", &m->gone));
 	static const struct {
 		const char *name, *help;
 		sg_metrics_value_fn fn;
@@ -792,48 +445,31 @@ static int read_root_file(const char *path, char **out, size_t *len, struct file
 	return SG_OK;
 }
 
-/* A new chain: the CA's, with root (owned, may be NULL) as the bundle. */
-static int chain_new(daemon *d, char *root, size_t root_len, chain_snap **out)
+/* The root bundle clients are given (and the mesh trusts): root-ca-file
+ * when set (checked against the CA), else the CA's own. *own is what the
+ * caller frees (NULL when the bundle is the CA's). */
+static int load_root(daemon *d, const char **root, size_t *len, char **own)
 {
+	*own = NULL;
+	if (d->a.d.root_ca_file) {
+		SG_TRY(read_root_file(d->a.d.root_ca_file, own, len, &d->root_file));
+		int rc = sg_ca_check_bundle(d->ca, *own, *len, d->a.d.root_ca_file);
+		if (rc < 0) {
+			free(*own);
+			*own = NULL;
+			return rc;
+		}
+		*root = *own;
+		return SG_OK;
+	}
 	size_t n;
 	const char *const *elems;
 	const size_t *lens;
 	sg_ca_chain(d->ca, &elems, &lens, &n);
-	chain_snap *c = calloc(1, sizeof(*c));
-	if (!c || n == 0 || n > MAX_CHAIN) {
-		free(c);
-		free(root);
-		SG_BAIL(c ? SG_EINVAL : SG_EINTERNAL, c ? "CA chain has %zu elements" : "out of memory", n);
-	}
-	atomic_init(&c->refs, 1);
-	for (size_t i = 0; i < n; i++) {
-		c->elems[i] = elems[i];
-		c->lens[i] = lens[i];
-	}
-	c->n = n;
-	if (root) {
-		c->root = root;
-		c->root_len = root_len;
-		c->elems[n - 1] = root;
-		c->lens[n - 1] = root_len;
-	}
-	*out = c;
+	SG_ENSURE(n > 0, SG_EINVAL, "the CA has no chain");
+	*root = elems[n - 1];
+	*len = lens[n - 1];
 	return SG_OK;
-}
-
-static int load_chain(daemon *d)
-{
-	char *root = NULL;
-	size_t len = 0;
-	if (d->a.d.root_ca_file) {
-		SG_TRY(read_root_file(d->a.d.root_ca_file, &root, &len, &d->root_file));
-		int rc = sg_ca_check_bundle(d->ca, root, len, d->a.d.root_ca_file);
-		if (rc < 0) {
-			free(root);
-			return rc;
-		}
-	}
-	return chain_new(d, root, len, &d->chain);
 }
 
 /* root-ca-file is followed like istio-csr follows it: a changed file
@@ -858,28 +494,21 @@ static void reload_root(daemon *d)
 		sg_log_error_last(SG_LOG_WARN, "root-ca-file changed but cannot be used; keeping the previous roots");
 		return;
 	}
-	chain_snap *cur = chain_get(d);
-	bool same = cur->root_len == len && memcmp(cur->root, root, len) == 0;
-	chain_put(cur);
-	if (same) {
+	if (sg_service_root_is(d->svc, root, len)) {
 		free(root);
 		d->root_file = id;
 		return;
 	}
-	chain_snap *next = NULL;
-	if (chain_new(d, root, len, &next) < 0) { /* takes root; retried on the next tick */
+	if (sg_service_set_root(d->svc, root, len) < 0) { /* retried on the next tick */
+		free(root);
 		sg_log_error_last(SG_LOG_WARN, "cannot use the new root bundle");
 		return;
 	}
 	d->root_file = id;
-	pthread_mutex_lock(&d->chain_lock);
-	chain_snap *old = d->chain;
-	d->chain = next;
-	pthread_mutex_unlock(&d->chain_lock);
-	chain_put(old);
-	if (sg_serving_set_client_ca(d->serving, next->root) < 0)
+	if (sg_serving_set_client_ca(d->serving, root) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot update the client-certificate roots");
-	sg_cluster_set_root(d->cluster, next->root, next->root_len);
+	sg_cluster_set_root(d->cluster, root, len);
+	free(root);
 	sg_log(SG_LOG_INFO, "root bundle reloaded", SG_F_STR("file", path), SG_F_INT("bytes", (int64_t)len), SG_F_END);
 }
 
@@ -889,7 +518,10 @@ static int start(daemon *d)
 	SG_TRY(sg_appliance_open(&d->app, &d->a.s));
 	d->pool = sg_appliance_pool(d->app);
 	d->ca = sg_appliance_ca(d->app);
-	SG_TRY(load_chain(d));
+	const char *root = NULL;
+	size_t root_len = 0;
+	char *root_own SG_AUTOFREE = NULL;
+	SG_TRY(load_root(d, &root, &root_len, &root_own));
 
 	char *aud_buf SG_AUTOFREE = strdup(d->a.s.token_audiences ? d->a.s.token_audiences : "istio-ca");
 	SG_ENSURE(aud_buf, SG_EINTERNAL, "out of memory");
@@ -897,8 +529,6 @@ static int start(daemon *d)
 	size_t naud;
 	SG_TRY(split_audiences(aud_buf, aud, &naud));
 	if (sg_cluster_configured(s)) {
-		size_t root_len;
-		const char *root = chain_root(d->chain, &root_len);
 		sg_cluster_options co = {
 			.settings = &d->a.s,
 			.daemon = s,
@@ -929,9 +559,20 @@ static int start(daemon *d)
 		.duration = s->serving_certificate_duration,
 		.cert_file = s->serving_certificate_file,
 		.key_file = s->serving_key_file,
-		.client_ca_pem = d->chain->elems[d->chain->n - 1],
+		.client_ca_pem = root,
 	};
 	SG_TRY(sg_serving_new(&d->serving, &so));
+	SG_TRY(sg_metrics_new(&d->m.reg));
+	sg_service_options vo = {
+		.pool = d->pool,
+		.ca = d->ca,
+		.auth = &d->auth,
+		.policy = d->policy,
+		.metrics = d->m.reg,
+		.root_pem = root_own,
+		.root_len = root_len,
+	};
+	SG_TRY(sg_service_new(&d->svc, &vo));
 	SG_TRY(setup_metrics(d));
 	if (d->cluster)
 		SG_TRY(sg_cluster_metrics(d->cluster, d->m.reg));
@@ -946,8 +587,8 @@ static int start(daemon *d)
 		.tls_fetch = tls_fetch,
 		.tls_arg = d,
 		.request_client_cert = s->enable_client_cert_authenticator,
-		.handler = on_call,
-		.handler_arg = d,
+		.handler = sg_service_on_call,
+		.handler_arg = d->svc,
 		.max_concurrent_streams = (unsigned)s->max_concurrent_streams,
 		.max_connections = (unsigned)s->max_connections,
 		.handshake_timeout_ms = (unsigned)s->handshake_timeout * 1000u,
@@ -981,6 +622,8 @@ static void stop(daemon *d)
 {
 	atomic_store(&d->ready, false);
 	atomic_store(&d->stopping, true);
+	if (d->svc)
+		sg_service_stop_accepting(d->svc);
 	pthread_mutex_lock(&d->grpc_mu);
 	d->grpc_live = NULL;
 	pthread_mutex_unlock(&d->grpc_mu);
@@ -995,10 +638,10 @@ static void stop(daemon *d)
 		d->auth.free(d->auth.self);
 	sg_cluster_free(d->cluster);
 	sg_appliance_free(d->app);
+	sg_service_free(d->svc); /* the pool has drained: no call refers to it */
 	sg_serving_free(d->serving);
 	sg_policy_free(d->policy);
 	sg_metrics_free(d->m.reg);
-	chain_put(d->chain);
 }
 
 /* A listener that refused a connection this recently (at max-connections,
@@ -1087,7 +730,6 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	static daemon d;
-	pthread_mutex_init(&d.chain_lock, NULL);
 	pthread_mutex_init(&d.grpc_mu, NULL);
 	char **pos SG_AUTOFREE = calloc((size_t)argc + 1, sizeof(*pos));
 	if (!pos)
