@@ -6,21 +6,37 @@
  * The parser works on the caller's string in place and copies only what a
  * requirement keeps (its key and values), each bounded by the grammar
  * (keys 253 + 1 + 63 bytes, values 63), so a hostile selector costs at most
- * SG_KUBE_SELECTOR_MAX bytes of copies. Integers of '<' and '>' are parsed
- * with overflow checks; a label value that is not an integer never matches
- * them, as in apimachinery.
+ * SG_KUBE_SELECTOR_MAX bytes of copies.
+ *
+ * Where apimachinery's behaviour is subtle, this follows it:
+ *   - "in ()" and "notin ()" are the set holding only the empty value;
+ *     empty values may appear anywhere in a list ("(a,,b)", "(,)");
+ *   - the operand of '<' and '>' must be a valid label value (so no sign:
+ *     "a<-5" is refused, as NewRequirement refuses it) that
+ *     strconv.ParseInt(v, 10, 64) reads; the label's value is read by
+ *     ParseInt too (optional sign, any number of digits within int64), and
+ *     one it cannot read never matches;
+ *   - the value set is a set: duplicates count once against
+ *     SG_KUBE_SELECTOR_VALUES.
+ * Error offsets are those of the first byte of the offending token (the
+ * end of the string for a missing one), and the selector is quoted in the
+ * message with bytes outside printable ASCII escaped, so a hostile
+ * selector cannot put raw control or invalid UTF-8 bytes into a log line
+ * or a status condition.
  */
 #include "sg_kube_selector.h"
 #include "sg_guard.h"
 #include "sg_kube.h"
 
-#include <errno.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define TOKEN_MAX (SG_KUBE_NAME_MAX + 1 + 63) /* the longest valid key */
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 typedef enum op { OP_EXISTS, OP_NOT_EXISTS, OP_EQ, OP_NEQ, OP_IN, OP_NOTIN, OP_GT, OP_LT } op;
 
@@ -46,6 +62,8 @@ typedef struct lexer {
 	const char *s;
 	const char *what;
 	size_t i;
+	size_t start;            /* offset of the last token read (of the bad byte for T_BAD) */
+	const char *bad;         /* why the last token is T_BAD */
 	char tok[TOKEN_MAX + 2]; /* an identifier (one byte more than valid, to tell "too long") */
 } lexer;
 
@@ -66,6 +84,8 @@ static int next(lexer *l)
 {
 	while (blank(l->s[l->i]))
 		l->i++;
+	l->start = l->i;
+	l->bad = NULL;
 	char c = l->s[l->i];
 	if (!c)
 		return T_END;
@@ -98,8 +118,15 @@ static int next(lexer *l)
 	l->i--;
 	while (l->s[l->i] && !special(l->s[l->i])) {
 		unsigned char b = (unsigned char)l->s[l->i];
-		if (b < 0x21 || b > 0x7e || n + 1 >= sizeof(l->tok))
+		if (b < 0x21 || b > 0x7e) {
+			l->start = l->i;
+			l->bad = "a byte that is not printable ASCII";
 			return T_BAD;
+		}
+		if (n + 1 >= sizeof(l->tok)) {
+			l->bad = "a name longer than any valid label key";
+			return T_BAD;
+		}
 		l->tok[n++] = (char)b;
 		l->i++;
 	}
@@ -147,20 +174,59 @@ static bool key_ok(const char *k)
 	return sg_kube_dns_subdomain(k, (size_t)(slash - k)) && name_ok(slash + 1, strlen(slash + 1), false);
 }
 
-/* An optional '-' and 1..18 digits (no overflow of long long). */
+/* Go's strconv.ParseInt(s, 10, 64): an optional sign, then one or more
+ * decimal digits, the value within int64. */
 static bool integer(const char *s, long long *out)
 {
-	const char *d = *s == '-' ? s + 1 : s;
-	size_t n = strlen(d);
-	if (n == 0 || n > 18 || strspn(d, "0123456789") != n)
+	bool neg = *s == '-';
+	if (*s == '-' || *s == '+')
+		s++;
+	if (!*s)
 		return false;
-	*out = strtoll(s, NULL, 10);
+	unsigned long long lim = neg ? (unsigned long long)LLONG_MAX + 1u : (unsigned long long)LLONG_MAX;
+	unsigned long long v = 0;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return false;
+		unsigned d = (unsigned)(*s - '0');
+		if (v > (lim - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	*out = !neg ? (long long)v : v == lim ? LLONG_MIN : -(long long)v;
 	return true;
 }
 
+/* The selector for a message: at most 160 bytes of it, bytes outside
+ * printable ASCII (and '"', '\\') escaped as \xNN. */
+static void quote(char out[200], const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+	for (; *s && o < 160; s++) {
+		unsigned char b = (unsigned char)*s;
+		if (b >= 0x20 && b < 0x7f && b != '"' && b != '\\') {
+			out[o++] = (char)b;
+		} else {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[b >> 4];
+			out[o++] = hex[b & 15];
+		}
+	}
+	if (*s) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = 0;
+}
+
+/* Fails at the token last read; a T_BAD token gives its own reason. */
 static int fail(const lexer *l, const char *why)
 {
-	return sg_error_set(SG_EINVAL, "%s \"%.200s\": %s at offset %zu", l->what, l->s, why, l->i);
+	char q[200];
+	quote(q, l->s);
+	return sg_error_set(SG_EINVAL, "%s \"%s\": %s at offset %zu", l->what, q, l->bad ? l->bad : why, l->start);
 }
 
 static int keep(char **out, const char *s)
@@ -170,10 +236,21 @@ static int keep(char **out, const char *s)
 	return SG_OK;
 }
 
-static int add_value(req *r, const char *v)
+static bool in_set(const req *r, const char *v)
 {
-	SG_ENSURE(r->nvalues < SG_KUBE_SELECTOR_VALUES, SG_EINVAL, "label selector: more than %d values in a set",
-	          SG_KUBE_SELECTOR_VALUES);
+	for (size_t i = 0; i < r->nvalues; i++)
+		if (strcmp(r->values[i], v) == 0)
+			return true;
+	return false;
+}
+
+/* Adds v to the set (once); l for the message when the set is full. */
+static int add_value(lexer *l, req *r, const char *v)
+{
+	if (in_set(r, v))
+		return SG_OK;
+	if (r->nvalues >= SG_KUBE_SELECTOR_VALUES)
+		return fail(l, "more than " STR(SG_KUBE_SELECTOR_VALUES) " values in a set");
 	if (!r->values) {
 		r->values = calloc(SG_KUBE_SELECTOR_VALUES, sizeof(char *));
 		SG_ENSURE(r->values, SG_EINTERNAL, "label selector: out of memory");
@@ -189,15 +266,13 @@ static int values(lexer *l, req *r)
 		return fail(l, "expected '(' after in/notin");
 	for (;;) {
 		int t = next(l);
-		if (t == T_CLOSE && r->nvalues == 0)
-			return fail(l, "the value set of in/notin is empty");
 		if (t == T_IDENT || t == T_IN || t == T_NOTIN) {
 			if (!name_ok(l->tok, strlen(l->tok), true))
 				return fail(l, "invalid label value");
-			SG_TRY(add_value(r, l->tok));
+			SG_TRY(add_value(l, r, l->tok));
 			t = next(l);
 		} else if (t == T_COMMA || t == T_CLOSE) {
-			SG_TRY(add_value(r, "")); /* an empty value, as in "(a,)" */
+			SG_TRY(add_value(l, r, "")); /* an empty value: "()", "(a,)", "(,a)" */
 		} else {
 			return fail(l, "expected a value");
 		}
@@ -224,9 +299,9 @@ static int requirement(lexer *l, req *r)
 		r->op = negated ? OP_NOT_EXISTS : OP_EXISTS;
 		return SG_OK;
 	}
+	o = next(l);
 	if (negated)
 		return fail(l, "'!key' takes no operator");
-	o = next(l);
 	switch (o) {
 	case T_IN:
 	case T_NOTIN:
@@ -246,18 +321,26 @@ static int requirement(lexer *l, req *r)
 	}
 	int v = peek(l);
 	if (v == T_END || v == T_COMMA) {
-		if (r->op == OP_GT || r->op == OP_LT)
+		if (r->op == OP_GT || r->op == OP_LT) {
+			next(l);
 			return fail(l, "'<' and '>' need an integer");
-		return add_value(r, ""); /* key= (empty value) */
+		}
+		return add_value(l, r, ""); /* key= (empty value) */
 	}
 	v = next(l);
 	if (v != T_IDENT && v != T_IN && v != T_NOTIN)
 		return fail(l, "expected a value");
-	if (r->op == OP_GT || r->op == OP_LT)
-		return integer(l->tok, &r->num) ? SG_OK : fail(l, "'<' and '>' need an integer");
+	if (r->op == OP_GT || r->op == OP_LT) {
+		if (!integer(l->tok, &r->num))
+			return fail(l, "'<' and '>' need an integer");
+		/* NewRequirement checks it as a label value too: no sign. */
+		if (!name_ok(l->tok, strlen(l->tok), false))
+			return fail(l, "the integer of '<' and '>' must be a valid label value (no sign)");
+		return SG_OK;
+	}
 	if (!name_ok(l->tok, strlen(l->tok), true))
 		return fail(l, "invalid label value");
-	return add_value(r, l->tok);
+	return add_value(l, r, l->tok);
 }
 
 static int parse(sg_kube_selector *sel, lexer *l)
@@ -265,8 +348,10 @@ static int parse(sg_kube_selector *sel, lexer *l)
 	if (peek(l) == T_END)
 		return SG_OK;
 	for (;;) {
-		SG_ENSURE(sel->nreqs < SG_KUBE_SELECTOR_REQS, SG_EINVAL, "%s: more than %d requirements", l->what,
-		          SG_KUBE_SELECTOR_REQS);
+		if (sel->nreqs == SG_KUBE_SELECTOR_REQS) {
+			next(l);
+			return fail(l, "more than " STR(SG_KUBE_SELECTOR_REQS) " requirements");
+		}
 		SG_TRY(requirement(l, &sel->reqs[sel->nreqs++]));
 		int t = next(l);
 		if (t == T_END)
@@ -324,14 +409,6 @@ bool sg_kube_selector_everything(const sg_kube_selector *sel)
 const char *sg_kube_selector_string(const sg_kube_selector *sel)
 {
 	return sel->text;
-}
-
-static bool in_set(const req *r, const char *v)
-{
-	for (size_t i = 0; i < r->nvalues; i++)
-		if (strcmp(r->values[i], v) == 0)
-			return true;
-	return false;
 }
 
 static bool holds(const req *r, const json_t *labels)

@@ -12,10 +12,12 @@
  *   key            the label exists          !key         it does not
  *   key=v, key==v  it exists and equals v    key!=v       absent or not v
  *   key in (a,b)   it exists and is a or b   key notin (a,b)  absent or neither
- *   key>n, key<n   it exists and, read as an integer, is greater / less
- *                  (n and the label: an optional minus and 1..18 digits)
+ *   key>n, key<n   it exists and, read as an integer (as Go's
+ *                  strconv.ParseInt reads it), is greater / less; n is
+ *                  digits only (it is also a label value) within int64
  * key is [prefix/]name (prefix a DNS subdomain, name at most 63 bytes of
- * [A-Za-z0-9-_.] with alphanumeric ends); a value is such a name or empty.
+ * [A-Za-z0-9-_.] with alphanumeric ends); a value is such a name or empty;
+ * "in ()" is the set of the empty value, as apimachinery reads it.
  * Whitespace between tokens is ignored. At most SG_KUBE_SELECTOR_MAX bytes
  * and SG_KUBE_SELECTOR_REQS requirements, checked before anything is kept.
  *

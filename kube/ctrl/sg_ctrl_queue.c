@@ -338,7 +338,10 @@ static void add_after_locked(sg_ctrl_queue *q, const char *key, uint64_t delay_m
 		make_ready(q, e);
 		return;
 	}
-	uint64_t due = sg_now_ns() + delay_ms * 1000000ull;
+	/* Saturating: a delay of years (UINT64_MAX as "not before the end")
+	 * must not wrap around to a time in the past. */
+	uint64_t now = sg_now_ns();
+	uint64_t due = delay_ms > (UINT64_MAX - now) / 1000000u ? UINT64_MAX : now + delay_ms * 1000000u;
 	if ((e->dirty && !e->processing) || (e->due_ns && e->due_ns <= due)) {
 		release(q, e);
 		return; /* ready already, or due sooner */
