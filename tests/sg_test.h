@@ -8,8 +8,10 @@
 #ifndef SG_TEST_H
 #define SG_TEST_H
 
+#include "sg_clock.h"
 #include "sg_error.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,6 +51,26 @@ static int sg_test_checks;
 			fprintf(stderr, "%s:%d: error \"%s\" lacks \"%s\"\n", __FILE__, __LINE__,     \
 				sg_error_last()->msg, (substr));                                           \
 		}                                                                                  \
+	} while (0)
+
+/* Waits for a condition, not for time: evaluates cond every
+ * SG_TEST_POLL_MS until it holds, for at most ms milliseconds. A check:
+ * past the deadline it fails with the condition's text (and the test goes
+ * on, as after any failed check). */
+#define SG_TEST_POLL_MS 20u
+#define SG_WAIT_FOR(ms, cond)                                                                     \
+	do {                                                                                          \
+		sg_test_checks++;                                                                         \
+		uint64_t sg_until_ = sg_now_ns() + (uint64_t)(ms) * 1000000u;                             \
+		while (!(cond)) {                                                                         \
+			if (sg_now_ns() > sg_until_) {                                                        \
+				sg_test_failures++;                                                               \
+				fprintf(stderr, "%s:%d: not within %u ms: %s\n", __FILE__, __LINE__, (unsigned)(ms), \
+					#cond);                                                                       \
+				break;                                                                            \
+			}                                                                                     \
+			sg_sleep_ms(SG_TEST_POLL_MS);                                                         \
+		}                                                                                         \
 	} while (0)
 
 typedef struct sg_test_case {

@@ -10,10 +10,20 @@
  * issuing; root bundle changes rewrite ca.crt and re-issue only when the
  * chain breaks; a short-lived certificate is renewed when due, and only
  * then.
+ *
+ * The checks wait for states, never for time: for the Secret to read as
+ * expected in the API server, and for the controller to be idle (its
+ * informer holds the Secret the server has, so every event has been
+ * delivered; its one key waits for its timer; no reconcile ended since the
+ * previous look) before exact counts are read. That something does NOT
+ * happen is shown the same way: the event that would cause it is
+ * demonstrably handled (a pass that found the Secret matching, counted as
+ * unchanged) and the write and issuance counters did not move.
  */
 #include "sg_istiodcert.h"
 
 #include "sg_clock.h"
+#include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "self_signed.h"
 #include "sg_test.h"
@@ -233,22 +243,41 @@ static expect main_expect(void)
 	return (expect){want_dns, 4, EVP_PKEY_RSA, 2048, 3600, root};
 }
 
+/* The serial of the Secret when it passes check_secret, or NULL. */
+static char *valid_serial(const char *name, const expect *e)
+{
+	json_t *s = secret_get(name);
+	char *serial = s ? check_secret(s, e) : NULL;
+	json_decref(s);
+	return serial;
+}
+
 /* Waits until the Secret passes check_secret; returns the serial. */
 static char *wait_valid(const char *name, const expect *e, unsigned ms)
 {
-	uint64_t deadline = sg_now_ns() + (uint64_t)ms * 1000000u;
-	for (;;) {
-		json_t *s = secret_get(name);
-		char *serial = s ? check_secret(s, e) : NULL;
-		json_decref(s);
-		if (serial)
-			return serial;
-		if (sg_now_ns() > deadline) {
-			fprintf(stderr, "secret %s not valid within %u ms\n", name, ms);
-			return NULL;
-		}
-		sg_sleep_ms(50);
-	}
+	char *serial = NULL;
+	SG_WAIT_FOR(ms, (serial = valid_serial(name, e)) != NULL);
+	return serial;
+}
+
+/* Whether the Secret passes check_secret with that serial. */
+static bool valid_with(const char *name, const expect *e, const char *serial)
+{
+	char *got = valid_serial(name, e);
+	bool ok = got && strcmp(got, serial) == 0;
+	free(got);
+	return ok;
+}
+
+/* Whether the Secret's ca.crt is ca. */
+static bool ca_is(const char *name, const char *ca)
+{
+	json_t *s = secret_get(name);
+	char *got = data_get(s, "ca.crt");
+	bool ok = got && strcmp(got, ca) == 0;
+	free(got);
+	json_decref(s);
+	return ok;
 }
 
 static char *secret_rv(const char *name)
@@ -282,10 +311,71 @@ static sg_istiodcert_options main_options(void)
 	};
 }
 
-/* Lets events arrive and be handled. */
-static void settle(void)
+static char idle_why[300]; /* why the last idle() said no */
+
+/* Controller c (of Secret name) has nothing left to do: its informer holds
+ * the Secret the server has (every event delivered), its one key waits for
+ * its timer (queued 1: not being reconciled, which counts 0, and not ready,
+ * for the idle worker takes a ready key at once), and no reconcile ended
+ * since the previous look, one poll interval earlier (*done: the count
+ * then; UINT64_MAX when that look said no). */
+static bool idle(sg_istiodcert *c, const char *name, uint64_t *done)
 {
-	sg_sleep_ms(1500);
+	sg_ctrl *ctrl = sg_istiodcert_controller(c);
+	sg_ctrl_stats a, b;
+	sg_ctrl_stats_get(ctrl, &a);
+	sg_kube_informer *inf = sg_ctrl_informer(ctrl, 0);
+	json_t *live = secret_get(name), *cached = inf ? sg_kube_informer_get(inf, NS, name) : NULL;
+	const char *rv = sg_kube_meta_str(live, "resourceVersion"), *crv = sg_kube_meta_str(cached, "resourceVersion");
+	bool current = inf && (rv && crv ? strcmp(rv, crv) == 0 : !live && !cached);
+	sg_ctrl_stats_get(ctrl, &b);
+	uint64_t n = b.reconciles + b.errors;
+	bool ok = current && a.queued == 1 && b.queued == 1 && n == a.reconciles + a.errors;
+	if (!current)
+		snprintf(idle_why, sizeof(idle_why), "Secret %.100s: server at %.30s, cache at %.30s", name, rv ? rv : "-",
+		         crv ? crv : "-");
+	else if (!ok)
+		snprintf(idle_why, sizeof(idle_why), "queued %llu (1 is the timer), reconciles ended %llu -> %llu",
+		         (unsigned long long)b.queued, (unsigned long long)(a.reconciles + a.errors),
+		         (unsigned long long)n);
+	json_decref(live);
+	json_decref(cached);
+	bool quiet = *done == n;
+	*done = ok ? n : UINT64_MAX;
+	if (ok && !quiet)
+		snprintf(idle_why, sizeof(idle_why), "a reconcile ended since the previous look");
+	return ok && quiet;
+}
+
+/* Waits (at most ms) until controller c of Secret name is idle; a failed
+ * check saying what was still moving when the deadline passed. */
+#define WAIT_IDLE(c, name, ms)                                             \
+	do {                                                                   \
+		int failed_ = sg_test_failures;                                    \
+		uint64_t done_ = UINT64_MAX;                                       \
+		SG_WAIT_FOR(ms, idle(c, name, &done_));                            \
+		if (sg_test_failures != failed_)                                   \
+			fprintf(stderr, "  controller not idle: %s\n", idle_why);      \
+	} while (0)
+
+/* Applies patch, which leaves the Secret correct, once ic is idle; waits
+ * until ic has handled its event (a pass that found the Secret matching)
+ * and is idle again; checks that nothing was written or issued in answer.
+ * Returns the Secret's resourceVersion (the patch's; caller frees). */
+static char *patch_unanswered(json_t *patch)
+{
+	WAIT_IDLE(ic, SECRET, 20000);
+	sg_istiodcert_stats s0 = stats_of(ic);
+	secret_patch(SECRET, patch);
+	char *rv = secret_rv(SECRET);
+	SG_WAIT_FOR(20000, stats_of(ic).unchanged > s0.unchanged);
+	WAIT_IDLE(ic, SECRET, 20000);
+	char *rv1 = secret_rv(SECRET);
+	sg_istiodcert_stats s1 = stats_of(ic);
+	SG_CHECK(rv[0] && strcmp(rv, rv1) == 0);
+	SG_CHECK(writes(s1) == writes(s0) && s1.issued == s0.issued && s1.errors == s0.errors);
+	free(rv1);
+	return rv;
 }
 
 /* ---- tests ---- */
@@ -382,7 +472,7 @@ static void t_issue(void)
 	char *serial = wait_valid(SECRET, &e, 30000);
 	SG_CHECK(serial != NULL);
 	printf("Secret valid after %.2f s, serial %s\n", (double)(sg_now_ns() - t0) / 1e9, serial ? serial : "-");
-	settle();
+	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s = stats_of(ic);
 	SG_CHECK(s.issued == 1 && s.creates == 1 && s.updates == 0 && s.errors == 0 && s.adopted == 0);
 	SG_CHECK(serial && strcmp(s.serial, serial) == 0);
@@ -398,17 +488,16 @@ static void t_issue(void)
 	json_decref(list);
 }
 
+/* Once the Secret matches nothing is written: our own write came back as
+ * an event and found nothing to do, and so does the next event. */
 static void t_no_loop(void)
 {
+	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s0 = stats_of(ic);
-	char *rv = secret_rv(SECRET);
-	sg_sleep_ms(4000);
-	char *rv1 = secret_rv(SECRET);
-	sg_istiodcert_stats s1 = stats_of(ic);
-	SG_CHECK(rv[0] && strcmp(rv, rv1) == 0);
-	SG_CHECK(writes(s1) == writes(s0) && s1.issued == s0.issued && s1.errors == 0);
-	free(rv);
-	free(rv1);
+	/* Idle: the write's echo reached the cache and was reconciled after. */
+	SG_CHECK(s0.unchanged >= writes(s0) && s0.errors == 0);
+	free(patch_unanswered(json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "signet-test/poke", "1")));
+	SG_CHECK(stats_of(ic).errors == 0);
 }
 
 static void t_repair(void)
@@ -439,14 +528,8 @@ static void t_repair(void)
 	/* Someone else's data key, label and annotation are kept, and their
 	 * write is not answered by one of ours. */
 	char *extra = b64("hello");
-	secret_patch(SECRET, json_pack("{s:{s:s}, s:{s:{s:s}, s:{s:s}}}", "data", "extra", extra, "metadata", "labels",
-	                               "owner", "me", "annotations", "why", "because"));
-	settle();
-	sg_istiodcert_stats s1 = stats_of(ic);
-	char *rv = secret_rv(SECRET);
-	settle();
-	char *rv1 = secret_rv(SECRET);
-	SG_CHECK(strcmp(rv, rv1) == 0 && writes(stats_of(ic)) == writes(s1));
+	char *rv = patch_unanswered(json_pack("{s:{s:s}, s:{s:{s:s}, s:{s:s}}}", "data", "extra", extra, "metadata",
+	                                      "labels", "owner", "me", "annotations", "why", "because"));
 	json_t *s = secret_get(SECRET);
 	const char *v = json_string_value(json_object_get(json_object_get(s, "data"), "extra"));
 	const char *owner =
@@ -458,7 +541,6 @@ static void t_repair(void)
 	json_decref(s);
 	free(extra);
 	free(rv);
-	free(rv1);
 
 	sg_istiodcert_stats s2 = stats_of(ic);
 	printf("repairs: creates %llu updates %llu issued %llu errors %llu\n", (unsigned long long)s2.creates,
@@ -487,8 +569,16 @@ static void t_stop_and_replace(void)
 	expect e = main_expect();
 	sg_istiodcert_stop(ic);
 	sg_istiodcert_stats s0 = stats_of(ic);
+	sg_ctrl *ctrl = sg_istiodcert_controller(ic);
+	sg_ctrl_stats c0;
+	sg_ctrl_stats_get(ctrl, &c0);
 	secret_delete(SECRET);
-	sg_sleep_ms(3000);
+	/* Nothing can see it: stopped, the controller has no informer, and its
+	 * queue is empty and refuses keys. */
+	sg_ctrl_stats c1;
+	sg_ctrl_stats_get(ctrl, &c1);
+	SG_CHECK(!sg_ctrl_running(ctrl) && !sg_ctrl_informer(ctrl, 0));
+	SG_CHECK(c1.queued == 0 && c1.reconciles == c0.reconciles && c1.errors == c0.errors);
 	json_t *gone = secret_get(SECRET);
 	SG_CHECK(gone == NULL);
 	json_decref(gone);
@@ -499,7 +589,7 @@ static void t_stop_and_replace(void)
 	char *serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, s0.serial) == 0);
 	free(serial);
-	settle();
+	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s1 = stats_of(ic);
 	SG_CHECK(s1.recreates == s0.recreates + 1 && s1.issued == s0.issued);
 
@@ -510,7 +600,7 @@ static void t_stop_and_replace(void)
 	serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial != NULL);
 	free(serial);
-	settle();
+	WAIT_IDLE(ic, SECRET, 20000);
 	json_t *s = secret_get(SECRET);
 	SG_CHECK(!json_is_true(json_object_get(s, "immutable")));
 	json_decref(s);
@@ -530,7 +620,9 @@ static void t_adopt(void)
 	sg_istiodcert *other = NULL;
 	SG_CHECK_OK(sg_istiodcert_new(&other, &o, root, strlen(root)));
 	SG_CHECK_OK(sg_istiodcert_start(other));
-	settle();
+	/* Its first pass is over (it found the Secret matching), and idle. */
+	SG_WAIT_FOR(20000, stats_of(other).unchanged >= 1);
+	WAIT_IDLE(other, SECRET, 20000);
 	sg_istiodcert_stats s = stats_of(other);
 	char *rv1 = secret_rv(SECRET);
 	SG_CHECK(s.adopted == 1 && s.issued == 0 && writes(s) == 0 && s.errors == 0);
@@ -550,6 +642,7 @@ static void t_adopt(void)
 	char *serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, old.serial) != 0);
 	free(serial);
+	WAIT_IDLE(other, SECRET, 20000);
 	s = stats_of(other);
 	SG_CHECK(s.adopted == 0 && s.issued == 1 && s.updates == 1);
 	sg_istiodcert_free(other);
@@ -566,7 +659,7 @@ static void t_adopt(void)
 static void t_set_root(void)
 {
 	expect e = main_expect();
-	settle();
+	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s0 = stats_of(ic);
 
 	/* A bundle that still holds our root: ca.crt follows, no issuance. */
@@ -578,24 +671,19 @@ static void t_set_root(void)
 	char *serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, s0.serial) == 0);
 	free(serial);
-	settle();
+	WAIT_IDLE(ic, SECRET, 20000);
 	SG_CHECK(stats_of(ic).issued == s0.issued);
 
 	/* A bundle the certificate does not chain to: one new certificate
-	 * (which does not chain either: the CA is what it is) and no more. */
+	 * (which does not chain either: the CA is what it is) and no more,
+	 * not even when the next event brings another pass. */
 	SG_CHECK_OK(sg_istiodcert_set_root(ic, foreign, strlen(foreign)));
-	uint64_t deadline = sg_now_ns() + 20000000000ull;
-	while (stats_of(ic).issued == s0.issued && sg_now_ns() < deadline)
-		sg_sleep_ms(50);
-	settle();
+	SG_WAIT_FOR(20000, stats_of(ic).issued > s0.issued);
+	SG_WAIT_FOR(20000, ca_is(SECRET, foreign));
+	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s1 = stats_of(ic);
 	SG_CHECK(s1.issued == s0.issued + 1);
-	json_t *s = secret_get(SECRET);
-	char *ca = data_get(s, "ca.crt");
-	SG_CHECK(ca && strcmp(ca, foreign) == 0);
-	free(ca);
-	json_decref(s);
-	sg_sleep_ms(3000);
+	free(patch_unanswered(json_pack("{s:{s:{s:s}}}", "metadata", "annotations", "signet-test/poke", "2")));
 	SG_CHECK(stats_of(ic).issued == s1.issued);
 
 	/* Back to the real root: the new certificate chains, only ca.crt moves. */
@@ -604,14 +692,16 @@ static void t_set_root(void)
 	serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, s1.serial) == 0);
 	free(serial);
-	settle();
+	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s2 = stats_of(ic);
 	SG_CHECK(s2.issued == s1.issued && s2.errors == 0);
 	free(both);
 }
 
 /* A 60 s certificate renewed 55 s before its end: a new one every 5 s,
- * each valid, and no more than that. */
+ * each valid, and no more than that: each renewal comes once the previous
+ * certificate is due (its renew_at, wall-clock seconds), not sooner and
+ * not much later, and is one issuance. */
 static void t_renew(void)
 {
 	sg_istiodcert_free(ic);
@@ -630,30 +720,21 @@ static void t_renew(void)
 	SG_CHECK_OK(sg_istiodcert_start(c));
 	char *first = wait_valid("istiod-renew", &e, 20000);
 	SG_CHECK(first != NULL);
-	sg_istiodcert_stats s = stats_of(c);
-	SG_CHECK(s.renew_at == s.not_after - 55);
-	uint64_t t0 = sg_now_ns();
-	char *next = NULL;
-	while (sg_now_ns() - t0 < 15000000000ull) {
-		free(next);
-		next = wait_valid("istiod-renew", &e, 5000);
-		if (next && first && strcmp(next, first) != 0)
-			break;
-		sg_sleep_ms(100);
+	sg_istiodcert_stats prev = stats_of(c);
+	SG_CHECK(first && strcmp(prev.serial, first) == 0);
+	SG_CHECK(prev.renew_at == prev.not_after - 55);
+	for (int i = 0; i < 3; i++) {
+		SG_WAIT_FOR(15000, strcmp(stats_of(c).serial, prev.serial) != 0);
+		int64_t seen = sg_wall_seconds();
+		sg_istiodcert_stats s = stats_of(c); /* issued counts before the serial shows */
+		printf("renewal %d: %lld s after it was due\n", i + 1, (long long)(seen - prev.renew_at));
+		SG_CHECK(s.issued == prev.issued + 1);
+		SG_CHECK(seen >= prev.renew_at && seen <= prev.renew_at + 3);
+		SG_CHECK(s.renew_at == s.not_after - 55 && s.errors == 0);
+		SG_WAIT_FOR(5000, valid_with("istiod-renew", &e, s.serial));
+		prev = s;
 	}
-	SG_CHECK(next && first && strcmp(next, first) != 0);
-	printf("renewed after %.1f s\n", (double)(sg_now_ns() - t0) / 1e9);
-	uint64_t issued0 = stats_of(c).issued;
-	sg_sleep_ms(12000);
-	sg_istiodcert_stats s1 = stats_of(c);
-	printf("issued %llu certificates in 12 s\n", (unsigned long long)(s1.issued - issued0));
-	SG_CHECK(s1.issued - issued0 >= 2 && s1.issued - issued0 <= 3);
-	SG_CHECK(s1.errors == 0);
 	free(first);
-	free(next);
-	next = wait_valid("istiod-renew", &e, 5000);
-	SG_CHECK(next != NULL);
-	free(next);
 	sg_istiodcert_free(c);
 }
 

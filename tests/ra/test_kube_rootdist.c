@@ -11,10 +11,20 @@
  * No kube-controller-manager runs, so a deleted namespace stays
  * Terminating for the rest of the test, as a namespace with a stuck
  * finalizer would in a real cluster.
+ *
+ * The checks wait for states, never for time: for the ConfigMaps to read
+ * as expected in the API server, and for the distributor to be idle (its
+ * informers hold what the server has, so every event has been delivered;
+ * its queue is empty; no reconcile ended since the previous look) before
+ * exact counts are read. That something does NOT happen is shown the same
+ * way: the event that would cause it is demonstrably handled (a reconcile
+ * that found nothing to do, counted as unchanged) and the write counters
+ * did not move.
  */
 #include "sg_rootdist.h"
 
 #include "sg_clock.h"
+#include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "self_signed.h"
 #include "sg_test.h"
@@ -30,10 +40,15 @@
 #define NAME SG_ROOTDIST_NAME
 #define KEY SG_ROOTDIST_KEY
 #define SELECTOR "istio-injection=enabled"
+/* The distributor's watches (sg_rootdist.c): namespaces, the primary, and
+ * our ConfigMaps. */
+#define NS_WATCH 0
+#define CM_WATCH 1
 
 static sg_kube *k;
 static char *root_a, *root_b;
 static sg_rootdist *rd;
+static const char *selector; /* rd's namespace selector (NULL: every namespace) */
 
 /* ---- fixtures ---- */
 
@@ -102,22 +117,16 @@ static bool cm_ok(const json_t *cm, const char *root)
 	       (!bin || json_object_size(bin) == 0) && !json_is_true(json_object_get(cm, "immutable"));
 }
 
-static bool wait_ok(const char *ns, const char *root, unsigned ms)
+static bool cm_is(const char *ns, const char *root)
 {
-	uint64_t deadline = sg_now_ns() + (uint64_t)ms * 1000000u;
-	for (;;) {
-		json_t *cm = cm_get(ns);
-		bool ok = cm_ok(cm, root);
-		json_decref(cm);
-		if (ok)
-			return true;
-		if (sg_now_ns() > deadline) {
-			fprintf(stderr, "namespace %s: ConfigMap not converged within %u ms\n", ns, ms);
-			return false;
-		}
-		sg_sleep_ms(50);
-	}
+	json_t *cm = cm_get(ns);
+	bool ok = cm_ok(cm, root);
+	json_decref(cm);
+	return ok;
 }
+
+/* Waits (at most ms) until namespace ns holds exactly our ConfigMap with root. */
+#define WAIT_OK(ns, root, ms) SG_WAIT_FOR(ms, cm_is(ns, root))
 
 static bool cm_absent(const char *ns)
 {
@@ -148,19 +157,116 @@ static uint64_t writes(sg_rootdist_stats s)
 	return s.creates + s.updates;
 }
 
-/* Waits until the worker has nothing queued (events delivered and handled). */
-static void settle(void)
+static sg_ctrl_stats ctrl_stats(void)
 {
-	sg_sleep_ms(500);
-	uint64_t deadline = sg_now_ns() + 10000000000ull;
-	while (stats().queued && sg_now_ns() < deadline)
-		sg_sleep_ms(50);
-	sg_sleep_ms(300);
+	sg_ctrl_stats cs;
+	sg_ctrl_stats_get(sg_rootdist_controller(rd), &cs);
+	return cs;
 }
 
-static sg_rootdist *make(const char *selector, const char *root)
+static char idle_why[400]; /* why the last idle() said no */
+
+/* Whether rd's informer of watch holds exactly what the server lists for
+ * coll: the same objects at the same resourceVersions. */
+static bool cache_current(size_t watch, const char *resource, const char *labels, const char *fields)
 {
-	sg_rootdist_options o = {.kube = k, .namespace_selector = selector};
+	sg_kube_informer *inf = sg_ctrl_informer(sg_rootdist_controller(rd), watch);
+	sg_kube_ref coll = {.version = "v1", .resource = resource};
+	sg_kube_list_opts lo = {.label_selector = labels, .field_selector = fields};
+	json_t *list = NULL;
+	if (!inf || sg_kube_list_all(k, &coll, &lo, &list) != SG_OK) {
+		snprintf(idle_why, sizeof(idle_why), "%s: no informer, or LIST failed: %.200s", resource,
+		         inf ? sg_error_last()->msg : "-");
+		json_decref(list);
+		return false;
+	}
+	json_t *items = json_object_get(list, "items");
+	bool same = json_array_size(items) == sg_kube_informer_size(inf);
+	if (!same)
+		snprintf(idle_why, sizeof(idle_why), "%s: server %zu, cache %zu", resource, json_array_size(items),
+		         sg_kube_informer_size(inf));
+	size_t i;
+	json_t *item;
+	json_array_foreach(items, i, item)
+	{
+		const char *ns = sg_kube_meta_str(item, "namespace"), *name = sg_kube_meta_str(item, "name");
+		const char *rv = sg_kube_meta_str(item, "resourceVersion");
+		json_t *cached = sg_kube_informer_get(inf, ns, name);
+		const char *crv = sg_kube_meta_str(cached, "resourceVersion");
+		if (same && !(rv && crv && strcmp(rv, crv) == 0)) {
+			snprintf(idle_why, sizeof(idle_why), "%s %.63s/%.100s: server at %.30s, cache at %.30s", resource, ns ? ns : "",
+			         name, rv ? rv : "-", crv ? crv : "-");
+			same = false;
+		}
+		json_decref(cached);
+	}
+	json_decref(list);
+	return same;
+}
+
+/* The distributor has nothing left to do: its informers hold what the
+ * server has (every event delivered), nothing is queued, and no reconcile
+ * ended since the previous look, one poll interval earlier (*done: the
+ * count then; UINT64_MAX when that look said no). */
+static bool idle(uint64_t *done)
+{
+	sg_ctrl_stats a = ctrl_stats();
+	bool ok = a.queued == 0 && cache_current(NS_WATCH, "namespaces", selector, NULL) &&
+	          cache_current(CM_WATCH, "configmaps", NULL, "metadata.name=" NAME);
+	sg_ctrl_stats b = ctrl_stats();
+	uint64_t n = b.reconciles + b.errors;
+	if (a.queued || b.queued)
+		snprintf(idle_why, sizeof(idle_why), "%llu namespaces queued",
+		         (unsigned long long)(a.queued ? a.queued : b.queued));
+	ok = ok && b.queued == 0 && n == a.reconciles + a.errors;
+	bool quiet = *done == n;
+	*done = ok ? n : UINT64_MAX;
+	if (ok && !quiet)
+		snprintf(idle_why, sizeof(idle_why), "a reconcile ended since the previous look");
+	return ok && quiet;
+}
+
+/* Waits (at most ms) until the distributor is idle; a failed check saying
+ * what was still moving when the deadline passed. */
+#define WAIT_IDLE(ms)                                                      \
+	do {                                                                   \
+		int failed_ = sg_test_failures;                                    \
+		uint64_t done_ = UINT64_MAX;                                       \
+		SG_WAIT_FOR(ms, idle(&done_));                                     \
+		if (sg_test_failures != failed_)                                   \
+			fprintf(stderr, "  distributor not idle: %s\n", idle_why);     \
+	} while (0)
+
+/* A label change on namespace ns (selected): one event, so one reconcile
+ * of ns. */
+static void poke(const char *ns)
+{
+	static unsigned n;
+	char v[16];
+	snprintf(v, sizeof(v), "%u", ++n);
+	ns_label(ns, "signet-test/poke", v);
+}
+
+/* After events that leave every ConfigMap correct (taken while idle, s0):
+ * waits until n more reconciles have found nothing to do and the
+ * distributor is idle again, then checks that these n were all and that
+ * nothing was written or re-read. */
+static void check_unanswered(sg_rootdist_stats s0, uint64_t n)
+{
+	SG_WAIT_FOR(20000, stats().unchanged >= s0.unchanged + n);
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s1 = stats();
+	if (s1.unchanged != s0.unchanged + n)
+		fprintf(stderr, "unchanged %llu, want %llu\n", (unsigned long long)s1.unchanged,
+		        (unsigned long long)(s0.unchanged + n));
+	SG_CHECK(s1.unchanged == s0.unchanged + n);
+	SG_CHECK(writes(s1) == writes(s0) && s1.rereads == s0.rereads && s1.errors == s0.errors);
+}
+
+static sg_rootdist *make(const char *sel, const char *root)
+{
+	selector = sel && *sel ? sel : NULL;
+	sg_rootdist_options o = {.kube = k, .namespace_selector = sel};
 	sg_rootdist *r = NULL;
 	SG_CHECK_OK(sg_rootdist_new(&r, &o, root, strlen(root)));
 	if (!r)
@@ -188,7 +294,7 @@ static void t_options(void)
 {
 	static const char *const bad[] = {
 	    "a=b,",    ",a",
-	    "=b",      "a in ()",
+	    "=b",      "a<-5",
 	    "a in (b", "!a=b",
 	    "a b",     "a=b c",
 	    "-a=b",    "a=-b",
@@ -200,6 +306,7 @@ static void t_options(void)
 	static const char *const good[] = {
 	    "",           "  ",          SELECTOR,          "a==b,c!=d", "a",  "!a",
 	    "a in (x,y)", "a notin (x)", "example.com/a=b", "a>5",       "a=", " a = b , c in ( d , e ) ",
+	    "a in ()", /* apimachinery: the set of the empty value */
 	};
 	sg_rootdist_options o = {.kube = k};
 	sg_rootdist *r = NULL;
@@ -209,6 +316,8 @@ static void t_options(void)
 		if (rc != SG_EINVAL)
 			fprintf(stderr, "selector \"%s\" accepted\n", bad[i]);
 		SG_CHECK(rc == SG_EINVAL && r == NULL);
+		sg_rootdist_free(r); /* NULL unless the check above failed */
+		r = NULL;
 	}
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		o.namespace_selector = good[i];
@@ -263,8 +372,8 @@ static void t_selected(void)
 	rd = make(SELECTOR, root_a);
 	uint64_t t0 = sg_now_ns();
 	SG_CHECK_OK(sg_rootdist_start(rd));
-	SG_CHECK(wait_ok("rd-a", root_a, 30000));
-	SG_CHECK(wait_ok("rd-b", root_a, 30000));
+	WAIT_OK("rd-a", root_a, 30000);
+	WAIT_OK("rd-b", root_a, 30000);
 	printf("converged in %.2f s\n", (double)(sg_now_ns() - t0) / 1e9);
 	json_t *b = cm_get("rd-b");
 	SG_CHECK(label(b, "team") && strcmp(label(b, "team"), "blue") == 0);
@@ -273,13 +382,17 @@ static void t_selected(void)
 	SG_CHECK(note && strcmp(note, "keep me") == 0);
 	json_decref(b);
 
-	settle();
+	/* The first pass and the echoes of its writes are handled; the
+	 * namespaces not selected got nothing. */
+	WAIT_IDLE(30000);
+	sg_rootdist_stats s0 = stats();
+	SG_CHECK(s0.creates == 1 && s0.updates == 1 && s0.errors == 0 && s0.namespaces == 2);
 	SG_CHECK(cm_absent("rd-c"));
 	SG_CHECK(cm_absent("default")); /* not selected */
 
 	ns_label("rd-c", "istio-injection", "enabled"); /* selected later */
-	SG_CHECK(wait_ok("rd-c", root_a, 30000));
-	settle();
+	WAIT_OK("rd-c", root_a, 30000);
+	WAIT_IDLE(30000);
 	sg_rootdist_stats s = stats();
 	printf("creates %llu updates %llu unchanged %llu skipped %llu rereads %llu errors %llu namespaces %llu\n",
 	       (unsigned long long)s.creates, (unsigned long long)s.updates, (unsigned long long)s.unchanged,
@@ -289,17 +402,21 @@ static void t_selected(void)
 	SG_CHECK(s.namespaces == 3);
 }
 
-/* After convergence nothing is written: counters and resourceVersions
- * stay put, although our own writes came back as events. */
+/* After convergence nothing is written: our own writes came back as
+ * events and found nothing to do, and another pass over every namespace
+ * writes nothing either (counters and resourceVersions stay put). */
 static void t_no_loop(void)
 {
-	settle();
+	WAIT_IDLE(30000);
 	sg_rootdist_stats s0 = stats();
+	/* Idle: each write's echo reached the cache and was reconciled after. */
+	SG_CHECK(s0.unchanged >= writes(s0));
 	char *rv[3] = {cm_rv("rd-a"), cm_rv("rd-b"), cm_rv("rd-c")};
-	sg_sleep_ms(4000);
-	sg_rootdist_stats s1 = stats();
+	poke("rd-a");
+	poke("rd-b");
+	poke("rd-c");
+	check_unanswered(s0, 3);
 	char *rv1[3] = {cm_rv("rd-a"), cm_rv("rd-b"), cm_rv("rd-c")};
-	SG_CHECK(writes(s1) == writes(s0) && s1.rereads == s0.rereads && s1.errors == s0.errors);
 	for (int i = 0; i < 3; i++) {
 		SG_CHECK(rv[i][0] && strcmp(rv[i], rv1[i]) == 0);
 		free(rv[i]);
@@ -311,19 +428,19 @@ static void t_repair(void)
 {
 	sg_rootdist_stats s0 = stats();
 	cm_delete("rd-a");
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
-	settle();
+	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_IDLE(20000);
 	SG_CHECK(stats().creates == s0.creates + 1);
 
 	cm_patch("rd-a", json_pack("{s:{s:s}}", "data", KEY, "tampered"));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
+	WAIT_OK("rd-a", root_a, 20000);
 	cm_patch("rd-a", json_pack("{s:{s:s}}", "data", "extra", "1"));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
+	WAIT_OK("rd-a", root_a, 20000);
 	cm_patch("rd-a", json_pack("{s:{s:{s:n}}}", "metadata", "labels", SG_ROOTDIST_LABEL));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
+	WAIT_OK("rd-a", root_a, 20000);
 	cm_patch("rd-a", json_pack("{s:{s:s}}", "binaryData", "blob", "AAEC"));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
-	settle();
+	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_IDLE(20000);
 
 	/* A user's own label and annotation on a correct ConfigMap: kept, and
 	 * their write is not answered by one of ours. */
@@ -331,10 +448,9 @@ static void t_repair(void)
 	cm_patch("rd-a", json_pack("{s:{s:{s:s}, s:{s:s}}}", "metadata", "labels", "owner", "me", "annotations", "why",
 	                           "because"));
 	char *rv = cm_rv("rd-a");
-	settle();
+	check_unanswered(s1, 1);
 	char *rv2 = cm_rv("rd-a");
 	SG_CHECK(strcmp(rv, rv2) == 0);
-	SG_CHECK(writes(stats()) == writes(s1));
 	json_t *cm = cm_get("rd-a");
 	SG_CHECK(cm_ok(cm, root_a) && label(cm, "owner") && strcmp(label(cm, "owner"), "me") == 0);
 	json_decref(cm);
@@ -343,8 +459,8 @@ static void t_repair(void)
 
 	/* An immutable ConfigMap with the wrong data can only be replaced. */
 	cm_patch("rd-a", json_pack("{s:b, s:{s:s}}", "immutable", 1, "data", KEY, "frozen"));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
-	settle();
+	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_IDLE(20000);
 	sg_rootdist_stats s2 = stats();
 	printf("repairs: creates %llu updates %llu rereads %llu errors %llu\n", (unsigned long long)s2.creates,
 	       (unsigned long long)s2.updates, (unsigned long long)s2.rereads, (unsigned long long)s2.errors);
@@ -355,48 +471,60 @@ static void t_set_root(void)
 {
 	sg_rootdist_stats s0 = stats();
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
-	SG_CHECK(wait_ok("rd-a", root_b, 20000));
-	SG_CHECK(wait_ok("rd-b", root_b, 20000));
-	SG_CHECK(wait_ok("rd-c", root_b, 20000));
-	settle();
+	WAIT_OK("rd-a", root_b, 20000);
+	WAIT_OK("rd-b", root_b, 20000);
+	WAIT_OK("rd-c", root_b, 20000);
+	WAIT_IDLE(20000);
 	sg_rootdist_stats s1 = stats();
 	SG_CHECK(s1.updates == s0.updates + 3 && s1.creates == s0.creates);
-	/* The same bundle again changes nothing. */
+	/* The same bundle again changes nothing: no pass over the namespaces,
+	 * so a poke of one, queued after it, is the only reconcile. */
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
-	settle();
-	sg_rootdist_stats s2 = stats();
-	SG_CHECK(writes(s2) == writes(s1) && s2.unchanged == s1.unchanged);
+	poke("rd-a");
+	check_unanswered(s1, 1);
 }
 
 /* A namespace that stops matching keeps its ConfigMap, which is no longer
  * updated (istio-csr does the same). */
 static void t_unselected(void)
 {
+	sg_rootdist_stats s0 = stats();
 	ns_label("rd-c", "istio-injection", NULL);
-	settle();
+	/* The namespace informer lets it go (DELETED), and its reconcile
+	 * skips it. */
+	SG_WAIT_FOR(20000, stats().namespaces == 2 && stats().skipped > s0.skipped);
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s1 = stats();
+	SG_CHECK(s1.skipped == s0.skipped + 1 && writes(s1) == writes(s0));
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_a, strlen(root_a)));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
-	SG_CHECK(wait_ok("rd-b", root_a, 20000));
-	settle();
+	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_OK("rd-b", root_a, 20000);
+	/* The pass is over: two updates, and rd-c was not among them. */
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s2 = stats();
+	SG_CHECK(s2.updates == s1.updates + 2 && s2.creates == s1.creates);
 	json_t *cm = cm_get("rd-c");
 	SG_CHECK(cm_ok(cm, root_b));
 	json_decref(cm);
-	SG_CHECK(stats().namespaces == 2);
+	SG_CHECK(s2.namespaces == 2);
 }
 
 static void t_terminating(void)
 {
 	sg_kube_ref ns = {.version = "v1", .resource = "namespaces", .name = "rd-b"};
+	sg_rootdist_stats before = stats();
 	SG_CHECK_OK(sg_kube_delete(k, &ns, NULL));
-	settle();
+	/* Its event (deletionTimestamp set) is handled: skipped. */
+	SG_WAIT_FOR(20000, stats().skipped > before.skipped);
+	WAIT_IDLE(20000);
 	sg_rootdist_stats s0 = stats();
+	SG_CHECK(writes(s0) == writes(before) && s0.errors == before.errors);
 	cm_delete("rd-b"); /* deletes are still allowed in a Terminating namespace */
 	/* A root change reaches every selected namespace, the Terminating one
 	 * included, which is skipped. */
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
-	SG_CHECK(wait_ok("rd-a", root_b, 20000));
-	settle();
-	sg_sleep_ms(2000);
+	WAIT_OK("rd-a", root_b, 20000);
+	WAIT_IDLE(20000);
 	sg_rootdist_stats s1 = stats();
 	SG_CHECK(cm_absent("rd-b"));
 	SG_CHECK(s1.errors == s0.errors);
@@ -409,30 +537,41 @@ static void t_stop(void)
 	sg_rootdist_stop(rd);
 	sg_rootdist_stats s0 = stats();
 	SG_CHECK(s0.namespaces == 0 && s0.queued == 0);
+	sg_ctrl_stats c0 = ctrl_stats();
 	cm_patch("rd-a", json_pack("{s:{s:s}}", "data", KEY, "edited while stopped"));
 	cm_delete("rd-c");
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_a, strlen(root_a))); /* stored, not acted on */
-	sg_sleep_ms(3000);
+	ns_label("rd-c", "istio-injection", "enabled");
+	/* Nothing can see these: stopped, the distributor has no informers,
+	 * and its queue refuses keys (the root change's pass included). */
+	sg_ctrl *ctrl = sg_rootdist_controller(rd);
+	SG_CHECK(!sg_ctrl_running(ctrl) && !sg_ctrl_informer(ctrl, NS_WATCH) && !sg_ctrl_informer(ctrl, CM_WATCH));
+	sg_ctrl_stats c1 = ctrl_stats();
+	SG_CHECK(c1.queued == 0 && c1.reconciles == c0.reconciles && c1.errors == c0.errors);
 	json_t *cm = cm_get("rd-a");
 	const char *v = json_string_value(json_object_get(json_object_get(cm, "data"), KEY));
 	SG_CHECK(v && strcmp(v, "edited while stopped") == 0);
 	json_decref(cm);
+	SG_CHECK(cm_absent("rd-c"));
 	sg_rootdist_stats s1 = stats();
-	SG_CHECK(writes(s1) == writes(s0) && s1.unchanged == s0.unchanged);
+	SG_CHECK(writes(s1) == writes(s0) && s1.unchanged == s0.unchanged && s1.queued == 0);
 
-	/* Leading again repairs it, with the root set meanwhile. */
-	ns_label("rd-c", "istio-injection", "enabled");
+	/* Leading again repairs both, with the root set meanwhile, in the
+	 * first pass of the new run. */
 	SG_CHECK_OK(sg_rootdist_start(rd));
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
-	SG_CHECK(wait_ok("rd-c", root_a, 20000));
+	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_OK("rd-c", root_a, 20000);
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s2 = stats();
+	SG_CHECK(s2.updates == s0.updates + 1 && s2.creates == s0.creates + 1 && s2.errors == s0.errors);
 	/* Quick lose/lead/lose/lead cycles. */
 	for (int i = 0; i < 3; i++) {
 		sg_rootdist_stop(rd);
 		SG_CHECK_OK(sg_rootdist_start(rd));
 	}
 	cm_delete("rd-a");
-	SG_CHECK(wait_ok("rd-a", root_a, 20000));
-	settle();
+	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_IDLE(20000);
 	SG_CHECK(stats().errors == 0);
 }
 
@@ -443,19 +582,29 @@ static void t_every_namespace(void)
 	SG_CHECK_OK(sg_rootdist_start(rd));
 	static const char *const all[] = {"default", "kube-system", "kube-public", "kube-node-lease", "rd-a", "rd-c"};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		SG_CHECK(wait_ok(all[i], root_a, 30000));
+		WAIT_OK(all[i], root_a, 30000);
 	ns_create("rd-d", false);
-	SG_CHECK(wait_ok("rd-d", root_a, 20000));
-	settle();
+	WAIT_OK("rd-d", root_a, 20000);
+	/* Every namespace was handled, the Terminating rd-b too (skipped). */
+	WAIT_IDLE(30000);
 	SG_CHECK(cm_absent("rd-b"));
 	sg_rootdist_stats s = stats();
-	SG_CHECK(s.errors == 0 && s.namespaces >= 7);
+	SG_CHECK(s.errors == 0 && s.namespaces >= 7 && s.skipped >= 1);
 }
 
 static void *restart_apiserver(void *arg)
 {
 	*(bool *)arg = kube_env_restart_apiserver();
 	return NULL;
+}
+
+static bool apiserver_away(void)
+{
+	sg_kube_ref ns = {.version = "v1", .resource = "namespaces", .name = "default"};
+	json_t *o = NULL;
+	bool away = sg_kube_get(k, &ns, &o) != SG_OK;
+	json_decref(o);
+	return away;
 }
 
 static void t_apiserver_restart(void)
@@ -470,16 +619,7 @@ static void t_apiserver_restart(void)
 	pthread_create(&th, NULL, restart_apiserver, &restarted);
 	/* Once the server is really away: a root change, whose writes fail
 	 * and back off until it is back. */
-	sg_kube_ref ns = {.version = "v1", .resource = "namespaces", .name = "default"};
-	bool down = false;
-	for (int i = 0; i < 200 && !down; i++) {
-		json_t *o = NULL;
-		down = sg_kube_get(k, &ns, &o) != SG_OK;
-		json_decref(o);
-		if (!down)
-			sg_sleep_ms(25);
-	}
-	SG_CHECK(down);
+	SG_WAIT_FOR(10000, apiserver_away());
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
 	pthread_join(th, NULL);
 	SG_CHECK(restarted);
@@ -488,13 +628,15 @@ static void t_apiserver_restart(void)
 	static const char *const all[] = {"default", "kube-system", "kube-public", "kube-node-lease",
 	                                  "rd-a",    "rd-c",        "rd-d"};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
-		SG_CHECK(wait_ok(all[i], root_b, 90000));
+		WAIT_OK(all[i], root_b, 90000);
 	printf("converged %.1f s after the restart began\n", (double)(sg_now_ns() - t0) / 1e9);
-	settle();
+	/* Converged for good: idle (retries included), and a pass for one more
+	 * event writes nothing. */
+	WAIT_IDLE(60000);
 	sg_rootdist_stats s0 = stats();
-	sg_sleep_ms(3000);
+	poke("default");
+	check_unanswered(s0, 1);
 	sg_rootdist_stats s1 = stats();
-	SG_CHECK(writes(s1) == writes(s0));
 	printf("after the restart: errors %llu (failed writes while the server was away)\n",
 	       (unsigned long long)s1.errors);
 	SG_CHECK(s1.errors > 0);
