@@ -23,6 +23,14 @@
  * next key would fail the same way, so the queue as a whole pauses (1 s
  * doubling to 30 s) besides the key's own backoff. Failure warnings are
  * logged at most once a second per controller, with the number not shown.
+ *
+ * Events live here rather than with the other helpers because an Event
+ * names its object's apiVersion and kind, and the objects a reconcile has
+ * in hand often carry neither: the API server leaves them out of LIST
+ * items (only watch events have them), so what an informer listed is
+ * untyped. The controller knows which watch holds such an object, hence
+ * its group and version, and learns the kind from the API server's
+ * discovery document of that group version, once per watch.
  */
 #include "sg_ctrl.h"
 #include "sg_clock.h"
@@ -30,6 +38,7 @@
 #include "sg_log.h"
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,12 +46,16 @@
 
 #define RESYNC_KEY "\001resync"
 #define SYNC_POLL_MS 200u
+#define KIND_MAX 128                /* a kind's name, and the NUL */
+#define DISCOVERY_MAX (4u << 20)    /* one group version's APIResourceList */
+#define EVENT_MESSAGE_MAX 1025      /* sg_kube_event keeps 1024 bytes */
 
 typedef struct watch {
 	sg_ctrl *owner;
 	char *group, *version, *resource, *ns;
 	char *label_selector, *field_selector;
 	sg_ctrl_map_fn map;
+	char kind[KIND_MAX]; /* learnt by discovery ("": not yet); under kind_mu */
 } watch;
 
 struct sg_ctrl {
@@ -73,9 +86,12 @@ struct sg_ctrl {
 	atomic_uint_fast64_t reconciles, errors, requeues;
 	atomic_uint down; /* consecutive failures without an answer */
 	_Atomic(sg_series *) m_ok, m_failed, m_requeued, m_queued;
+	pthread_mutex_t queued_mu; /* orders the queue-length gauge's updates */
 
 	pthread_mutex_t warn_mu;
 	uint64_t last_warn_ns, quiet;
+
+	pthread_mutex_t kind_mu;
 };
 
 /* ---- keys ---- */
@@ -103,11 +119,18 @@ bool sg_ctrl_key_split(const char *key, char ns[64], char name[SG_KUBE_NAME_MAX 
 	return true;
 }
 
+/* Every change of the queue's length is followed by this, from whichever
+ * thread made it. Reading the length and setting the gauge is one step
+ * under a lock, or a thread that read an older length could set it after
+ * one that read the newer, and the gauge would keep the stale value. */
 static void set_queued(sg_ctrl *c)
 {
 	sg_series *s = atomic_load(&c->m_queued);
-	if (s)
-		sg_series_set(s, (double)sg_ctrl_queue_len(c->q));
+	if (!s)
+		return;
+	pthread_mutex_lock(&c->queued_mu);
+	sg_series_set(s, (double)sg_ctrl_queue_len(c->q));
+	pthread_mutex_unlock(&c->queued_mu);
 }
 
 static void bump(atomic_uint_fast64_t *n, _Atomic(sg_series *) *series)
@@ -205,10 +228,27 @@ static void run_resync(sg_ctrl *c)
 		resync_default(c);
 }
 
-/* A failure without any HTTP answer: the API server is unreachable. */
-static bool unreachable(int rc)
+/* After a reconcile: a failure without any HTTP answer means the API
+ * server is unreachable, and the queue pauses, longer with each such
+ * failure in a row. Only an answer ends the outage: a reconcile that
+ * succeeds without a request (nothing to do, by the cache) says nothing
+ * about the server, so it does not reset the pause (which would then stay
+ * at 1 s for as long as the server is gone). This worker's last call
+ * tells: sg_kube_last_status is per thread. */
+static void note_outage(sg_ctrl *c, int rc)
 {
-	return (rc == SG_EBUSY || rc == SG_ETIMEOUT) && sg_kube_last_status()->code == 0;
+	bool answered = sg_kube_last_status()->code != 0;
+	if (rc < 0 && (rc == SG_EBUSY || rc == SG_ETIMEOUT) && !answered) {
+		unsigned down = atomic_fetch_add(&c->down, 1);
+		uint64_t pause = SG_CTRL_BACKOFF_FIRST_MS;
+		for (unsigned i = 0; i < down && pause < SG_CTRL_BACKOFF_MAX_MS; i++)
+			pause *= 2;
+		if (pause > SG_CTRL_BACKOFF_MAX_MS)
+			pause = SG_CTRL_BACKOFF_MAX_MS;
+		sg_ctrl_queue_pause_until(c->q, sg_now_ns() + pause * 1000000ull);
+	} else if (answered) {
+		atomic_store(&c->down, 0);
+	}
 }
 
 static void warn_failure(sg_ctrl *c, const char *key, uint64_t retry_ms)
@@ -238,24 +278,13 @@ static void handle(sg_ctrl *c, const char *key)
 	int rc = c->reconcile(c, key, &res, c->arg);
 	if (sg_ctrl_stopping(c))
 		return;
+	note_outage(c, rc);
 	if (rc < 0) {
 		uint64_t ms = sg_ctrl_queue_add_rate_limited(c->q, key);
 		bump(&c->errors, &c->m_failed);
 		warn_failure(c, key, ms);
-		if (unreachable(rc)) {
-			unsigned down = atomic_fetch_add(&c->down, 1);
-			uint64_t pause = SG_CTRL_BACKOFF_FIRST_MS;
-			for (unsigned i = 0; i < down && pause < SG_CTRL_BACKOFF_MAX_MS; i++)
-				pause *= 2;
-			if (pause > SG_CTRL_BACKOFF_MAX_MS)
-				pause = SG_CTRL_BACKOFF_MAX_MS;
-			sg_ctrl_queue_pause_until(c->q, sg_now_ns() + pause * 1000000ull);
-		} else {
-			atomic_store(&c->down, 0);
-		}
 		return;
 	}
-	atomic_store(&c->down, 0);
 	sg_ctrl_queue_forget(c->q, key);
 	bump(&c->reconciles, &c->m_ok);
 	if (res.requeue_after_ms) {
@@ -378,6 +407,8 @@ int sg_ctrl_new(sg_ctrl **out, const sg_ctrl_def *d)
 	pthread_mutex_init(&c->gate_mu, NULL);
 	pthread_cond_init(&c->gate_cv, NULL);
 	pthread_mutex_init(&c->warn_mu, NULL);
+	pthread_mutex_init(&c->kind_mu, NULL);
+	pthread_mutex_init(&c->queued_mu, NULL);
 	int rc = init(c, d);
 	if (rc < 0) {
 		sg_ctrl_free(c);
@@ -502,6 +533,8 @@ void sg_ctrl_free(sg_ctrl *c)
 	pthread_mutex_destroy(&c->gate_mu);
 	pthread_cond_destroy(&c->gate_cv);
 	pthread_mutex_destroy(&c->warn_mu);
+	pthread_mutex_destroy(&c->kind_mu);
+	pthread_mutex_destroy(&c->queued_mu);
 	free(c);
 }
 
@@ -541,4 +574,122 @@ void sg_ctrl_bind_metrics(sg_ctrl *c, sg_series *ok, sg_series *failed, sg_serie
 	atomic_store(&c->m_requeued, requeued);
 	atomic_store(&c->m_queued, queued);
 	set_queued(c);
+}
+
+/* ---- events ---- */
+
+/* The kind the API server serves w's resource as, from the discovery
+ * document of its group version (an APIResourceList). */
+static int discover_kind(sg_ctrl *c, const watch *w, char kind[KIND_MAX])
+{
+	char path[SG_KUBE_PATH_MAX + 1];
+	int n = w->group && *w->group ? snprintf(path, sizeof(path), "/apis/%s/%s", w->group, w->version)
+	                              : snprintf(path, sizeof(path), "/api/%s", w->version);
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(path), SG_EINVAL, "controller %s: discovery path too long", c->name);
+	uint8_t *body = NULL;
+	size_t len = 0;
+	sg_kube_path_opts po = {.max = DISCOVERY_MAX, .stop = &c->stop};
+	SG_TRY(sg_kube_get_path(c->kube, path, &po, &body, &len));
+	json_t *doc = json_loadb((const char *)body, len, 0, NULL);
+	free(body);
+	SG_ENSURE(doc, SG_EPROTO, "controller %s: %s: not JSON", c->name, path);
+	int rc = sg_error_set(SG_ENOTFOUND, "controller %s: %s serves no resource %s", c->name, path, w->resource);
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(doc, "resources"), i, r)
+	{
+		const char *name = json_string_value(json_object_get(r, "name"));
+		const char *k = json_string_value(json_object_get(r, "kind"));
+		if (!name || strcmp(name, w->resource) != 0)
+			continue;
+		if (k && *k && strlen(k) < KIND_MAX) {
+			memcpy(kind, k, strlen(k) + 1);
+			rc = SG_OK;
+		} else {
+			rc = sg_error_set(SG_EPROTO, "controller %s: %s: resource %s has no usable kind", c->name, path,
+			                  w->resource);
+		}
+		break;
+	}
+	json_decref(doc);
+	return rc;
+}
+
+/* The watch whose informer holds obj (the same object, or one with its
+ * uid), or NULL. Informers exist from start to stop only: like every
+ * helper, for reconcile, synced and resync. */
+static watch *holder_of(sg_ctrl *c, const json_t *obj)
+{
+	const char *ns = sg_kube_meta_str(obj, "namespace"), *name = sg_kube_meta_str(obj, "name");
+	const char *uid = sg_kube_meta_str(obj, "uid");
+	if (!name)
+		return NULL;
+	for (size_t i = 0; i < c->nwatches; i++) {
+		if (!c->inf[i])
+			continue;
+		json_t *o = sg_kube_informer_get(c->inf[i], ns, name);
+		const char *ouid = sg_kube_meta_str(o, "uid");
+		bool same = o && (o == obj || (uid && ouid && strcmp(uid, ouid) == 0));
+		json_decref(o);
+		if (same)
+			return &c->watches[i];
+	}
+	return NULL;
+}
+
+/* *out: obj itself when it carries apiVersion and kind; otherwise a copy
+ * that does, from the watch that holds it. A new reference. */
+static int typed(sg_ctrl *c, const json_t *obj, json_t **out)
+{
+	*out = NULL;
+	if (json_is_string(json_object_get(obj, "apiVersion")) && json_is_string(json_object_get(obj, "kind"))) {
+		*out = json_incref((json_t *)obj);
+		return SG_OK;
+	}
+	watch *w = holder_of(c, obj);
+	SG_ENSURE(w, SG_EINVAL, "controller %s: the object has no apiVersion and kind, and no informer of ours holds it",
+	          c->name);
+	char kind[KIND_MAX];
+	pthread_mutex_lock(&c->kind_mu);
+	memcpy(kind, w->kind, sizeof(kind));
+	pthread_mutex_unlock(&c->kind_mu);
+	if (!kind[0]) {
+		SG_TRY(discover_kind(c, w, kind));
+		pthread_mutex_lock(&c->kind_mu);
+		memcpy(w->kind, kind, sizeof(kind));
+		pthread_mutex_unlock(&c->kind_mu);
+	}
+	char av[300];
+	int n = w->group && *w->group ? snprintf(av, sizeof(av), "%s/%s", w->group, w->version)
+	                              : snprintf(av, sizeof(av), "%s", w->version);
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(av), SG_EINVAL, "controller %s: apiVersion too long", c->name);
+	/* A shallow copy: the members stay shared and unmodified. */
+	json_t *t = json_copy((json_t *)obj);
+	if (!t || json_object_set_new(t, "apiVersion", json_string(av)) != 0 ||
+	    json_object_set_new(t, "kind", json_string(kind)) != 0) {
+		json_decref(t);
+		SG_BAIL(SG_EINTERNAL, "controller %s: out of memory", c->name);
+	}
+	*out = t;
+	return SG_OK;
+}
+
+/* Best effort, so it leaves the thread's error detail as it found it: a
+ * reconcile that records a Warning on its way out returns its own error,
+ * and its detail is what the retry warning shows. */
+void sg_ctrl_event(sg_ctrl *c, const json_t *obj, const char *type, const char *reason, const char *fmt, ...)
+{
+	sg_error saved;
+	sg_error_save(&saved);
+	char msg[EVENT_MESSAGE_MAX];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	json_t *t = NULL;
+	if (typed(c, obj, &t) < 0 || sg_kube_event(c->kube, t, type, reason, msg, c->field_manager, NULL) < 0)
+		sg_log(SG_LOG_DEBUG, "cannot record an Event", SG_F_STR("controller", c->name), SG_F_STR("reason", reason),
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	json_decref(t);
+	sg_error_restore(&saved);
 }

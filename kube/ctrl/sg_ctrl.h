@@ -131,7 +131,8 @@ typedef struct sg_ctrl_result {
  * pass later); < 0 with an sg_error detail: retried after the key's
  * backoff. A failure without any answer from the API server (SG_EBUSY or
  * SG_ETIMEOUT with no HTTP status) also pauses the whole controller, 1 s
- * doubling to 30 s, so an absent server does not get one request per key.
+ * doubling to 30 s, so an absent server does not get one request per key;
+ * the pause ends with the first reconcile whose last call got an answer.
  * Check sg_ctrl_stopping before each write. */
 typedef int (*sg_ctrl_reconcile_fn)(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg);
 
@@ -158,7 +159,7 @@ typedef struct sg_ctrl_stats {
 	uint64_t reconciles; /* reconciles that succeeded */
 	uint64_t errors;     /* reconciles that failed (each retried) */
 	uint64_t requeues;   /* successes that asked to run again later */
-	uint64_t queued;     /* keys waiting now */
+	uint64_t queued;     /* keys waiting now (a pending resync counts as one) */
 	bool running;
 } sg_ctrl_stats;
 
@@ -174,7 +175,8 @@ SG_API int sg_ctrl_start(sg_ctrl *c) SG_MUST_CHECK;
 /* Stops: workers see the stop before their next write, are joined (at most
  * the one request each has in flight), then the informers are freed (about
  * a second each) and the queue emptied. Safe when not running; start may
- * follow. */
+ * follow. Never from a reconcile, synced, resync or map function (it joins
+ * the thread that runs them). */
 SG_API void sg_ctrl_stop(sg_ctrl *c);
 
 /* Stops and frees; accepts NULL. */
@@ -216,8 +218,12 @@ SG_API void sg_ctrl_bind_metrics(sg_ctrl *c, sg_series *ok, sg_series *failed, s
 /* ---- helpers for reconcile functions ---- */
 
 /* Records a core/v1 Event about obj (best effort: a failure is logged at
- * debug level), reported by "signet-<controller>". type "Normal" or
- * "Warning"; reason CamelCase; the message is printf-formatted. */
+ * debug level; the caller's error detail is kept), reported by
+ * "signet-<controller>". type "Normal" or "Warning"; reason CamelCase; the
+ * message is printf-formatted. An object without apiVersion and kind (as
+ * informers hold them) is typed from the watch whose informer holds it,
+ * through the API server's discovery once per watch: so call it from
+ * reconcile, synced or resync, or pass a typed object. */
 SG_API void sg_ctrl_event(sg_ctrl *c, const json_t *obj, const char *type, const char *reason, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
@@ -255,8 +261,12 @@ SG_API const json_t *sg_ctrl_condition_find(const json_t *obj, const char *type)
  * array of {type, status, reason, message[, observedGeneration]}) keep
  * obj's lastTransitionTime while their status stays, and get obj's
  * metadata.generation as observedGeneration when they carry none. Nothing
- * is written when every owned field already holds that value, so a
- * controller may call this on every reconcile. ref names obj (its group
+ * is written when every owned field already holds that value (objects are
+ * compared field by field, conditions by type, other arrays whole; fields
+ * and conditions of other managers beside ours do not count), unless a
+ * field this controller's manager applied before (metadata.managedFields)
+ * is no longer in the intent: then the apply removes it. So a controller
+ * may call this on every reconcile. ref names obj (its group
  * and version make the apiVersion); kind is obj's kind (informer objects
  * carry none). *written (may be NULL) tells whether a request was made. */
 SG_API int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
@@ -297,8 +307,9 @@ SG_API int sg_ctrl_manager_add(sg_ctrl_manager *m, const sg_ctrl_row *row) SG_MU
 SG_API int sg_ctrl_manager_start(sg_ctrl_manager *m) SG_MUST_CHECK;
 /* Once a second: retries rows that should run and do not. */
 SG_API void sg_ctrl_manager_tick(sg_ctrl_manager *m);
-/* True while this replica leads (or runs alone) and every leader-only row
- * runs. */
+/* True while this replica leads and every leader-only row runs. Without
+ * election the replica leads alone from start. With election but no
+ * leader-only row nothing is elected, and this stays false. */
 SG_API bool sg_ctrl_manager_leading(sg_ctrl_manager *m);
 /* Registers signet_controller_* for every row, and each row's own metrics.
  * Call once, after the rows are added. */

@@ -182,8 +182,11 @@ int sg_ctrl_manager_start(sg_ctrl_manager *m)
 	m->started = true;
 	for (size_t i = 0; i < m->nrows; i++)
 		leader_rows |= m->rows[i].r.leader_only;
-	if (!m->elector && leader_rows) {
-		sg_log(SG_LOG_INFO, "leader election off: this replica runs every controller", SG_F_END);
+	/* Without election this replica runs alone: it leads from start to
+	 * free, whether or not any row is leader-only. */
+	if (!m->elector) {
+		if (leader_rows)
+			sg_log(SG_LOG_INFO, "leader election off: this replica runs every controller", SG_F_END);
 		m->want_leader = true;
 	}
 	converge_locked(m);

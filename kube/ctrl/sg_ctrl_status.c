@@ -1,14 +1,19 @@
 /*
  * What a reconcile function writes besides its objects (contract:
- * sg_ctrl.h): Events, metav1.Conditions and server-side apply.
+ * sg_ctrl.h): metav1.Conditions and server-side apply. (Events are in
+ * sg_ctrl.c: typing an informer object for one needs the watches.)
  *
  * Conditions follow apimachinery's meta.SetStatusCondition: a condition is
  * identified by its type; lastTransitionTime moves only when the status
  * does, so a controller that re-asserts "Ready=True" on every pass does not
- * make the condition look new. Status is written only when an owned field
- * differs from what the object says, so a reconcile that finds nothing to
- * do makes no request and no watch event, and cannot loop on its own
- * writes.
+ * make the condition look new. Status is written only when the apply
+ * would change something, so a reconcile that finds nothing to do makes
+ * no request and no watch event, and cannot loop on its own writes. The
+ * test follows the apply's merge: a wanted field must hold its value
+ * (objects compared member by member and the conditions by type, so what
+ * other managers set beside ours does not count), and a field our manager
+ * applied before (metadata.managedFields) must still be wanted, or the
+ * apply would remove it.
  *
  * Server-side apply with one field manager per controller
  * ("signet-<name>") and force: a controller's fields are its own, and the
@@ -18,26 +23,12 @@
 #include "sg_guard.h"
 #include "sg_log.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #define REASON_MAX 1024
 #define MESSAGE_MAX 32768
-#define EVENT_MESSAGE_MAX 1024
-
-void sg_ctrl_event(sg_ctrl *c, const json_t *obj, const char *type, const char *reason, const char *fmt, ...)
-{
-	char msg[EVENT_MESSAGE_MAX];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	if (sg_kube_event(sg_ctrl_kube(c), obj, type, reason, msg, sg_ctrl_field_manager(c), NULL) < 0)
-		sg_log(SG_LOG_DEBUG, "cannot record an Event", SG_F_STR("controller", sg_ctrl_name(c)),
-		       SG_F_STR("reason", reason), SG_F_STR("error", sg_error_last()->msg), SG_F_END);
-}
 
 int sg_ctrl_apply(sg_ctrl *c, const sg_kube_ref *ref, const json_t *body, json_t **out)
 {
@@ -175,14 +166,121 @@ static int complete_conditions(json_t *want, const json_t *obj, int64_t now)
 	return SG_OK;
 }
 
-/* Whether every field of want already has that value in have. */
-static bool holds_all(const json_t *want, const json_t *have)
+/* Whether want holds in have the way an apply merges it: objects member
+ * by member (fields of other managers beside ours do not count), anything
+ * else (scalars, and arrays, atomic unless they are the conditions) equal. */
+static bool holds(const json_t *want, const json_t *have)
+{
+	if (!json_is_object(want))
+		return json_equal(want, have);
+	if (!json_is_object(have))
+		return false;
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)want, k, v)
+	{
+		if (!holds(v, json_object_get(have, k)))
+			return false;
+	}
+	return true;
+}
+
+/* The conditions by type: each wanted one holds in the live one of its
+ * type; conditions of other types are another manager's business here
+ * (those that were ours are caught by dropped()). */
+static bool conditions_hold(const json_t *want, const json_t *have)
+{
+	size_t i;
+	json_t *w;
+	json_array_foreach(want, i, w)
+	{
+		const json_t *h = find_in(have, json_string_value(json_object_get(w, "type")));
+		if (!h || !holds(w, h))
+			return false;
+	}
+	return true;
+}
+
+/* have may be NULL (no status yet). */
+static bool status_holds(const json_t *want, const json_t *have)
 {
 	const char *k;
 	json_t *v;
 	json_object_foreach((json_t *)want, k, v)
 	{
-		if (!json_equal(v, json_object_get(have, k)))
+		const json_t *h = json_object_get(have, k);
+		if (strcmp(k, "conditions") == 0 ? !conditions_hold(v, h) : !holds(v, h))
+			return false;
+	}
+	return true;
+}
+
+/* Whether a condition that fs (our fieldsV1 set of status.conditions)
+ * says we applied is no longer wanted. Keyed items ("k:{"type":"X"}")
+ * mean a list-map; none means an atomic list, ours whole, which must
+ * then read exactly as want. */
+static bool conditions_dropped(const json_t *fs, const json_t *want, const json_t *have)
+{
+	bool keyed = false;
+	const char *k;
+	json_t *sub;
+	json_object_foreach((json_t *)fs, k, sub)
+	{
+		if (strncmp(k, "k:", 2) != 0)
+			continue;
+		keyed = true;
+		json_t *key = json_loads(k + 2, 0, NULL);
+		const char *type = json_string_value(json_object_get(key, "type"));
+		bool gone = type && !find_in(want, type);
+		json_decref(key);
+		if (gone)
+			return true;
+	}
+	return !keyed && !json_equal(want, have);
+}
+
+/* Whether a field that fs (a fieldsV1 set: "f:<member>" entries) says we
+ * applied is missing from want: an apply without it removes it, so that
+ * is a change to write. */
+static bool dropped(const json_t *fs, const json_t *want, const json_t *have, bool top)
+{
+	const char *k;
+	json_t *sub;
+	json_object_foreach((json_t *)fs, k, sub)
+	{
+		if (strncmp(k, "f:", 2) != 0)
+			continue;
+		const json_t *w = json_object_get(want, k + 2), *h = json_object_get(have, k + 2);
+		if (!w)
+			return true;
+		if (top && strcmp(k + 2, "conditions") == 0 && json_is_array(w)) {
+			if (conditions_dropped(sub, w, h))
+				return true;
+		} else if (json_is_object(w) && dropped(sub, w, h, false)) {
+			return true;
+		}
+	}
+	return false;
+}
+
+/* Whether the status apply of want would change nothing in obj: every
+ * wanted field holds, and every status field our field manager applied
+ * before is still wanted (managedFields; without them, the first test
+ * alone). */
+static bool nothing_to_write(sg_ctrl *c, const json_t *want, const json_t *obj)
+{
+	const json_t *have = json_object_get(obj, "status");
+	if (!status_holds(want, have))
+		return false;
+	size_t i;
+	json_t *m;
+	json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "managedFields"), i, m)
+	{
+		const char *who = json_string_value(json_object_get(m, "manager"));
+		const char *op = json_string_value(json_object_get(m, "operation"));
+		const json_t *fs = json_object_get(json_object_get(m, "fieldsV1"), "f:status");
+		if (who && op && fs && strcmp(who, sg_ctrl_field_manager(c)) == 0 && strcmp(op, "Apply") == 0 &&
+		    dropped(fs, want, have, true))
 			return false;
 	}
 	return true;
@@ -207,7 +305,7 @@ int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, c
 	json_t *want = json_deep_copy(status);
 	SG_ENSURE(want, SG_EINTERNAL, "out of memory");
 	int rc = complete_conditions(want, obj, time(NULL));
-	if (rc < 0 || holds_all(want, json_object_get(obj, "status"))) {
+	if (rc < 0 || nothing_to_write(c, want, obj)) {
 		json_decref(want);
 		return rc;
 	}
