@@ -51,6 +51,7 @@
 #include "sg_grpc_conn.h"
 #include "sg_guard.h"
 #include "sg_log.h"
+#include "sg_secret.h"
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -59,7 +60,6 @@
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
-#include <openssl/crypto.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -283,7 +283,7 @@ static void call_destroy(sg_grpc_call *c)
 	if (c->has_body)
 		grpc_slice_unref(c->body);
 	if (c->authorization) {
-		OPENSSL_cleanse(c->authorization, strlen(c->authorization));
+		sg_wipe(c->authorization, strlen(c->authorization));
 		free(c->authorization);
 	}
 	free(c->cluster_id);
@@ -795,7 +795,7 @@ static void *reaper_thread(void *p)
 static void wipe_free(char *pem)
 {
 	if (pem) {
-		OPENSSL_cleanse(pem, strlen(pem));
+		sg_wipe(pem, strlen(pem));
 		free(pem);
 	}
 }
