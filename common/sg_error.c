@@ -1,13 +1,13 @@
 /*
  * Thread-local error detail. The record is written only where a failure is
  * detected; propagation never touches it, so the message names the real
- * cause. OpenSSL's error queue is drained into the message here and nowhere
- * else, so stale errors never leak into the next failure.
+ * cause. OpenSSL's error queue is drained into a message by the OpenSSL
+ * adapter (signer/sg_ossl.h), which records it through sg_error_set_at
+ * like everyone else; common/ itself knows no third-party library.
  */
 #include "sg_error.h"
 #include "sg_guard.h"
 
-#include <openssl/err.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,27 +33,6 @@ int sg_error_set_at(const char *file, int line, int code, const char *fmt, ...)
 	va_start(ap, fmt);
 	vset(file, line, code, fmt, ap);
 	va_end(ap);
-	return code;
-}
-
-int sg_error_set_ossl_at(const char *file, int line, int code, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vset(file, line, code, fmt, ap);
-	va_end(ap);
-
-	size_t used = strlen(last.msg);
-	const char *sep = ": ";
-	unsigned long e;
-	while ((e = ERR_get_error()) != 0) {
-		char buf[256];
-		ERR_error_string_n(e, buf, sizeof(buf));
-		if (used + strlen(sep) + strlen(buf) + 1 < sizeof(last.msg)) {
-			used += (size_t)snprintf(last.msg + used, sizeof(last.msg) - used, "%s%s", sep, buf);
-			sep = "; ";
-		}
-	}
 	return code;
 }
 

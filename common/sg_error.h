@@ -49,11 +49,8 @@ SG_API int sg_error_set_at(const char *file, int line, int code, const char *fmt
 	SG_PRINTF(4, 5);
 #define sg_error_set(code, ...) sg_error_set_at(__FILE__, __LINE__, (code), __VA_ARGS__)
 
-/* Like sg_error_set, then appends ": " and every queued OpenSSL error (the
- * queue is drained). For the OpenSSL adapter only. */
-SG_API int sg_error_set_ossl_at(const char *file, int line, int code, const char *fmt, ...)
-	SG_PRINTF(4, 5);
-#define sg_error_set_ossl(code, ...) sg_error_set_ossl_at(__FILE__, __LINE__, (code), __VA_ARGS__)
+/* The OpenSSL adapter's variant, which appends OpenSSL's queued errors,
+ * is sg_error_set_ossl in signer/sg_ossl.h. */
 
 /* The last error recorded on this thread; borrowed, valid until the next
  * sg_error_set on this thread. code is 0 and msg empty when none. */

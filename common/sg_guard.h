@@ -4,7 +4,9 @@
  *   SG_TRY(expr)                propagate a negative result unchanged
  *   SG_ENSURE(cond, code, ...)  fail with code and a message unless cond
  *   SG_BAIL(code, ...)          fail with code and a message
- *   SG_OSSL(expr, code, ...)    OpenSSL "1 is success"; drains its error queue
+ *
+ * OpenSSL's "1 is success" variant, SG_OSSL, belongs to the OpenSSL adapter
+ * and lives with it (signer/sg_ossl.h).
  *
  * The _GOTO forms set `rc` and jump to a label instead of returning, for
  * functions that must unlock or release on the way out.
@@ -32,12 +34,6 @@
 	} while (0)
 
 #define SG_BAIL(code, ...) return sg_error_set((code), __VA_ARGS__)
-
-#define SG_OSSL(expr, code, ...)                        \
-	do {                                                \
-		if ((expr) != 1)                                \
-			return sg_error_set_ossl((code), __VA_ARGS__); \
-	} while (0)
 
 #define SG_TRY_GOTO(rc, expr, label) \
 	do {                             \

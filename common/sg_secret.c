@@ -11,7 +11,13 @@
  *
  * The header (length, mapping size, locked flag) sits at the start of the
  * mapping, the value right after it. On free the whole mapping is wiped with
- * OPENSSL_cleanse, then unlocked and unmapped.
+ * explicit_bzero (glibc's wipe that the compiler may not elide), then
+ * unlocked and unmapped.
+ *
+ * Random secrets come from getrandom(2) straight from the kernel: common/
+ * has no crypto library, and the kernel's CSPRNG is what OpenSSL seeds
+ * from anyway. Without flags the call blocks until the kernel's pool has
+ * been initialised once, so an early boot yields a wait, never weak bytes.
  *
  * Reading a PIN file goes through read(2) into the mapping itself: stdio
  * would keep a copy in its buffer, and a bounce buffer on the stack would be
@@ -21,8 +27,9 @@
  * sg_secret_protect_process covers what the mappings cannot: copies made by
  * other libraries (a PKCS#11 module keeps the PIN) and the environment.
  *
- * Linux-specific by design (MAP_ANONYMOUS, MADV_DONTDUMP, prctl); glibc
- * declares the first two only beyond POSIX, hence _DEFAULT_SOURCE here.
+ * Linux-specific by design (MAP_ANONYMOUS, MADV_DONTDUMP, prctl,
+ * getrandom); glibc declares the first two and explicit_bzero only beyond
+ * POSIX, hence _DEFAULT_SOURCE here.
  */
 #define _DEFAULT_SOURCE
 #include "sg_secret.h"
@@ -31,13 +38,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -50,7 +56,36 @@ struct sg_secret {
 
 void sg_wipe(void *p, size_t n)
 {
-	OPENSSL_cleanse(p, n);
+	explicit_bzero(p, n);
+}
+
+/* Fills buf with n bytes from the kernel's CSPRNG. A signal (EINTR) or a
+ * short read asks again for the rest; any other failure (ENOSYS on a
+ * kernel older than 3.17, EFAULT) fails closed: no secret is made from
+ * bytes that did not come from the kernel. */
+static int random_bytes(uint8_t *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = getrandom(buf + got, n - got, 0);
+		if (r < 0 && errno == EINTR)
+			continue;
+		SG_ENSURE(r > 0, SG_EINTERNAL, "cannot read random bytes from the kernel (getrandom): %s",
+			  r < 0 ? strerror(errno) : "no bytes returned");
+		got += (size_t)r;
+	}
+	return SG_OK;
+}
+
+/* Compares in time that depends on n only, never on where the bytes first
+ * differ; volatile keeps the compiler from ending the loop early. */
+bool sg_equal_ct(const void *p, const void *q, size_t n)
+{
+	const uint8_t *a = p, *b = q;
+	volatile uint8_t diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff |= (uint8_t)(a[i] ^ b[i]);
+	return diff == 0;
 }
 
 /* Says once per process that secrets are not locked, and why: an operator
@@ -168,7 +203,7 @@ int sg_secret_random_hex(sg_secret **out, size_t n)
 	SG_ENSURE(n <= sizeof(raw), SG_EINVAL, "random secret too long");
 	sg_secret *s;
 	SG_TRY(secret_map(&s, 2 * n));
-	int rc = RAND_bytes(raw, (int)n) == 1 ? SG_OK : sg_error_set_ossl(SG_EINTERNAL, "RAND_bytes failed");
+	int rc = random_bytes(raw, n);
 	for (size_t i = 0; rc == SG_OK && i < n; i++) {
 		s->data[2 * i] = (uint8_t)"0123456789abcdef"[raw[i] >> 4];
 		s->data[2 * i + 1] = (uint8_t)"0123456789abcdef"[raw[i] & 15];
@@ -200,7 +235,7 @@ size_t sg_secret_len(const sg_secret *s)
 
 bool sg_secret_equal(const sg_secret *a, const void *p, size_t n)
 {
-	return a->len == n && CRYPTO_memcmp(a->data, p, n) == 0;
+	return a->len == n && sg_equal_ct(a->data, p, n);
 }
 
 void sg_secret_free(sg_secret *s)

@@ -53,7 +53,8 @@ SG_API int sg_secret_from_file(sg_secret **out, const char *path) SG_MUST_CHECK;
  * ordinary memory for the life of the process (prefer a PIN file). */
 SG_API int sg_secret_from_env(sg_secret **out, const char *name) SG_MUST_CHECK;
 /* Fills n random bytes (n <= 64), hex-encoded (2n characters), from the
- * CSPRNG; the hex is written straight into the secret's pages. */
+ * kernel's CSPRNG (getrandom(2)); the hex is written straight into the
+ * secret's pages. SG_EINTERNAL when the kernel cannot supply them. */
 SG_API int sg_secret_random_hex(sg_secret **out, size_t n) SG_MUST_CHECK;
 
 /* Borrowed views, valid until sg_secret_free. The data is NUL-terminated. */
@@ -69,6 +70,10 @@ static inline void sg_secret_freep(sg_secret **s)
 {
 	sg_secret_free(*s);
 }
+
+/* Whether n bytes at p and q are equal, in time that depends on n only
+ * (for comparing secrets). */
+SG_API bool sg_equal_ct(const void *p, const void *q, size_t n);
 
 /* Wipes memory in a way the compiler cannot elide. */
 SG_API void sg_wipe(void *p, size_t n);

@@ -22,12 +22,12 @@
  * only the clock, a root change or a failed issuance leads to a new one,
  * and never twice within SG_ISTIODCERT_MIN_REISSUE seconds.
  *
- * Key and CSR are made with OpenSSL here, as sg_serving.c does for
- * signetd's own certificate: this runs about once an hour, and the key
- * must end up in a Secret anyway, so it is a software key. The names are
- * put into the CSR as parsed GENERAL_NAMEs, never through OpenSSL's config
- * string syntax. The certificate itself is built by our issuer from the
- * CSR under the generic profile, like every other certificate.
+ * Key and CSR are made by the signer's software-key helper (sg_softkey.h),
+ * as for signetd's own certificate: this runs about once an hour, and the
+ * key must end up in a Secret anyway, so it is a software key. The
+ * certificate itself is built by our issuer from the CSR under the generic
+ * profile, like every other certificate. What the Secret holds is read back
+ * through sg_x509.h; this file includes no OpenSSL.
  *
  * Adoption: the certificate lives in memory and in the Secret; a new
  * leader (or a restarted process) would otherwise issue one on every
@@ -49,14 +49,9 @@
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_secret.h"
+#include "sg_x509.h"
+#include "sg_base64.h"
 
-#include <openssl/bn.h>
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -143,10 +138,15 @@ static void material_free(material *m)
 static int b64_encode(const void *p, size_t n, char **out)
 {
 	SG_ENSURE(n <= DATA_MAX, SG_EINVAL, "istiodcert: %zu bytes are too many for a Secret", n);
-	*out = malloc(4 * ((n + 2) / 3) + 1);
+	size_t cap = sg_b64_encoded_len(SG_B64_STD, n) + 1;
+	*out = malloc(cap);
 	SG_ENSURE(*out, SG_EINTERNAL, "istiodcert: out of memory");
-	EVP_EncodeBlock((unsigned char *)*out, p, (int)n);
-	return SG_OK;
+	int rc = sg_b64_encode(SG_B64_STD, p, n, *out, cap);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 /* Strict base64 (RFC 4648 §4, padded, no whitespace: what the API server
@@ -154,45 +154,19 @@ static int b64_encode(const void *p, size_t n, char **out)
 static bool b64_decode(const char *s, size_t n, uint8_t **out, size_t *len)
 {
 	*out = NULL;
-	if (n == 0 || n % 4 != 0 || n / 4 * 3 > DATA_MAX)
+	if (n == 0 || n / 4 * 3 > DATA_MAX)
 		return false;
-	for (size_t i = 0; i < n; i++) {
-		char ch = s[i];
-		bool ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-		          ch == '+' || ch == '/' || (ch == '=' && i >= n - 2 && (i == n - 1 || s[n - 1] == '='));
-		if (!ok)
-			return false;
-	}
-	uint8_t *b = malloc(n / 4 * 3 + 1);
+	uint8_t *b = malloc(n / 4 * 3 + 3);
 	if (!b)
 		return false;
-	int got = EVP_DecodeBlock(b, (const unsigned char *)s, (int)n);
-	size_t pad = (s[n - 1] == '=') + (s[n - 2] == '=');
-	if (got < 0 || (size_t)got < pad) {
+	if (sg_b64_decode(SG_B64_STD, s, n, b, n / 4 * 3 + 2, len) < 0) {
+		sg_wipe(b, n / 4 * 3 + 3);
 		free(b);
 		return false;
 	}
-	*len = (size_t)got - pad;
 	b[*len] = 0;
 	*out = b;
 	return true;
-}
-
-static int pem_noprompt(char *buf, int size, int rwflag, void *u)
-{
-	(void)buf, (void)size, (void)rwflag, (void)u;
-	return -1; /* an encrypted PEM is not ours; never ask a terminal */
-}
-
-static int64_t asn1_seconds(const ASN1_TIME *t)
-{
-	int days = 0, secs = 0;
-	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
-	int64_t v = 0;
-	if (epoch && t && ASN1_TIME_diff(&days, &secs, epoch, t))
-		v = (int64_t)days * 86400 + secs;
-	ASN1_TIME_free(epoch);
-	return v;
 }
 
 /* When m is due: renew_before before its end, or at 2/3 of its life
@@ -208,112 +182,29 @@ static int64_t due_at(const sg_istiodcert *c, const material *m, bool with_floor
 	return at;
 }
 
-/* ---- certificates with OpenSSL ---- */
+/* ---- certificates (sg_x509.h) ---- */
 
-typedef STACK_OF(X509) cert_list;
-
-static cert_list *read_certs(const void *pem, size_t len)
+/* Whether the chain (leaf first) verifies against the root bundle. */
+static bool chains_to(const char *chain, size_t len, const json_t *root)
 {
-	cert_list *sk = sk_X509_new_null();
-	BIO *b = len <= INT32_MAX ? BIO_new_mem_buf(pem, (int)len) : NULL;
-	X509 *x;
-	while (sk && b && (x = PEM_read_bio_X509(b, NULL, pem_noprompt, NULL)) != NULL) {
-		if (!sk_X509_push(sk, x)) {
-			X509_free(x);
-			break;
-		}
-	}
-	BIO_free(b);
-	ERR_clear_error(); /* the loop ends with a "no start line" */
-	return sk;
-}
-
-/* Whether the chain (leaf first) verifies against the root bundle now. */
-static bool chains_to(const char *chain, size_t chain_len, const json_t *root)
-{
-	cert_list *certs = read_certs(chain, chain_len);
-	cert_list *roots = read_certs(json_string_value(root), json_string_length(root));
-	X509_STORE *st = X509_STORE_new();
-	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
-	bool ok = certs && roots && st && ctx && sk_X509_num(certs) > 0 && sk_X509_num(roots) > 0;
-	for (int i = 0; ok && i < sk_X509_num(roots); i++)
-		ok = X509_STORE_add_cert(st, sk_X509_value(roots, i)) == 1;
-	X509 *leaf = ok ? sk_X509_shift(certs) : NULL;
-	ok = ok && X509_STORE_CTX_init(ctx, st, leaf, certs) == 1 && X509_verify_cert(ctx) == 1;
-	X509_STORE_CTX_free(ctx);
-	X509_STORE_free(st);
-	X509_free(leaf);
-	sk_X509_pop_free(certs, X509_free);
-	sk_X509_pop_free(roots, X509_free);
-	ERR_clear_error();
+	sg_x509_bundle *certs = NULL, *roots = NULL;
+	bool ok = sg_x509_bundle_parse(&certs, chain, len) == SG_OK &&
+	          sg_x509_bundle_parse(&roots, json_string_value(root), json_string_length(root)) == SG_OK &&
+	          sg_x509_chains_to(certs, roots);
+	sg_x509_bundle_free(certs);
+	sg_x509_bundle_free(roots);
 	return ok;
 }
 
-/* Whether leaf carries exactly our names: the CN (when we set one), our
- * DNS SANs in any order, our one URI SAN, and nothing else. */
-static bool names_match(const sg_istiodcert *c, X509 *leaf)
+/* Whether the key is ours: the private key of the leaf, of our algorithm
+ * and size. */
+static bool key_matches(const sg_istiodcert *c, const sg_x509_bundle *certs, const char *key, size_t len)
 {
-	X509_NAME *subj = X509_get_subject_name(leaf);
-	int idx = X509_NAME_get_index_by_NID(subj, NID_commonName, -1);
-	if (c->cn) {
-		const ASN1_STRING *cn = idx >= 0 ? X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subj, idx)) : NULL;
-		if (!cn || (size_t)ASN1_STRING_length(cn) != strlen(c->cn) ||
-		    memcmp(ASN1_STRING_get0_data(cn), c->cn, strlen(c->cn)) != 0)
-			return false;
-	}
-	GENERAL_NAMES *gens = X509_get_ext_d2i(leaf, NID_subject_alt_name, NULL, NULL);
-	bool seen[MAX_DNS] = {false};
-	size_t dns = 0, uris = 0;
-	bool ok = gens != NULL;
-	for (int i = 0; ok && i < sk_GENERAL_NAME_num(gens); i++) {
-		const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
-		const ASN1_STRING *s = g->type == GEN_DNS   ? g->d.dNSName
-		                       : g->type == GEN_URI ? g->d.uniformResourceIdentifier
-		                                            : NULL;
-		if (!s) {
-			ok = false;
-			break;
-		}
-		size_t n = (size_t)ASN1_STRING_length(s);
-		const unsigned char *p = ASN1_STRING_get0_data(s);
-		if (g->type == GEN_URI) {
-			ok = n == strlen(c->uri) && memcmp(p, c->uri, n) == 0;
-			uris++;
-			continue;
-		}
-		ok = false;
-		for (size_t d = 0; d < c->ndns; d++) {
-			if (!seen[d] && n == strlen(c->dns[d]) && memcmp(p, c->dns[d], n) == 0) {
-				seen[d] = true;
-				ok = true;
-				break;
-			}
-		}
-		dns++;
-	}
-	GENERAL_NAMES_free(gens);
-	return ok && dns == c->ndns && uris == 1;
-}
-
-static bool key_matches(const sg_istiodcert *c, EVP_PKEY *k)
-{
-	int want = c->alg == SG_ISTIODCERT_RSA ? EVP_PKEY_RSA : EVP_PKEY_EC;
-	return EVP_PKEY_get_base_id(k) == want && EVP_PKEY_get_bits(k) == (int)c->bits;
-}
-
-static void serial_hex(X509 *x, char *out, size_t cap)
-{
-	out[0] = 0;
-	BIGNUM *bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(x), NULL);
-	char *h = bn ? BN_bn2hex(bn) : NULL;
-	if (h) {
-		size_t i = 0;
-		for (; h[i] && i + 1 < cap; i++)
-			out[i] = (char)(h[i] >= 'A' && h[i] <= 'F' ? h[i] - 'A' + 'a' : h[i]);
-		out[i] = 0;
-	}
-	OPENSSL_free(h);
-	BN_free(bn);
+	sg_x509_keyinfo ki;
+	if (sg_x509_key_check(certs, 0, key, len, &ki) < 0)
+		return false;
+	sg_pubkey_kind want = c->alg == SG_ISTIODCERT_RSA ? SG_PUBKEY_RSA : SG_PUBKEY_EC;
+	return ki.kind == want && ki.bits == c->bits;
 }
 
 /* The string value of data[key] when it is a non-empty string. */
@@ -341,17 +232,17 @@ static bool adoptable(const sg_istiodcert *c, const json_t *secret, const json_t
 	size_t crt_n = 0, key_n = 0;
 	bool ok = b64_decode(crt64, crt_len, &crt, &crt_n) && b64_decode(key64, key_len, &key, &key_n) &&
 	          !memchr(crt, 0, crt_n) && !memchr(key, 0, key_n);
-	cert_list *certs = ok ? read_certs(crt, crt_n) : NULL;
-	X509 *leaf = certs && sk_X509_num(certs) > 0 ? sk_X509_value(certs, 0) : NULL;
-	BIO *kb = ok ? BIO_new_mem_buf(key, (int)key_n) : NULL;
-	EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, pem_noprompt, NULL) : NULL;
-	ok = leaf && k && X509_check_private_key(leaf, k) == 1 && key_matches(c, k) && names_match(c, leaf) &&
-	     chains_to((const char *)crt, crt_n, root);
+	sg_x509_bundle *certs = NULL;
+	sg_x509_facts f;
+	ok = ok && sg_x509_bundle_parse(&certs, (const char *)crt, crt_n) == SG_OK &&
+	     key_matches(c, certs, (const char *)key, key_n) &&
+	     sg_x509_names_are(certs, 0, c->cn, (const char *const *)c->dns, c->ndns, c->uri) &&
+	     chains_to((const char *)crt, crt_n, root) && sg_x509_get_facts(certs, 0, &f) == SG_OK;
 	if (ok) {
-		m->not_before = asn1_seconds(X509_get0_notBefore(leaf));
-		m->not_after = asn1_seconds(X509_get0_notAfter(leaf));
+		m->not_before = f.not_before;
+		m->not_after = f.not_after;
 		m->obtained = now;
-		serial_hex(leaf, m->serial, sizeof(m->serial));
+		snprintf(m->serial, sizeof(m->serial), "%.*s", (int)sizeof(m->serial) - 1, f.serial);
 		ok = m->not_after > m->not_before && now < due_at(c, m, false);
 	}
 	if (ok) {
@@ -362,15 +253,12 @@ static bool adoptable(const sg_istiodcert *c, const json_t *secret, const json_t
 		m->key_b64 = strndup(key64, key_len);
 		ok = m->chain_b64 && m->key_b64;
 	}
-	EVP_PKEY_free(k);
-	BIO_free(kb);
-	sk_X509_pop_free(certs, X509_free);
+	sg_x509_bundle_free(certs);
 	free(crt);
 	if (key) {
 		sg_wipe(key, key_n);
 		free(key);
 	}
-	ERR_clear_error();
 	if (!ok)
 		material_free(m);
 	return ok;
@@ -455,7 +343,7 @@ static bool str_is(const json_t *v, const char *want, size_t len, bool secret)
 	if (!json_is_string(v) || json_string_length(v) != len)
 		return false;
 	if (secret)
-		return CRYPTO_memcmp(json_string_value(v), want, len) == 0;
+		return sg_equal_ct(json_string_value(v), want, len);
 	return memcmp(json_string_value(v), want, len) == 0;
 }
 
@@ -881,9 +769,9 @@ static int check_root(const char *pem, size_t len, json_t **out)
 	SG_ENSURE(pem && len > 0 && len <= SG_ISTIODCERT_ROOT_MAX, SG_EINVAL,
 	          "istiodcert: the root bundle must be 1..%u bytes", SG_ISTIODCERT_ROOT_MAX);
 	SG_ENSURE(!memchr(pem, 0, len), SG_EINVAL, "istiodcert: the root bundle holds a NUL byte");
-	cert_list *sk = read_certs(pem, len);
-	bool ok = sk && sk_X509_num(sk) > 0;
-	sk_X509_pop_free(sk, X509_free);
+	sg_x509_bundle *b = NULL;
+	bool ok = sg_x509_bundle_parse(&b, pem, len) == SG_OK;
+	sg_x509_bundle_free(b);
 	SG_ENSURE(ok, SG_EINVAL, "istiodcert: the root bundle holds no PEM certificate");
 	*out = json_stringn(pem, len);
 	SG_ENSURE(*out, SG_EINVAL, "istiodcert: the root bundle is not UTF-8 text");

@@ -40,10 +40,8 @@
 #include "sg_guard.h"
 #include "sg_kube_selector.h"
 #include "sg_log.h"
+#include "sg_x509.h"
 
-#include <openssl/err.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -76,12 +74,6 @@ typedef enum outcome {
 
 /* ---- the root bundle ---- */
 
-static int pem_noprompt(char *buf, int size, int rwflag, void *u)
-{
-	(void)buf, (void)size, (void)rwflag, (void)u;
-	return -1;
-}
-
 /* PEM text holding at least one certificate, as a JSON string. */
 static int root_string(const char *pem, size_t len, json_t **out)
 {
@@ -92,19 +84,15 @@ static int root_string(const char *pem, size_t len, json_t **out)
 		SG_ENSURE(c >= 0x20 ? c < 0x7f : (c == '\n' || c == '\r' || c == '\t'), SG_EINVAL,
 		          "rootdist: the root bundle is not PEM text (byte %zu)", i);
 	}
-	ERR_clear_error();
-	BIO *b = BIO_new_mem_buf(pem, (int)len);
-	X509 *x = b ? PEM_read_bio_X509(b, NULL, pem_noprompt, NULL) : NULL;
-	BIO_free(b);
-	bool ok = x != NULL;
-	X509_free(x);
-	if (!ok)
-		return sg_error_set_ossl(SG_EINVAL, "rootdist: the root bundle holds no PEM certificate");
+	sg_x509_bundle *b = NULL;
+	int rc = sg_x509_bundle_parse(&b, pem, len);
+	sg_x509_bundle_free(b);
+	SG_ENSURE(rc == SG_OK, SG_EINVAL, "rootdist: the root bundle holds no PEM certificate (%s)",
+	          sg_error_last()->msg);
 	*out = json_stringn(pem, len);
 	SG_ENSURE(*out, SG_EINTERNAL, "rootdist: out of memory");
 	return SG_OK;
 }
-
 
 /* ---- reconciling one namespace ---- */
 

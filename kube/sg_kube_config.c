@@ -19,13 +19,13 @@
  * laughs" document hits the visit budget instead of our memory), and
  * duplicate keys are refused.
  */
+#include "sg_base64.h"
 #include "sg_guard.h"
 #include "sg_kube_impl.h"
 #include "sg_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,35 +233,41 @@ static int named(const json_t *root, const char *list, const char *field, const 
 	SG_BAIL(SG_EINVAL, "kubeconfig: no %s entry named \"%.64s\"", list, name);
 }
 
+/* A "<field>-data" value: base64 (RFC 4648 §4, padded) as client-go reads
+ * it, with Go's base64.StdEncoding, which skips CR and LF, so a YAML block
+ * scalar broken into lines decodes too; any other byte outside the
+ * alphabet, and an empty value, is an error. The bytes may be a private
+ * key (client-key-data), so the buffer is wiped when we give up. */
 static int b64_decode(const char *in, const char *what, uint8_t **out, size_t *outlen)
 {
 	size_t n = strlen(in);
 	SG_ENSURE(n <= PEM_MAX * 4 / 3 + 4, SG_EINVAL, "kubeconfig: %s is too large", what);
-	uint8_t *buf = malloc(n / 4 * 3 + 4);
-	EVP_ENCODE_CTX *ctx = EVP_ENCODE_CTX_new();
-	int rc = SG_EINTERNAL;
-	if (!buf || !ctx) {
-		rc = sg_error_set(SG_EINTERNAL, "kubeconfig: out of memory");
-		goto out;
+	size_t cap = n / 4 * 3 + 3;
+	uint8_t *buf = malloc(cap);
+	SG_ENSURE(buf, SG_EINTERNAL, "kubeconfig: out of memory");
+	sg_b64_decoder d;
+	sg_b64_decoder_init(&d, SG_B64_STD, buf, cap);
+	int rc = SG_OK;
+	for (size_t i = 0; rc == SG_OK && i < n;) {
+		size_t line = strcspn(in + i, "\r\n");
+		rc = sg_b64_decoder_feed(&d, (const uint8_t *)in + i, line);
+		i += line + (i + line < n); /* and the line break */
 	}
-	EVP_DecodeInit(ctx);
-	int a = 0, b = 0;
-	if (EVP_DecodeUpdate(ctx, buf, &a, (const unsigned char *)in, (int)n) < 0 ||
-	    EVP_DecodeFinal(ctx, buf + a, &b) != 1 || a + b == 0) {
-		rc = sg_error_set(SG_EINVAL, "kubeconfig: %s is not valid base64", what);
-		goto out;
-	}
-	*outlen = (size_t)(a + b);
-	*out = buf;
-	buf = NULL;
-	rc = SG_OK;
-out:
-	if (buf) {
-		sg_wipe(buf, n / 4 * 3 + 4);
+	size_t len = 0;
+	if (rc == SG_OK)
+		rc = sg_b64_decoder_finish(&d, &len);
+	if (rc == SG_OK && len == 0)
+		rc = sg_error_set(SG_EINVAL, "it is empty");
+	if (rc != SG_OK) {
+		char why[SG_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		sg_wipe(buf, cap);
 		free(buf);
+		SG_BAIL(SG_EINVAL, "kubeconfig: %s is not valid base64: %s", what, why);
 	}
-	EVP_ENCODE_CTX_free(ctx);
-	return rc;
+	*out = buf;
+	*outlen = len;
+	return SG_OK;
 }
 
 /* base_dir/rel unless rel is absolute. */

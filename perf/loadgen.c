@@ -61,6 +61,7 @@
 #include "sg_istio.h"
 #include "sg_key.h"
 #include "sg_opt.h"
+#include "sg_ossl.h"
 #include "sg_secret.h"
 
 #include <arpa/inet.h>

@@ -32,12 +32,12 @@
  */
 #include "sg_jwks_kube.h"
 #include "sg_clock.h"
+#include "sg_crypto.h"
 #include "sg_guard.h"
 #include "sg_log.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -172,7 +172,7 @@ static int fetch_jwks(sg_jwks_kube *d, bool *changed)
 	if (rc < 0)
 		return annotate(rc, "JWKS discovery: cannot fetch the JWKS from the API server");
 	uint8_t h[32];
-	SG_OSSL(EVP_Digest(body, len, h, NULL, EVP_sha256(), NULL), SG_EINTERNAL, "JWKS discovery: SHA-256");
+	SG_TRY(sg_sha256(body, len, h));
 	if (d->keys && memcmp(h, d->digest, sizeof(h)) == 0)
 		return SG_OK; /* byte-identical: keep the set, its generation and the cache */
 	sg_jwks *k = NULL;

@@ -3,8 +3,9 @@
  *
  * The self-issued certificate goes through the same signer pool as every
  * other certificate (profile generic, serverAuth), so it is linted, signed
- * in the HSM and audited like the rest. Key and CSR are made with OpenSSL
- * here: this runs once an hour, not per request.
+ * in the HSM and audited like the rest. Key and CSR are made by the
+ * signer (sg_softkey.h); served files are checked by it too (sg_x509.h),
+ * so no OpenSSL is called from here.
  */
 #include "sg_serving.h"
 #include "sg_softkey.h"
@@ -13,11 +14,8 @@
 #include "sg_issuer.h"
 #include "sg_log.h"
 #include "sg_secret.h"
+#include "sg_x509.h"
 
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +117,19 @@ static bool same_time(struct timespec a, struct timespec b)
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
+/* The chain's first certificate and the key belong together; its facts. */
+static int check_pair(const char *chain, const char *key, sg_x509_facts *facts)
+{
+	sg_x509_bundle *b = NULL;
+	SG_TRY(sg_x509_bundle_parse(&b, chain, strlen(chain)));
+	sg_x509_keyinfo ki;
+	int rc = sg_x509_key_check(b, 0, key, strlen(key), &ki);
+	if (rc == SG_OK)
+		rc = sg_x509_get_facts(b, 0, facts);
+	sg_x509_bundle_free(b);
+	return rc;
+}
+
 /* Loads the files when either changed; checks the key matches. */
 static int load_files(sg_serving *s, bool force)
 {
@@ -134,29 +145,17 @@ static int load_files(sg_serving *s, bool force)
 		free(chain);
 		return rc;
 	}
-	BIO *cb = BIO_new_mem_buf(chain, -1), *kb = BIO_new_mem_buf(key, -1);
-	X509 *x = cb ? PEM_read_bio_X509(cb, NULL, NULL, NULL) : NULL;
-	EVP_PKEY *k = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
-	int ok = x && k && X509_check_private_key(x, k) == 1;
-	int64_t na = 0;
-	if (x) {
-		int days = 0, secs = 0;
-		ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
-		if (epoch && ASN1_TIME_diff(&days, &secs, epoch, X509_get0_notAfter(x)))
-			na = (int64_t)days * 86400 + secs;
-		ASN1_TIME_free(epoch);
-	}
-	X509_free(x);
-	EVP_PKEY_free(k);
-	BIO_free(cb);
-	BIO_free(kb);
-	if (!ok) {
+	sg_x509_facts facts;
+	rc = check_pair(chain, key, &facts);
+	if (rc < 0) {
 		free(chain);
 		sg_serving_wipe_free(key);
-		return sg_error_set_ossl(SG_EINVAL, "%s and %s are not a matching PEM certificate and key", s->o.cert_file,
-					 s->o.key_file);
+		char why[SG_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		SG_BAIL(rc, "%s and %s are not a matching PEM certificate and key: %s", s->o.cert_file, s->o.key_file,
+			why);
 	}
-	install(s, chain, key, 0, na);
+	install(s, chain, key, facts.not_before, facts.not_after);
 	s->cert_mtime = cs.st_mtim; /* only tick() reads these, on one thread */
 	s->key_mtime = ks.st_mtim;
 	sg_log(SG_LOG_INFO, "serving certificate loaded", SG_F_STR("file", s->o.cert_file), SG_F_END);

@@ -8,6 +8,7 @@
 #include "sg_crypto.h"
 #include "sg_csr.h"
 #include "sg_guard.h"
+#include "sg_ossl.h"
 
 #include <openssl/bio.h>
 #include <openssl/err.h>

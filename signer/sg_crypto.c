@@ -46,7 +46,9 @@
 #define OPENSSL_SUPPRESS_DEPRECATED
 
 #include "sg_crypto.h"
+#include "sg_crypto_impl.h"
 #include "sg_guard.h"
+#include "sg_ossl.h"
 
 #include <openssl/bn.h>
 #include <openssl/ec.h>
@@ -234,21 +236,29 @@ int sg_crypto_verify(sg_crypto *c, const sg_pubkey *k, sg_sigalg alg, const uint
 	return rc;
 }
 
-/* One process-wide fetch: EVP_Digest with an implicit EVP_sha256() would
- * fetch on every call and take the provider store's lock. */
-static EVP_MD *sha256_md;
-static pthread_once_t sha256_once = PTHREAD_ONCE_INIT;
+/* Process-wide digests, fetched once, for callers without an sg_crypto:
+ * EVP_Digest with an implicit EVP_sha256() would fetch on every call and
+ * take the provider store's lock. */
+static EVP_MD *shared_md[SG_HASH_COUNT];
+static pthread_once_t shared_once = PTHREAD_ONCE_INIT;
 
-static void sha256_fetch(void)
+static void shared_fetch(void)
 {
-	sha256_md = EVP_MD_fetch(NULL, "SHA256", NULL);
+	for (int i = 0; i < SG_HASH_COUNT; i++)
+		shared_md[i] = EVP_MD_fetch(NULL, md_names[i], NULL);
+}
+
+const EVP_MD *sg_crypto_shared_md(sg_hash h)
+{
+	pthread_once(&shared_once, shared_fetch);
+	return (unsigned)h < SG_HASH_COUNT ? shared_md[h] : NULL;
 }
 
 int sg_sha256(const void *p, size_t n, uint8_t out[32])
 {
-	pthread_once(&sha256_once, sha256_fetch);
-	SG_ENSURE(sha256_md != NULL, SG_EINTERNAL, "SHA-256 is not available");
-	SG_OSSL(EVP_Digest(p, n, out, NULL, sha256_md, NULL), SG_EINTERNAL, "SHA-256 failed");
+	const EVP_MD *md = sg_crypto_shared_md(SG_HASH_SHA256);
+	SG_ENSURE(md != NULL, SG_EINTERNAL, "SHA-256 is not available");
+	SG_OSSL(EVP_Digest(p, n, out, NULL, md, NULL), SG_EINTERNAL, "SHA-256 failed");
 	return SG_OK;
 }
 

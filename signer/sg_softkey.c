@@ -7,6 +7,7 @@
 
 #include "sg_clock.h"
 #include "sg_guard.h"
+#include "sg_ossl.h"
 #include "sg_secret.h"
 
 #include <openssl/bio.h>
