@@ -45,6 +45,7 @@
 #define SG_KUBE_H
 
 #include "sg_error.h"
+#include "sg_names.h"
 
 #include <jansson.h>
 #include <stdatomic.h>
@@ -58,7 +59,7 @@
 #define SG_KUBE_WATCH_LINE_MAX (16u << 20)   /* one watch event, bytes */
 #define SG_KUBE_URL_MAX 8192
 #define SG_KUBE_PATH_MAX 1024                /* a non-resource path (sg_kube_get_path) */
-#define SG_KUBE_NAME_MAX 253                 /* object names (DNS subdomain) */
+#define SG_KUBE_NAME_MAX SG_NAMES_SUBDOMAIN_MAX /* object names (DNS subdomain) */
 #define SG_KUBE_STATUS_REASON_MAX 64
 #define SG_KUBE_STATUS_MESSAGE_MAX 320
 
@@ -290,14 +291,22 @@ SG_API void sg_kube_ratelimit_free(sg_kube_ratelimit *r);
 
 /* ---- naming rules ---- */
 
-/* A DNS-1123 label: [a-z0-9-], alphanumeric at both ends, 1..max bytes
- * (namespaces: max 63). */
-SG_API bool sg_kube_dns_label(const char *s, size_t n, size_t max);
-/* A DNS-1123 subdomain: such labels joined by '.', 1..253 bytes (object
- * names: service accounts, pods). */
-SG_API bool sg_kube_dns_subdomain(const char *s, size_t n);
-/* A uid: a UUID in practice; [A-Za-z0-9-]{1,63} is accepted. */
-SG_API bool sg_kube_uid(const char *s);
+/* The rules themselves are common/sg_names.h (sg_names_dns_label,
+ * sg_names_dns_subdomain, sg_names_uid), where code that has no business
+ * with the client can reach them. These old names forward to them for
+ * callers not yet moved over; new code uses sg_names_*. */
+static inline bool sg_kube_dns_label(const char *s, size_t n, size_t max)
+{
+	return sg_names_dns_label(s, n, max);
+}
+static inline bool sg_kube_dns_subdomain(const char *s, size_t n)
+{
+	return sg_names_dns_subdomain(s, n);
+}
+static inline bool sg_kube_uid(const char *s)
+{
+	return sg_names_uid(s);
+}
 
 /* ---- small helpers shared by the informer and the elector ---- */
 

@@ -11,12 +11,14 @@
  *                we quote back is longer or less printable than a log line
  *                can take. sg_tokenreview_token_exp is the unverified exp
  *                probe.
- *   the cache    64 shards, each a mutex over 4-way sets with LRU
- *                replacement (the shape of the JWT verifier's cache in
- *                sg_jwt.c), keyed by SHA-256 of the token. An entry holds
- *                either who the token is (ns, sa, uids, pod) or why it was
- *                refused; the identity string is rebuilt on a hit rather
- *                than stored, to keep entries under 800 bytes.
+ *   the cache    the sharded expiring cache the JWT verifier uses too
+ *                (common/sg_cache.h: 64 shards, each a mutex over 4-way
+ *                sets with LRU replacement), keyed by SHA-256 of the token
+ *                (sg_sha256), generation 0: nothing here invalidates it
+ *                but time. An entry holds either who the token is (ns, sa,
+ *                uids, pod) or why it was refused; the identity string is
+ *                rebuilt on a hit rather than stored, to keep entries
+ *                under 800 bytes.
  *   the queue    one mutex guards a FIFO of reviews waiting for a worker
  *                and a hash table of every review queued or in flight, so
  *                that a second request with the same token becomes one
@@ -29,9 +31,13 @@
  *                finds no review, a token is reviewed once however the
  *                requests interleave with the answer.
  *
- * Lock order: the queue mutex, then a shard mutex (start() re-checks the
- * cache under the queue lock); workers never hold both. done callbacks are
- * never called with a lock held.
+ * Lock order: the queue mutex, then a cache shard mutex (start() re-checks
+ * the cache under the queue lock; sg_cache takes only its own shard lock and
+ * never calls out, which is what makes that safe); workers never hold both.
+ * done callbacks are never called with a lock held.
+ *
+ * The Kubernetes client (sg_kube.h, through sg_authn_kube.h) is here for
+ * the TokenReview call itself; names are checked by common/sg_names.h.
  *
  * The token travels in three copies we can reach: the review's own
  * buffer, the JSON string in the request body and the spec.token the API
@@ -40,18 +46,19 @@
  * its own.)
  */
 #include "sg_authn_kube.h"
-#include "sg_spiffe.h"
+#include "sg_cache.h"
 #include "sg_clock.h"
+#include "sg_crypto.h"
 #include "sg_der.h"
 #include "sg_guard.h"
 #include "sg_jwt.h"
 #include "sg_log.h"
+#include "sg_names.h"
 #include "sg_secret.h"
+#include "sg_spiffe.h"
 
 #include <jansson.h>
 #include <math.h>
-#include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -61,8 +68,6 @@
 #define AUDIENCE_LEN_MAX 256
 #define NUMERIC_DATE_MAX INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 #define NAME_SHOWN_MAX 64                      /* a username quoted in a message */
-#define SHARDS 64
-#define WAYS 4
 #define WARN_INTERVAL_NS (UINT64_C(10) * 1000000000u)
 
 static const char *const default_audiences[] = {"istio-ca"};
@@ -151,9 +156,9 @@ static int check_username(const json_t *user, sg_caller *c)
 	SG_ENSURE(colon && !strchr(colon + 1, ':'), SG_EAUTH,
 	          "token review: username \"%s\" is not system:serviceaccount:<namespace>:<name>", shown);
 	size_t nlen = (size_t)(colon - ns);
-	SG_ENSURE(sg_kube_dns_label(ns, nlen, 63), SG_EAUTH,
+	SG_ENSURE(sg_names_dns_label(ns, nlen, SG_NAMES_LABEL_MAX), SG_EAUTH,
 	          "token review: namespace in \"%s\" is not a DNS-1123 label", shown);
-	SG_ENSURE(sg_kube_dns_subdomain(colon + 1, strlen(colon + 1)), SG_EAUTH,
+	SG_ENSURE(sg_names_dns_subdomain(colon + 1, strlen(colon + 1)), SG_EAUTH,
 	          "token review: service account in \"%s\" is not a DNS-1123 subdomain", shown);
 	memcpy(c->ns, ns, nlen);
 	c->ns[nlen] = '\0';
@@ -202,7 +207,7 @@ static int check_extra(const json_t *user, sg_caller *c)
 	const json_t *uid = json_object_get(user, "uid");
 	if (uid) {
 		const char *s = plain_string(uid);
-		SG_ENSURE(s && sg_kube_uid(s), SG_EAUTH, "token review: user uid is malformed");
+		SG_ENSURE(s && sg_names_uid(s), SG_EAUTH, "token review: user uid is malformed");
 		snprintf(c->sa_uid, sizeof(c->sa_uid), "%s", s);
 	}
 	const json_t *extra = json_object_get(user, "extra");
@@ -212,9 +217,9 @@ static int check_extra(const json_t *user, sg_caller *c)
 	const char *pod, *pod_uid;
 	SG_TRY(extra_first(extra, extra_pod_name, &pod));
 	SG_TRY(extra_first(extra, extra_pod_uid, &pod_uid));
-	SG_ENSURE(!pod || sg_kube_dns_subdomain(pod, strlen(pod)), SG_EAUTH,
+	SG_ENSURE(!pod || sg_names_dns_subdomain(pod, strlen(pod)), SG_EAUTH,
 	          "token review: pod name is not a DNS-1123 subdomain");
-	SG_ENSURE(!pod_uid || sg_kube_uid(pod_uid), SG_EAUTH, "token review: pod uid is malformed");
+	SG_ENSURE(!pod_uid || sg_names_uid(pod_uid), SG_EAUTH, "token review: pod uid is malformed");
 	snprintf(c->pod_name, sizeof(c->pod_name), "%s", pod ? pod : "");
 	snprintf(c->pod_uid, sizeof(c->pod_uid), "%s", pod_uid ? pod_uid : "");
 	return SG_OK;
@@ -338,23 +343,14 @@ struct who {
 	char pod_uid[64];
 };
 
-struct centry {
-	uint8_t key[32];
-	bool used;
+/* A cache entry's value: the answer of one review. */
+struct answer {
 	bool refusal;
-	uint32_t stamp;
-	int64_t until;
 	int64_t exp; /* the token's; 0: unknown */
 	union {
 		struct who who;
 		char why[SG_ERROR_MSG_MAX];
 	} u;
-};
-
-struct shard {
-	_Alignas(64) pthread_mutex_t lock;
-	uint32_t clock;
-	struct centry *e;
 };
 
 struct waiter {
@@ -384,13 +380,11 @@ struct tr {
 	size_t n_aud;
 	sg_tokenreview_expect expect;
 	int64_t ttl_max, negative_ttl; /* negative_ttl 0: refusals are not kept */
-	EVP_MD *sha256;
-	size_t sets; /* per shard */
 	size_t queue_max;
 	unsigned n_threads;
 	pthread_t *threads;
 
-	struct shard shards[SHARDS];
+	sg_cache *cache; /* struct answer under SHA-256 of the token */
 
 	/* The queue and the table of reviews queued or in flight. */
 	pthread_mutex_t mu;
@@ -401,21 +395,13 @@ struct tr {
 	struct review **table;
 	size_t table_mask;
 
-	atomic_uint_fast64_t reviews, hits, coalesced, refused, api_errors, rejected;
-	atomic_size_t cached, pending;
+	atomic_uint_fast64_t reviews, coalesced, refused, api_errors, rejected;
+	atomic_size_t pending;
 	_Atomic uint64_t warn_last_ns;
 	atomic_uint_fast64_t warn_suppressed;
 };
 
 /* ---- the cache ---- */
-
-static struct centry *set_of(struct tr *a, const uint8_t h[32], struct shard **sh)
-{
-	uint64_t x;
-	memcpy(&x, h + 8, sizeof(x));
-	*sh = &a->shards[h[0] % SHARDS];
-	return (*sh)->e + (x % a->sets) * WAYS;
-}
 
 enum hit { MISS, HIT_ACCEPTED, HIT_REFUSED };
 
@@ -446,76 +432,43 @@ static void who_of(const sg_caller *c, struct who *w)
 	memcpy(w->pod_uid, c->pod_uid, strnlen(c->pod_uid, sizeof(w->pod_uid) - 1));
 }
 
-/* Copies out what the cache knows about h at now; a stale entry found on
- * the way is dropped. Holds the shard lock only for the copy. */
+_Static_assert(SG_TOKENREVIEW_CACHE_LIMIT <= SG_CACHE_ENTRIES_MAX, "the cache takes every size we accept");
+_Static_assert(sizeof(struct answer) <= SG_CACHE_VALUE_MAX, "an answer fits in a cache value");
+
+/* Copies out what the cache knows about h at now (a stale entry found on
+ * the way is dropped by the cache). */
 static enum hit lookup(struct tr *a, const uint8_t h[32], int64_t now, struct who *who, int64_t *exp, char *why,
                        size_t whycap)
 {
-	struct shard *sh;
-	struct centry *set = set_of(a, h, &sh);
-	enum hit hit = MISS;
-	pthread_mutex_lock(&sh->lock);
-	for (size_t i = 0; i < WAYS; i++) {
-		struct centry *e = &set[i];
-		if (!e->used || CRYPTO_memcmp(e->key, h, 32) != 0)
-			continue;
-		if (now >= e->until) {
-			e->used = false;
-			atomic_fetch_sub_explicit(&a->cached, 1, memory_order_relaxed);
-			break;
-		}
-		e->stamp = ++sh->clock;
-		if (e->refusal) {
-			snprintf(why, whycap, "%s", e->u.why);
-			hit = HIT_REFUSED;
-		} else {
-			*who = e->u.who;
-			*exp = e->exp;
-			hit = HIT_ACCEPTED;
-		}
-		break;
+	struct answer ans;
+	if (!sg_cache_get(a->cache, h, 0, now, &ans))
+		return MISS;
+	enum hit hit = ans.refusal ? HIT_REFUSED : HIT_ACCEPTED;
+	if (ans.refusal) {
+		snprintf(why, whycap, "%s", ans.u.why);
+	} else {
+		*who = ans.u.who;
+		*exp = ans.exp;
 	}
-	pthread_mutex_unlock(&sh->lock);
+	sg_wipe(&ans, sizeof(ans));
 	return hit;
 }
 
-/* Stores an answer: who (an acceptance) or why (a refusal), until then. */
+/* Stores an answer: who (an acceptance) or why (a refusal), until then.
+ * The cache keeps one entry per token, whatever the order of the stores. */
 static void insert(struct tr *a, const uint8_t h[32], int64_t now, int64_t until, const struct who *who, int64_t exp,
                    const char *why)
 {
-	if (until <= now)
-		return;
-	struct shard *sh;
-	struct centry *set = set_of(a, h, &sh);
-	pthread_mutex_lock(&sh->lock);
-	/* The token's own entry, else a free or stale one, else the least
-	 * recently used: one entry per token, whatever the order. */
-	struct centry *victim = NULL;
-	for (size_t i = 0; !victim && i < WAYS; i++)
-		if (set[i].used && CRYPTO_memcmp(set[i].key, h, 32) == 0)
-			victim = &set[i];
-	for (size_t i = 0; !victim && i < WAYS; i++)
-		if (!set[i].used || set[i].until <= now)
-			victim = &set[i];
-	if (!victim) {
-		victim = &set[0];
-		for (size_t i = 1; i < WAYS; i++)
-			if ((int32_t)(set[i].stamp - victim->stamp) < 0)
-				victim = &set[i];
-	}
-	if (!victim->used)
-		atomic_fetch_add_explicit(&a->cached, 1, memory_order_relaxed);
-	memcpy(victim->key, h, 32);
-	victim->used = true;
-	victim->until = until;
-	victim->exp = exp;
-	victim->refusal = who == NULL;
+	struct answer ans;
+	memset(&ans, 0, sizeof(ans));
+	ans.exp = exp;
+	ans.refusal = who == NULL;
 	if (who)
-		victim->u.who = *who;
+		ans.u.who = *who;
 	else
-		snprintf(victim->u.why, sizeof(victim->u.why), "%s", why);
-	victim->stamp = ++sh->clock;
-	pthread_mutex_unlock(&sh->lock);
+		snprintf(ans.u.why, sizeof(ans.u.why), "%s", why);
+	(void)sg_cache_put(a->cache, h, 0, now, SG_CACHE_FROM_ANY, until, &ans); /* not kept when until <= now */
+	sg_wipe(&ans, sizeof(ans));
 }
 
 /* ---- reviews and waiters ---- */
@@ -756,7 +709,6 @@ static void *worker(void *arg)
 static int answer_hit(struct tr *a, enum hit hit, const struct who *who, int64_t exp, const char *why,
                       sg_authn_done_fn done, void *arg)
 {
-	atomic_fetch_add_explicit(&a->hits, 1, memory_order_relaxed);
 	if (hit == HIT_REFUSED)
 		SG_BAIL(SG_EAUTH, "%s", why);
 	sg_caller caller;
@@ -843,7 +795,7 @@ static int tr_start(void *self, const sg_authn_request *req, sg_authn_done_fn do
 		SG_BAIL(SG_EAUTH, "token is %zu bytes, more than %d", req->bearer_len, SG_TOKENREVIEW_TOKEN_MAX);
 	}
 	uint8_t h[32];
-	SG_OSSL(EVP_Digest(req->bearer, req->bearer_len, h, NULL, a->sha256, NULL), SG_EINTERNAL, "SHA-256");
+	SG_TRY(sg_sha256(req->bearer, req->bearer_len, h));
 
 	struct who who;
 	char why[SG_ERROR_MSG_MAX];
@@ -872,18 +824,12 @@ static int tr_start(void *self, const sg_authn_request *req, sg_authn_done_fn do
 
 static void tr_destroy(struct tr *a)
 {
-	for (size_t i = 0; i < SHARDS; i++) {
-		if (a->shards[i].e)
-			sg_wipe(a->shards[i].e, a->sets * WAYS * sizeof(struct centry));
-		free(a->shards[i].e);
-		pthread_mutex_destroy(&a->shards[i].lock);
-	}
+	sg_cache_free(a->cache);
 	for (size_t i = 0; a->aud && i < a->n_aud; i++)
 		free(a->aud[i]);
 	free(a->aud);
 	free(a->table);
 	free(a->threads);
-	EVP_MD_free(a->sha256);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
 	free(a);
@@ -972,15 +918,10 @@ static int check_options(const sg_authn_tokenreview_options *o)
 /* Copies the settings and allocates everything; no thread yet. */
 static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
 {
-	/* The shards are cache-line aligned, so the struct must be too. */
-	size_t size = (sizeof(struct tr) + 63) / 64 * 64;
-	struct tr *a = aligned_alloc(64, size);
+	struct tr *a = calloc(1, sizeof(*a));
 	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
-	memset(a, 0, size);
 	pthread_mutex_init(&a->mu, NULL);
 	pthread_cond_init(&a->cv, NULL);
-	for (size_t i = 0; i < SHARDS; i++)
-		pthread_mutex_init(&a->shards[i].lock, NULL);
 	a->kube = o->kube;
 	snprintf(a->trust_domain, sizeof(a->trust_domain), "%s", o->trust_domain);
 	a->ttl_max = o->cache_ttl_max ? o->cache_ttl_max : SG_TOKENREVIEW_TTL_DEFAULT;
@@ -988,8 +929,6 @@ static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
 	    o->negative_ttl == 0 ? SG_TOKENREVIEW_NEGATIVE_TTL_DEFAULT : (o->negative_ttl < 0 ? 0 : o->negative_ttl);
 	a->queue_max = o->queue_max ? o->queue_max : SG_TOKENREVIEW_QUEUE_DEFAULT;
 	a->n_threads = o->workers ? o->workers : SG_TOKENREVIEW_WORKERS_DEFAULT;
-	size_t entries = o->cache_entries ? o->cache_entries : SG_TOKENREVIEW_CACHE_DEFAULT;
-	a->sets = entries / (SHARDS * WAYS) ? entries / (SHARDS * WAYS) : 1;
 	/* Every review queued or in flight has a slot; twice that keeps chains short. */
 	size_t slots = 16;
 	while (slots < 2 * (a->queue_max + a->n_threads))
@@ -1002,15 +941,16 @@ static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
 	a->aud = calloc(a->n_aud, sizeof(char *));
 	a->table = calloc(slots, sizeof(struct review *));
 	a->threads = calloc(a->n_threads, sizeof(pthread_t));
-	a->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-	bool ok = a->aud && a->table && a->threads && a->sha256;
+	bool ok = a->aud && a->table && a->threads;
 	for (size_t i = 0; ok && i < a->n_aud; i++)
 		ok = (a->aud[i] = strdup(aud[i])) != NULL;
-	for (size_t i = 0; ok && i < SHARDS; i++)
-		ok = (a->shards[i].e = calloc(a->sets * WAYS, sizeof(struct centry))) != NULL;
-	if (!ok) {
+	int rc = ok ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK)
+		rc = sg_cache_new(&a->cache, o->cache_entries ? o->cache_entries : SG_TOKENREVIEW_CACHE_DEFAULT,
+		                  sizeof(struct answer));
+	if (rc != SG_OK) {
 		tr_destroy(a);
-		SG_BAIL(SG_EINTERNAL, "out of memory");
+		return rc;
 	}
 	a->expect = (sg_tokenreview_expect){
 	    .audiences = (const char *const *)a->aud, .n_audiences = a->n_aud, .trust_domain = a->trust_domain};
@@ -1026,9 +966,10 @@ int sg_authn_tokenreview_new(sg_authenticator *out, const sg_authn_tokenreview_o
 	SG_TRY(tr_alloc(&a, o));
 	for (unsigned i = 0; i < a->n_threads; i++) {
 		if (pthread_create(&a->threads[i], NULL, worker, a) != 0) {
+			unsigned n = a->n_threads; /* a is gone before the message is made */
 			tr_stop(a, i);
 			tr_destroy(a);
-			SG_BAIL(SG_EINTERNAL, "cannot start token review worker %u of %u", i + 1, a->n_threads);
+			SG_BAIL(SG_EINTERNAL, "cannot start token review worker %u of %u", i + 1, n);
 		}
 	}
 	out->name = "tokenreview";
@@ -1046,13 +987,15 @@ void sg_authn_tokenreview_stats_of(const void *self, sg_authn_tokenreview_stats 
 	const struct tr *a = self;
 	if (!a)
 		return;
+	sg_cache_stats cs;
+	sg_cache_stats_get(a->cache, &cs);
 	out->reviews = atomic_load_explicit(&a->reviews, memory_order_relaxed);
-	out->cache_hits = atomic_load_explicit(&a->hits, memory_order_relaxed);
+	out->cache_hits = cs.hits;
 	out->coalesced = atomic_load_explicit(&a->coalesced, memory_order_relaxed);
 	out->refused = atomic_load_explicit(&a->refused, memory_order_relaxed);
 	out->api_errors = atomic_load_explicit(&a->api_errors, memory_order_relaxed);
 	out->rejected = atomic_load_explicit(&a->rejected, memory_order_relaxed);
-	out->cached = atomic_load_explicit(&a->cached, memory_order_relaxed);
+	out->cached = cs.entries;
 	out->pending = atomic_load_explicit(&a->pending, memory_order_relaxed);
 }
 

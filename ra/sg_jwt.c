@@ -20,40 +20,38 @@
  *
  * The cache: verifying ES256 costs ~100 µs and a pod presents the same
  * token for up to an hour, so verified claims are kept under SHA-256 of the
- * token (never the token) until min(exp, now + 5 min). It is 64 shards,
- * each a mutex over 4-way sets with least-recently-used replacement; the
- * key-set generation is stored with each entry, so a JWKS reload makes every
- * older entry a miss without touching the cache. Failures are not cached:
- * a bad token costs a verification every time, which is the price of never
+ * token (never the token) until min(exp, now + 5 min), in the sharded
+ * expiring cache the TokenReview authenticator uses too (common/sg_cache.h).
+ * The key-set generation is the entry's generation, so a JWKS reload makes
+ * every older entry a miss without touching the cache; the entry's window
+ * starts at nbf - leeway, so a clock that steps back before the token's nbf
+ * does not get it from the cache either. Failures are not cached: a bad
+ * token costs a verification every time, which is the price of never
  * caching a negative answer across a key rotation.
+ *
+ * No OpenSSL here: SHA-256 is sg_sha256, signatures are checked by
+ * sg_jwks.c, and the development issuer's key (generation, PEM file, ES256
+ * signing, kid) is signer/sg_tokenkey.h; this file builds only the JSON.
+ * Names are checked by the Kubernetes naming rules in common/sg_names.h,
+ * without the Kubernetes client.
  */
 #include "sg_jwt.h"
-#include "sg_spiffe.h"
+#include "sg_cache.h"
 #include "sg_clock.h"
+#include "sg_crypto.h"
 #include "sg_der.h"
+#include "sg_file.h"
 #include "sg_guard.h"
-#include "sg_kube.h"
-#include "sg_secret.h"
+#include "sg_names.h"
+#include "sg_spiffe.h"
+#include "sg_tokenkey.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <openssl/bio.h>
-#include <openssl/core_names.h>
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #define NUMERIC_DATE_MAX INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 #define AUD_MAX 32
@@ -256,15 +254,15 @@ static int kubernetes_claims(json_t *k8s, sg_jwt_claims *c)
 	SG_TRY(string_member(sao, "name", &sa));
 	SG_ENSURE(sa, SG_EAUTH, "token kubernetes.io claims lack serviceaccount.name");
 	SG_TRY(string_member(sao, "uid", &sa_uid));
-	SG_ENSURE(!sa_uid || sg_kube_uid(sa_uid), SG_EAUTH, "token service account uid is malformed");
+	SG_ENSURE(!sa_uid || sg_names_uid(sa_uid), SG_EAUTH, "token service account uid is malformed");
 	json_t *po = json_object_get(k8s, "pod");
 	if (po) {
 		SG_ENSURE(json_is_object(po), SG_EAUTH, "token kubernetes.io.pod is not an object");
 		SG_TRY(string_member(po, "name", &pod));
 		SG_TRY(string_member(po, "uid", &uid));
-		SG_ENSURE(!pod || sg_kube_dns_subdomain(pod, strlen(pod)), SG_EAUTH,
+		SG_ENSURE(!pod || sg_names_dns_subdomain(pod, strlen(pod)), SG_EAUTH,
 		          "token pod name is not a DNS-1123 subdomain");
-		SG_ENSURE(!uid || sg_kube_uid(uid), SG_EAUTH, "token pod uid is malformed");
+		SG_ENSURE(!uid || sg_names_uid(uid), SG_EAUTH, "token pod uid is malformed");
 	}
 	SG_ENSURE(strlen(ns) < sizeof(c->ns) && strlen(sa) < sizeof(c->sa), SG_EAUTH, "token names are too long");
 	copy(c->ns, sizeof(c->ns), ns);
@@ -273,6 +271,11 @@ static int kubernetes_claims(json_t *k8s, sg_jwt_claims *c)
 	copy(c->pod_name, sizeof(c->pod_name), pod);
 	copy(c->pod_uid, sizeof(c->pod_uid), uid);
 	return SG_OK;
+}
+
+static int64_t leeway_of(const sg_jwt_options *o)
+{
+	return o->leeway == 0 ? SG_JWT_LEEWAY_DEFAULT : o->leeway < 0 ? 0 : o->leeway;
 }
 
 static int check_claims(json_t *p, const sg_jwt_options *o, int64_t now, sg_jwt_claims *c)
@@ -284,7 +287,7 @@ static int check_claims(json_t *p, const sg_jwt_options *o, int64_t now, sg_jwt_
 	          is_printable(iss, 128) ? iss : "(unprintable)", o->issuer);
 	SG_TRY(check_audience(p, o));
 
-	int64_t leeway = o->leeway == 0 ? SG_JWT_LEEWAY_DEFAULT : o->leeway < 0 ? 0 : o->leeway;
+	int64_t leeway = leeway_of(o);
 	SG_TRY(numeric_date(p, "exp", true, &c->exp));
 	SG_TRY(numeric_date(p, "nbf", false, &c->nbf));
 	SG_TRY(numeric_date(p, "iat", false, &c->iat));
@@ -305,8 +308,9 @@ static int check_claims(json_t *p, const sg_jwt_options *o, int64_t now, sg_jwt_
 		SG_ENSURE(sub, SG_EAUTH, "token has no kubernetes.io claims and no service-account subject");
 		SG_TRY(parse_subject(sub, c->ns, sizeof(c->ns), c->sa, sizeof(c->sa)));
 	}
-	SG_ENSURE(sg_kube_dns_label(c->ns, strlen(c->ns), 63), SG_EAUTH, "token namespace is not a DNS-1123 label");
-	SG_ENSURE(sg_kube_dns_subdomain(c->sa, strlen(c->sa)), SG_EAUTH,
+	SG_ENSURE(sg_names_dns_label(c->ns, strlen(c->ns), SG_NAMES_LABEL_MAX), SG_EAUTH,
+	          "token namespace is not a DNS-1123 label");
+	SG_ENSURE(sg_names_dns_subdomain(c->sa, strlen(c->sa)), SG_EAUTH,
 	          "token service account is not a DNS-1123 subdomain");
 	return SG_OK;
 }
@@ -376,50 +380,26 @@ int sg_jwt_identity(char *out, size_t cap, const char *trust_domain, const char 
 
 /* ---- the verifier and its cache ---- */
 
-#define SHARDS 64
-#define WAYS 4
-
-struct centry {
-	uint8_t key[32];
-	bool used;
-	uint32_t stamp;
-	uint64_t gen;
-	int64_t until;
-	sg_jwt_claims claims;
-};
-
-struct shard {
-	_Alignas(64) pthread_mutex_t lock;
-	uint32_t clock;
-	struct centry *e;
-};
+_Static_assert(sizeof(sg_jwt_claims) <= SG_CACHE_VALUE_MAX, "verified claims fit in a cache value");
 
 struct sg_jwt_verifier {
 	sg_jwks_file *keys;
 	sg_jwt_options o;
+	int64_t leeway; /* o.leeway resolved */
 	char *issuer;
 	char **aud;
-	EVP_MD *sha256;
-	size_t sets; /* per shard */
-	struct shard shards[SHARDS];
-	atomic_uint_fast64_t hits, misses;
+	sg_cache *cache; /* sg_jwt_claims under SHA-256 of the token */
 };
 
 void sg_jwt_verifier_free(sg_jwt_verifier *v)
 {
 	if (!v)
 		return;
-	for (size_t i = 0; i < SHARDS; i++) {
-		if (v->shards[i].e)
-			sg_wipe(v->shards[i].e, v->sets * WAYS * sizeof(struct centry));
-		free(v->shards[i].e);
-		pthread_mutex_destroy(&v->shards[i].lock);
-	}
+	sg_cache_free(v->cache);
 	for (size_t i = 0; v->aud && i < v->o.n_audiences; i++)
 		free(v->aud[i]);
 	free(v->aud);
 	free(v->issuer);
-	EVP_MD_free(v->sha256);
 	free(v);
 }
 
@@ -429,30 +409,27 @@ int sg_jwt_verifier_new(sg_jwt_verifier **out, sg_jwks_file *keys, const sg_jwt_
 	SG_ENSURE(keys && o && o->issuer && *o->issuer, SG_EINVAL, "JWT verifier needs a JWKS and an issuer");
 	SG_ENSURE(!o->audiences || (o->n_audiences > 0 && o->n_audiences <= AUD_MAX), SG_EINVAL,
 	          "JWT verifier needs 1..%d audiences", AUD_MAX);
-	/* The shards are cache-line aligned, so the struct must be too. */
-	size_t vsize = (sizeof(sg_jwt_verifier) + 63) / 64 * 64;
-	sg_jwt_verifier *v = aligned_alloc(64, vsize);
+	SG_ENSURE(o->cache_entries <= SG_CACHE_ENTRIES_MAX, SG_EINVAL, "JWT verifier cache_entries is above %u",
+	          SG_CACHE_ENTRIES_MAX);
+	sg_jwt_verifier *v = calloc(1, sizeof(*v));
 	SG_ENSURE(v, SG_EINTERNAL, "out of memory");
-	memset(v, 0, vsize);
-	size_t entries = o->cache_entries ? o->cache_entries : SG_JWT_CACHE_DEFAULT;
-	v->sets = entries / (SHARDS * WAYS) ? entries / (SHARDS * WAYS) : 1;
-	for (size_t i = 0; i < SHARDS; i++)
-		pthread_mutex_init(&v->shards[i].lock, NULL);
 	v->keys = keys;
 	v->o = *o;
+	v->leeway = leeway_of(o);
 	const char *const *aud = o->audiences ? o->audiences : default_audiences;
 	v->o.n_audiences = o->audiences ? o->n_audiences : 1;
 	v->issuer = strdup(o->issuer);
 	v->aud = calloc(v->o.n_audiences, sizeof(char *));
-	v->sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
-	bool ok = v->issuer && v->aud && v->sha256;
+	bool ok = v->issuer && v->aud;
 	for (size_t i = 0; ok && i < v->o.n_audiences; i++)
 		ok = (v->aud[i] = strdup(aud[i])) != NULL;
-	for (size_t i = 0; ok && i < SHARDS; i++)
-		ok = (v->shards[i].e = calloc(v->sets * WAYS, sizeof(struct centry))) != NULL;
-	if (!ok) {
+	int rc = ok ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK)
+		rc = sg_cache_new(&v->cache, o->cache_entries ? o->cache_entries : SG_JWT_CACHE_DEFAULT,
+		                  sizeof(sg_jwt_claims));
+	if (rc != SG_OK) {
 		sg_jwt_verifier_free(v);
-		SG_BAIL(SG_EINTERNAL, "out of memory");
+		return rc;
 	}
 	v->o.issuer = v->issuer;
 	v->o.audiences = (const char *const *)v->aud;
@@ -460,69 +437,13 @@ int sg_jwt_verifier_new(sg_jwt_verifier **out, sg_jwks_file *keys, const sg_jwt_
 	return SG_OK;
 }
 
-static struct centry *set_of(sg_jwt_verifier *v, const uint8_t h[32], struct shard **sh)
-{
-	uint64_t x;
-	memcpy(&x, h + 8, sizeof(x));
-	*sh = &v->shards[h[0] % SHARDS];
-	return (*sh)->e + (x % v->sets) * WAYS;
-}
-
-static bool live(const struct centry *e, uint64_t gen, int64_t now, int64_t leeway)
-{
-	return e->used && e->gen == gen && now < e->until &&
-	       (e->claims.nbf == INT64_MIN || e->claims.nbf <= now + leeway);
-}
-
-static bool lookup(sg_jwt_verifier *v, const uint8_t h[32], uint64_t gen, int64_t now, sg_jwt_claims *out)
-{
-	struct shard *sh;
-	struct centry *set = set_of(v, h, &sh);
-	int64_t leeway = v->o.leeway == 0 ? SG_JWT_LEEWAY_DEFAULT : v->o.leeway < 0 ? 0 : v->o.leeway;
-	bool hit = false;
-	pthread_mutex_lock(&sh->lock);
-	for (size_t i = 0; i < WAYS; i++) {
-		struct centry *e = &set[i];
-		if (!e->used || CRYPTO_memcmp(e->key, h, 32) != 0)
-			continue;
-		if (live(e, gen, now, leeway)) {
-			e->stamp = ++sh->clock;
-			*out = e->claims;
-			hit = true;
-		} else {
-			e->used = false;
-		}
-		break;
-	}
-	pthread_mutex_unlock(&sh->lock);
-	return hit;
-}
-
-static void insert(sg_jwt_verifier *v, const uint8_t h[32], uint64_t gen, int64_t now, const sg_jwt_claims *c)
+/* Kept until min(exp, now + 5 min); returned from nbf - leeway on, the
+ * same test sg_jwt_verify applies to nbf. */
+static void remember(sg_jwt_verifier *v, const uint8_t h[32], uint64_t gen, int64_t now, const sg_jwt_claims *c)
 {
 	int64_t until = c->exp < now + SG_JWT_CACHE_TTL_MAX ? c->exp : now + SG_JWT_CACHE_TTL_MAX;
-	if (until <= now)
-		return;
-	struct shard *sh;
-	struct centry *set = set_of(v, h, &sh);
-	pthread_mutex_lock(&sh->lock);
-	struct centry *victim = &set[0];
-	for (size_t i = 0; i < WAYS; i++) {
-		struct centry *e = &set[i];
-		if (!e->used || e->gen != gen || e->until <= now || CRYPTO_memcmp(e->key, h, 32) == 0) {
-			victim = e;
-			break;
-		}
-		if ((int32_t)(e->stamp - victim->stamp) < 0)
-			victim = e; /* least recently used */
-	}
-	memcpy(victim->key, h, 32);
-	victim->used = true;
-	victim->gen = gen;
-	victim->until = until;
-	victim->claims = *c;
-	victim->stamp = ++sh->clock;
-	pthread_mutex_unlock(&sh->lock);
+	int64_t from = c->nbf == INT64_MIN ? SG_CACHE_FROM_ANY : c->nbf - v->leeway;
+	(void)sg_cache_put(v->cache, h, gen, now, from, until, c); /* not kept when until <= now */
 }
 
 int sg_jwt_verifier_verify(sg_jwt_verifier *v, const char *token, size_t len, int64_t now, sg_jwt_claims *out)
@@ -531,85 +452,30 @@ int sg_jwt_verifier_verify(sg_jwt_verifier *v, const char *token, size_t len, in
 	SG_ENSURE(token && len > 0, SG_EAUTH, "token is empty");
 	SG_ENSURE(len <= SG_JWT_TOKEN_MAX, SG_EAUTH, "token is %zu bytes, more than %d", len, SG_JWT_TOKEN_MAX);
 	uint8_t h[32];
-	SG_OSSL(EVP_Digest(token, len, h, NULL, v->sha256, NULL), SG_EINTERNAL, "SHA-256");
-	uint64_t gen = sg_jwks_file_poll(v->keys);
-	if (lookup(v, h, gen, now, out)) {
-		atomic_fetch_add_explicit(&v->hits, 1, memory_order_relaxed);
+	SG_TRY(sg_sha256(token, len, h));
+	if (sg_cache_get(v->cache, h, sg_jwks_file_poll(v->keys), now, out))
 		return SG_OK;
-	}
-	atomic_fetch_add_explicit(&v->misses, 1, memory_order_relaxed);
 	sg_jwks *k = sg_jwks_file_get(v->keys);
 	int rc = sg_jwt_verify(k, &v->o, token, len, now, out);
 	if (rc == SG_OK)
-		insert(v, h, sg_jwks_generation(k), now, out);
+		remember(v, h, sg_jwks_generation(k), now, out);
 	sg_jwks_release(k);
 	return rc;
 }
 
 void sg_jwt_verifier_stats(const sg_jwt_verifier *v, uint64_t *hits, uint64_t *misses)
 {
-	*hits = atomic_load_explicit(&v->hits, memory_order_relaxed);
-	*misses = atomic_load_explicit(&v->misses, memory_order_relaxed);
+	sg_cache_stats st;
+	sg_cache_stats_get(v->cache, &st);
+	*hits = st.hits;
+	*misses = st.misses;
 }
 
 /* ---- the development issuer ---- */
 
-static void pkey_freep(EVP_PKEY **k)
+static void tokenkey_freep(sg_tokenkey **k)
 {
-	EVP_PKEY_free(*k);
-}
-static void bio_freep(BIO **b)
-{
-	BIO_free(*b);
-}
-static void mdctx_freep(EVP_MD_CTX **c)
-{
-	EVP_MD_CTX_free(*c);
-}
-
-/* Kubernetes' kid: base64url(SHA-256(SubjectPublicKeyInfo DER)). */
-static int derive_kid(EVP_PKEY *k, char out[48])
-{
-	unsigned char *der = NULL;
-	int n = i2d_PUBKEY(k, &der);
-	SG_ENSURE(n > 0, SG_EINTERNAL, "cannot encode the public key");
-	uint8_t h[32];
-	int ok = EVP_Digest(der, (size_t)n, h, NULL, EVP_sha256(), NULL);
-	OPENSSL_free(der);
-	SG_ENSURE(ok == 1, SG_EINTERNAL, "SHA-256");
-	return sg_b64url_encode(h, sizeof(h), out, 48);
-}
-
-/* Writes data to path through a temporary file and rename(2). */
-static int write_atomic(const char *path, const void *data, size_t len, mode_t mode)
-{
-	char tmp[4096];
-	int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-	SG_ENSURE(n > 0 && (size_t)n < sizeof(tmp), SG_EINVAL, "path too long: %s", path);
-	unlink(tmp);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", tmp, strerror(errno));
-	const char *p = data;
-	size_t off = 0;
-	int rc = SG_OK;
-	while (off < len && rc == SG_OK) {
-		ssize_t w = write(fd, p + off, len - off);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			rc = sg_error_set(SG_EINVAL, "cannot write %s: %s", tmp, strerror(errno));
-		else
-			off += (size_t)w;
-	}
-	if (rc == SG_OK && (fchmod(fd, mode) != 0 || fsync(fd) != 0))
-		rc = sg_error_set(SG_EINVAL, "cannot sync %s: %s", tmp, strerror(errno));
-	if (close(fd) != 0 && rc == SG_OK)
-		rc = sg_error_set(SG_EINVAL, "cannot close %s: %s", tmp, strerror(errno));
-	if (rc == SG_OK && rename(tmp, path) != 0)
-		rc = sg_error_set(SG_EINVAL, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
-	if (rc != SG_OK)
-		unlink(tmp);
-	return rc;
+	sg_tokenkey_free(*k);
 }
 
 int sg_jwt_dev_issuer_create(const char *key_path, const char *jwks_path, const char *kid_hint)
@@ -617,35 +483,16 @@ int sg_jwt_dev_issuer_create(const char *key_path, const char *jwks_path, const 
 	SG_ENSURE(key_path && jwks_path, SG_EINVAL, "dev issuer needs a key path and a JWKS path");
 	SG_ENSURE(!kid_hint || (*kid_hint && is_printable(kid_hint, SG_JWT_KID_MAX)), SG_EINVAL,
 	          "kid must be printable and at most %d bytes", SG_JWT_KID_MAX);
-	ERR_clear_error();
-	EVP_PKEY *k SG_CLEANUP(pkey_freep) = EVP_EC_gen("P-256");
-	SG_ENSURE(k, SG_EINTERNAL, "cannot generate a P-256 key");
-	uint8_t pub[65];
-	size_t publen = 0;
-	SG_OSSL(EVP_PKEY_get_octet_string_param(k, OSSL_PKEY_PARAM_PUB_KEY, pub, sizeof(pub), &publen), SG_EINTERNAL,
-	        "public point");
-	SG_ENSURE(publen == 65 && pub[0] == 0x04, SG_EINTERNAL, "unexpected point encoding");
-	char kid[SG_JWT_KID_MAX + 1], x[48], y[48];
-	if (kid_hint)
-		snprintf(kid, sizeof(kid), "%s", kid_hint);
-	else
-		SG_TRY(derive_kid(k, kid));
-	SG_TRY(sg_b64url_encode(pub + 1, 32, x, sizeof(x)));
-	SG_TRY(sg_b64url_encode(pub + 33, 32, y, sizeof(y)));
-
-	BIO *bio SG_CLEANUP(bio_freep) = BIO_new(BIO_s_mem());
-	SG_ENSURE(bio, SG_EINTERNAL, "out of memory");
-	SG_OSSL(PEM_write_bio_PrivateKey(bio, k, NULL, NULL, 0, NULL, NULL), SG_EINTERNAL, "cannot encode the key");
-	char *pem = NULL;
-	long pemlen = BIO_get_mem_data(bio, &pem);
-	SG_ENSURE(pemlen > 0 && pem, SG_EINTERNAL, "cannot encode the key");
-	int rc = write_atomic(key_path, pem, (size_t)pemlen, 0600);
-	sg_wipe(pem, (size_t)pemlen);
-	SG_TRY(rc);
+	sg_tokenkey *k SG_CLEANUP(tokenkey_freep) = NULL;
+	SG_TRY(sg_tokenkey_generate(&k));
+	sg_tokenkey_jwk pub;
+	SG_TRY(sg_tokenkey_jwk_of(k, &pub));
+	const char *kid = kid_hint ? kid_hint : pub.kid;
+	SG_TRY(sg_tokenkey_save(k, key_path));
 
 	json_t *jwks SG_CLEANUP(json_decrefp) =
 	    json_pack("{s:[{s:s, s:s, s:s, s:s, s:s, s:s, s:s}]}", "keys", "use", "sig", "kty", "EC", "kid", kid, "crv",
-	              "P-256", "alg", "ES256", "x", x, "y", y);
+	              "P-256", "alg", "ES256", "x", pub.x, "y", pub.y);
 	SG_ENSURE(jwks, SG_EINTERNAL, "cannot build the JWKS");
 	char *text SG_AUTOFREE = json_dumps(jwks, JSON_INDENT(2));
 	SG_ENSURE(text, SG_EINTERNAL, "out of memory");
@@ -654,49 +501,7 @@ int sg_jwt_dev_issuer_create(const char *key_path, const char *jwks_path, const 
 	SG_ENSURE(withnl, SG_EINTERNAL, "out of memory");
 	memcpy(withnl, text, tlen);
 	withnl[tlen] = '\n';
-	return write_atomic(jwks_path, withnl, tlen + 1, 0644);
-}
-
-static int load_signing_key(const char *path, EVP_PKEY **out)
-{
-	BIO *bio SG_CLEANUP(bio_freep) = BIO_new_file(path, "r");
-	SG_ENSURE(bio, SG_ENOTFOUND, "cannot read signing key %s", path);
-	ERR_clear_error();
-	*out = PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL);
-	SG_ENSURE(*out, SG_EINVAL, "signing key %s is not a PEM private key", path);
-	char group[32] = "";
-	bool p256 = EVP_PKEY_is_a(*out, "EC") &&
-	            EVP_PKEY_get_utf8_string_param(*out, OSSL_PKEY_PARAM_GROUP_NAME, group, sizeof(group), NULL) == 1 &&
-	            strcmp(group, "prime256v1") == 0;
-	if (!p256) {
-		EVP_PKEY_free(*out);
-		*out = NULL;
-		ERR_clear_error();
-		SG_BAIL(SG_EINVAL, "signing key %s is not an EC P-256 key", path);
-	}
-	return SG_OK;
-}
-
-/* Signs input with ES256 and returns the raw r||s of RFC 7518 §3.4. */
-static int es256_sign(EVP_PKEY *k, const char *input, size_t len, uint8_t rs[64])
-{
-	EVP_MD_CTX *ctx SG_CLEANUP(mdctx_freep) = EVP_MD_CTX_new();
-	SG_ENSURE(ctx, SG_EINTERNAL, "out of memory");
-	uint8_t der[80];
-	size_t dlen = sizeof(der);
-	SG_OSSL(EVP_DigestSignInit(ctx, NULL, EVP_sha256(), NULL, k), SG_EINTERNAL, "sign init");
-	SG_OSSL(EVP_DigestSign(ctx, der, &dlen, (const uint8_t *)input, len), SG_EINTERNAL, "sign");
-	sg_reader r = sg_reader_of((sg_slice){der, dlen}), seq;
-	sg_slice body, mag[2];
-	SG_TRY(sg_der_read(&r, SG_DER_SEQUENCE, &body, NULL));
-	seq = sg_reader_of(body);
-	SG_TRY(sg_der_read_unsigned_bytes(&seq, &mag[0]));
-	SG_TRY(sg_der_read_unsigned_bytes(&seq, &mag[1]));
-	SG_ENSURE(sg_reader_done(&seq) && mag[0].len <= 32 && mag[1].len <= 32, SG_EINTERNAL, "bad ECDSA signature");
-	memset(rs, 0, 64);
-	memcpy(rs + 32 - mag[0].len, mag[0].p, mag[0].len);
-	memcpy(rs + 64 - mag[1].len, mag[1].p, mag[1].len);
-	return SG_OK;
+	return sg_file_write_atomic(jwks_path, withnl, tlen + 1, 0644);
 }
 
 static json_t *claims_json(const sg_jwt_mint_options *o, int64_t now)
@@ -736,26 +541,30 @@ int sg_jwt_mint(const char *key_path, const sg_jwt_mint_options *o, char **token
 	*token = NULL;
 	SG_ENSURE(o && o->issuer && o->ns && o->sa, SG_EINVAL,
 	          "mint needs an issuer, a namespace and a service account");
-	SG_ENSURE(sg_kube_dns_label(o->ns, strlen(o->ns), 63), SG_EINVAL, "namespace is not a DNS-1123 label");
-	SG_ENSURE(sg_kube_dns_subdomain(o->sa, strlen(o->sa)), SG_EINVAL,
+	SG_ENSURE(sg_names_dns_label(o->ns, strlen(o->ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "namespace is not a DNS-1123 label");
+	SG_ENSURE(sg_names_dns_subdomain(o->sa, strlen(o->sa)), SG_EINVAL,
 	          "service account is not a DNS-1123 subdomain");
-	SG_ENSURE(!o->pod_name || sg_kube_dns_subdomain(o->pod_name, strlen(o->pod_name)), SG_EINVAL,
+	SG_ENSURE(!o->pod_name || sg_names_dns_subdomain(o->pod_name, strlen(o->pod_name)), SG_EINVAL,
 	          "pod name is not a DNS-1123 subdomain");
-	SG_ENSURE(!o->pod_uid || sg_kube_uid(o->pod_uid), SG_EINVAL, "pod uid is malformed");
-	SG_ENSURE(!o->sa_uid || sg_kube_uid(o->sa_uid), SG_EINVAL, "service account uid is malformed");
+	SG_ENSURE(!o->pod_uid || sg_names_uid(o->pod_uid), SG_EINVAL, "pod uid is malformed");
+	SG_ENSURE(!o->sa_uid || sg_names_uid(o->sa_uid), SG_EINVAL, "service account uid is malformed");
 	SG_ENSURE(!o->audiences || (o->n_audiences > 0 && o->n_audiences <= AUD_MAX), SG_EINVAL, "1..%d audiences",
 	          AUD_MAX);
 	SG_ENSURE(o->ttl > 0 && o->ttl <= 366 * 86400, SG_EINVAL, "token ttl must be 1 s .. 1 year");
 	SG_ENSURE(!o->kid || is_printable(o->kid, SG_JWT_KID_MAX), SG_EINVAL, "kid is not printable");
 	int64_t now = o->now ? o->now : sg_wall_seconds();
 
-	EVP_PKEY *k SG_CLEANUP(pkey_freep) = NULL;
-	SG_TRY(load_signing_key(key_path, &k));
+	sg_tokenkey *k SG_CLEANUP(tokenkey_freep) = NULL;
+	SG_TRY(sg_tokenkey_load(&k, key_path));
 	char kid[SG_JWT_KID_MAX + 1];
-	if (o->kid)
+	if (o->kid) {
 		snprintf(kid, sizeof(kid), "%s", o->kid);
-	else
-		SG_TRY(derive_kid(k, kid));
+	} else {
+		sg_tokenkey_jwk pub;
+		SG_TRY(sg_tokenkey_jwk_of(k, &pub));
+		snprintf(kid, sizeof(kid), "%s", pub.kid);
+	}
 
 	json_t *hj SG_CLEANUP(json_decrefp) = json_pack("{s:s, s:s}", "alg", "ES256", "kid", kid);
 	json_t *pj SG_CLEANUP(json_decrefp) = claims_json(o, now);
@@ -771,8 +580,8 @@ int sg_jwt_mint(const char *key_path, const sg_jwt_mint_options *o, char **token
 	SG_TRY(append_part(out, cap, &off, htext));
 	out[off++] = '.';
 	SG_TRY(append_part(out, cap, &off, ptext));
-	uint8_t rs[64];
-	SG_TRY(es256_sign(k, out, off, rs));
+	uint8_t rs[SG_TOKENKEY_SIG_LEN];
+	SG_TRY(sg_tokenkey_sign(k, out, off, rs));
 	out[off++] = '.';
 	SG_TRY(sg_b64url_encode(rs, sizeof(rs), out + off, cap - off));
 	*token = SG_MOVE(out);

@@ -160,7 +160,8 @@ typedef struct sg_jwt_options {
 	const char *const *audiences; /* "aud" must contain one; NULL: {"istio-ca"} */
 	size_t n_audiences;
 	int leeway;           /* seconds; 0: SG_JWT_LEEWAY_DEFAULT; < 0: none */
-	size_t cache_entries; /* sg_jwt_verifier only; 0: SG_JWT_CACHE_DEFAULT */
+	size_t cache_entries; /* sg_jwt_verifier only; 0: SG_JWT_CACHE_DEFAULT; rounded down to a
+	                         multiple of 256, at least 256, at most 1 << 22 (sg_cache.h) */
 } sg_jwt_options;
 
 /* Verifies a compact JWS token against keys and the options at wall-clock
@@ -177,13 +178,15 @@ SG_API int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const cha
 typedef struct sg_jwt_verifier sg_jwt_verifier;
 
 /* A verifier over a key source, file or pushed (borrowed: it must outlive
- * the verifier), with a cache of cache_entries verified tokens. The option
- * strings are copied. Caller frees with sg_jwt_verifier_free. */
+ * the verifier), with a cache of cache_entries verified tokens (SG_EINVAL
+ * above 1 << 22). The option strings are copied. Caller frees with
+ * sg_jwt_verifier_free. */
 SG_API int sg_jwt_verifier_new(sg_jwt_verifier **out, sg_jwks_file *keys, const sg_jwt_options *o) SG_MUST_CHECK;
 SG_API void sg_jwt_verifier_free(sg_jwt_verifier *v);
-/* sg_jwt_verify with the cache: a hit (same SHA-256, same key-set
- * generation, now < min(exp, time cached + 5 min)) returns the stored claims
- * at the cost of a hash and a lookup. Failures are not cached. */
+/* sg_jwt_verify with the cache (common/sg_cache.h): a hit (same SHA-256,
+ * same key-set generation, nbf - leeway <= now < min(exp, time cached +
+ * 5 min)) returns the stored claims at the cost of a hash and a lookup.
+ * Failures are not cached. */
 SG_API int sg_jwt_verifier_verify(sg_jwt_verifier *v, const char *token, size_t len, int64_t now,
                                   sg_jwt_claims *out) SG_MUST_CHECK;
 SG_API void sg_jwt_verifier_stats(const sg_jwt_verifier *v, uint64_t *hits, uint64_t *misses);

@@ -75,6 +75,22 @@ static void t_kubeconfig_yaml(void)
 	SG_CHECK_MSG("no contexts entry named \"three\"");
 }
 
+/* "-data" values as client-go reads them: line breaks (a YAML block
+ * scalar) are skipped, anything else outside the alphabet is not. */
+static void t_kubeconfig_base64_lines(void)
+{
+	char lines[256] = "", text[2048];
+	for (size_t i = 0; i < strlen(pem_b64); i += 20)
+		snprintf(lines + strlen(lines), sizeof(lines) - strlen(lines), "      %.20s\n", pem_b64 + i);
+	snprintf(text, sizeof(text),
+	         "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	         "clusters:\n- name: c\n  cluster:\n    server: https://h\n    certificate-authority-data: |\n%s",
+	         lines);
+	sg_kube_config *c = NULL;
+	SG_CHECK_OK(from_text(&c, text, NULL));
+	sg_kube_config_free(c);
+}
+
 static void t_kubeconfig_json_and_files(void)
 {
 	char ca[600], tok[600], text[2048];
@@ -125,6 +141,12 @@ static void t_kubeconfig_refused(void)
 	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
 	     "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority-data: '!!!'}}]\n",
 	     "not valid base64"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority-data: 'QR=='}}]\n",
+	     "non-zero trailing bits"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority-data: 'LS0t LS0t'}}]\n",
+	     "outside the alphabet"},
 	    {"current-context: x\ncurrent-context: y\n", "duplicate"},
 	    {"- a\n- b\n", "not a mapping"},
 	    {"a: [unclosed\n", "YAML error"},
@@ -433,7 +455,7 @@ static void t_zz_cleanup(void)
 	cleanup();
 }
 
-SG_TEST_MAIN(SG_TEST(t_kubeconfig_yaml), SG_TEST(t_kubeconfig_json_and_files), SG_TEST(t_kubeconfig_refused),
-             SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_in_cluster), SG_TEST(t_watch_parser_chunks),
-             SG_TEST(t_watch_parser_hostile), SG_TEST(t_status_parse), SG_TEST(t_error_table),
-             SG_TEST(t_refs_checked), SG_TEST(t_ratelimit), SG_TEST(t_zz_cleanup))
+SG_TEST_MAIN(SG_TEST(t_kubeconfig_yaml), SG_TEST(t_kubeconfig_base64_lines), SG_TEST(t_kubeconfig_json_and_files),
+             SG_TEST(t_kubeconfig_refused), SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_in_cluster),
+             SG_TEST(t_watch_parser_chunks), SG_TEST(t_watch_parser_hostile), SG_TEST(t_status_parse),
+             SG_TEST(t_error_table), SG_TEST(t_refs_checked), SG_TEST(t_ratelimit), SG_TEST(t_zz_cleanup))

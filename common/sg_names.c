@@ -1,10 +1,12 @@
 /*
- * Kubernetes naming rules (contract: sg_kube.h), shared by everything that
+ * Kubernetes naming rules (contract: sg_names.h), shared by everything that
  * checks names coming from tokens, TokenReview answers or objects: one
  * definition, so a namespace or uid accepted in one place is accepted in
- * all of them. The rules are apimachinery's validation package.
+ * all of them. The rules are apimachinery's validation package. They live
+ * in common/ rather than in the Kubernetes client because the JWT verifier
+ * needs them and has no reason to see the client.
  */
-#include "sg_kube.h"
+#include "sg_names.h"
 
 #include <string.h>
 
@@ -13,7 +15,7 @@ static bool lower_alnum(char c)
 	return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
 }
 
-bool sg_kube_dns_label(const char *s, size_t n, size_t max)
+bool sg_names_dns_label(const char *s, size_t n, size_t max)
 {
 	if (n == 0 || n > max || !lower_alnum(s[0]) || !lower_alnum(s[n - 1]))
 		return false;
@@ -23,14 +25,14 @@ bool sg_kube_dns_label(const char *s, size_t n, size_t max)
 	return true;
 }
 
-bool sg_kube_dns_subdomain(const char *s, size_t n)
+bool sg_names_dns_subdomain(const char *s, size_t n)
 {
-	if (n == 0 || n > SG_KUBE_NAME_MAX)
+	if (n == 0 || n > SG_NAMES_SUBDOMAIN_MAX)
 		return false;
 	size_t start = 0;
 	for (size_t i = 0; i <= n; i++) {
 		if (i == n || s[i] == '.') {
-			if (!sg_kube_dns_label(s + start, i - start, SG_KUBE_NAME_MAX))
+			if (!sg_names_dns_label(s + start, i - start, SG_NAMES_SUBDOMAIN_MAX))
 				return false;
 			start = i + 1;
 		}
@@ -38,10 +40,10 @@ bool sg_kube_dns_subdomain(const char *s, size_t n)
 	return true;
 }
 
-bool sg_kube_uid(const char *s)
+bool sg_names_uid(const char *s)
 {
 	size_t n = strlen(s);
-	if (n == 0 || n > 63)
+	if (n == 0 || n > SG_NAMES_UID_MAX)
 		return false;
 	for (size_t i = 0; i < n; i++)
 		if (!lower_alnum(s[i]) && !(s[i] >= 'A' && s[i] <= 'Z') && s[i] != '-')

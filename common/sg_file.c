@@ -1,0 +1,93 @@
+/*
+ * Whole-file reads and atomic writes (contract: sg_file.h). The write was
+ * the development issuer's (ra/sg_jwt.c) until its key moved to the signer
+ * layer (signer/sg_tokenkey.c) while its key set stayed in ra/: both need
+ * the same write, so it lives here, below both.
+ *
+ * Buffers that may hold a key are wiped on every path out, including the
+ * failures, because the caller never sees them then.
+ */
+#include "sg_file.h"
+
+#include "sg_guard.h"
+#include "sg_secret.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int sg_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode)
+{
+	char tmp[4096];
+	int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(tmp), SG_EINVAL, "path too long: %s", path);
+	unlink(tmp);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", tmp, strerror(errno));
+	const char *p = data;
+	size_t off = 0;
+	int rc = SG_OK;
+	while (off < len && rc == SG_OK) {
+		ssize_t w = write(fd, p + off, len - off);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			rc = sg_error_set(SG_EINVAL, "cannot write %s: %s", tmp, strerror(errno));
+		else
+			off += (size_t)w;
+	}
+	/* The umask applied at open(2); the caller's mode is the contract. */
+	if (rc == SG_OK && (fchmod(fd, (mode_t)mode) != 0 || fsync(fd) != 0))
+		rc = sg_error_set(SG_EINVAL, "cannot sync %s: %s", tmp, strerror(errno));
+	if (close(fd) != 0 && rc == SG_OK)
+		rc = sg_error_set(SG_EINVAL, "cannot close %s: %s", tmp, strerror(errno));
+	if (rc == SG_OK && rename(tmp, path) != 0)
+		rc = sg_error_set(SG_EINVAL, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+	if (rc != SG_OK)
+		unlink(tmp);
+	return rc;
+}
+
+int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len)
+{
+	*out = NULL;
+	*len = 0;
+	SG_ENSURE(max < SIZE_MAX, SG_EINVAL, "read limit too large");
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	SG_ENSURE(fd >= 0, SG_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+	/* One byte past max tells "exactly max" from "more than max". */
+	uint8_t *buf = malloc(max + 1);
+	if (!buf) {
+		close(fd);
+		SG_BAIL(SG_EINTERNAL, "out of memory");
+	}
+	size_t got = 0;
+	int rc = SG_OK;
+	while (got <= max && rc == SG_OK) {
+		ssize_t r = read(fd, buf + got, max + 1 - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			rc = sg_error_set(SG_EINVAL, "cannot read %s: %s", path, strerror(errno));
+		else if (r == 0)
+			break;
+		else
+			got += (size_t)r;
+	}
+	close(fd);
+	if (rc == SG_OK && got > max)
+		rc = sg_error_set(SG_EINVAL, "%s is larger than %zu bytes", path, max);
+	if (rc != SG_OK) {
+		sg_wipe(buf, got);
+		free(buf);
+		return rc;
+	}
+	buf[got] = '\0';
+	*out = buf;
+	*len = got;
+	return SG_OK;
+}

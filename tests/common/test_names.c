@@ -1,0 +1,77 @@
+/*
+ * Tests for sg_names: the Kubernetes naming rules (DNS-1123 labels and
+ * subdomains, uids) at their edges: lengths at and past the limits, every
+ * position a '-' or '.' may not take, upper case, bytes outside ASCII, and
+ * lengths that stop short of the string (the caller's n is what counts).
+ */
+#include "sg_names.h"
+#include "sg_test.h"
+
+#include <string.h>
+
+static bool label(const char *s, size_t max)
+{
+	return sg_names_dns_label(s, strlen(s), max);
+}
+
+static bool subdomain(const char *s)
+{
+	return sg_names_dns_subdomain(s, strlen(s));
+}
+
+/* n copies of c, then NUL, in buf. */
+static const char *run(char *buf, char c, size_t n)
+{
+	memset(buf, c, n);
+	buf[n] = '\0';
+	return buf;
+}
+
+static void t_label(void)
+{
+	SG_CHECK(label("a", 63) && label("0", 63) && label("a-b", 63) && label("a--b", 63) && label("9to5", 63));
+	SG_CHECK(label("istio-system", SG_NAMES_LABEL_MAX));
+	SG_CHECK(!label("", 63));
+	SG_CHECK(!label("-a", 63) && !label("a-", 63) && !label("-", 63));
+	SG_CHECK(!label("A", 63) && !label("aB", 63) && !label("a_b", 63) && !label("a.b", 63) && !label("a b", 63));
+	SG_CHECK(!label("caf\xc3\xa9", 63));
+	char buf[300];
+	SG_CHECK(label(run(buf, 'a', 63), SG_NAMES_LABEL_MAX));
+	SG_CHECK(!label(run(buf, 'a', 64), SG_NAMES_LABEL_MAX));
+	SG_CHECK(label(run(buf, 'a', 64), 64)); /* max is the caller's */
+	/* n, not the NUL, ends the name. */
+	SG_CHECK(sg_names_dns_label("ab-", 2, 63));
+	SG_CHECK(!sg_names_dns_label("ab-", 3, 63));
+	SG_CHECK(!sg_names_dns_label("ab", 0, 63));
+}
+
+static void t_subdomain(void)
+{
+	SG_CHECK(subdomain("a") && subdomain("a.b") && subdomain("istio-ingressgateway-service-account"));
+	SG_CHECK(subdomain("x-1.y-2.z"));
+	SG_CHECK(!subdomain("") && !subdomain(".") && !subdomain(".a") && !subdomain("a.") && !subdomain("a..b"));
+	SG_CHECK(!subdomain("a.-b") && !subdomain("a-.b") && !subdomain("Bad_Name") && !subdomain("a/b"));
+	char buf[300];
+	SG_CHECK(subdomain(run(buf, 'a', SG_NAMES_SUBDOMAIN_MAX))); /* one label of 253: only the total is limited */
+	SG_CHECK(!subdomain(run(buf, 'a', SG_NAMES_SUBDOMAIN_MAX + 1)));
+	run(buf, 'a', SG_NAMES_SUBDOMAIN_MAX);
+	buf[100] = '.';
+	SG_CHECK(subdomain(buf));
+	buf[252] = '.';
+	SG_CHECK(!subdomain(buf)); /* ends with '.' */
+	SG_CHECK(sg_names_dns_subdomain("a.b.", 3));
+	SG_CHECK(!sg_names_dns_subdomain("a.b", 2));
+}
+
+static void t_uid(void)
+{
+	SG_CHECK(sg_names_uid("3e1c4d0f-8d3c-4a5b-9f2e-0123456789ab"));
+	SG_CHECK(sg_names_uid("ABC-def-123") && sg_names_uid("a") && sg_names_uid("-"));
+	SG_CHECK(!sg_names_uid("") && !sg_names_uid("a_b") && !sg_names_uid("a.b") && !sg_names_uid("a b"));
+	SG_CHECK(!sg_names_uid("\xff"));
+	char buf[100];
+	SG_CHECK(sg_names_uid(run(buf, 'f', SG_NAMES_UID_MAX)));
+	SG_CHECK(!sg_names_uid(run(buf, 'f', SG_NAMES_UID_MAX + 1)));
+}
+
+SG_TEST_MAIN(SG_TEST(t_label), SG_TEST(t_subdomain), SG_TEST(t_uid))
