@@ -40,6 +40,7 @@
 #include "sg_guard.h"
 #include "sg_kube_selector.h"
 #include "sg_log.h"
+#include "sg_names.h"
 #include "sg_x509.h"
 
 #include <pthread.h>
@@ -370,7 +371,7 @@ static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_p
 	const char *name = o->name ? o->name : SG_ROOTDIST_NAME;
 	const char *key = o->key ? o->key : SG_ROOTDIST_KEY;
 	SG_ENSURE(o->kube, SG_EINVAL, "rootdist: no Kubernetes client");
-	SG_ENSURE(sg_kube_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"",
+	SG_ENSURE(sg_names_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"",
 	          name);
 	SG_ENSURE(configmap_key_ok(key), SG_EINVAL, "rootdist: invalid ConfigMap key \"%.260s\"", key);
 	SG_TRY(sg_kube_selector_parse(&r->selector, o->namespace_selector, "rootdist: namespace selector"));

@@ -291,22 +291,9 @@ SG_API void sg_kube_ratelimit_free(sg_kube_ratelimit *r);
 
 /* ---- naming rules ---- */
 
-/* The rules themselves are common/sg_names.h (sg_names_dns_label,
+/* The Kubernetes naming rules are common/sg_names.h (sg_names_dns_label,
  * sg_names_dns_subdomain, sg_names_uid), where code that has no business
- * with the client can reach them. These old names forward to them for
- * callers not yet moved over; new code uses sg_names_*. */
-static inline bool sg_kube_dns_label(const char *s, size_t n, size_t max)
-{
-	return sg_names_dns_label(s, n, max);
-}
-static inline bool sg_kube_dns_subdomain(const char *s, size_t n)
-{
-	return sg_names_dns_subdomain(s, n);
-}
-static inline bool sg_kube_uid(const char *s)
-{
-	return sg_names_uid(s);
-}
+ * with the client reaches them too. */
 
 /* ---- small helpers shared by the informer and the elector ---- */
 

@@ -27,6 +27,7 @@
 #include "sg_kube_selector.h"
 #include "sg_guard.h"
 #include "sg_kube.h"
+#include "sg_names.h"
 
 #include <limits.h>
 #include <stdint.h>
@@ -171,7 +172,7 @@ static bool key_ok(const char *k)
 	const char *slash = strchr(k, '/');
 	if (!slash)
 		return name_ok(k, strlen(k), false);
-	return sg_kube_dns_subdomain(k, (size_t)(slash - k)) && name_ok(slash + 1, strlen(slash + 1), false);
+	return sg_names_dns_subdomain(k, (size_t)(slash - k)) && name_ok(slash + 1, strlen(slash + 1), false);
 }
 
 /* Go's strconv.ParseInt(s, 10, 64): an optional sign, then one or more
