@@ -25,7 +25,7 @@ fi
 # Standalone: a KUBECONFIG in the caller's environment would make signetd
 # authenticate through that cluster instead of the development issuer.
 env -u KUBECONFIG -u KUBERNETES_SERVICE_HOST \
-  build/ra/signetd --config "$conf" --serving-address 127.0.0.1:6443 --http-address 127.0.0.1 &
+  build/daemon/signetd --config "$conf" --serving-address 127.0.0.1:6443 --http-address 127.0.0.1 &
 daemon=$!
 trap 'kill -TERM $daemon 2>/dev/null; wait $daemon' EXIT INT TERM
 for _ in $(seq 100); do

@@ -2,7 +2,7 @@
  * sg_cache: a bounded, sharded, set-associative cache of fixed-size values
  * under 32-byte keys, each value live for a window of wall-clock seconds and
  * tagged with a generation. It is what both token authenticators keep their
- * answers in (the JWT verifier, ra/sg_jwt.c; the TokenReview authenticator,
+ * answers in (the JWT verifier, token/sg_jwt.c; the TokenReview authenticator,
  * ra/sg_authn_tokenreview.c): a pod presents the same token for up to an
  * hour, and the answer is worth keeping for minutes.
  *

@@ -1,6 +1,6 @@
 /*
  * Whole-file reads and atomic writes (contract: sg_file.h). The write was
- * the development issuer's (ra/sg_jwt.c) until its key moved to the signer
+ * the development issuer's (token/sg_jwt.c) until its key moved to the signer
  * layer (signer/sg_tokenkey.c) while its key set stayed in ra/: both need
  * the same write, so it lives here, below both.
  *

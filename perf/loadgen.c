@@ -1,6 +1,6 @@
 /*
  * loadgen: the load generator behind perf/compare.sh. It drives signetd's
- * Istio CA API over gRPC (grpc core through ra/sg_grpc.h) or cfssl's
+ * Istio CA API over gRPC (grpc core through grpc/sg_grpc.h) or cfssl's
  * /api/v1/cfssl/sign over HTTP/1.1 (libcurl multi + jansson) with the same
  * workload, and prints certificates per second and the latency
  * distribution.

@@ -68,7 +68,7 @@ machine "before the build"
 echo "== build"
 run cmake -S . -B build-perf -DCMAKE_BUILD_TYPE=Release -DSIGNET_BUILD_PERF=ON -DSIGNET_BUILD_TESTS=OFF >/dev/null
 run cmake --build build-perf -j"$(nproc)" --target signetd signetctl loadgen >/dev/null
-SIGNETD=$repo/build-perf/ra/signetd
+SIGNETD=$repo/build-perf/daemon/signetd
 SIGNETCTL=$repo/build-perf/ctl/signetctl
 LOADGEN=$repo/build-perf/perf/loadgen
 run tests/kube/build-apiserver.sh >/dev/null

@@ -1,5 +1,5 @@
 /*
- * JWS verification keys (sg_jwk.h): moved here from ra/sg_jwks.c so that
+ * JWS verification keys (sg_jwk.h): moved here from token/sg_jwks.c so that
  * the OpenSSL calls live in the OpenSSL adapter.
  *
  * Keys are EVP_PKEYs built from OSSL_PARAMs (EVP_PKEY_fromdata), not the

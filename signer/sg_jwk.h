@@ -3,7 +3,7 @@
  * the parts of a JSON Web Key (RFC 7517; RFC 7518 §6.3 RSA, §6.2 EC), and
  * the verification itself (RFC 7518 §3.3 RSASSA-PKCS1-v1_5, §3.4 ECDSA,
  * §3.5 RSASSA-PSS). The JSON around them (kty, use, alg, kid, base64url)
- * is the caller's (ra/sg_jwks.c); this is the OpenSSL half.
+ * is the caller's (token/sg_jwks.c); this is the OpenSSL half.
  *
  * A key is built once, when its key set is parsed (EVP_PKEY_fromdata,
  * ~35 µs for a P-256 key: paid at load time, never per request), and is

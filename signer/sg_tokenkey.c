@@ -1,6 +1,6 @@
 /*
  * The development issuer's signing key (contract: sg_tokenkey.h): the
- * OpenSSL calls that used to sit in ra/sg_jwt.c, moved to the signer layer
+ * OpenSSL calls that used to sit in token/sg_jwt.c, moved to the signer layer
  * so that the token code above needs no OpenSSL.
  *
  * The key file is read into our own buffer (sg_file_read) and parsed from

@@ -1,5 +1,5 @@
 /*
- * sg_tokenkey: the signing key of the development token issuer (ra/sg_jwt.h:
+ * sg_tokenkey: the signing key of the development token issuer (token/sg_jwt.h:
  * sg_jwt_dev_issuer_create, sg_jwt_mint), which lets the appliance run
  * without Kubernetes. An EC P-256 key that signs ES256 (RFC 7518 §3.4) in
  * software; it is not a CA key and never goes near the HSM.

@@ -1,5 +1,5 @@
 /*
- * Fuzz target for JWKS parsing (ra/sg_jwks.c): arbitrary bytes as a JWKS
+ * Fuzz target for JWKS parsing (token/sg_jwks.c): arbitrary bytes as a JWKS
  * document. Oracles: the result is SG_OK or SG_EINVAL (an allocation
  * failure aside); an accepted set has 1..64 keys, and every key can be
  * asked to verify a (wrong) signature for every algorithm without crashing

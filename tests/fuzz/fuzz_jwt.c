@@ -1,5 +1,5 @@
 /*
- * Fuzz target for JWT verification (ra/sg_jwt.c, ra/sg_jwks.c) against a
+ * Fuzz target for JWT verification (token/sg_jwt.c, token/sg_jwks.c) against a
  * fixed JWKS: one EC P-256 key "fz-ec" and one RSA-2048 key "fz-rsa".
  *
  * The first input byte picks the mode:

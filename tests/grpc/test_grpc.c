@@ -1,5 +1,5 @@
 /*
- * Tests for ra/sg_grpc*.c: real gRPC over 127.0.0.1 (port 0), plaintext and
+ * Tests for grpc/sg_grpc*.c: real gRPC over 127.0.0.1 (port 0), plaintext and
  * TLS with throwaway certificates made here with OpenSSL.
  *
  * The handler behaves by the request body: "hang..." calls are kept until

@@ -1,5 +1,5 @@
 /*
- * Tests for ra/sg_jwt.h: base64url, JWKS parsing, token verification with
+ * Tests for token/sg_jwt.h: base64url, JWKS parsing, token verification with
  * real OpenSSL keys (tokens are built by hand here so that every hostile
  * shape can be signed), the verification cache, JWKS reload (also under
  * concurrent readers: run it under TSan), the pushed key source (rotation
