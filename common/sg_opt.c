@@ -535,3 +535,19 @@ void sg_opt_free(const sg_opt *table, size_t n, void *target)
 		*slot = NULL;
 	}
 }
+
+int sg_opt_split_list(char *list, const char **items, size_t max, size_t *n, const char *what)
+{
+	*n = 0;
+	char *save = NULL;
+	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ')
+			t++;
+		if (!*t)
+			continue;
+		SG_ENSURE(*n < max, SG_EINVAL, "more than %zu %s", max, what);
+		items[(*n)++] = t;
+	}
+	SG_ENSURE(*n > 0, SG_EINVAL, "no %s", what);
+	return SG_OK;
+}

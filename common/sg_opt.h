@@ -132,6 +132,11 @@ SG_API int sg_opt_parse_duration(const char *s, int64_t *out) SG_MUST_CHECK;
  * FILE *), VALUE showing the type, bounds or choices, then --help. */
 SG_API void sg_opt_usage(const sg_opt *table, size_t n, void *fp);
 
+/* Splits a comma-separated setting ("a, b,,c") in place into at most max
+ * items (pointers into list), each without leading spaces; empty items are
+ * skipped. SG_EINVAL names `what` when there are more than max, or none. */
+SG_API int sg_opt_split_list(char *list, const char **items, size_t max, size_t *n, const char *what) SG_MUST_CHECK;
+
 /* Frees every string the module allocated into target and sets the fields
  * to NULL (so calling it twice is safe). */
 SG_API void sg_opt_free(const sg_opt *table, size_t n, void *target);

@@ -13,6 +13,7 @@
 #include "sg_guard.h"
 #include "sg_issuer.h"
 #include "sg_log.h"
+#include "sg_opt.h"
 #include "sg_secret.h"
 #include "sg_x509.h"
 
@@ -67,17 +68,7 @@ static int issue(sg_serving *s)
 	SG_ENSURE(list, SG_EINTERNAL, "out of memory");
 	const char *dns[SG_SOFTKEY_MAX_NAMES];
 	size_t ndns = 0;
-	char *save = NULL;
-	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		while (*t == ' ')
-			t++;
-		if (!*t)
-			continue;
-		SG_ENSURE(ndns < SG_SOFTKEY_MAX_NAMES, SG_EINVAL, "more than %d serving certificate DNS names",
-			  SG_SOFTKEY_MAX_NAMES);
-		dns[ndns++] = t;
-	}
-	SG_ENSURE(ndns > 0, SG_EINVAL, "no serving certificate DNS names");
+	SG_TRY(sg_opt_split_list(list, dns, SG_SOFTKEY_MAX_NAMES, &ndns, "serving certificate DNS names"));
 	sg_softkey_request req = {
 		.type = SG_SOFTKEY_EC_P256,
 		.dns = dns,

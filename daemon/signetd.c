@@ -348,22 +348,6 @@ static int start_http(daemon *d)
 
 /* ---- start-up ---------------------------------------------------------------- */
 
-static int split_audiences(char *list, const char **out, size_t *n)
-{
-	*n = 0;
-	char *save = NULL;
-	for (char *t = strtok_r(list, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-		while (*t == ' ')
-			t++;
-		if (!*t)
-			continue;
-		SG_ENSURE(*n < MAX_AUDIENCES, SG_EINVAL, "more than %d token audiences", MAX_AUDIENCES);
-		out[(*n)++] = t;
-	}
-	SG_ENSURE(*n > 0, SG_EINVAL, "token-audiences is empty");
-	return SG_OK;
-}
-
 /* mTLS first when enabled (istio's order), then the token authenticator:
  * the cluster's choice when there is a cluster, else a JWKS file. */
 static int setup_auth(daemon *d, const char *const *aud, size_t naud)
@@ -527,7 +511,7 @@ static int start(daemon *d)
 	SG_ENSURE(aud_buf, SG_EINTERNAL, "out of memory");
 	const char *aud[MAX_AUDIENCES];
 	size_t naud;
-	SG_TRY(split_audiences(aud_buf, aud, &naud));
+	SG_TRY(sg_opt_split_list(aud_buf, aud, MAX_AUDIENCES, &naud, "token audiences"));
 	if (sg_cluster_configured(s)) {
 		sg_cluster_options co = {
 			.settings = &d->a.s,

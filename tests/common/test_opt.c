@@ -592,7 +592,24 @@ static void t_foreign(void)
 	}
 }
 
+/* Comma-separated settings: spaces before an item and empty items are
+ * dropped; more than max, or nothing at all, is refused by name. */
+static void t_split_list(void)
+{
+	char a[] = "x, y,,  z,";
+	const char *items[3];
+	size_t n = 0;
+	SG_CHECK_OK(sg_opt_split_list(a, items, 3, &n, "names"));
+	SG_CHECK(n == 3 && strcmp(items[0], "x") == 0 && strcmp(items[1], "y") == 0 && strcmp(items[2], "z") == 0);
+	char b[] = "a,b,c,d";
+	SG_CHECK_RC(sg_opt_split_list(b, items, 3, &n, "names"), SG_EINVAL);
+	SG_CHECK(strstr(sg_error_last()->msg, "more than 3 names") != NULL);
+	char c[] = " , ,";
+	SG_CHECK_RC(sg_opt_split_list(c, items, 3, &n, "names"), SG_EINVAL);
+	SG_CHECK(strstr(sg_error_last()->msg, "no names") != NULL && n == 0);
+}
+
 SG_TEST_MAIN(SG_TEST(t_defaults), SG_TEST(t_gnu_forms), SG_TEST(t_errors), SG_TEST(t_positionals),
 	     SG_TEST(t_help), SG_TEST(t_bounds), SG_TEST(t_durations), SG_TEST(t_file_basic),
 	     SG_TEST(t_file_errors), SG_TEST(t_file_limits), SG_TEST(t_config_precedence),
-	     SG_TEST(t_strings_owned), SG_TEST(t_usage), SG_TEST(t_foreign))
+	     SG_TEST(t_strings_owned), SG_TEST(t_usage), SG_TEST(t_foreign), SG_TEST(t_split_list))
