@@ -603,6 +603,7 @@ static void t_bad_keys(void)
 #define NPRODUCERS 4
 #define PRODUCE_MS 1000u
 #define DRAIN_MS 30000u
+#define STABLE_MS 200u
 
 typedef struct stress {
 	sg_ctrl_queue *q;
@@ -722,9 +723,24 @@ static void t_concurrent(void)
 	for (int i = 0; i < NPRODUCERS; i++)
 		pthread_join(producers[i], NULL);
 
-	uint64_t until = sg_now_ns() + (uint64_t)DRAIN_MS * 1000000u;
-	while (!drained(&st) && sg_now_ns() < until)
+	/* drained() can hold for a moment while a worker still has a key that a
+	 * producer re-added during its reconcile: done() puts that key back.
+	 * So the queue counts as drained once drained() has held, with no
+	 * reconcile ending, for STABLE_MS (a reconcile takes microseconds). */
+	uint64_t until = sg_now_ns() + (uint64_t)DRAIN_MS * 1000000u, stable_since = 0;
+	unsigned long long seen = (unsigned long long)-1;
+	while (sg_now_ns() < until) {
+		unsigned long long r = atomic_load(&st.reconciles);
+		if (!drained(&st) || r != seen) {
+			seen = r;
+			stable_since = 0;
+		} else if (!stable_since) {
+			stable_since = sg_now_ns();
+		} else if (sg_now_ns() - stable_since >= (uint64_t)STABLE_MS * 1000000u) {
+			break;
+		}
 		sg_sleep_ms(2);
+	}
 	SG_CHECK(drained(&st));
 	sg_ctrl_queue_shutdown(st.q);
 	for (int i = 0; i < NWORKERS; i++)
