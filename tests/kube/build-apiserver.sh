@@ -100,14 +100,15 @@ bookworm_uri() {
       tolower($1) == "uris:"   { uri = $2 }
       END { if (!found) flush() }' "$f" | head -n 1
   done | head -n 1
-  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+  # Either file may be absent (a deb822-only machine): that is no error.
+  { cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null || true; } |
     awk '$1 == "deb" { i = 2; if ($2 ~ /^\[/) { while (i <= NF && $i !~ /\]$/) i++; i++ }
                        if ($(i + 1) == "bookworm") { print $i; exit } }'
 }
 
 updated=no
 if ! have_deb_src; then
-  uri=$(bookworm_uri | head -n 1)
+  uri=$(bookworm_uri | head -n 1) || uri=""
   [ -n "$uri" ] || die "no apt source for bookworm found in /etc/apt/sources.list or /etc/apt/sources.list.d/; add the Debian 12 archive this machine should use, then run again"
   log "adding $src_list (deb-src $uri bookworm main)"
   $sudo tee "$src_list" >/dev/null <<EOF
