@@ -20,10 +20,14 @@ static int vset(const char *file, int line, int code, const char *fmt, va_list a
 
 static int vset(const char *file, int line, int code, const char *fmt, va_list ap)
 {
+	/* Formatted apart first: callers often wrap the previous detail
+	 * ("spec.x: %s", sg_error_last()->msg), which lives in last.msg. */
+	char msg[sizeof(last.msg)];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	last.code = code;
 	last.file = file;
 	last.line = line;
-	vsnprintf(last.msg, sizeof(last.msg), fmt, ap);
+	memcpy(last.msg, msg, sizeof(msg));
 	return code;
 }
 
