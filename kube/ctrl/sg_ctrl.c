@@ -553,6 +553,22 @@ const char *sg_ctrl_field_manager(const sg_ctrl *c)
 	return c->field_manager;
 }
 
+int sg_ctrl_set_field_selector(sg_ctrl *c, size_t i, const char *selector)
+{
+	SG_ENSURE(i < c->nwatches, SG_EINVAL, "controller %s: no watch %zu", c->name, i);
+	pthread_mutex_lock(&c->life);
+	bool running = c->running;
+	char *copy = NULL;
+	int rc = running ? sg_error_set(SG_EINVAL, "controller %s: a selector changes only while stopped", c->name)
+	                 : copy_opt(selector, &copy);
+	if (rc == SG_OK) {
+		free(c->watches[i].field_selector);
+		c->watches[i].field_selector = copy;
+	}
+	pthread_mutex_unlock(&c->life);
+	return rc;
+}
+
 bool sg_ctrl_running(sg_ctrl *c)
 {
 	return c && atomic_load(&c->is_running);

@@ -198,6 +198,12 @@ SG_API void sg_ctrl_add_after(sg_ctrl *c, const char *key, uint64_t delay_ms);
  * running). */
 SG_API void sg_ctrl_resync(sg_ctrl *c);
 
+/* Replaces watch i's field selector (NULL: none), for the next start:
+ * a controller that learns at start whether the API server supports a
+ * selector (CRD selectable fields) sets it before sg_ctrl_start. SG_EINVAL
+ * while running. */
+SG_API int sg_ctrl_set_field_selector(sg_ctrl *c, size_t i, const char *selector) SG_MUST_CHECK;
+
 /* The informer of watch i: for reconcile, synced and resync only (it exists
  * from start to stop). */
 SG_API sg_kube_informer *sg_ctrl_informer(sg_ctrl *c, size_t i);
@@ -260,7 +266,9 @@ SG_API const json_t *sg_ctrl_condition_find(const json_t *obj, const char *type)
  * is the controller's intent, the fields it owns; its "conditions" (an
  * array of {type, status, reason, message[, observedGeneration]}) keep
  * obj's lastTransitionTime while their status stays, and get obj's
- * metadata.generation as observedGeneration when they carry none. Nothing
+ * metadata.generation as observedGeneration when they carry none (an
+ * "observedGeneration": null asks for none, for kinds whose conditions
+ * have no such field, such as cert-manager's CertificateRequest). Nothing
  * is written when every owned field already holds that value (objects are
  * compared field by field, conditions by type, other arrays whole; fields
  * and conditions of other managers beside ours do not count), unless a

@@ -134,13 +134,14 @@ static int complete_conditions(json_t *want, const json_t *obj, int64_t now)
 	json_t *w;
 	json_array_foreach(conds, i, w)
 	{
-		json_int_t og = json_integer_value(json_object_get(w, "observedGeneration"));
+		const json_t *ogv = json_object_get(w, "observedGeneration");
+		json_int_t og = json_is_null(ogv) ? -1 : json_integer_value(ogv);
 		sg_ctrl_condition c = {
 			.type = json_string_value(json_object_get(w, "type")),
 			.status = json_string_value(json_object_get(w, "status")),
 			.reason = json_string_value(json_object_get(w, "reason")),
 			.message = json_string_value(json_object_get(w, "message")),
-			.observed_generation = og > 0 ? og : gen,
+			.observed_generation = og > 0 ? og : og < 0 ? 0 : gen,
 		};
 		if (!condition_ok(&c) || find_in(fixed, c.type)) {
 			json_decref(fixed);
