@@ -1,0 +1,360 @@
+/*
+ * sg_kubesign: the issuance core of the Kubernetes-facing signers
+ * (contract: sg_kubesign.h).
+ *
+ * Design notes. The CSR is parsed here once before it goes to the pool,
+ * only to compare what it asks for with what the request says (cert-manager
+ * refuses a CSR whose extensions disagree with spec.isCA and spec.usages);
+ * the signer parses and verifies it again on its own thread, so nothing
+ * checked here is trusted by the signer. The certificate's content is the
+ * signer's generic or intermediate profile, never the CSR's extensions.
+ */
+#include "sg_kubesign.h"
+
+#include "sg_base64.h"
+#include "sg_clock.h"
+#include "sg_csr.h"
+#include "sg_guard.h"
+#include "sg_hsm.h"
+#include "sg_issuer.h"
+#include "sg_pool.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- CAs ---- */
+
+const sg_kubesign_ca *sg_kubesign_ca_find(const sg_kubesign_ca *cas, size_t n, const char *name)
+{
+	for (size_t i = 0; name && i < n; i++)
+		if (cas[i].name && strcmp(cas[i].name, name) == 0)
+			return &cas[i];
+	return NULL;
+}
+
+bool sg_kubesign_ca_usable(const sg_kubesign_ca *ca, int64_t now, char *why, size_t cap)
+{
+	const sg_ca *c = sg_appliance_ca(ca->app);
+	sg_hsm *h = sg_appliance_hsm(ca->app);
+	if (sg_ca_chain_not_after(c) <= now) {
+		snprintf(why, cap, "the CA certificate or an intermediate of CA \"%s\" has expired", ca->name);
+		return false;
+	}
+	if (sg_ca_root_not_after(c) <= now) {
+		snprintf(why, cap, "a root of CA \"%s\" has expired", ca->name);
+		return false;
+	}
+	sg_hsm_stats st;
+	sg_hsm_stats_get(h, &st);
+	if (st.state == SG_HSM_DOWN) {
+		snprintf(why, cap, "the HSM of CA \"%s\" is down (%s)", ca->name,
+			 st.last_fault[0] ? st.last_fault : "no token usable");
+		return false;
+	}
+	/* The pool's own sessions would show a dead module only at the next
+	 * signature: a session of our own asks the module now. */
+	sg_hsm_session *s = NULL;
+	if (sg_hsm_session_open(&s, h) != SG_OK) {
+		snprintf(why, cap, "the HSM of CA \"%s\" opens no session: %s", ca->name, sg_error_last()->msg);
+		return false;
+	}
+	sg_hsm_session_free(s);
+	return true;
+}
+
+/* ---- Go durations ---- */
+
+#define NS_PER_S 1000000000ull
+#define GO_DURATION_MAX 9223372036854775807ull /* Go's time.Duration is int64 nanoseconds */
+
+static const struct {
+	const char *name;
+	uint64_t ns;
+} units[] = {
+	{"ns", 1},
+	{"us", 1000},
+	{"\xc2\xb5s", 1000}, /* U+00B5 micro sign */
+	{"\xce\xbcs", 1000}, /* U+03BC Greek mu */
+	{"ms", 1000000},
+	{"s", NS_PER_S},
+	{"m", 60 * NS_PER_S},
+	{"h", 3600 * NS_PER_S},
+};
+
+int sg_kubesign_duration_parse(const char *s, int64_t *seconds)
+{
+	*seconds = 0;
+	SG_ENSURE(s, SG_EINVAL, "duration: missing");
+	const char *orig = s;
+	size_t len = strnlen(s, 65);
+	SG_ENSURE(len > 0 && len <= 64, SG_EINVAL, "duration: %s", len ? "longer than 64 characters" : "empty");
+	/* Go accepts a sign on zero ("-0", "-0s"): a '-' is refused below
+	 * only when the value is not 0. */
+	bool neg = *s == '-';
+	if (*s == '+' || *s == '-')
+		s++;
+	if (strcmp(s, "0") == 0)
+		return SG_OK;
+	SG_ENSURE(*s, SG_EINVAL, "duration \"%s\" is not a Go duration (like \"2160h\" or \"1h30m\")", orig);
+	uint64_t total = 0;
+	while (*s) {
+		/* [0-9]*(\.[0-9]*)?, at least one digit */
+		uint64_t whole = 0, frac = 0, scale = 1;
+		bool digits = false, overflow = false;
+		for (; *s >= '0' && *s <= '9'; s++) {
+			digits = true;
+			uint64_t d = (uint64_t)(*s - '0');
+			if (whole > (GO_DURATION_MAX - d) / 10) /* up to the int64 maximum itself, as Go */
+				overflow = true;
+			else
+				whole = whole * 10 + d;
+		}
+		if (*s == '.') {
+			s++;
+			for (; *s >= '0' && *s <= '9'; s++) {
+				digits = true;
+				if (scale <= UINT64_MAX / 100) { /* further digits are below a nanosecond of any unit */
+					frac = frac * 10 + (uint64_t)(*s - '0');
+					scale *= 10;
+				}
+			}
+		}
+		SG_ENSURE(digits, SG_EINVAL, "duration \"%s\" is not a Go duration (like \"2160h\" or \"1h30m\")", orig);
+		SG_ENSURE(!overflow, SG_EINVAL, "duration \"%s\" is too large", orig);
+		const char *u = s;
+		while (*s && *s != '.' && (*s < '0' || *s > '9'))
+			s++;
+		size_t ulen = (size_t)(s - u);
+		SG_ENSURE(ulen > 0, SG_EINVAL, "duration \"%s\" lacks a unit (ns, us, ms, s, m or h)", orig);
+		uint64_t unit = 0;
+		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]); i++)
+			if (strlen(units[i].name) == ulen && memcmp(units[i].name, u, ulen) == 0)
+				unit = units[i].ns;
+		SG_ENSURE(unit, SG_EINVAL, "duration \"%s\" has an unknown unit (ns, us, ms, s, m or h)", orig);
+		SG_ENSURE(whole <= GO_DURATION_MAX / unit, SG_EINVAL, "duration \"%s\" is too large", orig);
+		uint64_t v = whole * unit;
+		/* frac / scale of a unit, in ns: unit <= 3.6e12 and frac < scale
+		 * <= 1e18 stay inside 128 bits. */
+		v += (uint64_t)((unsigned __int128)frac * unit / scale);
+		SG_ENSURE(v <= GO_DURATION_MAX - total, SG_EINVAL, "duration \"%s\" is too large", orig);
+		total += v;
+	}
+	SG_ENSURE(!neg || total == 0, SG_EINVAL, "duration \"%s\" is negative", orig);
+	*seconds = (int64_t)(total / NS_PER_S);
+	return SG_OK;
+}
+
+void sg_kubesign_duration_format(int64_t seconds, char *out, size_t cap)
+{
+	if (seconds <= 0) {
+		snprintf(out, cap, "0s");
+		return;
+	}
+	long long h = seconds / 3600, m = seconds / 60 % 60, sec = seconds % 60;
+	if (h)
+		snprintf(out, cap, "%lldh%lldm%llds", h, m, sec);
+	else if (m)
+		snprintf(out, cap, "%lldm%llds", m, sec);
+	else
+		snprintf(out, cap, "%llds", sec);
+}
+
+/* ---- usages ---- */
+
+static const struct {
+	const char *name;
+	uint32_t ku, eku;
+	bool supported;
+} usage_names[] = {
+	{"signing", SG_KU_DIGITAL_SIGNATURE, 0, true},
+	{"digital signature", SG_KU_DIGITAL_SIGNATURE, 0, true},
+	{"content commitment", SG_KU_NON_REPUDIATION, 0, true},
+	{"key encipherment", SG_KU_KEY_ENCIPHERMENT, 0, true},
+	{"key agreement", SG_KU_KEY_AGREEMENT, 0, true},
+	{"data encipherment", SG_KU_DATA_ENCIPHERMENT, 0, true},
+	{"cert sign", SG_KU_KEY_CERT_SIGN, 0, true},
+	{"crl sign", SG_KU_CRL_SIGN, 0, true},
+	{"encipher only", 0, 0, false},
+	{"decipher only", 0, 0, false},
+	{"any", 0, 0, false},
+	{"server auth", 0, SG_EKU_SERVER_AUTH, true},
+	{"client auth", 0, SG_EKU_CLIENT_AUTH, true},
+	{"code signing", 0, SG_EKU_CODE_SIGNING, true},
+	{"email protection", 0, SG_EKU_EMAIL_PROTECTION, true},
+	{"s/mime", 0, SG_EKU_EMAIL_PROTECTION, true},
+	{"ipsec end system", 0, 0, false},
+	{"ipsec tunnel", 0, 0, false},
+	{"ipsec user", 0, 0, false},
+	{"timestamping", 0, 0, false},
+	{"ocsp signing", 0, SG_EKU_OCSP_SIGNING, true},
+	{"microsoft sgc", 0, 0, false},
+	{"netscape sgc", 0, 0, false},
+};
+
+int sg_kubesign_usages(const json_t *usages, bool is_ca, uint32_t dflt_ku, uint32_t dflt_eku, uint32_t *ku,
+		       uint32_t *eku)
+{
+	*ku = 0;
+	*eku = 0;
+	SG_ENSURE(!usages || json_is_array(usages), SG_EINVAL, "usages is not a list");
+	if (!usages || json_array_size(usages) == 0) {
+		*ku = dflt_ku;
+		*eku = dflt_eku;
+	}
+	size_t i;
+	const json_t *v;
+	json_array_foreach(usages, i, v) {
+		const char *name = json_string_value(v);
+		SG_ENSURE(name, SG_EINVAL, "usages[%zu] is not a string", i);
+		size_t k = 0, n = sizeof(usage_names) / sizeof(usage_names[0]);
+		while (k < n && strcmp(usage_names[k].name, name) != 0)
+			k++;
+		/* Cut a long name at 40 bytes, but never inside a UTF-8
+		 * character: the message goes into status conditions. */
+		size_t cut = strlen(name);
+		if (cut > 40) {
+			cut = 40;
+			while (cut > 0 && ((unsigned char)name[cut] & 0xC0) == 0x80)
+				cut--;
+		}
+		char shown[48];
+		snprintf(shown, sizeof(shown), "%.*s%s", (int)cut, name, strlen(name) > 40 ? "..." : "");
+		SG_ENSURE(k < n, SG_EINVAL, "unknown usage \"%s\"", shown);
+		SG_ENSURE(usage_names[k].supported, SG_EINVAL, "usage \"%s\" is not supported by this issuer", shown);
+		*ku |= usage_names[k].ku;
+		*eku |= usage_names[k].eku;
+	}
+	if (is_ca)
+		*ku |= SG_KU_KEY_CERT_SIGN;
+	return SG_OK;
+}
+
+/* ---- issuance ---- */
+
+static int check_csr(const sg_kubesign_request *r, sg_csr *csr)
+{
+	if (!r->csr_must_match)
+		return SG_OK;
+	SG_ENSURE(!csr->has_basic_constraints || csr->is_ca == r->is_ca, SG_EINVAL,
+		  "the CSR's basicConstraints say CA:%s but the request's isCA is %s", csr->is_ca ? "TRUE" : "FALSE",
+		  r->is_ca ? "true" : "false");
+	SG_ENSURE(!csr->has_key_usage || csr->key_usage == r->key_usage, SG_EINVAL,
+		  "the CSR's keyUsage (0x%x) differs from the request's usages (0x%x)", csr->key_usage, r->key_usage);
+	SG_ENSURE(!csr->has_ext_key_usage || csr->ext_key_usage == r->ext_key_usage, SG_EINVAL,
+		  "the CSR's extKeyUsage differs from the request's usages");
+	return SG_OK;
+}
+
+int sg_kubesign_issue(const sg_kubesign_ca *ca, const sg_kubesign_request *r, sg_kubesign_result *out)
+{
+	memset(out, 0, sizeof(*out));
+	SG_ENSURE(r->csr_pem && r->csr_len, SG_EINVAL, "the request carries no CSR");
+	SG_ENSURE(r->duration >= SG_KUBESIGN_MIN_DURATION, SG_EINVAL, "duration %lld s is below the minimum of %lld s",
+		  (long long)r->duration, SG_KUBESIGN_MIN_DURATION);
+	uint8_t *der = malloc(SG_CSR_MAX_DER);
+	SG_ENSURE(der, SG_EINTERNAL, "out of memory");
+	size_t der_len = 0;
+	sg_csr csr;
+	int rc = sg_csr_decode((const uint8_t *)r->csr_pem, r->csr_len, der, SG_CSR_MAX_DER, &der_len);
+	if (rc == SG_OK)
+		rc = sg_csr_parse(&csr, der, der_len);
+	if (rc == SG_OK)
+		rc = check_csr(r, &csr);
+	int path_len = rc == SG_OK ? csr.path_len : -1;
+	free(der);
+	SG_TRY(rc);
+
+	sg_issue_request req = {
+		.csr = (const uint8_t *)r->csr_pem,
+		.csr_len = r->csr_len,
+		.profile = r->is_ca ? SG_PROFILE_INTERMEDIATE : SG_PROFILE_GENERIC,
+		.ttl = r->duration,
+		.key_usage = r->key_usage,
+		.ext_key_usage = r->ext_key_usage,
+		.path_len = path_len,
+		.deadline_ns = r->deadline_ns,
+	};
+	sg_issue_result res;
+	SG_TRY(sg_pool_issue(sg_appliance_pool(ca->app), &req, &res));
+	/* chain: [CA cert unless a root, intermediates, root bundle] */
+	size_t n = res.chain_len, total = res.leaf_pem_len + 1;
+	for (size_t i = 0; i + 1 < n; i++)
+		total += res.chain_lens[i];
+	out->chain = malloc(total);
+	out->ca = n ? strndup(res.chain[n - 1], res.chain_lens[n - 1]) : NULL;
+	if (!out->chain || !out->ca) {
+		sg_issue_result_clear(&res);
+		sg_kubesign_result_clear(out);
+		SG_BAIL(SG_EINTERNAL, n ? "out of memory" : "the CA has no root bundle");
+	}
+	size_t off = 0;
+	memcpy(out->chain, res.leaf_pem, res.leaf_pem_len);
+	off += res.leaf_pem_len;
+	for (size_t i = 0; i + 1 < n; i++) {
+		memcpy(out->chain + off, res.chain[i], res.chain_lens[i]);
+		off += res.chain_lens[i];
+	}
+	out->chain[off] = 0;
+	memcpy(out->serial, res.serial_hex, sizeof(out->serial));
+	out->serial[sizeof(out->serial) - 1] = 0;
+	out->not_after = res.not_after;
+	sg_issue_result_clear(&res);
+	return SG_OK;
+}
+
+void sg_kubesign_result_clear(sg_kubesign_result *r)
+{
+	free(r->chain);
+	free(r->ca);
+	memset(r, 0, sizeof(*r));
+}
+
+bool sg_kubesign_permanent(int rc)
+{
+	/* SG_ELINT is a bug of ours, not the requester's; but signing the same
+	 * request again would break the same rule, so it is not retried. */
+	return rc == SG_EINVAL || rc == SG_EAUTH || rc == SG_EDENIED || rc == SG_ELINT;
+}
+
+/* ---- []byte fields ---- */
+
+int sg_kubesign_bytes_field(const json_t *obj, const char *field, size_t max, char **out, size_t *len)
+{
+	*out = NULL;
+	*len = 0;
+	const json_t *v = json_object_get(obj, field);
+	SG_ENSURE(v, SG_EINVAL, "%s is missing", field);
+	const char *s = json_string_value(v);
+	SG_ENSURE(s, SG_EINVAL, "%s is not a string", field);
+	size_t n = json_string_length(v);
+	SG_ENSURE(n > 0, SG_EINVAL, "%s is empty", field);
+	/* What n characters decode to at most: padding counts for nothing. */
+	size_t pad = (n >= 1 && s[n - 1] == '=') + (n >= 2 && s[n - 2] == '=');
+	SG_ENSURE(n / 4 * 3 - (n % 4 == 0 ? pad : 0) <= max, SG_EINVAL, "%s is larger than %zu bytes", field, max);
+	char *buf = malloc(n / 4 * 3 + 4);
+	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
+	size_t got = 0;
+	int rc = sg_b64_decode(SG_B64_STD, s, n, (uint8_t *)buf, n / 4 * 3 + 3, &got);
+	if (rc != SG_OK) {
+		free(buf);
+		SG_BAIL(SG_EINVAL, "%s is not base64: %s", field, sg_error_last()->msg);
+	}
+	buf[got] = 0;
+	*out = buf;
+	*len = got;
+	return SG_OK;
+}
+
+int sg_kubesign_base64(const char *data, size_t len, char **out)
+{
+	size_t n = sg_b64_encoded_len(SG_B64_STD, len) + 1;
+	*out = malloc(n);
+	SG_ENSURE(*out, SG_EINTERNAL, "out of memory");
+	int rc = sg_b64_encode(SG_B64_STD, (const uint8_t *)data, len, *out, n);
+	if (rc != SG_OK) {
+		free(*out);
+		*out = NULL;
+	}
+	return rc;
+}
