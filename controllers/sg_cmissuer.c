@@ -1,0 +1,609 @@
+/*
+ * sg_cmissuer: the cert-manager CertificateRequest controller (contract:
+ * sg_cmissuer.h).
+ *
+ * Design notes.
+ *
+ * Keys. A request is "ns/name" (the runtime's default key). An issuer's
+ * change is queued as a key of its own, "\002<kind>/<ns>/<name>" (no
+ * Kubernetes name starts with a control byte): its reconcile, on a worker,
+ * queues the requests that name that issuer. Doing it there rather than in
+ * the issuer informer's handler keeps the request informer out of other
+ * informers' threads (it exists only from start to stop, and stop frees
+ * informers one after another).
+ *
+ * The state machine is cert-manager's (reference: its external-issuer
+ * contract and issuer-lib): each reconcile reads the request from the
+ * informer, decides, and makes at most one status write. The decision never
+ * depends on anything but the request, its issuer and the CA.
+ *
+ * Exactly once. Between our status write and the watch event that brings
+ * it back, the informer still holds the unsigned request; another event in
+ * that window (an issuer change, say) would queue it again. The uids of
+ * requests this process signed are remembered (a small ring): such a
+ * request is read live before anything is done with it.
+ */
+#include "sg_cmissuer.h"
+
+#include "sg_clock.h"
+#include "sg_guard.h"
+#include "sg_kube_informer.h"
+#include "sg_log.h"
+#include "sg_signetissuer.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CR_WATCH 0
+#define ISSUER_WATCH 1
+#define CLUSTER_ISSUER_WATCH 2
+#define CR_GROUP "cert-manager.io"
+#define CR_VERSION "v1"
+#define CR_RESOURCE "certificaterequests"
+#define CR_KIND "CertificateRequest"
+#define GROUP_SELECTOR "spec.issuerRef.group=" SG_SIGNETISSUER_GROUP
+#define ISSUER_KEY_PREFIX '\002'
+#define SIGNED_RING 4096
+#define UID_MAX 64
+#define MSG_MAX 1536
+
+enum { R_ISSUED, R_FAILED, R_DENIED, R_PENDING, R_IGNORED, R_ERROR, R_COUNT };
+static const char *const result_names[R_COUNT] = {"issued", "failed", "denied", "pending", "ignored", "error"};
+
+struct sg_cmissuer {
+	sg_kube *kube;
+	sg_ctrl *ctrl;
+	const sg_kubesign_ca *cas;
+	size_t ncas;
+
+	pthread_mutex_t mu; /* everything below */
+	sg_cmissuer_stats stats;
+	sg_series *results[R_COUNT];
+	char signed_uids[SIGNED_RING][UID_MAX];
+	size_t signed_next;
+};
+
+/* ---- small helpers ---- */
+
+static void rfc3339_now(char out[32])
+{
+	int64_t t = sg_wall_seconds();
+	int64_t days = t / 86400, secs = t % 86400, y;
+	int m, d;
+	sg_civil_from_days(days, &y, &m, &d);
+	snprintf(out, 32, "%04lld-%02d-%02dT%02d:%02d:%02dZ", (long long)y, m, d, (int)(secs / 3600),
+		 (int)(secs / 60 % 60), (int)(secs % 60));
+}
+
+static bool cond_true(const json_t *obj, const char *type)
+{
+	const char *s = json_string_value(json_object_get(sg_ctrl_condition_find(obj, type), "status"));
+	return s && strcmp(s, "True") == 0;
+}
+
+static const char *ready_reason(const json_t *obj)
+{
+	return json_string_value(json_object_get(sg_ctrl_condition_find(obj, "Ready"), "reason"));
+}
+
+static void count(sg_cmissuer *m, int result)
+{
+	pthread_mutex_lock(&m->mu);
+	switch (result) {
+	case R_ISSUED:
+		m->stats.issued++;
+		break;
+	case R_FAILED:
+		m->stats.failed++;
+		break;
+	case R_DENIED:
+		m->stats.denied++;
+		break;
+	case R_PENDING:
+		m->stats.pending++;
+		break;
+	case R_IGNORED:
+		m->stats.ignored++;
+		break;
+	default:
+		break;
+	}
+	sg_series *s = m->results[result];
+	pthread_mutex_unlock(&m->mu);
+	if (s)
+		sg_series_inc(s);
+}
+
+static void remember_signed(sg_cmissuer *m, const char *uid)
+{
+	if (!uid)
+		return;
+	pthread_mutex_lock(&m->mu);
+	snprintf(m->signed_uids[m->signed_next], UID_MAX, "%s", uid);
+	m->signed_next = (m->signed_next + 1) % SIGNED_RING;
+	pthread_mutex_unlock(&m->mu);
+}
+
+static bool signed_before(sg_cmissuer *m, const char *uid)
+{
+	if (!uid || !*uid)
+		return false;
+	bool found = false;
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; i < SIGNED_RING && !found; i++)
+		found = strcmp(m->signed_uids[i], uid) == 0;
+	pthread_mutex_unlock(&m->mu);
+	return found;
+}
+
+/* ---- what is ours ---- */
+
+typedef struct issuer_ref {
+	bool cluster;
+	const char *name;
+} issuer_ref;
+
+/* Whether cr names one of our issuers (group exactly ours, kind ours or
+ * empty for the namespaced kind). */
+static bool ours(const json_t *cr, issuer_ref *out)
+{
+	const json_t *ref = json_object_get(json_object_get(cr, "spec"), "issuerRef");
+	const char *group = json_string_value(json_object_get(ref, "group"));
+	const char *kind = json_string_value(json_object_get(ref, "kind"));
+	const char *name = json_string_value(json_object_get(ref, "name"));
+	if (!group || strcmp(group, SG_SIGNETISSUER_GROUP) != 0 || !name || !*name)
+		return false;
+	if (!kind || !*kind || strcmp(kind, SG_SIGNETISSUER_KIND) == 0)
+		out->cluster = false;
+	else if (strcmp(kind, SG_SIGNETISSUER_CLUSTER_KIND) == 0)
+		out->cluster = true;
+	else
+		return false;
+	out->name = name;
+	return true;
+}
+
+/* ---- status writes ---- */
+
+typedef struct outcome {
+	const char *status; /* Ready's */
+	const char *reason;
+	char message[MSG_MAX];
+	bool failure_time;  /* set status.failureTime (kept when already set) */
+	const char *certificate_b64, *ca_b64;
+} outcome;
+
+static int write_status(sg_ctrl *c, const json_t *cr, const char *ns, const char *name, const outcome *o)
+{
+	json_t *st = json_pack("{s:[{s:s, s:s, s:s, s:s, s:n}]}", "conditions", "type", "Ready", "status", o->status,
+			       "reason", o->reason, "message", o->message, "observedGeneration");
+	SG_ENSURE(st, SG_EINTERNAL, "out of memory");
+	int rc = SG_OK;
+	if (o->failure_time) {
+		const json_t *have = json_object_get(json_object_get(cr, "status"), "failureTime");
+		char now[32];
+		rfc3339_now(now);
+		if (json_object_set_new(st, "failureTime", json_is_string(have) ? json_incref((json_t *)have)
+										  : json_string(now)) != 0)
+			rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	}
+	if (rc == SG_OK && o->certificate_b64 &&
+	    (json_object_set_new(st, "certificate", json_string(o->certificate_b64)) != 0 ||
+	     json_object_set_new(st, "ca", json_string(o->ca_b64)) != 0))
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE, .ns = ns, .name = name};
+	/* a stopping controller writes nothing: leadership may be passing on */
+	if (rc == SG_OK)
+		rc = sg_ctrl_stopping(c) ? sg_error_set(SG_EBUSY, "stopping")
+		                         : sg_ctrl_apply_status(c, &ref, CR_KIND, cr, st, NULL);
+	json_decref(st);
+	return rc;
+}
+
+/* Ready=False/Pending, with an Event when the request turns Pending. */
+static int pending(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, const char *name,
+		   const char *event_reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int pending(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, const char *name,
+		   const char *event_reason, const char *fmt, ...)
+{
+	outcome o = {.status = "False", .reason = "Pending"};
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(o.message, sizeof(o.message), fmt, ap);
+	va_end(ap);
+	const char *was = ready_reason(cr);
+	sg_error saved;
+	sg_error_save(&saved);
+	int rc = write_status(c, cr, ns, name, &o);
+	if (rc == SG_OK) {
+		count(m, R_PENDING);
+		if (!was || strcmp(was, "Pending") != 0)
+			sg_ctrl_event(c, cr, "Normal", event_reason, "%s", o.message);
+		sg_error_restore(&saved);
+	}
+	return rc;
+}
+
+static int failed(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, const char *name, const char *why)
+{
+	outcome o = {.status = "False", .reason = "Failed", .failure_time = true};
+	snprintf(o.message, sizeof(o.message), "Failed to sign CertificateRequest: %s", why);
+	int rc = write_status(c, cr, ns, name, &o);
+	if (rc == SG_OK) {
+		count(m, R_FAILED);
+		sg_ctrl_event(c, cr, "Warning", "Failed", "%s", o.message);
+		sg_log(SG_LOG_WARN, "certificate request failed", SG_F_STR("namespace", ns), SG_F_STR("name", name),
+		       SG_F_STR("reason", why), SG_F_END);
+	}
+	return rc;
+}
+
+/* ---- signing ---- */
+
+typedef struct prepared {
+	const sg_kubesign_ca *ca;
+	char *csr;
+	size_t csr_len;
+	int64_t duration;
+	bool is_ca;
+	uint32_t ku, eku;
+} prepared;
+
+/* Reads what the request asks for against the issuer: SG_OK, or an error
+ * whose detail says why (permanent unless sg_kubesign_permanent says
+ * otherwise). */
+static int prepare(sg_cmissuer *m, const json_t *cr, const json_t *issuer, prepared *p)
+{
+	memset(p, 0, sizeof(*p));
+	sg_signetissuer_spec spec;
+	SG_TRY(sg_signetissuer_spec_parse(issuer, &spec));
+	p->ca = sg_kubesign_ca_find(m->cas, m->ncas, spec.ca_name);
+	SG_ENSURE(p->ca, SG_EBUSY, "signetd has no CA named \"%s\"", spec.ca_name);
+	const json_t *s = json_object_get(cr, "spec");
+	const json_t *d = json_object_get(s, "duration");
+	int64_t asked = 0;
+	if (d && !json_is_null(d)) {
+		SG_ENSURE(json_is_string(d), SG_EINVAL, "spec.duration is not a string");
+		if (sg_kubesign_duration_parse(json_string_value(d), &asked) != SG_OK)
+			SG_BAIL(SG_EINVAL, "spec.duration: %s", sg_error_last()->msg);
+		SG_ENSURE(asked > 0, SG_EINVAL, "spec.duration is zero");
+	}
+	SG_TRY(sg_signetissuer_duration(&spec, asked, &p->duration));
+	const json_t *isca = json_object_get(s, "isCA");
+	SG_ENSURE(!isca || json_is_null(isca) || json_is_boolean(isca), SG_EINVAL, "spec.isCA is not a boolean");
+	p->is_ca = json_is_true(isca);
+	SG_ENSURE(!p->is_ca || spec.allow_ca, SG_EDENIED,
+		  "the issuer does not issue CA certificates (spec.allowCA is false)");
+	/* cert-manager's default usages: digital signature, key encipherment */
+	SG_TRY(sg_kubesign_usages(json_object_get(s, "usages"), p->is_ca,
+				  SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT, 0, &p->ku, &p->eku));
+	SG_TRY(sg_kubesign_bytes_field(s, "request", SG_KUBESIGN_REQUEST_MAX, &p->csr, &p->csr_len));
+	return SG_OK;
+}
+
+static int sign(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const json_t *issuer, const char *ns,
+		const char *name)
+{
+	/* nothing is signed that a stopping controller could not deliver */
+	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "stopping");
+	prepared p;
+	int rc = prepare(m, cr, issuer, &p);
+	sg_kubesign_result res = {0};
+	if (rc == SG_OK) {
+		sg_kubesign_request kr = {
+			.csr_pem = p.csr,
+			.csr_len = p.csr_len,
+			.duration = p.duration,
+			.is_ca = p.is_ca,
+			.key_usage = p.ku,
+			.ext_key_usage = p.eku,
+			.csr_must_match = true,
+			.deadline_ns = sg_now_ns() + (uint64_t)SG_CMISSUER_SIGN_TIMEOUT_MS * 1000000u,
+		};
+		rc = sg_kubesign_issue(p.ca, &kr, &res);
+	}
+	free(p.csr);
+	if (rc < 0) {
+		char why[SG_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		if (sg_kubesign_permanent(rc))
+			return failed(m, c, cr, ns, name, why);
+		sg_error e;
+		sg_error_save(&e);
+		/* the retry is the runtime's backoff; the status says why it waits */
+		if (pending(m, c, cr, ns, name, "RetryableError", "Failed to sign CertificateRequest, will retry: %s",
+			    why) == SG_OK)
+			sg_error_restore(&e);
+		return rc;
+	}
+	outcome o = {.status = "True", .reason = "Issued"};
+	snprintf(o.message, sizeof(o.message), "Certificate fetched from issuer successfully");
+	char *cert_b64 = NULL, *ca_b64 = NULL;
+	rc = sg_kubesign_base64(res.chain, strlen(res.chain), &cert_b64);
+	if (rc == SG_OK)
+		rc = sg_kubesign_base64(res.ca, strlen(res.ca), &ca_b64);
+	o.certificate_b64 = cert_b64;
+	o.ca_b64 = ca_b64;
+	if (rc == SG_OK)
+		rc = write_status(c, cr, ns, name, &o);
+	if (rc == SG_OK) {
+		remember_signed(m, sg_kube_meta_str(cr, "uid"));
+		count(m, R_ISSUED);
+		sg_ctrl_event(c, cr, "Normal", "CertificateIssued", "Certificate fetched from issuer successfully");
+		sg_log(SG_LOG_INFO, "certificate request issued", SG_F_STR("namespace", ns), SG_F_STR("name", name),
+		       SG_F_STR("serial", res.serial), SG_F_END);
+	}
+	free(cert_b64);
+	free(ca_b64);
+	sg_kubesign_result_clear(&res);
+	return rc;
+}
+
+/* ---- reconcile ---- */
+
+static int reconcile_cr(sg_cmissuer *m, sg_ctrl *c, const char *ns, const char *name)
+{
+	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, CR_WATCH), ns, name);
+	if (!cr)
+		return SG_OK;
+	int rc = SG_OK;
+	issuer_ref ir;
+	bool terminal = false;
+	if (!ours(cr, &ir)) {
+		count(m, R_IGNORED);
+		goto out;
+	}
+	if (signed_before(m, sg_kube_meta_str(cr, "uid")) &&
+	    !json_object_get(json_object_get(cr, "status"), "certificate")) {
+		/* our own write may not be in the cache yet: ask the server */
+		sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE, .ns = ns,
+				   .name = name};
+		json_t *live = NULL;
+		rc = sg_kube_get(m->kube, &ref, &live);
+		pthread_mutex_lock(&m->mu);
+		m->stats.rereads++;
+		pthread_mutex_unlock(&m->mu);
+		if (rc == SG_ENOTFOUND) {
+			rc = SG_OK;
+			goto out;
+		}
+		if (rc < 0)
+			goto out;
+		json_decref(cr);
+		cr = live;
+	}
+	const char *reason = ready_reason(cr);
+	if (cond_true(cr, "Denied")) {
+		if (reason && strcmp(reason, "Denied") == 0) {
+			count(m, R_IGNORED);
+			goto out;
+		}
+		outcome o = {.status = "False", .reason = "Denied", .failure_time = true};
+		snprintf(o.message, sizeof(o.message), "The CertificateRequest was denied by an approval controller");
+		rc = write_status(c, cr, ns, name, &o);
+		if (rc == SG_OK)
+			count(m, R_DENIED);
+		goto out;
+	}
+	terminal = cond_true(cr, "Ready") || (reason && (strcmp(reason, "Failed") == 0 || strcmp(reason, "Denied") == 0)) ||
+		   cond_true(cr, "InvalidRequest") ||
+		   json_string_length(json_object_get(json_object_get(cr, "status"), "certificate")) > 0;
+	if (!cond_true(cr, "Approved") || terminal) {
+		count(m, R_IGNORED);
+		goto out;
+	}
+	const char *kind = ir.cluster ? SG_SIGNETISSUER_CLUSTER_KIND : SG_SIGNETISSUER_KIND;
+	json_t *issuer = sg_kube_informer_get(sg_ctrl_informer(c, ir.cluster ? CLUSTER_ISSUER_WATCH : ISSUER_WATCH),
+					      ir.cluster ? NULL : ns, ir.name);
+	char why[SG_ERROR_MSG_MAX];
+	if (!issuer) {
+		rc = pending(m, c, cr, ns, name, "IssuerNotFound", "Referenced \"%s\" not found: %s%s%s. Waiting for it to be created.",
+			     kind, ir.cluster ? "" : ns, ir.cluster ? "" : "/", ir.name);
+	} else if (!sg_signetissuer_ready(issuer, why, sizeof(why))) {
+		rc = pending(m, c, cr, ns, name, "IssuerNotReady", "%s", why);
+	} else {
+		rc = sign(m, c, cr, issuer, ns, name);
+	}
+	json_decref(issuer);
+out:
+	json_decref(cr);
+	if (rc < 0)
+		count(m, R_ERROR);
+	return rc;
+}
+
+/* An issuer changed: queue every request of ours that names it and is not
+ * finished. */
+static void requeue_for_issuer(sg_ctrl *c, const char *spec)
+{
+	bool cluster = strncmp(spec, SG_SIGNETISSUER_CLUSTER_KIND "/", strlen(SG_SIGNETISSUER_CLUSTER_KIND) + 1) == 0;
+	const char *rest = strchr(spec, '/');
+	if (!rest)
+		return;
+	rest++;
+	char ns[64] = "";
+	const char *name = rest;
+	if (!cluster) {
+		const char *slash = strchr(rest, '/');
+		if (!slash || (size_t)(slash - rest) >= sizeof(ns))
+			return;
+		memcpy(ns, rest, (size_t)(slash - rest));
+		ns[slash - rest] = 0;
+		name = slash + 1;
+	}
+	json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, CR_WATCH));
+	size_t i;
+	json_t *cr;
+	json_array_foreach(all, i, cr)
+	{
+		issuer_ref ir;
+		if (!ours(cr, &ir) || ir.cluster != cluster || strcmp(ir.name, name) != 0)
+			continue;
+		if (!cluster && strcmp(sg_kube_meta_str(cr, "namespace") ? sg_kube_meta_str(cr, "namespace") : "", ns) != 0)
+			continue;
+		if (cond_true(cr, "Ready"))
+			continue;
+		char key[SG_CTRL_KEY_MAX];
+		if (sg_ctrl_key_of(cr, key))
+			sg_ctrl_add(c, key);
+	}
+	json_decref(all);
+}
+
+static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg)
+{
+	(void)res;
+	sg_cmissuer *m = arg;
+	if (key[0] == ISSUER_KEY_PREFIX) {
+		requeue_for_issuer(c, key + 1);
+		return SG_OK;
+	}
+	char ns[64], name[SG_KUBE_NAME_MAX + 1];
+	if (!sg_ctrl_key_split(key, ns, name) || !ns[0])
+		return SG_OK;
+	return reconcile_cr(m, c, ns, name);
+}
+
+/* Requests of other issuers are not even queued. */
+static void map_cr(sg_ctrl *c, const json_t *cr, void *arg)
+{
+	(void)arg;
+	issuer_ref ir;
+	char key[SG_CTRL_KEY_MAX];
+	if (ours(cr, &ir) && sg_ctrl_key_of(cr, key))
+		sg_ctrl_add(c, key);
+}
+
+static void map_issuer(sg_ctrl *c, const json_t *issuer, void *arg)
+{
+	(void)arg;
+	const char *ns = sg_kube_meta_str(issuer, "namespace");
+	const char *name = sg_kube_meta_str(issuer, "name");
+	if (!name)
+		return;
+	char key[SG_CTRL_KEY_MAX];
+	int n = ns ? snprintf(key, sizeof(key), "%c%s/%s/%s", ISSUER_KEY_PREFIX, SG_SIGNETISSUER_KIND, ns, name)
+		   : snprintf(key, sizeof(key), "%c%s/%s", ISSUER_KEY_PREFIX, SG_SIGNETISSUER_CLUSTER_KIND, name);
+	if (n > 0 && (size_t)n < sizeof(key))
+		sg_ctrl_add(c, key);
+}
+
+/* ---- lifecycle ---- */
+
+int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o)
+{
+	*out = NULL;
+	SG_ENSURE(o && o->kube && o->cas && o->ncas > 0, SG_EINVAL,
+		  "certificaterequests: needs a Kubernetes client and a CA");
+	sg_cmissuer *m = calloc(1, sizeof(*m));
+	SG_ENSURE(m, SG_EINTERNAL, "certificaterequests: out of memory");
+	pthread_mutex_init(&m->mu, NULL);
+	m->kube = o->kube;
+	m->cas = o->cas;
+	m->ncas = o->ncas;
+	const sg_ctrl_watch watches[] = {
+		{.ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE}, .map = map_cr},
+		{.ref = {.group = SG_SIGNETISSUER_GROUP, .version = SG_SIGNETISSUER_VERSION,
+			 .resource = SG_SIGNETISSUER_RESOURCE},
+		 .map = map_issuer},
+		{.ref = {.group = SG_SIGNETISSUER_GROUP, .version = SG_SIGNETISSUER_VERSION,
+			 .resource = SG_SIGNETISSUER_CLUSTER_RESOURCE},
+		 .map = map_issuer},
+	};
+	sg_ctrl_def def = {
+		.name = "certificaterequests",
+		.kube = o->kube,
+		.watches = watches,
+		.nwatches = 3,
+		.reconcile = reconcile,
+		.arg = m,
+		.workers = o->workers ? o->workers : SG_CMISSUER_WORKERS,
+	};
+	int rc = sg_ctrl_new(&m->ctrl, &def);
+	if (rc < 0) {
+		sg_cmissuer_free(m);
+		return rc;
+	}
+	*out = m;
+	return SG_OK;
+}
+
+/* Whether the API server filters requests by issuer group: a LIST with the
+ * selector answers 200 where the CRD declares it selectable, 400 where it
+ * does not. Anything else (no CRD yet, no answer) leaves the filtering to
+ * us for this start. */
+static bool probe_field_selector(sg_cmissuer *m)
+{
+	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE};
+	sg_kube_list_opts lo = {.field_selector = GROUP_SELECTOR, .limit = 1};
+	json_t *list = NULL;
+	int rc = sg_kube_list(m->kube, &ref, &lo, &list);
+	json_decref(list);
+	if (rc != SG_OK && sg_kube_last_status()->code != 400)
+		sg_log(SG_LOG_WARN, "certificaterequests: cannot tell whether the API server filters by issuer group",
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	return rc == SG_OK;
+}
+
+int sg_cmissuer_start(sg_cmissuer *m)
+{
+	if (sg_ctrl_running(m->ctrl))
+		return SG_OK;
+	bool sel = probe_field_selector(m);
+	SG_TRY(sg_ctrl_set_field_selector(m->ctrl, CR_WATCH, sel ? GROUP_SELECTOR : NULL));
+	pthread_mutex_lock(&m->mu);
+	m->stats.field_selector = sel;
+	pthread_mutex_unlock(&m->mu);
+	SG_TRY(sg_ctrl_start(m->ctrl));
+	sg_log(SG_LOG_INFO, "certificaterequests: started",
+	       SG_F_STR("filter", sel ? "field selector " GROUP_SELECTOR : "client side"), SG_F_END);
+	return SG_OK;
+}
+
+void sg_cmissuer_stop(sg_cmissuer *m)
+{
+	sg_ctrl_stop(m->ctrl);
+}
+
+sg_ctrl *sg_cmissuer_controller(sg_cmissuer *m)
+{
+	return m->ctrl;
+}
+
+void sg_cmissuer_stats_get(sg_cmissuer *m, sg_cmissuer_stats *out)
+{
+	pthread_mutex_lock(&m->mu);
+	*out = m->stats;
+	pthread_mutex_unlock(&m->mu);
+}
+
+int sg_cmissuer_metrics(sg_cmissuer *m, sg_metrics *reg)
+{
+	static const char *const labels[] = {"result"};
+	sg_metric *f = NULL;
+	SG_TRY(sg_metrics_counter(&f, reg, "signet_certificaterequests_total",
+				  "cert-manager CertificateRequests handled, by result (issued, failed, denied, "
+				  "pending, ignored, error).",
+				  labels, 1));
+	for (int i = 0; i < R_COUNT; i++) {
+		const char *v[] = {result_names[i]};
+		sg_series *s = NULL;
+		SG_TRY(sg_metric_series(&s, f, v));
+		pthread_mutex_lock(&m->mu);
+		m->results[i] = s;
+		pthread_mutex_unlock(&m->mu);
+	}
+	return SG_OK;
+}
+
+void sg_cmissuer_free(sg_cmissuer *m)
+{
+	if (!m)
+		return;
+	sg_ctrl_free(m->ctrl);
+	pthread_mutex_destroy(&m->mu);
+	free(m);
+}
