@@ -17,6 +17,9 @@
  * than a pointer swap.
  */
 #include "sg_service.h"
+
+#include "sg_crypto.h"
+#include "sg_forward.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_istio.h"
@@ -50,6 +53,8 @@ typedef struct chain_snap {
 
 struct sg_service {
 	sg_pool *pool;
+	sg_forward *forward; /* RA mode: CSRs go to a cert-manager issuer instead */
+	pthread_key_t crypto_key; /* RA mode: each thread's context for CSR checks */
 	const sg_ca *ca;
 	const sg_authenticator *auth;
 	sg_policy *policy;
@@ -232,6 +237,8 @@ static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *a
 	free(out);
 }
 
+static void forward(rpc *r); /* RA mode, below */
+
 static void on_authenticated(int rc, const sg_caller *caller, const sg_error *err, void *arg)
 {
 	rpc *r = arg;
@@ -273,12 +280,131 @@ static void on_authenticated(int rc, const sg_caller *caller, const sg_error *er
 		.cancelled = rpc_cancelled,
 		.cancel_arg = r,
 	};
+	if (d->forward) {
+		forward(r);
+		return;
+	}
 	int src = sg_pool_submit(d->pool, &r->issue, on_issued, r);
 	if (src < 0) {
 		sg_error e;
 		sg_error_save(&e);
 		sg_series_inc(d->m.sign_err[ERR_CA_NOT_READY]);
 		fail(r, src, &e, "CSR signing error");
+	}
+}
+
+/* ---- RA mode ---------------------------------------------------------------- */
+
+/* The certificates of a PEM text, one element each (Istio's cert_chain
+ * holds one certificate per element); at most max. */
+static size_t pem_split(const char *pem, size_t len, const char **elems, size_t *lens, size_t max)
+{
+	static const char end[] = "-----END CERTIFICATE-----";
+	size_t n = 0;
+	const char *p = pem, *stop = pem + len;
+	while (n < max && p < stop) {
+		const char *b = strstr(p, "-----BEGIN CERTIFICATE-----");
+		const char *e = b ? strstr(b, end) : NULL;
+		if (!e || e >= stop)
+			break;
+		e += sizeof(end) - 1;
+		if (e < stop && *e == '\n')
+			e++;
+		elems[n] = b;
+		lens[n++] = (size_t)(e - b);
+		p = e;
+	}
+	return n;
+}
+
+static void on_forwarded(int rc, const char *chain_pem, size_t len, const sg_error *err, void *arg)
+{
+	rpc *r = arg;
+	sg_service *d = r->d;
+	if (rc < 0) {
+		sg_series_inc(d->m.sign_err[sign_err_of(rc == SG_EDENIED || rc == SG_EPROTO ? SG_EINTERNAL : rc)]);
+		/* the issuer's refusal or a bad answer is our failure to sign, not
+		 * the caller's (istio-csr: Internal); an issuer that does not
+		 * answer within the call's deadline is the deadline's error */
+		int code = rc == SG_EDENIED || rc == SG_EPROTO ? SG_EINTERNAL : rc;
+		fail(r, code, err, "failed to sign certificate request");
+		return;
+	}
+	const char *elems[MAX_CHAIN + 1];
+	size_t lens[MAX_CHAIN + 1];
+	size_t n = pem_split(chain_pem, len, elems, lens, MAX_CHAIN);
+	chain_snap *cs = chain_get(d);
+	elems[n] = cs->elems[cs->n - 1]; /* the root bundle, as for our own leaves */
+	lens[n] = cs->lens[cs->n - 1];
+	uint8_t *out = NULL;
+	size_t out_len = 0;
+	int erc = n ? sg_istio_response_encode(elems, lens, n + 1, &out, &out_len)
+	            : sg_error_set(SG_EINTERNAL, "the issuer's answer holds no certificate");
+	chain_put(cs);
+	if (erc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_series_inc(d->m.sign_err[ERR_CERT_GEN]);
+		fail(r, SG_EINTERNAL, &e, "cannot encode the response");
+		return;
+	}
+	sg_series_inc(d->m.success);
+	uint64_t us = (sg_now_ns() - r->t0) / 1000;
+	sg_log(SG_LOG_INFO, "certificate issued", SG_F_STR("identity", r->decision.identity),
+	       SG_F_STR("by", "cert-manager issuer"), SG_F_STR("auth", r->caller_method),
+	       SG_F_INT("impersonated", r->decision.impersonated), SG_F_STR("peer", r->peer), SG_F_INT("latency_us", us),
+	       SG_F_INT("abandoned", sg_grpc_call_ended(r->call)), SG_F_END);
+	finish(r, SG_GRPC_OK, NULL, out, out_len);
+	free(out);
+}
+
+static void crypto_release(void *c)
+{
+	sg_crypto_free(c);
+}
+
+/* This thread's crypto context (made on first use, freed at thread exit). */
+static sg_crypto *thread_crypto(sg_service *d)
+{
+	sg_crypto *c = pthread_getspecific(d->crypto_key);
+	if (!c && sg_crypto_new(&c) == SG_OK && pthread_setspecific(d->crypto_key, c) != 0) {
+		sg_crypto_free(c);
+		c = NULL;
+	}
+	return c;
+}
+
+/* RA mode: the CSR is checked here as the signer would check it (the
+ * issuer signs whatever it is sent), then forwarded. */
+static void forward(rpc *r)
+{
+	sg_service *d = r->d;
+	sg_crypto *c = thread_crypto(d);
+	int rc = c ? sg_issue_check(&r->issue, c) : sg_error_set(SG_EBUSY, "out of memory");
+	if (rc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_series_inc(d->m.sign_err[sign_err_of(rc)]);
+		if (rc == SG_EINVAL || rc == SG_EAUTH)
+			sg_series_inc(d->m.parse_err);
+		fail(r, rc, &e, rc == SG_EDENIED ? "request authenticate failure" : "CSR signing error");
+		return;
+	}
+	sg_forward_request fr = {
+		.csr_pem = r->req.csr,
+		.csr_len = r->req.csr_len,
+		.identity = r->decision.identity,
+		.ttl = r->decision.ttl,
+		.deadline_ns = r->deadline_ns,
+		.cancelled = rpc_cancelled,
+		.cancel_arg = r,
+	};
+	rc = sg_forward_submit(d->forward, &fr, on_forwarded, r);
+	if (rc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_series_inc(d->m.sign_err[ERR_CA_NOT_READY]);
+		fail(r, rc, &e, "failed to sign certificate request");
 	}
 }
 
@@ -466,7 +592,15 @@ int sg_service_new(sg_service **out, const sg_service_options *o)
 	s->auth = o->auth;
 	s->policy = o->policy;
 	pthread_mutex_init(&s->chain_lock, NULL);
-	int rc = chain_new(s->ca, o->root_pem, o->root_len, &s->chain);
+	int rc = SG_OK;
+	if (o->forward) {
+		if (pthread_key_create(&s->crypto_key, crypto_release) != 0) {
+			free(s);
+			SG_BAIL(SG_EINTERNAL, "service: cannot make a thread key");
+		}
+		s->forward = o->forward;
+	}
+	rc = chain_new(s->ca, o->root_pem, o->root_len, &s->chain);
 	if (rc == SG_OK)
 		rc = setup_metrics(s, o->metrics);
 	if (rc < 0) {
@@ -488,5 +622,11 @@ void sg_service_free(sg_service *s)
 		return;
 	chain_put(s->chain);
 	pthread_mutex_destroy(&s->chain_lock);
+	if (s->forward) {
+		/* this thread's context now; other threads' at their exit */
+		sg_crypto_free(pthread_getspecific(s->crypto_key));
+		pthread_setspecific(s->crypto_key, NULL);
+		pthread_key_delete(s->crypto_key);
+	}
 	free(s);
 }

@@ -5,6 +5,8 @@
  *
  *   transport thread:  decode (sg_istio) -> authenticate (sg_authn) ->
  *                      policy (sg_policy) -> sg_pool_submit, or an error
+ *                      (RA mode: the CSR checks, then sg_forward_submit;
+ *                      a cert-manager issuer signs, see sg_forward.h)
  *   signer thread:     parse, verify, profile, lint, C_Sign (sg_issuer) ->
  *                      encode leaf + chain, answer, audit line
  *
@@ -33,6 +35,7 @@
 #include "sg_authn.h"
 #include "sg_ca.h"
 #include "sg_error.h"
+#include "sg_forward.h"
 #include "sg_grpc.h"
 #include "sg_metrics.h"
 #include "sg_policy.h"
@@ -52,6 +55,11 @@ typedef struct sg_service_options {
 	sg_metrics *metrics;  /* the service's families are registered here */
 	const char *root_pem; /* root bundle to return instead of the CA's (copied); NULL: the CA's */
 	size_t root_len;
+	/* RA mode (NULL: sign with the pool): each CSR that passes
+	 * authentication, policy and the signer's CSR checks is forwarded to a
+	 * cert-manager issuer; the answer is the issuer's leaf and
+	 * intermediates, then the root bundle above. */
+	sg_forward *forward;
 } sg_service_options;
 
 SG_API int sg_service_new(sg_service **out, const sg_service_options *o) SG_MUST_CHECK;

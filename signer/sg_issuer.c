@@ -162,9 +162,8 @@ static int check_strict(const sg_csr *csr, const char *identity)
 }
 
 /* What each profile makes of the request; everything lands in spec. */
-static int apply_istio(const sg_issuer *is, const sg_issue_request *req, sg_cert_spec *spec, sg_san *san)
+static int apply_istio(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec, sg_san *san)
 {
-	const sg_csr *csr = &is->csr;
 	if (req->identity) {
 		san->value = (sg_slice){(const uint8_t *)req->identity, strlen(req->identity)};
 	} else {
@@ -192,9 +191,8 @@ static int apply_istio(const sg_issuer *is, const sg_issue_request *req, sg_cert
 	return SG_OK;
 }
 
-static int apply_generic(const sg_issuer *is, const sg_issue_request *req, sg_cert_spec *spec)
+static int apply_generic(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec)
 {
-	const sg_csr *csr = &is->csr;
 	SG_ENSURE(!csr->is_ca, SG_EDENIED, "CSR asks for a CA certificate; the generic profile issues leaves only");
 	SG_ENSURE(csr->san_count > 0, SG_EINVAL, "CSR has no subjectAltName; names belong in SANs");
 	SG_ENSURE(!(req->key_usage & (SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN)), SG_EDENIED,
@@ -218,9 +216,8 @@ static int apply_generic(const sg_issuer *is, const sg_issue_request *req, sg_ce
 	return SG_OK;
 }
 
-static int apply_intermediate(const sg_issuer *is, const sg_issue_request *req, sg_cert_spec *spec)
+static int apply_intermediate(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec)
 {
-	const sg_csr *csr = &is->csr;
 	SG_ENSURE(csr->subject_len > 0, SG_EINVAL, "an intermediate CA needs a subject");
 	SG_ENSURE(req->path_len >= -1 && req->path_len <= 16, SG_EINVAL, "path length %d out of range (-1..16)",
 		  req->path_len);
@@ -258,6 +255,40 @@ static void hex(const uint8_t *p, size_t n, char *out)
 	out[2 * n] = 0;
 }
 
+/* The profile's verdict on a CSR, as sg_issuer_issue reaches it. */
+static int apply_profile(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec, sg_san *stamped)
+{
+	switch (req->profile) {
+	case SG_PROFILE_ISTIO:
+		return apply_istio(csr, req, spec, stamped);
+	case SG_PROFILE_GENERIC:
+		return apply_generic(csr, req, spec);
+	case SG_PROFILE_INTERMEDIATE:
+		return apply_intermediate(csr, req, spec);
+	}
+	SG_BAIL(SG_EINVAL, "unknown profile");
+}
+
+int sg_issue_check(const sg_issue_request *req, sg_crypto *c)
+{
+	SG_ENSURE((unsigned)req->profile <= SG_PROFILE_INTERMEDIATE, SG_EINVAL, "unknown profile");
+	uint8_t *der = malloc(SG_CSR_MAX_DER);
+	SG_ENSURE(der, SG_EINTERNAL, "out of memory");
+	size_t der_len = 0;
+	sg_csr csr;
+	int rc = sg_csr_decode(req->csr, req->csr_len, der, SG_CSR_MAX_DER, &der_len);
+	if (rc == SG_OK)
+		rc = sg_csr_parse(&csr, der, der_len);
+	if (rc == SG_OK)
+		rc = sg_csr_verify(&csr, c);
+	sg_cert_spec spec = {.key = &csr.key, .path_len = -1};
+	sg_san stamped;
+	if (rc == SG_OK)
+		rc = apply_profile(&csr, req, &spec, &stamped);
+	free(der);
+	return rc;
+}
+
 int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result *res)
 {
 	uint64_t t0 = sg_now_ns();
@@ -274,17 +305,7 @@ int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result 
 	const sg_cert_issuer *iss = sg_ca_issuer(is->ca);
 	sg_cert_spec spec = {.key = &is->csr.key, .path_len = -1};
 	sg_san stamped;
-	switch (req->profile) {
-	case SG_PROFILE_ISTIO:
-		SG_TRY(apply_istio(is, req, &spec, &stamped));
-		break;
-	case SG_PROFILE_GENERIC:
-		SG_TRY(apply_generic(is, req, &spec));
-		break;
-	case SG_PROFILE_INTERMEDIATE:
-		SG_TRY(apply_intermediate(is, req, &spec));
-		break;
-	}
+	SG_TRY(apply_profile(&is->csr, req, &spec, &stamped));
 	SG_TRY(validity(req, iss, &spec));
 	SG_TRY(sg_cert_serial(&spec));
 

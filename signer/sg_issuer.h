@@ -105,6 +105,12 @@ SG_API void sg_issuer_free(sg_issuer *is);
  * *res must be released with sg_issue_result_clear. */
 SG_API int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result *res) SG_MUST_CHECK;
 
+/* What sg_issuer_issue checks of the request before it builds a
+ * certificate (decode, exact-length parse, the CSR's self-signature with
+ * c, the profile's rules, the identity), without a CA or an HSM: for RA
+ * mode, where another CA signs what passed. Same errors. c is the calling
+ * thread's crypto context. */
+SG_API int sg_issue_check(const sg_issue_request *req, sg_crypto *c) SG_MUST_CHECK;
 /* Frees what a result owns and zeroes it; accepts a zeroed result. */
 SG_API void sg_issue_result_clear(sg_issue_result *res);
 

@@ -21,6 +21,7 @@
 
 #include "sg_clock.h"
 #include "sg_crypto_impl.h"
+#include "sg_csr.h"
 #include "sg_guard.h"
 #include "sg_ossl.h"
 
@@ -296,6 +297,63 @@ bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots)
 	sk_X509_free(untrusted);
 	ERR_clear_error();
 	return ok;
+}
+
+/* ---- public keys and PEM ---- */
+
+static bool slice_eq(sg_slice a, sg_slice b)
+{
+	return a.len == b.len && (a.len == 0 || memcmp(a.p, b.p, a.len) == 0);
+}
+
+bool sg_x509_key_is(const sg_x509_bundle *b, size_t i, const sg_pubkey *k)
+{
+	X509 *x = cert_at(b, i);
+	if (!x || !k)
+		return false;
+	unsigned char *der = NULL;
+	int len = i2d_X509_PUBKEY(X509_get_X509_PUBKEY(x), &der);
+	bool same = false;
+	if (len > 0) {
+		/* Our own SPKI parser, so both keys are read alike; a refusal is
+		 * a "no", and the caller's error detail stays as it was. */
+		sg_error saved;
+		sg_error_save(&saved);
+		sg_pubkey c;
+		if (sg_pubkey_parse(&c, der, (size_t)len) == SG_OK && c.kind == k->kind) {
+			if (c.kind == SG_PUBKEY_EC)
+				same = c.curve == k->curve && slice_eq(c.point, k->point);
+			else
+				same = slice_eq(c.n, k->n) && slice_eq(c.e, k->e);
+		}
+		sg_error_restore(&saved);
+	}
+	OPENSSL_free(der);
+	ERR_clear_error();
+	return same;
+}
+
+bool sg_x509_self_signed(const sg_x509_bundle *b, size_t i)
+{
+	X509 *x = cert_at(b, i);
+	bool self = x && X509_self_signed(x, 1) == 1;
+	ERR_clear_error();
+	return self;
+}
+
+int sg_x509_pem(const sg_x509_bundle *b, size_t i, char **out, size_t *len)
+{
+	*out = NULL;
+	X509 *x = cert_at(b, i);
+	SG_ENSURE(x, SG_EINVAL, "no certificate %zu in a bundle of %zu", i, sg_x509_bundle_count(b));
+	ERR_clear_error();
+	unsigned char *der = NULL;
+	int n = i2d_X509(x, &der); /* the encoding that was read, kept by the X509 */
+	if (n <= 0)
+		return sg_error_set_ossl(SG_EINTERNAL, "cannot encode certificate %zu", i);
+	int rc = sg_pem_encode("CERTIFICATE", der, (size_t)n, out, len);
+	OPENSSL_free(der);
+	return rc;
 }
 
 /* ---- private keys ---- */

@@ -92,6 +92,32 @@ SG_API bool sg_x509_names_are(const sg_x509_bundle *b, size_t i, const char *cn,
  */
 SG_API bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots);
 
+/*
+ * Whether certificate i holds the public key k: the same kind and the same
+ * curve and point (EC) or modulus and exponent (RSA), compared from the
+ * parsed parts (sg_pubkey_parse of the certificate's SubjectPublicKeyInfo),
+ * as cert-manager compares an issued certificate with its CSR. False for i
+ * out of range and for a key sg_pubkey_parse refuses. The thread's error
+ * detail is left as it was.
+ */
+SG_API bool sg_x509_key_is(const sg_x509_bundle *b, size_t i, const sg_pubkey *k);
+
+/*
+ * Whether certificate i is self-signed: its issuer name is its subject name
+ * and its own key verifies its signature (a root, not merely a certificate
+ * that names itself). False for i out of range.
+ */
+SG_API bool sg_x509_self_signed(const sg_x509_bundle *b, size_t i);
+
+/*
+ * Certificate i as PEM text (RFC 7468: 64-character base64 lines, a final
+ * newline) written from the DER that was read, byte for byte: text around
+ * the block and the line layout of the input are not kept. *out is a new
+ * NUL-terminated string of *len bytes (len may be NULL); caller frees it
+ * with free(). SG_EINVAL for i out of range, SG_EINTERNAL out of memory.
+ */
+SG_API int sg_x509_pem(const sg_x509_bundle *b, size_t i, char **out, size_t *len) SG_MUST_CHECK;
+
 typedef struct sg_x509_keyinfo {
 	sg_pubkey_kind kind; /* SG_PUBKEY_RSA or SG_PUBKEY_EC */
 	unsigned bits;	     /* RSA modulus bits, or the EC curve's (256, 384, ...) */
