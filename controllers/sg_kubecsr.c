@@ -430,9 +430,9 @@ static bool issuer_usable(sg_kubecsr *k, const char *issuer, sg_signetissuer_spe
 	if (!iss)
 		snprintf(why, cap, "SignetClusterIssuer %s not found. Waiting for it to be created.", issuer);
 	else if (!sg_signetissuer_ready(iss, ready, sizeof(ready)))
-		snprintf(why, cap, "SignetClusterIssuer %s: %s", issuer, ready);
+		snprintf(why, cap, "SignetClusterIssuer %.64s: %.400s", issuer, ready);
 	else if (sg_signetissuer_spec_parse(iss, spec) != SG_OK)
-		snprintf(why, cap, "SignetClusterIssuer %s: %s", issuer, sg_error_last()->msg);
+		snprintf(why, cap, "SignetClusterIssuer %.64s: %.400s", issuer, sg_error_last()->msg);
 	else if (!(*ca = sg_kubesign_ca_find(k->cas, k->ncas, spec->ca_name)))
 		snprintf(why, cap, "SignetClusterIssuer %s names CA \"%s\", which signetd does not have", issuer,
 		         spec->ca_name);
