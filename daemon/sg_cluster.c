@@ -16,15 +16,18 @@
 #include "sg_cluster.h"
 #include "sg_authn_impl.h"
 #include "sg_authn_kube.h"
+#include "sg_cmissuer.h"
 #include "sg_crypto.h"
 #include "sg_ctrl.h"
 #include "sg_guard.h"
 #include "sg_istiodcert.h"
 #include "sg_jwks_kube.h"
+#include "sg_kubecsr.h"
 #include "sg_kube.h"
 #include "sg_lease.h"
 #include "sg_log.h"
 #include "sg_rootdist.h"
+#include "sg_signetissuer.h"
 #include "sg_workload.h"
 
 #include <pthread.h>
@@ -49,6 +52,12 @@ struct sg_cluster {
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
 	sg_rootdist *rootdist;
 	sg_istiodcert *istiodcert;
+	sg_kubesign_ca cas[1];     /* the CAs issuers may name: this daemon's one, "default" */
+	sg_signetissuer *issuers;
+	sg_cmissuer *cmissuer;
+	sg_kubecsr *kubecsr;
+	sg_kube *kube_forward;     /* RA mode: its own rate limit, apart from the controllers' */
+	sg_forward *forward;
 	sg_ctrl_manager *ctrls;    /* the table, and the Lease */
 	char identity[IDENTITY_MAX];
 	char **audiences;
@@ -188,6 +197,91 @@ static int make_istiodcert(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_r
 	return SG_OK;
 }
 
+static bool want_issuers(const sg_daemon_settings *d)
+{
+	return d->cert_manager_issuer || d->kube_csr_signer;
+}
+
+static int make_issuers(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	(void)o;
+	sg_signetissuer_options io = {
+		.kube = c->kube_writers,
+		.cas = c->cas,
+		.ncas = 1,
+		.check_interval = (unsigned)c->d->issuer_check_interval,
+	};
+	SG_TRY(sg_signetissuer_new(&c->issuers, &io));
+	*row = (sg_ctrl_row){sg_signetissuer_controller(c->issuers), NULL, NULL, NULL, true, NULL};
+	return SG_OK;
+}
+
+static bool want_cmissuer(const sg_daemon_settings *d)
+{
+	return d->cert_manager_issuer;
+}
+
+static int cmissuer_start(void *self)
+{
+	return sg_cmissuer_start(self);
+}
+
+static void cmissuer_stop(void *self)
+{
+	sg_cmissuer_stop(self);
+}
+
+static int cmissuer_metrics(void *self, sg_metrics *reg)
+{
+	return sg_cmissuer_metrics(self, reg);
+}
+
+static int make_cmissuer(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	(void)o;
+	sg_cmissuer_options mo = {
+		.kube = c->kube_writers,
+		.cas = c->cas,
+		.ncas = 1,
+		.workers = (unsigned)c->d->cert_manager_issuer_workers,
+	};
+	SG_TRY(sg_cmissuer_new(&c->cmissuer, &mo));
+	*row = (sg_ctrl_row){sg_cmissuer_controller(c->cmissuer), cmissuer_start, cmissuer_stop, c->cmissuer, true,
+	                     cmissuer_metrics};
+	return SG_OK;
+}
+
+static bool want_kubecsr(const sg_daemon_settings *d)
+{
+	return d->kube_csr_signer;
+}
+
+static int kubecsr_start(void *self)
+{
+	return sg_kubecsr_start(self);
+}
+
+static void kubecsr_stop(void *self)
+{
+	sg_kubecsr_stop(self);
+}
+
+static int make_kubecsr_row(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	(void)o;
+	const sg_daemon_settings *d = c->d;
+	sg_kubecsr_options ko = {
+		.kube = c->kube_writers,
+		.cas = c->cas,
+		.ncas = 1,
+		.alias_signer_name = d->kube_csr_signer_alias,
+		.alias_issuer = d->kube_csr_signer_alias_issuer,
+	};
+	SG_TRY(sg_kubecsr_new(&c->kubecsr, &ko));
+	*row = (sg_ctrl_row){sg_kubecsr_controller(c->kubecsr), kubecsr_start, kubecsr_stop, c->kubecsr, true, NULL};
+	return SG_OK;
+}
+
 /* One row per controller: whether the settings ask for it, and how to make
  * it. A new controller is a new row (and its own module). */
 static const struct controller_kind {
@@ -196,6 +290,9 @@ static const struct controller_kind {
 } controllers[] = {
 	{want_rootdist, make_rootdist},
 	{want_istiodcert, make_istiodcert},
+	{want_issuers, make_issuers},
+	{want_cmissuer, make_cmissuer},
+	{want_kubecsr, make_kubecsr_row},
 };
 
 static bool any_controller(const sg_daemon_settings *d)
@@ -235,6 +332,44 @@ static int make_controllers(sg_cluster *c, const sg_cluster_options *o)
 	return SG_OK;
 }
 
+/* RA mode: the issuer named by the settings signs, through
+ * CertificateRequests in the certificate namespace. */
+static int make_forward(sg_cluster *c, const sg_cluster_options *o)
+{
+	const sg_daemon_settings *d = c->d;
+	if (!d->issuer_name || !*d->issuer_name)
+		return SG_OK;
+	char server[256];
+	SG_TRY(new_client(d, &c->kube_forward, 0, server, sizeof(server)));
+	sg_forward_options fo = {
+		.kube = c->kube_forward,
+		.ns = d->certificate_namespace,
+		.issuer_name = d->issuer_name,
+		.issuer_kind = d->issuer_kind,
+		.issuer_group = d->issuer_group,
+		.roots_pem = o->root_pem,
+		.roots_len = o->root_len,
+		.preserve = d->preserve_certificate_requests,
+		.max_in_flight = (unsigned)d->forward_max_in_flight,
+		/* every call has a deadline (the client's, at most
+		 * server-timeout), so this bounds nothing signetd sends */
+		.timeout_ms = (unsigned)d->server_timeout * 1000u,
+	};
+	SG_TRY(sg_forward_new(&c->forward, &fo));
+	if (d->preserve_certificate_requests)
+		sg_log(SG_LOG_WARN, "preserve-certificate-requests is on: answered CertificateRequests are kept and pile "
+		                    "up; do not use it in production", SG_F_END);
+	sg_log(SG_LOG_INFO, "RA mode: workload certificates are signed by a cert-manager issuer",
+	       SG_F_STR("issuer", d->issuer_name), SG_F_STR("kind", d->issuer_kind), SG_F_STR("group", d->issuer_group),
+	       SG_F_STR("namespace", d->certificate_namespace), SG_F_END);
+	return SG_OK;
+}
+
+sg_forward *sg_cluster_forwarder(sg_cluster *c)
+{
+	return c ? c->forward : NULL;
+}
+
 static bool need_pods(const sg_cluster *c)
 {
 	return c->d->ca_trusted_node_accounts && *c->d->ca_trusted_node_accounts;
@@ -252,6 +387,7 @@ static int make_parts(sg_cluster *c, const sg_cluster_options *o)
 		sg_jwks_kube_options jo = {.kube = c->kube, .refresh_seconds = (int)d->jwks_refresh_interval};
 		SG_TRY(sg_jwks_kube_new(&c->jwks, &jo));
 	}
+	SG_TRY(make_forward(c, o));
 	return make_controllers(c, o);
 }
 
@@ -259,10 +395,13 @@ int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
 {
 	*out = NULL;
 	SG_ENSURE(sg_cluster_configured(o->daemon), SG_EINVAL, "no Kubernetes API is configured");
+	SG_ENSURE(o->app || !(o->daemon->cert_manager_issuer || o->daemon->kube_csr_signer), SG_EINVAL,
+	          "the cert-manager issuer and the CSR signer need the appliance's CA");
 	sg_cluster *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
 	c->s = o->settings;
 	c->d = o->daemon;
+	c->cas[0] = (sg_kubesign_ca){.name = "default", .app = o->app};
 	int rc = SG_OK;
 	c->audiences = calloc(o->n_audiences ? o->n_audiences : 1, sizeof(char *));
 	for (size_t i = 0; c->audiences && i < o->n_audiences; i++)
@@ -354,6 +493,8 @@ void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the ConfigMap writer");
 	if (c->istiodcert && sg_istiodcert_set_root(c->istiodcert, pem, len) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the istiod certificate writer");
+	if (c->forward && sg_forward_set_roots(c->forward, pem, len) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the RA forwarder");
 }
 
 bool sg_cluster_is_leader(sg_cluster *c)
@@ -469,6 +610,51 @@ static double jk_last(void *arg)
 	return (double)jk_stats(arg).last_success;
 }
 
+static sg_forward_stats fw_stats(sg_cluster *c)
+{
+	sg_forward_stats st;
+	memset(&st, 0, sizeof(st));
+	if (c->forward)
+		sg_forward_stats_get(c->forward, &st);
+	return st;
+}
+
+static double fw_issued(void *arg)
+{
+	return (double)fw_stats(arg).issued;
+}
+
+static double fw_refused(void *arg)
+{
+	return (double)fw_stats(arg).refused;
+}
+
+static double fw_timeouts(void *arg)
+{
+	return (double)fw_stats(arg).timeouts;
+}
+
+static double fw_rejected(void *arg)
+{
+	return (double)fw_stats(arg).rejected;
+}
+
+static double fw_errors(void *arg)
+{
+	return (double)fw_stats(arg).errors;
+}
+
+static double fw_in_flight(void *arg)
+{
+	return (double)fw_stats(arg).in_flight;
+}
+
+static double fw_api_calls(void *arg)
+{
+	sg_forward_stats st = fw_stats(arg);
+	return (double)(st.creates + st.deletes);
+}
+
 int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 {
 	static const struct {
@@ -496,6 +682,26 @@ int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 		 jk_failures, true},
 		{"signet_jwks_last_success_timestamp", "When the cluster's JWKS was last fetched.", jk_last, false},
 	};
+	static const struct {
+		const char *name, *help;
+		sg_metrics_value_fn fn;
+		bool counter;
+	} ra[] = {
+		{"signet_forward_issued_total", "RA mode: CertificateRequests answered with a certificate.", fw_issued, true},
+		{"signet_forward_refused_total", "RA mode: CertificateRequests denied, failed or deleted by others.",
+		 fw_refused, true},
+		{"signet_forward_timeouts_total", "RA mode: requests whose deadline passed, or whose caller went away.",
+		 fw_timeouts, true},
+		{"signet_forward_rejected_total", "RA mode: requests refused at once (too many in flight).", fw_rejected,
+		 true},
+		{"signet_forward_errors_total", "RA mode: API errors and unusable certificates.", fw_errors, true},
+		{"signet_forward_in_flight", "RA mode: CertificateRequests waiting for their issuer.", fw_in_flight, false},
+		{"signet_forward_api_calls_total", "RA mode: creates and deletes of CertificateRequests.", fw_api_calls,
+		 true},
+	};
+	for (size_t i = 0; c->forward && i < sizeof(ra) / sizeof(ra[0]); i++)
+		SG_TRY(ra[i].counter ? sg_metrics_counter_fn(reg, ra[i].name, ra[i].help, ra[i].fn, c)
+				     : sg_metrics_gauge_fn(reg, ra[i].name, ra[i].help, ra[i].fn, c));
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c)
 				      : sg_metrics_gauge_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c));
@@ -511,6 +717,11 @@ void sg_cluster_free(sg_cluster *c)
 	/* The controllers stop (leading ends), the Lease is released so a
 	 * successor takes over at its next retry, then the rest goes. */
 	sg_ctrl_manager_free(c->ctrls);
+	sg_forward_free(c->forward);
+	sg_kube_free(c->kube_forward);
+	sg_cmissuer_free(c->cmissuer);
+	sg_kubecsr_free(c->kubecsr);
+	sg_signetissuer_free(c->issuers);
 	sg_istiodcert_free(c->istiodcert);
 	sg_rootdist_free(c->rootdist);
 	sg_workload_free(c->workload);

@@ -8,9 +8,11 @@
  *                   ServiceAccount and Pod must still exist);
  *   authorization   node authorization of impersonation (a trusted node
  *                   agent may only ask for identities of pods on its node);
- *   writers         the istio-ca-root-cert ConfigMaps and istiod's
- *                   certificate Secret, run only by the replica that holds
- *                   the leader-election Lease (every replica serves gRPC).
+ *   writers         the istio-ca-root-cert ConfigMaps, istiod's
+ *                   certificate Secret, the SignetIssuer/SignetClusterIssuer
+ *                   status, cert-manager CertificateRequests and Kubernetes
+ *                   CSRs, run only by the replica that holds the
+ *                   leader-election Lease (every replica serves gRPC).
  *
  * A cluster is "configured" when --kubeconfig is set, $KUBECONFIG is set,
  * or signetd runs in a pod ($KUBERNETES_SERVICE_HOST); otherwise signetd
@@ -28,6 +30,7 @@
 #include "sg_authn.h"
 #include "sg_daemon.h"
 #include "sg_error.h"
+#include "sg_forward.h"
 #include "sg_metrics.h"
 #include "sg_pool.h"
 
@@ -40,6 +43,7 @@ typedef struct sg_cluster_options {
 	const sg_settings *settings;      /* borrowed for the cluster's life */
 	const sg_daemon_settings *daemon; /* borrowed for the cluster's life */
 	sg_pool *pool;                    /* signs istiod's certificate */
+	sg_appliance *app;                /* the CA "default": signs for SignetIssuers and Kubernetes CSRs */
 	const char *root_pem;             /* the root bundle now (copied) */
 	size_t root_len;
 	const char *const *audiences;     /* token audiences (copied) */
@@ -75,6 +79,12 @@ SG_API void sg_cluster_tick(sg_cluster *c);
 
 /* A new root bundle (copied): the writers converge to it. Any thread. */
 SG_API void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len);
+
+/* RA mode (issuer-name set): the forwarder that turns workload CSRs into
+ * cert-manager CertificateRequests (sg_forward.h), with a client of its
+ * own; NULL when signet signs itself. Owned by the cluster, which must be
+ * freed only once no call uses it (after the gRPC server's shutdown). */
+SG_API sg_forward *sg_cluster_forwarder(sg_cluster *c);
 
 /* Gauges and counters under signet_kube_* / signet_leader. */
 SG_API int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg) SG_MUST_CHECK;

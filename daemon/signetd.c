@@ -517,6 +517,7 @@ static int start(daemon *d)
 			.settings = &d->a.s,
 			.daemon = s,
 			.pool = d->pool,
+			.app = d->app,
 			.root_pem = root,
 			.root_len = root_len,
 			.audiences = aud,
@@ -555,7 +556,10 @@ static int start(daemon *d)
 		.metrics = d->m.reg,
 		.root_pem = root_own,
 		.root_len = root_len,
+		.forward = sg_cluster_forwarder(d->cluster),
 	};
+	SG_ENSURE(!(s->issuer_name && *s->issuer_name) || vo.forward, SG_EINVAL,
+	          "issuer-name (RA mode) needs a Kubernetes API (kubeconfig, KUBECONFIG or in-cluster)");
 	SG_TRY(sg_service_new(&d->svc, &vo));
 	SG_TRY(setup_metrics(d));
 	if (d->cluster)

@@ -67,6 +67,18 @@ typedef struct sg_daemon_settings {
 	int64_t istiod_cert_key_size;
 	char *istiod_cert_additional_dns_names;
 	char *istiod_cert_istio_revisions;
+	bool cert_manager_issuer;
+	int64_t cert_manager_issuer_workers;
+	bool kube_csr_signer;
+	char *kube_csr_signer_alias;
+	char *kube_csr_signer_alias_issuer;
+	int64_t issuer_check_interval;
+	char *issuer_name;
+	char *issuer_kind;
+	char *issuer_group;
+	char *certificate_namespace;
+	bool preserve_certificate_requests;
+	int64_t forward_max_in_flight;
 } sg_daemon_settings;
 
 extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NULL */
@@ -186,7 +198,31 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	X("istiod-cert-additional-dns-names", SG_OPT_STRING, istiod_cert_additional_dns_names, "", 0, 4096, NULL, \
 	  "comma-separated extra DNS SANs of istiod's certificate")                                                \
 	X("istiod-cert-istio-revisions", SG_OPT_STRING, istiod_cert_istio_revisions, "default", 0, 4096, NULL,    \
-	  "comma-separated Istio revisions; each but default adds istiod-<rev>.<ns>.svc")
+	  "comma-separated Istio revisions; each but default adds istiod-<rev>.<ns>.svc")                           \
+	X("cert-manager-issuer", SG_OPT_BOOL, cert_manager_issuer, "true", 0, 0, NULL,                            \
+	  "sign cert-manager CertificateRequests for SignetIssuer/SignetClusterIssuer (leader only)")              \
+	X("cert-manager-issuer-workers", SG_OPT_INT, cert_manager_issuer_workers, "4", 1, 16, NULL,               \
+	  "CertificateRequests signed concurrently")                                                               \
+	X("kube-csr-signer", SG_OPT_BOOL, kube_csr_signer, "true", 0, 0, NULL,                                    \
+	  "sign Kubernetes CSRs for signerName signetclusterissuers.signet.dev/<name> (leader only)")              \
+	X("kube-csr-signer-alias", SG_OPT_STRING, kube_csr_signer_alias, "", 0, 571, NULL,                       \
+	  "one more signerName to sign Kubernetes CSRs for (istiod's K8S_SIGNER); empty: none")                   \
+	X("kube-csr-signer-alias-issuer", SG_OPT_STRING, kube_csr_signer_alias_issuer, "default", 1, 253, NULL,   \
+	  "the SignetClusterIssuer whose CA and limits the alias signerName uses")                                 \
+	X("issuer-check-interval", SG_OPT_DURATION, issuer_check_interval, "30s", 1, 3600, NULL,                  \
+	  "how often each SignetIssuer/SignetClusterIssuer's CA is checked for its Ready condition")              \
+	X("issuer-name", SG_OPT_STRING, issuer_name, "", 0, 253, NULL,                                            \
+	  "RA mode: the cert-manager issuer that signs workload certificates (empty: signet's HSM signs)")         \
+	X("issuer-kind", SG_OPT_STRING, issuer_kind, "Issuer", 1, 63, NULL,                                       \
+	  "RA mode: the issuer's kind (Issuer, ClusterIssuer, or an external issuer's kind)")                     \
+	X("issuer-group", SG_OPT_STRING, issuer_group, "cert-manager.io", 1, 253, NULL,                           \
+	  "RA mode: the issuer's API group")                                                                      \
+	X("certificate-namespace", SG_OPT_STRING, certificate_namespace, "istio-system", 1, 63, NULL,             \
+	  "RA mode: where CertificateRequests are created")                                                        \
+	X("preserve-certificate-requests", SG_OPT_BOOL, preserve_certificate_requests, "false", 0, 0, NULL,       \
+	  "RA mode: keep CertificateRequests once answered (debugging only: they pile up)")                       \
+	X("forward-max-in-flight", SG_OPT_INT, forward_max_in_flight, "1000", 1, 100000, NULL,                    \
+	  "RA mode: CertificateRequests waiting at once; more are answered UNAVAILABLE")
 
 #define SG_DAEMON_ROW_(name, type, field, def, min, max, choices, help) \
 	{name, type, offsetof(SG_DAEMON_T_, SG_DAEMON_M_.field), def, min, max, choices, help, false},

@@ -13,7 +13,13 @@ Python's grpcio as the client and `openssl verify` on every chain.
     after deletion or edits, following a root change, no write loop;
   - istiod's certificate Secret;
   - two replicas: one leader writes; killing it hands over within 20 s;
-  - the API server restarted under a running signetd: it recovers.
+  - the API server restarted under a running signetd: it recovers;
+  - RA mode: a test issuer (a small controller here, signing cert-manager
+    CertificateRequests of its own issuer group with Python's
+    cryptography) answers; chains come back to the gRPC client and verify
+    with `openssl verify`; requests are deleted afterwards; a denied
+    request is INTERNAL; an issuer that never answers gives the client its
+    deadline error and leaves no request behind.
 
 usage: test_kube_e2e.py SIGNETCTL SIGNETD PROTO_DIR KUBE_SCRIPTS
 """
@@ -32,7 +38,10 @@ import unittest
 import urllib.error
 import urllib.request
 
+import threading
+
 import grpc
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding
@@ -79,7 +88,11 @@ class Kube:
             with urllib.request.urlopen(r, context=self.ctx, timeout=30) as resp:
                 return resp.status, json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as e:
-            return e.code, json.loads(e.read() or b"{}")
+            body = e.read() or b"{}"
+            try:
+                return e.code, json.loads(body)
+            except ValueError:  # "404 page not found" before a new API is served
+                return e.code, {"message": body.decode(errors="replace")}
 
     def ok(self, method, path, body=None, ctype="application/json"):
         code, doc = self.req(method, path, body, ctype)
@@ -554,6 +567,173 @@ class Replicas(Base):
         C.kube.delete(f"/api/v1/namespaces/apps/configmaps/{ROOT_CM}")
         wait_for("the new leader's repair", lambda: C.kube.configmap("apps"))
         print(f"handover in {took:.1f}s", file=sys.stderr)
+
+
+TEST_GROUP = "test-issuer.example.com"
+RA_NS = "ra-mode"
+CR_PATH = f"/apis/cert-manager.io/v1/namespaces/{RA_NS}/certificaterequests"
+
+
+class TestIssuer:
+    """An issuer for RA mode: signs CertificateRequests whose issuerRef
+    group is TEST_GROUP with a CA of its own, as fast as it can (a LIST
+    every 20 ms: the test's issuer may poll; signet may not). Modes:
+    "sign", "deny" (Denied=True, as an approver would), "silent"."""
+
+    def __init__(self):
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test issuer root")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                     .not_valid_before(now - datetime.timedelta(minutes=5))
+                     .not_valid_after(now + datetime.timedelta(days=30))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .sign(self.key, hashes.SHA256()))
+        self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
+        self.mode = "sign"
+        self.seen = set()
+        self.signed = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def sign(self, csr_pem, seconds):
+        csr = x509.load_pem_x509_csr(csr_pem)
+        now = datetime.datetime.now(datetime.timezone.utc)
+        san = csr.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME)
+        leaf = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(self.cert.subject)
+                .public_key(csr.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + datetime.timedelta(seconds=seconds))
+                .add_extension(san.value, critical=True)
+                .sign(self.key, hashes.SHA256()))
+        return leaf.public_bytes(serialization.Encoding.PEM)
+
+    def run(self):
+        while not self.stop.is_set():
+            code, doc = C.kube.req("GET", CR_PATH)
+            for cr in doc.get("items", []) if code == 200 else []:
+                name = cr["metadata"]["name"]
+                if name in self.seen or cr["spec"]["issuerRef"].get("group") != TEST_GROUP:
+                    continue
+                if self.mode == "silent":
+                    continue
+                self.seen.add(name)
+                if self.mode == "deny":
+                    cond = {"type": "Denied", "status": "True", "reason": "test", "message": "the test says no",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                    C.kube.req("PATCH", f"{CR_PATH}/{name}/status", {"status": {"conditions": [cond]}},
+                               "application/merge-patch+json")
+                    continue
+                seconds = int(cr["spec"]["duration"].rstrip("s"))
+                leaf = self.sign(base64.b64decode(cr["spec"]["request"]), seconds)
+                self.signed += 1  # before the answer can reach anyone
+                cond = {"type": "Ready", "status": "True", "reason": "Issued", "message": "signed by the test",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                C.kube.req("PATCH", f"{CR_PATH}/{name}/status",
+                           {"status": {"certificate": base64.b64encode(leaf).decode(), "conditions": [cond]}},
+                           "application/merge-patch+json")
+            self.stop.wait(0.02)
+
+
+class RAMode(Base):
+    """signetd forwarding to a cert-manager issuer (istio-csr's mode)."""
+
+    @classmethod
+    def setUpClass(cls):
+        with open(os.path.join(os.path.dirname(KUBE_SCRIPTS), "controllers", "fixtures",
+                               "certificaterequests.crd.yaml")) as f:
+            crd = yaml.safe_load(f)
+        code, doc = C.kube.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+        assert code in (201, 409), f"CRD: {code} {doc.get('message')}"
+        wait_for("the CertificateRequest API", lambda: C.kube.req("GET", CR_PATH.replace(RA_NS, "default"))[0] == 200)
+        C.kube.namespace(RA_NS)
+        cls.issuer = TestIssuer()
+        # The mesh roots: the issuer's root (workload certificates) and
+        # signet's own (its serving certificate).
+        cls.roots = os.path.join(C.tmp, "ra-roots.pem")
+        with open(cls.roots, "wb") as f:
+            f.write(C.root + cls.issuer.pem)
+        cls.d = C.signetd("--issuer-name", "test", "--issuer-kind", "TestIssuer", "--issuer-group", TEST_GROUP,
+                          "--certificate-namespace", RA_NS, "--root-ca-file", cls.roots,
+                          "--server-timeout", "3s", "--root-ca-configmap=false")
+        cls.ch = C.channel(cls.d.port)
+        cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.issuer.stop.set()
+        cls.issuer.thread.join()
+        cls.ch.close()
+        rc = cls.d.stop()
+        assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+
+    def ours(self):
+        code, doc = C.kube.req("GET", CR_PATH)
+        return [i for i in doc.get("items", []) if i["metadata"]["name"].startswith("signet-")]
+
+    def test_answered_and_cleaned_up(self):
+        self.issuer.mode = "sign"
+        before = self.issuer.signed
+        identity = spiffe("apps", "app1")
+        chain = self.call(self.stub, C.kube.token("apps", "app1"), identity)
+        self.assertEqual(self.issuer.signed, before + 1)
+        self.assertEqual(len(chain), 2)  # the issuer's leaf, then the root bundle
+        self.assertEqual(chain[-1].encode(), C.root + self.issuer.pem)
+        path = os.path.join(C.tmp, f"ra-chain.{time.time_ns()}.pem")
+        with open(path, "w") as f:
+            f.write(chain[0])
+        issuer_root = os.path.join(C.tmp, "ra-issuer-root.pem")
+        with open(issuer_root, "wb") as f:
+            f.write(self.issuer.pem)
+        v = subprocess.run(["openssl", "verify", "-CAfile", issuer_root, path], capture_output=True, text=True)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        leaf = x509.load_pem_x509_certificate(chain[0].encode())
+        san = leaf.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier), [identity])
+        # the workload asked 3600 s: that is the request's duration
+        lifetime = leaf.not_valid_after - leaf.not_valid_before
+        self.assertEqual(int(lifetime.total_seconds()), 3600)
+        wait_for("the request's deletion", lambda: not self.ours())
+        self.assertEqual(C.metric(self.d, "signet_forward_in_flight"), 0)
+        self.assertGreaterEqual(C.metric(self.d, "signet_forward_issued_total"), 1)
+
+    def test_denied(self):
+        self.issuer.mode = "deny"
+        self.addCleanup(setattr, self.issuer, "mode", "sign")
+        details = self.refused(self.stub, C.kube.token("apps", "app1"), spiffe("apps", "app1"),
+                               code=grpc.StatusCode.INTERNAL)
+        self.assertIn("failed to sign certificate request", details)
+        self.assertIn("the test says no", details)
+        wait_for("the request's deletion", lambda: not self.ours())
+
+    def test_policy_still_applies(self):
+        """A CSR for another identity is refused before anything is created."""
+        n = C.metric(self.d, "signet_forward_api_calls_total")
+        self.refused(self.stub, C.kube.token("apps", "app1"), spiffe("apps", "app2"))
+        self.assertEqual(C.metric(self.d, "signet_forward_api_calls_total"), n)
+
+    def test_silent_issuer(self):
+        self.issuer.mode = "silent"
+        self.addCleanup(setattr, self.issuer, "mode", "sign")
+        req = C.pb.IstioCertificateRequest(csr=make_csr(spiffe("apps", "app1")), validity_duration=3600)
+        md = [("authorization", f"Bearer {C.kube.token('apps', 'app1')}")]
+        t0 = time.time()
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.CreateCertificate(req, metadata=md, timeout=1.5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertLess(time.time() - t0, 5)
+        # nothing leaks: the request goes, nothing waits
+        wait_for("the request's deletion", lambda: not self.ours(), timeout=15)
+        wait_for("nothing in flight", lambda: C.metric(self.d, "signet_forward_in_flight") == 0)
+        self.assertGreaterEqual(C.metric(self.d, "signet_forward_timeouts_total"), 1)
+        # without a client deadline: the server's (--server-timeout, 3 s here)
+        t0 = time.time()
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.stub.CreateCertificate(req, metadata=md)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED, cm.exception.details())
+        self.assertLess(time.time() - t0, 8)
+        wait_for("the request's deletion", lambda: not self.ours(), timeout=15)
 
 
 if __name__ == "__main__":
