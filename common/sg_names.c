@@ -50,3 +50,17 @@ bool sg_names_uid(const char *s)
 			return false;
 	return true;
 }
+
+bool sg_names_label_value(const char *s)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > SG_NAMES_LABEL_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+		if (!alnum && (i == 0 || i == n - 1 || (c != '-' && c != '_' && c != '.')))
+			return false;
+	}
+	return true;
+}

@@ -27,6 +27,10 @@ SG_API bool sg_names_dns_label(const char *s, size_t n, size_t max);
 /* A DNS-1123 subdomain: such labels joined by '.', 1..253 bytes (object
  * names: service accounts, pods, ConfigMaps). */
 SG_API bool sg_names_dns_subdomain(const char *s, size_t n);
+/* A label value (NUL-terminated, non-empty): 1..63 of [A-Za-z0-9._-],
+ * alphanumeric at both ends. (The empty value Kubernetes also allows is
+ * refused: nothing here labels with one.) */
+SG_API bool sg_names_label_value(const char *s);
 /* A uid (NUL-terminated): a UUID in practice; [A-Za-z0-9-]{1,63} is
  * accepted. */
 SG_API bool sg_names_uid(const char *s);

@@ -26,6 +26,7 @@
 #include "sg_kube.h"
 #include "sg_lease.h"
 #include "sg_log.h"
+#include "sg_names.h"
 #include "sg_rootdist.h"
 #include "sg_signetissuer.h"
 #include "sg_workload.h"
@@ -341,6 +342,13 @@ static int make_forward(sg_cluster *c, const sg_cluster_options *o)
 		return SG_OK;
 	char server[256];
 	SG_TRY(new_client(d, &c->kube_forward, 0, server, sizeof(server)));
+	/* The pod's name (the host name in a pod) labels this replica's
+	 * requests: a restarted container finds what it left and removes it. */
+	char host[64] = "";
+	if (gethostname(host, sizeof(host)) != 0)
+		host[0] = 0;
+	host[sizeof(host) - 1] = 0;
+	bool stable = sg_names_label_value(host);
 	sg_forward_options fo = {
 		.kube = c->kube_forward,
 		.ns = d->certificate_namespace,
@@ -354,6 +362,7 @@ static int make_forward(sg_cluster *c, const sg_cluster_options *o)
 		/* every call has a deadline (the client's, at most
 		 * server-timeout), so this bounds nothing signetd sends */
 		.timeout_ms = (unsigned)d->server_timeout * 1000u,
+		.replica_id = stable ? host : NULL,
 	};
 	SG_TRY(sg_forward_new(&c->forward, &fo));
 	if (d->preserve_certificate_requests)

@@ -81,6 +81,7 @@
 #define WORKERS_MAX 64u
 #define IN_FLIGHT_MAX 100000u
 #define TIMEOUT_MAX_MS (3600u * 1000u)
+#define SWEEP_FIRST_MS 10000u /* the first look for what a crash left, after start */
 #define IDENTITY_MAX 4096
 #define TTL_MAX (INT64_C(100) * 365 * 86400)
 #define SHOWN_MAX 256 /* an issuer's or API server's words quoted in a message */
@@ -128,6 +129,7 @@ struct sg_forward {
 	char *ns, *issuer_name, *issuer_kind, *issuer_group, *replica_id, *selector;
 	bool preserve;
 	unsigned max_in_flight, timeout_ms, nworkers;
+	unsigned orphan_age_s, sweep_ms;
 
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv; /* workers: a job, or stopping */
@@ -146,6 +148,8 @@ struct sg_forward {
 	unsigned workers_started;
 	pthread_t timer;
 	bool timer_started;
+	pthread_t sweeper;
+	bool sweeper_started;
 	struct req **scratch; /* the timer's: max_in_flight references */
 	sg_kube_informer *inf;
 
@@ -153,7 +157,7 @@ struct sg_forward {
 	struct roots *roots;
 
 	atomic_uint_fast64_t submitted, rejected, issued, refused, timeouts, errors, in_flight;
-	atomic_uint_fast64_t creates, deletes, api_errors, left_behind;
+	atomic_uint_fast64_t creates, deletes, api_errors, left_behind, swept;
 	atomic_uint_fast64_t warn_last, warn_suppressed;
 };
 
@@ -185,20 +189,6 @@ static const char *str_of(const json_t *obj, const char *key)
 }
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
-static bool label_value(const char *s)
-{
-	size_t n = strlen(s);
-	if (n == 0 || n > SG_NAMES_LABEL_MAX)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char c = s[i];
-		bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-		if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '_' && c != '.')))
-			return false;
-	}
-	return true;
-}
-
 static bool printable(const char *s, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -808,6 +798,94 @@ static void *timer(void *arg)
 	}
 }
 
+/* ---- what a crash left behind ---- */
+
+/* RFC 3339 "YYYY-MM-DDTHH:MM:SSZ" (metadata.creationTimestamp) in Unix
+ * seconds; -1 when it is not that. */
+static int64_t rfc3339_seconds(const char *s)
+{
+	int y, mo, d, h, mi, se;
+	char z = 0;
+	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &se, &z) != 7 || z != 'Z' ||
+	    mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
+		return -1;
+	return sg_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
+}
+
+/* One look: every request of ours that nobody waits for any more. A
+ * request of this replica that is not pending here was left by an earlier
+ * run with the same id (or its delete failed); another replica's is left
+ * only once it is older than any wait can be. */
+static void sweep(sg_forward *f)
+{
+	sg_kube_ref ref = cr_ref(f, NULL);
+	sg_kube_list_opts lo = {.label_selector = SG_FORWARD_LABEL};
+	json_t *list = NULL;
+	if (sg_kube_list_all(f->kube, &ref, &lo, &list) != SG_OK) {
+		char why[SG_ERROR_MSG_MAX];
+		api_message(why, sizeof(why));
+		warn(f, "cannot look for certificate requests left behind", "", why);
+		return;
+	}
+	int64_t now = sg_wall_seconds();
+	size_t i, removed = 0;
+	json_t *item;
+	json_array_foreach(json_object_get(list, "items"), i, item)
+	{
+		const char *name = sg_kube_meta_str(item, "name");
+		const char *owner =
+			json_string_value(json_object_get(json_object_get(json_object_get(item, "metadata"), "labels"),
+			                                  SG_FORWARD_LABEL));
+		if (!name || !owner)
+			continue;
+		bool mine = strcmp(owner, f->replica_id) == 0;
+		if (mine) {
+			pthread_mutex_lock(&f->mu);
+			bool waited_for = map_find(f, name) != NULL;
+			bool stopping = f->stopping;
+			pthread_mutex_unlock(&f->mu);
+			if (waited_for || stopping)
+				continue;
+		} else {
+			int64_t born = rfc3339_seconds(sg_kube_meta_str(item, "creationTimestamp"));
+			if (born < 0 || now - born < (int64_t)f->orphan_age_s)
+				continue;
+		}
+		sg_kube_ref one = cr_ref(f, name);
+		int rc = sg_kube_delete(f->kube, &one, NULL);
+		count(&f->deletes);
+		if (rc == SG_OK) {
+			removed++;
+			count(&f->swept);
+		} else if (rc != SG_ENOTFOUND) {
+			count(&f->api_errors);
+		}
+	}
+	json_decref(list);
+	if (removed)
+		sg_log(SG_LOG_INFO, "removed certificate requests left behind", SG_F_STR("namespace", f->ns),
+		       SG_F_INT("removed", (int64_t)removed), SG_F_END);
+}
+
+static void *sweeper(void *arg)
+{
+	sg_forward *f = arg;
+	unsigned wait_ms = SWEEP_FIRST_MS < f->sweep_ms ? SWEEP_FIRST_MS : f->sweep_ms;
+	for (;;) {
+		struct timespec ts;
+		wake_at(&ts, wait_ms);
+		pthread_mutex_lock(&f->mu);
+		while (!f->stopping && pthread_cond_timedwait(&f->tick_cv, &f->mu, &ts) == 0)
+			;
+		bool stop = f->stopping;
+		pthread_mutex_unlock(&f->mu);
+		if (stop)
+			return NULL;
+		sweep(f);
+		wait_ms = f->sweep_ms;
+	}
+}
+
 /* ---- submit ---- */
 
 static json_t *request_body(const sg_forward *f, const char *name, const char *b64, const char *identity, int64_t ttl)
@@ -952,6 +1030,7 @@ void sg_forward_stats_get(sg_forward *f, sg_forward_stats *out)
 	out->creates = atomic_load(&f->creates);
 	out->deletes = atomic_load(&f->deletes);
 	out->api_errors = atomic_load(&f->api_errors);
+	out->swept = atomic_load(&f->swept);
 }
 
 bool sg_forward_ready(sg_forward *f)
@@ -976,6 +1055,9 @@ static void stop(sg_forward *f)
 	if (f->timer_started)
 		pthread_join(f->timer, NULL);
 	f->timer_started = false;
+	if (f->sweeper_started)
+		pthread_join(f->sweeper, NULL);
+	f->sweeper_started = false;
 
 	sg_error err = {.code = SG_EBUSY, .file = __FILE__, .line = __LINE__};
 	snprintf(err.msg, sizeof(err.msg), "certificate forwarding is shutting down");
@@ -1054,12 +1136,12 @@ static int check_options(const sg_forward_options *o)
 	          "certificate forwarding: the namespace is missing or not a DNS-1123 label");
 	SG_ENSURE(o->issuer_name && sg_names_dns_subdomain(o->issuer_name, strlen(o->issuer_name)), SG_EINVAL,
 	          "certificate forwarding: the issuer name is missing or not a DNS-1123 subdomain");
-	SG_ENSURE(!o->issuer_kind || !*o->issuer_kind || label_value(o->issuer_kind), SG_EINVAL,
+	SG_ENSURE(!o->issuer_kind || !*o->issuer_kind || sg_names_label_value(o->issuer_kind), SG_EINVAL,
 	          "certificate forwarding: the issuer kind is malformed");
 	SG_ENSURE(!o->issuer_group || !*o->issuer_group ||
 	              sg_names_dns_subdomain(o->issuer_group, strlen(o->issuer_group)),
 	          SG_EINVAL, "certificate forwarding: the issuer group is not a DNS-1123 subdomain");
-	SG_ENSURE(!o->replica_id || label_value(o->replica_id), SG_EINVAL,
+	SG_ENSURE(!o->replica_id || sg_names_label_value(o->replica_id), SG_EINVAL,
 	          "certificate forwarding: the replica id is not a label value");
 	SG_ENSURE(o->max_in_flight <= IN_FLIGHT_MAX, SG_EINVAL, "certificate forwarding: max_in_flight above %u",
 	          IN_FLIGHT_MAX);
@@ -1083,6 +1165,11 @@ static int start(sg_forward *f)
 	}
 	SG_ENSURE(pthread_create(&f->timer, NULL, timer, f) == 0, SG_EINTERNAL, "cannot start the forwarding timer");
 	f->timer_started = true;
+	if (!f->preserve) {
+		SG_ENSURE(pthread_create(&f->sweeper, NULL, sweeper, f) == 0, SG_EINTERNAL,
+		          "cannot start the forwarding sweeper");
+		f->sweeper_started = true;
+	}
 	sg_kube_ref ref = cr_ref(f, NULL);
 	sg_kube_informer_opts io = {.label_selector = f->selector};
 	sg_kube_handlers h = {.on_add = on_add, .on_update = on_update, .on_delete = on_delete, .arg = f};
@@ -1110,6 +1197,8 @@ int sg_forward_new(sg_forward **out, const sg_forward_options *o)
 	f->max_in_flight = o->max_in_flight ? o->max_in_flight : SG_FORWARD_MAX_IN_FLIGHT;
 	f->timeout_ms = o->timeout_ms ? o->timeout_ms : SG_FORWARD_TIMEOUT_MS;
 	f->nworkers = o->workers ? o->workers : SG_FORWARD_WORKERS;
+	f->orphan_age_s = o->orphan_age_s ? o->orphan_age_s : SG_FORWARD_ORPHAN_AGE;
+	f->sweep_ms = o->sweep_interval_ms ? o->sweep_interval_ms : SG_FORWARD_SWEEP_MS;
 
 	int rc;
 	char rid[2 * REPLICA_RANDOM + 1];

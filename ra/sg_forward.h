@@ -35,6 +35,10 @@
  *
  * Every request created is deleted once it is answered, refused or timed
  * out, unless preserve is set (a debugging aid: requests then pile up).
+ * What a crash leaves behind is swept (unless preserve): shortly after
+ * start and then every sweep_interval_ms, requests labelled with this
+ * replica's id that nobody here waits for (an earlier run with the same
+ * id) and other replicas' requests older than orphan_age_s are deleted.
  *
  * Threads and ownership: submit may be called from any thread; done is
  * called exactly once per accepted submit, on one of the module's threads,
@@ -60,6 +64,8 @@
 #define SG_FORWARD_WORKERS 4
 #define SG_FORWARD_IDENTITY_ANNOTATION "istio.cert-manager.io/identities"
 #define SG_FORWARD_LABEL "signet.dev/forwarded-by"
+#define SG_FORWARD_ORPHAN_AGE 3600      /* seconds */
+#define SG_FORWARD_SWEEP_MS (300u * 1000u)
 
 typedef struct sg_forward sg_forward;
 
@@ -75,7 +81,13 @@ typedef struct sg_forward_options {
 	unsigned max_in_flight;   /* 0: SG_FORWARD_MAX_IN_FLIGHT */
 	unsigned timeout_ms;      /* for requests without a deadline; 0: SG_FORWARD_TIMEOUT_MS */
 	unsigned workers;         /* create/delete threads; 0: SG_FORWARD_WORKERS */
-	const char *replica_id;   /* the label value; NULL: random */
+	const char *replica_id;   /* the label value; NULL: random. A stable one (the pod's
+	                           * name) lets a restarted replica remove what it left */
+	/* Requests of other replicas older than this are removed as left
+	 * behind (their replica crashed before deleting them); 0:
+	 * SG_FORWARD_ORPHAN_AGE. Must exceed the longest wait of any replica. */
+	unsigned orphan_age_s;
+	unsigned sweep_interval_ms; /* how often to look for them; 0: SG_FORWARD_SWEEP_MS */
 } sg_forward_options;
 
 typedef struct sg_forward_request {
@@ -131,6 +143,7 @@ typedef struct sg_forward_stats {
 	uint64_t errors;     /* API errors, bad certificates, shutting down */
 	uint64_t in_flight;  /* waiting now */
 	uint64_t creates, deletes, api_errors; /* API calls made, and those that failed */
+	uint64_t swept;                        /* requests left behind (by a crash) and removed */
 } sg_forward_stats;
 
 SG_API void sg_forward_stats_get(sg_forward *f, sg_forward_stats *out);

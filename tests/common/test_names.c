@@ -74,4 +74,16 @@ static void t_uid(void)
 	SG_CHECK(!sg_names_uid(run(buf, 'f', SG_NAMES_UID_MAX + 1)));
 }
 
-SG_TEST_MAIN(SG_TEST(t_label), SG_TEST(t_subdomain), SG_TEST(t_uid))
+static void t_label_value(void)
+{
+	SG_CHECK(sg_names_label_value("signetd-7d9f8-abcde") && sg_names_label_value("Issuer"));
+	SG_CHECK(sg_names_label_value("a") && sg_names_label_value("a.b_c-d") && sg_names_label_value("0"));
+	SG_CHECK(!sg_names_label_value("") && !sg_names_label_value("-a") && !sg_names_label_value("a-"));
+	SG_CHECK(!sg_names_label_value(".a") && !sg_names_label_value("a_") && !sg_names_label_value("a/b"));
+	SG_CHECK(!sg_names_label_value("a b") && !sg_names_label_value("\xc3\xa9"));
+	char buf[100];
+	SG_CHECK(sg_names_label_value(run(buf, 'x', SG_NAMES_LABEL_MAX)));
+	SG_CHECK(!sg_names_label_value(run(buf, 'x', SG_NAMES_LABEL_MAX + 1)));
+}
+
+SG_TEST_MAIN(SG_TEST(t_label), SG_TEST(t_subdomain), SG_TEST(t_uid), SG_TEST(t_label_value))

@@ -1267,6 +1267,71 @@ static void t_arguments(void)
 }
 
 /* Requests of any forwarder in the namespace (-1 when the list fails). */
+/* A CertificateRequest as a replica labelled `replica` left it (for the
+ * silent issuer: nobody will touch it). */
+static void leftover(const char *name, const char *replica)
+{
+	json_t *o = json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:s, s:{s:s, s:s, s:s}}}", "apiVersion",
+	                      "cert-manager.io/v1", "kind", "CertificateRequest", "metadata", "name", name, "namespace", NS,
+	                      "labels", SG_FORWARD_LABEL, replica, "spec", "request", "eA==", "issuerRef", "name", "silent",
+	                      "kind", ISSUER_KIND, "group", ISSUER_GROUP);
+	SG_CHECK_OK(sg_kube_create(k, &crs, o, NULL));
+	json_decref(o);
+}
+
+static bool exists(const char *name)
+{
+	sg_kube_ref r = crs;
+	r.name = name;
+	json_t *o = NULL;
+	int rc = sg_kube_get(k, &r, &o);
+	json_decref(o);
+	return rc != SG_ENOTFOUND;
+}
+
+/* What a crash left: this replica's own requests that nobody waits for
+ * go at the first sweep; another replica's only once they are older than
+ * orphan_age_s; a request still waited for stays. */
+static void t_sweep(void)
+{
+	char mine[64], theirs[64], n1[80], n2[80];
+	rid("sweep-me", mine, sizeof(mine));
+	rid("sweep-other", theirs, sizeof(theirs));
+	snprintf(n1, sizeof(n1), "%s-left", mine);
+	snprintf(n2, sizeof(n2), "%s-left", theirs);
+	leftover(n1, mine);
+	leftover(n2, theirs);
+	sg_forward_options fo = {
+	    .kube = k, .ns = NS, .issuer_name = "silent", .issuer_kind = ISSUER_KIND, .issuer_group = ISSUER_GROUP,
+	    .roots_pem = root_pem, .roots_len = strlen(root_pem), .replica_id = mine,
+	    .orphan_age_s = 3, .sweep_interval_ms = 500,
+	};
+	sg_forward *f = NULL;
+	SG_CHECK_OK(sg_forward_new(&f, &fo));
+	if (!f)
+		return;
+	SG_WAIT_FOR(30000, sg_forward_ready(f));
+	/* a request still waited for is never swept */
+	rec r;
+	rec_init(&r);
+	char *csr = make_csr(stranger_key, SPIFFE_ID);
+	sg_forward_request q = request(csr, sg_now_ns() + 20ull * 1000000000u);
+	SG_CHECK_OK(sg_forward_submit(f, &q, on_done, &r));
+	/* the old one of this replica goes, the waited-for one (created by
+	 * the forwarder) stays */
+	SG_WAIT_FOR(10000, !exists(n1) && crs_of(mine, NULL) == 1);
+	SG_CHECK(crs_of(theirs, NULL) == 1);          /* the other replica's is young yet */
+	SG_WAIT_FOR(15000, crs_of(theirs, NULL) == 0); /* ... and goes once it is old */
+	SG_CHECK(crs_of(mine, NULL) == 1);             /* the waited-for request stayed */
+	SG_CHECK(stats(f).swept == 2);
+	SG_CHECK(rec_calls(&r) == 0);
+	sg_forward_free(f);
+	SG_CHECK(rec_calls(&r) == 1);
+	SG_WAIT_FOR(10000, crs_of(mine, NULL) == 0);
+	rec_clear(&r);
+	free(csr);
+}
+
 static long ours_left(json_t **list)
 {
 	json_decref(*list);
@@ -1305,4 +1370,4 @@ static void t_zz_nothing_left(void)
 SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_x509_helpers), SG_TEST(t_answered), SG_TEST(t_chain), SG_TEST(t_preserve),
              SG_TEST(t_denied), SG_TEST(t_failed), SG_TEST(t_invalid), SG_TEST(t_bad_certificate), SG_TEST(t_deleted),
              SG_TEST(t_deadline), SG_TEST(t_cancelled), SG_TEST(t_max_in_flight), SG_TEST(t_rbac), SG_TEST(t_burst),
-             SG_TEST(t_free_pending), SG_TEST(t_arguments), SG_TEST(t_zz_nothing_left))
+             SG_TEST(t_free_pending), SG_TEST(t_arguments), SG_TEST(t_sweep), SG_TEST(t_zz_nothing_left))
