@@ -54,6 +54,7 @@ typedef struct init_args {
 	char *trust_domain;
 	char *hsm_module;
 	char *token_label;
+	char *key_label;
 	char *pin_file;
 	char *so_pin_file;
 	char *ca_name;
@@ -72,6 +73,8 @@ static const sg_opt init_opts[] = {
 	{"hsm-module", SG_OPT_PATH, offsetof(init_args, hsm_module), NULL, 0, 0, NULL,
 	 "PKCS#11 module of an existing token (default: a new SoftHSM2 token inside --dir)", true},
 	{"token-label", SG_OPT_STRING, offsetof(init_args, token_label), "signet-ca", 0, 32, NULL, "token label", true},
+	{"key-label", SG_OPT_STRING, offsetof(init_args, key_label), "signet-ca-key", 0, 32, NULL,
+	 "label of the new key (another CA in the same token needs a label of its own)", true},
 	{"pin-file", SG_OPT_PATH, offsetof(init_args, pin_file), NULL, 0, 0, NULL,
 	 "user PIN file of the existing token (with --hsm-module)", true},
 	{"so-pin-file", SG_OPT_PATH, offsetof(init_args, so_pin_file), NULL, 0, 0, NULL,
@@ -324,7 +327,7 @@ static int run_init(const init_args *a, const char *abs_dir, const char *so_path
 	for (size_t i = 0; i < sizeof(id); i++)
 		snprintf(idhex + 3 * i, 4, "%%%02x", id[i]);
 	snprintf(token_uri, sizeof(token_uri), "pkcs11:token=%s", a->token_label);
-	snprintf(key_uri, sizeof(key_uri), "pkcs11:object=signet-ca-key;id=%s", idhex);
+	snprintf(key_uri, sizeof(key_uri), "pkcs11:object=%s;id=%s", a->key_label, idhex);
 
 	char *conf SG_AUTOFREE = ctl_join(abs_dir, "softhsm2.conf");
 	sg_hsm_options ho = {
@@ -410,6 +413,16 @@ int ctl_init(int argc, char **argv)
 		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
 	if (rc == SG_OK && !a.dir)
 		rc = sg_error_set(SG_EINVAL, "--dir is required");
+	/* Both go into pkcs11: URIs as they are: PKCS#11 URI characters that
+	 * need no escaping only. */
+	for (const char *const *l = (const char *const[]){a.token_label, a.key_label, NULL}; rc == SG_OK && *l; l++)
+		for (const char *p = *l; rc == SG_OK && *p; p++)
+			if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+			      *p == '-' || *p == '_' || *p == '.'))
+				rc = sg_error_set(SG_EINVAL, "labels may hold only letters, digits, '-', '_' and '.' (\"%s\")",
+						  *l);
+	if (rc == SG_OK && (!*a.token_label || !*a.key_label))
+		rc = sg_error_set(SG_EINVAL, "the token and key labels must not be empty");
 	if (rc == SG_OK && a.hsm_module && !a.pin_file)
 		rc = sg_error_set(SG_EINVAL, "--hsm-module needs --pin-file with the token's user PIN");
 	if (rc == SG_OK && a.hsm_module && a.so_pin_file)

@@ -53,7 +53,8 @@ struct sg_cluster {
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
 	sg_rootdist *rootdist;
 	sg_istiodcert *istiodcert;
-	sg_kubesign_ca cas[1];     /* the CAs issuers may name: this daemon's one, "default" */
+	sg_kubesign_ca cas[SG_CLUSTER_CAS_MAX]; /* the CAs issuers may name: "default" first */
+	size_t ncas;
 	sg_signetissuer *issuers;
 	sg_cmissuer *cmissuer;
 	sg_kubecsr *kubecsr;
@@ -209,7 +210,7 @@ static int make_issuers(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row 
 	sg_signetissuer_options io = {
 		.kube = c->kube_writers,
 		.cas = c->cas,
-		.ncas = 1,
+		.ncas = c->ncas,
 		.check_interval = (unsigned)c->d->issuer_check_interval,
 	};
 	SG_TRY(sg_signetissuer_new(&c->issuers, &io));
@@ -243,7 +244,7 @@ static int make_cmissuer(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row
 	sg_cmissuer_options mo = {
 		.kube = c->kube_writers,
 		.cas = c->cas,
-		.ncas = 1,
+		.ncas = c->ncas,
 		.workers = (unsigned)c->d->cert_manager_issuer_workers,
 	};
 	SG_TRY(sg_cmissuer_new(&c->cmissuer, &mo));
@@ -274,7 +275,7 @@ static int make_kubecsr_row(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_
 	sg_kubecsr_options ko = {
 		.kube = c->kube_writers,
 		.cas = c->cas,
-		.ncas = 1,
+		.ncas = c->ncas,
 		.alias_signer_name = d->kube_csr_signer_alias,
 		.alias_issuer = d->kube_csr_signer_alias_issuer,
 	};
@@ -406,11 +407,15 @@ int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
 	SG_ENSURE(sg_cluster_configured(o->daemon), SG_EINVAL, "no Kubernetes API is configured");
 	SG_ENSURE(o->app || !(o->daemon->cert_manager_issuer || o->daemon->kube_csr_signer), SG_EINVAL,
 	          "the cert-manager issuer and the CSR signer need the appliance's CA");
+	SG_ENSURE(o->n_extra_cas < SG_CLUSTER_CAS_MAX, SG_EINVAL, "at most %d CAs", SG_CLUSTER_CAS_MAX);
 	sg_cluster *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
 	c->s = o->settings;
 	c->d = o->daemon;
 	c->cas[0] = (sg_kubesign_ca){.name = "default", .app = o->app};
+	c->ncas = 1;
+	for (size_t i = 0; i < o->n_extra_cas; i++)
+		c->cas[c->ncas++] = o->extra_cas[i];
 	int rc = SG_OK;
 	c->audiences = calloc(o->n_audiences ? o->n_audiences : 1, sizeof(char *));
 	for (size_t i = 0; c->audiences && i < o->n_audiences; i++)

@@ -31,11 +31,14 @@
 #include "sg_daemon.h"
 #include "sg_error.h"
 #include "sg_forward.h"
+#include "sg_kubesign.h"
 #include "sg_metrics.h"
 #include "sg_pool.h"
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#define SG_CLUSTER_CAS_MAX 16 /* "default" and the issuer-cas */
 
 typedef struct sg_cluster sg_cluster;
 
@@ -44,6 +47,8 @@ typedef struct sg_cluster_options {
 	const sg_daemon_settings *daemon; /* borrowed for the cluster's life */
 	sg_pool *pool;                    /* signs istiod's certificate */
 	sg_appliance *app;                /* the CA "default": signs for SignetIssuers and Kubernetes CSRs */
+	const sg_kubesign_ca *extra_cas;  /* more CAs issuers may name (issuer-cas); borrowed, copied */
+	size_t n_extra_cas;
 	const char *root_pem;             /* the root bundle now (copied) */
 	size_t root_len;
 	const char *const *audiences;     /* token audiences (copied) */

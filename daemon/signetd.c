@@ -30,6 +30,7 @@
 #include "sg_http.h"
 #include "sg_istio.h"
 #include "sg_log.h"
+#include "sg_names.h"
 #include "sg_metrics.h"
 #include "sg_policy.h"
 #include "sg_secret.h"
@@ -87,9 +88,25 @@ struct file_id {
 	bool known;
 };
 
+/* A CA of issuer-cas: its own settings file, opened like the main one. */
+typedef struct extra_ca_args {
+	sg_settings s;
+} extra_ca_args;
+static const sg_opt extra_ca_opts[] = {SG_SETTINGS_ROWS(extra_ca_args, s, "info")};
+#define N_EXTRA_CA_OPTS (sizeof(extra_ca_opts) / sizeof(extra_ca_opts[0]))
+
+typedef struct extra_ca {
+	extra_ca_args a;
+	char name[SG_KUBESIGN_CA_NAME_MAX + 1];
+	sg_appliance *app;
+} extra_ca;
+
 typedef struct daemon {
 	daemon_args a;
 	sg_appliance *app;
+	extra_ca extra[SG_CLUSTER_CAS_MAX - 1]; /* issuer-cas */
+	sg_kubesign_ca extra_cas[SG_CLUSTER_CAS_MAX - 1];
+	size_t nextra;
 	sg_pool *pool;
 	const sg_ca *ca;
 	sg_authenticator auth;
@@ -496,10 +513,60 @@ static void reload_root(daemon *d)
 	sg_log(SG_LOG_INFO, "root bundle reloaded", SG_F_STR("file", path), SG_F_INT("bytes", (int64_t)len), SG_F_END);
 }
 
+/* issuer-cas: "name=config-file,...": each a CA of its own (a key in a
+ * token this process can open, as `signetctl init --hsm-module
+ * --key-label` adds one), for SignetIssuers that name it. The log settings
+ * stay the daemon's. */
+static int open_extra_cas(daemon *d)
+{
+	const char *list = d->a.d.issuer_cas;
+	if (!list || !*list)
+		return SG_OK;
+	char *buf SG_AUTOFREE = strdup(list);
+	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
+	const char *items[SG_CLUSTER_CAS_MAX];
+	size_t n;
+	SG_TRY(sg_opt_split_list(buf, items, SG_CLUSTER_CAS_MAX - 1, &n, "issuer-cas"));
+	for (size_t i = 0; i < n; i++) {
+		const char *eq = strchr(items[i], '=');
+		SG_ENSURE(eq && eq > items[i] && eq[1], SG_EINVAL, "issuer-cas: \"%s\" is not name=config-file", items[i]);
+		size_t nlen = (size_t)(eq - items[i]);
+		SG_ENSURE(sg_names_dns_label(items[i], nlen, SG_KUBESIGN_CA_NAME_MAX), SG_EINVAL,
+		          "issuer-cas: the CA name \"%.*s\" is not a DNS label", (int)nlen, items[i]);
+		extra_ca *x = &d->extra[d->nextra];
+		memcpy(x->name, items[i], nlen);
+		x->name[nlen] = 0;
+		SG_ENSURE(strcmp(x->name, "default") != 0, SG_EINVAL,
+		          "issuer-cas: \"default\" is this daemon's own CA (its config file)");
+		for (size_t j = 0; j < d->nextra; j++)
+			SG_ENSURE(strcmp(d->extra[j].name, x->name) != 0, SG_EINVAL, "issuer-cas: CA \"%s\" named twice",
+			          x->name);
+		char *argv[] = {"--config", (char *)eq + 1};
+		char *pos[2];
+		sg_opt_result res = {.argv = pos};
+		memset(&x->a, 0, sizeof(x->a));
+		int rc = sg_opt_parse(extra_ca_opts, N_EXTRA_CA_OPTS, &x->a, 2, argv, &res);
+		if (rc < 0) {
+			sg_opt_free(extra_ca_opts, N_EXTRA_CA_OPTS, &x->a);
+			SG_BAIL(rc, "issuer-cas: CA \"%s\": %s", x->name, sg_error_last()->msg);
+		}
+		d->nextra++; /* from here its settings are freed at the end */
+		x->a.s.log_level = d->a.s.log_level;
+		x->a.s.log_format = d->a.s.log_format;
+		if (sg_appliance_open(&x->app, &x->a.s) < 0)
+			SG_BAIL(SG_EINVAL, "issuer-cas: CA \"%s\": %s", x->name, sg_error_last()->msg);
+		d->extra_cas[d->nextra - 1] = (sg_kubesign_ca){.name = x->name, .app = x->app};
+		sg_log(SG_LOG_INFO, "issuer CA ready", SG_F_STR("name", x->name),
+		       SG_F_STR("ca", sg_ca_subject(sg_appliance_ca(x->app))), SG_F_END);
+	}
+	return SG_OK;
+}
+
 static int start(daemon *d)
 {
 	sg_daemon_settings *s = &d->a.d;
 	SG_TRY(sg_appliance_open(&d->app, &d->a.s));
+	SG_TRY(open_extra_cas(d));
 	d->pool = sg_appliance_pool(d->app);
 	d->ca = sg_appliance_ca(d->app);
 	const char *root = NULL;
@@ -518,6 +585,8 @@ static int start(daemon *d)
 			.daemon = s,
 			.pool = d->pool,
 			.app = d->app,
+			.extra_cas = d->extra_cas,
+			.n_extra_cas = d->nextra,
 			.root_pem = root,
 			.root_len = root_len,
 			.audiences = aud,
@@ -626,6 +695,10 @@ static void stop(daemon *d)
 		d->auth.free(d->auth.self);
 	sg_cluster_free(d->cluster);
 	sg_appliance_free(d->app);
+	for (size_t i = 0; i < d->nextra; i++) {
+		sg_appliance_free(d->extra[i].app);
+		sg_opt_free(extra_ca_opts, N_EXTRA_CA_OPTS, &d->extra[i].a);
+	}
 	sg_service_free(d->svc); /* the pool has drained: no call refers to it */
 	sg_serving_free(d->serving);
 	sg_policy_free(d->policy);

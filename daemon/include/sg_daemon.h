@@ -69,6 +69,7 @@ typedef struct sg_daemon_settings {
 	char *istiod_cert_istio_revisions;
 	bool cert_manager_issuer;
 	int64_t cert_manager_issuer_workers;
+	char *issuer_cas;
 	bool kube_csr_signer;
 	char *kube_csr_signer_alias;
 	char *kube_csr_signer_alias_issuer;
@@ -203,6 +204,8 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	  "sign cert-manager CertificateRequests for SignetIssuer/SignetClusterIssuer (leader only)")              \
 	X("cert-manager-issuer-workers", SG_OPT_INT, cert_manager_issuer_workers, "4", 1, 16, NULL,               \
 	  "CertificateRequests signed concurrently")                                                               \
+	X("issuer-cas", SG_OPT_STRING, issuer_cas, "", 0, 4096, NULL,                                             \
+	  "more CAs for SignetIssuers' caName: comma-separated name=config-file (as signetctl init writes)")       \
 	X("kube-csr-signer", SG_OPT_BOOL, kube_csr_signer, "true", 0, 0, NULL,                                    \
 	  "sign Kubernetes CSRs for signerName signetclusterissuers.signet.dev/<name> (leader only)")              \
 	X("kube-csr-signer-alias", SG_OPT_STRING, kube_csr_signer_alias, "", 0, 571, NULL,                       \

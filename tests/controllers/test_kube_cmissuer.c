@@ -52,7 +52,10 @@ static sg_kube *k;
 static fixture fx;
 static sg_appliance *app;
 static char *root;
-static sg_kubesign_ca cas[1];
+static sg_kubesign_ca cas[2];      /* "default" (the fixture's), "second" (another key in its token) */
+static fixture_args second_args;   /* the second CA's settings */
+static sg_appliance *second_app;
+static char second_root[700];
 static sg_signetissuer *iss;
 static sg_cmissuer *cm;
 
@@ -329,6 +332,19 @@ static bool issuer_ready_is(const char *ns, const char *name, const char *status
 	return yes;
 }
 
+static bool issuer_msg_has(const char *ns, const char *name, const char *part)
+{
+	sg_kube_ref r = {.group = "signet.dev", .version = "v1alpha1", .resource = "signetissuers", .ns = ns,
+	                 .name = name};
+	json_t *o = NULL;
+	if (sg_kube_get(k, &r, &o) != SG_OK)
+		return false;
+	const char *m = cond_str(o, "Ready", "message");
+	bool yes = m && strstr(m, part);
+	json_decref(o);
+	return yes;
+}
+
 /* ---- the cases ---- */
 
 static void t_start(void)
@@ -355,9 +371,31 @@ static void t_start(void)
 	SG_CHECK_OK(sg_kube_create(k, &coll, ns, NULL));
 	json_decref(ns);
 	cas[0] = (sg_kubesign_ca){.name = "default", .app = app};
-	sg_signetissuer_options io = {.kube = k, .cas = cas, .ncas = 1, .check_interval = 1};
+	/* A second CA: another key in the same token, as signetd's
+	 * issuer-cas would name it. */
+	char cmd[2400];
+	const char *module = getenv("SIGNET_SOFTHSM_MODULE");
+	snprintf(cmd, sizeof(cmd),
+	         "SOFTHSM2_CONF='%s/ca/softhsm2.conf' '%s' init --dir '%s/second' --hsm-module '%s' --pin-file '%s/ca/pin' "
+	         "--key-label second-key --ca-name 'second CA' --log-level warn >/dev/null",
+	         fx.dir, SIGNETCTL, fx.dir, module ? module : "", fx.dir);
+	SG_CHECK(module && system(cmd) == 0);
+	snprintf(second_root, sizeof(second_root), "%s/second/root-cert.pem", fx.dir);
+	char conf2[700];
+	snprintf(conf2, sizeof(conf2), "%s/second/signet.conf", fx.dir);
+	char *argv2[] = {"--config", conf2, "--log-level", "warn"};
+	char *pos2[4];
+	sg_opt_result res2 = {.argv = pos2};
+	SG_CHECK_OK(sg_opt_parse(fixture_opts, sizeof(fixture_opts) / sizeof(fixture_opts[0]), &second_args, 4, argv2,
+	                         &res2));
+	second_args.s.signer_threads = 1;
+	SG_CHECK_OK(sg_appliance_open(&second_app, &second_args.s));
+	if (!second_app)
+		exit(1);
+	cas[1] = (sg_kubesign_ca){.name = "second", .app = second_app};
+	sg_signetissuer_options io = {.kube = k, .cas = cas, .ncas = 2, .check_interval = 1};
 	SG_CHECK_OK(sg_signetissuer_new(&iss, &io));
-	sg_cmissuer_options mo = {.kube = k, .cas = cas, .ncas = 1};
+	sg_cmissuer_options mo = {.kube = k, .cas = cas, .ncas = 2};
 	SG_CHECK_OK(sg_cmissuer_new(&cm, &mo));
 	if (!iss || !cm)
 		exit(1);
@@ -409,6 +447,42 @@ static void t_issue(void)
 	SG_WAIT_FOR(20000, ready_is("web-3", "Issued"));
 	i = check_issued("web-3", pem);
 	SG_CHECK(i.ok && i.lifetime == 2160 * 3600);
+	free(pem);
+}
+
+/* An issuer naming the second CA: signed by its key, chaining to its root
+ * and not to the first. */
+static void t_second_ca(void)
+{
+	issuer_put(NS, "ca2", "{\"caName\": \"second\"}");
+	SG_WAIT_FOR(15000, issuer_ready_is(NS, "ca2", "True", "Checked"));
+	cr_spec s = {.issuer = "ca2", .kind = "SignetIssuer", .group = "signet.dev"};
+	char *pem = cr_create_approved("second-1", &s);
+	SG_WAIT_FOR(20000, ready_is("second-1", "Issued"));
+	json_t *o = cr_get("second-1");
+	char *chain = unb64(str_at(o, "status", "certificate"));
+	char *ca = unb64(str_at(o, "status", "ca"));
+	char *want_ca = read_text(second_root);
+	SG_CHECK(chain && ca && want_ca && strcmp(ca, want_ca) == 0 && strcmp(ca, root) != 0);
+	STACK_OF(X509) *sk = chain ? certs_of(chain) : NULL;
+	X509 *leaf = sk && sk_X509_num(sk) ? sk_X509_value(sk, 0) : NULL;
+	for (int pass = 0; leaf && pass < 2; pass++) {
+		X509_STORE *st = X509_STORE_new();
+		X509_STORE_load_file(st, pass == 0 ? second_root : fx.root);
+		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+		X509_STORE_CTX_init(ctx, st, leaf, NULL);
+		int v = X509_verify_cert(ctx);
+		SG_CHECK(pass == 0 ? v == 1 : v != 1); /* the second root, never the first */
+		ERR_clear_error();
+		X509_STORE_CTX_free(ctx);
+		X509_STORE_free(st);
+	}
+	SG_CHECK(leaf != NULL);
+	sk_X509_pop_free(sk, X509_free);
+	free(chain);
+	free(ca);
+	free(want_ca);
+	json_decref(o);
 	free(pem);
 }
 
@@ -472,6 +546,7 @@ static void t_issuer_not_ready(void)
 	/* an issuer naming a CA signetd does not have: not Ready */
 	issuer_put(NS, "later", "{\"caName\": \"nope\"}");
 	SG_WAIT_FOR(20000, issuer_ready_is(NS, "later", "False", "CANotFound"));
+	SG_WAIT_FOR(20000, issuer_msg_has(NS, "later", "(it has: default second)"));
 	SG_WAIT_FOR(20000, ready_is("wait-1", "Pending") && ready_msg_has("wait-1", "CANotFound"));
 	json_t *o = cr_get("wait-1");
 	SG_CHECK(str_at(o, "status", "certificate") == NULL && str_at(o, "status", "failureTime") == NULL);
@@ -589,7 +664,7 @@ static void replica_new(replica *r, const char *id)
 {
 	snprintf(r->identity, sizeof(r->identity), "%s", id);
 	r->kube = kube_env_client(-1, 0);
-	sg_cmissuer_options mo = {.kube = r->kube, .cas = cas, .ncas = 1};
+	sg_cmissuer_options mo = {.kube = r->kube, .cas = cas, .ncas = 2};
 	SG_CHECK_OK(sg_cmissuer_new(&r->cm, &mo));
 	sg_ctrl_manager_opts o = {.lease_kube = r->kube,
 	                          .lease = {.ns = NS, .name = LEASE, .identity = r->identity, .lease_duration_ms = 3000,
@@ -680,11 +755,13 @@ static void t_zz_cleanup(void)
 {
 	sg_cmissuer_free(cm);
 	sg_signetissuer_free(iss);
+	sg_appliance_free(second_app);
+	sg_opt_free(fixture_opts, sizeof(fixture_opts) / sizeof(fixture_opts[0]), &second_args);
 	sg_appliance_free(app);
 	fixture_free(&fx);
 	free(root);
 	sg_kube_free(k);
 }
 
-SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_issue), SG_TEST(t_denied), SG_TEST(t_untouched),
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_issue), SG_TEST(t_second_ca), SG_TEST(t_denied), SG_TEST(t_untouched),
              SG_TEST(t_issuer_not_ready), SG_TEST(t_failures), SG_TEST(t_replicas), SG_TEST(t_zz_cleanup))

@@ -736,5 +736,103 @@ class RAMode(Base):
         wait_for("the request's deletion", lambda: not self.ours(), timeout=15)
 
 
+def apply_crds(path):
+    with open(path) as f:
+        for doc in yaml.safe_load_all(f):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            code, body = C.kube.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+            assert code in (201, 409), f"CRD {doc['metadata']['name']}: {code} {body.get('message')}"
+            g, v = doc["spec"]["group"], doc["spec"]["versions"][0]["name"]
+            plural = doc["spec"]["names"]["plural"]
+            wait_for(f"{plural} served", lambda: C.kube.req("GET", f"/apis/{g}/{v}/{plural}")[0] == 200)
+
+
+class IssuerCAs(Base):
+    """signetd as a cert-manager issuer with two CAs: its own ("default")
+    and a second key in the same token (signetctl init --hsm-module
+    --key-label), named by --issuer-cas; a SignetIssuer picks one with
+    spec.caName, and an approved CertificateRequest is signed by it."""
+
+    NS = "issuer-cas"
+
+    @classmethod
+    def setUpClass(cls):
+        top = os.path.dirname(os.path.dirname(KUBE_SCRIPTS))
+        apply_crds(os.path.join(top, "packaging", "kubernetes", "crds.yaml"))
+        apply_crds(os.path.join(top, "tests", "controllers", "fixtures", "certificaterequests.crd.yaml"))
+        C.kube.namespace(cls.NS)
+        cls.second = os.path.join(C.tmp, "second-ca")
+        env = dict(os.environ, SOFTHSM2_CONF=os.path.join(C.dir, "softhsm2.conf"))
+        subprocess.run([SIGNETCTL, "init", "--dir", cls.second, "--hsm-module", os.environ["SIGNET_SOFTHSM_MODULE"],
+                        "--pin-file", os.path.join(C.dir, "pin"), "--key-label", "second-key",
+                        "--ca-name", "second CA", "--log-level", "warn"], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+        cls.d = C.signetd("--issuer-cas", f"second={cls.second}/signet.conf", "--root-ca-configmap=false",
+                          "--issuer-check-interval", "2s")
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.d.stop()
+        assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+
+    def issuer(self, name, ca):
+        C.kube.ok("POST", f"/apis/signet.dev/v1alpha1/namespaces/{self.NS}/signetissuers",
+                  {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetIssuer", "metadata": {"name": name},
+                   "spec": {"caName": ca}})
+
+        def ready():
+            code, doc = C.kube.req("GET", f"/apis/signet.dev/v1alpha1/namespaces/{self.NS}/signetissuers/{name}")
+            conds = [c for c in doc.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+            return conds and conds[0]
+        return wait_for(f"issuer {name}'s Ready condition", ready)
+
+    def test_each_ca_signs_for_its_issuers(self):
+        self.assertIn("second", [r.get("name") for r in self.d.records() if r.get("msg") == "issuer CA ready"])
+        self.assertEqual(self.issuer("unknown", "third")["reason"], "CANotFound")
+        for issuer, ca, root in (("by-default", "default", C.root_file),
+                                 ("by-second", "second", os.path.join(self.second, "root-cert.pem"))):
+            cond = self.issuer(issuer, ca)
+            self.assertEqual((cond["status"], cond["reason"]), ("True", "Checked"), cond)
+            key = ec.generate_private_key(ec.SECP256R1())
+            csr = (x509.CertificateSigningRequestBuilder()
+                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "web.example.com")]))
+                   .add_extension(x509.SubjectAlternativeName([x509.DNSName("web.example.com")]), critical=False)
+                   .sign(key, hashes.SHA256()))
+            pem = csr.public_bytes(serialization.Encoding.PEM)
+            path = f"/apis/cert-manager.io/v1/namespaces/{self.NS}/certificaterequests"
+            C.kube.ok("POST", path, {"apiVersion": "cert-manager.io/v1", "kind": "CertificateRequest",
+                                     "metadata": {"name": issuer},
+                                     "spec": {"request": base64.b64encode(pem).decode(), "duration": "24h",
+                                              "issuerRef": {"name": issuer, "kind": "SignetIssuer",
+                                                            "group": "signet.dev"}}})
+            approved = {"type": "Approved", "status": "True", "reason": "test", "message": "approved by the test",
+                        "lastTransitionTime": "2026-01-01T00:00:00Z"}
+            C.kube.ok("PATCH", f"{path}/{issuer}/status", {"status": {"conditions": [approved]}},
+                      "application/merge-patch+json")
+
+            def issued():
+                code, doc = C.kube.req("GET", f"{path}/{issuer}")
+                return doc.get("status", {}).get("certificate")
+            chain = base64.b64decode(wait_for(f"{issuer}'s certificate", issued))
+            leaf_path = os.path.join(C.tmp, f"{issuer}.pem")
+            with open(leaf_path, "wb") as f:
+                f.write(chain)
+            v = subprocess.run(["openssl", "verify", "-CAfile", root, leaf_path], capture_output=True, text=True)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            leaf = x509.load_pem_x509_certificate(chain)
+            self.assertEqual(leaf.public_key().public_numbers(), key.public_key().public_numbers())
+
+    def test_bad_issuer_cas_refused(self):
+        for value, why in (("default=" + C.conf, "own CA"), ("x", "name=config-file"),
+                           ("Bad_Name=" + C.conf, "DNS label")):
+            p = subprocess.run([SIGNETD, "--config", C.conf, "--kubeconfig", C.env["KUBECONFIG"],
+                                "--serving-address", "127.0.0.1:0", "--metrics-port", "0",
+                                "--readiness-probe-port", "0", "--issuer-cas", value],
+                               capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(p.returncode, 0)
+            self.assertIn(why, p.stderr)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
