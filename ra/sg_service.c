@@ -24,6 +24,7 @@
 #include "sg_guard.h"
 #include "sg_istio.h"
 #include "sg_log.h"
+#include "sg_x509.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -191,6 +192,26 @@ static void chain_put(chain_snap *c)
 	}
 }
 
+/* Encodes the answer (elements leaf first, the root bundle last) and
+ * counts the success; when it cannot be encoded the call fails here and
+ * false is returned. *out is the caller's to free. */
+static bool encode_answer(rpc *r, const char *const *elems, const size_t *lens, size_t n, uint8_t **out,
+                          size_t *out_len)
+{
+	sg_service *d = r->d;
+	int erc = n ? sg_istio_response_encode(elems, lens, n, out, out_len)
+	            : sg_error_set(SG_EINTERNAL, "the answer holds no certificate");
+	if (erc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_series_inc(d->m.sign_err[ERR_CERT_GEN]);
+		fail(r, SG_EINTERNAL, &e, "cannot encode the response");
+		return false;
+	}
+	sg_series_inc(d->m.success);
+	return true;
+}
+
 static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *arg)
 {
 	rpc *r = arg;
@@ -214,16 +235,10 @@ static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *a
 	}
 	uint8_t *out = NULL;
 	size_t out_len = 0;
-	int erc = sg_istio_response_encode(elems, lens, n, &out, &out_len);
+	bool ok = encode_answer(r, elems, lens, n, &out, &out_len);
 	chain_put(cs);
-	if (erc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_series_inc(d->m.sign_err[ERR_CERT_GEN]);
-		fail(r, SG_EINTERNAL, &e, "cannot encode the response");
+	if (!ok)
 		return;
-	}
-	sg_series_inc(d->m.success);
 	uint64_t us = (sg_now_ns() - r->t0) / 1000;
 	/* The audit line, written before the answer leaves: what was issued to
 	 * whom, never how they proved it. Every signature has one; a client
@@ -333,24 +348,25 @@ static void on_forwarded(int rc, const char *chain_pem, size_t len, const sg_err
 	const char *elems[MAX_CHAIN + 1];
 	size_t lens[MAX_CHAIN + 1];
 	size_t n = pem_split(chain_pem, len, elems, lens, MAX_CHAIN);
+	/* the leaf's facts for the audit line (the forwarder has checked the
+	 * chain; an unreadable serial only leaves the field empty) */
+	sg_x509_facts facts = {0};
+	sg_x509_bundle *b = NULL;
+	if (n && sg_x509_bundle_parse(&b, elems[0], lens[0]) == SG_OK && sg_x509_get_facts(b, 0, &facts) != SG_OK)
+		facts = (sg_x509_facts){0};
+	sg_x509_bundle_free(b);
 	chain_snap *cs = chain_get(d);
 	elems[n] = cs->elems[cs->n - 1]; /* the root bundle, as for our own leaves */
 	lens[n] = cs->lens[cs->n - 1];
 	uint8_t *out = NULL;
 	size_t out_len = 0;
-	int erc = n ? sg_istio_response_encode(elems, lens, n + 1, &out, &out_len)
-	            : sg_error_set(SG_EINTERNAL, "the issuer's answer holds no certificate");
+	bool ok = encode_answer(r, elems, lens, n ? n + 1 : 0, &out, &out_len);
 	chain_put(cs);
-	if (erc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_series_inc(d->m.sign_err[ERR_CERT_GEN]);
-		fail(r, SG_EINTERNAL, &e, "cannot encode the response");
+	if (!ok)
 		return;
-	}
-	sg_series_inc(d->m.success);
 	uint64_t us = (sg_now_ns() - r->t0) / 1000;
-	sg_log(SG_LOG_INFO, "certificate issued", SG_F_STR("identity", r->decision.identity),
+	sg_log(SG_LOG_INFO, "certificate issued", SG_F_STR("serial", facts.serial),
+	       SG_F_STR("identity", r->decision.identity), SG_F_INT("not_after", facts.not_after),
 	       SG_F_STR("by", "cert-manager issuer"), SG_F_STR("auth", r->caller_method),
 	       SG_F_INT("impersonated", r->decision.impersonated), SG_F_STR("peer", r->peer), SG_F_INT("latency_us", us),
 	       SG_F_INT("abandoned", sg_grpc_call_ended(r->call)), SG_F_END);
