@@ -2,7 +2,7 @@
  * sg_forward: RA mode, workload CSRs forwarded to a cert-manager issuer as
  * CertificateRequests (contract: sg_forward.h; the flow is istio-csr's
  * pkg/certmanager/certmanager.go, the answer's checks are cert-manager's
- * issuing controller's, see /work/shared/reference/cert-manager-issuer.md
+ * issuing controller's, see the reference contract cert-manager-issuer.md
  * §1.4 and §2.4).
  *
  * One mutex guards everything that moves:
@@ -781,21 +781,26 @@ static void tick(sg_forward *f)
 	}
 }
 
+/* Waits ms or until stop; false once stopping (the timer's and the
+ * sweeper's loops). */
+static bool nap(sg_forward *f, unsigned ms)
+{
+	struct timespec ts;
+	wake_at(&ts, ms);
+	pthread_mutex_lock(&f->mu);
+	while (!f->stopping && pthread_cond_timedwait(&f->tick_cv, &f->mu, &ts) == 0)
+		;
+	bool stop = f->stopping;
+	pthread_mutex_unlock(&f->mu);
+	return !stop;
+}
+
 static void *timer(void *arg)
 {
 	sg_forward *f = arg;
-	for (;;) {
-		struct timespec ts;
-		wake_at(&ts, TICK_MS);
-		pthread_mutex_lock(&f->mu);
-		while (!f->stopping && pthread_cond_timedwait(&f->tick_cv, &f->mu, &ts) == 0)
-			;
-		bool stop = f->stopping;
-		pthread_mutex_unlock(&f->mu);
-		if (stop)
-			return NULL;
+	while (nap(f, TICK_MS))
 		tick(f);
-	}
+	return NULL;
 }
 
 /* ---- what a crash left behind ---- */
@@ -871,19 +876,11 @@ static void *sweeper(void *arg)
 {
 	sg_forward *f = arg;
 	unsigned wait_ms = SWEEP_FIRST_MS < f->sweep_ms ? SWEEP_FIRST_MS : f->sweep_ms;
-	for (;;) {
-		struct timespec ts;
-		wake_at(&ts, wait_ms);
-		pthread_mutex_lock(&f->mu);
-		while (!f->stopping && pthread_cond_timedwait(&f->tick_cv, &f->mu, &ts) == 0)
-			;
-		bool stop = f->stopping;
-		pthread_mutex_unlock(&f->mu);
-		if (stop)
-			return NULL;
+	while (nap(f, wait_ms)) {
 		sweep(f);
 		wait_ms = f->sweep_ms;
 	}
+	return NULL;
 }
 
 /* ---- submit ---- */
