@@ -31,6 +31,7 @@
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
 #include "test_kube_env.h"
+#include "kube_pem.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -60,42 +61,6 @@ static sg_signetissuer *iss;
 static sg_cmissuer *cm;
 
 /* ---- helpers ---- */
-
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return NULL;
-	char *buf = calloc(1, 1 << 20);
-	size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-	fclose(f);
-	if (buf)
-		buf[n] = 0;
-	return buf;
-}
-
-static char *b64(const char *s, size_t n)
-{
-	char *out = malloc(4 * ((n + 2) / 3) + 1);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	return out;
-}
-
-static char *unb64(const char *v)
-{
-	size_t n = v ? strlen(v) : 0;
-	if (!n || n % 4)
-		return NULL;
-	unsigned char *out = malloc(n / 4 * 3 + 1);
-	int got = EVP_DecodeBlock(out, (const unsigned char *)v, (int)n);
-	if (got < 0) {
-		free(out);
-		return NULL;
-	}
-	got -= (v[n - 1] == '=') + (v[n - 2] == '=');
-	out[got] = 0;
-	return (char *)out;
-}
 
 static sg_kube_ref cr_ref(const char *name)
 {
@@ -131,7 +96,7 @@ static char *fresh_csr(const char *san, const char *ku, bool ca)
 static char *cr_create(const char *name, const cr_spec *s)
 {
 	char *pem = s->request ? strdup(s->request) : fresh_csr("DNS:web.example.com", NULL, false);
-	char *req = b64(pem, strlen(pem));
+	char *req = b64n(pem, strlen(pem));
 	json_t *ref = json_pack("{s:s}", "name", s->issuer);
 	if (s->kind)
 		json_object_set_new(ref, "kind", json_string(s->kind));
@@ -212,18 +177,6 @@ static bool idle(sg_ctrl *c, uint64_t after)
 	sg_ctrl_stats s;
 	sg_ctrl_stats_get(c, &s);
 	return s.queued == 0 && s.reconciles + s.errors >= after;
-}
-
-static STACK_OF(X509) * certs_of(const char *pem)
-{
-	STACK_OF(X509) *sk = sk_X509_new_null();
-	BIO *b = BIO_new_mem_buf(pem, -1);
-	X509 *x;
-	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
-		sk_X509_push(sk, x);
-	ERR_clear_error();
-	BIO_free(b);
-	return sk;
 }
 
 static int64_t asn1_seconds(const ASN1_TIME *t)

@@ -29,6 +29,7 @@
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
 #include "test_kube_env.h"
+#include "kube_pem.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -55,19 +56,6 @@ static const char *const want_dns[] = {"istiod.istio-system.svc", "istiod-canary
                                        "istiod.example.com", "Extra.Example.org"};
 
 /* ---- fixtures ---- */
-
-static char *read_text(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	if (!f)
-		return NULL;
-	char *buf = calloc(1, 1 << 20);
-	size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-	fclose(f);
-	if (buf)
-		buf[n] = 0;
-	return buf;
-}
 
 static sg_kube_ref secret_ref(const char *name)
 {
@@ -97,42 +85,10 @@ static void secret_delete(const char *name)
 	SG_CHECK_OK(sg_kube_delete(k, &ref, NULL));
 }
 
-static char *b64(const char *s)
-{
-	size_t n = strlen(s);
-	char *out = malloc(4 * ((n + 2) / 3) + 1);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	return out;
-}
-
 /* data[key] decoded (caller frees), or NULL. */
 static char *data_get(const json_t *secret, const char *key)
 {
-	const char *v = json_string_value(json_object_get(json_object_get(secret, "data"), key));
-	size_t n = v ? strlen(v) : 0;
-	if (!v || n == 0 || n % 4)
-		return NULL;
-	unsigned char *out = malloc(n / 4 * 3 + 1);
-	int got = EVP_DecodeBlock(out, (const unsigned char *)v, (int)n);
-	if (got < 0) {
-		free(out);
-		return NULL;
-	}
-	got -= (v[n - 1] == '=') + (v[n - 2] == '=');
-	out[got] = 0;
-	return (char *)out;
-}
-
-static STACK_OF(X509) * certs_of(const char *pem)
-{
-	STACK_OF(X509) *sk = sk_X509_new_null();
-	BIO *b = BIO_new_mem_buf(pem, -1);
-	X509 *x;
-	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
-		sk_X509_push(sk, x);
-	ERR_clear_error();
-	BIO_free(b);
-	return sk;
+	return unb64(json_string_value(json_object_get(json_object_get(secret, "data"), key)));
 }
 
 static int64_t asn1_time(const ASN1_TIME *t)
@@ -513,7 +469,8 @@ static void t_repair(void)
 	SG_CHECK(serial && serial0 && strcmp(serial, serial0) == 0); /* written back, not re-issued */
 	free(serial);
 
-	char *junk = b64("-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n");
+	const char *not_a_key = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n";
+	char *junk = b64n(not_a_key, strlen(not_a_key));
 	secret_patch(SECRET, json_pack("{s:{s:s}}", "data", "tls.key", junk));
 	free(junk);
 	serial = wait_valid(SECRET, &e, 20000);
@@ -527,7 +484,7 @@ static void t_repair(void)
 
 	/* Someone else's data key, label and annotation are kept, and their
 	 * write is not answered by one of ours. */
-	char *extra = b64("hello");
+	char *extra = b64n("hello", strlen("hello"));
 	char *rv = patch_unanswered(json_pack("{s:{s:s}, s:{s:{s:s}, s:{s:s}}}", "data", "extra", extra, "metadata",
 	                                      "labels", "owner", "me", "annotations", "why", "because"));
 	json_t *s = secret_get(SECRET);
@@ -553,7 +510,7 @@ static void t_repair(void)
 static void put_secret(const char *type, bool immutable)
 {
 	sg_kube_ref coll = {.version = "v1", .resource = "secrets", .ns = NS};
-	char *x = b64("x");
+	char *x = b64n("x", strlen("x"));
 	json_t *s = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:b, s:{s:s, s:s}}", "apiVersion", "v1", "kind", "Secret",
 	                      "metadata", "name", SECRET, "namespace", NS, "type", type, "immutable", immutable, "data",
 	                      "tls.crt", x, "tls.key", x);

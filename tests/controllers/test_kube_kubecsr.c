@@ -35,6 +35,7 @@
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
 #include "test_kube_env.h"
+#include "kube_pem.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -156,29 +157,6 @@ static void issuer_set_ready(const char *name, bool ready)
 	json_decref(patch);
 }
 
-static char *b64(const char *s, size_t n)
-{
-	char *out = malloc(4 * ((n + 2) / 3) + 1);
-	EVP_EncodeBlock((unsigned char *)out, (const unsigned char *)s, (int)n);
-	return out;
-}
-
-static char *unb64(const char *v)
-{
-	size_t n = v ? strlen(v) : 0;
-	if (n == 0 || n % 4)
-		return NULL;
-	unsigned char *out = malloc(n / 4 * 3 + 1);
-	int got = EVP_DecodeBlock(out, (const unsigned char *)v, (int)n);
-	if (got < 0) {
-		free(out);
-		return NULL;
-	}
-	got -= (v[n - 1] == '=') + (v[n - 2] == '=');
-	out[got] = 0;
-	return (char *)out;
-}
-
 /* Creates a CSR (a P-256 key, CN and one DNS SAN) for signer with the
  * usages given (a JSON array, consumed) and annotations (consumed; may be
  * NULL). Returns the CSR's PEM (caller frees). */
@@ -189,7 +167,7 @@ static char *csr_create(const char *name, const char *signer, json_t *usages, js
 	csr_opts o = {.alg = "EC", .param = "P-256", .san = ca ? NULL : san, .cn = name, .ca = ca};
 	size_t len = 0;
 	char *pem = make_csr(&o, &len);
-	char *req = b64(pem, len);
+	char *req = b64n(pem, len);
 	json_t *meta = json_pack("{s:s}", "name", name);
 	if (annotations)
 		json_object_set_new(meta, "annotations", annotations);
@@ -302,18 +280,6 @@ static bool untouched(const char *name, const char *rv)
 }
 
 /* ---- certificates ---- */
-
-static STACK_OF(X509) * certs_of(const char *pem)
-{
-	STACK_OF(X509) *sk = sk_X509_new_null();
-	BIO *b = BIO_new_mem_buf(pem, -1);
-	X509 *x;
-	while ((x = PEM_read_bio_X509(b, NULL, NULL, NULL)) != NULL)
-		sk_X509_push(sk, x);
-	ERR_clear_error();
-	BIO_free(b);
-	return sk;
-}
 
 static int64_t asn1_time(const ASN1_TIME *t)
 {
