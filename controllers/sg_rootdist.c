@@ -16,6 +16,12 @@
  * work. The selector is still parsed here (sg_kube_selector.h), so a typo
  * fails at start-up instead of as a LIST that 400s forever.
  *
+ * One namespace (options.ns) is the same machinery with narrower watches:
+ * namespaces by field selector metadata.name=<ns> (a field kube-apiserver
+ * selects namespaces by, 1.20 included) and ConfigMaps in <ns> only. So a
+ * namespace created later arrives as ADDED, and nothing outside <ns> is
+ * ever seen, let alone written.
+ *
  * The write decision reads the informer's cache, not a live GET: at start
  * (and after every root change) every selected namespace is reconciled, and
  * with thousands of namespaces that already match a live GET each would
@@ -57,8 +63,11 @@ struct sg_rootdist {
 	sg_kube *kube;
 	sg_ctrl *ctrl;
 	sg_kube_selector *selector;
+	char *ns; /* one namespace only, or NULL */
 	char *name;
 	char *key;
+	char *label;
+	char *label_value;
 
 	pthread_mutex_t mu; /* the fields below */
 	json_t *root;       /* string; replaced whole, never modified */
@@ -116,7 +125,8 @@ static bool terminating(const json_t *ns)
 }
 
 /* Whether cm is exactly what we want: data = {key: root}, no binaryData,
- * our label. Anything unexpected in the payload is simply "no". */
+ * our label with our value. Anything unexpected in the payload is simply
+ * "no". */
 static bool matches(const sg_rootdist *r, const json_t *cm, const json_t *root)
 {
 	json_t *data = json_object_get(cm, "data");
@@ -129,14 +139,14 @@ static bool matches(const sg_rootdist *r, const json_t *cm, const json_t *root)
 	if (bin && !json_is_null(bin) && !(json_is_object(bin) && json_object_size(bin) == 0))
 		return false;
 	json_t *labels = json_object_get(json_object_get(cm, "metadata"), "labels");
-	const char *mine = json_string_value(json_object_get(labels, SG_ROOTDIST_LABEL));
-	return mine && strcmp(mine, "true") == 0;
+	const char *mine = json_string_value(json_object_get(labels, r->label));
+	return mine && strcmp(mine, r->label_value) == 0;
 }
 
 static json_t *desired_new(const sg_rootdist *r, const char *ns, json_t *root)
 {
 	return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:O}}", "apiVersion", "v1", "kind", "ConfigMap",
-	                 "metadata", "name", r->name, "namespace", ns, "labels", SG_ROOTDIST_LABEL, "true", "data",
+	                 "metadata", "name", r->name, "namespace", ns, "labels", r->label, r->label_value, "data",
 	                 r->key, root);
 }
 
@@ -157,7 +167,7 @@ static json_t *desired_update(const sg_rootdist *r, const json_t *cm, json_t *ro
 			labels = NULL;
 	}
 	json_t *data = json_pack("{s:O}", r->key, root);
-	bool ok = labels && data && json_object_set_new(labels, SG_ROOTDIST_LABEL, json_string("true")) == 0 &&
+	bool ok = labels && data && json_object_set_new(labels, r->label, json_string(r->label_value)) == 0 &&
 	          json_object_set_new(c, "data", data) == 0;
 	json_object_del(c, "binaryData");
 	if (!ok) {
@@ -359,6 +369,17 @@ static bool configmap_key_ok(const char *k)
 	return true;
 }
 
+/* A label key (apimachinery's IsQualifiedName): [prefix/]name, the prefix
+ * a DNS subdomain, the name what a label value may be (1..63 bytes of
+ * [A-Za-z0-9._-], alphanumeric ends). */
+static bool label_key_ok(const char *k)
+{
+	const char *slash = strchr(k, '/');
+	if (!slash)
+		return sg_names_label_value(k);
+	return sg_names_dns_subdomain(k, (size_t)(slash - k)) && sg_names_label_value(slash + 1);
+}
+
 static int copy_str(const char *s, char **out)
 {
 	*out = strdup(s);
@@ -366,32 +387,63 @@ static int copy_str(const char *s, char **out)
 	return SG_OK;
 }
 
-static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_pem, size_t len)
+static const char *or_default(const char *s, const char *def)
 {
-	const char *name = o->name ? o->name : SG_ROOTDIST_NAME;
-	const char *key = o->key ? o->key : SG_ROOTDIST_KEY;
-	SG_ENSURE(o->kube, SG_EINVAL, "rootdist: no Kubernetes client");
+	return s ? s : def;
+}
+
+/* The strings of o, checked and copied into r. */
+static int init_strings(sg_rootdist *r, const sg_rootdist_options *o)
+{
+	const char *name = or_default(o->name, SG_ROOTDIST_NAME);
+	const char *key = or_default(o->key, SG_ROOTDIST_KEY);
+	const char *label = or_default(o->label, SG_ROOTDIST_LABEL);
+	const char *value = or_default(o->label_value, SG_ROOTDIST_LABEL_VALUE);
 	SG_ENSURE(sg_names_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"",
 	          name);
 	SG_ENSURE(configmap_key_ok(key), SG_EINVAL, "rootdist: invalid ConfigMap key \"%.260s\"", key);
-	SG_TRY(sg_kube_selector_parse(&r->selector, o->namespace_selector, "rootdist: namespace selector"));
-	SG_TRY(root_string(root_pem, len, &r->root));
-	r->kube = o->kube;
+	SG_ENSURE(label_key_ok(label), SG_EINVAL, "rootdist: invalid label key \"%.320s\"", label);
+	SG_ENSURE(sg_names_label_value(value), SG_EINVAL,
+	          "rootdist: invalid label value \"%.70s\" (1..63 bytes of [A-Za-z0-9._-], alphanumeric at both ends)",
+	          value);
 	SG_TRY(copy_str(name, &r->name));
 	SG_TRY(copy_str(key, &r->key));
-	char field[300];
-	snprintf(field, sizeof(field), "metadata.name=%s", name);
-	const char *labels = sg_kube_selector_everything(r->selector) ? NULL : sg_kube_selector_string(r->selector);
+	SG_TRY(copy_str(label, &r->label));
+	SG_TRY(copy_str(value, &r->label_value));
+	if (o->ns && *o->ns) {
+		SG_ENSURE(sg_names_dns_label(o->ns, strlen(o->ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+		          "rootdist: invalid namespace \"%.70s\" (a DNS-1123 label of at most %d bytes)", o->ns,
+		          SG_NAMES_LABEL_MAX);
+		SG_TRY(copy_str(o->ns, &r->ns));
+	}
+	return SG_OK;
+}
+
+static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_pem, size_t len)
+{
+	SG_ENSURE(o->kube, SG_EINVAL, "rootdist: no Kubernetes client");
+	SG_TRY(init_strings(r, o));
+	SG_TRY(sg_kube_selector_parse(&r->selector, o->namespace_selector, "rootdist: namespace selector"));
+	bool every = sg_kube_selector_everything(r->selector);
+	SG_ENSURE(!r->ns || every, SG_EINVAL,
+	          "rootdist: a namespace selector (\"%.100s\") and a single namespace (%s) exclude each other",
+	          sg_kube_selector_string(r->selector), r->ns);
+	SG_TRY(root_string(root_pem, len, &r->root));
+	r->kube = o->kube;
+	char field[300], ns_field[100];
+	snprintf(field, sizeof(field), "metadata.name=%s", r->name);
+	snprintf(ns_field, sizeof(ns_field), "metadata.name=%s", r->ns ? r->ns : "");
 	sg_ctrl_watch watches[] = {
 		[NS_WATCH] = {.ref = {.version = "v1", .resource = "namespaces"},
-		              .label_selector = labels,
+		              .label_selector = every ? NULL : sg_kube_selector_string(r->selector),
+		              .field_selector = r->ns ? ns_field : NULL,
 		              .map = map_namespace},
-		[CM_WATCH] = {.ref = {.version = "v1", .resource = "configmaps"},
+		[CM_WATCH] = {.ref = {.version = "v1", .resource = "configmaps", .ns = r->ns},
 		              .field_selector = field,
 		              .map = map_configmap},
 	};
 	sg_ctrl_def def = {
-		.name = "rootdist",
+		.name = or_default(o->controller, SG_ROOTDIST_CONTROLLER),
 		.kube = o->kube,
 		.watches = watches,
 		.nwatches = 2,
@@ -427,8 +479,12 @@ int sg_rootdist_start(sg_rootdist *r)
 	if (sg_ctrl_running(r->ctrl))
 		return SG_OK;
 	SG_TRY(sg_ctrl_start(r->ctrl));
-	sg_log(SG_LOG_INFO, "rootdist: started", SG_F_STR("name", r->name),
-	       SG_F_STR("selector", sg_kube_selector_string(r->selector)), SG_F_END);
+	if (r->ns)
+		sg_log(SG_LOG_INFO, "rootdist: started", SG_F_STR("name", r->name), SG_F_STR("namespace", r->ns),
+		       SG_F_END);
+	else
+		sg_log(SG_LOG_INFO, "rootdist: started", SG_F_STR("name", r->name),
+		       SG_F_STR("selector", sg_kube_selector_string(r->selector)), SG_F_END);
 	return SG_OK;
 }
 
@@ -483,8 +539,11 @@ void sg_rootdist_free(sg_rootdist *r)
 	sg_ctrl_free(r->ctrl);
 	sg_kube_selector_free(r->selector);
 	json_decref(r->root);
+	free(r->ns);
 	free(r->name);
 	free(r->key);
+	free(r->label);
+	free(r->label_value);
 	pthread_mutex_destroy(&r->mu);
 	free(r);
 }

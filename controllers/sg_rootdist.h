@@ -9,7 +9,7 @@
  * What it writes, per selected namespace that exists and is not
  * Terminating:
  *   - no ConfigMap: one is created with {labels: {istio.io/config: "true"},
- *     data: {root-cert.pem: <bundle>}};
+ *     data: {root-cert.pem: <bundle>}} (or the name, key and label given);
  *   - a ConfigMap that differs: its data is reset to exactly that one key
  *     (extra data and binaryData keys are removed), the label is set, and
  *     it is replaced with a PUT carrying the resourceVersion read; every
@@ -21,17 +21,31 @@
  * ConfigMaps in namespaces that stop matching are left alone (not deleted,
  * no longer updated), as istio-csr does.
  *
- * It is a controller on the runtime (sg_ctrl.h), named "rootdist".
+ * One namespace instead (options.ns): the same ConfigMap kept in that one
+ * namespace only, with a label of its own. signetd runs a second instance
+ * so (named "rootpub"): ConfigMap signet-ca-roots (key ca.crt, label
+ * signet.dev/ca-roots=true) in the trust namespace, which trust-manager
+ * Bundles (trust.cert-manager.io/v1alpha1) name as a source
+ * (configMap: {name: signet-ca-roots, key: ca.crt}). It holds the bundle
+ * signetd serves, every current root (old and new during a rotation), so
+ * the Bundles' targets trust the new root before the old one goes. The
+ * namespace may come later: its creation is an event like any other.
+ *
+ * It is a controller on the runtime (sg_ctrl.h), named "rootdist" unless
+ * options.controller says otherwise (the runtime's metrics and logs tell
+ * controllers apart by name, so two instances in one process need two).
  * Threads (between start and stop): two informers (namespaces matching the
- * selector, ConfigMaps with the name in all namespaces), each with its own
- * thread, and one worker that reconciles namespaces from the runtime's
- * de-duplicated queue. Failures are retried per namespace after 1 s,
- * doubling to 30 s; while the API server does not answer at all, the
+ * selector, or the one namespace by field selector metadata.name;
+ * ConfigMaps with the name in all namespaces, or in the one), each with
+ * its own thread, and one worker that reconciles namespaces from the
+ * runtime's de-duplicated queue. Failures are retried per namespace after
+ * 1 s, doubling to 30 s; while the API server does not answer at all, the
  * worker also pauses as a whole (same steps), and failure warnings are
  * logged at most once a second.
  *
  * Kubernetes RBAC the client needs: namespaces get/list/watch; configmaps
- * get/list/watch/create/update/delete in every namespace.
+ * get/list/watch/create/update/delete in every namespace (with ns: in that
+ * namespace only).
  */
 #ifndef SG_ROOTDIST_H
 #define SG_ROOTDIST_H
@@ -47,6 +61,13 @@
 #define SG_ROOTDIST_NAME "istio-ca-root-cert"
 #define SG_ROOTDIST_KEY "root-cert.pem"
 #define SG_ROOTDIST_LABEL "istio.io/config"
+#define SG_ROOTDIST_LABEL_VALUE "true"
+#define SG_ROOTDIST_CONTROLLER "rootdist"
+/* signetd's publication of its roots for trust bundles (the name and the
+ * namespace are settings: roots-configmap, trust-namespace). */
+#define SG_ROOTDIST_ROOTS_KEY "ca.crt"
+#define SG_ROOTDIST_ROOTS_LABEL "signet.dev/ca-roots"
+#define SG_ROOTDIST_ROOTS_CONTROLLER "rootpub"
 #define SG_ROOTDIST_ROOT_MAX (512u << 10) /* bundle bytes (a ConfigMap holds at most 1 MiB) */
 #define SG_ROOTDIST_SELECTOR_MAX SG_KUBE_SELECTOR_MAX
 
@@ -55,8 +76,12 @@ typedef struct sg_rootdist sg_rootdist;
 typedef struct sg_rootdist_options {
 	sg_kube *kube;                  /* borrowed; must outlive the distributor */
 	const char *namespace_selector; /* Kubernetes label selector; NULL or "": every namespace */
+	const char *ns;                 /* one namespace only (then no selector); NULL or "": the selected ones */
 	const char *name;               /* NULL: SG_ROOTDIST_NAME */
 	const char *key;                /* NULL: SG_ROOTDIST_KEY */
+	const char *label;              /* the label set on the ConfigMap; NULL: SG_ROOTDIST_LABEL */
+	const char *label_value;        /* its value; NULL: SG_ROOTDIST_LABEL_VALUE */
+	const char *controller;         /* the runtime's name, [a-z0-9-]; NULL: SG_ROOTDIST_CONTROLLER */
 } sg_rootdist_options;
 
 typedef struct sg_rootdist_stats {
@@ -73,9 +98,12 @@ typedef struct sg_rootdist_stats {
 /* Creates a stopped distributor for the root bundle root_pem (len bytes of
  * PEM holding at least one certificate; copied). The selector is checked
  * against the Kubernetes label-selector grammar (key, !key, key=v, key==v,
- * key!=v, key in (..), key notin (..), key>n, key<n, comma-separated):
- * SG_EINVAL names what is wrong. Strings are copied. Caller frees with
- * sg_rootdist_free. */
+ * key!=v, key in (..), key notin (..), key>n, key<n, comma-separated); ns
+ * must be a namespace name (a DNS-1123 label) and excludes a selector
+ * (one that selects everything, blanks included, counts as none); the
+ * label a label key ([prefix/]name) and its value a non-empty label value;
+ * the controller name as sg_ctrl_def's. SG_EINVAL names what is wrong.
+ * Strings are copied. Caller frees with sg_rootdist_free. */
 SG_API int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char *root_pem,
                            size_t len) SG_MUST_CHECK;
 

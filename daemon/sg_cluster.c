@@ -7,6 +7,12 @@
  * and this file decides which of them the settings ask for and in what
  * order they start and stop.
  *
+ * The root bundle goes out twice, through two sg_rootdist instances fed
+ * the same PEM: istio-ca-root-cert in the selected namespaces ("rootdist",
+ * for Istio), and roots-configmap in trust-namespace ("rootpub", one
+ * ConfigMap for trust bundles to read). Both follow sg_cluster_set_root,
+ * so a rotation's bundle (old and new root) reaches both.
+ *
  * The controllers are rows of one table (`controllers` below) run by the
  * runtime's manager (sg_ctrl.h): it holds the leader-election Lease,
  * starts the leader-only rows when this replica leads and stops them, all
@@ -52,6 +58,7 @@ struct sg_cluster {
 	sg_jwks_kube *jwks;        /* jwks mode without a file */
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
 	sg_rootdist *rootdist;
+	sg_rootdist *rootpub;      /* roots-configmap in trust-namespace */
 	sg_istiodcert *istiodcert;
 	sg_kubesign_ca cas[SG_CLUSTER_CAS_MAX]; /* the CAs issuers may name: "default" first */
 	size_t ncas;
@@ -144,6 +151,11 @@ static bool want_rootdist(const sg_daemon_settings *d)
 	return d->root_ca_configmap;
 }
 
+static bool want_rootpub(const sg_daemon_settings *d)
+{
+	return d->roots_configmap && *d->roots_configmap;
+}
+
 static bool want_istiodcert(const sg_daemon_settings *d)
 {
 	return d->istiod_cert_enabled;
@@ -164,6 +176,34 @@ static int make_rootdist(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row
 	sg_rootdist_options ro = {.kube = c->kube_writers, .namespace_selector = c->d->configmap_namespace_selector};
 	SG_TRY(sg_rootdist_new(&c->rootdist, &ro, o->root_pem, o->root_len));
 	*row = (sg_ctrl_row){sg_rootdist_controller(c->rootdist), rootdist_start, rootdist_stop, c->rootdist, true, NULL};
+	return SG_OK;
+}
+
+/* The roots for trust bundles: one ConfigMap in one namespace. Its names
+ * are checked here, so that a typo names the setting. */
+static int make_rootpub(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	const sg_daemon_settings *d = c->d;
+	const char *ns = d->trust_namespace ? d->trust_namespace : "";
+	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "trust-namespace: \"%s\" is not a namespace name (a DNS-1123 label: 1..%d bytes of [a-z0-9-], "
+	          "alphanumeric at both ends)",
+	          ns, SG_NAMES_LABEL_MAX);
+	SG_ENSURE(sg_names_dns_subdomain(d->roots_configmap, strlen(d->roots_configmap)), SG_EINVAL,
+	          "roots-configmap: \"%s\" is not a ConfigMap name (a DNS-1123 subdomain: 1..%d bytes of [a-z0-9-.], "
+	          "alphanumeric at both ends of each label)",
+	          d->roots_configmap, SG_NAMES_SUBDOMAIN_MAX);
+	sg_rootdist_options ro = {
+		.kube = c->kube_writers,
+		.ns = ns,
+		.name = d->roots_configmap,
+		.key = SG_ROOTDIST_ROOTS_KEY,
+		.label = SG_ROOTDIST_ROOTS_LABEL,
+		.label_value = "true",
+		.controller = SG_ROOTDIST_ROOTS_CONTROLLER,
+	};
+	SG_TRY(sg_rootdist_new(&c->rootpub, &ro, o->root_pem, o->root_len));
+	*row = (sg_ctrl_row){sg_rootdist_controller(c->rootpub), rootdist_start, rootdist_stop, c->rootpub, true, NULL};
 	return SG_OK;
 }
 
@@ -291,6 +331,7 @@ static const struct controller_kind {
 	int (*make)(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row);
 } controllers[] = {
 	{want_rootdist, make_rootdist},
+	{want_rootpub, make_rootpub},
 	{want_istiodcert, make_istiodcert},
 	{want_issuers, make_issuers},
 	{want_cmissuer, make_cmissuer},
@@ -505,6 +546,8 @@ void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len)
 		return;
 	if (c->rootdist && sg_rootdist_set_root(c->rootdist, pem, len) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the ConfigMap writer");
+	if (c->rootpub && sg_rootdist_set_root(c->rootpub, pem, len) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the trust-bundle roots writer");
 	if (c->istiodcert && sg_istiodcert_set_root(c->istiodcert, pem, len) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the istiod certificate writer");
 	if (c->forward && sg_forward_set_roots(c->forward, pem, len) < 0)
@@ -557,23 +600,34 @@ static double tr_errors(void *arg)
 	return (double)tr_stats(arg).api_errors;
 }
 
-static sg_rootdist_stats rd_stats(sg_cluster *c)
+static sg_rootdist_stats rd_stats(sg_rootdist *r)
 {
 	sg_rootdist_stats st = {0};
-	if (c->rootdist)
-		sg_rootdist_stats_get(c->rootdist, &st);
+	if (r)
+		sg_rootdist_stats_get(r, &st);
 	return st;
 }
 
 static double rd_writes(void *arg)
 {
-	sg_rootdist_stats st = rd_stats(arg);
+	sg_rootdist_stats st = rd_stats(((sg_cluster *)arg)->rootdist);
 	return (double)(st.creates + st.updates);
 }
 
 static double rd_errors(void *arg)
 {
-	return (double)rd_stats(arg).errors;
+	return (double)rd_stats(((sg_cluster *)arg)->rootdist).errors;
+}
+
+static double rp_writes(void *arg)
+{
+	sg_rootdist_stats st = rd_stats(((sg_cluster *)arg)->rootpub);
+	return (double)(st.creates + st.updates);
+}
+
+static double rp_errors(void *arg)
+{
+	return (double)rd_stats(((sg_cluster *)arg)->rootpub).errors;
 }
 
 static sg_workload_stats wl_stats(sg_cluster *c)
@@ -686,6 +740,9 @@ int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 		 tr_errors, true},
 		{"signet_root_configmap_writes_total", "istio-ca-root-cert ConfigMaps created or repaired.", rd_writes, true},
 		{"signet_root_configmap_errors_total", "Failed istio-ca-root-cert reconciles.", rd_errors, true},
+		{"signet_roots_publish_writes_total", "roots-configmap (trust-namespace) created or repaired.", rp_writes,
+		 true},
+		{"signet_roots_publish_errors_total", "Failed roots-configmap reconciles.", rp_errors, true},
 		{"signet_impersonation_allowed_total", "Impersonations a node agent was allowed (pod on its node).",
 		 wl_allowed, true},
 		{"signet_impersonation_refused_total", "Impersonations refused by node authorization.", wl_refused, true},
@@ -737,6 +794,7 @@ void sg_cluster_free(sg_cluster *c)
 	sg_kubecsr_free(c->kubecsr);
 	sg_signetissuer_free(c->issuers);
 	sg_istiodcert_free(c->istiodcert);
+	sg_rootdist_free(c->rootpub);
 	sg_rootdist_free(c->rootdist);
 	sg_workload_free(c->workload);
 	sg_jwks_kube_free(c->jwks);

@@ -58,6 +58,8 @@ typedef struct sg_daemon_settings {
 	int64_t leader_election_retry_period;
 	bool root_ca_configmap;
 	char *configmap_namespace_selector;
+	char *trust_namespace;
+	char *roots_configmap;
 	bool istiod_cert_enabled;
 	char *istiod_cert_name;
 	char *istiod_cert_namespace;
@@ -182,6 +184,12 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	  "keep ConfigMap istio-ca-root-cert (root-cert.pem) in every selected namespace (leader only)")           \
 	X("configmap-namespace-selector", SG_OPT_STRING, configmap_namespace_selector, "", 0, 4096, NULL,        \
 	  "label selector of the namespaces that get istio-ca-root-cert (empty: all)")                             \
+	X("trust-namespace", SG_OPT_STRING, trust_namespace, "cert-manager", 1, 63, NULL,                         \
+	  "namespace trust bundles read their sources from, where roots-configmap is kept (as the trust "          \
+	  "program's flag of the same name)")                                                                       \
+	X("roots-configmap", SG_OPT_STRING, roots_configmap, "signet-ca-roots", 0, 253, NULL,                    \
+	  "keep this ConfigMap (key ca.crt: every current root, label signet.dev/ca-roots=true) in "               \
+	  "trust-namespace for trust bundles to name as a source (leader only; empty: off)")                       \
 	X("istiod-cert-enabled", SG_OPT_BOOL, istiod_cert_enabled, "false", 0, 0, NULL,                           \
 	  "issue and renew istiod's serving certificate into a kubernetes.io/tls Secret (leader only)")            \
 	X("istiod-cert-name", SG_OPT_STRING, istiod_cert_name, "istiod-tls", 1, 253, NULL,                        \

@@ -6,7 +6,12 @@
  * it already matches (no loop); stop means no writes and start repairs;
  * a Terminating namespace is skipped without errors; an empty selector
  * covers every namespace; an API server restart in the middle (with a
- * root change while it is down) still converges.
+ * root change while it is down) still converges. Then the single-namespace
+ * instance signetd runs for trust bundles (ConfigMap signet-ca-roots, key
+ * ca.crt, label signet.dev/ca-roots=true): only in its namespace, which
+ * may come later; a rotation's bundle (two roots) and the next one reach
+ * it; a deleted one comes back; a ConfigMap of the same name in another
+ * namespace is never touched.
  *
  * No kube-controller-manager runs, so a deleted namespace stays
  * Terminating for the rest of the test, as a namespace with a stuck
@@ -45,16 +50,24 @@
 #define NS_WATCH 0
 #define CM_WATCH 1
 
+/* The publication for trust bundles (signetd's second instance). */
+#define PUB_NS "rp-trust"
+#define PUB_NAME "signet-ca-roots"
+
 static sg_kube *k;
 static char *root_a, *root_b;
 static sg_rootdist *rd;
-static const char *selector; /* rd's namespace selector (NULL: every namespace) */
+/* What rd is: its namespace selector (NULL: every namespace) or its one
+ * namespace, and the ConfigMap it keeps. */
+static const char *selector;
+static const char *only_ns;
+static const char *cm_name = NAME, *cm_key = KEY, *cm_label = SG_ROOTDIST_LABEL;
 
 /* ---- fixtures ---- */
 
 static sg_kube_ref cm_ref(const char *ns)
 {
-	return (sg_kube_ref){.version = "v1", .resource = "configmaps", .ns = ns, .name = NAME};
+	return (sg_kube_ref){.version = "v1", .resource = "configmaps", .ns = ns, .name = cm_name};
 }
 
 static void ns_create(const char *name, bool selected)
@@ -84,7 +97,7 @@ static json_t *cm_get(const char *ns)
 	json_t *cm = NULL;
 	int rc = sg_kube_get(k, &ref, &cm);
 	if (rc != SG_OK && rc != SG_ENOTFOUND)
-		fprintf(stderr, "GET %s/%s: %s\n", ns, NAME, sg_error_last()->msg);
+		fprintf(stderr, "GET %s/%s: %s\n", ns, cm_name, sg_error_last()->msg);
 	return cm;
 }
 
@@ -110,8 +123,8 @@ static const char *label(const json_t *obj, const char *key)
 static bool cm_ok(const json_t *cm, const char *root)
 {
 	json_t *data = json_object_get(cm, "data");
-	const char *v = json_string_value(json_object_get(data, KEY));
-	const char *l = label(cm, SG_ROOTDIST_LABEL);
+	const char *v = json_string_value(json_object_get(data, cm_key));
+	const char *l = label(cm, cm_label);
 	json_t *bin = json_object_get(cm, "binaryData");
 	return cm && json_object_size(data) == 1 && v && strcmp(v, root) == 0 && l && strcmp(l, "true") == 0 &&
 	       (!bin || json_object_size(bin) == 0) && !json_is_true(json_object_get(cm, "immutable"));
@@ -167,11 +180,12 @@ static sg_ctrl_stats ctrl_stats(void)
 static char idle_why[400]; /* why the last idle() said no */
 
 /* Whether rd's informer of watch holds exactly what the server lists for
- * coll: the same objects at the same resourceVersions. */
-static bool cache_current(size_t watch, const char *resource, const char *labels, const char *fields)
+ * coll (in namespace in_ns; NULL: all): the same objects at the same
+ * resourceVersions. */
+static bool cache_current(size_t watch, const char *resource, const char *in_ns, const char *labels, const char *fields)
 {
 	sg_kube_informer *inf = sg_ctrl_informer(sg_rootdist_controller(rd), watch);
-	sg_kube_ref coll = {.version = "v1", .resource = resource};
+	sg_kube_ref coll = {.version = "v1", .resource = resource, .ns = in_ns};
 	sg_kube_list_opts lo = {.label_selector = labels, .field_selector = fields};
 	json_t *list = NULL;
 	if (!inf || sg_kube_list_all(k, &coll, &lo, &list) != SG_OK) {
@@ -210,9 +224,12 @@ static bool cache_current(size_t watch, const char *resource, const char *labels
  * count then; UINT64_MAX when that look said no). */
 static bool idle(uint64_t *done)
 {
+	char ns_field[100], cm_field[300];
+	snprintf(ns_field, sizeof(ns_field), "metadata.name=%s", only_ns ? only_ns : "");
+	snprintf(cm_field, sizeof(cm_field), "metadata.name=%s", cm_name);
 	sg_ctrl_stats a = ctrl_stats();
-	bool ok = a.queued == 0 && cache_current(NS_WATCH, "namespaces", selector, NULL) &&
-	          cache_current(CM_WATCH, "configmaps", NULL, "metadata.name=" NAME);
+	bool ok = a.queued == 0 && cache_current(NS_WATCH, "namespaces", NULL, selector, only_ns ? ns_field : NULL) &&
+	          cache_current(CM_WATCH, "configmaps", only_ns, NULL, cm_field);
 	sg_ctrl_stats b = ctrl_stats();
 	uint64_t n = b.reconciles + b.errors;
 	if (a.queued || b.queued)
@@ -267,6 +284,30 @@ static sg_rootdist *make(const char *sel, const char *root)
 {
 	selector = sel && *sel ? sel : NULL;
 	sg_rootdist_options o = {.kube = k, .namespace_selector = sel};
+	sg_rootdist *r = NULL;
+	SG_CHECK_OK(sg_rootdist_new(&r, &o, root, strlen(root)));
+	if (!r)
+		exit(1);
+	return r;
+}
+
+/* The instance signetd runs for trust bundles, in namespace PUB_NS. */
+static sg_rootdist *make_pub(const char *root)
+{
+	selector = NULL;
+	only_ns = PUB_NS;
+	cm_name = PUB_NAME;
+	cm_key = SG_ROOTDIST_ROOTS_KEY;
+	cm_label = SG_ROOTDIST_ROOTS_LABEL;
+	sg_rootdist_options o = {
+		.kube = k,
+		.ns = PUB_NS,
+		.name = PUB_NAME,
+		.key = SG_ROOTDIST_ROOTS_KEY,
+		.label = SG_ROOTDIST_ROOTS_LABEL,
+		.label_value = "true",
+		.controller = SG_ROOTDIST_ROOTS_CONTROLLER,
+	};
 	sg_rootdist *r = NULL;
 	SG_CHECK_OK(sg_rootdist_new(&r, &o, root, strlen(root)));
 	if (!r)
@@ -352,6 +393,85 @@ static void t_options(void)
 	SG_CHECK_RC(sg_rootdist_set_root(r, "x", 1), SG_EINVAL);
 	sg_rootdist_free(r);
 	sg_rootdist_free(NULL);
+}
+
+/* The options of a single-namespace instance: the namespace, the label,
+ * its value, the controller's name; a selector beside a namespace. */
+static void t_options_one_namespace(void)
+{
+	static const struct {
+		const char *ns, *selector, *label, *value, *controller;
+	} bad[] = {
+	    {"cert-manager", "a=b", NULL, NULL, NULL}, /* one namespace, or a selector */
+	    {"cert-manager", "!a", NULL, NULL, NULL},
+	    {"Cert-Manager", NULL, NULL, NULL, NULL},
+	    {"-a", NULL, NULL, NULL, NULL},
+	    {"a.b", NULL, NULL, NULL, NULL}, /* a label, not a subdomain */
+	    {"a123456789012345678901234567890123456789012345678901234567890123", NULL, NULL, NULL, NULL}, /* 64 */
+	    {NULL, NULL, "", NULL, NULL},
+	    {NULL, NULL, "a b", NULL, NULL},
+	    {NULL, NULL, "/a", NULL, NULL},
+	    {NULL, NULL, "a/", NULL, NULL},
+	    {NULL, NULL, "a/b/c", NULL, NULL},
+	    {NULL, NULL, "Signet.dev/a", NULL, NULL},
+	    {NULL, NULL, "-a", NULL, NULL},
+	    {NULL, NULL, "a=b", NULL, NULL},
+	    {NULL, NULL, NULL, "", NULL},
+	    {NULL, NULL, NULL, "-true", NULL},
+	    {NULL, NULL, NULL, "a b", NULL},
+	    {NULL, NULL, NULL, NULL, ""},
+	    {NULL, NULL, NULL, NULL, "Root_Pub"},
+	};
+	static const struct {
+		const char *ns, *selector, *label, *value, *controller;
+	} good[] = {
+	    {"cert-manager", NULL, SG_ROOTDIST_ROOTS_LABEL, "true", SG_ROOTDIST_ROOTS_CONTROLLER},
+	    {"cert-manager", "", NULL, NULL, NULL},
+	    {"cert-manager", "  ", NULL, NULL, NULL}, /* blanks select everything: no selector */
+	    {"", "a=b", NULL, NULL, NULL},            /* "": no single namespace */
+	    {"a", NULL, "a", "A", "a"},
+	    {NULL, NULL, "a.b-c/d_e.f", "x-1.y_2", "rootpub-2"},
+	};
+	sg_rootdist *r = NULL;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sg_rootdist_options o = {.kube = k,
+		                         .ns = bad[i].ns,
+		                         .namespace_selector = bad[i].selector,
+		                         .label = bad[i].label,
+		                         .label_value = bad[i].value,
+		                         .controller = bad[i].controller};
+		int rc = sg_rootdist_new(&r, &o, root_a, strlen(root_a));
+		if (rc != SG_EINVAL)
+			fprintf(stderr, "bad options %zu accepted\n", i);
+		SG_CHECK(rc == SG_EINVAL && r == NULL);
+		sg_rootdist_free(r);
+		r = NULL;
+	}
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		sg_rootdist_options o = {.kube = k,
+		                         .ns = good[i].ns,
+		                         .namespace_selector = good[i].selector,
+		                         .label = good[i].label,
+		                         .label_value = good[i].value,
+		                         .controller = good[i].controller};
+		int rc = sg_rootdist_new(&r, &o, root_a, strlen(root_a));
+		if (rc != SG_OK)
+			fprintf(stderr, "good options %zu refused: %s\n", i, sg_error_last()->msg);
+		SG_CHECK_OK(rc);
+		if (r && good[i].controller)
+			SG_CHECK(strcmp(sg_ctrl_name(sg_rootdist_controller(r)), good[i].controller) == 0);
+		sg_rootdist_free(r);
+		r = NULL;
+	}
+	/* The message says what is wrong. */
+	sg_rootdist_options o = {.kube = k, .ns = "cert-manager", .namespace_selector = "team=a"};
+	SG_CHECK_RC(sg_rootdist_new(&r, &o, root_a, strlen(root_a)), SG_EINVAL);
+	SG_CHECK(strstr(sg_error_last()->msg, "exclude each other") != NULL);
+	/* The default instance keeps its name. */
+	o = (sg_rootdist_options){.kube = k};
+	SG_CHECK_OK(sg_rootdist_new(&r, &o, root_a, strlen(root_a)));
+	SG_CHECK(r && strcmp(sg_ctrl_name(sg_rootdist_controller(r)), "rootdist") == 0);
+	sg_rootdist_free(r);
 }
 
 static void t_selected(void)
@@ -642,6 +762,120 @@ static void t_apiserver_restart(void)
 	SG_CHECK(s1.errors > 0);
 }
 
+/* Every ConfigMap named PUB_NAME in the cluster: exactly ours in PUB_NS
+ * (when want_ours) and the one a user made in rp-other, still at
+ * resourceVersion other_rv. */
+static bool pub_only_where_asked(bool want_ours, const char *other_rv)
+{
+	sg_kube_ref coll = {.version = "v1", .resource = "configmaps"};
+	sg_kube_list_opts lo = {.field_selector = "metadata.name=" PUB_NAME};
+	json_t *list = NULL;
+	if (sg_kube_list_all(k, &coll, &lo, &list) != SG_OK) {
+		fprintf(stderr, "LIST configmaps: %s\n", sg_error_last()->msg);
+		return false;
+	}
+	json_t *items = json_object_get(list, "items");
+	bool ok = json_array_size(items) == (want_ours ? 2u : 1u);
+	size_t i;
+	json_t *item;
+	json_array_foreach(items, i, item)
+	{
+		const char *ns = sg_kube_meta_str(item, "namespace"), *rv = sg_kube_meta_str(item, "resourceVersion");
+		if (ns && strcmp(ns, PUB_NS) == 0)
+			continue;
+		if (!ns || strcmp(ns, "rp-other") != 0 || !rv || strcmp(rv, other_rv) != 0) {
+			fprintf(stderr, "unexpected %s/%s at %s\n", ns ? ns : "-", PUB_NAME, rv ? rv : "-");
+			ok = false;
+		}
+	}
+	json_decref(list);
+	return ok;
+}
+
+static char *concat(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *s = malloc(la + lb + 1);
+	if (!s)
+		exit(1);
+	memcpy(s, a, la);
+	memcpy(s + la, b, lb + 1);
+	return s;
+}
+
+/* signetd's publication for trust bundles: one ConfigMap in one namespace,
+ * which exists only after the instance started. */
+static void t_publish(void)
+{
+	sg_rootdist_free(rd);
+	rd = NULL;
+	ns_create("rp-other", false);
+	/* A user's ConfigMap of the same name in another namespace. */
+	sg_kube_ref coll = {.version = "v1", .resource = "configmaps", .ns = "rp-other"};
+	json_t *cm = kube_env_configmap("rp-other", PUB_NAME, SG_ROOTDIST_ROOTS_KEY, "not ours");
+	json_t *made = NULL;
+	SG_CHECK_OK(sg_kube_create(k, &coll, cm, &made));
+	json_decref(cm);
+	const char *made_rv = sg_kube_meta_str(made, "resourceVersion");
+	char *other_rv = strdup(made_rv ? made_rv : "-");
+	json_decref(made);
+
+	rd = make_pub(root_a);
+	SG_CHECK(strcmp(sg_ctrl_name(sg_rootdist_controller(rd)), SG_ROOTDIST_ROOTS_CONTROLLER) == 0);
+	SG_CHECK_OK(sg_rootdist_start(rd));
+	/* No trust namespace yet: nothing known, nothing written. */
+	WAIT_IDLE(30000);
+	sg_rootdist_stats s0 = stats();
+	SG_CHECK(s0.namespaces == 0 && writes(s0) == 0 && s0.errors == 0);
+	SG_CHECK(pub_only_where_asked(false, other_rv));
+
+	ns_create(PUB_NS, false); /* created later */
+	WAIT_OK(PUB_NS, root_a, 30000);
+	ns_create("rp-late", true); /* another namespace: not ours */
+	WAIT_IDLE(30000);
+	sg_rootdist_stats s1 = stats();
+	SG_CHECK(s1.creates == 1 && s1.updates == 0 && s1.errors == 0 && s1.namespaces == 1);
+	json_t *pub = cm_get(PUB_NS);
+	const char *l = label(pub, SG_ROOTDIST_ROOTS_LABEL);
+	SG_CHECK(l && strcmp(l, "true") == 0);
+	SG_CHECK(label(pub, SG_ROOTDIST_LABEL) == NULL); /* not Istio's */
+	SG_CHECK(json_object_get(json_object_get(pub, "data"), "ca.crt") != NULL);
+	json_decref(pub);
+	SG_CHECK(pub_only_where_asked(true, other_rv));
+	/* The watches see the trust namespace only: the user's ConfigMap in
+	 * rp-other never reached the cache. */
+	sg_ctrl *ctrl = sg_rootdist_controller(rd);
+	SG_CHECK(sg_kube_informer_size(sg_ctrl_informer(ctrl, NS_WATCH)) == 1 &&
+	         sg_kube_informer_size(sg_ctrl_informer(ctrl, CM_WATCH)) == 1);
+
+	/* A rotation: the bundle holds both roots, then only the new one. */
+	char *both = concat(root_a, root_b);
+	SG_CHECK_OK(sg_rootdist_set_root(rd, both, strlen(both)));
+	WAIT_OK(PUB_NS, both, 20000);
+	WAIT_IDLE(20000);
+	SG_CHECK(stats().updates == s1.updates + 1);
+	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
+	WAIT_OK(PUB_NS, root_b, 20000);
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s2 = stats();
+	SG_CHECK(s2.updates == s1.updates + 2 && s2.creates == s1.creates);
+
+	/* Deleted: it comes back; edited: repaired. */
+	cm_delete(PUB_NS);
+	WAIT_OK(PUB_NS, root_b, 20000);
+	cm_patch(PUB_NS, json_pack("{s:{s:{s:n}}, s:{s:s}}", "metadata", "labels", SG_ROOTDIST_ROOTS_LABEL, "data",
+	                           SG_ROOTDIST_ROOTS_KEY, "tampered"));
+	WAIT_OK(PUB_NS, root_b, 20000);
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s3 = stats();
+	SG_CHECK(s3.creates == s2.creates + 1 && s3.updates == s2.updates + 1 && s3.errors == 0);
+	SG_CHECK(pub_only_where_asked(true, other_rv));
+	printf("publication: creates %llu updates %llu unchanged %llu errors %llu\n", (unsigned long long)s3.creates,
+	       (unsigned long long)s3.updates, (unsigned long long)s3.unchanged, (unsigned long long)s3.errors);
+	free(both);
+	free(other_rv);
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_rootdist_free(rd);
@@ -650,6 +884,7 @@ static void t_zz_cleanup(void)
 	sg_kube_free(k);
 }
 
-SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_options), SG_TEST(t_selected), SG_TEST(t_no_loop), SG_TEST(t_repair),
-             SG_TEST(t_set_root), SG_TEST(t_unselected), SG_TEST(t_terminating), SG_TEST(t_stop),
-             SG_TEST(t_every_namespace), SG_TEST(t_apiserver_restart), SG_TEST(t_zz_cleanup))
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_options), SG_TEST(t_options_one_namespace), SG_TEST(t_selected),
+             SG_TEST(t_no_loop), SG_TEST(t_repair), SG_TEST(t_set_root), SG_TEST(t_unselected), SG_TEST(t_terminating),
+             SG_TEST(t_stop), SG_TEST(t_every_namespace), SG_TEST(t_apiserver_restart), SG_TEST(t_publish),
+             SG_TEST(t_zz_cleanup))

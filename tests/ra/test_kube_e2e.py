@@ -11,6 +11,8 @@ Python's grpcio as the client and `openssl verify` on every chain.
     of pods on its own node;
   - istio-ca-root-cert ConfigMaps: in selected namespaces only, repaired
     after deletion or edits, following a root change, no write loop;
+  - signet-ca-roots in the trust namespace (created after signetd), for
+    trust bundles, following a root change;
   - istiod's certificate Secret;
   - two replicas: one leader writes; killing it hands over within 20 s;
   - the API server restarted under a running signetd: it recovers;
@@ -56,6 +58,7 @@ from signet_e2e import make_csr, read, spiffe  # noqa: E402
 
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 ROOT_CM = "istio-ca-root-cert"
+ROOTS_CM = "signet-ca-roots"  # --roots-configmap's default, in --trust-namespace (cert-manager)
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/istio-system/leases/signet"
 
 
@@ -467,14 +470,23 @@ class Writers(Base):
         self.assertEqual(C.metric(self.d, "signet_root_configmap_writes_total"), writes)
         self.assertIsNotNone(cm)
 
+    def roots_published(self, bundle):
+        cm = C.kube.configmap("cert-manager", ROOTS_CM)
+        return cm if (cm and cm.get("data") == {"ca.crt": bundle}
+                      and cm["metadata"].get("labels", {}).get("signet.dev/ca-roots") == "true") else None
+
     def test_d_follows_a_root_change(self):
         wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
+        # The trust namespace comes after signetd: the roots are published there.
+        C.kube.namespace("cert-manager")
+        wait_for(f"{ROOTS_CM} in the trust namespace", lambda: self.roots_published(self.bundle()))
         new = C.root + other_root()
         with open(self.root_file + ".tmp", "wb") as f:
             f.write(new)
         os.replace(self.root_file + ".tmp", self.root_file)
         wait_for("the ConfigMap to carry the new bundle",
                  lambda: (C.kube.configmap("apps") or {}).get("data", {}).get("root-cert.pem") == new.decode())
+        wait_for(f"{ROOTS_CM} to carry both roots", lambda: self.roots_published(new.decode()))
         tok = C.kube.token("apps", "app1")
         chain = self.call(self.stub, tok, spiffe("apps", "app1"))
         self.assertEqual(chain[-1].encode(), new)  # clients get the new bundle, as one element
