@@ -119,16 +119,44 @@ static void set_rv(sg_kube_informer *inf, const json_t *obj)
 		snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
 }
 
-static int on_event(sg_kube_event_type type, json_t *obj, void *arg)
+static int on_object(sg_kube_informer *inf, sg_kube_event_type type, json_t *obj);
+
+/* What the store keeps of obj: a new reference (NULL when out of memory). */
+static json_t *kept(const sg_kube_informer *inf, json_t *obj)
+{
+	if (!inf->opt.metadata_only)
+		return json_incref(obj);
+	json_t *m = json_object();
+	static const char *const keep[] = {"apiVersion", "kind", "metadata"};
+	for (size_t i = 0; m && i < sizeof(keep) / sizeof(keep[0]); i++) {
+		json_t *v = json_object_get(obj, keep[i]);
+		if (v && json_object_set(m, keep[i], v) != 0) {
+			json_decref(m);
+			m = NULL;
+		}
+	}
+	return m;
+}
+
+static int on_event(sg_kube_event_type type, json_t *full, void *arg)
 {
 	sg_kube_informer *inf = arg;
 	if (type == SG_KUBE_BOOKMARK) {
 		pthread_mutex_lock(&inf->mu);
-		set_rv(inf, obj);
+		set_rv(inf, full);
 		inf->stats.bookmarks++;
 		pthread_mutex_unlock(&inf->mu);
 		return 0;
 	}
+	json_t *obj = kept(inf, full);
+	SG_ENSURE(obj, SG_EINTERNAL, "kube informer: out of memory");
+	int rc = on_object(inf, type, obj);
+	json_decref(obj);
+	return rc;
+}
+
+static int on_object(sg_kube_informer *inf, sg_kube_event_type type, json_t *obj)
+{
 	char key[KEY_MAX];
 	if (!obj_key(obj, key, sizeof(key))) {
 		sg_log(SG_LOG_WARN, "kube informer: event object without a usable name ignored",
@@ -185,7 +213,7 @@ static int reconcile(sg_kube_informer *inf, json_t *list)
 	json_array_foreach(items, i, obj)
 	{
 		if (json_is_object(obj) && obj_key(obj, key, sizeof(key)))
-			json_object_set(fresh, key, obj);
+			json_object_set_new(fresh, key, kept(inf, obj));
 	}
 
 	pthread_mutex_lock(&inf->mu);

@@ -51,6 +51,12 @@ typedef struct sg_kube_informer_opts {
 	unsigned backoff_max_ms;     /* 0: 30000 */
 	sg_kube_index_fn index_fn;  /* optional */
 	void *index_arg;
+	/* Keep only apiVersion, kind and metadata of each object (store and
+	 * handlers alike): a cache of who exists and who manages what, for
+	 * objects whose contents are large and never read from the cache (the
+	 * targets of a trust bundle: hundreds of namespaces times a bundle of
+	 * public CAs). The full object is parsed and dropped as it arrives. */
+	bool metadata_only;
 } sg_kube_informer_opts;
 
 typedef struct sg_kube_informer_stats {

@@ -55,6 +55,7 @@ typedef struct watch {
 	char *group, *version, *resource, *ns;
 	char *label_selector, *field_selector;
 	sg_ctrl_map_fn map;
+	bool metadata_only;
 	char kind[KIND_MAX]; /* learnt by discovery ("": not yet); under kind_mu */
 } watch;
 
@@ -370,7 +371,16 @@ static int init(sg_ctrl *c, const sg_ctrl_def *d)
 	SG_ENSURE(d->workers <= SG_CTRL_WORKERS_MAX, SG_EINVAL, "controller %s: at most %d workers", d->name,
 	          SG_CTRL_WORKERS_MAX);
 	snprintf(c->name, sizeof(c->name), "%s", d->name);
-	snprintf(c->field_manager, sizeof(c->field_manager), "signet-%s", d->name);
+	if (d->field_manager) {
+		size_t fl = strlen(d->field_manager);
+		SG_ENSURE(fl >= 1 && fl < sizeof(c->field_manager) &&
+		                  strspn(d->field_manager, "abcdefghijklmnopqrstuvwxyz0123456789-") == fl,
+		          SG_EINVAL, "controller %s: field manager must be 1..%zu bytes of [a-z0-9-]", d->name,
+		          sizeof(c->field_manager) - 1);
+		memcpy(c->field_manager, d->field_manager, fl + 1);
+	} else {
+		snprintf(c->field_manager, sizeof(c->field_manager), "signet-%s", d->name);
+	}
 	c->kube = d->kube;
 	c->reconcile = d->reconcile;
 	c->synced = d->synced;
@@ -384,6 +394,7 @@ static int init(sg_ctrl *c, const sg_ctrl_def *d)
 		          "controller %s: watch %zu must name a collection (version, resource, no name)", d->name, i);
 		w->owner = c;
 		w->map = s->map;
+		w->metadata_only = s->metadata_only;
 		c->nwatches++;
 		SG_TRY(copy_opt(s->ref.group, &w->group));
 		SG_TRY(copy_opt(s->ref.version, &w->version));
@@ -450,7 +461,9 @@ static int make_informers(sg_ctrl *c)
 	for (size_t i = 0; i < c->nwatches; i++) {
 		watch *w = &c->watches[i];
 		sg_kube_ref ref = {.group = w->group, .version = w->version, .resource = w->resource, .ns = w->ns};
-		sg_kube_informer_opts o = {.label_selector = w->label_selector, .field_selector = w->field_selector};
+		sg_kube_informer_opts o = {.label_selector = w->label_selector,
+		                           .field_selector = w->field_selector,
+		                           .metadata_only = w->metadata_only};
 		sg_kube_handlers h = {on_add, on_update, on_delete, w};
 		SG_TRY(sg_kube_informer_new(&c->inf[i], c->kube, &ref, &o, &h));
 	}

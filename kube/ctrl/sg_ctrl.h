@@ -60,7 +60,7 @@
 
 #define SG_CTRL_KEY_MAX 320 /* "<namespace>/<name>": 63 + 1 + 253, and the NUL */
 #define SG_CTRL_NAME_MAX 48 /* controller names: [a-z0-9-], for logs and metric labels */
-#define SG_CTRL_WATCH_MAX 4
+#define SG_CTRL_WATCH_MAX 8
 #define SG_CTRL_WORKERS_MAX 16
 #define SG_CTRL_ROWS_MAX 16
 #define SG_CTRL_BACKOFF_FIRST_MS 1000u
@@ -121,6 +121,7 @@ typedef struct sg_ctrl_watch {
 	const char *label_selector; /* optional */
 	const char *field_selector; /* optional */
 	sg_ctrl_map_fn map;         /* NULL: the object's own key, "ns/name" or "name" */
+	bool metadata_only;         /* cache apiVersion, kind and metadata only (sg_kube_informer_opts) */
 } sg_ctrl_watch;
 
 typedef struct sg_ctrl_result {
@@ -153,6 +154,13 @@ typedef struct sg_ctrl_def {
 	unsigned workers;          /* 0: 1; at most SG_CTRL_WORKERS_MAX */
 	unsigned backoff_first_ms; /* 0: SG_CTRL_BACKOFF_FIRST_MS */
 	unsigned backoff_max_ms;   /* 0: SG_CTRL_BACKOFF_MAX_MS */
+	/* The field manager of its writes (apply, apply_status) and the
+	 * reporter of its Events. NULL: "signet-<name>". A controller that
+	 * takes over another implementation's objects names that one's manager
+	 * (trust bundles: "trust-manager"), so the fields it owned stay owned
+	 * and nothing is rewritten at the switch. 1..SG_CTRL_NAME_MAX+7 bytes of
+	 * [a-z0-9-]. */
+	const char *field_manager;
 } sg_ctrl_def;
 
 typedef struct sg_ctrl_stats {
@@ -233,7 +241,8 @@ SG_API void sg_ctrl_bind_metrics(sg_ctrl *c, sg_series *ok, sg_series *failed, s
 SG_API void sg_ctrl_event(sg_ctrl *c, const json_t *obj, const char *type, const char *reason, const char *fmt, ...)
 	__attribute__((format(printf, 5, 6)));
 
-/* The controller's field manager: "signet-<controller>". */
+/* The controller's field manager: "signet-<controller>" unless its
+ * definition named another. */
 SG_API const char *sg_ctrl_field_manager(const sg_ctrl *c);
 
 /* Server-side apply of body (apiVersion, kind, metadata.name and the

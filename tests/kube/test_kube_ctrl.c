@@ -479,6 +479,17 @@ static void t_keys_and_conditions(void)
 	w.ref.name = "one";
 	SG_CHECK_RC(sg_ctrl_new(&ctl, &d), SG_EINVAL);
 	SG_CHECK(ctl == NULL);
+	w.ref.name = NULL;
+	/* A field manager of another implementation (trust bundles take over
+	 * trust-manager's), checked like a name. */
+	d.field_manager = "Trust Manager";
+	SG_CHECK_RC(sg_ctrl_new(&ctl, &d), SG_EINVAL);
+	d.field_manager = "";
+	SG_CHECK_RC(sg_ctrl_new(&ctl, &d), SG_EINVAL);
+	d.field_manager = "trust-manager";
+	SG_CHECK_OK(sg_ctrl_new(&ctl, &d));
+	SG_CHECK(ctl && strcmp(sg_ctrl_field_manager(ctl), "trust-manager") == 0);
+	sg_ctrl_free(ctl);
 	sg_ctrl_free(NULL);
 }
 

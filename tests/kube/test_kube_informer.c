@@ -4,7 +4,9 @@
  * with one informer watching (it must recover and follow changes made after
  * the restart) and one stopped while objects changed (on start its
  * resourceVersion is older than the restarted server's watch cache: 410,
- * relist, and the relist emits the delete it missed).
+ * relist, and the relist emits the delete it missed). A metadata-only
+ * informer keeps apiVersion, kind and metadata (managedFields included)
+ * and nothing else, from the LIST and from the watch alike.
  */
 #include "sg_clock.h"
 #include "sg_kube_informer.h"
@@ -247,6 +249,44 @@ static void t_raw_410(void)
 	SG_CHECK(sg_kube_last_status()->code == 410);
 }
 
+/* What a metadata-only informer holds of name: metadata (with labels and
+ * managedFields), no data. */
+static bool metadata_only(sg_kube_informer *inf, const char *name, const char *label)
+{
+	json_t *o = sg_kube_informer_get(inf, "default", name);
+	json_t *meta = json_object_get(o, "metadata");
+	const char *app = json_string_value(json_object_get(json_object_get(meta, "labels"), "app"));
+	bool ok = o && !json_object_get(o, "data") && json_array_size(json_object_get(meta, "managedFields")) > 0 &&
+	          app && strcmp(app, label) == 0;
+	json_decref(o);
+	return ok;
+}
+
+static void t_metadata_only(void)
+{
+	put_cm("m-1", "inf-m", "green", "1");
+	sg_kube_ref coll = {.version = "v1", .resource = "configmaps", .ns = "default"};
+	sg_kube_informer_opts om = {.label_selector = "app=inf-m", .metadata_only = true, .backoff_max_ms = 2000};
+	struct counts cm = {.mu = PTHREAD_MUTEX_INITIALIZER};
+	sg_kube_handlers hm = {on_add, on_update, on_delete, &cm};
+	sg_kube_informer *im = NULL;
+	SG_CHECK_OK(sg_kube_informer_new(&im, k, &coll, &om, &hm));
+	if (!im)
+		exit(1);
+	SG_CHECK_OK(sg_kube_informer_start(im));
+	SG_CHECK_OK(sg_kube_informer_wait_synced(im, 10000));
+	SG_CHECK(metadata_only(im, "m-1", "inf-m")); /* from the LIST */
+	put_cm("m-2", "inf-m", "green", "1");
+	uint64_t deadline = sg_now_ns() + 10000000000ull;
+	while (sg_kube_informer_size(im) < 2 && sg_now_ns() < deadline)
+		sg_sleep_ms(20);
+	SG_CHECK(metadata_only(im, "m-2", "inf-m")); /* from the watch */
+	SG_CHECK(counts_after(&cm, 2, 0, 0).adds == 2);
+	sg_kube_informer_free(im);
+	del_cm("m-1");
+	del_cm("m-2");
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_kube_informer_free(ia);
@@ -269,4 +309,4 @@ static void t_start(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sync_and_events), SG_TEST(t_restart_and_gap), SG_TEST(t_raw_410),
-             SG_TEST(t_zz_cleanup))
+             SG_TEST(t_metadata_only), SG_TEST(t_zz_cleanup))
