@@ -1,0 +1,345 @@
+#!/usr/bin/python3
+"""signet-trust as a program, against a real kube-apiserver and etcd
+(tests/kube/apiserver.sh): its command line (--help, GNU flags, errors),
+the package subcommand on Debian's ca-certificates, the shipped CRD and
+RBAC, a Bundle of the default CAs plus a CA of the test's own synced into
+selected namespaces and checked with `openssl verify`, the probes and
+metrics, two replicas under one Lease (the standby is ready and writes
+nothing; it takes over when the leader stops), and a clean SIGTERM.
+
+The controller's semantics are tested in depth in process
+(test_kube_trust.c); this test is about the program around it.
+
+Usage: test_program.py SIGNET_TRUST SOURCE_DIR
+"""
+import base64
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import yaml
+
+TRUST = sys.argv[1] if len(sys.argv) > 1 else "signet-trust"
+SOURCE_DIR = sys.argv[2] if len(sys.argv) > 2 else "."
+KUBE_SCRIPTS = os.path.join(SOURCE_DIR, "tests", "kube")
+MANIFESTS = os.path.join(SOURCE_DIR, "packaging", "kubernetes")
+TRUST_NS = "pt-trust"
+LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{TRUST_NS}/leases/trust-manager-leader-election"
+CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+def wait_for(what, fn, timeout=60, interval=0.2):
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+class Kube:
+    """Just enough of the REST API, with the admin token."""
+
+    def __init__(self, env):
+        self.server = env["KUBE_APISERVER"]
+        self.token = read(env["KUBE_TOKEN_FILE"]).strip()
+        self.ctx = ssl.create_default_context(cafile=env["KUBE_CA_FILE"])
+
+    def req(self, method, path, body=None, ctype="application/json"):
+        data = json.dumps(body).encode() if body is not None else None
+        r = urllib.request.Request(self.server + path, data=data, method=method,
+                                   headers={"Authorization": f"Bearer {self.token}", "Content-Type": ctype,
+                                            "Accept": "application/json"})
+        try:
+            with urllib.request.urlopen(r, context=self.ctx, timeout=30) as resp:
+                return resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            body = e.read() or b"{}"
+            try:
+                return e.code, json.loads(body)
+            except ValueError:
+                return e.code, {"message": body.decode(errors="replace")}
+
+    def ok(self, method, path, body=None, ctype="application/json"):
+        code, doc = self.req(method, path, body, ctype)
+        assert 200 <= code < 300, f"{method} {path}: {code} {doc.get('message')}"
+        return doc
+
+    def namespace(self, name, labels=None):
+        code, doc = self.req("POST", "/api/v1/namespaces",
+                             {"apiVersion": "v1", "kind": "Namespace",
+                              "metadata": {"name": name, "labels": labels or {}}})
+        assert code in (201, 409), f"namespace {name}: {code} {doc.get('message')}"
+
+    def get(self, path):
+        code, doc = self.req("GET", path)
+        return doc if code == 200 else None
+
+    def apply_file(self, path):
+        """Creates every object of a manifest (AlreadyExists is fine)."""
+        for doc in yaml.safe_load_all(read(path)):
+            if not doc:
+                continue
+            kind, meta = doc["kind"], doc["metadata"]
+            group_version = doc["apiVersion"]
+            plural = {"CustomResourceDefinition": "customresourcedefinitions", "Namespace": "namespaces",
+                      "ServiceAccount": "serviceaccounts", "ClusterRole": "clusterroles",
+                      "ClusterRoleBinding": "clusterrolebindings", "Role": "roles",
+                      "RoleBinding": "rolebindings"}[kind]
+            base = "/api/v1" if group_version == "v1" else f"/apis/{group_version}"
+            ns = meta.get("namespace")
+            path = f"{base}/namespaces/{ns}/{plural}" if ns else f"{base}/{plural}"
+            code, out = self.req("POST", path, doc)
+            assert code in (201, 409), f"{kind} {meta['name']}: {code} {out.get('message')}"
+
+
+def openssl(*args, **kw):
+    return subprocess.run(["openssl", *args], check=True, capture_output=True, **kw)
+
+
+class Env:
+    """The API server (shared through SIGNET_KUBE_ENV, or our own), the
+    CRD, a CA of our own with a leaf it signed, and a package file."""
+
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="trust-program.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        shared = os.environ.get("SIGNET_KUBE_ENV")
+        self.own = not shared
+        env_file = shared
+        if self.own:
+            self.api_dir = os.path.join(self.tmp, "api")
+            os.mkdir(self.api_dir)
+            subprocess.run([os.path.join(KUBE_SCRIPTS, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "start", self.api_dir], check=True,
+                           stdout=subprocess.DEVNULL)
+            unittest.addModuleCleanup(subprocess.run,
+                                      [os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            env_file = os.path.join(self.api_dir, "env")
+        self.env = dict(line.split("=", 1) for line in read(env_file).splitlines() if "=" in line)
+        self.kube = Kube(self.env)
+        self.kube.apply_file(os.path.join(MANIFESTS, "trust-crds.yaml"))
+        wait_for("the Bundle CRD", lambda: self.kube.get("/apis/trust.cert-manager.io/v1alpha1/bundles"))
+        self.kube.namespace(TRUST_NS)
+        # A CA and a leaf it signed: the leaf must verify against every
+        # target once the CA is in the Bundle.
+        d = self.tmp
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                f"{d}/ca.key", "-out", f"{d}/ca.pem", "-subj", "/CN=program test CA", "-days", "2",
+                "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                f"{d}/leaf.key", "-out", f"{d}/leaf.csr", "-subj", "/CN=leaf.example")
+        openssl("x509", "-req", "-in", f"{d}/leaf.csr", "-CA", f"{d}/ca.pem", "-CAkey", f"{d}/ca.key",
+                "-CAcreateserial", "-out", f"{d}/leaf.pem", "-days", "1")
+        self.ca_pem = read(f"{d}/ca.pem")
+        self.leaf = f"{d}/leaf.pem"
+        self.package = f"{d}/debian-package.json"
+        subprocess.run([TRUST, "package", "--version", "test-1", "--output", self.package], check=True)
+        self.procs = []
+
+    def run(self, name, *extra):
+        """Starts signet-trust; returns (process, metrics port, probe port)."""
+        path = os.path.join(self.tmp, f"{name}.log")
+        args = [TRUST, "--kubeconfig", self.env["KUBECONFIG"], "--trust-namespace", TRUST_NS,
+                "--default-package-location", self.package, "--metrics-port=0", "--readiness-probe-port", "0",
+                "--log-format=json", "--leader-election-lease-duration", "4s",
+                "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "1s", *extra]
+        with open(path, "w") as log:
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+
+        def ports():
+            """Both ports 0: one server holds metrics and probes."""
+            found = {}
+            for line in read(path).splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("msg") in ("metrics endpoint", "probe endpoint", "signet-trust started"):
+                    found[rec["msg"]] = rec.get("port")
+            return found if "signet-trust started" in found else None
+        got = wait_for(f"{name}'s endpoints", ports, timeout=20)
+        metrics = got["metrics endpoint"]
+        return p, metrics, got.get("probe endpoint", metrics)
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if self.own:
+            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if os.environ.get("SIGNET_KEEP_TMP"):
+            print(f"kept {self.tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+E = None
+
+
+def setUpModule():
+    global E
+    E = Env()
+
+
+def tearDownModule():
+    E.close()
+
+
+def http(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric(port, name):
+    _, text = http(port, "/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+class CommandLine(unittest.TestCase):
+    def test_help_documents_every_flag(self):
+        out = subprocess.run([TRUST, "--help"], check=True, capture_output=True, text=True).stdout
+        for flag in ("--trust-namespace", "--default-package-location", "--secret-targets-enabled",
+                     "--filter-expired-certificates", "--filter-non-ca-certs", "--target-namespaces",
+                     "--leader-elect", "--readiness-probe-port", "--metrics-port", "--kubeconfig"):
+            self.assertIn(flag, out)
+        out = subprocess.run([TRUST, "package", "--help"], check=True, capture_output=True, text=True).stdout
+        self.assertIn("--certificates", out)
+
+    def test_bad_flags_are_refused_clearly(self):
+        r = subprocess.run([TRUST, "--no-such-flag"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no-such-flag", r.stderr)
+        r = subprocess.run([TRUST, "--kubeconfig", E.env["KUBECONFIG"], "--trust-namespace=Not_A_Namespace",
+                            "--metrics-port=0", "--readiness-probe-port=0"], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("not a namespace name", r.stderr)
+        r = subprocess.run([TRUST, "--default-package-location", "/nonexistent.json"], capture_output=True,
+                           text=True, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        # Booleans bare and with a value, GNU style.
+        r = subprocess.run([TRUST, "--leader-elect=maybe"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+
+    def test_package_of_debian_ca_certificates(self):
+        doc = json.loads(read(E.package))
+        self.assertEqual(doc["name"], "cert-manager-debian")
+        self.assertEqual(doc["version"], "test-1")
+        n = doc["bundle"].count("-----BEGIN CERTIFICATE-----")
+        self.assertGreater(n, 50)
+        self.assertEqual(n, len(set(doc["bundle"].split("-----END CERTIFICATE-----"))) - 1)  # no duplicate
+        self.assertFalse(doc["bundle"].endswith("\n"))
+        # The same input in another order gives the same package.
+        certs = [c + "-----END CERTIFICATE-----\n" for c in read(CA_BUNDLE).split("-----END CERTIFICATE-----")
+                 if "BEGIN" in c]
+        shuffled = os.path.join(E.tmp, "reversed.pem")
+        with open(shuffled, "w") as f:
+            f.writelines(reversed(certs + certs[:3]))
+        out = os.path.join(E.tmp, "reversed.json")
+        subprocess.run([TRUST, "package", "--version", "test-1", "--certificates", shuffled, "--output", out],
+                       check=True)
+        self.assertEqual(json.loads(read(out))["bundle"], doc["bundle"])
+        # A private key among the certificates is refused, and nothing is written.
+        bad = os.path.join(E.tmp, "with-key.pem")
+        with open(bad, "w") as f:
+            f.write(E.ca_pem + read(os.path.join(E.tmp, "ca.key")))
+        out = os.path.join(E.tmp, "bad.json")
+        r = subprocess.run([TRUST, "package", "--version", "1", "--certificates", bad, "--output", out],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("only CERTIFICATE blocks are permitted but found 'PRIVATE KEY'", r.stderr)
+        self.assertFalse(os.path.exists(out))
+        r = subprocess.run([TRUST, "package", "--version", "1", "--output", "x.txt"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn(".json", r.stderr)
+
+
+class Running(unittest.TestCase):
+    def test_bundle_leader_standby_and_shutdown(self):
+        k = E.kube
+        k.ok("POST", f"/api/v1/namespaces/{TRUST_NS}/configmaps",
+             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "program-ca"},
+              "data": {"ca.crt": E.ca_pem}})
+        k.namespace("pt-a", {"pt-trust": "yes"})
+        k.namespace("pt-b", {"pt-trust": "yes"})
+        k.namespace("pt-c")
+        bundle = {"apiVersion": "trust.cert-manager.io/v1alpha1", "kind": "Bundle",
+                  "metadata": {"name": "program-bundle"},
+                  "spec": {"sources": [{"useDefaultCAs": True}, {"configMap": {"name": "program-ca", "key": "ca.crt"}}],
+                           "target": {"configMap": {"key": "ca-certificates.crt"},
+                                      "namespaceSelector": {"matchLabels": {"pt-trust": "yes"}}}}}
+        k.ok("POST", "/apis/trust.cert-manager.io/v1alpha1/bundles", bundle)
+
+        one, m1, p1 = E.run("one")
+        wait_for("leadership", lambda: k.get(LEASE) and k.get(LEASE)["spec"].get("holderIdentity"))
+        two, m2, p2 = E.run("two")
+
+        def target(ns):
+            cm = k.get(f"/api/v1/namespaces/{ns}/configmaps/program-bundle")
+            return cm and cm["data"].get("ca-certificates.crt")
+        for ns in ("pt-a", "pt-b"):
+            pem = wait_for(f"the target in {ns}", lambda: target(ns))
+            path = os.path.join(E.tmp, f"{ns}.pem")
+            with open(path, "w") as f:
+                f.write(pem)
+            r = subprocess.run(["openssl", "verify", "-CAfile", path, E.leaf], capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+            self.assertGreater(pem.count("BEGIN CERTIFICATE"), 50)  # the default CAs too
+        self.assertIsNone(k.get("/api/v1/namespaces/pt-c/configmaps/program-bundle"))
+        b = wait_for("Synced", lambda: (lambda o: o if o.get("status", {}).get("conditions") else None)(
+            k.get("/apis/trust.cert-manager.io/v1alpha1/bundles/program-bundle")))
+        cond = b["status"]["conditions"][0]
+        self.assertEqual((cond["type"], cond["status"], cond["reason"]), ("Synced", "True", "Synced"))
+        self.assertEqual(b["status"]["defaultCAVersion"].split("-test-1-")[0], "cert-manager-debian")
+
+        # Leader and standby: both ready; only the leader has written.
+        holder = k.get(LEASE)["spec"]["holderIdentity"]
+        leader, standby = ((one, m1, p1), (two, m2, p2))
+        self.assertEqual(http(p1, "/readyz")[0], 200)
+        wait_for("the standby ready", lambda: http(p2, "/readyz")[0] == 200)
+        self.assertEqual(http(p2, "/healthz")[0], 200)
+        self.assertGreaterEqual(metric(m1, "signet_trust_target_writes_total"), 2)
+        self.assertEqual(metric(m2, "signet_trust_target_writes_total"), 0)
+        self.assertIn('signet_controller_reconciles_total{controller="bundles"', http(m1, "/metrics")[1])
+
+        # The leader stops: the Lease is released and the standby leads,
+        # and a namespace created now gets its target from it.
+        one.send_signal(signal.SIGTERM)
+        self.assertEqual(one.wait(timeout=30), 0)
+        wait_for("a new holder", lambda: k.get(LEASE)["spec"].get("holderIdentity") not in ("", holder))
+        k.namespace("pt-d", {"pt-trust": "yes"})
+        wait_for("the target in pt-d", lambda: target("pt-d"))
+        wait_for("writes by the new leader", lambda: metric(m2, "signet_trust_target_writes_total") >= 1)
+        two.send_signal(signal.SIGTERM)
+        self.assertEqual(two.wait(timeout=30), 0)
+        del leader, standby
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0], "-v"])
