@@ -341,5 +341,56 @@ class Running(unittest.TestCase):
         del leader, standby
 
 
+class ShippedRbac(unittest.TestCase):
+    """signet-trust with nothing but what packaging/kubernetes/trust-rbac.yaml
+    grants its ServiceAccount: a token of that account (TokenRequest), the
+    trust namespace cert-manager, Secret sources and Secret targets, the
+    Lease, Events and Bundle status all work."""
+
+    def test_runs_on_its_own_rbac(self):
+        k = E.kube
+        k.apply_file(os.path.join(MANIFESTS, "trust-rbac.yaml"))
+        token = k.ok("POST", "/api/v1/namespaces/cert-manager/serviceaccounts/signet-trust/token",
+                     {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                      "spec": {"expirationSeconds": 3600}})["status"]["token"]
+        cfg = os.path.join(E.tmp, "signet-trust.kubeconfig")
+        with open(cfg, "w") as f:
+            json.dump({"apiVersion": "v1", "kind": "Config", "current-context": "sa",
+                       "clusters": [{"name": "c", "cluster": {"server": E.env["KUBE_APISERVER"],
+                                                              "certificate-authority": E.env["KUBE_CA_FILE"]}}],
+                       "users": [{"name": "sa", "user": {"token": token}}],
+                       "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}]}, f)
+        os.chmod(cfg, 0o600)
+        k.ok("POST", "/api/v1/namespaces/cert-manager/secrets",
+             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "rbac-ca"},
+              "data": {"ca.crt": base64.b64encode(E.ca_pem.encode()).decode()}})
+        k.namespace("pt-rbac", {"pt-rbac": "yes"})
+        k.ok("POST", "/apis/trust.cert-manager.io/v1alpha1/bundles",
+             {"apiVersion": "trust.cert-manager.io/v1alpha1", "kind": "Bundle", "metadata": {"name": "rbac-bundle"},
+              "spec": {"sources": [{"secret": {"name": "rbac-ca", "key": "ca.crt"}}],
+                       "target": {"configMap": {"key": "ca.crt"}, "secret": {"key": "ca.crt"},
+                                  "namespaceSelector": {"matchLabels": {"pt-rbac": "yes"}}}}})
+        log = os.path.join(E.tmp, "rbac.log")
+        with open(log, "w") as out:
+            p = subprocess.Popen([TRUST, "--kubeconfig", cfg, "--secret-targets-enabled", "--metrics-port=0",
+                                  "--readiness-probe-port=0", "--leader-election-lease-duration", "4s",
+                                  "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "1s"],
+                                 stdout=out, stderr=subprocess.STDOUT)
+        E.procs.append(p)
+        cm = wait_for("the ConfigMap target", lambda: k.get("/api/v1/namespaces/pt-rbac/configmaps/rbac-bundle"))
+        sec = wait_for("the Secret target", lambda: k.get("/api/v1/namespaces/pt-rbac/secrets/rbac-bundle"))
+        self.assertEqual(cm["data"]["ca.crt"], E.ca_pem.strip())
+        self.assertEqual(base64.b64decode(sec["data"]["ca.crt"]).decode(), E.ca_pem.strip())
+        b = wait_for("Synced", lambda: (lambda o: o if o.get("status", {}).get("conditions") else None)(
+            k.get("/apis/trust.cert-manager.io/v1alpha1/bundles/rbac-bundle")))
+        self.assertEqual(b["status"]["conditions"][0]["status"], "True")
+        lease = k.get("/apis/coordination.k8s.io/v1/namespaces/cert-manager/leases/trust-manager-leader-election")
+        self.assertTrue(lease and lease["spec"]["holderIdentity"])
+        p.send_signal(signal.SIGTERM)
+        self.assertEqual(p.wait(timeout=30), 0)
+        self.assertNotIn('"level":"error"', read(log))
+        self.assertNotIn("forbidden", read(log).lower())
+
+
 if __name__ == "__main__":
     unittest.main(argv=[sys.argv[0], "-v"])
