@@ -1014,10 +1014,11 @@ static bool controlled_by_bundle_named(const json_t *obj, const char *bname)
 
 #define OWNED_MAX 8
 
-/* The data (and binaryData) keys the trust-manager field manager owns in
- * obj, from metadata.managedFields: n keys into keys, or false when there
- * are more than OWNED_MAX (which can only be wrong). */
-static bool owned_keys(const json_t *obj, bool secret, const char *keys[OWNED_MAX], size_t *n)
+/* The data (and binaryData) keys of obj that field managers own, by
+ * metadata.managedFields: the trust-manager manager's (ours) or everyone
+ * else's: n keys into keys, or false when there are more than OWNED_MAX
+ * (which, for ours, can only be wrong). */
+static bool managed_data_keys(const json_t *obj, bool secret, bool ours, const char *keys[OWNED_MAX], size_t *n)
 {
 	*n = 0;
 	size_t i;
@@ -1025,7 +1026,7 @@ static bool owned_keys(const json_t *obj, bool secret, const char *keys[OWNED_MA
 	json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "managedFields"), i, mf)
 	{
 		const char *who = json_string_value(json_object_get(mf, "manager"));
-		if (!who || strcmp(who, SG_TRUST_FIELD_MANAGER) != 0)
+		if (ours != (who && strcmp(who, SG_TRUST_FIELD_MANAGER) == 0))
 			continue;
 		const json_t *fs = json_object_get(mf, "fieldsV1");
 		const char *members[2] = {"f:data", secret ? NULL : "f:binaryData"};
@@ -1050,34 +1051,20 @@ static bool owned_keys(const json_t *obj, bool secret, const char *keys[OWNED_MA
 	return true;
 }
 
-/* Whether anyone but the trust-manager field manager owns a data (or
- * binaryData) key of obj, by metadata.managedFields. Without managedFields
+static bool owned_keys(const json_t *obj, bool secret, const char *keys[OWNED_MAX], size_t *n)
+{
+	return managed_data_keys(obj, secret, true, keys, n);
+}
+
+/* Whether anyone but us owns a data key of obj. Without managedFields
  * nobody can tell: true, so the caller keeps what might be someone's. */
 static bool others_own_data(const json_t *obj, bool secret)
 {
-	const json_t *mfs = json_object_get(json_object_get(obj, "metadata"), "managedFields");
-	if (json_array_size(mfs) == 0)
+	const char *keys[OWNED_MAX];
+	size_t n = 0;
+	if (json_array_size(json_object_get(json_object_get(obj, "metadata"), "managedFields")) == 0)
 		return true;
-	size_t i;
-	json_t *mf;
-	json_array_foreach(mfs, i, mf)
-	{
-		const char *who = json_string_value(json_object_get(mf, "manager"));
-		if (who && strcmp(who, SG_TRUST_FIELD_MANAGER) == 0)
-			continue;
-		const json_t *fs = json_object_get(mf, "fieldsV1");
-		const char *members[2] = {"f:data", secret ? NULL : "f:binaryData"};
-		for (int m = 0; m < 2 && members[m]; m++) {
-			const char *k;
-			json_t *v;
-			json_object_foreach(json_object_get(fs, members[m]), k, v)
-			{
-				if (strncmp(k, "f:", 2) == 0)
-					return true;
-			}
-		}
-	}
-	return false;
+	return !managed_data_keys(obj, secret, false, keys, &n) || n > 0;
 }
 
 static bool same_key_set(const char *const *a, size_t na, const char *const *b, size_t nb)

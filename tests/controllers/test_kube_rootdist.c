@@ -85,10 +85,7 @@ static void ns_create(const char *name, bool selected)
 /* Sets (value) or removes (NULL) label key of namespace name. */
 static void ns_label(const char *name, const char *key, const char *value)
 {
-	sg_kube_ref ref = {.version = "v1", .resource = "namespaces", .name = name};
-	json_t *patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key, value ? json_string(value) : json_null());
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
-	json_decref(patch);
+	SG_CHECK_OK(kube_env_label_namespace(k, name, key, value));
 }
 
 static json_t *cm_get(const char *ns)

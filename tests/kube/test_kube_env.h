@@ -160,6 +160,17 @@ static inline json_t *kube_env_configmap(const char *ns, const char *name, const
 
 /* ---- applying manifests ---- */
 
+/* Sets (value) or removes (value NULL) label key of namespace name, by a
+ * merge patch of the client's own field manager. */
+static inline int kube_env_label_namespace(sg_kube *k, const char *name, const char *key, const char *value)
+{
+	sg_kube_ref ref = {.version = "v1", .resource = "namespaces", .name = name};
+	json_t *patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key, value ? json_string(value) : json_null());
+	int rc = patch ? sg_kube_merge_patch(k, &ref, patch, NULL) : SG_EINTERNAL;
+	json_decref(patch);
+	return rc;
+}
+
 #define KUBE_ENV_APPLY_DEADLINE_MS 30000u
 #define KUBE_ENV_MANIFEST_MAX (16u << 20)
 

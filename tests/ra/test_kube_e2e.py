@@ -31,7 +31,6 @@ import json
 import os
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -53,6 +52,8 @@ SIGNETCTL, SIGNETD, PROTO_DIR, KUBE_SCRIPTS = sys.argv[1:5]
 del sys.argv[1:5]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, KUBE_SCRIPTS)
+import kube_rest  # noqa: E402
 import signet_e2e  # noqa: E402
 from signet_e2e import make_csr, read, spiffe  # noqa: E402
 
@@ -62,45 +63,11 @@ ROOTS_CM = "signet-ca-roots"  # --roots-configmap's default, in --trust-namespac
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/istio-system/leases/signet"
 
 
-def wait_for(what, fn, timeout=30, interval=0.2):
-    """Polls fn until it returns something true; fails with `what`."""
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+wait_for = kube_rest.wait_for
 
 
-class Kube:
-    """Just enough of the Kubernetes REST API, with the admin token."""
-
-    def __init__(self, env):
-        self.server = env["KUBE_APISERVER"]
-        self.admin_token = read(env["KUBE_TOKEN_FILE"]).strip()
-        self.ctx = ssl.create_default_context(cafile=env["KUBE_CA_FILE"])
-
-    def req(self, method, path, body=None, ctype="application/json"):
-        data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(self.server + path, data=data, method=method,
-                                   headers={"Authorization": f"Bearer {self.admin_token}", "Content-Type": ctype,
-                                            "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(r, context=self.ctx, timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            body = e.read() or b"{}"
-            try:
-                return e.code, json.loads(body)
-            except ValueError:  # "404 page not found" before a new API is served
-                return e.code, {"message": body.decode(errors="replace")}
-
-    def ok(self, method, path, body=None, ctype="application/json"):
-        code, doc = self.req(method, path, body, ctype)
-        assert 200 <= code < 300, f"{method} {path}: {code} {doc.get('message')}"
-        return doc
+class Kube(kube_rest.Kube):
+    """The shared client (tests/kube/kube_rest.py), with what this test adds."""
 
     def namespace(self, name, labels=None):
         self.ok("POST", "/api/v1/namespaces",

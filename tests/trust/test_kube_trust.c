@@ -62,6 +62,7 @@
 #include "sg_clock.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
+#include "self_signed.h"
 #include "sg_test.h"
 #include "test_kube_env.h"
 
@@ -114,44 +115,9 @@ static const char *const other_ns[] = {"tt-c", "tt-other"};
 
 /* ---- certificates, made with OpenSSL ---- */
 
-/* A self-signed P-256 certificate valid from now+from_s to now+to_s, a CA
- * (basicConstraints cA TRUE, keyCertSign) or not; caller frees. */
 static char *make_cert(const char *cn, bool is_ca, long from_s, long to_s)
 {
-	static long serial;
-	EVP_PKEY *key = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-	X509 *x = X509_new();
-	BIO *b = BIO_new(BIO_s_mem());
-	char *out = NULL;
-	if (key && x && b) {
-		X509_set_version(x, 2);
-		ASN1_INTEGER_set(X509_get_serialNumber(x), ++serial);
-		X509_gmtime_adj(X509_getm_notBefore(x), from_s);
-		X509_gmtime_adj(X509_getm_notAfter(x), to_s);
-		X509_NAME *n = X509_get_subject_name(x);
-		X509_NAME_add_entry_by_txt(n, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
-		X509_set_issuer_name(x, n);
-		X509_set_pubkey(x, key);
-		X509V3_CTX v3;
-		X509V3_set_ctx_nodb(&v3);
-		X509V3_set_ctx(&v3, x, x, NULL, NULL, 0);
-		X509_EXTENSION *bc = X509V3_EXT_conf_nid(NULL, &v3, NID_basic_constraints,
-		                                         is_ca ? "critical,CA:TRUE" : "critical,CA:FALSE");
-		X509_EXTENSION *ku = X509V3_EXT_conf_nid(NULL, &v3, NID_key_usage,
-		                                         is_ca ? "critical,keyCertSign,cRLSign" : "critical,digitalSignature");
-		bool ok = bc && ku && X509_add_ext(x, bc, -1) == 1 && X509_add_ext(x, ku, -1) == 1;
-		X509_EXTENSION_free(bc);
-		X509_EXTENSION_free(ku);
-		char *p;
-		long len;
-		if (ok && X509_sign(x, key, EVP_sha256()) > 0 && PEM_write_bio_X509(b, x) == 1 &&
-		    (len = BIO_get_mem_data(b, &p)) > 0)
-			out = strndup(p, (size_t)len);
-	}
-	BIO_free(b);
-	X509_free(x);
-	EVP_PKEY_free(key);
-	return out;
+	return test_cert_pem(cn, is_ca, from_s, to_s);
 }
 
 /* A fresh private key as PKCS#8 PEM ("PRIVATE KEY"); caller frees. */
@@ -311,10 +277,7 @@ static void ns_create(const char *name, const char *lk, const char *lv)
 /* Sets (value) or removes (NULL) a label of a namespace. */
 static void ns_label(const char *name, const char *key, const char *value)
 {
-	sg_kube_ref ref = {.version = "v1", .resource = "namespaces", .name = name};
-	json_t *patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key, value ? json_string(value) : json_null());
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
-	json_decref(patch);
+	SG_CHECK_OK(kube_env_label_namespace(k, name, key, value));
 }
 
 /* A merge patch of an object (patch is stolen), by the client's own field

@@ -17,11 +17,9 @@ import json
 import os
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 import urllib.error
 import urllib.request
@@ -31,10 +29,19 @@ import yaml
 TRUST = sys.argv[1] if len(sys.argv) > 1 else "signet-trust"
 SOURCE_DIR = sys.argv[2] if len(sys.argv) > 2 else "."
 KUBE_SCRIPTS = os.path.join(SOURCE_DIR, "tests", "kube")
+sys.path.insert(0, KUBE_SCRIPTS)
+import kube_rest  # noqa: E402
+
+
 MANIFESTS = os.path.join(SOURCE_DIR, "packaging", "kubernetes")
 TRUST_NS = "pt-trust"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{TRUST_NS}/leases/trust-manager-leader-election"
 CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
+def wait_for(what, fn, timeout=60):
+    """kube_rest's, with room for the sanitizer builds."""
+    return kube_rest.wait_for(what, fn, timeout)
 
 
 def read(path, mode="r"):
@@ -42,54 +49,14 @@ def read(path, mode="r"):
         return f.read()
 
 
-def wait_for(what, fn, timeout=60, interval=0.2):
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
-        last = fn()
-        if last:
-            return last
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-
-
-class Kube:
-    """Just enough of the REST API, with the admin token."""
-
-    def __init__(self, env):
-        self.server = env["KUBE_APISERVER"]
-        self.token = read(env["KUBE_TOKEN_FILE"]).strip()
-        self.ctx = ssl.create_default_context(cafile=env["KUBE_CA_FILE"])
-
-    def req(self, method, path, body=None, ctype="application/json"):
-        data = json.dumps(body).encode() if body is not None else None
-        r = urllib.request.Request(self.server + path, data=data, method=method,
-                                   headers={"Authorization": f"Bearer {self.token}", "Content-Type": ctype,
-                                            "Accept": "application/json"})
-        try:
-            with urllib.request.urlopen(r, context=self.ctx, timeout=30) as resp:
-                return resp.status, json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as e:
-            body = e.read() or b"{}"
-            try:
-                return e.code, json.loads(body)
-            except ValueError:
-                return e.code, {"message": body.decode(errors="replace")}
-
-    def ok(self, method, path, body=None, ctype="application/json"):
-        code, doc = self.req(method, path, body, ctype)
-        assert 200 <= code < 300, f"{method} {path}: {code} {doc.get('message')}"
-        return doc
+class Kube(kube_rest.Kube):
+    """The shared client, with what this test adds."""
 
     def namespace(self, name, labels=None):
         code, doc = self.req("POST", "/api/v1/namespaces",
                              {"apiVersion": "v1", "kind": "Namespace",
                               "metadata": {"name": name, "labels": labels or {}}})
         assert code in (201, 409), f"namespace {name}: {code} {doc.get('message')}"
-
-    def get(self, path):
-        code, doc = self.req("GET", path)
-        return doc if code == 200 else None
 
     def apply_file(self, path):
         """Creates every object of a manifest (AlreadyExists is fine)."""
