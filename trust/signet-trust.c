@@ -215,6 +215,9 @@ static int start(program *p)
 	settings *s = &p->s;
 	SG_ENSURE(s->lease_duration > s->renew_deadline && s->renew_deadline * 10 > s->retry_period * 12, SG_EINVAL,
 	          "leader election: lease duration > renew deadline > 1.2 x retry period is required");
+	/* Settings first, so a typo is named before any connection is tried. */
+	SG_ENSURE(sg_names_dns_label(s->trust_namespace, strlen(s->trust_namespace), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "trust-namespace \"%s\" is not a namespace name", s->trust_namespace);
 	if (s->default_package_location && *s->default_package_location) {
 		SG_TRY(sg_trust_package_load(&p->package, s->default_package_location));
 		sg_log(SG_LOG_INFO, "default CA package", SG_F_STR("id", sg_trust_package_id(p->package)), SG_F_END);

@@ -210,6 +210,17 @@ class CommandLine(unittest.TestCase):
         r = subprocess.run([TRUST, "--default-package-location", "/nonexistent.json"], capture_output=True,
                            text=True, timeout=30)
         self.assertEqual(r.returncode, 1)
+        # The config file uses the flags' names; flags override it.
+        conf = os.path.join(E.tmp, "bad.conf")
+        with open(conf, "w") as f:
+            f.write("trust-namespace = Not_A_Namespace\n")
+        r = subprocess.run([TRUST, "--config", conf, "--kubeconfig", "/nonexistent"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('trust-namespace "Not_A_Namespace" is not a namespace name', r.stderr)
+        r = subprocess.run([TRUST, "--config", conf, "--trust-namespace=fine", "--kubeconfig", "/nonexistent"],
+                           capture_output=True, text=True)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("/nonexistent", r.stderr)
         # Booleans bare and with a value, GNU style.
         r = subprocess.run([TRUST, "--leader-elect=maybe"], capture_output=True, text=True)
         self.assertEqual(r.returncode, 2)
