@@ -78,6 +78,16 @@ static bool printable(const char *s, size_t max)
 	return true;
 }
 
+/* Messages quote what users wrote (JSON keys and values, a JSON parser's
+ * view of broken input); they go to logs, Events and conditions, so
+ * anything outside printable ASCII becomes '?'. */
+static void printable_only(char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+			*s = '?';
+}
+
 static bool ends_with_json(const char *path)
 {
 	size_t n = strlen(path);
@@ -112,6 +122,7 @@ int sg_trust_package_parse(sg_trust_package **out, const void *data, size_t len,
 	          SG_TRUST_PACKAGE_MAX);
 	json_error_t jerr;
 	json_t *doc = json_loadb(data, len, JSON_REJECT_DUPLICATES, &jerr);
+	printable_only(jerr.text);
 	SG_ENSURE(doc, SG_EINVAL, "default package %s: not JSON: %s (line %d)", what, jerr.text, jerr.line);
 	const json_t *jb = json_object_get(doc, "bundle");
 	const char *name = json_string_value(json_object_get(doc, "name"));
@@ -637,6 +648,7 @@ int sg_trust_spec_check(const json_t *bundle)
 	char why[MSG_MAX];
 	bool ok = parse_spec(bundle, name, &s, why, sizeof(why));
 	spec_free(&s);
+	printable_only(why);
 	return ok ? SG_OK : sg_error_set(SG_EINVAL, "%s", why);
 }
 
@@ -1606,6 +1618,7 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 	build b = {0};
 	if (!parse_spec(bundle, key, &s, why, sizeof(why))) {
 		refs_set(t, key, NULL);
+		printable_only(why);
 		snprintf(msg, sizeof(msg), "Bundle is invalid: %s", why);
 		rc = set_status(t, c, bundle, false, "InvalidSpec", msg, NULL);
 		goto out;
