@@ -12,10 +12,21 @@
  *     unknown fields are pruned, status is written through /status only,
  *     by merge patch and by server-side apply as the issuers controller
  *     writes it.
+ *   CertificateRequestPolicy CRD (policy-crds.yaml, approver-policy's
+ *     API): Established under approver-policy's names; its key usages are
+ *     cert-manager's; approver-policy's documented example with every
+ *     field reads back unchanged (nothing pruned); what the schema
+ *     refuses (wrong types, bad enums, no selector, sizes past 8192,
+ *     duplicate rules or OIDs) is refused with 422, and what it leaves to
+ *     the controller (relations, CEL, plugins) is accepted; status through
+ *     /status only.
  *   RBAC: signet's ServiceAccount may do what each module's header says it
  *     needs, and not more where it matters (no Secrets outside
- *     istio-system, no signing for other signers, no approving);
- *     cert-manager's ServiceAccount may approve for signet's issuers. Asked
+ *     istio-system, no signing for other signers, no approving but for
+ *     signet's and cert-manager's own issuers, which the policy approver
+ *     decides, no "use" of policies); cert-manager's ServiceAccount may
+ *     approve for signet's issuers; the README's "use" ClusterRole works
+ *     as approver-policy's review asks (in the request's namespace). Asked
  *     as the API server and cert-manager ask: SubjectAccessReviews, and for
  *     signer names first the name, then "<domain>/" followed by a star.
  *   CertificateRequest fixture: a request with a base64 CSR is accepted
@@ -44,6 +55,7 @@
 #endif
 
 #define CRDS SOURCE_DIR "/packaging/kubernetes/crds.yaml"
+#define POLICY_CRDS SOURCE_DIR "/packaging/kubernetes/policy-crds.yaml"
 #define RBAC SOURCE_DIR "/packaging/kubernetes/rbac.yaml"
 #define CR_CRD TESTDATA "/fixtures/certificaterequests.crd.yaml"
 #define NS "manifests"
@@ -67,6 +79,14 @@ static sg_kube_ref issuer_ref(const char *ns, const char *name)
 {
 	return (sg_kube_ref){.group = SG_SIGNETISSUER_GROUP, .version = SG_SIGNETISSUER_VERSION,
 	                     .resource = ns ? SG_SIGNETISSUER_RESOURCE : SG_SIGNETISSUER_CLUSTER_RESOURCE, .ns = ns,
+	                     .name = name};
+}
+
+static sg_kube_ref policy_ref(const char *name)
+{
+	return (sg_kube_ref){.group = "policy.cert-manager.io",
+	                     .version = "v1alpha1",
+	                     .resource = "certificaterequestpolicies",
 	                     .name = name};
 }
 
@@ -194,6 +214,61 @@ static int issuer_status_patch(const char *name, json_t *conditions)
 	return rc;
 }
 
+/* A CertificateRequestPolicy with spec given as JSON text (NULL: no spec
+ * at all); caller decrefs. */
+static json_t *policy(const char *name, const char *spec)
+{
+	json_t *o = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "policy.cert-manager.io/v1alpha1", "kind",
+	                      "CertificateRequestPolicy", "metadata", "name", name);
+	if (spec) {
+		json_t *s = json_loads(spec, JSON_DECODE_ANY, NULL);
+		SG_CHECK(s != NULL);
+		json_object_set_new(o, "spec", s ? s : json_null());
+	}
+	return o;
+}
+
+/* Creates the policy; the object as a GET returns it afterwards, or NULL
+ * with the create's error left for the caller. */
+static json_t *policy_create(const char *name, const char *spec)
+{
+	json_t *o = policy(name, spec), *out = NULL;
+	sg_kube_ref r = policy_ref(name);
+	if (recreate(r, o, NULL) == 0 && sg_kube_get(k, &r, &out) != 0) {
+		json_decref(out);
+		out = NULL;
+	}
+	json_decref(o);
+	return out;
+}
+
+/* Whether the policy's spec reads back as spec (JSON text) says: nothing
+ * pruned, nothing defaulted. */
+static bool policy_spec_is(const json_t *o, const char *spec)
+{
+	json_t *want = json_loads(spec, 0, NULL);
+	bool same = want && json_equal(json_object_get(o, "spec"), want);
+	if (!same) {
+		char *got = json_dumps(json_object_get(o, "spec"), JSON_SORT_KEYS);
+		fprintf(stderr, "  spec sent: %s\n  read back: %s\n", spec, got ? got : "(none)");
+		free(got);
+	}
+	json_decref(want);
+	return same;
+}
+
+/* The schema node at path (property names; "[]" steps into items) in the
+ * first version of crd, or NULL. */
+static const json_t *schema_at(const json_t *crd, const char *const *path)
+{
+	const json_t *v0 = json_array_get(json_object_get(json_object_get(crd, "spec"), "versions"), 0);
+	const json_t *n = json_object_get(json_object_get(v0, "schema"), "openAPIV3Schema");
+	for (; n && *path; path++)
+		n = strcmp(*path, "[]") == 0 ? json_object_get(n, "items")
+		                             : json_object_get(json_object_get(n, "properties"), *path);
+	return n;
+}
+
 /* ---- SubjectAccessReview ---- */
 
 /* Whether user (a ServiceAccount of sa_ns) may verb the resource, as the
@@ -274,10 +349,12 @@ static void t_start(void)
 	ns_create("istio-system");
 	ns_create(NS);
 	SG_CHECK(kube_env_apply_file(k, CRDS));
+	SG_CHECK(kube_env_apply_file(k, POLICY_CRDS));
 	SG_CHECK(kube_env_apply_file(k, RBAC));
 	SG_CHECK(kube_env_apply_file(k, CR_CRD));
 	/* Applying again is harmless: everything exists and is replaced. */
 	SG_CHECK(kube_env_apply_file(k, CRDS));
+	SG_CHECK(kube_env_apply_file(k, POLICY_CRDS));
 	SG_CHECK(kube_env_apply_file(k, RBAC));
 	if (sg_test_failures)
 		exit(1);
@@ -495,6 +572,217 @@ static void t_status_apply(void)
 	json_decref(body);
 }
 
+/* ---- CertificateRequestPolicy (policy-crds.yaml) ---- */
+
+/* approver-policy's names, so its CRD and ours are interchangeable. */
+static void t_policy_crd(void)
+{
+	sg_kube_ref r = crd_ref("certificaterequestpolicies.policy.cert-manager.io");
+	json_t *crd = NULL;
+	SG_CHECK_OK(sg_kube_get(k, &r, &crd));
+	const json_t *spec = json_object_get(crd, "spec"), *names = json_object_get(spec, "names");
+	SG_CHECK(condition_is(crd, "Established", "True"));
+	SG_CHECK(condition_is(crd, "NamesAccepted", "True"));
+	SG_CHECK(str_is(json_string_value(json_object_get(spec, "group")), "policy.cert-manager.io"));
+	SG_CHECK(str_is(json_string_value(json_object_get(spec, "scope")), "Cluster"));
+	SG_CHECK(str_is(json_string_value(json_object_get(names, "kind")), "CertificateRequestPolicy"));
+	SG_CHECK(str_is(json_string_value(json_object_get(names, "listKind")), "CertificateRequestPolicyList"));
+	SG_CHECK(str_is(json_string_value(json_object_get(names, "plural")), "certificaterequestpolicies"));
+	SG_CHECK(str_is(json_string_value(json_object_get(names, "singular")), "certificaterequestpolicy"));
+	const json_t *short_names = json_object_get(names, "shortNames"), *cats = json_object_get(names, "categories");
+	SG_CHECK(json_array_size(short_names) == 1 && str_is(json_string_value(json_array_get(short_names, 0)), "crp"));
+	SG_CHECK(json_array_size(cats) == 1 && str_is(json_string_value(json_array_get(cats, 0)), "cert-manager"));
+	const json_t *v = json_object_get(spec, "versions"), *v0 = json_array_get(v, 0);
+	SG_CHECK(json_array_size(v) == 1);
+	SG_CHECK(str_is(json_string_value(json_object_get(v0, "name")), "v1alpha1"));
+	SG_CHECK(json_is_true(json_object_get(v0, "served")) && json_is_true(json_object_get(v0, "storage")));
+	SG_CHECK(json_is_object(json_object_get(json_object_get(v0, "subresources"), "status")));
+	SG_CHECK(json_array_size(json_object_get(v0, "additionalPrinterColumns")) == 2);
+	SG_CHECK(column_is(crd, "Ready", "string", ".status.conditions[?(@.type == \"Ready\")].status"));
+	SG_CHECK(column_is(crd, "Age", "date", ".metadata.creationTimestamp"));
+
+	/* The key usages a policy may allow are those a request may ask for
+	 * (the fixture is cert-manager's CertificateRequest schema). */
+	sg_kube_ref fr = crd_ref("certificaterequests.cert-manager.io");
+	json_t *cr_crd = NULL;
+	SG_CHECK_OK(sg_kube_get(k, &fr, &cr_crd));
+	static const char *const policy_usages[] = {"spec", "allowed", "usages", "[]", NULL};
+	static const char *const cr_usages[] = {"spec", "usages", "[]", NULL};
+	const json_t *mine = json_object_get(schema_at(crd, policy_usages), "enum");
+	const json_t *theirs = json_object_get(schema_at(cr_crd, cr_usages), "enum");
+	SG_CHECK(json_array_size(mine) == 23 && json_equal(mine, theirs));
+	json_decref(cr_crd);
+	json_decref(crd);
+}
+
+/* approver-policy's docs/examples/all-options.yaml (every field of the API),
+ * its spec as JSON. */
+static const char all_options[] =
+    "{\"allowed\": {\"commonName\": {\"required\": true, \"value\": \"example.com\","
+    " \"validations\": [{\"rule\": \"self.endsWith('.com')\","
+    " \"message\": \"CommonName must end with '.com'\"}]}, \"dnsNames\": {\"required\": false,"
+    " \"values\": [\"example.com\", \"*.example.com\"], \"validations\": [{\"rule\": \"self.size() <= 24\","
+    " \"message\": \"DNSName must be no more than 24 characters\"}]}, \"ipAddresses\": {\"required\": false,"
+    " \"values\": [\"*\"], \"validations\": [{\"rule\": \"self.matches('\\\\d+\\\\.\\\\d+\\\\.\\\\d+\\\\.\\\\d+')\","
+    " \"message\": \"IPAddress must be a valid IPv4 address\"}]}, \"uris\": {\"required\": false,"
+    " \"values\": [\"spiffe://example.org/ns/*/sa/*\"],"
+    " \"validations\": [{\"rule\": \"self.startsWith('spiffe://%s/ns/%s/sa/'.format(['example.org',cr.namespace]))\","
+    " \"message\": \"URI must be a valid SPIFFE ID in trust domain bound to request namespace\"}]},"
+    " \"emailAddresses\": {\"required\": false, \"values\": [\"*@example.com\"],"
+    " \"validations\": [{\"rule\": \"self.size() <= 24\","
+    " \"message\": \"EmailAddress must be no more than 24 characters\"}]}, \"isCA\": false,"
+    " \"usages\": [\"server auth\", \"client auth\"], \"subject\": {\"organizations\": {\"required\": false,"
+    " \"values\": [\"*\"], \"validations\": []}, \"countries\": {\"required\": false, \"values\": [\"*\"],"
+    " \"validations\": []}, \"organizationalUnits\": {\"required\": false, \"values\": [\"*\"],"
+    " \"validations\": []}, \"localities\": {\"required\": false, \"values\": [\"*\"], \"validations\": []},"
+    " \"provinces\": {\"required\": false, \"values\": [\"*\"], \"validations\": []},"
+    " \"streetAddresses\": {\"required\": false, \"values\": [\"*\"], \"validations\": []},"
+    " \"postalCodes\": {\"required\": false, \"values\": [\"*\"], \"validations\": []},"
+    " \"serialNumber\": {\"required\": false, \"value\": \"*\", \"validations\": []},"
+    " \"otherAttributes\": [{\"oid\": \"1.2.840.113549.1.9.1\", \"required\": false,"
+    " \"values\": [\"*@example.com\"], \"validations\": []}]},"
+    " \"otherNames\": [{\"oid\": \"1.3.6.1.4.1.311.20.2.3\", \"required\": false,"
+    " \"values\": [\"*@example.com\"], \"validations\": []}]}, \"constraints\": {\"minDuration\": \"1h\","
+    " \"maxDuration\": \"24h\", \"privateKey\": {\"algorithm\": \"RSA\", \"minSize\": 2048, \"maxSize\": 4096}},"
+    " \"plugins\": {\"rego\": {\"values\": {\"my-ref\": \"hello-world\"}}},"
+    " \"selector\": {\"issuerRef\": {\"name\": \"my-ca-*\", \"kind\": \"*Issuer\", \"group\": \"cert-manager.io\"}}}";
+
+#define ANY_ISSUER "{\"selector\": {\"issuerRef\": {}}, "
+
+/* Policies are accepted and read back as written: the schema knows every
+ * field of approver-policy's API (none pruned) and defaults none. Among
+ * them approver-policy's documented examples, and what only the
+ * controller can refuse. */
+static void t_policy_examples(void)
+{
+	static const struct {
+		const char *name, *spec;
+	} ok[] = {
+	    {"manifests-all-options", all_options},
+	    /* docs/examples/default-deny-all.yaml */
+	    {"manifests-default-deny-all",
+	     "{\"allowed\": {\"dnsNames\": {\"values\": [], \"required\": true}}, \"selector\": {\"issuerRef\": {}}}"},
+	    /* The namespace selector alone; the key size limits themselves. */
+	    {"manifests-namespace-only",
+	     "{\"selector\": {\"namespace\": {\"matchNames\": [\"team-*\"], \"matchLabels\": {\"signet.dev/policy\": "
+	     "\"web\"}}}, \"constraints\": {\"privateKey\": {\"algorithm\": \"ECDSA\", \"minSize\": 0, \"maxSize\": "
+	     "8192}}}"},
+	    /* What approver-policy's webhook refuses and a 1.20 schema cannot:
+	     * signetd reports these NotReady (policy-crds.yaml's header). */
+	    {"manifests-controller-checks",
+	     ANY_ISSUER "\"constraints\": {\"minDuration\": \"1d\", \"maxDuration\": "
+	                "\"-1h\", \"privateKey\": {\"algorithm\": \"Ed25519\", \"minSize\": 4096, "
+	                "\"maxSize\": 0}}, \"allowed\": {\"dnsNames\": {\"required\": true, "
+	                "\"validations\": [{\"rule\": \"self.(\", \"message\": \"two\\nlines\"}]}, "
+	                "\"otherNames\": [{\"oid\": \"01.2\"}], \"subject\": {\"otherAttributes\": "
+	                "[{\"oid\": \"2.5.4.3\", \"required\": true}]}}, \"plugins\": "
+	                "{\"no-such-plugin\": {}}}"},
+	    {"manifests-bad-labels", "{\"selector\": {\"namespace\": {\"matchLabels\": {\"not a key!\": \"x y\"}}}}"},
+	};
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		json_t *o = policy_create(ok[i].name, ok[i].spec);
+		SG_CHECK(o != NULL);
+		if (!o) {
+			fprintf(stderr, "  %s: %s\n", ok[i].name, sg_error_last()->msg);
+			continue;
+		}
+		SG_CHECK(policy_spec_is(o, ok[i].spec));
+		SG_CHECK(json_object_get(o, "status") == NULL);
+		json_decref(o);
+	}
+}
+
+/* What the schema refuses: 422 Invalid. */
+static void t_policy_validation(void)
+{
+	static const char *const bad[] = {
+	    "{}",                                    /* no selector */
+	    "{\"selector\": {}}",                    /* neither issuerRef nor namespace */
+	    "{\"selector\": {\"issuerRef\": null}}", /* the same */
+	    "{\"selector\": {\"issuerRef\": \"*\"}}",
+	    "{\"selector\": {\"issuerRef\": {\"name\": 5}}}",
+	    "{\"selector\": {\"namespace\": {\"matchNames\": \"team-a\"}}}",
+	    "{\"selector\": {\"namespace\": {\"matchLabels\": {\"team\": true}}}}",
+	    ANY_ISSUER "\"allowed\": {\"usages\": [\"Server Auth\"]}}", /* cert-manager's spelling only */
+	    ANY_ISSUER "\"allowed\": {\"usages\": [\"server auth\", \"sign everything\"]}}",
+	    ANY_ISSUER "\"allowed\": {\"usages\": \"server auth\"}}",
+	    ANY_ISSUER "\"allowed\": {\"isCA\": \"yes\"}}",
+	    ANY_ISSUER "\"allowed\": {\"commonName\": {\"value\": [\"a\"]}}}",
+	    ANY_ISSUER "\"allowed\": {\"dnsNames\": {\"values\": \"*\"}}}",
+	    ANY_ISSUER "\"allowed\": {\"dnsNames\": {\"required\": \"yes\"}}}",
+	    ANY_ISSUER "\"allowed\": {\"uris\": {\"validations\": [{\"message\": \"no rule\"}]}}}",
+	    ANY_ISSUER "\"allowed\": {\"uris\": {\"validations\": [{\"rule\": \"true\"}, {\"rule\": \"true\"}]}}}",
+	    ANY_ISSUER "\"allowed\": {\"otherNames\": [{\"oid\": \"1.2.3\"}, {\"oid\": \"1.2.3\"}]}}",
+	    ANY_ISSUER "\"allowed\": {\"subject\": {\"otherAttributes\": [{\"values\": [\"*\"]}]}}}", /* no oid */
+	    ANY_ISSUER "\"allowed\": {\"subject\": {\"organizations\": [\"Example\"]}}}",
+	    ANY_ISSUER "\"constraints\": {\"privateKey\": {\"algorithm\": \"DSA\"}}}",
+	    ANY_ISSUER "\"constraints\": {\"privateKey\": {\"algorithm\": \"rsa\"}}}",
+	    ANY_ISSUER "\"constraints\": {\"privateKey\": {\"minSize\": \"2048\"}}}",
+	    ANY_ISSUER "\"constraints\": {\"privateKey\": {\"maxSize\": 8193}}}",
+	    ANY_ISSUER "\"constraints\": {\"privateKey\": {\"minSize\": -1}}}",
+	    ANY_ISSUER "\"constraints\": {\"minDuration\": 3600}}",
+	    ANY_ISSUER "\"plugins\": {\"rego\": {\"values\": {\"my-ref\": 1}}}}",
+	    ANY_ISSUER "\"plugins\": {\"rego\": \"on\"}}",
+	    "[]",
+	    NULL, /* no spec at all */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		json_t *o = policy_create("manifests-crp-invalid", bad[i]);
+		SG_CHECK(o == NULL && sg_kube_last_status()->code == 422);
+		if (o || sg_kube_last_status()->code != 422)
+			fprintf(stderr, "  spec %s: %s\n", bad[i] ? bad[i] : "(none)",
+			        o ? "accepted" : sg_error_last()->msg);
+		json_decref(o);
+	}
+
+	/* Unknown fields are pruned, and status sent with the object is
+	 * dropped: it belongs to /status. */
+	json_t *with =
+	    policy("manifests-crp-pruned", "{\"selector\": {\"issuerRef\": {\"name\": \"x\", \"bogus\": 1}}, "
+	                                   "\"bogus\": 2}");
+	json_object_set_new(with, "status", json_pack("{s:o}", "conditions", ready_conditions("True", "Ready", LTT)));
+	json_t *o = NULL;
+	SG_CHECK_OK(recreate(policy_ref("manifests-crp-pruned"), with, &o));
+	SG_CHECK(policy_spec_is(o, "{\"selector\": {\"issuerRef\": {\"name\": \"x\"}}}"));
+	SG_CHECK(json_object_get(o, "status") == NULL);
+	json_decref(o);
+	json_decref(with);
+}
+
+/* Merge-patches status.conditions of a policy through /status. */
+static int policy_status_patch(const char *name, json_t *conditions)
+{
+	sg_kube_ref r = policy_ref(name);
+	r.subresource = "status";
+	json_t *p = json_pack("{s:{s:o}}", "status", "conditions", conditions);
+	int rc = sg_kube_merge_patch(k, &r, p, NULL);
+	json_decref(p);
+	return rc;
+}
+
+/* The Ready condition as approver-policy writes it (reasons Ready and
+ * NotReady), through /status; metav1.Condition's rules hold. */
+static void t_policy_status(void)
+{
+	json_t *o = policy_create("manifests-crp-status", ANY_ISSUER "\"allowed\": {\"isCA\": false}}");
+	SG_CHECK(o != NULL);
+	json_decref(o);
+	SG_CHECK_OK(policy_status_patch("manifests-crp-status", ready_conditions("True", "Ready", LTT)));
+	SG_CHECK_OK(policy_status_patch("manifests-crp-status",
+	                                ready_conditions("False", "NotReady", LTT ", \"observedGeneration\": 1")));
+	SG_CHECK_RC(policy_status_patch("manifests-crp-status", ready_conditions("False", "Not Ready", LTT)),
+	            SG_EINVAL);
+	SG_CHECK_RC(policy_status_patch("manifests-crp-status", ready_conditions("Maybe", "Ready", LTT)), SG_EINVAL);
+	SG_CHECK_RC(policy_status_patch("manifests-crp-status", ready_conditions("True", "Ready", "")), SG_EINVAL);
+	sg_kube_ref r = policy_ref("manifests-crp-status");
+	o = NULL;
+	SG_CHECK_OK(sg_kube_get(k, &r, &o));
+	const json_t *c = json_object_get(json_object_get(o, "status"), "conditions");
+	SG_CHECK(json_array_size(c) == 1);
+	SG_CHECK(str_is(json_string_value(json_object_get(json_array_get(c, 0), "reason")), "NotReady"));
+	json_decref(o);
+}
+
 /* signet's ServiceAccount: each module's rules (rbac.yaml's comments). */
 static void t_rbac_signet(void)
 {
@@ -559,9 +847,7 @@ static void t_rbac_signet(void)
 	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "certificates.k8s.io", "sign",
 	                         "kubernetes.io/kube-apiserver-client"));
 	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "certificates.k8s.io", "approve",
-	                         "signetclusterissuers.signet.dev/x"));
-	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "cert-manager.io", "approve",
-	                         "signetclusterissuers.signet.dev/x")); /* signet is not the approver */
+	                         "signetclusterissuers.signet.dev/x")); /* Kubernetes CSRs: someone else approves */
 }
 
 /* cert-manager's ServiceAccount approves for signet's issuers, and gets
@@ -576,6 +862,131 @@ static void t_rbac_cert_manager(void)
 	SG_CHECK(!signer_allowed(CM_USER, CM_SA_NS, "cert-manager.io", "approve", "signetissuers.example.com/a.b"));
 	SG_CHECK(!signer_allowed(CM_USER, CM_SA_NS, "certificates.k8s.io", "sign", "signetclusterissuers.signet.dev/x"));
 	SG_CHECK(!can(CM_USER, CM_SA_NS, "patch", "signet.dev", "signetclusterissuers", "status", NULL, "x"));
+}
+
+/* signet's ServiceAccount as the policy approver (ClusterRole
+ * signet-policy-approver): each rule, and the signer names it approves for
+ * and no others. */
+static void t_rbac_policy_approver(void)
+{
+	SG_WAIT_FOR(RBAC_WAIT_MS, can(SIGNET_USER, SIGNET_SA_NS, "list", "policy.cert-manager.io",
+	                              "certificaterequestpolicies", NULL, NULL, NULL));
+	static const char *const read[] = {"get", "list", "watch"};
+	for (size_t i = 0; i < sizeof(read) / sizeof(read[0]); i++) {
+		SG_CHECK(signet_can(read[i], "policy.cert-manager.io", "certificaterequestpolicies", NULL, NULL,
+		                    i == 0 ? "web" : NULL));
+		SG_CHECK(signet_can(read[i], "cert-manager.io", "certificaterequests", NULL, "team-a",
+		                    i == 0 ? "web-1" : NULL));
+		SG_CHECK(signet_can(read[i], "", "namespaces", NULL, NULL, i == 0 ? "team-a" : NULL));
+	}
+	SG_CHECK(signet_can("patch", "policy.cert-manager.io", "certificaterequestpolicies", "status", NULL, "web"));
+	SG_CHECK(signet_can("create", "authorization.k8s.io", "subjectaccessreviews", NULL, NULL, NULL));
+	SG_CHECK(signet_can("watch", "cert-manager.io", "certificaterequests", NULL, NULL, NULL));
+	SG_CHECK(signet_can("patch", "cert-manager.io", "certificaterequests", "status", "team-a", "web-1"));
+	SG_CHECK(signet_can("update", "cert-manager.io", "certificaterequests", "status", "team-a", "web-1"));
+	static const char *const rbac_kinds[] = {"roles", "rolebindings", "clusterroles", "clusterrolebindings"};
+	for (size_t i = 0; i < sizeof(rbac_kinds) / sizeof(rbac_kinds[0]); i++) {
+		SG_CHECK(signet_can("list", "rbac.authorization.k8s.io", rbac_kinds[i], NULL, NULL, NULL));
+		SG_CHECK(signet_can("watch", "rbac.authorization.k8s.io", rbac_kinds[i], NULL, NULL, NULL));
+	}
+	SG_CHECK(signet_can("create", "", "events", NULL, "team-a", NULL));
+	/* Approval for signet's issuers and cert-manager's own, as cert-manager's
+	 * webhook asks (the exact name, then "<plural>.<group>/" and a star). */
+	static const char *const approved[] = {
+	    "signetclusterissuers.signet.dev/x", "signetissuers.signet.dev/team-a.ca",
+	    "clusterissuers.cert-manager.io/x",  "issuers.cert-manager.io/x",
+	    "issuers.cert-manager.io/team-a.ca",
+	};
+	for (size_t i = 0; i < sizeof(approved) / sizeof(approved[0]); i++) {
+		bool yes = signer_allowed(SIGNET_USER, SIGNET_SA_NS, "cert-manager.io", "approve", approved[i]);
+		SG_CHECK(yes);
+		if (!yes)
+			fprintf(stderr, "  signet may not approve for %s\n", approved[i]);
+	}
+
+	/* Not more. */
+	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "cert-manager.io", "approve", "example.com/foo"));
+	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "cert-manager.io", "approve",
+	                         "awspcaclusterissuers.awspca.cert-manager.io/x")); /* other issuers: add them */
+	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "cert-manager.io", "approve",
+	                         "signetissuers.example.com/team-a.ca"));
+	SG_CHECK(!signer_allowed(SIGNET_USER, SIGNET_SA_NS, "certificates.k8s.io", "approve",
+	                         "clusterissuers.cert-manager.io/x"));
+	/* "use" is the requesters' verb; the policies are the administrators'. */
+	SG_CHECK(signet_cannot("use", "policy.cert-manager.io", "certificaterequestpolicies", NULL, "team-a", "web"));
+	SG_CHECK(signet_cannot("use", "policy.cert-manager.io", "certificaterequestpolicies", NULL, NULL, "web"));
+	SG_CHECK(signet_cannot("create", "policy.cert-manager.io", "certificaterequestpolicies", NULL, NULL, NULL));
+	SG_CHECK(signet_cannot("update", "policy.cert-manager.io", "certificaterequestpolicies", NULL, NULL, "web"));
+	SG_CHECK(signet_cannot("delete", "policy.cert-manager.io", "certificaterequestpolicies", NULL, NULL, "web"));
+	/* RBAC is watched, never written or read one by one. */
+	SG_CHECK(signet_cannot("get", "rbac.authorization.k8s.io", "clusterroles", NULL, NULL, "cluster-admin"));
+	SG_CHECK(signet_cannot("create", "rbac.authorization.k8s.io", "rolebindings", NULL, "team-a", NULL));
+	SG_CHECK(signet_cannot("update", "rbac.authorization.k8s.io", "clusterrolebindings", NULL, NULL, "x"));
+	SG_CHECK(signet_cannot("bind", "rbac.authorization.k8s.io", "clusterroles", NULL, NULL, "cluster-admin"));
+	SG_CHECK(signet_cannot("escalate", "rbac.authorization.k8s.io", "clusterroles", NULL, NULL, "x"));
+	SG_CHECK(signet_cannot("delete", "", "namespaces", NULL, NULL, "team-a"));
+	SG_CHECK(signet_cannot("update", "cert-manager.io", "certificaterequests", NULL, "team-a", "web-1"));
+}
+
+#define REQUESTER "system:serviceaccount:" NS ":requester"
+#define USE_RULE                                                                                                       \
+	"\"rules\": [{\"apiGroups\": [\"policy.cert-manager.io\"], \"resources\": [\"certificaterequestpolicies\"], "  \
+	"\"verbs\": [\"use\"], \"resourceNames\": [\"manifests-web\"]}]"
+
+/* The README's "use" ClusterRole, bound as it shows, answers approver-policy's
+ * question: may the request's requester use the policy, asked in the
+ * request's namespace (a cluster-scoped resource, asked with a namespace).
+ * A RoleBinding answers in its namespace only, a ClusterRoleBinding in all. */
+static void t_policy_use(void)
+{
+	sg_kube_ref role = {.group = "rbac.authorization.k8s.io",
+	                    .version = "v1",
+	                    .resource = "clusterroles",
+	                    .name = "manifests-policy-use"};
+	sg_kube_ref rb = {.group = "rbac.authorization.k8s.io",
+	                  .version = "v1",
+	                  .resource = "rolebindings",
+	                  .ns = NS,
+	                  .name = "manifests-policy-use"};
+	sg_kube_ref crb = {.group = "rbac.authorization.k8s.io",
+	                   .version = "v1",
+	                   .resource = "clusterrolebindings",
+	                   .name = "manifests-policy-use"};
+	static const char role_json[] = "{\"apiVersion\": \"rbac.authorization.k8s.io/v1\", \"kind\": \"ClusterRole\", "
+	                                "\"metadata\": {\"name\": \"manifests-policy-use\"}, " USE_RULE "}";
+	static const char rb_json[] =
+	    "{\"apiVersion\": \"rbac.authorization.k8s.io/v1\", \"kind\": \"RoleBinding\", \"metadata\": {\"name\": "
+	    "\"manifests-policy-use\", \"namespace\": \"" NS "\"}, \"roleRef\": {\"apiGroup\": "
+	    "\"rbac.authorization.k8s.io\", \"kind\": \"ClusterRole\", \"name\": \"manifests-policy-use\"}, "
+	    "\"subjects\": [{\"kind\": \"ServiceAccount\", \"name\": \"requester\", \"namespace\": \"" NS "\"}]}";
+	/* Certificates are requested by cert-manager's ServiceAccount. */
+	static const char crb_json[] =
+	    "{\"apiVersion\": \"rbac.authorization.k8s.io/v1\", \"kind\": \"ClusterRoleBinding\", \"metadata\": "
+	    "{\"name\": \"manifests-policy-use\"}, \"roleRef\": {\"apiGroup\": \"rbac.authorization.k8s.io\", "
+	    "\"kind\": \"ClusterRole\", \"name\": \"manifests-policy-use\"}, \"subjects\": [{\"kind\": "
+	    "\"ServiceAccount\", \"name\": \"cert-manager\", \"namespace\": \"cert-manager\"}]}";
+	const struct {
+		sg_kube_ref ref;
+		const char *json;
+	} objs[] = {{role, role_json}, {rb, rb_json}, {crb, crb_json}};
+	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
+		json_t *o = json_loads(objs[i].json, 0, NULL);
+		SG_CHECK(o != NULL);
+		SG_CHECK_OK(recreate(objs[i].ref, o, NULL));
+		json_decref(o);
+	}
+	const char *grp = "policy.cert-manager.io", *res = "certificaterequestpolicies";
+	SG_WAIT_FOR(RBAC_WAIT_MS, can(REQUESTER, NS, "use", grp, res, NULL, NS, "manifests-web"));
+	SG_CHECK(!can(REQUESTER, NS, "use", grp, res, NULL, NS, "manifests-other"));     /* that policy only */
+	SG_CHECK(!can(REQUESTER, NS, "use", grp, res, NULL, "team-b", "manifests-web")); /* that namespace only */
+	SG_CHECK(!can(REQUESTER, NS, "get", grp, res, NULL, NS, "manifests-web"));       /* use, nothing else */
+	SG_WAIT_FOR(RBAC_WAIT_MS, can(CM_USER, CM_SA_NS, "use", grp, res, NULL, "team-b", "manifests-web"));
+	SG_CHECK(can(CM_USER, CM_SA_NS, "use", grp, res, NULL, NS, "manifests-web"));
+	SG_CHECK(!can(CM_USER, CM_SA_NS, "use", grp, res, NULL, NS, "manifests-other"));
+	/* Gone again, so a shared API server keeps no grant of ours to
+	 * cert-manager's ServiceAccount. */
+	for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++)
+		SG_CHECK_OK(sg_kube_delete(k, &objs[i].ref, NULL));
 }
 
 /* The CertificateRequest fixture behaves as cert-manager's CRD. */
@@ -702,4 +1113,6 @@ static void t_certificaterequest(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crds), SG_TEST(t_defaults), SG_TEST(t_validation), SG_TEST(t_status_apply),
-             SG_TEST(t_rbac_signet), SG_TEST(t_rbac_cert_manager), SG_TEST(t_certificaterequest))
+             SG_TEST(t_policy_crd), SG_TEST(t_policy_examples), SG_TEST(t_policy_validation), SG_TEST(t_policy_status),
+             SG_TEST(t_rbac_signet), SG_TEST(t_rbac_cert_manager), SG_TEST(t_rbac_policy_approver),
+             SG_TEST(t_policy_use), SG_TEST(t_certificaterequest))

@@ -192,6 +192,8 @@ static inline bool kube_env_ref_of(const json_t *obj, char *buf, size_t cap, sg_
 	    {"Role", "roles", true},
 	    {"RoleBinding", "rolebindings", true},
 	    {"ServiceAccount", "serviceaccounts", true},
+	    {"CertificateRequestPolicy", "certificaterequestpolicies", false},
+	    {"SignetIssuer", "signetissuers", true},
 	};
 	const char *api = json_string_value(json_object_get(obj, "apiVersion"));
 	const char *kind = json_string_value(json_object_get(obj, "kind"));

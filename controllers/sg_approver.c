@@ -1,0 +1,756 @@
+/*
+ * The CertificateRequest policy approver (sg_approver.h) on the runtime.
+ *
+ * Everything is read from the informers' caches except two things: the
+ * SubjectAccessReviews (cached by SHA-256 of who asks, which policy and
+ * where, for sar_ttl seconds, under a generation that any RBAC event
+ * bumps, so a new RoleBinding counts at once), and the live read of a
+ * request just before its decision is written (a decision is final; the
+ * PUT carries that read's resourceVersion).
+ *
+ * Policies are compiled on every pass (sg_crpolicy_compile): a pass costs
+ * a few microseconds per policy, and compiling from the cache's object
+ * means a pass never evaluates a policy other than the one the cache holds.
+ *
+ * Why resync on every policy, Namespace and RBAC event: each can change
+ * the answer for any undecided request, and the map functions may not read
+ * the other informers; the runtime holds one pending resync however many
+ * events ask for it, and the resync queues only undecided requests.
+ */
+#include "sg_approver.h"
+
+#include "sg_cache.h"
+#include "sg_crypto.h"
+#include "sg_csr.h"
+#include "sg_guard.h"
+#include "sg_kubesign.h"
+#include "sg_log.h"
+#include "sg_names.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define W_REQUESTS 0
+#define W_POLICIES 1
+#define W_NAMESPACES 2
+#define W_RBAC_FIRST 3 /* roles, rolebindings, clusterroles, clusterrolebindings */
+#define NWATCHES 7
+
+#define POLICY_PREFIX "crp:"
+#define POLICIES_MAX 1024
+#define REQUEST_PEM_MAX (64u * 1024u)
+#define GROUPS_MAX 256
+#define USAGES_MAX 64
+#define SAR_CACHE_ENTRIES 16384
+#define TOLD_MAX 65536 /* requests remembered as told "Unprocessed" */
+#define CONFLICT_RETRY_MS 200u
+
+struct sg_approver {
+	sg_ctrl *ctrl;
+	sg_kube *kube;
+	sg_approver_plugin *plugins;
+	const char **plugin_names;
+	size_t nplugins;
+	int64_t sar_ttl;
+	sg_cache *sar;
+	_Atomic uint64_t rbac_gen;
+
+	/* uids of requests told "Unprocessed" (one Event each, not one per
+	 * re-evaluation); emptied when full. */
+	pthread_mutex_t told_mu;
+	json_t *told;
+
+	_Atomic uint64_t approved, denied, unprocessed, deferred, errors, conflicts, sar_requests, sar_cached,
+		policy_status_writes;
+};
+
+/* ---- which requests are still to decide ---- */
+
+static bool has_condition(const json_t *obj, const char *type)
+{
+	size_t i;
+	json_t *c;
+	json_array_foreach(json_object_get(json_object_get(obj, "status"), "conditions"), i, c)
+	{
+		const char *t = json_string_value(json_object_get(c, "type"));
+		if (t && strcmp(t, type) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool decided(const json_t *cr)
+{
+	return has_condition(cr, "Approved") || has_condition(cr, "Denied");
+}
+
+static void map_request(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)arg;
+	char key[SG_CTRL_KEY_MAX];
+	if (!decided(obj) && sg_ctrl_key_of(obj, key))
+		sg_ctrl_add(c, key);
+}
+
+static void map_policy(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)arg;
+	const char *name = sg_kube_meta_str(obj, "name");
+	char key[SG_CTRL_KEY_MAX];
+	if (name && strlen(name) + sizeof(POLICY_PREFIX) <= sizeof(key)) {
+		snprintf(key, sizeof(key), POLICY_PREFIX "%s", name);
+		sg_ctrl_add(c, key);
+	}
+	sg_ctrl_resync(c);
+}
+
+static void map_namespace(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)obj, (void)arg;
+	sg_ctrl_resync(c);
+}
+
+static void map_rbac(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)obj;
+	sg_approver *a = arg;
+	atomic_fetch_add(&a->rbac_gen, 1);
+	sg_ctrl_resync(c);
+}
+
+static void resync(sg_ctrl *c, void *arg)
+{
+	(void)arg;
+	json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, W_REQUESTS));
+	size_t i;
+	json_t *obj;
+	json_array_foreach(all, i, obj)
+		map_request(c, obj, NULL);
+	json_decref(all);
+	all = sg_kube_informer_list(sg_ctrl_informer(c, W_POLICIES));
+	json_array_foreach(all, i, obj)
+	{
+		const char *name = sg_kube_meta_str(obj, "name");
+		char key[SG_CTRL_KEY_MAX];
+		if (name && strlen(name) + sizeof(POLICY_PREFIX) <= sizeof(key)) {
+			snprintf(key, sizeof(key), POLICY_PREFIX "%s", name);
+			sg_ctrl_add(c, key);
+		}
+	}
+	json_decref(all);
+}
+
+/* ---- policies' Ready condition ---- */
+
+static int compile(sg_approver *a, const json_t *obj, sg_crpolicy **out)
+{
+	sg_crpolicy_options po = {.plugins = a->plugin_names, .plugin_count = a->nplugins};
+	return sg_crpolicy_compile(out, obj, &po);
+}
+
+/* NULL when every plugin the (Ready) policy names accepts its values;
+ * else why not, as the Ready condition's message (caller frees). */
+static char *plugins_refuse(sg_approver *a, const sg_crpolicy *p)
+{
+	for (size_t i = 0; i < sg_crpolicy_plugin_count(p); i++) {
+		const char *name = sg_crpolicy_plugin_name(p, i);
+		for (size_t j = 0; j < a->nplugins; j++) {
+			const sg_approver_plugin *pl = &a->plugins[j];
+			char *why = NULL;
+			if (strcmp(pl->name, name) != 0 || !pl->check ||
+			    pl->check(pl->arg, sg_crpolicy_plugin_values(p, i), &why))
+				continue;
+			size_t n = strlen(SG_CRPOLICY_NOT_READY_PREFIX) + strlen(name) + (why ? strlen(why) : 0) + 40;
+			char *msg = malloc(n);
+			if (msg)
+				snprintf(msg, n, "%sspec.plugins[%s]: %s", SG_CRPOLICY_NOT_READY_PREFIX, name,
+				         why ? why : "values refused");
+			free(why);
+			return msg ? msg : strdup("CertificateRequestPolicy is not ready for approval evaluation");
+		}
+	}
+	return NULL;
+}
+
+static int reconcile_policy(sg_approver *a, sg_ctrl *c, const char *name)
+{
+	json_t *obj = sg_kube_informer_get(sg_ctrl_informer(c, W_POLICIES), NULL, name);
+	if (!obj)
+		return SG_OK;
+	sg_crpolicy *p = NULL;
+	int rc = compile(a, obj, &p);
+	if (rc == SG_OK) {
+		char *refused = sg_crpolicy_ready(p) ? plugins_refuse(a, p) : NULL;
+		bool ready = sg_crpolicy_ready(p) && !refused;
+		const char *why = refused ? refused : sg_crpolicy_condition_message(p);
+		json_t *want = json_pack("{s:[{s:s, s:s, s:s, s:s}]}", "conditions", "type", "Ready", "status",
+		                         ready ? "True" : "False", "reason",
+		                         ready ? SG_CRPOLICY_READY_REASON : SG_CRPOLICY_NOT_READY_REASON, "message", why);
+		sg_kube_ref ref = {.group = "policy.cert-manager.io", .version = "v1alpha1",
+		                   .resource = "certificaterequestpolicies", .name = name};
+		bool written = false;
+		rc = !want ? sg_error_set(SG_EINTERNAL, "approver: out of memory")
+		     : sg_ctrl_stopping(c) ? sg_error_set(SG_EBUSY, "approver: stopping")
+		                           : sg_ctrl_apply_status(c, &ref, "CertificateRequestPolicy", obj, want, &written);
+		json_decref(want);
+		if (written) {
+			atomic_fetch_add(&a->policy_status_writes, 1);
+			sg_log(ready ? SG_LOG_INFO : SG_LOG_WARN, "approver: policy", SG_F_STR("policy", name),
+			       SG_F_STR("message", why), SG_F_END);
+		}
+		free(refused);
+	}
+	sg_crpolicy_free(p);
+	json_decref(obj);
+	return rc;
+}
+
+/* ---- the request, as sg_crpolicy reads it ---- */
+
+typedef struct request {
+	sg_crpolicy_request r;
+	sg_csr_facts facts;
+	const char *groups[GROUPS_MAX];
+	const char *usages[USAGES_MAX];
+	char *pem;
+	uint8_t *der;
+} request;
+
+static void request_clear(request *q)
+{
+	sg_csr_facts_clear(&q->facts);
+	free(q->pem);
+	free(q->der);
+}
+
+static const char *str_at(const json_t *o, const char *k)
+{
+	const char *s = json_string_value(json_object_get(o, k));
+	return s ? s : "";
+}
+
+/* Fills q from cr; SG_EINVAL with why for what cannot be evaluated. */
+static int request_read(request *q, const json_t *cr)
+{
+	memset(q, 0, sizeof(*q));
+	const json_t *spec = json_object_get(cr, "spec");
+	const json_t *ref = json_object_get(spec, "issuerRef");
+	q->r.name_space = sg_kube_meta_str(cr, "namespace");
+	q->r.issuer_name = str_at(ref, "name");
+	q->r.issuer_kind = str_at(ref, "kind");
+	q->r.issuer_group = str_at(ref, "group");
+	q->r.is_ca = json_is_true(json_object_get(spec, "isCA"));
+	const char *d = json_string_value(json_object_get(spec, "duration"));
+	if (d) {
+		SG_TRY(sg_crpolicy_duration_parse(d, &q->r.duration_seconds, &q->r.duration_fraction));
+		q->r.has_duration = true;
+	}
+	size_t i;
+	json_t *v;
+	const json_t *usages = json_object_get(spec, "usages");
+	SG_ENSURE(json_array_size(usages) <= USAGES_MAX, SG_EINVAL, "spec.usages: more than %d", USAGES_MAX);
+	json_array_foreach(usages, i, v)
+	{
+		SG_ENSURE(json_is_string(v), SG_EINVAL, "spec.usages[%zu] is not a string", i);
+		q->usages[q->r.usage_count++] = json_string_value(v);
+	}
+	q->r.usages = q->usages;
+	q->r.username = str_at(spec, "username");
+	q->r.uid = str_at(spec, "uid");
+	const json_t *groups = json_object_get(spec, "groups");
+	SG_ENSURE(json_array_size(groups) <= GROUPS_MAX, SG_EINVAL, "spec.groups: more than %d", GROUPS_MAX);
+	json_array_foreach(groups, i, v)
+	{
+		SG_ENSURE(json_is_string(v), SG_EINVAL, "spec.groups[%zu] is not a string", i);
+		q->groups[q->r.group_count++] = json_string_value(v);
+	}
+	q->r.groups = q->groups;
+	const json_t *extra = json_object_get(spec, "extra");
+	q->r.extra = json_is_object(extra) ? extra : NULL;
+	size_t len = 0;
+	SG_TRY(sg_kubesign_bytes_field(spec, "request", REQUEST_PEM_MAX, &q->pem, &len));
+	q->der = malloc(len);
+	SG_ENSURE(q->der, SG_EINTERNAL, "approver: out of memory");
+	size_t der_len = 0;
+	SG_TRY(sg_csr_decode((const uint8_t *)q->pem, len, q->der, len, &der_len));
+	SG_TRY(sg_csr_facts_parse(&q->facts, q->der, der_len));
+	q->r.csr = &q->facts;
+	return SG_OK;
+}
+
+/* ---- SubjectAccessReviews ---- */
+
+
+/* The cache key: SHA-256 over who asks (user, uid, groups, extra), the
+ * policy and the namespace, each ended by a NUL (names hold none). */
+static int sar_key(const sg_crpolicy_request *r, const char *policy, uint8_t key[SG_CACHE_KEY_LEN])
+{
+	char *extra = r->extra ? json_dumps(r->extra, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	size_t n = strlen(r->username) + strlen(r->uid) + strlen(policy) + strlen(r->name_space) +
+	           (extra ? strlen(extra) : 0) + 8;
+	for (size_t i = 0; i < r->group_count; i++)
+		n += strlen(r->groups[i]) + 1;
+	char *b = malloc(n);
+	if (!b) {
+		free(extra);
+		SG_BAIL(SG_EINTERNAL, "approver: out of memory");
+	}
+	size_t at = 0;
+	const char *parts[] = {r->username, r->uid, extra ? extra : "", policy, r->name_space};
+	for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+		size_t l = strlen(parts[i]) + 1;
+		memcpy(b + at, parts[i], l);
+		at += l;
+	}
+	for (size_t i = 0; i < r->group_count; i++) {
+		size_t l = strlen(r->groups[i]) + 1;
+		memcpy(b + at, r->groups[i], l);
+		at += l;
+	}
+	int rc = sg_sha256(b, at, key);
+	free(b);
+	free(extra);
+	return rc;
+}
+
+/* Whether the requester may `use` policy in the request's namespace. */
+static int may_use(sg_approver *a, const sg_crpolicy_request *r, const char *policy, bool *allowed)
+{
+	uint8_t key[SG_CACHE_KEY_LEN];
+	uint8_t ans = 0;
+	uint64_t gen = atomic_load(&a->rbac_gen);
+	int64_t now = (int64_t)time(NULL);
+	if (a->sar) {
+		SG_TRY(sar_key(r, policy, key));
+		if (sg_cache_get(a->sar, key, gen, now, &ans)) {
+			atomic_fetch_add(&a->sar_cached, 1);
+			*allowed = ans != 0;
+			return SG_OK;
+		}
+	}
+	json_t *groups = json_array();
+	for (size_t i = 0; groups && i < r->group_count; i++)
+		json_array_append_new(groups, json_string(r->groups[i]));
+	json_t *body = json_pack("{s:s, s:s, s:{s:s, s:s, s:o, s:{s:s, s:s, s:s, s:s, s:s}}}", "apiVersion",
+	                         "authorization.k8s.io/v1", "kind", "SubjectAccessReview", "spec", "user", r->username,
+	                         "uid", r->uid, "groups", groups, "resourceAttributes", "group", "policy.cert-manager.io",
+	                         "resource", "certificaterequestpolicies", "name", policy, "namespace", r->name_space,
+	                         "verb", "use");
+	SG_ENSURE(body, SG_EINTERNAL, "approver: out of memory");
+	if (r->extra)
+		json_object_set(json_object_get(body, "spec"), "extra", (json_t *)r->extra);
+	sg_kube_ref ref = {.group = "authorization.k8s.io", .version = "v1", .resource = "subjectaccessreviews"};
+	json_t *out = NULL;
+	atomic_fetch_add(&a->sar_requests, 1);
+	int rc = sg_kube_create(a->kube, &ref, body, &out);
+	json_decref(body);
+	if (rc == SG_OK) {
+		*allowed = json_is_true(json_object_get(json_object_get(out, "status"), "allowed"));
+		ans = *allowed;
+		if (a->sar)
+			(void)sg_cache_put(a->sar, key, gen, now, SG_CACHE_FROM_ANY, now + a->sar_ttl, &ans);
+	}
+	json_decref(out);
+	return rc;
+}
+
+/* ---- deciding ---- */
+
+/* Writes the decision on cr: a live read (a request decided meanwhile is
+ * left alone), the condition added, PUT of /status with the read's
+ * resourceVersion. *conflict: someone else wrote first (409 or decided). */
+static int write_decision(sg_approver *a, sg_ctrl *c, const char *ns, const char *name, bool approve, const char *msg,
+                          bool *conflict)
+{
+	*conflict = false;
+	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "approver: stopping");
+	sg_kube_ref ref = {.group = "cert-manager.io", .version = "v1", .resource = "certificaterequests", .ns = ns,
+	                   .name = name};
+	json_t *live = NULL;
+	int rc = sg_kube_get(a->kube, &ref, &live);
+	if (rc == SG_ENOTFOUND) {
+		*conflict = true;
+		return SG_OK;
+	}
+	SG_TRY(rc);
+	if (decided(live)) {
+		json_decref(live);
+		*conflict = true;
+		return SG_OK;
+	}
+	json_t *status = json_object_get(live, "status");
+	if (!json_is_object(status)) {
+		status = json_object();
+		json_object_set_new(live, "status", status);
+	}
+	json_t *conds = json_object_get(status, "conditions");
+	if (!json_is_array(conds)) {
+		conds = json_array();
+		json_object_set_new(status, "conditions", conds);
+	}
+	char when[32];
+	time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	json_t *cond = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", approve ? "Approved" : "Denied", "status", "True",
+	                         "reason", SG_CRPOLICY_CONDITION_REASON, "message", msg, "lastTransitionTime", when);
+	if (!cond || json_array_append_new(conds, cond) != 0) {
+		json_decref(live);
+		SG_BAIL(SG_EINTERNAL, "approver: out of memory");
+	}
+	ref.subresource = "status";
+	rc = sg_kube_update(a->kube, &ref, live, NULL);
+	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+		*conflict = true;
+		rc = SG_OK;
+	} else if (rc == SG_OK) {
+		atomic_fetch_add(approve ? &a->approved : &a->denied, 1);
+		sg_ctrl_event(c, live, approve ? "Normal" : "Warning", approve ? "Approved" : "Denied", "%s", msg);
+		sg_log(SG_LOG_INFO, approve ? "approver: approved" : "approver: denied", SG_F_STR("namespace", ns),
+		       SG_F_STR("name", name), SG_F_STR("message", msg), SG_F_END);
+	}
+	json_decref(live);
+	return rc;
+}
+
+/* An Event "Unprocessed" once per request (by uid). */
+static void tell_unprocessed(sg_approver *a, sg_ctrl *c, const json_t *cr, const char *why)
+{
+	atomic_fetch_add(&a->unprocessed, 1);
+	const char *uid = sg_kube_meta_str(cr, "uid");
+	if (!uid)
+		return;
+	bool first;
+	pthread_mutex_lock(&a->told_mu);
+	first = !json_object_get(a->told, uid);
+	if (first) {
+		if (json_object_size(a->told) >= TOLD_MAX)
+			json_object_clear(a->told);
+		json_object_set_new(a->told, uid, json_true());
+	}
+	pthread_mutex_unlock(&a->told_mu);
+	if (first)
+		sg_ctrl_event(c, cr, "Normal", "Unprocessed", "%s", why);
+}
+
+static int cmp_name(const void *x, const void *y)
+{
+	const char *a = sg_kube_meta_str(*(json_t *const *)x, "name");
+	const char *b = sg_kube_meta_str(*(json_t *const *)y, "name");
+	return strcmp(a ? a : "", b ? b : "");
+}
+
+/* The policy's plugins, folded into v. */
+static int run_plugins(sg_approver *a, const sg_crpolicy *p, const sg_crpolicy_request *r, const json_t *cr,
+                       sg_crpolicy_verdict *v)
+{
+	for (size_t i = 0; i < sg_crpolicy_plugin_count(p); i++) {
+		const char *name = sg_crpolicy_plugin_name(p, i);
+		const sg_approver_plugin *pl = NULL;
+		for (size_t j = 0; j < a->nplugins && !pl; j++)
+			if (strcmp(a->plugins[j].name, name) == 0)
+				pl = &a->plugins[j];
+		SG_ENSURE(pl, SG_EINTERNAL, "approver: plugin %s is not known", name);
+		bool denied = false;
+		char *msg = NULL;
+		SG_TRY(pl->evaluate(pl->arg, sg_crpolicy_name(p), sg_crpolicy_plugin_values(p, i), r, cr, &denied, &msg));
+		int rc = sg_crpolicy_verdict_add(v, denied, msg);
+		free(msg);
+		SG_TRY(rc);
+	}
+	return SG_OK;
+}
+
+static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const char *name, sg_ctrl_result *res)
+{
+	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, W_REQUESTS), ns, name);
+	if (!cr || decided(cr)) {
+		json_decref(cr);
+		return SG_OK;
+	}
+	json_t *pols = sg_kube_informer_list(sg_ctrl_informer(c, W_POLICIES));
+	json_t *nsobj = NULL, *no_labels = NULL;
+	request q;
+	memset(&q, 0, sizeof(q));
+	sg_crpolicy_denial denials[POLICIES_MAX];
+	sg_crpolicy_verdict verdicts[POLICIES_MAX];
+	sg_crpolicy *compiled[POLICIES_MAX];
+	size_t ndenied = 0, nnotready = 0, ncompiled = 0, nbound = 0, nevaluated = 0;
+	sg_crpolicy_denial notready[POLICIES_MAX];
+	bool failed = false, conflict = false;
+	sg_error first_error = {0};
+	char *msg = NULL;
+	int rc = SG_OK;
+	if (!pols) {
+		rc = sg_error_set(SG_EINTERNAL, "approver: out of memory");
+		goto out;
+	}
+	if (json_array_size(pols) == 0) {
+		tell_unprocessed(a, c, cr, SG_CRPOLICY_NO_POLICIES);
+		goto out;
+	}
+	if (json_array_size(pols) > POLICIES_MAX) {
+		rc = sg_error_set(SG_EINVAL, "approver: more than %d CertificateRequestPolicies", POLICIES_MAX);
+		goto out;
+	}
+	if ((rc = request_read(&q, cr)) < 0) {
+		rc = sg_error_set(rc, "CertificateRequest %s/%s cannot be evaluated: %s", ns, name, sg_error_last()->msg);
+		goto out;
+	}
+	nsobj = sg_kube_informer_get(sg_ctrl_informer(c, W_NAMESPACES), NULL, ns);
+	no_labels = json_object();
+	const json_t *labels = json_object_get(json_object_get(nsobj, "metadata"), "labels");
+	/* approver-policy's order: by name. */
+	size_t npol = json_array_size(pols);
+	json_t **sorted = calloc(npol, sizeof(*sorted));
+	if (!sorted) {
+		rc = sg_error_set(SG_EINTERNAL, "approver: out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < npol; i++)
+		sorted[i] = json_array_get(pols, i);
+	qsort(sorted, npol, sizeof(*sorted), cmp_name);
+	for (size_t i = 0; i < npol && rc == SG_OK; i++) {
+		sg_crpolicy *p = NULL;
+		if (compile(a, sorted[i], &p) < 0)
+			continue; /* not a usable object (no name): nobody's policy */
+		compiled[ncompiled++] = p;
+		/* A Namespace the cache does not hold (yet) has no labels:
+		 * a policy that selects by labels does not apply. */
+		bool match = false;
+		if (sg_crpolicy_selects(p, &q.r, labels ? labels : no_labels, &match) < 0)
+			match = false;
+		if (!match)
+			continue;
+		bool allowed = false;
+		if ((rc = may_use(a, &q.r, sg_crpolicy_name(p), &allowed)) < 0)
+			break;
+		if (!allowed)
+			continue;
+		nbound++;
+		/* approver-policy evaluates Ready policies only; a policy that
+		 * has no Ready condition yet (just created: its first
+		 * reconcile has not run) makes the request wait instead of
+		 * being denied without it. */
+		char *refused = sg_crpolicy_ready(p) ? plugins_refuse(a, p) : NULL;
+		if (!sg_crpolicy_ready(p) || refused) {
+			free(refused);
+			continue;
+		}
+		if (!sg_ctrl_condition_find(sorted[i], "Ready")) {
+			notready[nnotready++] = (sg_crpolicy_denial){sg_crpolicy_name(p), "not yet reconciled"};
+			continue;
+		}
+		nevaluated++;
+		sg_crpolicy_verdict *v = &verdicts[ndenied];
+		memset(v, 0, sizeof(*v));
+		int erc = sg_crpolicy_evaluate(p, &q.r, v);
+		if (erc == SG_OK && !v->denied)
+			erc = run_plugins(a, p, &q.r, cr, v);
+		if (erc < 0) {
+			if (!failed)
+				sg_error_save(&first_error);
+			failed = true;
+			sg_crpolicy_verdict_clear(v);
+			continue;
+		}
+		if (!v->denied) {
+			sg_crpolicy_verdict_clear(v);
+			if ((rc = sg_crpolicy_approved_message(sg_crpolicy_name(p), &msg)) == SG_OK)
+				rc = write_decision(a, c, ns, name, true, msg, &conflict);
+			goto done;
+		}
+		denials[ndenied] = (sg_crpolicy_denial){sg_crpolicy_name(p), v->message};
+		ndenied++;
+	}
+	if (rc < 0)
+		goto done;
+	if (nbound == 0 || (nevaluated == 0 && nnotready == 0)) {
+		/* nothing bound, or only NotReady policies */
+		tell_unprocessed(a, c, cr, SG_CRPOLICY_NONE_APPLICABLE);
+		goto done;
+	}
+	if (nnotready > 0) {
+		/* A policy that applies is not Ready: deny nothing until it is
+		 * (its Ready event brings the request back). */
+		atomic_fetch_add(&a->deferred, 1);
+		if ((rc = sg_crpolicy_deferred_message(notready, nnotready, &msg)) == SG_OK)
+			sg_log(SG_LOG_INFO, "approver: deferred", SG_F_STR("namespace", ns), SG_F_STR("name", name),
+			       SG_F_STR("message", msg), SG_F_END);
+		goto done;
+	}
+	if (failed) {
+		sg_error_restore(&first_error);
+		rc = sg_error_set(SG_EBUSY, "CertificateRequest %s/%s: no answer yet: %s", ns, name, first_error.msg);
+		goto done;
+	}
+	if ((rc = sg_crpolicy_denied_message(denials, ndenied, &msg)) == SG_OK)
+		rc = write_decision(a, c, ns, name, false, msg, &conflict);
+done:
+	if (rc == SG_OK && conflict) {
+		atomic_fetch_add(&a->conflicts, 1);
+		res->requeue_after_ms = CONFLICT_RETRY_MS; /* the live state decides */
+	}
+	for (size_t i = 0; i < ndenied; i++)
+		sg_crpolicy_verdict_clear(&verdicts[i]);
+	for (size_t i = 0; i < ncompiled; i++)
+		sg_crpolicy_free(compiled[i]);
+	free(sorted);
+out:
+	if (rc < 0)
+		atomic_fetch_add(&a->errors, 1);
+	free(msg);
+	request_clear(&q);
+	json_decref(no_labels);
+	json_decref(nsobj);
+	json_decref(pols);
+	json_decref(cr);
+	return rc;
+}
+
+static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg)
+{
+	sg_approver *a = arg;
+	if (strncmp(key, POLICY_PREFIX, sizeof(POLICY_PREFIX) - 1) == 0)
+		return reconcile_policy(a, c, key + sizeof(POLICY_PREFIX) - 1);
+	char ns[64], name[SG_KUBE_NAME_MAX + 1];
+	if (!sg_ctrl_key_split(key, ns, name) || !ns[0])
+		return SG_OK;
+	return reconcile_request(a, c, ns, name, res);
+}
+
+/* ---- life ---- */
+
+int sg_approver_new(sg_approver **out, const sg_approver_options *o)
+{
+	*out = NULL;
+	SG_ENSURE(o && o->kube, SG_EINVAL, "approver: needs a Kubernetes client");
+	sg_approver *a = calloc(1, sizeof(*a));
+	SG_ENSURE(a, SG_EINTERNAL, "approver: out of memory");
+	pthread_mutex_init(&a->told_mu, NULL);
+	a->kube = o->kube;
+	a->told = json_object();
+	int rc = a->told ? SG_OK : sg_error_set(SG_EINTERNAL, "approver: out of memory");
+	a->sar_ttl = o->sar_ttl_seconds ? o->sar_ttl_seconds : SG_APPROVER_SAR_TTL_DEFAULT;
+	if (rc == SG_OK && a->sar_ttl > 0)
+		rc = sg_cache_new(&a->sar, SAR_CACHE_ENTRIES, 1);
+	if (rc == SG_OK && o->nplugins) {
+		a->plugins = calloc(o->nplugins, sizeof(*a->plugins));
+		a->plugin_names = calloc(o->nplugins, sizeof(*a->plugin_names));
+		if (!a->plugins || !a->plugin_names)
+			rc = sg_error_set(SG_EINTERNAL, "approver: out of memory");
+		for (size_t i = 0; rc == SG_OK && i < o->nplugins; i++) {
+			SG_ENSURE_GOTO(rc, o->plugins[i].name && o->plugins[i].evaluate, fail, SG_EINVAL,
+			               "approver: plugin %zu needs a name and an evaluate function", i);
+			a->plugins[i] = o->plugins[i];
+			a->plugin_names[i] = o->plugins[i].name;
+			a->nplugins++;
+		}
+	}
+	static const char *const rbac[] = {"roles", "rolebindings", "clusterroles", "clusterrolebindings"};
+	sg_ctrl_watch w[NWATCHES] = {
+		[W_REQUESTS] = {.ref = {.group = "cert-manager.io", .version = "v1", .resource = "certificaterequests"},
+		                .map = map_request},
+		[W_POLICIES] = {.ref = {.group = "policy.cert-manager.io", .version = "v1alpha1",
+		                        .resource = "certificaterequestpolicies"},
+		                .map = map_policy},
+		[W_NAMESPACES] = {.ref = {.version = "v1", .resource = "namespaces"}, .map = map_namespace,
+		                  .metadata_only = true},
+	};
+	for (size_t i = 0; i < 4; i++)
+		w[W_RBAC_FIRST + i] = (sg_ctrl_watch){
+			.ref = {.group = "rbac.authorization.k8s.io", .version = "v1", .resource = rbac[i]},
+			.map = map_rbac,
+			.metadata_only = true};
+	sg_ctrl_def def = {.name = "approver",
+	                   .kube = o->kube,
+	                   .watches = w,
+	                   .nwatches = NWATCHES,
+	                   .reconcile = reconcile,
+	                   .resync = resync,
+	                   .arg = a,
+	                   .workers = o->workers ? o->workers : 4};
+	if (rc == SG_OK)
+		rc = sg_ctrl_new(&a->ctrl, &def);
+fail:
+	if (rc < 0) {
+		sg_approver_free(a);
+		return rc;
+	}
+	*out = a;
+	return SG_OK;
+}
+
+sg_ctrl *sg_approver_controller(sg_approver *a)
+{
+	return a->ctrl;
+}
+
+void sg_approver_stats_get(sg_approver *a, sg_approver_stats *out)
+{
+	*out = (sg_approver_stats){
+		.approved = atomic_load(&a->approved),
+		.denied = atomic_load(&a->denied),
+		.unprocessed = atomic_load(&a->unprocessed),
+		.deferred = atomic_load(&a->deferred),
+		.errors = atomic_load(&a->errors),
+		.conflicts = atomic_load(&a->conflicts),
+		.sar_requests = atomic_load(&a->sar_requests),
+		.sar_cached = atomic_load(&a->sar_cached),
+		.policy_status_writes = atomic_load(&a->policy_status_writes),
+	};
+}
+
+#define STAT_FN(field)                              \
+	static double stat_##field(void *arg)       \
+	{                                           \
+		sg_approver_stats st;               \
+		sg_approver_stats_get(arg, &st);    \
+		return (double)st.field;            \
+	}
+STAT_FN(approved)
+STAT_FN(denied)
+STAT_FN(unprocessed)
+STAT_FN(deferred)
+STAT_FN(errors)
+STAT_FN(sar_requests)
+STAT_FN(sar_cached)
+
+int sg_approver_metrics(sg_approver *a, sg_metrics *reg)
+{
+	static const struct {
+		const char *name, *help;
+		double (*fn)(void *);
+	} rows[] = {
+		{"signet_approver_approved_total", "CertificateRequests approved by a policy.", stat_approved},
+		{"signet_approver_denied_total", "CertificateRequests denied (no policy approved).", stat_denied},
+		{"signet_approver_unprocessed_total", "Passes that found no applicable, bound policy.", stat_unprocessed},
+		{"signet_approver_deferred_total", "Passes that waited for an applicable policy to be Ready.",
+		 stat_deferred},
+		{"signet_approver_errors_total", "Passes without an answer (retried with backoff).", stat_errors},
+		{"signet_approver_subjectaccessreviews_total", "SubjectAccessReviews sent.", stat_sar_requests},
+		{"signet_approver_subjectaccessreviews_cached_total", "SubjectAccessReview answers reused.",
+		 stat_sar_cached},
+	};
+	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
+		SG_TRY(sg_metrics_counter_fn(reg, rows[i].name, rows[i].help, rows[i].fn, a));
+	return SG_OK;
+}
+
+void sg_approver_free(sg_approver *a)
+{
+	if (!a)
+		return;
+	sg_ctrl_free(a->ctrl);
+	sg_cache_free(a->sar);
+	free(a->plugins);
+	free(a->plugin_names);
+	json_decref(a->told);
+	pthread_mutex_destroy(&a->told_mu);
+	free(a);
+}

@@ -1,0 +1,111 @@
+/*
+ * sg_approver: the CertificateRequest policy approver. It decides
+ * cert-manager CertificateRequests (cert-manager.io/v1) with
+ * CertificateRequestPolicies (policy.cert-manager.io/v1alpha1) the way
+ * cert-manager's approver-policy does, so clusters bring their policies
+ * unchanged, and it keeps each policy's Ready condition.
+ *
+ * A request is decided once (a request with an Approved or Denied
+ * condition is never touched again), in approver-policy's order:
+ *   1. the policies whose selector picks the request (issuerRef with the
+ *      request's kind defaulted to Issuer and group to cert-manager.io;
+ *      namespace names and labels) — none: Unprocessed, no condition, an
+ *      Event once;
+ *   2. of those, the ones the requester may `use` (a SubjectAccessReview
+ *      per policy, user/groups/uid/extra of the request, resource
+ *      certificaterequestpolicies, the policy's name, the request's
+ *      namespace), answers cached for a short time and dropped at once when
+ *      any Role, ClusterRole or binding changes — none: Unprocessed;
+ *   3. each Ready one, in name order, evaluated (sg_crpolicy.h: allowed,
+ *      constraints, then its plugins); the first that does not deny
+ *      approves: condition Approved=True, reason policy.cert-manager.io,
+ *      "Approved by CertificateRequestPolicy: \"<name>\"";
+ *   4. every one denied: Denied=True, "No policy approved this request:
+ *      [<policy>: <why>] ..." — unless a policy that applies has no Ready
+ *      condition yet (deferred: no condition, decided once it has one) or
+ *      an evaluation could not be made (a plugin's ERROR, a server down:
+ *      no condition, retried with backoff; an error never approves).
+ *      NotReady policies (CEL rules, values a plugin refuses, what
+ *      approver-policy's webhook refuses) are not evaluated at all.
+ * The condition is written by a PUT of the status subresource carrying the
+ * resourceVersion the decision was made on, after a live read: a request
+ * decided meanwhile (by another approver, or a former leader) is a 409 and
+ * is left as it is. Unprocessed and deferred requests are decided again
+ * when a policy, a Namespace or RBAC changes.
+ *
+ * It is a controller on the runtime (sg_ctrl.h) named "approver",
+ * leader-only. Keys: "<namespace>/<name>" for requests, "crp:<name>" for
+ * policies (a namespace holds no ':').
+ *
+ * Kubernetes RBAC: certificaterequests get/list/watch and /status update;
+ * certificaterequestpolicies get/list/watch and /status patch;
+ * subjectaccessreviews create; namespaces, roles, rolebindings,
+ * clusterroles, clusterrolebindings list/watch; events create; and
+ * cert-manager.io `signers` `approve` on the signer names it decides
+ * (cert-manager's webhook refuses the condition otherwise).
+ */
+#ifndef SG_APPROVER_H
+#define SG_APPROVER_H
+
+#include "sg_crpolicy.h"
+#include "sg_ctrl.h"
+#include "sg_error.h"
+#include "sg_kube.h"
+#include "sg_metrics.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SG_APPROVER_SAR_TTL_DEFAULT 10 /* seconds a SubjectAccessReview answer is reused */
+
+typedef struct sg_approver sg_approver;
+
+/* A plugin a policy may name in spec.plugins (its values: the policy's
+ * spec.plugins[name].values object, or NULL).
+ *   check     optional: whether values can be evaluated at all; false
+ *             with *why (malloc'ed, caller frees) makes the policy
+ *             NotReady, so a typo never turns into endless retries;
+ *   evaluate  one request: SG_OK with *denied and *message (malloc'ed or
+ *             NULL) when the plugin has an answer; a negative code (with
+ *             the thread's detail) when it has none: the request is
+ *             retried, never approved by this policy.
+ * Plugins run only for a request the policy's own rules did not deny
+ * already (an external server is not asked about a lost cause). */
+typedef struct sg_approver_plugin {
+	const char *name;
+	bool (*check)(void *arg, const json_t *values, char **why);
+	int (*evaluate)(void *arg, const char *policy, const json_t *values, const sg_crpolicy_request *r,
+	                const json_t *request_obj, bool *denied, char **message);
+	void *arg;
+} sg_approver_plugin;
+
+typedef struct sg_approver_options {
+	sg_kube *kube;                      /* borrowed; must outlive the approver */
+	const sg_approver_plugin *plugins;  /* copied (arg borrowed) */
+	size_t nplugins;
+	int64_t sar_ttl_seconds;            /* 0: SG_APPROVER_SAR_TTL_DEFAULT; < 0: no cache */
+	unsigned workers;                   /* 0: 4 */
+} sg_approver_options;
+
+typedef struct sg_approver_stats {
+	uint64_t approved, denied;  /* decisions written */
+	uint64_t unprocessed;       /* passes that found no applicable policy */
+	uint64_t deferred;          /* passes that waited for a policy to be Ready */
+	uint64_t errors;            /* passes without an answer (retried) */
+	uint64_t conflicts;         /* decisions not written: decided meanwhile */
+	uint64_t sar_requests;      /* SubjectAccessReviews sent */
+	uint64_t sar_cached;        /* answers taken from the cache */
+	uint64_t policy_status_writes;
+} sg_approver_stats;
+
+SG_API int sg_approver_new(sg_approver **out, const sg_approver_options *o) SG_MUST_CHECK;
+/* The runtime's controller (borrowed), for a table row. */
+SG_API sg_ctrl *sg_approver_controller(sg_approver *a);
+SG_API void sg_approver_stats_get(sg_approver *a, sg_approver_stats *out);
+/* Registers signet_approver_* on reg (once). */
+SG_API int sg_approver_metrics(sg_approver *a, sg_metrics *reg) SG_MUST_CHECK;
+/* Stops and frees; accepts NULL. */
+SG_API void sg_approver_free(sg_approver *a);
+
+#endif

@@ -1,0 +1,519 @@
+/*
+ * sg_approver against a real kube-apiserver, with cert-manager's
+ * CertificateRequest CRD (fixture) and the CertificateRequestPolicy CRD
+ * this project ships: policies approve and deny with approver-policy's
+ * reason and messages; no applicable policy, or no RBAC `use`, means no
+ * decision until a binding appears; the selector by issuerRef and by
+ * namespace labels; wildcards; duration and key constraints; an unknown
+ * GeneralName type denied; a NotReady policy decides nothing; a
+ * plugin's DENIED, ERROR (retried, never approved) and answer after an
+ * error; policies' Ready conditions; two approvers at once deciding every
+ * request exactly once; and approval with issuance: beside signet's
+ * cert-manager issuer (a SoftHSM2 CA), an approved request is issued and a
+ * denied one never is.
+ *
+ * The requests' user information is written by the test (no cert-manager
+ * webhook runs here), as cert-manager's webhook would fill it in.
+ *
+ * Waiting is for states (SG_WAIT_FOR), never for time. "No decision" is
+ * shown by the approver having looked at the request (its unprocessed or
+ * deferred counter moved past the request's creation) and the request
+ * still having no condition.
+ */
+#include "sg_approver.h"
+#include "sg_appliance.h"
+#include "sg_cmissuer.h"
+#include "sg_signetissuer.h"
+
+#include "ca_fixture.h"
+#include "kube_pem.h"
+#include "sg_guard.h"
+#include "sg_log.h"
+#include "sg_test.h"
+#include "test_kube_env.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+#define NS_A "ap-a"
+#define NS_B "ap-b"
+#define WAIT_MS 30000u
+
+static sg_kube *k;
+static sg_approver *ap, *ap2;
+
+/* ---- objects ---- */
+
+static void apply(const char *json_text)
+{
+	json_error_t e;
+	json_t *o = json_loads(json_text, 0, &e);
+	if (!o) {
+		fprintf(stderr, "bad JSON in test: %s\n%s\n", e.text, json_text);
+		exit(1);
+	}
+	SG_CHECK(kube_env_apply_object(k, o, "test object"));
+	json_decref(o);
+}
+
+static sg_kube_ref cr_ref(const char *ns, const char *name)
+{
+	return (sg_kube_ref){.group = "cert-manager.io", .version = "v1", .resource = "certificaterequests", .ns = ns,
+	                     .name = name};
+}
+
+static json_t *cr_get(const char *ns, const char *name)
+{
+	sg_kube_ref r = cr_ref(ns, name);
+	json_t *o = NULL;
+	return sg_kube_get(k, &r, &o) == SG_OK ? o : NULL;
+}
+
+typedef struct cr_spec {
+	const char *ns, *name;
+	const char *user;     /* spec.username; NULL: "alice" */
+	const char *issuer;   /* NULL: "my-issuer" */
+	const char *san;      /* X509V3 SAN text; NULL: "DNS:a.example.com" */
+	const char *cn;       /* NULL: "a.example.com" */
+	const char *duration; /* NULL: none */
+	const char *rsa_bits; /* RSA key of this size instead of P-256 */
+} cr_spec;
+
+static void cr_create(const cr_spec *s)
+{
+	size_t len;
+	csr_opts o = {.alg = s->rsa_bits ? "RSA" : "EC",
+	              .param = s->rsa_bits ? s->rsa_bits : "P-256",
+	              .san = s->san ? s->san : "DNS:a.example.com",
+	              .cn = s->cn ? s->cn : "a.example.com"};
+	char *pem = make_csr(&o, &len);
+	char *req = b64n(pem, strlen(pem));
+	json_t *spec = json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:[s], s:s, s:[s,s]}", "request", req, "issuerRef",
+	                         "name", s->issuer ? s->issuer : "my-issuer", "kind", "Issuer", "group",
+	                         "cert-manager.io", "username", s->user ? s->user : "alice", "groups",
+	                         "system:authenticated", "uid", "u-1", "usages", "digital signature", "server auth");
+	if (s->duration)
+		json_object_set_new(spec, "duration", json_string(s->duration));
+	json_t *cr = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "cert-manager.io/v1", "kind",
+	                       "CertificateRequest", "metadata", "name", s->name, "namespace", s->ns, "spec", spec);
+	sg_kube_ref coll = cr_ref(s->ns, NULL);
+	SG_CHECK_OK(sg_kube_create(k, &coll, cr, NULL));
+	json_decref(cr);
+	free(req);
+	free(pem);
+}
+
+/* The request's condition of type (Approved/Denied) as "status|reason|
+ * message" into out; false when it has none. */
+static bool cr_condition(const char *ns, const char *name, const char *type, char *out, size_t cap)
+{
+	json_t *o = cr_get(ns, name);
+	bool found = false;
+	size_t i;
+	json_t *c;
+	json_array_foreach(json_object_get(json_object_get(o, "status"), "conditions"), i, c)
+	{
+		const char *t = json_string_value(json_object_get(c, "type"));
+		if (t && strcmp(t, type) == 0) {
+			snprintf(out, cap, "%s|%s|%s", json_string_value(json_object_get(c, "status")),
+			         json_string_value(json_object_get(c, "reason")),
+			         json_string_value(json_object_get(c, "message")));
+			found = true;
+		}
+	}
+	json_decref(o);
+	return found;
+}
+
+static size_t cr_condition_count(const char *ns, const char *name)
+{
+	json_t *o = cr_get(ns, name);
+	size_t n = json_array_size(json_object_get(json_object_get(o, "status"), "conditions"));
+	json_decref(o);
+	return n;
+}
+
+static bool decided_as(const char *ns, const char *name, const char *type, const char *want)
+{
+	char got[4096];
+	if (!cr_condition(ns, name, type, got, sizeof(got)))
+		return false;
+	if (strcmp(got, want) != 0) {
+		fprintf(stderr, "%s/%s %s:\n  got  %s\n  want %s\n", ns, name, type, got, want);
+		return false;
+	}
+	return true;
+}
+
+static bool decided_starting(const char *ns, const char *name, const char *type, const char *prefix)
+{
+	char got[4096];
+	return cr_condition(ns, name, type, got, sizeof(got)) && strncmp(got, prefix, strlen(prefix)) == 0;
+}
+
+static sg_approver_stats stats(sg_approver *a)
+{
+	sg_approver_stats s;
+	sg_approver_stats_get(a, &s);
+	return s;
+}
+
+/* The approver looked at something since s0 without deciding it. */
+#define WAIT_LOOKED(s0)                                                                                          \
+	SG_WAIT_FOR(WAIT_MS, stats(ap).unprocessed + stats(ap).deferred + stats(ap).errors >                    \
+	                             (s0).unprocessed + (s0).deferred + (s0).errors)
+
+static const char *policy_ready(const char *name)
+{
+	static char buf[2048];
+	sg_kube_ref r = {.group = "policy.cert-manager.io", .version = "v1alpha1",
+	                 .resource = "certificaterequestpolicies", .name = name};
+	json_t *o = NULL;
+	buf[0] = '\0';
+	if (sg_kube_get(k, &r, &o) == SG_OK) {
+		const json_t *c = sg_ctrl_condition_find(o, "Ready");
+		if (c)
+			snprintf(buf, sizeof(buf), "%s|%s|%s", json_string_value(json_object_get(c, "status")),
+			         json_string_value(json_object_get(c, "reason")),
+			         json_string_value(json_object_get(c, "message")));
+	}
+	json_decref(o);
+	return buf;
+}
+
+/* ---- a plugin of the test's own ---- */
+
+static atomic_int plugin_mode; /* 0 approve, 1 deny, 2 error */
+static atomic_int plugin_calls;
+
+static int test_plugin(void *arg, const char *policy, const json_t *values, const sg_crpolicy_request *r,
+                       const json_t *cr, bool *denied, char **message)
+{
+	(void)arg, (void)values, (void)r, (void)cr;
+	atomic_fetch_add(&plugin_calls, 1);
+	SG_ENSURE(strcmp(policy, "with-plugin") == 0, SG_EINTERNAL, "plugin called for %s", policy);
+	int m = atomic_load(&plugin_mode);
+	if (m == 2)
+		return sg_error_set(SG_EBUSY, "test plugin: no answer");
+	*denied = m == 1;
+	*message = m == 1 ? strdup("test plugin says no") : NULL;
+	return SG_OK;
+}
+
+static bool test_plugin_check(void *arg, const json_t *values, char **why)
+{
+	(void)arg;
+	if (json_is_string(json_object_get(values, "ok")))
+		return true;
+	*why = strdup("values.ok is required");
+	return false;
+}
+
+/* ---- tests ---- */
+
+static void t_start(void)
+{
+	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
+	if (!kube_env_start()) {
+		fprintf(stderr, "no API server\n");
+		exit(1);
+	}
+	k = kube_env_client(-1, 0);
+	if (!k)
+		exit(1);
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/tests/controllers/fixtures/certificaterequests.crd.yaml"));
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/policy-crds.yaml"));
+	apply("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_A
+	      "\",\"labels\":{\"team\":\"a\"}}}");
+	apply("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_B "\"}}");
+	/* `use` of every policy for alice, in both namespaces. */
+	apply("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"ClusterRole\",\"metadata\":{\"name\":"
+	      "\"ap-use\"},\"rules\":[{\"apiGroups\":[\"policy.cert-manager.io\"],\"resources\":["
+	      "\"certificaterequestpolicies\"],\"verbs\":[\"use\"]}]}");
+	apply("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"ClusterRoleBinding\",\"metadata\":{\"name\":"
+	      "\"ap-alice\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"ClusterRole\",\"name\":"
+	      "\"ap-use\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":"
+	      "\"alice\"}]}");
+	/* From approver-policy's documentation: names under example.com for
+	 * my-issuer. */
+	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"allow-example\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*.example.com\"},"
+	      "\"dnsNames\":{\"values\":[\"*.example.com\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"my-issuer\"}}}}");
+	static const sg_approver_plugin pl = {"test-plugin", test_plugin_check, test_plugin, NULL};
+	sg_approver_options o = {.kube = k, .plugins = &pl, .nplugins = 1, .workers = 2};
+	SG_CHECK_OK(sg_approver_new(&ap, &o));
+	if (!ap)
+		exit(1);
+	SG_CHECK_OK(sg_ctrl_start(sg_approver_controller(ap)));
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("allow-example"), "True|Ready|", 11) == 0);
+	SG_CHECK(strcmp(policy_ready("allow-example"),
+	                "True|Ready|CertificateRequestPolicy is ready for approval evaluation") == 0);
+}
+
+static void t_approve_and_deny(void)
+{
+	cr_create(&(cr_spec){.ns = NS_A, .name = "ok-1"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "ok-1", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"allow-example\""));
+	SG_CHECK(cr_condition_count(NS_A, "ok-1") == 1);
+
+	cr_create(&(cr_spec){.ns = NS_A, .name = "bad-1", .san = "DNS:evil.test", .cn = "evil.test"});
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "bad-1", "Denied",
+	                                      "True|policy.cert-manager.io|No policy approved this request: "
+	                                      "[allow-example: "));
+	char got[4096];
+	SG_CHECK(cr_condition(NS_A, "bad-1", "Denied", got, sizeof(got)));
+	SG_CHECK(strstr(got, "spec.allowed.dnsNames.values: Invalid value: ") != NULL);
+	SG_CHECK(strstr(got, "evil.test") != NULL);
+	SG_CHECK(strstr(got, "spec.allowed.commonName.value: Invalid value: ") != NULL);
+	SG_CHECK(!cr_condition(NS_A, "bad-1", "Approved", got, sizeof(got)));
+
+	/* Wildcards: '*' spans dots, and matches the literal wildcard name. */
+	cr_create(&(cr_spec){.ns = NS_A, .name = "deep-1", .san = "DNS:a.b.example.com,DNS:*.example.com",
+	                     .cn = "a.b.example.com"});
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "deep-1", "Approved", "True|"));
+
+	/* A GeneralName type approver-policy always denies. */
+	cr_create(&(cr_spec){.ns = NS_A, .name = "rid-1", .san = "DNS:a.example.com,RID:1.2.3.4"});
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "rid-1", "Denied", "True|policy.cert-manager.io|"));
+}
+
+static void t_unprocessed_until_bound(void)
+{
+	/* No policy for this issuer: no decision. */
+	sg_approver_stats s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "other-issuer-1", .issuer = "other-issuer"});
+	WAIT_LOOKED(s0);
+	SG_CHECK(cr_condition_count(NS_A, "other-issuer-1") == 0);
+
+	/* bob may use no policy: no decision, until a RoleBinding lets him
+	 * (the RBAC event re-evaluates, the cached answer is dropped). */
+	s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "bob-1", .user = "bob"});
+	WAIT_LOOKED(s0);
+	SG_CHECK(cr_condition_count(NS_A, "bob-1") == 0);
+	apply("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",\"metadata\":{\"name\":"
+	      "\"ap-bob\",\"namespace\":\"" NS_A "\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":"
+	      "\"ClusterRole\",\"name\":\"ap-use\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":"
+	      "\"User\",\"name\":\"bob\"}]}");
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "bob-1", "Approved", "True|"));
+	/* The binding is in ap-a only: bob in ap-b is still not bound. */
+	s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_B, .name = "bob-2", .user = "bob"});
+	WAIT_LOOKED(s0);
+	SG_CHECK(cr_condition_count(NS_B, "bob-2") == 0);
+	/* The SubjectAccessReviews were cached: fewer than the passes made. */
+	SG_CHECK(stats(ap).sar_cached > 0);
+}
+
+static void t_namespace_selector_and_constraints(void)
+{
+	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"team-a-short\"},\"spec\":{\"allowed\":{\"dnsNames\":{\"values\":[\"*.svc\"]},\"commonName\":"
+	      "{\"value\":\"*\"},\"usages\":[\"digital signature\",\"server auth\"]},\"constraints\":{\"maxDuration\":\"1h\",\"privateKey\":{"
+	      "\"algorithm\":\"ECDSA\"}},\"selector\":{\"issuerRef\":{\"name\":\"svc-*\"},\"namespace\":{"
+	      "\"matchLabels\":{\"team\":\"a\"}}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("team-a-short"), "True|", 5) == 0);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "svc-1", .issuer = "svc-web", .san = "DNS:web.svc", .cn = "web.svc",
+	                     .duration = "30m"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "svc-1", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"team-a-short\""));
+	cr_create(&(cr_spec){.ns = NS_A, .name = "svc-long", .issuer = "svc-web", .san = "DNS:web.svc", .cn = "web.svc",
+	                     .duration = "2h"});
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "svc-long", "Denied", "True|policy.cert-manager.io|No policy "
+	                                                                  "approved this request: [team-a-short: "));
+	char got[4096];
+	SG_CHECK(cr_condition(NS_A, "svc-long", "Denied", got, sizeof(got)) &&
+	         strstr(got, "spec.constraints.maxDuration") != NULL);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "svc-rsa", .issuer = "svc-web", .san = "DNS:web.svc", .cn = "web.svc",
+	                     .duration = "30m", .rsa_bits = "2048"});
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "svc-rsa", "Denied", "True|"));
+	SG_CHECK(cr_condition(NS_A, "svc-rsa", "Denied", got, sizeof(got)) &&
+	         strstr(got, "spec.constraints.privateKey.algorithm") != NULL);
+	/* ap-b has no team=a label: the policy does not apply there. */
+	sg_approver_stats s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_B, .name = "svc-b", .issuer = "svc-web", .san = "DNS:web.svc", .cn = "web.svc",
+	                     .duration = "30m"});
+	WAIT_LOOKED(s0);
+	SG_CHECK(cr_condition_count(NS_B, "svc-b") == 0);
+	/* Labelled later: decided then. */
+	SG_CHECK_OK(kube_env_label_namespace(k, NS_B, "team", "a"));
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_B, "svc-b", "Approved", "True|"));
+}
+
+static void t_not_ready_defers(void)
+{
+	/* CEL cannot be evaluated here: NotReady, and a request only it
+	 * would decide gets no decision (approver-policy evaluates Ready
+	 * policies only). */
+	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"with-cel\"},\"spec\":{\"allowed\":{\"dnsNames\":{\"values\":[\"*\"],\"validations\":[{"
+	      "\"rule\":\"self.endsWith('.cel')\"}]}},\"selector\":{\"issuerRef\":{\"name\":\"cel-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("with-cel"), "False|NotReady|CertificateRequestPolicy is not ready "
+	                                                        "for approval evaluation: ", 74) == 0);
+	sg_approver_stats s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "cel-1", .issuer = "cel-issuer", .san = "DNS:x.cel", .cn = NULL});
+	WAIT_LOOKED(s0);
+	SG_CHECK(cr_condition_count(NS_A, "cel-1") == 0);
+}
+
+static void t_plugin(void)
+{
+	/* Values the plugin refuses: NotReady. */
+	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"with-plugin\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*\"},\"dnsNames\":{"
+	      "\"values\":[\"*\"]},\"usages\":[\"digital signature\",\"server auth\"]},\"plugins\":{\"test-plugin\":{\"values\":{\"nope\":\"x\"}}},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"plugin-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strstr(policy_ready("with-plugin"), "values.ok is required") != NULL);
+	SG_CHECK(strncmp(policy_ready("with-plugin"), "False|NotReady|", 15) == 0);
+	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"with-plugin\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*\"},\"dnsNames\":{"
+	      "\"values\":[\"*\"]},\"usages\":[\"digital signature\",\"server auth\"]},\"plugins\":{\"test-plugin\":{\"values\":{\"ok\":\"yes\"}}},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"plugin-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("with-plugin"), "True|", 5) == 0);
+
+	/* ERROR: retried, never approved; then the answer comes. */
+	atomic_store(&plugin_mode, 2);
+	int calls0 = atomic_load(&plugin_calls);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "plug-1", .issuer = "plugin-issuer"});
+	SG_WAIT_FOR(WAIT_MS, atomic_load(&plugin_calls) >= calls0 + 2); /* asked again after the error */
+	SG_CHECK(cr_condition_count(NS_A, "plug-1") == 0);
+	atomic_store(&plugin_mode, 1);
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "plug-1", "Denied", "True|"));
+	char got[4096];
+	SG_CHECK(cr_condition(NS_A, "plug-1", "Denied", got, sizeof(got)) &&
+	         strstr(got, "[with-plugin: test plugin says no]") != NULL);
+	atomic_store(&plugin_mode, 0);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "plug-2", .issuer = "plugin-issuer"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "plug-2", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"with-plugin\""));
+}
+
+static void t_two_approvers(void)
+{
+	/* The same configuration, as two replicas have. */
+	static const sg_approver_plugin pl = {"test-plugin", test_plugin_check, test_plugin, NULL};
+	sg_approver_options o = {.kube = k, .plugins = &pl, .nplugins = 1, .workers = 2};
+	SG_CHECK_OK(sg_approver_new(&ap2, &o));
+	if (!ap2)
+		exit(1);
+	SG_CHECK_OK(sg_ctrl_start(sg_approver_controller(ap2)));
+	uint64_t before = stats(ap).approved + stats(ap2).approved;
+	char name[32];
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "many-%02d", i);
+		cr_create(&(cr_spec){.ns = NS_A, .name = name});
+	}
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "many-%02d", i);
+		SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, name, "Approved", "True|"));
+		SG_CHECK(cr_condition_count(NS_A, name) == 1);
+	}
+	/* Each written once: the loser of a race finds it decided (or a 409). */
+	SG_WAIT_FOR(WAIT_MS, stats(ap).approved + stats(ap2).approved == before + 20);
+	sg_approver_free(ap2);
+	ap2 = NULL;
+}
+
+static bool cr_has_certificate(const char *ns, const char *name)
+{
+	json_t *o = cr_get(ns, name);
+	const char *c = json_string_value(json_object_get(json_object_get(o, "status"), "certificate"));
+	bool yes = c && *c;
+	json_decref(o);
+	return yes;
+}
+
+static bool cr_ready_reason(const char *ns, const char *name, const char *reason)
+{
+	json_t *o = cr_get(ns, name);
+	size_t i;
+	json_t *c;
+	bool yes = false;
+	json_array_foreach(json_object_get(json_object_get(o, "status"), "conditions"), i, c)
+	{
+		const char *t = json_string_value(json_object_get(c, "type"));
+		const char *r = json_string_value(json_object_get(c, "reason"));
+		yes = yes || (t && r && strcmp(t, "Ready") == 0 && strcmp(r, reason) == 0);
+	}
+	json_decref(o);
+	return yes;
+}
+
+static void t_with_issuer(void)
+{
+	static fixture fx;
+	sg_appliance *app = NULL;
+	if (fixture_ca(&fx, "ecdsa-p256") != 0) {
+		SG_CHECK(!"no CA");
+		return;
+	}
+	fx.args.s.signer_threads = 1;
+	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
+	if (!app)
+		return;
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/crds.yaml"));
+	sg_kubesign_ca cas[1] = {{.name = "default", .app = app}};
+	sg_signetissuer *iss = NULL;
+	sg_cmissuer *cm = NULL;
+	sg_signetissuer_options io = {.kube = k, .cas = cas, .ncas = 1, .check_interval = 1};
+	sg_cmissuer_options mo = {.kube = k, .cas = cas, .ncas = 1};
+	SG_CHECK_OK(sg_signetissuer_new(&iss, &io));
+	SG_CHECK_OK(sg_cmissuer_new(&cm, &mo));
+	if (!iss || !cm)
+		exit(1);
+	SG_CHECK_OK(sg_ctrl_start(sg_signetissuer_controller(iss)));
+	SG_CHECK_OK(sg_cmissuer_start(cm));
+	apply("{\"apiVersion\":\"signet.dev/v1alpha1\",\"kind\":\"SignetIssuer\",\"metadata\":{\"name\":\"hsm\","
+	      "\"namespace\":\"" NS_A "\"},\"spec\":{\"caName\":\"default\"}}");
+	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"signet-hsm\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*.hsm.example\"},"
+	      "\"dnsNames\":{\"values\":[\"*.hsm.example\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"hsm\",\"kind\":\"SignetIssuer\",\"group\":\"signet.dev\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("signet-hsm"), "True|", 5) == 0);
+	/* cr_create names Issuer/cert-manager.io: write these two by hand. */
+	const char *names[2] = {"hsm-ok", "hsm-bad"};
+	const char *sans[2] = {"DNS:web.hsm.example", "DNS:web.elsewhere.example"};
+	const char *cns[2] = {"web.hsm.example", "web.elsewhere.example"};
+	for (int i = 0; i < 2; i++) {
+		size_t len;
+		csr_opts o = {.alg = "EC", .param = "P-256", .san = sans[i], .cn = cns[i]};
+		char *pem = make_csr(&o, &len);
+		char *req = b64n(pem, strlen(pem));
+		json_t *cr = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:{s:s, s:s, s:s}, s:s, s:[s], s:[s,s]}}",
+		                       "apiVersion", "cert-manager.io/v1", "kind", "CertificateRequest", "metadata", "name",
+		                       names[i], "namespace", NS_A, "spec", "request", req, "issuerRef", "name", "hsm", "kind",
+		                       "SignetIssuer", "group", "signet.dev", "username", "alice", "groups",
+		                       "system:authenticated", "usages", "digital signature", "server auth");
+		sg_kube_ref coll = cr_ref(NS_A, NULL);
+		SG_CHECK_OK(sg_kube_create(k, &coll, cr, NULL));
+		json_decref(cr);
+		free(req);
+		free(pem);
+	}
+	SG_WAIT_FOR(WAIT_MS, cr_has_certificate(NS_A, "hsm-ok"));
+	SG_CHECK(decided_starting(NS_A, "hsm-ok", "Approved", "True|policy.cert-manager.io|"));
+	SG_WAIT_FOR(WAIT_MS, cr_ready_reason(NS_A, "hsm-bad", "Denied"));
+	SG_CHECK(decided_starting(NS_A, "hsm-bad", "Denied", "True|policy.cert-manager.io|"));
+	SG_CHECK(!cr_has_certificate(NS_A, "hsm-bad"));
+	sg_cmissuer_free(cm);
+	sg_signetissuer_free(iss);
+	sg_appliance_free(app);
+	fixture_free(&fx);
+}
+
+static void t_zz_stop(void)
+{
+	sg_approver_free(ap);
+	sg_kube_free(k);
+}
+
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_approve_and_deny), SG_TEST(t_unprocessed_until_bound),
+             SG_TEST(t_namespace_selector_and_constraints), SG_TEST(t_not_ready_defers), SG_TEST(t_plugin),
+             SG_TEST(t_two_approvers), SG_TEST(t_with_issuer), SG_TEST(t_zz_stop))
