@@ -22,6 +22,8 @@
 #include "sg_cluster.h"
 #include "sg_authn_impl.h"
 #include "sg_authn_kube.h"
+#include "sg_approver.h"
+#include "sg_policyserver.h"
 #include "sg_cmissuer.h"
 #include "sg_crypto.h"
 #include "sg_ctrl.h"
@@ -64,6 +66,8 @@ struct sg_cluster {
 	size_t ncas;
 	sg_signetissuer *issuers;
 	sg_cmissuer *cmissuer;
+	sg_approver *approver;
+	sg_policyserver *policyservers; /* --external-policy-servers, for the approver */
 	sg_kubecsr *kubecsr;
 	sg_kube *kube_forward;     /* RA mode: its own rate limit, apart from the controllers' */
 	sg_forward *forward;
@@ -326,6 +330,43 @@ static int make_kubecsr_row(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_
 
 /* One row per controller: whether the settings ask for it, and how to make
  * it. A new controller is a new row (and its own module). */
+static bool want_approver(const sg_daemon_settings *d)
+{
+	return d->approver;
+}
+
+static int approver_metrics(void *self, sg_metrics *reg)
+{
+	sg_cluster *c = self;
+	SG_TRY(sg_approver_metrics(c->approver, reg));
+	return c->policyservers ? sg_policyserver_metrics(c->policyservers, reg) : SG_OK;
+}
+
+/* The policy approver, with the external policy servers as its one plugin
+ * when --external-policy-servers names any. */
+static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+{
+	(void)o;
+	const sg_daemon_settings *d = c->d;
+	sg_approver_plugin plugin;
+	sg_approver_options ao = {
+		.kube = c->kube_writers,
+		.sar_ttl_seconds = d->approver_sar_cache_ttl > 0 ? d->approver_sar_cache_ttl : -1,
+		.workers = (unsigned)d->approver_workers,
+	};
+	if (d->external_policy_servers && *d->external_policy_servers) {
+		sg_policyserver_options po = {.servers = d->external_policy_servers};
+		SG_TRY(sg_policyserver_new(&c->policyservers, &po));
+		plugin = sg_policyserver_plugin(c->policyservers);
+		ao.plugins = &plugin;
+		ao.nplugins = 1;
+	}
+	SG_TRY(sg_approver_new(&c->approver, &ao));
+	*row = (sg_ctrl_row){.ctrl = sg_approver_controller(c->approver), .self = c, .leader_only = true,
+	                     .metrics = approver_metrics};
+	return SG_OK;
+}
+
 static const struct controller_kind {
 	bool (*wanted)(const sg_daemon_settings *d);
 	int (*make)(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row);
@@ -336,6 +377,7 @@ static const struct controller_kind {
 	{want_issuers, make_issuers},
 	{want_cmissuer, make_cmissuer},
 	{want_kubecsr, make_kubecsr_row},
+	{want_approver, make_approver},
 };
 
 static bool any_controller(const sg_daemon_settings *d)
@@ -349,6 +391,8 @@ static bool any_controller(const sg_daemon_settings *d)
 static int make_controllers(sg_cluster *c, const sg_cluster_options *o)
 {
 	const sg_daemon_settings *d = c->d;
+	SG_ENSURE(d->approver || !d->external_policy_servers || !*d->external_policy_servers, SG_EINVAL,
+	          "external-policy-servers is for the policy approver: set approver too");
 	if (!any_controller(d))
 		return SG_OK;
 	sg_ctrl_manager_opts mo = {0};
@@ -791,6 +835,8 @@ void sg_cluster_free(sg_cluster *c)
 	sg_forward_free(c->forward);
 	sg_kube_free(c->kube_forward);
 	sg_cmissuer_free(c->cmissuer);
+	sg_approver_free(c->approver);
+	sg_policyserver_free(c->policyservers);
 	sg_kubecsr_free(c->kubecsr);
 	sg_signetissuer_free(c->issuers);
 	sg_istiodcert_free(c->istiodcert);

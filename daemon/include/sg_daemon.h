@@ -82,6 +82,10 @@ typedef struct sg_daemon_settings {
 	char *certificate_namespace;
 	bool preserve_certificate_requests;
 	int64_t forward_max_in_flight;
+	bool approver;
+	int64_t approver_workers;
+	int64_t approver_sar_cache_ttl;
+	char *external_policy_servers;
 } sg_daemon_settings;
 
 extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NULL */
@@ -233,7 +237,18 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	X("preserve-certificate-requests", SG_OPT_BOOL, preserve_certificate_requests, "false", 0, 0, NULL,       \
 	  "RA mode: keep CertificateRequests once answered (debugging only: they pile up)")                       \
 	X("forward-max-in-flight", SG_OPT_INT, forward_max_in_flight, "1000", 1, 100000, NULL,                    \
-	  "RA mode: CertificateRequests waiting at once; more are answered UNAVAILABLE")
+	  "RA mode: CertificateRequests waiting at once; more are answered UNAVAILABLE")                           \
+	X("approver", SG_OPT_BOOL, approver, "false", 0, 0, NULL,                                                 \
+	  "approve or deny cert-manager CertificateRequests by CertificateRequestPolicies, as approver-policy "    \
+	  "does (leader only; off: another approver decides)")                                                     \
+	X("approver-workers", SG_OPT_INT, approver_workers, "4", 1, 16, NULL,                                     \
+	  "CertificateRequests decided concurrently")                                                             \
+	X("approver-sar-cache-ttl", SG_OPT_DURATION, approver_sar_cache_ttl, "10s", 0, 600, NULL,                 \
+	  "how long a SubjectAccessReview answer (may the requester use a policy) is reused; any RBAC change "   \
+	  "drops them at once; 0: ask every time")                                                                 \
+	X("external-policy-servers", SG_OPT_STRING, external_policy_servers, "", 0, 4096, NULL,                   \
+	  "gRPC policy servers a CertificateRequestPolicy may consult (plugin external-policy-servers): "          \
+	  "comma-separated name=host:port, or name=host:port;ca=ROOTS.pem[;server-name=NAME] for TLS")
 
 #define SG_DAEMON_ROW_(name, type, field, def, min, max, choices, help) \
 	{name, type, offsetof(SG_DAEMON_T_, SG_DAEMON_M_.field), def, min, max, choices, help, false},

@@ -1,0 +1,839 @@
+/*
+ * Tests for daemon/sg_policyserver.c, the "external-policy-servers"
+ * approver plugin, against real gRPC servers signet did not write:
+ * policy_server.py beside this file, on Debian's python3-grpcio (run with
+ * /usr/bin/python3, whatever python3 comes first on PATH), which parses
+ * our PolicyRequest with Python's protobuf and answers APPROVED, DENIED,
+ * ERROR, a response without result, a failed status, raw bytes, or
+ * nothing before the deadline, as the CertificateRequest's name asks;
+ * plaintext and TLS.
+ *
+ * Also: the configuration parser (every refusal names its entry), a
+ * policy's values (the plugin's check(): the reason a policy is NotReady),
+ * the policy's name sent along, a server that is down (connection
+ * refused), concurrent evaluations from several threads on the shared
+ * channels (the approver has several workers), and the counters and
+ * metrics.
+ *
+ * The invariant under every case: nothing but a clean, explicit APPROVED
+ * from every listed server evaluates to "not denied" with SG_OK; an empty
+ * response (proto3: result unset) is no answer.
+ */
+#include "sg_policyserver.h"
+
+#include "sg_base64.h"
+#include "sg_clock.h"
+#include "sg_metrics.h"
+#include "sg_test.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- the Python server ------------------------------------------------------ */
+
+static struct {
+	pid_t pid;
+	int to_child;  /* its stdin: closing it stops the server */
+	int a, b, tls; /* ports */
+	char ca[512], other_ca[512];
+	char dir[512];
+	bool started; /* the child runs */
+	bool tried, ready;
+} srv;
+
+static void server_stop(void)
+{
+	if (!srv.started)
+		return;
+	close(srv.to_child);
+	for (int i = 0; i < 200; i++) { /* 10 s */
+		if (waitpid(srv.pid, NULL, WNOHANG) == srv.pid)
+			return;
+		sg_sleep_ms(50);
+	}
+	kill(srv.pid, SIGKILL);
+	waitpid(srv.pid, NULL, 0);
+}
+
+/* Reads the server's one line of JSON (compiling the proto takes seconds). */
+static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
+{
+	size_t n = 0;
+	uint64_t until = sg_now_ns() + (uint64_t)timeout_ms * 1000000u;
+	while (n + 1 < cap) {
+		struct pollfd p = {fd, POLLIN, 0};
+		int left = (int)((until - sg_now_ns()) / 1000000u);
+		if (sg_now_ns() >= until || poll(&p, 1, left > 0 ? left : 1) < 0)
+			return -1;
+		if (!(p.revents & (POLLIN | POLLHUP)))
+			continue;
+		ssize_t got = read(fd, buf + n, 1);
+		if (got <= 0)
+			return -1;
+		if (buf[n] == '\n')
+			break;
+		n++;
+	}
+	buf[n] = '\0';
+	return 0;
+}
+
+static bool server_start(void);
+
+/* Starts policy_server.py once; false (a failed check) when it cannot. */
+static bool server(void)
+{
+	if (!srv.tried) {
+		srv.tried = true;
+		srv.ready = server_start();
+		SG_CHECK(srv.ready);
+	}
+	return srv.ready;
+}
+
+static bool server_start(void)
+{
+	const char *tmp = getenv("SIGNET_TEST_TMP");
+	snprintf(srv.dir, sizeof(srv.dir), "%s/policyserver-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+	if (!mkdtemp(srv.dir)) {
+		fprintf(stderr, "mkdtemp %s: %s\n", srv.dir, strerror(errno));
+		return false;
+	}
+	int out[2], in[2];
+	if (pipe(out) != 0 || pipe(in) != 0)
+		return false;
+	pid_t pid = fork();
+	if (pid < 0)
+		return false;
+	if (pid == 0) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[0]), close(in[1]), close(out[0]), close(out[1]);
+		execl("/usr/bin/python3", "python3", POLICY_SERVER_PY, PROTO_DIR, srv.dir, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	srv.pid = pid;
+	srv.to_child = in[1];
+	srv.started = true;
+	atexit(server_stop);
+	char line[4096];
+	int rc = read_line(out[0], line, sizeof(line), 120000);
+	close(out[0]);
+	json_error_t err;
+	json_t *j = rc == 0 ? json_loads(line, 0, &err) : NULL;
+	const char *ca = NULL, *other = NULL;
+	if (!j || json_unpack(j, "{s:i, s:i, s:i, s:s, s:s}", "a", &srv.a, "b", &srv.b, "tls", &srv.tls, "ca", &ca,
+	                      "other_ca", &other) != 0) {
+		fprintf(stderr, "policy_server.py did not start (line: %s)\n", rc == 0 ? line : "none");
+		json_decref(j);
+		return false;
+	}
+	snprintf(srv.ca, sizeof(srv.ca), "%s", ca);
+	snprintf(srv.other_ca, sizeof(srv.other_ca), "%s", other);
+	json_decref(j);
+	return true;
+}
+
+/* A port nothing listens on (bound, then closed). */
+static int dead_port(void)
+{
+	int s = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	int port = 0;
+	if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(s, (struct sockaddr *)&a, &len) == 0)
+		port = ntohs(a.sin_port);
+	close(s);
+	return port;
+}
+
+/* ---- fixtures --------------------------------------------------------------- */
+
+static const char CSR_TEXT[] = "-----BEGIN CERTIFICATE REQUEST-----\nMIIBAzCBqwIBADAAMFkw\n"
+                               "-----END CERTIFICATE REQUEST-----\n";
+
+static json_t *b64_csr(void)
+{
+	char buf[256];
+	if (sg_b64_encode(SG_B64_STD, (const uint8_t *)CSR_TEXT, strlen(CSR_TEXT), buf, sizeof(buf)) != 0)
+		abort();
+	return json_string(buf);
+}
+
+/* A CertificateRequest named name (its name picks the servers' answer). */
+static json_t *cr_named(const char *name)
+{
+	return json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:o, s:{s:s}}}", "apiVersion", "cert-manager.io/v1", "kind",
+	                 "CertificateRequest", "metadata", "name", name, "namespace", "default", "spec", "request",
+	                 b64_csr(), "issuerRef", "name", "ca");
+}
+
+/* What policy_server.py's EXPECTED holds (keep the two in sync). */
+static json_t *cr_full(void)
+{
+	return json_pack("{s:s, s:s,"
+	                 " s:{s:s, s:s, s:s, s:{s:s, s:s}, s:{s:s}},"
+	                 " s:{s:o, s:{s:s, s:s, s:s}, s:b, s:s, s:[s,s], s:s, s:s, s:[s,s], s:{s:[s,s], s:[]}}}",
+	                 "apiVersion", "cert-manager.io/v1", "kind", "CertificateRequest", "metadata", "name",
+	                 "check-fields", "namespace", "shop", "uid", "3f1c9a52-8f7e-4c55-9c55-1d2e3f4a5b6c", "labels",
+	                 "tier", "web", "app", "shop", "annotations", "note", "h\xc3\xa9llo \xe2\x9c\x93", "spec",
+	                 "request", b64_csr(), "issuerRef", "name", "mesh-ca", "kind", "ClusterIssuer", "group",
+	                 "cert-manager.io", "isCA", 1, "duration", "2160h0m0s", "usages", "digital signature",
+	                 "server auth", "username", "system:serviceaccount:shop:web", "uid", "u-42", "groups",
+	                 "system:authenticated", "system:serviceaccounts", "extra", "scopes", "read", "write", "empty");
+}
+
+static json_t *values_of(const char *servers)
+{
+	return json_pack("{s:s}", "servers", servers);
+}
+
+static sg_policyserver *ps_new(const char *spec, uint64_t timeout_ms)
+{
+	sg_policyserver *ps = NULL;
+	sg_policyserver_options o = {.servers = spec, .timeout_ms = timeout_ms};
+	SG_CHECK_OK(sg_policyserver_new(&ps, &o));
+	return ps;
+}
+
+/* The servers a and b of policy_server.py, plaintext. */
+static sg_policyserver *ps_ab(uint64_t timeout_ms)
+{
+	char spec[128];
+	snprintf(spec, sizeof(spec), "a=127.0.0.1:%d,b=127.0.0.1:%d", srv.a, srv.b);
+	return ps_new(spec, timeout_ms);
+}
+
+typedef struct outcome {
+	int rc;
+	bool denied;
+	char *message;
+	char detail[SG_ERROR_MSG_MAX];
+	uint64_t ms;
+} outcome;
+
+static outcome eval(sg_policyserver *ps, const char *servers, const char *name)
+{
+	json_t *v = values_of(servers), *cr = cr_named(name);
+	outcome o = {0};
+	sg_error_clear();
+	uint64_t t0 = sg_now_ns();
+	o.rc = sg_policyserver_evaluate(ps, "test-policy", v, NULL, cr, &o.denied, &o.message);
+	o.ms = (sg_now_ns() - t0) / 1000000u;
+	snprintf(o.detail, sizeof(o.detail), "%s", sg_error_last()->msg);
+	json_decref(v);
+	json_decref(cr);
+	return o;
+}
+
+/* An evaluation that must fail with code and a detail holding msg: never
+ * an approval, never a denial. */
+static void want_error(outcome o, int code, const char *msg)
+{
+	SG_CHECK(o.rc == code);
+	SG_CHECK(!o.denied && o.message == NULL);
+	if (o.rc != code || !strstr(o.detail, msg))
+		fprintf(stderr, "  got rc %d (%s) \"%s\", want %d with \"%s\"\n", o.rc, sg_error_name(o.rc), o.detail,
+		        code, msg);
+	SG_CHECK(strstr(o.detail, msg) != NULL);
+	free(o.message);
+}
+
+static void want_denied(outcome o, const char *message)
+{
+	SG_CHECK_RC(o.rc, SG_OK);
+	SG_CHECK(o.denied);
+	SG_CHECK(o.message && strcmp(o.message, message) == 0);
+	if (!o.message || strcmp(o.message, message) != 0)
+		fprintf(stderr, "  got %s, want %s (%s)\n", o.message ? o.message : "(null)", message, o.detail);
+	free(o.message);
+}
+
+static void want_approved(outcome o)
+{
+	SG_CHECK_RC(o.rc, SG_OK);
+	SG_CHECK(!o.denied && o.message == NULL);
+	if (o.rc != SG_OK || o.denied)
+		fprintf(stderr, "  got rc %d \"%s\" denied %d %s\n", o.rc, o.detail, o.denied,
+		        o.message ? o.message : "");
+	free(o.message);
+}
+
+static sg_policyserver_stats stats(sg_policyserver *ps, size_t i)
+{
+	sg_policyserver_stats s;
+	SG_CHECK_OK(sg_policyserver_stats_get(ps, i, &s));
+	return s;
+}
+
+/* ---- configuration ---------------------------------------------------------- */
+
+static void t_config_good(void)
+{
+	sg_policyserver *ps = ps_new("a=127.0.0.1:1,b-2=[::1]:65535,c=policy.policy-system.svc:8080", 0);
+	SG_CHECK(ps && sg_policyserver_count(ps) == 3);
+	if (ps) {
+		sg_policyserver_stats s = stats(ps, 1);
+		SG_CHECK(strcmp(s.name, "b-2") == 0 && strcmp(s.target, "[::1]:65535") == 0 && !s.tls);
+		s = stats(ps, 2);
+		SG_CHECK(strcmp(s.target, "policy.policy-system.svc:8080") == 0);
+		SG_CHECK_RC(sg_policyserver_stats_get(ps, 3, &s), SG_EINVAL);
+		sg_approver_plugin p = sg_policyserver_plugin(ps);
+		SG_CHECK(strcmp(p.name, SG_POLICYSERVER_PLUGIN) == 0 && p.check == sg_policyserver_check &&
+		         p.evaluate == sg_policyserver_evaluate && p.arg == ps);
+	}
+	sg_policyserver_free(ps);
+	sg_policyserver_free(NULL);
+
+	if (!server())
+		return;
+	char spec[1200];
+	snprintf(spec, sizeof(spec), "t=127.0.0.1:%d;ca=%s;server-name=policy.test", srv.tls, srv.ca);
+	ps = ps_new(spec, 0);
+	SG_CHECK(ps && stats(ps, 0).tls);
+	sg_policyserver_free(ps);
+	/* options in either order */
+	snprintf(spec, sizeof(spec), "t=127.0.0.1:%d;server-name=policy.test;ca=%s", srv.tls, srv.ca);
+	ps = ps_new(spec, 0);
+	sg_policyserver_free(ps);
+
+	/* 16 servers: the limit */
+	char many[1024] = "";
+	for (int i = 0; i < SG_POLICYSERVER_MAX; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%ss%d=127.0.0.1:%d", i ? "," : "", i,
+		         1000 + i);
+	ps = ps_new(many, 0);
+	SG_CHECK(ps && sg_policyserver_count(ps) == SG_POLICYSERVER_MAX);
+	sg_policyserver_free(ps);
+}
+
+static void refused_config(const char *spec, uint64_t timeout_ms, int code, const char *msg)
+{
+	sg_policyserver *ps = (sg_policyserver *)&srv; /* must be reset */
+	sg_policyserver_options o = {.servers = spec, .timeout_ms = timeout_ms};
+	int rc = sg_policyserver_new(&ps, &o);
+	SG_CHECK(rc == code && ps == NULL);
+	SG_CHECK(strstr(sg_error_last()->msg, msg) != NULL);
+	if (rc != code || !strstr(sg_error_last()->msg, msg))
+		fprintf(stderr, "  spec \"%.80s\": rc %d \"%s\", want %d with \"%s\"\n", spec ? spec : "(null)", rc,
+		        sg_error_last()->msg, code, msg);
+	if (rc == SG_OK)
+		sg_policyserver_free(ps);
+}
+
+static void t_config_bad(void)
+{
+	static const struct {
+		const char *spec;
+		const char *msg;
+	} cases[] = {
+	    {"", "external-policy-servers: no servers"},
+	    {"a", "entry 1 (\"a\"): want name=host:port"},
+	    {"A=h:1", "entry 1 (\"A=h:1\"): the name is not a DNS label"},
+	    {"-a=h:1", "the name is not a DNS label"},
+	    {"=h:1", "the name is not a DNS label"},
+	    {"a=h:1,a=h:2", "entry 2 (a): the name is used by entry 1 too"},
+	    {"a=h:0", "entry 1 (a): port must be 1..65535"},
+	    {"a=h:65536", "port must be 1..65535"},
+	    {"a=h:080", "port must be 1..65535"},
+	    {"a=h:123456", "port must be 1..65535"},
+	    {"a=h:+80", "port is not a decimal number"},
+	    {"a=h:", "port must be 1..65535"},
+	    {"a=h", "want host:port"},
+	    {"a=:80", "no host"},
+	    {"a=Host:80", "host is not a lower-case DNS name"},
+	    {"a=h_x:80", "host is not a lower-case DNS name"},
+	    {"a=::1:80", "an IPv6 address goes in brackets"},
+	    {"a=[::1:80", "'[' without ']'"},
+	    {"a=[::1]80", "want [IPv6]:port"},
+	    {"a=[zz]:80", "bad IPv6 address"},
+	    {"a=[]:80", "bad IPv6 address"},
+	    {"a=300.1.1.1:80", "bad IPv4 address"},
+	    {"a=h:1,", "entry 2 (\"\"): empty entry"},
+	    {",a=h:1", "entry 1 (\"\"): empty entry"},
+	    {"a=h:1,,b=h:2", "entry 2 (\"\"): empty entry"},
+	    {"a=h:1;", "entry 1 (a): option \"\": want key=value"},
+	    {"a=h:1;ca=", "option \"ca\": want key=value"},
+	    {"a=h:1;ca", "option \"ca\": want key=value"},
+	    {"a=h:1;tls=on", "unknown option \"tls\" (want ca= or server-name=)"},
+	    {"a=h:1;server-name=x.test", "server-name= needs ca= (TLS)"},
+	    {"a=h:1 ", "port is not a decimal number"},
+	    {" a=h:1", "the name is not a DNS label"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		refused_config(cases[i].spec, 0, SG_EINVAL, cases[i].msg);
+	refused_config(NULL, 0, SG_EINVAL, "no servers");
+	refused_config("a=h:1", SG_POLICYSERVER_TIMEOUT_MAX_MS + 1, SG_EINVAL, "a timeout of 300001 ms");
+
+	char many[1024] = "";
+	for (int i = 0; i <= SG_POLICYSERVER_MAX; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%ss%d=h:1", i ? "," : "", i);
+	refused_config(many, 0, SG_EINVAL, "more than 16 servers");
+
+	refused_config("a=h:1;ca=/nonexistent/roots.pem", 0, SG_ENOTFOUND, "entry 1 (a): ");
+	if (!server())
+		return;
+	char path[600], spec[1400];
+	snprintf(path, sizeof(path), "%s/not-pem.txt", srv.dir);
+	FILE *f = fopen(path, "w");
+	SG_CHECK(f != NULL);
+	if (f) {
+		fputs("this is not a certificate\n", f);
+		fclose(f);
+	}
+	snprintf(spec, sizeof(spec), "a=h:1;ca=%s", path);
+	refused_config(spec, 0, SG_EINVAL, "entry 1 (a): ");
+	refused_config(spec, 0, SG_EINVAL, "holds no PEM certificate");
+	snprintf(spec, sizeof(spec), "a=h:1;ca=%s;ca=%s", srv.ca, srv.ca);
+	refused_config(spec, 0, SG_EINVAL, "ca= given twice");
+	snprintf(spec, sizeof(spec), "a=h:1;ca=%s;server-name=Bad", srv.ca);
+	refused_config(spec, 0, SG_EINVAL, "server-name is not a lower-case DNS name");
+	snprintf(spec, sizeof(spec), "a=h:1;ca=%s;server-name=x.test;server-name=y.test", srv.ca);
+	refused_config(spec, 0, SG_EINVAL, "server-name= given twice");
+}
+
+/* ---- a policy's values ------------------------------------------------------ */
+
+/* A condition message must be UTF-8 without control characters. */
+static bool clean_text(const char *s)
+{
+	json_t *j = json_string(s); /* NULL unless UTF-8 */
+	json_decref(j);
+	for (const char *c = s; *c; c++)
+		if ((unsigned char)*c < 0x20 || *c == 0x7f)
+			return false;
+	return j != NULL;
+}
+
+static void values_refused(sg_policyserver *ps, json_t *v, const char *msg)
+{
+	/* the plugin's check(): false, the reason for the NotReady condition,
+	 * the thread's detail untouched */
+	sg_approver_plugin p = sg_policyserver_plugin(ps);
+	sg_error_set(SG_EBUSY, "sentinel");
+	char *why = (char *)"x";
+	SG_CHECK(!p.check(p.arg, v, &why));
+	SG_CHECK(why && strstr(why, msg) && strncmp(why, "values.", 7) == 0 && clean_text(why));
+	if (!why || !strstr(why, msg))
+		fprintf(stderr, "  check: \"%s\", want \"%s\"\n", why ? why : "(null)", msg);
+	SG_CHECK(sg_error_last()->code == SG_EBUSY && strcmp(sg_error_last()->msg, "sentinel") == 0);
+	free(why);
+
+	SG_CHECK_RC(sg_policyserver_check_values(ps, v), SG_EINVAL);
+	SG_CHECK_MSG("plugin external-policy-servers: values.");
+	SG_CHECK_MSG(msg);
+	/* and evaluation refuses the same, without calling anyone */
+	json_t *cr = cr_named("approve-values");
+	bool denied = true;
+	char *m = (char *)"x";
+	SG_CHECK_RC(sg_policyserver_evaluate(ps, "p", v, NULL, cr, &denied, &m), SG_EINVAL);
+	SG_CHECK(!denied && m == NULL);
+	SG_CHECK_MSG("plugin external-policy-servers: values.");
+	SG_CHECK_MSG(msg);
+	json_decref(cr);
+	json_decref(v);
+}
+
+static void t_values(void)
+{
+	sg_policyserver *ps = ps_new("a=127.0.0.1:1,b=127.0.0.1:2", 0);
+	if (!ps)
+		return;
+	values_refused(ps, NULL, "values.servers is required (no values)");
+	values_refused(ps, json_object(), "values.servers is required");
+	values_refused(ps, json_pack("{s:i}", "servers", 1), "values.servers is not a string");
+	values_refused(ps, json_pack("{s:s, s:b}", "servers", "a", "strict", 1), "values.strict is not a string");
+	values_refused(ps, json_pack("{s:s}", "servers", ""), "values.servers lists no server");
+	values_refused(ps, json_pack("{s:s}", "servers", "  "), "values.servers lists no server");
+	values_refused(ps, json_pack("{s:s}", "servers", "a,,b"), "values.servers: item 2 is empty");
+	values_refused(ps, json_pack("{s:s}", "servers", "a,"), "values.servers: item 2 is empty");
+	values_refused(ps, json_pack("{s:s}", "servers", "c"), "values.servers: \"c\" is not a configured server");
+	values_refused(ps, json_pack("{s:s}", "servers", "A"), "\"A\" is not a configured server");
+	values_refused(ps, json_pack("{s:s}", "servers", "a, b ,a"), "values.servers: a is listed twice");
+	/* the policy's text in a reason: controls blanked, cut at a character */
+	values_refused(ps, json_pack("{s:s}", "servers", "a,b\nc"),
+	               "values.servers: \"b c\" is not a configured server");
+	char name[2 * 40 + 1] = "";
+	for (int i = 0; i < 40; i++)
+		strcat(name, "\xc3\xa9"); /* 80 bytes of U+00E9; the excerpt is 63 */
+	values_refused(ps, json_pack("{s:s}", "servers", name), "is not a configured server");
+	char key[2 * 40 + 1];
+	snprintf(key, sizeof(key), "%s", name);
+	values_refused(ps, json_pack("{s:s, s:i}", "servers", "a", key, 1), "is not a string");
+	json_t *ok = json_pack("{s:s, s:s}", "servers", " b , a ", "team", "payments");
+	SG_CHECK_OK(sg_policyserver_check_values(ps, ok));
+	sg_approver_plugin p = sg_policyserver_plugin(ps);
+	char *why = (char *)"x";
+	SG_CHECK(p.check(p.arg, ok, &why) && why == NULL);
+	json_decref(ok);
+	SG_CHECK(stats(ps, 0).unavailable == 0 && stats(ps, 1).unavailable == 0); /* nobody was called */
+	sg_policyserver_free(ps);
+}
+
+/* ---- answers ---------------------------------------------------------------- */
+
+static void t_approved(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_approved(eval(ps, "a", "approve-1"));
+	want_approved(eval(ps, "a,b", "approve-2"));
+	want_approved(eval(ps, "b, a", "approve-3"));
+	SG_CHECK(stats(ps, 0).approved == 3 && stats(ps, 1).approved == 2);
+	/* through the approver's plugin row */
+	sg_approver_plugin p = sg_policyserver_plugin(ps);
+	json_t *v = values_of("a"), *cr = cr_named("approve-row");
+	bool denied = true;
+	char *m = NULL;
+	SG_CHECK_OK(p.evaluate(p.arg, "row-policy", v, NULL, cr, &denied, &m));
+	SG_CHECK(!denied && !m);
+	json_decref(v);
+	json_decref(cr);
+	sg_policyserver_free(ps);
+}
+
+static void t_denied(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_denied(eval(ps, "a", "deny-1"), "external policy server a: A says no to deny-1");
+	want_denied(eval(ps, "b", "deny-2"), "external policy server b: B says no to deny-2");
+	/* control characters of a reason are shown as spaces */
+	want_denied(eval(ps, "a", "ctrl-1"), "external policy server a: line one line two [31m red");
+	SG_CHECK(stats(ps, 0).denied == 2 && stats(ps, 1).denied == 1);
+	sg_policyserver_free(ps);
+}
+
+/* In the listed order; the first denial ends the evaluation. */
+static void t_order(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_denied(eval(ps, "a,b", "a-deny-1"), "external policy server a: A denies");
+	SG_CHECK(stats(ps, 0).denied == 1);
+	SG_CHECK(stats(ps, 1).approved == 0 && stats(ps, 1).denied == 0); /* b was not asked */
+	want_denied(eval(ps, "a,b", "b-deny-1"), "external policy server b: B denies");
+	SG_CHECK(stats(ps, 0).approved == 1 && stats(ps, 1).denied == 1);
+	want_denied(eval(ps, "b,a", "a-deny-2"), "external policy server a: A denies");
+	SG_CHECK(stats(ps, 1).approved == 1 && stats(ps, 0).denied == 2);
+	/* an error after an approval: still no approval */
+	want_error(eval(ps, "a,b", "error-1"), SG_EBUSY, "external policy server a: backend down");
+	SG_CHECK(stats(ps, 0).errors == 1 && stats(ps, 1).errors == 0);
+	sg_policyserver_free(ps);
+}
+
+static void t_error(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_error(eval(ps, "b", "error-1"), SG_EBUSY, "external policy server b: backend down");
+	want_error(eval(ps, "a", "status-1"), SG_EPROTO, "external policy server a: PERMISSION_DENIED: not for you");
+	want_error(eval(ps, "a", "unknown-1"), SG_EBUSY, "external policy server a: no behaviour for 'unknown-1'");
+	SG_CHECK(stats(ps, 1).errors == 1 && stats(ps, 0).invalid == 1 && stats(ps, 0).errors == 1);
+	sg_policyserver_free(ps);
+}
+
+/* Responses a misbehaving server sends, bytes chosen by the test. */
+static void t_hostile_responses(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_error(eval(ps, "a", "raw-0804"), SG_EPROTO,
+	           "external policy server a: policy response: result 4 is outside the enum");
+	want_error(eval(ps, "a", "raw-08ffffffffffffffffff01"), SG_EPROTO, "result -1 is outside the enum");
+	/* odd hex: the handler raises, grpcio answers UNKNOWN */
+	want_error(eval(ps, "a", "raw-0801120561626"), SG_EPROTO, "external policy server a: UNKNOWN");
+	want_error(eval(ps, "a", "raw-08011205616263"), SG_EPROTO, "claims 5 bytes, 3 left");
+	want_error(eval(ps, "a", "raw-0801120361ff63"), SG_EPROTO, "reason is not UTF-8");
+	want_error(eval(ps, "a", "raw-1b"), SG_EPROTO, "unsupported wire type start-group");
+	/* a reason of 1025 bytes */
+	char name[4 + 2 * 1100] = "raw-0801128108";
+	for (int i = 0; i < 1025; i++)
+		strcat(name, "72");
+	want_error(eval(ps, "a", name), SG_EPROTO, "reason of 1025 bytes, at most 1024");
+	/* proto3 leaves a zero enum off the wire: an empty response, or one
+	 * whose result is 0, has no answer — not an approval */
+	want_error(eval(ps, "a", "raw-"), SG_EPROTO,
+	           "external policy server a: policy response: no result (RESULT_UNSPECIFIED, an empty message)");
+	want_error(eval(ps, "a", "raw-0800"), SG_EPROTO, "no result (RESULT_UNSPECIFIED): not an answer");
+	want_error(eval(ps, "a", "raw-08010800"), SG_EPROTO, "no result (RESULT_UNSPECIFIED)");
+	/* Python's protobuf, a handler that set a reason and forgot the result */
+	want_error(eval(ps, "a", "unset-1"), SG_EPROTO, "external policy server a: policy response: no result");
+	SG_CHECK(stats(ps, 0).invalid == 11 && stats(ps, 0).approved == 0);
+	sg_policyserver_free(ps);
+}
+
+/* A server that does not answer: the deadline, then an error. */
+static void t_deadline(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(400);
+	outcome o = eval(ps, "a", "hang-1");
+	SG_CHECK(o.ms >= 350 && o.ms < 3000);
+	want_error(o, SG_ETIMEOUT, "external policy server a: DEADLINE_EXCEEDED");
+	/* the channel is fine afterwards */
+	want_approved(eval(ps, "a", "approve-after-hang"));
+	/* an approval before the hang does not count */
+	o = eval(ps, "b,a", "hang-2");
+	want_error(o, SG_ETIMEOUT, "external policy server b: DEADLINE_EXCEEDED");
+	SG_CHECK(stats(ps, 0).timeouts == 1 && stats(ps, 1).timeouts == 1);
+	sg_policyserver_free(ps);
+}
+
+/* A server that is down: connection refused, an error at once. */
+static void t_down(void)
+{
+	char spec[64];
+	int port = dead_port();
+	SG_CHECK(port > 0);
+	snprintf(spec, sizeof(spec), "down=127.0.0.1:%d", port);
+	sg_policyserver *ps = ps_new(spec, 5000);
+	if (!ps)
+		return;
+	for (int i = 0; i < 3; i++) {
+		outcome o = eval(ps, "down", "approve-1");
+		SG_CHECK(o.ms < 4000);
+		want_error(o, SG_EBUSY, "external policy server down: UNAVAILABLE");
+	}
+	SG_CHECK(stats(ps, 0).unavailable == 3 && stats(ps, 0).approved == 0);
+	sg_policyserver_free(ps);
+	/* and a listed server that is down spoils the approval of one that is up */
+	if (!server())
+		return;
+	snprintf(spec, sizeof(spec), "a=127.0.0.1:%d,down=127.0.0.1:%d", srv.a, port);
+	ps = ps_new(spec, 5000);
+	want_error(eval(ps, "a,down", "approve-2"), SG_EBUSY, "external policy server down: UNAVAILABLE");
+	SG_CHECK(stats(ps, 0).approved == 1);
+	sg_policyserver_free(ps);
+}
+
+static void t_tls(void)
+{
+	if (!server())
+		return;
+	char spec[1400];
+	sg_policyserver *ps;
+	/* the host is checked against the certificate (IP SAN 127.0.0.1) */
+	snprintf(spec, sizeof(spec), "t=127.0.0.1:%d;ca=%s", srv.tls, srv.ca);
+	ps = ps_new(spec, 3000);
+	want_approved(eval(ps, "t", "approve-tls"));
+	want_denied(eval(ps, "t", "deny-tls"), "external policy server t: A says no to deny-tls");
+	sg_policyserver_free(ps);
+	/* server-name instead of the host */
+	snprintf(spec, sizeof(spec), "t=127.0.0.1:%d;ca=%s;server-name=policy.test", srv.tls, srv.ca);
+	ps = ps_new(spec, 3000);
+	want_approved(eval(ps, "t", "approve-tls-name"));
+	sg_policyserver_free(ps);
+	/* the wrong roots */
+	snprintf(spec, sizeof(spec), "t=127.0.0.1:%d;ca=%s", srv.tls, srv.other_ca);
+	ps = ps_new(spec, 3000);
+	want_error(eval(ps, "t", "approve-wrong-ca"), SG_EBUSY, "external policy server t: UNAVAILABLE");
+	sg_policyserver_free(ps);
+	/* a name the certificate does not hold */
+	snprintf(spec, sizeof(spec), "t=127.0.0.1:%d;ca=%s;server-name=other.test", srv.tls, srv.ca);
+	ps = ps_new(spec, 3000);
+	want_error(eval(ps, "t", "approve-wrong-name"), SG_EBUSY, "external policy server t: UNAVAILABLE");
+	sg_policyserver_free(ps);
+	/* plaintext to the TLS port, TLS to a plaintext port */
+	snprintf(spec, sizeof(spec), "p=127.0.0.1:%d,q=127.0.0.1:%d;ca=%s", srv.tls, srv.a, srv.ca);
+	ps = ps_new(spec, 3000);
+	outcome o = eval(ps, "p", "approve-plain-to-tls");
+	SG_CHECK(o.rc < 0 && !o.denied);
+	free(o.message);
+	want_error(eval(ps, "q", "approve-tls-to-plain"), SG_EBUSY, "external policy server q: UNAVAILABLE");
+	sg_policyserver_free(ps);
+}
+
+/* Every field reaches Python's protobuf as the object holds it. */
+static void t_fields(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	json_t *cr = cr_full();
+	json_t *v = json_pack("{s:s, s:s}", "servers", "a", "team", "payments");
+	SG_CHECK(cr && v);
+	bool denied = true;
+	char *m = NULL;
+	/* through the plugin row, as the approver calls it with the policy's name */
+	sg_approver_plugin p = sg_policyserver_plugin(ps);
+	SG_CHECK_OK(p.evaluate(p.arg, "shop-policy", v, NULL, cr, &denied, &m));
+	SG_CHECK(!denied && m == NULL);
+	if (denied)
+		fprintf(stderr, "  %s\n", m ? m : "(no message)");
+	free(m);
+	/* the name is what the server sees: another one, or none, differs */
+	SG_CHECK_OK(sg_policyserver_evaluate(ps, "other-policy", v, NULL, cr, &denied, &m));
+	SG_CHECK(denied && m && strstr(m, "policy_name='other-policy'"));
+	free(m);
+	SG_CHECK_OK(sg_policyserver_evaluate(ps, NULL, v, NULL, cr, &denied, &m));
+	SG_CHECK(denied && m && strstr(m, "policy_name=''"));
+	free(m);
+	json_decref(v);
+	json_decref(cr);
+	sg_policyserver_free(ps);
+}
+
+/* Objects that cannot make a PolicyRequest: an error, nobody called. */
+static void t_bad_objects(void)
+{
+	sg_policyserver *ps = ps_new("a=127.0.0.1:1", 0);
+	if (!ps)
+		return;
+	json_t *v = values_of("a");
+	struct {
+		json_t *cr;
+		const char *msg;
+	} cases[] = {
+	    {NULL, "no CertificateRequest object"},
+	    {json_pack("{s:{s:s}}", "metadata", "name", "x"), "the CertificateRequest has no spec"},
+	    {json_pack("{s:{s:s}, s:{}}", "metadata", "name", "x", "spec"), "request is missing"},
+	    {json_pack("{s:{s:s}, s:{s:s}}", "metadata", "name", "x", "spec", "request", "%%%"), "not base64"},
+	    {json_pack("{s:{s:s, s:[]}, s:{s:o}}", "metadata", "name", "x", "labels", "spec", "request", b64_csr()),
+	     "metadata.labels is not an object"},
+	    {json_pack("{s:{s:s, s:{s:i}}, s:{s:o}}", "metadata", "name", "x", "annotations", "k", 1, "spec", "request",
+	               b64_csr()),
+	     "metadata.annotations.k is not a string"},
+	    {json_pack("{s:{s:i}, s:{s:o}}", "metadata", "name", 7, "spec", "request", b64_csr()),
+	     "metadata.name is not a string"},
+	    {json_pack("{s:{s:s}, s:{s:o, s:s}}", "metadata", "name", "x", "spec", "request", b64_csr(), "isCA", "yes"),
+	     "spec.isCA is not a boolean"},
+	    {json_pack("{s:{s:s}, s:{s:o, s:[s,i]}}", "metadata", "name", "x", "spec", "request", b64_csr(), "usages",
+	               "a", 1),
+	     "spec.usages[1] is not a string"},
+	    {json_pack("{s:{s:s}, s:{s:o, s:{s:s}}}", "metadata", "name", "x", "spec", "request", b64_csr(), "extra",
+	               "k", "v"),
+	     "spec.extra.k is not an array"},
+	    {json_pack("{s:{s:s}, s:{s:o, s:s#}}", "metadata", "name", "x", "spec", "request", b64_csr(), "username",
+	               "a\0b", (size_t)3),
+	     "spec.username is not a string"},
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		bool denied = true;
+		char *m = (char *)"x";
+		SG_CHECK_RC(sg_policyserver_evaluate(ps, "p", v, NULL, cases[i].cr, &denied, &m), SG_EINVAL);
+		SG_CHECK(!denied && m == NULL);
+		SG_CHECK_MSG("plugin external-policy-servers: ");
+		SG_CHECK_MSG(cases[i].msg);
+		json_decref(cases[i].cr);
+	}
+	sg_policyserver_stats s = stats(ps, 0);
+	SG_CHECK(s.approved + s.denied + s.errors + s.timeouts + s.unavailable + s.invalid == 0);
+	json_decref(v);
+	sg_policyserver_free(ps);
+}
+
+/* ---- threads ------------------------------------------------------------------ */
+
+#define THREADS 8
+#define CALLS 25
+
+typedef struct worker {
+	sg_policyserver *ps;
+	int id;
+	int wrong;
+} worker;
+
+static void *work(void *p)
+{
+	worker *w = p;
+	for (int i = 0; i < CALLS; i++) {
+		char name[64];
+		bool deny = (i + w->id) % 2 == 0;
+		snprintf(name, sizeof(name), "%s-%d-%d", deny ? "b-deny" : "approve", w->id, i);
+		json_t *v = values_of("a,b"), *cr = cr_named(name);
+		bool denied = !deny;
+		char *m = NULL;
+		int rc = sg_policyserver_evaluate(w->ps, "p", v, NULL, cr, &denied, &m);
+		if (rc != SG_OK || denied != deny || (deny && (!m || strcmp(m, "external policy server b: B denies"))))
+			w->wrong++;
+		free(m);
+		json_decref(v);
+		json_decref(cr);
+	}
+	return NULL;
+}
+
+static void t_concurrent(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(10000);
+	pthread_t th[THREADS];
+	worker w[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		w[i] = (worker){ps, i, 0};
+		SG_CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0);
+	}
+	int wrong = 0;
+	for (int i = 0; i < THREADS; i++) {
+		pthread_join(th[i], NULL);
+		wrong += w[i].wrong;
+	}
+	SG_CHECK(wrong == 0);
+	sg_policyserver_stats a = stats(ps, 0), b = stats(ps, 1);
+	SG_CHECK(a.approved == THREADS * CALLS); /* a approves all */
+	SG_CHECK(b.approved == THREADS * CALLS / 2 && b.denied == THREADS * CALLS / 2);
+	sg_policyserver_free(ps);
+}
+
+/* ---- metrics -------------------------------------------------------------------- */
+
+static void t_metrics(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_approved(eval(ps, "a", "approve-before")); /* before registration: stats only */
+	sg_metrics *reg = NULL;
+	SG_CHECK_OK(sg_metrics_new(&reg));
+	SG_CHECK_OK(sg_policyserver_metrics(ps, reg));
+	want_approved(eval(ps, "a,b", "approve-m"));
+	want_denied(eval(ps, "a", "deny-m"), "external policy server a: A says no to deny-m");
+	want_error(eval(ps, "b", "error-m"), SG_EBUSY, "backend down");
+	want_error(eval(ps, "a", "raw-0804"), SG_EPROTO, "result 4");
+	char *text = NULL;
+	size_t len = 0;
+	SG_CHECK_OK(sg_metrics_render(reg, &text, &len));
+	static const char *const want[] = {
+	    "signet_policyserver_calls_total{server=\"a\",result=\"approved\"} 1",
+	    "signet_policyserver_calls_total{server=\"a\",result=\"denied\"} 1",
+	    "signet_policyserver_calls_total{server=\"a\",result=\"failed\"} 1",
+	    "signet_policyserver_calls_total{server=\"a\",result=\"error\"} 0",
+	    "signet_policyserver_calls_total{server=\"b\",result=\"approved\"} 1",
+	    "signet_policyserver_calls_total{server=\"b\",result=\"error\"} 1",
+	};
+	for (size_t i = 0; text && i < sizeof(want) / sizeof(want[0]); i++) {
+		SG_CHECK(strstr(text, want[i]) != NULL);
+		if (!strstr(text, want[i]))
+			fprintf(stderr, "  metrics lack %s:\n%s\n", want[i], text);
+	}
+	SG_CHECK(stats(ps, 0).approved == 2);
+	free(text);
+	sg_policyserver_free(ps);
+	sg_metrics_free(reg);
+}
+
+SG_TEST_MAIN(SG_TEST(t_config_good), SG_TEST(t_config_bad), SG_TEST(t_values), SG_TEST(t_approved), SG_TEST(t_denied),
+             SG_TEST(t_order), SG_TEST(t_error), SG_TEST(t_hostile_responses), SG_TEST(t_deadline), SG_TEST(t_down),
+             SG_TEST(t_tls), SG_TEST(t_fields), SG_TEST(t_bad_objects), SG_TEST(t_concurrent), SG_TEST(t_metrics))
