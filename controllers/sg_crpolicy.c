@@ -798,12 +798,18 @@ static void read_rules(cc *c, const char *path, const json_t *v, slist *out)
 	for (size_t i = 0; i < n; i++) {
 		char ipath[256];
 		const json_t *e = json_array_get(v, i);
-		snprintf(ipath, sizeof(ipath), "%s[%zu]", path, i);
+		/* Field paths are short (our own names and an index); a cut one
+		 * would only shorten a message, but say so rather than hide it. */
+		int w = snprintf(ipath, sizeof(ipath), "%s[%zu]", path, i);
+		if (w < 0 || (size_t)w >= sizeof(ipath))
+			memcpy(ipath + sizeof(ipath) - 4, "...", 4);
 		if (!typed(c, ipath, e, JSON_OBJECT, "object"))
 			continue;
 		sstr rule = {"", 0};
 		const json_t *r = member(e, "rule");
-		snprintf(ipath, sizeof(ipath), "%s[%zu].rule", path, i);
+		w = snprintf(ipath, sizeof(ipath), "%s[%zu].rule", path, i);
+		if (w < 0 || (size_t)w >= sizeof(ipath))
+			memcpy(ipath + sizeof(ipath) - 4, "...", 4);
 		if (r && !read_string(c, ipath, r, &rule))
 			continue;
 		out->v[out->n++] = rule;
@@ -843,7 +849,11 @@ static void read_others(cc *c, const char *path, const json_t *v, other_entry **
 	for (size_t i = 0; i < n; i++) {
 		char ipath[256], sub[300];
 		const json_t *e = json_array_get(v, i);
-		snprintf(ipath, sizeof(ipath), "%s[%zu]", path, i);
+		/* Field paths are short (our own names and an index); a cut one
+		 * would only shorten a message, but say so rather than hide it. */
+		int w = snprintf(ipath, sizeof(ipath), "%s[%zu]", path, i);
+		if (w < 0 || (size_t)w >= sizeof(ipath))
+			memcpy(ipath + sizeof(ipath) - 4, "...", 4);
 		if (!typed(c, ipath, e, JSON_OBJECT, "object"))
 			continue;
 		other_entry *o = &(*out)[*count];

@@ -85,7 +85,7 @@ static const char *text_commit(sg_csr_facts *f, size_t n)
 
 static int text_put(sg_csr_facts *f, const void *src, size_t n, const char **out)
 {
-	char *p;
+	char *p = NULL;
 	SG_TRY(text_reserve(f, n, &p));
 	if (n)
 		memcpy(p, src, n);
@@ -96,7 +96,7 @@ static int text_put(sg_csr_facts *f, const void *src, size_t n, const char **out
 static int text_hex(sg_csr_facts *f, sg_slice s, const char **out, size_t *outlen)
 {
 	static const char hex[] = "0123456789abcdef";
-	char *p;
+	char *p = NULL;
 	SG_TRY(text_reserve(f, 2 * s.len, &p));
 	for (size_t i = 0; i < s.len; i++) {
 		p[2 * i] = hex[s.p[i] >> 4];
@@ -182,7 +182,7 @@ static const char *oid_text(sg_slice oid, char *out, size_t cap, size_t *outlen)
 /* Decodes an OID into the arena; the Go error when Go would refuse it. */
 static int text_oid(sg_csr_facts *f, sg_slice oid, const char **out, const char **goerr)
 {
-	char *p;
+	char *p = NULL;
 	size_t n = 0;
 	SG_TRY(text_reserve(f, 4 * oid.len + 2, &p));
 	*goerr = oid_text(oid, p, 4 * oid.len + 3, &n);
@@ -222,7 +222,7 @@ static int bmp_text(sg_csr_facts *f, sg_slice v, const char *oid, const char **o
 	size_t n = v.len;
 	if (n >= 2 && v.p[n - 1] == 0 && v.p[n - 2] == 0)
 		n -= 2;
-	char *p;
+	char *p = NULL;
 	SG_TRY(text_reserve(f, n / 2 * 3, &p));
 	size_t used = 0;
 	for (size_t i = 0; i < n; i += 2) {
@@ -257,7 +257,7 @@ static int universal_text(sg_csr_facts *f, sg_slice v, bool *ok, const char **ou
 		if (cp > 0x10ffff || (cp >= 0xd800 && cp < 0xe000))
 			return SG_OK;
 	}
-	char *p;
+	char *p = NULL;
 	SG_TRY(text_reserve(f, v.len, &p));
 	size_t used = 0;
 	for (size_t i = 0; i < v.len; i += 4)
@@ -348,7 +348,7 @@ static int parse_atv(facts_build *b, sg_slice atv, size_t rdn)
 	sg_reader r = sg_reader_of(atv);
 	sg_slice oid, v, tlv;
 	uint8_t tag;
-	sg_csr_facts_attr *a;
+	sg_csr_facts_attr *a = NULL;
 	SG_TRY(add_attr(b, &a));
 	SG_ENSURE(sg_der_read(&r, SG_DER_OID, &oid, NULL) == SG_OK, SG_EINVAL,
 	          "CSR subject: an attribute does not start with its type OID");
@@ -814,7 +814,7 @@ static int ia5_name(facts_build *b, unsigned num, sg_slice v)
 		s->value_len = v.len;
 		return text_put(f, v.p, v.len, &s->value);
 	}
-	char *p;
+	char *p = NULL;
 	SG_TRY(text_reserve(f, v.len, &p));
 	const char *why = go_uri((const char *)v.p, v.len, p, &s->value_len);
 	if (why) {
@@ -918,7 +918,7 @@ static int general_name(facts_build *b, uint8_t tag, sg_slice v)
 			return cm_error(f, "%s must be primitive", name);
 		SG_ENSURE(v.len == 4 || v.len == 16, SG_EINVAL,
 		          "CSR subjectAltName: x509: cannot parse IP address of length %zu", v.len);
-		char *p;
+		char *p = NULL;
 		SG_TRY(add_san(b, SG_CSR_FACTS_SAN_IP, v, &s));
 		SG_TRY(text_reserve(f, 40, &p));
 		s->value_len = ip_text(v.p, v.len, p);
