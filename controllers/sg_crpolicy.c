@@ -723,19 +723,26 @@ static bool typed(cc *c, const char *path, const json_t *v, json_type want, cons
 	return false;
 }
 
+/* A field error "Too long" when n > SG_CRPOLICY_MAX_STRING; whether so. */
+static bool too_long(cc *c, const char *path, size_t n)
+{
+	if (n <= SG_CRPOLICY_MAX_STRING)
+		return false;
+	sb m = {0};
+	fe_begin(&m, path, "Too long");
+	sb_printf(&m, ": may not be more than %d bytes", SG_CRPOLICY_MAX_STRING);
+	ferrs_push(&c->schema, &m);
+	return true;
+}
+
 static bool read_string(cc *c, const char *path, const json_t *v, sstr *out)
 {
 	if (!typed(c, path, v, JSON_STRING, "string"))
 		return false;
 	size_t n = json_string_length(v);
 	const char *s = json_string_value(v);
-	if (n > SG_CRPOLICY_MAX_STRING) {
-		sb m = {0};
-		fe_begin(&m, path, "Too long");
-		sb_printf(&m, ": may not be more than %d bytes", SG_CRPOLICY_MAX_STRING);
-		ferrs_push(&c->schema, &m);
+	if (too_long(c, path, n))
 		return false;
-	}
 	if (memchr(s, '\0', n)) {
 		fe_invalid_str(&c->schema, path, (sstr){s, n}, cstr("must not contain a NUL character"));
 		return false;
@@ -1062,13 +1069,8 @@ static void read_selector(cc *c, const json_t *v)
 			{
 				size_t kn = strlen(k);
 				sstr value;
-				if (kn > SG_CRPOLICY_MAX_STRING) {
-					sb m = {0};
-					fe_begin(&m, "spec.selector.namespace.matchLabels", "Too long");
-					sb_printf(&m, ": may not be more than %d bytes", SG_CRPOLICY_MAX_STRING);
-					ferrs_push(&c->schema, &m);
+				if (too_long(c, "spec.selector.namespace.matchLabels", kn))
 					continue;
-				}
 				sb path = {0};
 				sb_puts(&path, "spec.selector.namespace.matchLabels.");
 				sb_puts(&path, k);
@@ -1115,13 +1117,8 @@ static void read_plugins(cc *c, const json_t *v)
 	json_object_foreach((json_t *)v, name, pv)
 	{
 		size_t nn = strlen(name);
-		if (nn > SG_CRPOLICY_MAX_STRING) {
-			sb m = {0};
-			fe_begin(&m, "spec.plugins", "Too long");
-			sb_printf(&m, ": may not be more than %d bytes", SG_CRPOLICY_MAX_STRING);
-			ferrs_push(&c->schema, &m);
+		if (too_long(c, "spec.plugins", nn))
 			continue;
-		}
 		sb path = {0};
 		sb_puts(&path, "spec.plugins.");
 		sb_puts(&path, name);
