@@ -31,36 +31,7 @@ set +a
 
 # The CRDs: cert-manager's CertificateRequest and the
 # CertificateRequestPolicy signet ships.
-apply() {
-  /usr/bin/python3 - "$1" <<'PY'
-import json, os, ssl, sys, time, urllib.error, urllib.request, yaml
-server = os.environ["KUBE_APISERVER"]
-token = open(os.environ["KUBE_TOKEN_FILE"]).read().strip()
-ctx = ssl.create_default_context(cafile=os.environ["KUBE_CA_FILE"])
-for doc in yaml.safe_load_all(open(sys.argv[1])):
-    if not doc or doc.get("kind") != "CustomResourceDefinition":
-        continue
-    r = urllib.request.Request(server + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                               data=json.dumps(doc).encode(), method="POST",
-                               headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(r, context=ctx, timeout=30).read()
-    except urllib.error.HTTPError as e:
-        if e.code != 409:
-            raise
-    # wait until the new resource is served
-    g, v, plural = doc["spec"]["group"], doc["spec"]["versions"][0]["name"], doc["spec"]["names"]["plural"]
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"{server}/apis/{g}/{v}/{plural}",
-                                   headers={"Authorization": "Bearer " + token}), context=ctx, timeout=30).read()
-            break
-        except urllib.error.HTTPError:
-            time.sleep(0.1)
-PY
-}
-apply "$top/tests/controllers/fixtures/certificaterequests.crd.yaml"
-apply "$top/packaging/kubernetes/policy-crds.yaml"
+/usr/bin/python3 "$top/tests/kube/kube_rest.py" apply-crds "$top/tests/controllers/fixtures/certificaterequests.crd.yaml" "$top/packaging/kubernetes/policy-crds.yaml"
 
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), count=$count, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # shellcheck disable=SC2086

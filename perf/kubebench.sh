@@ -25,36 +25,7 @@ set -a; . "$tmp/api/env"; set +a
 "$build/ctl/signetctl" init --dir "$tmp/ca" --log-level warn >/dev/null
 
 # The CRDs: signet's issuer kinds and cert-manager's CertificateRequest.
-apply() {
-  /usr/bin/python3 - "$1" <<'PY'
-import json, os, ssl, sys, time, urllib.error, urllib.request, yaml
-server = os.environ["KUBE_APISERVER"]
-token = open(os.environ["KUBE_TOKEN_FILE"]).read().strip()
-ctx = ssl.create_default_context(cafile=os.environ["KUBE_CA_FILE"])
-for doc in yaml.safe_load_all(open(sys.argv[1])):
-    if not doc or doc.get("kind") != "CustomResourceDefinition":
-        continue
-    r = urllib.request.Request(server + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-                               data=json.dumps(doc).encode(), method="POST",
-                               headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(r, context=ctx, timeout=30).read()
-    except urllib.error.HTTPError as e:
-        if e.code != 409:
-            raise
-    # wait until the new resource is served
-    g, v, plural = doc["spec"]["group"], doc["spec"]["versions"][0]["name"], doc["spec"]["names"]["plural"]
-    for _ in range(300):
-        try:
-            urllib.request.urlopen(urllib.request.Request(f"{server}/apis/{g}/{v}/{plural}",
-                                   headers={"Authorization": "Bearer " + token}), context=ctx, timeout=30).read()
-            break
-        except urllib.error.HTTPError:
-            time.sleep(0.1)
-PY
-}
-apply "$top/packaging/kubernetes/crds.yaml"
-apply "$top/tests/controllers/fixtures/certificaterequests.crd.yaml"
+/usr/bin/python3 "$top/tests/kube/kube_rest.py" apply-crds "$top/packaging/kubernetes/crds.yaml" "$top/tests/controllers/fixtures/certificaterequests.crd.yaml"
 
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), count=$count"
 for limit in "--qps 80 --burst 160" "--qps 0"; do

@@ -1,9 +1,13 @@
 """Just enough of the Kubernetes REST API for the Python tests that run
 signet's programs against the test API server (tests/kube/apiserver.sh):
 requests with the admin token from the server's env file, and waiting for
-a condition. Standard library only (Debian's python3)."""
+a condition, and creating CRDs from a manifest (also from the command
+line, for perf scripts). The standard library, and python3-yaml for
+manifests (Debian's python3)."""
 import json
+import os
 import ssl
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -58,3 +62,32 @@ class Kube:
         """The object, or None when the answer is not 200."""
         code, doc = self.req("GET", path)
         return doc if code == 200 else None
+
+    def apply_crds(self, path, timeout=30):
+        """Creates every CustomResourceDefinition of a manifest (one that
+        exists already is fine) and waits until each new resource is
+        served."""
+        import yaml
+        with open(path) as f:
+            docs = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "CustomResourceDefinition"]
+        for doc in docs:
+            code, out = self.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+            assert code in (201, 409), f"CRD {doc['metadata']['name']}: {code} {out.get('message')}"
+            spec = doc["spec"]
+            path_ = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
+            wait_for(f"{spec['names']['plural']} to be served", lambda: self.get(path_) is not None, timeout)
+
+
+def _env_from_environ():
+    return {k: os.environ[k] for k in ("KUBE_APISERVER", "KUBE_TOKEN_FILE", "KUBE_CA_FILE")}
+
+
+if __name__ == "__main__":
+    # For scripts: tests/kube/kube_rest.py apply-crds FILE..., with the
+    # apiserver.sh env in the environment (perf/kubebench.sh,
+    # perf/approverbench.sh).
+    if len(sys.argv) < 3 or sys.argv[1] != "apply-crds":
+        sys.exit("usage: kube_rest.py apply-crds FILE...")
+    kube = Kube(_env_from_environ())
+    for manifest in sys.argv[2:]:
+        kube.apply_crds(manifest)
