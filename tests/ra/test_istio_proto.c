@@ -13,6 +13,7 @@
 #include "sg_istio.h"
 
 #include "ca.pb-c.h"
+#include "pb_wire.h"
 #include "sg_test.h"
 
 #include <stdint.h>
@@ -34,61 +35,7 @@ static const uint8_t ztunnel_tail_head[] = {
 	0x47, 0x0a, 0x14, 'I',	'm',  'p',  'e',  'r',	's',  'o',  'n',  'a',	't',  'e',  'd',  'I',
 	'd',  'e',  'n',  't',	'i',  't',  'y',  0x12, 0x2f, 0x1a, 0x2d};
 
-/* ---- a tiny wire writer for hostile inputs ------------------------------ */
-
-typedef struct wbuf {
-	uint8_t *p;
-	size_t n, cap;
-} wbuf;
-
-static void w_byte(wbuf *w, uint8_t b)
-{
-	if (w->n == w->cap) {
-		w->cap = w->cap ? 2 * w->cap : 256;
-		w->p = realloc(w->p, w->cap);
-		if (!w->p)
-			abort();
-	}
-	w->p[w->n++] = b;
-}
-
-static void w_raw(wbuf *w, const void *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		w_byte(w, ((const uint8_t *)p)[i]);
-}
-
-static void w_varint(wbuf *w, uint64_t v)
-{
-	while (v >= 0x80) {
-		w_byte(w, (uint8_t)(v | 0x80));
-		v >>= 7;
-	}
-	w_byte(w, (uint8_t)v);
-}
-
-static void w_key(wbuf *w, unsigned field, unsigned wt)
-{
-	w_varint(w, ((uint64_t)field << 3) | wt);
-}
-
-static void w_len(wbuf *w, unsigned field, const void *p, size_t n)
-{
-	w_key(w, field, 2);
-	w_varint(w, n);
-	w_raw(w, p, n);
-}
-
-static void w_str(wbuf *w, unsigned field, const char *s)
-{
-	w_len(w, field, s, strlen(s));
-}
-
-static void w_free(wbuf *w)
-{
-	free(w->p);
-	memset(w, 0, sizeof(*w));
-}
+/* ---- hostile inputs: pb_wire.h writes them ------------------------------ */
 
 /* A request: the csr, then metadata = the Struct in md (if any). */
 static wbuf request_with(const wbuf *md)

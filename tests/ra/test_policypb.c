@@ -16,62 +16,14 @@
 #include "sg_policypb.h"
 
 #include "policy.pb-c.h"
+#include "pb_wire.h"
 #include "sg_test.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- a tiny wire writer ------------------------------------------------- */
-
-typedef struct wbuf {
-	uint8_t *p;
-	size_t n, cap;
-} wbuf;
-
-static void w_byte(wbuf *w, uint8_t b)
-{
-	if (w->n == w->cap) {
-		w->cap = w->cap ? 2 * w->cap : 256;
-		w->p = realloc(w->p, w->cap);
-		if (!w->p)
-			abort();
-	}
-	w->p[w->n++] = b;
-}
-
-static void w_raw(wbuf *w, const void *p, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		w_byte(w, ((const uint8_t *)p)[i]);
-}
-
-static void w_varint(wbuf *w, uint64_t v)
-{
-	while (v >= 0x80) {
-		w_byte(w, (uint8_t)(v | 0x80));
-		v >>= 7;
-	}
-	w_byte(w, (uint8_t)v);
-}
-
-static void w_key(wbuf *w, unsigned field, unsigned wt)
-{
-	w_varint(w, ((uint64_t)field << 3) | wt);
-}
-
-static void w_len(wbuf *w, unsigned field, const void *p, size_t n)
-{
-	w_key(w, field, 2);
-	w_varint(w, n);
-	w_raw(w, p, n);
-}
-
-static void w_free(wbuf *w)
-{
-	free(w->p);
-	memset(w, 0, sizeof(*w));
-}
+/* ---- hostile inputs: pb_wire.h writes them ------------------------------ */
 
 /* ---- requests ----------------------------------------------------------- */
 
