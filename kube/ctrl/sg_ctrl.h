@@ -60,7 +60,7 @@
 
 #define SG_CTRL_KEY_MAX 320 /* "<namespace>/<name>": 63 + 1 + 253, and the NUL */
 #define SG_CTRL_NAME_MAX 48 /* controller names: [a-z0-9-], for logs and metric labels */
-#define SG_CTRL_WATCH_MAX 8
+#define SG_CTRL_WATCH_MAX 16
 #define SG_CTRL_WORKERS_MAX 16
 #define SG_CTRL_ROWS_MAX 16
 #define SG_CTRL_BACKOFF_FIRST_MS 1000u
@@ -249,6 +249,25 @@ SG_API const char *sg_ctrl_field_manager(const sg_ctrl *c);
  * fields this controller owns) with the controller's field manager, force
  * on: a controller owns its fields. *out as for sg_kube_apply. */
 SG_API int sg_ctrl_apply(sg_ctrl *c, const sg_kube_ref *ref, const json_t *body, json_t **out) SG_MUST_CHECK;
+
+/* Whether live (a cached or fetched object) already holds body, an apply
+ * intent of this controller's: every field of body has its value in live
+ * (objects member by member, lists item by item with equal lengths, so
+ * members the server defaulted or other managers added do not count), and
+ * no field our manager applied before (live's managedFields, status
+ * aside) is missing from body. apiVersion and kind are not compared
+ * (informer objects carry none). */
+SG_API bool sg_ctrl_object_holds(sg_ctrl *c, const json_t *body, const json_t *live);
+
+/* sg_ctrl_apply unless live (may be NULL: absent) already holds body:
+ * a reconcile that finds its objects as it wants them makes no request.
+ * *written (may be NULL) tells whether the apply was made; *out (may be
+ * NULL) gets the applied object then, NULL otherwise. A quantity the user
+ * wrote in another form than the server's canonical one ("1000m" for
+ * "1") reads as a difference; the apply then changes nothing and causes
+ * no watch event. */
+SG_API int sg_ctrl_apply_owned(sg_ctrl *c, const sg_kube_ref *ref, const json_t *body, const json_t *live,
+                               json_t **out, bool *written) SG_MUST_CHECK;
 
 /* A metav1.Condition to set. status "True", "False" or "Unknown"; reason
  * CamelCase (1..1024 bytes); message at most 32768 bytes. */

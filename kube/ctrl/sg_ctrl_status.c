@@ -287,6 +287,115 @@ static bool nothing_to_write(sg_ctrl *c, const json_t *want, const json_t *obj)
 	return true;
 }
 
+/* ---- objects ---- */
+
+/* Like holds(), with arrays element by element: an apply's list (atomic,
+ * or a list-map such as containers, ports or env) holds when it has as
+ * many items as the live one and each wanted item holds in the live item
+ * at its place. Items keep their order on the server, and fields the
+ * server defaults inside an item (a container's imagePullPolicy, a port's
+ * protocol) are extra members of the live item, which do not count. */
+static bool object_holds(const json_t *want, const json_t *have)
+{
+	if (json_is_array(want)) {
+		if (!json_is_array(have) || json_array_size(want) != json_array_size(have))
+			return false;
+		size_t i;
+		json_t *w;
+		json_array_foreach(want, i, w)
+		{
+			if (!object_holds(w, json_array_get(have, i)))
+				return false;
+		}
+		return true;
+	}
+	if (!json_is_object(want))
+		return json_equal(want, have);
+	if (!json_is_object(have))
+		return false;
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)want, k, v)
+	{
+		if (!object_holds(v, json_object_get(have, k)))
+			return false;
+	}
+	return true;
+}
+
+/* Whether an object field that fs says we applied is gone from want (an
+ * apply would remove it). Lists are left to object_holds: a removed item
+ * changes the list's length or an item. */
+static bool object_dropped(const json_t *fs, const json_t *want)
+{
+	const char *k;
+	json_t *sub;
+	json_object_foreach((json_t *)fs, k, sub)
+	{
+		if (strncmp(k, "f:", 2) != 0)
+			continue;
+		const json_t *w = json_object_get(want, k + 2);
+		if (!w)
+			return true;
+		if (json_is_object(w) && object_dropped(sub, w))
+			return true;
+	}
+	return false;
+}
+
+bool sg_ctrl_object_holds(sg_ctrl *c, const json_t *want, const json_t *live)
+{
+	if (!json_is_object(live))
+		return false;
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)want, k, v)
+	{
+		if (strcmp(k, "apiVersion") == 0 || strcmp(k, "kind") == 0)
+			continue;
+		if (!object_holds(v, json_object_get(live, k)))
+			return false;
+	}
+	size_t i;
+	json_t *m;
+	json_array_foreach(json_object_get(json_object_get(live, "metadata"), "managedFields"), i, m)
+	{
+		const char *who = json_string_value(json_object_get(m, "manager"));
+		const char *op = json_string_value(json_object_get(m, "operation"));
+		const char *sub = json_string_value(json_object_get(m, "subresource"));
+		const json_t *fs = json_object_get(m, "fieldsV1");
+		if (!who || !op || !fs || strcmp(who, sg_ctrl_field_manager(c)) != 0 || strcmp(op, "Apply") != 0 ||
+		    (sub && *sub))
+			continue;
+		const char *f;
+		json_t *fv;
+		json_object_foreach((json_t *)fs, f, fv)
+		{
+			if (strncmp(f, "f:", 2) != 0 || strcmp(f, "f:status") == 0)
+				continue;
+			const json_t *w = json_object_get(want, f + 2);
+			if (!w || (json_is_object(w) && object_dropped(fv, w)))
+				return false;
+		}
+	}
+	return true;
+}
+
+int sg_ctrl_apply_owned(sg_ctrl *c, const sg_kube_ref *ref, const json_t *body, const json_t *live, json_t **out,
+                        bool *written)
+{
+	if (written)
+		*written = false;
+	if (out)
+		*out = NULL;
+	if (live && sg_ctrl_object_holds(c, body, live))
+		return SG_OK;
+	SG_TRY(sg_ctrl_apply(c, ref, body, out));
+	if (written)
+		*written = true;
+	return SG_OK;
+}
+
 static char *api_version(const sg_kube_ref *ref, char *buf, size_t cap)
 {
 	if (ref->group && *ref->group)
