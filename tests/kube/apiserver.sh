@@ -5,10 +5,16 @@
 #
 #   tests/kube/apiserver.sh start DIR             etcd + kube-apiserver, wait for /readyz
 #                                                 and the system namespaces
-#   tests/kube/apiserver.sh stop DIR              stop both (TERM, KILL after KUBE_STOP_GRACE=3 s)
+#   KUBE_CONTROLLER_MANAGER=1 tests/kube/apiserver.sh start DIR
+#                                                 the same plus kube-controller-manager's
+#                                                 deployment and replicaset controllers,
+#                                                 waited for until their caches are synced
+#   tests/kube/apiserver.sh stop DIR              stop all (TERM, KILL after KUBE_STOP_GRACE=3 s)
 #   tests/kube/apiserver.sh restart-apiserver DIR kube-apiserver only; same port, same data
+#                                                 (a running controller manager stays and
+#                                                 reconnects; one that has exited is started)
 #   tests/kube/apiserver.sh env DIR               print DIR/env as `export` lines
-#   tests/kube/apiserver.sh status DIR            exit 0 if both are running
+#   tests/kube/apiserver.sh status DIR            exit 0 if all that was started is running
 #
 # After `start`, DIR holds:
 #   env            KEY=VALUE lines, shell-sourceable (no quoting needed: DIR
@@ -20,10 +26,14 @@
 #                    KUBECONFIG=DIR/kubeconfig             (admin token)
 #                    KUBE_SA_ISSUER, KUBE_SA_PUBLIC_KEY, KUBE_API_AUDIENCES,
 #                    KUBE_ETCD, KUBE_APISERVER_LOG, KUBE_ETCD_LOG
-#   pids           ETCD_PID=..., APISERVER_PID=... (shell-sourceable)
+#                    KUBE_CONTROLLER_MANAGER_LOG=DIR/controller-manager.log
+#                                          (only with KUBE_CONTROLLER_MANAGER=1)
+#   pids           ETCD_PID=..., APISERVER_PID=..., CONTROLLER_MANAGER_PID=...
+#                  (shell-sourceable; the last one empty without the
+#                  controller manager)
 #   ports          the ports chosen at the first start, reused on every later
 #                  start and restart so that clients and data stay valid
-#   etcd/          etcd's data; apiserver.log, etcd.log
+#   etcd/          etcd's data; apiserver.log, etcd.log, controller-manager.log
 #
 # The ports are chosen free at the first start (the kernel picks them:
 # python3 binds port 0). Each daemon runs in its own session under
@@ -66,16 +76,52 @@
 #   --disable-admission-plugins=ServiceAccount  its pod checks need the
 #                            service-account and token controllers of
 #                            kube-controller-manager, which do not run here
-#                            (every Pod would be refused); no test runs Pods.
-#                            All other default plugins stay on.
+#                            (every Pod would be refused). Kept with the
+#                            controller manager too: Pods are then admitted
+#                            without a ServiceAccount or token volume, which
+#                            is fine as no kubelet runs them. All other
+#                            default plugins stay on.
 #   --endpoint-reconciler-type=none  the `kubernetes` Service's Endpoints may
 #                            not hold a loopback address, so the default lease
 #                            reconciler would only log an error every 10 s
 #   --profiling=false        no /debug/pprof
 #   everything else at 1.20's defaults (priority and fairness, watch cache,
 #   anonymous auth), as in a real control plane.
-# Not running: kube-controller-manager, so no namespace finalisation (a
-# deleted namespace stays Terminating), no garbage collection, no default
+#
+# kube-controller-manager (only with KUBE_CONTROLLER_MANAGER=1; built beside
+# kube-apiserver by build-apiserver.sh --controller-manager), flags and why:
+#   --kubeconfig=DIR/kubeconfig  the admin token (system:masters), so no RBAC
+#                            for a controller identity to set up
+#   --use-service-account-credentials=false  every controller uses that one
+#                            identity, not a ServiceAccount token of its own
+#                            (no token controller runs to mint them)
+#   --controllers=deployment,replicaset  Deployments make ReplicaSets, and
+#                            ReplicaSets make Pods, which a test then marks
+#                            Running/Ready or failed itself (kube_rest.py's
+#                            simulated kubelet: there is no kubelet and no
+#                            scheduler, so Pods stay without a node; the
+#                            controllers count such a Pod as available all
+#                            the same, they look only at its Ready
+#                            condition). Deliberately left out: namespace
+#                            (tests rely on a deleted namespace staying
+#                            Terminating), garbagecollector (ownerReferences
+#                            are not followed: deleting a Deployment leaves
+#                            its ReplicaSets and Pods), serviceaccount and
+#                            serviceaccount-token (not needed with the
+#                            ServiceAccount admission plugin off), podgc and
+#                            nodelifecycle (no nodes), and everything else.
+#   --leader-elect=false     one instance; no Lease in kube-system that
+#                            tests listing Leases would see
+#   --port=0 --secure-port=0  no listener at all (1.20 allows both: the
+#                            insecure port is deprecated, and 0 disables the
+#                            secure one); readiness is read from its log
+#                            instead: "Caches are synced for deployment" and
+#                            "... ReplicaSet", after which a Deployment
+#                            created is acted on at once
+#   --profiling=false        as for kube-apiserver
+# Without the controller manager (the default): no Deployment or ReplicaSet
+# is acted on. In both cases: no namespace finalisation (a deleted
+# namespace stays Terminating), no garbage collection, no default
 # ServiceAccount per namespace and no legacy token Secrets.
 set -euo pipefail
 
@@ -88,13 +134,15 @@ audiences=$issuer,istio-ca
 
 log() { printf 'apiserver.sh: %s\n' "$*" >&2; }
 # on_die: what to stop when a start fails, so a failed start leaves nothing
-# running ("apiserver" or "both"; set by the commands below).
+# running ("all" or empty; set by the commands below).
 on_die=''
 die() {
   log "error: $*"
   case $on_die in
-    apiserver) stop_pid "${APISERVER_PID:-}" kube-apiserver ;;
-    both) stop_pid "${APISERVER_PID:-}" kube-apiserver; stop_pid "${ETCD_PID:-}" etcd ;;
+    all)
+      stop_pid "${CONTROLLER_MANAGER_PID:-}" kube-controller-manager
+      stop_pid "${APISERVER_PID:-}" kube-apiserver
+      stop_pid "${ETCD_PID:-}" etcd ;;
   esac
   [ -z "$on_die" ] || rm -f "$dir/pids"
   exit 1
@@ -124,14 +172,15 @@ alive() {
 }
 
 read_pids() {
-  ETCD_PID='' APISERVER_PID=''
+  ETCD_PID='' APISERVER_PID='' CONTROLLER_MANAGER_PID=''
   # shellcheck disable=SC1091
   [ -f "$dir/pids" ] && . "$dir/pids"
   return 0
 }
 
 write_pids() {
-  printf 'ETCD_PID=%s\nAPISERVER_PID=%s\n' "$ETCD_PID" "$APISERVER_PID" >"$dir/pids.tmp"
+  printf 'ETCD_PID=%s\nAPISERVER_PID=%s\nCONTROLLER_MANAGER_PID=%s\n' \
+    "$ETCD_PID" "$APISERVER_PID" "$CONTROLLER_MANAGER_PID" >"$dir/pids.tmp"
   mv "$dir/pids.tmp" "$dir/pids"
 }
 
@@ -267,6 +316,9 @@ KUBE_ETCD=http://127.0.0.1:$ETCD_CLIENT_PORT
 KUBE_APISERVER_LOG=$dir/apiserver.log
 KUBE_ETCD_LOG=$dir/etcd.log
 EOF
+  if [ "$with_cm" = 1 ]; then
+    echo "KUBE_CONTROLLER_MANAGER_LOG=$dir/controller-manager.log" >>"$dir/env"
+  fi
 }
 
 # --- daemons -----------------------------------------------------------------
@@ -349,19 +401,62 @@ start_apiserver() {
   done
 }
 
+# The controller manager, once kube-apiserver is ready. Its readiness is in
+# its log only (it opens no port): the lines WaitForNamedCacheSync writes
+# once the deployment and replicaset controllers have their informers'
+# first lists, read from the part of the log this start appended.
+start_controller_manager() {
+  local bin logf=$dir/controller-manager.log
+  bin=$("$here/build-apiserver.sh" --controller-manager | tail -n 1) ||
+    die "no kube-controller-manager (build-apiserver.sh --controller-manager failed)"
+  echo "--- start $(date -u +%FT%TZ)" >>"$logf"
+  local from
+  from=$(($(stat -c %s "$logf") + 1))
+  spawn "$logf" "$bin" \
+    --kubeconfig="$dir/kubeconfig" \
+    --use-service-account-credentials=false \
+    --controllers=deployment,replicaset \
+    --leader-elect=false \
+    --port=0 --secure-port=0 \
+    --profiling=false
+  CONTROLLER_MANAGER_PID=$started_pid
+  write_pids
+  local deadline=$((SECONDS + ready_timeout)) synced
+  while :; do
+    synced=$(tail -c +"$from" "$logf" | grep -cE 'Caches are synced for (deployment|ReplicaSet) ' || true)
+    [ "$synced" -ge 2 ] && break
+    alive "$CONTROLLER_MANAGER_PID" kube-controller-manager ||
+      { show_log "$logf"; die "kube-controller-manager exited during start"; }
+    [ $SECONDS -lt $deadline ] ||
+      { show_log "$logf"; die "kube-controller-manager's controllers not synced after ${ready_timeout}s"; }
+    sleep 0.2
+  done
+}
+
 # --- commands ----------------------------------------------------------------
+
+# with_cm: 1 to run kube-controller-manager (start only; later commands
+# read the choice back from the pids file).
+case ${KUBE_CONTROLLER_MANAGER:-0} in
+  0 | '') with_cm=0 ;;
+  1) with_cm=1 ;;
+  *) die "KUBE_CONTROLLER_MANAGER must be 0 or 1" ;;
+esac
 
 case $cmd in
   start)
     mkdir -p "$dir"
     read_pids
-    if alive "$ETCD_PID" etcd || alive "$APISERVER_PID" kube-apiserver; then
+    if alive "$ETCD_PID" etcd || alive "$APISERVER_PID" kube-apiserver ||
+      alive "$CONTROLLER_MANAGER_PID" kube-controller-manager; then
       die "already running in $dir (stop it first)"
     fi
+    CONTROLLER_MANAGER_PID=''
     make_files
-    on_die=both
+    on_die=all
     start_etcd
     start_apiserver
+    [ "$with_cm" = 0 ] || start_controller_manager
     on_die=''
     log "ready: $(sed -n 's/^KUBE_APISERVER=//p' "$dir/env") (env in $dir/env)"
     ;;
@@ -374,13 +469,20 @@ case $cmd in
     stop_pid "$APISERVER_PID" kube-apiserver
     APISERVER_PID=''
     write_pids
-    on_die=both
+    on_die=all
     start_apiserver
+    # A controller manager that was started stays through the restart (its
+    # informers list and watch again, as against a real control plane); one
+    # that has exited meanwhile is started again.
+    if [ -n "$CONTROLLER_MANAGER_PID" ] && ! alive "$CONTROLLER_MANAGER_PID" kube-controller-manager; then
+      start_controller_manager
+    fi
     on_die=''
     log "kube-apiserver restarted"
     ;;
   stop)
     read_pids
+    stop_pid "$CONTROLLER_MANAGER_PID" kube-controller-manager
     stop_pid "$APISERVER_PID" kube-apiserver
     stop_pid "$ETCD_PID" etcd
     rm -f "$dir/pids"
@@ -391,7 +493,8 @@ case $cmd in
     ;;
   status)
     read_pids
-    alive "$ETCD_PID" etcd && alive "$APISERVER_PID" kube-apiserver
+    alive "$ETCD_PID" etcd && alive "$APISERVER_PID" kube-apiserver &&
+      { [ -z "$CONTROLLER_MANAGER_PID" ] || alive "$CONTROLLER_MANAGER_PID" kube-controller-manager; }
     ;;
   *) usage ;;
 esac

@@ -3,13 +3,25 @@ signet's programs against the test API server (tests/kube/apiserver.sh):
 requests with the admin token from the server's env file, and waiting for
 a condition, and creating CRDs from a manifest (also from the command
 line, for perf scripts). The standard library, and python3-yaml for
-manifests (Debian's python3)."""
+manifests (Debian's python3).
+
+With kube-controller-manager running (KUBE_CONTROLLER_MANAGER=1
+apiserver.sh start), Deployments make ReplicaSets and Pods, but no kubelet
+runs them and no scheduler binds them: the test is the kubelet.
+list_pods finds a workload's Pods, pod_ready reports one Running and Ready
+and pod_failed reports its container crashed, each writing the status a
+1.20 kubelet would (the status subresource, the whole status replaced).
+The Pods keep no nodeName and no IPs; the ReplicaSet and Deployment
+controllers count them as available all the same, since they read only
+the Ready condition (and its lastTransitionTime, for minReadySeconds)."""
+import hashlib
 import json
 import os
 import ssl
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 
@@ -76,6 +88,175 @@ class Kube:
             spec = doc["spec"]
             path_ = f"/apis/{spec['group']}/{spec['versions'][0]['name']}/{spec['names']['plural']}"
             wait_for(f"{spec['names']['plural']} to be served", lambda: self.get(path_) is not None, timeout)
+
+    # --- the simulated kubelet ---------------------------------------------
+
+    def list_pods(self, namespace, selector=None):
+        """The Pods of a namespace (a list of objects, sorted by name),
+        those matching a label selector when given: a string such as
+        "app=web,tier!=db" or a dict of labels that must all match (for
+        instance a Deployment's spec.selector.matchLabels)."""
+        path = f"/api/v1/namespaces/{namespace}/pods"
+        if selector:
+            path += "?" + urllib.parse.urlencode({"labelSelector": _selector(selector)})
+        return sorted(self.ok("GET", path)["items"], key=lambda p: p["metadata"]["name"])
+
+    def pod_status(self, namespace, name, fn, attempts=10):
+        """Replaces a Pod's status with fn(pod) (fn gets the whole object
+        and returns the new status) through the status subresource, reading
+        again on a conflict (a controller may write the Pod meanwhile);
+        returns the Pod as written."""
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}"
+        for _ in range(attempts):
+            pod = self.ok("GET", path)
+            pod["status"] = fn(pod)
+            code, doc = self.req("PUT", path + "/status", pod)
+            if code == 200:
+                return doc
+            assert code == 409, f"PUT {path}/status: {code} {doc.get('message')}"
+        raise AssertionError(f"PUT {path}/status: still conflicting after {attempts} attempts")
+
+    def pod_ready(self, namespace, name):
+        """Reports the Pod as a kubelet does once every container runs and
+        passes its readiness probe: phase Running, the four conditions
+        True, every container ready, started and running (since now, or
+        since it last started if it already ran), restart counts kept, and
+        init containers (if any) terminated with Completed. Returns the
+        Pod."""
+        def status(pod):
+            now = _now()
+            st = pod.get("status") or {}
+            old = {c["name"]: c for c in st.get("containerStatuses") or []}
+            start = st.get("startTime") or now
+            ready = []
+            for spec in pod["spec"]["containers"]:
+                prev = old.get(spec["name"]) or {}
+                running = (prev.get("state") or {}).get("running") or {"startedAt": now}
+                ready.append(_container(pod, spec, {"running": running}, True, prev.get("restartCount", 0),
+                                        prev.get("lastState") or {}))
+            new = dict(st, phase="Running", startTime=start, containerStatuses=ready,
+                       conditions=_conditions(st.get("conditions"), True, now))
+            inits = pod["spec"].get("initContainers") or []
+            if inits:
+                done = {"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": start, "finishedAt": start}}
+                new["initContainerStatuses"] = [_container(pod, spec, done, True, 0, {}) for spec in inits]
+            return new
+        return self.pod_status(namespace, name, status)
+
+    def pod_failed(self, namespace, name, container=None, exit_code=1, message="container exited with an error",
+                   crash_loop=True):
+        """Reports a container of the Pod (the first unless named) as
+        crashed with exit_code (not 0) and message, as a kubelet does:
+        Ready and ContainersReady False with reason ContainersNotReady, the
+        container not ready and either waiting in CrashLoopBackOff with the
+        crash as its lastState (crash_loop, what one sees between restarts)
+        or terminated itself (reason Error). With restartPolicy Always or
+        OnFailure (every Deployment's Pod) its restartCount goes up by one
+        and the phase stays Running; with Never it is not restarted and the
+        Pod becomes Failed once no container runs (Ready then has reason
+        PodCompleted). Other containers keep their status. Returns the
+        Pod."""
+        assert exit_code != 0, "a container that exits 0 has not failed"
+
+        def status(pod):
+            now = _now()
+            st = pod.get("status") or {}
+            specs = pod["spec"]["containers"]
+            target = container or specs[0]["name"]
+            assert any(c["name"] == target for c in specs), f"pod {name} has no container {target}"
+            restarts = pod["spec"].get("restartPolicy", "Always") != "Never"
+            old = {c["name"]: c for c in st.get("containerStatuses") or []}
+            statuses = []
+            for spec in specs:
+                prev = old.get(spec["name"])
+                if spec["name"] != target:
+                    statuses.append(prev or _container(pod, spec, {"waiting": {"reason": "ContainerCreating"}},
+                                                       False, 0, {}))
+                    continue
+                prev = prev or {}
+                count = prev.get("restartCount", 0)
+                crash = {"terminated": {
+                    "exitCode": exit_code, "reason": "Error", "message": message,
+                    "startedAt": ((prev.get("state") or {}).get("running") or {}).get("startedAt", now),
+                    "finishedAt": now,
+                    "containerID": "containerd://" + _fake_id(pod["metadata"].get("uid"), spec["name"], count)}}
+                if restarts and crash_loop:
+                    backoff = (f"back-off 10s restarting failed container={spec['name']} "
+                               f"pod={name}_{namespace}({pod['metadata'].get('uid')})")
+                    state, last = {"waiting": {"reason": "CrashLoopBackOff", "message": backoff}}, crash
+                else:
+                    state, last = crash, prev.get("lastState") or {}
+                statuses.append(_container(pod, spec, state, False, count + int(restarts), last))
+            unready = [c["name"] for c in statuses if not c.get("ready")]
+            phase = "Running"
+            if not restarts and all("terminated" in c["state"] for c in statuses):
+                phase = "Failed"
+            reason, why = "ContainersNotReady", f"containers with unready status: [{' '.join(unready)}]"
+            if phase == "Failed":
+                reason, why = "PodCompleted", ""
+            return dict(st, phase=phase, startTime=st.get("startTime") or now, containerStatuses=statuses,
+                        conditions=_conditions(st.get("conditions"), False, now, reason, why))
+        return self.pod_status(namespace, name, status)
+
+
+def _now():
+    """A Kubernetes timestamp (RFC 3339, whole seconds, as the API keeps)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _selector(labels):
+    """A label selector string from a dict of labels (all must match), or
+    the string itself."""
+    if isinstance(labels, dict):
+        return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    return labels
+
+
+def _conditions(old, ready, now, reason=None, message=None):
+    """A kubelet's pod conditions: Initialized and PodScheduled True,
+    Ready and ContainersReady as `ready` (False ones with reason and
+    message). Each keeps its lastTransitionTime while its status stays
+    the same: minReadySeconds counts from Ready's."""
+    before = {c["type"]: c for c in old or []}
+    out = []
+    for kind in ("Initialized", "Ready", "ContainersReady", "PodScheduled"):
+        status = "True" if ready or kind in ("Initialized", "PodScheduled") else "False"
+        prev = before.get(kind) or {}
+        since = prev.get("lastTransitionTime") if prev.get("status") == status else None
+        c = {"type": kind, "status": status, "lastProbeTime": None, "lastTransitionTime": since or now}
+        if status == "False":
+            c["reason"] = reason
+            if message:
+                c["message"] = message
+        out.append(c)
+    return out
+
+
+def _fake_id(*parts):
+    """A stable 64-hex-digit id, for container ids and image digests."""
+    return hashlib.sha256("/".join(str(p) for p in parts).encode()).hexdigest()
+
+
+def _image_id(image):
+    """The imageID a kubelet on containerd reports: the image's repository
+    with the digest pulled (here a made-up one, stable per image)."""
+    repo = image.split("@", 1)[0]
+    slash = repo.rfind("/")
+    if ":" in repo[slash + 1:]:
+        repo = repo[:repo.rindex(":")]
+    if "/" not in repo:
+        repo = "docker.io/library/" + repo
+    elif "." not in repo.split("/", 1)[0] and ":" not in repo.split("/", 1)[0]:
+        repo = "docker.io/" + repo
+    return f"{repo}@sha256:{_fake_id('image', image)}"
+
+
+def _container(pod, spec, state, ready, restarts, last_state):
+    """One containerStatuses entry for container `spec` of `pod`."""
+    return {"name": spec["name"], "image": spec["image"], "imageID": _image_id(spec["image"]),
+            "containerID": "containerd://" + _fake_id(pod["metadata"].get("uid"), spec["name"], restarts),
+            "ready": ready, "started": "running" in state, "restartCount": restarts,
+            "state": state, "lastState": last_state}
 
 
 def _env_from_environ():
