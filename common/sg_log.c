@@ -252,6 +252,21 @@ void sg_log_set_fd(int fd)
 	atomic_store_explicit(&log_fd, fd, memory_order_relaxed);
 }
 
+/* A klog verbosity "0".."10" in its one canonical spelling, or -1. */
+static int verbosity(const char *s)
+{
+	if (s[0] >= '0' && s[0] <= '9' && s[1] == '\0')
+		return s[0] - '0';
+	return strcmp(s, "10") == 0 ? 10 : -1;
+}
+
+/* Numbers are what istio-csr and trust-manager take (klog verbosity; the
+ * anchor operator writes its CR's logLevel, 1..5, default 1). klog has no
+ * levels below info to hide, so a number only chooses between info and
+ * debug. The split is at 2 because V(0) and V(1) are klog's operational
+ * messages and both programs put their debugging at V(2) and V(3): a user
+ * who raises the CR's logLevel above its default asks for more, and debug
+ * is the only "more" signet has. */
 int sg_log_level_parse(const char *s, sg_log_level *out)
 {
 	static const char *const names[] = {"debug", "info", "warn", "error"};
@@ -261,7 +276,13 @@ int sg_log_level_parse(const char *s, sg_log_level *out)
 			return SG_OK;
 		}
 	}
-	SG_BAIL(SG_EINVAL, "unknown log level \"%s\" (want debug, info, warn or error)", s ? s : "");
+	int v = s ? verbosity(s) : -1;
+	if (v >= 0 && v <= SG_LOG_VERBOSITY_MAX) {
+		*out = v >= 2 ? SG_LOG_DEBUG : SG_LOG_INFO;
+		return SG_OK;
+	}
+	SG_BAIL(SG_EINVAL, "unknown log level \"%.64s\" (want debug, info, warn, error, or a verbosity 0..%d)",
+	        s ? s : "", SG_LOG_VERBOSITY_MAX);
 }
 
 int sg_log_format_parse(const char *s, sg_log_format *out)

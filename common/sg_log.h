@@ -64,9 +64,24 @@ typedef struct sg_log_field {
 SG_API void sg_log_configure(sg_log_level min, sg_log_format fmt);
 /* Redirects output to fd (default 2); for tests. */
 SG_API void sg_log_set_fd(int fd);
-/* Parses "debug|info|warn|error" and "text|json" (exact, lower case);
+/* Largest klog verbosity sg_log_level_parse takes (klog's -v has no upper
+ * bound, but 10 is the highest level Kubernetes components use). */
+#define SG_LOG_VERBOSITY_MAX 10
+
+/* Parses a level: a name "debug|info|warn|error" (exact, lower case), or a
+ * klog verbosity as istio-csr's and trust-manager's --log-level take it,
+ * written as a plain decimal "0".."10" (no sign, spaces, leading zeros,
+ * fraction or base prefix):
+ *
+ *   0, 1   info   (klog V(0)/V(1): the normal operational messages; 1 is the
+ *                  anchor operator's default)
+ *   2..10  debug  (istio-csr and trust-manager log their debugging at V(2)
+ *                  and above)
+ *
+ * A verbosity never hides warnings or errors (klog cannot either).
  * SG_EINVAL otherwise. */
 SG_API int sg_log_level_parse(const char *s, sg_log_level *out) SG_MUST_CHECK;
+/* Parses "text|json" (exact, lower case); SG_EINVAL otherwise. */
 SG_API int sg_log_format_parse(const char *s, sg_log_format *out) SG_MUST_CHECK;
 SG_API int sg_log_enabled(sg_log_level level);
 

@@ -22,6 +22,7 @@
  */
 #include "sg_opt.h"
 #include "sg_guard.h"
+#include "sg_log.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -94,7 +95,12 @@ static int parse_int(const char *v, int64_t *out, const char *where)
 
 /* Durations: <digits><unit> groups, units d, h, m, s in strictly decreasing
  * order, each at most once ("1h30m", not "30m1h" or "1h1h"); no sign, no
- * spaces, no bare number (is "10" seconds or minutes?). */
+ * spaces, no bare number (is "10" seconds or minutes?) except "0", which is
+ * zero in any unit. This is a superset of what Go's time.Duration.String
+ * writes for whole seconds ("1h0m0s", "30m0s", "0s") and of the whole-
+ * second forms of time.ParseDuration, so the arguments Kubernetes
+ * operators write for istio-csr and trust-manager ("60m", "15s", "1h0m0s")
+ * carry over; "d" is ours. */
 static int duration(const char *s, int64_t *out, const char *where)
 {
 	static const struct {
@@ -105,6 +111,10 @@ static int duration(const char *s, int64_t *out, const char *where)
 	int64_t total = 0;
 	size_t next_unit = 0; /* index of the largest unit still allowed */
 	SG_ENSURE(*s, SG_EINVAL, "%s: empty duration", where);
+	if (strcmp(s, "0") == 0) { /* time.ParseDuration("0") */
+		*out = 0;
+		return SG_OK;
+	}
 	while (*p) {
 		SG_ENSURE(*p >= '0' && *p <= '9', SG_EINVAL,
 			  "%s: \"%s\" is not a duration (want e.g. 90s, 15m, 1h30m, 2d)", where, s);
@@ -209,6 +219,18 @@ static int apply(const sg_opt *o, void *target, const char *value, const char *b
 	}
 	case SG_OPT_FOREIGN:
 		return SG_OK; /* a shared config file may name other programs' settings */
+	case SG_OPT_LOG_LEVEL: {
+		/* One parser for every program's log-level (sg_log.h has the
+		 * number mapping), so flags and config files agree. */
+		sg_log_level l = SG_LOG_INFO;
+		if (sg_log_level_parse(value, &l) < 0)
+			SG_BAIL(SG_EINVAL,
+			        "%s: \"%.64s\" is not a log level (want debug, info, warn, error, or a verbosity "
+			        "0..%d: 0-1 info, 2 and above debug)",
+			        where, value, SG_LOG_VERBOSITY_MAX);
+		*(int *)field(target, o) = (int)l;
+		return SG_OK;
+	}
 	case SG_OPT_ENUM:
 		SG_ENSURE(o->choices, SG_EINTERNAL, "%s: enum without choices", where);
 		for (int i = 0; o->choices[i]; i++) {
@@ -495,6 +517,7 @@ static void type_hint(const sg_opt *o, char *buf, size_t cap)
 	case SG_OPT_STRING: snprintf(buf, cap, " STRING"); return;
 	case SG_OPT_PATH: snprintf(buf, cap, " PATH"); return;
 	case SG_OPT_FOREIGN: snprintf(buf, cap, " (ignored)"); return;
+	case SG_OPT_LOG_LEVEL: snprintf(buf, cap, " debug|info|warn|error|0..%d", SG_LOG_VERBOSITY_MAX); return;
 	case SG_OPT_ENUM: {
 		size_t used = (size_t)snprintf(buf, cap, " ");
 		for (int i = 0; o->choices && o->choices[i] && used < cap; i++)

@@ -53,6 +53,9 @@
  *    place); from the command line, defaults and sg_opt_set it is kept as
  *    given. max > 0 bounds the resolved length.
  *  - ENUM: exactly one of choices (case-sensitive); stores its index.
+ *  - LOG_LEVEL: what sg_log_level_parse takes (debug|info|warn|error, or
+ *    a klog verbosity 0..10 as istio-csr's and trust-manager's --log-level:
+ *    0 and 1 are info, 2..10 debug); stores the sg_log_level.
  *  - Errors are SG_EINVAL ("--max-ttl: \"5x\" is not a duration ...",
  *    "signet.conf:12: unknown setting \"foo\""); SG_ENOTFOUND when the
  *    --config file does not exist; SG_EINTERNAL when out of memory.
@@ -70,14 +73,15 @@
 #define SG_OPT_LINE_MAX 4096
 
 typedef enum sg_opt_type {
-	SG_OPT_BOOL,     /* bool */
-	SG_OPT_INT,      /* int64_t, within [min, max] */
-	SG_OPT_DURATION, /* int64_t seconds: "90s", "15m", "1h30m", "2d"; within [min, max] */
-	SG_OPT_STRING,   /* char *, at most max bytes when max > 0 */
-	SG_OPT_PATH,     /* char *; relative paths in a config file resolve against its folder */
-	SG_OPT_ENUM,     /* int index into choices (a NULL-terminated list) */
-	SG_OPT_FOREIGN,  /* another program's setting: accepted (and ignored) in a
-			  * shared config file, unknown as a flag, not in --help */
+	SG_OPT_BOOL,      /* bool */
+	SG_OPT_INT,       /* int64_t, within [min, max] */
+	SG_OPT_DURATION,  /* int64_t seconds: "90s", "15m", "1h30m", "2d"; within [min, max] */
+	SG_OPT_STRING,    /* char *, at most max bytes when max > 0 */
+	SG_OPT_PATH,      /* char *; relative paths in a config file resolve against its folder */
+	SG_OPT_ENUM,      /* int index into choices (a NULL-terminated list) */
+	SG_OPT_FOREIGN,   /* another program's setting: accepted (and ignored) in a
+	                   * shared config file, unknown as a flag, not in --help */
+	SG_OPT_LOG_LEVEL, /* int sg_log_level: a name or a klog verbosity 0..10 */
 } sg_opt_type;
 
 typedef struct sg_opt {
@@ -124,8 +128,11 @@ SG_API int sg_opt_parse_file_bytes(const sg_opt *table, size_t n, void *target, 
 /* Parses a duration such as "90s", "15m", "1h30m", "2d", "0s" into seconds:
  * one or more <decimal><unit> groups, units d, h, m, s, strictly largest
  * first and each at most once; a component may exceed its natural range
- * ("90m"). A bare number is rejected (ambiguous), as are signs, spaces,
- * other units and totals above INT64_MAX seconds. */
+ * ("90m"); zero components are fine, so Go's time.Duration strings for
+ * whole seconds ("1h0m0s", "30m0s") parse. A bare number is rejected
+ * (ambiguous) except "0", as are signs, spaces, fractions ("1.5h"),
+ * sub-second and other units ("500ms", "1w") and totals above INT64_MAX
+ * seconds. */
 SG_API int sg_opt_parse_duration(const char *s, int64_t *out) SG_MUST_CHECK;
 
 /* Writes "--name VALUE  help (default: x)" lines for every row to fp (a

@@ -63,7 +63,6 @@ typedef struct init_args {
 } init_args;
 
 static const char *const key_types[] = {"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096", NULL};
-static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
 
 static const sg_opt init_opts[] = {
 	{"dir", SG_OPT_PATH, offsetof(init_args, dir), NULL, 0, 0, NULL, "folder for the new CA (must not exist or be empty)", true},
@@ -84,7 +83,8 @@ static const sg_opt init_opts[] = {
 	{"ca-name", SG_OPT_STRING, offsetof(init_args, ca_name), "signet root CA", 0, 64, NULL, "root CN", true},
 	{"ca-ttl", SG_OPT_DURATION, offsetof(init_args, ca_ttl), "87600h", 3600, 100LL * 365 * 86400, NULL,
 	 "root validity", true},
-	{"log-level", SG_OPT_ENUM, offsetof(init_args, log_level), "info", 0, 0, levels, "log level", true},
+	{"log-level", SG_OPT_LOG_LEVEL, offsetof(init_args, log_level), "info", 0, 0, NULL,
+	 "log level (or a verbosity: 0-1 info, 2-10 debug)", true},
 };
 #define N_INIT_OPTS (sizeof(init_opts) / sizeof(init_opts[0]))
 

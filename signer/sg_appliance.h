@@ -90,8 +90,8 @@ extern const char *const sg_log_format_names[];
 	 "development token issuer's private key (signetctl token)", false},                                      \
 	{"token-audiences", SG_OPT_STRING, offsetof(T, m.token_audiences), "istio-ca", 0, 1024, NULL,            \
 	 "comma-separated audiences a token must carry one of", false},                                           \
-	{"log-level", SG_OPT_ENUM, offsetof(T, m.log_level), log_default, 0, 0, sg_log_level_names,                   \
-	 "log level", false},                                                                                       \
+	{"log-level", SG_OPT_LOG_LEVEL, offsetof(T, m.log_level), log_default, 0, 0, NULL,                        \
+	 "log level, or a klog verbosity as istio-csr's: 0-1 info, 2-10 debug", false},                            \
 	{"log-format", SG_OPT_ENUM, offsetof(T, m.log_format), "text", 0, 0, sg_log_format_names,                \
 	 "log format", false}
 

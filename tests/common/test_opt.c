@@ -1,9 +1,11 @@
 /*
  * Tests for sg_opt: GNU command-line forms, every value type with its
  * bounds, durations, the config file reader (limits, hostile bytes, errors
- * naming file and line), precedence (defaults < file < flags) and string
- * ownership (run under ASan: every test ends with sg_opt_free).
+ * naming file and line), precedence (defaults < file < flags), log levels
+ * (names and klog verbosities) and string ownership (run under ASan: every
+ * test ends with sg_opt_free).
  */
+#include "sg_log.h"
 #include "sg_opt.h"
 #include "sg_test.h"
 
@@ -304,6 +306,16 @@ static void t_durations(void)
 		{"9223372036854775807s", INT64_MAX},
 		{"153722867280912930m", 153722867280912930LL * 60},
 		{"106751991167300d15h", 106751991167300LL * 86400 + 15 * 3600},
+		/* Go's time.Duration.String for whole seconds, as operators
+		 * write istio-csr's and trust-manager's arguments. */
+		{"1h0m0s", 3600},
+		{"30m0s", 1800},
+		{"1h30m", 5400},
+		{"1h30m0s", 5400},
+		{"60m", 3600},
+		{"2160h0m0s", 2160 * 3600},
+		{"0m0s", 0},
+		{"0", 0}, /* time.ParseDuration("0"): zero in any unit */
 	};
 	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
 		int64_t v = -1;
@@ -316,6 +328,8 @@ static void t_durations(void)
 		"",      "10",     "1x",   "-5m",   "+5m",     "9999999999999999h", "30m1h", "1h1h", "1h 30m",
 		" 1h",   "1h ",    "h",    "1hm",   "1.5h",    "9223372036854775808s", "153722867280912931m",
 		"106751991167301d", "106751991167300d16h", "99999999999999999999s", "1H", "1w", "1ms",
+		/* Go forms that are not whole seconds, or not Go's at all. */
+		"1h0m0.5s", "500ms", "1us", "1ns", "-1h0m0s", "00", "0x1s", "0 ", "1h0m0s0s",
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		int64_t v = 12345;
@@ -563,6 +577,102 @@ static void t_usage(void)
 	SG_CHECK(strstr(buf, "--help") != NULL);
 }
 
+/* log-level: a name, or a klog verbosity 0..10 as istio-csr's and
+ * trust-manager's --log-level (0-1 info, 2-10 debug), the same in flags,
+ * in a config file and in sg_opt_set; anything else is refused by name and
+ * leaves the field as it was. */
+static void t_log_level(void)
+{
+	typedef struct {
+		int level;
+	} lv;
+	static const sg_opt rows[] = {
+		{"log-level", SG_OPT_LOG_LEVEL, offsetof(lv, level), "info", 0, 0, NULL, "log level", false},
+	};
+	static const struct {
+		const char *s;
+		int want;
+	} good[] = {
+		{"debug", SG_LOG_DEBUG}, {"info", SG_LOG_INFO}, {"warn", SG_LOG_WARN}, {"error", SG_LOG_ERROR},
+		{"0", SG_LOG_INFO},      {"1", SG_LOG_INFO},    {"2", SG_LOG_DEBUG},   {"3", SG_LOG_DEBUG},
+		{"4", SG_LOG_DEBUG},     {"5", SG_LOG_DEBUG},   {"9", SG_LOG_DEBUG},   {"10", SG_LOG_DEBUG},
+	};
+	for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		lv l = {.level = -1};
+		SG_CHECK_OK(sg_opt_set(rows, 1, &l, "log-level", good[i].s, "t"));
+		SG_CHECK(l.level == good[i].want);
+		sg_log_level direct = SG_LOG_ERROR;
+		SG_CHECK_OK(sg_log_level_parse(good[i].s, &direct));
+		SG_CHECK((int)direct == good[i].want);
+	}
+	char longv[5000];
+	memset(longv, '1', sizeof(longv) - 1);
+	longv[sizeof(longv) - 1] = '\0';
+	const char *bad[] = {"-1", "11", "1.5", "", " 1", "1 ", "0x1", "01", "+1", "100", "1e0", "INFO",
+			     "Debug", "warning", "one", "１", "2\t", "4294967297", "99999999999999999999", longv};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		lv l = {.level = 42};
+		int rc = sg_opt_set(rows, 1, &l, "log-level", bad[i], "t");
+		if (rc != SG_EINVAL)
+			fprintf(stderr, "log level \"%.20s\" accepted as %d\n", bad[i], l.level);
+		SG_CHECK(rc == SG_EINVAL);
+		SG_CHECK(l.level == 42);
+		SG_CHECK(strstr(sg_error_last()->msg, "t: log-level") != NULL);
+		SG_CHECK(strstr(sg_error_last()->msg, "not a log level") != NULL);
+		/* A hostile value is cut, never copied whole into the message. */
+		SG_CHECK(strlen(sg_error_last()->msg) < 300);
+		sg_log_level direct = SG_LOG_ERROR;
+		SG_CHECK_RC(sg_log_level_parse(bad[i], &direct), SG_EINVAL);
+		SG_CHECK(direct == SG_LOG_ERROR);
+	}
+
+	/* Flags in both GNU forms, with the default when absent. */
+	lv l = {0};
+	char *pos[4];
+	sg_opt_result res = {.argv = pos};
+	char *a1[] = {"--log-level=2"};
+	SG_CHECK_OK(sg_opt_parse(rows, 1, &l, 1, a1, &res));
+	SG_CHECK(l.level == SG_LOG_DEBUG);
+	char *a2[] = {"--log-level", "1"};
+	SG_CHECK_OK(sg_opt_parse(rows, 1, &l, 2, a2, &res));
+	SG_CHECK(l.level == SG_LOG_INFO);
+	char *a3[] = {"--log-level", "warn"};
+	SG_CHECK_OK(sg_opt_parse(rows, 1, &l, 2, a3, &res));
+	SG_CHECK(l.level == SG_LOG_WARN);
+	SG_CHECK_OK(sg_opt_parse(rows, 1, &l, 0, NULL, &res));
+	SG_CHECK(l.level == SG_LOG_INFO);
+	char *a4[] = {"--log-level=-1"};
+	SG_CHECK_RC(sg_opt_parse(rows, 1, &l, 1, a4, &res), SG_EINVAL);
+	SG_CHECK_MSG("--log-level: \"-1\" is not a log level");
+	char *a5[] = {"--log-level", "11"};
+	SG_CHECK_RC(sg_opt_parse(rows, 1, &l, 2, a5, &res), SG_EINVAL);
+	char *a6[] = {"--log-level"};
+	SG_CHECK_RC(sg_opt_parse(rows, 1, &l, 1, a6, &res), SG_EINVAL);
+	SG_CHECK_MSG("missing value");
+
+	/* The config file: same values, the line named on a bad one. */
+	static const char f1[] = "log-level = 3\n";
+	SG_CHECK_OK(sg_opt_parse_file_bytes(rows, 1, &l, f1, sizeof(f1) - 1, "t.conf", NULL));
+	SG_CHECK(l.level == SG_LOG_DEBUG);
+	static const char f2[] = "log-level = error\n";
+	SG_CHECK_OK(sg_opt_parse_file_bytes(rows, 1, &l, f2, sizeof(f2) - 1, "t.conf", NULL));
+	SG_CHECK(l.level == SG_LOG_ERROR);
+	static const char f3[] = "# level\nlog-level = 1.5\n";
+	SG_CHECK_RC(sg_opt_parse_file_bytes(rows, 1, &l, f3, sizeof(f3) - 1, "t.conf", NULL), SG_EINVAL);
+	SG_CHECK_MSG("t.conf:2: log-level");
+	SG_CHECK(l.level == SG_LOG_ERROR);
+
+	/* --help shows both forms. */
+	char buf[512] = "";
+	FILE *f = fmemopen(buf, sizeof(buf), "w");
+	SG_CHECK(f != NULL);
+	if (f) {
+		sg_opt_usage(rows, 1, f);
+		fclose(f);
+		SG_CHECK(strstr(buf, "--log-level debug|info|warn|error|0..10  log level (default: info)") != NULL);
+	}
+}
+
 /* Settings of another program sharing the config file: accepted there,
  * unknown as flags, absent from --help. */
 static void t_foreign(void)
@@ -612,4 +722,5 @@ static void t_split_list(void)
 SG_TEST_MAIN(SG_TEST(t_defaults), SG_TEST(t_gnu_forms), SG_TEST(t_errors), SG_TEST(t_positionals),
 	     SG_TEST(t_help), SG_TEST(t_bounds), SG_TEST(t_durations), SG_TEST(t_file_basic),
 	     SG_TEST(t_file_errors), SG_TEST(t_file_limits), SG_TEST(t_config_precedence),
-	     SG_TEST(t_strings_owned), SG_TEST(t_usage), SG_TEST(t_foreign), SG_TEST(t_split_list))
+	     SG_TEST(t_strings_owned), SG_TEST(t_usage), SG_TEST(t_log_level), SG_TEST(t_foreign),
+	     SG_TEST(t_split_list))

@@ -3,7 +3,8 @@
  *
  * The input is (1) a config file's bytes, parsed against a table that has
  * one row of every type (bounded INT and DURATION, a length-capped STRING, a
- * PATH resolved against a base folder, an ENUM, a BOOL and a flag_only row),
+ * PATH resolved against a base folder, an ENUM, a BOOL, a LOG_LEVEL and a
+ * flag_only row),
  * and (2) split at NUL bytes into an argument vector for sg_opt_parse with
  * the same table minus the "config" row (so no file is ever opened). After
  * a successful parse every value must be within its row's bounds; sg_opt_free
@@ -26,6 +27,7 @@ typedef struct settings {
 	int64_t max_ttl;
 	bool verbose;
 	int mode;
+	int log_level;
 } settings;
 
 static const char *const modes[] = {"ca", "ra", "offline", NULL};
@@ -37,7 +39,8 @@ static const char *const modes[] = {"ca", "ra", "offline", NULL};
 	{"max-ttl", SG_OPT_DURATION, offsetof(settings, max_ttl), "90d", 60, 3650LL * 86400, NULL,         \
 	 "longest validity", false},                                                                    \
 	{"verbose", SG_OPT_BOOL, offsetof(settings, verbose), "false", 0, 0, NULL, "chatty", false},         \
-	{"mode", SG_OPT_ENUM, offsetof(settings, mode), "ca", 0, 0, modes, "role", false}
+	{"mode", SG_OPT_ENUM, offsetof(settings, mode), "ca", 0, 0, modes, "role", false},                   \
+	{"log-level", SG_OPT_LOG_LEVEL, offsetof(settings, log_level), "info", 0, 0, NULL, "log level", false}
 
 static const sg_opt file_table[] = {
 	{"config", SG_OPT_PATH, offsetof(settings, config), NULL, 0, 0, NULL, "config file", true},
@@ -58,6 +61,7 @@ static void check_bounds(const settings *s)
 	check(s->workers >= 1 && s->workers <= 256);
 	check(s->max_ttl >= 60 && s->max_ttl <= 3650LL * 86400);
 	check(s->mode >= 0 && s->mode <= 2);
+	check(s->log_level >= 0 && s->log_level <= 3); /* an sg_log_level */
 	check(s->name && strlen(s->name) <= 64);
 	check(!s->key_path || s->key_path[0] == '/');
 }
@@ -99,6 +103,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			check(s.workers >= 1 && s.workers <= 256);
 			check(s.max_ttl >= 60 && s.max_ttl <= 3650LL * 86400);
 			check(s.name && strlen(s.name) <= 64);
+			check(s.log_level >= 0 && s.log_level <= 3);
 		}
 	}
 	sg_opt_free(flag_table, N(flag_table), &s);
