@@ -59,9 +59,27 @@ static void install(sg_serving *s, char *chain, char *key, int64_t not_before, i
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* A P-256 key and a serverAuth certificate for the DNS names ("a,b"),
- * issued through the pool; the chain served is the leaf and the
- * intermediates. */
+static const char *key_name(sg_softkey_type t)
+{
+	return t == SG_SOFTKEY_RSA ? "RSA" : "ECDSA";
+}
+
+static unsigned key_bits(const sg_serving_options *o)
+{
+	switch (o->key_type) {
+	case SG_SOFTKEY_RSA: return o->rsa_bits;
+	case SG_SOFTKEY_EC_P384: return 384;
+	case SG_SOFTKEY_EC_P256: return 256;
+	}
+	return 0;
+}
+
+/* A key of the configured type and a serverAuth certificate for the DNS
+ * names ("a,b"), issued through the pool; the chain served is the leaf and
+ * the intermediates. An RSA key is made on the housekeeping thread too:
+ * 2048 bits take milliseconds, 8192 can take seconds, during which only
+ * housekeeping waits (the gRPC threads keep serving the current
+ * certificate). */
 static int issue(sg_serving *s)
 {
 	char *list SG_AUTOFREE = strdup(s->dns_names);
@@ -70,7 +88,8 @@ static int issue(sg_serving *s)
 	size_t ndns = 0;
 	SG_TRY(sg_opt_split_list(list, dns, SG_SOFTKEY_MAX_NAMES, &ndns, "serving certificate DNS names"));
 	sg_softkey_request req = {
-		.type = SG_SOFTKEY_EC_P256,
+		.type = s->o.key_type,
+		.rsa_bits = s->o.rsa_bits,
 		.dns = dns,
 		.ndns = ndns,
 		.ttl = s->o.duration,
@@ -80,7 +99,8 @@ static int issue(sg_serving *s)
 	SG_TRY(sg_softkey_issue(s->o.pool, &req, &res));
 	install(s, res.chain_pem, res.key_pem, res.not_before, res.not_after); /* takes both */
 	sg_log(SG_LOG_INFO, "serving certificate issued", SG_F_STR("serial", res.serial_hex),
-	       SG_F_STR("dns", s->dns_names), SG_F_INT("not_after", res.not_after), SG_F_END);
+	       SG_F_STR("dns", s->dns_names), SG_F_STR("key", key_name(s->o.key_type)),
+	       SG_F_INT("key_bits", key_bits(&s->o)), SG_F_INT("not_after", res.not_after), SG_F_END);
 	res.chain_pem = res.key_pem = NULL;
 	sg_softkey_result_clear(&res);
 	return SG_OK;

@@ -1,8 +1,9 @@
 /*
  * sg_serving: the daemon's own TLS serving certificate.
  *
- * By default signet issues it to itself: a fresh P-256 key (in memory, not
- * in the HSM: it protects transport, not the CA) and a certificate from the
+ * By default signet issues it to itself: a fresh key (P-256 unless the
+ * options say otherwise; in memory, not in the HSM: it protects transport,
+ * not the CA) and a certificate from the
  * CA with the configured DNS names, serverAuth, renewed at 2/3 of its life,
  * so clients that trust the mesh root (istio-ca-root-cert) trust signet.
  * Alternatively a certificate and key are read from files and reloaded when
@@ -18,6 +19,7 @@
 #include "sg_ca.h"
 #include "sg_error.h"
 #include "sg_pool.h"
+#include "sg_softkey.h"
 
 #include <stdint.h>
 
@@ -27,6 +29,8 @@ typedef struct sg_serving_options {
 	sg_pool *pool;             /* issues the self-issued certificate */
 	const char *dns_names;     /* comma-separated */
 	int64_t duration;          /* seconds */
+	sg_softkey_type key_type;  /* of the self-issued key (0: P-256) */
+	unsigned rsa_bits;         /* SG_SOFTKEY_RSA: 2048..8192 */
 	const char *cert_file;     /* both set: serve these instead */
 	const char *key_file;
 	const char *client_ca_pem; /* roots trusted for client certificates */

@@ -38,6 +38,7 @@
 #include "sg_service.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -562,6 +563,44 @@ static int open_extra_cas(daemon *d)
 	return SG_OK;
 }
 
+/* The self-issued serving key as istio-csr reads its two flags
+ * (pkg/tls/tls.go): RSA takes the size in bits, ECDSA 256 or 384 for
+ * P-256 or P-384. Unlike istio-csr's, the size defaults (0) to the
+ * algorithm's usual one, so either flag may be given alone. */
+static int serving_key(const sg_daemon_settings *s, sg_softkey_type *type, unsigned *bits)
+{
+	int64_t size = s->serving_certificate_key_size;
+	if (s->serving_signature_algorithm == SG_DAEMON_KEY_RSA) {
+		size = size ? size : 2048;
+		SG_ENSURE(size >= 2048 && size <= 8192, SG_EINVAL,
+		          "serving-certificate-key-size: an RSA key has 2048..8192 bits, not %" PRId64, size);
+		*type = SG_SOFTKEY_RSA;
+		*bits = (unsigned)size;
+		return SG_OK;
+	}
+	size = size ? size : 256;
+	SG_ENSURE(size == 256 || size == 384, SG_EINVAL,
+	          "serving-certificate-key-size: an ECDSA key is 256 (P-256) or 384 (P-384), not %" PRId64, size);
+	*type = size == 384 ? SG_SOFTKEY_EC_P384 : SG_SOFTKEY_EC_P256;
+	*bits = 0;
+	return SG_OK;
+}
+
+/* What the table's bounds cannot say: combinations, and istio-csr flag
+ * values signetd has no meaning for. Checked before anything starts, so
+ * a Deployment's mistake exits at once with status 2, as a bad flag does. */
+static int check_settings(const daemon_args *a)
+{
+	const sg_daemon_settings *s = &a->d;
+	SG_ENSURE(s->issuer_enabled, SG_EINVAL,
+	          "--issuer-enabled=false is not supported: istio-csr then waits for a runtime issuance ConfigMap, "
+	          "which signetd does not read; signetd signs with its own CA (issuer-name empty) or through the "
+	          "issuer that issuer-name, issuer-kind and issuer-group name");
+	sg_softkey_type type;
+	unsigned bits;
+	return serving_key(s, &type, &bits);
+}
+
 static int start(daemon *d)
 {
 	sg_daemon_settings *s = &d->a.d;
@@ -615,6 +654,7 @@ static int start(daemon *d)
 		.key_file = s->serving_key_file,
 		.client_ca_pem = root,
 	};
+	SG_TRY(serving_key(s, &so.key_type, &so.rsa_bits));
 	SG_TRY(sg_serving_new(&d->serving, &so));
 	SG_TRY(sg_metrics_new(&d->m.reg));
 	sg_service_options vo = {
@@ -804,6 +844,8 @@ int main(int argc, char **argv)
 	}
 	if (rc == SG_OK && res.argc > 0)
 		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
+	if (rc == SG_OK)
+		rc = check_settings(&d.a);
 	if (rc < 0) {
 		fprintf(stderr, "signetd: %s\n", sg_error_last()->msg);
 		sg_opt_free(opts, NOPTS, &d.a);
@@ -818,6 +860,9 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* Before the first record, so that every record (these start-up ones
+	 * included) has the level and format asked for. */
+	sg_settings_apply_log(&d.a.s);
 	set_sched_batch(d.a.d.sched_batch);
 	raise_fd_limit();
 

@@ -25,6 +25,8 @@ typedef struct sg_daemon_settings {
 	char *root_ca_file;
 	char *serving_certificate_dns_names;
 	int64_t serving_certificate_duration;
+	int64_t serving_certificate_key_size;
+	int serving_signature_algorithm; /* index into sg_daemon_key_algorithm_names */
 	char *serving_certificate_file;
 	char *serving_key_file;
 	char *http_address;
@@ -76,6 +78,7 @@ typedef struct sg_daemon_settings {
 	char *kube_csr_signer_alias;
 	char *kube_csr_signer_alias_issuer;
 	int64_t issuer_check_interval;
+	bool issuer_enabled;
 	char *issuer_name;
 	char *issuer_kind;
 	char *issuer_group;
@@ -94,6 +97,7 @@ extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NUL
 extern const char *const sg_daemon_token_authenticator_names[];
 enum { SG_TOKEN_AUTH_AUTO, SG_TOKEN_AUTH_TOKENREVIEW, SG_TOKEN_AUTH_JWKS };
 extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NULL */
+enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 
 /* X(name, type, field, default, min, max, choices, help) */
 #define SG_DAEMON_SETTINGS(X)                                                                                     \
@@ -118,6 +122,13 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	  "comma-separated DNS SANs of the self-issued serving certificate")                                       \
 	X("serving-certificate-duration", SG_OPT_DURATION, serving_certificate_duration, "1h", 300,              \
 	  365LL * 86400, NULL, "lifetime of the self-issued serving certificate (renewed at 2/3)")                \
+	X("serving-certificate-key-size", SG_OPT_INT, serving_certificate_key_size, "0", 0, 8192, NULL,          \
+	  "key size of the self-issued serving certificate: RSA 2048..8192 bits, ECDSA 256 (P-256) or 384 "       \
+	  "(P-384); 0: RSA 2048, ECDSA 256")                                                                       \
+	X("serving-signature-algorithm", SG_OPT_ENUM, serving_signature_algorithm, "ECDSA", 0, 0,                \
+	  sg_daemon_key_algorithm_names,                                                                            \
+	  "key type of the self-issued serving certificate (istio-csr's default is RSA; signet's ECDSA makes "    \
+	  "faster handshakes)")                                                                                     \
 	X("serving-certificate-file", SG_OPT_PATH, serving_certificate_file, NULL, 0, 0, NULL,                    \
 	  "serve this certificate chain (PEM) instead of a self-issued one; reloaded when it changes")           \
 	X("serving-key-file", SG_OPT_PATH, serving_key_file, NULL, 0, 0, NULL,                                    \
@@ -226,6 +237,10 @@ extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NUL
 	  "the SignetClusterIssuer whose CA and limits the alias signerName uses")                                 \
 	X("issuer-check-interval", SG_OPT_DURATION, issuer_check_interval, "30s", 1, 3600, NULL,                  \
 	  "how often each SignetIssuer/SignetClusterIssuer's CA is checked for its Ready condition")              \
+	X("issuer-enabled", SG_OPT_BOOL, issuer_enabled, "true", 0, 0, NULL,                                      \
+	  "istio-csr's: sign through the issuer the issuer-* settings name from the start (RA mode; with "        \
+	  "issuer-name empty, signet's HSM signs); false, where istio-csr waits for a runtime issuance ConfigMap, " \
+	  "is refused: signetd reads no such ConfigMap")                                                            \
 	X("issuer-name", SG_OPT_STRING, issuer_name, "", 0, 253, NULL,                                            \
 	  "RA mode: the cert-manager issuer that signs workload certificates (empty: signet's HSM signs)")         \
 	X("issuer-kind", SG_OPT_STRING, issuer_kind, "Issuer", 1, 63, NULL,                                       \
