@@ -85,16 +85,45 @@
  * connection after the reply. The response texts are fixed strings, so no
  * byte of the request is reflected.
  *
+ * Bodies (POST routes). The first call of the access handler checks the
+ * method, path and a declared Content-Length, and leaves a record of the
+ * body as the request's context; the calls that bring data append to it;
+ * the last call (no data: the body is complete) re-arms the deadline, runs
+ * the handler and queues the response. libmicrohttpd 0.9.75 accepts a
+ * response only on the first or the last call (MHD_queue_response checks
+ * the connection's state), so a body that outgrows its limit midway is
+ * answered by closing the connection (returning MHD_NO). The buffer grows
+ * by doubling as bytes arrive, and every byte of capacity is first taken
+ * from the server's body budget (an atomic, shared with a retired daemon's
+ * thread); NOTIFY_COMPLETED, which libmicrohttpd calls for every request
+ * whose handler ran, also after an error, gives it back. Intermediate calls
+ * do not re-arm the deadline: the body must arrive within the same
+ * request_timeout as the headers.
+ *
+ * TLS reload. libmicrohttpd loads its certificate once, when a daemon
+ * starts. A change therefore starts a new daemon: the new pair is first
+ * loaded by a daemon that listens nowhere and runs no thread (so a bad
+ * pair is found before anything changes), then MHD_quiesce_daemon takes
+ * the listening socket from the running daemon (which needs MHD_USE_ITC)
+ * and a new daemon serves it (MHD_OPTION_LISTEN_SOCKET). The quiesced
+ * daemon accepts nothing more, finishes its connections, and does not
+ * close the socket when stopped; the new daemon owns it. Both daemons'
+ * connections share the deadline table, which TLS servers size for two.
+ *
  * libmicrohttpd's own messages go to sg_log at debug level (a client can
- * trigger them at will); while the daemon is starting, the last one is kept
- * so that a failed start can say why (address in use, permission denied).
+ * trigger them at will); while a daemon is starting, the last one is kept
+ * (the starting thread is marked thread-locally, so the daemons' own
+ * threads never touch it) so that a failed start can say why (address in
+ * use, permission denied, a key that does not match its certificate).
  */
 #include "sg_http.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_log.h"
+#include "sg_secret.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -110,6 +139,11 @@
 
 #define TEXT_PLAIN "text/plain; charset=utf-8"
 #define NS_PER_S 1000000000ull
+#define ALLOW_GET "GET, HEAD"
+#define ALLOW_POST "POST"
+/* TLS 1.2 and 1.3 only, as Go's servers (and so trust-manager's webhook). */
+#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
+#define BODY_FIRST_CAP (16u << 10)
 
 /* The limits of sg_http_options: where each lives, its default (for 0) and
  * its maximum. */
@@ -135,6 +169,13 @@ typedef struct route {
 	sg_http_handler_fn fn;
 	void *arg;
 } route;
+
+typedef struct post_route {
+	char path[SG_HTTP_PATH_MAX];
+	sg_http_post_fn fn;
+	void *arg;
+	size_t max_body;
+} post_route;
 
 /* One per open connection, from STARTED to CLOSED. */
 typedef struct watch {
@@ -164,12 +205,36 @@ typedef struct watcher {
 struct sg_http_server {
 	struct MHD_Daemon *daemon;
 	uint16_t port;
-	size_t nroutes;
+	size_t nroutes, nposts;
 	route routes[SG_HTTP_MAX_ROUTES];
+	post_route posts[SG_HTTP_MAX_ROUTES];
+	size_t body_budget;
+	_Atomic size_t body_held; /* capacity of the bodies held now */
 	watcher watch;
-	pthread_t starter;       /* the thread inside MHD_start_daemon */
-	char start_message[256]; /* written and read by the starter only */
+	char start_message[256]; /* written and read by the starting thread only */
+	/* How every daemon of this server starts. */
+	unsigned flags;
+	unsigned lim[L_COUNT];
+	/* TLS: the pair the current daemon serves (libmicrohttpd reads it only
+	 * while a daemon starts; kept to go back to after a failed change),
+	 * and the daemon the last change replaced (stopped at the next change
+	 * or at stop). */
+	bool tls;
+	char *tls_cert, *tls_key;
+	struct MHD_Daemon *retired;
+	int orphan_fd; /* a listening socket no daemon owns (a failed change), or -1 */
 };
+
+/* The server whose daemon this thread is starting, if any: libmicrohttpd's
+ * messages then explain a failed start. */
+static _Thread_local sg_http_server *starting;
+
+/* A POST body as it arrives: the request's context. */
+typedef struct upload {
+	const post_route *route;
+	char *data; /* NUL-terminated; cap bytes taken from the budget */
+	size_t len, cap;
+} upload;
 
 /* ---- deadlines ------------------------------------------------------- */
 
@@ -296,11 +361,22 @@ static void rearm(watcher *w, struct MHD_Connection *c)
 	pthread_mutex_unlock(&w->lock);
 }
 
+static void upload_free(sg_http_server *s, upload *b)
+{
+	if (!b)
+		return;
+	atomic_fetch_sub_explicit(&s->body_held, b->cap, memory_order_relaxed);
+	free(b->data);
+	free(b);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **req_cls, enum MHD_RequestTerminationCode code)
 {
-	(void)req_cls;
+	sg_http_server *s = cls;
 	(void)code; /* also after an error: CLOSED follows and drops the record */
-	rearm(cls, c);
+	upload_free(s, *req_cls);
+	*req_cls = NULL;
+	rearm(&s->watch, c);
 }
 
 static int watcher_init(watcher *w, unsigned slots, unsigned timeout_s)
@@ -388,8 +464,9 @@ int sg_http_response_copy(sg_http_response *r, const char *body, size_t len)
 	return 0;
 }
 
-/* Queues r on c; takes r's body in every case. */
-static enum MHD_Result send_response(struct MHD_Connection *c, sg_http_response *r, bool allow)
+/* Queues r on c (with an Allow header when allow is set); takes r's body
+ * in every case. */
+static enum MHD_Result send_response(struct MHD_Connection *c, sg_http_response *r, const char *allow)
 {
 	struct MHD_Response *resp;
 	if (r->body_owned) {
@@ -406,7 +483,7 @@ static enum MHD_Result send_response(struct MHD_Connection *c, sg_http_response 
 	if (MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type) != MHD_YES ||
 	    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store") != MHD_YES ||
 	    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff") != MHD_YES ||
-	    (allow && MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, "GET, HEAD") != MHD_YES))
+	    (allow && MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow) != MHD_YES))
 		ok = MHD_NO;
 	if (ok == MHD_YES)
 		ok = MHD_queue_response(c, (unsigned)r->status, resp);
@@ -414,7 +491,7 @@ static enum MHD_Result send_response(struct MHD_Connection *c, sg_http_response 
 	return ok;
 }
 
-static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *text, bool allow)
+static enum MHD_Result send_text(struct MHD_Connection *c, int status, const char *text, const char *allow)
 {
 	sg_http_response r = {.status = status, .content_type = TEXT_PLAIN, .body = text, .body_len = strlen(text)};
 	return send_response(c, &r, allow);
@@ -437,36 +514,146 @@ static const route *find_route(const sg_http_server *s, const char *path)
 	return NULL;
 }
 
+static const post_route *find_post(const sg_http_server *s, const char *path)
+{
+	for (size_t i = 0; i < s->nposts; i++)
+		if (strcmp(s->posts[i].path, path) == 0)
+			return &s->posts[i];
+	return NULL;
+}
+
+/* A handler failed or misbehaved: 500 with a fixed text, the detail
+ * logged. */
+static enum MHD_Result handler_failed(struct MHD_Connection *c, const char *path, int rc, sg_http_response *r)
+{
+	sg_log(SG_LOG_WARN, "http handler failed", SG_F_STR("path", path), SG_F_STR("error", sg_error_name(rc)),
+	       SG_F_STR("detail", sg_error_last()->msg), SG_F_END);
+	body_drop(r);
+	return send_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n", NULL);
+}
+
+static int check_response(const sg_http_response *r, const char *path)
+{
+	if (r->status < 200 || r->status > 599 || !r->content_type)
+		return sg_error_set(SG_EINTERNAL, "http: handler for %s gave status %d", path, r->status);
+	return 0;
+}
+
+/* The first call of a POST: the path and a declared length are checked
+ * before any byte of the body is read; the body's record becomes the
+ * request's context. */
+static enum MHD_Result post_start(sg_http_server *s, struct MHD_Connection *c, const char *url, void **req_cls)
+{
+	const post_route *pr = find_post(s, url);
+	if (!pr)
+		return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", ALLOW_GET);
+	/* libmicrohttpd has refused a malformed Content-Length already (400). */
+	const char *len = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	if (len) {
+		errno = 0;
+		char *end = NULL;
+		unsigned long long n = strtoull(len, &end, 10);
+		if (errno != 0 || end == len || n > pr->max_body)
+			return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "request body too large\n", NULL);
+	}
+	upload *b = calloc(1, sizeof(*b));
+	if (!b)
+		return MHD_NO;
+	b->route = pr;
+	*req_cls = b;
+	return MHD_YES;
+}
+
+/* Room for n more bytes and the NUL, within the route's limit and the
+ * server's budget; false closes the connection. */
+static bool upload_grow(sg_http_server *s, upload *b, size_t n)
+{
+	if (n > b->route->max_body - b->len)
+		return false;
+	size_t need = b->len + n + 1;
+	if (need <= b->cap)
+		return true;
+	size_t cap = b->cap ? b->cap : BODY_FIRST_CAP;
+	while (cap < need)
+		cap *= 2; /* cannot overflow: need <= SG_HTTP_BODY_MAX + 1 */
+	if (cap > b->route->max_body + 1)
+		cap = b->route->max_body + 1;
+	size_t more = cap - b->cap;
+	size_t held = atomic_fetch_add_explicit(&s->body_held, more, memory_order_relaxed);
+	if (held > s->body_budget || more > s->body_budget - held) {
+		atomic_fetch_sub_explicit(&s->body_held, more, memory_order_relaxed);
+		sg_log(SG_LOG_DEBUG, "http: request bodies over budget; connection closed", SG_F_END);
+		return false;
+	}
+	char *p = realloc(b->data, cap);
+	if (!p) {
+		atomic_fetch_sub_explicit(&s->body_held, more, memory_order_relaxed);
+		return false;
+	}
+	b->data = p;
+	b->cap = cap;
+	return true;
+}
+
+/* The later calls of a POST: data to append, or (no data) the whole body. */
+static enum MHD_Result post_body(sg_http_server *s, struct MHD_Connection *c, upload *b, const char *data, size_t *size)
+{
+	if (*size != 0) {
+		if (!upload_grow(s, b, *size))
+			return MHD_NO; /* too large: closed without a response (design note) */
+		memcpy(b->data + b->len, data, *size);
+		b->len += *size;
+		b->data[b->len] = '\0';
+		*size = 0;
+		return MHD_YES;
+	}
+	rearm(&s->watch, c); /* the body is in: the response's deadline starts */
+	const post_route *pr = b->route;
+	sg_http_request req = {
+	    .body = b->data ? b->data : "",
+	    .body_len = b->len,
+	    .content_type = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE),
+	};
+	sg_http_response r = {.status = MHD_HTTP_OK, .content_type = TEXT_PLAIN, .body = "", .body_len = 0};
+	sg_error_clear();
+	int rc = pr->fn(&r, &req, pr->arg);
+	if (rc == 0)
+		rc = check_response(&r, pr->path);
+	if (rc < 0)
+		return handler_failed(c, pr->path, rc, &r);
+	return send_response(c, &r, NULL);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **req_cls)
 {
 	(void)version;
-	(void)upload_data;
-	(void)req_cls;
 	sg_http_server *s = cls;
-	rearm(&s->watch, c); /* the headers are in: the response's deadline starts */
+	if (*req_cls)
+		return post_body(s, c, *req_cls, upload_data, upload_data_size);
+	rearm(&s->watch, c); /* the headers are in: the response's (or body's) deadline starts */
 
+	if (strcmp(method, MHD_HTTP_METHOD_POST) == 0)
+		return post_start(s, c, url, req_cls);
 	if (strcmp(method, MHD_HTTP_METHOD_GET) != 0 && strcmp(method, MHD_HTTP_METHOD_HEAD) != 0)
-		return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", true);
+		return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", ALLOW_GET);
 	if (announces_body(c) || *upload_data_size != 0)
-		return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "request body not allowed\n", false);
+		return send_text(c, MHD_HTTP_CONTENT_TOO_LARGE, "request body not allowed\n", NULL);
 	const route *rt = find_route(s, url);
+	if (!rt && find_post(s, url))
+		return send_text(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed\n", ALLOW_POST);
 	if (!rt)
-		return send_text(c, MHD_HTTP_NOT_FOUND, "not found\n", false);
+		return send_text(c, MHD_HTTP_NOT_FOUND, "not found\n", NULL);
 
 	sg_http_response r = {.status = MHD_HTTP_OK, .content_type = TEXT_PLAIN, .body = "", .body_len = 0};
 	sg_error_clear();
 	int rc = rt->fn(&r, rt->arg);
-	if (rc == 0 && (r.status < 200 || r.status > 599 || !r.content_type))
-		rc = sg_error_set(SG_EINTERNAL, "http: handler for %s gave status %d", rt->path, r.status);
-	if (rc < 0) {
-		sg_log(SG_LOG_WARN, "http handler failed", SG_F_STR("path", rt->path),
-		       SG_F_STR("error", sg_error_name(rc)), SG_F_STR("detail", sg_error_last()->msg), SG_F_END);
-		body_drop(&r);
-		return send_text(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal error\n", false);
-	}
-	return send_response(c, &r, false);
+	if (rc == 0)
+		rc = check_response(&r, rt->path);
+	if (rc < 0)
+		return handler_failed(c, rt->path, rc, &r);
+	return send_response(c, &r, NULL);
 }
 
 /* ---- daemon ---------------------------------------------------------- */
@@ -479,7 +666,7 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	char msg[256];
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	msg[strcspn(msg, "\n")] = '\0';
-	if (pthread_equal(pthread_self(), s->starter))
+	if (starting == s)
 		memcpy(s->start_message, msg, sizeof(msg));
 	sg_log(SG_LOG_DEBUG, "libmicrohttpd", SG_F_STR("message", msg), SG_F_END);
 }
@@ -519,20 +706,50 @@ static int parse_bind(addr *a, unsigned *flags, const char *text, uint16_t port)
 	return 0;
 }
 
+static bool path_ok(const char *path)
+{
+	return path && path[0] == '/' && strlen(path) < SG_HTTP_PATH_MAX;
+}
+
+static bool path_taken(const sg_http_server *s, const char *path)
+{
+	return find_route(s, path) != NULL || find_post(s, path) != NULL;
+}
+
 static int copy_routes(sg_http_server *s, const sg_http_options *o)
 {
-	SG_ENSURE(o->routes && o->nroutes >= 1 && o->nroutes <= SG_HTTP_MAX_ROUTES, SG_EINVAL,
-	          "http: 1 to %d routes needed", SG_HTTP_MAX_ROUTES);
+	SG_ENSURE(o->nroutes <= SG_HTTP_MAX_ROUTES && o->npost_routes <= SG_HTTP_MAX_ROUTES &&
+	              o->nroutes + o->npost_routes >= 1 && (o->routes || !o->nroutes) &&
+	              (o->post_routes || !o->npost_routes),
+	          SG_EINVAL, "http: 1 to %d routes needed", SG_HTTP_MAX_ROUTES);
 	for (size_t i = 0; i < o->nroutes; i++) {
 		const sg_http_route *r = &o->routes[i];
-		SG_ENSURE(r->path && r->path[0] == '/' && strlen(r->path) < SG_HTTP_PATH_MAX && r->fn, SG_EINVAL,
+		SG_ENSURE(path_ok(r->path) && r->fn, SG_EINVAL,
 		          "http: route %zu needs a path starting with / and a handler", i);
-		SG_ENSURE(find_route(s, r->path) == NULL, SG_EINVAL, "http: route %s listed twice", r->path);
+		SG_ENSURE(!path_taken(s, r->path), SG_EINVAL, "http: route %s listed twice", r->path);
 		strcpy(s->routes[i].path, r->path);
 		s->routes[i].fn = r->fn;
 		s->routes[i].arg = r->arg;
 		s->nroutes = i + 1;
 	}
+	size_t largest = 0;
+	for (size_t i = 0; i < o->npost_routes; i++) {
+		const sg_http_post_route *r = &o->post_routes[i];
+		SG_ENSURE(path_ok(r->path) && r->fn, SG_EINVAL,
+		          "http: POST route %zu needs a path starting with / and a handler", i);
+		SG_ENSURE(r->max_body >= 1 && r->max_body <= SG_HTTP_BODY_MAX, SG_EINVAL,
+		          "http: POST route %s: max_body must be 1..%u bytes", r->path, SG_HTTP_BODY_MAX);
+		SG_ENSURE(!path_taken(s, r->path), SG_EINVAL, "http: route %s listed twice", r->path);
+		strcpy(s->posts[i].path, r->path);
+		s->posts[i].fn = r->fn;
+		s->posts[i].arg = r->arg;
+		s->posts[i].max_body = r->max_body;
+		s->nposts = i + 1;
+		largest = r->max_body > largest ? r->max_body : largest;
+	}
+	SG_ENSURE(o->body_budget <= SG_HTTP_BODY_MAX, SG_EINVAL, "http: body_budget is %zu, at most %u", o->body_budget,
+	          SG_HTTP_BODY_MAX);
+	s->body_budget = o->body_budget ? o->body_budget : 4 * largest;
 	return 0;
 }
 
@@ -549,21 +766,106 @@ static int resolve_limits(unsigned out[L_COUNT], const sg_http_options *o)
 	return 0;
 }
 
-/* Stops the daemon first: once it has returned, every connection has been
- * CLOSED, so the watcher holds no descriptor when it is stopped. */
+static void wipe_free(char *p)
+{
+	if (p) {
+		sg_wipe(p, strlen(p));
+		free(p);
+	}
+}
+
+/* Stops the daemons first: once they have returned, every connection has
+ * been CLOSED, so the watcher holds no descriptor when it is stopped. */
 static void server_free(sg_http_server *s)
 {
 	if (!s)
 		return;
 	if (s->daemon)
 		MHD_stop_daemon(s->daemon);
+	if (s->retired)
+		MHD_stop_daemon(s->retired);
+	if (s->orphan_fd >= 0)
+		close(s->orphan_fd);
 	watcher_fini(&s->watch);
+	free(s->tls_cert);
+	wipe_free(s->tls_key);
 	free(s);
 }
 
 static void server_freep(sg_http_server **s)
 {
 	server_free(*s);
+}
+
+/* A daemon of s: on a (the first) or on listen_fd (a TLS change), with
+ * cert and key when the server has TLS. NULL with start_message set on
+ * failure. */
+static struct MHD_Daemon *start_daemon(sg_http_server *s, const addr *a, uint16_t port, int listen_fd, const char *cert,
+                                       const char *key)
+{
+	struct MHD_OptionItem extra[5];
+	size_t n = 0;
+	if (a)
+		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_SOCK_ADDR, 0, (void *)&a->sa};
+	else
+		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_LISTEN_SOCKET, listen_fd, NULL};
+	if (s->tls) {
+		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cert};
+		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key};
+		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
+	}
+	extra[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+	s->start_message[0] = '\0';
+	starting = s;
+	// clang-format off
+	struct MHD_Daemon *d = MHD_start_daemon(s->flags, port, NULL, NULL, on_request, s,
+				     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
+				     MHD_OPTION_CONNECTION_LIMIT, s->lim[L_CONNECTIONS],
+				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, s->lim[L_PER_IP],
+				     MHD_OPTION_CONNECTION_TIMEOUT, s->lim[L_IDLE_TIMEOUT],
+				     MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s->watch,
+				     MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+				     MHD_OPTION_ARRAY, extra,
+				     MHD_OPTION_END);
+	// clang-format on
+	starting = NULL;
+	return d;
+}
+
+/* Whether GnuTLS (through libmicrohttpd) takes the pair: a daemon that
+ * listens nowhere and runs no thread loads it and is stopped at once. */
+static int check_tls(sg_http_server *s, const char *cert, const char *key)
+{
+	struct MHD_OptionItem tls[] = {
+	    {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cert},
+	    {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key},
+	    {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES},
+	    {MHD_OPTION_END, 0, NULL},
+	};
+	s->start_message[0] = '\0';
+	starting = s;
+	struct MHD_Daemon *d =
+	    MHD_start_daemon(MHD_USE_TLS | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG, 0, NULL, NULL, on_request, s,
+	                     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s, MHD_OPTION_ARRAY, tls, MHD_OPTION_END);
+	starting = NULL;
+	SG_ENSURE(d, SG_EINVAL, "http: the TLS certificate and key cannot be used: %s",
+	          s->start_message[0] ? s->start_message : "libmicrohttpd refused them");
+	MHD_stop_daemon(d);
+	return 0;
+}
+
+static int copy_pair(const char *cert, const char *key, char **cert_out, char **key_out)
+{
+	SG_ENSURE(cert && key && *cert && *key, SG_EINVAL, "http: TLS needs both a certificate and a key");
+	*cert_out = strdup(cert);
+	*key_out = strdup(key);
+	if (!*cert_out || !*key_out) {
+		free(*cert_out);
+		wipe_free(*key_out);
+		*cert_out = *key_out = NULL;
+		SG_BAIL(SG_EINTERNAL, "http: out of memory");
+	}
+	return 0;
 }
 
 int sg_http_server_start(sg_http_server **out, const sg_http_options *o)
@@ -574,24 +876,28 @@ int sg_http_server_start(sg_http_server **out, const sg_http_options *o)
 	unsigned lim[L_COUNT];
 	SG_TRY(parse_bind(&a, &flags, bind, o->port));
 	SG_TRY(resolve_limits(lim, o));
+	bool tls = o->tls_cert_pem || o->tls_key_pem;
+	if (tls) {
+		SG_ENSURE(MHD_is_feature_supported(MHD_FEATURE_TLS) == MHD_YES, SG_EINVAL,
+		          "http: this libmicrohttpd has no TLS");
+		flags |= MHD_USE_TLS | MHD_USE_ITC; /* ITC: MHD_quiesce_daemon, for a change */
+	}
 
 	sg_http_server *s SG_CLEANUP(server_freep) = calloc(1, sizeof(*s));
 	SG_ENSURE(s, SG_EINTERNAL, "http: out of memory");
+	s->orphan_fd = -1;
+	s->flags = flags;
+	s->tls = tls;
+	memcpy(s->lim, lim, sizeof(lim));
 	SG_TRY(copy_routes(s, o));
-	SG_TRY(watcher_init(&s->watch, lim[L_CONNECTIONS], lim[L_REQUEST_TIMEOUT]));
-	s->starter = pthread_self();
+	if (tls) {
+		SG_TRY(copy_pair(o->tls_cert_pem, o->tls_key_pem, &s->tls_cert, &s->tls_key));
+		SG_TRY(check_tls(s, s->tls_cert, s->tls_key));
+	}
+	/* A TLS server's connections may live in two daemons for a while. */
+	SG_TRY(watcher_init(&s->watch, lim[L_CONNECTIONS] * (tls ? 2 : 1), lim[L_REQUEST_TIMEOUT]));
 
-	// clang-format off
-	s->daemon = MHD_start_daemon(flags, o->port, NULL, NULL, on_request, s,
-				     MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, s,
-				     MHD_OPTION_SOCK_ADDR, &a.sa,
-				     MHD_OPTION_CONNECTION_LIMIT, lim[L_CONNECTIONS],
-				     MHD_OPTION_PER_IP_CONNECTION_LIMIT, lim[L_PER_IP],
-				     MHD_OPTION_CONNECTION_TIMEOUT, lim[L_IDLE_TIMEOUT],
-				     MHD_OPTION_NOTIFY_CONNECTION, on_connection, &s->watch,
-				     MHD_OPTION_NOTIFY_COMPLETED, on_completed, &s->watch,
-				     MHD_OPTION_END);
-	// clang-format on
+	s->daemon = start_daemon(s, &a, o->port, -1, s->tls_cert, s->tls_key);
 	SG_ENSURE(s->daemon, SG_EINTERNAL, "http: cannot serve on %s port %u: %s", bind, (unsigned)o->port,
 	          s->start_message[0] ? s->start_message : "libmicrohttpd failed to start");
 
@@ -599,6 +905,54 @@ int sg_http_server_start(sg_http_server **out, const sg_http_options *o)
 	s->port = info ? info->port : o->port;
 	*out = SG_MOVE(s);
 	return 0;
+}
+
+int sg_http_server_set_tls(sg_http_server *s, const char *cert_pem, const char *key_pem)
+{
+	SG_ENSURE(s->tls, SG_EINVAL, "http: the server was started without TLS");
+	char *cert = NULL, *key = NULL;
+	SG_TRY(copy_pair(cert_pem, key_pem, &cert, &key));
+	int rc = check_tls(s, cert, key);
+	if (rc < 0) {
+		free(cert);
+		wipe_free(key);
+		return rc;
+	}
+	MHD_socket fd = s->orphan_fd;
+	if (fd >= 0)
+		s->orphan_fd = -1; /* a failed change left it: serve it again */
+	else
+		fd = MHD_quiesce_daemon(s->daemon);
+	if (fd == MHD_INVALID_SOCKET) {
+		free(cert);
+		wipe_free(key);
+		SG_BAIL(SG_EINTERNAL, "http: cannot take the listening socket from the running daemon");
+	}
+	struct MHD_Daemon *d = start_daemon(s, NULL, s->port, fd, cert, key);
+	if (!d) {
+		rc = sg_error_set(SG_EINTERNAL, "http: cannot start a daemon with the new certificate: %s",
+		                  s->start_message[0] ? s->start_message : "libmicrohttpd failed to start");
+		free(cert);
+		wipe_free(key);
+		cert = key = NULL;
+		/* Back to the pair that served a moment ago, on a new daemon. */
+		d = start_daemon(s, NULL, s->port, fd, s->tls_cert, s->tls_key);
+		if (!d) {
+			s->orphan_fd = fd; /* nothing accepts now; closed at stop */
+			return rc;
+		}
+	}
+	if (s->retired)
+		MHD_stop_daemon(s->retired);
+	s->retired = s->daemon;
+	s->daemon = d;
+	if (cert) {
+		free(s->tls_cert);
+		wipe_free(s->tls_key);
+		s->tls_cert = cert;
+		s->tls_key = key;
+	}
+	return rc;
 }
 
 uint16_t sg_http_server_port(const sg_http_server *s)

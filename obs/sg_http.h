@@ -9,6 +9,25 @@
  * ignored. Nothing from the request (headers, path, body) is ever echoed in
  * a response. HEAD runs the GET handler and sends its headers only.
  *
+ * POST routes (a second table, for an admission webhook) take a body: the
+ * handler runs once the whole body has arrived, with the body and the
+ * Content-Type header. A declared Content-Length above the route's
+ * max_body is 413 before a byte of the body is read; a chunked body that
+ * grows past it, or past the server's body_budget (bytes of bodies held by
+ * all connections together), closes the connection without a response.
+ * Memory grows with the bytes received, never with what a header
+ * announces. GET or HEAD on a POST path is 405 (Allow: POST); POST on any
+ * other path is 405 (Allow: GET, HEAD).
+ *
+ * TLS: with tls_cert_pem and tls_key_pem the server speaks HTTPS only (TLS
+ * 1.2 and 1.3, libmicrohttpd's GnuTLS). sg_http_server_set_tls replaces
+ * the certificate while serving: the new one is loaded and checked first
+ * (a bad pair changes nothing); then the listening socket moves to a new
+ * libmicrohttpd daemon with it, and the old daemon, no longer accepting,
+ * keeps its connections until they end (each within about twice
+ * request_timeout_seconds); it is stopped at the next change or at stop.
+ * No connection is refused or cut by a change.
+ *
  * Limits, so that no client (or crowd of clients from one address) can
  * starve a probe; every one has a default used when the option is 0, and
  * sg_http_server_start refuses values above the stated maximum:
@@ -44,7 +63,10 @@
  * request_timeout_seconds.
  *
  * Handlers run on the server's single internal thread, one at a time, so
- * they must be quick (render metrics, read atomics) and must not block.
+ * they must be quick (render metrics, read atomics, check a document) and
+ * must not block. (For a short while after a TLS change, the old daemon's
+ * thread may still run handlers of its last connections, so a handler
+ * that keeps state between calls must lock it.)
  * The server owns one more thread, which enforces the deadlines and never
  * runs a handler.
  *
@@ -63,6 +85,7 @@
 #define SG_HTTP_PATH_MAX 256
 #define SG_HTTP_CONNECTIONS_MAX 4096 /* bound of both connection limits */
 #define SG_HTTP_TIMEOUT_MAX 3600     /* bound of both timeouts, seconds */
+#define SG_HTTP_BODY_MAX (64u << 20) /* bound of max_body and body_budget, bytes */
 
 typedef struct sg_http_server sg_http_server;
 
@@ -96,13 +119,40 @@ typedef struct sg_http_route {
 	void *arg;
 } sg_http_route;
 
+/* A request with a body, as a POST handler sees it: all borrowed for the
+ * call. body is NUL-terminated (not counted in body_len; the body may
+ * hold NUL bytes of its own); content_type is the header's value, or NULL. */
+typedef struct sg_http_request {
+	const char *body;
+	size_t body_len;
+	const char *content_type;
+} sg_http_request;
+
+/* As sg_http_handler_fn, for a POST route. */
+typedef int (*sg_http_post_fn)(sg_http_response *resp, const sg_http_request *req, void *arg);
+
+typedef struct sg_http_post_route {
+	const char *path; /* exact match */
+	sg_http_post_fn fn;
+	void *arg;
+	size_t max_body; /* bytes, 1..SG_HTTP_BODY_MAX */
+} sg_http_post_route;
+
 typedef struct sg_http_options {
 	/* Numeric IPv4 or IPv6 address ("127.0.0.1", "0.0.0.0", "::1", "[::1]");
 	 * "::" listens on IPv6 and IPv4 (dual stack). NULL: "127.0.0.1". */
 	const char *bind_address;
 	uint16_t port; /* 0: an ephemeral port, see sg_http_server_port */
 	const sg_http_route *routes;
-	size_t nroutes; /* 1..SG_HTTP_MAX_ROUTES */
+	size_t nroutes; /* 0..SG_HTTP_MAX_ROUTES; with post_routes, at least one route in all */
+	const sg_http_post_route *post_routes;
+	size_t npost_routes; /* 0..SG_HTTP_MAX_ROUTES */
+	size_t body_budget;  /* bytes of POST bodies held at once, all connections; 0: 4 x the largest
+	                      * max_body; at most SG_HTTP_BODY_MAX */
+	/* PEM certificate chain and private key (PKCS#1, SEC1 or PKCS#8,
+	 * unencrypted): both for HTTPS, neither for HTTP. Copied. */
+	const char *tls_cert_pem;
+	const char *tls_key_pem;
 	/* The limits described at the top of this file; 0 picks the default. */
 	unsigned max_connections;         /* 0: 128, at most 4096 */
 	unsigned max_connections_per_ip;  /* 0: 8, at most 4096 */
@@ -115,6 +165,15 @@ typedef struct sg_http_options {
  * the address cannot be bound or a thread cannot be started (the detail says
  * why). Caller stops with sg_http_server_stop. */
 SG_API int sg_http_server_start(sg_http_server **out, const sg_http_options *o) SG_MUST_CHECK;
+
+/* Replaces the TLS certificate and key of a server started with them (see
+ * the top of this file); both are copied. SG_EINVAL when the pair does not
+ * load (not PEM, the key does not match the certificate) or the server
+ * has no TLS, and the server keeps serving the old pair; SG_EINTERNAL when
+ * no new daemon could be started (then the server, if it could not go
+ * back to the old pair either, no longer accepts connections). Not
+ * concurrently with itself or sg_http_server_stop. */
+SG_API int sg_http_server_set_tls(sg_http_server *s, const char *cert_pem, const char *key_pem) SG_MUST_CHECK;
 
 /* The bound port (the real one when options asked for 0). */
 SG_API uint16_t sg_http_server_port(const sg_http_server *s);

@@ -17,9 +17,21 @@
  * /healthz always answers while the process lives; the readiness path
  * answers 200 once the table runs, and on the leader only while the
  * controller runs (a standby replica is ready: it takes over when elected).
+ *
+ * The admission webhook (sg_trust_webhook.h) is trust-manager's: HTTPS on
+ * webhook-host:webhook-port with tls.crt and tls.key of
+ * webhook-certificate-dir, on every replica (the API server calls any
+ * one). The once-a-second tick also watches the two files: the webhook
+ * starts when both are there (a cert-manager Certificate may be issued
+ * after the pod starts) and takes a changed pair without dropping a
+ * connection (sg_http_server_set_tls); a pair that does not load keeps the
+ * previous one and is reported once per change. Readiness does not wait
+ * for the webhook, so a Deployment without the certificate (signet's own
+ * manifests) runs as before, with one warning.
  */
 #include "sg_ctrl.h"
 #include "sg_error.h"
+#include "sg_file.h"
 #include "sg_guard.h"
 #include "sg_http.h"
 #include "sg_kube.h"
@@ -27,7 +39,14 @@
 #include "sg_metrics.h"
 #include "sg_names.h"
 #include "sg_opt.h"
+#include "sg_secret.h"
 #include "sg_trust.h"
+#include "sg_trust_webhook.h"
+
+#include <arpa/inet.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <sys/stat.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -39,7 +58,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const formats[] = {"text", "json", NULL};
 
 typedef struct settings {
@@ -57,6 +75,9 @@ typedef struct settings {
 	int64_t metrics_port, readiness_probe_port;
 	char *readiness_probe_path;
 	int64_t workers;
+	char *webhook_host;
+	int64_t webhook_port;
+	char *webhook_certificate_dir;
 	int log_level, log_format;
 } settings;
 
@@ -99,10 +120,38 @@ static const sg_opt opts[] = {
 	{"readiness-probe-path", SG_OPT_STRING, S(readiness_probe_path), "/readyz", 1, 256, NULL,
 	 "readiness probe path (/healthz is served beside it)", false},
 	{"workers", SG_OPT_INT, S(workers), "2", 1, SG_CTRL_WORKERS_MAX, NULL, "Bundles reconciled at once", false},
-	{"log-level", SG_OPT_ENUM, S(log_level), "info", 0, 0, levels, "log level", false},
+	{"webhook-host", SG_OPT_STRING, S(webhook_host), "0.0.0.0", 1, 64, NULL,
+	 "numeric address the Bundle validating webhook listens on (HTTPS)", false},
+	{"webhook-port", SG_OPT_INT, S(webhook_port), "6443", 0, 65535, NULL,
+	 "port of the webhook, path " SG_TRUST_WEBHOOK_PATH " (0: any free port, logged)", false},
+	{"webhook-certificate-dir", SG_OPT_STRING, S(webhook_certificate_dir), "/tls", 0, 4000, NULL,
+	 "folder of the webhook's tls.crt and tls.key (reloaded when they change; the webhook starts once both "
+	 "exist); empty: no webhook",
+	 false},
+	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL,
+	 "log level, or a klog verbosity as trust-manager's: 0-1 info, 2-10 debug", false},
 	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+/* What identifies a file's contents cheaply (a change means "re-read"). */
+typedef struct file_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+} file_id;
+
+/* The webhook: its server (NULL until the certificate is there) and what
+ * the tick knows of the files. */
+typedef struct webhook {
+	sg_http_server *srv;
+	file_id crt, key;           /* the pair last served, or refused */
+	bool known;                 /* crt and key say something */
+	char last_error[SG_ERROR_MSG_MAX]; /* the last failure reported */
+	bool waiting_reported;
+	sg_series *answers[3];      /* by sg_trust_admission */
+} webhook;
 
 typedef struct program {
 	settings s;
@@ -112,6 +161,7 @@ typedef struct program {
 	sg_ctrl_manager *table;
 	sg_metrics *metrics;
 	sg_http_server *http_metrics, *http_probe;
+	webhook wh;
 	atomic_bool started;
 	char *ns_buf;
 } program;
@@ -183,6 +233,156 @@ static int start_http(program *p)
 	return SG_OK;
 }
 
+/* ---- the admission webhook ---- */
+
+/* Largest tls.crt or tls.key read (a chain of a few certificates is a few
+ * KiB). */
+#define WEBHOOK_FILE_MAX (256u << 10)
+/* Connections the webhook holds at once, and per client address: the API
+ * server calls from a few addresses, at most one call per Bundle write in
+ * flight; per address, so that one hostile pod cannot hold them all. */
+#define WEBHOOK_CONNECTIONS 64
+#define WEBHOOK_PER_IP 16
+/* Seconds a connection has for its request (the handshake and the whole
+ * body included), and again for the answer: no API server waits longer
+ * for a call than its configuration's timeoutSeconds (default 10;
+ * trust-manager's and the OpenShift operator's say 5). */
+#define WEBHOOK_TIMEOUT 10
+/* Bodies held at once: two of the largest AdmissionReview, and some. */
+#define WEBHOOK_BODY_BUDGET (16u << 20)
+
+static const char *const admission_names[] = {"allowed", "denied", "errored"};
+
+static int serve_admission(sg_http_response *resp, const sg_http_request *req, void *arg)
+{
+	program *p = arg;
+	char *out = NULL;
+	size_t len = 0;
+	sg_trust_admission result = SG_TRUST_ADMISSION_ERRORED;
+	SG_TRY(sg_trust_admission_review(req->body, req->body_len, req->content_type, &out, &len, &result));
+	sg_series_add(p->wh.answers[result], 1);
+	sg_log(SG_LOG_DEBUG, "admission review", SG_F_STR("result", admission_names[result]),
+	       SG_F_INT("bytes", (int64_t)req->body_len), SG_F_END);
+	resp->content_type = "application/json";
+	sg_http_response_take(resp, out, len);
+	return SG_OK;
+}
+
+static int webhook_metrics(program *p)
+{
+	sg_metric *f = NULL;
+	static const char *const label[] = {"result"};
+	SG_TRY(sg_metrics_counter(&f, p->metrics, "signet_trust_webhook_reviews_total",
+	                          "Bundle admission reviews answered: allowed, denied (an invalid Bundle) or errored "
+	                          "(not a well-formed review).",
+	                          label, 1));
+	for (int i = 0; i < 3; i++)
+		SG_TRY(sg_metric_series(&p->wh.answers[i], f, &admission_names[i]));
+	return SG_OK;
+}
+
+static file_id id_of(const struct stat *st)
+{
+	return (file_id){.dev = st->st_dev, .ino = st->st_ino, .size = st->st_size, .mtime = st->st_mtim};
+}
+
+static bool same_id(const file_id *a, const file_id *b)
+{
+	return a->dev == b->dev && a->ino == b->ino && a->size == b->size && a->mtime.tv_sec == b->mtime.tv_sec &&
+	       a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
+
+/* Starts the webhook with the pair, or gives it the pair. */
+static int webhook_use(program *p, const char *crt, const char *key)
+{
+	if (p->wh.srv)
+		return sg_http_server_set_tls(p->wh.srv, crt, key);
+	const settings *s = &p->s;
+	const sg_http_post_route route = {SG_TRUST_WEBHOOK_PATH, serve_admission, p, SG_TRUST_WEBHOOK_BODY_MAX};
+	const sg_http_options o = {
+		.bind_address = s->webhook_host,
+		.port = (uint16_t)s->webhook_port,
+		.post_routes = &route,
+		.npost_routes = 1,
+		.body_budget = WEBHOOK_BODY_BUDGET,
+		.max_connections = WEBHOOK_CONNECTIONS,
+		.max_connections_per_ip = WEBHOOK_PER_IP,
+		.request_timeout_seconds = WEBHOOK_TIMEOUT,
+		.timeout_seconds = WEBHOOK_TIMEOUT,
+		.tls_cert_pem = crt,
+		.tls_key_pem = key,
+	};
+	SG_TRY(sg_http_server_start(&p->wh.srv, &o));
+	sg_log(SG_LOG_INFO, "webhook serving", SG_F_STR("address", s->webhook_host),
+	       SG_F_INT("port", sg_http_server_port(p->wh.srv)), SG_F_STR("path", SG_TRUST_WEBHOOK_PATH), SG_F_END);
+	return SG_OK;
+}
+
+/* Reads the pair and uses it. */
+static int webhook_load(program *p, const char *crt_path, const char *key_path)
+{
+	uint8_t *crt = NULL, *key = NULL;
+	size_t crt_len = 0, key_len = 0;
+	SG_TRY(sg_file_read(crt_path, WEBHOOK_FILE_MAX, &crt, &crt_len));
+	int rc = sg_file_read(key_path, WEBHOOK_FILE_MAX, &key, &key_len);
+	if (rc == SG_OK)
+		rc = webhook_use(p, (const char *)crt, (const char *)key);
+	free(crt);
+	if (key) {
+		sg_wipe(key, key_len);
+		free(key);
+	}
+	return rc;
+}
+
+/* Once a second: start the webhook when the pair appears, reload it when
+ * either file changes. Failures keep what serves and are logged once each. */
+static void webhook_tick(program *p)
+{
+	const char *dir = p->s.webhook_certificate_dir;
+	if (!dir || !*dir)
+		return;
+	char crt[PATH_MAX], key[PATH_MAX];
+	snprintf(crt, sizeof(crt), "%s/tls.crt", dir); /* the setting is shorter than PATH_MAX - 8 */
+	snprintf(key, sizeof(key), "%s/tls.key", dir);
+	struct stat cs, ks;
+	if (stat(crt, &cs) != 0 || stat(key, &ks) != 0) {
+		if (!p->wh.srv && !p->wh.waiting_reported)
+			sg_log(SG_LOG_WARN, "webhook: waiting for its certificate", SG_F_STR("tls.crt", crt),
+			       SG_F_STR("tls.key", key), SG_F_END);
+		p->wh.waiting_reported = true;
+		return;
+	}
+	file_id c = id_of(&cs), k = id_of(&ks);
+	if (p->wh.known && same_id(&c, &p->wh.crt) && same_id(&k, &p->wh.key))
+		return;
+	bool reload = p->wh.srv != NULL;
+	if (webhook_load(p, crt, key) < 0) {
+		/* A pair that does not load (SG_EINVAL) waits for the files to
+		 * change; anything else (the port taken, a file that vanished
+		 * between stat and read) is retried on the next tick. Each
+		 * failure is reported once. */
+		if (sg_error_last()->code == SG_EINVAL) {
+			p->wh.crt = c;
+			p->wh.key = k;
+			p->wh.known = true;
+		}
+		if (strcmp(p->wh.last_error, sg_error_last()->msg) != 0) {
+			snprintf(p->wh.last_error, sizeof(p->wh.last_error), "%s", sg_error_last()->msg);
+			sg_log_error_last(SG_LOG_WARN, reload ? "webhook: the new certificate cannot be used; keeping the "
+			                                        "previous one"
+			                                      : "webhook: cannot start");
+		}
+		return;
+	}
+	p->wh.crt = c;
+	p->wh.key = k;
+	p->wh.known = true;
+	p->wh.last_error[0] = '\0';
+	if (reload)
+		sg_log(SG_LOG_INFO, "webhook certificate reloaded", SG_F_STR("tls.crt", crt), SG_F_END);
+}
+
 /* ---- start and stop ---- */
 
 static int new_client(const settings *s, sg_kube **out, long timeout_ms)
@@ -210,6 +410,23 @@ static int trust_metrics(void *self, sg_metrics *reg)
 	return sg_trust_metrics(self, reg);
 }
 
+/* What sg_http binds to: a numeric address, IPv6 optionally in brackets. */
+static bool numeric_address(const char *a)
+{
+	char host[INET6_ADDRSTRLEN + 1];
+	size_t n = strlen(a);
+	if (n >= 2 && a[0] == '[' && a[n - 1] == ']') {
+		a++;
+		n -= 2;
+	}
+	if (n >= sizeof(host))
+		return false;
+	memcpy(host, a, n);
+	host[n] = '\0';
+	unsigned char buf[sizeof(struct in6_addr)];
+	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
+}
+
 static int start(program *p)
 {
 	settings *s = &p->s;
@@ -218,6 +435,8 @@ static int start(program *p)
 	/* Settings first, so a typo is named before any connection is tried. */
 	SG_ENSURE(sg_names_dns_label(s->trust_namespace, strlen(s->trust_namespace), SG_NAMES_LABEL_MAX), SG_EINVAL,
 	          "trust-namespace \"%s\" is not a namespace name", s->trust_namespace);
+	SG_ENSURE(numeric_address(s->webhook_host), SG_EINVAL,
+	          "webhook-host \"%s\" is not a numeric IPv4 or IPv6 address", s->webhook_host);
 	if (s->default_package_location && *s->default_package_location) {
 		SG_TRY(sg_trust_package_load(&p->package, s->default_package_location));
 		sg_log(SG_LOG_INFO, "default CA package", SG_F_STR("id", sg_trust_package_id(p->package)), SG_F_END);
@@ -271,7 +490,9 @@ static int start(program *p)
 	SG_TRY(sg_ctrl_manager_add(p->table, &row));
 	SG_TRY(sg_metrics_new(&p->metrics));
 	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));
+	SG_TRY(webhook_metrics(p));
 	SG_TRY(start_http(p));
+	webhook_tick(p);
 	SG_TRY(sg_ctrl_manager_start(p->table));
 	atomic_store(&p->started, true);
 	sg_log(SG_LOG_INFO, "signet-trust started", SG_F_STR("trust_namespace", s->trust_namespace),
@@ -283,6 +504,7 @@ static int start(program *p)
 static void stop(program *p)
 {
 	atomic_store(&p->started, false);
+	sg_http_server_stop(p->wh.srv);
 	sg_http_server_stop(p->http_probe);
 	sg_http_server_stop(p->http_metrics);
 	sg_ctrl_manager_free(p->table); /* leadership ends and the Lease is released */
@@ -390,6 +612,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		sg_ctrl_manager_tick(p.table);
+		webhook_tick(&p);
 	}
 	stop(&p);
 	sg_log(SG_LOG_INFO, "stopped", SG_F_END);

@@ -1,6 +1,7 @@
 /*
  * Tests for sg_http over real loopback sockets, with a tiny HTTP client:
  * routes, 404/405/413/500, HEAD, nothing echoed, bind addresses, limits,
+ * POST bodies (limits declared and chunked, the shared budget),
  * concurrent scrapes of a registry being hammered, and a stop that does not
  * hang on connected clients.
  *
@@ -1027,6 +1028,189 @@ static void t_per_ip_limit(void)
 	fixture_stop(&fx);
 }
 
+/* ---- POST routes -------------------------------------------------------- */
+
+/* Echoes the body's length, its first bytes and the content type. */
+static int h_post(sg_http_response *r, const sg_http_request *req, void *arg)
+{
+	(void)arg;
+	char out[256];
+	int n = snprintf(out, sizeof(out), "len=%zu ct=%s first=%.8s nul=%d\n", req->body_len,
+	                 req->content_type ? req->content_type : "(none)", req->body, req->body[req->body_len] == '\0');
+	r->content_type = "application/json";
+	return sg_http_response_copy(r, out, (size_t)n);
+}
+
+static int h_post_fail(sg_http_response *r, const sg_http_request *req, void *arg)
+{
+	(void)r;
+	(void)req;
+	(void)arg;
+	return sg_error_set(SG_EINTERNAL, "secret detail SECRETMARKER");
+}
+
+typedef struct post_fixture {
+	sg_http_server *srv;
+	uint16_t port;
+} post_fixture;
+
+static bool post_start(post_fixture *fx, size_t budget)
+{
+	const sg_http_route get_routes[] = {{"/healthz", h_healthz, NULL}};
+	const sg_http_post_route posts[] = {{"/validate", h_post, NULL, 1000}, {"/fail", h_post_fail, NULL, 100}};
+	sg_http_options o = {.routes = get_routes,
+	                     .nroutes = 1,
+	                     .post_routes = posts,
+	                     .npost_routes = 2,
+	                     .body_budget = budget,
+	                     .max_connections_per_ip = 16};
+	int rc = sg_http_server_start(&fx->srv, &o);
+	SG_CHECK_OK(rc);
+	fx->port = rc == 0 ? sg_http_server_port(fx->srv) : 0;
+	return rc == 0;
+}
+
+static void post(uint16_t port, const char *path, const char *ct, const char *body, reply *out)
+{
+	char req[4096];
+	snprintf(req, sizeof(req),
+	         "POST %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n%s%s%sContent-Length: %zu\r\n\r\n%s",
+	         path, ct ? "Content-Type: " : "", ct ? ct : "", ct ? "\r\n" : "", strlen(body), body);
+	exchange(port, req, out);
+}
+
+static void t_post(void)
+{
+	post_fixture fx;
+	if (!post_start(&fx, 0))
+		return;
+	reply r;
+	post(fx.port, "/validate", "application/json", "{\"a\":1}", &r);
+	SG_CHECK(r.status == 200);
+	SG_CHECK(has_header(&r, "Content-Type: application/json"));
+	SG_CHECK(r.body && strcmp(r.body, "len=7 ct=application/json first={\"a\":1} nul=1\n") == 0);
+	reply_clear(&r);
+	/* Empty body, no content type. */
+	post(fx.port, "/validate", NULL, "", &r);
+	SG_CHECK(r.status == 200 && r.body && strcmp(r.body, "len=0 ct=(none) first= nul=1\n") == 0);
+	reply_clear(&r);
+	/* Exactly the limit, then one byte more (declared: 413 before the body). */
+	char big[1002];
+	memset(big, 'x', 1000);
+	big[1000] = '\0';
+	post(fx.port, "/validate", "text/plain", big, &r);
+	SG_CHECK(r.status == 200 && r.body && strncmp(r.body, "len=1000 ", 9) == 0);
+	reply_clear(&r);
+	big[1000] = 'y';
+	big[1001] = '\0';
+	post(fx.port, "/validate", "text/plain", big, &r);
+	SG_CHECK(r.status == 413);
+	reply_clear(&r);
+	/* A huge declared length is refused without a byte of body. */
+	exchange(fx.port, "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999\r\n\r\n", &r);
+	SG_CHECK(r.status == 413);
+	reply_clear(&r);
+	/* Chunked within the limit. */
+	exchange(fx.port,
+	         "POST /validate HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n"
+	         "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+	         &r);
+	SG_CHECK(r.status == 200 && r.body && strncmp(r.body, "len=11 ct=(none) first=hello wo", 31) == 0);
+	reply_clear(&r);
+	/* Chunked past the limit: closed without a response. */
+	char chunked[2048];
+	int n = snprintf(chunked, sizeof(chunked),
+	                 "POST /validate HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n", 1200);
+	memset(chunked + n, 'z', 1200);
+	memcpy(chunked + n + 1200, "\r\n0\r\n\r\n", 8);
+	chunked[n + 1208] = '\0';
+	exchange(fx.port, chunked, &r);
+	SG_CHECK(r.status == -1);
+	reply_clear(&r);
+	/* Methods: GET on a POST path, POST on a GET path or nowhere. */
+	get(fx.port, "GET", "/validate", &r);
+	SG_CHECK(r.status == 405 && has_header(&r, "Allow: POST"));
+	reply_clear(&r);
+	get(fx.port, "HEAD", "/validate", &r);
+	SG_CHECK(r.status == 405);
+	reply_clear(&r);
+	post(fx.port, "/healthz", NULL, "", &r);
+	SG_CHECK(r.status == 405 && has_header(&r, "Allow: GET, HEAD"));
+	reply_clear(&r);
+	post(fx.port, "/nope", NULL, "x", &r);
+	SG_CHECK(r.status == 405);
+	reply_clear(&r);
+	get(fx.port, "GET", "/healthz", &r);
+	SG_CHECK(r.status == 200);
+	reply_clear(&r);
+	/* A failing handler: 500, nothing of the detail sent. */
+	post(fx.port, "/fail", NULL, "{}", &r);
+	SG_CHECK(r.status == 500 && r.body && !strstr(r.body, "SECRETMARKER"));
+	reply_clear(&r);
+	sg_http_server_stop(fx.srv);
+}
+
+/* Bodies held at once are bounded across connections: with a budget of one
+ * body, a second connection that sends data while the first holds its
+ * budget is closed; once the first is done, the budget is back. */
+static void t_post_budget(void)
+{
+	post_fixture fx;
+	if (!post_start(&fx, 1001))
+		return;
+	int a = dial("127.0.0.1", fx.port);
+	SG_CHECK(a >= 0);
+	const char head[] = "POST /validate HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n";
+	char part[600];
+	memset(part, 'a', sizeof(part));
+	/* 600 bytes: the first buffer (16 KiB, capped at max_body + 1) takes the whole budget. */
+	SG_CHECK(send_all(a, head, strlen(head)) && send_all(a, part, sizeof(part)));
+	sleep_ms(200);
+	reply r;
+	post(fx.port, "/validate", NULL, "0123456789", &r);
+	SG_CHECK(r.status == -1); /* no room: closed */
+	reply_clear(&r);
+	SG_CHECK(send_all(a, part, 400));
+	SG_CHECK(read_response(a, &r) == 200);
+	SG_CHECK(r.body && strncmp(r.body, "len=1000 ", 9) == 0);
+	reply_clear(&r);
+	close(a);
+	sleep_ms(100);
+	post(fx.port, "/validate", NULL, "0123456789", &r);
+	SG_CHECK(r.status == 200);
+	reply_clear(&r);
+	sg_http_server_stop(fx.srv);
+}
+
+/* Options that cannot work are refused before anything listens. */
+static void t_post_and_tls_options(void)
+{
+	sg_http_server *srv = NULL;
+	const sg_http_post_route posts[] = {{"/v", h_post, NULL, 10}};
+	sg_http_options only_post = {.post_routes = posts, .npost_routes = 1};
+	SG_CHECK_OK(sg_http_server_start(&srv, &only_post));
+	SG_CHECK_RC(sg_http_server_set_tls(srv, "x", "y"), SG_EINVAL); /* not a TLS server */
+	sg_http_server_stop(srv);
+	const sg_http_post_route zero[] = {{"/v", h_post, NULL, 0}};
+	sg_http_options o = {.post_routes = zero, .npost_routes = 1};
+	SG_CHECK_RC(sg_http_server_start(&srv, &o), SG_EINVAL);
+	const sg_http_post_route huge[] = {{"/v", h_post, NULL, (size_t)SG_HTTP_BODY_MAX + 1}};
+	o.post_routes = huge;
+	SG_CHECK_RC(sg_http_server_start(&srv, &o), SG_EINVAL);
+	const sg_http_route get_v[] = {{"/v", h_healthz, NULL}};
+	sg_http_options dup = {.routes = get_v, .nroutes = 1, .post_routes = posts, .npost_routes = 1};
+	SG_CHECK_RC(sg_http_server_start(&srv, &dup), SG_EINVAL);
+	sg_http_options budget = {.post_routes = posts, .npost_routes = 1, .body_budget = (size_t)SG_HTTP_BODY_MAX + 1};
+	SG_CHECK_RC(sg_http_server_start(&srv, &budget), SG_EINVAL);
+	sg_http_options half = {.post_routes = posts, .npost_routes = 1, .tls_cert_pem = "x"};
+	SG_CHECK_RC(sg_http_server_start(&srv, &half), SG_EINVAL);
+	sg_http_options junk = {
+	    .post_routes = posts, .npost_routes = 1, .tls_cert_pem = "not pem", .tls_key_pem = "no"};
+	SG_CHECK_RC(sg_http_server_start(&srv, &junk), SG_EINVAL);
+	SG_CHECK_MSG("cannot be used");
+}
+
 SG_TEST_MAIN(SG_TEST(t_routes), SG_TEST(t_methods), SG_TEST(t_errors_not_echoed), SG_TEST(t_bind), SG_TEST(t_limits),
              SG_TEST(t_option_bounds), SG_TEST(t_stop_with_clients), SG_TEST(t_concurrent_scrapes),
-             SG_TEST(t_request_deadline), SG_TEST(t_per_ip_limit), SG_TEST(t_slowloris))
+             SG_TEST(t_request_deadline), SG_TEST(t_per_ip_limit), SG_TEST(t_slowloris), SG_TEST(t_post),
+             SG_TEST(t_post_budget), SG_TEST(t_post_and_tls_options))
