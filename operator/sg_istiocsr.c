@@ -1,0 +1,1184 @@
+/*
+ * The IstioCSR reconciler (contract: sg_istiocsr.h).
+ *
+ * One pass, for key "<namespace>/default":
+ *   1. gone: nothing; being deleted: delete what we made, drop the
+ *      finalizer;
+ *   2. refused: a second instance while an older one exists
+ *      (MultipleInstances; re-examined when the other goes, since every
+ *      IstioCSR event re-queues every IstioCSR), or a spec the CRD's CEL
+ *      rules would refuse (InvalidSpec);
+ *   3. the finalizer and the immutable-field record, one patch;
+ *   4. inputs: the istio namespace, the HSM Secret, the issuer, the CA
+ *      (each missing one is a Ready=False message and a retry);
+ *   5. the objects, each applied only when its cached copy differs; ones
+ *      no longer wanted deleted;
+ *   6. status from the operand Deployment and its pods.
+ *
+ * Inputs that are not watched (the issuer, the user's CA ConfigMap, the
+ * CA Secret) are read live and looked at again every 30 s while they
+ * matter; the objects we make, the namespaces, the HSM Secret and the
+ * operand's pods are watched, so drift and recovery need no polling.
+ */
+#include "sg_istiocsr.h"
+#include "sg_base64.h"
+#include "sg_guard.h"
+#include "sg_log.h"
+#include "sg_names.h"
+#include "sg_opr.h"
+#include "sg_x509.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define APP "cert-manager-istio-csr"
+#define FINALIZER "istiocsr.openshift.operator.io/cert-manager-istio-csr-controller"
+#define IMMUTABLE_ANNOTATION "operator.signet.dev/istiocsr-immutable"
+#define CA_COPY "cert-manager-istio-csr-issuer-ca-copy"
+#define HSM_MOUNT "/etc/signet/hsm"
+#define ROOT_MOUNT "/var/run/configmaps/istio-csr"
+#define RETRY_MS 30000u
+#define SELECTOR "app=" APP ",app.kubernetes.io/managed-by=" SG_OPR_MANAGED_BY
+
+enum {
+	W_CR,
+	W_DEPLOY,
+	W_SVC,
+	W_SA,
+	W_NETPOL,
+	W_CM,
+	W_ROLE,
+	W_RB,
+	W_CROLE,
+	W_CRB,
+	W_NS,
+	W_POD,
+	W_SECRET,
+	W_N
+};
+
+static const sg_kube_ref REF_CR = {SG_OPR_GROUP, SG_OPR_VERSION, "istiocsrs", NULL, NULL, NULL};
+static const sg_kube_ref REFS[W_N] = {
+	[W_CR] = {SG_OPR_GROUP, SG_OPR_VERSION, "istiocsrs", NULL, NULL, NULL},
+	[W_DEPLOY] = {"apps", "v1", "deployments", NULL, NULL, NULL},
+	[W_SVC] = {"", "v1", "services", NULL, NULL, NULL},
+	[W_SA] = {"", "v1", "serviceaccounts", NULL, NULL, NULL},
+	[W_NETPOL] = {"networking.k8s.io", "v1", "networkpolicies", NULL, NULL, NULL},
+	[W_CM] = {"", "v1", "configmaps", NULL, NULL, NULL},
+	[W_ROLE] = {"rbac.authorization.k8s.io", "v1", "roles", NULL, NULL, NULL},
+	[W_RB] = {"rbac.authorization.k8s.io", "v1", "rolebindings", NULL, NULL, NULL},
+	[W_CROLE] = {"rbac.authorization.k8s.io", "v1", "clusterroles", NULL, NULL, NULL},
+	[W_CRB] = {"rbac.authorization.k8s.io", "v1", "clusterrolebindings", NULL, NULL, NULL},
+	[W_NS] = {"", "v1", "namespaces", NULL, NULL, NULL},
+	[W_POD] = {"", "v1", "pods", NULL, NULL, NULL},
+	[W_SECRET] = {"", "v1", "secrets", NULL, NULL, NULL},
+};
+static const char *const KINDS[W_N] = {
+	[W_DEPLOY] = "Deployment",  [W_SVC] = "Service",         [W_SA] = "ServiceAccount",
+	[W_NETPOL] = "NetworkPolicy", [W_CM] = "ConfigMap",      [W_ROLE] = "Role",
+	[W_RB] = "RoleBinding",     [W_CROLE] = "ClusterRole",   [W_CRB] = "ClusterRoleBinding",
+};
+static const sg_kube_ref REF_CERT = {"cert-manager.io", "v1", "certificates", NULL, NULL, NULL};
+
+struct sg_istiocsr {
+	sg_ctrl *ctrl;
+	char *image, *version, *hsm_secret;
+	char field_selector[300];
+	sg_opr_stats st;
+};
+
+/* ---- event mapping ---- */
+
+/* Objects we made carry their IstioCSR's namespace (the one instance
+ * there is named "default"; a label value holds 63 characters, so the
+ * namespace alone). */
+static void map_owned(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)arg;
+	const char *o = json_string_value(
+		json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), SG_OPR_OWNER_LABEL));
+	if (!o || !*o || strlen(o) > 63)
+		return;
+	char key[SG_CTRL_KEY_MAX];
+	snprintf(key, sizeof(key), "%s/default", o);
+	sg_ctrl_add(c, key);
+}
+
+/* Every IstioCSR: a namespace appearing may be one's istio namespace, and
+ * an IstioCSR going away may let a refused second one in. */
+static void map_all(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)obj;
+	(void)arg;
+	sg_kube_informer *inf = sg_ctrl_informer(c, W_CR);
+	if (!inf) {
+		sg_ctrl_resync(c);
+		return;
+	}
+	json_t *all = sg_kube_informer_list(inf);
+	size_t i;
+	json_t *o;
+	json_array_foreach(all, i, o)
+	{
+		char key[SG_CTRL_KEY_MAX];
+		if (sg_ctrl_key_of(o, key))
+			sg_ctrl_add(c, key);
+	}
+	json_decref(all);
+}
+
+static void map_secret(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)arg;
+	const char *ns = json_string_value(json_object_get(json_object_get(obj, "metadata"), "namespace"));
+	char key[SG_CTRL_KEY_MAX];
+	if (ns && strlen(ns) < 64) {
+		snprintf(key, sizeof(key), "%s/default", ns);
+		sg_ctrl_add(c, key);
+	}
+}
+
+/* ---- small JSON helpers ---- */
+
+/* The member at a dotted path of plain keys (never a label or annotation
+ * key, which hold dots themselves: meta_str). */
+static const json_t *at(const json_t *o, const char *path)
+{
+	char buf[256];
+	snprintf(buf, sizeof(buf), "%s", path);
+	char *save = NULL;
+	for (char *p = strtok_r(buf, ".", &save); p && o; p = strtok_r(NULL, ".", &save))
+		o = json_object_get(o, p);
+	return o;
+}
+
+static const char *str_at(const json_t *o, const char *path, const char *dflt)
+{
+	const char *s = json_string_value(at(o, path));
+	return s && *s ? s : dflt;
+}
+
+/* A label or annotation (their keys hold dots, so not through at()). */
+static const char *meta_str(const json_t *o, const char *map, const char *key)
+{
+	return json_string_value(json_object_get(json_object_get(json_object_get(o, "metadata"), map), key));
+}
+
+static const char *nz(const char *s)
+{
+	return s ? s : "";
+}
+
+static json_int_t int_at(const json_t *o, const char *path, json_int_t dflt)
+{
+	const json_t *v = at(o, path);
+	return json_is_integer(v) ? json_integer_value(v) : dflt;
+}
+
+static int push(json_t *args, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int push(json_t *args, const char *fmt, ...)
+{
+	char buf[4200];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	SG_ENSURE(n >= 0 && (size_t)n < sizeof(buf), SG_EINVAL, "argument too long");
+	SG_ENSURE(json_array_append_new(args, json_string(buf)) == 0, SG_EINTERNAL, "out of memory");
+	return SG_OK;
+}
+
+/* "a,b,c" of a JSON array of strings (empty when absent). */
+static void join(const json_t *arr, char *out, size_t cap)
+{
+	out[0] = '\0';
+	size_t i, n = 0;
+	json_t *v;
+	json_array_foreach(arr, i, v)
+	{
+		const char *s = json_string_value(v);
+		if (!s)
+			continue;
+		int w = snprintf(out + n, cap - n, "%s%s", n ? "," : "", s);
+		if (w < 0 || (size_t)w >= cap - n)
+			break;
+		n += (size_t)w;
+	}
+}
+
+/* ---- validation (the CRD's CEL rules) ---- */
+
+typedef struct spec_view {
+	const json_t *cfg; /* spec.istioCSRConfig */
+	const char *ns, *name;
+	const char *issuer_name, *issuer_kind, *issuer_group;
+	bool signet_issuer, cluster_issuer;
+	const char *istio_ns, *trust_domain, *algo;
+	json_int_t key_size, port;
+} spec_view;
+
+static bool view(const json_t *cr, spec_view *v, char *msg, size_t cap)
+{
+	memset(v, 0, sizeof(*v));
+	v->ns = str_at(cr, "metadata.namespace", "");
+	v->name = str_at(cr, "metadata.name", "");
+	v->cfg = at(cr, "spec.istioCSRConfig");
+	if (strcmp(v->name, "default") != 0) {
+		snprintf(msg, cap, "istiocsr is a singleton, .metadata.name must be 'default'");
+		return false;
+	}
+	if (!json_is_object(v->cfg) || !json_is_object(json_object_get(v->cfg, "certManager")) ||
+	    !json_is_object(json_object_get(v->cfg, "istio")) ||
+	    !json_is_object(json_object_get(v->cfg, "istiodTLSConfig"))) {
+		snprintf(msg, cap, "%s/%s configuration validation failed: spec.istioCSRConfig needs certManager, "
+		         "istio and istiodTLSConfig", v->ns, v->name);
+		return false;
+	}
+	v->issuer_name = str_at(v->cfg, "certManager.issuerRef.name", NULL);
+	v->issuer_kind = str_at(v->cfg, "certManager.issuerRef.kind", "Issuer");
+	v->issuer_group = str_at(v->cfg, "certManager.issuerRef.group", "cert-manager.io");
+	if (!v->issuer_name) {
+		snprintf(msg, cap, "spec.istioCSRConfig.certManager.issuerRef.name is required");
+		return false;
+	}
+	if (strcasecmp(v->issuer_group, "cert-manager.io") == 0) {
+		v->cluster_issuer = strcasecmp(v->issuer_kind, "ClusterIssuer") == 0;
+		if (!v->cluster_issuer && strcasecmp(v->issuer_kind, "Issuer") != 0) {
+			snprintf(msg, cap, "spec.istioCSRConfig.certManager.issuerRef.kind must be Issuer or ClusterIssuer "
+			         "for group cert-manager.io, not %s", v->issuer_kind);
+			return false;
+		}
+	} else if (strcasecmp(v->issuer_group, "signet.dev") == 0) {
+		v->signet_issuer = true;
+		v->cluster_issuer = strcasecmp(v->issuer_kind, "SignetClusterIssuer") == 0;
+		if (!v->cluster_issuer && strcasecmp(v->issuer_kind, "SignetIssuer") != 0) {
+			snprintf(msg, cap, "spec.istioCSRConfig.certManager.issuerRef.kind must be SignetIssuer or "
+			         "SignetClusterIssuer for group signet.dev, not %s", v->issuer_kind);
+			return false;
+		}
+	} else {
+		snprintf(msg, cap, "spec.istioCSRConfig.certManager.issuerRef.group must be cert-manager.io or "
+		         "signet.dev, not %s", v->issuer_group);
+		return false;
+	}
+	v->istio_ns = str_at(v->cfg, "istio.namespace", NULL);
+	if (!v->istio_ns || !sg_names_dns_label(v->istio_ns, strlen(v->istio_ns), SG_NAMES_LABEL_MAX)) {
+		snprintf(msg, cap, "spec.istioCSRConfig.istio.namespace must be a namespace name");
+		return false;
+	}
+	v->trust_domain = str_at(v->cfg, "istiodTLSConfig.trustDomain", NULL);
+	if (!v->trust_domain) {
+		snprintf(msg, cap, "spec.istioCSRConfig.istiodTLSConfig.trustDomain is required");
+		return false;
+	}
+	v->algo = str_at(v->cfg, "istiodTLSConfig.privateKeyAlgorithm", "RSA");
+	v->key_size = int_at(v->cfg, "istiodTLSConfig.privateKeySize", 2048);
+	bool rsa = strcmp(v->algo, "RSA") == 0;
+	bool ok = rsa ? (v->key_size == 2048 || v->key_size == 4096 || v->key_size == 8192)
+	              : strcmp(v->algo, "ECDSA") == 0 && (v->key_size == 256 || v->key_size == 384);
+	if (!ok) {
+		snprintf(msg, cap, "privateKeySize must match with configured privateKeyAlgorithm (%s %lld)", v->algo,
+		         (long long)v->key_size);
+		return false;
+	}
+	v->port = int_at(v->cfg, "server.port", 443);
+	if (v->port < 1 || v->port > 65535) {
+		snprintf(msg, cap, "spec.istioCSRConfig.server.port must be 1..65535");
+		return false;
+	}
+	return true;
+}
+
+/* The fields the CRD makes immutable, as recorded at the first accepted
+ * reconcile. New reference. */
+static json_t *immutable_of(const spec_view *v)
+{
+	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:O}", "issuerName", v->issuer_name, "issuerKind", v->issuer_kind,
+	                 "issuerGroup", v->issuer_group, "privateKeyAlgorithm", v->algo, "privateKeySize",
+	                 (json_int_t)v->key_size, "istioNamespace", v->istio_ns, "port", (json_int_t)v->port,
+	                 "revisions", at(v->cfg, "istio.revisions") ? at(v->cfg, "istio.revisions") : json_null());
+}
+
+static bool immutable_kept(const json_t *cr, const json_t *now, char *msg, size_t cap)
+{
+	const char *rec = meta_str(cr, "annotations", IMMUTABLE_ANNOTATION);
+	if (!rec)
+		return true;
+	json_t *was = json_loads(rec, 0, NULL);
+	if (!was) /* a user edited it into garbage: take the spec as it is now */
+		return true;
+	static const struct {
+		const char *key, *field;
+	} f[] = {
+		{"issuerName", "certManager.issuerRef"},         {"issuerKind", "certManager.issuerRef"},
+		{"issuerGroup", "certManager.issuerRef"},        {"privateKeyAlgorithm", "istiodTLSConfig.privateKeyAlgorithm"},
+		{"privateKeySize", "istiodTLSConfig.privateKeySize"}, {"istioNamespace", "istio.namespace"},
+		{"port", "server.port"},                        {"revisions", "istio.revisions"},
+	};
+	bool ok = true;
+	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && ok; i++) {
+		const json_t *a = json_object_get(was, f[i].key), *b = json_object_get(now, f[i].key);
+		if (a && !json_equal(a, b)) {
+			snprintf(msg, cap, "spec.istioCSRConfig.%s is immutable once set", f[i].field);
+			ok = false;
+		}
+	}
+	json_decref(was);
+	return ok;
+}
+
+/* The oldest IstioCSR wins; equal creation times are broken by namespace
+ * (the anchor refuses all of them, which leaves none running). */
+static const char *older_instance(sg_ctrl *c, const json_t *cr)
+{
+	const char *ns = str_at(cr, "metadata.namespace", ""), *ts = str_at(cr, "metadata.creationTimestamp", "");
+	json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, W_CR));
+	static _Thread_local char other[64];
+	const char *found = NULL;
+	size_t i;
+	json_t *o;
+	json_array_foreach(all, i, o)
+	{
+		const char *ons = str_at(o, "metadata.namespace", "");
+		const char *ots = str_at(o, "metadata.creationTimestamp", "");
+		if (strcmp(ons, ns) == 0 || at(o, "metadata.deletionTimestamp") ||
+		    strcmp(str_at(o, "metadata.name", ""), "default") != 0)
+			continue;
+		int cmp = strcmp(ots, ts); /* RFC 3339 UTC in one format: text order is time order */
+		if (cmp < 0 || (cmp == 0 && strcmp(ons, ns) < 0)) {
+			snprintf(other, sizeof(other), "%s", ons);
+			found = other;
+			break;
+		}
+	}
+	json_decref(all);
+	return found;
+}
+
+/* ---- inputs ---- */
+
+/* The first PEM block of pem must be a CA certificate (the anchor's
+ * check: basic constraints with cA; key usage is checked by signetd,
+ * which refuses a root bundle that does not verify its own CA). */
+static bool ca_pem_ok(const char *pem, size_t len, char *msg, size_t cap, const char *what)
+{
+	sg_x509_bundle *b = NULL;
+	if (sg_x509_bundle_parse(&b, pem, len) < 0 || sg_x509_bundle_count(b) == 0) {
+		snprintf(msg, cap, "%s: no valid PEM data found", what);
+		sg_x509_bundle_free(b);
+		return false;
+	}
+	sg_x509_facts f;
+	bool ok = sg_x509_get_facts(b, 0, &f) == SG_OK && f.is_ca;
+	if (!ok)
+		snprintf(msg, cap, "%s: the first certificate is not a CA certificate", what);
+	sg_x509_bundle_free(b);
+	return ok;
+}
+
+/* The issuer's CA PEM for RA mode (the anchor's order): the user's
+ * ConfigMap, a CA issuer's Secret, istiod-tls's ca.crt. *pem is a new
+ * string (caller frees) or NULL with msg saying what is missing. */
+static int issuer_ca(sg_istiocsr *t, const spec_view *v, const json_t *issuer, char **pem, char *msg, size_t cap,
+                     bool *invalid)
+{
+	*pem = NULL;
+	*invalid = false;
+	sg_kube *k = sg_ctrl_kube(t->ctrl);
+	const json_t *ref = at(v->cfg, "certManager.istioCACertificate");
+	json_t *obj = NULL;
+	const char *data = NULL;
+	char what[400];
+	if (json_is_object(ref)) {
+		const char *name = str_at(ref, "name", ""), *key = str_at(ref, "key", "");
+		const char *ns = str_at(ref, "namespace", v->ns);
+		sg_kube_ref r = REFS[W_CM];
+		r.ns = ns;
+		r.name = name;
+		int rc = sg_kube_get(k, &r, &obj);
+		if (rc == SG_ENOTFOUND) {
+			snprintf(msg, cap, "failed to fetch CA certificate ConfigMap %s/%s", ns, name);
+			return SG_OK;
+		}
+		SG_TRY(rc);
+		data = json_string_value(json_object_get(json_object_get(obj, "data"), key));
+		snprintf(what, sizeof(what), "ConfigMap %s/%s key %s", ns, name, key);
+		if (!data) {
+			snprintf(msg, cap, "key \"%s\" not found in ConfigMap %s/%s", key, ns, name);
+			*invalid = true;
+			json_decref(obj);
+			return SG_OK;
+		}
+	} else {
+		const char *secret = str_at(issuer, "spec.ca.secretName", "istiod-tls");
+		sg_kube_ref r = REFS[W_SECRET];
+		r.ns = v->istio_ns;
+		r.name = secret;
+		int rc = sg_kube_get(k, &r, &obj);
+		if (rc == SG_ENOTFOUND) {
+			snprintf(msg, cap, "waiting for Secret %s/%s (the issuer's CA, key ca.crt)", v->istio_ns, secret);
+			return SG_OK;
+		}
+		SG_TRY(rc);
+		const char *b64 = json_string_value(json_object_get(json_object_get(obj, "data"), "ca.crt"));
+		snprintf(what, sizeof(what), "Secret %s/%s key ca.crt", v->istio_ns, secret);
+		if (!b64) {
+			snprintf(msg, cap, "waiting for %s", what);
+			json_decref(obj);
+			return SG_OK;
+		}
+		size_t blen = strlen(b64), n = 0;
+		/* The limit before the allocation: a CA bundle, not a file store. */
+		if (blen > 1u << 20) {
+			snprintf(msg, cap, "%s is larger than 1 MiB", what);
+			*invalid = true;
+			json_decref(obj);
+			return SG_OK;
+		}
+		char *s = malloc(blen / 4 * 3 + 4);
+		if (!s) {
+			json_decref(obj);
+			SG_BAIL(SG_EINTERNAL, "out of memory");
+		}
+		int drc = sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)s, blen / 4 * 3 + 3, &n);
+		json_decref(obj);
+		obj = NULL;
+		if (drc < 0) {
+			free(s);
+			snprintf(msg, cap, "%s is not base64", what);
+			*invalid = true;
+			return SG_OK;
+		}
+		s[n] = '\0';
+		if (!ca_pem_ok(s, n, msg, cap, what)) {
+			free(s);
+			*invalid = true;
+			return SG_OK;
+		}
+		*pem = s;
+		return SG_OK;
+	}
+	if (!ca_pem_ok(data, strlen(data), msg, cap, what)) {
+		*invalid = true;
+		json_decref(obj);
+		return SG_OK;
+	}
+	*pem = strdup(data);
+	json_decref(obj);
+	SG_ENSURE(*pem, SG_EINTERNAL, "out of memory");
+	return SG_OK;
+}
+
+/* ---- the objects ---- */
+
+typedef struct pass {
+	sg_istiocsr *t;
+	sg_ctrl *c;
+	const json_t *cr;
+	spec_view v;
+	json_t *labels, *owner; /* owner: ownerReferences for objects in the CR's namespace */
+	char owner_label[128], crole[128];
+	bool ra;        /* a cert-manager issuer signs; signetd forwards */
+	char *ca_copy;  /* the CA copy's ca.crt, or NULL: none wanted */
+	const json_t *hsm;
+} pass;
+
+static json_t *meta(const pass *p, const char *name, const char *ns)
+{
+	json_t *m = json_pack("{s:s, s:O}", "name", name, "labels", p->labels);
+	if (!m)
+		return NULL;
+	if (ns)
+		json_object_set_new(m, "namespace", json_string(ns));
+	if (ns && strcmp(ns, p->v.ns) == 0)
+		json_object_set(m, "ownerReferences", p->owner);
+	return m;
+}
+
+static json_t *object(const pass *p, const char *api, const char *kind, const char *name, const char *ns)
+{
+	json_t *m = meta(p, name, ns);
+	return m ? json_pack("{s:s, s:s, s:o}", "apiVersion", api, "kind", kind, "metadata", m) : NULL;
+}
+
+/* Applies body (consumed) as object w (a watched kind) of namespace ns. */
+static int put(pass *p, int w, const char *ns, json_t *body)
+{
+	SG_ENSURE(body, SG_EINTERNAL, "out of memory");
+	const char *name = str_at(body, "metadata.name", "");
+	json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, (size_t)w), ns, name);
+	sg_kube_ref r = REFS[w];
+	r.ns = ns;
+	r.name = name;
+	int rc = sg_opr_apply(p->c, &p->t->st, p->cr, &r, KINDS[w], body, live);
+	json_decref(live);
+	json_decref(body);
+	return rc;
+}
+
+static json_t *rule(const char *group, const char *resources, const char *verbs)
+{
+	json_t *r = json_pack("{s:[s], s:[], s:[]}", "apiGroups", group, "resources", "verbs");
+	char buf[256];
+	const char *lists[2] = {resources, verbs};
+	const char *keys[2] = {"resources", "verbs"};
+	for (int i = 0; i < 2 && r; i++) {
+		snprintf(buf, sizeof(buf), "%s", lists[i]);
+		char *save = NULL;
+		for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save))
+			json_array_append_new(json_object_get(r, keys[i]), json_string(s));
+	}
+	return r;
+}
+
+static json_t *port(const char *name, json_int_t port, json_int_t target)
+{
+	return name ? json_pack("{s:s, s:I, s:I, s:s}", "name", name, "port", port, "targetPort", target, "protocol", "TCP")
+	            : json_pack("{s:I, s:s}", "port", port, "protocol", "TCP");
+}
+
+static int services(pass *p)
+{
+	json_t *grpc = object(p, "v1", "Service", APP, p->v.ns);
+	json_t *metrics = object(p, "v1", "Service", APP "-metrics", p->v.ns);
+	if (grpc)
+		json_object_set_new(grpc, "spec",
+		                    json_pack("{s:s, s:{s:s}, s:[o]}", "type", "ClusterIP", "selector", "app", APP, "ports",
+		                              port("web", p->v.port, 6443)));
+	if (metrics)
+		json_object_set_new(metrics, "spec",
+		                    json_pack("{s:s, s:{s:s}, s:[o]}", "type", "ClusterIP", "selector", "app", APP, "ports",
+		                              port("metrics", 9402, 9402)));
+	int rc = put(p, W_SVC, p->v.ns, grpc);
+	int rc2 = put(p, W_SVC, p->v.ns, metrics);
+	return rc < 0 ? rc : rc2;
+}
+
+static int network_policies(pass *p)
+{
+	static const char *const names[] = {"istio-csr-deny-all", "istio-csr-allow-egress-to-api-server",
+	                                    "istio-csr-allow-ingress-to-metrics", "istio-csr-allow-ingress-to-grpc"};
+	for (size_t i = 0; i < 4; i++) {
+		json_t *np = object(p, "networking.k8s.io/v1", "NetworkPolicy", names[i], p->v.ns);
+		if (!np)
+			SG_BAIL(SG_EINTERNAL, "out of memory");
+		json_object_set_new(json_object_get(json_object_get(np, "metadata"), "labels"),
+		                    "istiocsr.operator.openshift.io/owned-by", json_string("istio-csr"));
+		json_t *spec = json_pack("{s:{s:{s:s}}}", "podSelector", "matchLabels", "app", APP);
+		switch (i) {
+		case 0:
+			json_object_set_new(spec, "policyTypes", json_pack("[s,s]", "Ingress", "Egress"));
+			break;
+		case 1: /* the API server's endpoint port (6443) and its Service port (443) */
+			json_object_set_new(spec, "policyTypes", json_pack("[s]", "Egress"));
+			json_object_set_new(spec, "egress", json_pack("[{s:[o,o]}]", "ports", port(NULL, 6443, 0),
+			                                               port(NULL, 443, 0)));
+			break;
+		case 2:
+			json_object_set_new(spec, "policyTypes", json_pack("[s]", "Ingress"));
+			json_object_set_new(spec, "ingress",
+			                    json_pack("[{s:[{s:{}}], s:[o]}]", "from", "namespaceSelector", "ports",
+			                              port(NULL, 9402, 0)));
+			break;
+		default:
+			json_object_set_new(spec, "policyTypes", json_pack("[s]", "Ingress"));
+			json_object_set_new(spec, "ingress", json_pack("[{s:[o]}]", "ports", port(NULL, 6443, 0)));
+		}
+		json_object_set_new(np, "spec", spec);
+		SG_TRY(put(p, W_NETPOL, p->v.ns, np));
+	}
+	return SG_OK;
+}
+
+static int rbac(pass *p)
+{
+	json_t *cr = object(p, "rbac.authorization.k8s.io/v1", "ClusterRole", p->crole, NULL);
+	SG_ENSURE(cr, SG_EINTERNAL, "out of memory");
+	/* What signetd does cluster-wide: TokenReview for workload tokens,
+	 * istio-ca-root-cert in every selected namespace, pods and service
+	 * accounts for node authorization, Events. */
+	json_object_set_new(cr, "rules",
+	                    json_pack("[o,o,o,o,o]", rule("authentication.k8s.io", "tokenreviews", "create"),
+	                              rule("", "configmaps", "get,list,watch,create,update,delete"),
+	                              rule("", "namespaces", "get,list,watch"),
+	                              rule("", "pods,serviceaccounts", "get,list,watch"),
+	                              rule("", "events", "create,patch")));
+	SG_TRY(put(p, W_CROLE, NULL, cr));
+	json_t *subjects = json_pack("[{s:s, s:s, s:s}]", "kind", "ServiceAccount", "name", APP, "namespace", p->v.ns);
+	json_t *crb = object(p, "rbac.authorization.k8s.io/v1", "ClusterRoleBinding", p->crole, NULL);
+	if (crb)
+		json_object_set_new(crb, "roleRef",
+		                    json_pack("{s:s, s:s, s:s}", "apiGroup", "rbac.authorization.k8s.io", "kind",
+		                              "ClusterRole", "name", p->crole));
+	if (crb && subjects)
+		json_object_set(crb, "subjects", subjects);
+	int rc = put(p, W_CRB, NULL, crb);
+	if (rc < 0) {
+		json_decref(subjects);
+		return rc;
+	}
+	/* In the istio namespace: the Lease, Events, and what the signing
+	 * mode needs (CertificateRequests to forward; istiod's Secret to
+	 * issue). */
+	json_t *role = object(p, "rbac.authorization.k8s.io/v1", "Role", APP, p->v.istio_ns);
+	json_t *rules = json_pack("[o,o]", rule("coordination.k8s.io", "leases", "get,create,update"),
+	                          rule("", "events", "create,patch"));
+	if (rules && p->ra)
+		json_array_append_new(rules, rule("cert-manager.io", "certificaterequests", "get,list,watch,create,delete"));
+	else if (rules)
+		json_array_append_new(rules, rule("", "secrets", "get,list,watch,create,update,delete"));
+	if (role && rules)
+		json_object_set(role, "rules", rules);
+	json_decref(rules);
+	rc = put(p, W_ROLE, p->v.istio_ns, role);
+	json_t *rb = rc < 0 ? NULL : object(p, "rbac.authorization.k8s.io/v1", "RoleBinding", APP, p->v.istio_ns);
+	if (rb) {
+		json_object_set_new(rb, "roleRef",
+		                    json_pack("{s:s, s:s, s:s}", "apiGroup", "rbac.authorization.k8s.io", "kind", "Role",
+		                              "name", APP));
+		json_object_set(rb, "subjects", subjects);
+		rc = put(p, W_RB, p->v.istio_ns, rb);
+	}
+	json_decref(subjects);
+	return rc;
+}
+
+/* istiod's certificate from the cert-manager issuer (RA mode). Not
+ * watched (cert-manager's CRDs may not exist when signet signs): read
+ * live, written only when it differs. */
+static int istiod_certificate(pass *p)
+{
+	const json_t *tls = at(p->v.cfg, "istiodTLSConfig");
+	char cn[128], uri[400];
+	snprintf(cn, sizeof(cn), "%s", str_at(tls, "commonName", ""));
+	if (!*cn)
+		snprintf(cn, sizeof(cn), "istiod.%s.svc", p->v.istio_ns);
+	snprintf(uri, sizeof(uri), "spiffe://%s/ns/%s/sa/istiod-service-account", p->v.trust_domain, p->v.istio_ns);
+	json_t *dns = json_array();
+	size_t i;
+	json_t *d;
+	json_array_foreach(json_object_get(tls, "certificateDNSNames"), i, d) json_array_append(dns, d);
+	const json_t *revs = at(p->v.cfg, "istio.revisions");
+	json_t *dflt = json_pack("[s]", "default");
+	json_array_foreach(json_is_array(revs) ? revs : dflt, i, d)
+	{
+		char n[200];
+		const char *r = json_string_value(d);
+		if (!r)
+			continue;
+		if (strcmp(r, "default") == 0)
+			snprintf(n, sizeof(n), "istiod.%s.svc", p->v.istio_ns);
+		else
+			snprintf(n, sizeof(n), "istiod-%s.%s.svc", r, p->v.istio_ns);
+		json_array_append_new(dns, json_string(n));
+	}
+	json_decref(dflt);
+	json_t *cert = object(p, "cert-manager.io/v1", "Certificate", "istiod", p->v.istio_ns);
+	if (cert)
+		json_object_set_new(
+			cert, "spec",
+			json_pack("{s:s, s:o, s:[s], s:s, s:s, s:s, s:{s:s, s:I, s:s}, s:I, s:{s:s, s:s, s:s}}", "commonName", cn,
+			          "dnsNames", dns, "uris", uri, "secretName", "istiod-tls", "duration",
+			          str_at(tls, "certificateDuration", "1h"), "renewBefore",
+			          str_at(tls, "certificateRenewBefore", "30m"), "privateKey", "algorithm", p->v.algo, "size",
+			          (json_int_t)p->v.key_size, "rotationPolicy", "Always", "revisionHistoryLimit", (json_int_t)1,
+			          "issuerRef", "name", p->v.issuer_name, "kind", p->v.issuer_kind, "group", p->v.issuer_group));
+	else
+		json_decref(dns);
+	SG_ENSURE(cert && json_object_get(cert, "spec"), SG_EINTERNAL, "out of memory");
+	sg_kube_ref r = REF_CERT;
+	r.ns = p->v.istio_ns;
+	r.name = "istiod";
+	json_t *live = NULL;
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &r, &live);
+	if (rc == SG_OK || rc == SG_ENOTFOUND)
+		rc = sg_opr_apply(p->c, &p->t->st, p->cr, &r, "Certificate", cert, live);
+	json_decref(live);
+	json_decref(cert);
+	return rc;
+}
+
+/* istiod's Certificate when signet signs instead: delete ours, if any. */
+static int drop_istiod_certificate(pass *p)
+{
+	sg_kube_ref r = REF_CERT;
+	r.ns = p->v.istio_ns;
+	r.name = "istiod";
+	json_t *live = NULL;
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &r, &live);
+	if (rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404))
+		return SG_OK; /* absent, or no cert-manager at all */
+	SG_TRY(rc);
+	const char *o = nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL));
+	bool ours = strcmp(o, p->owner_label) == 0;
+	json_decref(live);
+	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "Certificate") : SG_OK;
+}
+
+static int ca_copy(pass *p)
+{
+	json_t *cm = object(p, "v1", "ConfigMap", CA_COPY, p->v.ns);
+	if (cm)
+		json_object_set_new(cm, "data", json_pack("{s:s}", "ca.crt", p->ca_copy));
+	return put(p, W_CM, p->v.ns, cm);
+}
+
+static int deployment(pass *p)
+{
+	const json_t *cfg = p->v.cfg, *tls = at(cfg, "istiodTLSConfig");
+	json_t *args = json_array();
+	SG_ENSURE(args, SG_EINTERNAL, "out of memory");
+	char list[4096];
+	int rc = SG_OK;
+#define A(...)                                  \
+	do {                                    \
+		if (rc == SG_OK)                \
+			rc = push(args, __VA_ARGS__); \
+	} while (0)
+	/* The HSM settings first: every flag after it overrides the file. */
+	A("--config=" HSM_MOUNT "/signetd.conf");
+	A("--log-level=%lld", (long long)int_at(cfg, "logLevel", 1));
+	A("--log-format=%s", str_at(cfg, "logFormat", "text"));
+	A("--metrics-port=9402");
+	A("--readiness-probe-port=6060");
+	A("--readiness-probe-path=/readyz");
+	A("--serving-address=0.0.0.0:6443");
+	A("--serving-certificate-dns-names=" APP ".%s.svc", p->v.ns);
+	A("--serving-certificate-duration=%s", str_at(tls, "certificateDuration", "1h"));
+	A("--trust-domain=%s", p->v.trust_domain);
+	A("--cluster-id=%s", str_at(cfg, "server.clusterID", "Kubernetes"));
+	A("--max-client-certificate-duration=%s", str_at(tls, "maxCertificateDuration", "1h"));
+	A("--leader-election-namespace=%s", p->v.istio_ns);
+	A("--enable-client-cert-authenticator=false");
+	/* signetd's roles beyond istio-csr's stay off: an IstioCSR asks for
+	 * the mesh's CA, not a cluster-wide issuer or CSR signer. */
+	A("--cert-manager-issuer=false");
+	A("--kube-csr-signer=false");
+	const char *sel = str_at(cfg, "istioDataPlaneNamespaceSelector", NULL);
+	if (sel)
+		A("--configmap-namespace-selector=%s", sel);
+	if (p->ra) {
+		A("--issuer-name=%s", p->v.issuer_name);
+		A("--issuer-kind=%s", p->v.issuer_kind);
+		A("--issuer-group=%s", p->v.issuer_group);
+		A("--certificate-namespace=%s", p->v.istio_ns);
+		A("--preserve-certificate-requests=false");
+		A("--istiod-cert-enabled=false");
+	} else {
+		A("--istiod-cert-enabled=true");
+		A("--istiod-cert-namespace=%s", p->v.istio_ns);
+		A("--istiod-cert-duration=%s", str_at(tls, "certificateDuration", "1h"));
+		A("--istiod-cert-renew-before=%s", str_at(tls, "certificateRenewBefore", "30m"));
+		A("--istiod-cert-key-algorithm=%s", p->v.algo);
+		A("--istiod-cert-key-size=%lld", (long long)p->v.key_size);
+		join(json_object_get(tls, "certificateDNSNames"), list, sizeof(list));
+		if (*list)
+			A("--istiod-cert-additional-dns-names=%s", list);
+		join(at(cfg, "istio.revisions"), list, sizeof(list));
+		A("--istiod-cert-istio-revisions=%s", *list ? list : "default");
+	}
+	if (p->ca_copy)
+		A("--root-ca-file=" ROOT_MOUNT "/ca.crt");
+#undef A
+	if (rc < 0) {
+		json_decref(args);
+		return rc;
+	}
+	json_t *mounts = json_pack("[{s:s, s:s, s:b}, {s:s, s:s}]", "name", "hsm", "mountPath", HSM_MOUNT, "readOnly", 1,
+	                           "name", "tmp", "mountPath", "/tmp");
+	json_t *volumes = json_pack("[{s:s, s:{s:s, s:I}}, {s:s, s:{}}]", "name", "hsm", "secret", "secretName",
+	                            p->t->hsm_secret, "defaultMode", (json_int_t)0440, "name", "tmp", "emptyDir");
+	if (p->ca_copy && mounts && volumes) {
+		json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "root-ca", "mountPath", ROOT_MOUNT,
+		                                        "readOnly", 1));
+		json_array_append_new(volumes, json_pack("{s:s, s:{s:s, s:I}}", "name", "root-ca", "configMap", "name",
+		                                         CA_COPY, "defaultMode", (json_int_t)0444));
+	}
+	const json_t *res = json_object_get(cfg, "resources");
+	json_t *container = json_pack(
+		"{s:s, s:s, s:s, s:o, s:[{s:s,s:I,s:s},{s:s,s:I,s:s},{s:s,s:I,s:s}], s:{s:{s:s,s:I,s:s}, s:I, s:I, s:I, "
+		"s:I, s:I}, s:{s:{s:s,s:I,s:s}, s:I, s:I, s:I, s:I, s:I}, s:O, s:{s:b, s:b, s:b, s:{s:[s]}}, s:o}",
+		"name", "signetd", "image", p->t->image, "imagePullPolicy", "IfNotPresent", "args", args, "ports", "name",
+		"grpc", "containerPort", (json_int_t)6443, "protocol", "TCP", "name", "metrics", "containerPort",
+		(json_int_t)9402, "protocol", "TCP", "name", "healthz", "containerPort", (json_int_t)6060, "protocol", "TCP",
+		"readinessProbe", "httpGet", "path", "/readyz", "port", (json_int_t)6060, "scheme", "HTTP",
+		"initialDelaySeconds", (json_int_t)3, "periodSeconds", (json_int_t)7, "timeoutSeconds", (json_int_t)1,
+		"successThreshold", (json_int_t)1, "failureThreshold", (json_int_t)3, "livenessProbe", "httpGet", "path",
+		"/healthz", "port", (json_int_t)6060, "scheme", "HTTP", "initialDelaySeconds", (json_int_t)10,
+		"periodSeconds", (json_int_t)10, "timeoutSeconds", (json_int_t)1, "successThreshold", (json_int_t)1,
+		"failureThreshold", (json_int_t)3, "resources", json_is_object(res) ? res : json_object(),
+		"securityContext", "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1,
+		"capabilities", "drop", "ALL", "volumeMounts", mounts);
+	if (!json_is_object(res))
+		json_decref((json_t *)json_object_get(container, "resources")); /* the fresh {} above: one ref left */
+	/* A new HSM Secret (PIN, token, CA) takes a restart: signetd reads it
+	 * at start. The root copy needs none (signetd follows the file). */
+	json_t *pod_meta = json_pack("{s:O, s:{s:s}}", "labels", p->labels, "annotations",
+	                             "operator.signet.dev/hsm-secret-version",
+	                             str_at(p->hsm, "metadata.resourceVersion", ""));
+	json_t *pod_spec = json_pack("{s:s, s:{s:b, s:{s:s}}, s:[o], s:o}", "serviceAccountName", APP,
+	                             "securityContext", "runAsNonRoot", 1, "seccompProfile", "type", "RuntimeDefault",
+	                             "containers", container, "volumes", volumes);
+	static const char *const passthrough[] = {"affinity", "tolerations", "nodeSelector"};
+	for (size_t i = 0; pod_spec && i < 3; i++) {
+		const json_t *x = json_object_get(cfg, passthrough[i]);
+		if (x && !json_is_null(x))
+			json_object_set(pod_spec, passthrough[i], (json_t *)x);
+	}
+	json_t *d = object(p, "apps/v1", "Deployment", APP, p->v.ns);
+	if (d && pod_meta && pod_spec)
+		json_object_set_new(d, "spec",
+		                    json_pack("{s:I, s:{s:{s:s}}, s:{s:o, s:o}}", "replicas", (json_int_t)1, "selector",
+		                              "matchLabels", "app", APP, "template", "metadata", pod_meta, "spec", pod_spec));
+	else {
+		json_decref(pod_meta);
+		json_decref(pod_spec);
+	}
+	if (d && !json_object_get(d, "spec")) {
+		json_decref(d);
+		d = NULL;
+	}
+	return put(p, W_DEPLOY, p->v.ns, d);
+}
+
+/* ---- the pass ---- */
+
+static int write_status(pass *p, const char *failed, const char *reason, bool applied, char *opmsg)
+{
+	sg_ctrl *c = p->c;
+	sg_opr_operand st = SG_OPR_OPERAND_PROGRESSING;
+	if (!failed) {
+		json_t *d = sg_kube_informer_get(sg_ctrl_informer(c, W_DEPLOY), p->v.ns, APP);
+		json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, W_POD)), *pods = json_array();
+		size_t i;
+		json_t *o;
+		json_array_foreach(all, i, o)
+		{
+			if (strcmp(str_at(o, "metadata.namespace", ""), p->v.ns) == 0 &&
+			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0)
+				json_array_append(pods, o);
+		}
+		st = sg_opr_operand_state(d, pods, opmsg, 1024);
+		json_decref(all);
+		json_decref(pods);
+		json_decref(d);
+	}
+	json_int_t gen = int_at(p->cr, "metadata.generation", 0);
+	json_t *status = json_pack("{s:o}", "conditions", sg_opr_conditions(failed, reason, st, opmsg, gen));
+	SG_ENSURE(status, SG_EINTERNAL, "out of memory");
+	if (applied) {
+		char ep[400];
+		snprintf(ep, sizeof(ep), APP ".%s.svc:%lld", p->v.ns, (long long)p->v.port);
+		json_object_set_new(status, "istioCSRGRPCEndpoint", json_string(ep));
+		json_object_set_new(status, "istioCSRImage", json_string(p->t->image));
+		json_object_set_new(status, "serviceAccount", json_string(APP));
+		json_object_set_new(status, "clusterRole", json_string(p->crole));
+		json_object_set_new(status, "clusterRoleBinding", json_string(p->crole));
+	}
+	sg_kube_ref r = REF_CR;
+	r.ns = p->v.ns;
+	r.name = str_at(p->cr, "metadata.name", "");
+	bool written = false;
+	int rc = sg_opr_status(c, &p->t->st, &r, "IstioCSR", p->cr, status, &written);
+	json_decref(status);
+	/* One Event per change of verdict, not per pass. */
+	if (rc == SG_OK && written && failed)
+		sg_ctrl_event(c, p->cr, "Warning", reason, "%s", failed);
+	else if (rc == SG_OK && written && st == SG_OPR_OPERAND_FAILING)
+		sg_ctrl_event(c, p->cr, "Warning", "OperandFailed", "%s", opmsg);
+	return rc;
+}
+
+static const int OWNED[] = {W_DEPLOY, W_SVC, W_SA, W_NETPOL, W_CM, W_ROLE, W_RB, W_CROLE, W_CRB};
+
+static int remove_all(pass *p, const sg_kube_ref *cr_ref)
+{
+	for (size_t i = 0; i < sizeof(OWNED) / sizeof(OWNED[0]); i++) {
+		int w = OWNED[i];
+		SG_TRY(sg_opr_delete_owned(p->c, &p->t->st, p->cr, sg_ctrl_informer(p->c, (size_t)w), &REFS[w],
+		                           p->owner_label, NULL, 0, NULL));
+	}
+	if (p->v.istio_ns)
+		SG_TRY(drop_istiod_certificate(p));
+	sg_ctrl_event(p->c, p->cr, "Normal", "Removed", "%s/%s: every object made for it is deleted", p->v.ns,
+	              p->v.name);
+	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
+}
+
+/* The HSM Secret must hold signetd.conf; in RA mode also root.crt. */
+static bool hsm_ok(pass *p, char **root, char *msg, size_t cap)
+{
+	*root = NULL;
+	const json_t *data = json_object_get(p->hsm, "data");
+	if (!p->hsm) {
+		snprintf(msg, cap, "Secret %s/%s (signetd.conf and the HSM material it names) does not exist", p->v.ns,
+		         p->t->hsm_secret);
+		return false;
+	}
+	if (!json_string_value(json_object_get(data, "signetd.conf"))) {
+		snprintf(msg, cap, "Secret %s/%s has no key signetd.conf", p->v.ns, p->t->hsm_secret);
+		return false;
+	}
+	if (!p->ra)
+		return true;
+	const char *b64 = json_string_value(json_object_get(data, "root.crt"));
+	size_t blen = b64 ? strlen(b64) : 0, n = 0;
+	if (!b64 || blen > 1u << 20) {
+		snprintf(msg, cap, "Secret %s/%s needs root.crt (signet's own root, trusted beside the issuer's) when a "
+		         "cert-manager issuer signs", p->v.ns, p->t->hsm_secret);
+		return false;
+	}
+	char *s = malloc(blen / 4 * 3 + 4);
+	if (!s || sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)s, blen / 4 * 3 + 3, &n) < 0) {
+		free(s);
+		snprintf(msg, cap, "Secret %s/%s key root.crt is not base64", p->v.ns, p->t->hsm_secret);
+		return false;
+	}
+	s[n] = '\0';
+	*root = s;
+	return true;
+}
+
+/* The issuer named by issuerRef, read live. NULL with msg when absent. */
+static int get_issuer(pass *p, json_t **out, char *msg, size_t cap)
+{
+	*out = NULL;
+	sg_kube_ref r = {p->v.signet_issuer ? "signet.dev" : "cert-manager.io", p->v.signet_issuer ? "v1alpha1" : "v1",
+	                 NULL, p->v.cluster_issuer ? NULL : p->v.istio_ns, p->v.issuer_name, NULL};
+	r.resource = p->v.signet_issuer ? (p->v.cluster_issuer ? "signetclusterissuers" : "signetissuers")
+	                                : (p->v.cluster_issuer ? "clusterissuers" : "issuers");
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &r, out);
+	if (rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404)) {
+		snprintf(msg, cap, "%s %s%s%s not found", p->v.issuer_kind, p->v.cluster_issuer ? "" : p->v.istio_ns,
+		         p->v.cluster_issuer ? "" : "/", p->v.issuer_name);
+		return SG_OK;
+	}
+	return rc;
+}
+
+static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg)
+{
+	sg_istiocsr *t = arg;
+	char ns[64], name[SG_KUBE_NAME_MAX + 1];
+	if (!sg_ctrl_key_split(key, ns, name) || !*ns)
+		return SG_OK;
+	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, W_CR), ns, name);
+	if (!cr)
+		return SG_OK;
+	pass p = {.t = t, .c = c, .cr = cr};
+	char msg[1024] = "", opmsg[1024] = "";
+	char *root = NULL;
+	json_t *issuer = NULL, *imm = NULL;
+	int rc = SG_OK;
+	sg_kube_ref cr_ref = REF_CR;
+	cr_ref.ns = ns;
+	cr_ref.name = name;
+	snprintf(p.owner_label, sizeof(p.owner_label), "%s", ns);
+	snprintf(p.crole, sizeof(p.crole), APP "-%s", ns);
+	bool valid = view(cr, &p.v, msg, sizeof(msg));
+	p.v.ns = ns;
+	p.v.name = name;
+	p.labels = sg_opr_labels(at(cr, "spec.controllerConfig.labels"), APP, t->version, p.owner_label);
+	p.owner = sg_opr_owner_ref(cr, "IstioCSR");
+	if (!p.labels || !p.owner) {
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+		goto out;
+	}
+	if (at(cr, "metadata.deletionTimestamp")) {
+		if (sg_opr_has_finalizer(cr, FINALIZER))
+			rc = remove_all(&p, &cr_ref);
+		goto out;
+	}
+	const char *older = older_instance(c, cr);
+	if (older) {
+		snprintf(msg, sizeof(msg), "multiple instances of istiocsr exist: %s/default is older; %s/%s will not be "
+		         "processed until it is deleted", older, ns, name);
+		rc = write_status(&p, msg, "MultipleInstances", false, opmsg);
+		goto out;
+	}
+	if (valid) {
+		imm = immutable_of(&p.v);
+		valid = imm && immutable_kept(cr, imm, msg, sizeof(msg));
+	}
+	if (!valid) {
+		rc = write_status(&p, msg, "InvalidSpec", false, opmsg);
+		goto out;
+	}
+	p.ra = !p.v.signet_issuer;
+	if (!sg_opr_has_finalizer(cr, FINALIZER) || !meta_str(cr, "annotations", IMMUTABLE_ANNOTATION)) {
+		char *text = json_dumps(imm, JSON_COMPACT | JSON_SORT_KEYS);
+		json_t *ann = text ? json_pack("{s:s}", IMMUTABLE_ANNOTATION, text) : NULL;
+		free(text);
+		rc = ann ? sg_opr_set_finalizer(c, &t->st, &cr_ref, cr, FINALIZER, true, ann)
+		         : sg_error_set(SG_EINTERNAL, "out of memory");
+		json_decref(ann);
+		goto out; /* the patch's own event brings the next pass */
+	}
+	/* Inputs. */
+	json_t *nsobj = sg_kube_informer_get(sg_ctrl_informer(c, W_NS), NULL, p.v.istio_ns);
+	bool ns_ok = nsobj && !at(nsobj, "metadata.deletionTimestamp");
+	json_decref(nsobj);
+	if (!ns_ok) {
+		snprintf(msg, sizeof(msg), "istio namespace \"%s\" does not exist", p.v.istio_ns);
+		rc = write_status(&p, msg, "Failed", false, opmsg);
+		goto out;
+	}
+	json_t *hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
+	p.hsm = hsm;
+	bool hsm_good = hsm_ok(&p, &root, msg, sizeof(msg));
+	if (!hsm_good) {
+		rc = write_status(&p, msg, "Failed", false, opmsg);
+		json_decref(hsm);
+		goto out;
+	}
+	if ((rc = get_issuer(&p, &issuer, msg, sizeof(msg))) < 0 || !issuer) {
+		if (rc == SG_OK)
+			rc = write_status(&p, msg, "Failed", false, opmsg);
+		res->requeue_after_ms = RETRY_MS;
+		json_decref(hsm);
+		goto out;
+	}
+	if (!p.v.signet_issuer && json_object_get(json_object_get(issuer, "spec"), "acme")) {
+		snprintf(msg, sizeof(msg), "spec.istioCSRConfig.certManager.issuerRef uses unsupported ACME issuer");
+		rc = write_status(&p, msg, "InvalidSpec", false, opmsg);
+		json_decref(hsm);
+		goto out;
+	}
+	if (p.ra || at(p.v.cfg, "certManager.istioCACertificate")) {
+		bool invalid = false;
+		char *ca = NULL;
+		if ((rc = issuer_ca(t, &p.v, issuer, &ca, msg, sizeof(msg), &invalid)) < 0 || !ca) {
+			if (rc == SG_OK)
+				rc = write_status(&p, msg, invalid ? "InvalidSpec" : "Failed", false, opmsg);
+			res->requeue_after_ms = RETRY_MS;
+			json_decref(hsm);
+			goto out;
+		}
+		size_t a = strlen(ca), b = root ? strlen(root) : 0;
+		p.ca_copy = malloc(a + b + 2);
+		if (p.ca_copy)
+			snprintf(p.ca_copy, a + b + 2, "%s%s%s", ca, a && ca[a - 1] != '\n' && b ? "\n" : "", root ? root : "");
+		free(ca);
+		if (!p.ca_copy) {
+			rc = sg_error_set(SG_EINTERNAL, "out of memory");
+			json_decref(hsm);
+			goto out;
+		}
+		/* Unwatched inputs: look again in a while. */
+		res->requeue_after_ms = RETRY_MS;
+	}
+	/* The objects. */
+	json_t *sa = object(&p, "v1", "ServiceAccount", APP, ns);
+	rc = put(&p, W_SA, ns, sa);
+	if (rc == SG_OK)
+		rc = services(&p);
+	if (rc == SG_OK)
+		rc = network_policies(&p);
+	if (rc == SG_OK)
+		rc = rbac(&p);
+	if (rc == SG_OK && p.ca_copy)
+		rc = ca_copy(&p);
+	if (rc == SG_OK)
+		rc = p.ra ? istiod_certificate(&p) : drop_istiod_certificate(&p);
+	if (rc == SG_OK)
+		rc = deployment(&p);
+	json_decref(hsm);
+	p.hsm = NULL;
+	if (rc == SG_OK && !p.ca_copy) /* the only ConfigMap we make */
+		rc = sg_opr_delete_owned(c, &t->st, cr, sg_ctrl_informer(c, W_CM), &REFS[W_CM], p.owner_label, NULL, 0,
+		                         NULL);
+	if (rc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		snprintf(msg, sizeof(msg), "reconciliation failed, retrying: %s", e.msg);
+		(void)write_status(&p, msg, "Failed", false, opmsg);
+		sg_error_restore(&e);
+		goto out;
+	}
+	rc = write_status(&p, NULL, NULL, true, opmsg);
+out:
+	sg_log(SG_LOG_DEBUG, "istiocsr pass", SG_F_STR("key", key), SG_F_INT("rc", rc),
+	       SG_F_STR("refused", msg), SG_F_STR("operand", opmsg), SG_F_END);
+	free(root);
+	free(p.ca_copy);
+	json_decref(issuer);
+	json_decref(imm);
+	json_decref(p.labels);
+	json_decref(p.owner);
+	json_decref(cr);
+	return rc;
+}
+
+/* ---- the module ---- */
+
+int sg_istiocsr_new(sg_istiocsr **out, const sg_istiocsr_options *o)
+{
+	*out = NULL;
+	SG_ENSURE(o && o->kube && o->image && *o->image, SG_EINVAL, "istiocsr: needs a client and signetd's image");
+	sg_istiocsr *t = calloc(1, sizeof(*t));
+	SG_ENSURE(t, SG_EINTERNAL, "out of memory");
+	t->image = strdup(o->image);
+	t->version = strdup(o->version && *o->version ? o->version : "unknown");
+	t->hsm_secret = strdup(o->hsm_secret && *o->hsm_secret ? o->hsm_secret : "signet-hsm");
+	if (!t->image || !t->version || !t->hsm_secret) {
+		sg_istiocsr_free(t);
+		SG_BAIL(SG_EINTERNAL, "out of memory");
+	}
+	if (!sg_names_dns_subdomain(t->hsm_secret, strlen(t->hsm_secret))) {
+		sg_istiocsr_free(t);
+		SG_BAIL(SG_EINVAL, "hsm-secret \"%s\" is not a Secret name", o->hsm_secret);
+	}
+	snprintf(t->field_selector, sizeof(t->field_selector), "metadata.name=%s", t->hsm_secret);
+	sg_ctrl_watch w[W_N];
+	for (int i = 0; i < W_N; i++)
+		w[i] = (sg_ctrl_watch){.ref = REFS[i], .label_selector = SELECTOR, .map = map_owned};
+	w[W_CR] = (sg_ctrl_watch){.ref = REFS[W_CR], .map = map_all};
+	w[W_NS] = (sg_ctrl_watch){.ref = REFS[W_NS], .map = map_all, .metadata_only = true};
+	w[W_SECRET] = (sg_ctrl_watch){.ref = REFS[W_SECRET], .field_selector = t->field_selector, .map = map_secret};
+	sg_ctrl_def d = {
+		.name = "istiocsr",
+		.kube = o->kube,
+		.watches = w,
+		.nwatches = W_N,
+		.reconcile = reconcile,
+		.arg = t,
+		.workers = o->workers ? o->workers : 1,
+		.field_manager = SG_OPR_FIELD_MANAGER,
+	};
+	int rc = sg_ctrl_new(&t->ctrl, &d);
+	if (rc < 0) {
+		sg_istiocsr_free(t);
+		return rc;
+	}
+	*out = t;
+	return SG_OK;
+}
+
+sg_ctrl *sg_istiocsr_controller(sg_istiocsr *t)
+{
+	return t ? t->ctrl : NULL;
+}
+
+int sg_istiocsr_metrics(void *self, sg_metrics *reg)
+{
+	return sg_opr_metrics(&((sg_istiocsr *)self)->st, "istiocsr", reg);
+}
+
+uint64_t sg_istiocsr_writes(sg_istiocsr *t)
+{
+	return (uint64_t)atomic_load(&t->st.writes);
+}
+
+void sg_istiocsr_free(sg_istiocsr *t)
+{
+	if (!t)
+		return;
+	sg_ctrl_free(t->ctrl);
+	free(t->image);
+	free(t->version);
+	free(t->hsm_secret);
+	free(t);
+}

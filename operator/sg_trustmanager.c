@@ -1,0 +1,1248 @@
+/*
+ * The TrustManager reconciler (contract: sg_trustmanager.h).
+ *
+ * One pass, for key "cluster" (every event of a managed object, of the
+ * operand's pods and of the namespaces that matter maps to it; a
+ * TrustManager of another name is its own key and only ever refused):
+ *   1. gone: nothing; being deleted: delete what we made, drop the
+ *      finalizer;
+ *   2. the finalizer, at the first pass;
+ *   3. the spec read and checked as the CRD's CEL rules would
+ *      (InvalidSpec, nothing applied);
+ *   4. inputs: the trust and operand namespaces, the default CA package
+ *      when enabled (Failed, nothing applied, until they exist);
+ *   5. the objects, each applied only when its cached copy does not hold
+ *      it; those of ours no longer wanted deleted;
+ *   6. status from the operand's Deployment and pods, written only when
+ *      it changes.
+ * Everything is read from the informers' caches, so a pass that finds
+ * the cluster as it should be makes no request at all. The one read
+ * that goes to the server is the Deployment right after we wrote it:
+ * its cached copy is the old one, whose status would speak of the old
+ * generation (a Ready=True that is not true yet).
+ *
+ * Events of the objects we make come back in bursts (our own writes'
+ * echoes), so their key is queued a little later (ECHO_DELAY_MS): the
+ * next pass then finds the whole burst in the caches and does not apply
+ * again what a stale copy seemed to miss. The CR's own events and
+ * namespace events are queued at once.
+ *
+ * Events: sg_opr's Created, Applied (a repair or a spec change),
+ * ApplyFailed and Deleted for objects, and one whenever the Ready
+ * condition's reason changes (Warning for InvalidSpec, Failed and
+ * OperandFailed, Normal for Progressing and Ready), so a failure is an
+ * Event once, not at every pass.
+ *
+ * The trust namespace is watched (the anchor's defect: creating it
+ * recovered nothing), but only the trust and operand namespaces' events
+ * queue a pass; the trust namespace of the last pass is kept for the
+ * informer's thread under a lock, and set before the pass looks for the
+ * namespace, so one created after that look is an event that counts.
+ */
+#include "sg_trustmanager.h"
+
+#include "sg_certset.h"
+#include "sg_crypto.h"
+#include "sg_file.h"
+#include "sg_guard.h"
+#include "sg_kube_informer.h"
+#include "sg_log.h"
+#include "sg_names.h"
+#include "sg_opr.h"
+#include "sg_trust.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NAME SG_TRUSTMANAGER_NAME
+#define APP SG_TRUSTMANAGER_APP
+#define FINALIZER SG_TRUSTMANAGER_FINALIZER
+#define DEFAULT_NAMESPACE "cert-manager"
+#define OBJ "trust-manager" /* ServiceAccount, RBAC, Deployment, container */
+#define OBJ_LEADER "trust-manager:leaderelection"
+#define OBJ_METRICS "trust-manager-metrics"
+#define OBJ_PACKAGE "trust-manager-default-ca-package"
+#define PACKAGE_KEY SG_TRUSTMANAGER_PACKAGE_NAME ".json"
+#define PACKAGE_DIR "/packages"
+#define PACKAGE_VOLUME "packages"
+#define PACKAGE_CM_MAX 1000000u /* a ConfigMap holds at most 1 MiB, metadata included */
+#define METRICS_PORT 9402
+#define PROBE_PORT 6060
+#define SELECTOR "app.kubernetes.io/managed-by=" SG_OPR_MANAGED_BY ",app=" APP
+#define POD_SELECTOR "app=" APP
+#define ECHO_DELAY_MS 200u
+#define MSG_MAX 2048
+#define LOG_LEVEL_MAX 5
+#define SCHEDULING_MAX 50              /* tolerations, nodeSelector entries (the CRD's bounds) */
+#define META_MAX 25                    /* controllerConfig labels, annotations */
+#define ANNOTATIONS_BYTES (256u << 10) /* the API server's bound on all annotations */
+#define AUTHORIZED_MAX 1024
+#define WANT_MAX 12
+
+static const char *const invalid_name_msg = "TrustManager is a singleton, .metadata.name must be 'cluster'";
+
+/* ---- the kinds watched ---- */
+
+enum {
+	W_TM,
+	W_NS,
+	W_DEPLOY, /* the managed kinds: W_DEPLOY..W_RB */
+	W_SA,
+	W_SVC,
+	W_CM,
+	W_CROLE,
+	W_CRB,
+	W_ROLE,
+	W_RB,
+	W_POD,
+	W_N
+};
+#define W_MANAGED_FIRST W_DEPLOY
+#define W_MANAGED_LAST W_RB
+
+#define RBAC "rbac.authorization.k8s.io"
+static const struct kind {
+	sg_kube_ref ref;
+	const char *api; /* apiVersion */
+	const char *kind;
+} K[W_N] = {
+    [W_TM] = {{SG_OPR_GROUP, SG_OPR_VERSION, "trustmanagers", NULL, NULL, NULL},
+              SG_OPR_GROUP "/" SG_OPR_VERSION,
+              "TrustManager"},
+    [W_NS] = {{"", "v1", "namespaces", NULL, NULL, NULL}, "v1", "Namespace"},
+    [W_DEPLOY] = {{"apps", "v1", "deployments", NULL, NULL, NULL}, "apps/v1", "Deployment"},
+    [W_SA] = {{"", "v1", "serviceaccounts", NULL, NULL, NULL}, "v1", "ServiceAccount"},
+    [W_SVC] = {{"", "v1", "services", NULL, NULL, NULL}, "v1", "Service"},
+    [W_CM] = {{"", "v1", "configmaps", NULL, NULL, NULL}, "v1", "ConfigMap"},
+    [W_CROLE] = {{RBAC, "v1", "clusterroles", NULL, NULL, NULL}, RBAC "/v1", "ClusterRole"},
+    [W_CRB] = {{RBAC, "v1", "clusterrolebindings", NULL, NULL, NULL}, RBAC "/v1", "ClusterRoleBinding"},
+    [W_ROLE] = {{RBAC, "v1", "roles", NULL, NULL, NULL}, RBAC "/v1", "Role"},
+    [W_RB] = {{RBAC, "v1", "rolebindings", NULL, NULL, NULL}, RBAC "/v1", "RoleBinding"},
+    [W_POD] = {{"", "v1", "pods", NULL, NULL, NULL}, "v1", "Pod"},
+};
+
+/* What signet-trust needs (trust/sg_trust.h, packaging/kubernetes/
+ * trust-rbac.yaml) and nothing more. */
+typedef struct rule {
+	const char *group, *resource;
+	const char *verbs[8];
+} rule;
+
+static const rule cluster_rules[] = {
+    {"trust.cert-manager.io", "bundles", {"get", "list", "watch"}},
+    {"trust.cert-manager.io", "bundles/status", {"patch"}},
+    /* blockOwnerDeletion on the targets a Bundle controls */
+    {"trust.cert-manager.io", "bundles/finalizers", {"update"}},
+    {"", "namespaces", {"get", "list", "watch"}},
+    /* targets everywhere (server-side apply, deleted when orphaned); sources in the trust namespace */
+    {"", "configmaps", {"get", "list", "watch", "create", "patch", "delete"}},
+    {"", "events", {"create", "patch"}},
+};
+/* With secretTargets Custom: Secret targets are listed and watched
+ * everywhere (by label), written under the authorized names only. */
+static const rule secret_read = {"", "secrets", {"get", "list", "watch"}};
+static const rule secret_write = {"", "secrets", {"create", "update", "patch", "delete"}};
+/* The trust namespace: Secret sources. */
+static const rule trust_rules[] = {
+    {"", "secrets", {"get", "list", "watch"}},
+};
+/* The operand namespace: the Lease (kube/sg_lease.c reads, creates and
+ * replaces it). */
+static const rule leader_rules[] = {
+    {"coordination.k8s.io", "leases", {"get", "create", "update"}},
+};
+
+static const char *const status_fields[] = {
+    "trustManagerImage",
+    "trustNamespace",
+    "secretTargetsPolicy",
+    "defaultCAPackagePolicy",
+    "filterExpiredCertificatesPolicy",
+};
+
+struct sg_trustmanager {
+	sg_ctrl *ctrl;
+	char *image, *version;
+	char ns[SG_NAMES_LABEL_MAX + 1]; /* the operand's */
+	/* The default CA package, made once by new(): the file's text and
+	 * the SHA-256 (hex) of its PEM, or why there is none. */
+	char *pkg_json;
+	char pkg_hash[65];
+	char pkg_error[SG_ERROR_MSG_MAX];
+	sg_opr_stats st;
+	atomic_uint_fast64_t status_writes;
+	pthread_mutex_t mu;                    /* trust_ns */
+	char trust_ns[SG_NAMES_LABEL_MAX + 1]; /* of the last pass; "" before the first */
+};
+
+/* ---- the spec ---- */
+
+typedef struct tm_spec {
+	int64_t log_level;
+	const char *log_format;
+	const char *trust_ns;
+	bool custom;        /* secretTargets.policy Custom */
+	json_t *authorized; /* with custom: the Secret names, sorted, distinct (owned) */
+	bool filter_expired;
+	bool package;
+	const json_t *resources, *affinity, *tolerations, *node_selector; /* borrowed, may be NULL */
+	const json_t *labels, *annotations;                               /* borrowed, may be NULL */
+} tm_spec;
+
+/* One pass over the CR "cluster". */
+typedef struct pass {
+	sg_trustmanager *t;
+	sg_ctrl *c;
+	const json_t *cr; /* the informer's; never modified */
+	tm_spec s;
+	const char *accepted_ns; /* status.trustNamespace, or the spec's once checked */
+	json_t *labels;          /* of every object */
+	json_t *owner;           /* ownerReferences */
+} pass;
+
+static bool refuse(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool refuse(char *msg, size_t cap, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, cap, fmt, ap);
+	va_end(ap);
+	return false;
+}
+
+/* A user's string for a message: printable ASCII, at most 64 bytes. */
+static const char *quoted(const char *s, char out[72])
+{
+	size_t i = 0;
+	for (; s && s[i] && i < 64; i++)
+		out[i] = (unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e ? '?' : s[i];
+	if (s && s[i])
+		memcpy(out + i, "...", 4);
+	else
+		out[i] = '\0';
+	return out;
+}
+
+/* A string member among allowed (absent: def); false for anything else. */
+static bool one_of(const json_t *o, const char *key, const char *const *allowed, const char *def, const char **out)
+{
+	const json_t *v = json_object_get(o, key);
+	if (!v) {
+		*out = def;
+		return true;
+	}
+	const char *s = json_string_value(v);
+	for (size_t i = 0; s && allowed[i]; i++) {
+		if (strcmp(s, allowed[i]) == 0) {
+			*out = allowed[i];
+			return true;
+		}
+	}
+	return false;
+}
+
+/* The name part of a qualified name or a non-empty label value:
+ * [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most 63 bytes
+ * (apimachinery's IsQualifiedName / IsValidLabelValue). */
+static bool name_part(const char *s, size_t n)
+{
+	if (n == 0 || n > 63)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+		if (!alnum && ((i == 0 || i == n - 1) || !(ch == '-' || ch == '_' || ch == '.')))
+			return false;
+	}
+	return true;
+}
+
+/* A label or annotation key: [prefix/]name, the prefix a DNS subdomain. */
+static bool qualified_name(const char *k)
+{
+	const char *slash = strchr(k, '/');
+	if (!slash)
+		return name_part(k, strlen(k));
+	return strchr(slash + 1, '/') == NULL && sg_names_dns_subdomain(k, (size_t)(slash - k)) &&
+	       name_part(slash + 1, strlen(slash + 1));
+}
+
+static bool meta_map_ok(const json_t *m, bool labels, char *msg, size_t cap)
+{
+	const char *what = labels ? "labels" : "annotations";
+	char q[72], q2[72];
+	if (!m)
+		return true;
+	if (!json_is_object(m))
+		return refuse(msg, cap, "spec.controllerConfig.%s must be a map of strings", what);
+	if (json_object_size(m) > META_MAX)
+		return refuse(msg, cap, "spec.controllerConfig.%s: at most %d entries", what, META_MAX);
+	size_t bytes = 0;
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)m, k, v)
+	{
+		const char *s = json_string_value(v);
+		if (!qualified_name(k))
+			return refuse(
+			    msg, cap,
+			    "spec.controllerConfig.%s: invalid key \"%s\": a qualified name is an "
+			    "optional DNS subdomain prefix and '/', then 1..63 characters [A-Za-z0-9._-] starting "
+			    "and ending alphanumeric",
+			    what, quoted(k, q));
+		if (!s)
+			return refuse(msg, cap, "spec.controllerConfig.%s: the value of \"%s\" must be a string", what,
+			              quoted(k, q));
+		if (labels && *s && !name_part(s, strlen(s)))
+			return refuse(msg, cap,
+			              "spec.controllerConfig.labels: invalid value \"%s\" of \"%s\": at most 63 "
+			              "characters [A-Za-z0-9._-] starting and ending alphanumeric",
+			              quoted(s, q2), quoted(k, q));
+		bytes += strlen(k) + strlen(s);
+	}
+	if (!labels && bytes > ANNOTATIONS_BYTES)
+		return refuse(msg, cap, "spec.controllerConfig.annotations: larger than %u bytes in all",
+		              ANNOTATIONS_BYTES);
+	return true;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static bool secret_targets_ok(const json_t *tmc, tm_spec *s, char *msg, size_t cap)
+{
+	static const char *const policies[] = {"Disabled", "Custom", NULL};
+	const json_t *st = json_object_get(tmc, "secretTargets");
+	const char *policy = NULL;
+	char q[72];
+	if (st && !json_is_object(st))
+		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets must be an object");
+	if (!one_of(st, "policy", policies, "Disabled", &policy))
+		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.policy: must be Disabled or Custom");
+	s->custom = strcmp(policy, "Custom") == 0;
+	const json_t *list = json_object_get(st, "authorizedSecrets");
+	if (list && !json_is_array(list))
+		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.authorizedSecrets must be a list");
+	size_t n = json_array_size(list);
+	if (s->custom && n == 0)
+		return refuse(
+		    msg, cap,
+		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must not be empty when policy is Custom");
+	if (!s->custom && n > 0)
+		return refuse(
+		    msg, cap,
+		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must be empty when policy is not Custom");
+	if (n > AUTHORIZED_MAX)
+		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.authorizedSecrets: at most %d names",
+		              AUTHORIZED_MAX);
+	if (n == 0)
+		return true;
+	const char **names = calloc(n, sizeof(*names));
+	if (!names)
+		return refuse(msg, cap, "out of memory");
+	bool ok = true;
+	for (size_t i = 0; i < n && ok; i++) {
+		names[i] = json_string_value(json_array_get(list, i));
+		if (!names[i] || !sg_names_dns_subdomain(names[i], strlen(names[i])))
+			ok = refuse(msg, cap,
+			            "spec.trustManagerConfig.secretTargets.authorizedSecrets[%zu]: \"%s\" is not a "
+			            "Secret name",
+			            i, quoted(names[i], q));
+	}
+	if (ok) {
+		/* resourceNames in a stable order (the anchor sorts them too),
+		 * so the ClusterRole does not change with the list's order */
+		qsort(names, n, sizeof(*names), cmp_str);
+		s->authorized = json_array();
+		for (size_t i = 0; i < n && s->authorized; i++) {
+			if ((i == 0 || strcmp(names[i], names[i - 1]) != 0) &&
+			    json_array_append_new(s->authorized, json_string(names[i])) != 0) {
+				json_decref(s->authorized);
+				s->authorized = NULL;
+			}
+		}
+		if (!s->authorized)
+			ok = refuse(msg, cap, "out of memory");
+	}
+	free(names);
+	return ok;
+}
+
+static bool scheduling_ok(const json_t *tmc, tm_spec *s, char *msg, size_t cap)
+{
+	s->resources = json_object_get(tmc, "resources");
+	s->affinity = json_object_get(tmc, "affinity");
+	s->tolerations = json_object_get(tmc, "tolerations");
+	s->node_selector = json_object_get(tmc, "nodeSelector");
+	if (s->resources && !json_is_object(s->resources))
+		return refuse(msg, cap, "spec.trustManagerConfig.resources must be an object");
+	if (s->affinity && !json_is_object(s->affinity))
+		return refuse(msg, cap, "spec.trustManagerConfig.affinity must be an object");
+	if (s->tolerations && (!json_is_array(s->tolerations) || json_array_size(s->tolerations) > SCHEDULING_MAX))
+		return refuse(msg, cap, "spec.trustManagerConfig.tolerations must be a list of at most %d",
+		              SCHEDULING_MAX);
+	if (s->node_selector &&
+	    (!json_is_object(s->node_selector) || json_object_size(s->node_selector) > SCHEDULING_MAX))
+		return refuse(msg, cap, "spec.trustManagerConfig.nodeSelector must be a map of at most %d",
+		              SCHEDULING_MAX);
+	const char *k;
+	json_t *v;
+	json_object_foreach((json_t *)s->node_selector, k, v)
+	{
+		if (!json_is_string(v))
+			return refuse(msg, cap, "spec.trustManagerConfig.nodeSelector: values must be strings");
+	}
+	return true;
+}
+
+/* Reads and checks p->cr's spec into p->s, as the CRD's schema and CEL
+ * rules would; false with the InvalidSpec message. The trust namespace
+ * comes first, so that it is recorded even while something else is
+ * wrong (the CEL rule makes it immutable from creation on). */
+static bool parse(pass *p, char *msg, size_t cap)
+{
+	static const char *const formats[] = {"text", "json", NULL};
+	static const char *const enabled[] = {"Enabled", "Disabled", NULL};
+	tm_spec *s = &p->s;
+	char q[72];
+	const json_t *sp = json_object_get(p->cr, "spec");
+	const json_t *tmc = json_object_get(sp, "trustManagerConfig");
+	const json_t *cc = json_object_get(sp, "controllerConfig");
+	const char *recorded = json_string_value(json_object_get(json_object_get(p->cr, "status"), "trustNamespace"));
+	p->accepted_ns = recorded && *recorded ? recorded : NULL;
+	if (!json_is_object(sp) || !json_is_object(tmc))
+		return refuse(msg, cap, "spec.trustManagerConfig is required");
+	const json_t *tn = json_object_get(tmc, "trustNamespace");
+	s->trust_ns = tn ? json_string_value(tn) : DEFAULT_NAMESPACE;
+	if (!s->trust_ns || !sg_names_dns_label(s->trust_ns, strlen(s->trust_ns), SG_NAMES_LABEL_MAX))
+		return refuse(msg, cap, "spec.trustManagerConfig.trustNamespace: \"%s\" is not a namespace name",
+		              quoted(s->trust_ns, q));
+	if (p->accepted_ns && strcmp(p->accepted_ns, s->trust_ns) != 0)
+		return refuse(msg, cap,
+		              "spec.trustManagerConfig.trustNamespace: trustNamespace is immutable once set "
+		              "(it is \"%s\")",
+		              quoted(p->accepted_ns, q));
+	p->accepted_ns = s->trust_ns;
+
+	const json_t *ll = json_object_get(tmc, "logLevel");
+	s->log_level = ll ? json_integer_value(ll) : 1;
+	if ((ll && !json_is_integer(ll)) || s->log_level < 1 || s->log_level > LOG_LEVEL_MAX)
+		return refuse(msg, cap, "spec.trustManagerConfig.logLevel: must be an integer from 1 to %d",
+		              LOG_LEVEL_MAX);
+	if (!one_of(tmc, "logFormat", formats, "text", &s->log_format))
+		return refuse(msg, cap, "spec.trustManagerConfig.logFormat: must be text or json");
+	if (!secret_targets_ok(tmc, s, msg, cap))
+		return false;
+	const char *v = NULL;
+	if (!one_of(tmc, "filterExpiredCertificates", enabled, "Disabled", &v))
+		return refuse(msg, cap,
+		              "spec.trustManagerConfig.filterExpiredCertificates: must be Enabled or Disabled");
+	s->filter_expired = strcmp(v, "Enabled") == 0;
+	const json_t *pkg = json_object_get(tmc, "defaultCAPackage");
+	if ((pkg && !json_is_object(pkg)) || !one_of(pkg, "policy", enabled, "Disabled", &v))
+		return refuse(msg, cap, "spec.trustManagerConfig.defaultCAPackage.policy: must be Enabled or Disabled");
+	s->package = strcmp(v, "Enabled") == 0;
+	if (!scheduling_ok(tmc, s, msg, cap))
+		return false;
+	if (cc && !json_is_object(cc))
+		return refuse(msg, cap, "spec.controllerConfig must be an object");
+	s->labels = json_object_get(cc, "labels");
+	s->annotations = json_object_get(cc, "annotations");
+	if (json_object_size(s->annotations) == 0)
+		s->annotations = NULL;
+	return meta_map_ok(s->labels, true, msg, cap) &&
+	       meta_map_ok(json_object_get(cc, "annotations"), false, msg, cap);
+}
+
+/* ---- the objects ---- */
+
+static json_t *rules_of(const rule *r, size_t n)
+{
+	json_t *a = json_array();
+	for (size_t i = 0; a && i < n; i++) {
+		json_t *verbs = json_array();
+		for (size_t v = 0; verbs && v < 8 && r[i].verbs[v]; v++)
+			json_array_append_new(verbs, json_string(r[i].verbs[v]));
+		json_t *one = json_pack("{s:[s], s:[s], s:o}", "apiGroups", r[i].group, "resources", r[i].resource,
+		                        "verbs", verbs);
+		if (!one || json_array_append_new(a, one) != 0) {
+			json_decref(a);
+			return NULL;
+		}
+	}
+	return a;
+}
+
+static json_t *meta(const pass *p, const char *name, const char *ns)
+{
+	json_t *m = json_pack("{s:s, s:O, s:O}", "name", name, "labels", p->labels, "ownerReferences", p->owner);
+	if (m && ns && json_object_set_new(m, "namespace", json_string(ns)) != 0)
+		goto fail;
+	if (m && p->s.annotations && json_object_set(m, "annotations", (json_t *)p->s.annotations) != 0)
+		goto fail;
+	return m;
+fail:
+	json_decref(m);
+	return NULL;
+}
+
+/* {apiVersion, kind, metadata} of kind w; NULL when out of memory. */
+static json_t *object(const pass *p, int w, const char *name, const char *ns)
+{
+	return json_pack("{s:s, s:s, s:o}", "apiVersion", K[w].api, "kind", K[w].kind, "metadata", meta(p, name, ns));
+}
+
+/* Sets member k of o to v (stolen); false (and o freed) on failure. */
+static json_t *with(json_t *o, const char *k, json_t *v)
+{
+	if (!o || !v || json_object_set_new(o, k, v) != 0) {
+		json_decref(o);
+		json_decref(v);
+		return NULL;
+	}
+	return o;
+}
+
+static json_t *service_account(const pass *p)
+{
+	return object(p, W_SA, OBJ, p->t->ns);
+}
+
+static json_t *cluster_role(const pass *p)
+{
+	json_t *rules = rules_of(cluster_rules, sizeof(cluster_rules) / sizeof(cluster_rules[0]));
+	if (rules && p->s.custom) {
+		json_t *read = rules_of(&secret_read, 1), *write = rules_of(&secret_write, 1);
+		json_t *w = json_array_get(write, 0);
+		if (!read || !w || json_object_set(w, "resourceNames", p->s.authorized) != 0 ||
+		    json_array_extend(rules, read) != 0 || json_array_extend(rules, write) != 0) {
+			json_decref(rules);
+			rules = NULL;
+		}
+		json_decref(read);
+		json_decref(write);
+	}
+	return with(object(p, W_CROLE, OBJ, NULL), "rules", rules);
+}
+
+static json_t *subjects(const pass *p)
+{
+	return json_pack("[{s:s, s:s, s:s}]", "kind", "ServiceAccount", "name", OBJ, "namespace", p->t->ns);
+}
+
+static json_t *binding(const pass *p, int w, const char *name, const char *ns, const char *role_kind)
+{
+	json_t *o = with(object(p, w, name, ns), "roleRef",
+	                 json_pack("{s:s, s:s, s:s}", "apiGroup", RBAC, "kind", role_kind, "name", name));
+	return with(o, "subjects", subjects(p));
+}
+
+static json_t *role(const pass *p, const char *name, const char *ns, const rule *r, size_t n)
+{
+	return with(object(p, W_ROLE, name, ns), "rules", rules_of(r, n));
+}
+
+static json_t *metrics_service(const pass *p)
+{
+	return with(object(p, W_SVC, OBJ_METRICS, p->t->ns), "spec",
+	            json_pack("{s:s, s:{s:s}, s:[{s:s, s:i, s:i, s:s}]}", "type", "ClusterIP", "selector", "app", APP,
+	                      "ports", "name", "metrics", "port", METRICS_PORT, "targetPort", METRICS_PORT, "protocol",
+	                      "TCP"));
+}
+
+static json_t *package_configmap(const pass *p)
+{
+	return with(object(p, W_CM, OBJ_PACKAGE, p->t->ns), "data", json_pack("{s:s}", PACKAGE_KEY, p->t->pkg_json));
+}
+
+static int arg(json_t *args, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int arg(json_t *args, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof(buf))
+		return -1;
+	return json_array_append_new(args, json_string(buf));
+}
+
+/* trust-manager's arguments as the anchor writes them, less the webhook's
+ * (signet-trust checks Bundles in its controller), plus the Lease's
+ * namespace: signet-trust, like trust-manager, would elect in the trust
+ * namespace, where the leader-election Role is not. */
+static json_t *container_args(const pass *p)
+{
+	const tm_spec *s = &p->s;
+	json_t *a = json_array();
+	int rc = !a ? -1 : 0;
+	rc |= arg(a, "--log-format=%s", s->log_format);
+	rc |= arg(a, "--log-level=%lld", (long long)s->log_level);
+	rc |= arg(a, "--metrics-port=%d", METRICS_PORT);
+	rc |= arg(a, "--readiness-probe-port=%d", PROBE_PORT);
+	rc |= arg(a, "--readiness-probe-path=/readyz");
+	rc |= arg(a, "--leader-elect=true");
+	rc |= arg(a, "--leader-election-namespace=%s", p->t->ns);
+	rc |= arg(a, "--leader-election-lease-duration=15s");
+	rc |= arg(a, "--leader-election-renew-deadline=10s");
+	rc |= arg(a, "--trust-namespace=%s", s->trust_ns);
+	if (s->custom)
+		rc |= arg(a, "--secret-targets-enabled=true");
+	if (s->filter_expired)
+		rc |= arg(a, "--filter-expired-certificates=true");
+	if (s->package)
+		rc |= arg(a, "--default-package-location=" PACKAGE_DIR "/" PACKAGE_KEY);
+	if (rc != 0) {
+		json_decref(a);
+		return NULL;
+	}
+	return a;
+}
+
+static json_t *container(const pass *p)
+{
+	json_t *c =
+	    json_pack("{s:s, s:s, s:s, s:o, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}], s:{s:{s:s, s:i}, s:i, s:i}, "
+	              "s:{s:{s:s, s:i}, s:i, s:i}, s:{s:b, s:b, s:b, s:{s:[s]}, s:{s:s}}}",
+	              "name", OBJ, "image", p->t->image, "imagePullPolicy", "IfNotPresent", "args", container_args(p),
+	              "ports", "name", "metrics", "containerPort", METRICS_PORT, "protocol", "TCP", "name", "probes",
+	              "containerPort", PROBE_PORT, "protocol", "TCP", "readinessProbe", "httpGet", "path", "/readyz",
+	              "port", PROBE_PORT, "initialDelaySeconds", 3, "periodSeconds", 7, "livenessProbe", "httpGet",
+	              "path", "/healthz", "port", PROBE_PORT, "initialDelaySeconds", 15, "periodSeconds", 20,
+	              "securityContext", "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1,
+	              "capabilities", "drop", "ALL", "seccompProfile", "type", "RuntimeDefault");
+	if (c && p->s.resources)
+		c = with(c, "resources", json_deep_copy(p->s.resources));
+	if (c && p->s.package)
+		c = with(
+		    c, "volumeMounts",
+		    json_pack("[{s:s, s:s, s:b}]", "name", PACKAGE_VOLUME, "mountPath", PACKAGE_DIR, "readOnly", 1));
+	return c;
+}
+
+static json_t *pod_template(const pass *p)
+{
+	json_t *spec =
+	    json_pack("{s:s, s:{s:b, s:{s:s}}, s:[o]}", "serviceAccountName", OBJ, "securityContext", "runAsNonRoot", 1,
+	              "seccompProfile", "type", "RuntimeDefault", "containers", container(p));
+	if (spec && p->s.package)
+		spec = with(spec, "volumes",
+		            json_pack("[{s:s, s:{s:s}}]", "name", PACKAGE_VOLUME, "configMap", "name", OBJ_PACKAGE));
+	if (spec && p->s.node_selector)
+		spec = with(spec, "nodeSelector", json_deep_copy(p->s.node_selector));
+	if (spec && p->s.affinity)
+		spec = with(spec, "affinity", json_deep_copy(p->s.affinity));
+	if (spec && p->s.tolerations)
+		spec = with(spec, "tolerations", json_deep_copy(p->s.tolerations));
+	/* The user's annotations, and the package's hash: a new package is a
+	 * new pod template, so the pods roll. */
+	json_t *ann = p->s.annotations ? json_deep_copy(p->s.annotations) : json_object();
+	if (ann && p->s.package)
+		ann = with(ann, SG_TRUSTMANAGER_PACKAGE_HASH, json_string(p->t->pkg_hash));
+	json_t *md = ann ? json_pack("{s:O}", "labels", p->labels) : NULL;
+	if (md && json_object_size(ann) > 0)
+		md = with(md, "annotations", json_incref(ann));
+	json_decref(ann);
+	return json_pack("{s:o, s:o}", "metadata", md, "spec", spec);
+}
+
+static json_t *deployment(const pass *p)
+{
+	return with(object(p, W_DEPLOY, OBJ, p->t->ns), "spec",
+	            json_pack("{s:i, s:{s:{s:s}}, s:o}", "replicas", 1, "selector", "matchLabels", "app", APP,
+	                      "template", pod_template(p)));
+}
+
+/* An object the pass wants: its kind (watch), place and intent. */
+typedef struct want {
+	int w;
+	const char *ns; /* NULL: cluster-scoped */
+	const char *name;
+	json_t *body; /* owned; NULL when only named (deletion) */
+} want;
+
+/* Every object p's spec asks for, in the order they are applied (the
+ * Deployment last, once what it runs with is in place). With bodies
+ * false only the names (deletion, where the spec may be invalid). */
+static int wants_of(pass *p, want *out, size_t *n, bool bodies)
+{
+	const char *ns = p->t->ns, *tns = p->accepted_ns;
+	size_t i = 0;
+	out[i++] = (want){W_SA, ns, OBJ, bodies ? service_account(p) : NULL};
+	out[i++] = (want){W_CROLE, NULL, OBJ, bodies ? cluster_role(p) : NULL};
+	out[i++] = (want){W_CRB, NULL, OBJ, bodies ? binding(p, W_CRB, OBJ, NULL, "ClusterRole") : NULL};
+	if (tns) {
+		out[i++] = (want){W_ROLE, tns, OBJ, bodies ? role(p, OBJ, tns, trust_rules, 1) : NULL};
+		out[i++] = (want){W_RB, tns, OBJ, bodies ? binding(p, W_RB, OBJ, tns, "Role") : NULL};
+	}
+	out[i++] = (want){W_ROLE, ns, OBJ_LEADER, bodies ? role(p, OBJ_LEADER, ns, leader_rules, 1) : NULL};
+	out[i++] = (want){W_RB, ns, OBJ_LEADER, bodies ? binding(p, W_RB, OBJ_LEADER, ns, "Role") : NULL};
+	out[i++] = (want){W_SVC, ns, OBJ_METRICS, bodies ? metrics_service(p) : NULL};
+	if (!bodies || p->s.package)
+		out[i++] = (want){W_CM, ns, OBJ_PACKAGE, bodies ? package_configmap(p) : NULL};
+	out[i++] = (want){W_DEPLOY, ns, OBJ, bodies ? deployment(p) : NULL};
+	*n = i;
+	for (size_t j = 0; bodies && j < i; j++) {
+		if (!out[j].body) {
+			for (size_t k = 0; k < i; k++)
+				json_decref(out[k].body);
+			*n = 0;
+			SG_BAIL(SG_EINTERNAL, "trustmanager: out of memory");
+		}
+	}
+	return SG_OK;
+}
+
+static void wants_free(want *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		json_decref(w[i].body);
+}
+
+static sg_kube_ref ref_of(const want *w)
+{
+	sg_kube_ref r = K[w->w].ref;
+	r.ns = w->ns;
+	r.name = w->name;
+	return r;
+}
+
+static void key_of(const want *w, char out[SG_CTRL_KEY_MAX])
+{
+	snprintf(out, SG_CTRL_KEY_MAX, "%s%s%s", w->ns ? w->ns : "", w->ns ? "/" : "", w->name);
+}
+
+/* ---- status ---- */
+
+static sg_kube_ref cr_ref(const json_t *cr)
+{
+	sg_kube_ref r = K[W_TM].ref;
+	r.name = sg_kube_meta_str(cr, "name");
+	return r;
+}
+
+static int64_t generation(const json_t *cr)
+{
+	return json_integer_value(json_object_get(json_object_get(cr, "metadata"), "generation"));
+}
+
+static const char *ready_reason(const json_t *cr)
+{
+	return json_string_value(json_object_get(sg_ctrl_condition_find(cr, "Ready"), "reason"));
+}
+
+/* Writes status (stolen) with conds (stolen) when it differs, counts it,
+ * and records an Event when the Ready condition's reason changes:
+ * Warning with the message for a failure, Normal otherwise. */
+static int put_status(sg_trustmanager *t, sg_ctrl *c, const json_t *cr, json_t *status, json_t *conds)
+{
+	if (!status || !conds || json_object_set_new(status, "conditions", conds) != 0) {
+		json_decref(status);
+		json_decref(conds);
+		SG_BAIL(SG_EINTERNAL, "trustmanager: out of memory");
+	}
+	sg_kube_ref ref = cr_ref(cr);
+	bool written = false;
+	int rc = sg_opr_status(c, &t->st, &ref, K[W_TM].kind, cr, status, &written);
+	if (written) {
+		atomic_fetch_add(&t->status_writes, 1);
+		const json_t *ready = json_array_get(json_object_get(status, "conditions"), 0);
+		const char *was = ready_reason(cr), *now = json_string_value(json_object_get(ready, "reason"));
+		const char *st = json_string_value(json_object_get(ready, "status"));
+		const char *m = json_string_value(json_object_get(ready, "message"));
+		bool failing = st && strcmp(st, "True") != 0 && now && strcmp(now, "Progressing") != 0;
+		if (now && (!was || strcmp(was, now) != 0))
+			sg_ctrl_event(c, cr, failing ? "Warning" : "Normal", now, "%s", m && *m ? m : now);
+	}
+	json_decref(status);
+	return rc;
+}
+
+/* The status fields besides conditions: what the spec asks for once it
+ * was accepted (spec non-NULL), else what the status said (a refusal
+ * changes nothing that was in effect), with the trust namespace as far
+ * as it is known. */
+static json_t *status_fields_of(const pass *p, bool accepted)
+{
+	const tm_spec *s = &p->s;
+	if (accepted)
+		return json_pack("{s:s, s:s, s:s, s:s, s:s}", "trustManagerImage", p->t->image, "trustNamespace",
+		                 s->trust_ns, "secretTargetsPolicy", s->custom ? "Custom" : "Disabled",
+		                 "defaultCAPackagePolicy", s->package ? "Enabled" : "Disabled",
+		                 "filterExpiredCertificatesPolicy", s->filter_expired ? "Enabled" : "Disabled");
+	json_t *o = json_object();
+	const json_t *have = json_object_get(p->cr, "status");
+	for (size_t i = 0; o && i < sizeof(status_fields) / sizeof(status_fields[0]); i++) {
+		json_t *v = json_object_get(have, status_fields[i]);
+		if (json_is_string(v) && json_object_set(o, status_fields[i], v) != 0) {
+			json_decref(o);
+			return NULL;
+		}
+	}
+	if (o && p->accepted_ns && json_object_set_new(o, "trustNamespace", json_string(p->accepted_ns)) != 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* A refusal: Ready=False/Degraded=True with reason and message. */
+static int put_failed(pass *p, bool accepted, const char *reason, const char *msg)
+{
+	return put_status(p->t, p->c, p->cr, status_fields_of(p, accepted),
+	                  sg_opr_conditions(msg, reason, SG_OPR_OPERAND_PROGRESSING, "", generation(p->cr)));
+}
+
+/* ---- the operand ---- */
+
+static bool deleting(const json_t *o)
+{
+	return sg_kube_meta_str(o, "deletionTimestamp") != NULL;
+}
+
+/* The operand's pods that are not on their way out (a new array). */
+static json_t *operand_pods(sg_trustmanager *t, sg_ctrl *c)
+{
+	json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, W_POD));
+	json_t *out = json_array();
+	size_t i;
+	json_t *pod;
+	json_array_foreach(all, i, pod)
+	{
+		const char *ns = sg_kube_meta_str(pod, "namespace");
+		if (out && ns && strcmp(ns, t->ns) == 0 && !deleting(pod))
+			json_array_append(out, pod);
+	}
+	json_decref(all);
+	return out;
+}
+
+/* ---- a pass ---- */
+
+static void pass_free(pass *p)
+{
+	json_decref(p->s.authorized);
+	json_decref(p->labels);
+	json_decref(p->owner);
+}
+
+static bool namespace_ok(sg_ctrl *c, const char *name, const char *role, char *msg, size_t cap)
+{
+	json_t *ns = sg_kube_informer_get(sg_ctrl_informer(c, W_NS), NULL, name);
+	bool ok = ns && !deleting(ns);
+	if (!ns && strcmp(role, "trust") == 0)
+		refuse(msg, cap,
+		       "trust namespace \"%s\" does not exist, create the namespace before creating TrustManager CR",
+		       name);
+	else if (!ns)
+		refuse(msg, cap, "%s namespace \"%s\" does not exist", role, name);
+	else if (!ok)
+		refuse(msg, cap, "%s namespace \"%s\" is being deleted", role, name);
+	json_decref(ns);
+	return ok;
+}
+
+/* Applies every wanted object; on a failure the API server will not take
+ * back by itself (an invalid object, no permission) the status says so. */
+static int apply_all(pass *p, want *w, size_t n, bool *deployment_written, bool *refused)
+{
+	*deployment_written = false;
+	*refused = false;
+	for (size_t i = 0; i < n; i++) {
+		sg_kube_ref ref = ref_of(&w[i]);
+		json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, w[i].w), w[i].ns, w[i].name);
+		bool changes = !live || !sg_ctrl_object_holds(p->c, w[i].body, live);
+		int rc = sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live);
+		json_decref(live);
+		if (rc == SG_EINVAL || rc == SG_EAUTH) {
+			sg_error e;
+			sg_error_save(&e);
+			char msg[MSG_MAX];
+			snprintf(msg, sizeof(msg), "%s %s%s%s: %s", K[w[i].w].kind, w[i].ns ? w[i].ns : "",
+			         w[i].ns ? "/" : "", w[i].name, e.msg);
+			/* The apply's error is the one to return: a status that
+			 * cannot be written either is only logged. */
+			if (put_failed(p, true, "Failed", msg) < 0)
+				sg_log_error_last(SG_LOG_WARN, "trustmanager: cannot write the failure to status");
+			sg_error_restore(&e);
+			*refused = true;
+			/* An invalid object stays invalid until the spec changes
+			 * (an event); a permission may be granted any time. */
+			return rc == SG_EINVAL ? SG_OK : rc;
+		}
+		SG_TRY(rc);
+		if (w[i].w == W_DEPLOY && changes)
+			*deployment_written = true;
+	}
+	return SG_OK;
+}
+
+/* Deletes the objects of ours the pass no longer wants. */
+static int delete_unwanted(pass *p, const want *w, size_t n)
+{
+	for (int k = W_MANAGED_FIRST; k <= W_MANAGED_LAST; k++) {
+		char keys[WANT_MAX][SG_CTRL_KEY_MAX];
+		const char *keep[WANT_MAX];
+		size_t nkeep = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (w[i].w != k)
+				continue;
+			key_of(&w[i], keys[nkeep]);
+			keep[nkeep] = keys[nkeep];
+			nkeep++;
+		}
+		SG_TRY(sg_opr_delete_owned(p->c, &p->t->st, p->cr, sg_ctrl_informer(p->c, k), &K[k].ref, NAME, keep,
+		                           nkeep, NULL));
+	}
+	return SG_OK;
+}
+
+static int operand_status(pass *p, bool deployment_written)
+{
+	sg_kube_ref dref = K[W_DEPLOY].ref;
+	dref.ns = p->t->ns;
+	dref.name = OBJ;
+	json_t *d = NULL;
+	if (deployment_written) {
+		/* The cache still holds the Deployment before our write. */
+		int rc = sg_kube_get(sg_ctrl_kube(p->c), &dref, &d);
+		if (rc < 0 && rc != SG_ENOTFOUND)
+			return rc;
+	} else {
+		d = sg_kube_informer_get(sg_ctrl_informer(p->c, W_DEPLOY), p->t->ns, OBJ);
+	}
+	json_t *pods = operand_pods(p->t, p->c);
+	char msg[MSG_MAX];
+	sg_opr_operand st = sg_opr_operand_state(d, pods, msg, sizeof(msg));
+	json_decref(d);
+	json_decref(pods);
+	return put_status(p->t, p->c, p->cr, status_fields_of(p, true),
+	                  sg_opr_conditions(NULL, NULL, st, msg, generation(p->cr)));
+}
+
+static void watch_namespace(sg_trustmanager *t, const char *ns)
+{
+	pthread_mutex_lock(&t->mu);
+	snprintf(t->trust_ns, sizeof(t->trust_ns), "%s", ns);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static int reconcile_cluster(pass *p)
+{
+	sg_trustmanager *t = p->t;
+	if (!sg_opr_has_finalizer(p->cr, FINALIZER)) {
+		sg_kube_ref ref = cr_ref(p->cr);
+		SG_TRY(sg_opr_set_finalizer(p->c, &t->st, &ref, p->cr, FINALIZER, true, NULL));
+	}
+	char msg[MSG_MAX];
+	if (!parse(p, msg, sizeof(msg)))
+		return put_failed(p, false, "InvalidSpec", msg);
+	watch_namespace(t, p->s.trust_ns);
+	if (!namespace_ok(p->c, p->s.trust_ns, "trust", msg, sizeof(msg)) ||
+	    !namespace_ok(p->c, t->ns, "operand", msg, sizeof(msg)))
+		return put_failed(p, true, "Failed", msg);
+	if (p->s.package && !t->pkg_json) {
+		snprintf(msg, sizeof(msg), "the default CA package is not available: %s", t->pkg_error);
+		return put_failed(p, true, "Failed", msg);
+	}
+	p->labels = sg_opr_labels(p->s.labels, APP, t->version, NAME);
+	p->owner = sg_opr_owner_ref(p->cr, K[W_TM].kind);
+	SG_ENSURE(p->labels && p->owner, SG_EINTERNAL, "trustmanager: out of memory");
+	want w[WANT_MAX];
+	size_t n = 0;
+	SG_TRY(wants_of(p, w, &n, true));
+	bool written = false, refused = false;
+	int rc = apply_all(p, w, n, &written, &refused);
+	if (rc == SG_OK && !refused)
+		rc = delete_unwanted(p, w, n);
+	wants_free(w, n);
+	SG_TRY(rc);
+	return refused ? SG_OK : operand_status(p, written);
+}
+
+/* Whether o (a cached or fetched object) is one we made for NAME. */
+static bool ours(const json_t *o)
+{
+	const json_t *l = json_object_get(json_object_get(o, "metadata"), "labels");
+	const char *owner = json_string_value(json_object_get(l, SG_OPR_OWNER_LABEL));
+	const char *app = json_string_value(json_object_get(l, "app"));
+	return owner && app && strcmp(owner, NAME) == 0 && strcmp(app, APP) == 0;
+}
+
+/* The CR is being deleted: everything we made goes (found by name, also
+ * when the cache has not seen it yet, and by owner label in every
+ * cache), then the finalizer. The trust namespace, Bundles and Secrets
+ * are never ours. */
+static int finalize(pass *p)
+{
+	if (!sg_opr_has_finalizer(p->cr, FINALIZER))
+		return SG_OK;
+	char msg[MSG_MAX];
+	if (!parse(p, msg, sizeof(msg)) && !p->accepted_ns) {
+		const char *tn = json_string_value(json_object_get(
+		    json_object_get(json_object_get(p->cr, "spec"), "trustManagerConfig"), "trustNamespace"));
+		p->accepted_ns = tn && sg_names_dns_label(tn, strlen(tn), SG_NAMES_LABEL_MAX) ? tn : DEFAULT_NAMESPACE;
+	}
+	want w[WANT_MAX];
+	size_t n = 0;
+	SG_TRY(wants_of(p, w, &n, false));
+	/* The operand first: it stops before its permissions go. */
+	for (size_t i = n; i-- > 0;) {
+		sg_kube_ref ref = ref_of(&w[i]);
+		json_t *o = sg_kube_informer_get(sg_ctrl_informer(p->c, w[i].w), w[i].ns, w[i].name);
+		if (!o) {
+			int rc = sg_kube_get(sg_ctrl_kube(p->c), &ref, &o);
+			if (rc < 0 && rc != SG_ENOTFOUND)
+				return rc;
+		}
+		bool mine = o && ours(o);
+		json_decref(o);
+		if (mine)
+			SG_TRY(sg_opr_delete(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind));
+	}
+	SG_TRY(delete_unwanted(p, w, n));
+	sg_kube_ref ref = cr_ref(p->cr);
+	SG_TRY(sg_opr_set_finalizer(p->c, &p->t->st, &ref, p->cr, FINALIZER, false, NULL));
+	sg_log(SG_LOG_INFO, "TrustManager deleted: its objects are gone", SG_F_STR("controller", sg_ctrl_name(p->c)),
+	       SG_F_END);
+	return SG_OK;
+}
+
+/* A TrustManager not named "cluster": refused for as long as it exists
+ * (the CRD's CEL rule), and never a reason to touch anything. */
+static int reconcile_other(pass *p)
+{
+	if (deleting(p->cr)) {
+		if (!sg_opr_has_finalizer(p->cr, FINALIZER))
+			return SG_OK;
+		sg_kube_ref ref = cr_ref(p->cr);
+		return sg_opr_set_finalizer(p->c, &p->t->st, &ref, p->cr, FINALIZER, false, NULL);
+	}
+	return put_status(
+	    p->t, p->c, p->cr, json_object(),
+	    sg_opr_conditions(invalid_name_msg, "InvalidSpec", SG_OPR_OPERAND_PROGRESSING, "", generation(p->cr)));
+}
+
+static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg)
+{
+	(void)res;
+	sg_trustmanager *t = arg;
+	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, W_TM), NULL, key);
+	if (!cr)
+		return SG_OK;
+	pass p = {.t = t, .c = c, .cr = cr};
+	int rc;
+	if (strcmp(key, NAME) != 0)
+		rc = reconcile_other(&p);
+	else if (deleting(cr))
+		rc = finalize(&p);
+	else
+		rc = reconcile_cluster(&p);
+	pass_free(&p);
+	json_decref(cr);
+	return rc;
+}
+
+/* ---- event mapping ---- */
+
+/* Our objects and the operand's pods: the one CR, a little later (see
+ * the top of the file). */
+static void map_owned(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)obj;
+	(void)arg;
+	sg_ctrl_add_after(c, NAME, ECHO_DELAY_MS);
+}
+
+/* A namespace matters when it is the trust namespace of the last pass or
+ * the operand's; before the first pass every one does. */
+static void map_namespace(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	sg_trustmanager *t = arg;
+	const char *name = sg_kube_meta_str(obj, "name");
+	if (!name)
+		return;
+	pthread_mutex_lock(&t->mu);
+	bool matters = !t->trust_ns[0] || strcmp(name, t->trust_ns) == 0 || strcmp(name, t->ns) == 0;
+	pthread_mutex_unlock(&t->mu);
+	if (matters)
+		sg_ctrl_add(c, NAME);
+}
+
+/* ---- the default CA package ---- */
+
+static void hex(const uint8_t *p, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[p[i] >> 4];
+		out[2 * i + 1] = digits[p[i] & 15];
+	}
+	out[2 * n] = '\0';
+}
+
+/* trust-manager's package file ({name, bundle, version}, as
+ * sg_trust_package_write writes it) from a PEM file of CAs, normalized
+ * (strict PEM, deduplicated, sorted: sg_certset), and checked as
+ * signet-trust will read it. */
+static int package_make(sg_trustmanager *t, const char *path, const char *version)
+{
+	SG_ENSURE(path && *path, SG_EINVAL, "no CA bundle file was configured");
+	uint8_t *raw SG_AUTOFREE = NULL;
+	size_t len = 0;
+	SG_TRY(sg_file_read(path, SG_CERTSET_PEM_MAX, &raw, &len));
+	sg_certset *set = NULL;
+	SG_TRY(sg_certset_new(&set, NULL));
+	char *pem = NULL;
+	size_t plen = 0;
+	int rc = sg_certset_add_pem(set, (const char *)raw, len);
+	if (rc < 0)
+		rc = sg_error_set(rc, "%s: %s", path, sg_error_last()->msg);
+	if (rc == SG_OK && sg_certset_count(set) == 0)
+		rc = sg_error_set(SG_EINVAL, "%s holds no certificate", path);
+	if (rc == SG_OK)
+		rc = sg_certset_pem(set, &pem, &plen);
+	sg_certset_free(set);
+	SG_TRY(rc);
+	uint8_t d[32];
+	rc = sg_sha256(pem, plen, d);
+	if (rc < 0) {
+		free(pem);
+		return rc;
+	}
+	hex(d, sizeof(d), t->pkg_hash);
+	char derived[32];
+	if (!version) {
+		snprintf(derived, sizeof(derived), "sha256-%.16s", t->pkg_hash);
+		version = derived;
+	}
+	json_t *doc = json_pack("{s:s, s:s%, s:s}", "name", SG_TRUSTMANAGER_PACKAGE_NAME, "bundle", pem, plen,
+	                        "version", version);
+	free(pem);
+	char *text = doc ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+	json_decref(doc);
+	SG_ENSURE(text, SG_EINTERNAL, "out of memory");
+	size_t tlen = strlen(text);
+	sg_trust_package *check = NULL;
+	rc = tlen > PACKAGE_CM_MAX ? sg_error_set(SG_EINVAL,
+	                                          "%s makes a package of %zu bytes, more than a ConfigMap "
+	                                          "holds",
+	                                          path, tlen)
+	                           : sg_trust_package_parse(&check, text, tlen, SG_TRUSTMANAGER_PACKAGE_NAME);
+	sg_trust_package_free(check);
+	if (rc < 0) {
+		free(text);
+		return rc;
+	}
+	t->pkg_json = text;
+	return SG_OK;
+}
+
+/* ---- the module ---- */
+
+static bool printable(const char *s, size_t max)
+{
+	size_t n = s ? strlen(s) : 0;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
+			return false;
+	return n > 0 && n <= max;
+}
+
+int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
+{
+	*out = NULL;
+	SG_ENSURE(o && o->kube, SG_EINVAL, "trustmanager: a Kubernetes client is required");
+	SG_ENSURE(printable(o->image, 1024), SG_EINVAL, "trustmanager: the signet-trust image is required");
+	const char *version = o->version ? o->version : "unknown";
+	const char *ns = o->operand_namespace ? o->operand_namespace : DEFAULT_NAMESPACE;
+	SG_ENSURE(sg_names_label_value(version), SG_EINVAL, "trustmanager: version \"%s\" is not a label value",
+	          version);
+	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "trustmanager: operand namespace \"%s\" is not a namespace name", ns);
+	sg_trustmanager *t = calloc(1, sizeof(*t));
+	SG_ENSURE(t, SG_EINTERNAL, "trustmanager: out of memory");
+	pthread_mutex_init(&t->mu, NULL);
+	snprintf(t->ns, sizeof(t->ns), "%s", ns);
+	t->image = strdup(o->image);
+	t->version = strdup(version);
+	int rc = t->image && t->version ? SG_OK : sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
+	if (rc == SG_OK && package_make(t, o->ca_bundle_path, o->ca_bundle_version) < 0) {
+		snprintf(t->pkg_error, sizeof(t->pkg_error), "%s", sg_error_last()->msg);
+		sg_log(SG_LOG_WARN, "trustmanager: no default CA package (a TrustManager enabling it is Degraded)",
+		       SG_F_STR("error", t->pkg_error), SG_F_END);
+	}
+	sg_ctrl_watch w[W_N] = {
+	    [W_TM] = {.ref = K[W_TM].ref},
+	    [W_NS] = {.ref = K[W_NS].ref, .map = map_namespace, .metadata_only = true},
+	    [W_POD] = {.ref = K[W_POD].ref, .label_selector = POD_SELECTOR, .map = map_owned},
+	};
+	w[W_POD].ref.ns = t->ns;
+	for (int k = W_MANAGED_FIRST; k <= W_MANAGED_LAST; k++)
+		w[k] = (sg_ctrl_watch){.ref = K[k].ref, .label_selector = SELECTOR, .map = map_owned};
+	sg_ctrl_def def = {
+	    .name = "trustmanager",
+	    .kube = o->kube,
+	    .watches = w,
+	    .nwatches = W_N,
+	    .reconcile = reconcile,
+	    .arg = t,
+	    .workers = o->workers ? o->workers : 1,
+	    .field_manager = SG_OPR_FIELD_MANAGER,
+	};
+	/* map_namespace's arg is the definition's arg (sg_ctrl.h). */
+	if (rc == SG_OK)
+		rc = sg_ctrl_new(&t->ctrl, &def);
+	if (rc < 0) {
+		sg_trustmanager_free(t);
+		return rc;
+	}
+	*out = t;
+	return SG_OK;
+}
+
+sg_ctrl *sg_trustmanager_controller(sg_trustmanager *t)
+{
+	return t->ctrl;
+}
+
+void sg_trustmanager_stats_get(sg_trustmanager *t, sg_trustmanager_stats *out)
+{
+	out->writes = atomic_load(&t->st.writes);
+	out->created = atomic_load(&t->st.created);
+	out->repaired = atomic_load(&t->st.repaired);
+	out->deleted = atomic_load(&t->st.deleted);
+	out->status_writes = atomic_load(&t->status_writes);
+}
+
+static double v_status_writes(void *a)
+{
+	return (double)atomic_load(&((sg_trustmanager *)a)->status_writes);
+}
+
+int sg_trustmanager_metrics(void *self, sg_metrics *reg)
+{
+	sg_trustmanager *t = self;
+	SG_TRY(sg_opr_metrics(&t->st, "trustmanager", reg));
+	return sg_metrics_counter_fn(reg, "signet_operator_trustmanager_status_writes_total",
+	                             "TrustManager status writes (counted in writes_total too).", v_status_writes, t);
+}
+
+void sg_trustmanager_free(sg_trustmanager *t)
+{
+	if (!t)
+		return;
+	sg_ctrl_free(t->ctrl);
+	pthread_mutex_destroy(&t->mu);
+	free(t->pkg_json);
+	free(t->image);
+	free(t->version);
+	free(t);
+}

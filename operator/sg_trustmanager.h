@@ -1,0 +1,106 @@
+/*
+ * sg_trustmanager: the TrustManager reconciler. A TrustManager
+ * (operator.openshift.io/v1alpha1, cluster-scoped, one per cluster named
+ * "cluster") asks for trust-manager; signet deploys signet-trust in its
+ * place, under trust-manager's object names and with its argument names,
+ * so a CR written for OpenShift's cert-manager-operator keeps working
+ * (its finalizer name included).
+ *
+ * What it makes, each labelled (sg_opr_labels, app
+ * "cert-manager-trust-manager", owner "cluster"), annotated with
+ * spec.controllerConfig.annotations and controlled by the CR
+ * (ownerReference; the CR is cluster-scoped, so every object may carry
+ * one):
+ *   ServiceAccount trust-manager                  (operand namespace)
+ *   ClusterRole and ClusterRoleBinding trust-manager: Bundles, their
+ *     status and finalizers, namespaces, ConfigMaps, Events; with
+ *     secretTargets.policy Custom also Secrets (read everywhere, written
+ *     only under the authorized names, sorted)
+ *   Role and RoleBinding trust-manager             (trust namespace:
+ *     Secret sources)
+ *   Role and RoleBinding trust-manager:leaderelection (operand namespace:
+ *     the Lease; --leader-election-namespace names it)
+ *   Service trust-manager-metrics                 (9402)
+ *   ConfigMap trust-manager-default-ca-package    (defaultCAPackage
+ *     Enabled: the package file cert-manager-package-debian.json made from
+ *     the options' CA bundle, mounted at /packages; the pod template's
+ *     operator.openshift.io/default-ca-package-hash annotation is the
+ *     SHA-256 of its PEM, so pods roll when it changes)
+ *   Deployment trust-manager                      (1 replica, non-root,
+ *     read-only root file system, no capabilities, RuntimeDefault seccomp,
+ *     probes /readyz and /healthz on 6060)
+ * Objects no longer wanted (the package after policy Disabled) are deleted.
+ *
+ * What the 1.20 API server cannot check (the CRD's CEL rules) is checked
+ * here and reported as Ready=False/InvalidSpec with nothing applied: the
+ * name "cluster", trustNamespace immutable once set (the accepted value is
+ * kept in status.trustNamespace), authorizedSecrets non-empty exactly with
+ * policy Custom, and the syntax of controllerConfig's labels and
+ * annotations. A trust or operand namespace that does not exist is
+ * Degraded (reason Failed) until it appears: namespaces are watched.
+ *
+ * Status (written only when it changes): trustManagerImage,
+ * trustNamespace, secretTargetsPolicy, defaultCAPackagePolicy,
+ * filterExpiredCertificatesPolicy and Ready/Progressing/Degraded with
+ * observedGeneration, Ready=True only when the Deployment is current and
+ * available (sg_opr_operand_state). Deleting the CR deletes every object
+ * made for it (never the trust namespace, Bundles or user Secrets), then
+ * its finalizer.
+ *
+ * Writes happen only for a difference (sg_opr_apply against the informers'
+ * caches), so a quiet cluster sees none; every one is counted.
+ *
+ * Threads: the runtime's workers; ownership as in sg_ctrl.h.
+ */
+#ifndef SG_TRUSTMANAGER_H
+#define SG_TRUSTMANAGER_H
+
+#include "sg_ctrl.h"
+#include "sg_error.h"
+#include "sg_kube.h"
+#include "sg_metrics.h"
+
+#include <stdint.h>
+
+#define SG_TRUSTMANAGER_NAME "cluster"
+#define SG_TRUSTMANAGER_FINALIZER "trustmanager.openshift.operator.io/cert-manager-trust-manager-controller"
+#define SG_TRUSTMANAGER_APP "cert-manager-trust-manager"
+#define SG_TRUSTMANAGER_PACKAGE_NAME "cert-manager-package-debian"
+#define SG_TRUSTMANAGER_PACKAGE_HASH "operator.openshift.io/default-ca-package-hash"
+
+typedef struct sg_trustmanager sg_trustmanager;
+
+typedef struct sg_trustmanager_options {
+	sg_kube *kube;                 /* borrowed; must outlive the reconciler */
+	const char *image;             /* signet-trust image (RELATED_IMAGE_SIGNET_TRUST); required */
+	const char *version;           /* app.kubernetes.io/version label value; NULL: "unknown" */
+	const char *operand_namespace; /* where signet-trust runs; NULL: "cert-manager" */
+	const char *ca_bundle_path;    /* PEM of the default CAs (Debian's /etc/ssl/certs/ca-certificates.crt) */
+	const char *ca_bundle_version; /* the package's version (e.g. ca-certificates'); NULL: from its SHA-256 */
+	unsigned workers;              /* 0: 1 */
+} sg_trustmanager_options;
+
+typedef struct sg_trustmanager_stats {
+	uint64_t writes;        /* every API write: applies, deletes, finalizer patches, status */
+	uint64_t created;       /* objects that did not exist */
+	uint64_t repaired;      /* objects that existed and were applied again */
+	uint64_t deleted;       /* objects deleted */
+	uint64_t status_writes; /* TrustManager status writes (in writes too) */
+} sg_trustmanager_stats;
+
+/* Checks the options, makes the default CA package from ca_bundle_path
+ * (a missing or bad file is not an error here: a TrustManager that
+ * enables the package is then Degraded saying why) and creates the
+ * stopped controller "trustmanager" (field manager "signet-operator").
+ * Caller frees with sg_trustmanager_free. */
+SG_API int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o) SG_MUST_CHECK;
+/* The runtime's controller (borrowed), for a table row or start/stop. */
+SG_API sg_ctrl *sg_trustmanager_controller(sg_trustmanager *t);
+SG_API void sg_trustmanager_stats_get(sg_trustmanager *t, sg_trustmanager_stats *out);
+/* Registers signet_operator_trustmanager_{writes,created,repaired,
+ * deleted,status_writes}_total; self is the sg_trustmanager. */
+SG_API int sg_trustmanager_metrics(void *self, sg_metrics *reg) SG_MUST_CHECK;
+/* Stops and frees; accepts NULL. */
+SG_API void sg_trustmanager_free(sg_trustmanager *t);
+
+#endif

@@ -1,0 +1,377 @@
+/*
+ * signet-operator: deploys signet into a cluster and reports on it through
+ * the IstioCSR and TrustManager custom resources (operator.openshift.io/
+ * v1alpha1), as OpenShift's cert-manager-operator does for istio-csr and
+ * trust-manager: an IstioCSR gets signetd (sg_istiocsr.h), the TrustManager
+ * gets signet-trust (sg_trustmanager.h). It holds no key and opens no HSM.
+ *
+ * Images come from RELATED_IMAGE_SIGNETD and RELATED_IMAGE_SIGNET_TRUST
+ * (the operator-bundle convention), or the flags of the same meaning.
+ * Both reconcilers are leader-only rows of one controller table; the Lease
+ * is the operator's own (signet-operator-leader-election in its namespace).
+ *
+ * The main thread starts things, ticks the table once a second (it
+ * restarts a row that failed to start) and waits for SIGTERM/SIGINT.
+ * Probes: /healthz while the process lives; the readiness path once the
+ * table runs and, on the leader, while every reconciler runs.
+ */
+#include "sg_ctrl.h"
+#include "sg_error.h"
+#include "sg_guard.h"
+#include "sg_http.h"
+#include "sg_istiocsr.h"
+#include "sg_kube.h"
+#include "sg_log.h"
+#include "sg_metrics.h"
+#include "sg_names.h"
+#include "sg_opt.h"
+#include "sg_trustmanager.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef SIGNET_VERSION
+#define SIGNET_VERSION "0.1.0"
+#endif
+#define SA_NAMESPACE_FILE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
+static const char *const formats[] = {"text", "json", NULL};
+
+typedef struct settings {
+	char *config;
+	char *kubeconfig;
+	int64_t kube_api_qps, kube_api_burst;
+	char *signetd_image, *signet_trust_image, *operand_version;
+	bool istiocsr, trustmanager;
+	char *hsm_secret;
+	char *trust_manager_namespace, *default_ca_bundle, *default_ca_bundle_version;
+	bool leader_elect;
+	char *leader_election_namespace, *leader_election_lease_name;
+	int64_t lease_duration, renew_deadline, retry_period;
+	char *http_address;
+	int64_t metrics_port, readiness_probe_port;
+	char *readiness_probe_path;
+	int64_t workers;
+	int log_level, log_format;
+} settings;
+
+#define S(f) offsetof(settings, f)
+static const sg_opt opts[] = {
+	{"config", SG_OPT_PATH, S(config), NULL, 0, 4096, NULL, "config file of \"name = value\" lines (flags override it)",
+	 true},
+	{"kubeconfig", SG_OPT_PATH, S(kubeconfig), NULL, 0, 4096, NULL,
+	 "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)", false},
+	{"kube-api-qps", SG_OPT_INT, S(kube_api_qps), "50", 1, 10000, NULL, "Kubernetes API requests per second", false},
+	{"kube-api-burst", SG_OPT_INT, S(kube_api_burst), "100", 1, 10000, NULL, "Kubernetes API request burst", false},
+	{"signetd-image", SG_OPT_STRING, S(signetd_image), "", 0, 1024, NULL,
+	 "signetd's image for IstioCSR Deployments (default: $RELATED_IMAGE_SIGNETD)", false},
+	{"signet-trust-image", SG_OPT_STRING, S(signet_trust_image), "", 0, 1024, NULL,
+	 "signet-trust's image for the TrustManager Deployment (default: $RELATED_IMAGE_SIGNET_TRUST)", false},
+	{"operand-version", SG_OPT_STRING, S(operand_version), SIGNET_VERSION, 1, 63, NULL,
+	 "the app.kubernetes.io/version label of every object made", false},
+	{"istiocsr", SG_OPT_BOOL, S(istiocsr), "true", 0, 0, NULL, "reconcile IstioCSR resources (deploy signetd)", false},
+	{"trustmanager", SG_OPT_BOOL, S(trustmanager), "true", 0, 0, NULL,
+	 "reconcile the TrustManager resource (deploy signet-trust)", false},
+	{"hsm-secret", SG_OPT_STRING, S(hsm_secret), "signet-hsm", 1, 253, NULL,
+	 "Secret in each IstioCSR's namespace with signetd.conf and the HSM material it names", false},
+	{"trust-manager-namespace", SG_OPT_STRING, S(trust_manager_namespace), "cert-manager", 1, 63, NULL,
+	 "namespace signet-trust runs in", false},
+	{"default-ca-bundle", SG_OPT_PATH, S(default_ca_bundle), "/etc/ssl/certs/ca-certificates.crt", 0, 4096, NULL,
+	 "PEM of the public CAs for the TrustManager's default CA package", false},
+	{"default-ca-bundle-version", SG_OPT_STRING, S(default_ca_bundle_version), "", 0, 128, NULL,
+	 "version of that bundle in the package (empty: derived from its content)", false},
+	{"leader-elect", SG_OPT_BOOL, S(leader_elect), "true", 0, 0, NULL, "elect a leader among replicas (Lease)", false},
+	{"leader-election-namespace", SG_OPT_STRING, S(leader_election_namespace), "", 0, 63, NULL,
+	 "namespace of the Lease (empty: the pod's own namespace, else signet-operator)", false},
+	{"leader-election-lease-name", SG_OPT_STRING, S(leader_election_lease_name), "signet-operator-leader-election",
+	 1, 253, NULL, "name of the Lease", false},
+	{"leader-election-lease-duration", SG_OPT_DURATION, S(lease_duration), "15s", 2, 3600, NULL,
+	 "how long a Lease holds without renewal", false},
+	{"leader-election-renew-deadline", SG_OPT_DURATION, S(renew_deadline), "10s", 1, 3600, NULL,
+	 "how long the leader tries to renew before it steps down", false},
+	{"leader-election-retry-period", SG_OPT_DURATION, S(retry_period), "2s", 1, 3600, NULL,
+	 "time between election attempts", false},
+	{"http-address", SG_OPT_STRING, S(http_address), "", 0, 256, NULL,
+	 "address of the metrics and probe endpoints (default: 0.0.0.0 in a pod, else 127.0.0.1)", false},
+	{"metrics-port", SG_OPT_INT, S(metrics_port), "9402", 0, 65535, NULL, "Prometheus /metrics port (0: any)", false},
+	{"readiness-probe-port", SG_OPT_INT, S(readiness_probe_port), "6060", 0, 65535, NULL,
+	 "readiness and health probe port (0: any; may equal metrics-port)", false},
+	{"readiness-probe-path", SG_OPT_STRING, S(readiness_probe_path), "/readyz", 1, 256, NULL,
+	 "readiness probe path (/healthz is served beside it)", false},
+	{"workers", SG_OPT_INT, S(workers), "2", 1, SG_CTRL_WORKERS_MAX, NULL, "resources reconciled at once, per kind",
+	 false},
+	{"log-level", SG_OPT_ENUM, S(log_level), "info", 0, 0, levels, "log level", false},
+	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
+};
+#define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+typedef struct program {
+	settings s;
+	sg_kube *kube, *kube_lease;
+	sg_istiocsr *istiocsr;
+	sg_trustmanager *trustmanager;
+	sg_ctrl_manager *table;
+	sg_metrics *metrics;
+	sg_http_server *http_metrics, *http_probe;
+	atomic_bool started;
+	char lease_ns[64];
+} program;
+
+/* ---- endpoints ---- */
+
+static int serve_metrics(sg_http_response *resp, void *arg)
+{
+	program *p = arg;
+	char *text = NULL;
+	size_t len = 0;
+	SG_TRY(sg_metrics_render(p->metrics, &text, &len));
+	resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
+	sg_http_response_take(resp, text, len);
+	return SG_OK;
+}
+
+static bool ready(program *p)
+{
+	if (!atomic_load(&p->started))
+		return false;
+	bool leads = !p->s.leader_elect || sg_ctrl_manager_leading(p->table);
+	if (!leads)
+		return true; /* a standby is ready to take over */
+	return (!p->istiocsr || sg_ctrl_running(sg_istiocsr_controller(p->istiocsr))) &&
+	       (!p->trustmanager || sg_ctrl_running(sg_trustmanager_controller(p->trustmanager)));
+}
+
+static int serve_ready(sg_http_response *resp, void *arg)
+{
+	if (ready(arg)) {
+		sg_http_response_static(resp, "ok\n", 3);
+	} else {
+		resp->status = 503;
+		sg_http_response_static(resp, "not ready\n", 10);
+	}
+	return SG_OK;
+}
+
+static int serve_health(sg_http_response *resp, void *arg)
+{
+	(void)arg;
+	sg_http_response_static(resp, "ok\n", 3);
+	return SG_OK;
+}
+
+static int start_http(program *p)
+{
+	const settings *s = &p->s;
+	const char *addr = s->http_address;
+	if (!addr || !*addr) {
+		const char *k8s = getenv("KUBERNETES_SERVICE_HOST");
+		addr = k8s && *k8s ? "0.0.0.0" : "127.0.0.1";
+	}
+	bool same = s->metrics_port == s->readiness_probe_port;
+	sg_http_route probe[] = {{s->readiness_probe_path, serve_ready, p}, {"/healthz", serve_health, p}};
+	sg_http_route routes[3] = {{"/metrics", serve_metrics, p}, probe[0], probe[1]};
+	sg_http_options o = {.bind_address = addr, .port = (uint16_t)s->metrics_port, .routes = routes,
+	                     .nroutes = same ? 3 : 1};
+	SG_TRY(sg_http_server_start(&p->http_metrics, &o));
+	sg_log(SG_LOG_INFO, "metrics endpoint", SG_F_STR("address", addr),
+	       SG_F_INT("port", sg_http_server_port(p->http_metrics)), SG_F_END);
+	if (same)
+		return SG_OK;
+	o.port = (uint16_t)s->readiness_probe_port;
+	o.routes = probe;
+	o.nroutes = 2;
+	SG_TRY(sg_http_server_start(&p->http_probe, &o));
+	sg_log(SG_LOG_INFO, "probe endpoint", SG_F_STR("address", addr),
+	       SG_F_INT("port", sg_http_server_port(p->http_probe)), SG_F_END);
+	return SG_OK;
+}
+
+/* ---- start and stop ---- */
+
+static int new_client(const settings *s, sg_kube **out, long timeout_ms)
+{
+	sg_kube_config *cfg = NULL;
+	SG_TRY(sg_kube_config_load(&cfg, s->kubeconfig));
+	sg_kube_options ko = {.qps = (double)s->kube_api_qps, .burst = (int)s->kube_api_burst,
+	                      .request_timeout_ms = timeout_ms};
+	return sg_kube_new(out, &cfg, &ko);
+}
+
+/* The Lease's namespace: the flag, else the pod's own namespace, else
+ * signet-operator (the manifests' namespace). */
+static int lease_namespace(program *p)
+{
+	const char *ns = p->s.leader_election_namespace;
+	char buf[128] = "";
+	if (!ns || !*ns) {
+		FILE *f = fopen(SA_NAMESPACE_FILE, "r");
+		if (f) {
+			if (!fgets(buf, sizeof(buf), f))
+				buf[0] = '\0';
+			fclose(f);
+			buf[strcspn(buf, "\r\n")] = '\0';
+		}
+		ns = *buf ? buf : "signet-operator";
+	}
+	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "leader-election-namespace \"%s\" is not a namespace name", ns);
+	snprintf(p->lease_ns, sizeof(p->lease_ns), "%.63s", ns);
+	return SG_OK;
+}
+
+static int istiocsr_metrics(void *self, sg_metrics *reg)
+{
+	return sg_istiocsr_metrics(self, reg);
+}
+
+static int start(program *p)
+{
+	settings *s = &p->s;
+	SG_ENSURE(s->lease_duration > s->renew_deadline && s->renew_deadline * 10 > s->retry_period * 12, SG_EINVAL,
+	          "leader election: lease duration > renew deadline > 1.2 x retry period is required");
+	SG_ENSURE(s->istiocsr || s->trustmanager, SG_EINVAL, "both --istiocsr and --trustmanager are off: nothing to do");
+	const char *signetd_image = *s->signetd_image ? s->signetd_image : getenv("RELATED_IMAGE_SIGNETD");
+	const char *trust_image = *s->signet_trust_image ? s->signet_trust_image : getenv("RELATED_IMAGE_SIGNET_TRUST");
+	SG_ENSURE(!s->istiocsr || (signetd_image && *signetd_image), SG_EINVAL,
+	          "signetd's image: set RELATED_IMAGE_SIGNETD or --signetd-image (or --istiocsr=false)");
+	SG_ENSURE(!s->trustmanager || (trust_image && *trust_image), SG_EINVAL,
+	          "signet-trust's image: set RELATED_IMAGE_SIGNET_TRUST or --signet-trust-image (or --trustmanager=false)");
+	SG_ENSURE(sg_names_label_value(s->operand_version), SG_EINVAL,
+	          "operand-version \"%s\" is not a label value", s->operand_version);
+	long writers_ms = (long)(s->lease_duration - s->renew_deadline) * 1000;
+	long lease_ms = (long)(s->renew_deadline - s->retry_period) * 1000;
+	SG_TRY(new_client(s, &p->kube, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
+	if (s->istiocsr) {
+		sg_istiocsr_options o = {.kube = p->kube, .image = signetd_image, .version = s->operand_version,
+		                         .hsm_secret = s->hsm_secret, .workers = (unsigned)s->workers};
+		SG_TRY(sg_istiocsr_new(&p->istiocsr, &o));
+	}
+	if (s->trustmanager) {
+		sg_trustmanager_options o = {
+			.kube = p->kube,
+			.image = trust_image,
+			.version = s->operand_version,
+			.operand_namespace = s->trust_manager_namespace,
+			.ca_bundle_path = s->default_ca_bundle,
+			.ca_bundle_version = *s->default_ca_bundle_version ? s->default_ca_bundle_version : NULL,
+			.workers = (unsigned)s->workers,
+		};
+		SG_TRY(sg_trustmanager_new(&p->trustmanager, &o));
+	}
+	char identity[300];
+	sg_ctrl_manager_opts mo = {0};
+	if (s->leader_elect) {
+		SG_TRY(lease_namespace(p));
+		SG_TRY(new_client(s, &p->kube_lease, lease_ms >= 1000 ? lease_ms : 1000));
+		char host[256] = "signet-operator";
+		if (gethostname(host, sizeof(host)) != 0)
+			snprintf(host, sizeof(host), "signet-operator");
+		host[sizeof(host) - 1] = '\0';
+		snprintf(identity, sizeof(identity), "%.200s_%08x", host,
+		         (unsigned)time(NULL) ^ ((unsigned)getpid() << 16));
+		mo.lease_kube = p->kube_lease;
+		mo.lease = (sg_lease_opts){
+			.ns = p->lease_ns,
+			.name = s->leader_election_lease_name,
+			.identity = identity,
+			.lease_duration_ms = (unsigned)s->lease_duration * 1000u,
+			.renew_deadline_ms = (unsigned)s->renew_deadline * 1000u,
+			.retry_period_ms = (unsigned)s->retry_period * 1000u,
+		};
+	}
+	SG_TRY(sg_ctrl_manager_new(&p->table, &mo));
+	if (p->istiocsr) {
+		sg_ctrl_row row = {.ctrl = sg_istiocsr_controller(p->istiocsr), .leader_only = true,
+		                   .self = p->istiocsr, .metrics = istiocsr_metrics};
+		SG_TRY(sg_ctrl_manager_add(p->table, &row));
+	}
+	if (p->trustmanager) {
+		sg_ctrl_row row = {.ctrl = sg_trustmanager_controller(p->trustmanager), .leader_only = true,
+		                   .self = p->trustmanager, .metrics = sg_trustmanager_metrics};
+		SG_TRY(sg_ctrl_manager_add(p->table, &row));
+	}
+	SG_TRY(sg_metrics_new(&p->metrics));
+	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));
+	SG_TRY(start_http(p));
+	SG_TRY(sg_ctrl_manager_start(p->table));
+	atomic_store(&p->started, true);
+	sg_log(SG_LOG_INFO, "signet-operator started", SG_F_STR("istiocsr", s->istiocsr ? "on" : "off"),
+	       SG_F_STR("trustmanager", s->trustmanager ? "on" : "off"),
+	       SG_F_STR("leader_election", s->leader_elect ? "on" : "off"), SG_F_END);
+	return SG_OK;
+}
+
+static void stop(program *p)
+{
+	atomic_store(&p->started, false);
+	sg_http_server_stop(p->http_probe);
+	sg_http_server_stop(p->http_metrics);
+	sg_ctrl_manager_free(p->table); /* leadership ends and the Lease is released */
+	sg_istiocsr_free(p->istiocsr);
+	sg_trustmanager_free(p->trustmanager);
+	sg_metrics_free(p->metrics);
+	sg_kube_free(p->kube_lease);
+	sg_kube_free(p->kube);
+}
+
+int main(int argc, char **argv)
+{
+	static program p;
+	sg_opt_result res = {0};
+	int rc = sg_opt_parse(opts, NOPTS, &p.s, argc - 1, argv + 1, &res);
+	if (rc == SG_OK && res.help) {
+		printf("Usage: signet-operator [flags]\n"
+		       "Deploys signetd for IstioCSR resources and signet-trust for the TrustManager resource\n"
+		       "(operator.openshift.io/v1alpha1) and reports their state in the resources' status.\n"
+		       "Every flag may also be a line \"name = value\" in the --config file; flags override it.\n\n");
+		sg_opt_usage(opts, NOPTS, stdout);
+		sg_opt_free(opts, NOPTS, &p.s);
+		return 0;
+	}
+	if (rc == SG_OK && res.argc > 0)
+		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
+	if (rc < 0) {
+		fprintf(stderr, "signet-operator: %s\n", sg_error_last()->msg);
+		sg_opt_free(opts, NOPTS, &p.s);
+		return 2;
+	}
+	sg_log_configure((sg_log_level)p.s.log_level, (sg_log_format)p.s.log_format);
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	rc = start(&p);
+	if (rc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_log(SG_LOG_ERROR, "cannot start", SG_F_STR("error", e.msg), SG_F_END);
+		fprintf(stderr, "signet-operator: %s\n", e.msg);
+		stop(&p);
+		sg_opt_free(opts, NOPTS, &p.s);
+		return 1;
+	}
+	for (;;) {
+		struct timespec one = {1, 0};
+		int sig = sigtimedwait(&set, NULL, &one);
+		if (sig == SIGTERM || sig == SIGINT) {
+			sg_log(SG_LOG_INFO, "shutting down", SG_F_STR("signal", sig == SIGTERM ? "TERM" : "INT"), SG_F_END);
+			break;
+		}
+		sg_ctrl_manager_tick(p.table);
+	}
+	stop(&p);
+	sg_log(SG_LOG_INFO, "stopped", SG_F_END);
+	sg_opt_free(opts, NOPTS, &p.s);
+	return 0;
+}

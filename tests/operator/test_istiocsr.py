@@ -1,0 +1,545 @@
+#!/usr/bin/python3
+"""signet-operator's IstioCSR reconciler, as a program against a real
+kube-apiserver and etcd (tests/kube/apiserver.sh), with the CRDs signet
+ships (packaging/kubernetes/operator-crds.yaml).
+
+No kube-controller-manager runs here: the test plays the deployment
+controller (it writes the Deployment's status) and the kubelet (it writes
+a pod's status), which is all the reconciler reads. What is shown:
+
+- the seed's sample IstioCSR, pointed at a SignetIssuer, gets every object
+  with the expected names, labels, ownerReferences, arguments, mounts and
+  probes, a finalizer, and status fields; no PIN or path of the HSM Secret
+  is ever an argument or an environment value;
+- Ready follows the operand: Progressing until the Deployment is current
+  and available, True then, Degraded with the container's own failure;
+  every condition carries observedGeneration;
+- drift on the Deployment, a Service, a Role and a NetworkPolicy is
+  repaired; a quiet cluster gets no write; a restarted operator writes
+  nothing;
+- what the CRD's CEL rules refuse is refused with Ready=False/InvalidSpec,
+  immutable fields included; an ACME issuer is refused;
+- a cert-manager issuer (RA mode): the istiod Certificate, the CA copy
+  (the issuer's CA and signet's root), --root-ca-file and the --issuer-*
+  arguments;
+- a second IstioCSR is refused while the first exists and accepted once it
+  is deleted; its missing istio namespace is picked up when created;
+- deleting an IstioCSR deletes every object made for it and nothing else.
+
+Usage: test_istiocsr.py SIGNET_OPERATOR SOURCE_DIR
+"""
+import base64
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import yaml
+
+OPERATOR = sys.argv[1] if len(sys.argv) > 1 else "signet-operator"
+SOURCE_DIR = sys.argv[2] if len(sys.argv) > 2 else "."
+KUBE_SCRIPTS = os.path.join(SOURCE_DIR, "tests", "kube")
+sys.path.insert(0, KUBE_SCRIPTS)
+import kube_rest  # noqa: E402
+
+MANIFESTS = os.path.join(SOURCE_DIR, "packaging", "kubernetes")
+NS = "istio-csr"
+ISTIO = "istio-system"
+APP = "cert-manager-istio-csr"
+IMAGE = "registry.example/signet/signetd:test"
+CR = f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs/default"
+FINALIZER = "istiocsr.openshift.operator.io/cert-manager-istio-csr-controller"
+
+
+def wait_for(what, fn, timeout=60):
+    return kube_rest.wait_for(what, fn, timeout)
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+def openssl(*args):
+    return subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def b64(s):
+    return base64.b64encode(s.encode()).decode()
+
+
+def cond(obj, ctype):
+    for c in (obj or {}).get("status", {}).get("conditions", []):
+        if c["type"] == ctype:
+            return c
+    return None
+
+
+# Minimal cert-manager CRDs: the reconciler reads Issuers and writes a
+# Certificate; their schemas are cert-manager's business.
+def loose_crd(plural, kind, scope):
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.cert-manager.io"},
+            "spec": {"group": "cert-manager.io", "scope": scope,
+                     "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": kind + "List"},
+                     "versions": [{"name": "v1", "served": True, "storage": True,
+                                   "schema": {"openAPIV3Schema": {"type": "object",
+                                                                  "x-kubernetes-preserve-unknown-fields": True}}}]}}
+
+
+class Env:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="operator-istiocsr.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        shared = os.environ.get("SIGNET_KUBE_ENV")
+        self.own = not shared
+        env_file = shared
+        if self.own:
+            self.api_dir = os.path.join(self.tmp, "api")
+            os.mkdir(self.api_dir)
+            subprocess.run([os.path.join(KUBE_SCRIPTS, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "start", self.api_dir], check=True,
+                           stdout=subprocess.DEVNULL)
+            env_file = os.path.join(self.api_dir, "env")
+        self.env = dict(line.split("=", 1) for line in read(env_file).splitlines() if "=" in line)
+        self.kube = kube_rest.Kube(self.env)
+        k = self.kube
+        k.apply_crds(os.path.join(MANIFESTS, "operator-crds.yaml"))
+        k.apply_crds(os.path.join(MANIFESTS, "crds.yaml"))
+        for crd in (loose_crd("issuers", "Issuer", "Namespaced"), loose_crd("clusterissuers", "ClusterIssuer", "Cluster"),
+                    loose_crd("certificates", "Certificate", "Namespaced")):
+            code, out = k.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            assert code in (201, 409), out
+        wait_for("certificates served", lambda: k.get("/apis/cert-manager.io/v1/certificates") is not None)
+        for ns in (NS, ISTIO, "other-csr"):
+            self.namespace(ns)
+        # signet's root (the HSM Secret's root.crt) and an issuer's CA.
+        d = self.tmp
+        for name in ("root", "issuer-ca"):
+            openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                    f"{d}/{name}.key", "-out", f"{d}/{name}.pem", "-subj", f"/CN=operator test {name}", "-days", "2",
+                    "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign")
+        openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-keyout",
+                f"{d}/leaf.key", "-out", f"{d}/leaf.pem", "-subj", "/CN=not a CA", "-days", "2",
+                "-addext", "basicConstraints=critical,CA:FALSE")
+        self.root = read(f"{d}/root.pem")
+        self.issuer_ca = read(f"{d}/issuer-ca.pem")
+        self.leaf = read(f"{d}/leaf.pem")
+        self.hsm_secret(NS)
+        self.procs = []
+
+    def namespace(self, name):
+        code, doc = self.kube.req("POST", "/api/v1/namespaces",
+                                  {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        assert code in (201, 409), f"namespace {name}: {code} {doc.get('message')}"
+
+    def hsm_secret(self, ns):
+        # What the operator mounts at /etc/signet/hsm: the settings file
+        # and what it names. The PIN is a file, never an argument.
+        conf = ("hsm-token = pkcs11:token=signet\npin-file = /etc/signet/hsm/pin\n"
+                "ca-cert = /etc/signet/hsm/ca.crt\nroot-cert = /etc/signet/hsm/root.crt\n")
+        code, out = self.kube.req("POST", f"/api/v1/namespaces/{ns}/secrets",
+                                  {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "signet-hsm"},
+                                   "data": {"signetd.conf": b64(conf), "pin": b64("1234"),
+                                            "root.crt": b64(self.root), "ca.crt": b64(self.root)}})
+        assert code in (201, 409), out
+
+    def run(self, name, *extra):
+        path = os.path.join(self.tmp, f"{name}.log")
+        args = [OPERATOR, "--kubeconfig", self.env["KUBECONFIG"], "--signetd-image", IMAGE, "--trustmanager=false",
+                "--metrics-port=0", "--readiness-probe-port=0", "--log-format=json", "--leader-elect=false",
+                "--log-level", os.environ.get("OPERATOR_LOG_LEVEL", "info"), *extra]
+        with open(path, "w") as log:
+            p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+
+        def port():
+            for line in read(path).splitlines():
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("msg") == "metrics endpoint":
+                    return rec.get("port")
+            return None
+        return p, wait_for(f"{name}'s metrics endpoint", port, timeout=20), path
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if self.own:
+            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if os.environ.get("SIGNET_KEEP_TMP"):
+            print(f"kept {self.tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+E = None
+
+
+def setUpModule():
+    global E
+    E = Env()
+
+
+def tearDownModule():
+    E.close()
+
+
+def http(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def metric(port, name):
+    _, text = http(port, "/metrics")
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def sample(ns=NS, issuer=("mesh", "SignetIssuer", "signet.dev"), istio_ns=ISTIO):
+    """The seed's sample IstioCSR (reference §1.5), issuer swapped."""
+    return {"apiVersion": "operator.openshift.io/v1alpha1", "kind": "IstioCSR",
+            "metadata": {"name": "default", "namespace": ns},
+            "spec": {"istioCSRConfig": {
+                "certManager": {"issuerRef": {"name": issuer[0], "kind": issuer[1], "group": issuer[2]}},
+                "istiodTLSConfig": {"trustDomain": "cluster.local"},
+                "istio": {"namespace": istio_ns}}}}
+
+
+def args_of(dep):
+    return dep["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+class IstioCSR(unittest.TestCase):
+    """One scenario, in order: each step starts from the last one's state."""
+
+    k = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.k = E.kube
+        cls.proc, cls.port, cls.log = E.run("operator")
+        code, out = cls.k.req("POST", f"/apis/signet.dev/v1alpha1/namespaces/{ISTIO}/signetissuers",
+                              {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetIssuer",
+                               "metadata": {"name": "mesh"}, "spec": {}})
+        assert code in (201, 409), out
+
+    def get(self, path):
+        return self.k.get(path)
+
+    def cr(self, ns=NS):
+        return self.get(f"/apis/operator.openshift.io/v1alpha1/namespaces/{ns}/istiocsrs/default")
+
+    def deployment(self, ns=NS):
+        return self.get(f"/apis/apps/v1/namespaces/{ns}/deployments/{APP}")
+
+    def ready(self, status, reason=None, ns=NS, part=None):
+        def check():
+            o = self.cr(ns)
+            c = cond(o, "Ready")
+            if not c or c["status"] != status or (reason and c["reason"] != reason):
+                return None
+            if part and part not in c["message"]:
+                return None
+            if c.get("observedGeneration") != o["metadata"]["generation"]:
+                return None
+            return o
+        return wait_for(f"{ns} Ready={status} {reason or ''} {part or ''}", check)
+
+    def writes(self):
+        return metric(self.port, "signet_operator_istiocsr_writes_total")
+
+    def play_deployment_controller(self, ns=NS, available=1):
+        """What kube-controller-manager would write once the pods run."""
+        d = self.deployment(ns)
+        status = {"observedGeneration": d["metadata"]["generation"], "replicas": 1, "updatedReplicas": 1,
+                  "readyReplicas": available, "availableReplicas": available,
+                  "conditions": [{"type": "Available", "status": "True" if available else "False",
+                                  "reason": "MinimumReplicasAvailable", "message": "test"}]}
+        self.k.ok("PATCH", f"/apis/apps/v1/namespaces/{ns}/deployments/{APP}/status", {"status": status},
+                  "application/merge-patch+json")
+
+    def quiet(self, seconds):
+        before = self.writes()
+        time.sleep(seconds)
+        self.assertEqual(self.writes(), before, "writes on a quiet cluster")
+
+    def test_1_sample_reconciles(self):
+        k = self.k
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        o = self.ready("False", "Progressing")
+        self.assertIn(FINALIZER, o["metadata"]["finalizers"])
+        st = o["status"]
+        self.assertEqual(st["istioCSRGRPCEndpoint"], f"{APP}.{NS}.svc:443")
+        self.assertEqual(st["istioCSRImage"], IMAGE)
+        self.assertEqual(st["serviceAccount"], APP)
+        self.assertEqual(st["clusterRole"], f"{APP}-{NS}")
+        self.assertEqual(st["clusterRoleBinding"], f"{APP}-{NS}")
+        self.assertEqual(cond(o, "Progressing")["status"], "True")
+        self.assertEqual(cond(o, "Degraded")["status"], "False")
+        # Every object, labelled and (in the namespace) owned.
+        uid = o["metadata"]["uid"]
+        paths = [f"/api/v1/namespaces/{NS}/serviceaccounts/{APP}", f"/api/v1/namespaces/{NS}/services/{APP}",
+                 f"/api/v1/namespaces/{NS}/services/{APP}-metrics",
+                 f"/apis/apps/v1/namespaces/{NS}/deployments/{APP}"]
+        paths += [f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/{n}" for n in
+                  ("istio-csr-deny-all", "istio-csr-allow-egress-to-api-server", "istio-csr-allow-ingress-to-metrics",
+                   "istio-csr-allow-ingress-to-grpc")]
+        for p in paths:
+            obj = wait_for(p, lambda: self.get(p))
+            labels = obj["metadata"]["labels"]
+            self.assertEqual(labels["app"], APP, p)
+            self.assertEqual(labels["app.kubernetes.io/managed-by"], "signet-operator", p)
+            refs = obj["metadata"]["ownerReferences"]
+            self.assertEqual((refs[0]["kind"], refs[0]["uid"], refs[0]["controller"]), ("IstioCSR", uid, True), p)
+            mf = [m["manager"] for m in obj["metadata"].get("managedFields", [])]
+            self.assertIn("signet-operator", mf, p)
+        for p in (f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{APP}-{NS}",
+                  f"/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/{APP}-{NS}",
+                  f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ISTIO}/roles/{APP}",
+                  f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ISTIO}/rolebindings/{APP}"):
+            obj = self.get(p)
+            self.assertIsNotNone(obj, p)
+            self.assertNotIn("ownerReferences", obj["metadata"], p)  # cross-namespace: no owner, a label
+            self.assertEqual(obj["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        svc = self.get(f"/api/v1/namespaces/{NS}/services/{APP}")
+        self.assertEqual([(p["name"], p["port"], p["targetPort"]) for p in svc["spec"]["ports"]], [("web", 443, 6443)])
+        self.assertEqual(svc["spec"]["selector"], {"app": APP})
+        role = self.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ISTIO}/roles/{APP}")
+        resources = sorted(r for rule in role["rules"] for r in rule["resources"])
+        self.assertEqual(resources, ["events", "leases", "secrets"])  # signetd issues istiod-tls itself
+        # No Certificate: signet signs, signetd issues istiod's certificate.
+        self.assertIsNone(self.get(f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/certificates/istiod"))
+
+        d = self.deployment()
+        pod = d["spec"]["template"]["spec"]
+        c = pod["containers"][0]
+        self.assertEqual(c["image"], IMAGE)
+        self.assertEqual(args_of(d), [
+            "--config=/etc/signet/hsm/signetd.conf", "--log-level=1", "--log-format=text", "--metrics-port=9402",
+            "--readiness-probe-port=6060", "--readiness-probe-path=/readyz", "--serving-address=0.0.0.0:6443",
+            f"--serving-certificate-dns-names={APP}.{NS}.svc", "--serving-certificate-duration=1h",
+            "--trust-domain=cluster.local", "--cluster-id=Kubernetes", "--max-client-certificate-duration=1h",
+            f"--leader-election-namespace={ISTIO}", "--enable-client-cert-authenticator=false",
+            "--cert-manager-issuer=false", "--kube-csr-signer=false", "--istiod-cert-enabled=true",
+            f"--istiod-cert-namespace={ISTIO}", "--istiod-cert-duration=1h", "--istiod-cert-renew-before=30m",
+            "--istiod-cert-key-algorithm=RSA", "--istiod-cert-key-size=2048", "--istiod-cert-istio-revisions=default"])
+        self.assertNotIn("env", c)  # nothing secret in the environment
+        self.assertNotIn("1234", json.dumps(d))
+        self.assertEqual(c["readinessProbe"]["httpGet"]["path"], "/readyz")
+        self.assertEqual(c["livenessProbe"]["httpGet"]["path"], "/healthz")
+        self.assertEqual({m["mountPath"] for m in c["volumeMounts"]}, {"/etc/signet/hsm", "/tmp"})
+        vols = {v["name"]: v for v in pod["volumes"]}
+        self.assertEqual(vols["hsm"]["secret"]["secretName"], "signet-hsm")
+        self.assertTrue(c["securityContext"]["readOnlyRootFilesystem"])
+        self.assertEqual(c["securityContext"]["capabilities"]["drop"], ["ALL"])
+        self.assertEqual(pod["serviceAccountName"], APP)
+        self.assertIn("operator.signet.dev/hsm-secret-version", d["spec"]["template"]["metadata"]["annotations"])
+
+    def test_2_ready_follows_the_operand(self):
+        self.play_deployment_controller(available=0)
+        self.ready("False", "Progressing")
+        self.play_deployment_controller(available=1)
+        o = self.ready("True", "Ready")
+        self.assertEqual(cond(o, "Degraded")["status"], "False")
+        self.assertEqual(cond(o, "Progressing")["status"], "False")
+        # A crashing container: Degraded with its own words.
+        d = self.deployment()
+        labels = d["spec"]["template"]["metadata"]["labels"]
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{APP}-crash", "labels": labels},
+               "spec": {"containers": [{"name": "signetd", "image": IMAGE}]}}
+        self.k.ok("POST", f"/api/v1/namespaces/{NS}/pods", pod)
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": now}],
+                  "containerStatuses": [{"name": "signetd", "image": IMAGE, "imageID": "", "ready": False,
+                                         "restartCount": 3,
+                                         "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                               "message": "back-off 40s restarting failed container"}},
+                                         "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                                                      "message": "signetd: cannot open the HSM"}}}]}
+        self.k.ok("PATCH", f"/api/v1/namespaces/{NS}/pods/{APP}-crash/status", {"status": status},
+                  "application/merge-patch+json")
+        o = self.ready("False", "OperandFailed", part="cannot open the HSM")
+        dg = cond(o, "Degraded")
+        self.assertEqual((dg["status"], dg["reason"]), ("True", "OperandFailed"))
+        self.assertIn("CrashLoopBackOff", dg["message"])
+        self.k.ok("DELETE", f"/api/v1/namespaces/{NS}/pods/{APP}-crash")
+        self.ready("True", "Ready")
+
+    def test_3_drift_is_repaired(self):
+        k = self.k
+        dep = f"/apis/apps/v1/namespaces/{NS}/deployments/{APP}"
+        want = args_of(self.deployment())
+        k.ok("PATCH", dep, {"spec": {"template": {"spec": {"containers": [
+            {"name": "signetd", "args": ["--log-level=debug"]}]}}}}, "application/strategic-merge-patch+json")
+        wait_for("the Deployment's args back", lambda: args_of(self.deployment()) == want)
+        svc = f"/api/v1/namespaces/{NS}/services/{APP}"
+        k.ok("DELETE", svc)
+        wait_for("the Service back", lambda: self.get(svc))
+        role = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ISTIO}/roles/{APP}"
+        rules = self.get(role)["rules"]
+        k.ok("PATCH", role, {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
+             "application/merge-patch+json")
+        wait_for("the Role's rules back", lambda: self.get(role)["rules"] == rules)
+        np = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/istio-csr-deny-all"
+        k.ok("DELETE", np)
+        wait_for("the NetworkPolicy back", lambda: self.get(np))
+        # A label another tool adds is left alone; ours come back.
+        k.ok("PATCH", svc, {"metadata": {"labels": {"team": "mesh", "app.kubernetes.io/managed-by": "someone"}}},
+             "application/merge-patch+json")
+        wait_for("our label back", lambda: self.get(svc)["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+                 == "signet-operator")
+        self.assertEqual(self.get(svc)["metadata"]["labels"]["team"], "mesh")
+        events = k.ok("GET", f"/api/v1/namespaces/{NS}/events")["items"]
+        reasons = {e["reason"] for e in events if e["involvedObject"].get("kind") == "IstioCSR"}
+        self.assertTrue({"Created", "Applied"} <= reasons, reasons)
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+
+    def test_4_quiet_cluster_and_restart_write_nothing(self):
+        self.ready("True", "Ready")
+        time.sleep(2)  # the last repairs' echoes
+        self.quiet(10)
+        # A restarted operator finds everything as it wants it.
+        self.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(self.proc.wait(timeout=30), 0)
+        type(self).proc, type(self).port, type(self).log = E.run("operator-2")
+        wait_for("the restarted operator's first passes",
+                 lambda: (metric(self.port, 'signet_controller_reconciles_total{controller="istiocsr",result="success"}')
+                          or 0) >= 1)
+        time.sleep(3)
+        self.assertEqual(self.writes(), 0)
+
+    def test_5_invalid_specs(self):
+        k = self.k
+        tls = "application/merge-patch+json"
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istiodTLSConfig": {"privateKeyAlgorithm": "ECDSA"}}}}, tls)
+        self.ready("False", "InvalidSpec", part="privateKeySize must match with configured privateKeyAlgorithm")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istiodTLSConfig": {"privateKeySize": 256}}}}, tls)
+        self.ready("False", "InvalidSpec", part="istiodTLSConfig.privateKeyAlgorithm is immutable once set")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istiodTLSConfig": {"privateKeyAlgorithm": "RSA",
+                                                                           "privateKeySize": 2048}}}}, tls)
+        self.ready("True", "Ready")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istio": {"namespace": "elsewhere"}}}},
+             "application/merge-patch+json")
+        self.ready("False", "InvalidSpec", part="istio.namespace is immutable")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istio": {"namespace": ISTIO}}}},
+             "application/merge-patch+json")
+        self.ready("True", "Ready")
+        # A spec change that is allowed rolls the Deployment.
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 3, "server": {"clusterID": "east"}}}},
+             "application/merge-patch+json")
+        d = wait_for("new args", lambda: (lambda d: d if "--log-level=3" in args_of(d) else None)(self.deployment()))
+        self.assertIn("--cluster-id=east", args_of(d))
+        self.ready("False", "Progressing")  # generation moved past the status the test wrote
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+
+    def test_6_second_instance_and_missing_namespace(self):
+        k = self.k
+        E.hsm_secret("other-csr")
+        k.ok("POST", "/apis/operator.openshift.io/v1alpha1/namespaces/other-csr/istiocsrs",
+             sample(ns="other-csr", istio_ns="other-istio"))
+        o = self.ready("False", "MultipleInstances", ns="other-csr")
+        self.assertIn(f"{NS}/default is older", cond(o, "Ready")["message"])
+        self.assertIsNone(self.get(f"/apis/apps/v1/namespaces/other-csr/deployments/{APP}"))
+        # The first goes: everything made for it goes, and nothing else.
+        k.ok("DELETE", CR)
+        wait_for("the first IstioCSR gone", lambda: self.cr() is None)
+        for p in (f"/apis/apps/v1/namespaces/{NS}/deployments/{APP}", f"/api/v1/namespaces/{NS}/services/{APP}",
+                  f"/api/v1/namespaces/{NS}/serviceaccounts/{APP}",
+                  f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{APP}-{NS}",
+                  f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ISTIO}/roles/{APP}",
+                  f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/istio-csr-deny-all"):
+            self.assertIsNone(self.get(p), p)
+        self.assertIsNotNone(self.get(f"/api/v1/namespaces/{NS}/secrets/signet-hsm"))
+        self.assertIsNotNone(self.get(f"/apis/signet.dev/v1alpha1/namespaces/{ISTIO}/signetissuers/mesh"))
+        # The second is accepted now, but its istio namespace is missing...
+        self.ready("False", "Failed", ns="other-csr", part='istio namespace "other-istio" does not exist')
+        # ...until it appears (namespaces are watched; no spec edit needed).
+        E.namespace("other-istio")
+        k.ok("POST", "/apis/signet.dev/v1alpha1/namespaces/other-istio/signetissuers",
+             {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetIssuer", "metadata": {"name": "mesh"}, "spec": {}})
+        self.ready("False", "Progressing", ns="other-csr")
+        k.ok("DELETE", "/apis/operator.openshift.io/v1alpha1/namespaces/other-csr/istiocsrs/default")
+        wait_for("the second IstioCSR gone",
+                 lambda: self.get("/apis/operator.openshift.io/v1alpha1/namespaces/other-csr/istiocsrs/default") is None)
+
+    def test_7_cert_manager_issuer(self):
+        k = self.k
+        # An ACME issuer is refused.
+        k.ok("POST", f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/issuers",
+             {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "acme"},
+              "spec": {"acme": {"server": "https://acme.invalid/directory"}}})
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs",
+             sample(issuer=("acme", "Issuer", "cert-manager.io")))
+        self.ready("False", "InvalidSpec", part="unsupported ACME issuer")
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        # A CA issuer: its Secret's ca.crt and signet's root become the roots.
+        k.ok("POST", f"/api/v1/namespaces/{ISTIO}/secrets",
+             {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mesh-ca"},
+              "data": {"ca.crt": b64(E.issuer_ca), "tls.crt": b64(E.issuer_ca)}})
+        k.ok("POST", f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/issuers",
+             {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "istio-csr-issuer"},
+              "spec": {"ca": {"secretName": "mesh-ca"}}})
+        body = sample(issuer=("istio-csr-issuer", "Issuer", "cert-manager.io"))
+        body["spec"]["istioCSRConfig"]["istiodTLSConfig"]["certificateDNSNames"] = ["istiod.example"]
+        body["spec"]["istioCSRConfig"]["istio"]["revisions"] = ["default", "canary"]
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", body)
+        self.ready("False", "Progressing")
+        cert = self.get(f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/certificates/istiod")
+        self.assertIsNotNone(cert)
+        spec = cert["spec"]
+        self.assertEqual(spec["secretName"], "istiod-tls")
+        self.assertEqual(spec["commonName"], f"istiod.{ISTIO}.svc")
+        self.assertEqual(spec["dnsNames"], ["istiod.example", f"istiod.{ISTIO}.svc", f"istiod-canary.{ISTIO}.svc"])
+        self.assertEqual(spec["uris"], [f"spiffe://cluster.local/ns/{ISTIO}/sa/istiod-service-account"])
+        self.assertEqual(spec["issuerRef"], {"name": "istio-csr-issuer", "kind": "Issuer", "group": "cert-manager.io"})
+        self.assertEqual((spec["privateKey"]["algorithm"], spec["privateKey"]["size"]), ("RSA", 2048))
+        cm = self.get(f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy")
+        self.assertIn(E.issuer_ca.strip(), cm["data"]["ca.crt"])
+        self.assertIn(E.root.strip(), cm["data"]["ca.crt"])
+        a = args_of(self.deployment())
+        for want in ("--issuer-name=istio-csr-issuer", "--issuer-kind=Issuer", "--issuer-group=cert-manager.io",
+                     f"--certificate-namespace={ISTIO}", "--istiod-cert-enabled=false",
+                     "--root-ca-file=/var/run/configmaps/istio-csr/ca.crt"):
+            self.assertIn(want, a)
+        role = self.get(f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ISTIO}/roles/{APP}")
+        resources = sorted(r for rule in role["rules"] for r in rule["resources"])
+        self.assertEqual(resources, ["certificaterequests", "events", "leases"])
+        # A user CA ConfigMap whose first certificate is no CA is refused.
+        k.ok("POST", f"/api/v1/namespaces/{NS}/configmaps",
+             {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "user-ca"}, "data": {"ca.pem": E.leaf}})
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"certManager": {
+            "istioCACertificate": {"name": "user-ca", "key": "ca.pem"}}}}}, "application/merge-patch+json")
+        self.ready("False", "InvalidSpec", part="not a CA certificate")
+        k.ok("PATCH", f"/api/v1/namespaces/{NS}/configmaps/user-ca", {"data": {"ca.pem": E.issuer_ca}},
+             "application/merge-patch+json")
+        self.ready("False", "Progressing")
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        self.assertIsNone(self.get(f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/certificates/istiod"))
+        self.assertIsNone(self.get(f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy"))
+        self.assertIsNotNone(self.get(f"/api/v1/namespaces/{NS}/configmaps/user-ca"))
+        self.assertIsNotNone(self.get(f"/api/v1/namespaces/{ISTIO}/secrets/mesh-ca"))
+
+
+if __name__ == "__main__":
+    unittest.main(argv=[sys.argv[0]], verbosity=2)

@@ -1,0 +1,1319 @@
+/*
+ * The TrustManager reconciler (operator/sg_trustmanager) against a real
+ * kube-apiserver 1.20: the operator's CRDs as signet ships them
+ * (packaging/kubernetes/operator-crds.yaml), the reconciler in process on
+ * the controller runtime, the test's own reads and writes with the admin
+ * client.
+ *
+ * No kube-controller-manager runs here: the test plays the deployment
+ * controller by writing the Deployment's status (observedGeneration,
+ * replicas, updated and available replicas, conditions) through its
+ * status subresource, and the kubelet by creating a pod of the operand
+ * and writing a crashing container's status. Nothing garbage-collects, so
+ * what disappears was deleted by the reconciler.
+ *
+ * What is shown, one test function each:
+ *  - the seed's sample TrustManager (trust-manager-controller.md) is
+ *    accepted and reconciles: the finalizer, every object with its
+ *    labels and ownerReference, the ClusterRole's least-privilege rules,
+ *    the Roles, the metrics Service, the default CA package (trust-
+ *    manager's JSON, the bundle deduplicated, the version given) mounted
+ *    at /packages with its hash on the pod template, the Deployment's
+ *    arguments exactly (and signet-trust parses them), probes, security
+ *    context; the status fields;
+ *  - Ready follows the operand: False/Progressing until the Deployment's
+ *    status says its generation is observed and available, then True;
+ *    Degraded with the pod's own failure; observedGeneration on every
+ *    condition;
+ *  - a spec change rolls: filterExpiredCertificates off, secretTargets
+ *    Custom with authorized Secrets (sorted resourceNames, the argument);
+ *    the package disabled: its ConfigMap deleted, mount and argument gone;
+ *  - invalid specs (what the CRD's CEL rules refuse on newer servers) are
+ *    InvalidSpec and change nothing; labels and annotations of
+ *    controllerConfig reach every object;
+ *  - drift is repaired: the Deployment's arguments edited, the Service
+ *    deleted, the ClusterRole and a Role edited;
+ *  - a quiet cluster sees no write: a handled event (the CR relabelled)
+ *    and seconds of nothing write nothing;
+ *  - an operator restarted with a new CA bundle rolls the pods (the hash);
+ *  - deleting the CR deletes every object and then the finalizer, never
+ *    the trust namespace or a user Secret; recreating it works;
+ *  - a second TrustManager not named "cluster" is InvalidSpec and touches
+ *    nothing;
+ *  - a missing trust namespace is Degraded with the anchor's message and
+ *    recovers when the namespace is created, the CR untouched.
+ *
+ * TM_DEBUG=1 in the environment logs at debug level.
+ */
+#include "sg_trustmanager.h"
+
+#include "self_signed.h"
+#include "sg_clock.h"
+#include "sg_kube_informer.h"
+#include "sg_log.h"
+#include "sg_test.h"
+#include "test_kube_env.h"
+
+#include <fcntl.h>
+#include <openssl/sha.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SOURCE_DIR
+#error "SOURCE_DIR (the project's top folder) must be defined"
+#endif
+
+#define NS "cert-manager" /* operand and (the sample's) trust namespace */
+#define MANAGER "tm-test" /* the test's own field manager */
+#define IMAGE "registry.example/signet/signet-trust:test"
+#define VERSION "0.1.0-test"
+#define PKG_VERSION "20230311"
+#define APP "cert-manager-trust-manager"
+#define PKG_CM "trust-manager-default-ca-package"
+#define PKG_KEY "cert-manager-package-debian.json"
+#define WAIT_MS 30000
+#define QUIET_MS 3000
+
+static sg_kube *k;
+static sg_trustmanager *tm;
+static char bundle1[600], bundle2[600]; /* CA bundle files */
+static char *ca[4];
+static char late_ns[64];
+
+/* ---- objects ---- */
+
+static sg_kube_ref tm_ref(const char *name)
+{
+	return (sg_kube_ref){
+	    .group = "operator.openshift.io", .version = "v1alpha1", .resource = "trustmanagers", .name = name};
+}
+
+static sg_kube_ref ref_in(const char *group, const char *resource, const char *ns, const char *name)
+{
+	return (sg_kube_ref){.group = group, .version = "v1", .resource = resource, .ns = ns, .name = name};
+}
+
+#define DEPLOY() ref_in("apps", "deployments", NS, "trust-manager")
+#define RBAC "rbac.authorization.k8s.io"
+
+static json_t *obj_get(sg_kube_ref ref)
+{
+	json_t *o = NULL;
+	int rc = sg_kube_get(k, &ref, &o);
+	if (rc != SG_OK && rc != SG_ENOTFOUND)
+		fprintf(stderr, "GET %s %s/%s: %s\n", ref.resource, ref.ns ? ref.ns : "", ref.name,
+		        sg_error_last()->msg);
+	if (rc != SG_OK) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+static bool exists(sg_kube_ref ref)
+{
+	json_t *o = obj_get(ref);
+	json_decref(o);
+	return o != NULL;
+}
+
+static char *rv_of(sg_kube_ref ref)
+{
+	json_t *o = obj_get(ref);
+	const char *rv = sg_kube_meta_str(o, "resourceVersion");
+	char *out = strdup(rv ? rv : "");
+	json_decref(o);
+	return out;
+}
+
+static int64_t generation_of(sg_kube_ref ref)
+{
+	json_t *o = obj_get(ref);
+	int64_t g = json_integer_value(json_object_get(json_object_get(o, "metadata"), "generation"));
+	json_decref(o);
+	return g;
+}
+
+static const char *label(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(json_object_get(json_object_get(o, "metadata"), "labels"), key));
+}
+
+static const char *annotation(const json_t *o, const char *key)
+{
+	return json_string_value(json_object_get(json_object_get(json_object_get(o, "metadata"), "annotations"), key));
+}
+
+static void ns_create(const char *name)
+{
+	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
+	json_t *ns =
+	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", name);
+	int rc = sg_kube_create(k, &coll, ns, NULL);
+	SG_CHECK(rc == SG_OK || strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0);
+	json_decref(ns);
+}
+
+/* Creates or replaces TrustManager name with spec (JSON text, printf-
+ * formatted) by server-side apply as MANAGER: fields it no longer names go. */
+static void tm_put(const char *name, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tm_put(const char *name, const char *fmt, ...)
+{
+	char text[4096];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	json_error_t e;
+	json_t *spec = json_loads(text, 0, &e);
+	if (!spec)
+		fprintf(stderr, "test spec: %s: %s\n", e.text, text);
+	SG_CHECK(spec != NULL);
+	json_t *o = json_pack("{s:s, s:s, s:{s:s}, s:o}", "apiVersion", "operator.openshift.io/v1alpha1", "kind",
+	                      "TrustManager", "metadata", "name", name, "spec", spec);
+	sg_kube_ref ref = tm_ref(name);
+	int rc = sg_kube_apply(k, &ref, o, MANAGER, true, NULL);
+	if (rc != SG_OK)
+		fprintf(stderr, "apply TrustManager %s: %s\n", name, sg_error_last()->msg);
+	SG_CHECK_OK(rc);
+	json_decref(o);
+}
+
+/* The seed's sample (trust-manager-controller.md, "Example TrustManager CR
+ * with defaultCAPackage.policy: Enabled"), unchanged. */
+#define SAMPLE                                                                                                         \
+	"{\"trustManagerConfig\": {\"logLevel\": 1, \"logFormat\": \"text\", \"trustNamespace\": \"cert-manager\", "   \
+	"\"defaultCAPackage\": {\"policy\": \"Enabled\"}, \"filterExpiredCertificates\": \"Enabled\"}}"
+
+/* ---- conditions ---- */
+
+static char seen[2000]; /* what the last check saw */
+
+static const char *or_empty(const char *s)
+{
+	return s ? s : "";
+}
+
+/* Whether TrustManager name's condition type has status and reason, a
+ * message holding part (NULL: any), and observedGeneration = generation. */
+static bool cond_is(const char *name, const char *type, const char *status, const char *reason, const char *part)
+{
+	json_t *o = obj_get(tm_ref(name));
+	const json_t *c = sg_ctrl_condition_find(o, type);
+	const char *st = json_string_value(json_object_get(c, "status"));
+	const char *r = json_string_value(json_object_get(c, "reason"));
+	const char *m = json_string_value(json_object_get(c, "message"));
+	json_int_t og = json_integer_value(json_object_get(c, "observedGeneration"));
+	json_int_t gen = json_integer_value(json_object_get(json_object_get(o, "metadata"), "generation"));
+	bool ok = st && r && m && strcmp(st, status) == 0 && strcmp(r, reason) == 0 && (!part || strstr(m, part)) &&
+	          gen > 0 && og == gen;
+	snprintf(seen, sizeof(seen), "%s: %s=%s %s \"%.1500s\" (observedGeneration %lld, generation %lld)", name, type,
+	         st ? st : "-", r ? r : "-", m ? m : "-", (long long)og, (long long)gen);
+	json_decref(o);
+	return ok;
+}
+
+#define WAIT_COND(name, type, status, reason, part)                                                                    \
+	do {                                                                                                           \
+		int f_ = sg_test_failures;                                                                             \
+		SG_WAIT_FOR(WAIT_MS, cond_is((name), (type), (status), (reason), (part)));                             \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  want %s=%s %s \"%s\"; have %s\n", (type), (status), (reason),               \
+			        or_empty(part), seen);                                                                 \
+	} while (0)
+
+/* Ready and its two companions as sg_opr_conditions sets them. */
+static bool progressing(const char *name)
+{
+	return cond_is(name, "Ready", "False", "Progressing", NULL) &&
+	       cond_is(name, "Progressing", "True", "Progressing", NULL) &&
+	       cond_is(name, "Degraded", "False", "Ready", NULL);
+}
+
+static bool ready(const char *name)
+{
+	return cond_is(name, "Ready", "True", "Ready", "available") &&
+	       cond_is(name, "Progressing", "False", "Ready", NULL) &&
+	       cond_is(name, "Degraded", "False", "Ready", NULL);
+}
+
+#define WAIT_STATE(fn, name)                                                                                           \
+	do {                                                                                                           \
+		int f_ = sg_test_failures;                                                                             \
+		SG_WAIT_FOR(WAIT_MS, fn(name));                                                                        \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  want " #fn "; have %s\n", seen);                                            \
+	} while (0)
+
+static const char *status_str(const char *name, const char *field)
+{
+	static char buf[256];
+	json_t *o = obj_get(tm_ref(name));
+	const char *v = json_string_value(json_object_get(json_object_get(o, "status"), field));
+	snprintf(buf, sizeof(buf), "%s", v ? v : "");
+	json_decref(o);
+	return buf;
+}
+
+/* ---- playing the deployment controller and the kubelet ---- */
+
+/* Writes the Deployment's status as the deployment controller would:
+ * observedGeneration current, one replica updated, available or not. */
+static void deployment_status(bool available)
+{
+	for (int attempt = 0; attempt < 10; attempt++) {
+		json_t *d = obj_get(DEPLOY());
+		SG_CHECK(d != NULL);
+		if (!d)
+			return;
+		json_int_t gen = json_integer_value(json_object_get(json_object_get(d, "metadata"), "generation"));
+		json_t *st = json_pack("{s:I, s:i, s:i, s:i, s:i, s:[{s:s, s:s, s:s, s:s}, {s:s, s:s, s:s, s:s}]}",
+		                       "observedGeneration", gen, "replicas", 1, "updatedReplicas", 1, "readyReplicas",
+		                       available ? 1 : 0, "availableReplicas", available ? 1 : 0, "conditions", "type",
+		                       "Available", "status", available ? "True" : "False", "reason",
+		                       available ? "MinimumReplicasAvailable" : "MinimumReplicasUnavailable", "message",
+		                       available ? "Deployment has minimum availability."
+		                                 : "Deployment does not have minimum availability.",
+		                       "type", "Progressing", "status", "True", "reason",
+		                       available ? "NewReplicaSetAvailable" : "ReplicaSetUpdated", "message", "test");
+		if (!available)
+			json_object_del(st, "availableReplicas");
+		json_object_set_new(d, "status", st);
+		sg_kube_ref ref = DEPLOY();
+		ref.subresource = "status";
+		int rc = sg_kube_update(k, &ref, d, NULL);
+		json_decref(d);
+		if (rc == SG_OK)
+			return;
+		if (sg_kube_last_status()->code != 409) {
+			SG_CHECK_OK(rc);
+			return;
+		}
+	}
+	SG_CHECK(!"the Deployment's status could not be written");
+}
+
+#define CRASH_MSG "signet-trust: cannot start: default package /packages/x.json: not JSON"
+
+static void crashing_pod(const char *name)
+{
+	sg_kube_ref coll = ref_in(NULL, "pods", NS, NULL);
+	json_t *pod =
+	    json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:i, s:[{s:s, s:s}]}}", "apiVersion", "v1", "kind", "Pod",
+	              "metadata", "name", name, "namespace", NS, "labels", "app", APP, "spec",
+	              "terminationGracePeriodSeconds", 0, "containers", "name", "trust-manager", "image", IMAGE);
+	SG_CHECK_OK(sg_kube_create(k, &coll, pod, NULL));
+	json_decref(pod);
+	sg_kube_ref st = ref_in(NULL, "pods", NS, name);
+	st.subresource = "status";
+	json_t *patch =
+	    json_pack("{s:{s:s, s:[{s:s, s:b, s:i, s:s, s:s, s:{s:{s:s, s:s}}, s:{s:{s:i, s:s, s:s}}}]}}", "status",
+	              "phase", "Running", "containerStatuses", "name", "trust-manager", "ready", 0, "restartCount", 4,
+	              "image", IMAGE, "imageID", "", "state", "waiting", "reason", "CrashLoopBackOff", "message",
+	              "back-off 40s restarting failed container=trust-manager", "lastState", "terminated", "exitCode",
+	              1, "reason", "Error", "message", CRASH_MSG);
+	SG_CHECK_OK(sg_kube_merge_patch(k, &st, patch, NULL));
+	json_decref(patch);
+}
+
+/* ---- the Deployment ---- */
+
+static json_t *container_of(const json_t *d)
+{
+	return json_array_get(
+	    json_object_get(json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec"),
+	                    "containers"),
+	    0);
+}
+
+static json_t *args_now(void)
+{
+	json_t *d = obj_get(DEPLOY());
+	json_t *a = json_incref(json_object_get(container_of(d), "args"));
+	json_decref(d);
+	return a;
+}
+
+static bool has_arg(const json_t *args, const char *want)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(args, i, v)
+	{
+		if (json_is_string(v) && strcmp(json_string_value(v), want) == 0)
+			return true;
+	}
+	return false;
+}
+
+static bool arg_is(const char *want, bool present)
+{
+	json_t *a = args_now();
+	bool ok = a && has_arg(a, want) == present;
+	char *text = a ? json_dumps(a, JSON_COMPACT) : NULL;
+	snprintf(seen, sizeof(seen), "args %s", text ? text : "(no Deployment)");
+	free(text);
+	json_decref(a);
+	return ok;
+}
+
+#define WAIT_ARG(want, present)                                                                                        \
+	do {                                                                                                           \
+		int f_ = sg_test_failures;                                                                             \
+		SG_WAIT_FOR(WAIT_MS, arg_is((want), (present)));                                                       \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  want %s %s; have %s\n", (want), (present) ? "present" : "absent", seen);    \
+	} while (0)
+
+/* The arguments the sample maps to, in order. */
+static const char *const sample_args[] = {
+    "--log-format=text",
+    "--log-level=1",
+    "--metrics-port=9402",
+    "--readiness-probe-port=6060",
+    "--readiness-probe-path=/readyz",
+    "--leader-elect=true",
+    "--leader-election-namespace=" NS,
+    "--leader-election-lease-duration=15s",
+    "--leader-election-renew-deadline=10s",
+    "--trust-namespace=" NS,
+    "--filter-expired-certificates=true",
+    "--default-package-location=/packages/" PKG_KEY,
+};
+
+/* signet-trust takes every argument the operator wrote: parsed with
+ * --help last, which stops before anything starts. */
+static void check_signet_trust_parses(const json_t *args)
+{
+#ifdef SIGNET_TRUST
+	char *argv[64];
+	size_t n = 0;
+	argv[n++] = (char *)SIGNET_TRUST;
+	size_t i;
+	json_t *v;
+	json_array_foreach(args, i, v)
+	{
+		if (n < 62)
+			argv[n++] = (char *)json_string_value(v);
+	}
+	argv[n++] = (char *)"--help";
+	argv[n] = NULL;
+	pid_t pid = fork();
+	if (pid == 0) {
+		int devnull = open("/dev/null", O_WRONLY);
+		if (devnull >= 0)
+			dup2(devnull, 1);
+		execv(SIGNET_TRUST, argv);
+		_exit(127);
+	}
+	int status = 0;
+	SG_CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	SG_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+		fprintf(stderr, "  signet-trust refused the Deployment's arguments (status %d)\n", status);
+#else
+	(void)args;
+	printf("signet-trust not built: its parse of the arguments is not checked\n");
+#endif
+}
+
+/* ---- the reconciler's state ---- */
+
+static sg_trustmanager_stats stats(void)
+{
+	sg_trustmanager_stats s;
+	sg_trustmanager_stats_get(tm, &s);
+	return s;
+}
+
+static char idle_why[200];
+
+/* Nothing queued (delayed keys included) and no reconcile ended during the
+ * last 10 looks (200 ms): the events of the last writes are handled. */
+static bool idle(uint64_t *done, int *looks)
+{
+	sg_ctrl_stats s;
+	sg_ctrl_stats_get(sg_trustmanager_controller(tm), &s);
+	uint64_t n = s.reconciles + s.errors;
+	bool ok = s.queued == 0;
+	*looks = ok && *done == n ? *looks + 1 : 0;
+	*done = n;
+	snprintf(idle_why, sizeof(idle_why), "queued %llu, reconciles %llu, errors %llu", (unsigned long long)s.queued,
+	         (unsigned long long)s.reconciles, (unsigned long long)s.errors);
+	return ok && *looks >= 10;
+}
+
+#define WAIT_IDLE()                                                                                                    \
+	do {                                                                                                           \
+		int f_ = sg_test_failures, looks_ = 0;                                                                 \
+		uint64_t done_ = UINT64_MAX;                                                                           \
+		SG_WAIT_FOR(WAIT_MS, idle(&done_, &looks_));                                                           \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  reconciler not idle: %s\n", idle_why);                                      \
+	} while (0)
+
+static void print_stats(const char *when)
+{
+	sg_trustmanager_stats s = stats();
+	printf("%s: writes %llu created %llu repaired %llu deleted %llu status %llu\n", when,
+	       (unsigned long long)s.writes, (unsigned long long)s.created, (unsigned long long)s.repaired,
+	       (unsigned long long)s.deleted, (unsigned long long)s.status_writes);
+}
+
+static void start_reconciler(const char *bundle)
+{
+	sg_trustmanager_options o = {.kube = k,
+	                             .image = IMAGE,
+	                             .version = VERSION,
+	                             .operand_namespace = NS,
+	                             .ca_bundle_path = bundle,
+	                             .ca_bundle_version = PKG_VERSION};
+	SG_CHECK_OK(sg_trustmanager_new(&tm, &o));
+	if (!tm)
+		exit(1);
+	SG_CHECK_OK(sg_ctrl_start(sg_trustmanager_controller(tm)));
+}
+
+/* ---- the objects the sample makes ---- */
+
+typedef struct made {
+	const char *group, *resource;
+	bool in_ns; /* in NS (else cluster-scoped) */
+	const char *name;
+} made;
+
+static const made objects[] = {
+    {NULL, "serviceaccounts", true, "trust-manager"},
+    {RBAC, "clusterroles", false, "trust-manager"},
+    {RBAC, "clusterrolebindings", false, "trust-manager"},
+    {RBAC, "roles", true, "trust-manager"},
+    {RBAC, "rolebindings", true, "trust-manager"},
+    {RBAC, "roles", true, "trust-manager:leaderelection"},
+    {RBAC, "rolebindings", true, "trust-manager:leaderelection"},
+    {NULL, "services", true, "trust-manager-metrics"},
+    {NULL, "configmaps", true, PKG_CM},
+    {"apps", "deployments", true, "trust-manager"},
+};
+#define NOBJECTS (sizeof(objects) / sizeof(objects[0]))
+
+static sg_kube_ref made_ref(const made *m)
+{
+	return ref_in(m->group, m->resource, m->in_ns ? NS : NULL, m->name);
+}
+
+static bool all_exist(void)
+{
+	for (size_t i = 0; i < NOBJECTS; i++) {
+		if (!exists(made_ref(&objects[i]))) {
+			snprintf(seen, sizeof(seen), "%s %s missing", objects[i].resource, objects[i].name);
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool none_exist(void)
+{
+	for (size_t i = 0; i < NOBJECTS; i++) {
+		if (exists(made_ref(&objects[i]))) {
+			snprintf(seen, sizeof(seen), "%s %s still there", objects[i].resource, objects[i].name);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Labels, ownerReference and (when given) an annotation of every object. */
+static void check_meta(const char *uid, const char *ann_key, const char *ann_value, const char *user_label)
+{
+	for (size_t i = 0; i < NOBJECTS; i++) {
+		json_t *o = obj_get(made_ref(&objects[i]));
+		const char *what = objects[i].name;
+		SG_CHECK(o != NULL);
+		const char *l_app = label(o, "app"), *l_mb = label(o, "app.kubernetes.io/managed-by");
+		const char *l_owner = label(o, "operator.signet.dev/owner"),
+		           *l_ver = label(o, "app.kubernetes.io/version");
+		bool labels_ok = l_app && strcmp(l_app, APP) == 0 && l_mb && strcmp(l_mb, "signet-operator") == 0 &&
+		                 l_owner && strcmp(l_owner, "cluster") == 0 && l_ver && strcmp(l_ver, VERSION) == 0;
+		if (user_label)
+			labels_ok = labels_ok && label(o, user_label) != NULL;
+		SG_CHECK(labels_ok);
+		const json_t *ref =
+		    json_array_get(json_object_get(json_object_get(o, "metadata"), "ownerReferences"), 0);
+		const char *kind = json_string_value(json_object_get(ref, "kind"));
+		const char *ruid = json_string_value(json_object_get(ref, "uid"));
+		bool owner_ok = kind && strcmp(kind, "TrustManager") == 0 && ruid && strcmp(ruid, uid) == 0 &&
+		                json_is_true(json_object_get(ref, "controller"));
+		SG_CHECK(owner_ok);
+		if (ann_key) {
+			const char *a = annotation(o, ann_key);
+			SG_CHECK(a && strcmp(a, ann_value) == 0);
+		}
+		if (!labels_ok || !owner_ok)
+			fprintf(stderr, "  %s %s: labels or ownerReference wrong\n", objects[i].resource, what);
+		json_decref(o);
+	}
+}
+
+static char *cr_uid(const char *name)
+{
+	json_t *o = obj_get(tm_ref(name));
+	const char *u = sg_kube_meta_str(o, "uid");
+	char *out = strdup(u ? u : "");
+	json_decref(o);
+	return out;
+}
+
+static bool has_finalizer(const char *name)
+{
+	json_t *o = obj_get(tm_ref(name));
+	bool has = false;
+	size_t i;
+	json_t *f;
+	json_array_foreach(json_object_get(json_object_get(o, "metadata"), "finalizers"), i, f)
+	{
+		has = has || strcmp(json_string_value(f), SG_TRUSTMANAGER_FINALIZER) == 0;
+	}
+	json_decref(o);
+	return has;
+}
+
+/* The rules of a (Cluster)Role as compact JSON text; caller frees. */
+static char *rules_text(sg_kube_ref ref)
+{
+	json_t *o = obj_get(ref);
+	char *t = o ? json_dumps(json_object_get(o, "rules"), JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(o);
+	return t ? t : strdup("");
+}
+
+static bool rules_are(sg_kube_ref ref, const char *want)
+{
+	char *t = rules_text(ref);
+	bool ok = strcmp(t, want) == 0;
+	snprintf(seen, sizeof(seen), "%s %s rules %s", ref.resource, ref.name, t);
+	free(t);
+	return ok;
+}
+
+#define CLUSTER_RULES                                                                                                  \
+	"{\"apiGroups\":[\"trust.cert-manager.io\"],\"resources\":[\"bundles\"],\"verbs\":[\"get\",\"list\","          \
+	"\"watch\"]},{\"apiGroups\":[\"trust.cert-manager.io\"],\"resources\":[\"bundles/status\"],\"verbs\":["        \
+	"\"patch\"]},{\"apiGroups\":[\"trust.cert-manager.io\"],\"resources\":[\"bundles/finalizers\"],\"verbs\":["    \
+	"\"update\"]},{\"apiGroups\":[\"\"],\"resources\":[\"namespaces\"],\"verbs\":[\"get\",\"list\",\"watch\"]},"   \
+	"{\"apiGroups\":[\"\"],\"resources\":[\"configmaps\"],\"verbs\":[\"get\",\"list\",\"watch\",\"create\","       \
+	"\"patch\",\"delete\"]},{\"apiGroups\":[\"\"],\"resources\":[\"events\"],\"verbs\":[\"create\",\"patch\"]}"
+#define SECRET_RULES                                                                                                   \
+	",{\"apiGroups\":[\"\"],\"resources\":[\"secrets\"],\"verbs\":[\"get\",\"list\",\"watch\"]},{\"apiGroups\":"   \
+	"[\"\"],\"resourceNames\":[\"alpha-ca\",\"zeta-ca\"],\"resources\":[\"secrets\"],\"verbs\":[\"create\","       \
+	"\"update\",\"patch\",\"delete\"]}"
+
+#define WAIT_RULES(ref, want)                                                                                          \
+	do {                                                                                                           \
+		int f_ = sg_test_failures;                                                                             \
+		SG_WAIT_FOR(WAIT_MS, rules_are((ref), (want)));                                                        \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  want %s; have %s\n", (want), seen);                                         \
+	} while (0)
+
+static size_t count(const char *hay, const char *needle)
+{
+	size_t n = 0;
+	for (const char *p = hay; p && (p = strstr(p, needle)); p += strlen(needle))
+		n++;
+	return n;
+}
+
+/* The package file in the ConfigMap: parsed, or NULL. */
+static json_t *package_now(void)
+{
+	json_t *cm = obj_get(ref_in(NULL, "configmaps", NS, PKG_CM));
+	const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), PKG_KEY));
+	json_t *pkg = text ? json_loads(text, 0, NULL) : NULL;
+	json_decref(cm);
+	return pkg;
+}
+
+/* How many certificates the package in the ConfigMap holds. */
+static size_t package_certs(void)
+{
+	json_t *pkg = package_now();
+	size_t n = count(json_string_value(json_object_get(pkg, "bundle")), "-----BEGIN CERTIFICATE-----");
+	json_decref(pkg);
+	return n;
+}
+
+static void sha256_hex(const char *s, char out[65])
+{
+	unsigned char d[32];
+	SHA256((const unsigned char *)s, strlen(s), d);
+	for (int i = 0; i < 32; i++)
+		snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
+
+static bool template_hash_is(const char *want)
+{
+	json_t *d = obj_get(DEPLOY());
+	const json_t *tmpl = json_object_get(json_object_get(d, "spec"), "template");
+	const char *h = annotation(tmpl, SG_TRUSTMANAGER_PACKAGE_HASH);
+	bool ok = want ? h && strcmp(h, want) == 0 : h == NULL;
+	snprintf(seen, sizeof(seen), "template hash %s", h ? h : "(none)");
+	json_decref(d);
+	return ok;
+}
+
+/* A certificate's PEM without its final newline: how it appears in a
+ * bundle (each block re-encoded alike, 64 columns). */
+static bool bundle_has(const char *bundle, const char *pem)
+{
+	size_t n = strlen(pem);
+	while (n && pem[n - 1] == '\n')
+		n--;
+	char *t = strndup(pem, n);
+	bool ok = t && strstr(bundle, t) != NULL;
+	free(t);
+	return ok;
+}
+
+/* ---- tests ---- */
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "w");
+	SG_CHECK(f != NULL);
+	if (!f)
+		exit(1);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The TrustManager CRD the 1.20 server can take, should the project's
+ * manifest be missing: structural, the spec left open, status a
+ * subresource. */
+static bool minimal_crd(void)
+{
+	static const char crd[] =
+	    "{\"apiVersion\": \"apiextensions.k8s.io/v1\", \"kind\": \"CustomResourceDefinition\", \"metadata\": "
+	    "{\"name\": \"trustmanagers.operator.openshift.io\"}, \"spec\": {\"group\": \"operator.openshift.io\", "
+	    "\"names\": {\"kind\": \"TrustManager\", \"listKind\": \"TrustManagerList\", \"plural\": "
+	    "\"trustmanagers\", "
+	    "\"singular\": \"trustmanager\"}, \"scope\": \"Cluster\", \"versions\": [{\"name\": \"v1alpha1\", "
+	    "\"served\": "
+	    "true, \"storage\": true, \"subresources\": {\"status\": {}}, \"schema\": {\"openAPIV3Schema\": {\"type\": "
+	    "\"object\", \"properties\": {\"spec\": {\"type\": \"object\", \"x-kubernetes-preserve-unknown-fields\": "
+	    "true}, \"status\": {\"type\": \"object\", \"x-kubernetes-preserve-unknown-fields\": true}}}}}]}}";
+	json_t *o = json_loads(crd, 0, NULL);
+	bool ok = o && kube_env_apply_json(k, o, "minimal TrustManager CRD");
+	json_decref(o);
+	return ok;
+}
+
+static void t_start(void)
+{
+	sg_log_configure(getenv("TM_DEBUG") ? SG_LOG_DEBUG : SG_LOG_WARN, SG_LOG_TEXT);
+	if (!kube_env_start()) {
+		fprintf(stderr, "no API server\n");
+		exit(1);
+	}
+	k = kube_env_client(-1, 0);
+	if (!k)
+		exit(1);
+	FILE *crds = fopen(SOURCE_DIR "/packaging/kubernetes/operator-crds.yaml", "r");
+	if (crds) {
+		fclose(crds);
+		SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/operator-crds.yaml"));
+	} else {
+		printf("packaging/kubernetes/operator-crds.yaml missing: a minimal CRD instead\n");
+		SG_CHECK(minimal_crd());
+	}
+	ns_create(NS);
+	snprintf(late_ns, sizeof(late_ns), "tm-late-%ld", (long)getpid());
+	/* A user's Secret in the trust namespace: never touched. */
+	sg_kube_ref sref = ref_in(NULL, "secrets", NS, "user-ca");
+	json_t *sec = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "Secret", "metadata",
+	                        "name", "user-ca", "namespace", NS, "stringData", "ca.crt", "not really");
+	SG_CHECK_OK(sg_kube_apply(k, &sref, sec, MANAGER, true, NULL));
+	json_decref(sec);
+
+	for (int i = 0; i < 4; i++) {
+		char cn[40];
+		snprintf(cn, sizeof(cn), "signet operator test CA %d", i);
+		ca[i] = test_cert_pem(cn, true, 0, 86400);
+		if (!ca[i])
+			exit(1);
+	}
+	const char *tmp = getenv("SIGNET_TEST_TMP");
+	snprintf(bundle1, sizeof(bundle1), "%s/tm-bundle1-%ld.pem", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+	snprintf(bundle2, sizeof(bundle2), "%s/tm-bundle2-%ld.pem", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+	/* A comment, three CAs and one of them twice: the package holds three. */
+	char *text = malloc(strlen(ca[0]) * 5 + 100);
+	if (!text)
+		exit(1);
+	sprintf(text, "# test CAs\n%s%s%s%s", ca[0], ca[1], ca[2], ca[1]);
+	write_file(bundle1, text);
+	sprintf(text, "%s%s%s%s", ca[0], ca[1], ca[2], ca[3]);
+	write_file(bundle2, text);
+	free(text);
+	start_reconciler(bundle1);
+	/* What an earlier run against a shared server left: deleted through
+	 * the reconciler (the finalizer). */
+	const char *const crs[] = {"cluster", "other"};
+	for (size_t i = 0; i < 2; i++) {
+		sg_kube_ref r = tm_ref(crs[i]);
+		if (sg_kube_delete(k, &r, NULL) == SG_OK)
+			SG_WAIT_FOR(WAIT_MS, !exists(tm_ref(crs[i])));
+	}
+	sg_kube_ref pod = ref_in(NULL, "pods", NS, "trust-manager-crash");
+	if (sg_kube_delete(k, &pod, NULL) != SG_OK)
+		SG_CHECK(sg_kube_last_status()->code == 404);
+}
+
+static void t_sample(void)
+{
+	tm_put("cluster", SAMPLE);
+	SG_WAIT_FOR(WAIT_MS, has_finalizer("cluster"));
+	{
+		int f = sg_test_failures;
+		SG_WAIT_FOR(WAIT_MS, all_exist());
+		if (f != sg_test_failures)
+			fprintf(stderr, "  %s\n", seen);
+	}
+	WAIT_STATE(progressing, "cluster");
+	WAIT_IDLE();
+	char *uid = cr_uid("cluster");
+	check_meta(uid, NULL, NULL, NULL);
+	free(uid);
+
+	/* RBAC: least privilege, no Secret access without Custom targets. */
+	SG_CHECK(rules_are(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES "]"));
+	SG_CHECK(
+	    rules_are(ref_in(RBAC, "roles", NS, "trust-manager"),
+	              "[{\"apiGroups\":[\"\"],\"resources\":[\"secrets\"],\"verbs\":[\"get\",\"list\",\"watch\"]}]"));
+	SG_CHECK(rules_are(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
+	                   "[{\"apiGroups\":[\"coordination.k8s.io\"],\"resources\":[\"leases\"],\"verbs\":[\"get\","
+	                   "\"create\",\"update\"]}]"));
+	json_t *crb = obj_get(ref_in(RBAC, "clusterrolebindings", NULL, "trust-manager"));
+	json_t *binding = json_pack("{s:O, s:O}", "roleRef", json_object_get(crb, "roleRef"), "subjects",
+	                            json_object_get(crb, "subjects"));
+	char *t = binding ? json_dumps(binding, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	json_decref(binding);
+	SG_CHECK(t && strcmp(t, "{\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"ClusterRole\","
+	                        "\"name\":\"trust-manager\"},\"subjects\":[{\"kind\":\"ServiceAccount\",\"name\":"
+	                        "\"trust-manager\",\"namespace\":\"cert-manager\"}]}") == 0);
+	if (t && !strstr(t, "trust-manager"))
+		fprintf(stderr, "  binding %s\n", t);
+	free(t);
+	json_decref(crb);
+	json_t *rb = obj_get(ref_in(RBAC, "rolebindings", NS, "trust-manager:leaderelection"));
+	const char *rk = json_string_value(json_object_get(json_object_get(rb, "roleRef"), "kind"));
+	const char *rn = json_string_value(json_object_get(json_object_get(rb, "roleRef"), "name"));
+	SG_CHECK(rk && strcmp(rk, "Role") == 0 && rn && strcmp(rn, "trust-manager:leaderelection") == 0);
+	json_decref(rb);
+
+	/* The metrics Service. */
+	json_t *svc = obj_get(ref_in(NULL, "services", NS, "trust-manager-metrics"));
+	const json_t *port = json_array_get(json_object_get(json_object_get(svc, "spec"), "ports"), 0);
+	SG_CHECK(json_integer_value(json_object_get(port, "port")) == 9402);
+	SG_CHECK(json_integer_value(json_object_get(port, "targetPort")) == 9402);
+	const char *sel =
+	    json_string_value(json_object_get(json_object_get(json_object_get(svc, "spec"), "selector"), "app"));
+	SG_CHECK(sel && strcmp(sel, APP) == 0);
+	json_decref(svc);
+
+	/* The default CA package: trust-manager's JSON, the bundle's three
+	 * distinct CAs, the version given. */
+	json_t *pkg = package_now();
+	SG_CHECK(pkg != NULL);
+	const char *name = json_string_value(json_object_get(pkg, "name"));
+	const char *ver = json_string_value(json_object_get(pkg, "version"));
+	const char *bundle = json_string_value(json_object_get(pkg, "bundle"));
+	SG_CHECK(name && strcmp(name, "cert-manager-package-debian") == 0);
+	SG_CHECK(ver && strcmp(ver, PKG_VERSION) == 0);
+	SG_CHECK(bundle && count(bundle, "-----BEGIN CERTIFICATE-----") == 3);
+	SG_CHECK(bundle && bundle_has(bundle, ca[0]) && bundle_has(bundle, ca[1]) && bundle_has(bundle, ca[2]));
+	char hash[65] = "";
+	if (bundle)
+		sha256_hex(bundle, hash);
+	SG_CHECK(template_hash_is(hash));
+	json_decref(pkg);
+
+	/* The Deployment. */
+	json_t *d = obj_get(DEPLOY());
+	const json_t *spec = json_object_get(d, "spec");
+	const json_t *pspec = json_object_get(json_object_get(spec, "template"), "spec");
+	const json_t *c = container_of(d);
+	SG_CHECK(json_integer_value(json_object_get(spec, "replicas")) == 1);
+	const char *img = json_string_value(json_object_get(c, "image"));
+	SG_CHECK(img && strcmp(img, IMAGE) == 0);
+	const char *sa = json_string_value(json_object_get(pspec, "serviceAccountName"));
+	SG_CHECK(sa && strcmp(sa, "trust-manager") == 0);
+	const json_t *args = json_object_get(c, "args");
+	bool args_ok = json_array_size(args) == sizeof(sample_args) / sizeof(sample_args[0]);
+	for (size_t i = 0; args_ok && i < json_array_size(args); i++)
+		args_ok = strcmp(json_string_value(json_array_get(args, i)), sample_args[i]) == 0;
+	SG_CHECK(args_ok);
+	if (!args_ok) {
+		char *a = json_dumps(args, JSON_COMPACT);
+		fprintf(stderr, "  args %s\n", a ? a : "-");
+		free(a);
+	}
+	check_signet_trust_parses(args);
+	const json_t *rp = json_object_get(json_object_get(c, "readinessProbe"), "httpGet");
+	const json_t *lp = json_object_get(json_object_get(c, "livenessProbe"), "httpGet");
+	SG_CHECK(json_integer_value(json_object_get(rp, "port")) == 6060 &&
+	         strcmp(json_string_value(json_object_get(rp, "path")), "/readyz") == 0);
+	SG_CHECK(json_integer_value(json_object_get(lp, "port")) == 6060 &&
+	         strcmp(json_string_value(json_object_get(lp, "path")), "/healthz") == 0);
+	const json_t *ports = json_object_get(c, "ports");
+	SG_CHECK(json_integer_value(json_object_get(json_array_get(ports, 0), "containerPort")) == 9402 &&
+	         json_integer_value(json_object_get(json_array_get(ports, 1), "containerPort")) == 6060);
+	const json_t *sc = json_object_get(c, "securityContext");
+	SG_CHECK(json_is_true(json_object_get(sc, "runAsNonRoot")) &&
+	         json_is_true(json_object_get(sc, "readOnlyRootFilesystem")) &&
+	         json_is_false(json_object_get(sc, "allowPrivilegeEscalation")));
+	const char *drop =
+	    json_string_value(json_array_get(json_object_get(json_object_get(sc, "capabilities"), "drop"), 0));
+	SG_CHECK(drop && strcmp(drop, "ALL") == 0);
+	const char *seccomp = json_string_value(json_object_get(json_object_get(sc, "seccompProfile"), "type"));
+	SG_CHECK(seccomp && strcmp(seccomp, "RuntimeDefault") == 0);
+	const json_t *mount = json_array_get(json_object_get(c, "volumeMounts"), 0);
+	SG_CHECK(strcmp(json_string_value(json_object_get(mount, "mountPath")), "/packages") == 0);
+	const json_t *vol = json_array_get(json_object_get(pspec, "volumes"), 0);
+	const char *vcm = json_string_value(json_object_get(json_object_get(vol, "configMap"), "name"));
+	SG_CHECK(vcm && strcmp(vcm, PKG_CM) == 0);
+	json_decref(d);
+
+	/* Status. */
+	SG_CHECK(strcmp(status_str("cluster", "trustManagerImage"), IMAGE) == 0);
+	SG_CHECK(strcmp(status_str("cluster", "trustNamespace"), NS) == 0);
+	SG_CHECK(strcmp(status_str("cluster", "secretTargetsPolicy"), "Disabled") == 0);
+	SG_CHECK(strcmp(status_str("cluster", "defaultCAPackagePolicy"), "Enabled") == 0);
+	SG_CHECK(strcmp(status_str("cluster", "filterExpiredCertificatesPolicy"), "Enabled") == 0);
+	/* No webhook (signet-trust checks Bundles in its controller). */
+	SG_CHECK(
+	    !exists(ref_in("admissionregistration.k8s.io", "validatingwebhookconfigurations", NULL, "trust-manager")));
+	print_stats("sample applied");
+}
+
+/* resources, affinity, tolerations and nodeSelector of a spec, and the
+ * pod spec they must become (compact JSON, sorted keys). */
+#define SCHEDULING                                                                                                     \
+	"\"resources\": {\"requests\": {\"cpu\": \"10m\", \"memory\": \"32Mi\"}, \"limits\": {\"memory\": "            \
+	"\"64Mi\"}}, \"nodeSelector\": {\"kubernetes.io/os\": \"linux\"}, \"tolerations\": [{\"key\": "                \
+	"\"signet.dev/dedicated\", \"operator\": \"Exists\", \"effect\": \"NoSchedule\"}], \"affinity\": "             \
+	"{\"nodeAffinity\": {\"requiredDuringSchedulingIgnoredDuringExecution\": {\"nodeSelectorTerms\": "             \
+	"[{\"matchExpressions\": [{\"key\": \"kubernetes.io/arch\", \"operator\": \"In\", \"values\": "                \
+	"[\"amd64\"]}]}]}}}"
+#define SCHEDULED                                                                                                      \
+	"{\"affinity\":{\"nodeAffinity\":{\"requiredDuringSchedulingIgnoredDuringExecution\":{\"nodeSelectorTerms\":"  \
+	"[{\"matchExpressions\":[{\"key\":\"kubernetes.io/arch\",\"operator\":\"In\",\"values\":[\"amd64\"]}]}]}}},"   \
+	"\"nodeSelector\":{\"kubernetes.io/os\":\"linux\"},\"resources\":{\"limits\":{\"memory\":\"64Mi\"},"           \
+	"\"requests\":{\"cpu\":\"10m\",\"memory\":\"32Mi\"}},\"tolerations\":[{\"effect\":\"NoSchedule\",\"key\":"     \
+	"\"signet.dev/dedicated\",\"operator\":\"Exists\"}]}"
+
+/* Whether the Deployment's pod spec holds SCHEDULED. */
+static bool scheduling_is(void)
+{
+	json_t *d = obj_get(DEPLOY());
+	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
+	json_t *got = json_pack("{s:O*, s:O*, s:O*, s:O*}", "affinity", json_object_get(pspec, "affinity"),
+	                        "nodeSelector", json_object_get(pspec, "nodeSelector"), "resources",
+	                        json_object_get(container_of(d), "resources"), "tolerations",
+	                        json_object_get(pspec, "tolerations"));
+	char *t = got ? json_dumps(got, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+	bool ok = t && strcmp(t, SCHEDULED) == 0;
+	if (!ok)
+		fprintf(stderr, "  scheduling: %s\n", t ? t : "-");
+	free(t);
+	json_decref(got);
+	json_decref(d);
+	return ok;
+}
+
+/* How many Events about TrustManager cluster have reason (they live in
+ * "default": the CR is cluster-scoped). */
+static size_t events(const char *reason)
+{
+	char sel[200];
+	snprintf(sel, sizeof(sel), "involvedObject.kind=TrustManager,involvedObject.name=cluster,reason=%s", reason);
+	sg_kube_ref coll = ref_in(NULL, "events", "default", NULL);
+	sg_kube_list_opts lo = {.field_selector = sel};
+	json_t *list = NULL;
+	size_t n = 0;
+	if (sg_kube_list_all(k, &coll, &lo, &list) == SG_OK)
+		n = json_array_size(json_object_get(list, "items"));
+	json_decref(list);
+	return n;
+}
+
+static void t_ready(void)
+{
+	/* Observed but not available: still rolling out. */
+	deployment_status(false);
+	WAIT_COND("cluster", "Ready", "False", "Progressing", "rolling out");
+	SG_CHECK(progressing("cluster"));
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+}
+
+static void t_degraded(void)
+{
+	crashing_pod("trust-manager-crash");
+	WAIT_COND("cluster", "Degraded", "True", "OperandFailed", CRASH_MSG);
+	SG_CHECK(cond_is("cluster", "Ready", "False", "OperandFailed", "CrashLoopBackOff"));
+	SG_CHECK(cond_is("cluster", "Progressing", "False", "OperandFailed", NULL));
+	SG_WAIT_FOR(WAIT_MS, events("OperandFailed") > 0);
+	SG_CHECK_OK(sg_kube_delete(
+	    k, &(sg_kube_ref){.version = "v1", .resource = "pods", .ns = NS, .name = "trust-manager-crash"}, NULL));
+	WAIT_STATE(ready, "cluster");
+}
+
+static void t_spec_change(void)
+{
+	int64_t dgen = generation_of(DEPLOY());
+	tm_put(
+	    "cluster",
+	    "{\"trustManagerConfig\": {\"logLevel\": 3, \"logFormat\": \"json\", \"trustNamespace\": \"cert-manager\", "
+	    "\"defaultCAPackage\": {\"policy\": \"Enabled\"}, \"filterExpiredCertificates\": \"Disabled\", "
+	    "\"secretTargets\": {\"policy\": \"Custom\", \"authorizedSecrets\": [\"zeta-ca\", "
+	    "\"alpha-ca\"]}, " SCHEDULING "}}");
+	WAIT_ARG("--secret-targets-enabled=true", true);
+	WAIT_ARG("--filter-expired-certificates=true", false);
+	SG_CHECK(arg_is("--log-level=3", true) && arg_is("--log-format=json", true));
+	SG_CHECK(scheduling_is());
+	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES SECRET_RULES "]");
+	SG_CHECK(generation_of(DEPLOY()) > dgen);
+	/* The new generation is not observed yet: not Ready. */
+	WAIT_STATE(progressing, "cluster");
+	SG_CHECK(strcmp(status_str("cluster", "secretTargetsPolicy"), "Custom") == 0);
+	SG_CHECK(strcmp(status_str("cluster", "filterExpiredCertificatesPolicy"), "Disabled") == 0);
+	json_t *a = args_now();
+	check_signet_trust_parses(a);
+	json_decref(a);
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+
+	/* The package off: its ConfigMap, mount, volume, argument and hash go. */
+	tm_put("cluster", "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Disabled\"}}}");
+	WAIT_ARG("--default-package-location=/packages/" PKG_KEY, false);
+	SG_WAIT_FOR(WAIT_MS, !exists(ref_in(NULL, "configmaps", NS, PKG_CM)));
+	SG_CHECK(template_hash_is(NULL));
+	json_t *d = obj_get(DEPLOY());
+	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
+	SG_CHECK(json_object_get(pspec, "volumes") == NULL);
+	SG_CHECK(json_object_get(container_of(d), "volumeMounts") == NULL);
+	json_decref(d);
+	WAIT_ARG("--secret-targets-enabled=true", false);
+	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES "]");
+	SG_WAIT_FOR(WAIT_MS, strcmp(status_str("cluster", "defaultCAPackagePolicy"), "Disabled") == 0);
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	print_stats("spec changes rolled");
+}
+
+static void invalid(const char *spec, const char *part)
+{
+	WAIT_IDLE();
+	char *drv = rv_of(DEPLOY());
+	sg_trustmanager_stats before = stats();
+	tm_put("cluster", "%s", spec);
+	WAIT_COND("cluster", "Ready", "False", "InvalidSpec", part);
+	SG_CHECK(cond_is("cluster", "Degraded", "True", "InvalidSpec", part));
+	WAIT_IDLE();
+	sg_trustmanager_stats after = stats();
+	SG_CHECK(after.created == before.created && after.repaired == before.repaired &&
+	         after.deleted == before.deleted);
+	SG_CHECK(after.writes - before.writes == after.status_writes - before.status_writes);
+	char *now = rv_of(DEPLOY());
+	SG_CHECK(strcmp(drv, now) == 0);
+	free(now);
+	free(drv);
+}
+
+static void t_invalid(void)
+{
+	invalid("{\"trustManagerConfig\": {\"secretTargets\": {\"policy\": \"Custom\"}}}",
+	        "authorizedSecrets must not be empty when policy is Custom");
+	invalid(
+	    "{\"trustManagerConfig\": {\"secretTargets\": {\"policy\": \"Disabled\", \"authorizedSecrets\": [\"a\"]}}}",
+	    "authorizedSecrets must be empty when policy is not Custom");
+	invalid("{\"trustManagerConfig\": {\"trustNamespace\": \"elsewhere\"}}",
+	        "trustNamespace is immutable once set");
+	invalid("{\"trustManagerConfig\": {}, \"controllerConfig\": {\"labels\": {\"bad key!\": \"x\"}}}",
+	        "invalid key \"bad key!\"");
+	invalid("{\"trustManagerConfig\": {}, \"controllerConfig\": {\"labels\": {\"team\": \"-bad\"}}}",
+	        "invalid value \"-bad\"");
+	invalid("{\"trustManagerConfig\": {}, \"controllerConfig\": {\"annotations\": {\"example.com/a/b\": \"x\"}}}",
+	        "invalid key");
+	/* The status kept what is in effect. */
+	SG_CHECK(strcmp(status_str("cluster", "trustNamespace"), NS) == 0);
+	SG_CHECK(strcmp(status_str("cluster", "trustManagerImage"), IMAGE) == 0);
+
+	/* Valid again, with labels and annotations for every object, and the
+	 * package back. */
+	tm_put("cluster", "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Enabled\"}, " SCHEDULING "}, "
+	                  "\"controllerConfig\": {\"labels\": {\"team\": \"security\"}, \"annotations\": "
+	                  "{\"example.com/note\": \"managed by signet\"}}}");
+	SG_WAIT_FOR(WAIT_MS, all_exist());
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	char *uid = cr_uid("cluster");
+	check_meta(uid, "example.com/note", "managed by signet", "team");
+	free(uid);
+	SG_CHECK(scheduling_is());
+	json_t *d = obj_get(DEPLOY());
+	const json_t *tmpl = json_object_get(json_object_get(d, "spec"), "template");
+	SG_CHECK(label(tmpl, "team") && annotation(tmpl, "example.com/note"));
+	json_decref(d);
+}
+
+/* Replaces the live object's field (a merge patch by the test's client,
+ * another field manager). patch is stolen. */
+static void patch(sg_kube_ref ref, json_t *p)
+{
+	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, p, NULL));
+	json_decref(p);
+}
+
+static void t_drift(void)
+{
+	WAIT_IDLE();
+	sg_trustmanager_stats before = stats();
+
+	/* The Deployment's arguments edited (a PUT of the whole object). */
+	json_t *d = obj_get(DEPLOY());
+	json_t *args = json_object_get(container_of(d), "args");
+	json_array_remove(args, json_array_size(args) - 1);
+	json_array_append_new(args, json_string("--bogus=1"));
+	sg_kube_ref dref = DEPLOY();
+	SG_CHECK_OK(sg_kube_update(k, &dref, d, NULL));
+	json_decref(d);
+	WAIT_ARG("--bogus=1", false);
+	WAIT_ARG("--default-package-location=/packages/" PKG_KEY, true);
+
+	/* The Service deleted. */
+	SG_CHECK_OK(sg_kube_delete(
+	    k, &(sg_kube_ref){.version = "v1", .resource = "services", .ns = NS, .name = "trust-manager-metrics"},
+	    NULL));
+	SG_WAIT_FOR(WAIT_MS, exists(ref_in(NULL, "services", NS, "trust-manager-metrics")));
+
+	/* The ClusterRole and a Role edited. */
+	patch(ref_in(RBAC, "clusterroles", NULL, "trust-manager"),
+	      json_pack("{s:[{s:[s], s:[s], s:[s]}]}", "rules", "apiGroups", "", "resources", "secrets", "verbs", "*"));
+	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES "]");
+	patch(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
+	      json_pack("{s:[{s:[s], s:[s], s:[s]}]}", "rules", "apiGroups", "coordination.k8s.io", "resources",
+	                "leases", "verbs", "*"));
+	WAIT_RULES(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
+	           "[{\"apiGroups\":[\"coordination.k8s.io\"],\"resources\":[\"leases\"],\"verbs\":[\"get\",\"create\","
+	           "\"update\"]}]");
+	WAIT_IDLE();
+	sg_trustmanager_stats after = stats();
+	SG_CHECK(events("Created") > 0 && events("Applied") > 0 && events("InvalidSpec") > 0 && events("Ready") > 0);
+	SG_CHECK(after.created >= before.created + 1);   /* the Service */
+	SG_CHECK(after.repaired >= before.repaired + 3); /* Deployment, ClusterRole, Role */
+	/* The repaired Deployment is a new generation: rolled out again. */
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	print_stats("drift repaired");
+}
+
+static void t_quiet(void)
+{
+	WAIT_IDLE();
+	sg_trustmanager_stats before = stats();
+	char *drv = rv_of(DEPLOY()), *crv = rv_of(tm_ref("cluster"));
+	sg_ctrl_stats c0;
+	sg_ctrl_stats_get(sg_trustmanager_controller(tm), &c0);
+	/* An event the reconciler handles: the CR relabelled (no new
+	 * generation). */
+	patch(tm_ref("cluster"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tm-test/touched", "yes"));
+	sg_ctrl_stats c1;
+	SG_WAIT_FOR(WAIT_MS, (sg_ctrl_stats_get(sg_trustmanager_controller(tm), &c1), c1.reconciles > c0.reconciles));
+	free(crv);
+	crv = rv_of(tm_ref("cluster"));
+	sg_sleep_ms(QUIET_MS);
+	WAIT_IDLE();
+	sg_trustmanager_stats after = stats();
+	SG_CHECK(after.writes == before.writes);
+	if (after.writes != before.writes)
+		print_stats("quiet cluster, yet writes");
+	char *drv2 = rv_of(DEPLOY()), *crv2 = rv_of(tm_ref("cluster"));
+	SG_CHECK(strcmp(drv, drv2) == 0 && strcmp(crv, crv2) == 0);
+	free(drv);
+	free(crv);
+	free(drv2);
+	free(crv2);
+}
+
+/* An operator restarted with another CA bundle (a new ca-certificates):
+ * the package is rewritten and the pods roll (the hash). */
+static void t_package_change(void)
+{
+	WAIT_IDLE();
+	json_t *pkg = package_now();
+	char old_hash[65] = "";
+	if (json_string_value(json_object_get(pkg, "bundle")))
+		sha256_hex(json_string_value(json_object_get(pkg, "bundle")), old_hash);
+	json_decref(pkg);
+	int64_t dgen = generation_of(DEPLOY());
+	sg_trustmanager_free(tm);
+	tm = NULL;
+	start_reconciler(bundle2);
+	SG_WAIT_FOR(WAIT_MS, package_certs() == 4);
+	pkg = package_now();
+	char hash[65] = "";
+	if (json_string_value(json_object_get(pkg, "bundle")))
+		sha256_hex(json_string_value(json_object_get(pkg, "bundle")), hash);
+	json_decref(pkg);
+	SG_CHECK(strcmp(hash, old_hash) != 0);
+	SG_WAIT_FOR(WAIT_MS, template_hash_is(hash));
+	SG_CHECK(generation_of(DEPLOY()) > dgen);
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+}
+
+static void t_delete(void)
+{
+	SG_CHECK_OK(sg_kube_delete(k,
+	                           &(sg_kube_ref){.group = "operator.openshift.io",
+	                                          .version = "v1alpha1",
+	                                          .resource = "trustmanagers",
+	                                          .name = "cluster"},
+	                           NULL));
+	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("cluster")));
+	{
+		int f = sg_test_failures;
+		SG_CHECK(none_exist());
+		if (f != sg_test_failures)
+			fprintf(stderr, "  %s\n", seen);
+	}
+	SG_CHECK(exists(ref_in(NULL, "namespaces", NULL, NS)));
+	SG_CHECK(exists(ref_in(NULL, "secrets", NS, "user-ca")));
+	SG_CHECK(events("Deleted") > 0);
+	print_stats("deleted");
+}
+
+static void t_recreate(void)
+{
+	tm_put("cluster", SAMPLE);
+	SG_WAIT_FOR(WAIT_MS, has_finalizer("cluster"));
+	SG_WAIT_FOR(WAIT_MS, all_exist());
+	char *uid = cr_uid("cluster");
+	WAIT_IDLE();
+	check_meta(uid, NULL, NULL, NULL);
+	free(uid);
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+}
+
+static void t_second(void)
+{
+	WAIT_IDLE();
+	char *drv = rv_of(DEPLOY());
+	sg_trustmanager_stats before = stats();
+	tm_put("other", SAMPLE);
+	WAIT_COND("other", "Ready", "False", "InvalidSpec",
+	          "TrustManager is a singleton, .metadata.name must be 'cluster'");
+	SG_CHECK(!has_finalizer("other"));
+	WAIT_IDLE();
+	sg_trustmanager_stats after = stats();
+	SG_CHECK(after.created == before.created && after.repaired == before.repaired &&
+	         after.deleted == before.deleted);
+	char *now = rv_of(DEPLOY());
+	SG_CHECK(strcmp(now, drv) == 0);
+	SG_CHECK(ready("cluster"));
+	free(now);
+	free(drv);
+	SG_CHECK_OK(sg_kube_delete(
+	    k,
+	    &(sg_kube_ref){
+	        .group = "operator.openshift.io", .version = "v1alpha1", .resource = "trustmanagers", .name = "other"},
+	    NULL));
+	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("other")));
+	SG_CHECK(ready("cluster"));
+}
+
+static void t_missing_namespace(void)
+{
+	SG_CHECK_OK(sg_kube_delete(k,
+	                           &(sg_kube_ref){.group = "operator.openshift.io",
+	                                          .version = "v1alpha1",
+	                                          .resource = "trustmanagers",
+	                                          .name = "cluster"},
+	                           NULL));
+	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("cluster")));
+	SG_CHECK(none_exist());
+	tm_put("cluster", "{\"trustManagerConfig\": {\"trustNamespace\": \"%s\"}}", late_ns);
+	char want[200];
+	snprintf(want, sizeof(want),
+	         "trust namespace \"%s\" does not exist, create the namespace before creating TrustManager CR",
+	         late_ns);
+	WAIT_COND("cluster", "Degraded", "True", "Failed", want);
+	SG_CHECK(cond_is("cluster", "Ready", "False", "Failed", want));
+	SG_CHECK(!exists(DEPLOY()));
+	int64_t gen = generation_of(tm_ref("cluster"));
+	/* The namespace appears: the reconcile resumes, the CR untouched. */
+	ns_create(late_ns);
+	SG_WAIT_FOR(WAIT_MS, exists(DEPLOY()));
+	SG_WAIT_FOR(WAIT_MS, exists(ref_in(RBAC, "roles", late_ns, "trust-manager")));
+	SG_WAIT_FOR(WAIT_MS, exists(ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
+	{
+		char a[128];
+		snprintf(a, sizeof(a), "--trust-namespace=%s", late_ns);
+		WAIT_ARG(a, true);
+	}
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	SG_CHECK(generation_of(tm_ref("cluster")) == gen);
+
+	/* Gone again: its Role in the trust namespace too; the namespace stays. */
+	SG_CHECK_OK(sg_kube_delete(k,
+	                           &(sg_kube_ref){.group = "operator.openshift.io",
+	                                          .version = "v1alpha1",
+	                                          .resource = "trustmanagers",
+	                                          .name = "cluster"},
+	                           NULL));
+	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("cluster")));
+	SG_CHECK(!exists(ref_in(RBAC, "roles", late_ns, "trust-manager")));
+	SG_CHECK(!exists(ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
+	SG_CHECK(exists(ref_in(NULL, "namespaces", NULL, late_ns)));
+	SG_CHECK(none_exist());
+}
+
+static void t_metrics(void)
+{
+	sg_metrics *reg = NULL;
+	SG_CHECK_OK(sg_metrics_new(&reg));
+	SG_CHECK_OK(sg_trustmanager_metrics(tm, reg));
+	char *text = NULL;
+	size_t len = 0;
+	SG_CHECK_OK(sg_metrics_render(reg, &text, &len));
+	SG_CHECK(text && strstr(text, "signet_operator_trustmanager_writes_total") &&
+	         strstr(text, "signet_operator_trustmanager_status_writes_total"));
+	free(text);
+	sg_metrics_free(reg);
+}
+
+static void t_stop(void)
+{
+	print_stats("end");
+	sg_trustmanager_free(tm);
+	tm = NULL;
+	unlink(bundle1);
+	unlink(bundle2);
+	for (int i = 0; i < 4; i++)
+		free(ca[i]);
+	sg_kube_free(k);
+}
+
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sample), SG_TEST(t_ready), SG_TEST(t_degraded), SG_TEST(t_spec_change),
+             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_package_change), SG_TEST(t_delete),
+             SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_metrics), SG_TEST(t_stop))
