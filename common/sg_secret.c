@@ -39,10 +39,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -152,17 +155,66 @@ static ssize_t read_all(int fd, uint8_t *buf, size_t cap)
 	return (ssize_t)got;
 }
 
-int sg_secret_from_file(sg_secret **out, const char *path)
+/* Opens path, following a symlink only while it resolves beneath the
+ * directory holding path (the kubelet's ..data layout). Without openat2
+ * (Linux < 5.6) no symlink is followed. */
+static int open_beneath(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd >= 0 || errno != ELOOP)
+		return fd;
+	const char *slash = strrchr(path, '/');
+	char dir[4096];
+	const char *base = slash ? slash + 1 : path;
+	if (!slash)
+		snprintf(dir, sizeof(dir), ".");
+	else if (slash == path)
+		snprintf(dir, sizeof(dir), "/");
+	else if ((size_t)(slash - path) < sizeof(dir))
+		snprintf(dir, sizeof(dir), "%.*s", (int)(slash - path), path);
+	else
+		return errno = ENAMETOOLONG, -1;
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -1;
+	struct open_how how = {.flags = O_RDONLY | O_CLOEXEC,
+	                       .resolve = RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS};
+	fd = (int)syscall(SYS_openat2, dfd, base, &how, sizeof(how));
+	int saved = errno;
+	close(dfd);
+	if (fd < 0 && (saved == ENOSYS || saved == EXDEV))
+		saved = ELOOP; /* no openat2, or a link out of the directory: a symlink we do not follow */
+	errno = saved;
+	return fd;
+}
+
+/* Whether gid is one of this process's groups (and not root's). */
+static bool own_group(gid_t gid)
+{
+	if (gid == 0)
+		return false;
+	if (gid == getegid())
+		return true;
+	gid_t groups[256];
+	int n = getgroups(256, groups);
+	for (int i = 0; i < n; i++)
+		if (groups[i] == gid)
+			return true;
+	return false;
+}
+
+int sg_secret_from_file(sg_secret **out, const char *path)
+{
+	int fd = open_beneath(path);
 	SG_ENSURE(fd >= 0, errno == ENOENT ? SG_ENOTFOUND : SG_EINVAL, "cannot open secret file %s: %s", path,
-		  strerror(errno));
+		  errno == ELOOP ? "a symlink that leaves its directory (only the kubelet's ..data layout is followed)"
+		                 : strerror(errno));
 	sg_secret *s = NULL;
 	struct stat st;
 	int rc = SG_EINVAL;
 	SG_ENSURE_GOTO(rc, fstat(fd, &st) == 0 && S_ISREG(st.st_mode), out, SG_EINVAL,
 		       "secret file %s is not a regular file", path);
-	SG_ENSURE_GOTO(rc, (st.st_mode & 077) == 0, out, SG_EAUTH,
+	SG_ENSURE_GOTO(rc, (st.st_mode & 077) == 0 || ((st.st_mode & 037) == 0 && own_group(st.st_gid)), out, SG_EAUTH,
 		       "secret file %s is accessible by group or others (mode %03o); chmod 600 it", path,
 		       (unsigned)(st.st_mode & 0777));
 	SG_ENSURE_GOTO(rc, st.st_size <= SG_SECRET_MAX, out, SG_EINVAL, "secret file %s is larger than %d bytes", path,

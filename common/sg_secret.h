@@ -44,9 +44,12 @@ typedef struct sg_secret sg_secret;
 SG_API int sg_secret_new(sg_secret **out, const void *p, size_t n) SG_MUST_CHECK;
 /* Reads a whole regular file (at most SG_SECRET_MAX bytes) with read(2)
  * straight into the secret's pages, so no stdio buffer or stack copy holds
- * it; one trailing newline (LF or CRLF) is dropped. Refuses symlinks, files
- * that are not regular, files readable by group or others (SG_EAUTH, "chmod
- * 600"), empty files and larger ones (SG_EINVAL); SG_ENOTFOUND when absent. */
+ * it; one trailing newline (LF or CRLF) is dropped. Refuses symlinks other
+ * than one resolving beneath the file's own directory (a kubelet Secret
+ * volume's ..data layout), files that are not regular, files readable by
+ * others or by a group that is root's or not one of this process's
+ * (SG_EAUTH, "chmod 600"), empty files and larger ones (SG_EINVAL);
+ * SG_ENOTFOUND when absent. */
 SG_API int sg_secret_from_file(sg_secret **out, const char *path) SG_MUST_CHECK;
 /* Copies the value of environment variable `name` (not the name itself).
  * The copy is protected; the environment itself cannot be: it stays in

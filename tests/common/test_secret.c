@@ -16,6 +16,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -129,6 +130,73 @@ static void t_file_kinds(void)
 	SG_CHECK(s == NULL);
 	unlink(path);
 	unlink(real);
+}
+
+/* What a kubelet makes of a Secret volume: <vol>/pin -> ..data/pin,
+ * ..data -> ..<timestamp>/, the files 0440 and group fsGroup. */
+static void t_kubelet_layout(void)
+{
+	setup_dir(); /* idempotent: a single test can run alone */
+	char vol[600], path[700];
+	snprintf(vol, sizeof(vol), "%s/vol", dir);
+	mkdir(vol, 0755);
+	snprintf(path, sizeof(path), "%s/..2026_11_26_22_00_00.1", vol);
+	mkdir(path, 0755);
+	snprintf(path, sizeof(path), "%s/..2026_11_26_22_00_00.1/pin", vol);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0400);
+	SG_CHECK(fd >= 0 && write(fd, "4321\n", 5) == 5);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/..data", vol);
+	unlink(path);
+	SG_CHECK(symlink("..2026_11_26_22_00_00.1", path) == 0);
+	snprintf(path, sizeof(path), "%s/pin", vol);
+	unlink(path);
+	SG_CHECK(symlink("..data/pin", path) == 0);
+	sg_secret *s = NULL;
+	SG_CHECK_OK(sg_secret_from_file(&s, path));
+	SG_CHECK(s && strcmp(sg_secret_cstr(s), "4321") == 0);
+	sg_secret_free(s);
+	s = NULL;
+	/* A relative link that climbs out of the volume is not followed. */
+	make("outside", "1234", 4, 0600);
+	snprintf(path, sizeof(path), "%s/escape", vol);
+	unlink(path);
+	SG_CHECK(symlink("../outside", path) == 0);
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EINVAL);
+	SG_CHECK_MSG("leaves its directory");
+	SG_CHECK(s == NULL);
+
+	/* Group-readable: only for a group of ours that is not root's. As
+	 * root, the test can give a file another group and a child process
+	 * that group (the pod's fsGroup). */
+	if (geteuid() != 0)
+		return;
+	snprintf(path, sizeof(path), "%s/..2026_11_26_22_00_00.1/pin", vol);
+	SG_CHECK(chown(path, 0, 4242) == 0 && chmod(path, 0440) == 0);
+	snprintf(path, sizeof(path), "%s/pin", vol);
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EAUTH); /* 4242 is not ours */
+	pid_t pid = fork();
+	if (pid == 0) {
+		gid_t g = 4242;
+		sg_secret *c = NULL;
+		_exit(setgroups(1, &g) == 0 && sg_secret_from_file(&c, path) == SG_OK &&
+		              strcmp(sg_secret_cstr(c), "4321") == 0
+		          ? 0
+		          : 1);
+	}
+	int st = -1;
+	SG_CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	/* Group write, or any bit for others, is refused even for our group. */
+	snprintf(path, sizeof(path), "%s/..2026_11_26_22_00_00.1/pin", vol);
+	SG_CHECK(chmod(path, 0460) == 0);
+	snprintf(path, sizeof(path), "%s/pin", vol);
+	pid = fork();
+	if (pid == 0) {
+		gid_t g = 4242;
+		sg_secret *c = NULL;
+		_exit(setgroups(1, &g) == 0 && sg_secret_from_file(&c, path) == SG_EAUTH ? 0 : 1);
+	}
+	SG_CHECK(pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 
 static void t_env(void)
@@ -628,12 +696,20 @@ static void t_core_dump(void)
 static void t_cleanup(void)
 {
 	char path[600];
-	snprintf(path, sizeof(path), "%s/pin", dir);
-	unlink(path);
+	static const char *const left[] = {"pin", "outside", "vol/pin", "vol/escape", "vol/..data",
+	                                   "vol/..2026_11_26_22_00_00.1/pin"};
+	for (size_t i = 0; i < sizeof(left) / sizeof(left[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, left[i]);
+		unlink(path);
+	}
+	snprintf(path, sizeof(path), "%s/vol/..2026_11_26_22_00_00.1", dir);
+	rmdir(path);
+	snprintf(path, sizeof(path), "%s/vol", dir);
+	rmdir(path);
 	rmdir(dir);
 }
 
 SG_TEST_MAIN(SG_TEST(setup_dir), SG_TEST(t_file_modes), SG_TEST(t_file_content), SG_TEST(t_file_kinds),
-	     SG_TEST(t_env), SG_TEST(t_new_equal), SG_TEST(t_random_hex), SG_TEST(t_mapping_flags),
+	     SG_TEST(t_kubelet_layout), SG_TEST(t_env), SG_TEST(t_new_equal), SG_TEST(t_random_hex), SG_TEST(t_mapping_flags),
 	     SG_TEST(t_lock_limit), SG_TEST(t_wipe_on_free), SG_TEST(t_protect_process), SG_TEST(t_core_dump),
 	     SG_TEST(t_cleanup))
