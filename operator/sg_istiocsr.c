@@ -41,6 +41,7 @@
 #define HSM_MOUNT "/etc/signet/hsm"
 #define ROOT_MOUNT "/var/run/configmaps/istio-csr"
 #define RETRY_MS 30000u
+#define SIGNET_FS_GROUP 65532 /* the image's non-root user and group */
 #define SELECTOR "app=" APP ",app.kubernetes.io/managed-by=" SG_OPR_MANAGED_BY
 
 enum {
@@ -814,14 +815,23 @@ static int deployment(pass *p)
 		"capabilities", "drop", "ALL", "volumeMounts", mounts);
 	if (!json_is_object(res))
 		json_decref((json_t *)json_object_get(container, "resources")); /* the fresh {} above: one ref left */
+	/* A crash's own words (signetd's last log lines) reach the pod's
+	 * status, and from there Degraded. */
+	if (container)
+		json_object_set_new(container, "terminationMessagePolicy", json_string("FallbackToLogsOnError"));
 	/* A new HSM Secret (PIN, token, CA) takes a restart: signetd reads it
 	 * at start. The root copy needs none (signetd follows the file). */
 	json_t *pod_meta = json_pack("{s:O, s:{s:s}}", "labels", p->labels, "annotations",
 	                             "operator.signet.dev/hsm-secret-version",
 	                             str_at(p->hsm, "metadata.resourceVersion", ""));
-	json_t *pod_spec = json_pack("{s:s, s:{s:b, s:{s:s}}, s:[o], s:o}", "serviceAccountName", APP,
-	                             "securityContext", "runAsNonRoot", 1, "seccompProfile", "type", "RuntimeDefault",
-	                             "containers", container, "volumes", volumes);
+	/* fsGroup: the kubelet gives the HSM Secret's files this group
+	 * (mode 0440) and the container this supplementary group, which is how
+	 * a non-root signetd reads its PIN (sg_secret accepts a group of its
+	 * own that is not root's). */
+	json_t *pod_spec = json_pack("{s:s, s:{s:b, s:I, s:{s:s}}, s:[o], s:o}", "serviceAccountName", APP,
+	                             "securityContext", "runAsNonRoot", 1, "fsGroup", (json_int_t)SIGNET_FS_GROUP,
+	                             "seccompProfile", "type", "RuntimeDefault", "containers", container, "volumes",
+	                             volumes);
 	static const char *const passthrough[] = {"affinity", "tolerations", "nodeSelector"};
 	for (size_t i = 0; pod_spec && i < 3; i++) {
 		const json_t *x = json_object_get(cfg, passthrough[i]);

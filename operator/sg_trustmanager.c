@@ -501,9 +501,13 @@ static json_t *object(const pass *p, int w, const char *name, const char *ns)
 /* Sets member k of o to v (stolen); false (and o freed) on failure. */
 static json_t *with(json_t *o, const char *k, json_t *v)
 {
-	if (!o || !v || json_object_set_new(o, k, v) != 0) {
+	if (!o || !v) {
 		json_decref(o);
 		json_decref(v);
+		return NULL;
+	}
+	if (json_object_set_new(o, k, v) != 0) { /* v is consumed either way */
+		json_decref(o);
 		return NULL;
 	}
 	return o;
@@ -618,6 +622,8 @@ static json_t *container(const pass *p)
 	              "path", "/healthz", "port", PROBE_PORT, "initialDelaySeconds", 15, "periodSeconds", 20,
 	              "securityContext", "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1,
 	              "capabilities", "drop", "ALL", "seccompProfile", "type", "RuntimeDefault");
+	if (c)
+		c = with(c, "terminationMessagePolicy", json_string("FallbackToLogsOnError"));
 	if (c && p->s.resources)
 		c = with(c, "resources", json_deep_copy(p->s.resources));
 	if (c && p->s.package)
