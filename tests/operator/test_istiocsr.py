@@ -14,9 +14,10 @@ a pod's status), which is all the reconciler reads. What is shown:
 - Ready follows the operand: Progressing until the Deployment is current
   and available, True then, Degraded with the container's own failure;
   every condition carries observedGeneration;
-- drift on the Deployment, a Service, a Role and a NetworkPolicy is
-  repaired; a quiet cluster gets no write; a restarted operator writes
-  nothing;
+- drift on the Deployment (edited or deleted), a Service, a Role and a
+  NetworkPolicy is repaired; a quiet cluster gets no write in 30 s; a
+  restarted operator writes nothing; an API server restarted right after a
+  spec change is ridden out and the change converges;
 - what the CRD's CEL rules refuse is refused with Ready=False/InvalidSpec,
   immutable fields included; an ACME issuer is refused;
 - a cert-manager issuer (RA mode): the istiod Certificate, the CA copy
@@ -397,6 +398,10 @@ class IstioCSR(unittest.TestCase):
         k.ok("PATCH", role, {"rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]},
              "application/merge-patch+json")
         wait_for("the Role's rules back", lambda: self.get(role)["rules"] == rules)
+        dep_uid = self.deployment()["metadata"]["uid"]
+        k.ok("DELETE", dep)
+        wait_for("the Deployment back", lambda: (lambda d: d and d["metadata"]["uid"] != dep_uid)(self.deployment()))
+        self.assertEqual(args_of(self.deployment()), want)
         np = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/istio-csr-deny-all"
         k.ok("DELETE", np)
         wait_for("the NetworkPolicy back", lambda: self.get(np))
@@ -415,7 +420,7 @@ class IstioCSR(unittest.TestCase):
     def test_4_quiet_cluster_and_restart_write_nothing(self):
         self.ready("True", "Ready")
         time.sleep(2)  # the last repairs' echoes
-        self.quiet(10)
+        self.quiet(30)
         # A restarted operator finds everything as it wants it.
         self.proc.send_signal(signal.SIGTERM)
         self.assertEqual(self.proc.wait(timeout=30), 0)
@@ -450,6 +455,20 @@ class IstioCSR(unittest.TestCase):
         self.ready("False", "Progressing")  # generation moved past the status the test wrote
         self.play_deployment_controller()
         self.ready("True", "Ready")
+
+    def test_5b_api_server_restart_mid_reconcile(self):
+        if not E.own:
+            self.skipTest("a shared API server is not restarted")
+        k = self.k
+        self.ready("True", "Ready")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 4}}}, "application/merge-patch+json")
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "restart-apiserver", E.api_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        wait_for("the new args after the restart",
+                 lambda: (lambda d: d and "--log-level=4" in args_of(d))(self.deployment()), timeout=120)
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        self.assertEqual(self.proc.poll(), None, "the operator survived the API server's restart")
 
     def test_6_second_instance_and_missing_namespace(self):
         k = self.k
