@@ -16,6 +16,7 @@
  * table runs and, on the leader, while every reconciler runs.
  */
 #include "sg_ctrl.h"
+#include "sg_ctrl_program.h"
 #include "sg_error.h"
 #include "sg_guard.h"
 #include "sg_http.h"
@@ -120,90 +121,25 @@ typedef struct program {
 	sg_trustmanager *trustmanager;
 	sg_ctrl_manager *table;
 	sg_metrics *metrics;
-	sg_http_server *http_metrics, *http_probe;
+	sg_ctrl_endpoints *endpoints;
 	atomic_bool started;
 	char lease_ns[64];
 } program;
 
-/* ---- endpoints ---- */
-
-static int serve_metrics(sg_http_response *resp, void *arg)
+/* Leader: ready while every reconciler runs. Standby: ready to take over. */
+static bool ready(void *arg)
 {
 	program *p = arg;
-	char *text = NULL;
-	size_t len = 0;
-	SG_TRY(sg_metrics_render(p->metrics, &text, &len));
-	resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
-	sg_http_response_take(resp, text, len);
-	return SG_OK;
-}
-
-static bool ready(program *p)
-{
 	if (!atomic_load(&p->started))
 		return false;
 	bool leads = !p->s.leader_elect || sg_ctrl_manager_leading(p->table);
 	if (!leads)
-		return true; /* a standby is ready to take over */
+		return true;
 	return (!p->istiocsr || sg_ctrl_running(sg_istiocsr_controller(p->istiocsr))) &&
 	       (!p->trustmanager || sg_ctrl_running(sg_trustmanager_controller(p->trustmanager)));
 }
 
-static int serve_ready(sg_http_response *resp, void *arg)
-{
-	if (ready(arg)) {
-		sg_http_response_static(resp, "ok\n", 3);
-	} else {
-		resp->status = 503;
-		sg_http_response_static(resp, "not ready\n", 10);
-	}
-	return SG_OK;
-}
-
-static int serve_health(sg_http_response *resp, void *arg)
-{
-	(void)arg;
-	sg_http_response_static(resp, "ok\n", 3);
-	return SG_OK;
-}
-
-static int start_http(program *p)
-{
-	const settings *s = &p->s;
-	const char *addr = s->http_address;
-	if (!addr || !*addr) {
-		const char *k8s = getenv("KUBERNETES_SERVICE_HOST");
-		addr = k8s && *k8s ? "0.0.0.0" : "127.0.0.1";
-	}
-	bool same = s->metrics_port == s->readiness_probe_port;
-	sg_http_route probe[] = {{s->readiness_probe_path, serve_ready, p}, {"/healthz", serve_health, p}};
-	sg_http_route routes[3] = {{"/metrics", serve_metrics, p}, probe[0], probe[1]};
-	sg_http_options o = {.bind_address = addr, .port = (uint16_t)s->metrics_port, .routes = routes,
-	                     .nroutes = same ? 3 : 1};
-	SG_TRY(sg_http_server_start(&p->http_metrics, &o));
-	sg_log(SG_LOG_INFO, "metrics endpoint", SG_F_STR("address", addr),
-	       SG_F_INT("port", sg_http_server_port(p->http_metrics)), SG_F_END);
-	if (same)
-		return SG_OK;
-	o.port = (uint16_t)s->readiness_probe_port;
-	o.routes = probe;
-	o.nroutes = 2;
-	SG_TRY(sg_http_server_start(&p->http_probe, &o));
-	sg_log(SG_LOG_INFO, "probe endpoint", SG_F_STR("address", addr),
-	       SG_F_INT("port", sg_http_server_port(p->http_probe)), SG_F_END);
-	return SG_OK;
-}
-
 /* ---- start and stop ---- */
-
-static int new_client(const settings *s, sg_kube **out, long timeout_ms)
-{
-	sg_kube_config *cfg = NULL;
-	SG_TRY(sg_kube_config_load(&cfg, s->kubeconfig));
-	sg_kube_options ko = {.qps = (double)s->kube_api_qps, .burst = (int)s->kube_api_burst,
-	                      .request_timeout_ms = timeout_ms};
-	return sg_kube_new(out, &cfg, &ko);
-}
 
 /* The Lease's namespace: the flag, else the pod's own namespace, else
  * signet-operator (the manifests' namespace). */
@@ -248,7 +184,7 @@ static int start(program *p)
 	          "operand-version \"%s\" is not a label value", s->operand_version);
 	long writers_ms = (long)(s->lease_duration - s->renew_deadline) * 1000;
 	long lease_ms = (long)(s->renew_deadline - s->retry_period) * 1000;
-	SG_TRY(new_client(s, &p->kube, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
+	SG_TRY(sg_ctrl_client_new(&p->kube, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
 	if (s->istiocsr) {
 		sg_istiocsr_options o = {.kube = p->kube, .image = signetd_image, .version = s->operand_version,
 		                         .hsm_secret = s->hsm_secret, .workers = (unsigned)s->workers};
@@ -270,13 +206,8 @@ static int start(program *p)
 	sg_ctrl_manager_opts mo = {0};
 	if (s->leader_elect) {
 		SG_TRY(lease_namespace(p));
-		SG_TRY(new_client(s, &p->kube_lease, lease_ms >= 1000 ? lease_ms : 1000));
-		char host[256] = "signet-operator";
-		if (gethostname(host, sizeof(host)) != 0)
-			snprintf(host, sizeof(host), "signet-operator");
-		host[sizeof(host) - 1] = '\0';
-		snprintf(identity, sizeof(identity), "%.200s_%08x", host,
-		         (unsigned)time(NULL) ^ ((unsigned)getpid() << 16));
+		SG_TRY(sg_ctrl_client_new(&p->kube_lease, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, lease_ms >= 1000 ? lease_ms : 1000));
+		sg_ctrl_identity(identity, sizeof(identity), "signet-operator");
 		mo.lease_kube = p->kube_lease;
 		mo.lease = (sg_lease_opts){
 			.ns = p->lease_ns,
@@ -300,7 +231,10 @@ static int start(program *p)
 	}
 	SG_TRY(sg_metrics_new(&p->metrics));
 	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));
-	SG_TRY(start_http(p));
+	sg_ctrl_endpoints_opts eo = {.address = s->http_address, .metrics_port = s->metrics_port,
+	                             .probe_port = s->readiness_probe_port, .probe_path = s->readiness_probe_path,
+	                             .metrics = p->metrics, .ready = ready, .arg = p};
+	SG_TRY(sg_ctrl_endpoints_start(&p->endpoints, &eo));
 	SG_TRY(sg_ctrl_manager_start(p->table));
 	atomic_store(&p->started, true);
 	sg_log(SG_LOG_INFO, "signet-operator started", SG_F_STR("istiocsr", s->istiocsr ? "on" : "off"),
@@ -312,8 +246,8 @@ static int start(program *p)
 static void stop(program *p)
 {
 	atomic_store(&p->started, false);
-	sg_http_server_stop(p->http_probe);
-	sg_http_server_stop(p->http_metrics);
+	sg_ctrl_endpoints_stop(p->endpoints);
+	p->endpoints = NULL;
 	sg_ctrl_manager_free(p->table); /* leadership ends and the Lease is released */
 	sg_istiocsr_free(p->istiocsr);
 	sg_trustmanager_free(p->trustmanager);
@@ -344,12 +278,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	sg_log_configure((sg_log_level)p.s.log_level, (sg_log_format)p.s.log_format);
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	sg_ctrl_signals_block();
 
 	rc = start(&p);
 	if (rc < 0) {
@@ -361,15 +290,7 @@ int main(int argc, char **argv)
 		sg_opt_free(opts, NOPTS, &p.s);
 		return 1;
 	}
-	for (;;) {
-		struct timespec one = {1, 0};
-		int sig = sigtimedwait(&set, NULL, &one);
-		if (sig == SIGTERM || sig == SIGINT) {
-			sg_log(SG_LOG_INFO, "shutting down", SG_F_STR("signal", sig == SIGTERM ? "TERM" : "INT"), SG_F_END);
-			break;
-		}
-		sg_ctrl_manager_tick(p.table);
-	}
+	sg_ctrl_run_until_signal(p.table, NULL, NULL);
 	stop(&p);
 	sg_log(SG_LOG_INFO, "stopped", SG_F_END);
 	sg_opt_free(opts, NOPTS, &p.s);

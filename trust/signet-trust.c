@@ -30,6 +30,7 @@
  * manifests) runs as before, with one warning.
  */
 #include "sg_ctrl.h"
+#include "sg_ctrl_program.h"
 #include "sg_error.h"
 #include "sg_file.h"
 #include "sg_guard.h"
@@ -160,7 +161,7 @@ typedef struct program {
 	sg_trust *trust;
 	sg_ctrl_manager *table;
 	sg_metrics *metrics;
-	sg_http_server *http_metrics, *http_probe;
+	sg_ctrl_endpoints *endpoints;
 	webhook wh;
 	atomic_bool started;
 	char *ns_buf;
@@ -168,19 +169,9 @@ typedef struct program {
 
 /* ---- endpoints ---- */
 
-static int serve_metrics(sg_http_response *resp, void *arg)
+static bool ready(void *arg)
 {
 	program *p = arg;
-	char *text = NULL;
-	size_t len = 0;
-	SG_TRY(sg_metrics_render(p->metrics, &text, &len));
-	resp->content_type = "text/plain; version=0.0.4; charset=utf-8";
-	sg_http_response_take(resp, text, len);
-	return SG_OK;
-}
-
-static bool ready(program *p)
-{
 	if (!atomic_load(&p->started))
 		return false;
 	/* Leader: only while the controller runs. Standby: ready to lead. */
@@ -188,50 +179,6 @@ static bool ready(program *p)
 	return !leads || sg_ctrl_running(sg_trust_controller(p->trust));
 }
 
-static int serve_ready(sg_http_response *resp, void *arg)
-{
-	if (ready(arg)) {
-		sg_http_response_static(resp, "ok\n", 3);
-	} else {
-		resp->status = 503;
-		sg_http_response_static(resp, "not ready\n", 10);
-	}
-	return SG_OK;
-}
-
-static int serve_health(sg_http_response *resp, void *arg)
-{
-	(void)arg;
-	sg_http_response_static(resp, "ok\n", 3);
-	return SG_OK;
-}
-
-static int start_http(program *p)
-{
-	const settings *s = &p->s;
-	const char *addr = s->http_address;
-	if (!addr || !*addr) {
-		const char *k8s = getenv("KUBERNETES_SERVICE_HOST");
-		addr = k8s && *k8s ? "0.0.0.0" : "127.0.0.1";
-	}
-	bool same = s->metrics_port == s->readiness_probe_port;
-	sg_http_route probe[] = {{s->readiness_probe_path, serve_ready, p}, {"/healthz", serve_health, p}};
-	sg_http_route routes[3] = {{"/metrics", serve_metrics, p}, probe[0], probe[1]};
-	sg_http_options o = {.bind_address = addr, .port = (uint16_t)s->metrics_port, .routes = routes,
-	                     .nroutes = same ? 3 : 1};
-	SG_TRY(sg_http_server_start(&p->http_metrics, &o));
-	sg_log(SG_LOG_INFO, "metrics endpoint", SG_F_STR("address", addr),
-	       SG_F_INT("port", sg_http_server_port(p->http_metrics)), SG_F_END);
-	if (same)
-		return SG_OK;
-	o.port = (uint16_t)s->readiness_probe_port;
-	o.routes = probe;
-	o.nroutes = 2;
-	SG_TRY(sg_http_server_start(&p->http_probe, &o));
-	sg_log(SG_LOG_INFO, "probe endpoint", SG_F_STR("address", addr),
-	       SG_F_INT("port", sg_http_server_port(p->http_probe)), SG_F_END);
-	return SG_OK;
-}
 
 /* ---- the admission webhook ---- */
 
@@ -337,8 +284,9 @@ static int webhook_load(program *p, const char *crt_path, const char *key_path)
 
 /* Once a second: start the webhook when the pair appears, reload it when
  * either file changes. Failures keep what serves and are logged once each. */
-static void webhook_tick(program *p)
+static void webhook_tick(void *arg)
 {
+	program *p = arg;
 	const char *dir = p->s.webhook_certificate_dir;
 	if (!dir || !*dir)
 		return;
@@ -385,25 +333,6 @@ static void webhook_tick(program *p)
 
 /* ---- start and stop ---- */
 
-static int new_client(const settings *s, sg_kube **out, long timeout_ms)
-{
-	sg_kube_config *cfg = NULL;
-	SG_TRY(sg_kube_config_load(&cfg, s->kubeconfig));
-	sg_kube_options ko = {.qps = (double)s->kube_api_qps, .burst = (int)s->kube_api_burst,
-	                      .request_timeout_ms = timeout_ms};
-	return sg_kube_new(out, &cfg, &ko);
-}
-
-static int hostname_identity(char *out, size_t cap)
-{
-	char host[256] = "signet-trust";
-	if (gethostname(host, sizeof(host)) != 0)
-		snprintf(host, sizeof(host), "signet-trust");
-	host[sizeof(host) - 1] = '\0';
-	unsigned r = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
-	snprintf(out, cap, "%.200s_%08x", host, r);
-	return SG_OK;
-}
 
 static int trust_metrics(void *self, sg_metrics *reg)
 {
@@ -451,7 +380,7 @@ static int start(program *p)
 	 * reasoning): a write may take lease - renew deadline. */
 	long writers_ms = (long)(s->lease_duration - s->renew_deadline) * 1000;
 	long lease_ms = (long)(s->renew_deadline - s->retry_period) * 1000;
-	SG_TRY(new_client(s, &p->kube, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
+	SG_TRY(sg_ctrl_client_new(&p->kube, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
 	sg_trust_options to = {
 		.kube = p->kube,
 		.trust_namespace = s->trust_namespace,
@@ -468,8 +397,8 @@ static int start(program *p)
 	char identity[300];
 	sg_ctrl_manager_opts mo = {0};
 	if (s->leader_elect) {
-		SG_TRY(new_client(s, &p->kube_lease, lease_ms >= 1000 ? lease_ms : 1000));
-		SG_TRY(hostname_identity(identity, sizeof(identity)));
+		SG_TRY(sg_ctrl_client_new(&p->kube_lease, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, lease_ms >= 1000 ? lease_ms : 1000));
+		sg_ctrl_identity(identity, sizeof(identity), "signet-trust");
 		const char *lns = s->leader_election_namespace && *s->leader_election_namespace ? s->leader_election_namespace
 		                                                                               : s->trust_namespace;
 		SG_ENSURE(sg_names_dns_label(lns, strlen(lns), SG_NAMES_LABEL_MAX), SG_EINVAL,
@@ -491,7 +420,10 @@ static int start(program *p)
 	SG_TRY(sg_metrics_new(&p->metrics));
 	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));
 	SG_TRY(webhook_metrics(p));
-	SG_TRY(start_http(p));
+	sg_ctrl_endpoints_opts eo = {.address = s->http_address, .metrics_port = s->metrics_port,
+	                             .probe_port = s->readiness_probe_port, .probe_path = s->readiness_probe_path,
+	                             .metrics = p->metrics, .ready = ready, .arg = p};
+	SG_TRY(sg_ctrl_endpoints_start(&p->endpoints, &eo));
 	webhook_tick(p);
 	SG_TRY(sg_ctrl_manager_start(p->table));
 	atomic_store(&p->started, true);
@@ -505,8 +437,8 @@ static void stop(program *p)
 {
 	atomic_store(&p->started, false);
 	sg_http_server_stop(p->wh.srv);
-	sg_http_server_stop(p->http_probe);
-	sg_http_server_stop(p->http_metrics);
+	sg_ctrl_endpoints_stop(p->endpoints);
+	p->endpoints = NULL;
 	sg_ctrl_manager_free(p->table); /* leadership ends and the Lease is released */
 	sg_trust_free(p->trust);
 	sg_metrics_free(p->metrics);
@@ -587,12 +519,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	sg_log_configure((sg_log_level)p.s.log_level, (sg_log_format)p.s.log_format);
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	sg_ctrl_signals_block();
 
 	rc = start(&p);
 	if (rc < 0) {
@@ -604,16 +531,7 @@ int main(int argc, char **argv)
 		sg_opt_free(opts, NOPTS, &p.s);
 		return 1;
 	}
-	for (;;) {
-		struct timespec one = {1, 0};
-		int sig = sigtimedwait(&set, NULL, &one);
-		if (sig == SIGTERM || sig == SIGINT) {
-			sg_log(SG_LOG_INFO, "shutting down", SG_F_STR("signal", sig == SIGTERM ? "TERM" : "INT"), SG_F_END);
-			break;
-		}
-		sg_ctrl_manager_tick(p.table);
-		webhook_tick(&p);
-	}
+	sg_ctrl_run_until_signal(p.table, webhook_tick, &p);
 	stop(&p);
 	sg_log(SG_LOG_INFO, "stopped", SG_F_END);
 	sg_opt_free(opts, NOPTS, &p.s);
