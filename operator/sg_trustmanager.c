@@ -1101,21 +1101,9 @@ static void hex(const uint8_t *p, size_t n, char *out)
 static int package_make(sg_trustmanager *t, const char *path, const char *version)
 {
 	SG_ENSURE(path && *path, SG_EINVAL, "no CA bundle file was configured");
-	uint8_t *raw SG_AUTOFREE = NULL;
-	size_t len = 0;
-	SG_TRY(sg_file_read(path, SG_CERTSET_PEM_MAX, &raw, &len));
-	sg_certset *set = NULL;
-	SG_TRY(sg_certset_new(&set, NULL));
 	char *pem = NULL;
 	size_t plen = 0;
-	int rc = sg_certset_add_pem(set, (const char *)raw, len);
-	if (rc < 0)
-		rc = sg_error_set(rc, "%s: %s", path, sg_error_last()->msg);
-	if (rc == SG_OK && sg_certset_count(set) == 0)
-		rc = sg_error_set(SG_EINVAL, "%s holds no certificate", path);
-	if (rc == SG_OK)
-		rc = sg_certset_pem(set, &pem, &plen);
-	sg_certset_free(set);
+	int rc = sg_trust_package_normalize(path, &pem, &plen);
 	SG_TRY(rc);
 	uint8_t d[32];
 	rc = sg_sha256(pem, plen, d);
@@ -1129,12 +1117,10 @@ static int package_make(sg_trustmanager *t, const char *path, const char *versio
 		snprintf(derived, sizeof(derived), "sha256-%.16s", t->pkg_hash);
 		version = derived;
 	}
-	json_t *doc = json_pack("{s:s, s:s%, s:s}", "name", SG_TRUSTMANAGER_PACKAGE_NAME, "bundle", pem, plen,
-	                        "version", version);
+	char *text = NULL;
+	rc = sg_trust_package_json(pem, plen, SG_TRUSTMANAGER_PACKAGE_NAME, version, &text);
 	free(pem);
-	char *text = doc ? json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(doc);
-	SG_ENSURE(text, SG_EINTERNAL, "out of memory");
+	SG_TRY(rc);
 	size_t tlen = strlen(text);
 	sg_trust_package *check = NULL;
 	rc = tlen > PACKAGE_CM_MAX ? sg_error_set(SG_EINVAL,

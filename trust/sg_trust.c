@@ -190,34 +190,51 @@ const char *sg_trust_package_bundle(const sg_trust_package *p, size_t *len)
 	return p->bundle;
 }
 
-int sg_trust_package_write(const char *pem_path, const char *name, const char *version, const char *out_path)
+int sg_trust_package_normalize(const char *pem_path, char **pem_out, size_t *len_out)
 {
-	SG_ENSURE(out_path && ends_with_json(out_path), SG_EINVAL, "package: the output file name must end in .json");
-	SG_ENSURE(name && printable(name, PKG_STR_MAX) && version && printable(version, PKG_STR_MAX), SG_EINVAL,
-	          "package: name and version must be 1..%d printable bytes", PKG_STR_MAX);
+	*pem_out = NULL;
+	*len_out = 0;
 	uint8_t *raw SG_AUTOFREE = NULL;
 	size_t len = 0;
 	SG_TRY(sg_file_read(pem_path, SG_CERTSET_PEM_MAX, &raw, &len));
 	sg_certset *set = NULL;
 	SG_TRY(sg_certset_new(&set, NULL));
-	char *pem = NULL;
-	size_t plen = 0;
 	int rc = sg_certset_add_pem(set, (const char *)raw, len);
 	if (rc < 0)
 		rc = sg_error_set(rc, "package: %s: %s", pem_path, sg_error_last()->msg);
 	if (rc == SG_OK && sg_certset_count(set) == 0)
 		rc = sg_error_set(SG_EINVAL, "package: %s holds no certificate", pem_path);
 	if (rc == SG_OK)
-		rc = sg_certset_pem(set, &pem, &plen);
+		rc = sg_certset_pem(set, pem_out, len_out);
 	sg_certset_free(set);
-	SG_TRY(rc);
-	json_t *doc = json_pack("{s:s, s:s%, s:s}", "name", name, "bundle", pem, plen, "version", version);
-	free(pem);
+	return rc;
+}
+
+int sg_trust_package_json(const char *pem, size_t len, const char *name, const char *version, char **out)
+{
+	*out = NULL;
+	SG_ENSURE(name && printable(name, PKG_STR_MAX) && version && printable(version, PKG_STR_MAX), SG_EINVAL,
+	          "package: name and version must be 1..%d printable bytes", PKG_STR_MAX);
+	json_t *doc = json_pack("{s:s, s:s%, s:s}", "name", name, "bundle", pem, len, "version", version);
 	SG_ENSURE(doc, SG_EINTERNAL, "package: out of memory");
-	char *text = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	*out = json_dumps(doc, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
 	json_decref(doc);
-	SG_ENSURE(text, SG_EINTERNAL, "package: out of memory");
-	rc = sg_file_write_atomic(out_path, text, strlen(text), 0644);
+	SG_ENSURE(*out, SG_EINTERNAL, "package: out of memory");
+	return SG_OK;
+}
+
+int sg_trust_package_write(const char *pem_path, const char *name, const char *version, const char *out_path)
+{
+	SG_ENSURE(out_path && ends_with_json(out_path), SG_EINVAL, "package: the output file name must end in .json");
+	SG_ENSURE(name && printable(name, PKG_STR_MAX) && version && printable(version, PKG_STR_MAX), SG_EINVAL,
+	          "package: name and version must be 1..%d printable bytes", PKG_STR_MAX);
+	char *pem = NULL, *text = NULL;
+	size_t plen = 0;
+	SG_TRY(sg_trust_package_normalize(pem_path, &pem, &plen));
+	int rc = sg_trust_package_json(pem, plen, name, version, &text);
+	free(pem);
+	if (rc == SG_OK)
+		rc = sg_file_write_atomic(out_path, text, strlen(text), 0644);
 	free(text);
 	return rc;
 }

@@ -105,6 +105,15 @@ SG_API const char *sg_trust_package_id(const sg_trust_package *p);
 /* The PEM bundle (borrowed) and its length. */
 SG_API const char *sg_trust_package_bundle(const sg_trust_package *p, size_t *len);
 
+/* The certificates of a PEM file of CAs, checked and normalized (strict
+ * PEM, sorted, deduplicated) into *pem (caller frees) of *len bytes: a
+ * package's bundle. SG_EINVAL names the file and what is wrong. */
+SG_API int sg_trust_package_normalize(const char *pem_path, char **pem, size_t *len) SG_MUST_CHECK;
+/* The package document {name, bundle, version} for a normalized bundle,
+ * as text (caller frees). */
+SG_API int sg_trust_package_json(const char *pem, size_t len, const char *name, const char *version,
+                                 char **out) SG_MUST_CHECK;
+
 /* Writes a package file from a PEM file of CAs (Debian's
  * /etc/ssl/certs/ca-certificates.crt): the certificates are checked and
  * normalized (sorted, deduplicated, strict PEM), then written atomically
