@@ -215,7 +215,8 @@ int sg_secret_from_file(sg_secret **out, const char *path)
 	SG_ENSURE_GOTO(rc, fstat(fd, &st) == 0 && S_ISREG(st.st_mode), out, SG_EINVAL,
 		       "secret file %s is not a regular file", path);
 	SG_ENSURE_GOTO(rc, (st.st_mode & 077) == 0 || ((st.st_mode & 037) == 0 && own_group(st.st_gid)), out, SG_EAUTH,
-		       "secret file %s is accessible by group or others (mode %03o); chmod 600 it", path,
+		       "secret file %s is accessible by group or others (mode %03o); chmod 600 it (0440 is accepted "
+		       "when its group is one of this process's and not root's, as a pod's fsGroup)", path,
 		       (unsigned)(st.st_mode & 0777));
 	SG_ENSURE_GOTO(rc, st.st_size <= SG_SECRET_MAX, out, SG_EINVAL, "secret file %s is larger than %d bytes", path,
 		       SG_SECRET_MAX);

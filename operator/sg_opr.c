@@ -222,8 +222,24 @@ static bool pod_failure(const json_t *pod, char *msg, size_t cap)
 		}
 		if (!reason)
 			continue;
-		snprintf(msg, cap, "pod %s: container %s: %s%s%s", name_of(pod), cname ? cname : "?", reason,
-		         detail ? ": " : "", detail ? detail : "");
+		int n = snprintf(msg, cap, "pod %s: container %s: %s%s", name_of(pod), cname ? cname : "?", reason,
+		                 detail ? ": " : "");
+		if (n < 0 || (size_t)n >= cap || !detail)
+			return true;
+		/* A crash's cause is at the end of its log tail: when the detail
+		 * does not fit, keep its end, from a line start. */
+		size_t room = cap - (size_t)n - 1, len = strlen(detail);
+		const char *from = detail;
+		if (len > room) {
+			static const char cut[] = "...";
+			room = room > sizeof(cut) - 1 ? room - (sizeof(cut) - 1) : 0;
+			from = detail + len - room;
+			const char *nl = strchr(from, '\n');
+			if (nl && nl[1])
+				from = nl + 1;
+			strcat(msg, cut);
+		}
+		strncat(msg, from, cap - strlen(msg) - 1);
 		return true;
 	}
 	return false;

@@ -10,18 +10,42 @@ the Pod's spec from the API (not the Deployment's template), maps the
 container's image to the signetd just built, and runs it with the Pod's
 arguments unchanged, the Pod's environment plus what a kubelet injects
 (KUBERNETES_SERVICE_HOST/PORT), and every volume materialised as a kubelet
-does (Secret: one file per key, base64-decoded, mode as below; ConfigMap:
-its data with the volume's defaultMode; emptyDir: an empty folder; and
-the service-account volume a kubelet adds: a TokenRequest token for the
-Pod's service account bound to the Pod, the API server's CA, the
-namespace, mode 0644), bind-mounted at the Pod's mountPaths (read-only
-where the Pod says) in a private mount namespace, so signetd sees exactly
-the paths the operator wrote. The
-container's securityContext is honoured where a host can: a read-only root
-file system, no new privileges, every capability dropped; the UTS name is
-the Pod's. The Pod is marked Ready only once its own readinessProbe
-answers 200. Then:
+does, bind-mounted at the Pod's mountPaths in a private mount namespace,
+so signetd sees exactly the paths the operator wrote:
+  - Secret and ConfigMap volumes through the kubelet's atomic writer: the
+    files in a folder ..YYYY_MM_DD_HH_MM_SS.<random> (0755), ..data -> that
+    folder, and per key <key> -> ..data/<key> (relative symlinks); each
+    file with the volume's defaultMode (0644 unless set) or its item's
+    mode; the volume's folder 01777 for a Secret (tmpfs on a node), 0777
+    for a ConfigMap;
+  - emptyDir: an empty folder, 0777 (01777 for medium Memory);
+  - the service-account volume a kubelet adds (projected kube-api-access,
+    also through the atomic writer, defaultMode 0644): a TokenRequest token
+    for the Pod's service account bound to the Pod (0600 before the
+    ownership pass when there is an fsGroup), the API server's CA, the
+    namespace;
+  - with a pod securityContext.fsGroup (the operator sets 65532), the
+    kubelet's SetVolumeOwnership over each volume once written: group
+    fsGroup on every entry, owner kept (root); modes OR 0440 for the
+    read-only kinds (Secret, ConfigMap, projected) and 0660 for emptyDir,
+    directories also OR 02110 (setgid, so the ..data and key symlinks made
+    afterwards get the group too). The operator's HSM Secret (defaultMode
+    0440) thus gives pin -> ..data/pin, a root:65532 0440 file, and /tmp
+    a root:65532 02777 folder;
+  - read-only where the Pod says, and always for Secret, ConfigMap,
+    downwardAPI and projected volumes, as a kubelet mounts them.
+The process's user is the runtime's: fsGroup and supplementalGroups as
+its supplementary groups, runAsGroup and runAsUser when the Pod sets them
+(it sets neither: uid and gid stay 0). The container's securityContext is
+honoured where a host can: a read-only root file system, no new
+privileges, every capability dropped; the UTS name is the Pod's. The Pod
+is marked Ready only once its own readinessProbe answers 200. Then:
 
+  0. the Pod as written reads its PIN: the volume's layout and modes are
+     checked (pin -> ..data/pin, 0440, group 65532) and signetd, 65532 among
+     its groups, must become ready (common/sg_secret.c follows a link that
+     stays beneath the volume's folder and accepts a group-readable file
+     whose group is one of the process's, not root's);
   1. the seed's sample IstioCSR, pointed at a SignetIssuer, makes a Pod
      whose container starts; the IstioCSR goes Ready=True (conditions at
      its generation);
@@ -34,37 +58,44 @@ answers 200. Then:
      through the ClusterRole and Role the operator wrote; signetd's log
      holds no 403;
   4. the process SIGKILLed and reported as a kubelet would (exit 137,
-     CrashLoopBackOff) makes the IstioCSR Degraded/OperandFailed with the
-     kubelet's words, Ready=False; the container started again in the same
-     Pod (same volumes) and ready makes it Ready=True, and it issues again.
-     The termination message follows terminationMessagePolicy as a kubelet
-     does: File (the API's default, which the operator leaves) gives none,
-     signetd writing no /dev/termination-log, so Degraded carries the
-     back-off message; FallbackToLogsOnError would carry the log's tail
-     (80 lines, 2048 bytes), and the test then checks for it.
+     CrashLoopBackOff) makes the IstioCSR Degraded/OperandFailed,
+     Ready=False; the container started again in the same Pod (same
+     volumes) and ready makes it Ready=True, and it issues again. The
+     termination message is the kubelet's: the container sets
+     terminationMessagePolicy FallbackToLogsOnError and signetd writes no
+     /dev/termination-log, so on a non-zero exit it is the log's tail (the
+     last 80 lines, of which the last 2048 bytes); Degraded must carry it
+     (not the back-off message), at least one whole log line of it;
+  5. ...down to signetd's last log line: an expected failure, as the
+     operator keeps the head of that message in a 1024-byte buffer, which
+     cuts the newest lines (an unexpected success fails the run: drop the
+     marker then).
 
 Where this host differs from a real node (read before trusting a green
 run):
-  - Secret files are regular files owned by root with mode
-    defaultMode & 0700 (0400 for the operator's 0440). A kubelet writes
-    them root-owned with exactly defaultMode (0440: group-readable, the
-    group being fsGroup when one is set; the operator sets none) and makes
-    each key a symlink into a ..data folder. On a real node signetd cannot
-    read this PIN: its reader (common/sg_secret.c) opens with O_NOFOLLOW
-    (a symlink fails) and refuses a file its group may read; and without
-    fsGroup a non-root container cannot read a root-owned 0440 file at
-    all. test_0_pod_as_written_reads_its_pin runs the Pod with the modes
-    exactly as a kubelet writes them (still regular files): an expected
-    failure until that is resolved (then an unexpected success, which
-    fails the run: drop the mask then).
-  - The process runs as root (capabilities dropped): runAsNonRoot, the
-    image's user and seccomp are not simulated.
+  - The process runs as root (uid and gid 0, capabilities dropped, fsGroup
+    as its supplementary group): there is no image, so the image's
+    non-root user is not simulated, nor is runAsNonRoot's check of it
+    (a kubelet refuses to start a root user), nor seccomp. signetd reads
+    the root:65532 0440 PIN as its owner here, where on a node, as 65532,
+    it would through its group; sg_secret's group check does run (65532
+    is among its groups, the file's group is not root's), but the read
+    permission itself is not put to the test.
+  - Volumes are folders under the test's tmp on the host's disk, not a
+    tmpfs (Secret, projected) in the kubelet's pod folder. They are
+    written once: no atomic update when a Secret or ConfigMap changes, no
+    token rotation; and the ownership pass is the volume plugin's alone
+    (a node's wrapped emptyDir makes one of its own first, with the same
+    result on a first write).
   - The network is the host's loopback: signetd binds 0.0.0.0 on the
     container ports, which must be free; no NetworkPolicy is enforced.
   - SoftHSM2's token store is not in the Secret: signetd.conf names this
     host's softhsm2.conf by absolute path, and that file and the token
     folder stay visible (read-write) at their host paths, even where a
     mountPath such as /tmp covers them.
+  - The log is the process's stdout and stderr in one file, not the CRI
+    log; the termination message is computed from it as the kubelet
+    would and reported with the Pod's status by the test.
 
 Needs root (mount namespaces, mount points such as /etc/signet/hsm made
 and removed again) and the container ports 6443, 9402 and 6060 free.
@@ -136,6 +167,13 @@ def in_pod(plan_path):
         mount(f"/proc/self/fd/{fd}", p, MS_BIND)
     if plan["readOnlyRootFilesystem"]:
         mount(None, "/", MS_REMOUNT | MS_BIND | MS_RDONLY)
+    # The runtime's user: supplementary groups fsGroup + supplementalGroups
+    # (with no image, no /etc/group of its own adds any), runAsGroup as the
+    # group, runAsUser last (after the bounding set is dropped, which needs
+    # CAP_SETPCAP); without them uid and gid stay 0.
+    os.setgroups(plan["groups"])
+    if plan["runAsGroup"] is not None:
+        os.setresgid(plan["runAsGroup"], plan["runAsGroup"], plan["runAsGroup"])
     if plan["noNewPrivs"]:
         prctl(PR_SET_NO_NEW_PRIVS, 1)
     if plan["dropAllCapabilities"]:
@@ -147,6 +185,8 @@ def in_pod(plan_path):
         with open("/proc/self/status") as f:
             inh = [ln.split()[1] for ln in f if ln.startswith("CapInh:")][0]
         assert int(inh, 16) == 0, f"inheritable capabilities {inh}: root would keep them across exec"
+    if plan["runAsUser"] is not None:
+        os.setresuid(plan["runAsUser"], plan["runAsUser"], plan["runAsUser"])
     os.execve(program, [plan["argv0"], *plan["args"]], plan["env"])
 
 
@@ -176,11 +216,17 @@ IMAGE = "registry.example/signet/signetd:e2e"
 IMAGES = {IMAGE: SIGNETD}  # the node's "image store": image -> the program it runs
 CR = f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs/default"
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
-# What this host writes instead of a Secret volume's defaultMode: the
-# owner's bits only (see the module's docstring).
-SIMULATED_SECRET_MASK = 0o700
+# The kubelet's SetVolumeOwnership (pkg/volume/volume_linux.go) under a
+# pod's fsGroup: what it ORs into each mode, read-only volumes (Secret,
+# ConfigMap, projected) and writable ones (emptyDir); directories also get
+# setgid and x for owner and group.
+RO_MASK, RW_MASK, DIR_MASK = 0o440, 0o660, 0o2110
+# Volume kinds the kubelet always mounts read-only, whatever the
+# volumeMount says.
+API_DATA_VOLUMES = ("secret", "configMap", "downwardAPI", "projected")
 # A kubelet's FallbackToLogsOnError: the log's last 80 lines, 2048 bytes.
 TERMINATION_LOG_LINES, TERMINATION_LOG_BYTES = 80, 2048
+FS_GROUP = 65532  # the operator's pod securityContext.fsGroup
 FORBIDDEN = re.compile(r"\b403 Forbidden\b|\bis forbidden\b")
 SANITIZER_ENV = ("ASAN_OPTIONS", "LSAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS")
 
@@ -223,12 +269,65 @@ def port_free(port):
         s.close()
 
 
+def set_volume_ownership(path, fs_group, read_only):
+    """SetVolumeOwnership, when the pod has an fsGroup: every entry under
+    path, path included, gets group fs_group (lchown: symlinks too, the
+    owner kept) and, symlinks excepted, mode |= 0440 (read-only volume) or
+    0660 (writable), directories also 02110."""
+    if fs_group is None:
+        return
+    st = os.lstat(path)
+    os.lchown(path, -1, fs_group)
+    if stat.S_ISLNK(st.st_mode):
+        return
+    mask = RO_MASK if read_only else RW_MASK
+    if stat.S_ISDIR(st.st_mode):
+        mask |= DIR_MASK
+    os.chmod(path, stat.S_IMODE(st.st_mode) | mask)
+    if stat.S_ISDIR(st.st_mode):
+        for name in sorted(os.listdir(path)):
+            set_volume_ownership(os.path.join(path, name), fs_group, read_only)
+
+
+def atomic_write(into, payload, fs_group):
+    """The kubelet's AtomicWriter (pkg/volume/util/atomic_writer.go), first
+    write, for a read-only volume: payload {path: (bytes, mode)} written
+    into a fresh timestamped folder ..YYYY_MM_DD_HH_MM_SS.<random> (0755)
+    with each file's mode, subfolders 0755; the ownership pass (fs_group)
+    over the whole volume; then ..data -> that folder (made as ..data_tmp,
+    renamed over) and, per top-level name of the payload, <name> ->
+    ..data/<name>, both relative and made after the ownership pass (root's,
+    their group fs_group all the same: the volume's folder is setgid by
+    then). Returns the timestamped folder's name."""
+    ts = time.strftime("..%Y_%m_%d_%H_%M_%S.", time.gmtime()) + str(int.from_bytes(os.urandom(4), "little"))
+    os.mkdir(os.path.join(into, ts))
+    os.chmod(os.path.join(into, ts), 0o755)
+    for path, (data, mode) in payload.items():
+        parts = path.split("/")
+        assert not os.path.isabs(path) and ".." not in parts and not parts[0].startswith(".."), path
+        full = os.path.join(into, ts, path)
+        for i in range(len(parts) - 1):
+            d = os.path.join(into, ts, *parts[:i + 1])
+            if not os.path.isdir(d):
+                os.mkdir(d)
+                os.chmod(d, 0o755)
+        with open(full, "xb") as f:
+            f.write(data)
+        os.chmod(full, mode)
+    set_volume_ownership(into, fs_group, read_only=True)
+    os.symlink(ts, os.path.join(into, "..data_tmp"))
+    os.rename(os.path.join(into, "..data_tmp"), os.path.join(into, "..data"))
+    for top in sorted({path.split("/")[0] for path in payload}):
+        os.symlink(os.path.join("..data", top), os.path.join(into, top))
+    return ts
+
+
 class Container:
     """One run of a Pod's container: a process in its own mount and UTS
     namespaces, its output in a log file."""
 
     def __init__(self, kubelet, pod, plan, log_path):
-        self.kubelet, self.pod, self.log_path = kubelet, pod, log_path
+        self.kubelet, self.pod, self.log_path, self.plan = kubelet, pod, log_path, plan
         self.spec = pod["spec"]["containers"][0]
         plan_path = log_path + ".plan.json"
         with open(plan_path, "w") as f:
@@ -284,14 +383,20 @@ class Container:
         return 128 - rc if rc < 0 else rc
 
     def termination_message(self):
-        """What the kubelet writes as terminated.message: with
-        FallbackToLogsOnError, the log's tail; with File (the API's
-        default), the container's terminationMessagePath, which signetd
-        never writes, so none."""
-        if self.spec.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+        """What the kubelet writes as terminated.message of the exited
+        container: the terminationMessagePath file, which signetd never
+        writes, so empty; then, with FallbackToLogsOnError and a non-zero
+        exit, the log's last 80 lines as the runtime reads them back (each
+        with its newline), of which a 2048-byte ring buffer keeps the end
+        (kuberuntime's readLastStringFromContainerLogs). None when empty."""
+        assert not self.running()
+        if self.spec.get("terminationMessagePolicy") != "FallbackToLogsOnError" or self.proc.returncode == 0:
             return None
-        lines = self.text().splitlines()[-TERMINATION_LOG_LINES:]
-        return "\n".join(lines).encode()[-TERMINATION_LOG_BYTES:].decode(errors="replace")
+        lines = self.text().split("\n")
+        if lines[-1] == "":
+            lines.pop()
+        tail = "".join(ln + "\n" for ln in lines[-TERMINATION_LOG_LINES:])
+        return tail.encode()[-TERMINATION_LOG_BYTES:].decode(errors="replace") or None
 
 
 class Kubelet:
@@ -327,45 +432,52 @@ class Kubelet:
                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
         return doc["status"]["token"]
 
-    def volume(self, pod, vol, into, secret_mask):
-        """Materialises one volume of the Pod into the folder `into`."""
+    def volume(self, pod, vol, into, fs_group):
+        """Materialises one volume of the Pod into the folder `into`, as the
+        kubelet's volume plugins do: Secret (on tmpfs there: the folder
+        01777) and ConfigMap (on disk: 0777) through the atomic writer, with
+        defaultMode (0644 unless set) or an item's mode; emptyDir 0777
+        (01777 for medium Memory); then, with an fsGroup, SetVolumeOwnership.
+        A missing key or object fails the Pod unless optional, as there."""
         ns = pod["metadata"]["namespace"]
 
-        def files(data, items, mode, decode):
-            for key, value in data.items():
-                path, fmode = key, mode
-                if items is not None:
-                    item = next((i for i in items if i["key"] == key), None)
-                    if item is None:
-                        continue
-                    path, fmode = item["path"], item.get("mode", mode)
-                full = os.path.join(into, path)
-                os.makedirs(os.path.dirname(full), exist_ok=True)
-                with open(full, "wb") as f:
-                    f.write(base64.b64decode(value) if decode else value.encode())
-                os.chmod(full, fmode)
+        def payload(data, items, mode, optional, what):
+            if items is None:
+                return {key: (value, mode) for key, value in data.items()}
+            out = {}
+            for item in items:
+                if item["key"] in data:
+                    out[item["path"]] = (data[item["key"]], item.get("mode", mode))
+                else:
+                    assert optional, f"volume {vol['name']}: {what} has no key {item['key']}"
+            return out
 
-        os.mkdir(into, 0o755)
+        os.mkdir(into)
         if "secret" in vol:
             src = vol["secret"]
+            os.chmod(into, 0o1777)
             code, obj = self.kube.req("GET", f"/api/v1/namespaces/{ns}/secrets/{src['secretName']}")
             assert code == 200 or src.get("optional"), f"volume {vol['name']}: Secret {src['secretName']}: {code}"
-            files((obj.get("data") or {}) if code == 200 else {}, src.get("items"),
-                  src.get("defaultMode", 0o644) & secret_mask, True)
+            data = {k: base64.b64decode(v) for k, v in ((obj.get("data") or {}) if code == 200 else {}).items()}
+            atomic_write(into, payload(data, src.get("items"), src.get("defaultMode", 0o644), src.get("optional"),
+                                       f"Secret {src['secretName']}"), fs_group)
         elif "configMap" in vol:
             src = vol["configMap"]
+            os.chmod(into, 0o777)
             code, obj = self.kube.req("GET", f"/api/v1/namespaces/{ns}/configmaps/{src['name']}")
             assert code == 200 or src.get("optional"), f"volume {vol['name']}: ConfigMap {src['name']}: {code}"
             obj = obj if code == 200 else {}
-            mode = src.get("defaultMode", 0o644)
-            files(obj.get("data") or {}, src.get("items"), mode, False)
-            files(obj.get("binaryData") or {}, src.get("items"), mode, True)
+            data = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+            data.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+            atomic_write(into, payload(data, src.get("items"), src.get("defaultMode", 0o644), src.get("optional"),
+                                       f"ConfigMap {src['name']}"), fs_group)
         elif "emptyDir" in vol:
-            os.chmod(into, 0o777)
+            os.chmod(into, 0o1777 if (vol["emptyDir"] or {}).get("medium") == "Memory" else 0o777)
+            set_volume_ownership(into, fs_group, read_only=False)
         else:
             raise AssertionError(f"volume {vol['name']}: a kind this kubelet does not materialise: {sorted(vol)}")
 
-    def start(self, pod, name, secret_mask=SIMULATED_SECRET_MASK, volumes=None):
+    def start(self, pod, name, volumes=None):
         """Runs the Pod's container. volumes: a previous Container's
         materialised volumes to reuse (a restart in the same Pod keeps
         them); else they are made afresh under `name`."""
@@ -385,6 +497,8 @@ class Kubelet:
             env[e["name"]] = e.get("value", "")
         env.update(KUBERNETES_SERVICE_HOST="127.0.0.1", KUBERNETES_SERVICE_PORT=str(self.api_port))
         env.update({k: os.environ[k] for k in SANITIZER_ENV if k in os.environ})  # the build's, not a kubelet's
+        psc = spec.get("securityContext") or {}
+        fs_group = psc.get("fsGroup")
         base = os.path.join(self.tmp, "pods", pod["metadata"]["name"], name)
         if volumes is None:
             os.makedirs(base)
@@ -392,19 +506,23 @@ class Kubelet:
             for vol in spec.get("volumes") or []:
                 volumes[vol["name"]] = os.path.join(base, "volumes", vol["name"])
                 os.makedirs(os.path.dirname(volumes[vol["name"]]), exist_ok=True)
-                self.volume(pod, vol, volumes[vol["name"]], secret_mask)
+                self.volume(pod, vol, volumes[vol["name"]], fs_group)
+            # The projected kube-api-access volume (tmpfs there, defaultMode
+            # 0644); with an fsGroup the token is written 0600 and the
+            # ownership pass makes it 0640 (pkg/volume/projected).
             sa = os.path.join(base, "volumes", "kube-api-access")
-            os.mkdir(sa, 0o755)
-            for fname, data in (("token", self.service_account_token(pod)),
-                                ("ca.crt", read(self.env["KUBE_CA_FILE"])),
-                                ("namespace", pod["metadata"]["namespace"])):
-                with open(os.path.join(sa, fname), "w") as f:
-                    f.write(data)
-                os.chmod(os.path.join(sa, fname), 0o644)
+            os.mkdir(sa)
+            os.chmod(sa, 0o1777)
+            atomic_write(sa, {"token": (self.service_account_token(pod).encode(),
+                                        0o644 if fs_group is None else 0o600),
+                              "ca.crt": (read(self.env["KUBE_CA_FILE"]).encode(), 0o644),
+                              "namespace": (pod["metadata"]["namespace"].encode(), 0o644)}, fs_group)
             volumes["kube-api-access"] = sa
         else:
             os.makedirs(base)
-        mounts = [{"source": volumes[m["name"]], "target": m["mountPath"], "readOnly": bool(m.get("readOnly"))}
+        kinds = {v["name"]: next(k for k in v if k != "name") for v in spec.get("volumes") or []}
+        mounts = [{"source": volumes[m["name"]], "target": m["mountPath"],
+                   "readOnly": bool(m.get("readOnly")) or kinds[m["name"]] in API_DATA_VOLUMES}
                   for m in c.get("volumeMounts") or []]
         if spec.get("automountServiceAccountToken", True) and not any(m["target"] == SA_MOUNT for m in mounts):
             mounts.append({"source": volumes["kube-api-access"], "target": SA_MOUNT, "readOnly": True})
@@ -413,8 +531,11 @@ class Kubelet:
             if not any(t != o and t.startswith(o.rstrip("/") + "/") for o in targets):
                 self.mount_point(t)
         sc = c.get("securityContext") or {}
+        groups = ([fs_group] if fs_group is not None else []) + list(psc.get("supplementalGroups") or [])
         plan = {"hostname": pod["metadata"]["name"], "binary": IMAGES[c["image"]], "argv0": "signetd",
                 "args": c.get("args") or [], "env": env, "mounts": mounts, "keep": self.keep,
+                "groups": groups, "runAsUser": sc.get("runAsUser", psc.get("runAsUser")),
+                "runAsGroup": sc.get("runAsGroup", psc.get("runAsGroup")),
                 "readOnlyRootFilesystem": bool(sc.get("readOnlyRootFilesystem")),
                 "noNewPrivs": sc.get("allowPrivilegeEscalation") is False,
                 "dropAllCapabilities": "ALL" in ((sc.get("capabilities") or {}).get("drop") or [])}
@@ -562,6 +683,7 @@ class OperandRuns(unittest.TestCase):
     pod = None
     container = None
     broken = None  # the step that failed: the later ones are skipped, not timed out
+    crash = None  # test_4's termination message and the Degraded message it made
 
     def run(self, result=None):
         before = len(result.failures) + len(result.errors) if result else 0
@@ -636,7 +758,9 @@ class OperandRuns(unittest.TestCase):
                 fields = line.split()
                 mounts[fields[4]] = fields[5].split(",")
         self.assertIn("ro", mounts["/"])
-        want = {m["mountPath"]: m.get("readOnly", False) for m in spec["volumeMounts"]}
+        kinds = {v["name"]: next(k for k in v if k != "name") for v in container.pod["spec"]["volumes"]}
+        want = {m["mountPath"]: m.get("readOnly", False) or kinds[m["name"]] in API_DATA_VOLUMES
+                for m in spec["volumeMounts"]}
         want[SA_MOUNT.replace("/var/run/", "/run/")] = True  # /var/run is /run here
         for path, ro in want.items():
             path = os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
@@ -647,6 +771,15 @@ class OperandRuns(unittest.TestCase):
         for capset in ("CapPrm", "CapEff", "CapBnd", "CapAmb"):
             self.assertEqual(int(status[capset], 16), 0, capset)
         self.assertEqual(status["NoNewPrivs"].strip(), "1")
+        # The Pod's user: no runAsUser/runAsGroup (the image's user is not
+        # simulated), so uid and gid 0, and fsGroup as the supplementary
+        # group.
+        psc, sc = container.pod["spec"].get("securityContext") or {}, spec.get("securityContext") or {}
+        uid, gid = sc.get("runAsUser", psc.get("runAsUser", 0)), sc.get("runAsGroup", psc.get("runAsGroup", 0))
+        self.assertEqual(status["Uid"].split(), [str(uid)] * 4)
+        self.assertEqual(status["Gid"].split(), [str(gid)] * 4)
+        groups = ([psc["fsGroup"]] if "fsGroup" in psc else []) + list(psc.get("supplementalGroups") or [])
+        self.assertEqual(sorted(int(g) for g in status["Groups"].split()), sorted(groups))
         uts = subprocess.run(["nsenter", "-t", str(pid), "--uts", "hostname"], capture_output=True, text=True)
         self.assertEqual(uts.stdout.strip(), container.pod["metadata"]["name"], uts.stderr)
 
@@ -659,20 +792,27 @@ class OperandRuns(unittest.TestCase):
         self.assertEqual(bad, [], "signetd was refused by the API server (RBAC the operator wrote)")
         self.assertEqual([ln for ln in lines if "Sanitizer" in ln], [], "a sanitizer report in signetd's log")
 
-    @unittest.expectedFailure
     def test_0_pod_as_written_reads_its_pin(self):
-        """The Pod's Secret files with exactly the modes a kubelet writes
-        (defaultMode 0440): signetd must read its PIN and become ready.
-        Known to fail (module docstring): signetd refuses a group-readable
-        PIN file."""
+        """The HSM Secret volume exactly as a kubelet lays it out for this
+        Pod: pin -> ..data/pin, ..data -> ..<timestamp>, the file root-owned
+        with defaultMode 0440 and the Pod's fsGroup as its group; signetd,
+        that group among its own, reads its PIN through the links and
+        becomes ready."""
         pod = self.the_pod()
-        c = E.kubelet.start(pod, "as-written", secret_mask=0o7777)
-        mode = os.stat(os.path.join(c.volumes["hsm"], "pin")).st_mode & 0o777
+        psc = pod["spec"].get("securityContext") or {}
+        self.assertEqual(psc.get("fsGroup"), FS_GROUP)
+        hsm = next(v for v in pod["spec"]["volumes"] if v["name"] == "hsm")
+        self.assertEqual(hsm["secret"].get("defaultMode"), 0o440)
+        self.assertEqual(pod["spec"]["containers"][0].get("terminationMessagePolicy"), "FallbackToLogsOnError")
+        c = E.kubelet.start(pod, "as-written")
         try:
+            vol = c.volumes["hsm"]
+            self.assertEqual(os.readlink(os.path.join(vol, "pin")), "..data/pin")
+            self.assertRegex(os.readlink(os.path.join(vol, "..data")), r"^\.\.\d{4}(_\d\d){5}\.\d+$")
+            st = os.stat(os.path.join(vol, "pin"))
+            self.assertEqual((stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid), (0o440, 0, FS_GROUP))
             c.wait_ready(timeout=30)
-        except AssertionError as e:
-            print(f"\nexpected failure (pin mode {mode:03o}): {e}", file=sys.stderr)
-            raise
+            self.check_process(c)
         finally:
             c.kill(signal.SIGTERM)
 
@@ -753,19 +893,31 @@ class OperandRuns(unittest.TestCase):
         exit_code = self.container.kill(signal.SIGKILL)
         self.assertEqual(exit_code, 137)
         self.log_is_clean(self.container)
+        # FallbackToLogsOnError and exit 137: the kubelet's message is the
+        # log's tail, signetd's own last lines.
         message = self.container.termination_message()
-        pod = self.k.pod_failed(NS, name, exit_code=exit_code, message=message, crash_loop=True)
-        # What the operator should carry: the crash's message when the
-        # kubelet had one (FallbackToLogsOnError: signetd's last words),
-        # else the kubelet's back-off message.
-        said = message or pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        self.assertTrue(message, "no termination message: terminationMessagePolicy "
+                        f"{self.container.spec.get('terminationMessagePolicy')}")
+        self.assertTrue(self.container.text().endswith(message), "the message is the log's tail")
+        self.k.pod_failed(NS, name, exit_code=exit_code, message=message, crash_loop=True)
         o = self.ready("False", "OperandFailed", part=f"pod {name}: container signetd: CrashLoopBackOff: ")
         dg = cond(o, "Degraded")
         self.assertEqual((dg["status"], dg["reason"]), ("True", "OperandFailed"))
-        self.assertIn(said[:200], dg["message"])
-        if not message:
-            print(f"\n  terminationMessagePolicy {self.container.spec.get('terminationMessagePolicy')}: "
-                  f"no termination message, so Degraded says: {dg['message']}", file=sys.stderr)
+        # Degraded carries the crash's message, not the back-off's: after
+        # the operator's prefix, signetd's log as the kubelet gave it, or,
+        # when it does not fit, "..." and its end from a line start, at
+        # least one whole line of it. (That the end is kept: test_5.)
+        prefix = f"pod {name}: container signetd: CrashLoopBackOff: "
+        self.assertTrue(dg["message"].startswith(prefix), dg["message"])
+        said = dg["message"][len(prefix):]
+        if said.startswith("..."):
+            said = said[3:]
+            self.assertTrue(message.endswith(said) and ("\n" + said) in ("\n" + message),
+                            f"Degraded says {said!r}, the kubelet {message!r}")
+        else:
+            self.assertEqual(said, message)
+        self.assertIn("\n", said, "not one whole line of signetd's log in Degraded")
+        type(self).crash = (message, prefix, dg["message"])
         # The kubelet restarts the container in the same Pod: same volumes.
         pod = self.k.ok("GET", f"/api/v1/namespaces/{NS}/pods/{name}")
         t = time.time()
@@ -780,6 +932,20 @@ class OperandRuns(unittest.TestCase):
         print(f"\n  restarted signetd ready {time.time() - t:.1f}s after its start", file=sys.stderr)
         self.issue("app1")
         self.log_is_clean(again)
+
+    def test_5_degraded_keeps_signetds_last_line(self):
+        """The crash's Degraded message ends with signetd's last log line,
+        the one that tells what it did last (for a crash on its own, why):
+        the kubelet's log tail (up to 2048 bytes, newest last) is longer
+        than the operator's message, and the operator keeps its end."""
+        if not self.crash:
+            self.skipTest("test_4 recorded no crash")
+        message, prefix, degraded = self.crash
+        if len((prefix + message).encode()) < 1024:
+            self.skipTest("signetd's log was short enough for the operator's buffer: nothing was cut")
+        last = message.rstrip("\n").rsplit("\n", 1)[-1]
+        self.assertIn(last, degraded, f"signetd's last log line is not in Degraded ({len(message)}-byte message, "
+                      f"{len(degraded)}-byte Degraded)")
 
 
 if __name__ == "__main__":
