@@ -447,11 +447,34 @@ class IstioCSR(unittest.TestCase):
         k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istio": {"namespace": ISTIO}}}},
              "application/merge-patch+json")
         self.ready("True", "Ready")
-        # A spec change that is allowed rolls the Deployment.
-        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 3, "server": {"clusterID": "east"}}}},
+        # A spec change that is allowed rolls the Deployment; every field
+        # lands where it belongs.
+        spec = {"logLevel": 3, "logFormat": "json", "server": {"clusterID": "east"},
+                "istioDataPlaneNamespaceSelector": "istio-injection=enabled",
+                "istiodTLSConfig": {"certificateDNSNames": ["istiod.example", "istiod.mesh.example"],
+                                    "certificateDuration": "2h", "certificateRenewBefore": "40m",
+                                    "maxCertificateDuration": "90m"},
+                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                "nodeSelector": {"kubernetes.io/os": "linux"},
+                "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mesh", "effect": "NoSchedule"}],
+                "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}}}
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": spec, "controllerConfig": {"labels": {"team": "mesh"}}}},
              "application/merge-patch+json")
         d = wait_for("new args", lambda: (lambda d: d if "--log-level=3" in args_of(d) else None)(self.deployment()))
-        self.assertIn("--cluster-id=east", args_of(d))
+        a = args_of(d)
+        for want in ("--cluster-id=east", "--log-format=json", "--configmap-namespace-selector=istio-injection=enabled",
+                     "--istiod-cert-additional-dns-names=istiod.example,istiod.mesh.example",
+                     "--istiod-cert-duration=2h", "--serving-certificate-duration=2h",
+                     "--istiod-cert-renew-before=40m", "--max-client-certificate-duration=90m"):
+            self.assertIn(want, a)
+        pod = d["spec"]["template"]["spec"]
+        self.assertEqual(pod["containers"][0]["resources"], spec["resources"])
+        self.assertEqual(pod["nodeSelector"], spec["nodeSelector"])
+        self.assertEqual(pod["tolerations"], spec["tolerations"])
+        self.assertEqual(pod["affinity"], spec["affinity"])
+        self.assertEqual(d["metadata"]["labels"]["team"], "mesh")
+        self.assertEqual(self.get(f"/api/v1/namespaces/{NS}/services/{APP}")["metadata"]["labels"]["team"], "mesh")
         self.ready("False", "Progressing")  # generation moved past the status the test wrote
         self.play_deployment_controller()
         self.ready("True", "Ready")
