@@ -611,7 +611,16 @@ class Env:
         # The token store stays at its host path (it is not in the Secret).
         tokendir = next(line.split("=", 1)[1].strip() for line in read(softhsm_conf).splitlines()
                         if line.startswith("directories.tokendir"))
-        self.kubelet = Kubelet(self.env, k, self.tmp, [softhsm_conf, tokendir])
+        # Host paths the container must still see where a volume (the
+        # /tmp emptyDir) would cover them: the token store, and for the
+        # sanitizer builds the program itself (its symbols, read through
+        # /proc/self/exe's path) and the suppression files.
+        keep = [softhsm_conf, tokendir, SIGNETD]
+        for var in SANITIZER_ENV:
+            for part in os.environ.get(var, "").split(":"):
+                if part.startswith("suppressions=") and os.path.exists(part.split("=", 1)[1]):
+                    keep.append(os.path.abspath(part.split("=", 1)[1]))
+        self.kubelet = Kubelet(self.env, k, self.tmp, keep)
         signet_e2e.compile_proto(os.path.join(SOURCE_DIR, "proto"), self.tmp)
         import ca_pb2
         import ca_pb2_grpc
