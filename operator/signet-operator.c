@@ -43,7 +43,6 @@
 #endif
 #define SA_NAMESPACE_FILE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
-static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
 static const char *const formats[] = {"text", "json", NULL};
 
 typedef struct settings {
@@ -109,7 +108,8 @@ static const sg_opt opts[] = {
 	 "readiness probe path (/healthz is served beside it)", false},
 	{"workers", SG_OPT_INT, S(workers), "2", 1, SG_CTRL_WORKERS_MAX, NULL, "resources reconciled at once, per kind",
 	 false},
-	{"log-level", SG_OPT_ENUM, S(log_level), "info", 0, 0, levels, "log level", false},
+	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL,
+	 "log level, or a klog verbosity as the anchor operator's: 0-1 info, 2-10 debug", false},
 	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))

@@ -227,6 +227,40 @@ def args_of(dep):
     return dep["spec"]["template"]["spec"]["containers"][0]["args"]
 
 
+class CommandLine(unittest.TestCase):
+    def test_help_flags_and_errors(self):
+        out = subprocess.run([OPERATOR, "--help"], check=True, capture_output=True, text=True).stdout
+        for flag in ("--kubeconfig", "--signetd-image", "--signet-trust-image", "--operand-version", "--istiocsr",
+                     "--trustmanager", "--hsm-secret", "--trust-manager-namespace", "--default-ca-bundle",
+                     "--leader-elect", "--leader-election-namespace", "--metrics-port", "--readiness-probe-port",
+                     "--readiness-probe-path", "--workers", "--log-level", "--log-format", "--config"):
+            self.assertIn(flag, out)
+        r = subprocess.run([OPERATOR, "--no-such-flag"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("no-such-flag", r.stderr)
+        r = subprocess.run([OPERATOR, "--log-level=11"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2)
+        # Images: the environment (the operator-bundle convention) or flags.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RELATED_IMAGE_")}
+        r = subprocess.run([OPERATOR, "--kubeconfig", E.env["KUBECONFIG"], "--trustmanager=false"],
+                           capture_output=True, text=True, env=env, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("RELATED_IMAGE_SIGNETD", r.stderr)
+        r = subprocess.run([OPERATOR, "--istiocsr=false", "--trustmanager=false"], capture_output=True, text=True,
+                           env=env, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn("nothing to do", r.stderr)
+        # The config file takes the flags' names; flags override it.
+        conf = os.path.join(E.tmp, "operator.conf")
+        with open(conf, "w") as f:
+            f.write("hsm-secret = Not_A_Name\nlog-level = 2\n")
+        r = subprocess.run([OPERATOR, "--config", conf, "--kubeconfig", E.env["KUBECONFIG"], "--signetd-image", "x",
+                            "--trustmanager=false", "--leader-elect=false", "--metrics-port=0",
+                            "--readiness-probe-port=0"], capture_output=True, text=True, env=env, timeout=30)
+        self.assertEqual(r.returncode, 1)
+        self.assertIn('hsm-secret "Not_A_Name"', r.stderr)
+
+
 class IstioCSR(unittest.TestCase):
     """One scenario, in order: each step starts from the last one's state."""
 
