@@ -259,6 +259,38 @@ def _container(pod, spec, state, ready, restarts, last_state):
             "state": state, "lastState": last_state}
 
 
+class ApiServer:
+    """The API server a Python test runs against: the one named by
+    SIGNET_KUBE_ENV (an apiserver.sh env file; shared, never stopped
+    here), or one of its own in TMP/api, built and started through
+    build-apiserver.sh and apiserver.sh. .env is the env file as a dict,
+    .own whether this process started it."""
+
+    def __init__(self, tmp):
+        import subprocess
+        scripts = os.path.dirname(os.path.abspath(__file__))
+        shared = os.environ.get("SIGNET_KUBE_ENV")
+        self.own = not shared
+        self.dir = None
+        env_file = shared
+        if self.own:
+            self.dir = os.path.join(tmp, "api")
+            os.mkdir(self.dir)
+            subprocess.run([os.path.join(scripts, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([os.path.join(scripts, "apiserver.sh"), "start", self.dir], check=True,
+                           stdout=subprocess.DEVNULL)
+            env_file = os.path.join(self.dir, "env")
+        with open(env_file) as f:
+            self.env = dict(line.split("=", 1) for line in f.read().splitlines() if "=" in line)
+
+    def stop(self):
+        """Stops the server if it is ours (a shared one keeps running)."""
+        import subprocess
+        if self.own:
+            subprocess.run([os.path.join(os.path.dirname(os.path.abspath(__file__)), "apiserver.sh"), "stop",
+                            self.dir], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def _env_from_environ():
     return {k: os.environ[k] for k in ("KUBE_APISERVER", "KUBE_TOKEN_FILE", "KUBE_CA_FILE")}
 

@@ -181,17 +181,8 @@ class Env:
 
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="operator-crds.", dir=os.environ.get("SIGNET_TEST_TMP"))
-        shared = os.environ.get("SIGNET_KUBE_ENV")
-        self.own = not shared
-        env_file = shared
-        if self.own:
-            self.api_dir = os.path.join(self.tmp, "api")
-            os.mkdir(self.api_dir)
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "start", self.api_dir], check=True,
-                           stdout=subprocess.DEVNULL)
-            env_file = os.path.join(self.api_dir, "env")
-        self.env = dict(line.split("=", 1) for line in read(env_file).splitlines() if "=" in line)
+        self.api = kube_rest.ApiServer(self.tmp)
+        self.env = self.api.env
         self.kube = Kube(self.env)
         self.crds = {d["metadata"]["name"]: d for d in load("operator-crds.yaml")}
         for doc in self.crds.values():
@@ -205,9 +196,7 @@ class Env:
         wait_for("trustmanagers served", lambda: self.kube.get(f"{API}/trustmanagers") is not None)
 
     def close(self):
-        if self.own:
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.api.stop()
         if os.environ.get("SIGNET_KEEP_TMP"):
             print(f"kept {self.tmp}", file=sys.stderr)
         else:

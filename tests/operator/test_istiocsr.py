@@ -98,17 +98,8 @@ def loose_crd(plural, kind, scope):
 class Env:
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="operator-istiocsr.", dir=os.environ.get("SIGNET_TEST_TMP"))
-        shared = os.environ.get("SIGNET_KUBE_ENV")
-        self.own = not shared
-        env_file = shared
-        if self.own:
-            self.api_dir = os.path.join(self.tmp, "api")
-            os.mkdir(self.api_dir)
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "start", self.api_dir], check=True,
-                           stdout=subprocess.DEVNULL)
-            env_file = os.path.join(self.api_dir, "env")
-        self.env = dict(line.split("=", 1) for line in read(env_file).splitlines() if "=" in line)
+        self.api = kube_rest.ApiServer(self.tmp)
+        self.own, self.api_dir, self.env = self.api.own, self.api.dir, self.api.env
         self.kube = kube_rest.Kube(self.env)
         k = self.kube
         k.apply_crds(os.path.join(MANIFESTS, "operator-crds.yaml"))
@@ -176,9 +167,7 @@ class Env:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        if self.own:
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.api.stop()
         if os.environ.get("SIGNET_KEEP_TMP"):
             print(f"kept {self.tmp}", file=sys.stderr)
         else:

@@ -86,20 +86,9 @@ class Env:
 
     def __init__(self):
         self.tmp = tempfile.mkdtemp(prefix="trust-program.", dir=os.environ.get("SIGNET_TEST_TMP"))
-        shared = os.environ.get("SIGNET_KUBE_ENV")
-        self.own = not shared
-        env_file = shared
-        if self.own:
-            self.api_dir = os.path.join(self.tmp, "api")
-            os.mkdir(self.api_dir)
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "build-apiserver.sh")], check=True, stdout=subprocess.DEVNULL)
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "start", self.api_dir], check=True,
-                           stdout=subprocess.DEVNULL)
-            unittest.addModuleCleanup(subprocess.run,
-                                      [os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            env_file = os.path.join(self.api_dir, "env")
-        self.env = dict(line.split("=", 1) for line in read(env_file).splitlines() if "=" in line)
+        self.api = kube_rest.ApiServer(self.tmp)
+        unittest.addModuleCleanup(self.api.stop)  # also when the set-up below fails
+        self.env = self.api.env
         self.kube = Kube(self.env)
         self.kube.apply_file(os.path.join(MANIFESTS, "trust-crds.yaml"))
         wait_for("the Bundle CRD", lambda: self.kube.get("/apis/trust.cert-manager.io/v1alpha1/bundles"))
@@ -151,9 +140,7 @@ class Env:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-        if self.own:
-            subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "stop", self.api_dir],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.api.stop()
         if os.environ.get("SIGNET_KEEP_TMP"):
             print(f"kept {self.tmp}", file=sys.stderr)
         else:
