@@ -168,10 +168,26 @@ static int complete_conditions(json_t *want, const json_t *obj, int64_t now)
 }
 
 /* Whether want holds in have the way an apply merges it: objects member
- * by member (fields of other managers beside ours do not count), anything
- * else (scalars, and arrays, atomic unless they are the conditions) equal. */
-static bool holds(const json_t *want, const json_t *have)
+ * by member (fields of other managers beside ours do not count), scalars
+ * equal. Arrays: equal (status: atomic unless they are the conditions),
+ * or with by_item (objects) as many items as have, each holding in the
+ * live item at its place: items keep their order on the server, and what
+ * the server defaults inside an item (a container's imagePullPolicy, a
+ * port's protocol) is an extra member, which does not count. */
+static bool holds(const json_t *want, const json_t *have, bool by_item)
 {
+	if (by_item && json_is_array(want)) {
+		if (!json_is_array(have) || json_array_size(want) != json_array_size(have))
+			return false;
+		size_t i;
+		json_t *w;
+		json_array_foreach(want, i, w)
+		{
+			if (!holds(w, json_array_get(have, i), true))
+				return false;
+		}
+		return true;
+	}
 	if (!json_is_object(want))
 		return json_equal(want, have);
 	if (!json_is_object(have))
@@ -180,10 +196,21 @@ static bool holds(const json_t *want, const json_t *have)
 	json_t *v;
 	json_object_foreach((json_t *)want, k, v)
 	{
-		if (!holds(v, json_object_get(have, k)))
+		if (!holds(v, json_object_get(have, k), by_item))
 			return false;
 	}
 	return true;
+}
+
+/* Whether managedFields entry m is an apply by this controller's manager
+ * (of the main resource when main_only). */
+static bool our_apply(sg_ctrl *c, const json_t *m, bool main_only)
+{
+	const char *who = json_string_value(json_object_get(m, "manager"));
+	const char *op = json_string_value(json_object_get(m, "operation"));
+	const char *sub = json_string_value(json_object_get(m, "subresource"));
+	return who && op && strcmp(who, sg_ctrl_field_manager(c)) == 0 && strcmp(op, "Apply") == 0 &&
+	       !(main_only && sub && *sub);
 }
 
 /* The conditions by type: each wanted one holds in the live one of its
@@ -196,7 +223,7 @@ static bool conditions_hold(const json_t *want, const json_t *have)
 	json_array_foreach(want, i, w)
 	{
 		const json_t *h = find_in(have, json_string_value(json_object_get(w, "type")));
-		if (!h || !holds(w, h))
+		if (!h || !holds(w, h, false))
 			return false;
 	}
 	return true;
@@ -210,7 +237,7 @@ static bool status_holds(const json_t *want, const json_t *have)
 	json_object_foreach((json_t *)want, k, v)
 	{
 		const json_t *h = json_object_get(have, k);
-		if (strcmp(k, "conditions") == 0 ? !conditions_hold(v, h) : !holds(v, h))
+		if (strcmp(k, "conditions") == 0 ? !conditions_hold(v, h) : !holds(v, h, false))
 			return false;
 	}
 	return true;
@@ -277,71 +304,14 @@ static bool nothing_to_write(sg_ctrl *c, const json_t *want, const json_t *obj)
 	json_t *m;
 	json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "managedFields"), i, m)
 	{
-		const char *who = json_string_value(json_object_get(m, "manager"));
-		const char *op = json_string_value(json_object_get(m, "operation"));
 		const json_t *fs = json_object_get(json_object_get(m, "fieldsV1"), "f:status");
-		if (who && op && fs && strcmp(who, sg_ctrl_field_manager(c)) == 0 && strcmp(op, "Apply") == 0 &&
-		    dropped(fs, want, have, true))
+		if (fs && our_apply(c, m, false) && dropped(fs, want, have, true))
 			return false;
 	}
 	return true;
 }
 
 /* ---- objects ---- */
-
-/* Like holds(), with arrays element by element: an apply's list (atomic,
- * or a list-map such as containers, ports or env) holds when it has as
- * many items as the live one and each wanted item holds in the live item
- * at its place. Items keep their order on the server, and fields the
- * server defaults inside an item (a container's imagePullPolicy, a port's
- * protocol) are extra members of the live item, which do not count. */
-static bool object_holds(const json_t *want, const json_t *have)
-{
-	if (json_is_array(want)) {
-		if (!json_is_array(have) || json_array_size(want) != json_array_size(have))
-			return false;
-		size_t i;
-		json_t *w;
-		json_array_foreach(want, i, w)
-		{
-			if (!object_holds(w, json_array_get(have, i)))
-				return false;
-		}
-		return true;
-	}
-	if (!json_is_object(want))
-		return json_equal(want, have);
-	if (!json_is_object(have))
-		return false;
-	const char *k;
-	json_t *v;
-	json_object_foreach((json_t *)want, k, v)
-	{
-		if (!object_holds(v, json_object_get(have, k)))
-			return false;
-	}
-	return true;
-}
-
-/* Whether an object field that fs says we applied is gone from want (an
- * apply would remove it). Lists are left to object_holds: a removed item
- * changes the list's length or an item. */
-static bool object_dropped(const json_t *fs, const json_t *want)
-{
-	const char *k;
-	json_t *sub;
-	json_object_foreach((json_t *)fs, k, sub)
-	{
-		if (strncmp(k, "f:", 2) != 0)
-			continue;
-		const json_t *w = json_object_get(want, k + 2);
-		if (!w)
-			return true;
-		if (json_is_object(w) && object_dropped(sub, w))
-			return true;
-	}
-	return false;
-}
 
 bool sg_ctrl_object_holds(sg_ctrl *c, const json_t *want, const json_t *live)
 {
@@ -353,19 +323,15 @@ bool sg_ctrl_object_holds(sg_ctrl *c, const json_t *want, const json_t *live)
 	{
 		if (strcmp(k, "apiVersion") == 0 || strcmp(k, "kind") == 0)
 			continue;
-		if (!object_holds(v, json_object_get(live, k)))
+		if (!holds(v, json_object_get(live, k), true))
 			return false;
 	}
 	size_t i;
 	json_t *m;
 	json_array_foreach(json_object_get(json_object_get(live, "metadata"), "managedFields"), i, m)
 	{
-		const char *who = json_string_value(json_object_get(m, "manager"));
-		const char *op = json_string_value(json_object_get(m, "operation"));
-		const char *sub = json_string_value(json_object_get(m, "subresource"));
 		const json_t *fs = json_object_get(m, "fieldsV1");
-		if (!who || !op || !fs || strcmp(who, sg_ctrl_field_manager(c)) != 0 || strcmp(op, "Apply") != 0 ||
-		    (sub && *sub))
+		if (!fs || !our_apply(c, m, true))
 			continue;
 		const char *f;
 		json_t *fv;
@@ -374,7 +340,9 @@ bool sg_ctrl_object_holds(sg_ctrl *c, const json_t *want, const json_t *live)
 			if (strncmp(f, "f:", 2) != 0 || strcmp(f, "f:status") == 0)
 				continue;
 			const json_t *w = json_object_get(want, f + 2);
-			if (!w || (json_is_object(w) && object_dropped(fv, w)))
+			/* Lists are left to holds(): a removed item changes the
+			 * list's length or an item. */
+			if (!w || (json_is_object(w) && dropped(fv, w, NULL, false)))
 				return false;
 		}
 	}
