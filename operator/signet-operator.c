@@ -168,8 +168,9 @@ static int istiocsr_metrics(void *self, sg_metrics *reg)
 	return sg_istiocsr_metrics(self, reg);
 }
 
-static int start(program *p)
+static int start(void *self)
 {
+	program *p = self;
 	settings *s = &p->s;
 	SG_ENSURE(s->lease_duration > s->renew_deadline && s->renew_deadline * 10 > s->retry_period * 12, SG_EINVAL,
 	          "leader election: lease duration > renew deadline > 1.2 x retry period is required");
@@ -243,8 +244,9 @@ static int start(program *p)
 	return SG_OK;
 }
 
-static void stop(program *p)
+static void stop(void *self)
 {
+	program *p = self;
 	atomic_store(&p->started, false);
 	sg_ctrl_endpoints_stop(p->endpoints);
 	p->endpoints = NULL;
@@ -259,40 +261,22 @@ static void stop(program *p)
 int main(int argc, char **argv)
 {
 	static program p;
-	sg_opt_result res = {0};
-	int rc = sg_opt_parse(opts, NOPTS, &p.s, argc - 1, argv + 1, &res);
-	if (rc == SG_OK && res.help) {
-		printf("Usage: signet-operator [flags]\n"
-		       "Deploys signetd for IstioCSR resources and signet-trust for the TrustManager resource\n"
-		       "(operator.openshift.io/v1alpha1) and reports their state in the resources' status.\n"
-		       "Every flag may also be a line \"name = value\" in the --config file; flags override it.\n\n");
-		sg_opt_usage(opts, NOPTS, stdout);
-		sg_opt_free(opts, NOPTS, &p.s);
-		return 0;
-	}
-	if (rc == SG_OK && res.argc > 0)
-		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
-	if (rc < 0) {
-		fprintf(stderr, "signet-operator: %s\n", sg_error_last()->msg);
-		sg_opt_free(opts, NOPTS, &p.s);
-		return 2;
-	}
-	sg_log_configure((sg_log_level)p.s.log_level, (sg_log_format)p.s.log_format);
-	sg_ctrl_signals_block();
-
-	rc = start(&p);
-	if (rc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_log(SG_LOG_ERROR, "cannot start", SG_F_STR("error", e.msg), SG_F_END);
-		fprintf(stderr, "signet-operator: %s\n", e.msg);
-		stop(&p);
-		sg_opt_free(opts, NOPTS, &p.s);
-		return 1;
-	}
-	sg_ctrl_run_until_signal(p.table, NULL, NULL);
-	stop(&p);
-	sg_log(SG_LOG_INFO, "stopped", SG_F_END);
-	sg_opt_free(opts, NOPTS, &p.s);
-	return 0;
+	sg_ctrl_program_def d = {
+		.name = "signet-operator",
+		.usage = "Usage: signet-operator [flags]\n"
+		         "Deploys signetd for IstioCSR resources and signet-trust for the TrustManager resource\n"
+		         "(operator.openshift.io/v1alpha1) and reports their state in the resources' status.\n"
+		         "Every flag may also be a line \"name = value\" in the --config file; flags override it.\n\n",
+		.opts = opts,
+		.nopts = NOPTS,
+		.settings = &p.s,
+		.log_level = &p.s.log_level,
+		.log_format = &p.s.log_format,
+		.start = start,
+		.stop = stop,
+		.self = &p,
+		.table = &p.table,
+		.tick = NULL,
+	};
+	return sg_ctrl_program_main(&d, argc, argv);
 }

@@ -144,3 +144,39 @@ void sg_ctrl_run_until_signal(sg_ctrl_manager *m, void (*tick)(void *arg), void 
 			tick(arg);
 	}
 }
+
+int sg_ctrl_program_main(const sg_ctrl_program_def *d, int argc, char **argv)
+{
+	sg_opt_result res = {0};
+	int rc = sg_opt_parse(d->opts, d->nopts, d->settings, argc - 1, argv + 1, &res);
+	if (rc == SG_OK && res.help) {
+		fputs(d->usage, stdout);
+		sg_opt_usage(d->opts, d->nopts, stdout);
+		sg_opt_free(d->opts, d->nopts, d->settings);
+		return 0;
+	}
+	if (rc == SG_OK && res.argc > 0)
+		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
+	if (rc < 0) {
+		fprintf(stderr, "%s: %s\n", d->name, sg_error_last()->msg);
+		sg_opt_free(d->opts, d->nopts, d->settings);
+		return 2;
+	}
+	sg_log_configure((sg_log_level)*d->log_level, (sg_log_format)*d->log_format);
+	sg_ctrl_signals_block();
+	int status = 0;
+	if (d->start(d->self) < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		sg_log(SG_LOG_ERROR, "cannot start", SG_F_STR("error", e.msg), SG_F_END);
+		fprintf(stderr, "%s: %s\n", d->name, e.msg);
+		status = 1;
+	} else {
+		sg_ctrl_run_until_signal(*d->table, d->tick, d->self);
+	}
+	d->stop(d->self);
+	if (status == 0)
+		sg_log(SG_LOG_INFO, "stopped", SG_F_END);
+	sg_opt_free(d->opts, d->nopts, d->settings);
+	return status;
+}

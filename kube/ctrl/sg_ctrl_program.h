@@ -19,6 +19,7 @@
 #include "sg_ctrl.h"
 #include "sg_http.h"
 #include "sg_metrics.h"
+#include "sg_opt.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -54,5 +55,26 @@ SG_API void sg_ctrl_signals_block(void);
 /* Ticks the table, then tick(arg) when given, once a second until SIGTERM
  * or SIGINT; logs which. */
 SG_API void sg_ctrl_run_until_signal(sg_ctrl_manager *m, void (*tick)(void *arg), void *arg);
+
+/* A controller program's main: parses the flags (--help prints usage
+ * then every flag; a bad flag or an extra argument exits 2 with the
+ * reason), configures logging, blocks the signals, runs start (exit 1
+ * with its error, after stop), ticks *table until SIGTERM/SIGINT, stops.
+ * Returns the exit status. */
+typedef struct sg_ctrl_program_def {
+	const char *name;  /* for messages: "signet-trust" */
+	const char *usage; /* printed before the flags by --help */
+	const sg_opt *opts;
+	size_t nopts;
+	void *settings;                /* the struct the opts fill */
+	const int *log_level, *log_format; /* in settings */
+	int (*start)(void *self);
+	void (*stop)(void *self);
+	void *self;
+	sg_ctrl_manager *const *table; /* the table start made */
+	void (*tick)(void *self);      /* optional, once a second beside the table's */
+} sg_ctrl_program_def;
+
+SG_API int sg_ctrl_program_main(const sg_ctrl_program_def *d, int argc, char **argv);
 
 #endif
