@@ -17,7 +17,8 @@ build() {
   ctest --test-dir "$dir" -j"$jobs" --output-on-failure
 }
 
-build build-test-release -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DSIGNET_BUILD_PERF=ON
+build build-test-release -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DSIGNET_BUILD_PERF=ON \
+  -DSIGNET_PACKAGING_TESTS=ON
 build build-test-asan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DSIGNET_SANITIZE=address \
   -DSIGNET_BUILD_FUZZ=ON
 build build-test-tsan -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DSIGNET_SANITIZE=thread
