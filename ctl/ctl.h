@@ -29,6 +29,8 @@ struct sg_issuer;
 int ctl_sign_wrap(struct sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len,
 		  sg_der_writer *w) SG_MUST_CHECK;
 
+/* signetctl init (ctl_init.c): the command line of sg_init_ca. Returns the
+ * exit status. */
 int ctl_init(int argc, char **argv);
 
 #endif

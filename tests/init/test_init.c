@@ -1,0 +1,532 @@
+/*
+ * sg_init: the embedded default CA of a state folder (sg_init_default_dir)
+ * and the library form of signetctl init (sg_init_ca), on real SoftHSM2
+ * tokens. What signetd's --init-dir relies on: a first start makes a CA
+ * that really signs (opened through sg_appliance as signetd opens it, and
+ * a certificate it issues verified by OpenSSL); a restart changes nothing;
+ * two processes starting at once make one CA; the remnant of a killed
+ * first start is replaced, someone else's folder is refused untouched; a
+ * missing or unwritable state folder is a clear error.
+ *
+ * signetctl init's own behaviour (flags, refusals, cleanup, the SO PIN)
+ * is tested end to end by tests/ctl/test_signetctl.sh on the same code.
+ */
+#define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
+#include "sg_appliance.h"
+#include "sg_init.h"
+#include "sg_opt.h"
+#include "sg_test.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <openssl/evp.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define ID "spiffe://cluster.local/ns/default/sa/default"
+
+/* ---- helpers -------------------------------------------------------- */
+
+static char *new_state(char *buf, size_t cap)
+{
+	const char *tmp = getenv("SIGNET_TEST_TMP");
+	snprintf(buf, cap, "%s/initXXXXXX", tmp ? tmp : "/tmp");
+	return mkdtemp(buf);
+}
+
+static bool exists(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0;
+}
+
+static void path_of(char *out, size_t cap, const char *dir, const char *name)
+{
+	snprintf(out, cap, "%s/%s", dir, name);
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	char *buf = calloc(1, 1 << 16);
+	if (buf)
+		(void)fread(buf, 1, (1 << 16) - 1, f);
+	fclose(f);
+	return buf;
+}
+
+/* A fingerprint of every name, type, inode, size, mode, mtime and ctime
+ * under a folder (ctime moves on any write, chmod or rename). */
+static unsigned long long fp_acc;
+static int fp_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)flag;
+	(void)ftw;
+	unsigned long long h = fp_acc ^ 1469598103934665603ull;
+	for (const char *p = path; *p; p++)
+		h = (h ^ (unsigned char)*p) * 1099511628211ull;
+	unsigned long long v[] = {(unsigned long long)st->st_ino, (unsigned long long)st->st_size,
+				  (unsigned long long)st->st_mode, (unsigned long long)st->st_mtim.tv_sec,
+				  (unsigned long long)st->st_mtim.tv_nsec, (unsigned long long)st->st_ctim.tv_sec,
+				  (unsigned long long)st->st_ctim.tv_nsec};
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++)
+		h = (h ^ v[i]) * 1099511628211ull;
+	fp_acc += h; /* order-independent */
+	return 0;
+}
+
+static unsigned long long fingerprint(const char *dir)
+{
+	fp_acc = 0;
+	if (nftw(dir, fp_entry, 16, FTW_PHYS) != 0)
+		return 0;
+	return fp_acc;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
+
+static void rm_tree(const char *dir)
+{
+	chmod(dir, 0700);
+	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* An istio-agent-like CSR made by OpenSSL (not by our encoder). */
+static char *make_csr(size_t *len)
+{
+	EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
+	X509_REQ *r = X509_REQ_new();
+	X509_REQ_set_pubkey(r, k);
+	STACK_OF(X509_EXTENSION) *exts = sk_X509_EXTENSION_new_null();
+	sk_X509_EXTENSION_push(exts, X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, "critical,URI:" ID));
+	X509_REQ_add_extensions(r, exts);
+	X509_REQ_sign(r, k, EVP_sha256());
+	BIO *b = BIO_new(BIO_s_mem());
+	PEM_write_bio_X509_REQ(b, r);
+	char *p;
+	long l = BIO_get_mem_data(b, &p);
+	char *out = malloc((size_t)l + 1);
+	memcpy(out, p, (size_t)l);
+	out[l] = 0;
+	*len = (size_t)l;
+	BIO_free(b);
+	sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
+	X509_REQ_free(r);
+	EVP_PKEY_free(k);
+	return out;
+}
+
+/* OpenSSL's verdict on a leaf PEM against a root file. */
+static bool verifies(const char *leaf_pem, const char *root_file)
+{
+	BIO *lb = BIO_new_mem_buf(leaf_pem, -1);
+	X509 *leaf = PEM_read_bio_X509(lb, NULL, NULL, NULL);
+	X509_STORE *store = X509_STORE_new();
+	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+	bool ok = leaf && store && ctx && X509_STORE_load_file(store, root_file) == 1 &&
+		  X509_STORE_CTX_init(ctx, store, leaf, NULL) == 1 && X509_verify_cert(ctx) == 1;
+	X509_STORE_CTX_free(ctx);
+	X509_STORE_free(store);
+	X509_free(leaf);
+	BIO_free(lb);
+	return ok;
+}
+
+typedef struct conf_args {
+	sg_settings s;
+} conf_args;
+static const sg_opt conf_opts[] = {SG_SETTINGS_ROWS(conf_args, s, "warn")};
+#define N_CONF_OPTS (sizeof(conf_opts) / sizeof(conf_opts[0]))
+
+/* Opens the configuration as signetd does, issues one certificate through
+ * the pool and has OpenSSL verify it against the configured root. */
+static void check_signs(const char *conf)
+{
+	conf_args a = {0};
+	char *argv[] = {"--config", (char *)conf};
+	char *pos[2];
+	sg_opt_result res = {.argv = pos};
+	SG_CHECK_OK(sg_opt_parse(conf_opts, N_CONF_OPTS, &a, 2, argv, &res));
+	sg_appliance *app = NULL;
+	SG_CHECK_OK(sg_appliance_open(&app, &a.s));
+	if (app) {
+		sg_hsm_stats st;
+		sg_hsm_stats_get(sg_appliance_hsm(app), &st);
+		SG_CHECK(st.state == SG_HSM_OK);
+		size_t len;
+		char *csr = make_csr(&len);
+		sg_issue_request req = {.csr = (const uint8_t *)csr, .csr_len = len, .profile = SG_PROFILE_ISTIO,
+					.identity = ID, .ttl = 3600, .path_len = -1};
+		sg_issue_result r = {0};
+		SG_CHECK_OK(sg_pool_issue(sg_appliance_pool(app), &req, &r));
+		SG_CHECK(r.leaf_pem && verifies(r.leaf_pem, a.s.root_cert));
+		SG_CHECK(strcmp(r.identity, ID) == 0);
+		sg_issue_result_clear(&r);
+		free(csr);
+	}
+	sg_appliance_free(app);
+	sg_opt_free(conf_opts, N_CONF_OPTS, &a);
+}
+
+/* ---- tests ---------------------------------------------------------- */
+
+/* First start: STATE/ca made as `signetctl init --dir STATE/ca --so-pin-file
+ * STATE/so-pin` makes it, and it signs. Second start: the same path back,
+ * and not one file under STATE/ca (the token store among them) touched. */
+static void t_first_and_second_start(void)
+{
+	char state[512], real[PATH_MAX], want[PATH_MAX + 32], p[PATH_MAX + 32];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	char conf[PATH_MAX];
+	SG_CHECK_OK(sg_init_default_dir(state, conf, sizeof(conf)));
+	SG_CHECK(realpath(state, real) != NULL);
+	snprintf(want, sizeof(want), "%s/ca/signet.conf", real);
+	SG_CHECK(strcmp(conf, want) == 0);
+
+	struct stat st;
+	path_of(p, sizeof(p), state, "so-pin");
+	SG_CHECK(stat(p, &st) == 0 && (st.st_mode & 0777) == 0400 && st.st_size == 32);
+	path_of(p, sizeof(p), state, "ca");
+	SG_CHECK(stat(p, &st) == 0 && (st.st_mode & 0777) == 0700);
+	path_of(p, sizeof(p), state, "ca/pin");
+	SG_CHECK(stat(p, &st) == 0 && (st.st_mode & 0777) == 0600);
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), state, "ca/so-pin");
+	SG_CHECK(!exists(p));
+	char *text = slurp(conf);
+	SG_CHECK(text && strstr(text, "written by signetd --init-dir") && strstr(text, "softhsm2-conf = softhsm2.conf") &&
+		 strstr(text, "pkcs11:token=" SG_INIT_DEFAULT_TOKEN_LABEL) && !strstr(text, "so-pin"));
+	free(text);
+	check_signs(conf);
+
+	path_of(p, sizeof(p), state, "ca");
+	unsigned long long before = fingerprint(p);
+	SG_CHECK(before != 0);
+	char again[PATH_MAX];
+	SG_CHECK_OK(sg_init_default_dir(state, again, sizeof(again)));
+	SG_CHECK(strcmp(again, conf) == 0);
+	SG_CHECK(fingerprint(p) == before);
+	/* A relative spelling of STATE finds the same CA. */
+	char cwd[PATH_MAX];
+	SG_CHECK(getcwd(cwd, sizeof(cwd)) != NULL);
+	SG_CHECK(chdir(state) == 0);
+	SG_CHECK_OK(sg_init_default_dir(".", again, sizeof(again)));
+	SG_CHECK(chdir(cwd) == 0);
+	SG_CHECK(strcmp(again, conf) == 0);
+	SG_CHECK(fingerprint(p) == before);
+	/* No room for the path: an error, not a cut path. */
+	char tiny[8];
+	SG_CHECK_RC(sg_init_default_dir(state, tiny, sizeof(tiny)), SG_EINVAL);
+	check_signs(conf);
+	rm_tree(state);
+}
+
+/* Two processes (two replicas on one volume) start at once on an empty
+ * STATE: one makes the CA, the other waits for it and uses it. */
+static void t_two_at_once(void)
+{
+	char state[512];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	int fds[2][2];
+	pid_t pid[2];
+	for (int i = 0; i < 2; i++) {
+		SG_CHECK(pipe(fds[i]) == 0);
+		pid[i] = fork();
+		if (pid[i] == 0) {
+			char conf[PATH_MAX];
+			int rc = sg_init_default_dir(state, conf, sizeof(conf));
+			if (rc < 0)
+				fprintf(stderr, "child %d: %s\n", i, sg_error_last()->msg);
+			else if (write(fds[i][1], conf, strlen(conf)) < 0)
+				rc = -1;
+			_exit(rc < 0 ? 1 : 0);
+		}
+		close(fds[i][1]);
+	}
+	char got[2][PATH_MAX] = {{0}};
+	for (int i = 0; i < 2; i++) {
+		int status = -1;
+		ssize_t n = read(fds[i][0], got[i], sizeof(got[i]) - 1);
+		SG_CHECK(n > 0);
+		close(fds[i][0]);
+		SG_CHECK(waitpid(pid[i], &status, 0) == pid[i] && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	SG_CHECK(strcmp(got[0], got[1]) == 0);
+	char p[PATH_MAX + 32];
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(!exists(p));
+	/* One token in the store: nobody made a second CA over the first. */
+	path_of(p, sizeof(p), state, "ca/tokens");
+	int tokens = 0;
+	DIR *d = opendir(p);
+	for (struct dirent *e; d && (e = readdir(d)) != NULL;)
+		tokens += e->d_name[0] != '.';
+	if (d)
+		closedir(d);
+	SG_CHECK(tokens == 1);
+	check_signs(got[0]);
+	rm_tree(state);
+}
+
+/* The remnants a killed first start leaves (STATE/ca.partial recorded):
+ * replaced by a new CA. */
+static void t_interrupted_first_start(void)
+{
+	char state[512], p[PATH_MAX + 32], conf[PATH_MAX];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	/* Killed mid-way: a token store, a PIN and an unfinished temporary. */
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca");
+	SG_CHECK(mkdir(p, 0700) == 0);
+	path_of(p, sizeof(p), state, "ca/tokens");
+	SG_CHECK(mkdir(p, 0700) == 0);
+	path_of(p, sizeof(p), state, "ca/tokens/0123-abcd");
+	SG_CHECK(mkdir(p, 0700) == 0);
+	path_of(p, sizeof(p), state, "ca/tokens/0123-abcd/token.object");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca/pin");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca/root-cert.pem.tmpXX");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca/jwks.json.tmp.4242");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	SG_CHECK_OK(sg_init_default_dir(state, conf, sizeof(conf)));
+	path_of(p, sizeof(p), state, "ca/tokens/0123-abcd");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), state, "ca/root-cert.pem.tmpXX");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), state, "so-pin");
+	SG_CHECK(exists(p));
+	check_signs(conf);
+
+	/* Killed after signet.conf, before the SO PIN: a CA nobody used and
+	 * whose token cannot be recovered; made again. */
+	path_of(p, sizeof(p), state, "ca/root-cert.pem");
+	char *old_root = slurp(p);
+	path_of(p, sizeof(p), state, "so-pin");
+	SG_CHECK(unlink(p) == 0);
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	SG_CHECK_OK(sg_init_default_dir(state, conf, sizeof(conf)));
+	path_of(p, sizeof(p), state, "ca/root-cert.pem");
+	char *new_root = slurp(p);
+	SG_CHECK(old_root && new_root && strcmp(old_root, new_root) != 0);
+	free(old_root);
+	free(new_root);
+	path_of(p, sizeof(p), state, "so-pin");
+	SG_CHECK(exists(p));
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(!exists(p));
+
+	/* Killed after the SO PIN, before the record went: whole, kept. */
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca");
+	unsigned long long before = fingerprint(p);
+	SG_CHECK_OK(sg_init_default_dir(state, conf, sizeof(conf)));
+	SG_CHECK(fingerprint(p) == before);
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(!exists(p));
+	check_signs(conf);
+	rm_tree(state);
+}
+
+/* What no interrupted first start made is refused, and left as it was. */
+static void t_refusals(void)
+{
+	char state[512], p[PATH_MAX + 32], conf[PATH_MAX];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	/* A non-empty STATE/ca without signet.conf and without the record. */
+	path_of(p, sizeof(p), state, "ca");
+	SG_CHECK(mkdir(p, 0700) == 0);
+	path_of(p, sizeof(p), state, "ca/pin");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca");
+	unsigned long long before = fingerprint(p);
+	SG_CHECK_RC(sg_init_default_dir(state, conf, sizeof(conf)), SG_EINVAL);
+	SG_CHECK_MSG("no interrupted first start");
+	SG_CHECK(fingerprint(p) == before);
+	path_of(p, sizeof(p), state, "so-pin");
+	SG_CHECK(!exists(p));
+
+	/* With the record, but holding a name init never writes. */
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca/backup.tar");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca");
+	before = fingerprint(p);
+	SG_CHECK_RC(sg_init_default_dir(state, conf, sizeof(conf)), SG_EINVAL);
+	SG_CHECK_MSG("backup.tar");
+	SG_CHECK(fingerprint(p) == before);
+
+	/* With the record, but an SO PIN file that is not this attempt's. */
+	path_of(p, sizeof(p), state, "ca/backup.tar");
+	SG_CHECK(unlink(p) == 0);
+	path_of(p, sizeof(p), state, "so-pin");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0400)) == 0);
+	path_of(p, sizeof(p), state, "ca");
+	before = fingerprint(p);
+	SG_CHECK_RC(sg_init_default_dir(state, conf, sizeof(conf)), SG_EINVAL);
+	SG_CHECK_MSG("SO PIN");
+	SG_CHECK(fingerprint(p) == before);
+
+	/* STATE/ca is a symlink: never removed through (the target holds only
+	 * names init writes, so only the symlink check stands in the way). */
+	rm_tree(state);
+	SG_CHECK(mkdir(state, 0700) == 0);
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "elsewhere");
+	SG_CHECK(mkdir(p, 0700) == 0);
+	path_of(p, sizeof(p), state, "elsewhere/pin");
+	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
+	path_of(p, sizeof(p), state, "ca");
+	SG_CHECK(symlink("elsewhere", p) == 0);
+	SG_CHECK_RC(sg_init_default_dir(state, conf, sizeof(conf)), SG_EINVAL);
+	SG_CHECK_MSG("not a folder");
+	SG_CHECK(exists(p));
+	path_of(p, sizeof(p), state, "elsewhere/pin");
+	SG_CHECK(exists(p));
+
+	/* A missing state folder is not made: a missing volume is no empty one. */
+	path_of(p, sizeof(p), state, "missing");
+	SG_CHECK_RC(sg_init_default_dir(p, conf, sizeof(conf)), SG_EINVAL);
+	SG_CHECK_MSG("cannot use the state folder");
+	SG_CHECK(!exists(p));
+	/* A file is no state folder. */
+	path_of(p, sizeof(p), state, "ca.partial");
+	SG_CHECK_RC(sg_init_default_dir(p, conf, sizeof(conf)), SG_EINVAL);
+	SG_CHECK_MSG("not a folder");
+	SG_CHECK_RC(sg_init_default_dir(NULL, conf, sizeof(conf)), SG_EINVAL);
+	rm_tree(state);
+}
+
+/* A state folder the process cannot write: a clear error, nothing made.
+ * root writes anywhere, so as root the call runs in a child that has
+ * become nobody. */
+static void t_unwritable(void)
+{
+	char state[512];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	SG_CHECK(chmod(state, 0555) == 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+			_exit(3);
+		char conf[PATH_MAX];
+		int rc = sg_init_default_dir(state, conf, sizeof(conf));
+		bool clear = rc == SG_EINVAL && strstr(sg_error_last()->msg, "must be writable");
+		if (!clear)
+			fprintf(stderr, "unwritable: rc %d: %s\n", rc, sg_error_last()->msg);
+		_exit(clear ? 0 : 1);
+	}
+	int status = -1;
+	SG_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	char p[PATH_MAX + 32];
+	path_of(p, sizeof(p), state, "ca");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), state, "init.lock");
+	SG_CHECK(!exists(p));
+	rm_tree(state);
+}
+
+/* sg_init_ca as a library: the usage checks signetctl reports with exit 2,
+ * applied to every caller, and the result's paths. */
+static void t_init_ca(void)
+{
+	sg_init_options o = {0};
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("--dir is required");
+	o.dir = "x";
+	SG_CHECK_OK(sg_init_check_options(&o));
+	o.key_label = "a;id=%01";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("labels may hold only");
+	o.key_label = "";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.key_label = "0123456789012345678901234567890123";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.key_label = NULL;
+	o.ca_ttl = 60;
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.ca_ttl = 0;
+	o.key_type = SG_KEY_TYPE_COUNT;
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.key_type = SG_KEY_EC_P256;
+	o.hsm_module = "/nonexistent.so";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("--pin-file");
+	o.pin_file = "pin";
+	o.so_pin_file = "so";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("--so-pin-file");
+
+	char state[512], dir[PATH_MAX + 32], so[PATH_MAX + 32];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	path_of(dir, sizeof(dir), state, "ca");
+	path_of(so, sizeof(so), state, "ca.so-pin");
+	sg_init_options ok = {.dir = dir, .key_type = SG_KEY_EC_P384, .trust_domain = "example.org"};
+	sg_init_result *r = calloc(1, sizeof(*r));
+	SG_CHECK(r != NULL);
+	if (r) {
+		SG_CHECK_OK(sg_init_ca(&ok, r));
+		char real[PATH_MAX];
+		SG_CHECK(realpath(dir, real) && strcmp(r->dir, real) == 0);
+		SG_CHECK(strstr(r->config, "/ca/signet.conf") && exists(r->config));
+		SG_CHECK(realpath(so, real) && strcmp(r->so_pin_file, real) == 0);
+		char *text = slurp(r->config);
+		SG_CHECK(text && strstr(text, "written by signetctl init") && strstr(text, "trust-domain = example.org"));
+		free(text);
+		/* A second init into the same folder: refused, nothing changed. */
+		unsigned long long before = fingerprint(dir);
+		SG_CHECK_RC(sg_init_ca(&ok, r), SG_EINVAL);
+		SG_CHECK_MSG("not empty");
+		SG_CHECK(fingerprint(dir) == before);
+		check_signs(r->config);
+		free(r);
+	}
+	rm_tree(state);
+}
+
+SG_TEST_MAIN(SG_TEST(t_two_at_once), SG_TEST(t_unwritable), SG_TEST(t_first_and_second_start),
+	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca))
