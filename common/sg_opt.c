@@ -19,6 +19,8 @@
  * options, and a lone "-" is a positional argument. The argument list is
  * scanned once (recording what each flag sets) before the config file is
  * read, so --config can appear anywhere and flags still override the file.
+ * --config alone may be repeated: the files are read in the order given,
+ * each overriding the ones before it.
  */
 #include "sg_opt.h"
 #include "sg_guard.h"
@@ -446,7 +448,11 @@ static int scan_args(const sg_opt *table, size_t n, int argc, char **argv, sg_op
 		const sg_opt *o = find(table, n, name, name_len);
 		SG_ENSURE(o && o->type != SG_OPT_FOREIGN, SG_EINVAL, "unknown option --%.*s", (int)name_len, name);
 		size_t idx = (size_t)(o - table);
-		SG_ENSURE(!seen[idx], SG_EINVAL, "--%s given more than once", o->name);
+		/* --config is the one list: files read in order, a later one
+		 * overriding an earlier one (a package's site settings after the
+		 * CA's own file). Any other flag twice is a mistake. */
+		SG_ENSURE(!seen[idx] || strcmp(o->name, "config") == 0, SG_EINVAL, "--%s given more than once",
+			  o->name);
 		seen[idx] = true;
 		const char *value;
 		if (eq)

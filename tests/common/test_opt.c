@@ -527,6 +527,33 @@ static void t_config_precedence(void)
 	sg_opt_free(table, NT, &c);
 	unlink(path);
 
+	/* --config twice: read in order, the later file overriding the
+	 * earlier; relative paths follow each file's own folder; flags still
+	 * win over both. */
+	char site[640];
+	snprintf(site, sizeof(site), "%s/site.conf", dir);
+	const char *first = "workers = 5\nname = fromfile\nkey = rel.pin\n";
+	const char *second = "workers = 6\nkey = site.pin\n";
+	write_file(path, first, strlen(first));
+	write_file(site, second, strlen(second));
+	const char *two[] = {"--config", path, "--verbose", "--config=" , NULL};
+	char site_arg[660];
+	snprintf(site_arg, sizeof(site_arg), "--config=%s", site);
+	two[3] = site_arg;
+	SG_CHECK_OK(parse(&c, &res, pos, two));
+	SG_CHECK(c.workers == 6 && strcmp(c.name, "fromfile") == 0 && c.verbose);
+	snprintf(want, sizeof(want), "%s/site.pin", dir);
+	SG_CHECK(c.key && strcmp(c.key, want) == 0);
+	sg_opt_free(table, NT, &c);
+	const char *two_flag[] = {"--config", site, "--workers", "2", "--config", path, NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, two_flag));
+	SG_CHECK(c.workers == 2); /* the flag, whatever the files' order */
+	snprintf(want, sizeof(want), "%s/rel.pin", dir);
+	SG_CHECK(c.key && strcmp(c.key, want) == 0); /* path's file came last */
+	sg_opt_free(table, NT, &c);
+	unlink(site);
+	unlink(path);
+
 	const char *missing[] = {"--config", path, NULL};
 	SG_CHECK_RC(parse(&c, &res, pos, missing), SG_ENOTFOUND);
 	sg_opt_free(table, NT, &c);
