@@ -216,6 +216,12 @@ int sg_serving_tick(sg_serving *s, int64_t now)
 	return now >= renew_at ? issue(s) : SG_OK;
 }
 
+int sg_serving_reload(sg_serving *s, bool *reread)
+{
+	*reread = s->o.cert_file != NULL;
+	return *reread ? load_files(s, true) : SG_OK;
+}
+
 int sg_serving_get(sg_serving *s, char **chain, char **key, char **client_ca, uint64_t *version)
 {
 	pthread_mutex_lock(&s->lock);

@@ -21,6 +21,7 @@
 #include "sg_pool.h"
 #include "sg_softkey.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct sg_serving sg_serving;
@@ -44,6 +45,13 @@ SG_API void sg_serving_free(sg_serving *s);
 /* Renews when 2/3 of the lifetime has passed (or reloads changed files).
  * A failure keeps the current certificate and is retried on the next tick. */
 SG_API int sg_serving_tick(sg_serving *s, int64_t now) SG_MUST_CHECK;
+
+/* Re-reads the certificate and key files now, changed or not (SIGHUP:
+ * a file rewritten within the same mtime tick is picked up too); *reread
+ * says whether there were files to read (false for a self-issued
+ * certificate, which is left alone). A failure keeps the current material
+ * and sets the detail. */
+SG_API int sg_serving_reload(sg_serving *s, bool *reread) SG_MUST_CHECK;
 
 /* Copies of the current chain, key and client CA PEM (caller frees each;
  * the key copy should be wiped: use sg_serving_wipe_free) and its version. */

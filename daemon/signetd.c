@@ -18,6 +18,15 @@
  * changes, health). SIGTERM and SIGINT shut down gracefully: not ready,
  * stop accepting, let in-flight requests finish within shutdown-grace, stop
  * the cluster writers (the Lease is released), drain the signer pool.
+ * SIGHUP reloads the files signetd serves from (serving certificate and
+ * key, root-ca-file, jwt-jwks-file), keeping what it has when a file
+ * cannot be used.
+ *
+ * Under systemd (Type=notify) the main thread also tells systemd what it
+ * does, through sg_notify: READY=1 once /readyz would answer 200 (and
+ * again after a reload), STATUS= with readiness and issuance counts,
+ * RELOADING=1, STOPPING=1, and WATCHDOG=1 pings while the main loop and the
+ * signer pool make progress.
  */
 #include "sg_appliance.h"
 #include "sg_authn.h"
@@ -28,10 +37,13 @@
 #include "sg_grpc.h"
 #include "sg_guard.h"
 #include "sg_http.h"
+#include "sg_init.h"
 #include "sg_istio.h"
+#include "sg_jwt.h"
 #include "sg_log.h"
 #include "sg_names.h"
 #include "sg_metrics.h"
+#include "sg_notify.h"
 #include "sg_policy.h"
 #include "sg_secret.h"
 #include "sg_serving.h"
@@ -43,6 +55,7 @@
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 
 /* A Linux policy (uapi linux/sched.h: 3) that glibc's sched.h declares
  * only under _GNU_SOURCE, which the project does not ask for (it would
@@ -66,11 +79,21 @@ const char *const sg_daemon_key_algorithm_names[] = {"RSA", "ECDSA", NULL};
 typedef struct daemon_args {
 	sg_settings s;
 	sg_daemon_settings d;
+	char *init_dir; /* signetd's alone: the embedded default's state folder */
 } daemon_args;
 
 #define SG_DAEMON_T_ daemon_args
 #define SG_DAEMON_M_ d
-static const sg_opt opts[] = {SG_SETTINGS_ROWS(daemon_args, s, "info"), SG_DAEMON_ROWS};
+static const sg_opt opts[] = {
+	SG_SETTINGS_ROWS(daemon_args, s, "info"),
+	SG_DAEMON_ROWS
+	{"init-dir", SG_OPT_PATH, offsetof(daemon_args, init_dir), NULL, 0, 0, NULL,
+	 "the embedded default, for a container with no shell: DIR/ca/signet.conf is read first (before any "
+	 "--config), and on first start it is made as \"signetctl init --dir DIR/ca --so-pin-file DIR/so-pin\" "
+	 "makes it (a SoftHSM2 token, a self-signed root, a development token issuer); DIR must exist, and be "
+	 "writable on first start",
+	 true},
+};
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
 /* The daemon's own metrics beside the service's (sg_service.h). */
@@ -125,6 +148,16 @@ typedef struct daemon {
 	metrics m;
 	struct file_id root_file;
 	atomic_bool ready, stopping;
+	/* Standalone JWT authentication's key source (jwt-jwks-file), owned
+	 * here so that SIGHUP can re-read it; NULL otherwise. */
+	sg_jwks_file *jwks;
+	/* systemd (main thread only). */
+	sg_notify *notify;
+	bool notified_ready; /* READY=1 has been sent once */
+	char status[SG_NOTIFY_STATUS_MAX];
+	uint64_t pool_completed;   /* the watchdog's view of the signer pool */
+	uint64_t pool_progress_ns; /* when it last completed work or was idle */
+	bool pool_wedged_logged;
 } daemon;
 
 /* ---- TLS material for gRPC ------------------------------------------------ */
@@ -385,8 +418,14 @@ static int setup_auth(daemon *d, const char *const *aud, size_t naud)
 		rc = sg_error_set(SG_EINVAL, "jwt-issuer and jwt-jwks-file are required to authenticate workloads "
 					     "without a Kubernetes API");
 	} else {
+		rc = sg_jwks_file_new(&d->jwks, s->jwt_jwks_file);
+		if (rc < 0) {
+			for (size_t i = 0; i < n; i++)
+				list[i].free(list[i].self);
+			return rc;
+		}
 		sg_authn_jwt_options jo = {
-			.jwks_file = s->jwt_jwks_file,
+			.jwks_source = d->jwks,
 			.issuer = s->jwt_issuer,
 			.audiences = aud,
 			.n_audiences = naud,
@@ -477,34 +516,52 @@ static int load_root(daemon *d, const char **root, size_t *len, char **own)
 /* root-ca-file is followed like istio-csr follows it: a changed file
  * replaces the bundle returned to clients, trusted for client
  * certificates and distributed to namespaces. A broken new file keeps the
- * old bundle (and is reported once per change). */
-static void reload_root(daemon *d)
+ * old bundle (and is reported once per change). force (SIGHUP) reads the
+ * file whether or not it looks changed, and reports a failure as an error
+ * (the operator asked for this reload); the detail stays set for the
+ * caller. */
+static int reload_root(daemon *d, bool force)
 {
 	const char *path = d->a.d.root_ca_file;
 	struct stat st;
-	if (!path || stat(path, &st) != 0 || same_file(&d->root_file, &st))
-		return;
+	if (!path)
+		return SG_OK;
+	if (stat(path, &st) != 0) {
+		if (!force)
+			return SG_OK; /* a file being replaced; the next tick looks again */
+		int rc = sg_error_set(SG_ENOTFOUND, "cannot stat root-ca-file %s", path);
+		sg_log_error_last(SG_LOG_ERROR, "root-ca-file cannot be reloaded; keeping the previous roots");
+		return rc;
+	}
+	if (!force && same_file(&d->root_file, &st))
+		return SG_OK;
 	char *root = NULL;
 	size_t len = 0;
 	struct file_id id;
 	/* A broken file is reported once per change: its identity is noted so
 	 * that the next tick does not read it again. */
-	if (read_root_file(path, &root, &len, &id) < 0 || sg_ca_check_bundle(d->ca, root, len, path) < 0) {
+	int rc = read_root_file(path, &root, &len, &id);
+	if (rc == SG_OK)
+		rc = sg_ca_check_bundle(d->ca, root, len, path);
+	if (rc < 0) {
 		free(root);
 		d->root_file = (struct file_id){.dev = st.st_dev, .ino = st.st_ino, .size = st.st_size,
 						.mtime = st.st_mtim, .known = true};
-		sg_log_error_last(SG_LOG_WARN, "root-ca-file changed but cannot be used; keeping the previous roots");
-		return;
+		sg_log_error_last(force ? SG_LOG_ERROR : SG_LOG_WARN,
+		                  force ? "root-ca-file cannot be reloaded; keeping the previous roots"
+		                        : "root-ca-file changed but cannot be used; keeping the previous roots");
+		return rc;
 	}
 	if (sg_service_root_is(d->svc, root, len)) {
 		free(root);
 		d->root_file = id;
-		return;
+		return SG_OK;
 	}
-	if (sg_service_set_root(d->svc, root, len) < 0) { /* retried on the next tick */
+	rc = sg_service_set_root(d->svc, root, len);
+	if (rc < 0) { /* retried on the next tick */
 		free(root);
-		sg_log_error_last(SG_LOG_WARN, "cannot use the new root bundle");
-		return;
+		sg_log_error_last(force ? SG_LOG_ERROR : SG_LOG_WARN, "cannot use the new root bundle");
+		return rc;
 	}
 	d->root_file = id;
 	if (sg_serving_set_client_ca(d->serving, root) < 0)
@@ -512,6 +569,7 @@ static void reload_root(daemon *d)
 	sg_cluster_set_root(d->cluster, root, len);
 	free(root);
 	sg_log(SG_LOG_INFO, "root bundle reloaded", SG_F_STR("file", path), SG_F_INT("bytes", (int64_t)len), SG_F_END);
+	return SG_OK;
 }
 
 /* issuer-cas: "name=config-file,...": each a CA of its own (a key in a
@@ -717,6 +775,9 @@ static int start(daemon *d)
 
 static void stop(daemon *d)
 {
+	/* First, so that systemd knows the drain (up to shutdown-grace) is a
+	 * shutdown and not a hang. */
+	sg_notify_stopping(d->notify);
 	atomic_store(&d->ready, false);
 	atomic_store(&d->stopping, true);
 	if (d->svc)
@@ -733,6 +794,7 @@ static void stop(daemon *d)
 	 * runs), then the pool drains and the HSM closes. */
 	if (d->auth_ready)
 		d->auth.free(d->auth.self);
+	sg_jwks_file_free(d->jwks); /* after the authenticator that borrowed it */
 	sg_cluster_free(d->cluster);
 	sg_appliance_free(d->app);
 	for (size_t i = 0; i < d->nextra; i++) {
@@ -750,12 +812,127 @@ static void stop(daemon *d)
  * so that a Service sends new connections elsewhere. */
 #define REFUSED_UNREADY_NS 2000000000ull
 
+/* ---- systemd ----------------------------------------------------------------- */
+
+/* The value of one series of a family in the rendered metrics (labels
+ * NULL: the sum of all its series; otherwise the series whose labels start
+ * with it, e.g. "{grpc_code=\"OK\"}"). The text is what /metrics serves,
+ * rendered by us: one "name{labels} value" per line. */
+static uint64_t metric_sum(const char *text, const char *name, const char *labels)
+{
+	size_t nlen = strlen(name);
+	double sum = 0;
+	for (const char *line = text; line && *line;) {
+		const char *eol = strchr(line, '\n');
+		if (strncmp(line, name, nlen) == 0 && (line[nlen] == ' ' || line[nlen] == '{') &&
+		    (!labels || strncmp(line + nlen, labels, strlen(labels)) == 0)) {
+			const char *sp = eol ? eol : line + strlen(line);
+			while (sp > line && sp[-1] != ' ')
+				sp--;
+			sum += strtod(sp, NULL);
+		}
+		line = eol ? eol + 1 : NULL;
+	}
+	return sum > 0 && sum < 1.8e19 ? (uint64_t)sum : 0;
+}
+
+/* "ready; issued 3, refused/failed 1" or "not ready: HSM down; ...". The
+ * counts are the service's own metrics: citadel_server_success_cert_
+ * issuance_count, and the calls answered with any status but OK
+ * (signet_grpc_requests_total), so that STATUS and /metrics never
+ * disagree. */
+static void status_text(daemon *d, char *buf, size_t size, const char *why_not)
+{
+	char *text SG_AUTOFREE = NULL;
+	size_t len;
+	uint64_t issued = 0, refused = 0;
+	if (d->m.reg && sg_metrics_render(d->m.reg, &text, &len) == SG_OK) {
+		issued = metric_sum(text, "citadel_server_success_cert_issuance_count", NULL);
+		uint64_t calls = metric_sum(text, "signet_grpc_requests_total", NULL);
+		uint64_t ok = metric_sum(text, "signet_grpc_requests_total", "{grpc_code=\"OK\"}");
+		refused = calls > ok ? calls - ok : 0;
+	}
+	snprintf(buf, size, "%s%s; issued %" PRIu64 ", refused/failed %" PRIu64, why_not ? "not ready: " : "ready",
+	         why_not ? why_not : "", issued, refused);
+}
+
+/* READY=1 the first time the daemon is ready (after /readyz says so: the
+ * flag it reads is set first), STATUS= whenever the line changes. Before
+ * the first READY=1 systemd shows the unit as "activating" with the
+ * reason it is not ready yet. */
+static void notify_state(daemon *d, const char *why_not)
+{
+	if (!sg_notify_enabled(d->notify))
+		return;
+	status_text(d, d->status, sizeof(d->status), why_not);
+	if (!why_not && !d->notified_ready) {
+		sg_notify_ready(d->notify, d->status);
+		d->notified_ready = true;
+		return;
+	}
+	sg_notify_status(d->notify, d->status);
+}
+
+/* A signer pool with work outstanding that completed nothing for this long
+ * is taken as wedged (a C_Sign that never returns): far beyond any
+ * signature, and beyond server-timeout's default, after which queued work
+ * completes with a timeout. */
+#define POOL_WEDGED_NS (60ull * 1000000000ull)
+
+/* What a WATCHDOG=1 ping vouches for: the main thread runs (signals are
+ * taken, housekeeping renews the serving certificate and computes
+ * readiness) and the signer pool makes progress. A pool whose threads are
+ * all stuck inside the PKCS#11 module cannot be cured from inside the
+ * process, so the ping is withheld and systemd restarts signetd
+ * (WatchdogSec=, Restart=). An HSM that is down is not withheld for: the
+ * HSM layer reconnects by itself, /readyz already sends clients elsewhere,
+ * and a restart cannot make an unreachable HSM reachable; it would only
+ * turn an outage into a restart loop that also loses the warm sessions. */
+static bool pool_progressing(daemon *d, uint64_t now_ns)
+{
+	sg_pool_stats st;
+	sg_pool_stats_get(d->pool, &st);
+	if (st.completed != d->pool_completed || st.submitted == st.completed) {
+		d->pool_completed = st.completed;
+		d->pool_progress_ns = now_ns;
+		d->pool_wedged_logged = false;
+		return true;
+	}
+	if (now_ns - d->pool_progress_ns < POOL_WEDGED_NS)
+		return true;
+	if (!d->pool_wedged_logged)
+		sg_log(SG_LOG_ERROR, "signer pool makes no progress; withholding the systemd watchdog ping",
+		       SG_F_INT("outstanding", (int64_t)(st.submitted - st.completed)),
+		       SG_F_INT("seconds", (int64_t)((now_ns - d->pool_progress_ns) / 1000000000u)), SG_F_END);
+	d->pool_wedged_logged = true;
+	return false;
+}
+
+static void watchdog_ping(daemon *d)
+{
+	if (sg_notify_watchdog_usec(d->notify) && pool_progressing(d, sg_now_ns()))
+		sg_notify_watchdog(d->notify);
+}
+
+/* How long the main loop waits for a signal: a second (housekeeping's
+ * pace), or half the watchdog interval when that is shorter, so that a
+ * ping is never late (sd_watchdog_enabled(3) asks for half). */
+static struct timespec loop_wait(const daemon *d)
+{
+	uint64_t ns = 1000000000ull, wd = sg_notify_watchdog_usec(d->notify);
+	if (wd && wd / 2 * 1000u < ns)
+		ns = wd / 2 * 1000u;
+	if (ns < 1000000u) /* a watchdog under 2 ms cannot be served anyway */
+		ns = 1000000u;
+	return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
+}
+
 /* Ready when the HSM can sign, the CA is loaded (it is, once started), the
  * serving certificate is valid and the gRPC listener takes connections. */
 static void housekeeping(daemon *d)
 {
 	int64_t now = sg_wall_seconds();
-	reload_root(d);
+	(void)reload_root(d, false); /* logged inside; retried on the next tick */
 	sg_cluster_tick(d->cluster);
 	if (sg_serving_tick(d->serving, now) < 0)
 		sg_log_error_last(SG_LOG_WARN, "serving certificate renewal failed; will retry");
@@ -773,12 +950,67 @@ static void housekeeping(daemon *d)
 	d->m.seen_refused_limit = gs.refused_limit;
 	d->m.seen_refused_fds = gs.refused_fds;
 	bool accepting = !gs.last_refused_ns || sg_now_ns() - gs.last_refused_ns >= REFUSED_UNREADY_NS;
-	bool ok = hsm_stats(d).state != SG_HSM_DOWN && sg_serving_not_after(d->serving) > now &&
-		  !atomic_load(&d->stopping) && accepting;
+	const char *why_not = hsm_stats(d).state == SG_HSM_DOWN       ? "HSM down"
+			      : sg_serving_not_after(d->serving) <= now ? "serving certificate expired"
+			      : atomic_load(&d->stopping)               ? "stopping"
+			      : !accepting                              ? "not accepting connections"
+									: NULL;
+	bool ok = !why_not;
 	bool was = atomic_exchange(&d->ready, ok);
 	if (was != ok)
 		sg_log(ok ? SG_LOG_INFO : SG_LOG_WARN, ok ? "ready" : "not ready",
 		       SG_F_STR("hsm", hsm_stats(d).last_fault), SG_F_INT("accepting", accepting), SG_F_END);
+	notify_state(d, why_not); /* after the flag /readyz reads */
+}
+
+/* Appends ",what" (or "what") to a list of setting names. */
+static void note(char *list, size_t size, const char *what)
+{
+	size_t len = strlen(list);
+	snprintf(list + len, size - len, "%s%s", len ? "," : "", what);
+}
+
+/* SIGHUP (the unit's ExecReload=kill -HUP $MAINPID): re-read every file
+ * signetd serves from, now, whether or not it looks changed. Each is
+ * independent: one that cannot be used keeps what was loaded before and
+ * is logged as an error with the reason; the others still reload. One
+ * "reloaded" record names what was re-read and what failed. Readiness is
+ * recomputed before READY=1 tells systemd the reload is over. Before the
+ * first READY=1 systemd expects none of this, so nothing is sent. */
+static void reload(daemon *d)
+{
+	bool tell = d->notified_ready;
+	if (tell)
+		sg_notify_reloading(d->notify);
+	char done[128] = "", failed[128] = "";
+	bool files = false;
+	if (sg_serving_reload(d->serving, &files) < 0) {
+		sg_log_error_last(SG_LOG_ERROR, "serving certificate files cannot be reloaded; keeping the previous ones");
+		note(failed, sizeof(failed), "serving-certificate-file");
+	} else if (files) {
+		note(done, sizeof(done), "serving-certificate-file");
+	}
+	if (d->a.d.root_ca_file) {
+		if (reload_root(d, true) < 0)
+			note(failed, sizeof(failed), "root-ca-file");
+		else
+			note(done, sizeof(done), "root-ca-file");
+	}
+	/* The key source re-reads the file when its inode, size or mtime
+	 * changed (sg_jwt.h), now rather than at its once-a-second check. */
+	if (d->jwks) {
+		if (sg_jwks_file_refresh(d->jwks) < 0) {
+			sg_log_error_last(SG_LOG_ERROR, "jwt-jwks-file cannot be reloaded; keeping the previous keys");
+			note(failed, sizeof(failed), "jwt-jwks-file");
+		} else {
+			note(done, sizeof(done), "jwt-jwks-file");
+		}
+	}
+	sg_log(*failed ? SG_LOG_WARN : SG_LOG_INFO, "reloaded", SG_F_STR("reread", *done ? done : "nothing"),
+	       SG_F_STR("failed", failed), SG_F_END);
+	housekeeping(d);
+	if (tell)
+		sg_notify_ready(d->notify, d->status);
 }
 
 /* Connections are descriptors: take the whole hard limit the process is
@@ -816,10 +1048,37 @@ static void set_sched_batch(bool on)
 
 static void usage(void)
 {
-	printf("usage: signetd --config FILE [options]\n\n"
+	printf("usage: signetd {--config FILE | --init-dir DIR} [options]\n\n"
 	       "Serves istio.v1.auth.IstioCertificateService/CreateCertificate with CA keys in a PKCS#11 token.\n"
 	       "Every option may also be a line \"name = value\" in the config file; options override it.\n\n");
 	sg_opt_usage(opts, NOPTS, stdout);
+}
+
+/*
+ * --init-dir: the settings again, with STATE/ca/signet.conf (made now on
+ * a first start) as the first config file, so --config files and flags
+ * still override it. Runs before any thread exists, as sg_init needs (the
+ * SoftHSM2 module sets SOFTHSM2_CONF), and with the log settings of the
+ * first pass, so that its records have the format asked for.
+ */
+static int use_init_dir(daemon_args *a, int argc, char **argv, sg_opt_result *res)
+{
+	sg_settings_apply_log(&a->s);
+	char conf[PATH_MAX];
+	SG_TRY(sg_init_default_dir(a->init_dir, conf, sizeof(conf)));
+	char *flag SG_AUTOFREE = NULL;
+	size_t len = strlen("--config=") + strlen(conf) + 1;
+	flag = malloc(len);
+	char **args SG_AUTOFREE = calloc((size_t)argc + 1, sizeof(*args));
+	SG_ENSURE(flag && args, SG_EINTERNAL, "out of memory");
+	snprintf(flag, len, "--config=%s", conf);
+	args[0] = flag;
+	for (int i = 1; i < argc; i++)
+		args[i] = argv[i];
+	sg_opt_free(opts, NOPTS, a);
+	char **pos = res->argv;
+	*res = (sg_opt_result){.argv = pos};
+	return sg_opt_parse(opts, NOPTS, a, argc, args, res);
 }
 
 int main(int argc, char **argv)
@@ -837,6 +1096,12 @@ int main(int argc, char **argv)
 		return 1;
 	sg_opt_result res = {.argv = pos};
 	int rc = sg_opt_parse(opts, NOPTS, &d.a, argc - 1, argv + 1, &res);
+	if (rc == SG_OK && !res.help && d.a.init_dir && use_init_dir(&d.a, argc, argv, &res) < 0) {
+		/* Not a usage error: the folder or the token failed. */
+		fprintf(stderr, "signetd: %s\n", sg_error_last()->msg);
+		sg_opt_free(opts, NOPTS, &d.a);
+		return 1;
+	}
 	if (rc == SG_OK && res.help) {
 		usage();
 		sg_opt_free(opts, NOPTS, &d.a);
@@ -846,6 +1111,8 @@ int main(int argc, char **argv)
 		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
 	if (rc == SG_OK)
 		rc = check_settings(&d.a);
+	if (rc == SG_OK)
+		rc = sg_settings_check(&d.a.s);
 	if (rc < 0) {
 		fprintf(stderr, "signetd: %s\n", sg_error_last()->msg);
 		sg_opt_free(opts, NOPTS, &d.a);
@@ -866,29 +1133,48 @@ int main(int argc, char **argv)
 	set_sched_batch(d.a.d.sched_batch);
 	raise_fd_limit();
 
-	rc = start(&d);
+	rc = sg_notify_new(&d.notify);
+	if (rc == SG_OK)
+		rc = start(&d);
 	if (rc < 0) {
 		sg_error e;
 		sg_error_save(&e);
 		sg_log(SG_LOG_ERROR, "cannot start", SG_F_STR("error", e.msg), SG_F_END);
 		fprintf(stderr, "signetd: %s\n", e.msg);
+		char why[sizeof("cannot start: ") + SG_ERROR_MSG_MAX]; /* sg_notify cuts it to a STATUS line */
+		snprintf(why, sizeof(why), "cannot start: %s", e.msg);
+		sg_notify_status(d.notify, why);
 		stop(&d);
+		sg_notify_free(d.notify);
 		sg_opt_free(opts, NOPTS, &d.a);
 		return 1;
 	}
 	housekeeping(&d);
+	d.pool_progress_ns = sg_now_ns();
+	watchdog_ping(&d);
+	uint64_t last_tick = sg_now_ns();
 	for (;;) {
-		struct timespec one = {1, 0};
-		int sig = sigtimedwait(&set, NULL, &one);
+		struct timespec wait = loop_wait(&d);
+		int sig = sigtimedwait(&set, NULL, &wait);
 		if (sig == SIGTERM || sig == SIGINT) {
 			sg_log(SG_LOG_INFO, "shutting down", SG_F_STR("signal", sig == SIGTERM ? "TERM" : "INT"),
 			       SG_F_INT("grace_s", d.a.d.shutdown_grace), SG_F_END);
 			break;
 		}
-		housekeeping(&d);
+		if (sig == SIGHUP) {
+			reload(&d);
+			last_tick = sg_now_ns();
+		} else if (sg_now_ns() - last_tick >= 1000000000ull - 1000000ull) {
+			/* Once a second, whatever the watchdog's pace (1 ms of
+			 * slack for the wait's rounding). */
+			housekeeping(&d);
+			last_tick = sg_now_ns();
+		}
+		watchdog_ping(&d);
 	}
 	stop(&d);
 	sg_log(SG_LOG_INFO, "stopped", SG_F_END);
+	sg_notify_free(d.notify);
 	sg_opt_free(opts, NOPTS, &d.a);
 	return 0;
 }

@@ -10,7 +10,10 @@
 #include "sg_guard.h"
 #include "sg_log.h"
 
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 const char *const sg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 const char *const sg_log_format_names[] = {"text", "json", NULL};
@@ -26,13 +29,59 @@ void sg_settings_apply_log(const sg_settings *s)
 	sg_log_configure((sg_log_level)s->log_level, (sg_log_format)s->log_format);
 }
 
+int sg_settings_check(const sg_settings *s)
+{
+	const char *n = s->pin_credential;
+	if (!n)
+		return SG_OK;
+	/* The name is joined to a directory: one path component, so it cannot
+	 * reach outside $CREDENTIALS_DIRECTORY. */
+	SG_ENSURE(*n, SG_EINVAL, "pin-credential: the credential name is empty");
+	SG_ENSURE(strlen(n) <= SG_SETTINGS_CREDENTIAL_MAX, SG_EINVAL,
+	          "pin-credential: a credential name has at most %d bytes", SG_SETTINGS_CREDENTIAL_MAX);
+	SG_ENSURE(!strchr(n, '/') && strcmp(n, ".") != 0 && strcmp(n, "..") != 0, SG_EINVAL,
+	          "pin-credential: \"%s\" is not a credential name (one file name: no '/', not . or ..)", n);
+	return SG_OK;
+}
+
+/* $CREDENTIALS_DIRECTORY/NAME. systemd sets the variable (an absolute path)
+ * for a unit with LoadCredential= or SetCredential=; anywhere else it is
+ * absent, and the error says where it comes from rather than "no such
+ * file". */
+static int credential_pin(const sg_settings *s, sg_secret **out)
+{
+	SG_TRY(sg_settings_check(s));
+	const char *dir = getenv("CREDENTIALS_DIRECTORY");
+	SG_ENSURE(dir && *dir, SG_EINVAL,
+	          "pin-credential %s: CREDENTIALS_DIRECTORY is not set; LoadCredential= in the unit provides it",
+	          s->pin_credential);
+	SG_ENSURE(dir[0] == '/', SG_EINVAL, "pin-credential %s: CREDENTIALS_DIRECTORY is not an absolute path",
+	          s->pin_credential);
+	char path[PATH_MAX];
+	int n = snprintf(path, sizeof(path), "%s/%s", dir, s->pin_credential);
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(path), SG_EINVAL, "pin-credential %s: the path is too long",
+	          s->pin_credential);
+	int rc = sg_secret_from_file(out, path);
+	if (rc < 0) {
+		char why[SG_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		SG_BAIL(rc, "pin-credential %s: %s", s->pin_credential, why);
+	}
+	return SG_OK;
+}
+
+/* The credential first: a unit passes --pin-credential while the config
+ * file that `signetctl init` wrote still says pin-file, and the unit's
+ * choice is the one meant. */
 int sg_settings_pin(const sg_settings *s, sg_secret **out)
 {
+	if (s->pin_credential)
+		return credential_pin(s, out);
 	if (s->pin_file && *s->pin_file)
 		return sg_secret_from_file(out, s->pin_file);
 	if (s->pin_env && *s->pin_env)
 		return sg_secret_from_env(out, s->pin_env);
-	SG_BAIL(SG_EINVAL, "no PIN source: set pin-file or pin-env");
+	SG_BAIL(SG_EINVAL, "no PIN source: set pin-credential, pin-file or pin-env");
 }
 
 void sg_settings_hsm_options(const sg_settings *s, const sg_secret *pin, sg_hsm_options *o)

@@ -28,6 +28,7 @@ typedef struct sg_settings {
 	char *hsm_key;
 	char *pin_file;
 	char *pin_env;
+	char *pin_credential; /* systemd credential (LoadCredential=) holding the PIN */
 	char *hsm_init_reserved;
 	char *softhsm2_conf;
 	bool hsm_copy_key;
@@ -46,6 +47,10 @@ typedef struct sg_settings {
 	int log_format; /* index into sg_log_format_names */
 } sg_settings;
 
+/* A credential name is one file name in $CREDENTIALS_DIRECTORY (systemd
+ * limits it to NAME_MAX too). */
+#define SG_SETTINGS_CREDENTIAL_MAX 255
+
 extern const char *const sg_log_level_names[];
 extern const char *const sg_log_format_names[];
 
@@ -62,6 +67,9 @@ extern const char *const sg_log_format_names[];
 	 "file holding the token user PIN (mode 0600)", false},                                                    \
 	{"pin-env", SG_OPT_STRING, offsetof(T, m.pin_env), NULL, 0, 256, NULL,                                     \
 	 "environment variable holding the token user PIN", false},                                                \
+	{"pin-credential", SG_OPT_STRING, offsetof(T, m.pin_credential), NULL, 0, SG_SETTINGS_CREDENTIAL_MAX, NULL,   \
+	 "systemd credential holding the token user PIN: $CREDENTIALS_DIRECTORY/NAME (LoadCredential=NAME:PATH); "  \
+	 "takes precedence over pin-file and pin-env", false},                                                      \
 	{"hsm-init-reserved", SG_OPT_STRING, offsetof(T, m.hsm_init_reserved), NULL, 0, 4096, NULL,                \
 	 "C_Initialize pReserved string (NSS softoken)", false},                                                   \
 	{"softhsm2-conf", SG_OPT_PATH, offsetof(T, m.softhsm2_conf), NULL, 0, 0, NULL,                             \
@@ -108,8 +116,20 @@ SG_API sg_hsm *sg_appliance_hsm(sg_appliance *a);
 SG_API const sg_ca *sg_appliance_ca(sg_appliance *a);
 SG_API sg_pool *sg_appliance_pool(sg_appliance *a);
 
-/* Reads the PIN named by the settings (pin-file, else pin-env). */
+/* Reads the PIN named by the settings, the first that is set of:
+ * pin-credential ($CREDENTIALS_DIRECTORY/NAME, which systemd's
+ * LoadCredential= provides), pin-file, pin-env. A credential and a file are
+ * read with sg_secret_from_file (same checks). SG_EINVAL when none is set,
+ * when the credential name is bad (see sg_settings_check) or when
+ * CREDENTIALS_DIRECTORY is not set (or not absolute). Caller frees *out with
+ * sg_secret_free. */
 SG_API int sg_settings_pin(const sg_settings *s, sg_secret **out) SG_MUST_CHECK;
+/* What the table's bounds cannot say about the settings, checked without
+ * touching the HSM or the environment, so that a program can refuse a bad
+ * value before it starts anything: a pin-credential name must be one file
+ * name (non-empty, no '/', not "." or "..", at most
+ * SG_SETTINGS_CREDENTIAL_MAX bytes). SG_EINVAL naming the setting. */
+SG_API int sg_settings_check(const sg_settings *s) SG_MUST_CHECK;
 /* Fills HSM options from settings; pin is borrowed. */
 SG_API void sg_settings_hsm_options(const sg_settings *s, const sg_secret *pin, sg_hsm_options *o);
 /* Applies log-level and log-format. */

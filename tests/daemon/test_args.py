@@ -16,6 +16,9 @@ This test checks, against a SoftHSM2 CA that `signetctl init` makes:
     the DNS name it asks for;
   * --log-level takes klog's numbers (1: info, 2 and above: debug);
   * Go's duration strings (1h0m0s, 30m0s) and the config file's same names;
+  * --init-dir (the container's command line): the first start makes the
+    embedded default in the state folder, a restart uses it unchanged, a
+    --config beside it overrides its settings, a missing folder is exit 1;
   * values signetd has no meaning for are refused at once, exit status 2,
     naming the flag: --issuer-enabled=false, a key size that does not fit
     the algorithm, log levels outside 0..10 or not plain decimal.
@@ -181,10 +184,11 @@ class Args(unittest.TestCase):
         self.addCleanup(d.stop)
         return d
 
-    def served_key(self, d, server_name=DNS):
-        """The serving certificate, verified against the mesh root under
-        server_name, as istio-agent connects (ALPN h2)."""
-        ctx = ssl.create_default_context(cafile=self.root)
+    def served_key(self, d, server_name=DNS, root=None):
+        """The serving certificate, verified against the mesh root (root,
+        default the class's CA) under server_name, as istio-agent connects
+        (ALPN h2)."""
+        ctx = ssl.create_default_context(cafile=root or self.root)
         ctx.set_alpn_protocols(["h2"])
         with socket.create_connection(("127.0.0.1", d.serving["port"]), timeout=10) as sock:
             with ctx.wrap_socket(sock, server_hostname=server_name) as tls:
@@ -260,6 +264,38 @@ class Args(unittest.TestCase):
         self.assertEqual(key.key_size, 3072)
         self.assertTrue([r for r in d.records() if r.get("level") == "debug"])
         self.assertEqual(d.stop(), 0)
+
+    def test_init_dir_makes_the_embedded_default_once(self):
+        # The container's command line: no --config, a state folder. The
+        # first start makes the CA there; a restart uses it unchanged; a
+        # --config file given beside it overrides the CA's own settings.
+        state = os.path.join(self.tmp, "state")
+        os.mkdir(state)
+        common = ["--init-dir", state, "--http-address", "127.0.0.1", "--serving-address", "127.0.0.1:0",
+                  "--metrics-port", "0", "--readiness-probe-port", "0", "--log-format", "json"]
+        d = self.start(common, "init1")
+        self.assertTrue(self.ready(d))
+        root = os.path.join(state, "ca", "root-cert.pem")
+        first_root = read(root)
+        self.served_key(d, server_name="localhost", root=root)  # served from the new CA
+        self.assertTrue([r for r in d.records() if r.get("msg") == "embedded default CA created"])
+        self.assertTrue(os.path.exists(os.path.join(state, "so-pin")))
+        self.assertFalse(os.path.exists(os.path.join(state, "ca", "so-pin")))
+        self.assertEqual(d.stop(), 0)
+
+        site = os.path.join(self.tmp, "site.conf")
+        with open(site, "w") as f:
+            f.write("serving-certificate-dns-names = site.example\n")
+        d = self.start([*common, "--config", site], "init2")
+        self.assertTrue(self.ready(d))
+        self.assertEqual(read(root), first_root)
+        self.assertFalse([r for r in d.records() if r.get("msg") == "embedded default CA created"])
+        self.served_key(d, server_name="site.example", root=root)  # the site file's name, verified
+        self.assertEqual(d.stop(), 0)
+
+        code, err = self.refused(["--init-dir", os.path.join(self.tmp, "nonexistent")])
+        self.assertEqual(code, 1)
+        self.assertIn("cannot use the state folder", err)
 
     def test_ecdsa_default_size_and_signet_default(self):
         # ECDSA without a size is P-256 (istio-csr would refuse its own
