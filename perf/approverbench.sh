@@ -31,7 +31,7 @@ set +a
 
 # The CRDs: cert-manager's CertificateRequest and the
 # CertificateRequestPolicy signet ships.
-/usr/bin/python3 "$top/tests/kube/kube_rest.py" apply-crds "$top/tests/controllers/fixtures/certificaterequests.crd.yaml" "$top/packaging/kubernetes/policy-crds.yaml"
+/usr/bin/python3 "$top/tests/kube/kube_rest.py" apply-crds "$top/tests/controllers/fixtures/certificaterequests.crd.yaml" "$top/packaging/kubernetes/base/policy-crds.yaml"
 
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), count=$count, load $(cut -d' ' -f1-3 /proc/loadavg)"
 # shellcheck disable=SC2086

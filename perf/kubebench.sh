@@ -25,7 +25,7 @@ set -a; . "$tmp/api/env"; set +a
 "$build/ctl/signetctl" init --dir "$tmp/ca" --log-level warn >/dev/null
 
 # The CRDs: signet's issuer kinds and cert-manager's CertificateRequest.
-/usr/bin/python3 "$top/tests/kube/kube_rest.py" apply-crds "$top/packaging/kubernetes/crds.yaml" "$top/tests/controllers/fixtures/certificaterequests.crd.yaml"
+/usr/bin/python3 "$top/tests/kube/kube_rest.py" apply-crds "$top/packaging/kubernetes/base/crds.yaml" "$top/tests/controllers/fixtures/certificaterequests.crd.yaml"
 
 echo "# $(date -u +%FT%TZ) $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), count=$count"
 for limit in "--qps 80 --burst 160" "--qps 0"; do

@@ -105,7 +105,7 @@ def main():
         env = dict(line.split("=", 1) for line in open(os.path.join(api, "env")).read().splitlines() if "=" in line)
         k = kube_rest.Kube(env)
         k.apply_crds(os.path.join(MANIFESTS, "operator-crds.yaml"))
-        k.apply_crds(os.path.join(MANIFESTS, "crds.yaml"))
+        k.apply_crds(os.path.join(MANIFESTS, "base", "crds.yaml"))
         for ns in (CSR_NS, ISTIO, TRUST_OPERAND):
             k.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         k.ok("POST", f"/apis/signet.dev/v1alpha1/namespaces/{ISTIO}/signetissuers",

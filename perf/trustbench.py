@@ -92,7 +92,7 @@ def main():
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         env = dict(line.split("=", 1) for line in open(os.path.join(api, "env")).read().splitlines() if "=" in line)
         k = Kube(env)
-        for doc in yaml.safe_load_all(open(os.path.join(TOP, "packaging/kubernetes/trust-crds.yaml"))):
+        for doc in yaml.safe_load_all(open(os.path.join(TOP, "packaging/kubernetes/base/trust-crds.yaml"))):
             if doc:
                 k.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
         while k.req("GET", "/apis/trust.cert-manager.io/v1alpha1/bundles")[0] != 200:

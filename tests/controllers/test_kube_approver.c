@@ -224,7 +224,7 @@ static void t_start(void)
 	if (!k)
 		exit(1);
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/tests/controllers/fixtures/certificaterequests.crd.yaml"));
-	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/policy-crds.yaml"));
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/policy-crds.yaml"));
 	apply("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_A
 	      "\",\"labels\":{\"team\":\"a\"}}}");
 	apply("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_B "\"}}");
@@ -458,7 +458,7 @@ static void t_with_issuer(void)
 	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
 	if (!app)
 		return;
-	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/crds.yaml"));
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/crds.yaml"));
 	sg_kubesign_ca cas[1] = {{.name = "default", .app = app}};
 	sg_signetissuer *iss = NULL;
 	sg_cmissuer *cm = NULL;

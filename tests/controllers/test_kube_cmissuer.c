@@ -1,6 +1,6 @@
 /*
  * The cert-manager external issuer against a real kube-apiserver: the
- * project's CRDs (packaging/kubernetes/crds.yaml), cert-manager's
+ * project's CRDs (packaging/kubernetes/base/crds.yaml), cert-manager's
  * CertificateRequest CRD (a fixture written from its documented schema),
  * a real CA (SoftHSM2 token made by signetctl init, the signer pool through
  * sg_appliance), the issuers controller and the CertificateRequest
@@ -317,7 +317,7 @@ static void t_start(void)
 	root = read_text(fx.root);
 	if (!app || !root)
 		exit(1);
-	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/crds.yaml"));
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/crds.yaml"));
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/tests/controllers/fixtures/certificaterequests.crd.yaml"));
 	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
 	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS);

@@ -85,7 +85,7 @@ static bool already_exists(int rc)
 }
 
 /* The SignetClusterIssuer CRD, as loose as it can be: the test does not
- * depend on packaging/kubernetes/crds.yaml (a stricter one already there
+ * depend on packaging/kubernetes/base/crds.yaml (a stricter one already there
  * accepts what this test writes). */
 static void crd_ensure(void)
 {

@@ -54,9 +54,9 @@
 #error "SOURCE_DIR (the project's top folder) must be defined"
 #endif
 
-#define CRDS SOURCE_DIR "/packaging/kubernetes/crds.yaml"
-#define POLICY_CRDS SOURCE_DIR "/packaging/kubernetes/policy-crds.yaml"
-#define RBAC SOURCE_DIR "/packaging/kubernetes/rbac.yaml"
+#define CRDS SOURCE_DIR "/packaging/kubernetes/base/crds.yaml"
+#define POLICY_CRDS SOURCE_DIR "/packaging/kubernetes/base/policy-crds.yaml"
+#define RBAC SOURCE_DIR "/packaging/kubernetes/base/rbac.yaml"
 #define CR_CRD TESTDATA "/fixtures/certificaterequests.crd.yaml"
 #define NS "manifests"
 #define SIGNET_USER "system:serviceaccount:signet-system:signet"

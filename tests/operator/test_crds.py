@@ -890,7 +890,7 @@ class Operator(unittest.TestCase):
         trust-rbac.yaml, a ClusterRoleBinding to it, and each of their Roles
         with a RoleBinding, in a namespace of the test. The API server's
         escalation check passes only for rules the operator holds."""
-        files = ("rbac.yaml", "trust-rbac.yaml")
+        files = ("base/rbac.yaml", "base/trust-rbac.yaml")
         ns = "operator-grants"
         E.kube.namespace(ns)
         name = "signet-operator-test-operands"

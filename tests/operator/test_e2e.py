@@ -581,7 +581,7 @@ class Env:
                         if "=" in line)
         self.kube = k = kube_rest.Kube(self.env)
         k.apply_crds(os.path.join(MANIFESTS, "operator-crds.yaml"))
-        k.apply_crds(os.path.join(MANIFESTS, "crds.yaml"))
+        k.apply_crds(os.path.join(MANIFESTS, "base", "crds.yaml"))
         for ns in (NS, ISTIO, "apps"):
             k.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         k.ok("POST", "/api/v1/namespaces/apps/serviceaccounts",

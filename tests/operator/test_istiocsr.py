@@ -103,7 +103,7 @@ class Env:
         self.kube = kube_rest.Kube(self.env)
         k = self.kube
         k.apply_crds(os.path.join(MANIFESTS, "operator-crds.yaml"))
-        k.apply_crds(os.path.join(MANIFESTS, "crds.yaml"))
+        k.apply_crds(os.path.join(MANIFESTS, "base", "crds.yaml"))
         for crd in (loose_crd("issuers", "Issuer", "Namespaced"), loose_crd("clusterissuers", "ClusterIssuer", "Cluster"),
                     loose_crd("certificates", "Certificate", "Namespaced")):
             code, out = k.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)

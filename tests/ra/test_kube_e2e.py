@@ -738,7 +738,7 @@ class IssuerCAs(Base):
     @classmethod
     def setUpClass(cls):
         top = os.path.dirname(os.path.dirname(KUBE_SCRIPTS))
-        apply_crds(os.path.join(top, "packaging", "kubernetes", "crds.yaml"))
+        apply_crds(os.path.join(top, "packaging", "kubernetes", "base", "crds.yaml"))
         apply_crds(os.path.join(top, "tests", "controllers", "fixtures", "certificaterequests.crd.yaml"))
         C.kube.namespace(cls.NS)
         cls.second = os.path.join(C.tmp, "second-ca")

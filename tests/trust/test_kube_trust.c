@@ -1,7 +1,7 @@
 /*
  * The Bundle controller (sg_trust) against a real kube-apiserver 1.20:
  * trust-manager's Bundle CRD as signet ships it
- * (packaging/kubernetes/trust-crds.yaml), the controller in process on the
+ * (packaging/kubernetes/base/trust-crds.yaml), the controller in process on the
  * runtime, the test's own reads and writes with the admin client.
  *
  * What is shown, one test function each:
@@ -665,7 +665,7 @@ static void t_start(void)
 /* The CRD is accepted and served; its schema refuses what it can say. */
 static void t_crd(void)
 {
-	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/trust-crds.yaml"));
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/trust-crds.yaml"));
 	sg_kube_ref crd_ref = {.group = "apiextensions.k8s.io", .version = "v1", .resource = "customresourcedefinitions",
 	                       .name = "bundles.trust.cert-manager.io"};
 	json_t *crd = obj_get(crd_ref);

@@ -90,7 +90,7 @@ class Env:
         unittest.addModuleCleanup(self.api.stop)  # also when the set-up below fails
         self.env = self.api.env
         self.kube = Kube(self.env)
-        self.kube.apply_file(os.path.join(MANIFESTS, "trust-crds.yaml"))
+        self.kube.apply_file(os.path.join(MANIFESTS, "base", "trust-crds.yaml"))
         wait_for("the Bundle CRD", lambda: self.kube.get("/apis/trust.cert-manager.io/v1alpha1/bundles"))
         self.kube.namespace(TRUST_NS)
         # A CA and a leaf it signed: the leaf must verify against every
@@ -307,14 +307,14 @@ class Running(unittest.TestCase):
 
 
 class ShippedRbac(unittest.TestCase):
-    """signet-trust with nothing but what packaging/kubernetes/trust-rbac.yaml
+    """signet-trust with nothing but what packaging/kubernetes/base/trust-rbac.yaml
     grants its ServiceAccount: a token of that account (TokenRequest), the
     trust namespace cert-manager, Secret sources and Secret targets, the
     Lease, Events and Bundle status all work."""
 
     def test_runs_on_its_own_rbac(self):
         k = E.kube
-        k.apply_file(os.path.join(MANIFESTS, "trust-rbac.yaml"))
+        k.apply_file(os.path.join(MANIFESTS, "base", "trust-rbac.yaml"))
         token = k.ok("POST", "/api/v1/namespaces/cert-manager/serviceaccounts/signet-trust/token",
                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                       "spec": {"expirationSeconds": 3600}})["status"]["token"]
