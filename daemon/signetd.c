@@ -814,46 +814,16 @@ static void stop(daemon *d)
 
 /* ---- systemd ----------------------------------------------------------------- */
 
-/* The value of one series of a family in the rendered metrics (labels
- * NULL: the sum of all its series; otherwise the series whose labels start
- * with it, e.g. "{grpc_code=\"OK\"}"). The text is what /metrics serves,
- * rendered by us: one "name{labels} value" per line. */
-static uint64_t metric_sum(const char *text, const char *name, const char *labels)
-{
-	size_t nlen = strlen(name);
-	double sum = 0;
-	for (const char *line = text; line && *line;) {
-		const char *eol = strchr(line, '\n');
-		if (strncmp(line, name, nlen) == 0 && (line[nlen] == ' ' || line[nlen] == '{') &&
-		    (!labels || strncmp(line + nlen, labels, strlen(labels)) == 0)) {
-			const char *sp = eol ? eol : line + strlen(line);
-			while (sp > line && sp[-1] != ' ')
-				sp--;
-			sum += strtod(sp, NULL);
-		}
-		line = eol ? eol + 1 : NULL;
-	}
-	return sum > 0 && sum < 1.8e19 ? (uint64_t)sum : 0;
-}
-
 /* "ready; issued 3, refused/failed 1" or "not ready: HSM down; ...". The
- * counts are the service's own metrics: citadel_server_success_cert_
- * issuance_count, and the calls answered with any status but OK
- * (signet_grpc_requests_total), so that STATUS and /metrics never
- * disagree. */
+ * counts are the service's own metric counters (sg_service_counts_get),
+ * so that STATUS and /metrics never disagree. */
 static void status_text(daemon *d, char *buf, size_t size, const char *why_not)
 {
-	char *text SG_AUTOFREE = NULL;
-	size_t len;
-	uint64_t issued = 0, refused = 0;
-	if (d->m.reg && sg_metrics_render(d->m.reg, &text, &len) == SG_OK) {
-		issued = metric_sum(text, "citadel_server_success_cert_issuance_count", NULL);
-		uint64_t calls = metric_sum(text, "signet_grpc_requests_total", NULL);
-		uint64_t ok = metric_sum(text, "signet_grpc_requests_total", "{grpc_code=\"OK\"}");
-		refused = calls > ok ? calls - ok : 0;
-	}
+	sg_service_counts c = {0};
+	if (d->svc)
+		sg_service_counts_get(d->svc, &c);
 	snprintf(buf, size, "%s%s; issued %" PRIu64 ", refused/failed %" PRIu64, why_not ? "not ready: " : "ready",
-	         why_not ? why_not : "", issued, refused);
+	         why_not ? why_not : "", c.issued, c.refused);
 }
 
 /* READY=1 the first time the daemon is ready (after /readyz says so: the

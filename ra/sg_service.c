@@ -594,6 +594,16 @@ static int setup_metrics(sg_service *s, sg_metrics *reg)
 	               "Calls whose client went away (cancelled, reset or timed out) before the answer.", &s->m.gone);
 }
 
+void sg_service_counts_get(sg_service *s, sg_service_counts *out)
+{
+	*out = (sg_service_counts){0};
+	if (s->m.success)
+		out->issued = (uint64_t)sg_series_value(s->m.success);
+	for (int i = 1; i < 17; i++) /* 0 is OK */
+		if (s->m.requests[i])
+			out->refused += (uint64_t)sg_series_value(s->m.requests[i]);
+}
+
 /* ---- life cycle ------------------------------------------------------------------ */
 
 int sg_service_new(sg_service **out, const sg_service_options *o)

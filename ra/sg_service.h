@@ -81,4 +81,14 @@ SG_API bool sg_service_root_is(sg_service *s, const char *pem, size_t len);
 /* A copy of the root bundle returned now (NUL-terminated; caller frees). */
 SG_API int sg_service_root(sg_service *s, char **pem, size_t *len) SG_MUST_CHECK;
 
+/* What the service has answered so far, from the same counters /metrics
+ * shows: certificates issued (citadel_server_success_cert_issuance_count)
+ * and calls answered with any status but OK (signet_grpc_requests_total).
+ * Any thread; the two are read one after the other, not as one snapshot. */
+typedef struct sg_service_counts {
+	uint64_t issued;
+	uint64_t refused;
+} sg_service_counts;
+SG_API void sg_service_counts_get(sg_service *s, sg_service_counts *out);
+
 #endif
