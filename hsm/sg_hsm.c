@@ -900,7 +900,10 @@ static int check_mechanisms(sg_hsm *h, token *t, const CK_MECHANISM_TYPE *want, 
 	if (rv != CKR_OK)
 		return p11_fail(h, t, "C_GetMechanismList", rv);
 	SG_ENSURE(n > 0 && n < 4096, SG_EHSM, "token '%s' lists %lu mechanisms", t->label, (unsigned long)n);
-	CK_MECHANISM_TYPE *list SG_AUTOFREE = calloc(n, sizeof(*list));
+	/* One spare element: p11-kit's client before 0.24.2 (Debian 12 ships
+	 * 0.24.1) reads one past the caller's array when it drops a
+	 * mechanism it cannot forward (p11-glue/p11-kit#456). */
+	CK_MECHANISM_TYPE *list SG_AUTOFREE = calloc(n + 1, sizeof(*list));
 	SG_ENSURE(list, SG_EINTERNAL, "out of memory");
 	rv = h->f->C_GetMechanismList(t->slot, list, &n);
 	if (rv != CKR_OK)
