@@ -159,6 +159,8 @@ class Rpm(unittest.TestCase):
                 continue
             got[path] = (mode, user, group)
         self.assertEqual(got, FILES)
+        docs = [l for l in self.qp("--docfiles").split() if l.startswith("/usr/share/doc/")]
+        self.assertEqual(sorted(docs), ["/usr/share/doc/signet/PACKAGING.md", "/usr/share/doc/signet/README.md"])
 
     def test_config_noreplace(self):
         self.assertEqual(self.qp("--configfiles").split(), ["/etc/signet/signetd.conf"])
