@@ -14,18 +14,25 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-int sg_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode)
+/* remove_stale: the atomic write's temporary is path.tmp.<pid>, removed
+ * first (a crash of an earlier process with our pid left it); a new file's
+ * is path.new, never removed (it may be someone else's: then the write
+ * fails and leaves it). */
+static int write_via_tmp(const char *path, const void *data, size_t len, unsigned mode, bool remove_stale)
 {
 	char tmp[4096];
-	int n = snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+	int n = remove_stale ? snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid())
+			     : snprintf(tmp, sizeof(tmp), "%s.new", path);
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(tmp), SG_EINVAL, "path too long: %s", path);
-	unlink(tmp);
+	if (remove_stale)
+		unlink(tmp);
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode_t)mode);
 	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", tmp, strerror(errno));
 	const char *p = data;
@@ -50,6 +57,18 @@ int sg_file_write_atomic(const char *path, const void *data, size_t len, unsigne
 	if (rc != SG_OK)
 		unlink(tmp);
 	return rc;
+}
+
+int sg_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode)
+{
+	return write_via_tmp(path, data, len, mode, true);
+}
+
+int sg_file_write_new(const char *path, const void *data, size_t len, unsigned mode)
+{
+	struct stat st;
+	SG_ENSURE(lstat(path, &st) != 0, SG_EINVAL, "%s already exists; not overwriting it", path);
+	return write_via_tmp(path, data, len, mode, false);
 }
 
 int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len)

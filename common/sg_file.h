@@ -25,6 +25,13 @@
  * SG_EINVAL with the detail (which names the path) on any failure. */
 SG_API int sg_file_write_atomic(const char *path, const void *data, size_t len, unsigned mode) SG_MUST_CHECK;
 
+/* The same write for a file that must not exist yet (a new CA's files,
+ * written into a folder that may hold what is not ours): SG_EINVAL if path
+ * exists (even as a dangling symlink), and the temporary file, path.new,
+ * is never removed before use: if it exists, the write fails instead.
+ * The check and the rename are not one step: the caller owns the folder. */
+SG_API int sg_file_write_new(const char *path, const void *data, size_t len, unsigned mode) SG_MUST_CHECK;
+
 /* Reads the whole of path, at most max bytes, into a new buffer that is
  * NUL-terminated (the NUL not counted in *len). The caller frees *out with
  * free(), after sg_wipe when it holds a secret; on failure nothing is

@@ -23,12 +23,6 @@ char *ctl_join(const char *dir, const char *name);
  * that borrow buf, which is modified. */
 int ctl_parse_subject(char *buf, sg_rdn *rdns, size_t max, size_t *n) SG_MUST_CHECK;
 
-struct sg_issuer;
-/* Signs tbs (a TBSCertificate or CertificationRequestInfo) with the HSM key
- * and writes the signed object's DER into w. */
-int ctl_sign_wrap(struct sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len,
-		  sg_der_writer *w) SG_MUST_CHECK;
-
 /* signetctl init (ctl_init.c): the command line of sg_init_ca. Returns the
  * exit status. */
 int ctl_init(int argc, char **argv);

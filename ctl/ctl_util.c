@@ -7,6 +7,7 @@
 #include "ctl.h"
 #include "sg_cert.h"
 #include "sg_clock.h"
+#include "sg_file.h"
 #include "sg_guard.h"
 #include "sg_issuer.h"
 
@@ -20,39 +21,7 @@
 
 int ctl_write_file(const char *path, const void *data, size_t len, unsigned mode, int exclusive)
 {
-	struct stat st;
-	SG_ENSURE(!exclusive || lstat(path, &st) != 0, SG_EINVAL, "%s already exists; not overwriting it", path);
-	size_t plen = strlen(path);
-	char *tmp SG_AUTOFREE = malloc(plen + 8);
-	SG_ENSURE(tmp, SG_EINTERNAL, "out of memory");
-	snprintf(tmp, plen + 8, "%s.tmpXX", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", tmp, strerror(errno));
-	const uint8_t *p = data;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t n = write(fd, p + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = errno;
-			close(fd);
-			unlink(tmp);
-			SG_BAIL(SG_EINVAL, "cannot write %s: %s", tmp, strerror(e));
-		}
-		off += (size_t)n;
-	}
-	if (fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0) {
-		int e = errno;
-		unlink(tmp);
-		SG_BAIL(SG_EINVAL, "cannot finish %s: %s", path, strerror(e));
-	}
-	if (rename(tmp, path) != 0) {
-		int e = errno;
-		unlink(tmp);
-		SG_BAIL(SG_EINVAL, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-	}
-	return SG_OK;
+	return exclusive ? sg_file_write_new(path, data, len, mode) : sg_file_write_atomic(path, data, len, mode);
 }
 
 int ctl_read_file(const char *path, size_t max, uint8_t **out, size_t *len)
@@ -81,14 +50,6 @@ int ctl_read_file(const char *path, size_t max, uint8_t **out, size_t *len)
 	*out = buf;
 	*len = got;
 	return SG_OK;
-}
-
-int ctl_sign_wrap(sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len, sg_der_writer *w)
-{
-	uint8_t sig[1100];
-	size_t sig_len = sizeof(sig);
-	SG_TRY(sg_issuer_sign_raw(is, alg, tbs, tbs_len, sig, &sig_len, sg_now_ns() + 30ull * 1000000000u));
-	return sg_cert_encode(w, tbs, tbs_len, alg, sig, sig_len);
 }
 
 char *ctl_join(const char *dir, const char *name)

@@ -30,6 +30,7 @@
 #include "sg_init.h"
 #include "sg_cert.h"
 #include "sg_clock.h"
+#include "sg_file.h"
 #include "sg_guard.h"
 #include "sg_issuer.h"
 #include "sg_jwt.h"
@@ -132,54 +133,9 @@ static char *join(const char *dir, const char *name)
 	return s;
 }
 
-/*
- * Creates path with data, never replacing anything: refused when path
- * exists (lstat: a dangling symlink counts). Written through "<path>.tmpXX",
- * created O_EXCL (a file of that name that is not ours is an error, left
- * alone), fchmod'ed, fsync'ed and renamed, so a crash leaves no half file
- * under the real name. (sg_file_write_atomic replaces both the target and a
- * stale temporary, which is right for files signet owns and wrong here.)
- */
-static int write_new(const char *path, const void *data, size_t len, unsigned mode)
-{
-	struct stat st;
-	SG_ENSURE(lstat(path, &st) != 0, SG_EINVAL, "%s already exists; not overwriting it", path);
-	size_t plen = strlen(path);
-	char *tmp SG_AUTOFREE = malloc(plen + 8);
-	SG_ENSURE(tmp, SG_EINTERNAL, "out of memory");
-	snprintf(tmp, plen + 8, "%s.tmpXX", path);
-	int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", tmp, strerror(errno));
-	const uint8_t *p = data;
-	size_t off = 0;
-	while (off < len) {
-		ssize_t n = write(fd, p + off, len - off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			int e = errno;
-			close(fd);
-			unlink(tmp);
-			SG_BAIL(SG_EINVAL, "cannot write %s: %s", tmp, strerror(e));
-		}
-		off += (size_t)n;
-	}
-	if (fchmod(fd, mode) != 0 || fsync(fd) != 0 || close(fd) != 0) {
-		int e = errno;
-		unlink(tmp);
-		SG_BAIL(SG_EINVAL, "cannot finish %s: %s", path, strerror(e));
-	}
-	if (rename(tmp, path) != 0) {
-		int e = errno;
-		unlink(tmp);
-		SG_BAIL(SG_EINVAL, "cannot rename %s to %s: %s", tmp, path, strerror(e));
-	}
-	return SG_OK;
-}
-
 static int write_secret(const char *path, const sg_secret *s, unsigned mode)
 {
-	return write_new(path, sg_secret_data(s), sg_secret_len(s), mode);
+	return sg_file_write_new(path, sg_secret_data(s), sg_secret_len(s), mode);
 }
 
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
@@ -228,21 +184,12 @@ static int make_softhsm(const plan *a, const char *abs_dir, sg_secret **pin, sg_
 			 "slots.removable = false\n",
 			 a->program, tokens);
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "folder path too long");
-	SG_TRY(write_new(conf, text, (size_t)n, 0600));
+	SG_TRY(sg_file_write_new(conf, text, (size_t)n, 0600));
 
 	SG_TRY(sg_secret_random_hex(pin, 16));
 	SG_TRY(sg_secret_random_hex(so, 16));
 	SG_TRY(write_secret(pin_path, *pin, 0600));
 	return sg_hsm_init_token(NULL, conf, NULL, a->token_label, *so, *pin);
-}
-
-/* Signs tbs with the HSM key and writes the signed certificate into w. */
-static int sign_wrap(sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len, sg_der_writer *w)
-{
-	uint8_t sig[1100];
-	size_t sig_len = sizeof(sig);
-	SG_TRY(sg_issuer_sign_raw(is, alg, tbs, tbs_len, sig, &sig_len, sg_now_ns() + 30ull * 1000000000u));
-	return sg_cert_encode(w, tbs, tbs_len, alg, sig, sig_len);
 }
 
 static int make_root(const plan *a, sg_hsm *hsm, sg_key_type type, char **pem, size_t *pem_len)
@@ -285,7 +232,7 @@ static int make_root(const plan *a, sg_hsm *hsm, sg_key_type type, char **pem, s
 	SG_TRY_GOTO(rc, sg_cert_encode_tbs(&tw, &spec, &self, sg_issuer_crypto(is)), out);
 	SG_TRY_GOTO(rc, sg_cert_lint_tbs(tw.buf, tw.len, &self, SG_LINT_CA), out);
 	sg_der_writer_init(&cw, cert, sizeof(cert));
-	SG_TRY_GOTO(rc, sign_wrap(is, self.sigalg, tw.buf, tw.len, &cw), out);
+	SG_TRY_GOTO(rc, sg_issuer_sign_tbs(is, self.sigalg, tw.buf, tw.len, sg_now_ns() + 30ull * 1000000000u, &cw), out);
 	rc = sg_pem_encode("CERTIFICATE", cw.buf, cw.len, pem, pem_len);
 out:
 	sg_issuer_free(is);
@@ -324,7 +271,7 @@ static int write_config(const plan *a, const char *abs_dir, const char *token_ur
 			 token_uri, key_uri, pin_file, module ? "" : "softhsm2-conf = softhsm2.conf\n", a->trust_domain,
 			 DEV_ISSUER);
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "configuration too long");
-	return write_new(path, text, (size_t)n, 0644);
+	return sg_file_write_new(path, text, (size_t)n, 0644);
 }
 
 static int absolute(const char *path, char *out)
@@ -440,7 +387,7 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path)
 	SG_ENSURE_GOTO(rc, root_path && jwt_key && jwks, out, SG_EINTERNAL, "out of memory");
 	SG_TRY_GOTO(rc, sg_hsm_generate_key(hsm, type), out);
 	SG_TRY_GOTO(rc, make_root(a, hsm, type, &pem, &pem_len), out);
-	SG_TRY_GOTO(rc, write_new(root_path, pem, pem_len, 0644), out);
+	SG_TRY_GOTO(rc, sg_file_write_new(root_path, pem, pem_len, 0644), out);
 	SG_TRY_GOTO(rc, sg_jwt_dev_issuer_create(jwt_key, jwks, NULL), out);
 	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
 	/* Last: nothing can fail after it, so a failed init never leaves an SO

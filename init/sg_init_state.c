@@ -136,8 +136,8 @@ static int lock_state(const state_paths *p, int *fd)
 	return SG_OK;
 }
 
-/* name is one sg_init_ca writes, or a temporary of one ("<name>.tmpXX",
- * sg_init's; "<name>.tmp.<pid>", sg_file_write_atomic's). */
+/* name is one sg_init_ca writes, or a temporary of one ("<name>.new",
+ * sg_file_write_new's; "<name>.tmp.<pid>", sg_file_write_atomic's). */
 static bool made_by_init(const char *name)
 {
 	for (size_t i = 0; i < N_MADE_NAMES; i++) {
@@ -145,7 +145,7 @@ static bool made_by_init(const char *name)
 		if (strncmp(name, made_names[i], n) != 0)
 			continue;
 		const char *rest = name + n;
-		if (!*rest || strcmp(rest, ".tmpXX") == 0)
+		if (!*rest || strcmp(rest, ".new") == 0)
 			return true;
 		if (strncmp(rest, ".tmp.", 5) == 0 && rest[5]) {
 			const char *d = rest + 5;

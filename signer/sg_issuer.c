@@ -373,3 +373,12 @@ int sg_issue_result_join(const sg_issue_result *res, char **out)
 	*out = s;
 	return SG_OK;
 }
+
+int sg_issuer_sign_tbs(sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len, uint64_t deadline_ns,
+		       sg_der_writer *w)
+{
+	uint8_t sig[1100]; /* an RSA-8192 signature in its BIT STRING, with room */
+	size_t sig_len = sizeof(sig);
+	SG_TRY(sg_issuer_sign_raw(is, alg, tbs, tbs_len, sig, &sig_len, deadline_ns));
+	return sg_cert_encode(w, tbs, tbs_len, alg, sig, sig_len);
+}

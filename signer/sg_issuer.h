@@ -127,4 +127,12 @@ SG_API sg_crypto *sg_issuer_crypto(sg_issuer *is);
 SG_API int sg_issuer_sign_raw(sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len, uint8_t *sig,
 			      size_t *sig_len, uint64_t deadline_ns) SG_MUST_CHECK;
 
+/* sg_issuer_sign_raw, then the signed object into w: SEQUENCE { tbs,
+ * alg's AlgorithmIdentifier, the signature }, which is a Certificate for a
+ * TBSCertificate and a CertificationRequest for a CertificationRequestInfo
+ * (sg_cert_encode). Used by signetctl and sg_init for the root and the CA
+ * CSR. */
+SG_API int sg_issuer_sign_tbs(sg_issuer *is, sg_sigalg alg, const uint8_t *tbs, size_t tbs_len,
+			      uint64_t deadline_ns, sg_der_writer *w) SG_MUST_CHECK;
+
 #endif

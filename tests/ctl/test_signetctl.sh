@@ -146,14 +146,14 @@ expect "...and nothing is created" nothing_of "$tmp/so4"
 expect "--so-pin-file with --hsm-module: usage error" one_line_error 2 "--so-pin-file" -- \
   "$ctl" init --dir "$tmp/so5" --hsm-module /nonexistent.so --pin-file "$tmp/so/pin" --so-pin-file "$tmp/so5.pin"
 # A failure at the very last step (a stale temporary file where the SO PIN is
-# written: ctl_write_file's "<path>.tmpXX") comes after the token, key, root
+# written: sg_file_write_new's "<path>.new") comes after the token, key, root
 # and config were made: all of it is removed, and no SO PIN is left.
-touch "$tmp/offline/late.pin.tmpXX"
+touch "$tmp/offline/late.pin.new"
 expect "init failing at the last step exits 1" one_line_error 1 "late.pin" -- \
   "$ctl" init --dir "$tmp/late" --so-pin-file "$tmp/offline/late.pin"
 expect "...and leaves no folder" nothing_of "$tmp/late"
 expect "...and no SO PIN file" test ! -e "$tmp/offline/late.pin"
-expect "...and someone else's file alone" test -e "$tmp/offline/late.pin.tmpXX"
+expect "...and someone else's file alone" test -e "$tmp/offline/late.pin.new"
 
 # --- signetctl makes itself non-dumpable ----------------------------------
 # A non-dumpable process's /proc/PID files (mem among them) are root's

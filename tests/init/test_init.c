@@ -315,14 +315,14 @@ static void t_interrupted_first_start(void)
 	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
 	path_of(p, sizeof(p), state, "ca/pin");
 	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
-	path_of(p, sizeof(p), state, "ca/root-cert.pem.tmpXX");
+	path_of(p, sizeof(p), state, "ca/root-cert.pem.new");
 	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
 	path_of(p, sizeof(p), state, "ca/jwks.json.tmp.4242");
 	SG_CHECK(close(open(p, O_WRONLY | O_CREAT, 0600)) == 0);
 	SG_CHECK_OK(sg_init_default_dir(state, conf, sizeof(conf)));
 	path_of(p, sizeof(p), state, "ca/tokens/0123-abcd");
 	SG_CHECK(!exists(p));
-	path_of(p, sizeof(p), state, "ca/root-cert.pem.tmpXX");
+	path_of(p, sizeof(p), state, "ca/root-cert.pem.new");
 	SG_CHECK(!exists(p));
 	path_of(p, sizeof(p), state, "ca.partial");
 	SG_CHECK(!exists(p));
