@@ -57,17 +57,7 @@ CLIENT = os.path.join(subprocess.run(["pkg-config", "--variable=p11_module_path"
                                      capture_output=True, text=True).stdout.strip(), "p11-kit-client.so")
 UID = 65532
 LOAD = ["--connections", "4", "--concurrency", "16", "--requests", "20000", "--duration", "15s", "--warmup", "1000"]
-ENTER = r"""
-set -eu
-mnt=$1 state=$2; shift 2
-mount --bind "$mnt" "$mnt"
-mount -o remount,bind,ro,nosuid,nodev "$mnt"
-mount -t tmpfs -o mode=0755,size=64k,nosuid tmpfs "$mnt/dev"
-for d in null zero random urandom; do touch "$mnt/dev/$d"; mount --bind "/dev/$d" "$mnt/dev/$d"; done
-mount -t proc -o nosuid,nodev,noexec proc "$mnt/proc"
-mount --bind "$state" "$mnt/var/lib/signet"
-exec chroot --userspec=%d:%d "$mnt" "$@"
-""" % (UID, UID)
+RUN_UNPACKED = os.path.join(TOP, "packaging", "image", "run-unpacked.sh")
 
 
 def say(*a):
@@ -193,7 +183,7 @@ def main():
         os.mkdir(state, 0o700)
         os.chown(state, UID, UID)
         img_env = {"PATH": "/usr/sbin:/usr/bin", "HOME": "/var/lib/signet"}
-        enter = ["unshare", "-m", "/bin/sh", "-c", ENTER, "enter", rootfs, state]
+        enter = ["unshare", "-m", RUN_UNPACKED, rootfs, state]
         run(enter + ["/usr/bin/signetctl", "init", "--dir", "/var/lib/signet/ca", "--so-pin-file",
                      "/var/lib/signet/so-pin", "--log-level", "warn"], env=img_env, stdout=subprocess.DEVNULL)
         host_ca = os.path.join(tmp, "host-ca")

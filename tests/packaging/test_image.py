@@ -56,27 +56,10 @@ CMD = ["--init-dir=/var/lib/signet", "--serving-address=0.0.0.0:6443", "--http-a
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "busybox", "toybox"}
 PROGRAMS = {"usr/sbin/signetd", "usr/bin/signetctl", "usr/bin/signet-trust", "usr/bin/signet-operator"}
 
-# The container side, run by `unshare -m` (a mount namespace of its own,
-# private: nothing is seen outside it, and it ends with its last process):
-# the unpacked root bound on itself read-only, the state folder at /var/lib/signet, /proc and a
-# minimal /dev, then chroot as the image's user. Each step execs the next,
-# so the pid the test holds is the program's (signals reach it directly).
-ENTER = r"""
-set -eu
-mnt=$1 state=$2; shift 2
-mount --bind "$mnt" "$mnt"
-mount -o remount,bind,ro,nosuid,nodev "$mnt"
-mount -t tmpfs -o mode=0755,size=64k,nosuid tmpfs "$mnt/dev"
-for d in null zero random urandom; do
-  touch "$mnt/dev/$d"
-  mount --bind "/dev/$d" "$mnt/dev/$d"
-done
-mount -o remount,bind,ro "$mnt/dev"
-mount -t proc -o nosuid,nodev,noexec proc "$mnt/proc"
-mount --bind "$state" "$mnt/var/lib/signet"
-if touch "$mnt/.rw-probe" 2>/dev/null; then echo "the image root is writable" >&2; exit 99; fi
-exec chroot --userspec=%d:%d "$mnt" "$@"
-""" % (UID, UID)
+# The container side (packaging/image/run-unpacked.sh, in a mount
+# namespace of its own): the root read-only, the state folder at
+# /var/lib/signet, /proc and a minimal /dev, chroot as the image's user.
+RUN_UNPACKED = os.path.join(SOURCE, "packaging", "image", "run-unpacked.sh")
 
 
 def read(path, mode="r"):
@@ -148,7 +131,7 @@ class Image(unittest.TestCase):
 
     @classmethod
     def argv(cls, args, state):
-        return ["unshare", "-m", "/bin/sh", "-c", ENTER, "enter", cls.rootfs, state or cls.scratch(), *args]
+        return ["unshare", "-m", RUN_UNPACKED, cls.rootfs, state or cls.scratch(), *args]
 
     @classmethod
     def in_image(cls, args, state, check=True):
