@@ -222,6 +222,11 @@ static double hsm_recoveries(void *arg)
 	return (double)hsm_stats(arg).recoveries;
 }
 
+static double hsm_reinits(void *arg)
+{
+	return (double)hsm_stats(arg).reinits;
+}
+
 static double hsm_sessions(void *arg)
 {
 	return (double)hsm_stats(arg).sessions;
@@ -317,6 +322,9 @@ static int setup_metrics(daemon *d)
 		{"signet_hsm_signatures_total", "Signatures made by the HSM.", hsm_signatures, true},
 		{"signet_hsm_faults_total", "PKCS#11 faults seen.", hsm_faults, true},
 		{"signet_hsm_recoveries_total", "PKCS#11 sessions recovered after a fault.", hsm_recoveries, true},
+		{"signet_hsm_reinits_total",
+		 "PKCS#11 module re-initialisations (C_Finalize + C_Initialize) after sessions could not be reopened.",
+		 hsm_reinits, true},
 		{"signet_signer_queue_depth", "Requests waiting for a signer thread.", queue_depth, false},
 		{"signet_signer_rejected_total", "Requests refused because the signer queue was full.", queue_rejected, true},
 		{"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",

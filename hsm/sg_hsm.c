@@ -25,10 +25,13 @@
  * Locks: h->find_lock serialises a session's key search and session copy
  * (SoftHSM2 shows half-made copies to other sessions' searches);
  * h->open_lock serialises C_OpenSession (not thread-safe on
- * tpm2-pkcs11); token->lock serialises (re-)login and admin-session use. The
- * order is token->lock before open_lock, never the reverse. The signing path
- * takes neither: C_SignInit + C_Sign on the caller's own session and relaxed
- * atomic counters.
+ * tpm2-pkcs11); token->lock serialises (re-)login and admin-session use.
+ * Per module, reinit_lock admits one re-init at a time and users_lock guards
+ * the lists of handles and sessions a re-init walks. The order is reinit_lock,
+ * registry_lock, users_lock, token->lock, open_lock / find_lock, never the
+ * reverse. The signing path takes none of them: C_SignInit + C_Sign on the
+ * caller's own session, relaxed atomic counters, and the session's in-call
+ * flag (below).
  *
  * Recovery: a fault from the list in sg_hsm.h (plus stale object handles and
  * a stuck operation, which is what a foreign C_Logout or C_CloseAllSessions
@@ -39,6 +42,42 @@
  * only the broken session waits. A PIN the token refuses marks the token
  * failed for good: signet never presents that PIN again (tokens lock PINs
  * after a few failures).
+ *
+ * Some modules cannot be cured by a new session: p11-kit's client, once the
+ * server process at the other end of its socket is gone, answers
+ * CKR_DEVICE_ERROR to everything (C_OpenSession too) until it is finalised
+ * and initialised again, which reconnects. So when a session's reopen fails
+ * with such a module fault (is_module_fault) REINIT_AFTER times in a row,
+ * and signet made the module's C_Initialize itself (owner), the module is
+ * re-initialised (module_reinit):
+ *   - m->closing is set and every session's in-call flag awaited: each
+ *     PKCS#11 call on a session runs between call_enter and call_leave, a
+ *     seq_cst store of the session's own flag and a load of m->closing
+ *     (Dekker: either the re-init sees the flag or the caller sees closing
+ *     and stays out). A per-module counter would do the same with one shared
+ *     cache line bouncing between signer cores on every signature, and a
+ *     per-module rwlock with two atomic RMWs on one; the flag costs a store
+ *     to a line only its thread writes. Admin-session users are kept out by
+ *     the token locks, sessions opening or closing by users_lock.
+ *   - C_Finalize, C_Initialize with the first call's arguments (and
+ *     SOFTHSM2_CONF), m->gen bumped: every session handle from before is
+ *     stale and is dropped without C_CloseSession (a module that numbers
+ *     afresh may have given that number to another thread's new session).
+ *   - each token of each handle found again by its token URI, label and
+ *     serial number (slot IDs may change), its admin session reopened and
+ *     logged in with the kept PIN, and its key checked to be the same
+ *     (SubjectPublicKeyInfo); signing sessions reopen, re-find and re-copy
+ *     the key on their next signature.
+ * One attempt at a time (a thread finding another one running backs off as
+ * for any failed reopen); after a failed one (server still away: p11-kit's
+ * client then initialises fine but lists no slot) the next waits
+ * REINIT_BACKOFF_MS, doubling up to REINIT_MAX_BACKOFF_MS. Signers trigger
+ * attempts as their reopens fail; sg_hsm_stats_get, which readiness polls,
+ * makes a due one too, so that the module comes back without traffic.
+ * Every attempt is logged once with its reason and outcome (CKR names and
+ * labels, never the PIN) and successes are counted in sg_hsm_stats.reinits.
+ * A module someone else initialised (CKR_CRYPTOKI_ALREADY_INITIALIZED) is
+ * never finalised by us, so never re-initialised either.
  *
  * Handles: after C_CloseAllSessions a module that reuses session handle
  * numbers could hand a stale handle of one thread to another thread's new
@@ -52,6 +91,7 @@
 #include "sg_clock.h"
 #include "sg_der.h"
 #include "sg_guard.h"
+#include "sg_log.h"
 
 #include <dlfcn.h>
 #include <p11-kit/pkcs11.h>
@@ -65,9 +105,13 @@
 #define DEFAULT_RETRIES 5
 #define DEFAULT_BACKOFF_MS 20
 #define MAX_BACKOFF_MS 2000
-#define SPKI_MAX 1200    /* RSA-8192 SPKI is ~1,060 bytes; we accept up to 4096 */
-#define MODULUS_MAX 1024 /* bytes read from CKA_MODULUS before deciding */
-#define LABEL_LEN 32     /* CK_TOKEN_INFO.label, space padded */
+#define SPKI_MAX 1200         /* RSA-8192 SPKI is ~1,060 bytes; we accept up to 4096 */
+#define MODULUS_MAX 1024      /* bytes read from CKA_MODULUS before deciding */
+#define LABEL_LEN 32          /* CK_TOKEN_INFO.label, space padded */
+#define REINIT_AFTER 2        /* reopens failing with a module fault, in a row, before a re-init */
+#define REINIT_BACKOFF_MS 200 /* wait after a failed re-init; doubles per failure */
+#define REINIT_MAX_BACKOFF_MS 10000
+#define DRAIN_MS 10000 /* longest wait for calls in flight before a re-init gives up */
 
 /* ------------------------------------------------------------------ */
 /* CKR names                                                          */
@@ -216,8 +260,23 @@ typedef struct module {
 	void *dl;
 	CK_FUNCTION_LIST_PTR f;
 	unsigned refs;
-	bool owner; /* we called C_Initialize: C_Finalize at refs 0 */
-	char *conf; /* SOFTHSM2_CONF it was initialised with, or NULL */
+	atomic_bool owner;   /* we called C_Initialize: C_Finalize at refs 0 */
+	char *conf;          /* SOFTHSM2_CONF it was initialised with, or NULL */
+	char *init_reserved; /* C_Initialize pReserved, kept for a re-init */
+
+	/* Re-initialisation ("Recovery" above). Lock order: reinit_lock,
+	 * registry_lock, users_lock, token->lock, open_lock / find_lock. */
+	pthread_mutex_t reinit_lock; /* one re-init at a time */
+	pthread_mutex_t users_lock;  /* the two lists below */
+	struct sg_hsm *handles;      /* open sg_hsm on this module */
+	struct sg_hsm_session *sessions;
+	atomic_bool closing;     /* a re-init is draining or running: no new calls */
+	atomic_bool live;        /* initialised: false from our C_Finalize to a good C_Initialize */
+	atomic_bool wanted;      /* faults asked for a re-init that has not succeeded yet */
+	atomic_uint gen;         /* bumped at each re-init's C_Finalize: older handles are stale */
+	_Atomic uint64_t due_ns; /* no re-init attempt before this (CLOCK_MONOTONIC) */
+	unsigned failures;       /* re-inits failed in a row; under reinit_lock */
+	char last_error[160];    /* why the last one failed; under reinit_lock */
 } module;
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -253,16 +312,40 @@ static int module_load(module **out, const char *path)
 		dlclose(dl);
 		SG_BAIL(SG_EINTERNAL, "out of memory");
 	}
+	if (pthread_mutex_init(&m->reinit_lock, NULL) != 0 || pthread_mutex_init(&m->users_lock, NULL) != 0) {
+		free(m);
+		free(p);
+		dlclose(dl);
+		SG_BAIL(SG_EINTERNAL, "pthread_mutex_init failed");
+	}
 	m->path = p;
 	m->dl = dl;
 	m->f = f;
+	atomic_init(&m->owner, false);
+	atomic_init(&m->closing, false);
+	atomic_init(&m->live, false);
+	atomic_init(&m->wanted, false);
+	atomic_init(&m->gen, 0);
+	atomic_init(&m->due_ns, 0);
 	*out = m;
 	return SG_OK;
 }
 
-/* Finds or loads the module at path and makes sure it is initialised. The
- * environment is changed (SOFTHSM2_CONF) only under the registry lock and
- * only right before a C_Initialize of ours. */
+/* C_Initialize with the arguments of the first one; registry lock held. The
+ * environment is changed (SOFTHSM2_CONF) only under that lock and only right
+ * before a C_Initialize of ours. */
+static CK_RV module_initialize(module *m, const char *conf, const char *init_reserved)
+{
+	if (conf && setenv("SOFTHSM2_CONF", conf, 1) != 0)
+		return CKR_HOST_MEMORY;
+	CK_C_INITIALIZE_ARGS args;
+	memset(&args, 0, sizeof(args));
+	args.flags = CKF_OS_LOCKING_OK;
+	args.pReserved = (void *)init_reserved; /* NSS reads it, never writes */
+	return m->f->C_Initialize(&args);
+}
+
+/* Finds or loads the module at path and makes sure it is initialised. */
 static int module_acquire(module **out, const char *path, const char *conf, const char *init_reserved)
 {
 	int rc = SG_EHSM;
@@ -276,15 +359,7 @@ static int module_acquire(module **out, const char *path, const char *conf, cons
 		registry = m;
 	}
 	if (m->refs == 0) {
-		if (conf && setenv("SOFTHSM2_CONF", conf, 1) != 0) {
-			rc = sg_error_set(SG_EINTERNAL, "cannot set SOFTHSM2_CONF");
-			goto unlock;
-		}
-		CK_C_INITIALIZE_ARGS args;
-		memset(&args, 0, sizeof(args));
-		args.flags = CKF_OS_LOCKING_OK;
-		args.pReserved = (void *)init_reserved; /* NSS reads it, never writes */
-		CK_RV rv = m->f->C_Initialize(&args);
+		CK_RV rv = module_initialize(m, conf, init_reserved);
 		if (rv != CKR_OK && rv != CKR_CRYPTOKI_ALREADY_INITIALIZED) {
 			ckr_buf b;
 			rc = sg_error_set(SG_EHSM, "PKCS#11 C_Initialize of %s: %s", path, ckr_name(rv, &b));
@@ -292,14 +367,20 @@ static int module_acquire(module **out, const char *path, const char *conf, cons
 		}
 		m->owner = rv == CKR_OK;
 		free(m->conf);
+		free(m->init_reserved);
 		m->conf = NULL;
-		if (conf && !(m->conf = strdup(conf))) {
+		m->init_reserved = NULL;
+		if ((conf && !(m->conf = strdup(conf))) ||
+		    (init_reserved && !(m->init_reserved = strdup(init_reserved)))) {
 			if (m->owner)
 				m->f->C_Finalize(NULL);
 			m->owner = false;
 			rc = sg_error_set(SG_EINTERNAL, "out of memory");
 			goto unlock;
 		}
+		m->live = true;
+		m->wanted = false;
+		m->due_ns = 0;
 	} else if (conf && !str_eq_opt(conf, m->conf)) {
 		/* SoftHSM2 reads its config once per C_Initialize: a second
 		 * handle cannot see a different token directory. */
@@ -321,8 +402,10 @@ static void module_release(module *m)
 		return;
 	pthread_mutex_lock(&registry_lock);
 	if (--m->refs == 0 && m->owner) {
-		m->f->C_Finalize(NULL);
+		if (m->live) /* not after a re-init that finalised and failed */
+			m->f->C_Finalize(NULL);
 		m->owner = false;
+		m->live = false;
 	}
 	pthread_mutex_unlock(&registry_lock);
 }
@@ -340,14 +423,19 @@ typedef struct token {
 	atomic_bool auth_failed; /* the token refused our PIN: never again */
 	atomic_bool down;        /* the last recovery on this token failed */
 	atomic_uint broken;      /* sessions on this token awaiting recovery */
+	atomic_bool lost;        /* not found again after a module re-init */
+	CK_UTF8CHAR serial[16];  /* CK_TOKEN_INFO.serialNumber: with the label, finds it again */
 } token;
 
 struct sg_hsm {
 	module *mod;
+	sg_hsm *next_on_module; /* mod->handles; under mod->users_lock */
 	CK_FUNCTION_LIST_PTR f;
 	token *tokens;
 	size_t ntokens;
 	sg_secret *pin;
+	P11KitUri *turi; /* token and key URIs: a re-init finds the tokens again */
+	P11KitUri *kuri;
 
 	/* key selectors from the key URI */
 	uint8_t *key_id;
@@ -373,11 +461,16 @@ struct sg_hsm {
 	_Atomic uint64_t signatures;
 	_Atomic uint64_t faults;
 	_Atomic uint64_t recoveries;
+	_Atomic uint64_t reinits;
 	_Atomic uint64_t sessions;
 };
 
 struct sg_hsm_session {
 	sg_hsm *h;
+	sg_hsm_session *next_on_module; /* mod->sessions; under mod->users_lock */
+	atomic_bool in_call;            /* inside a PKCS#11 call: a re-init waits */
+	unsigned gen;                   /* mod->gen when connected */
+	unsigned uncured;               /* reopens failed with a module fault, in a row */
 	size_t tok;
 	bool connected;
 	bool broken; /* counted in token->broken */
@@ -399,10 +492,15 @@ static void record_fault(sg_hsm *h, const char *fn, CK_RV rv)
 	pthread_mutex_unlock(&h->fault_lock);
 }
 
+/* The CKR of this thread's last p11_fail, for the re-init decision (the
+ * error detail carries only text). */
+static _Thread_local CK_RV last_ckr;
+
 /* Records the fault and the error detail; returns the category. */
 static int p11_fail(sg_hsm *h, const token *t, const char *fn, CK_RV rv)
 {
 	ckr_buf b;
+	last_ckr = rv;
 	if (h)
 		record_fault(h, fn, rv);
 	return sg_error_set(ckr_category(rv), "PKCS#11 %s on token '%s': %s", fn, t ? t->label : "?", ckr_name(rv, &b));
@@ -810,6 +908,44 @@ static bool session_lost(sg_hsm *h, CK_SESSION_HANDLE sh)
 	return h->f->C_GetSessionInfo(sh, &si) != CKR_OK || !logged_in(si.state);
 }
 
+/* The in-call flag: how a re-init knows that no thread is inside the module.
+ * A seq_cst store of the session's own flag, then a load of m->closing; the
+ * re-init stores closing, then loads every flag (store-load on both sides,
+ * so at least one of them sees the other). The cost on the signing path is
+ * one atomic store to a cache line only this thread writes and a load of a
+ * line that is only read between re-inits: no shared counter bouncing
+ * between signer cores, no lock. False: a re-init is under way; no call. */
+static bool call_enter(sg_hsm_session *s)
+{
+	atomic_store(&s->in_call, true);
+	if (!atomic_load(&s->h->mod->closing))
+		return true;
+	atomic_store_explicit(&s->in_call, false, memory_order_release);
+	return false;
+}
+
+static void call_leave(sg_hsm_session *s)
+{
+	atomic_store_explicit(&s->in_call, false, memory_order_release);
+}
+
+/* Whether s's handles predate a re-init (call with the flag set). */
+static bool session_stale(const sg_hsm_session *s)
+{
+	return s->connected && s->gen != atomic_load(&s->h->mod->gen);
+}
+
+/* Drops handles a C_Finalize already closed, without closing them again: a
+ * module that starts numbering afresh (p11-kit's client does) may have given
+ * the same numbers to another thread's new session. */
+static void session_forget(sg_hsm_session *s)
+{
+	s->connected = false;
+	s->uses_copy = false;
+	s->sh = CK_INVALID_HANDLE;
+	s->key = CK_INVALID_HANDLE;
+}
+
 static void session_disconnect(sg_hsm_session *s)
 {
 	if (s->connected)
@@ -820,8 +956,9 @@ static void session_disconnect(sg_hsm_session *s)
 	s->key = CK_INVALID_HANDLE;
 }
 
-/* Opens the session, logs in if needed, finds the key and copies it. */
-static int session_connect(sg_hsm_session *s)
+/* Opens the session, logs in if needed, finds the key and copies it; with
+ * the in-call flag set. */
+static int connect_in_call(sg_hsm_session *s)
 {
 	sg_hsm *h = s->h;
 	token *t = &h->tokens[s->tok];
@@ -872,6 +1009,34 @@ static int session_connect(sg_hsm_session *s)
 	}
 	pthread_mutex_unlock(&h->find_lock);
 	return SG_OK;
+}
+
+/* connect_in_call inside the in-call flag, on the module state of now. A
+ * module that a failed re-init left uninitialised, and a token the last
+ * re-init did not find, fail as a module fault (last_ckr) so that they count
+ * towards the next re-init. */
+static int session_connect(sg_hsm_session *s)
+{
+	sg_hsm *h = s->h;
+	module *m = h->mod;
+	token *t = &h->tokens[s->tok];
+	last_ckr = CKR_OK;
+	if (!call_enter(s))
+		SG_BAIL(SG_EBUSY, "PKCS#11 module %s is being re-initialised", m->path);
+	int rc = SG_EBUSY;
+	if (!atomic_load(&m->live)) {
+		last_ckr = CKR_CRYPTOKI_NOT_INITIALIZED;
+		rc = sg_error_set(SG_EBUSY, "PKCS#11 module %s awaits re-initialisation", m->path);
+	} else if (atomic_load(&t->lost)) {
+		last_ckr = CKR_TOKEN_NOT_PRESENT;
+		rc = sg_error_set(SG_EBUSY, "token '%s' was not found again after the module was re-initialised",
+		                  t->label);
+	} else {
+		s->gen = atomic_load(&m->gen);
+		rc = connect_in_call(s);
+	}
+	call_leave(s);
+	return rc;
 }
 
 static void session_mark_broken(sg_hsm_session *s)
@@ -965,12 +1130,14 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		token *t = &h->tokens[h->ntokens++];
 		t->slot = slots[i];
 		trim_label(t->label, ti.label);
+		memcpy(t->serial, ti.serialNumber, sizeof(t->serial));
 		t->admin = CK_INVALID_HANDLE;
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
 		atomic_init(&t->auth_failed, false);
 		atomic_init(&t->down, false);
 		atomic_init(&t->broken, 0);
+		atomic_init(&t->lost, false);
 	}
 	SG_ENSURE(h->ntokens > 0, SG_ENOTFOUND, "no initialised token matches %s", turi_s);
 	return SG_OK;
@@ -1018,21 +1185,226 @@ static int open_tokens(sg_hsm *h, bool allow_missing)
 	return SG_OK;
 }
 
+/* ------------------------------------------------------------------ */
+/* Module re-initialisation                                           */
+
+/* CKRs of a failed reopen that say the module itself (its connection, its
+ * device) is gone rather than our session or login: p11-kit's client answers
+ * CKR_DEVICE_ERROR to everything once its server is gone. */
+static bool is_module_fault(CK_RV rv)
+{
+	return rv == CKR_DEVICE_ERROR || rv == CKR_DEVICE_REMOVED || rv == CKR_TOKEN_NOT_PRESENT ||
+	       rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED || rv == CKR_CRYPTOKI_NOT_INITIALIZED;
+}
+
+/* Finds token t again after C_Initialize (slot IDs may change) by the token
+ * URI, label and serial number; reopens its admin session, logs in with the
+ * kept PIN and, when it held the key, checks that it holds the same key.
+ * Registry lock, users lock and t->lock held; no session in a call. */
+static int token_rebind(sg_hsm *h, token *t, const CK_SLOT_ID *slots, CK_ULONG nslots)
+{
+	t->admin = CK_INVALID_HANDLE; /* C_Finalize closed it */
+	bool found = false;
+	for (CK_ULONG i = 0; i < nslots && !found; i++) {
+		CK_TOKEN_INFO ti;
+		CK_SLOT_INFO si;
+		if (h->f->C_GetTokenInfo(slots[i], &ti) != CKR_OK || h->f->C_GetSlotInfo(slots[i], &si) != CKR_OK)
+			continue;
+		char label[LABEL_LEN + 1];
+		trim_label(label, ti.label);
+		found = (ti.flags & CKF_TOKEN_INITIALIZED) && p11_kit_uri_match_token_info(h->turi, &ti) &&
+		        p11_kit_uri_match_slot_info(h->turi, &si) && p11_kit_uri_match_token_info(h->kuri, &ti) &&
+		        strcmp(label, t->label) == 0 && memcmp(ti.serialNumber, t->serial, sizeof(t->serial)) == 0;
+		if (found)
+			t->slot = slots[i];
+	}
+	SG_ENSURE(found, SG_ENOTFOUND, "token '%s' not found after re-initialising the module", t->label);
+	SG_TRY(open_session(h, t, CKF_RW_SESSION, &t->admin));
+	SG_TRY(login_locked(h, t, t->admin, false));
+	if (!t->has_key)
+		return SG_OK;
+	CK_OBJECT_HANDLE key;
+	uint8_t spki[SPKI_MAX];
+	size_t spki_len = 0;
+	sg_key_type type;
+	SG_TRY(find_object(h, t, t->admin, CKO_PRIVATE_KEY, &key, SG_ENOTFOUND));
+	SG_TRY(read_key(h, t, t->admin, key, &type, spki, sizeof(spki), &spki_len));
+	SG_ENSURE(spki_len == h->spki_len && memcmp(spki, h->spki, spki_len) == 0, SG_EINVAL,
+	          "token '%s' holds a different key after re-initialising the module", t->label);
+	return SG_OK;
+}
+
+/* Waits until no session of m is inside a PKCS#11 call (m->closing set,
+ * users lock held, so the list is fixed and no call starts); false after
+ * DRAIN_MS (a call the module never returns from). */
+static bool drain(module *m)
+{
+	uint64_t until = sg_now_ns() + (uint64_t)DRAIN_MS * 1000000u;
+	for (sg_hsm_session *s = m->sessions; s; s = s->next_on_module)
+		while (atomic_load(&s->in_call)) {
+			if (sg_now_ns() >= until)
+				return false;
+			sg_sleep_ms(1);
+		}
+	return true;
+}
+
+static void lock_tokens(module *m, bool lock)
+{
+	for (sg_hsm *h = m->handles; h; h = h->next_on_module)
+		for (size_t i = 0; i < h->ntokens; i++)
+			(lock ? pthread_mutex_lock : pthread_mutex_unlock)(&h->tokens[i].lock);
+}
+
+/* C_Finalize (unless a failed attempt left the module finalised already),
+ * C_Initialize with the first call's arguments, and every token of every
+ * handle found again. Everything but the re-init lock held, nothing in a
+ * call. Sets *ntok to the tokens brought back; fails when the module is not
+ * initialised or any token is missing. */
+static int reinit_locked(module *m, size_t *ntok)
+{
+	ckr_buf b;
+	*ntok = 0;
+	if (m->live)
+		m->f->C_Finalize(NULL); /* whatever it answers, its sessions are gone */
+	m->live = false;
+	atomic_fetch_add(&m->gen, 1); /* every session handle from before is stale */
+	CK_RV rv = module_initialize(m, m->conf, m->init_reserved);
+	if (rv == CKR_CRYPTOKI_ALREADY_INITIALIZED) {
+		/* Someone else initialised it in between: theirs now, never
+		 * finalised by us again. */
+		m->owner = false;
+	} else if (rv != CKR_OK) {
+		for (sg_hsm *h = m->handles; h; h = h->next_on_module)
+			for (size_t i = 0; i < h->ntokens; i++) {
+				h->tokens[i].admin = CK_INVALID_HANDLE;
+				if (h->tokens[i].has_key)
+					atomic_store(&h->tokens[i].down, true);
+			}
+		SG_BAIL(SG_EHSM, "PKCS#11 C_Initialize of %s: %s", m->path, ckr_name(rv, &b));
+	}
+	m->live = true;
+	CK_SLOT_ID *slots SG_AUTOFREE = NULL;
+	CK_ULONG nslots = 0;
+	int rc = list_slots(m->f, &slots, &nslots);
+	char first[SG_ERROR_MSG_MAX] = "";
+	for (sg_hsm *h = m->handles; h; h = h->next_on_module) {
+		for (size_t i = 0; i < h->ntokens; i++) {
+			token *t = &h->tokens[i];
+			int trc = rc < 0 ? rc : token_rebind(h, t, slots, nslots);
+			bool ok = trc == SG_OK;
+			atomic_store(&t->lost, !ok);
+			if (t->has_key)
+				atomic_store(&t->down, !ok);
+			*ntok += ok;
+			if (!ok && !first[0])
+				snprintf(first, sizeof(first), "%s", sg_error_last()->msg);
+		}
+	}
+	if (first[0])
+		SG_BAIL(SG_EHSM, "%s", first);
+	return SG_OK;
+}
+
+/* One re-init attempt on m, unless another is running (then the caller backs
+ * off as for any failed reopen) or signet did not initialise m. reason
+ * names the fault that asked for it; it and the outcome are logged once per
+ * attempt (CKR names and token labels only, never the PIN). Returns whether
+ * the module is back. */
+static bool module_reinit(module *m, const char *reason)
+{
+	if (pthread_mutex_trylock(&m->reinit_lock) != 0)
+		return false;
+	char why[192];
+	snprintf(why, sizeof(why), reason ? "%s" : "retry after: %s", reason ? reason : m->last_error);
+	pthread_mutex_lock(&registry_lock);
+	pthread_mutex_lock(&m->users_lock);
+	if (!m->owner || m->refs == 0 || !m->handles || sg_now_ns() < atomic_load(&m->due_ns)) {
+		pthread_mutex_unlock(&m->users_lock);
+		pthread_mutex_unlock(&registry_lock);
+		pthread_mutex_unlock(&m->reinit_lock);
+		return false;
+	}
+	atomic_store(&m->closing, true);
+	int rc = SG_EBUSY;
+	size_t ntok = 0;
+	if (!drain(m)) {
+		rc = sg_error_set(SG_EBUSY, "a PKCS#11 call on %s did not return within %d ms", m->path, DRAIN_MS);
+	} else {
+		lock_tokens(m, true);
+		rc = reinit_locked(m, &ntok);
+		lock_tokens(m, false);
+		for (sg_hsm *h = m->handles; h && rc == SG_OK; h = h->next_on_module)
+			atomic_fetch_add_explicit(&h->reinits, 1, memory_order_relaxed);
+	}
+	atomic_store(&m->closing, false);
+	pthread_mutex_unlock(&m->users_lock);
+	pthread_mutex_unlock(&registry_lock);
+
+	unsigned attempt = m->failures + 1;
+	bool ok = rc == SG_OK;
+	if (ok) {
+		m->failures = 0;
+		m->last_error[0] = '\0';
+		atomic_store(&m->wanted, false);
+		atomic_store(&m->due_ns, 0);
+		sg_log(SG_LOG_WARN, "PKCS#11 module re-initialised", SG_F_STR("module", m->path),
+		       SG_F_STR("reason", why), SG_F_INT("attempt", attempt), SG_F_INT("tokens", ntok), SG_F_END);
+	} else {
+		unsigned shift = m->failures < 16 ? m->failures : 16;
+		uint64_t ms = (uint64_t)REINIT_BACKOFF_MS << shift;
+		if (ms > REINIT_MAX_BACKOFF_MS)
+			ms = REINIT_MAX_BACKOFF_MS;
+		m->failures++;
+		snprintf(m->last_error, sizeof(m->last_error), "%.159s", sg_error_last()->msg);
+		atomic_store(&m->wanted, true);
+		atomic_store(&m->due_ns, sg_now_ns() + ms * 1000000u);
+		sg_log(SG_LOG_WARN, "PKCS#11 module re-initialisation failed", SG_F_STR("module", m->path),
+		       SG_F_STR("reason", why), SG_F_INT("attempt", attempt), SG_F_STR("error", m->last_error),
+		       SG_F_INT("tokens", ntok), SG_F_INT("retry_ms", ms), SG_F_END);
+	}
+	pthread_mutex_unlock(&m->reinit_lock);
+	return ok;
+}
+
+/* Whether m waits for a re-init whose backoff is over (cheap: atomics). */
+static bool module_reinit_due(module *m)
+{
+	return atomic_load(&m->wanted) && atomic_load(&m->owner) && sg_now_ns() >= atomic_load(&m->due_ns);
+}
+
 void sg_hsm_free(sg_hsm *h)
 {
 	if (!h)
 		return;
+	module *m = h->mod;
+	if (m) { /* no re-init while the handle leaves and its admin sessions close */
+		pthread_mutex_lock(&m->reinit_lock);
+		pthread_mutex_lock(&m->users_lock);
+		for (sg_hsm **p = &m->handles; *p; p = &(*p)->next_on_module)
+			if (*p == h) {
+				*p = h->next_on_module;
+				break;
+			}
+		pthread_mutex_unlock(&m->users_lock);
+	}
 	for (size_t i = 0; h->tokens && i < h->ntokens; i++) {
 		token *t = &h->tokens[i];
 		/* No C_Logout: the login belongs to the whole process and another
 		 * sg_hsm may be using the token. Closing our last session ends it;
 		 * C_Finalize ends everything. */
-		if (t->admin != CK_INVALID_HANDLE)
+		if (t->admin != CK_INVALID_HANDLE && m && atomic_load(&m->live))
 			h->f->C_CloseSession(t->admin);
 		if (t->lock_init)
 			pthread_mutex_destroy(&t->lock);
 	}
-	module_release(h->mod);
+	if (m)
+		pthread_mutex_unlock(&m->reinit_lock);
+	module_release(m);
+	if (h->turi)
+		p11_kit_uri_free(h->turi);
+	if (h->kuri)
+		p11_kit_uri_free(h->kuri);
 	free(h->tokens);
 	sg_secret_free(h->pin);
 	free(h->key_id);
@@ -1072,6 +1444,7 @@ int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts)
 	atomic_init(&h->signatures, 0);
 	atomic_init(&h->faults, 0);
 	atomic_init(&h->recoveries, 0);
+	atomic_init(&h->reinits, 0);
 	atomic_init(&h->sessions, 0);
 	h->copy_key = opts->copy_key;
 	h->max_retries = opts->max_retries ? opts->max_retries : DEFAULT_RETRIES;
@@ -1084,6 +1457,12 @@ int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts)
 	h->f = h->mod->f;
 	SG_TRY(select_tokens(h, turi, kuri, opts->token_uri));
 	SG_TRY(open_tokens(h, opts->allow_missing_key));
+	h->turi = SG_MOVE(turi);
+	h->kuri = SG_MOVE(kuri);
+	pthread_mutex_lock(&h->mod->users_lock);
+	h->next_on_module = h->mod->handles;
+	h->mod->handles = h;
+	pthread_mutex_unlock(&h->mod->users_lock);
 	*out = SG_MOVE(h);
 	return SG_OK;
 }
@@ -1113,6 +1492,16 @@ size_t sg_hsm_token_count(const sg_hsm *h)
 /* ------------------------------------------------------------------ */
 /* Sessions and signing                                               */
 
+/* Takes s off its module's list; users lock held. */
+static void unlink_locked(sg_hsm_session *s)
+{
+	for (sg_hsm_session **p = &s->h->mod->sessions; *p; p = &(*p)->next_on_module)
+		if (*p == s) {
+			*p = s->next_on_module;
+			break;
+		}
+}
+
 int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 {
 	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
@@ -1131,8 +1520,17 @@ int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 	s->h = h;
 	s->tok = pick;
 	s->sh = CK_INVALID_HANDLE;
+	atomic_init(&s->in_call, false);
+	module *m = h->mod;
+	pthread_mutex_lock(&m->users_lock);
+	s->next_on_module = m->sessions;
+	m->sessions = s;
+	pthread_mutex_unlock(&m->users_lock);
 	int rc = session_connect(s);
 	if (rc < 0) {
+		pthread_mutex_lock(&m->users_lock);
+		unlink_locked(s);
+		pthread_mutex_unlock(&m->users_lock);
 		free(s);
 		return rc;
 	}
@@ -1145,7 +1543,15 @@ void sg_hsm_session_free(sg_hsm_session *s)
 {
 	if (!s)
 		return;
+	/* Under the users lock: a re-init either finished before (the handle
+	 * is stale: forget it) or starts after the session has left. */
+	module *m = s->h->mod;
+	pthread_mutex_lock(&m->users_lock);
+	if (s->gen != atomic_load(&m->gen) || !atomic_load(&m->live))
+		session_forget(s);
 	session_disconnect(s);
+	unlink_locked(s);
+	pthread_mutex_unlock(&m->users_lock);
 	session_mark_healthy(s);
 	atomic_fetch_sub(&s->h->sessions, 1);
 	free(s);
@@ -1203,6 +1609,28 @@ static bool backoff(const sg_hsm *h, unsigned attempt, uint64_t deadline_ns)
 	return !deadline_ns || sg_now_ns() < deadline_ns;
 }
 
+/* A reopen failed with a module fault: after REINIT_AFTER in a row the
+ * module is marked as wanting a re-init, and this thread makes the attempt
+ * when it is due (the error detail of the reopen is kept for the caller). */
+static void reinit_if_uncured(sg_hsm_session *s)
+{
+	module *m = s->h->mod;
+	if (++s->uncured < REINIT_AFTER || !atomic_load(&m->owner))
+		return;
+	atomic_store(&m->wanted, true);
+	if (!module_reinit_due(m))
+		return;
+	char reason[sizeof(s->h->last_fault) + 64];
+	pthread_mutex_lock(&s->h->fault_lock);
+	snprintf(reason, sizeof(reason), "%u reopens failed in a row, last %s", s->uncured, s->h->last_fault);
+	pthread_mutex_unlock(&s->h->fault_lock);
+	sg_error saved;
+	sg_error_save(&saved);
+	if (module_reinit(m, reason))
+		s->uncured = 0;
+	sg_error_restore(&saved);
+}
+
 int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t inlen, uint8_t *sig, size_t *siglen,
                 uint64_t deadline_ns)
 {
@@ -1224,10 +1652,18 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 	unsigned attempt = 0;
 	int last = SG_EBUSY;
 	for (;;) {
-		if (s->connected) {
+		if (s->connected && !call_enter(s)) {
+			/* A re-init is draining: wait (below) and look again;
+			 * the handles stay valid if it gives up. */
+		} else if (s->connected && session_stale(s)) {
+			session_forget(s);
+			session_mark_broken(s);
+			call_leave(s);
+		} else if (s->connected) {
 			const char *fn = "C_Sign";
 			CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, &fn);
 			if (rv == CKR_OK) {
+				call_leave(s);
 				atomic_fetch_add_explicit(&h->signatures, 1, memory_order_relaxed);
 				if (s->broken)
 					session_mark_healthy(s);
@@ -1240,10 +1676,12 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 				 * operation active, so start afresh next time. */
 				if (rv == CKR_BUFFER_TOO_SMALL)
 					session_disconnect(s);
+				call_leave(s);
 				return last;
 			}
 			session_mark_broken(s);
 			session_disconnect(s);
+			call_leave(s);
 		}
 		if (attempt >= h->max_retries) {
 			char fault[sizeof(h->last_fault)];
@@ -1256,8 +1694,11 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 		if (!backoff(h, attempt, deadline_ns))
 			SG_BAIL(SG_ETIMEOUT, "deadline passed while recovering the session on token '%s'", t->label);
 		attempt++;
+		if (s->connected)
+			continue; /* waited out a re-init */
 		last = session_connect(s);
 		if (last == SG_OK) {
+			s->uncured = 0;
 			atomic_fetch_add_explicit(&h->recoveries, 1, memory_order_relaxed);
 			atomic_store(&t->down, false);
 			continue;
@@ -1266,6 +1707,8 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 		session_mark_broken(s);
 		if (last != SG_EBUSY) /* PIN refused, key vanished, module broke */
 			return last;
+		if (is_module_fault(last_ckr))
+			reinit_if_uncured(s);
 	}
 }
 
@@ -1279,7 +1722,18 @@ void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 		out->state = SG_HSM_DOWN;
 		return;
 	}
-	sg_hsm *mh = (sg_hsm *)h; /* atomics and the fault lock only */
+	sg_hsm *mh = (sg_hsm *)h; /* atomics, the fault lock and a due re-init */
+	/* Readiness polls this; with no signature asked for, nothing else would
+	 * notice that a server is back. Cheap unless a re-init is due, and
+	 * bounded by its backoff; the thread that makes the attempt waits for
+	 * it, another one does not (module_reinit only tries the lock). */
+	if (mh->mod && module_reinit_due(mh->mod)) {
+		sg_error saved;
+		sg_error_save(&saved);
+		(void)module_reinit(mh->mod, NULL);
+		sg_error_restore(&saved);
+	}
+	out->reinits = atomic_load(&mh->reinits);
 	out->signatures = atomic_load(&mh->signatures);
 	out->faults = atomic_load(&mh->faults);
 	out->recoveries = atomic_load(&mh->recoveries);

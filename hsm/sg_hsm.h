@@ -22,6 +22,17 @@
  * the signature, within the caller's deadline. A wrong or locked PIN is never
  * retried: the token is marked failed and SG_EAUTH returned.
  *
+ * When reopened sessions keep failing with module faults (device error,
+ * device removed, token not present, a fresh session invalid: what p11-kit's
+ * client answers once its server is gone) and signet initialised the module
+ * itself, the module is re-initialised: every PKCS#11 call on it drained,
+ * C_Finalize, C_Initialize with the same arguments, each token found again by
+ * its URI, label and serial number, its admin session reopened, logged in and
+ * its key checked; sessions then reopen on the new state. At most one
+ * re-init per module at a time, with backoff after a failed one (200 ms,
+ * doubling, at most 10 s); counted in sg_hsm_stats.reinits and logged once per
+ * attempt. A module someone else initialised is never re-initialised.
+ *
  * Keys: CA keys are generated inside the token with CKA_SENSITIVE=TRUE and
  * CKA_EXTRACTABLE=FALSE and never leave it. The PIN is borrowed only for the
  * duration of sg_hsm_open (a copy is kept in a wiped buffer for re-login).
@@ -127,11 +138,16 @@ typedef struct sg_hsm_stats {
 	uint64_t signatures;  /* successful C_Sign calls */
 	uint64_t faults;      /* faults seen (any CKR other than OK) */
 	uint64_t recoveries;  /* successful session reopen/re-login */
+	uint64_t reinits;     /* successful re-initialisations of the module (C_Finalize + C_Initialize) */
 	uint64_t sessions;    /* sessions open now */
 	char last_fault[128]; /* "C_Sign: CKR_SESSION_HANDLE_INVALID", or "" */
 } sg_hsm_stats;
 
-/* Snapshot of health and counters; safe from any thread. */
+/* Snapshot of health and counters; safe from any thread. When a module
+ * re-initialisation is due (see Faults above) the calling thread makes the
+ * attempt first: readiness polling is what brings the module back while no
+ * signature is asked for. Bounded by the re-init backoff; another caller
+ * does not wait for an attempt in flight. The thread's error detail is kept. */
 SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
 
 /* --- provisioning (signetctl init; not for the hot path) --- */
