@@ -16,15 +16,12 @@
 #include "sg_init.h"
 #include "sg_opt.h"
 #include "sg_test.h"
+#include "signer/openssl_fixture.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <openssl/evp.h>
-#include <openssl/pem.h>
-#include <openssl/x509.h>
-#include <openssl/x509v3.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,47 +106,6 @@ static void rm_tree(const char *dir)
 	nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* An istio-agent-like CSR made by OpenSSL (not by our encoder). */
-static char *make_csr(size_t *len)
-{
-	EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-256");
-	X509_REQ *r = X509_REQ_new();
-	X509_REQ_set_pubkey(r, k);
-	STACK_OF(X509_EXTENSION) *exts = sk_X509_EXTENSION_new_null();
-	sk_X509_EXTENSION_push(exts, X509V3_EXT_conf_nid(NULL, NULL, NID_subject_alt_name, "critical,URI:" ID));
-	X509_REQ_add_extensions(r, exts);
-	X509_REQ_sign(r, k, EVP_sha256());
-	BIO *b = BIO_new(BIO_s_mem());
-	PEM_write_bio_X509_REQ(b, r);
-	char *p;
-	long l = BIO_get_mem_data(b, &p);
-	char *out = malloc((size_t)l + 1);
-	memcpy(out, p, (size_t)l);
-	out[l] = 0;
-	*len = (size_t)l;
-	BIO_free(b);
-	sk_X509_EXTENSION_pop_free(exts, X509_EXTENSION_free);
-	X509_REQ_free(r);
-	EVP_PKEY_free(k);
-	return out;
-}
-
-/* OpenSSL's verdict on a leaf PEM against a root file. */
-static bool verifies(const char *leaf_pem, const char *root_file)
-{
-	BIO *lb = BIO_new_mem_buf(leaf_pem, -1);
-	X509 *leaf = PEM_read_bio_X509(lb, NULL, NULL, NULL);
-	X509_STORE *store = X509_STORE_new();
-	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
-	bool ok = leaf && store && ctx && X509_STORE_load_file(store, root_file) == 1 &&
-		  X509_STORE_CTX_init(ctx, store, leaf, NULL) == 1 && X509_verify_cert(ctx) == 1;
-	X509_STORE_CTX_free(ctx);
-	X509_STORE_free(store);
-	X509_free(leaf);
-	BIO_free(lb);
-	return ok;
-}
-
 typedef struct conf_args {
 	sg_settings s;
 } conf_args;
@@ -172,12 +128,15 @@ static void check_signs(const char *conf)
 		sg_hsm_stats_get(sg_appliance_hsm(app), &st);
 		SG_CHECK(st.state == SG_HSM_OK);
 		size_t len;
-		char *csr = make_csr(&len);
+		csr_opts co = {.alg = "EC", .param = "P-256", .san = "critical,URI:" ID};
+		char *csr = make_csr(&co, &len);
 		sg_issue_request req = {.csr = (const uint8_t *)csr, .csr_len = len, .profile = SG_PROFILE_ISTIO,
 					.identity = ID, .ttl = 3600, .path_len = -1};
 		sg_issue_result r = {0};
 		SG_CHECK_OK(sg_pool_issue(sg_appliance_pool(app), &req, &r));
-		SG_CHECK(r.leaf_pem && verifies(r.leaf_pem, a.s.root_cert));
+		X509 *leaf = verify_chain(&r, a.s.root_cert);
+		SG_CHECK(leaf != NULL);
+		X509_free(leaf);
 		SG_CHECK(strcmp(r.identity, ID) == 0);
 		sg_issue_result_clear(&r);
 		free(csr);
