@@ -132,6 +132,12 @@ def time_to_ready(argv, env, probe, log):
                 raise RuntimeError("not ready in 60 s")
             time.sleep(0.005)
     finally:
+        stop(p)
+
+
+def stop(p):
+    """SIGTERM, then SIGKILL after 30 s; nothing if it has ended."""
+    if p.poll() is None:
         p.send_signal(signal.SIGTERM)
         try:
             p.wait(30)
@@ -289,13 +295,7 @@ def main():
             say(f"| {kind} | {rr} | {lat} | {cpc} | {spc} |")
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            stop(p)
         shutil.rmtree(tmp, ignore_errors=True)
 
 
