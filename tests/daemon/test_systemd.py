@@ -435,8 +435,10 @@ class Systemd(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         creds = tempfile.mkdtemp(prefix="creds.", dir=self.tmp)
         os.chmod(creds, 0o700)
-        write(os.path.join(creds, "signet-pin"), read(os.path.join(self.dir, "pin")), 0o400)
-        d = Signetd(conf, self.path("cred.log"), ["--pin-credential", "signet-pin"],
+        # The longest name there is (255 bytes, a file name's limit) is taken.
+        name = "p" * 255
+        write(os.path.join(creds, name), read(os.path.join(self.dir, "pin")), 0o400)
+        d = Signetd(conf, self.path("cred.log"), ["--pin-credential", name],
                     env=base_env(CREDENTIALS_DIRECTORY=creds))
         self.addCleanup(d.stop)
         d.wait_serving()
