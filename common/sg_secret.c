@@ -22,7 +22,13 @@
  * Reading a PIN file goes through read(2) into the mapping itself: stdio
  * would keep a copy in its buffer, and a bounce buffer on the stack would be
  * one more copy to wipe. Files holding secrets must not be readable by
- * anyone but the owner: a PIN file with mode 0644 is refused, as ssh does.
+ * anyone but the owner: a PIN file with mode 0644 is refused, as ssh does,
+ * and so is one that belongs to another user (who could read or replace
+ * it); root may own it (a kubelet Secret volume, a systemd credential).
+ * Group bits are read through a POSIX ACL when the file has one: systemd
+ * hands a credential to a service's user as a root-owned 0400 file plus an
+ * ACL entry for that user, which stat shows as mode 0440 (the ACL's mask in
+ * the group bits) although no group can read it.
  *
  * sg_secret_protect_process covers what the mappings cannot: copies made by
  * other libraries (a PKCS#11 module keeps the PIN) and the environment.
@@ -48,6 +54,7 @@
 #include <sys/syscall.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 struct sg_secret {
@@ -203,6 +210,53 @@ static bool own_group(gid_t gid)
 	return false;
 }
 
+/* Linux's POSIX access ACL attribute (linux/posix_acl_xattr.h): a 4-byte
+ * version (2) then 8-byte entries {le16 tag, le16 perm, le32 id}. */
+#define ACL_XATTR "system.posix_acl_access"
+#define ACL_XATTR_VERSION 2u
+#define ACL_MAX_ENTRIES 64 /* more is refused rather than read */
+enum { ACL_TAG_USER_OBJ = 0x01, ACL_TAG_USER = 0x02, ACL_TAG_GROUP_OBJ = 0x04, ACL_TAG_GROUP = 0x08,
+       ACL_TAG_MASK = 0x10, ACL_TAG_OTHER = 0x20 };
+
+static uint32_t le(const uint8_t *p, size_t n)
+{
+	uint32_t v = 0;
+	for (size_t i = n; i-- > 0;)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Whether the file's access ACL lets only its owner, this process's user and
+ * this process's own non-root groups read it, and nobody else write or run
+ * it. false when it has no ACL (the mode bits then say it all), an ACL we
+ * cannot read, or one that grants anyone else anything. */
+static bool acl_only_us(int fd, gid_t file_gid)
+{
+	uint8_t buf[4 + 8 * ACL_MAX_ENTRIES];
+	ssize_t n = fgetxattr(fd, ACL_XATTR, buf, sizeof(buf));
+	if (n < 4 || (n - 4) % 8 != 0 || le(buf, 4) != ACL_XATTR_VERSION)
+		return false;
+	unsigned mask = 07; /* without a mask entry nothing is masked */
+	for (ssize_t at = 4; at < n; at += 8)
+		if (le(buf + at, 2) == ACL_TAG_MASK)
+			mask = le(buf + at + 2, 2) & 07;
+	for (ssize_t at = 4; at < n; at += 8) {
+		unsigned tag = le(buf + at, 2), perm = le(buf + at + 2, 2) & 07;
+		uint32_t id = le(buf + at + 4, 4);
+		if (tag == ACL_TAG_USER_OBJ || tag == ACL_TAG_MASK)
+			continue;
+		if (tag == ACL_TAG_USER || tag == ACL_TAG_GROUP_OBJ || tag == ACL_TAG_GROUP)
+			perm &= mask; /* what the entry grants in effect */
+		if (!perm)
+			continue;
+		bool us = (tag == ACL_TAG_USER && id == geteuid()) ||
+		          (tag == ACL_TAG_GROUP_OBJ && own_group(file_gid)) || (tag == ACL_TAG_GROUP && own_group(id));
+		if (!us || perm != 04)
+			return false;
+	}
+	return true;
+}
+
 int sg_secret_from_file(sg_secret **out, const char *path)
 {
 	int fd = open_beneath(path);
@@ -214,10 +268,17 @@ int sg_secret_from_file(sg_secret **out, const char *path)
 	int rc = SG_EINVAL;
 	SG_ENSURE_GOTO(rc, fstat(fd, &st) == 0 && S_ISREG(st.st_mode), out, SG_EINVAL,
 		       "secret file %s is not a regular file", path);
-	SG_ENSURE_GOTO(rc, (st.st_mode & 077) == 0 || ((st.st_mode & 037) == 0 && own_group(st.st_gid)), out, SG_EAUTH,
-		       "secret file %s is accessible by group or others (mode %03o); chmod 600 it (0440 is accepted "
-		       "when its group is one of this process's and not root's, as a pod's fsGroup)", path,
-		       (unsigned)(st.st_mode & 0777));
+	SG_ENSURE_GOTO(rc, st.st_uid == geteuid() || st.st_uid == 0, out, SG_EAUTH,
+		       "secret file %s belongs to uid %u, another user who can read or replace it; chown it to "
+		       "this process's user (uid %u) or to root", path, (unsigned)st.st_uid, (unsigned)geteuid());
+	bool private = (st.st_mode & 077) == 0 || ((st.st_mode & 037) == 0 && own_group(st.st_gid));
+	if (!private && (st.st_mode & 07) == 0) /* the group bits may be an ACL's mask */
+		private = acl_only_us(fd, st.st_gid);
+	SG_ENSURE_GOTO(rc, private, out, SG_EAUTH,
+		       "secret file %s is accessible by group or others (mode %03o, or its ACL: see getfacl); "
+		       "chmod 600 it (0440 is accepted when its group is one of this process's and not root's, as a "
+		       "pod's fsGroup; an ACL may grant read to this process's user only, as systemd's credentials "
+		       "do)", path, (unsigned)(st.st_mode & 0777));
 	SG_ENSURE_GOTO(rc, st.st_size <= SG_SECRET_MAX, out, SG_EINVAL, "secret file %s is larger than %d bytes", path,
 		       SG_SECRET_MAX);
 	/* Sized by fstat, plus one byte: a file that grew since is noticed

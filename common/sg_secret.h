@@ -46,9 +46,11 @@ SG_API int sg_secret_new(sg_secret **out, const void *p, size_t n) SG_MUST_CHECK
  * straight into the secret's pages, so no stdio buffer or stack copy holds
  * it; one trailing newline (LF or CRLF) is dropped. Refuses symlinks other
  * than one resolving beneath the file's own directory (a kubelet Secret
- * volume's ..data layout), files that are not regular, files readable by
- * others or by a group that is root's or not one of this process's
- * (SG_EAUTH, "chmod 600"), empty files and larger ones (SG_EINVAL);
+ * volume's ..data layout), files that are not regular, files that belong to
+ * a user other than this process's or root, files readable by others or by
+ * a group that is root's or not one of this process's, or through an ACL
+ * entry by anyone but this process's user and groups (SG_EAUTH, "chmod
+ * 600"), empty files and larger ones (SG_EINVAL);
  * SG_ENOTFOUND when absent. */
 SG_API int sg_secret_from_file(sg_secret **out, const char *path) SG_MUST_CHECK;
 /* Copies the value of environment variable `name` (not the name itself).

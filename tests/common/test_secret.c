@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -82,6 +83,85 @@ static void t_file_modes(void)
 	expect_file("1234", 4, 0640, SG_EAUTH, NULL);
 	expect_file("1234", 4, 0604, SG_EAUTH, NULL);
 	expect_file("1234", 4, 0601, SG_EAUTH, NULL);
+}
+
+/* The owner: this process's user or root, never another user (who could
+ * read or replace the PIN). Needs root to give a file away. */
+static void t_file_owner(void)
+{
+	setup_dir();
+	if (geteuid() != 0) {
+		printf("skip t_file_owner: giving a file to another user needs root\n");
+		return;
+	}
+	sg_secret *s = NULL;
+	const char *path = make("pin", "1234", 4, 0600);
+	SG_CHECK(chown(path, 65534, 65534) == 0);
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EAUTH);
+	SG_CHECK_MSG("belongs to uid 65534");
+	SG_CHECK_MSG("chown it");
+	SG_CHECK(chmod(path, 0400) == 0); /* a tight mode does not make another owner right */
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EAUTH);
+	SG_CHECK(chown(path, 0, 0) == 0);
+	SG_CHECK_OK(sg_secret_from_file(&s, path));
+	sg_secret_free(s);
+}
+
+/* Writes a POSIX access ACL: user::r, the given named user (r), group::
+ * group_perm, mask::mask, other::---. The kernel then shows the mask in the
+ * file's group bits, as on a systemd credential. */
+static int set_acl(const char *path, uint32_t user, unsigned group_perm, unsigned mask)
+{
+	const unsigned e[][3] = {{0x01, 04, 0xffffffffu}, {0x02, 04, user}, {0x04, group_perm, 0xffffffffu},
+	                         {0x10, mask, 0xffffffffu}, {0x20, 0, 0xffffffffu}};
+	uint8_t b[4 + 8 * 5] = {2, 0, 0, 0};
+	for (size_t i = 0; i < 5; i++) {
+		uint8_t *p = b + 4 + 8 * i;
+		p[0] = (uint8_t)e[i][0];
+		p[2] = (uint8_t)e[i][1];
+		for (int k = 0; k < 4; k++)
+			p[4 + k] = (uint8_t)(e[i][2] >> (8 * k));
+	}
+	return setxattr(path, "system.posix_acl_access", b, sizeof(b), 0);
+}
+
+/* A systemd credential handed to a service's user: root-owned 0400 plus an
+ * ACL entry for that user, so stat says 0440. Accepted when the entry names
+ * this process's user and nothing else is granted; refused when it names
+ * someone else, grants the owning group (root's) or lets a user write. */
+static void t_file_acl(void)
+{
+	setup_dir();
+	if (geteuid() != 0) {
+		printf("skip t_file_acl: root-owned files need root\n");
+		return;
+	}
+	sg_secret *s = NULL;
+	const char *path = make("pin", "1234", 4, 0400);
+	if (set_acl(path, geteuid(), 0, 04) != 0) {
+		printf("skip t_file_acl: no POSIX ACLs on this file system\n");
+		return;
+	}
+	struct stat st;
+	SG_CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0440);
+	SG_CHECK_OK(sg_secret_from_file(&s, path));
+	SG_CHECK(s && sg_secret_equal(s, "1234", 4));
+	sg_secret_free(s);
+	s = NULL;
+
+	SG_CHECK(set_acl(path, 65534, 0, 04) == 0); /* another user may read */
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EAUTH);
+	SG_CHECK_MSG("its ACL");
+	SG_CHECK(set_acl(path, geteuid(), 04, 04) == 0); /* root's group may read */
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EAUTH);
+	SG_CHECK(set_acl(path, 65534, 0, 0) == 0); /* masked to nothing: only the owner */
+	SG_CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0400);
+	SG_CHECK_OK(sg_secret_from_file(&s, path));
+	sg_secret_free(s);
+	s = NULL;
+	SG_CHECK(chmod(path, 0444) == 0); /* others: refused whatever the ACL says */
+	SG_CHECK_RC(sg_secret_from_file(&s, path), SG_EAUTH);
+	SG_CHECK_MSG("chmod 600");
 }
 
 static void t_file_content(void)
@@ -709,7 +789,8 @@ static void t_cleanup(void)
 	rmdir(dir);
 }
 
-SG_TEST_MAIN(SG_TEST(setup_dir), SG_TEST(t_file_modes), SG_TEST(t_file_content), SG_TEST(t_file_kinds),
+SG_TEST_MAIN(SG_TEST(setup_dir), SG_TEST(t_file_modes), SG_TEST(t_file_owner), SG_TEST(t_file_acl),
+	     SG_TEST(t_file_content), SG_TEST(t_file_kinds),
 	     SG_TEST(t_kubelet_layout), SG_TEST(t_env), SG_TEST(t_new_equal), SG_TEST(t_random_hex), SG_TEST(t_mapping_flags),
 	     SG_TEST(t_lock_limit), SG_TEST(t_wipe_on_free), SG_TEST(t_protect_process), SG_TEST(t_core_dump),
 	     SG_TEST(t_cleanup))

@@ -32,6 +32,7 @@ import shutil
 import signal
 import socket
 import ssl
+import struct
 import subprocess
 import sys
 import tempfile
@@ -439,6 +440,30 @@ class Systemd(unittest.TestCase):
         name = "p" * 255
         write(os.path.join(creds, name), read(os.path.join(self.dir, "pin")), 0o400)
         d = Signetd(conf, self.path("cred.log"), ["--pin-credential", name],
+                    env=base_env(CREDENTIALS_DIRECTORY=creds))
+        self.addCleanup(d.stop)
+        d.wait_serving()
+        self.assertIn("BEGIN CERTIFICATE", self.issue(d))
+        self.assertEqual(d.stop(), 0)
+
+    def test_pin_credential_with_acl(self):
+        """The credential as systemd writes it for a unit with User=: 0400,
+        owned by root, plus a POSIX ACL entry giving the service's user read
+        access, which stat shows as mode 0440. Here the daemon's user is the
+        test's own (root), named in the ACL entry as systemd names it."""
+        creds = tempfile.mkdtemp(prefix="creds.", dir=self.tmp)
+        os.chmod(creds, 0o700)
+        cred = os.path.join(creds, "hsm-pin")
+        write(cred, read(os.path.join(self.dir, "pin")), 0o400)
+        entries = [(0x01, 4, 0xFFFFFFFF), (0x02, 4, os.geteuid()), (0x04, 0, 0xFFFFFFFF), (0x10, 4, 0xFFFFFFFF),
+                   (0x20, 0, 0xFFFFFFFF)]
+        try:
+            os.setxattr(cred, "system.posix_acl_access",
+                        struct.pack("<I", 2) + b"".join(struct.pack("<HHI", *e) for e in entries))
+        except OSError as e:
+            self.skipTest(f"no POSIX ACLs here: {e}")
+        self.assertEqual(os.stat(cred).st_mode & 0o777, 0o440)
+        d = Signetd(self.wrong_pin_conf(), self.path("acl.log"), ["--pin-credential", "hsm-pin"],
                     env=base_env(CREDENTIALS_DIRECTORY=creds))
         self.addCleanup(d.stop)
         d.wait_serving()
