@@ -7,6 +7,8 @@
  *
  * Exit status: 2 for a usage error (a flag, or options sg_init_check_options
  * refuses, before anything is touched), 1 for a failure of init itself.
+ * Rerun on the folder of an init that was killed, it starts over or
+ * finishes (sg_init_ca), and says which on stdout.
  */
 #include "ctl.h"
 #include "sg_guard.h"
@@ -72,7 +74,8 @@ static void usage(void)
 	       "by default DIR.so-pin beside DIR, with mode 0400. signet.conf does not\n"
 	       "name it and signetd never needs it; move it offline. init refuses a\n"
 	       "non-empty DIR and an SO PIN file that already exists, and a failed init\n"
-	       "leaves neither behind.\n\n");
+	       "leaves neither behind. If init is killed, run it again with the same\n"
+	       "arguments: it removes what the killed run made and starts over.\n\n");
 	sg_opt_usage(init_opts, N_INIT_OPTS, stdout);
 }
 
@@ -114,8 +117,16 @@ int ctl_init(int argc, char **argv)
 
 	sg_init_result *r SG_AUTOFREE = malloc(sizeof(*r)); /* 3 * PATH_MAX: not for the stack */
 	rc = r ? sg_init_ca(&o, r) : sg_error_set(SG_EINTERNAL, "out of memory");
-	if (rc == SG_OK) {
-		printf("created %s (CA key %s in token \"%s\", root %s/root-cert.pem)\n", r->config,
+	if (rc == SG_OK && r->resumed == 2) {
+		/* The CA is the earlier run's: its options, not necessarily these. */
+		printf("finished %s: an interrupted init had already made this CA (see the file for what it is)\n",
+		       r->config);
+		if (*r->so_pin_file)
+			printf("the token's SO PIN is in %s (mode 0400); signetd never needs it: keep it offline\n",
+			       r->so_pin_file);
+	} else if (rc == SG_OK) {
+		printf("%s %s (CA key %s in token \"%s\", root %s/root-cert.pem)\n",
+		       r->resumed ? "removed what an interrupted init had left, and created" : "created", r->config,
 		       sg_key_type_name(o.key_type), a.token_label, r->dir);
 		if (*r->so_pin_file)
 			printf("the token's SO PIN is in %s (mode 0400); signetd never needs it: keep it offline\n",

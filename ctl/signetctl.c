@@ -21,6 +21,7 @@
  */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "ctl.h"
+#include "sg_init.h"
 #include "sg_appliance.h"
 #include "sg_daemon.h"
 #include "sg_grpc.h"
@@ -149,6 +150,7 @@ static int do_issue(ctl_args *a)
 	if (!a->s.signer_threads)
 		a->s.signer_threads = 1;
 	sg_appliance *app = NULL;
+	SG_TRY(sg_init_softhsm_repair(a->s.softhsm2_conf)); /* see sg_init.h */
 	SG_TRY(sg_appliance_open(&app, &a->s));
 	sg_issue_request req = {
 		.csr = csr,
@@ -326,6 +328,7 @@ static int do_status(ctl_args *a)
 {
 	a->s.signer_threads = 1;
 	sg_appliance *app = NULL;
+	SG_TRY(sg_init_softhsm_repair(a->s.softhsm2_conf)); /* see sg_init.h */
 	SG_TRY(sg_appliance_open(&app, &a->s));
 	const sg_ca *ca = sg_appliance_ca(app);
 	sg_hsm_stats st;

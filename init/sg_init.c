@@ -22,9 +22,21 @@
  * be written are refused before anything is created. When a later step
  * fails, what init made is removed again (the folder's contents, the folder
  * if init created it), so a retry starts clean; the SO PIN file is written
- * last, after everything else succeeded, so a failed init never leaves one.
- * signet.conf is written just before it, by rename: its presence means the
- * CA is whole (sg_init_state.c relies on that).
+ * late, after everything else succeeded, and removed again if signet.conf
+ * cannot be written, so a failed init never leaves one.
+ *
+ * A killed init cannot clean up, and a folder it left was refused by every
+ * later run as "not empty", leaving the operator to guess what was safe to
+ * delete (a token store, the user PIN, perhaps a temporary holding the SO
+ * PIN). So the folder carries a record, SG_INIT_PARTIAL_NAME, from before
+ * its first file (fsync'ed, with the folder) until after its last: a rerun
+ * that finds it knows the folder for a remnant of its own and starts over,
+ * removing the SO PIN file and temporary the record names. The order of
+ * the last steps is what makes that safe: the SO PIN file, then
+ * signet.conf (by rename: its presence means the CA is whole, SO PIN
+ * included; sg_init_state.c and signetd rely on that), then the record.
+ * A lock on the folder (flock, held for the whole call) keeps a second
+ * init from taking a first one's folder, mid-way, for a remnant.
  */
 #define _XOPEN_SOURCE 700 /* nftw, realpath */
 #include "sg_init.h"
@@ -45,6 +57,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -138,33 +151,319 @@ static int write_secret(const char *path, const sg_secret *s, unsigned mode)
 	return sg_file_write_new(path, sg_secret_data(s), sg_secret_len(s), mode);
 }
 
+/* Removes the folder's contents but the record, which goes last (see
+ * empty_folder): a process killed half-way leaves a remnant a rerun still
+ * knows for one. The folder itself stays unless init created it. */
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
 	(void)st;
 	(void)flag;
-	/* The folder itself stays unless init created it (see sg_init_ca). */
-	return ftw->level == 0 ? 0 : remove(path);
+	if (ftw->level == 0 || (ftw->level == 1 && strcmp(path + ftw->base, SG_INIT_PARTIAL_NAME) == 0))
+		return 0;
+	return remove(path);
 }
 
-/* Refuses a folder that exists and is not empty; *exists says whether it
- * exists (empty). Creates nothing. */
-static int check_dir(const char *dir, bool *exists)
+/* Empties dir, the record last. */
+static int empty_folder(const char *dir)
 {
-	*exists = false;
+	int rc = nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+	char *rec = join(dir, SG_INIT_PARTIAL_NAME);
+	if (rc == 0 && (!rec || (unlink(rec) != 0 && errno != ENOENT)))
+		rc = -1;
+	free(rec);
+	return rc;
+}
+
+/* What sg_init_ca writes into its folder. */
+static const char *const made_names[] = {
+	"signet.conf", "softhsm2.conf", "tokens", "pin", "root-cert.pem", "jwt-signing-key.pem", "jwks.json",
+	SG_INIT_PARTIAL_NAME,
+};
+#define N_MADE_NAMES (sizeof(made_names) / sizeof(made_names[0]))
+
+bool sg_init_made_name(const char *name)
+{
+	for (size_t i = 0; i < N_MADE_NAMES; i++) {
+		size_t n = strlen(made_names[i]);
+		if (strncmp(name, made_names[i], n) != 0)
+			continue;
+		const char *rest = name + n;
+		/* sg_file_write_new's temporary and sg_file_write_atomic's. */
+		if (!*rest || strcmp(rest, ".new") == 0)
+			return true;
+		if (strncmp(rest, ".tmp.", 5) == 0 && rest[5]) {
+			const char *d = rest + 5;
+			while (*d >= '0' && *d <= '9')
+				d++;
+			if (!*d)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* Makes what was written into dir durable (a rename, an unlink). */
+static int sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot open %s: %s", dir, strerror(errno));
+	int rc = fsync(fd);
+	int e = errno;
+	close(fd);
+	SG_ENSURE(rc == 0, SG_EINVAL, "cannot sync %s: %s", dir, strerror(e));
+	return SG_OK;
+}
+
+/* The folder of path (PATH_MAX bytes), for sync_dir. */
+static void folder_of(const char *path, char *out)
+{
+	snprintf(out, PATH_MAX, "%s", path);
+	char *slash = strrchr(out, '/');
+	if (slash == out)
+		out[1] = 0;
+	else if (slash)
+		*slash = 0;
+	else
+		snprintf(out, PATH_MAX, ".");
+}
+
+/* What an existing folder holds, as far as init is concerned. */
+typedef enum found {
+	FOUND_EMPTY,    /* nothing: made here */
+	FOUND_REMNANT,  /* the record without signet.conf: a killed attempt, removed and made again */
+	FOUND_FINISHED, /* the record with signet.conf: a killed attempt that had made the CA whole */
+} found;
+
+/* Reads an existing folder (under its lock) and says what it is, or
+ * refuses it, saying what to do. */
+static int inspect(const char *dir, found *what)
+{
 	DIR *d = opendir(dir);
-	if (!d) {
-		SG_ENSURE(errno == ENOENT, SG_EINVAL, "cannot use %s: %s", dir, strerror(errno));
+	SG_ENSURE(d, SG_EINVAL, "cannot read %s: %s", dir, strerror(errno));
+	bool any = false, conf = false, record = false;
+	char foreign[NAME_MAX + 1] = "";
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		any = true;
+		conf |= strcmp(e->d_name, "signet.conf") == 0;
+		record |= strcmp(e->d_name, SG_INIT_PARTIAL_NAME) == 0;
+		if (!*foreign && !sg_init_made_name(e->d_name))
+			snprintf(foreign, sizeof(foreign), "%s", e->d_name);
+	}
+	closedir(d);
+	*what = FOUND_EMPTY;
+	if (!any)
+		return SG_OK;
+	if (record) {
+		SG_ENSURE(!*foreign, SG_EINVAL,
+			  "%s is the remnant of an interrupted init but holds %s, which init never writes; refusing "
+			  "to remove it: move %s away and run init again, or remove the folder",
+			  dir, foreign, foreign);
+		*what = conf ? FOUND_FINISHED : FOUND_REMNANT;
 		return SG_OK;
 	}
-	*exists = true;
+	SG_ENSURE(!conf, SG_EINVAL,
+		  "%s exists and is not empty: it already holds a CA; refusing to touch it (use it with --config "
+		  "%s/signet.conf, or choose another --dir)",
+		  dir, dir);
+	SG_BAIL(SG_EINVAL,
+		"%s exists and is not empty, and no interrupted init left it; refusing to touch it (choose another "
+		"--dir, or empty it)",
+		dir);
+}
+
+/* The SO PIN path an attempt recorded (PATH_MAX bytes; "" when it wrote
+ * none: an HSM module, or killed before it wrote the path). */
+static void read_record(const char *dir, char *so)
+{
+	*so = 0;
+	char *path SG_AUTOFREE = join(dir, SG_INIT_PARTIAL_NAME);
+	uint8_t *text SG_AUTOFREE = NULL;
+	size_t len;
+	if (!path || sg_file_read(path, PATH_MAX + 64, &text, &len) < 0)
+		return;
+	static const char key[] = "so-pin-file = ";
+	const char *line = strstr((const char *)text, key);
+	const char *end = line ? strchr(line, '\n') : NULL;
+	/* Only a whole line counts: a record cut by the kill names nothing. */
+	if (end && line[sizeof(key) - 1] == '/' && (size_t)(end - line) - (sizeof(key) - 1) < PATH_MAX)
+		snprintf(so, PATH_MAX, "%.*s", (int)(end - line - (sizeof(key) - 1)), line + sizeof(key) - 1);
+}
+
+/* Writes the record, durably, into the empty folder dir. */
+static int write_record(const char *dir, const char *so_path)
+{
+	char *path SG_AUTOFREE = join(dir, SG_INIT_PARTIAL_NAME);
+	SG_ENSURE(path, SG_EINTERNAL, "out of memory");
+	char text[PATH_MAX + 256];
+	int n = snprintf(text, sizeof(text),
+			 "# An init is making a CA here; if this file outlives it, running init again on this\n"
+			 "# folder removes what it made (and the SO PIN file below) and starts over.\n"
+			 "%s%s%s",
+			 *so_path ? "so-pin-file = " : "", so_path, *so_path ? "\n" : "");
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "path too long: %s", so_path);
+	/* Written in place, not by rename: a temporary left by a kill would be
+	 * a name without the record, which a rerun must refuse. */
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot create %s: %s", path, strerror(errno));
+	ssize_t w = write(fd, text, (size_t)n);
+	if (w >= 0 && w != n)
+		errno = ENOSPC; /* a short write to a regular file: the disk is full */
+	bool ok = w == n && fsync(fd) == 0;
+	int e = errno;
+	if (close(fd) != 0 && ok) {
+		ok = false;
+		e = errno;
+	}
+	SG_ENSURE(ok, SG_EINVAL, "cannot write %s: %s", path, strerror(e));
+	return sync_dir(dir);
+}
+
+/* The attempt is whole: what it wrote is made durable, then the record
+ * goes. so_path: the SO PIN file written, or "". */
+static int end_record(const char *dir, const char *so_path)
+{
+	char folder[PATH_MAX];
+	SG_TRY(sync_dir(dir));
+	if (*so_path) {
+		folder_of(so_path, folder);
+		SG_TRY(sync_dir(folder));
+	}
+	char *path SG_AUTOFREE = join(dir, SG_INIT_PARTIAL_NAME);
+	SG_ENSURE(path, SG_EINTERNAL, "out of memory");
+	SG_ENSURE(unlink(path) == 0 || errno == ENOENT, SG_EINVAL,
+		  "cannot remove %s: %s (the CA is whole: run init again to finish)", path, strerror(errno));
+	return sync_dir(dir);
+}
+
+/* Removes a file init wrote outside the folder (the SO PIN file, its
+ * temporary) if it looks like one: a plain file of mode 0400 holding at
+ * most an SO PIN's 32 bytes. The path comes from the record, so whatever
+ * else it may name is left alone (and then refused by plan_so_pin). */
+static bool so_pin_like(const char *path)
+{
+	struct stat st;
+	return lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 07777) == 0400 && st.st_size <= 32;
+}
+
+static void remove_file(const char *path)
+{
+	if (so_pin_like(path) && unlink(path) != 0)
+		sg_log(SG_LOG_WARN, "cannot remove a file of an interrupted init", SG_F_STR("path", path),
+		       SG_F_STR("error", strerror(errno)), SG_F_END);
+}
+
+/* Removes a killed attempt's remnant: the SO PIN file it recorded and its
+ * temporary, then the folder's contents. */
+static int remove_remnant(const char *dir, const char *recorded_so)
+{
+	sg_log(SG_LOG_WARN, "removing the remnant of an interrupted init", SG_F_STR("dir", dir), SG_F_END);
+	if (*recorded_so) {
+		char tmp[PATH_MAX + 8];
+		snprintf(tmp, sizeof(tmp), "%s.new", recorded_so);
+		remove_file(tmp);
+		remove_file(recorded_so);
+	}
+	int rc = empty_folder(dir);
+	SG_ENSURE(rc == 0, SG_EINVAL, "cannot remove the remnant of an interrupted init in %s: %s", dir,
+		  strerror(errno));
+	return sync_dir(dir);
+}
+
+/*
+ * SoftHSM2's token.object. SoftHSM2 (file back end, the only one Debian
+ * builds) rewrites it in place, ftruncate then write, on every C_Login (it
+ * resets the PIN flags whether they changed or not). A process killed
+ * between the two leaves it empty: the token is then "not initialised",
+ * and since token.object holds the token key that wraps every private
+ * object, the CA key is lost with it. Its contents never change after
+ * init (signet changes no PIN or label), so init keeps a copy beside it,
+ * TOKEN_BACKUP (a name SoftHSM2 does not read: it looks at "*.object"),
+ * and sg_init_softhsm_repair puts the copy back over an empty one before
+ * the module is loaded.
+ */
+#define TOKEN_BACKUP "token.object.signet-bak"
+#define TOKEN_OBJECT_MAX (64 * 1024)
+
+/* Calls fn(token folder) for every folder in the token store. */
+static int each_token(const char *tokens, int (*fn)(const char *dir))
+{
+	DIR *d = opendir(tokens);
+	SG_ENSURE(d, SG_EINVAL, "cannot read %s: %s", tokens, strerror(errno));
+	int rc = SG_OK;
 	struct dirent *e;
-	bool empty = true;
-	while ((e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-			empty = false;
+	while (rc == SG_OK && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		char *sub = join(tokens, e->d_name);
+		struct stat st;
+		if (!sub)
+			rc = sg_error_set(SG_EINTERNAL, "out of memory");
+		else if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+			rc = fn(sub);
+		free(sub);
+	}
 	closedir(d);
-	SG_ENSURE(empty, SG_EINVAL, "%s exists and is not empty; refusing to touch it", dir);
+	return rc;
+}
+
+static int backup_token(const char *dir)
+{
+	char *obj SG_AUTOFREE = join(dir, "token.object");
+	char *bak SG_AUTOFREE = join(dir, TOKEN_BACKUP);
+	SG_ENSURE(obj && bak, SG_EINTERNAL, "out of memory");
+	uint8_t *data SG_AUTOFREE = NULL;
+	size_t len;
+	SG_TRY(sg_file_read(obj, TOKEN_OBJECT_MAX, &data, &len));
+	SG_ENSURE(len > 0, SG_EINVAL, "%s is empty", obj);
+	return sg_file_write_new(bak, data, len, 0600);
+}
+
+static int repair_token(const char *dir)
+{
+	char *obj SG_AUTOFREE = join(dir, "token.object");
+	char *bak SG_AUTOFREE = join(dir, TOKEN_BACKUP);
+	SG_ENSURE(obj && bak, SG_EINTERNAL, "out of memory");
+	struct stat st;
+	/* Only the state a kill leaves: present and empty. */
+	if (lstat(obj, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != 0 || lstat(bak, &st) != 0)
+		return SG_OK;
+	uint8_t *data SG_AUTOFREE = NULL;
+	size_t len;
+	SG_TRY(sg_file_read(bak, TOKEN_OBJECT_MAX, &data, &len));
+	SG_ENSURE(len > 0, SG_EINVAL, "%s is empty", bak);
+	SG_TRY(sg_file_write_atomic(obj, data, len, 0600));
+	SG_TRY(sync_dir(dir));
+	sg_log(SG_LOG_WARN, "restored a SoftHSM2 token.object emptied by a process killed while logging in",
+	       SG_F_STR("path", obj), SG_F_END);
 	return SG_OK;
+}
+
+int sg_init_softhsm_repair(const char *softhsm_conf)
+{
+	if (!softhsm_conf)
+		return SG_OK;
+	uint8_t *text SG_AUTOFREE = NULL;
+	size_t len;
+	/* No file: the HSM layer reports it, with its own words. */
+	if (sg_file_read(softhsm_conf, 64 * 1024, &text, &len) < 0)
+		return SG_OK;
+	static const char key[] = "\ndirectories.tokendir = ";
+	const char *at = strstr((const char *)text, key);
+	if (!at)
+		return SG_OK;
+	at += sizeof(key) - 1;
+	const char *end = strchr(at, '\n');
+	size_t n = end ? (size_t)(end - at) : strlen(at);
+	SG_ENSURE(n > 0 && n < PATH_MAX, SG_EINVAL, "bad directories.tokendir in %s", softhsm_conf);
+	char tokens[PATH_MAX];
+	snprintf(tokens, sizeof(tokens), "%.*s", (int)n, at);
+	struct stat st;
+	if (stat(tokens, &st) != 0 || !S_ISDIR(st.st_mode))
+		return SG_OK;
+	return each_token(tokens, repair_token);
 }
 
 /* The embedded default: a SoftHSM2 token private to the folder. The user
@@ -312,10 +611,13 @@ static int absolute_leaf(const char *path, char *out)
  * Where the SO PIN goes: so_pin_file, or DIR.so-pin beside the folder.
  * Refused, before anything is created: a path inside the folder (signetd
  * reads the folder), a path that exists (an SO PIN of a live token must not
- * be overwritten; lstat, so a dangling symlink counts), and a folder we
- * cannot write to (found now, not after the token is made).
+ * be overwritten; lstat, so a dangling symlink counts), its temporary
+ * path.new (sg_file_write_new would refuse it at the very end), and a
+ * folder we cannot write to (found now, not after the token is made).
+ * mine: the SO PIN file a remnant's record names ("" if none), which is
+ * removed with the remnant and so not refused.
  */
-static int plan_so_pin(const plan *a, const char *abs_dir, char *out)
+static int plan_so_pin(const plan *a, const char *abs_dir, const char *mine, char *out)
 {
 	if (a->so_pin_file) {
 		SG_TRY(absolute_leaf(a->so_pin_file, out));
@@ -328,11 +630,20 @@ static int plan_so_pin(const plan *a, const char *abs_dir, char *out)
 		  "the SO PIN file %s is inside %s, which signetd reads; choose a --so-pin-file outside it", out,
 		  abs_dir);
 	struct stat st;
-	SG_ENSURE(lstat(out, &st) != 0, SG_EINVAL,
+	char tmp[PATH_MAX + 8];
+	snprintf(tmp, sizeof(tmp), "%s.new", out);
+	/* The remnant's own files, which remove_remnant will remove. */
+	bool ours = strcmp(out, mine) == 0, ours_tmp = ours && so_pin_like(tmp);
+	ours = ours && so_pin_like(out);
+	SG_ENSURE(ours || lstat(out, &st) != 0, SG_EINVAL,
 		  "the SO PIN file %s already exists (it may belong to another token); move it away or choose "
 		  "another --so-pin-file",
 		  out);
-	SG_ENSURE(errno == ENOENT, SG_EINVAL, "cannot use %s for the SO PIN: %s", out, strerror(errno));
+	SG_ENSURE(ours || errno == ENOENT, SG_EINVAL, "cannot use %s for the SO PIN: %s", out, strerror(errno));
+	SG_ENSURE(ours_tmp || lstat(tmp, &st) != 0, SG_EINVAL,
+		  "%s exists (an unfinished SO PIN file, perhaps another token's); move it away or choose another "
+		  "--so-pin-file",
+		  tmp);
 	char folder[PATH_MAX];
 	snprintf(folder, sizeof(folder), "%s", out);
 	*strrchr(folder, '/') = 0;
@@ -341,8 +652,10 @@ static int plan_so_pin(const plan *a, const char *abs_dir, char *out)
 	return SG_OK;
 }
 
-/* so_path: where the SO PIN goes (a new SoftHSM2 token), else NULL. */
-static int run_init(const plan *a, const char *abs_dir, const char *so_path)
+/* so_path: where the SO PIN goes (a new SoftHSM2 token), else NULL.
+ * *so_written: the SO PIN file was written (the caller removes it if this
+ * fails after). */
+static int run_init(const plan *a, const char *abs_dir, const char *so_path, bool *so_written)
 {
 	sg_key_type type = a->key_type;
 	sg_secret *pin SG_CLEANUP(sg_secret_freep) = NULL;
@@ -389,11 +702,21 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path)
 	SG_TRY_GOTO(rc, make_root(a, hsm, type, &pem, &pem_len), out);
 	SG_TRY_GOTO(rc, sg_file_write_new(root_path, pem, pem_len, 0644), out);
 	SG_TRY_GOTO(rc, sg_jwt_dev_issuer_create(jwt_key, jwks, NULL), out);
-	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
-	/* Last: nothing can fail after it, so a failed init never leaves an SO
-	 * PIN behind for a token that was removed again. */
-	if (so)
+	if (!a->hsm_module) {
+		/* Closed first: SoftHSM2 rewrites token.object until logout. */
+		sg_hsm_free(hsm);
+		hsm = NULL;
+		char *tokens SG_AUTOFREE = join(abs_dir, "tokens");
+		SG_ENSURE_GOTO(rc, tokens, out, SG_EINTERNAL, "out of memory");
+		SG_TRY_GOTO(rc, each_token(tokens, backup_token), out);
+	}
+	/* The SO PIN file before signet.conf, so that signet.conf means "whole,
+	 * SO PIN included"; a failure of signet.conf has the caller remove it. */
+	if (so) {
 		SG_TRY_GOTO(rc, write_secret(so_path, so, 0400), out);
+		*so_written = true;
+	}
+	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
 	sg_log(SG_LOG_INFO, "CA created", SG_F_STR("dir", abs_dir), SG_F_STR("key", sg_key_type_name(type)),
 	       SG_F_STR("token", a->token_label), SG_F_STR("trust_domain", a->trust_domain), SG_F_END);
 out:
@@ -402,52 +725,114 @@ out:
 	return rc;
 }
 
-/* Every refusal, then the one thing made before run_init: the folder, when
- * it does not exist yet (*created). so_path is NULL with an HSM module;
- * config receives the path of signet.conf (PATH_MAX bytes). */
-static int prepare(const plan *a, char *abs_dir, char *so_path, char *config, bool *created)
+/* Where sg_init_ca stands before run_init. */
+typedef struct setup {
+	char dir[PATH_MAX];    /* absolute */
+	char so[PATH_MAX];     /* where the SO PIN goes; "" with an HSM module */
+	char config[PATH_MAX]; /* dir/signet.conf */
+	char mine[PATH_MAX];   /* a remnant's recorded SO PIN file, or "" */
+	bool created;          /* this call made dir */
+	bool began;            /* past every refusal: from here on a failure cleans up */
+	found what;
+	int lock;              /* dir, flock'ed; -1 before it exists */
+} setup;
+
+/* Takes the folder's lock; st->lock stays -1 unless it is held, so that
+ * nothing is cleaned up in a folder another init holds. */
+static int lock_dir(setup *st)
 {
-	bool exists;
-	*created = false;
-	SG_TRY(check_dir(a->dir, &exists));
-	SG_TRY(exists ? absolute(a->dir, abs_dir) : absolute_leaf(a->dir, abs_dir));
-	SG_ENSURE(strcmp(abs_dir, "/") != 0, SG_EINVAL, "refusing to use / as the CA folder");
-	int n = snprintf(config, PATH_MAX, "%s/signet.conf", abs_dir);
-	SG_ENSURE(n > 0 && n < PATH_MAX, SG_EINVAL, "folder path too long");
-	if (so_path)
-		SG_TRY(plan_so_pin(a, abs_dir, so_path));
-	if (!exists) {
-		SG_ENSURE(mkdir(abs_dir, 0700) == 0, SG_EINVAL, "cannot create %s: %s", abs_dir, strerror(errno));
-		*created = true;
+	int fd = open(st->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot use %s: %s", st->dir, strerror(errno));
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		int e = errno;
+		close(fd);
+		SG_ENSURE(e != EWOULDBLOCK, SG_EBUSY, "cannot lock %s: another init is making a CA there now; wait "
+			  "for it to end", st->dir);
+		SG_BAIL(SG_EINVAL, "cannot lock %s: %s", st->dir, strerror(e));
 	}
+	st->lock = fd;
 	return SG_OK;
+}
+
+/* Every refusal, then what is made before run_init: the folder when it
+ * does not exist yet, or a remnant removed; then the record. */
+static int prepare(const plan *a, bool softhsm, setup *st)
+{
+	struct stat sb;
+	bool exists = stat(a->dir, &sb) == 0;
+	SG_ENSURE(exists || errno == ENOENT, SG_EINVAL, "cannot use %s: %s", a->dir, strerror(errno));
+	SG_ENSURE(!exists || S_ISDIR(sb.st_mode), SG_EINVAL, "%s exists and is not a folder; choose another --dir",
+		  a->dir);
+	SG_TRY(exists ? absolute(a->dir, st->dir) : absolute_leaf(a->dir, st->dir));
+	SG_ENSURE(strcmp(st->dir, "/") != 0, SG_EINVAL, "refusing to use / as the CA folder");
+	int n = snprintf(st->config, PATH_MAX, "%s/signet.conf", st->dir);
+	SG_ENSURE(n > 0 && n < PATH_MAX, SG_EINVAL, "folder path too long");
+	if (exists) {
+		SG_TRY(lock_dir(st));
+		SG_TRY(inspect(st->dir, &st->what));
+		if (st->what != FOUND_EMPTY)
+			read_record(st->dir, st->mine);
+		if (st->what == FOUND_FINISHED) {
+			/* Whole: the SO PIN file is the one it wrote. */
+			memcpy(st->so, st->mine, strlen(st->mine) + 1);
+			return SG_OK;
+		}
+	}
+	if (softhsm)
+		SG_TRY(plan_so_pin(a, st->dir, st->mine, st->so));
+	st->began = true;
+	if (st->what == FOUND_REMNANT)
+		SG_TRY(remove_remnant(st->dir, st->mine));
+	if (!exists) {
+		SG_ENSURE(mkdir(st->dir, 0700) == 0, SG_EINVAL, "cannot create %s: %s", st->dir, strerror(errno));
+		st->created = true;
+		SG_TRY(lock_dir(st));
+		char parent[PATH_MAX];
+		folder_of(st->dir, parent);
+		SG_TRY(sync_dir(parent));
+	}
+	return write_record(st->dir, st->so);
 }
 
 int sg_init_ca(const sg_init_options *o, sg_init_result *out)
 {
 	SG_TRY(sg_init_check_options(o));
 	plan a = plan_of(o);
-	bool created = false;
-	char abs_dir[PATH_MAX], so_path[PATH_MAX] = "", config[PATH_MAX];
-	int rc = prepare(&a, abs_dir, a.hsm_module ? NULL : so_path, config, &created);
-	if (rc < 0)
-		return rc;
-	rc = run_init(&a, abs_dir, a.hsm_module ? NULL : so_path);
-	if (rc < 0) {
-		/* Leave the folder as we found it: absent, or empty. */
+	setup *st SG_AUTOFREE = calloc(1, sizeof(*st)); /* 4 * PATH_MAX: not for the stack */
+	SG_ENSURE(st, SG_EINTERNAL, "out of memory");
+	st->lock = -1;
+	int rc = prepare(&a, !a.hsm_module, st);
+	bool so_written = false;
+	if (rc == SG_OK && st->what != FOUND_FINISHED)
+		rc = run_init(&a, st->dir, a.hsm_module ? NULL : st->so, &so_written);
+	if (rc < 0 && st->began && st->lock >= 0) {
+		/* Leave the folder as we found it: absent, or empty (a remnant's
+		 * files are gone either way). Only once it is ours and locked:
+		 * before, nothing was made, and it may be someone else's. */
 		sg_error e;
 		sg_error_save(&e);
-		nftw(abs_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-		if (created)
-			rmdir(abs_dir);
+		if (so_written)
+			unlink(st->so);
+		(void)empty_folder(st->dir);
+		if (st->created)
+			rmdir(st->dir);
 		sg_error_restore(&e);
-		return rc;
 	}
+	if (rc == SG_OK)
+		rc = end_record(st->dir, st->so);
+	if (rc == SG_OK && st->what == FOUND_FINISHED)
+		sg_log(SG_LOG_WARN, "an interrupted init had made this CA whole; its record removed",
+		       SG_F_STR("dir", st->dir), SG_F_END);
+	if (st->lock >= 0)
+		close(st->lock); /* releases the lock */
+	if (rc < 0)
+		return rc;
 	if (out) {
 		/* Same sizes: nothing is cut. */
-		memcpy(out->dir, abs_dir, strlen(abs_dir) + 1);
-		memcpy(out->config, config, strlen(config) + 1);
-		memcpy(out->so_pin_file, so_path, strlen(so_path) + 1);
+		memcpy(out->dir, st->dir, strlen(st->dir) + 1);
+		memcpy(out->config, st->config, strlen(st->config) + 1);
+		memcpy(out->so_pin_file, st->so, strlen(st->so) + 1);
+		out->resumed = st->what == FOUND_REMNANT ? 1 : st->what == FOUND_FINISHED ? 2 : 0;
 	}
 	return SG_OK;
 }

@@ -8,7 +8,11 @@
  * with its user PIN), the CA key generated inside the token (never
  * extractable), and the new token's SO PIN written outside the folder.
  * It refuses before it creates anything, and removes what it made when a
- * later step fails, so a retry starts clean.
+ * later step fails, so a retry starts clean. A process killed mid-way
+ * cannot clean up, so the folder carries a record of the attempt
+ * (SG_INIT_PARTIAL_NAME) from before its first file until after its last:
+ * a rerun on the same folder removes such a remnant and starts again, or
+ * finishes an attempt that had already made the CA whole.
  *
  * sg_init_default_dir is the rule of a container whose entry point is
  * signetd and which has no shell: a state folder STATE holds STATE/ca (the
@@ -30,6 +34,7 @@
 #include "sg_hsm.h"
 
 #include <limits.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +58,14 @@
 #define SG_INIT_CA_TTL_MIN_S 3600LL
 #define SG_INIT_CA_TTL_MAX_S (100LL * 365 * 86400)
 
+/* The record of an attempt under way, inside the CA folder: written
+ * (fsync'ed) before anything else is put there, removed (and the removal
+ * made durable) after everything else. It holds the SO PIN file's path, so
+ * that a rerun knows that file for its own. signet.conf is written last
+ * but for the record's removal, after the SO PIN file: a folder with
+ * signet.conf holds a whole CA whose SO PIN file was written. */
+#define SG_INIT_PARTIAL_NAME "init.partial"
+
 /* Everything borrowed for the call. NULL or 0 means the default. */
 typedef struct sg_init_options {
 	const char *dir;          /* required: the CA folder; must not exist (its parent must) or be empty */
@@ -74,6 +87,9 @@ typedef struct sg_init_result {
 	char dir[PATH_MAX];         /* the CA folder */
 	char config[PATH_MAX];      /* dir/signet.conf: the --config of signetctl and signetd */
 	char so_pin_file[PATH_MAX]; /* the new token's SO PIN; "" with hsm_module */
+	int resumed;                /* 0: made now; 1: an interrupted attempt's remnant was removed first;
+				     * 2: an interrupted attempt had made the CA whole, this call only
+				     *    removed its record (the CA is the earlier attempt's, options and all) */
 } sg_init_result;
 
 /* Checks what needs no file system: dir given, labels non-empty and
@@ -84,13 +100,40 @@ typedef struct sg_init_result {
 SG_API int sg_init_check_options(const sg_init_options *o) SG_MUST_CHECK;
 
 /* Creates the CA described above (signetctl init). Refused before anything
- * is created (SG_EINVAL): an existing non-empty dir, / as dir, an SO PIN
- * file that exists (even a dangling symlink), lies inside dir or cannot be
- * written. When a later step fails, dir's contents are removed (and dir
- * itself when this call created it) and no SO PIN file is left; the error
- * is the step's own (SG_EHSM, SG_EINVAL, ...). On success out, if not NULL,
- * says where everything is. */
+ * is created (SG_EINVAL): an existing non-empty dir (but see below), / as
+ * dir, an SO PIN file that exists (even a dangling symlink) or whose
+ * temporary (path.new) does, that lies inside dir or cannot be written.
+ * SG_EBUSY while another process is making a CA in dir (a lock on dir,
+ * held for the whole call). When a later step fails, dir's contents are
+ * removed (and dir itself when this call created it) and no SO PIN file
+ * is left; the error is the step's own (SG_EHSM, SG_EINVAL, ...).
+ *
+ * A non-empty dir holding SG_INIT_PARTIAL_NAME is an attempt that was
+ * killed: without signet.conf it is removed (with the SO PIN file and
+ * temporary the record names) and the CA made again, unless it holds a
+ * name init never writes or is not a plain folder (SG_EINVAL, nothing
+ * touched); with signet.conf the CA is whole and only the record goes
+ * (out->resumed says which). With hsm_module, a killed attempt's key stays
+ * in the token (unused; its label is the new key's, its CKA_ID differs).
+ * On success out, if not NULL, says where everything is. */
 SG_API int sg_init_ca(const sg_init_options *o, sg_init_result *out) SG_MUST_CHECK;
+
+/* Puts back a SoftHSM2 token.object that a process killed while logging
+ * in left empty (SoftHSM2 rewrites it in place on every C_Login; empty, the
+ * token and its CA key are lost), from the copy sg_init_ca keeps beside it
+ * (tokens/<token>/token.object.signet-bak). softhsm_conf is the CA's
+ * softhsm2.conf (the softhsm2-conf setting); NULL, a missing file or one
+ * without directories.tokendir: nothing to do. Call it before the module
+ * is loaded (sg_appliance_open), in the one process using the token store.
+ * Logs a warning for each token it restores. SG_EINVAL when a copy cannot
+ * be read or written back. */
+SG_API int sg_init_softhsm_repair(const char *softhsm_conf) SG_MUST_CHECK;
+
+/* Whether name is one sg_init_ca writes into its folder (signet.conf, the
+ * token store, the PIN, the root, the token issuer's files, the record) or
+ * a temporary of one ("<name>.new", "<name>.tmp.<digits>"): what a killed
+ * attempt's remnant may hold. */
+SG_API bool sg_init_made_name(const char *name);
 
 /*
  * The embedded default CA of a state folder (signetd --init-dir STATE).
@@ -98,8 +141,9 @@ SG_API int sg_init_ca(const sg_init_options *o, sg_init_result *out) SG_MUST_CHE
  * volume must not pass for an empty one).
  *
  *   STATE/ca/signet.conf exists (and no interrupted attempt is recorded):
- *     its absolute path is written to conf, nothing is opened or written,
- *     so a read-only STATE works.
+ *     its absolute path is written to conf and nothing is written (the
+ *     token store is only read, by sg_init_softhsm_repair, which writes
+ *     only to restore an emptied token.object), so a read-only STATE works.
  *   otherwise, under a lock (STATE/init.lock, an fcntl lock: a second
  *   process starting on the same STATE waits up to two minutes for the
  *   first, then fails with SG_EBUSY), the CA is made with sg_init_ca and
@@ -118,6 +162,9 @@ SG_API int sg_init_ca(const sg_init_options *o, sg_init_result *out) SG_MUST_CHE
  * again, even one whose signet.conf exists but whose SO PIN was never
  * written (a CA nobody used is cheaper to remake than to keep without
  * the PIN that can recover its token).
+ * A STATE/ca holding sg_init_ca's own record (SG_INIT_PARTIAL_NAME) and no
+ * signet.conf is left to sg_init_ca, which removes it with the SO PIN file
+ * (and temporary) the record names.
  * Removal is refused (SG_EINVAL, nothing touched) if STATE/ca holds a name
  * sg_init_ca never writes or is not a plain folder. A non-empty STATE/ca
  * without signet.conf and without the record is not ours: SG_EINVAL,

@@ -29,7 +29,10 @@
  *                       for a remnant and remove it.
  *
  * signet.conf is the commit point: sg_init_ca writes it (by rename) after
- * the token, key, root and token issuer, and before only the SO PIN file.
+ * the token, key, root, token issuer and SO PIN file. sg_init_ca keeps a
+ * record of its own inside STATE/ca (SG_INIT_PARTIAL_NAME, naming the SO
+ * PIN file it writes); once that exists, clearing a remnant is left to
+ * sg_init_ca, which knows STATE/so-pin for its own where this file cannot.
  * Removal of a remnant is bounded: STATE/ca must be a plain folder holding
  * only names sg_init_ca writes (and their temporaries), walked without
  * following symlinks or crossing mounts.
@@ -55,13 +58,6 @@
  * an RSA-4096 key in well under a minute; the defaults make a P-256 one. */
 #define LOCK_WAIT_MS 120000u
 #define LOCK_POLL_MS 100u
-
-/* What sg_init_ca writes into its folder; a remnant may hold these, and
- * their temporaries, only. */
-static const char *const made_names[] = {
-	"signet.conf", "softhsm2.conf", "tokens", "pin", "root-cert.pem", "jwt-signing-key.pem", "jwks.json",
-};
-#define N_MADE_NAMES (sizeof(made_names) / sizeof(made_names[0]))
 
 /* The paths of one state folder, each below PATH_MAX. */
 typedef struct state_paths {
@@ -136,28 +132,6 @@ static int lock_state(const state_paths *p, int *fd)
 	return SG_OK;
 }
 
-/* name is one sg_init_ca writes, or a temporary of one ("<name>.new",
- * sg_file_write_new's; "<name>.tmp.<pid>", sg_file_write_atomic's). */
-static bool made_by_init(const char *name)
-{
-	for (size_t i = 0; i < N_MADE_NAMES; i++) {
-		size_t n = strlen(made_names[i]);
-		if (strncmp(name, made_names[i], n) != 0)
-			continue;
-		const char *rest = name + n;
-		if (!*rest || strcmp(rest, ".new") == 0)
-			return true;
-		if (strncmp(rest, ".tmp.", 5) == 0 && rest[5]) {
-			const char *d = rest + 5;
-			while (*d >= '0' && *d <= '9')
-				d++;
-			if (!*d)
-				return true;
-		}
-	}
-	return false;
-}
-
 /* Checks that STATE/ca, if it exists, is a plain folder holding only what
  * sg_init_ca writes; *present says whether it exists. */
 static int check_remnant(const state_paths *p, bool *present)
@@ -175,7 +149,7 @@ static int check_remnant(const state_paths *p, bool *present)
 	struct dirent *e;
 	int rc = SG_OK;
 	while (rc == SG_OK && (e = readdir(d)) != NULL)
-		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && !made_by_init(e->d_name))
+		if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0 && !sg_init_made_name(e->d_name))
 			rc = sg_error_set(SG_EINVAL,
 					  "%s holds %s, which an interrupted first start cannot have made; refusing to "
 					  "remove it",
@@ -233,6 +207,11 @@ static int record_attempt(const state_paths *p)
 static int end_attempt(const state_paths *p, bool whole)
 {
 	if (whole) {
+		/* sg_init_ca's own record, if it was killed before removing it. */
+		char rec[PATH_MAX + 32];
+		snprintf(rec, sizeof(rec), "%s/%s", p->ca, SG_INIT_PARTIAL_NAME);
+		SG_ENSURE(unlink(rec) == 0 || errno == ENOENT, SG_EINVAL, "cannot remove %s: %s", rec,
+			  strerror(errno));
 		SG_TRY(sync_dir(p->ca));
 		SG_TRY(sync_dir(p->state));
 	}
@@ -256,6 +235,15 @@ static bool absent_or_empty(const char *dir)
 	return empty;
 }
 
+/* STATE/ca is a plain folder holding sg_init_ca's record of an attempt. */
+static bool has_record(const state_paths *p)
+{
+	char rec[PATH_MAX + 32];
+	struct stat st;
+	snprintf(rec, sizeof(rec), "%s/%s", p->ca, SG_INIT_PARTIAL_NAME);
+	return lstat(p->ca, &st) == 0 && S_ISDIR(st.st_mode) && exists(rec);
+}
+
 /* Under the lock: use what is there, clear a remnant, or make the CA. */
 static int settle(const state_paths *p)
 {
@@ -263,10 +251,15 @@ static int settle(const state_paths *p)
 	if (conf && !partial)
 		return SG_OK; /* another process made it while we waited */
 	if (partial && conf && so) {
-		/* Whole: the last attempt died after the SO PIN, before the record went. */
+		/* Whole: the last attempt died after signet.conf (written after the
+		 * SO PIN file), before the record went. */
 		return end_attempt(p, true);
 	}
-	if (partial) {
+	/* sg_init_ca got as far as its own record: it clears its remnant
+	 * itself, the SO PIN file it wrote (named in the record) included,
+	 * which the check below would take for someone else's. */
+	bool init_clears = partial && !conf && has_record(p);
+	if (partial && !init_clears) {
 		/* Refuse before removing anything: sg_init_ca would refuse this SO
 		 * PIN file anyway, and it is not ours to remove. */
 		SG_ENSURE(!so, SG_EINVAL,
@@ -274,7 +267,7 @@ static int settle(const state_paths *p)
 			  "move it away to let signetd make a new CA",
 			  p->so_pin, p->ca);
 		SG_TRY(remove_remnant(p));
-	} else {
+	} else if (!partial) {
 		SG_ENSURE(absent_or_empty(p->ca), SG_EINVAL,
 			  "%s is not empty but has no signet.conf, and no interrupted first start of signetd made it; "
 			  "refusing to touch it (remove it to have a new CA made, or give signetd a --config)",
@@ -325,6 +318,11 @@ int sg_init_default_dir(const char *state_dir, char *conf, size_t cap)
 		if (rc < 0)
 			return rc;
 	}
+	/* Every start: the token store may hold a token.object emptied by a
+	 * start killed while logging in (sg_init_softhsm_repair). */
+	char hsm_conf[PATH_MAX + 32];
+	snprintf(hsm_conf, sizeof(hsm_conf), "%s/softhsm2.conf", p->ca);
+	SG_TRY(sg_init_softhsm_repair(hsm_conf));
 	memcpy(conf, p->config, strlen(p->config) + 1);
 	return SG_OK;
 }

@@ -8,6 +8,13 @@
  * first start is replaced, someone else's folder is refused untouched; a
  * missing or unwritable state folder is a clear error.
  *
+ * sg_init_ca killed mid-way (its record, SG_INIT_PARTIAL_NAME): a rerun
+ * removes the remnant and the SO PIN file it recorded, or finishes a CA
+ * that was whole; someone else's files are refused; a second init on the
+ * same folder is refused while the first runs. test_init_crash.py kills
+ * the real programs at every step; these are the states it finds, made by
+ * hand so that each is checked exactly.
+ *
  * signetctl init's own behaviour (flags, refusals, cleanup, the SO PIN)
  * is tested end to end by tests/ctl/test_signetctl.sh on the same code.
  */
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -487,5 +495,222 @@ static void t_init_ca(void)
 	rm_tree(state);
 }
 
+
+static void touch(const char *dir, const char *name, const char *text, unsigned mode)
+{
+	char p[PATH_MAX + 64];
+	path_of(p, sizeof(p), dir, name);
+	int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, mode);
+	SG_CHECK(fd >= 0);
+	if (fd >= 0) {
+		SG_CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+		close(fd);
+	}
+}
+
+/* A killed sg_init_ca's remnant: the record naming the SO PIN file, which
+ * was written, with a temporary of it beside; a token store, the PIN, a
+ * temporary inside. The rerun removes them all and makes a new CA. */
+static void t_ca_remnant(void)
+{
+	char state[512], dir[PATH_MAX + 32], so[PATH_MAX + 32], p[PATH_MAX + 64], rec[PATH_MAX + 64];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	char real[PATH_MAX];
+	SG_CHECK(realpath(state, real) != NULL);
+	path_of(dir, sizeof(dir), real, "ca");
+	path_of(so, sizeof(so), real, "ca.so-pin");
+	SG_CHECK(mkdir(dir, 0700) == 0);
+	snprintf(rec, sizeof(rec), "# killed\nso-pin-file = %s\n", so);
+	touch(dir, SG_INIT_PARTIAL_NAME, rec, 0600);
+	path_of(p, sizeof(p), dir, "tokens");
+	SG_CHECK(mkdir(p, 0700) == 0);
+	touch(dir, "tokens/token.object", "x", 0600);
+	touch(dir, "pin", "0123", 0600);
+	touch(dir, "signet.conf.new", "half", 0644);
+	touch(real, "ca.so-pin", "old-so-pin", 0400);
+	touch(real, "ca.so-pin.new", "old", 0400);
+	sg_init_options o = {.dir = dir};
+	sg_init_result *r = calloc(1, sizeof(*r));
+	SG_CHECK(r != NULL);
+	if (!r)
+		return;
+	SG_CHECK_OK(sg_init_ca(&o, r));
+	SG_CHECK(r->resumed == 1);
+	path_of(p, sizeof(p), dir, SG_INIT_PARTIAL_NAME);
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), dir, "signet.conf.new");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), dir, "tokens/token.object");
+	SG_CHECK(!exists(p));
+	path_of(p, sizeof(p), real, "ca.so-pin.new");
+	SG_CHECK(!exists(p));
+	char *pin = slurp(so);
+	SG_CHECK(pin && strlen(pin) == 32); /* the new token's, not the old file */
+	free(pin);
+	check_signs(r->config);
+
+	/* Killed after signet.conf, before the record went: whole, and the
+	 * rerun only removes the record. */
+	touch(dir, SG_INIT_PARTIAL_NAME, rec, 0600);
+	path_of(p, sizeof(p), dir, "root-cert.pem");
+	char *root = slurp(p);
+	SG_CHECK_OK(sg_init_ca(&o, r));
+	SG_CHECK(r->resumed == 2 && strcmp(r->so_pin_file, so) == 0);
+	char *again = slurp(p);
+	SG_CHECK(root && again && strcmp(root, again) == 0);
+	free(root);
+	free(again);
+	path_of(p, sizeof(p), dir, SG_INIT_PARTIAL_NAME);
+	SG_CHECK(!exists(p));
+	/* Without the record, a whole CA is refused, saying how to use it. */
+	SG_CHECK_RC(sg_init_ca(&o, r), SG_EINVAL);
+	SG_CHECK_MSG("already holds a CA");
+	SG_CHECK_MSG("--config");
+	check_signs(r->config);
+	free(r);
+	rm_tree(state);
+}
+
+/* What no killed init leaves, and an init under way, are refused with
+ * nothing touched. */
+static void t_ca_refusals(void)
+{
+	char state[512], dir[PATH_MAX + 32], p[PATH_MAX + 64];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	path_of(dir, sizeof(dir), state, "ca");
+	sg_init_options o = {.dir = dir};
+	/* A leftover SO PIN temporary (someone else's): refused before the
+	 * folder is made, not after the token is. */
+	touch(state, "ca.so-pin.new", "x", 0400);
+	SG_CHECK_RC(sg_init_ca(&o, NULL), SG_EINVAL);
+	SG_CHECK_MSG("ca.so-pin.new exists");
+	SG_CHECK(!exists(dir));
+	path_of(p, sizeof(p), state, "ca.so-pin.new");
+	SG_CHECK(unlink(p) == 0);
+	/* Someone else's folder. */
+	SG_CHECK(mkdir(dir, 0700) == 0);
+	touch(dir, "notes.txt", "mine", 0600);
+	unsigned long long before = fingerprint(dir);
+	SG_CHECK_RC(sg_init_ca(&o, NULL), SG_EINVAL);
+	SG_CHECK_MSG("choose another --dir");
+	SG_CHECK(fingerprint(dir) == before);
+	/* A record, and a name init never writes: refused, untouched. */
+	touch(dir, SG_INIT_PARTIAL_NAME, "", 0600);
+	touch(dir, "pin", "0123", 0600);
+	before = fingerprint(dir);
+	SG_CHECK_RC(sg_init_ca(&o, NULL), SG_EINVAL);
+	SG_CHECK_MSG("notes.txt");
+	SG_CHECK(fingerprint(dir) == before);
+	/* Another init holds the folder: busy, untouched (a remnant it is
+	 * still making must not be taken for a dead one's). */
+	path_of(p, sizeof(p), dir, "notes.txt");
+	SG_CHECK(unlink(p) == 0);
+	int fd = open(dir, O_RDONLY | O_DIRECTORY);
+	SG_CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+	before = fingerprint(dir);
+	SG_CHECK_RC(sg_init_ca(&o, NULL), SG_EBUSY);
+	SG_CHECK_MSG("another init");
+	SG_CHECK(fingerprint(dir) == before);
+	close(fd);
+	/* Released: the remnant (record, PIN) is removed and a CA made. */
+	SG_CHECK_OK(sg_init_ca(&o, NULL));
+	path_of(p, sizeof(p), dir, "signet.conf");
+	check_signs(p);
+	rm_tree(state);
+}
+
+/* signetd --init-dir killed while sg_init_ca wrote STATE/so-pin: before,
+ * every later start failed on STATE/so-pin.new ("File exists"), or refused
+ * STATE/so-pin as someone else's. sg_init_ca's record names it: the next
+ * start removes both and makes the CA. */
+static void t_interrupted_at_so_pin(void)
+{
+	char state[512], real[PATH_MAX], p[PATH_MAX + 64], conf[PATH_MAX], rec[PATH_MAX + 64];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	SG_CHECK(realpath(state, real) != NULL);
+	for (int written = 0; written < 2; written++) {
+		touch(real, "ca.partial", "", 0600);
+		path_of(p, sizeof(p), real, "ca");
+		SG_CHECK(mkdir(p, 0700) == 0);
+		snprintf(rec, sizeof(rec), "so-pin-file = %s/so-pin\n", real);
+		touch(p, SG_INIT_PARTIAL_NAME, rec, 0600);
+		touch(p, "pin", "0123", 0600);
+		touch(p, "root-cert.pem", "x", 0644);
+		touch(real, written ? "so-pin" : "so-pin.new", "0123", 0400);
+		SG_CHECK_OK(sg_init_default_dir(state, conf, sizeof(conf)));
+		path_of(p, sizeof(p), real, "so-pin.new");
+		SG_CHECK(!exists(p));
+		char *pin = slurp(conf);
+		SG_CHECK(pin != NULL);
+		free(pin);
+		path_of(p, sizeof(p), real, "so-pin");
+		pin = slurp(p);
+		SG_CHECK(pin && strlen(pin) == 32);
+		free(pin);
+		path_of(p, sizeof(p), real, "ca.partial");
+		SG_CHECK(!exists(p));
+		path_of(p, sizeof(p), real, "ca/" SG_INIT_PARTIAL_NAME);
+		SG_CHECK(!exists(p));
+		check_signs(conf);
+		rm_tree(state);
+		SG_CHECK(mkdir(state, 0700) == 0);
+	}
+	rm_tree(state);
+}
+
+/* SoftHSM2 empties token.object for a moment at every login; a process
+ * killed then lost the CA. sg_init_softhsm_repair puts back init's copy
+ * (test_init_crash.py kills the real programs there). */
+static void t_softhsm_repair(void)
+{
+	char state[512], dir[PATH_MAX + 32], p[PATH_MAX + 64], obj[PATH_MAX + 400];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	path_of(dir, sizeof(dir), state, "ca");
+	sg_init_options o = {.dir = dir};
+	SG_CHECK_OK(sg_init_ca(&o, NULL));
+	path_of(p, sizeof(p), dir, "tokens");
+	DIR *d = opendir(p);
+	struct dirent *e = NULL;
+	while (d && (e = readdir(d)) != NULL && e->d_name[0] == '.')
+		;
+	SG_CHECK(e != NULL);
+	if (!e) {
+		if (d)
+			closedir(d);
+		return;
+	}
+	snprintf(obj, sizeof(obj), "%s/%s/token.object", p, e->d_name);
+	closedir(d);
+	struct stat st;
+	SG_CHECK(stat(obj, &st) == 0 && st.st_size > 0);
+	off_t size = st.st_size;
+	SG_CHECK(truncate(obj, 0) == 0);
+	path_of(p, sizeof(p), dir, "softhsm2.conf");
+	SG_CHECK_OK(sg_init_softhsm_repair(p));
+	SG_CHECK(stat(obj, &st) == 0 && st.st_size == size);
+	path_of(p, sizeof(p), dir, "signet.conf");
+	check_signs(p);
+	/* Nothing to do: a whole token, no file, no conf. */
+	path_of(p, sizeof(p), dir, "softhsm2.conf");
+	SG_CHECK_OK(sg_init_softhsm_repair(p));
+	SG_CHECK_OK(sg_init_softhsm_repair(NULL));
+	path_of(p, sizeof(p), dir, "missing.conf");
+	SG_CHECK_OK(sg_init_softhsm_repair(p));
+	rm_tree(state);
+}
+
 SG_TEST_MAIN(SG_TEST(t_two_at_once), SG_TEST(t_unwritable), SG_TEST(t_first_and_second_start),
-	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca))
+	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca),
+	     SG_TEST(t_ca_remnant), SG_TEST(t_ca_refusals), SG_TEST(t_interrupted_at_so_pin), SG_TEST(t_softhsm_repair))
