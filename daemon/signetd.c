@@ -22,6 +22,14 @@
  * key, root-ca-file, jwt-jwks-file), keeping what it has when a file
  * cannot be used.
  *
+ * The graceful stop is bounded: a thread started at SIGTERM gives it
+ * shutdown-grace plus STOP_OVERRUN_NS, and when a stage still has not
+ * returned by then (a C_Sign the HSM never returns from holds its gRPC call
+ * and its signer thread for good) it logs the stage and ends the process
+ * with _exit(EXIT_FAILURE): every call was answered by then (the deadline
+ * reaper and the gRPC drain do that), and waiting longer would only let
+ * systemd's TimeoutStopSec= SIGKILL us without a word.
+ *
  * Under systemd (Type=notify) the main thread also tells systemd what it
  * does, through sg_notify: READY=1 once /readyz would answer 200 (and
  * again after a reload), STATUS= with readiness and issuance counts,
@@ -56,6 +64,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A Linux policy (uapi linux/sched.h: 3) that glibc's sched.h declares
  * only under _GNU_SOURCE, which the project does not ask for (it would
@@ -155,6 +164,9 @@ typedef struct daemon {
 	sg_notify *notify;
 	bool notified_ready; /* READY=1 has been sent once */
 	char status[SG_NOTIFY_STATUS_MAX];
+	/* What stop() is doing, for the stop guard's message (a static
+	 * string; written by the main thread, read by the guard). */
+	_Atomic(const char *) stop_stage;
 	uint64_t pool_completed;   /* the watchdog's view of the signer pool */
 	uint64_t pool_progress_ns; /* when it last completed work or was idle */
 	bool pool_wedged_logged;
@@ -620,7 +632,9 @@ static int open_extra_cas(daemon *d)
 		d->nextra++; /* from here its settings are freed at the end */
 		x->a.s.log_level = d->a.s.log_level;
 		x->a.s.log_format = d->a.s.log_format;
-		if (sg_appliance_open(&x->app, &x->a.s) < 0)
+		/* A SoftHSM2 token.object emptied by a kill during a login is
+		 * put back before the module reads it (sg_init.h). */
+		if (sg_init_softhsm_repair(x->a.s.softhsm2_conf) < 0 || sg_appliance_open(&x->app, &x->a.s) < 0)
 			SG_BAIL(SG_EINVAL, "issuer-cas: CA \"%s\": %s", x->name, sg_error_last()->msg);
 		d->extra_cas[d->nextra - 1] = (sg_kubesign_ca){.name = x->name, .app = x->app};
 		sg_log(SG_LOG_INFO, "issuer CA ready", SG_F_STR("name", x->name),
@@ -670,6 +684,10 @@ static int check_settings(const daemon_args *a)
 static int start(daemon *d)
 {
 	sg_daemon_settings *s = &d->a.d;
+	/* A SoftHSM2 token.object emptied by a kill during a login (SoftHSM2
+	 * rewrites it in place) is put back before the module reads it: a
+	 * restart after kill -9 must find the same CA (sg_init.h). */
+	SG_TRY(sg_init_softhsm_repair(d->a.s.softhsm2_conf));
 	SG_TRY(sg_appliance_open(&d->app, &d->a.s));
 	SG_TRY(open_extra_cas(d));
 	d->pool = sg_appliance_pool(d->app);
@@ -793,17 +811,21 @@ static void stop(daemon *d)
 	pthread_mutex_lock(&d->grpc_mu);
 	d->grpc_live = NULL;
 	pthread_mutex_unlock(&d->grpc_mu);
+	atomic_store(&d->stop_stage, "draining gRPC calls");
 	if (d->grpc)
 		sg_grpc_server_shutdown(d->grpc, (uint64_t)d->a.d.shutdown_grace * 1000000000u);
+	atomic_store(&d->stop_stage, "stopping the HTTP servers");
 	sg_http_server_stop(d->http_probe);
 	sg_http_server_stop(d->http_metrics);
 	/* No call is left: the authenticator goes, then the cluster (its
 	 * writers stop and the Lease is released while the signer pool still
 	 * runs), then the pool drains and the HSM closes. */
+	atomic_store(&d->stop_stage, "stopping the authenticator and the cluster writers");
 	if (d->auth_ready)
 		d->auth.free(d->auth.self);
 	sg_jwks_file_free(d->jwks); /* after the authenticator that borrowed it */
 	sg_cluster_free(d->cluster);
+	atomic_store(&d->stop_stage, "draining the signer pool and closing the HSM");
 	sg_appliance_free(d->app);
 	for (size_t i = 0; i < d->nextra; i++) {
 		sg_appliance_free(d->extra[i].app);
@@ -813,6 +835,75 @@ static void stop(daemon *d)
 	sg_serving_free(d->serving);
 	sg_policy_free(d->policy);
 	sg_metrics_free(d->m.reg);
+}
+
+/* How long a graceful stop may run beyond shutdown-grace: gRPC's drain
+ * adds up to ~3 s of flushing and lingering, the cluster writers release
+ * the Lease over the network, the pool finishes what is queued (each
+ * request bounded by its deadline). With the packaged unit's defaults
+ * (shutdown-grace 15 s, TimeoutStopSec=30s) the guard fires at 25 s, before
+ * systemd's SIGKILL would. */
+#define STOP_OVERRUN_NS (10ull * 1000000000ull)
+
+typedef struct stop_guard {
+	daemon *d;
+	pthread_mutex_t mu;
+	pthread_cond_t cond; /* CLOCK_MONOTONIC */
+	bool done;           /* stop() returned */
+	uint64_t limit_ns;   /* CLOCK_MONOTONIC */
+} stop_guard;
+
+/* Waits for stop() to return; past the limit, logs the stage that did not
+ * return and ends the process. _exit, not exit: a thread may still be
+ * inside the PKCS#11 module, and atexit handlers or library destructors
+ * (SoftHSM2's among them) must not run under it. */
+static void *stop_guard_main(void *arg)
+{
+	stop_guard *g = arg;
+	pthread_mutex_lock(&g->mu);
+	while (!g->done && sg_now_ns() < g->limit_ns) {
+		struct timespec ts = {(time_t)(g->limit_ns / 1000000000u), (long)(g->limit_ns % 1000000000u)};
+		pthread_cond_timedwait(&g->cond, &g->mu, &ts);
+	}
+	bool done = g->done;
+	pthread_mutex_unlock(&g->mu);
+	if (done)
+		return NULL;
+	const char *stage = atomic_load(&g->d->stop_stage);
+	sg_log(SG_LOG_ERROR, "graceful stop did not finish in time; exiting without it",
+	       SG_F_STR("stage", stage ? stage : "starting"), SG_F_INT("grace_s", g->d->a.d.shutdown_grace),
+	       SG_F_INT("overrun_s", (int64_t)(STOP_OVERRUN_NS / 1000000000u)),
+	       SG_F_STR("likely", "a PKCS#11 call that does not return"), SG_F_END);
+	_exit(EXIT_FAILURE);
+}
+
+/* stop(), bounded by shutdown-grace + STOP_OVERRUN_NS (see the top of the
+ * file). Without a guard thread (pthread_create failed) the stop runs
+ * unbounded, as it would have anyway. */
+static void stop_bounded(daemon *d)
+{
+	uint64_t grace_ns = (uint64_t)d->a.d.shutdown_grace * 1000000000u;
+	stop_guard g = {.d = d, .limit_ns = sg_now_ns() + grace_ns + STOP_OVERRUN_NS};
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&g.mu, NULL);
+	pthread_cond_init(&g.cond, &ca);
+	pthread_condattr_destroy(&ca);
+	pthread_t t;
+	bool guarded = pthread_create(&t, NULL, stop_guard_main, &g) == 0;
+	if (!guarded)
+		sg_log(SG_LOG_WARN, "cannot start the stop guard; the stop is not bounded", SG_F_END);
+	stop(d);
+	if (guarded) {
+		pthread_mutex_lock(&g.mu);
+		g.done = true;
+		pthread_cond_signal(&g.cond);
+		pthread_mutex_unlock(&g.mu);
+		pthread_join(t, NULL);
+	}
+	pthread_cond_destroy(&g.cond);
+	pthread_mutex_destroy(&g.mu);
 }
 
 /* A listener that refused a connection this recently (at max-connections,
@@ -851,6 +942,32 @@ static void notify_state(daemon *d, const char *why_not)
 	sg_notify_status(d->notify, d->status);
 }
 
+/* How long the signer pool has completed nothing while it had work
+ * outstanding (0 while it completes work or is idle); main thread only. */
+static uint64_t pool_stalled_ns(daemon *d, uint64_t now_ns)
+{
+	sg_pool_stats st;
+	sg_pool_stats_get(d->pool, &st);
+	if (st.completed != d->pool_completed || st.submitted == st.completed) {
+		d->pool_completed = st.completed;
+		d->pool_progress_ns = now_ns;
+		d->pool_wedged_logged = false;
+	}
+	return now_ns - d->pool_progress_ns;
+}
+
+/* Not ready while the signer pool has completed nothing for longer than
+ * server-timeout (+ 1 s of housekeeping's pace) with work outstanding: a
+ * worker that is not stuck takes queued requests and completes them, those
+ * past their deadline at once, so by then every signer thread is inside a
+ * PKCS#11 call that does not return. New calls would only queue and time
+ * out; a Service sends them to another replica instead. Ready again with
+ * the first completion. */
+static bool pool_stalled(daemon *d, uint64_t now_ns)
+{
+	return pool_stalled_ns(d, now_ns) > (uint64_t)d->a.d.server_timeout * 1000000000u + 1000000000u;
+}
+
 /* A signer pool with work outstanding that completed nothing for this long
  * is taken as wedged (a C_Sign that never returns): far beyond any
  * signature, and beyond server-timeout's default, after which queued work
@@ -868,16 +985,10 @@ static void notify_state(daemon *d, const char *why_not)
  * turn an outage into a restart loop that also loses the warm sessions. */
 static bool pool_progressing(daemon *d, uint64_t now_ns)
 {
+	if (pool_stalled_ns(d, now_ns) < POOL_WEDGED_NS)
+		return true;
 	sg_pool_stats st;
 	sg_pool_stats_get(d->pool, &st);
-	if (st.completed != d->pool_completed || st.submitted == st.completed) {
-		d->pool_completed = st.completed;
-		d->pool_progress_ns = now_ns;
-		d->pool_wedged_logged = false;
-		return true;
-	}
-	if (now_ns - d->pool_progress_ns < POOL_WEDGED_NS)
-		return true;
 	if (!d->pool_wedged_logged)
 		sg_log(SG_LOG_ERROR, "signer pool makes no progress; withholding the systemd watchdog ping",
 		       SG_F_INT("outstanding", (int64_t)(st.submitted - st.completed)),
@@ -929,6 +1040,7 @@ static void housekeeping(daemon *d)
 	d->m.seen_refused_fds = gs.refused_fds;
 	bool accepting = !gs.last_refused_ns || sg_now_ns() - gs.last_refused_ns >= REFUSED_UNREADY_NS;
 	const char *why_not = hsm_stats(d).state == SG_HSM_DOWN       ? "HSM down"
+			      : pool_stalled(d, sg_now_ns())            ? "signer pool makes no progress"
 			      : sg_serving_not_after(d->serving) <= now ? "serving certificate expired"
 			      : atomic_load(&d->stopping)               ? "stopping"
 			      : !accepting                              ? "not accepting connections"
@@ -936,7 +1048,7 @@ static void housekeeping(daemon *d)
 	bool ok = !why_not;
 	bool was = atomic_exchange(&d->ready, ok);
 	if (was != ok)
-		sg_log(ok ? SG_LOG_INFO : SG_LOG_WARN, ok ? "ready" : "not ready",
+		sg_log(ok ? SG_LOG_INFO : SG_LOG_WARN, ok ? "ready" : "not ready", SG_F_STR("reason", ok ? "" : why_not),
 		       SG_F_STR("hsm", hsm_stats(d).last_fault), SG_F_INT("accepting", accepting), SG_F_END);
 	notify_state(d, why_not); /* after the flag /readyz reads */
 }
@@ -1150,7 +1262,7 @@ int main(int argc, char **argv)
 		}
 		watchdog_ping(&d);
 	}
-	stop(&d);
+	stop_bounded(&d);
 	sg_log(SG_LOG_INFO, "stopped", SG_F_END);
 	sg_notify_free(d.notify);
 	sg_opt_free(opts, NOPTS, &d.a);

@@ -79,9 +79,35 @@
  * A module someone else initialised (CKR_CRYPTOKI_ALREADY_INITIALIZED) is
  * never finalised by us, so never re-initialised either.
  *
- * Handles: after C_CloseAllSessions a module that reuses session handle
- * numbers could hand a stale handle of one thread to another thread's new
- * session; SoftHSM2 and the modules we know never reuse them.
+ * Failing tokens: a token whose sessions reopen fine but whose signatures
+ * keep failing (a device that answers C_Sign with CKR_DEVICE_ERROR however
+ * often it is asked) is as useless as one that cannot be reached. So
+ * signatures given up on (recovery exhausted, or a module error that is not
+ * the caller's input) count in token->failing, and FAILING_DOWN of them in a
+ * row mark the token down for sg_hsm_stats (readiness), whatever a later
+ * reopen says; a good signature on it clears the count. With no traffic
+ * (readiness sends it elsewhere) nothing would ever clear it, so
+ * sg_hsm_stats_get, which readiness polls, makes a test signature over a
+ * fixed input on the token's admin session, at most every PROBE_EVERY_MS
+ * and only while the token is failing; one that succeeds brings it back.
+ *
+ * Handles: a module that lost its sessions behind our back (a device reset,
+ * C_CloseAllSessions by someone else, SoftHSM2 finalised and initialised
+ * again) may number new sessions afresh: SoftHSM2 hands out the lowest free
+ * number. Then one thread's stale handle can be another thread's new
+ * session, and two threads in one PKCS#11 session crash SoftHSM2 (seen under
+ * ASan with p11_fault's crash) or mix their operations. So a handle that a
+ * call finds invalid (CKR_SESSION_HANDLE_INVALID / CLOSED) is forgotten, not
+ * closed (the number may be someone else's by now), and before its session
+ * reopens every handle of the module is checked (sessions_recheck): with
+ * m->closing set and every session out of its call, as for a re-init, each
+ * signing session's handle that is dead, or held twice (by two sessions, or
+ * a session and an admin session), is revoked (forgotten by its owner at
+ * its next call, never used again), and a dead admin handle dropped; no
+ * session opens meanwhile, so no new session can take a number a stale
+ * holder still means to use. When a call in flight does not return within
+ * RECHECK_DRAIN_MS the check is skipped (the risk is back, for that case
+ * only).
  *
  * No PIN ever reaches a message: errors name the function, token label and
  * CKR code only.
@@ -111,7 +137,10 @@
 #define REINIT_AFTER 2        /* reopens failing with a module fault, in a row, before a re-init */
 #define REINIT_BACKOFF_MS 200 /* wait after a failed re-init; doubles per failure */
 #define REINIT_MAX_BACKOFF_MS 10000
-#define DRAIN_MS 10000 /* longest wait for calls in flight before a re-init gives up */
+#define DRAIN_MS 10000       /* longest wait for calls in flight before a re-init gives up */
+#define FAILING_DOWN 3       /* signatures given up in a row on a token before it counts as down */
+#define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
+#define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
 
 /* ------------------------------------------------------------------ */
 /* CKR names                                                          */
@@ -420,11 +449,13 @@ typedef struct token {
 	bool lock_init;
 	CK_SESSION_HANDLE admin; /* RW, kept open; CK_INVALID_HANDLE when none */
 	bool has_key;
-	atomic_bool auth_failed; /* the token refused our PIN: never again */
-	atomic_bool down;        /* the last recovery on this token failed */
-	atomic_uint broken;      /* sessions on this token awaiting recovery */
-	atomic_bool lost;        /* not found again after a module re-init */
-	CK_UTF8CHAR serial[16];  /* CK_TOKEN_INFO.serialNumber: with the label, finds it again */
+	atomic_bool auth_failed;       /* the token refused our PIN: never again */
+	atomic_bool down;              /* the last recovery on this token failed */
+	atomic_uint broken;            /* sessions on this token awaiting recovery */
+	atomic_bool lost;              /* not found again after a module re-init */
+	atomic_uint failing;           /* signatures given up on in a row ("Failing tokens") */
+	_Atomic uint64_t probe_due_ns; /* no test signature before this (CLOCK_MONOTONIC) */
+	CK_UTF8CHAR serial[16];        /* CK_TOKEN_INFO.serialNumber: with the label, finds it again */
 } token;
 
 struct sg_hsm {
@@ -469,6 +500,7 @@ struct sg_hsm_session {
 	sg_hsm *h;
 	sg_hsm_session *next_on_module; /* mod->sessions; under mod->users_lock */
 	atomic_bool in_call;            /* inside a PKCS#11 call: a re-init waits */
+	atomic_bool revoked;            /* handles found dead or shared by sessions_recheck */
 	unsigned gen;                   /* mod->gen when connected */
 	unsigned uncured;               /* reopens failed with a module fault, in a row */
 	size_t tok;
@@ -932,7 +964,7 @@ static void call_leave(sg_hsm_session *s)
 /* Whether s's handles predate a re-init (call with the flag set). */
 static bool session_stale(const sg_hsm_session *s)
 {
-	return s->connected && s->gen != atomic_load(&s->h->mod->gen);
+	return s->connected && (s->gen != atomic_load(&s->h->mod->gen) || atomic_load(&s->revoked));
 }
 
 /* Drops handles a C_Finalize already closed, without closing them again: a
@@ -1033,6 +1065,7 @@ static int session_connect(sg_hsm_session *s)
 		                  t->label);
 	} else {
 		s->gen = atomic_load(&m->gen);
+		atomic_store(&s->revoked, false);
 		rc = connect_in_call(s);
 	}
 	call_leave(s);
@@ -1235,11 +1268,11 @@ static int token_rebind(sg_hsm *h, token *t, const CK_SLOT_ID *slots, CK_ULONG n
 }
 
 /* Waits until no session of m is inside a PKCS#11 call (m->closing set,
- * users lock held, so the list is fixed and no call starts); false after
- * DRAIN_MS (a call the module never returns from). */
-static bool drain(module *m)
+ * users lock held, so the list is fixed and no call starts); false after ms
+ * (a call the module never returns from). */
+static bool drain(module *m, unsigned ms)
 {
-	uint64_t until = sg_now_ns() + (uint64_t)DRAIN_MS * 1000000u;
+	uint64_t until = sg_now_ns() + (uint64_t)ms * 1000000u;
 	for (sg_hsm_session *s = m->sessions; s; s = s->next_on_module)
 		while (atomic_load(&s->in_call)) {
 			if (sg_now_ns() >= until)
@@ -1328,7 +1361,7 @@ static bool module_reinit(module *m, const char *reason)
 	atomic_store(&m->closing, true);
 	int rc = SG_EBUSY;
 	size_t ntok = 0;
-	if (!drain(m)) {
+	if (!drain(m, DRAIN_MS)) {
 		rc = sg_error_set(SG_EBUSY, "a PKCS#11 call on %s did not return within %d ms", m->path, DRAIN_MS);
 	} else {
 		lock_tokens(m, true);
@@ -1365,6 +1398,64 @@ static bool module_reinit(module *m, const char *reason)
 	}
 	pthread_mutex_unlock(&m->reinit_lock);
 	return ok;
+}
+
+/* Whether handle sh is held by a signing session other than self, or is
+ * some token's admin session. Users lock and token locks held, nothing in a
+ * call. */
+static bool handle_shared(module *m, const sg_hsm_session *self, CK_SESSION_HANDLE sh)
+{
+	for (sg_hsm_session *o = m->sessions; o; o = o->next_on_module)
+		if (o != self && o->connected && !atomic_load(&o->revoked) && o->gen == atomic_load(&m->gen) &&
+		    o->sh == sh)
+			return true;
+	for (sg_hsm *h = m->handles; h; h = h->next_on_module)
+		for (size_t i = 0; i < h->ntokens; i++)
+			if (h->tokens[i].admin == sh)
+				return true;
+	return false;
+}
+
+/* A handle was found invalid: checks every handle of m before the session
+ * that found it reopens ("Handles" at the top). The caller is out of its
+ * call. Another thread's re-init or check in progress makes this a no-op
+ * (theirs covers it; our reopen waits for m->closing to clear). */
+static void sessions_recheck(module *m)
+{
+	if (pthread_mutex_trylock(&m->reinit_lock) != 0)
+		return;
+	pthread_mutex_lock(&m->users_lock);
+	atomic_store(&m->closing, true);
+	if (atomic_load(&m->live) && drain(m, RECHECK_DRAIN_MS)) {
+		lock_tokens(m, true);
+		for (sg_hsm *h = m->handles; h; h = h->next_on_module)
+			for (size_t i = 0; i < h->ntokens; i++) {
+				CK_SESSION_INFO si;
+				token *t = &h->tokens[i];
+				if (t->admin != CK_INVALID_HANDLE && h->f->C_GetSessionInfo(t->admin, &si) != CKR_OK)
+					t->admin = CK_INVALID_HANDLE; /* gone: reopened when next needed */
+			}
+		unsigned revoked = 0;
+		for (sg_hsm_session *s = m->sessions; s; s = s->next_on_module) {
+			CK_SESSION_INFO si;
+			if (!s->connected || atomic_load(&s->revoked) || s->gen != atomic_load(&m->gen))
+				continue;
+			CK_RV rv = m->f->C_GetSessionInfo(s->sh, &si);
+			if (rv != CKR_OK)
+				record_fault(s->h, "C_GetSessionInfo", rv); /* a fault seen, as if its owner had */
+			if (rv != CKR_OK || handle_shared(m, s, s->sh)) {
+				atomic_store(&s->revoked, true);
+				revoked++;
+			}
+		}
+		lock_tokens(m, false);
+		if (revoked)
+			sg_log(SG_LOG_WARN, "PKCS#11 sessions lost behind our back; reopening them",
+			       SG_F_STR("module", m->path), SG_F_INT("sessions", revoked), SG_F_END);
+	}
+	atomic_store(&m->closing, false);
+	pthread_mutex_unlock(&m->users_lock);
+	pthread_mutex_unlock(&m->reinit_lock);
 }
 
 /* Whether m waits for a re-init whose backoff is over (cheap: atomics). */
@@ -1521,6 +1612,7 @@ int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 	s->tok = pick;
 	s->sh = CK_INVALID_HANDLE;
 	atomic_init(&s->in_call, false);
+	atomic_init(&s->revoked, false);
 	module *m = h->mod;
 	pthread_mutex_lock(&m->users_lock);
 	s->next_on_module = m->sessions;
@@ -1547,7 +1639,7 @@ void sg_hsm_session_free(sg_hsm_session *s)
 	 * is stale: forget it) or starts after the session has left. */
 	module *m = s->h->mod;
 	pthread_mutex_lock(&m->users_lock);
-	if (s->gen != atomic_load(&m->gen) || !atomic_load(&m->live))
+	if (s->gen != atomic_load(&m->gen) || !atomic_load(&m->live) || atomic_load(&s->revoked))
 		session_forget(s);
 	session_disconnect(s);
 	unlink_locked(s);
@@ -1609,6 +1701,15 @@ static bool backoff(const sg_hsm *h, unsigned attempt, uint64_t deadline_ns)
 	return !deadline_ns || sg_now_ns() < deadline_ns;
 }
 
+/* A signature on t was given up on ("Failing tokens" above); logged once
+ * when the token starts counting as down. */
+static void note_given_up(token *t)
+{
+	if (atomic_fetch_add(&t->failing, 1) + 1 == FAILING_DOWN)
+		sg_log(SG_LOG_WARN, "PKCS#11 token keeps failing signatures; counted as down until one succeeds",
+		       SG_F_STR("token", t->label), SG_F_INT("in_a_row", FAILING_DOWN), SG_F_END);
+}
+
 /* A reopen failed with a module fault: after REINIT_AFTER in a row the
  * module is marked as wanting a re-init, and this thread makes the attempt
  * when it is due (the error detail of the reopen is kept for the caller). */
@@ -1667,6 +1768,10 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 				atomic_fetch_add_explicit(&h->signatures, 1, memory_order_relaxed);
 				if (s->broken)
 					session_mark_healthy(s);
+				/* A load first: the token's line is shared by
+				 * its sessions; no store on the hot path. */
+				if (atomic_load_explicit(&t->failing, memory_order_relaxed))
+					atomic_store(&t->failing, 0);
 				return SG_OK;
 			}
 			last = p11_fail(h, t, fn, rv);
@@ -1677,22 +1782,33 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 				if (rv == CKR_BUFFER_TOO_SMALL)
 					session_disconnect(s);
 				call_leave(s);
+				if (last == SG_EHSM) /* the module's failure, not the input's */
+					note_given_up(t);
 				return last;
 			}
 			session_mark_broken(s);
-			session_disconnect(s);
+			bool lost = rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED;
+			if (lost)
+				session_forget(s); /* the number may be another session's by now */
+			else
+				session_disconnect(s);
 			call_leave(s);
+			if (lost)
+				sessions_recheck(h->mod);
 		}
 		if (attempt >= h->max_retries) {
 			char fault[sizeof(h->last_fault)];
 			pthread_mutex_lock(&h->fault_lock);
 			memcpy(fault, h->last_fault, sizeof(fault));
 			pthread_mutex_unlock(&h->fault_lock);
+			note_given_up(t);
 			SG_BAIL(SG_EBUSY, "PKCS#11 token '%s' still failing after %u recovery attempts (last fault %s)",
 			        t->label, attempt, fault);
 		}
-		if (!backoff(h, attempt, deadline_ns))
+		if (!backoff(h, attempt, deadline_ns)) {
+			note_given_up(t);
 			SG_BAIL(SG_ETIMEOUT, "deadline passed while recovering the session on token '%s'", t->label);
+		}
 		attempt++;
 		if (s->connected)
 			continue; /* waited out a re-init */
@@ -1714,6 +1830,62 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 
 /* ------------------------------------------------------------------ */
 /* Health                                                             */
+
+/* Whether t counts as failing ("Failing tokens" above). */
+static bool token_failing(token *t)
+{
+	return atomic_load_explicit(&t->failing, memory_order_relaxed) >= FAILING_DOWN;
+}
+
+/* One test signature on a failing token's admin session (reopened and
+ * logged in as needed), over a fixed input of the key's mechanism: 32 zero
+ * bytes for ECDSA, a SHA-256 DigestInfo of them for RSA. Clears the failing
+ * count when the token signs. Another thread holding the token lock (a
+ * login, a re-init) makes this attempt a no-op; the next poll tries again. */
+static void probe_token(sg_hsm *h, token *t)
+{
+	static const uint8_t digest_info[51] = {0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01,
+	                                        0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20};
+	uint64_t now = sg_now_ns(), due = atomic_load(&t->probe_due_ns);
+	if (now < due || atomic_load(&t->auth_failed) || !h->have_key || !t->has_key ||
+	    !atomic_compare_exchange_strong(&t->probe_due_ns, &due, now + PROBE_EVERY_MS * 1000000ull))
+		return;
+	if (pthread_mutex_trylock(&t->lock) != 0)
+		return;
+	int rc = SG_EHSM;
+	if (atomic_load(&h->mod->live) && !atomic_load(&t->lost) && admin_locked(h, t) == SG_OK) {
+		CK_OBJECT_HANDLE key = CK_INVALID_HANDLE;
+		pthread_mutex_lock(&h->find_lock);
+		rc = find_object(h, t, t->admin, CKO_PRIVATE_KEY, &key, SG_EHSM);
+		pthread_mutex_unlock(&h->find_lock);
+		if (rc == SG_OK) {
+			bool ec = sg_key_type_is_ec(h->type);
+			CK_MECHANISM mech = {ec ? CKM_ECDSA : CKM_RSA_PKCS, NULL, 0};
+			uint8_t sig[512];
+			CK_ULONG n = sizeof(sig);
+			const char *fn = "C_SignInit";
+			CK_RV rv = h->f->C_SignInit(t->admin, &mech, key);
+			if (rv == CKR_OK) {
+				fn = "C_Sign";
+				rv = h->f->C_Sign(t->admin, (CK_BYTE_PTR)digest_info + (ec ? 19 : 0), ec ? 32 : 51, sig,
+				                  &n);
+			}
+			rc = rv == CKR_OK ? SG_OK : p11_fail(h, t, fn, rv);
+		}
+		if (rc != SG_OK) {
+			/* Whatever state the failure left the session in
+			 * (an operation still active), the next probe starts
+			 * on a fresh one; the signer sessions keep the login. */
+			h->f->C_CloseSession(t->admin);
+			t->admin = CK_INVALID_HANDLE;
+		}
+	}
+	pthread_mutex_unlock(&t->lock);
+	if (rc == SG_OK && token_failing(t)) {
+		atomic_store(&t->failing, 0);
+		sg_log(SG_LOG_WARN, "PKCS#11 token signs again", SG_F_STR("token", t->label), SG_F_END);
+	}
+}
 
 void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 {
@@ -1745,7 +1917,13 @@ void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 	bool degraded = false;
 	for (size_t i = 0; i < h->ntokens; i++) {
 		token *t = &h->tokens[i];
-		bool bad = atomic_load(&t->auth_failed) || atomic_load(&t->down);
+		if (token_failing(t)) {
+			sg_error saved;
+			sg_error_save(&saved);
+			probe_token(mh, t);
+			sg_error_restore(&saved);
+		}
+		bool bad = atomic_load(&t->auth_failed) || atomic_load(&t->down) || token_failing(t);
 		usable += !bad;
 		degraded |= bad || atomic_load(&t->broken) > 0;
 	}

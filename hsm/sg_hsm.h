@@ -147,7 +147,12 @@ typedef struct sg_hsm_stats {
  * re-initialisation is due (see Faults above) the calling thread makes the
  * attempt first: readiness polling is what brings the module back while no
  * signature is asked for. Bounded by the re-init backoff; another caller
- * does not wait for an attempt in flight. The thread's error detail is kept. */
+ * does not wait for an attempt in flight. A token on which 3 signatures in a
+ * row were given up (recovery exhausted, or a module error) counts as down
+ * even though its sessions reopen; while it does, the calling thread makes
+ * a test signature on it at most once a second (another caller does not
+ * wait for one in flight), and a good one brings it back. The thread's
+ * error detail is kept. */
 SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
 
 /* --- provisioning (signetctl init; not for the hot path) --- */

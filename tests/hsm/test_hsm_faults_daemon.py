@@ -1,0 +1,513 @@
+#!/usr/bin/python3
+"""signetd on a faulty HSM: p11_fault.so (tests/hsm/p11_fault.c) wraps
+SoftHSM2 and is loaded through hsm-module; its control file is rewritten
+while signetd serves real load (several grpcio clients in threads, each call
+under a deadline), one fault at a time:
+
+  * error codes on C_Sign (CKR_DEVICE_ERROR always, CKR_SESSION_HANDLE_INVALID
+    and CKR_USER_NOT_LOGGED_IN now and then), and on every function
+    (CKR_TOKEN_NOT_PRESENT, CKR_DEVICE_REMOVED: the HSM is down);
+  * latency: a fixed delay on C_Sign with random spikes beyond the deadline;
+  * a crash of SoftHSM2's state (C_Finalize + C_Initialize under signetd);
+  * a C_Sign that hangs until released, while the others keep signing, and
+    hangs on every signer thread (/readyz 503 once the pool is stuck);
+  * C_Sign returning corrupt signatures, with verify-issued on;
+  * SIGTERM with a hung C_Sign outstanding (a bounded stop), and a clean
+    SIGTERM after all the faults.
+
+For every phase it asserts: every certificate returned verifies against the
+root (`openssl verify -CAfile`, many files per run; the CA key is the root's
+key, so this is also "signed by the CA key"); every failure carries a
+retryable code (UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) and
+arrives no later than its deadline plus a margin; /readyz answers 503 while
+the HSM is down and 200 again after; calls succeed again without a restart,
+and the time that takes is measured. Half of the clients send a grpc-timeout,
+half none (istio-agent sends none): those rely on signetd's server-timeout,
+so a late answer there is signetd's own lateness, not grpcio's.
+
+Figures per phase are printed, and written as Markdown to
+$SIGNET_REL_REPORT when set. Sanitizer builds (SIGNET_SANITIZED=1, or a
+sanitizer found in the binary) run fewer clients and longer deadlines.
+
+usage: test_hsm_faults_daemon.py SIGNETCTL SIGNETD PROTO_DIR P11_FAULT_SO
+"""
+import collections
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import grpc
+
+SIGNETCTL, SIGNETD, PROTO_DIR, FAULT_SO = sys.argv[1:5]
+del sys.argv[1:5]
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ra"))
+import signet_e2e  # noqa: E402
+from signet_e2e import make_csr, read, spiffe  # noqa: E402
+
+
+def sanitized():
+    env = os.environ.get("SIGNET_SANITIZED")
+    if env:
+        return env not in ("0", "false", "no")
+    with open(SIGNETD, "rb") as f:
+        data = f.read()
+    return b"__asan_init" in data or b"__tsan_init" in data
+
+
+SANITIZED = sanitized()
+CLIENTS = 3 if SANITIZED else 4
+DEADLINE = 3.0 if SANITIZED else 1.5  # client grpc-timeout, seconds
+SERVER_TIMEOUT = 3 if SANITIZED else 2  # signetd's server-timeout, seconds
+MARGIN = 0.75 if SANITIZED else 0.35  # how late an answer may be past its deadline
+FAULT_S = 3.0 if SANITIZED else 2.5  # how long each fault stays on
+RECOVER_S = 15.0  # longest wait for recovery after a fault is cleared
+THREADS = 3  # signer threads: one may hang while the others serve
+GRACE = 2  # shutdown-grace, seconds
+STOP_OVERRUN = 10  # signetd's STOP_OVERRUN_NS: how long a stop may run past the grace
+PACE = 0.05 if SANITIZED else 0.02  # each client's pause between calls: every leaf is verified
+RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+METHOD = "/istio.v1.auth.IstioCertificateService/CreateCertificate"
+
+
+class Call:
+    __slots__ = ("t0", "t1", "code", "leaf", "deadline", "own", "details")
+
+    def __init__(self, t0, t1, code, leaf, deadline, own, details):
+        self.t0, self.t1, self.code, self.leaf, self.deadline = t0, t1, code, leaf, deadline
+        self.own, self.details = own, details  # own: the client sent a grpc-timeout
+
+
+class Load:
+    """CLIENTS threads calling CreateCertificate back to back until stopped;
+    even-numbered ones with a grpc-timeout of DEADLINE, odd ones with none
+    (signetd's server-timeout applies; grpcio's timeout is only a safety net
+    far beyond it)."""
+
+    def __init__(self, t):
+        self.t, self.calls, self.lock = t, [], threading.Lock()
+        self.stop_ev = threading.Event()
+        self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
+        for th in self.threads:
+            th.start()
+
+    def run(self, i):
+        stub = self.t.pb_grpc.IstioCertificateServiceStub(self.t.channel)
+        md = [("authorization", f"Bearer {self.t.tok}"), ("clusterid", "Kubernetes")]
+        k = 0
+        while not self.stop_ev.is_set():
+            req = self.t.pb.IstioCertificateRequest(csr=self.t.csrs[(i + k) % len(self.t.csrs)])
+            k += 1
+            own = i % 2 == 0
+            deadline = DEADLINE if own else SERVER_TIMEOUT
+            t0 = time.monotonic()
+            try:
+                resp = stub.CreateCertificate(req, metadata=md, timeout=deadline if own else SERVER_TIMEOUT + 5)
+                c = Call(t0, time.monotonic(), grpc.StatusCode.OK, resp.cert_chain[0], deadline, own, "")
+            except grpc.RpcError as e:
+                c = Call(t0, time.monotonic(), e.code(), None, deadline, own, e.details() or "")
+            with self.lock:
+                self.calls.append(c)
+            time.sleep(PACE)
+
+    def stop(self):
+        self.stop_ev.set()
+        for th in self.threads:
+            th.join(SERVER_TIMEOUT + 10)
+            assert not th.is_alive(), "a client call never returned"
+        return self.calls
+
+
+class Ready:
+    """/readyz polled every 50 ms: (time, status) samples."""
+
+    def __init__(self, port):
+        self.port, self.samples, self.stop_ev = port, [], threading.Event()
+        self.th = threading.Thread(target=self.run, daemon=True)
+        self.th.start()
+
+    def status(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+        except OSError:
+            return None
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            self.samples.append((time.monotonic(), self.status()))
+            time.sleep(0.05)
+
+    def between(self, a, b):
+        return [s for t, s in self.samples if a <= t <= b]
+
+    def close(self):
+        self.stop_ev.set()
+        self.th.join()
+
+
+class HsmFaults(unittest.TestCase):
+    report = []
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="hsmfaults.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        signet_e2e.compile_proto(PROTO_DIR, cls.tmp)
+        import ca_pb2
+        import ca_pb2_grpc
+        cls.pb, cls.pb_grpc = ca_pb2, ca_pb2_grpc
+        cls.dir = os.path.join(cls.tmp, "ca")
+        subprocess.run([SIGNETCTL, "init", "--dir", cls.dir, "--log-level", "warn"], check=True,
+                       stdout=subprocess.DEVNULL)
+        cls.conf = os.path.join(cls.dir, "signet.conf")
+        cls.root_path = os.path.join(cls.dir, "root-cert.pem")
+        cls.root = read(cls.root_path, "rb")
+        cls.control = os.path.join(cls.tmp, "faults")
+        cls.events = os.path.join(cls.tmp, "fault-events")
+        cls.tok = subprocess.run([SIGNETCTL, "token", "--config", cls.conf, "--namespace", "default",
+                                  "--service-account", "default"], check=True, capture_output=True,
+                                 text=True).stdout.strip()
+        cls.csrs = [make_csr(spiffe("default", "default")) for _ in range(8)]
+        cls.leaves = 0
+
+    @classmethod
+    def tearDownClass(cls):
+        out = os.environ.get("SIGNET_REL_REPORT")
+        if out and cls.report:
+            with open(out, "w") as f:
+                f.write("\n".join(cls.report) + "\n")
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    # ---- plumbing ----------------------------------------------------------
+
+    def set_faults(self, text):
+        tmp = self.control + ".new"
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, self.control)
+
+    def start(self, name, *flags):
+        self.set_faults("")
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        env.update(SIGNET_P11FAULT_CONTROL=self.control, SIGNET_P11FAULT_LOG=self.events)
+        self.log_path = os.path.join(self.tmp, f"{name}.log")
+        self.log = open(self.log_path, "w")
+        self.proc = subprocess.Popen(
+            [SIGNETD, "--config", self.conf, "--hsm-module", FAULT_SO, "--serving-address", "127.0.0.1:0",
+             "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
+             "--log-format", "json", "--signer-threads", str(THREADS), "--server-timeout", f"{SERVER_TIMEOUT}s",
+             "--shutdown-grace", f"{GRACE}s", *flags],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.addCleanup(self.kill)
+        deadline = time.time() + 60
+        self.port = None
+        while time.time() < deadline and self.port is None:
+            self.assertIsNone(self.proc.poll(), self.text())
+            for rec in self.records():
+                if rec.get("msg") == "signetd serving":
+                    self.port, self.probe_port = rec["port"], rec["probe_port"]
+            time.sleep(0.05)
+        self.assertIsNotNone(self.port, self.text())
+        creds = grpc.ssl_channel_credentials(root_certificates=self.root)
+        self.channel = grpc.secure_channel(f"127.0.0.1:{self.port}", creds,
+                                           options=[("grpc.ssl_target_name_override", "localhost")])
+        self.addCleanup(self.channel.close)
+        self.ready = Ready(self.probe_port)
+        self.addCleanup(self.ready.close)
+        t = time.monotonic()
+        while self.ready.status() != 200:
+            self.assertLess(time.monotonic() - t, 30, "signetd never became ready:\n" + self.text())
+            time.sleep(0.05)
+
+    def kill(self):
+        self.set_faults("")  # releases any hang, so that a stop can finish
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+        self.no_sanitizer_report()
+
+    def no_sanitizer_report(self):
+        text = self.text()
+        for mark in ("WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+                     "runtime error:"):
+            self.assertNotIn(mark, text, text[text.find(mark) - 200:][:4000])
+
+    def stop_clean(self):
+        """SIGTERM with nothing hung: a clean stop, exit status 0."""
+        self.proc.send_signal(signal.SIGTERM)
+        rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
+        self.assertEqual(rc, 0, self.text()[-3000:])
+        self.no_sanitizer_report()
+
+    def text(self):
+        return read(self.log_path)
+
+    def records(self):
+        out = []
+        for line in self.text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass
+        return out
+
+    def wait_event(self, prefix, since, timeout=10):
+        t = time.monotonic()
+        while time.monotonic() - t < timeout:
+            if os.path.exists(self.events):
+                lines = read(self.events).splitlines()[since:]
+                if any(line.startswith(prefix) for line in lines):
+                    return
+            time.sleep(0.02)
+        self.fail(f"fault event {prefix!r} never seen")
+
+    def event_count(self):
+        return len(read(self.events).splitlines()) if os.path.exists(self.events) else 0
+
+    def verify(self, leaves):
+        """Every leaf verifies against the root: one openssl run per 400."""
+        for i in range(0, len(leaves), 400):
+            batch = leaves[i:i + 400]
+            files = []
+            for j, pem in enumerate(batch):
+                p = os.path.join(self.tmp, f"leaf.{j}.pem")
+                with open(p, "w") as f:
+                    f.write(pem)
+                files.append(p)
+            v = subprocess.run(["openssl", "verify", "-CAfile", self.root_path, *files], capture_output=True,
+                               text=True)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            self.assertEqual(v.stdout.count(": OK\n"), len(files), v.stdout)
+        HsmFaults.leaves += len(leaves)
+
+    def check_calls(self, name, calls):
+        """Every certificate verifies; every failure is retryable and on time."""
+        self.verify([c.leaf for c in calls if c.code == grpc.StatusCode.OK])
+        late = []
+        for c in calls:
+            if c.code == grpc.StatusCode.OK:
+                continue
+            self.assertIn(c.code, RETRYABLE, f"{name}: {c.code} {c.details}")
+            if c.t1 - c.t0 > c.deadline + MARGIN:
+                late.append((round(c.t1 - c.t0, 3), c.deadline, c.code.name, c.details))
+        self.assertFalse(late, f"{name}: failures later than deadline + {MARGIN}s: {late[:5]}")
+
+    def phase(self, name, faults, expect_unready=False, expect_fail=True, hold=FAULT_S):
+        """Load for 0.5 s clean, hold s with the faults, then clean until a
+        call succeeds again; asserts and returns the figures."""
+        load = Load(self)
+        time.sleep(0.5)
+        t_on = time.monotonic()
+        self.set_faults(faults)
+        time.sleep(hold)
+        t_off = time.monotonic()
+        self.set_faults("")
+        # Recovery: the first call started after the fault was cleared that
+        # succeeds, and /readyz 200 again.
+        rec_call = rec_ready = None
+        while time.monotonic() - t_off < RECOVER_S and (rec_call is None or rec_ready is None):
+            with load.lock:
+                ok = [c.t1 for c in load.calls if c.t0 >= t_off and c.code == grpc.StatusCode.OK]
+            if rec_call is None and ok:
+                rec_call = min(ok) - t_off
+            if rec_ready is None and self.ready.samples and self.ready.samples[-1][1] == 200 \
+                    and self.ready.samples[-1][0] > t_off:
+                rec_ready = self.ready.samples[-1][0] - t_off
+            time.sleep(0.02)
+        time.sleep(0.3)
+        calls = load.stop()
+        self.assertIsNone(self.proc.poll(), f"signetd exited during {name}:\n{self.text()}")
+        self.assertIsNotNone(rec_call, f"{name}: no call succeeded within {RECOVER_S}s of clearing the fault")
+        self.assertIsNotNone(rec_ready, f"{name}: /readyz not 200 within {RECOVER_S}s of clearing the fault")
+        self.check_calls(name, calls)
+        during = [c for c in calls if t_on <= c.t0 < t_off]
+        statuses = self.ready.between(t_on, t_off + 0.2)
+        if expect_unready:
+            self.assertIn(503, statuses, f"{name}: /readyz never 503 while the HSM was down")
+        codes = collections.Counter(c.code.name for c in calls)
+        failed = [c for c in calls if c.code != grpc.StatusCode.OK]
+        if expect_fail:
+            self.assertTrue(failed, f"{name}: the fault caused no failure (not injected?)")
+        row = {
+            "phase": name, "calls": len(calls), "ok": codes.get("OK", 0),
+            "failed": {k: v for k, v in codes.items() if k != "OK"},
+            "ok_during_fault": sum(c.code == grpc.StatusCode.OK for c in during),
+            "max_fail_latency_own": max((c.t1 - c.t0 for c in failed if c.own), default=None),
+            "max_fail_latency_server": max((c.t1 - c.t0 for c in failed if not c.own),
+                                           default=None),
+            "readyz_503": 503 in statuses, "recovery_call_s": rec_call, "recovery_ready_s": rec_ready,
+        }
+        self.add_row(row)
+        return row, calls, (t_on, t_off)
+
+    def add_row(self, r):
+        def f(x):
+            return "-" if x is None else f"{x:.2f}"
+        fails = ", ".join(f"{k} {v}" for k, v in sorted(r["failed"].items())) or "none"
+        line = (f"| {r['phase']} | {r['calls']} | {r['ok']} ({r['ok_during_fault']} during) | {fails} | "
+                f"{f(r['max_fail_latency_own'])} / {DEADLINE:.1f} | {f(r['max_fail_latency_server'])} / "
+                f"{SERVER_TIMEOUT:.1f} | {'yes' if r['readyz_503'] else 'no'} | {f(r['recovery_call_s'])} | "
+                f"{f(r['recovery_ready_s'])} |")
+        if not HsmFaults.report:
+            HsmFaults.report += [
+                f"clients {CLIENTS}, signer threads {THREADS}, fault held {FAULT_S}s, client deadline "
+                f"{DEADLINE}s, server-timeout {SERVER_TIMEOUT}s, margin {MARGIN}s, sanitized {SANITIZED}", "",
+                "| fault | calls | OK | failed by code | max failed latency, own deadline (s) | "
+                "max failed latency, server-timeout (s) | /readyz 503 | recovery: first OK (s) | "
+                "recovery: /readyz 200 (s) |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        HsmFaults.report.append(line)
+        print(line, flush=True)
+
+    # ---- the tests ---------------------------------------------------------
+
+    def test_faults(self):
+        self.start("faults")
+        self.phase("none (baseline)", "", expect_fail=False, hold=1.0)
+        # Sessions reopen fine, every signature fails: the token is down.
+        self.phase("C_Sign CKR_DEVICE_ERROR always", "C_Sign error=CKR_DEVICE_ERROR\n", expect_unready=True)
+        row, _, _ = self.phase("C_Sign CKR_SESSION_HANDLE_INVALID p=0.3",
+                               "C_Sign error=CKR_SESSION_HANDLE_INVALID prob=0.3\n", expect_fail=False)
+        self.assertGreater(row["ok_during_fault"], 0, "a 30% session fault stopped all signing")
+        row, _, _ = self.phase("C_Sign CKR_USER_NOT_LOGGED_IN every 4th",
+                               "C_Sign error=CKR_USER_NOT_LOGGED_IN every=4\n", expect_fail=False)
+        self.assertGreater(row["ok_during_fault"], 0)
+        self.phase("all functions CKR_TOKEN_NOT_PRESENT (HSM down)", "* error=CKR_TOKEN_NOT_PRESENT\n",
+                   expect_unready=True)
+        self.phase("all functions CKR_DEVICE_REMOVED (HSM down)", "* error=CKR_DEVICE_REMOVED\n",
+                   expect_unready=True)
+        self.phase("all functions CKR_DEVICE_ERROR (HSM down)", "* error=CKR_DEVICE_ERROR\n", expect_unready=True)
+        row, _, _ = self.phase("C_Sign 20 ms + 5% spikes of 4 s",
+                               "C_Sign delay_ms=20 spike_ms=4000 spike_prob=0.05\n", expect_fail=False)
+        self.assertGreater(row["ok_during_fault"], 0)
+        n = self.event_count()
+        row, _, _ = self.phase("crash (SoftHSM2 finalised + re-initialised)", "crash 1\n", expect_fail=False)
+        self.wait_event("crash", n)
+        self.hang_phase()
+        # Every signer thread stuck in C_Sign: calls fail on time, and once
+        # the pool has completed nothing for server-timeout (+1 s) /readyz
+        # says so (before the fix it stayed 200 while every call timed out).
+        self.phase(f"C_Sign hangs on all {THREADS} signer threads", f"C_Sign hang={THREADS}\n", expect_unready=True,
+                   hold=SERVER_TIMEOUT + 3.0)
+        stats = self.metrics()
+        self.assertGreater(stats.get("signet_hsm_recoveries_total", 0), 0, stats)
+        HsmFaults.report.append("")
+        HsmFaults.report.append("HSM counters after all phases: " + ", ".join(
+            f"{k} {int(v)}" for k, v in sorted(stats.items()) if k.endswith("_total")))
+        self.stop_clean()  # after all of it, the pool drains and the HSM closes
+
+    def metrics(self):
+        port = next(r for r in self.records() if r.get("msg") == "signetd serving")["metrics_port"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            if line.startswith("signet_hsm") and " " in line:
+                k, v = line.rsplit(" ", 1)
+                out[k] = float(v)
+        return out
+
+    def hang_phase(self):
+        """One C_Sign hangs for 2.5 deadlines: the other signer threads keep
+        serving, the stuck call gets DEADLINE_EXCEEDED on time."""
+        load = Load(self)
+        time.sleep(0.5)
+        n = self.event_count()
+        t_on = time.monotonic()
+        self.set_faults("C_Sign hang=1\n")
+        self.wait_event("hang C_Sign", n)
+        t_hung = time.monotonic()
+        time.sleep(max(DEADLINE, SERVER_TIMEOUT) * 1.6)
+        t_off = time.monotonic()
+        self.set_faults("")
+        self.wait_event("release C_Sign", n)
+        time.sleep(0.5)
+        calls = load.stop()
+        self.check_calls("hang", calls)
+        during = [c for c in calls if c.t0 >= t_hung + 0.1 and c.t1 <= t_off]
+        ok = [c for c in during if c.code == grpc.StatusCode.OK]
+        stuck = [c for c in calls if c.t0 < t_off and c.code == grpc.StatusCode.DEADLINE_EXCEEDED]
+        self.assertGreater(len(ok), 10, "the other signer threads stopped serving while one C_Sign hung")
+        self.assertTrue(stuck, "the hung call did not end with DEADLINE_EXCEEDED")
+        self.assertIn(200, self.ready.between(t_hung, t_off))
+        codes = collections.Counter(c.code.name for c in calls)
+        failed = [c for c in calls if c.code != grpc.StatusCode.OK]
+        self.add_row({
+            "phase": "C_Sign hangs (1 call) until released", "calls": len(calls), "ok": codes.get("OK", 0),
+            "failed": {k: v for k, v in codes.items() if k != "OK"}, "ok_during_fault": len(ok),
+            "max_fail_latency_own": max((c.t1 - c.t0 for c in failed if c.own), default=None),
+            "max_fail_latency_server": max((c.t1 - c.t0 for c in failed if not c.own),
+                                           default=None),
+            "readyz_503": 503 in self.ready.between(t_on, t_off), "recovery_call_s": None,
+            "recovery_ready_s": None})
+
+    def test_corrupt_signature(self):
+        """C_Sign answers CKR_OK with one bit of the signature flipped (a
+        faulty device; for RSA-CRT the classic key-leaking fault): with
+        verify-issued, signetd never returns one: a bad signature is asked
+        for again once, and a second bad one fails the call (UNAVAILABLE,
+        retryable). Every certificate it returns verifies."""
+        self.start("corrupt", "--verify-issued")
+        row, _, _ = self.phase("C_Sign corrupt 50% (verify-issued on)", "C_Sign corrupt=0.5\n")
+        self.assertGreater(row["ok_during_fault"], 0)
+        self.assertEqual(set(row["failed"]), {"UNAVAILABLE"}, row)
+        self.assertIn("do not verify, twice", self.text())
+        # A call fails only when both signatures are bad (p = 0.25); without
+        # the second attempt it failed at p = 0.5.
+        failed = sum(row["failed"].values())
+        self.assertLess(failed / (failed + row["ok_during_fault"]), 0.4, row)
+        self.stop_clean()
+
+    def test_stop_with_hung_sign(self):
+        """SIGTERM while a C_Sign hangs: signetd answers every call (the hung
+        one DEADLINE_EXCEEDED), and its stop, stuck behind the call the HSM
+        never returns, is cut at shutdown-grace + STOP_OVERRUN with a record
+        naming the stage and exit status 1 (before the fix: never)."""
+        self.start("stop")
+        load = Load(self)
+        time.sleep(0.3)
+        n = self.event_count()
+        self.set_faults("C_Sign hang=1\n")
+        self.wait_event("hang C_Sign", n)
+        time.sleep(0.2)
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        took = time.monotonic() - t
+        calls = load.stop()
+        self.assertIsNotNone(rc, f"signetd did not stop within {GRACE + STOP_OVERRUN + 10}s with a hung C_Sign:\n"
+                             + self.text()[-3000:])
+        self.check_calls("stop", calls)
+        print(f"stop with a hung C_Sign: exit {rc} after {took:.2f}s", flush=True)
+        HsmFaults.report.append("")
+        HsmFaults.report.append(f"SIGTERM with one C_Sign hung: exit status {rc} after {took:.2f} s "
+                                f"(shutdown-grace {GRACE} s)")
+        self.assertLess(took, GRACE + STOP_OVERRUN + 3, "the bounded stop took too long")
+        self.assertGreater(took, GRACE + STOP_OVERRUN - 1, "the stop was cut before its bound")
+        self.assertEqual(rc, 1)
+        cut = [r for r in self.records() if r.get("msg", "").startswith("graceful stop did not finish")]
+        self.assertEqual(len(cut), 1, self.text()[-2000:])
+        self.assertEqual(cut[0].get("stage"), "draining gRPC calls")
+        # The hung call was answered: DEADLINE_EXCEEDED when its deadline
+        # came first, UNAVAILABLE ("server shutting down") when the grace did.
+        self.assertTrue(any(c.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
+                            for c in calls), "the hung call's answer")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
