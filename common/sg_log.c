@@ -15,6 +15,12 @@
  * UTF-8 becomes U+FFFD in JSON (so the output is always valid JSON) and
  * \xHH in text.
  *
+ * A record is whole once write(2) returns, but a regular file can still end
+ * in a torn one: write copies page by page and a SIGKILL between two pages
+ * ends it short. sg_log_mend, at start-up, puts a newline after such a
+ * remnant so that it stays on a line of its own and the next process's
+ * records parse (a pipe, atomic up to PIPE_BUF, cannot tear).
+ *
  * The settings (minimum level, format, fd) are process-wide atomics with
  * relaxed ordering: they are meant to be set once at start-up, and atomics
  * keep a late change (tests) free of data races without a lock.
@@ -23,10 +29,12 @@
 #include "sg_guard.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -250,6 +258,42 @@ void sg_log_configure(sg_log_level min, sg_log_format fmt)
 void sg_log_set_fd(int fd)
 {
 	atomic_store_explicit(&log_fd, fd, memory_order_relaxed);
+}
+
+/* The byte before where the next write to fd lands, read through fd or,
+ * when fd is write-only (a shell's 2>>file), through a read-only reopen of
+ * the same file; -1 when there is none or it cannot be read. */
+static int byte_before_end(int fd, const struct stat *st)
+{
+	int fl = fcntl(fd, F_GETFL);
+	off_t end = (fl >= 0 && (fl & O_APPEND)) ? st->st_size : lseek(fd, 0, SEEK_CUR);
+	if (fl < 0 || end <= 0)
+		return -1;
+	unsigned char c;
+	if ((fl & O_ACCMODE) != O_WRONLY)
+		return pread(fd, &c, 1, end - 1) == 1 ? c : -1;
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	int rfd = open(self, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (rfd < 0)
+		return -1;
+	struct stat rst;
+	ssize_t n = fstat(rfd, &rst) == 0 && rst.st_dev == st->st_dev && rst.st_ino == st->st_ino
+	                    ? pread(rfd, &c, 1, end - 1)
+	                    : -1;
+	close(rfd);
+	return n == 1 ? c : -1;
+}
+
+void sg_log_mend(void)
+{
+	int fd = atomic_load_explicit(&log_fd, memory_order_relaxed);
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+		return;
+	int last = byte_before_end(fd, &st);
+	if (last >= 0 && last != '\n')
+		emit("\n", 1);
 }
 
 /* A klog verbosity "0".."10" in its one canonical spelling, or -1. */

@@ -64,6 +64,12 @@ typedef struct sg_log_field {
 SG_API void sg_log_configure(sg_log_level min, sg_log_format fmt);
 /* Redirects output to fd (default 2); for tests. */
 SG_API void sg_log_set_fd(int fd);
+/* At start-up, before the first record: when the log fd is a regular file
+ * whose last byte is not a newline (a record a killed process left torn),
+ * writes one, so the remnant stays on a line of its own and the records
+ * after it parse. Anything else (a pipe, a terminal, an unreadable file):
+ * nothing. */
+SG_API void sg_log_mend(void);
 /* Largest klog verbosity sg_log_level_parse takes (klog's -v has no upper
  * bound, but 10 is the highest level Kubernetes components use). */
 #define SG_LOG_VERBOSITY_MAX 10

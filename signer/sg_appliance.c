@@ -27,6 +27,7 @@ struct sg_appliance {
 void sg_settings_apply_log(const sg_settings *s)
 {
 	sg_log_configure((sg_log_level)s->log_level, (sg_log_format)s->log_format);
+	sg_log_mend(); /* a record torn by a kill of the last process stays on its own line */
 }
 
 int sg_settings_check(const sg_settings *s)

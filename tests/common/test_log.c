@@ -298,5 +298,55 @@ static void t_threads(void)
 	SG_CHECK(good == THREADS * PER_THREAD);
 }
 
+/* Opens cap_path with flags, writes what a killed process left, mends,
+ * logs one record and returns the file's whole text in out. */
+static size_t mend_after(const char *left, int flags)
+{
+	int fd = open(cap_path, flags | O_CREAT | O_TRUNC, 0600);
+	SG_CHECK(fd >= 0);
+	if (*left)
+		SG_CHECK(write(fd, left, strlen(left)) == (ssize_t)strlen(left));
+	sg_log_set_fd(fd);
+	sg_log_configure(SG_LOG_INFO, SG_LOG_JSON);
+	sg_log_mend();
+	sg_log_mend(); /* idempotent: the file now ends in a newline */
+	sg_log(SG_LOG_INFO, "next", SG_F_END);
+	sg_log_set_fd(2);
+	sg_log_configure(SG_LOG_INFO, SG_LOG_TEXT);
+	close(fd);
+	size_t n = 0;
+	ssize_t r;
+	fd = open(cap_path, O_RDONLY);
+	SG_CHECK(fd >= 0);
+	while (fd >= 0 && n < sizeof(out) - 1 && (r = read(fd, out + n, sizeof(out) - 1 - n)) > 0)
+		n += (size_t)r;
+	out[n] = 0;
+	if (fd >= 0)
+		close(fd);
+	return n;
+}
+
+/* A record torn by a kill ({"ts":... with no newline) gets a newline before
+ * the next process's first record, through a read-write, an append-only
+ * (write-only: a shell's 2>>) and a write-only positioned fd; a file that
+ * ends in a newline, or is empty, is left as it is. */
+static void t_mend(void)
+{
+	const char *t = getenv("SIGNET_TEST_TMP");
+	snprintf(cap_path, sizeof(cap_path), "%s/mend-%d", t && *t ? t : "/tmp", (int)getpid());
+	const int modes[] = {O_RDWR | O_APPEND, O_WRONLY | O_APPEND, O_WRONLY};
+	for (size_t i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		size_t n = mend_after("{\"ts\":\"2026-11-27T05:00:00.000Z\",\"lev", modes[i]);
+		SG_CHECK(n > 0 && strncmp(out, "{\"ts\":\"2026-11-27T05:00:00.000Z\",\"lev\n{", 39) == 0);
+		SG_CHECK(count_char(out, n, '\n') == 2);
+		n = mend_after("{\"msg\":\"whole\"}\n", modes[i]);
+		SG_CHECK(strncmp(out, "{\"msg\":\"whole\"}\n{", 17) == 0 && count_char(out, n, '\n') == 2);
+		n = mend_after("", modes[i]);
+		SG_CHECK(out[0] == '{' && count_char(out, n, '\n') == 1);
+	}
+	unlink(cap_path);
+}
+
 SG_TEST_MAIN(SG_TEST(t_text), SG_TEST(t_json), SG_TEST(t_json_escaping), SG_TEST(t_text_escaping),
-	     SG_TEST(t_levels), SG_TEST(t_error_last), SG_TEST(t_truncation), SG_TEST(t_threads))
+	     SG_TEST(t_levels), SG_TEST(t_error_last), SG_TEST(t_truncation), SG_TEST(t_threads),
+	     SG_TEST(t_mend))
