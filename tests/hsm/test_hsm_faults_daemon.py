@@ -292,14 +292,14 @@ class HsmFaults(unittest.TestCase):
             self.assertEqual(v.stdout.count(": OK\n"), len(files), v.stdout)
         HsmFaults.leaves += len(leaves)
 
-    def check_calls(self, name, calls):
+    def check_calls(self, name, calls, retryable=RETRYABLE):
         """Every certificate verifies; every failure is retryable and on time."""
         self.verify([c.leaf for c in calls if c.code == grpc.StatusCode.OK])
         late = []
         for c in calls:
             if c.code == grpc.StatusCode.OK:
                 continue
-            self.assertIn(c.code, RETRYABLE, f"{name}: {c.code} {c.details}")
+            self.assertIn(c.code, retryable, f"{name}: {c.code} {c.details}")
             if c.t1 - c.t0 > c.deadline + MARGIN:
                 late.append((round(c.t1 - c.t0, 3), c.deadline, c.code.name, c.details))
         self.assertFalse(late, f"{name}: failures later than deadline + {MARGIN}s: {late[:5]}")
@@ -492,7 +492,10 @@ class HsmFaults(unittest.TestCase):
         calls = load.stop()
         self.assertIsNotNone(rc, f"signetd did not stop within {GRACE + STOP_OVERRUN + 10}s with a hung C_Sign:\n"
                              + self.text()[-3000:])
-        self.check_calls("stop", calls)
+        # A stop past its grace period cancels what gRPC has not finished
+        # sending (a busy machine can leave an answer unsent then): CANCELLED,
+        # which istio-agent retries like UNAVAILABLE.
+        self.check_calls("stop", calls, RETRYABLE | {grpc.StatusCode.CANCELLED})
         print(f"stop with a hung C_Sign: exit {rc} after {took:.2f}s", flush=True)
         HsmFaults.report.append("")
         HsmFaults.report.append(f"SIGTERM with one C_Sign hung: exit status {rc} after {took:.2f} s "
