@@ -211,6 +211,7 @@ typedef struct worker {
 	sg_hsm *h;
 	atomic_bool *stop;
 	int ok, verified, errors, unclean;
+	atomic_int ok_now; /* ok, readable while the worker runs */
 } worker;
 
 static void *sign_worker(void *arg)
@@ -226,6 +227,7 @@ static void *sign_worker(void *arg)
 		int rc = sign_verify(w->h, s, sg_now_ns() + 3000000000u, &ok);
 		if (rc == 0) {
 			w->ok++;
+			atomic_store(&w->ok_now, w->ok);
 			w->verified += ok;
 		} else {
 			w->errors++;
@@ -262,7 +264,14 @@ static void t_reinit_under_load(void)
 		sg_sleep_ms(80);
 		shim.set(1, 0);
 	}
-	sg_sleep_ms(300);
+	/* Every worker signs again after the last cut. Waited for rather than
+	 * given a fixed time: a worker may sit in the re-init backoff, and a
+	 * loaded machine stretches everything. */
+	int after[4];
+	for (int i = 0; i < 4; i++)
+		after[i] = atomic_load(&w[i].ok_now);
+	for (int i = 0; i < 4; i++)
+		SG_WAIT_FOR(15000, atomic_load(&w[i].ok_now) > after[i]);
 	atomic_store(&stop, true);
 	int ok = 0, verified = 0, errors = 0;
 	for (int i = 0; i < 4; i++) {
