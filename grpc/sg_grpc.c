@@ -25,8 +25,15 @@
  * The reaper thread enforces the server-side deadline (istio-agent sends no
  * grpc-timeout): it scans the calls every REAPER_TICK_MS and answers the
  * expired ones DEADLINE_EXCEEDED; answering a call whose request has not
- * arrived resets its stream. Once a second it also has the connection
- * guard forget closed connections.
+ * arrived resets its stream. It also ends calls whose answer was given but
+ * could not be written by ANSWER_GRACE_MS past their deadline (a client
+ * that never grants flow-control window, or never reads its socket): the
+ * stream is cancelled (RST_STREAM), which completes the answering batch
+ * and frees the call. Without that, gRPC would hold such a call, its
+ * answer and its stream slot until the connection ended, up to
+ * max-connection-age (30 min), however many the client made. Once a
+ * second the reaper also has the connection guard forget closed
+ * connections.
  *
  * Request bytes: gRPC 1.51 checks the receive limit only once a whole
  * message has arrived, and while a message is incomplete it keeps granting
@@ -70,6 +77,9 @@
 #define REAPER_TICK_MS 20
 #define SWEEP_EVERY_NS 1000000000ull /* connection count refreshed this often */
 #define LINGER_MS 500 /* after the last answer, before closing connections */
+/* An answer still unwritten this long after the call's deadline is
+ * dropped with its stream (the client grants no window or does not read). */
+#define ANSWER_GRACE_MS 1000
 
 /* ---- status table ------------------------------------------------------ */
 
@@ -148,6 +158,8 @@ struct sg_grpc_call {
 	int cancelled;
 	atomic_int refs;     /* 0 while only requested */
 	atomic_int answered; /* 1 once an answer was claimed */
+	atomic_bool answer_pending; /* the answering batch is started and not complete */
+	atomic_bool answer_dropped; /* the reaper cancelled it (once) */
 	atomic_bool handled; /* the handler holds a reference */
 	atomic_bool has_message; /* the request message arrived */
 	_Atomic uint64_t deadline_ns;
@@ -181,7 +193,7 @@ struct sg_grpc_server {
 	bool grpc_inited;
 	sg_grpc_guard *guard;
 	uint64_t last_sweep_ns; /* reaper only */
-	atomic_uint_fast64_t calls_cancelled, streams_expired;
+	atomic_uint_fast64_t calls_cancelled, streams_expired, answers_dropped;
 
 	pthread_mutex_t mu;
 	pthread_cond_t cond;	    /* shutdown progress (signalled only while stopping) */
@@ -343,9 +355,11 @@ static int answer(sg_grpc_call *c, int status, const char *msg, const uint8_t *r
 	ops[n++].data.send_status_from_server.status_details = msg ? &details : NULL;
 
 	atomic_fetch_add(&c->refs, 1); /* for the batch */
+	atomic_store(&c->answer_pending, true);
 	grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_answer, NULL);
 	grpc_slice_unref(details); /* not retained past start_batch */
 	if (e != GRPC_CALL_OK) {
+		atomic_store(&c->answer_pending, false);
 		call_closed(c);
 		call_unref(c);
 		return sg_error_set(SG_EINTERNAL, "grpc_call_start_batch (answer) failed: %s",
@@ -688,6 +702,7 @@ static void dispatch(sg_grpc_server *s, const tag *t, bool ok)
 		close_done(t->owner);
 		break;
 	case TAG_ANSWERED:
+		atomic_store(&((sg_grpc_call *)t->owner)->answer_pending, false);
 		call_closed(t->owner);
 		call_unref(t->owner);
 		break;
@@ -726,8 +741,29 @@ static void *cq_thread(void *p)
 	return NULL;
 }
 
+/* An answer given but not written ANSWER_GRACE_MS past the call's deadline
+ * (and not dropped yet). Called with s->mu held. */
+static bool answer_stuck(sg_grpc_call *c, uint64_t now)
+{
+	return atomic_load(&c->answer_pending) && !atomic_load(&c->answer_dropped) &&
+	       atomic_load(&c->deadline_ns) + (uint64_t)ANSWER_GRACE_MS * 1000000u <= now;
+}
+
+/* Cancels a call whose answer cannot be written: gRPC resets the stream
+ * (RST_STREAM; the client sees DEADLINE_EXCEEDED), fails the answering batch, which releases the call
+ * (TAG_ANSWERED), and frees what the stream held. */
+static void drop_answer(sg_grpc_call *c)
+{
+	if (atomic_exchange(&c->answer_dropped, true))
+		return;
+	atomic_fetch_add_explicit(&c->srv->answers_dropped, 1, memory_order_relaxed);
+	grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+				     "the answer could not be written before the deadline", NULL);
+}
+
 /* Answers calls whose deadline passed (all unanswered ones when `all`,
- * with UNAVAILABLE: shutdown after the grace period). */
+ * with UNAVAILABLE: shutdown after the grace period), and drops answers
+ * stuck past it (answer_stuck). */
 static void reap(sg_grpc_server *s, bool all)
 {
 	enum { BATCH = 64 };
@@ -737,13 +773,19 @@ static void reap(sg_grpc_server *s, bool all)
 		uint64_t now = sg_now_ns();
 		pthread_mutex_lock(&s->mu);
 		for (sg_grpc_call *c = s->calls; c && n < BATCH; c = c->next) {
-			if (atomic_load(&c->answered) || (!all && atomic_load(&c->deadline_ns) > now))
+			if (atomic_load(&c->answered) ? !answer_stuck(c, now)
+						      : !all && atomic_load(&c->deadline_ns) > now)
 				continue;
 			if (call_ref_live(c))
 				due[n++] = c;
 		}
 		pthread_mutex_unlock(&s->mu);
 		for (size_t i = 0; i < n; i++) {
+			if (atomic_load(&due[i]->answered)) {
+				drop_answer(due[i]);
+				call_unref(due[i]);
+				continue;
+			}
 			bool no_request = !atomic_load(&due[i]->has_message);
 			int rc = all ? answer(due[i], SG_GRPC_UNAVAILABLE, "server shutting down", NULL, 0)
 			       : no_request
@@ -997,9 +1039,19 @@ static int check_options(sg_grpc_server_options *o)
 	rlim_t room = rl.rlim_cur > SG_GRPC_FD_RESERVE + 16 ? rl.rlim_cur - SG_GRPC_FD_RESERVE : 16;
 	if (room > UINT32_MAX / 2)
 		room = UINT32_MAX / 2;
-	if (!o->max_connections)
-		o->max_connections = room < SG_GRPC_DEFAULT_MAX_CONNECTIONS ? (unsigned)room
-									      : SG_GRPC_DEFAULT_MAX_CONNECTIONS;
+	if (!o->memory_limit)
+		o->memory_limit = 256u << 20;
+	SG_ENSURE(o->memory_limit >= (4u << 20), SG_EINVAL, "grpc server: memory limit %zu below 4 MiB",
+		  o->memory_limit);
+	if (!o->max_connections) {
+		/* The cap must be what refuses connections (at once, counted,
+		 * readiness down), not the memory quota running out first. */
+		size_t by_memory = o->memory_limit / SG_GRPC_CONN_QUOTA;
+		rlim_t cap = room < SG_GRPC_DEFAULT_MAX_CONNECTIONS ? room : SG_GRPC_DEFAULT_MAX_CONNECTIONS;
+		if (by_memory < cap) /* >= 85: the limit is at least 4 MiB */
+			cap = (rlim_t)by_memory;
+		o->max_connections = (unsigned)cap;
+	}
 	SG_ENSURE(o->max_connections <= room, SG_EINVAL,
 		  "grpc server: max-connections %u needs an open-files limit of at least %u (it is %llu)",
 		  o->max_connections, o->max_connections + SG_GRPC_FD_RESERVE, (unsigned long long)rl.rlim_cur);
@@ -1007,10 +1059,6 @@ static int check_options(sg_grpc_server_options *o)
 		o->handshake_timeout_ms = 10000;
 	if (!o->max_connection_age_grace_ms)
 		o->max_connection_age_grace_ms = 30000;
-	if (!o->memory_limit)
-		o->memory_limit = 256u << 20;
-	SG_ENSURE(o->memory_limit >= (4u << 20), SG_EINVAL, "grpc server: memory limit %zu below 4 MiB",
-		  o->memory_limit);
 	if (!o->resets_per_second)
 		o->resets_per_second = 200;
 	if (!o->min_ping_interval_ms)
@@ -1076,6 +1124,7 @@ void sg_grpc_server_stats_get(sg_grpc_server *s, sg_grpc_server_stats *out)
 		.rapid_reset_closed = g.rapid_reset_closed,
 		.calls_cancelled = atomic_load_explicit(&s->calls_cancelled, memory_order_relaxed),
 		.streams_expired = atomic_load_explicit(&s->streams_expired, memory_order_relaxed),
+		.answers_dropped = atomic_load_explicit(&s->answers_dropped, memory_order_relaxed),
 		.last_refused_ns = g.last_refused_ns,
 	};
 }

@@ -123,9 +123,10 @@ typedef struct sg_grpc_server_options {
 	uint64_t server_timeout_ns; /* deadline cap, and the deadline when the client sends none (default 10 s) */
 	unsigned max_concurrent_streams; /* per connection (default 100) */
 	/* Connections held at once; more are refused at once with a TCP reset
-	 * (0: SG_GRPC_DEFAULT_MAX_CONNECTIONS or the open-files soft limit less
-	 * SG_GRPC_FD_RESERVE, whichever is smaller, at least 16; more than the
-	 * latter is refused with SG_EINVAL, since the process would run out of
+	 * (0: the smallest of SG_GRPC_DEFAULT_MAX_CONNECTIONS, the open-files
+	 * soft limit less SG_GRPC_FD_RESERVE, and memory_limit /
+	 * SG_GRPC_CONN_QUOTA, at least 16; more than the open-files room is
+	 * refused with SG_EINVAL, since the process would run out of
 	 * descriptors first). */
 	unsigned max_connections;
 	unsigned handshake_timeout_ms;	 /* TLS and HTTP/2 preface (default 10 s) */
@@ -160,6 +161,14 @@ typedef struct sg_grpc_server_options {
 /* An idle TLS connection costs about 75 KiB (gRPC's buffers, the TLS
  * session, kernel socket memory): 16384 of them are about 1.2 GiB. */
 #define SG_GRPC_DEFAULT_MAX_CONNECTIONS 16384
+/* What one idle TLS connection holds of the memory quota (its read buffer
+ * and TLS records; measured 32-44 KiB with gRPC 1.51, rounded up). Past
+ * memory_limit / this, gRPC's quota, not the connection cap, would refuse
+ * connections: it closes them during the handshake and reclaims idle ones,
+ * uncounted, while the server still calls itself ready (perf/herd: at
+ * 10,000 connections and the default 256 MiB only ~6,000 were served). So
+ * the default cap is derived from the limit too. */
+#define SG_GRPC_CONN_QUOTA (48u * 1024u)
 
 /* Binds, starts the transport threads and serves. Unknown methods are
  * answered UNIMPLEMENTED. *out is freed by sg_grpc_server_shutdown.
@@ -178,6 +187,7 @@ typedef struct sg_grpc_server_stats {
 	uint64_t rapid_reset_closed;  /* connections closed for cancelling too fast */
 	uint64_t calls_cancelled;     /* calls the client cancelled or reset */
 	uint64_t streams_expired;     /* calls reset because no request message came in time */
+	uint64_t answers_dropped;     /* answers not written by the deadline (client grants no window): reset */
 	uint64_t last_refused_ns;     /* CLOCK_MONOTONIC of the last refused connection, 0: never */
 } sg_grpc_server_stats;
 
@@ -218,6 +228,22 @@ typedef struct sg_grpc_channel_options {
 SG_API int sg_grpc_channel_new(sg_grpc_channel **out, const sg_grpc_channel_options *o) SG_MUST_CHECK;
 SG_API void sg_grpc_channel_free(sg_grpc_channel *ch);
 
+/* A channel's connection, as gRPC's connectivity state says. */
+enum sg_grpc_channel_state {
+	SG_GRPC_CHANNEL_IDLE = 0,	/* no connection, none being made */
+	SG_GRPC_CHANNEL_CONNECTING = 1, /* TCP, TLS or the HTTP/2 preface under way */
+	SG_GRPC_CHANNEL_READY = 2,	/* connected: a call starts at once */
+	SG_GRPC_CHANNEL_FAILING = 3,	/* the last attempt failed; the next waits for its backoff */
+	SG_GRPC_CHANNEL_SHUTDOWN = 4,
+};
+
+/* The channel's state now; with connect, an idle channel starts connecting
+ * (so that a load test can hold its connections open before any call:
+ * channels otherwise connect at their first call). Any thread; does not
+ * block. The connection makes progress while some thread of the process
+ * waits on a completion queue (an sg_grpc_client's thread does). */
+SG_API int sg_grpc_channel_state(sg_grpc_channel *ch, bool connect);
+
 typedef struct sg_grpc_md {
 	const char *key; /* lower case */
 	const char *value;
@@ -233,7 +259,10 @@ SG_API int sg_grpc_unary(sg_grpc_channel *ch, const char *method, const sg_grpc_
 			 size_t *resp_len, int *status, char *msg, size_t msg_cap) SG_MUST_CHECK;
 
 /* Asynchronous calls: a client owns a completion queue and one thread that
- * runs the reply callbacks. */
+ * runs the reply callbacks. Any number of channels may share one client
+ * (a load test with thousands of connections runs them all on one or a
+ * few clients: a thread per connection would take the CPUs from the
+ * server it measures). */
 typedef struct sg_grpc_client sg_grpc_client;
 SG_API int sg_grpc_client_new(sg_grpc_client **out) SG_MUST_CHECK;
 /* Waits for the calls in flight (they end by their deadlines at the

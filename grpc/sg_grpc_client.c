@@ -8,7 +8,9 @@
  * of threads may call concurrently on one channel (a shared pluck queue
  * would allow only GRPC_MAX_COMPLETION_QUEUE_PLUCKERS). The asynchronous
  * form runs the batch on the client's queue, whose one thread completes the
- * calls and runs the reply callbacks.
+ * calls and runs the reply callbacks; channels do not own queues, so one
+ * client serves any number of channels (perf/herd: thousands of
+ * connections on one thread).
  */
 #include "sg_grpc.h"
 
@@ -122,6 +124,22 @@ void sg_grpc_channel_free(sg_grpc_channel *c)
 	grpc_channel_destroy(c->ch);
 	free(c);
 	grpc_shutdown();
+}
+
+int sg_grpc_channel_state(sg_grpc_channel *c, bool connect)
+{
+	switch (grpc_channel_check_connectivity_state(c->ch, connect ? 1 : 0)) {
+	case GRPC_CHANNEL_IDLE:
+		return SG_GRPC_CHANNEL_IDLE;
+	case GRPC_CHANNEL_CONNECTING:
+		return SG_GRPC_CHANNEL_CONNECTING;
+	case GRPC_CHANNEL_READY:
+		return SG_GRPC_CHANNEL_READY;
+	case GRPC_CHANNEL_TRANSIENT_FAILURE:
+		return SG_GRPC_CHANNEL_FAILING;
+	default:
+		return SG_GRPC_CHANNEL_SHUTDOWN;
+	}
 }
 
 static gpr_timespec deadline_of(uint64_t timeout_ns)

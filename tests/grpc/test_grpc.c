@@ -588,6 +588,105 @@ static void t_concurrent(void)
 	sg_grpc_server_shutdown(s, SEC);
 }
 
+/* Connections made before any call (sg_grpc_channel_state), and many
+ * channels sharing one asynchronous client (perf/herd's shape). */
+static void t_channel_state(void)
+{
+	sg_grpc_server *s = start(true, false, 0);
+	sg_grpc_client *c = NULL;
+	SG_CHECK_OK(sg_grpc_client_new(&c)); /* its thread polls the connections */
+	enum { NCH = 40 };
+	sg_grpc_channel *chs[NCH];
+	for (int i = 0; i < NCH; i++) {
+		chs[i] = channel(s, NULL, NULL);
+		SG_CHECK(sg_grpc_channel_state(chs[i], false) == SG_GRPC_CHANNEL_IDLE); /* lazy */
+	}
+	uint64_t limit = sg_now_ns() + 10 * SEC;
+	int ready = 0;
+	while (ready < NCH && sg_now_ns() < limit) {
+		ready = 0;
+		for (int i = 0; i < NCH; i++)
+			ready += sg_grpc_channel_state(chs[i], true) == SG_GRPC_CHANNEL_READY;
+		if (ready < NCH)
+			sg_sleep_ms(10);
+	}
+	SG_CHECK(ready == NCH);
+	SG_CHECK(stats_of(s).connections <= NCH);
+	/* one call on each, all completed by the one shared client */
+	atomic_store(&async_ok, 0);
+	atomic_store(&async_done, 0);
+	char body[100];
+	memset(body, 'a', sizeof(body));
+	for (int i = 0; i < NCH; i++)
+		SG_CHECK_OK(sg_grpc_call_start(c, chs[i], SG_GRPC_ISTIO_METHOD, NULL, 0, (const uint8_t *)body,
+					       (size_t)i, 10 * SEC, on_reply, (void *)(uintptr_t)i));
+	sg_grpc_client_free(c);
+	SG_CHECK(atomic_load(&async_done) == NCH);
+	SG_CHECK(atomic_load(&async_ok) == NCH);
+	for (int i = 0; i < NCH; i++)
+		sg_grpc_channel_free(chs[i]);
+
+	/* a port nobody listens on: the connection fails, and says so */
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t al = sizeof(a);
+	SG_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		 getsockname(fd, (struct sockaddr *)&a, &al) == 0);
+	close(fd); /* bound, never listening, then closed: connecting is refused */
+	char target[64];
+	snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(a.sin_port));
+	SG_CHECK_OK(sg_grpc_client_new(&c));
+	sg_grpc_channel_options o = {.target = target, .own_connection = true};
+	sg_grpc_channel *dead = NULL;
+	SG_CHECK_OK(sg_grpc_channel_new(&dead, &o));
+	int st = sg_grpc_channel_state(dead, true);
+	limit = sg_now_ns() + 10 * SEC;
+	while (st != SG_GRPC_CHANNEL_FAILING && sg_now_ns() < limit) {
+		sg_sleep_ms(10);
+		st = sg_grpc_channel_state(dead, true);
+	}
+	SG_CHECK(st == SG_GRPC_CHANNEL_FAILING);
+	sg_grpc_channel_free(dead);
+	sg_grpc_client_free(c);
+	sg_grpc_server_shutdown(s, SEC);
+}
+
+/* The default connection cap follows the memory limit too: past
+ * memory_limit / SG_GRPC_CONN_QUOTA idle connections gRPC's quota would
+ * refuse connections before the cap does (uncounted, while ready). */
+static void t_connection_cap_from_memory(void)
+{
+	struct rlimit rl;
+	SG_CHECK(getrlimit(RLIMIT_NOFILE, &rl) == 0);
+	uint64_t room = rl.rlim_cur > SG_GRPC_FD_RESERVE + 16 ? rl.rlim_cur - SG_GRPC_FD_RESERVE : 16;
+	struct {
+		size_t memory_limit;
+		unsigned max_connections;
+	} cases[] = {{8u << 20, 0}, {0, 0}, {8u << 20, 12}};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		sg_grpc_server_options o = {
+			.address = "127.0.0.1:0",
+			.handler = on_call,
+			.insecure = true,
+			.memory_limit = cases[i].memory_limit,
+			.max_connections = cases[i].max_connections,
+		};
+		sg_grpc_server *s = NULL;
+		SG_CHECK_OK(sg_grpc_server_start(&s, &o));
+		uint64_t by_memory = (cases[i].memory_limit ? cases[i].memory_limit : 256u << 20) / SG_GRPC_CONN_QUOTA;
+		uint64_t want = SG_GRPC_DEFAULT_MAX_CONNECTIONS;
+		if (room < want)
+			want = room;
+		if (by_memory < want)
+			want = by_memory;
+		if (cases[i].max_connections) /* an explicit cap is kept */
+			want = cases[i].max_connections;
+		SG_CHECK(stats_of(s).max_connections == want);
+		sg_grpc_server_shutdown(s, SEC);
+	}
+	SG_CHECK((8u << 20) / SG_GRPC_CONN_QUOTA == 170); /* what the first case asserts, by hand */
+}
+
 static void t_oversized(void)
 {
 	sg_grpc_server *s = start(true, false, 0);
@@ -957,7 +1056,8 @@ static void t_teardown(void)
 		pki_free(all[i]);
 }
 
-SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_insecure_echo), SG_TEST(t_concurrent), SG_TEST(t_oversized),
+SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_insecure_echo), SG_TEST(t_concurrent), SG_TEST(t_channel_state), SG_TEST(t_connection_cap_from_memory),
+	     SG_TEST(t_oversized),
 	     SG_TEST(t_unknown_method), SG_TEST(t_client_deadline), SG_TEST(t_server_timeout),
 	     SG_TEST(t_connection_limit), SG_TEST(t_listener_survives_emfile), SG_TEST(t_keepalive),
 	     SG_TEST(t_shutdown_drains), SG_TEST(t_shutdown_grace_expires),

@@ -13,7 +13,7 @@ starts signetd, runs one scenario and prints the figures as JSON:
              [--new-flags] [--signetd-args "..."] [--nofile N] [--as-limit BYTES]
              [scenario options]
 
-  SCENARIO: big-message, fds, idle, slowloris, cancel, rapid-reset
+  SCENARIO: big-message, fds, idle, slowloris, cancel, rapid-reset, no-read
 
 --new-flags adds the scenario's short settings of the options signetd gained
 to resist these attacks (max-connection-idle, server-timeout,
@@ -51,6 +51,7 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import signet_e2e  # noqa: E402
@@ -68,6 +69,7 @@ NEW_FLAGS = {
     "slowloris": [],
     "cancel": [],
     "rapid-reset": [],
+    "no-read": ["--server-timeout", "2s"],
 }
 
 
@@ -1266,6 +1268,166 @@ def attack_rapid_reset(d, max_streams=20000, seconds=20.0, token=True, body=True
     return fig
 
 
+# ---- 7: clients that never read their answers ---------------------------------------------
+
+def _normal_calls(d, seconds, rate, stop=None):
+    """A well-behaved client beside the attack: grpcio calls on one channel,
+    due every 1/rate s for `seconds` (or until stop), each the same valid
+    request; latency measured from when the call was due (a call that starts late because the previous one was slow pays
+    for the wait). Returns {calls, ok, errors, p50_ms, p99_ms, max_ms}."""
+    import grpc
+    creds = grpc.ssl_channel_credentials(root_certificates=d.ca.root)
+    ch = grpc.secure_channel(f"{LOOPBACK}:{d.port}", creds, options=[("grpc.ssl_target_name_override", "localhost")])
+    stub = d.ca.pb_grpc.IstioCertificateServiceStub(ch)
+    req = d.ca.pb.IstioCertificateRequest(csr=d.ca.csr(), validity_duration=3600)
+    md = [("authorization", f"Bearer {d.ca.token()}")]
+    lat, errors = [], collections.Counter()
+    t0 = time.monotonic()
+    i = 0
+    try:
+        for attempt in range(20):  # connected before the clock starts (the queue may be full)
+            try:
+                stub.CreateCertificate(req, metadata=md, timeout=10)
+                break
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == 19:
+                    raise
+                time.sleep(0.1)
+        while time.monotonic() - t0 < seconds and not (stop and stop.is_set()):
+            due = t0 + i / rate
+            i += 1
+            time.sleep(max(0.0, due - time.monotonic()))
+            try:
+                resp = stub.CreateCertificate(req, metadata=md, timeout=5)
+                if len(resp.cert_chain) >= 2:
+                    lat.append((time.monotonic() - due) * 1000)
+                else:
+                    errors["short chain"] += 1
+            except grpc.RpcError as e:
+                errors[e.code().name] += 1
+    finally:
+        ch.close()
+    lat.sort()
+
+    def pct(p):
+        return round(lat[min(len(lat) - 1, int(p * len(lat)))], 2) if lat else None
+    return {"calls": len(lat) + sum(errors.values()), "ok": len(lat), "errors": dict(errors),
+            "p50_ms": pct(0.5), "p99_ms": pct(0.99), "max_ms": round(lat[-1], 2) if lat else None}
+
+
+def attack_no_read(d, conns=20, streams=100, seconds=10.0, read=True, rate=20.0, baseline=5.0, settle=3.0):
+    """`conns` connections that announce SETTINGS_INITIAL_WINDOW_SIZE 0 and
+    never send a WINDOW_UPDATE (the server may send headers, never a byte
+    of a message), each with up to `streams` valid, authenticated
+    CreateCertificate requests (every one of them signable). With read
+    False the client does not even read the socket until the end (TCP's
+    window closes too); with read True it reads frames, to see when the
+    server ends each stream. Held for `seconds`, while a well-behaved grpcio
+    client calls at `rate` per second; the same client alone for `baseline`
+    seconds first gives its undisturbed latency. Measures signetd's memory
+    growth, how each stream ended (reset, status, nothing) and when, and
+    the normal client's p50/p99 with and without the attack."""
+    base = _normal_calls(d, baseline, rate) if baseline else None
+    before = d.status()
+    m0 = d.metrics()
+    sampler = Sampler(d.pid, 0.05)
+    ctx = tls_context(d.ca.root_path)
+    body = grpc_frame(d.ca.request())
+    tok = d.ca.token()
+    cs, opened = [], {}
+    t0 = time.monotonic()
+    for _ in range(conns):
+        c = H2(d.port, ctx, preface=False)
+        c.conn.local_settings = h2.settings.Settings(client=True, initial_values={
+            h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 0, h2.settings.SettingCodes.ENABLE_PUSH: 0})
+        c.conn.initiate_connection()
+        c.flush()
+        c.pump(0.2)  # the server's SETTINGS: its stream limit and windows
+        sids = []
+        try:
+            limit = c.conn.remote_settings.max_concurrent_streams
+            for _ in range(min(streams, limit)):
+                if not c.wait_window(len(body), timeout=2.0):
+                    break
+                sids.append(c.open_stream(tok, body, end=True))
+                c.flush()
+        except h2.exceptions.ProtocolError:
+            pass
+        cs.append(c)
+        opened[c] = sids
+    t_sent = time.monotonic() - t0
+    # The normal client runs while the attack holds.
+    normal = {}
+    stop = threading.Event()
+
+    def run_normal():
+        try:
+            normal.update(_normal_calls(d, seconds, rate, stop))
+        except Exception as e:  # reported, and the test fails on the missing figures
+            normal["error"] = f"{type(e).__name__}: {e}"
+    th = threading.Thread(target=run_normal, daemon=True)
+    th.start()
+    t_hold = time.monotonic()
+    while time.monotonic() - t_hold < seconds:
+        if read:
+            for c in cs:
+                c.pump(0)
+        time.sleep(0.02)
+    stop.set()
+    th.join(30)
+    during = d.status()
+    m1 = d.metrics()
+    # Now read what the server said about every stream (still no window).
+    t_end = time.monotonic()
+    while time.monotonic() - t_end < settle:
+        for c in cs:
+            c.pump(0)
+        time.sleep(0.05)
+    outcome = collections.Counter()
+    ended_after = []
+    statuses = collections.Counter()
+    data_bytes = 0
+    for c in cs:
+        data_bytes += c.data_bytes
+        for sid in opened[c]:
+            st = c.grpc_status(sid)
+            if sid in c.resets:
+                outcome["reset:" + h2.errors.ErrorCodes(c.resets[sid][1]).name] += 1
+            elif st is not None:
+                outcome["status"] += 1
+            elif c.closed or c.goaway:
+                outcome["connection ended"] += 1
+            else:
+                outcome["open"] += 1
+            if st is not None:
+                statuses[st[0]] += 1
+            t = c.ended(sid)
+            if t is not None:
+                ended_after.append(t)  # since the connection (and its requests) began
+    for c in cs:
+        c.close()
+    time.sleep(2)
+    sampler.stop()
+    after = d.status()
+    n_streams = sum(len(v) for v in opened.values())
+    peak_kb = max(sampler.max_rss_kb, during.get("VmRSS", 0))
+    return {
+        "connections": conns, "streams": n_streams, "read_frames": read, "seconds": seconds,
+        "send_s": r3(t_sent),
+        "stream_outcomes": dict(outcome), "grpc_statuses": {str(k): v for k, v in statuses.items()},
+        "ended_after_s_max": r3(max(ended_after)) if ended_after else None,
+        "ended_after_s_min": r3(min(ended_after)) if ended_after else None,
+        "data_bytes_received": data_bytes,
+        "hsm_signatures": delta(m1, m0, "signet_hsm_signatures_total"),
+        "rss_before_mib": round(before.get("VmRSS", 0) / 1024, 1),
+        "peak_growth_mib": round((peak_kb - before.get("VmRSS", 0)) / 1024, 1),
+        "rss_at_attack_end_mib": round(during.get("VmRSS", 0) / 1024, 1),
+        "rss_after_mib": round(after.get("VmRSS", 0) / 1024, 1),
+        "normal_alone": base, "normal_during": normal,
+        "signetd_alive": d.alive(),
+    }
+
+
 SCENARIOS = {
     "big-message": attack_big_message,
     "fds": attack_fds,
@@ -1273,6 +1435,7 @@ SCENARIOS = {
     "slowloris": attack_slowloris,
     "cancel": attack_cancel,
     "rapid-reset": attack_rapid_reset,
+    "no-read": attack_no_read,
 }
 
 
@@ -1308,6 +1471,8 @@ def main(argv=None):
     ap.add_argument("--gap-ms", type=float, help="cancel --mode delay, batch, burst: request to reset, ms (default 1)")
     ap.add_argument("--batch", type=int, help="cancel --mode batch: requests per write (default 8)")
     ap.add_argument("--no-token", action="store_true", help="send no authorization header")
+    ap.add_argument("--silent", action="store_true", help="no-read: do not even read the socket until the end")
+    ap.add_argument("--rate", type=float, help="no-read: the normal client's calls per second (default 20)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (and signetd's log)")
     a = ap.parse_args(argv)
 
@@ -1317,7 +1482,7 @@ def main(argv=None):
         kw["seconds" if sc not in ("idle", "fds") else ("observe" if sc == "idle" else "hold")] = a.seconds
     if a.count is not None:
         kw[{"big-message": "max_bytes", "fds": "count", "idle": "idle_conns", "slowloris": "conns",
-            "cancel": "count", "rapid-reset": "max_streams"}[sc]] = a.count
+            "cancel": "count", "rapid-reset": "max_streams", "no-read": "conns"}[sc]] = a.count
     if a.max_mib is not None:
         kw["max_bytes"] = a.max_mib * MIB
     if a.streams is not None:
@@ -1342,6 +1507,11 @@ def main(argv=None):
         kw["gap"] = a.gap_ms / 1000
     if a.no_token:
         kw["token"] = False
+    if a.silent:
+        kw["read"] = False
+    if a.rate is not None:
+        kw["rate"] = a.rate
+
     flags = (NEW_FLAGS[sc] if a.new_flags else []) + shlex.split(a.signetd_args)
     nofile = a.nofile if a.nofile is not None else (1024 if sc == "fds" else None)
     if sc in ("fds", "slowloris"):

@@ -13,6 +13,9 @@ bounded and that a well-behaved grpcio client is served afterwards:
     max-connection-idle and server-timeout, their resources given back;
   - slowloris on the probe port from another address: every probe is
     answered within a second;
+  - clients that send valid requests and never read the answers (window 0,
+    or the socket not read at all): every stream is ended by the server at
+    its deadline, memory stays bounded, other clients are served meanwhile;
   - calls cancelled right after their request: (almost) no HSM signature,
     audit line or warning is spent on them, and a connection resetting
     streams in a tight loop is closed.
@@ -159,6 +162,47 @@ class Hostile(unittest.TestCase):
             self.assertGreater(p["probes"], 0, f)
             self.assertEqual(p["ok_within_1s"], p["probes"], f"{phase}: {f}")
         self.assert_served(d, f)
+
+    # ---- 6 ---------------------------------------------------------------------------
+
+    def no_read(self, read):
+        timeout = 2
+        d = self.daemon("--server-timeout", f"{timeout}s")
+        conns = scaled(10, 4)
+        f = hostile.attack_no_read(d, conns=conns, streams=100, seconds=scaled(6, 8), read=read,
+                                   rate=scaled(20, 5), baseline=scaled(3, 2), settle=4)
+        n = f["streams"]
+        self.assertGreaterEqual(n, conns * 50, f)
+        self.assertEqual(f["data_bytes_received"], 0, f)  # no window, no message byte
+        # Every stream was ended by the server: refused at once (queue
+        # full), or its answer dropped at the deadline plus a second
+        # (DEADLINE_EXCEEDED and RST_STREAM); none is left open.
+        self.assertEqual(sum(f["stream_outcomes"].values()), n, f)
+        self.assertNotIn("open", f["stream_outcomes"], f)
+        self.assertEqual(sum(f["grpc_statuses"].values()), n, f)
+        self.assertEqual(set(f["grpc_statuses"]) - {"4", "14"}, set(), f)
+        if read:
+            # ended at the deadline (+1 s grace), not at the attack's end
+            self.assertLess(f["ended_after_s_max"], timeout + 1 + scaled(1.5, 4), f)
+        # What the held answers cost is bounded (about 20 KiB a stream)
+        # and the memory is given back once they are dropped.
+        self.assertLess(f["peak_growth_mib"], scaled(48, 256), f)
+        # A well-behaved client is served meanwhile, as fast as (nearly) alone.
+        alone, during = f["normal_alone"], f["normal_during"]
+        self.assertNotIn("error", during, f)
+        self.assertGreater(during["calls"], 0, f)
+        if SANITIZED:
+            self.assertGreaterEqual(during["ok"], 0.9 * during["calls"], f)
+        else:
+            self.assertEqual(during["ok"], during["calls"], f)
+            self.assertLess(during["p99_ms"], max(500, 20 * alone["p99_ms"]), f)
+        self.assert_served(d, f)
+
+    def test_no_read_window_zero(self):
+        self.no_read(read=True)
+
+    def test_no_read_socket_unread(self):
+        self.no_read(read=False)
 
     # ---- 5 ---------------------------------------------------------------------------
 

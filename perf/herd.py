@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""A mesh restart against a fresh signetd, at one or more sizes.
+
+For each size: makes a CA (signetctl init, SoftHSM2), starts signetd on
+127.0.0.1 with enough descriptors and --max-connections for the herd
+(prlimit), mints a token, runs perf/herd with --server-pid, prints herd's
+report and the exact command lines, and stops signetd. Sizes are
+CONNECTIONSxCALLS (calls per connection):
+
+  perf/herd.py --build build-perf 1000x1 5000x1 5000x10 10000x1 [--herd-args "..."]
+               [--signetd-args "..."] [--json]
+
+Loopback only; every run is bounded by herd's own --duration and timeouts.
+"""
+import argparse
+import json
+import os
+import resource
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "ra"))
+import signet_e2e  # noqa: E402
+
+
+def machine():
+    with open("/proc/loadavg") as f:
+        load = " ".join(f.read().split()[:3])
+    model = ""
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    return {"nproc": os.cpu_count(), "cpu": model, "kernel": os.uname().release, "loadavg": load}
+
+
+def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False):
+    tmp = tempfile.mkdtemp(prefix="herd.", dir=os.environ.get("SIGNET_TEST_TMP"))
+    signetctl = os.path.join(build, "ctl", "signetctl")
+    signetd = os.path.join(build, "daemon", "signetd")
+    herd = os.path.join(build, "perf", "herd")
+    d = None
+    try:
+        ca = os.path.join(tmp, "ca")
+        subprocess.run([signetctl, "init", "--dir", ca, "--log-level", "warn"], check=True,
+                       stdout=subprocess.DEVNULL)
+        conf = os.path.join(ca, "signet.conf")
+        token = os.path.join(tmp, "token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            subprocess.run([signetctl, "token", "--config", conf, "--namespace", "default",
+                            "--service-account", "default"], check=True, stdout=f)
+        # Descriptors: every connection, and the reconnections' overlap.
+        # (at most the hard limit: the container may not raise it)
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        nofile = max(4096, 2 * conns + 1024)
+        if hard != resource.RLIM_INFINITY:
+            nofile = min(nofile, hard)
+        wrapper = os.path.join(tmp, "signetd-limited")
+        with open(wrapper, "w") as f:
+            f.write("#!/bin/sh\nexec prlimit --nofile=%d:%d %s \"$@\"\n" % (nofile, nofile, shlex.quote(signetd)))
+        os.chmod(wrapper, 0o755)
+        flags = ([] if auto_cap else ["--max-connections", str(nofile - 512)]) + shlex.split(signetd_args)
+        d = signet_e2e.Signetd(wrapper, conf, *flags)
+        cmd = [herd, "--target", f"grpc://127.0.0.1:{d.port}", "--token-file", token, "--ca-file",
+               os.path.join(ca, "root-cert.pem"), "--connections", str(conns), "--calls-per-connection",
+               str(calls), "--server-pid", str(d.proc.pid)] + shlex.split(herd_args)
+        if as_json:
+            cmd.append("--json")
+        m0 = machine()
+        print(f"# signetd {' '.join(flags)} (prlimit --nofile={nofile}); load average {m0['loadavg']}",
+              flush=True)
+        print("# " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+        t0 = time.monotonic()
+        p = subprocess.run(["prlimit", f"--nofile={nofile}:{nofile}", "--"] + cmd, capture_output=True,
+                           text=True, timeout=3600)
+        sys.stdout.write(p.stdout)
+        sys.stderr.write(p.stderr)
+        print(f"# herd exit {p.returncode} after {time.monotonic() - t0:.1f} s; load average "
+              f"{machine()['loadavg']}", flush=True)
+        try:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics", timeout=10).read().decode()
+            keep = [ln for ln in text.splitlines() if ln.startswith(("signet_grpc_", "signet_requests_abandoned",
+                                                                     "signet_hsm_signatures_total"))
+                    and not ln.endswith(" 0")]
+            print("# signetd metrics: " + "; ".join(keep), flush=True)
+        except OSError as e:
+            print(f"# signetd metrics unreadable: {e}", flush=True)
+        return p.returncode
+    finally:
+        if d is not None:
+            rc = d.stop()
+            warns = [r for r in d.records() if r.get("level") in ("warn", "error")]
+            print(f"# signetd exit {rc}; {len(warns)} warnings" +
+                  (f", first: {json.dumps(warns[0])[:300]}" if warns else ""), flush=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("sizes", nargs="+", help="CONNECTIONSxCALLS, e.g. 5000x10")
+    ap.add_argument("--build", default="build-perf", help="build folder (ctl/, daemon/, perf/)")
+    ap.add_argument("--herd-args", default="", help="more herd options, one shell-quoted string")
+    ap.add_argument("--signetd-args", default="", help="more signetd options, one shell-quoted string")
+    ap.add_argument("--json", action="store_true", help="herd prints one JSON line")
+    ap.add_argument("--auto-max-connections", action="store_true",
+                    help="leave signetd's --max-connections to its default (open files, memory limit)")
+    a = ap.parse_args()
+    m = machine()
+    print(f"# machine: nproc={m['nproc']} cpu=\"{m['cpu']}\" kernel={m['kernel']} load average {m['loadavg']}")
+    worst = 0
+    for s in a.sizes:
+        conns, _, calls = s.partition("x")
+        worst = max(worst, one(a.build, int(conns), int(calls or 1), a.herd_args, a.signetd_args, a.json,
+                               a.auto_max_connections))
+    return worst
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,431 @@
+/*
+ * lg_common: the load tools' shared parts (contract: lg_common.h), taken
+ * out of loadgen so that herd makes the same CSRs and checks the same way.
+ *
+ * Why CSRs from a template: on OpenSSL 3.0 X509_REQ_set_pubkey and
+ * i2d_PUBKEY each build an OSSL_ENCODER chain (~400 us and ~125 us here,
+ * under global locks), ten times the key generation and signature; the
+ * template is made once by OpenSSL and each CSR patches its point in and
+ * signs the bytes. The first CSR of every thread is checked by OpenSSL's
+ * X509_REQ_verify (and the server verifies every one).
+ */
+#include "lg_common.h"
+
+#include "sg_csr.h"
+#include "sg_der.h"
+#include "sg_guard.h"
+#include "sg_istio.h"
+#include "sg_key.h"
+#include "sg_ossl.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <openssl/core_names.h>
+#include <openssl/evp.h>
+#include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the target --------------------------------------------------------- */
+
+/* Parses "grpc://HOST:PORT" or "http://HOST:PORT[/]" and refuses any host
+ * that is not loopback. Literal addresses only (plus "localhost", mapped to
+ * 127.0.0.1 here rather than resolved): a name could resolve anywhere. */
+int lg_parse_target(const char *s, lg_target *t)
+{
+	const char *rest;
+	if (strncmp(s, "grpc://", 7) == 0) {
+		t->kind = LG_GRPC;
+		rest = s + 7;
+	} else if (strncmp(s, "http://", 7) == 0) {
+		t->kind = LG_HTTP;
+		rest = s + 7;
+	} else {
+		SG_BAIL(SG_EINVAL, "--target: \"%s\" is not grpc://HOST:PORT or http://HOST:PORT", s);
+	}
+	char host[64];
+	const char *colon;
+	if (rest[0] == '[') {
+		const char *end = strchr(rest, ']');
+		SG_ENSURE(end && end[1] == ':' && (size_t)(end - rest - 1) < sizeof(host), SG_EINVAL,
+		          "--target: bad IPv6 address in \"%s\"", s);
+		memcpy(host, rest + 1, (size_t)(end - rest - 1));
+		host[end - rest - 1] = '\0';
+		colon = end + 1;
+	} else {
+		colon = strrchr(rest, ':');
+		SG_ENSURE(colon && (size_t)(colon - rest) < sizeof(host), SG_EINVAL, "--target: no port in \"%s\"", s);
+		memcpy(host, rest, (size_t)(colon - rest));
+		host[colon - rest] = '\0';
+	}
+	char *end;
+	errno = 0;
+	unsigned long port = strtoul(colon + 1, &end, 10);
+	SG_ENSURE(errno == 0 && end != colon + 1 && (*end == '\0' || strcmp(end, "/") == 0) && port >= 1 &&
+	              port <= 65535 && colon[1] != '-' && colon[1] != '+',
+	          SG_EINVAL, "--target: bad port in \"%s\"", s);
+	t->port = (unsigned)port;
+
+	struct in_addr a4;
+	struct in6_addr a6;
+	if (strcmp(host, "localhost") == 0) {
+		snprintf(t->host, sizeof(t->host), "127.0.0.1");
+	} else if (inet_pton(AF_INET, host, &a4) == 1) {
+		SG_ENSURE((ntohl(a4.s_addr) >> 24) == 127, SG_EINVAL,
+		          "--target: %s is not a loopback address (127.0.0.0/8, ::1, localhost)", host);
+		snprintf(t->host, sizeof(t->host), "%s", host);
+	} else if (inet_pton(AF_INET6, host, &a6) == 1) {
+		SG_ENSURE(memcmp(&a6, &in6addr_loopback, sizeof(a6)) == 0, SG_EINVAL,
+		          "--target: %s is not a loopback address (127.0.0.0/8, ::1, localhost)", host);
+		snprintf(t->host, sizeof(t->host), "[::1]");
+	} else {
+		SG_BAIL(SG_EINVAL, "--target: host \"%s\" is not a loopback address (127.0.0.0/8, ::1, localhost)",
+		        host);
+	}
+	return SG_OK;
+}
+
+const uint8_t *lg_find_bytes(const uint8_t *hay, size_t n, const uint8_t *needle, size_t m)
+{
+	if (m == 0 || m > n)
+		return NULL;
+	for (const uint8_t *p = hay, *end = hay + (n - m); p <= end;) {
+		p = memchr(p, needle[0], (size_t)(end - p) + 1);
+		if (!p)
+			return NULL;
+		if (memcmp(p, needle, m) == 0)
+			return p;
+		p++;
+	}
+	return NULL;
+}
+
+/* ---- the CSRs ----------------------------------------------------------- */
+
+typedef struct csr_template csr_template;
+
+typedef struct csr_job {
+	lg_item *items;
+	size_t from, to;
+	lg_kind kind;
+	const csr_template *tpl;
+	int64_t ttl;
+	sg_error err;
+	int rc;
+} csr_job;
+
+static void x509_req_freep(X509_REQ **r)
+{
+	X509_REQ_free(*r);
+}
+static void evp_pkey_freep(EVP_PKEY **k)
+{
+	EVP_PKEY_free(*k);
+}
+static void general_names_freep(GENERAL_NAMES **g)
+{
+	GENERAL_NAMES_free(*g);
+}
+static void exts_freep(STACK_OF(X509_EXTENSION) * *e)
+{
+	sk_X509_EXTENSION_pop_free(*e, X509_EXTENSION_free);
+}
+
+/* The P-256 SubjectPublicKeyInfo before the point (RFC 5480): SEQUENCE {
+ * SEQUENCE { id-ecPublicKey, prime256v1 }, BIT STRING { 0 unused bits, ...
+ * followed by the 65-byte uncompressed point. */
+static const uint8_t p256_spki_prefix[26] = {0x30, 0x59, 0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48,
+                                             0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86, 0x48,
+                                             0xce, 0x3d, 0x03, 0x01, 0x07, 0x03, 0x42, 0x00};
+#define P256_POINT 65
+
+/* The CertificationRequestInfo that every CSR shares but for its key. Why a
+ * template: on OpenSSL 3.0, X509_REQ_set_pubkey and i2d_PUBKEY each build
+ * an OSSL_ENCODER chain (~400 us and ~125 us here, under global locks),
+ * ten times the key generation and signature; 20000 CSRs would take a
+ * minute. The template is made once by OpenSSL, then each CSR patches its
+ * point in and signs the bytes. */
+struct csr_template {
+	uint8_t info[2048];
+	size_t len;
+	size_t point_off; /* offset of the point inside info */
+};
+
+static int pub_point(EVP_PKEY *key, uint8_t point[P256_POINT])
+{
+	size_t n = 0;
+	SG_OSSL(EVP_PKEY_get_octet_string_param(key, OSSL_PKEY_PARAM_PUB_KEY, point, P256_POINT, &n), SG_EINTERNAL,
+	        "cannot read the public point");
+	SG_ENSURE(n == P256_POINT && point[0] == 0x04, SG_EINTERNAL, "not an uncompressed P-256 point");
+	return SG_OK;
+}
+
+/* The template, as istio-agent's CSRs are: subject O="" and a critical
+ * subjectAltName holding one URI. */
+static int make_template(EVP_PKEY_CTX *kctx, const char *identity, csr_template *t)
+{
+	EVP_PKEY *key SG_CLEANUP(evp_pkey_freep) = NULL;
+	SG_OSSL(EVP_PKEY_keygen(kctx, &key), SG_EINTERNAL, "P-256 key generation failed");
+	X509_REQ *req SG_CLEANUP(x509_req_freep) = X509_REQ_new();
+	SG_ENSURE(req, SG_EINTERNAL, "out of memory for a CSR");
+	/* O="" as Go's encoder writes it (PrintableString). Not through
+	 * MBSTRING_*: OpenSSL's string table refuses an empty O there. */
+	SG_OSSL(X509_NAME_add_entry_by_NID(X509_REQ_get_subject_name(req), NID_organizationName, V_ASN1_PRINTABLESTRING,
+	                                   (const unsigned char *)"", 0, -1, 0),
+	        SG_EINTERNAL, "cannot set the CSR subject");
+	SG_OSSL(X509_REQ_set_pubkey(req, key), SG_EINTERNAL, "cannot set the CSR key");
+
+	GENERAL_NAMES *gens SG_CLEANUP(general_names_freep) = sk_GENERAL_NAME_new_null();
+	GENERAL_NAME *uri = GENERAL_NAME_new();
+	ASN1_IA5STRING *ia5 = ASN1_IA5STRING_new();
+	if (!gens || !uri || !ia5 || ASN1_STRING_set(ia5, identity, (int)strlen(identity)) != 1) {
+		GENERAL_NAME_free(uri);
+		ASN1_IA5STRING_free(ia5);
+		SG_BAIL(SG_EINTERNAL, "out of memory for the CSR's subjectAltName");
+	}
+	GENERAL_NAME_set0_value(uri, GEN_URI, ia5);
+	if (!sk_GENERAL_NAME_push(gens, uri)) {
+		GENERAL_NAME_free(uri);
+		SG_BAIL(SG_EINTERNAL, "out of memory for the CSR's subjectAltName");
+	}
+	STACK_OF(X509_EXTENSION) * exts SG_CLEANUP(exts_freep) = NULL;
+	SG_OSSL(X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 1, X509V3_ADD_DEFAULT), SG_EINTERNAL,
+	        "cannot encode the CSR's subjectAltName");
+	SG_OSSL(X509_REQ_add_extensions(req, exts), SG_EINTERNAL, "cannot add the CSR's extensions");
+
+	int n = i2d_re_X509_REQ_tbs(req, NULL);
+	SG_ENSURE(n > 0 && (size_t)n <= sizeof(t->info), SG_EINTERNAL, "CSR info of %d bytes", n);
+	uint8_t *p = t->info;
+	i2d_re_X509_REQ_tbs(req, &p);
+	t->len = (size_t)n;
+	uint8_t point[P256_POINT];
+	SG_TRY(pub_point(key, point));
+	const uint8_t *at = lg_find_bytes(t->info, t->len, point, sizeof(point));
+	SG_ENSURE(at && (size_t)(at - t->info) >= sizeof(p256_spki_prefix) &&
+	              memcmp(at - sizeof(p256_spki_prefix), p256_spki_prefix, sizeof(p256_spki_prefix)) == 0,
+	          SG_EINTERNAL, "the CSR template does not hold a standard P-256 SPKI");
+	t->point_off = (size_t)(at - t->info);
+	return SG_OK;
+}
+
+static void md_ctx_freep(EVP_MD_CTX **c)
+{
+	EVP_MD_CTX_free(*c);
+}
+
+/* One CSR (RFC 2986): the template with a new key's point, signed with that
+ * key (ECDSA with SHA-256), as PEM; it->spki is the key's SPKI. */
+static int make_csr(EVP_PKEY_CTX *kctx, const csr_template *t, char **pem, size_t *pem_len, lg_item *it)
+{
+	EVP_PKEY *key SG_CLEANUP(evp_pkey_freep) = NULL;
+	SG_OSSL(EVP_PKEY_keygen(kctx, &key), SG_EINTERNAL, "P-256 key generation failed");
+	uint8_t info[sizeof(t->info)], point[P256_POINT];
+	SG_TRY(pub_point(key, point));
+	memcpy(info, t->info, t->len);
+	memcpy(info + t->point_off, point, sizeof(point));
+	memcpy(it->spki, p256_spki_prefix, sizeof(p256_spki_prefix));
+	memcpy(it->spki + sizeof(p256_spki_prefix), point, sizeof(point));
+	it->spki_len = sizeof(p256_spki_prefix) + sizeof(point);
+
+	EVP_MD_CTX *md SG_CLEANUP(md_ctx_freep) = EVP_MD_CTX_new();
+	SG_ENSURE(md, SG_EINTERNAL, "out of memory for a digest");
+	uint8_t sig[80];
+	size_t sig_len = sizeof(sig);
+	SG_OSSL(EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, NULL, key, NULL), SG_EINTERNAL,
+	        "cannot start the CSR signature");
+	SG_OSSL(EVP_DigestSign(md, sig, &sig_len, info, t->len), SG_EINTERNAL, "cannot sign the CSR");
+
+	uint8_t der[sizeof(t->info) + 128];
+	sg_der_writer w;
+	sg_der_writer_init(&w, der, sizeof(der));
+	size_t mark = sg_der_begin(&w, 0x30);
+	sg_der_raw(&w, info, t->len);
+	sg_sigalg_encode(&w, SG_SIG_ECDSA_SHA256);
+	sg_der_bits(&w, sig, sig_len);
+	sg_der_end(&w, mark);
+	SG_TRY(sg_der_writer_status(&w));
+	return sg_pem_encode("CERTIFICATE REQUEST", w.buf, w.len, pem, pem_len);
+}
+
+/* OpenSSL's own verdict on one CSR of each thread: the template path must
+ * make requests any reader accepts (the servers check all of them too). */
+static int check_csr(const char *pem, size_t pem_len)
+{
+	uint8_t der[4096];
+	size_t len;
+	SG_TRY(sg_csr_decode((const uint8_t *)pem, pem_len, der, sizeof(der), &len));
+	const unsigned char *p = der;
+	X509_REQ *req SG_CLEANUP(x509_req_freep) = d2i_X509_REQ(NULL, &p, (long)len);
+	SG_ENSURE(req && p == der + len, SG_EINTERNAL, "OpenSSL cannot read the CSR we made");
+	EVP_PKEY *k = X509_REQ_get0_pubkey(req);
+	SG_ENSURE(k && X509_REQ_verify(req, k) == 1, SG_EINTERNAL, "OpenSSL refuses the CSR's signature");
+	return SG_OK;
+}
+
+/* The request body for one CSR: the protobuf message for signet, the JSON
+ * text cfssl's sign endpoint takes (made by jansson, not by hand). */
+static int make_body(lg_kind kind, const char *pem, size_t pem_len, int64_t ttl, lg_item *it)
+{
+	if (kind == LG_GRPC)
+		return sg_istio_request_encode(pem, pem_len, ttl, NULL, &it->body, &it->body_len);
+	json_t *o = json_pack("{s:s%}", "certificate_request", pem, pem_len);
+	SG_ENSURE(o, SG_EINTERNAL, "cannot build the cfssl request JSON");
+	char *text = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	SG_ENSURE(text, SG_EINTERNAL, "cannot serialize the cfssl request JSON");
+	it->body = (uint8_t *)text;
+	it->body_len = strlen(text);
+	return SG_OK;
+}
+
+static void pkey_ctx_freep(EVP_PKEY_CTX **c)
+{
+	EVP_PKEY_CTX_free(*c);
+}
+
+/* A key generation context, set up once per thread and reused. */
+static int p256_keygen(EVP_PKEY_CTX **out)
+{
+	EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_name(NULL, "EC", NULL);
+	if (!c || EVP_PKEY_keygen_init(c) != 1 || EVP_PKEY_CTX_set_group_name(c, "P-256") != 1) {
+		EVP_PKEY_CTX_free(c);
+		SG_BAIL(SG_EINTERNAL, "cannot set up P-256 key generation");
+	}
+	*out = c;
+	return SG_OK;
+}
+
+static int csr_range(csr_job *j)
+{
+	EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
+	SG_TRY(p256_keygen(&kctx));
+	int rc = SG_OK;
+	for (size_t i = j->from; i < j->to && rc == SG_OK; i++) {
+		char *pem = NULL;
+		size_t pem_len = 0;
+		rc = make_csr(kctx, j->tpl, &pem, &pem_len, &j->items[i]);
+		if (rc == SG_OK && i == j->from)
+			rc = check_csr(pem, pem_len);
+		if (rc == SG_OK)
+			rc = make_body(j->kind, pem, pem_len, j->ttl, &j->items[i]);
+		free(pem);
+	}
+	return rc;
+}
+
+static void *csr_thread(void *p)
+{
+	csr_job *j = p;
+	j->rc = csr_range(j);
+	if (j->rc < 0)
+		sg_error_save(&j->err);
+	return NULL;
+}
+
+/* Makes n distinct CSRs on `threads` threads (key generation dominates and
+ * the run has not started, so all CPUs may be used). */
+int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const char *identity, int64_t ttl)
+{
+	lg_item *items = calloc(n, sizeof(*items));
+	SG_ENSURE(items, SG_EINTERNAL, "out of memory for %zu requests", n);
+	*out = items;
+	csr_template tpl;
+	{
+		EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
+		SG_TRY(p256_keygen(&kctx));
+		SG_TRY(make_template(kctx, identity, &tpl));
+	}
+	if (threads > n)
+		threads = (unsigned)n;
+	csr_job jobs[64];
+	pthread_t tids[64];
+	unsigned started = 0;
+	for (unsigned t = 0; t < threads; t++) {
+		jobs[t] = (csr_job){items, n * t / threads, n * (t + 1) / threads, kind, &tpl, ttl, {0}, 0};
+		if (pthread_create(&tids[t], NULL, csr_thread, &jobs[t]) != 0)
+			break;
+		started++;
+	}
+	int rc = started == threads ? SG_OK : sg_error_set(SG_EINTERNAL, "cannot start the CSR threads");
+	for (unsigned t = 0; t < started; t++) {
+		pthread_join(tids[t], NULL);
+		if (jobs[t].rc < 0 && rc == SG_OK) {
+			sg_error_restore(&jobs[t].err);
+			rc = jobs[t].rc;
+		}
+	}
+	return rc;
+}
+
+void lg_items_free(lg_item *items, size_t n)
+{
+	if (!items)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(items[i].body);
+	free(items);
+}
+
+/* ---- response checks ---------------------------------------------------- */
+
+/* The leaf must be one PEM certificate for the CSR's key (its DER holds the
+ * CSR's SPKI verbatim: both servers re-encode the key as a standard
+ * named-curve SPKI) and, when identity is given, must name it. Returns a
+ * failure label, or NULL when the leaf is good. */
+const char *lg_check_leaf(const char *pem, size_t len, const lg_item *it, const char *identity, uint8_t *der,
+                          size_t cap)
+{
+	size_t der_len, used;
+	if (sg_pem_decode((const uint8_t *)pem, len, "CERTIFICATE", der, cap, &der_len, &used) < 0)
+		return "bad response: leaf is not a PEM certificate";
+	if (!lg_find_bytes(der, der_len, it->spki, it->spki_len))
+		return "bad response: leaf is not for the CSR's key";
+	if (identity && !lg_find_bytes(der, der_len, (const uint8_t *)identity, strlen(identity)))
+		return "bad response: leaf lacks the identity";
+	return NULL;
+}
+
+/* ---- files ------------------------------------------------------------- */
+
+int lg_read_file(const char *path, size_t max, char **out)
+{
+	FILE *f = fopen(path, "rb");
+	SG_ENSURE(f, SG_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+	char *buf = malloc(max + 1);
+	size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+	int bad = ferror(f);
+	fclose(f);
+	SG_ENSURE(buf, SG_EINTERNAL, "out of memory reading %s", path);
+	if (bad || n == 0 || n > max) {
+		free(buf);
+		SG_BAIL(SG_EINVAL, "%s is unreadable, empty or larger than %zu bytes", path, max);
+	}
+	buf[n] = '\0';
+	*out = buf;
+	return SG_OK;
+}
+
+/* The authorization header value "Bearer <token>", as a secret. */
+int lg_bearer(const char *path, sg_secret **out)
+{
+	sg_secret *tok SG_CLEANUP(sg_secret_freep) = NULL;
+	SG_TRY(sg_secret_from_file(&tok, path));
+	size_t n = sg_secret_len(tok);
+	while (n && (sg_secret_data(tok)[n - 1] == '\n' || sg_secret_data(tok)[n - 1] == '\r'))
+		n--;
+	SG_ENSURE(n > 0, SG_EINVAL, "token file %s is empty", path);
+	size_t cap = n + 8;
+	char *v = malloc(cap);
+	SG_ENSURE(v, SG_EINTERNAL, "out of memory");
+	memcpy(v, "Bearer ", 7);
+	memcpy(v + 7, sg_secret_data(tok), n);
+	v[n + 7] = '\0';
+	int rc = sg_secret_new(out, v, n + 7);
+	sg_wipe(v, cap);
+	free(v);
+	return rc;
+}
