@@ -261,6 +261,16 @@ static double queue_rejected(void *arg)
 	return (double)pool_stats(arg).rejected;
 }
 
+static double queue_rejected_deadline(void *arg)
+{
+	return (double)pool_stats(arg).rejected_deadline;
+}
+
+static double signer_service_seconds(void *arg)
+{
+	return (double)pool_stats(arg).service_ns / 1e9;
+}
+
 static double serving_expiry(void *arg)
 {
 	return (double)sg_serving_not_after(((daemon *)arg)->serving);
@@ -302,6 +312,11 @@ static double grpc_expired(void *arg)
 	return (double)grpc_stats(arg).streams_expired;
 }
 
+static double grpc_answers_dropped(void *arg)
+{
+	return (double)grpc_stats(arg).answers_dropped;
+}
+
 static double grpc_rapid_reset(void *arg)
 {
 	return (double)grpc_stats(arg).rapid_reset_closed;
@@ -338,7 +353,14 @@ static int setup_metrics(daemon *d)
 		 "PKCS#11 module re-initialisations (C_Finalize + C_Initialize) after sessions could not be reopened.",
 		 hsm_reinits, true},
 		{"signet_signer_queue_depth", "Requests waiting for a signer thread.", queue_depth, false},
-		{"signet_signer_rejected_total", "Requests refused because the signer queue was full.", queue_rejected, true},
+		{"signet_signer_rejected_total",
+		 "Requests refused at once: the signer queue was full, or held more work than their deadline left time for.",
+		 queue_rejected, true},
+		{"signet_signer_rejected_deadline_total",
+		 "Requests refused because their wait in the signer queue would have outlasted their deadline.",
+		 queue_rejected_deadline, true},
+		{"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",
+		 signer_service_seconds, false},
 		{"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
 		 serving_expiry, false},
 		{"signet_ready", "1 when signet is ready to serve.", ready_gauge, false},
@@ -348,6 +370,9 @@ static int setup_metrics(daemon *d)
 		{"signet_grpc_calls_cancelled_total", "Calls the client cancelled or reset.", grpc_cancelled, true},
 		{"signet_grpc_streams_expired_total",
 		 "Calls reset because their request message did not arrive within the deadline.", grpc_expired, true},
+		{"signet_grpc_answers_dropped_total",
+		 "Answers the client did not take by the deadline (no flow-control window): the call was reset.",
+		 grpc_answers_dropped, true},
 		{"signet_grpc_rapid_reset_closed_total",
 		 "Connections closed for cancelling streams faster than allowed (HTTP/2 rapid reset).",
 		 grpc_rapid_reset, true},

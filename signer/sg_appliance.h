@@ -87,7 +87,7 @@ extern const char *const sg_log_format_names[];
 	{"signer-threads", SG_OPT_INT, offsetof(T, m.signer_threads), "0", 0, SG_POOL_MAX_THREADS, NULL,          \
 	 "signer threads (0: one per CPU)", false},                                                                 \
 	{"signer-queue", SG_OPT_INT, offsetof(T, m.signer_queue), "0", 0, SG_POOL_MAX_QUEUE, NULL,                \
-	 "signer queue capacity (0: 64 per thread)", false},                                                        \
+	 "signer queue capacity (0: 1024 per thread, at most 16384); a request that would wait past its deadline is refused at once", false},                                                        \
 	{"verify-issued", SG_OPT_BOOL, offsetof(T, m.verify_issued), "false", 0, 0, NULL,                         \
 	 "verify every HSM signature in software before returning it", false},                                     \
 	{"jwt-issuer", SG_OPT_STRING, offsetof(T, m.jwt_issuer), NULL, 0, 1024, NULL,                             \

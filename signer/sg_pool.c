@@ -7,11 +7,24 @@
  * certificates. Counters are
  * per worker (written by that worker only, read with relaxed atomics), so
  * the hot path shares no cache line between workers.
+ *
+ * Admission by deadline: the queue is deep by default (about a second of
+ * work for a software token), because a mesh restarting at once is better
+ * served from a queue than by refusing most callers and letting them come
+ * back in retry waves while the HSM idles between them (perf/herd). What a
+ * deep queue must not do is hold a request it cannot serve in time: a
+ * request whose wait, estimated from the queue depth and the workers'
+ * recent service time, would run past its deadline is refused at once
+ * (SG_EBUSY: UNAVAILABLE, retried after a backoff) instead of expiring in
+ * the queue, or being signed for a client that has gone. The service time
+ * is one shared moving average, written by each worker after each
+ * certificate (a relaxed store; a lost update only delays it a little).
  */
 #include "sg_pool.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -43,10 +56,20 @@ struct sg_pool {
 	job *ring;
 	unsigned cap, head, count;
 	bool stopping;
-	uint64_t submitted, rejected;
+	uint64_t submitted, rejected, rejected_deadline;
 	unsigned nworkers;
 	worker *workers;
+	char pad[64];
+	_Atomic uint64_t service_ns; /* moving average of one certificate's signing time, 0: none yet */
 };
+
+/* Folds one certificate's signing time into the average (weight 1/16). */
+static void note_service(sg_pool *p, uint64_t ns)
+{
+	uint64_t avg = atomic_load_explicit(&p->service_ns, memory_order_relaxed);
+	avg = avg ? avg - avg / 16 + ns / 16 : ns;
+	atomic_store_explicit(&p->service_ns, avg, memory_order_relaxed);
+}
 
 static void run_job(worker *w, job *j)
 {
@@ -57,8 +80,12 @@ static void run_job(worker *w, job *j)
 		rc = sg_error_set(SG_ETIMEOUT, "deadline passed while queued for a signer");
 	else if (j->req.cancelled && j->req.cancelled(j->req.cancel_arg))
 		rc = sg_error_set(SG_ETIMEOUT, "the request was cancelled while queued for a signer");
-	else
+	else {
+		uint64_t t0 = sg_now_ns();
 		rc = sg_issuer_issue(w->issuer, &j->req, &res);
+		if (rc == SG_OK)
+			note_service(w->pool, sg_now_ns() - t0);
+	}
 	if (rc < 0)
 		sg_error_save(&err);
 	else
@@ -117,7 +144,9 @@ int sg_pool_new(sg_pool **out, const sg_ca *ca, sg_hsm *hsm, const sg_pool_optio
 		o.threads = online_cpus();
 	SG_ENSURE(o.threads <= SG_POOL_MAX_THREADS, SG_EINVAL, "signer threads must be 1..%d", SG_POOL_MAX_THREADS);
 	if (!o.queue_capacity)
-		o.queue_capacity = 64 * o.threads;
+		o.queue_capacity = o.threads >= SG_POOL_DEFAULT_QUEUE_MAX / SG_POOL_QUEUE_PER_THREAD
+		                           ? SG_POOL_DEFAULT_QUEUE_MAX
+		                           : SG_POOL_QUEUE_PER_THREAD * o.threads;
 	SG_ENSURE(o.queue_capacity <= SG_POOL_MAX_QUEUE, SG_EINVAL, "signer queue capacity must be 1..%u",
 		  SG_POOL_MAX_QUEUE);
 
@@ -162,7 +191,23 @@ int sg_pool_submit(sg_pool *p, const sg_issue_request *req, sg_pool_done_fn done
 		rc = sg_error_set(SG_EBUSY, "signer queue is full (%u requests)", p->cap);
 		goto unlock;
 	}
-	p->ring[(p->head + p->count) % p->cap] = (job){*req, done, arg, sg_now_ns()};
+	uint64_t now = sg_now_ns();
+	uint64_t service = atomic_load_explicit(&p->service_ns, memory_order_relaxed);
+	/* A request already past its deadline is queued as before: a worker
+	 * answers it SG_ETIMEOUT at once, without the HSM. */
+	if (service && req->deadline_ns > now) {
+		uint64_t wait = ((uint64_t)p->count / p->nworkers + 1) * service;
+		if (wait > req->deadline_ns - now) {
+			p->rejected++;
+			p->rejected_deadline++;
+			rc = sg_error_set(SG_EBUSY,
+			                  "signer queue holds about %" PRIu64 " ms of work (%u requests), more than the %" PRIu64
+			                  " ms left before the request's deadline",
+			                  wait / 1000000u, p->count, (req->deadline_ns - now) / 1000000u);
+			goto unlock;
+		}
+	}
+	p->ring[(p->head + p->count) % p->cap] = (job){*req, done, arg, now};
 	p->count++;
 	p->submitted++;
 	rc = SG_OK;
@@ -226,7 +271,9 @@ void sg_pool_stats_get(sg_pool *p, sg_pool_stats *out)
 	out->queued = p->count;
 	out->submitted = p->submitted;
 	out->rejected = p->rejected;
+	out->rejected_deadline = p->rejected_deadline;
 	pthread_mutex_unlock(&p->lock);
+	out->service_ns = atomic_load_explicit(&p->service_ns, memory_order_relaxed);
 	out->threads = p->nworkers;
 	out->queue_capacity = p->cap;
 	for (unsigned i = 0; i < p->nworkers; i++) {

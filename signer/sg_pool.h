@@ -4,7 +4,10 @@
  * N worker threads, each with its own sg_issuer (OpenSSL context + HSM
  * session), take requests from one bounded FIFO queue. Submission never
  * blocks: a full queue answers SG_EBUSY at once (the caller turns that into a
- * retryable status), so overload is never queued without bound. Completion is
+ * retryable status), so overload is never queued without bound; so does a
+ * request whose estimated wait (queue depth x recent signing time / threads)
+ * would outlast its deadline, which would otherwise expire in the queue or be
+ * signed for a client already gone. Completion is
  * a callback run on the worker thread; the gRPC front end uses it to finish a
  * call without holding a thread per request. A request whose deadline passes
  * while queued completes with SG_ETIMEOUT without touching the HSM.
@@ -29,12 +32,18 @@
 
 #define SG_POOL_MAX_THREADS 256
 #define SG_POOL_MAX_QUEUE (1u << 20)
+/* The default queue: SG_POOL_QUEUE_PER_THREAD per thread, at most
+ * SG_POOL_DEFAULT_QUEUE_MAX (a mesh restart is served from the queue rather
+ * than by retry waves; admission by deadline keeps it from holding what it
+ * cannot serve in time). */
+#define SG_POOL_QUEUE_PER_THREAD 1024u
+#define SG_POOL_DEFAULT_QUEUE_MAX 16384u
 
 typedef struct sg_pool sg_pool;
 
 typedef struct sg_pool_options {
 	unsigned threads;        /* 0: one per online CPU */
-	unsigned queue_capacity; /* 0: 64 per thread */
+	unsigned queue_capacity; /* 0: SG_POOL_QUEUE_PER_THREAD per thread, at most SG_POOL_DEFAULT_QUEUE_MAX */
 	sg_issuer_options issuer;
 } sg_pool_options;
 
@@ -46,8 +55,10 @@ typedef void (*sg_pool_done_fn)(int rc, sg_issue_result *res, const sg_error *er
 SG_API int sg_pool_new(sg_pool **out, const sg_ca *ca, sg_hsm *hsm, const sg_pool_options *opts) SG_MUST_CHECK;
 
 /* Queues a request. SG_OK: done will be called exactly once, later, on a
- * worker thread. SG_EBUSY: the queue is full or the pool is shutting down;
- * done will not be called. */
+ * worker thread. SG_EBUSY: the queue is full, holds more work than the
+ * request's deadline leaves time for (req->deadline_ns in the future and a
+ * signing time measured), or the pool is shutting down; done will not be
+ * called. */
 SG_API int sg_pool_submit(sg_pool *p, const sg_issue_request *req, sg_pool_done_fn done, void *arg) SG_MUST_CHECK;
 
 /* Submits and waits. On success *res is filled and owned by the caller
@@ -64,6 +75,8 @@ typedef struct sg_pool_stats {
 	uint64_t queued;          /* in the queue now */
 	uint64_t submitted;       /* accepted by sg_pool_submit */
 	uint64_t rejected;        /* refused with SG_EBUSY */
+	uint64_t rejected_deadline; /* of those, refused because the wait would outlast the deadline */
+	uint64_t service_ns;      /* moving average of one certificate's signing time (0: none yet) */
 	uint64_t completed;       /* callbacks run */
 	uint64_t issued;          /* completed with SG_OK */
 	uint64_t by_error[SG_POOL_ERRORS]; /* completed with error -i (index by -rc) */

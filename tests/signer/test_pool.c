@@ -345,6 +345,68 @@ static void t_backpressure_and_drain(void)
 	open_app(4, 0, true);
 }
 
+/* Admission by deadline: once the pool knows its signing time, a request
+ * that would wait in the queue past its deadline is refused at once
+ * (SG_EBUSY, saying how much work is queued), while the queue still has
+ * room; one with time to spare, or with no deadline, is queued. Nearly
+ * everything admitted is then signed in time rather than expiring queued. */
+static void t_admission_by_deadline(void)
+{
+	sg_appliance_free(app);
+	app = NULL;
+	open_app(1, 4096, false);
+	sg_pool *pool = sg_appliance_pool(app);
+	size_t len;
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
+	char *csr = make_csr(&o, &len);
+	sg_issue_request req = {.csr = (const uint8_t *)csr, .csr_len = len, .profile = SG_PROFILE_ISTIO};
+	sg_pool_stats st;
+	sg_pool_stats_get(pool, &st);
+	SG_CHECK(st.service_ns == 0 && st.queue_capacity == 4096);
+	for (int i = 0; i < 20; i++) { /* learn the signing time */
+		sg_issue_result res;
+		SG_CHECK_OK(sg_pool_issue(pool, &req, &res));
+		sg_issue_result_clear(&res);
+	}
+	sg_pool_stats_get(pool, &st);
+	SG_CHECK(st.service_ns > 0);
+	/* A burst of 2,000 with a deadline worth about 100 signatures. */
+	uint64_t budget = 100 * st.service_ns;
+	tally t = {0};
+	int accepted = 0, refused = 0;
+	bool said = false;
+	for (int i = 0; i < 2000; i++) {
+		req.deadline_ns = sg_now_ns() + budget;
+		int rc = sg_pool_submit(pool, &req, count, &t);
+		if (rc == SG_OK) {
+			accepted++;
+		} else {
+			SG_CHECK(rc == SG_EBUSY);
+			refused++;
+			said = said || strstr(sg_error_last()->msg, "ms of work") != NULL;
+		}
+	}
+	printf("admission: signing %.0f us, %d accepted, %d refused of 2000\n", st.service_ns / 1e3, accepted,
+	       refused);
+	SG_CHECK(accepted > 0 && refused > 0);
+	SG_CHECK(said);
+	SG_CHECK(accepted < 1000); /* the queue (4096) had room for all */
+	/* No deadline: nothing to judge, queued while there is room. */
+	req.deadline_ns = 0;
+	SG_CHECK_OK(sg_pool_submit(pool, &req, count, &t));
+	accepted++;
+	SG_WAIT_FOR(60000, atomic_load(&t.calls) == accepted);
+	sg_pool_stats_get(pool, &st);
+	SG_CHECK(st.rejected_deadline == (uint64_t)refused && st.rejected == (uint64_t)refused);
+	/* An estimate, so some may still expire; most are signed in time. */
+	SG_CHECK(atomic_load(&t.other) == 0);
+	SG_CHECK(atomic_load(&t.ok) >= accepted / 2);
+	free(csr);
+	sg_appliance_free(app);
+	app = NULL;
+	open_app(4, 0, true);
+}
+
 /* Closes every PKCS#11 session of the process's token from outside the
  * signer (the module is a per-process singleton, so dlopen gives the same
  * instance): the signers must recover and no request may fail. */
@@ -482,4 +544,5 @@ static void teardown(void)
 
 SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_istio_profile), SG_TEST(t_istio_identity_is_stamped), SG_TEST(t_istio_strict),
 	     SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bundle_check), SG_TEST(t_bad_csrs),
-	     SG_TEST(t_backpressure_and_drain), SG_TEST(t_concurrent_with_faults), SG_TEST(t_logged_out), SG_TEST(teardown))
+	     SG_TEST(t_backpressure_and_drain), SG_TEST(t_admission_by_deadline),
+	     SG_TEST(t_concurrent_with_faults), SG_TEST(t_logged_out), SG_TEST(teardown))
