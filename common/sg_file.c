@@ -71,6 +71,17 @@ int sg_file_write_new(const char *path, const void *data, size_t len, unsigned m
 	return write_via_tmp(path, data, len, mode, false);
 }
 
+int sg_file_sync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot open %s: %s", dir, strerror(errno));
+	int rc = fsync(fd);
+	int e = errno;
+	close(fd);
+	SG_ENSURE(rc == 0, SG_EINVAL, "cannot sync %s: %s", dir, strerror(e));
+	return SG_OK;
+}
+
 int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len)
 {
 	*out = NULL;

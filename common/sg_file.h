@@ -32,6 +32,11 @@ SG_API int sg_file_write_atomic(const char *path, const void *data, size_t len, 
  * The check and the rename are not one step: the caller owns the folder. */
 SG_API int sg_file_write_new(const char *path, const void *data, size_t len, unsigned mode) SG_MUST_CHECK;
 
+/* Makes what was done to dir's entries durable (a rename into it, an
+ * unlink, a new file): open and fsync the folder itself. SG_EINVAL with
+ * the detail when it cannot be opened or synced. */
+SG_API int sg_file_sync_dir(const char *dir) SG_MUST_CHECK;
+
 /* Reads the whole of path, at most max bytes, into a new buffer that is
  * NUL-terminated (the NUL not counted in *len). The caller frees *out with
  * free(), after sg_wipe when it holds a secret; on failure nothing is

@@ -202,19 +202,7 @@ bool sg_init_made_name(const char *name)
 	return false;
 }
 
-/* Makes what was written into dir durable (a rename, an unlink). */
-static int sync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot open %s: %s", dir, strerror(errno));
-	int rc = fsync(fd);
-	int e = errno;
-	close(fd);
-	SG_ENSURE(rc == 0, SG_EINVAL, "cannot sync %s: %s", dir, strerror(e));
-	return SG_OK;
-}
-
-/* The folder of path (PATH_MAX bytes), for sync_dir. */
+/* The folder of path (PATH_MAX bytes), for sg_file_sync_dir. */
 static void folder_of(const char *path, char *out)
 {
 	snprintf(out, PATH_MAX, "%s", path);
@@ -318,7 +306,7 @@ static int write_record(const char *dir, const char *so_path)
 		e = errno;
 	}
 	SG_ENSURE(ok, SG_EINVAL, "cannot write %s: %s", path, strerror(e));
-	return sync_dir(dir);
+	return sg_file_sync_dir(dir);
 }
 
 /* The attempt is whole: what it wrote is made durable, then the record
@@ -326,16 +314,16 @@ static int write_record(const char *dir, const char *so_path)
 static int end_record(const char *dir, const char *so_path)
 {
 	char folder[PATH_MAX];
-	SG_TRY(sync_dir(dir));
+	SG_TRY(sg_file_sync_dir(dir));
 	if (*so_path) {
 		folder_of(so_path, folder);
-		SG_TRY(sync_dir(folder));
+		SG_TRY(sg_file_sync_dir(folder));
 	}
 	char *path SG_AUTOFREE = join(dir, SG_INIT_PARTIAL_NAME);
 	SG_ENSURE(path, SG_EINTERNAL, "out of memory");
 	SG_ENSURE(unlink(path) == 0 || errno == ENOENT, SG_EINVAL,
 		  "cannot remove %s: %s (the CA is whole: run init again to finish)", path, strerror(errno));
-	return sync_dir(dir);
+	return sg_file_sync_dir(dir);
 }
 
 /* Removes a file init wrote outside the folder (the SO PIN file, its
@@ -369,7 +357,7 @@ static int remove_remnant(const char *dir, const char *recorded_so)
 	int rc = empty_folder(dir);
 	SG_ENSURE(rc == 0, SG_EINVAL, "cannot remove the remnant of an interrupted init in %s: %s", dir,
 		  strerror(errno));
-	return sync_dir(dir);
+	return sg_file_sync_dir(dir);
 }
 
 /*
@@ -435,7 +423,7 @@ static int repair_token(const char *dir)
 	SG_TRY(sg_file_read(bak, TOKEN_OBJECT_MAX, &data, &len));
 	SG_ENSURE(len > 0, SG_EINVAL, "%s is empty", bak);
 	SG_TRY(sg_file_write_atomic(obj, data, len, 0600));
-	SG_TRY(sync_dir(dir));
+	SG_TRY(sg_file_sync_dir(dir));
 	sg_log(SG_LOG_WARN, "restored a SoftHSM2 token.object emptied by a process killed while logging in",
 	       SG_F_STR("path", obj), SG_F_END);
 	return SG_OK;
@@ -789,7 +777,7 @@ static int prepare(const plan *a, bool softhsm, setup *st)
 		SG_TRY(lock_dir(st));
 		char parent[PATH_MAX];
 		folder_of(st->dir, parent);
-		SG_TRY(sync_dir(parent));
+		SG_TRY(sg_file_sync_dir(parent));
 	}
 	return write_record(st->dir, st->so);
 }

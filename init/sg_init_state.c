@@ -41,6 +41,7 @@
 #include "sg_init.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
+#include "sg_file.h"
 #include "sg_log.h"
 
 #include <dirent.h>
@@ -94,19 +95,6 @@ static bool exists(const char *path)
 {
 	struct stat st;
 	return lstat(path, &st) == 0;
-}
-
-/* Makes what was written into dir durable (the rename of a file, an
- * unlink). */
-static int sync_dir(const char *dir)
-{
-	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	SG_ENSURE(fd >= 0, SG_EINVAL, "cannot open %s: %s", dir, strerror(errno));
-	int rc = fsync(fd);
-	int e = errno;
-	close(fd);
-	SG_ENSURE(rc == 0, SG_EINVAL, "cannot sync %s: %s", dir, strerror(e));
-	return SG_OK;
 }
 
 /* Takes the state folder's lock, waiting for another process's init for
@@ -177,7 +165,7 @@ static int remove_remnant(const state_paths *p)
 	int rc = nftw(p->ca, remove_any, 16, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 	SG_ENSURE(rc == 0 && !exists(p->ca), SG_EINVAL, "cannot remove %s, the remnant of an interrupted first start: %s",
 		  p->ca, strerror(errno));
-	return sync_dir(p->state);
+	return sg_file_sync_dir(p->state);
 }
 
 /* Writes the record that an attempt is under way, durably, before STATE/ca
@@ -198,7 +186,7 @@ static int record_attempt(const state_paths *p)
 		e = errno;
 	}
 	SG_ENSURE(ok, SG_EINVAL, "cannot write %s: %s", p->partial, strerror(e));
-	return sync_dir(p->state);
+	return sg_file_sync_dir(p->state);
 }
 
 /* The attempt is over (whole, or cleaned up by sg_init_ca): the record goes.
@@ -212,12 +200,12 @@ static int end_attempt(const state_paths *p, bool whole)
 		snprintf(rec, sizeof(rec), "%s/%s", p->ca, SG_INIT_PARTIAL_NAME);
 		SG_ENSURE(unlink(rec) == 0 || errno == ENOENT, SG_EINVAL, "cannot remove %s: %s", rec,
 			  strerror(errno));
-		SG_TRY(sync_dir(p->ca));
-		SG_TRY(sync_dir(p->state));
+		SG_TRY(sg_file_sync_dir(p->ca));
+		SG_TRY(sg_file_sync_dir(p->state));
 	}
 	SG_ENSURE(unlink(p->partial) == 0 || errno == ENOENT, SG_EINVAL, "cannot remove %s: %s", p->partial,
 		  strerror(errno));
-	return sync_dir(p->state);
+	return sg_file_sync_dir(p->state);
 }
 
 /* A folder that does not exist or holds nothing. */
