@@ -1,19 +1,24 @@
 /*
  * hsm_fixture: the SoftHSM2 fixture shared by the sg_hsm test programs
- * (test_hsm.c, test_hsm_faults.c). Each case gets a private token directory
- * with its own softhsm2.conf, the PINs as sg_secrets, and the module's
- * function list loaded through dlopen, which is the same module instance
- * sg_hsm uses, so a test can inspect or disturb the token directly. Also the
- * OpenSSL side: verifying what sg_hsm signed and importing keys with
- * C_CreateObject. Kept in one place so both programs test against the same
- * setup. Header-only, as each test file is its own program; every function
- * is static and marked unused, so a program that needs only some of them
- * still builds under -Werror.
+ * (test_hsm.c, test_hsm_faults.c, test_hsm_failing.c, test_hsm_reinit.c).
+ * Each case gets a private token directory with its own softhsm2.conf, the
+ * PINs as sg_secrets, and the module's function list loaded through dlopen,
+ * which is the same module instance sg_hsm uses, so a test can inspect or
+ * disturb the token directly; a token can also be opened through a shim
+ * module in front of SoftHSM2 (p11_fault, fault_module). Also the OpenSSL
+ * side: verifying what sg_hsm signed and importing keys with C_CreateObject,
+ * and the bookkeeping of signer threads. Kept in one place so the programs
+ * test against the same setup. Header-only, as each test file is its own
+ * program; every function is static and marked unused, so a program that
+ * needs only some of them still builds under -Werror.
  */
 #ifndef HSM_FIXTURE_H
 #define HSM_FIXTURE_H
 
+#include "sg_clock.h"
+#include "sg_error.h"
 #include "sg_hsm.h"
+#include "sg_test.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -26,6 +31,8 @@
 #include <openssl/rsa.h>
 #include <openssl/x509.h>
 #include <p11-kit/pkcs11.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -108,19 +115,52 @@ static __attribute__((unused)) int fx_token(fx *x, const char *label)
 	return sg_hsm_init_token(x->module, x->conf, NULL, label, x->so, x->pin);
 }
 
-static __attribute__((unused)) int fx_open(fx *x, sg_hsm **h, const char *token_uri, const char *key_uri, bool copy,
-                                           bool allow_missing)
+/* sg_hsm_open on x's token directory through module (SoftHSM2 itself or a
+ * shim in front of it), with a first backoff of backoff_ms (0: the default). */
+static __attribute__((unused)) int fx_open_on(fx *x, sg_hsm **h, const char *module, const char *token_uri,
+                                              const char *key_uri, bool copy, bool allow_missing, unsigned backoff_ms)
 {
 	sg_hsm_options o = {
-	    .module_path = x->module,
+	    .module_path = module,
 	    .token_uri = token_uri,
 	    .key_uri = key_uri,
 	    .pin = x->pin,
 	    .softhsm_conf = x->conf,
 	    .copy_key = copy,
 	    .allow_missing_key = allow_missing,
+	    .backoff_ms = backoff_ms,
 	};
 	return sg_hsm_open(h, &o);
+}
+
+/* sg_hsm_open on x's token directory through SoftHSM2, default backoff. */
+static __attribute__((unused)) int fx_open(fx *x, sg_hsm **h, const char *token_uri, const char *key_uri, bool copy,
+                                           bool allow_missing)
+{
+	return fx_open_on(x, h, x->module, token_uri, key_uri, copy, allow_missing, 0);
+}
+
+/* A new token labelled label, opened through module (copy and backoff_ms as
+ * in fx_open_on) with a fresh EC P-256 key (id 42, object label). */
+static __attribute__((unused)) bool fx_open_keyed(fx *x, sg_hsm **h, const char *module, const char *label, bool copy,
+                                                  unsigned backoff_ms)
+{
+	char turi[96], kuri[96];
+	snprintf(turi, sizeof(turi), "pkcs11:token=%s", label);
+	snprintf(kuri, sizeof(kuri), "pkcs11:id=%%42;object=%s", label);
+	if (fx_token(x, label) != 0)
+		return false;
+	if (fx_open_on(x, h, module, turi, kuri, copy, true, backoff_ms) != 0)
+		return false;
+	return sg_hsm_generate_key(*h, SG_KEY_EC_P256) == 0;
+}
+
+/* h's health and counters, by value (to test one field in an expression). */
+static __attribute__((unused)) sg_hsm_stats stats(const sg_hsm *h)
+{
+	sg_hsm_stats st;
+	sg_hsm_stats_get(h, &st);
+	return st;
 }
 
 /* Slot of the initialised token labelled label (module must be live). */
@@ -277,6 +317,87 @@ static __attribute__((unused)) CK_RV import_ec(fx *x, CK_SLOT_ID slot, const uin
 	x->f->C_CloseSession(sh);
 	OPENSSL_cleanse(d, sizeof(d));
 	return rv;
+}
+
+/* --- signer threads ---------------------------------------------------- */
+
+/* One signing thread's record. Its body (signer_run, or a program's own)
+ * signs through h until *stop and counts: ok signatures (ok_now the same,
+ * readable while it runs), verified ones, errors, the unclean ones among
+ * them (no session at all, a category below SG_EINTERNAL, or no detail)
+ * and, where wanted, errors by code. */
+typedef struct signer {
+	sg_hsm *h;
+	atomic_bool *stop;
+	int ok, verified, errors, unclean;
+	atomic_int ok_now;
+	int codes[16]; /* errors by -rc & 15 */
+} signer;
+
+/* The sums over a run's signers. */
+typedef struct signer_sum {
+	int ok, verified, errors;
+} signer_sum;
+
+/* The plain signer body: one session, then signatures with a 3 s deadline
+ * until *stop, counted in its signer. */
+static __attribute__((unused)) void *signer_run(void *arg)
+{
+	signer *w = arg;
+	sg_hsm_session *s = NULL;
+	if (sg_hsm_session_open(&s, w->h) != 0) {
+		w->errors++;
+		w->unclean++;
+		return NULL;
+	}
+	while (!atomic_load(w->stop)) {
+		bool ok = false;
+		int rc = sign_verify(w->h, s, sg_now_ns() + 3000000000u, &ok);
+		if (rc == 0) {
+			w->ok++;
+			atomic_store(&w->ok_now, w->ok);
+			w->verified += ok;
+		} else {
+			w->errors++;
+			if (rc < SG_EINTERNAL || !sg_error_last()->msg[0])
+				w->unclean++;
+		}
+	}
+	sg_hsm_session_free(s);
+	return NULL;
+}
+
+/* Starts n threads running body, each on its zeroed w[i], signing through h
+ * until *stop; a check for each thread created. */
+static __attribute__((unused)) void signers_start(signer *w, pthread_t *th, int n, sg_hsm *h, atomic_bool *stop,
+                                                  void *(*body)(void *))
+{
+	memset(w, 0, sizeof(*w) * (size_t)n);
+	for (int i = 0; i < n; i++) {
+		w[i].h = h;
+		w[i].stop = stop;
+		SG_CHECK(pthread_create(&th[i], NULL, body, &w[i]) == 0);
+	}
+}
+
+/* Sets *stop, joins the n threads and sums their counts; with each_clean,
+ * checks that every one signed and had no unclean error. */
+static __attribute__((unused)) signer_sum signers_stop(signer *w, pthread_t *th, int n, atomic_bool *stop,
+                                                       bool each_clean)
+{
+	signer_sum sum = {0, 0, 0};
+	atomic_store(stop, true);
+	for (int i = 0; i < n; i++) {
+		pthread_join(th[i], NULL);
+		sum.ok += w[i].ok;
+		sum.verified += w[i].verified;
+		sum.errors += w[i].errors;
+		if (each_clean) {
+			SG_CHECK(w[i].unclean == 0);
+			SG_CHECK(w[i].ok > 0);
+		}
+	}
+	return sum;
 }
 
 #endif

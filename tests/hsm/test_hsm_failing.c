@@ -36,34 +36,10 @@ static void faults(const char *text)
 /* A token with an EC key, opened through p11_fault; control file beside it. */
 static bool open_faulty(fx *x, sg_hsm **h, const char *label)
 {
-	char turi[96], kuri[96];
-	snprintf(turi, sizeof(turi), "pkcs11:token=%s", label);
-	snprintf(kuri, sizeof(kuri), "pkcs11:id=%%42;object=%s", label);
 	snprintf(control, sizeof(control), "%s/faults", x->dir);
 	setenv("SIGNET_P11FAULT_CONTROL", control, 1);
 	faults("");
-	if (fx_token(x, label) != 0)
-		return false;
-	sg_hsm_options o = {
-	    .module_path = HSM_P11_FAULT,
-	    .token_uri = turi,
-	    .key_uri = kuri,
-	    .pin = x->pin,
-	    .softhsm_conf = x->conf,
-	    .copy_key = true,
-	    .allow_missing_key = true,
-	    .backoff_ms = 2,
-	};
-	if (sg_hsm_open(h, &o) != 0)
-		return false;
-	return sg_hsm_generate_key(*h, SG_KEY_EC_P256) == 0;
-}
-
-static sg_hsm_stats stats(const sg_hsm *h)
-{
-	sg_hsm_stats st;
-	sg_hsm_stats_get(h, &st);
-	return st;
+	return fx_open_keyed(x, h, HSM_P11_FAULT, label, true, 2);
 }
 
 /* Every C_Sign fails with CKR_DEVICE_ERROR while the session reopens fine:
@@ -184,33 +160,6 @@ static void t_hang_holds_one_session(void)
 	fx_free(&x);
 }
 
-typedef struct crash_arg {
-	sg_hsm *h;
-	atomic_bool *stop;
-	int ok, verified, failed;
-} crash_arg;
-
-static void *crash_signer(void *p)
-{
-	crash_arg *a = p;
-	sg_hsm_session *s = NULL;
-	if (sg_hsm_session_open(&s, a->h) != 0) {
-		a->failed++;
-		return NULL;
-	}
-	while (!atomic_load(a->stop)) {
-		bool ok = false;
-		if (sign_verify(a->h, s, sg_now_ns() + 3000000000u, &ok) == 0) {
-			a->ok++;
-			a->verified += ok;
-		} else {
-			a->failed++;
-		}
-	}
-	sg_hsm_session_free(s);
-	return NULL;
-}
-
 /* The module loses every session behind signet's back (p11_fault's crash:
  * SoftHSM2 finalised and initialised again, which numbers new sessions
  * from 1 again) while four threads sign. Each session finds its handle
@@ -226,14 +175,9 @@ static void t_crash_no_aliasing(void)
 	SG_CHECK(open_faulty(&x, &h, "crash"));
 	atomic_bool stop;
 	atomic_init(&stop, false);
-	crash_arg a[4];
+	signer a[4];
 	pthread_t th[4];
-	memset(a, 0, sizeof(a));
-	for (int i = 0; i < 4; i++) {
-		a[i].h = h;
-		a[i].stop = &stop;
-		SG_CHECK(pthread_create(&th[i], NULL, crash_signer, &a[i]) == 0);
-	}
+	signers_start(a, th, 4, h, &stop, signer_run);
 	char text[32];
 	for (int gen = 1; gen <= 12; gen++) {
 		sg_sleep_ms(60);
@@ -241,16 +185,9 @@ static void t_crash_no_aliasing(void)
 		faults(text);
 	}
 	sg_sleep_ms(200);
-	atomic_store(&stop, true);
-	int ok = 0, verified = 0, failed = 0;
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
-		ok += a[i].ok;
-		verified += a[i].verified;
-		failed += a[i].failed;
-	}
-	printf("crashes under load: %d signed, %d verified, %d failed\n", ok, verified, failed);
-	SG_CHECK(ok > 0 && verified == ok);
+	signer_sum sum = signers_stop(a, th, 4, &stop, false);
+	printf("crashes under load: %d signed, %d verified, %d failed\n", sum.ok, sum.verified, sum.errors);
+	SG_CHECK(sum.ok > 0 && sum.verified == sum.ok);
 	bool good = false;
 	sg_hsm_session *s = NULL;
 	SG_CHECK_OK(sg_hsm_session_open(&s, h));

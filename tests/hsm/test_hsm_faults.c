@@ -191,16 +191,9 @@ static void gate_open(void)
 	atomic_store(&gate_closed, false);
 }
 
-typedef struct worker {
-	sg_hsm *h;
-	atomic_bool *stop;
-	int ok, verified, errors, unclean;
-	int codes[16];
-} worker;
-
 static void *sign_worker(void *arg)
 {
-	worker *w = arg;
+	signer *w = arg;
 	sg_hsm_session *s = NULL;
 	/* Opening a session is PKCS#11 work too: inside the gate, so a fault is
 	 * never injected halfway through it (SoftHSM2 cannot take that). */
@@ -249,14 +242,9 @@ static void t_concurrent_faults(void)
 	CK_SLOT_ID slot = fx_slot(&x, "conc");
 	atomic_bool stop;
 	atomic_init(&stop, false);
-	worker w[4];
+	signer w[4];
 	pthread_t th[4];
-	memset(w, 0, sizeof(w));
-	for (int i = 0; i < 4; i++) {
-		w[i].h = h;
-		w[i].stop = &stop;
-		SG_CHECK(pthread_create(&th[i], NULL, sign_worker, &w[i]) == 0);
-	}
+	signers_start(w, th, 4, h, &stop, sign_worker);
 	for (int k = 0; k < 6; k++) {
 		sg_sleep_ms(60);
 		gate_close();
@@ -267,24 +255,14 @@ static void t_concurrent_faults(void)
 		gate_open();
 	}
 	sg_sleep_ms(60);
-	atomic_store(&stop, true);
-	int ok = 0, verified = 0, errors = 0;
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
-		ok += w[i].ok;
-		verified += w[i].verified;
-		errors += w[i].errors;
-		SG_CHECK(w[i].unclean == 0);
-		SG_CHECK(w[i].ok > 0);
-	}
-	sg_hsm_stats st;
-	sg_hsm_stats_get(h, &st);
-	printf("concurrent: %d signed (%d verified), %d clean errors, %llu faults, %llu recoveries\n", ok, verified,
-	       errors, (unsigned long long)st.faults, (unsigned long long)st.recoveries);
-	SG_CHECK(verified == ok);
+	signer_sum sum = signers_stop(w, th, 4, &stop, true);
+	sg_hsm_stats st = stats(h);
+	printf("concurrent: %d signed (%d verified), %d clean errors, %llu faults, %llu recoveries\n", sum.ok,
+	       sum.verified, sum.errors, (unsigned long long)st.faults, (unsigned long long)st.recoveries);
+	SG_CHECK(sum.verified == sum.ok);
 	SG_CHECK(st.recoveries >= 4);
 	SG_CHECK(st.sessions == 0);
-	SG_CHECK(st.signatures == (uint64_t)ok);
+	SG_CHECK(st.signatures == (uint64_t)sum.ok);
 	sg_hsm_free(h);
 	fx_free(&x);
 }

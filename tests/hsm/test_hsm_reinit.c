@@ -37,35 +37,6 @@ static bool shim_load(void)
 	return shim.set && shim.inits && shim.finals && gfl && gfl(&shim.f) == CKR_OK;
 }
 
-/* A token with an EC key, opened through the fault module. */
-static bool open_shim(fx *x, sg_hsm **h, const char *label, bool copy)
-{
-	char turi[96], kuri[96];
-	snprintf(turi, sizeof(turi), "pkcs11:token=%s", label);
-	snprintf(kuri, sizeof(kuri), "pkcs11:id=%%42;object=%s", label);
-	if (fx_token(x, label) != 0)
-		return false;
-	sg_hsm_options o = {
-	    .module_path = HSM_FAULT_MODULE,
-	    .token_uri = turi,
-	    .key_uri = kuri,
-	    .pin = x->pin,
-	    .softhsm_conf = x->conf,
-	    .copy_key = copy,
-	    .allow_missing_key = true,
-	};
-	if (sg_hsm_open(h, &o) != 0)
-		return false;
-	return sg_hsm_generate_key(*h, SG_KEY_EC_P256) == 0;
-}
-
-static sg_hsm_stats stats(const sg_hsm *h)
-{
-	sg_hsm_stats st;
-	sg_hsm_stats_get(h, &st);
-	return st;
-}
-
 /* The connection drops: the next signature on one session reopens, fails
  * twice with CKR_DEVICE_ERROR, re-initialises the module and signs; the
  * other session finds its handles stale and reopens without a second
@@ -78,7 +49,7 @@ static void t_reinit_cures(void)
 		fx x;
 		fx_init(&x);
 		sg_hsm *h = NULL;
-		SG_CHECK(open_shim(&x, &h, "cure", copy));
+		SG_CHECK(fx_open_keyed(&x, &h, HSM_FAULT_MODULE, "cure", copy, 0));
 		sg_hsm_session *s1 = NULL, *s2 = NULL;
 		SG_CHECK_OK(sg_hsm_session_open(&s1, h));
 		SG_CHECK_OK(sg_hsm_session_open(&s2, h));
@@ -119,7 +90,7 @@ static void t_reinit_bounded_then_back(void)
 	fx x;
 	fx_init(&x);
 	sg_hsm *h = NULL;
-	SG_CHECK(open_shim(&x, &h, "away", true));
+	SG_CHECK(fx_open_keyed(&x, &h, HSM_FAULT_MODULE, "away", true, 0));
 	sg_hsm_session *s = NULL;
 	SG_CHECK_OK(sg_hsm_session_open(&s, h));
 	int inits = shim.inits();
@@ -207,38 +178,6 @@ static void t_foreign_module_left_alone(void)
 
 /* --- signers running while the module is re-initialised ---------------- */
 
-typedef struct worker {
-	sg_hsm *h;
-	atomic_bool *stop;
-	int ok, verified, errors, unclean;
-	atomic_int ok_now; /* ok, readable while the worker runs */
-} worker;
-
-static void *sign_worker(void *arg)
-{
-	worker *w = arg;
-	sg_hsm_session *s = NULL;
-	if (sg_hsm_session_open(&s, w->h) != 0) {
-		w->unclean++;
-		return NULL;
-	}
-	while (!atomic_load(w->stop)) {
-		bool ok = false;
-		int rc = sign_verify(w->h, s, sg_now_ns() + 3000000000u, &ok);
-		if (rc == 0) {
-			w->ok++;
-			atomic_store(&w->ok_now, w->ok);
-			w->verified += ok;
-		} else {
-			w->errors++;
-			if (rc < SG_EINTERNAL || !sg_error_last()->msg[0])
-				w->unclean++;
-		}
-	}
-	sg_hsm_session_free(s);
-	return NULL;
-}
-
 /* No gate here, unlike the fault tests: the re-init itself must keep every
  * thread out of the module while it finalises (SoftHSM2 crashes when a
  * session is freed under a running C_Sign). */
@@ -249,17 +188,12 @@ static void t_reinit_under_load(void)
 	fx x;
 	fx_init(&x);
 	sg_hsm *h = NULL;
-	SG_CHECK(open_shim(&x, &h, "load", true));
+	SG_CHECK(fx_open_keyed(&x, &h, HSM_FAULT_MODULE, "load", true, 0));
 	atomic_bool stop;
 	atomic_init(&stop, false);
-	worker w[4];
+	signer w[4];
 	pthread_t th[4];
-	memset(w, 0, sizeof(w));
-	for (int i = 0; i < 4; i++) {
-		w[i].h = h;
-		w[i].stop = &stop;
-		SG_CHECK(pthread_create(&th[i], NULL, sign_worker, &w[i]) == 0);
-	}
+	signers_start(w, th, 4, h, &stop, signer_run);
 	for (int k = 0; k < 4; k++) {
 		sg_sleep_ms(80);
 		shim.set(1, 0);
@@ -272,20 +206,11 @@ static void t_reinit_under_load(void)
 		after[i] = atomic_load(&w[i].ok_now);
 	for (int i = 0; i < 4; i++)
 		SG_WAIT_FOR(15000, atomic_load(&w[i].ok_now) > after[i]);
-	atomic_store(&stop, true);
-	int ok = 0, verified = 0, errors = 0;
-	for (int i = 0; i < 4; i++) {
-		pthread_join(th[i], NULL);
-		ok += w[i].ok;
-		verified += w[i].verified;
-		errors += w[i].errors;
-		SG_CHECK(w[i].unclean == 0);
-		SG_CHECK(w[i].ok > 0);
-	}
+	signer_sum sum = signers_stop(w, th, 4, &stop, true);
 	sg_hsm_stats st = stats(h);
-	printf("under load: %d signed (%d verified), %d clean errors, %llu re-inits, %llu recoveries\n", ok, verified,
-	       errors, (unsigned long long)st.reinits, (unsigned long long)st.recoveries);
-	SG_CHECK(verified == ok);
+	printf("under load: %d signed (%d verified), %d clean errors, %llu re-inits, %llu recoveries\n", sum.ok,
+	       sum.verified, sum.errors, (unsigned long long)st.reinits, (unsigned long long)st.recoveries);
+	SG_CHECK(sum.verified == sum.ok);
 	SG_CHECK(st.reinits >= 1 && st.reinits <= 4);
 	SG_CHECK(st.sessions == 0);
 	sg_hsm_free(h);
