@@ -48,15 +48,8 @@ def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False):
     herd = os.path.join(build, "perf", "herd")
     d = None
     try:
-        ca = os.path.join(tmp, "ca")
-        subprocess.run([signetctl, "init", "--dir", ca, "--log-level", "warn"], check=True,
-                       stdout=subprocess.DEVNULL)
-        conf = os.path.join(ca, "signet.conf")
-        token = os.path.join(tmp, "token")
-        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            subprocess.run([signetctl, "token", "--config", conf, "--namespace", "default",
-                            "--service-account", "default"], check=True, stdout=f)
+        conf, root = signet_e2e.init_ca(signetctl, os.path.join(tmp, "ca"))
+        token = signet_e2e.mint_token_file(signetctl, conf, os.path.join(tmp, "token"))
         # Descriptors: every connection, and the reconnections' overlap.
         # (at most the hard limit: the container may not raise it)
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -69,9 +62,9 @@ def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False):
         os.chmod(wrapper, 0o755)
         flags = ([] if auto_cap else ["--max-connections", str(nofile - 512)]) + shlex.split(signetd_args)
         d = signet_e2e.Signetd(wrapper, conf, *flags)
-        cmd = [herd, "--target", f"grpc://127.0.0.1:{d.port}", "--token-file", token, "--ca-file",
-               os.path.join(ca, "root-cert.pem"), "--connections", str(conns), "--calls-per-connection",
-               str(calls), "--server-pid", str(d.proc.pid)] + shlex.split(herd_args)
+        cmd = [herd, "--target", f"grpc://127.0.0.1:{d.port}", "--token-file", token, "--ca-file", root,
+               "--connections", str(conns), "--calls-per-connection", str(calls), "--server-pid",
+               str(d.proc.pid)] + shlex.split(herd_args)
         if as_json:
             cmd.append("--json")
         m0 = machine()

@@ -79,6 +79,9 @@ import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "tests", "ra"))
+import signet_e2e  # noqa: E402
+
 MIB = 1024 * 1024
 
 
@@ -192,8 +195,8 @@ def machine():
 # ---- the processes ----------------------------------------------------------
 
 class Signetd:
-    """signetd on loopback with ephemeral ports, read from its JSON log (the
-    same way tests/ra/signet_e2e.py does). The log goes to a file, as a
+    """signetd on loopback with ephemeral ports, read from its JSON log
+    (with tests/ra/signet_e2e.py's wait_serving). The log goes to a file, as a
     CA's audit trail does: at 1,700 certificates a second that is about 2 GB
     an hour, which the temp folder holds until the end (log_summary reads it
     then)."""
@@ -207,23 +210,18 @@ class Signetd:
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.pid = self.proc.pid
         self.port = self.metrics_port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
+        rec = signet_e2e.wait_serving(self.proc, self.records)
+        if rec is None:
             if self.proc.poll() is not None:
                 raise RuntimeError("signetd exited:\n" + self.head())
-            with open(log_path) as f:
-                for line in f:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if rec.get("msg") == "signetd serving":
-                        self.port, self.metrics_port = rec["port"], rec["metrics_port"]
-                        self.probe_port = rec.get("probe_port")
-                        break
-            time.sleep(0.05)
-        if self.port is None:
             raise RuntimeError("signetd did not start within 60 s:\n" + self.head())
+        self.port, self.metrics_port = rec["port"], rec["metrics_port"]
+        self.probe_port = rec.get("probe_port")
+
+    def records(self):
+        """The log's JSON records (read whole: for the start only)."""
+        with open(self.log_path) as f:
+            return signet_e2e.json_records(f)
 
     def head(self, n=40):
         with open(self.log_path) as f:
@@ -248,15 +246,9 @@ class Signetd:
 
     def stop(self):
         """TERM, then KILL after 60 s; the exit status."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        code = signet_e2e.stop_process(self.proc)
         self.log.close()
-        return self.proc.returncode
+        return code
 
     def log_summary(self):
         """Counts of the log's records by level, the audit lines, and the

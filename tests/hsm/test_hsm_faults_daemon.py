@@ -32,7 +32,6 @@ sanitizer found in the binary) run fewer clients and longer deadlines.
 usage: test_hsm_faults_daemon.py SIGNETCTL SIGNETD PROTO_DIR P11_FAULT_SO
 """
 import collections
-import json
 import os
 import shutil
 import signal
@@ -55,16 +54,7 @@ import signet_e2e  # noqa: E402
 from signet_e2e import make_csr, read, spiffe  # noqa: E402
 
 
-def sanitized():
-    env = os.environ.get("SIGNET_SANITIZED")
-    if env:
-        return env not in ("0", "false", "no")
-    with open(SIGNETD, "rb") as f:
-        data = f.read()
-    return b"__asan_init" in data or b"__tsan_init" in data
-
-
-SANITIZED = sanitized()
+SANITIZED = signet_e2e.sanitized(SIGNETD)
 CLIENTS = 3 if SANITIZED else 4
 DEADLINE = 3.0 if SANITIZED else 1.5  # client grpc-timeout, seconds
 SERVER_TIMEOUT = 3 if SANITIZED else 2  # signetd's server-timeout, seconds
@@ -168,16 +158,11 @@ class HsmFaults(unittest.TestCase):
         import ca_pb2_grpc
         cls.pb, cls.pb_grpc = ca_pb2, ca_pb2_grpc
         cls.dir = os.path.join(cls.tmp, "ca")
-        subprocess.run([SIGNETCTL, "init", "--dir", cls.dir, "--log-level", "warn"], check=True,
-                       stdout=subprocess.DEVNULL)
-        cls.conf = os.path.join(cls.dir, "signet.conf")
-        cls.root_path = os.path.join(cls.dir, "root-cert.pem")
+        cls.conf, cls.root_path = signet_e2e.init_ca(SIGNETCTL, cls.dir)
         cls.root = read(cls.root_path, "rb")
         cls.control = os.path.join(cls.tmp, "faults")
         cls.events = os.path.join(cls.tmp, "fault-events")
-        cls.tok = subprocess.run([SIGNETCTL, "token", "--config", cls.conf, "--namespace", "default",
-                                  "--service-account", "default"], check=True, capture_output=True,
-                                 text=True).stdout.strip()
+        cls.tok = signet_e2e.mint_token(SIGNETCTL, cls.conf)
         cls.csrs = [make_csr(spiffe("default", "default")) for _ in range(8)]
         cls.leaves = 0
 
@@ -210,15 +195,11 @@ class HsmFaults(unittest.TestCase):
              "--shutdown-grace", f"{GRACE}s", *flags],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.addCleanup(self.kill)
-        deadline = time.time() + 60
-        self.port = None
-        while time.time() < deadline and self.port is None:
+        rec = signet_e2e.wait_serving(self.proc, self.records)
+        if rec is None:
             self.assertIsNone(self.proc.poll(), self.text())
-            for rec in self.records():
-                if rec.get("msg") == "signetd serving":
-                    self.port, self.probe_port = rec["port"], rec["probe_port"]
-            time.sleep(0.05)
-        self.assertIsNotNone(self.port, self.text())
+        self.assertIsNotNone(rec, self.text())
+        self.port, self.probe_port = rec["port"], rec["probe_port"]
         creds = grpc.ssl_channel_credentials(root_certificates=self.root)
         self.channel = grpc.secure_channel(f"127.0.0.1:{self.port}", creds,
                                            options=[("grpc.ssl_target_name_override", "localhost")])
@@ -255,13 +236,7 @@ class HsmFaults(unittest.TestCase):
         return read(self.log_path)
 
     def records(self):
-        out = []
-        for line in self.text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
+        return signet_e2e.json_records(self.text().splitlines())
 
     def wait_event(self, prefix, since, timeout=10):
         t = time.monotonic()

@@ -79,22 +79,16 @@ class Daemon:
         with open(self.log_path, "rb") as f:
             f.seek(self.offset)
             data = f.read()
-        out = []
-        for line in data.split(b"\n"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
+        return signet_e2e.json_records(data.split(b"\n"))
 
     def wait_ready(self):
         """Seconds from the process's start to /readyz 200, or None."""
         deadline = self.t0 + READY_TIMEOUT_S
         while time.monotonic() < deadline and self.proc.poll() is None:
             if self.probe_port is None:
-                for rec in self.records():
-                    if rec.get("msg") == "signetd serving":
-                        self.port, self.probe_port = rec["port"], rec["probe_port"]
+                rec = signet_e2e.serving_record(self.records())
+                if rec is not None:
+                    self.port, self.probe_port = rec["port"], rec["probe_port"]
             if self.probe_port is not None:
                 try:
                     with urllib.request.urlopen(f"http://127.0.0.1:{self.probe_port}/readyz", timeout=2) as r:
@@ -111,14 +105,7 @@ class Daemon:
         self.proc.wait(30)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return signet_e2e.stop_process(self.proc)
 
 
 class Clients:
@@ -178,17 +165,12 @@ def main():
     rng = random.Random(int(os.environ.get("SIGNET_CRASH_SEED", time.time_ns())))
     d = None
     try:
-        ca = os.path.join(tmp, "ca")
-        subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
-        conf = os.path.join(ca, "signet.conf")
-        root_path = os.path.join(ca, "root-cert.pem")
+        conf, root_path = signet_e2e.init_ca(SIGNETCTL, os.path.join(tmp, "ca"))
         kept = os.path.join(tmp, "root-kept.pem")
         shutil.copyfile(root_path, kept)
         with open(kept, "rb") as f:
             root = f.read()
-        token = subprocess.run([SIGNETCTL, "token", "--config", conf, "--namespace", "default",
-                                "--service-account", "default"], check=True, capture_output=True,
-                               text=True).stdout.strip()
+        token = signet_e2e.mint_token(SIGNETCTL, conf)
         csr = make_csr(spiffe("default", "default"))
         audit = os.path.join(tmp, "audit.log")
         received = {}

@@ -41,6 +41,9 @@ import tempfile
 import time
 
 SIGNETCTL, SIGNETD, SHIM = sys.argv[1:4]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ra"))
+import signet_e2e  # noqa: E402
+
 SANITIZED = os.environ.get("SIGNET_SANITIZED") == "1"
 TOKEN_SAMPLES = 2 if SANITIZED else 3
 ID = "spiffe://cluster.local/ns/default/sa/default"
@@ -220,13 +223,7 @@ def signetd_init_dir(tmp, csr):
         return p, log
 
     def stop(p):
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        signet_e2e.stop_process(p, timeout=30)
 
     def reset():
         shutil.rmtree(state, ignore_errors=True)

@@ -32,16 +32,7 @@ sys.path.insert(0, RA_DIR)
 import signet_e2e  # noqa: E402
 
 
-def sanitized():
-    env = os.environ.get("SIGNET_SANITIZED")
-    if env:
-        return env not in ("0", "false", "no")
-    with open(SIGNETD, "rb") as f:
-        data = f.read()
-    return b"__asan_init" in data or b"__tsan_init" in data
-
-
-SANITIZED = sanitized()
+SANITIZED = signet_e2e.sanitized(SIGNETD)
 CONNECTIONS = 60 if SANITIZED else 300
 
 
@@ -49,11 +40,7 @@ class Herd(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="herd.", dir=os.environ.get("SIGNET_TEST_TMP"))
-        ca = os.path.join(cls.tmp, "ca")
-        subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True,
-                       stdout=subprocess.DEVNULL)
-        cls.conf = os.path.join(ca, "signet.conf")
-        cls.root = os.path.join(ca, "root-cert.pem")
+        cls.conf, cls.root = signet_e2e.init_ca(SIGNETCTL, os.path.join(cls.tmp, "ca"))
         # One signer and a queue of 8: a herd of hundreds overflows it.
         cls.d = signet_e2e.Signetd(SIGNETD, cls.conf, "--signer-queue", "8", threads=1)
         cls.token = cls.mint("default", "token")
@@ -61,12 +48,7 @@ class Herd(unittest.TestCase):
 
     @classmethod
     def mint(cls, sa, name):
-        path = os.path.join(cls.tmp, name)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            subprocess.run([SIGNETCTL, "token", "--config", cls.conf, "--namespace", "default",
-                            "--service-account", sa], check=True, stdout=f)
-        return path
+        return signet_e2e.mint_token_file(SIGNETCTL, cls.conf, os.path.join(cls.tmp, name), sa=sa)
 
     @classmethod
     def tearDownClass(cls):

@@ -27,17 +27,9 @@ class Loadgen(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="loadgen.", dir=os.environ.get("SIGNET_TEST_TMP"))
-        ca = os.path.join(cls.tmp, "ca")
-        subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True,
-                       stdout=subprocess.DEVNULL)
-        cls.conf = os.path.join(ca, "signet.conf")
-        cls.root = os.path.join(ca, "root-cert.pem")
+        cls.conf, cls.root = signet_e2e.init_ca(SIGNETCTL, os.path.join(cls.tmp, "ca"))
         cls.d = signet_e2e.Signetd(SIGNETD, cls.conf)
-        cls.token = os.path.join(cls.tmp, "token")
-        fd = os.open(cls.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            subprocess.run([SIGNETCTL, "token", "--config", cls.conf, "--namespace", "default",
-                            "--service-account", "default"], check=True, stdout=f)
+        cls.token = signet_e2e.mint_token_file(SIGNETCTL, cls.conf, os.path.join(cls.tmp, "token"))
 
     @classmethod
     def tearDownClass(cls):

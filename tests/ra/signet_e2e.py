@@ -62,6 +62,81 @@ def make_csr(identity=None, key="ec", dns=None, cn=None, ca=False, extra_uri=Non
     return b.sign(k, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode()
 
 
+def sanitized(binary):
+    """True for a sanitizer build: SIGNET_SANITIZED when set (anything but
+    0, false or no), else an ASan or TSan runtime found in the binary."""
+    env = os.environ.get("SIGNET_SANITIZED")
+    if env:
+        return env not in ("0", "false", "no")
+    with open(binary, "rb") as f:
+        data = f.read()
+    return b"__asan_init" in data or b"__tsan_init" in data
+
+
+def init_ca(signetctl, ca):
+    """`signetctl init --dir ca`: the paths of its signet.conf and root-cert.pem."""
+    subprocess.run([signetctl, "init", "--dir", ca, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
+    return os.path.join(ca, "signet.conf"), os.path.join(ca, "root-cert.pem")
+
+
+def mint_token(signetctl, conf, ns="default", sa="default"):
+    """`signetctl token` for ns/sa: the token's text."""
+    return subprocess.run([signetctl, "token", "--config", conf, "--namespace", ns, "--service-account", sa],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def mint_token_file(signetctl, conf, path, ns="default", sa="default"):
+    """`signetctl token` for ns/sa written to path, a new file of mode 0600; path."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        subprocess.run([signetctl, "token", "--config", conf, "--namespace", ns, "--service-account", sa],
+                       check=True, stdout=f)
+    return path
+
+
+def json_records(lines):
+    """The lines (str or bytes) that are JSON, parsed; the others skipped."""
+    out = []
+    for line in lines:
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def serving_record(records):
+    """signetd's "signetd serving" record (its ports), or None."""
+    return next((r for r in records if r.get("msg") == "signetd serving"), None)
+
+
+def wait_serving(proc, records, timeout=60, interval=0.05):
+    """Polls records() until it holds the "signetd serving" record and
+    returns that; None when proc exits first (proc.poll() is then set) or
+    timeout seconds pass."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            return None
+        rec = serving_record(records())
+        if rec is not None:
+            return rec
+        time.sleep(interval)
+    return None
+
+
+def stop_process(proc, sig=signal.SIGTERM, timeout=60):
+    """sig unless proc has ended, then SIGKILL after timeout seconds; the exit status."""
+    if proc.poll() is None:
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return proc.returncode
+
+
 class Signetd:
     """signetd on loopback with ephemeral ports, read from its JSON log."""
 
@@ -76,38 +151,22 @@ class Signetd:
              "--signer-threads", str(threads), *flags],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.port = self.metrics_port = self.probe_port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
+        rec = wait_serving(self.proc, self.records)
+        if rec is None:
             if self.proc.poll() is not None:
                 raise RuntimeError("signetd exited:\n" + self.text())
-            for rec in self.records():
-                if rec.get("msg") == "signetd serving":
-                    self.port = rec["port"]
-                    self.metrics_port = rec.get("metrics_port")
-                    self.probe_port = rec.get("probe_port")
-            time.sleep(0.05)
-        if self.port is None:
             raise RuntimeError("signetd did not start:\n" + self.text())
+        self.port = rec["port"]
+        self.metrics_port = rec.get("metrics_port")
+        self.probe_port = rec.get("probe_port")
 
     def text(self):
         return read(self.log_path)
 
     def records(self):
-        out = []
-        for line in self.text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-        return out
+        return json_records(self.text().splitlines())
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, sig)
         self.log.close()
         return self.proc.returncode
