@@ -173,7 +173,7 @@ is 201; verdict "create CRD widgets.smoke.signet.test"
 established=no
 for _ in $(seq 1 100); do
   req GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.smoke.signet.test
-  if is_js 'any(c["type"] == "Established" and c["status"] == "True" for c in o["status"].get("conditions", []))' True; then
+  if is_js 'any(c["type"] == "Established" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions") or [])' True; then
     established=yes
     break
   fi

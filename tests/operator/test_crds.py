@@ -190,8 +190,9 @@ class Env:
         for name in self.crds:
             wait_for(f"{name} Established", lambda: any(
                 c["type"] == "Established" and c["status"] == "True"
-                for c in (self.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {})
-                .get("status", {}).get("conditions", [])))
+                # A CRD just created may answer "conditions": null.
+                for c in ((self.kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") or {})
+                          .get("status") or {}).get("conditions") or []))
         wait_for("istiocsrs served", lambda: self.kube.get(f"{API}/istiocsrs") is not None)
         wait_for("trustmanagers served", lambda: self.kube.get(f"{API}/trustmanagers") is not None)
 

@@ -236,7 +236,7 @@ def wait_for(what, fn, timeout=60, interval=0.2):
 
 
 def cond(obj, ctype):
-    for c in (obj or {}).get("status", {}).get("conditions", []):
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
         if c["type"] == ctype:
             return c
     return None

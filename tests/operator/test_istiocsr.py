@@ -77,7 +77,7 @@ def b64(s):
 
 
 def cond(obj, ctype):
-    for c in (obj or {}).get("status", {}).get("conditions", []):
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
         if c["type"] == ctype:
             return c
     return None

@@ -762,7 +762,7 @@ class IssuerCAs(Base):
 
         def ready():
             code, doc = C.kube.req("GET", f"/apis/signet.dev/v1alpha1/namespaces/{self.NS}/signetissuers/{name}")
-            conds = [c for c in doc.get("status", {}).get("conditions", []) if c["type"] == "Ready"]
+            conds = [c for c in (doc.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
             return conds and conds[0]
         return wait_for(f"issuer {name}'s Ready condition", ready)
 
