@@ -9,7 +9,9 @@
 #
 # --runs      executions per target (default 10000000)
 # --build     the clang fuzz build folder (default build-fuzz; configured and
-#             built here with ASan+UBSan, the suite's fuzz flags)
+#             built here with ASan+UBSan, the suite's fuzz flags, at -O1 as
+#             OSS-Fuzz builds: 2-2.5x the executions per second of -O0, with
+#             assertions kept)
 # --report    appends one Markdown table row per target (default: stdout only)
 # --no-merge  leave the checked-in corpus alone
 #
@@ -48,8 +50,8 @@ for n in "${names[@]}"; do
 done
 
 if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_COMPILER=clang -DSIGNET_SANITIZE=address \
-    -DSIGNET_BUILD_FUZZ=ON >/dev/null
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Debug "-DCMAKE_C_FLAGS_DEBUG=-g -O1" -DCMAKE_C_COMPILER=clang \
+    -DSIGNET_SANITIZE=address -DSIGNET_BUILD_FUZZ=ON >/dev/null
 fi
 cmake --build "$build" -j"$(nproc)" --target "${names[@]/#/fuzz_}" >/dev/null
 
