@@ -478,6 +478,7 @@ struct sg_hsm {
 	unsigned backoff_ms;
 
 	bool have_key;
+	sg_hsm_key_info key_info; /* of the first token's key, read when found or generated */
 	sg_key_type type;
 	size_t sig_len;
 	uint8_t *spki;
@@ -796,6 +797,83 @@ static size_t bit_length(const uint8_t *p, size_t n)
 	for (uint8_t top = p[0]; !(top & 0x80); top <<= 1)
 		bits--;
 	return bits;
+}
+
+/* The private key's uses besides signing, each set FALSE in the generation
+ * template and read back after: module defaults differ (SoftHSM2, NSS RSA,
+ * tpm2-pkcs11 and openCryptoki add decrypt and unwrap, NSS EC derive). */
+static const struct {
+	CK_ATTRIBUTE_TYPE type;
+	unsigned bit;
+} key_uses[] = {
+    {CKA_DECRYPT, SG_HSM_USE_DECRYPT},
+    {CKA_UNWRAP, SG_HSM_USE_UNWRAP},
+    {CKA_DERIVE, SG_HSM_USE_DERIVE},
+    {CKA_SIGN_RECOVER, SG_HSM_USE_SIGN_RECOVER},
+};
+#define N_KEY_USES (sizeof(key_uses) / sizeof(key_uses[0]))
+
+/* One CK_BBOOL attribute: 1 true, 0 false, -1 the module does not say
+ * (attribute invalid for the object, or sensitive). Other failures are the
+ * module's: SG_EHSM through p11_fail. */
+static int get_bool(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE obj, CK_ATTRIBUTE_TYPE type,
+                    int *out)
+{
+	CK_BBOOL v = CK_FALSE;
+	CK_ATTRIBUTE a = {type, &v, sizeof(v)};
+	CK_RV rv = h->f->C_GetAttributeValue(sh, obj, &a, 1);
+	if (rv == CKR_ATTRIBUTE_TYPE_INVALID || rv == CKR_ATTRIBUTE_SENSITIVE ||
+	    (rv == CKR_OK && a.ulValueLen != sizeof(v))) {
+		*out = -1;
+		return SG_OK;
+	}
+	if (rv != CKR_OK)
+		return p11_fail(h, t, "C_GetAttributeValue", rv);
+	*out = v ? 1 : 0;
+	return SG_OK;
+}
+
+/* What the token says of the private key: see sg_hsm_key_info. An
+ * attribute the module does not report counts as the unsafe answer for
+ * sensitive/extractable and as unknown (not set) for the uses. */
+static int read_key_info(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE key, sg_hsm_key_info *out)
+{
+	int sensitive = 0, extractable = 1, sign = 0;
+	SG_TRY(get_bool(h, t, sh, key, CKA_SENSITIVE, &sensitive));
+	SG_TRY(get_bool(h, t, sh, key, CKA_EXTRACTABLE, &extractable));
+	SG_TRY(get_bool(h, t, sh, key, CKA_SIGN, &sign));
+	*out = (sg_hsm_key_info){.sensitive = sensitive == 1, .extractable = extractable != 0, .sign = sign == 1};
+	for (size_t i = 0; i < N_KEY_USES; i++) {
+		int v = 0;
+		SG_TRY(get_bool(h, t, sh, key, key_uses[i].type, &v));
+		if (v == 1)
+			out->other_uses |= key_uses[i].bit;
+	}
+	return SG_OK;
+}
+
+int sg_hsm_key_info_get(const sg_hsm *h, sg_hsm_key_info *out)
+{
+	SG_ENSURE(h && out, SG_EINVAL, "sg_hsm_key_info_get: bad arguments");
+	SG_ENSURE(h->have_key, SG_ENOTFOUND, "no key: generate one first");
+	*out = h->key_info;
+	return SG_OK;
+}
+
+size_t sg_hsm_key_uses_text(unsigned uses, char *buf, size_t cap)
+{
+	static const char *const names[] = {"decrypt", "unwrap", "derive", "sign-recover"};
+	size_t n = 0;
+	if (cap)
+		buf[0] = 0;
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		if (!(uses & (1u << i)))
+			continue;
+		int w = snprintf(cap > n ? buf + n : NULL, cap > n ? cap - n : 0, "%s%s", n ? ", " : "", names[i]);
+		if (w > 0)
+			n += (size_t)w;
+	}
+	return n;
 }
 
 /* Reads the key type and builds the SPKI of the private key `key` on t,
@@ -1176,6 +1254,23 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 	return SG_OK;
 }
 
+/* An existing key is used as it is (it may predate signet), but a key that
+ * can leave the token or do more than sign is worth a line in the log. */
+static void warn_key_info(const sg_hsm *h, const token *t)
+{
+	char uses[64], d[160];
+	sg_hsm_key_uses_text(h->key_info.other_uses, uses, sizeof(uses));
+	if (!h->key_info.sensitive || h->key_info.extractable)
+		sg_log(SG_LOG_WARN, "CA key may leave the token (generate keys with signetctl init)",
+		       SG_F_STR("token", t->label), SG_F_STR("key", key_desc(h, d, sizeof(d))),
+		       SG_F_STR("sensitive", h->key_info.sensitive ? "true" : "false"),
+		       SG_F_STR("extractable", h->key_info.extractable ? "true" : "false"),
+		       SG_F_END);
+	if (h->key_info.other_uses)
+		sg_log(SG_LOG_WARN, "CA key allows uses besides signing", SG_F_STR("token", t->label),
+		       SG_F_STR("key", key_desc(h, d, sizeof(d))), SG_F_STR("uses", uses), SG_F_END);
+}
+
 /* Logs in to every token, finds the key on each and checks that they hold
  * the same key. */
 static int open_tokens(sg_hsm *h, bool allow_missing)
@@ -1195,6 +1290,8 @@ static int open_tokens(sg_hsm *h, bool allow_missing)
 		sg_key_type type;
 		SG_TRY(read_key(h, t, t->admin, key, &type, spki, sizeof(spki), &spki_len));
 		if (!h->have_key) {
+			SG_TRY(read_key_info(h, t, t->admin, key, &h->key_info));
+			warn_key_info(h, t);
 			h->spki = malloc(spki_len);
 			SG_ENSURE(h->spki, SG_EINTERNAL, "out of memory");
 			memcpy(h->spki, spki, spki_len);
@@ -2059,7 +2156,11 @@ int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
 	CK_BBOOL yes = CK_TRUE, no = CK_FALSE;
 	CK_ULONG bits = type == SG_KEY_RSA_2048 ? 2048 : type == SG_KEY_RSA_3072 ? 3072 : 4096;
 	CK_BYTE e65537[] = {0x01, 0x00, 0x01};
-	CK_ATTRIBUTE pub[8] = {
+	/* The public key verifies and does nothing else; the private key signs
+	 * and does nothing else. The uses are listed last, so that a module
+	 * refusing one of them for the key type can be asked again without
+	 * them (nbase), and the result is read back either way. */
+	CK_ATTRIBUTE pub[12] = {
 	    {CKA_TOKEN, &yes, sizeof(yes)},
 	    {CKA_PRIVATE, &no, sizeof(no)},
 	    {CKA_VERIFY, &yes, sizeof(yes)},
@@ -2075,7 +2176,12 @@ int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
 		pub[npub++] = (CK_ATTRIBUTE){CKA_MODULUS_BITS, &bits, sizeof(bits)};
 		pub[npub++] = (CK_ATTRIBUTE){CKA_PUBLIC_EXPONENT, e65537, sizeof(e65537)};
 	}
-	CK_ATTRIBUTE priv[] = {
+	CK_ULONG npub_base = npub;
+	pub[npub++] = (CK_ATTRIBUTE){CKA_ENCRYPT, &no, sizeof(no)};
+	pub[npub++] = (CK_ATTRIBUTE){CKA_WRAP, &no, sizeof(no)};
+	pub[npub++] = (CK_ATTRIBUTE){CKA_VERIFY_RECOVER, &no, sizeof(no)};
+	pub[npub++] = (CK_ATTRIBUTE){CKA_DERIVE, &no, sizeof(no)};
+	CK_ATTRIBUTE priv[7 + N_KEY_USES] = {
 	    {CKA_TOKEN, &yes, sizeof(yes)},
 	    {CKA_PRIVATE, &yes, sizeof(yes)},
 	    {CKA_SENSITIVE, &yes, sizeof(yes)},
@@ -2084,10 +2190,27 @@ int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
 	    {CKA_ID, h->key_id, h->key_id_len},
 	    {CKA_LABEL, h->key_label, strlen(h->key_label)},
 	};
+	CK_ULONG npriv_base = 7, npriv = 7;
+	for (size_t i = 0; i < N_KEY_USES; i++)
+		priv[npriv++] = (CK_ATTRIBUTE){key_uses[i].type, &no, sizeof(no)};
 	CK_MECHANISM gen = {mechs[0], NULL, 0};
 	CK_OBJECT_HANDLE hpub, hpriv;
-	CK_RV rv =
-	    h->f->C_GenerateKeyPair(t->admin, &gen, pub, npub, priv, sizeof(priv) / sizeof(priv[0]), &hpub, &hpriv);
+	CK_RV rv = h->f->C_GenerateKeyPair(t->admin, &gen, pub, npub, priv, npriv, &hpub, &hpriv);
+	if (rv == CKR_ATTRIBUTE_TYPE_INVALID || rv == CKR_ATTRIBUTE_VALUE_INVALID || rv == CKR_TEMPLATE_INCONSISTENT) {
+		ckr_buf rvb;
+		sg_log(SG_LOG_INFO, "token refused the key-use attributes; generating with its defaults, then clearing them",
+		       SG_F_STR("token", t->label), SG_F_STR("rv", ckr_name(rv, &rvb)), SG_F_END);
+		rv = h->f->C_GenerateKeyPair(t->admin, &gen, pub, npub_base, priv, npriv_base, &hpub, &hpriv);
+		/* Then each use the module did turn on, off one at a time (where
+		 * the module allows the change; checked below). */
+		for (size_t i = 0; rv == CKR_OK && i < N_KEY_USES; i++) {
+			int v = 0;
+			if (get_bool(h, t, t->admin, hpriv, key_uses[i].type, &v) == SG_OK && v == 1) {
+				CK_ATTRIBUTE off = {key_uses[i].type, &no, sizeof(no)};
+				(void)h->f->C_SetAttributeValue(t->admin, hpriv, &off, 1);
+			}
+		}
+	}
 	if (rv != CKR_OK) {
 		rc = p11_fail(h, t, "C_GenerateKeyPair", rv);
 		goto unlock;
@@ -2095,6 +2218,25 @@ int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
 	/* Read it back the way sessions will find it. */
 	CK_OBJECT_HANDLE key;
 	SG_TRY_GOTO(rc, find_object(h, t, t->admin, CKO_PRIVATE_KEY, &key, SG_EHSM), unlock);
+	/* A module that ignored CKA_SENSITIVE or CKA_EXTRACTABLE made a key
+	 * that can leave it: not a CA key. Destroyed, so a retry can reuse the
+	 * id and label. */
+	SG_TRY_GOTO(rc, read_key_info(h, t, t->admin, key, &h->key_info), unlock);
+	if (!h->key_info.sensitive || h->key_info.extractable || !h->key_info.sign) {
+		(void)h->f->C_DestroyObject(t->admin, hpriv);
+		(void)h->f->C_DestroyObject(t->admin, hpub);
+		rc = sg_error_set(SG_EHSM, "token '%s' generated a key that %s; this module cannot hold a CA key safely",
+		                  t->label,
+		                  !h->key_info.sign ? "cannot sign"
+		                                    : "can be extracted (CKA_SENSITIVE/CKA_EXTRACTABLE ignored)");
+		goto unlock;
+	}
+	if (h->key_info.other_uses) {
+		char uses[64];
+		sg_hsm_key_uses_text(h->key_info.other_uses, uses, sizeof(uses));
+		sg_log(SG_LOG_WARN, "token kept key uses besides signing that it would not turn off",
+		       SG_F_STR("token", t->label), SG_F_STR("uses", uses), SG_F_END);
+	}
 	uint8_t spki[SPKI_MAX];
 	size_t spki_len = 0;
 	sg_key_type got;

@@ -155,6 +155,29 @@ typedef struct sg_hsm_stats {
  * error detail is kept. */
 SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
 
+/* What the token says of the CA key (the private key on the first token),
+ * read when the key was found or generated. A CA key signet generates is
+ * sensitive, not extractable, and has every use below turned off where the
+ * module lets it (sg_hsm_generate_key); an existing key is used as it is,
+ * with a warning logged when it is extractable or has other uses. */
+enum {
+	SG_HSM_USE_DECRYPT = 1u << 0,      /* CKA_DECRYPT */
+	SG_HSM_USE_UNWRAP = 1u << 1,       /* CKA_UNWRAP */
+	SG_HSM_USE_DERIVE = 1u << 2,       /* CKA_DERIVE */
+	SG_HSM_USE_SIGN_RECOVER = 1u << 3, /* CKA_SIGN_RECOVER */
+};
+typedef struct sg_hsm_key_info {
+	bool sensitive;      /* CKA_SENSITIVE (false when the module does not say) */
+	bool extractable;    /* CKA_EXTRACTABLE (true when the module does not say) */
+	bool sign;           /* CKA_SIGN */
+	unsigned other_uses; /* SG_HSM_USE_* that read TRUE */
+} sg_hsm_key_info;
+/* SG_ENOTFOUND before a key was found or generated. */
+SG_API int sg_hsm_key_info_get(const sg_hsm *h, sg_hsm_key_info *out) SG_MUST_CHECK;
+/* "decrypt, unwrap" for SG_HSM_USE_DECRYPT | SG_HSM_USE_UNWRAP ("" for 0),
+ * truncated to cap; returns the length it needed. */
+SG_API size_t sg_hsm_key_uses_text(unsigned uses, char *buf, size_t cap);
+
 /* --- provisioning (signetctl init; not for the hot path) --- */
 
 /* Initialises the first token-less or uninitialised slot with label, sets the
@@ -165,8 +188,15 @@ SG_API int sg_hsm_init_token(const char *module_path, const char *softhsm_conf, 
 
 /* Generates a key pair on the first token of h with the label and id of the
  * key URI given to sg_hsm_open: private key CKA_TOKEN, CKA_PRIVATE,
- * CKA_SENSITIVE, CKA_SIGN true and CKA_EXTRACTABLE false; public key with
- * CKA_VERIFY. Fails with SG_EINVAL when a key with that id/label exists. */
+ * CKA_SENSITIVE, CKA_SIGN true and CKA_EXTRACTABLE, CKA_DECRYPT, CKA_UNWRAP,
+ * CKA_DERIVE, CKA_SIGN_RECOVER false; public key CKA_VERIFY true and
+ * CKA_ENCRYPT, CKA_WRAP, CKA_VERIFY_RECOVER, CKA_DERIVE false. A module that
+ * refuses the use attributes gets the pair generated without them and each
+ * use it turned on cleared with C_SetAttributeValue where it allows; uses it
+ * keeps are logged (sg_hsm_key_info_get tells them). Fails with SG_EINVAL
+ * when a key with that id/label exists, and with SG_EHSM (the pair
+ * destroyed) when the key reads back extractable, not sensitive or unable
+ * to sign. */
 SG_API int sg_hsm_generate_key(sg_hsm *h, sg_key_type type) SG_MUST_CHECK;
 
 #endif

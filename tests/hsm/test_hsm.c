@@ -26,6 +26,16 @@ static void t_key_type_names(void)
 	SG_CHECK_RC(sg_key_type_parse("rsa-1024", &t), SG_EINVAL);
 	SG_CHECK_RC(sg_key_type_parse("", &t), SG_EINVAL);
 	SG_CHECK(!strcmp(sg_key_type_name(SG_KEY_TYPE_COUNT), "unknown"));
+
+	char buf[64];
+	SG_CHECK(sg_hsm_key_uses_text(0, buf, sizeof(buf)) == 0 && buf[0] == 0);
+	SG_CHECK(sg_hsm_key_uses_text(SG_HSM_USE_DECRYPT | SG_HSM_USE_UNWRAP, buf, sizeof(buf)) == 15);
+	SG_CHECK(!strcmp(buf, "decrypt, unwrap"));
+	unsigned all = SG_HSM_USE_DECRYPT | SG_HSM_USE_UNWRAP | SG_HSM_USE_DERIVE | SG_HSM_USE_SIGN_RECOVER;
+	size_t need = sg_hsm_key_uses_text(all, buf, sizeof(buf));
+	SG_CHECK(need == strlen("decrypt, unwrap, derive, sign-recover") && !strcmp(buf, "decrypt, unwrap, derive, sign-recover"));
+	char small[8];
+	SG_CHECK(sg_hsm_key_uses_text(all, small, sizeof(small)) == need && strlen(small) == 7);
 }
 
 /* Reads a bool attribute of the private key labelled label through a
@@ -49,7 +59,31 @@ static void check_key_attributes(fx *x, CK_SLOT_ID slot, const char *label, bool
 	uint8_t buf[1024];
 	CK_ATTRIBUTE v = {ec ? CKA_VALUE : CKA_PRIVATE_EXPONENT, buf, sizeof(buf)};
 	SG_CHECK(x->f->C_GetAttributeValue(sh, o, &v, 1) == CKR_ATTRIBUTE_SENSITIVE);
+	/* Signing only: SoftHSM2's defaults would add decrypt and unwrap. */
+	CK_BBOOL sign = CK_FALSE, dec = CK_TRUE, unw = CK_TRUE, der = CK_TRUE, rec = CK_TRUE;
+	CK_ATTRIBUTE u[] = {{CKA_SIGN, &sign, 1},   {CKA_DECRYPT, &dec, 1},     {CKA_UNWRAP, &unw, 1},
+	                    {CKA_DERIVE, &der, 1}, {CKA_SIGN_RECOVER, &rec, 1}};
+	SG_CHECK(x->f->C_GetAttributeValue(sh, o, u, 5) == CKR_OK);
+	SG_CHECK(sign == CK_TRUE && dec == CK_FALSE && unw == CK_FALSE && der == CK_FALSE && rec == CK_FALSE);
+	/* The public key verifies and nothing else. */
+	cls = CKO_PUBLIC_KEY;
+	SG_CHECK(x->f->C_FindObjectsInit(sh, q, 2) == CKR_OK);
+	SG_CHECK(x->f->C_FindObjects(sh, &o, 1, &n) == CKR_OK && n == 1);
+	x->f->C_FindObjectsFinal(sh);
+	CK_BBOOL ver = CK_FALSE, enc = CK_TRUE, wrap = CK_TRUE, vrec = CK_TRUE;
+	CK_ATTRIBUTE p[] = {{CKA_VERIFY, &ver, 1}, {CKA_ENCRYPT, &enc, 1}, {CKA_WRAP, &wrap, 1},
+	                    {CKA_VERIFY_RECOVER, &vrec, 1}};
+	SG_CHECK(x->f->C_GetAttributeValue(sh, o, p, 4) == CKR_OK);
+	SG_CHECK(ver == CK_TRUE && enc == CK_FALSE && wrap == CK_FALSE && vrec == CK_FALSE);
 	x->f->C_CloseSession(sh);
+}
+
+/* What sg_hsm_key_info_get reports of a key signet generated. */
+static void check_key_info(const sg_hsm *h)
+{
+	sg_hsm_key_info ki;
+	SG_CHECK_OK(sg_hsm_key_info_get(h, &ki));
+	SG_CHECK(ki.sensitive && !ki.extractable && ki.sign && ki.other_uses == 0);
 }
 
 /* Generates each of the five key types, signs through a session, verifies
@@ -71,6 +105,8 @@ static void t_generate_sign_verify(void)
 			break;
 		sg_key_type got;
 		SG_CHECK_RC(sg_hsm_key_type(h, &got), SG_ENOTFOUND);
+		sg_hsm_key_info ki;
+		SG_CHECK_RC(sg_hsm_key_info_get(h, &ki), SG_ENOTFOUND);
 		sg_hsm_session *s = NULL;
 		SG_CHECK_RC(sg_hsm_session_open(&s, h), SG_ENOTFOUND);
 		SG_CHECK_OK(sg_hsm_generate_key(h, type));
@@ -83,6 +119,7 @@ static void t_generate_sign_verify(void)
 		SG_CHECK(ok);
 		SG_CHECK(sg_hsm_session_uses_copy(s));
 		check_key_attributes(&x, fx_slot(&x, "gen"), label, sg_key_type_is_ec(type));
+		check_key_info(h);
 		sg_hsm_session_free(s);
 		sg_hsm_free(h);
 
@@ -94,6 +131,7 @@ static void t_generate_sign_verify(void)
 		SG_CHECK_OK(sg_hsm_key_type(h, &got));
 		SG_CHECK(got == type);
 		SG_CHECK(sg_hsm_token_count(h) == 1);
+		check_key_info(h); /* as read from the token at open */
 		s = NULL;
 		SG_CHECK_OK(sg_hsm_session_open(&s, h));
 		SG_CHECK(!sg_hsm_session_uses_copy(s));
