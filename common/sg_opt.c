@@ -470,6 +470,15 @@ static int scan_args(const sg_opt *table, size_t n, int argc, char **argv, sg_op
 	return SG_OK;
 }
 
+static void unset(const sg_opt *o, void *target)
+{
+	if (o->type != SG_OPT_STRING && o->type != SG_OPT_PATH)
+		return;
+	char **slot = field(target, o);
+	free(*slot);
+	*slot = NULL;
+}
+
 int sg_opt_parse(const sg_opt *table, size_t n, void *target, int argc, char **argv, sg_opt_result *res)
 {
 	SG_ENSURE(argc >= 0 && (argc == 0 || argv), SG_EINVAL, "bad argument vector");
@@ -497,9 +506,14 @@ int sg_opt_parse(const sg_opt *table, size_t n, void *target, int argc, char **a
 		SG_TRY(parse_config_file(table, n, target, sets[i].value));
 	}
 	for (size_t i = 0; i < nsets; i++) {
+		const sg_opt *o = sets[i].opt;
+		if (o->type == SG_OPT_PATH && !*sets[i].value) {
+			unset(o, target); /* "--pin-file=": drop the file's value */
+			continue;
+		}
 		where_buf where;
-		snprintf(where, sizeof(where), "--%s", sets[i].opt->name);
-		SG_TRY(apply(sets[i].opt, target, sets[i].value, NULL, where));
+		snprintf(where, sizeof(where), "--%s", o->name);
+		SG_TRY(apply(o, target, sets[i].value, NULL, where));
 	}
 	return SG_OK;
 }

@@ -47,7 +47,9 @@
  *  - INT/DURATION bounds are inclusive; min == max == 0 means unbounded.
  *  - DURATION: see sg_opt_parse_duration.
  *  - STRING: may be empty; when max > 0, at most max bytes.
- *  - PATH: must not be empty; a relative value from a config file is
+ *  - PATH: must not be empty, except as a flag: "--name=" (or "--name ''")
+ *    unsets the row (NULL), dropping its default and the config file's
+ *    value; a relative value from a config file is
  *    resolved as "<folder of the file>/<value>" (a file named without a
  *    folder leaves it relative to the working directory, which is the same
  *    place); from the command line, defaults and sg_opt_set it is kept as

@@ -64,7 +64,7 @@ extern const char *const sg_log_format_names[];
 	{"hsm-key", SG_OPT_STRING, offsetof(T, m.hsm_key), NULL, 0, 4096, NULL,                                    \
 	 "pkcs11: URI of the CA key (id and/or object label)", false},                                             \
 	{"pin-file", SG_OPT_PATH, offsetof(T, m.pin_file), NULL, 0, 0, NULL,                                       \
-	 "file holding the token user PIN (mode 0600)", false},                                                    \
+	 "file holding the token user PIN (mode 0600); wins over pin-env (--pin-file= drops the file's)", false}, \
 	{"pin-env", SG_OPT_STRING, offsetof(T, m.pin_env), NULL, 0, 256, NULL,                                     \
 	 "environment variable holding the token user PIN", false},                                                \
 	{"pin-credential", SG_OPT_STRING, offsetof(T, m.pin_credential), NULL, 0, SG_SETTINGS_CREDENTIAL_MAX, NULL,   \

@@ -245,7 +245,7 @@ static void t_bounds(void)
 		{"--max-ttl", "60s", 0},     {"--max-ttl", "1m", 0},       {"--max-ttl", "59s", SG_EINVAL},
 		{"--max-ttl", "30d", 0},     {"--max-ttl", "30d1s", SG_EINVAL}, {"--max-ttl", "0s", SG_EINVAL},
 		{"--name", "0123456789abcdef", 0}, {"--name", "0123456789abcdefg", SG_EINVAL},
-		{"--name", "", 0},           {"--key", "", SG_EINVAL},     {"--mode", "offline", 0},
+		{"--name", "", 0},           {"--key", "", 0} /* unsets */, {"--mode", "offline", 0},
 		{"--mode", "", SG_EINVAL},   {"--verbose", "yes", 0},      {"--verbose", "off", 0},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -515,6 +515,22 @@ static void t_config_precedence(void)
 	const char *flagkey[] = {"--config", path, "--key", "cli.pin", "--verbose=false", NULL};
 	SG_CHECK_OK(parse(&c, &res, pos, flagkey));
 	SG_CHECK(strcmp(c.key, "cli.pin") == 0 && !c.verbose);
+	sg_opt_free(table, NT, &c);
+
+	/* An empty path flag drops the file's value (the file itself may not
+	 * hold an empty path: t_file_errors). Both flag forms. */
+	const char *dropkey[] = {"--config", path, "--key=", NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, dropkey));
+	SG_CHECK(c.key == NULL && c.workers == 5);
+	sg_opt_free(table, NT, &c);
+	const char *dropkey2[] = {"--key", "", "--config", path, NULL};
+	SG_CHECK_OK(parse(&c, &res, pos, dropkey2));
+	SG_CHECK(c.key == NULL);
+	sg_opt_free(table, NT, &c);
+	/* --config itself still needs a file. */
+	const char *noconf[] = {"--config=", NULL};
+	SG_CHECK_RC(parse(&c, &res, pos, noconf), SG_EINVAL);
+	SG_CHECK_MSG("empty path");
 	sg_opt_free(table, NT, &c);
 
 	/* Errors in the file name it and the line. */
