@@ -24,6 +24,7 @@ typedef struct init_args {
 	int key_type;
 	char *trust_domain;
 	char *hsm_module;
+	char *hsm_init_reserved;
 	char *token_label;
 	char *key_label;
 	char *pin_file;
@@ -43,11 +44,17 @@ static const sg_opt init_opts[] = {
 	{"trust-domain", SG_OPT_STRING, offsetof(init_args, trust_domain), SG_INIT_DEFAULT_TRUST_DOMAIN, 0,
 	 SG_INIT_TRUST_DOMAIN_MAX, NULL, "SPIFFE trust domain (also the root's O=)", true},
 	{"hsm-module", SG_OPT_PATH, offsetof(init_args, hsm_module), NULL, 0, 0, NULL,
-	 "PKCS#11 module of an existing token (default: a new SoftHSM2 token inside --dir)", true},
+	 "PKCS#11 module of an existing token, recorded as given (default: a new SoftHSM2 token inside --dir)",
+	 true},
+	{"hsm-init-reserved", SG_OPT_STRING, offsetof(init_args, hsm_init_reserved), NULL, 0, SG_INIT_INIT_RESERVED_MAX,
+	 NULL, "C_Initialize pReserved string the module needs (NSS softoken: configdir='sql:DB' ...), recorded too",
+	 true},
 	{"token-label", SG_OPT_STRING, offsetof(init_args, token_label), SG_INIT_DEFAULT_TOKEN_LABEL, 0,
 	 SG_INIT_LABEL_MAX, NULL, "token label", true},
-	{"key-label", SG_OPT_STRING, offsetof(init_args, key_label), SG_INIT_DEFAULT_KEY_LABEL, 0, SG_INIT_LABEL_MAX,
-	 NULL, "label of the new key (another CA in the same token needs a label of its own)", true},
+	{"key-label", SG_OPT_STRING, offsetof(init_args, key_label), NULL, 0, SG_INIT_LABEL_MAX, NULL,
+	 "label of the new key (default: " SG_INIT_DEFAULT_KEY_LABEL "-<8 hex digits of its random CKA_ID>, unique "
+	 "per CA in a token)",
+	 true},
 	{"pin-file", SG_OPT_PATH, offsetof(init_args, pin_file), NULL, 0, 0, NULL,
 	 "user PIN file of the existing token (with --hsm-module)", true},
 	{"so-pin-file", SG_OPT_PATH, offsetof(init_args, so_pin_file), NULL, 0, 0, NULL,
@@ -97,6 +104,7 @@ int ctl_init(int argc, char **argv)
 		.key_type = (sg_key_type)a.key_type,
 		.trust_domain = a.trust_domain,
 		.hsm_module = a.hsm_module,
+		.hsm_init_reserved = a.hsm_init_reserved,
 		.token_label = a.token_label,
 		.key_label = a.key_label,
 		.pin_file = a.pin_file,

@@ -71,8 +71,9 @@ typedef struct plan {
 	sg_key_type key_type;
 	const char *trust_domain;
 	const char *hsm_module;
+	const char *hsm_init_reserved;
 	const char *token_label;
-	const char *key_label;
+	const char *key_label; /* NULL: SG_INIT_DEFAULT_KEY_LABEL-<the CKA_ID in hex> */
 	const char *pin_file;
 	const char *so_pin_file;
 	const char *ca_name;
@@ -87,8 +88,9 @@ static plan plan_of(const sg_init_options *o)
 		.key_type = o->key_type,
 		.trust_domain = o->trust_domain ? o->trust_domain : SG_INIT_DEFAULT_TRUST_DOMAIN,
 		.hsm_module = o->hsm_module,
+		.hsm_init_reserved = o->hsm_init_reserved,
 		.token_label = o->token_label ? o->token_label : SG_INIT_DEFAULT_TOKEN_LABEL,
-		.key_label = o->key_label ? o->key_label : SG_INIT_DEFAULT_KEY_LABEL,
+		.key_label = o->key_label,
 		.pin_file = o->pin_file,
 		.so_pin_file = o->so_pin_file,
 		.ca_name = o->ca_name ? o->ca_name : SG_INIT_DEFAULT_CA_NAME,
@@ -97,15 +99,37 @@ static plan plan_of(const sg_init_options *o)
 	};
 }
 
-/* Both labels go into pkcs11: URIs as they are: PKCS#11 URI characters that
- * need no escaping only. */
+/* A PKCS#11 label is 32 bytes of UTF-8 padded with spaces, so a label that
+ * begins or ends with a space cannot be told from its padding; control
+ * characters have no place in a label or a config line. Anything else goes
+ * (NSS names its token "NSS Certificate DB"): uri_encode escapes it. */
 static bool label_ok(const char *l)
 {
-	for (const char *p = l; *p; p++)
-		if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
-		      *p == '_' || *p == '.'))
+	size_t n = strlen(l);
+	if (n && (l[0] == ' ' || l[n - 1] == ' '))
+		return false;
+	for (const unsigned char *p = (const unsigned char *)l; *p; p++)
+		if (*p < 0x20 || *p == 0x7f)
 			return false;
 	return true;
+}
+
+/* RFC 7512 path attribute value: unreserved characters as they are, every
+ * other byte as %XX (p11-kit decodes both). out holds 3 * strlen(v) + 1. */
+static void uri_encode(const char *v, char *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	for (const unsigned char *p = (const unsigned char *)v; *p; p++) {
+		if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || *p == '-' ||
+		    *p == '.' || *p == '_' || *p == '~') {
+			*out++ = (char)*p;
+		} else {
+			*out++ = '%';
+			*out++ = hex[*p >> 4];
+			*out++ = hex[*p & 15];
+		}
+	}
+	*out = 0;
 }
 
 int sg_init_check_options(const sg_init_options *o)
@@ -115,16 +139,30 @@ int sg_init_check_options(const sg_init_options *o)
 	SG_ENSURE(o && o->dir, SG_EINVAL, "--dir is required");
 	plan p = plan_of(o);
 	/* In signetctl init's order, so that its messages stay what they were. */
-	for (const char *const *l = (const char *const[]){p.token_label, p.key_label, NULL}; *l; l++)
-		SG_ENSURE(label_ok(*l), SG_EINVAL, "labels may hold only letters, digits, '-', '_' and '.' (\"%s\")", *l);
-	SG_ENSURE(*p.token_label && *p.key_label, SG_EINVAL, "the token and key labels must not be empty");
+	const char *key_label = p.key_label ? p.key_label : SG_INIT_DEFAULT_KEY_LABEL;
+	for (const char *const *l = (const char *const[]){p.token_label, key_label, NULL}; *l; l++)
+		SG_ENSURE(label_ok(*l), SG_EINVAL,
+			  "a label may not hold control characters or begin or end with a space (\"%s\")", *l);
+	SG_ENSURE(*p.token_label && *key_label, SG_EINVAL, "the token and key labels must not be empty");
 	SG_ENSURE(!p.hsm_module || p.pin_file, SG_EINVAL, "--hsm-module needs --pin-file with the token's user PIN");
 	SG_ENSURE(!p.hsm_module || !p.so_pin_file, SG_EINVAL,
 		  "--so-pin-file is for a new SoftHSM2 token; with --hsm-module the token and its SO PIN are already "
 		  "yours");
 	/* signetctl's flag table bounds these already; other callers are held
 	 * to the same bounds here. */
-	SG_ENSURE(strlen(p.token_label) <= SG_INIT_LABEL_MAX && strlen(p.key_label) <= SG_INIT_LABEL_MAX, SG_EINVAL,
+	SG_ENSURE(!p.hsm_init_reserved || p.hsm_module, SG_EINVAL,
+		  "--hsm-init-reserved is for the module given with --hsm-module");
+	if (p.hsm_init_reserved) {
+		/* It goes into signet.conf as one line. */
+		size_t n = strlen(p.hsm_init_reserved);
+		SG_ENSURE(n > 0 && n <= SG_INIT_INIT_RESERVED_MAX, SG_EINVAL,
+			  "--hsm-init-reserved must hold 1 to %d bytes", SG_INIT_INIT_RESERVED_MAX);
+		for (const unsigned char *c = (const unsigned char *)p.hsm_init_reserved; *c; c++)
+			SG_ENSURE(*c >= 0x20 && *c != 0x7f, SG_EINVAL, "--hsm-init-reserved may not hold control characters");
+		SG_ENSURE(p.hsm_init_reserved[0] != ' ' && p.hsm_init_reserved[n - 1] != ' ', SG_EINVAL,
+			  "--hsm-init-reserved may not begin or end with a space (signet.conf would drop it)");
+	}
+	SG_ENSURE(strlen(p.token_label) <= SG_INIT_LABEL_MAX && strlen(key_label) <= SG_INIT_LABEL_MAX, SG_EINVAL,
 		  "labels are at most %d bytes", SG_INIT_LABEL_MAX);
 	SG_ENSURE(strlen(p.trust_domain) <= SG_INIT_TRUST_DOMAIN_MAX, SG_EINVAL,
 		  "the trust domain is longer than %d bytes", SG_INIT_TRUST_DOMAIN_MAX);
@@ -531,7 +569,7 @@ static int write_config(const plan *a, const char *abs_dir, const char *token_ur
 {
 	char *path SG_AUTOFREE = join(abs_dir, "signet.conf");
 	SG_ENSURE(path, SG_EINTERNAL, "out of memory");
-	char text[4 * PATH_MAX + 1024];
+	char text[4 * PATH_MAX + SG_INIT_INIT_RESERVED_MAX + 1024];
 	time_t t = time(NULL);
 	struct tm tm;
 	char when[32];
@@ -540,6 +578,7 @@ static int write_config(const plan *a, const char *abs_dir, const char *token_ur
 			 "# signet configuration, written by %s at %s.\n"
 			 "# signetctl and signetd read it with --config; their flags use the same\n"
 			 "# names and override these values. Relative paths are relative to this file.\n"
+			 "%s%s%s"
 			 "%s%s%s"
 			 "hsm-token = %s\n"
 			 "hsm-key = %s\n"
@@ -555,7 +594,8 @@ static int write_config(const plan *a, const char *abs_dir, const char *token_ur
 			 "jwt-jwks-file = jwks.json\n"
 			 "jwt-signing-key = jwt-signing-key.pem\n",
 			 a->program, when, module ? "hsm-module = " : "", module ? module : "", module ? "\n" : "",
-			 token_uri, key_uri, pin_file, module ? "" : "softhsm2-conf = softhsm2.conf\n", a->trust_domain,
+			 a->hsm_init_reserved ? "hsm-init-reserved = " : "", a->hsm_init_reserved ? a->hsm_init_reserved : "",
+			 a->hsm_init_reserved ? "\n" : "", token_uri, key_uri, pin_file, module ? "" : "softhsm2-conf = softhsm2.conf\n", a->trust_domain,
 			 DEV_ISSUER);
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "configuration too long");
 	return sg_file_write_new(path, text, (size_t)n, 0644);
@@ -564,6 +604,30 @@ static int write_config(const plan *a, const char *abs_dir, const char *token_ur
 static int absolute(const char *path, char *out)
 {
 	SG_ENSURE(realpath(path, out), SG_EINVAL, "cannot resolve %s: %s", path, strerror(errno));
+	return SG_OK;
+}
+
+/* The module as the user named it, made absolute but with its symlinks
+ * kept: packages install a module as a versioned file behind a stable
+ * link (libtpm2_pkcs11.so -> libtpm2_pkcs11.so.1.9.0), and the next
+ * upgrade removes the file that realpath would have recorded. */
+static int module_path(const char *path, char *out)
+{
+	struct stat st;
+	SG_ENSURE(stat(path, &st) == 0, SG_EINVAL, "--hsm-module %s: %s", path, strerror(errno));
+	SG_ENSURE(S_ISREG(st.st_mode), SG_EINVAL, "--hsm-module %s is not a file", path);
+	if (path[0] == '/') {
+		SG_ENSURE(strlen(path) < PATH_MAX, SG_EINVAL, "path too long: %s", path);
+		snprintf(out, PATH_MAX, "%s", path);
+		return SG_OK;
+	}
+	char cwd[PATH_MAX];
+	SG_ENSURE(getcwd(cwd, sizeof(cwd)), SG_EINVAL, "cannot resolve %s: %s", path, strerror(errno));
+	const char *rel = path;
+	while (rel[0] == '.' && rel[1] == '/')
+		rel += 2;
+	int n = snprintf(out, PATH_MAX, "%s/%s", strcmp(cwd, "/") == 0 ? "" : cwd, rel);
+	SG_ENSURE(n > 0 && n < PATH_MAX, SG_EINVAL, "path too long: %s", path);
 	return SG_OK;
 }
 
@@ -650,7 +714,7 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path, boo
 	sg_secret *so SG_CLEANUP(sg_secret_freep) = NULL;
 	char module[PATH_MAX], pin_path[PATH_MAX];
 	if (a->hsm_module) {
-		SG_TRY(absolute(a->hsm_module, module));
+		SG_TRY(module_path(a->hsm_module, module));
 		SG_TRY(absolute(a->pin_file, pin_path));
 		SG_TRY(sg_secret_from_file(&pin, pin_path));
 	} else {
@@ -661,11 +725,21 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path, boo
 	/* A fresh random CKA_ID names this CA's key; the label says what it is. */
 	uint8_t id[8];
 	SG_TRY(sg_crypto_random(id, sizeof(id)));
-	char token_uri[128], key_uri[160], idhex[3 * sizeof(id) + 1];
+	char token_uri[16 + 3 * SG_INIT_LABEL_MAX], key_uri[32 + 3 * SG_INIT_LABEL_MAX + 3 * sizeof(id)];
+	char idhex[3 * sizeof(id) + 1], label[SG_INIT_LABEL_MAX + 1], enc[3 * SG_INIT_LABEL_MAX + 1];
 	for (size_t i = 0; i < sizeof(id); i++)
 		snprintf(idhex + 3 * i, 4, "%%%02x", id[i]);
-	snprintf(token_uri, sizeof(token_uri), "pkcs11:token=%s", a->token_label);
-	snprintf(key_uri, sizeof(key_uri), "pkcs11:object=%s;id=%s", a->key_label, idhex);
+	/* Without a label of the user's, the id names the key too, so that a
+	 * second CA in the same token never collides with the first. */
+	if (a->key_label)
+		snprintf(label, sizeof(label), "%s", a->key_label);
+	else
+		snprintf(label, sizeof(label), "%s-%02x%02x%02x%02x", SG_INIT_DEFAULT_KEY_LABEL, id[0], id[1], id[2],
+			 id[3]);
+	uri_encode(a->token_label, enc);
+	snprintf(token_uri, sizeof(token_uri), "pkcs11:token=%s", enc);
+	uri_encode(label, enc);
+	snprintf(key_uri, sizeof(key_uri), "pkcs11:object=%s;id=%s", enc, idhex);
 
 	char *conf SG_AUTOFREE = join(abs_dir, "softhsm2.conf");
 	SG_ENSURE(conf, SG_EINTERNAL, "out of memory");
@@ -675,6 +749,7 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path, boo
 		.key_uri = key_uri,
 		.pin = pin,
 		.softhsm_conf = a->hsm_module ? NULL : conf,
+		.init_reserved = a->hsm_init_reserved,
 		.allow_missing_key = true,
 	};
 	sg_hsm *hsm = NULL;
@@ -706,7 +781,7 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path, boo
 	}
 	SG_TRY_GOTO(rc, write_config(a, abs_dir, token_uri, key_uri, a->hsm_module ? module : NULL, pin_path), out);
 	sg_log(SG_LOG_INFO, "CA created", SG_F_STR("dir", abs_dir), SG_F_STR("key", sg_key_type_name(type)),
-	       SG_F_STR("token", a->token_label), SG_F_STR("trust_domain", a->trust_domain), SG_F_END);
+	       SG_F_STR("token", a->token_label), SG_F_STR("key_label", label), SG_F_STR("trust_domain", a->trust_domain), SG_F_END);
 out:
 	free(pem);
 	sg_hsm_free(hsm);

@@ -43,16 +43,19 @@
 #define SG_INIT_DEFAULT_KEY_TYPE "ecdsa-p256" /* SG_KEY_EC_P256, the zero value */
 #define SG_INIT_DEFAULT_TRUST_DOMAIN "cluster.local"
 #define SG_INIT_DEFAULT_TOKEN_LABEL "signet-ca"
-#define SG_INIT_DEFAULT_KEY_LABEL "signet-ca-key"
+#define SG_INIT_DEFAULT_KEY_LABEL "signet-ca-key" /* followed by "-" and 8 hex digits of the key's CKA_ID */
 #define SG_INIT_DEFAULT_CA_NAME "signet root CA"
 #define SG_INIT_DEFAULT_CA_TTL "87600h"
 #define SG_INIT_DEFAULT_CA_TTL_S (87600LL * 3600)
 
 /* Bounds (signetctl's table enforces them on flags; sg_init_check_options
  * on every caller). Labels are at most 32 bytes (a PKCS#11 token label's
- * size) of letters, digits, '-', '_' and '.', so they go into pkcs11: URIs
- * unescaped. */
+ * size), without control characters and without a space at either end
+ * (PKCS#11 pads labels with spaces); they are percent-encoded in the
+ * pkcs11: URIs written to signet.conf ("NSS Certificate DB" becomes
+ * token=NSS%20Certificate%20DB). */
 #define SG_INIT_LABEL_MAX 32
+#define SG_INIT_INIT_RESERVED_MAX 1024
 #define SG_INIT_TRUST_DOMAIN_MAX 253
 #define SG_INIT_CA_NAME_MAX 64
 #define SG_INIT_CA_TTL_MIN_S 3600LL
@@ -71,9 +74,13 @@ typedef struct sg_init_options {
 	const char *dir;          /* required: the CA folder; must not exist (its parent must) or be empty */
 	sg_key_type key_type;     /* CA key type; 0 is SG_KEY_EC_P256 */
 	const char *trust_domain; /* SPIFFE trust domain, also the root's O= */
-	const char *hsm_module;   /* PKCS#11 module of an existing token; NULL: a new SoftHSM2 token in dir */
+	const char *hsm_module;   /* PKCS#11 module of an existing token; NULL: a new SoftHSM2 token in dir.
+				   * Recorded in signet.conf as given (made absolute, symlinks kept) */
+	const char *hsm_init_reserved; /* C_Initialize pReserved string for hsm_module (NSS softoken's
+					* configdir=...); recorded as hsm-init-reserved; NULL: none */
 	const char *token_label;  /* label of the new token, or of the existing one */
-	const char *key_label;    /* label of the new key (another CA in the same token needs its own) */
+	const char *key_label;    /* label of the new key; NULL: "signet-ca-key-" and 8 hex digits of its
+				   * random CKA_ID, so another CA in the same token never collides */
 	const char *pin_file;     /* user PIN file of the existing token: required with hsm_module, else unused */
 	const char *so_pin_file;  /* new SoftHSM2 token only: where its SO PIN goes (mode 0400); must not
 				   * exist and must be outside dir; NULL: "<dir>.so-pin" beside dir */
@@ -93,7 +100,7 @@ typedef struct sg_init_result {
 } sg_init_result;
 
 /* Checks what needs no file system: dir given, labels non-empty and
- * URI-safe, lengths and the TTL within the bounds above, a key type that
+ * well-formed, hsm_init_reserved only with hsm_module and on one line, lengths and the TTL within the bounds above, a key type that
  * exists, pin_file with hsm_module, no so_pin_file with hsm_module.
  * SG_EINVAL with the detail; signetctl reports it as a usage error (exit 2).
  * sg_init_ca calls it first too. */

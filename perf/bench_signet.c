@@ -28,6 +28,7 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <p11-kit/pkcs11.h>
+#include <p11-kit/uri.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -259,12 +260,23 @@ static void bm_raw_csign(sg_bench_state *st, void *arg)
 	pthread_mutex_lock(&open_lock);
 	if (f->C_GetSlotList(CK_TRUE, slots, &ns) == CKR_OK && ns > 0 &&
 	    f->C_OpenSession(slots[0], CKF_SERIAL_SESSION, NULL, NULL, &s) == CKR_OK) {
+		/* The key the config names (hsm-key: its label and CKA_ID). */
 		CK_OBJECT_CLASS cls = CKO_PRIVATE_KEY;
-		CK_ATTRIBUTE t[] = {{CKA_CLASS, &cls, sizeof(cls)}, {CKA_LABEL, "signet-ca-key", 13}};
-		CK_ULONG found = 0;
-		f->C_FindObjectsInit(s, t, 2);
+		CK_ATTRIBUTE t[8] = {{CKA_CLASS, &cls, sizeof(cls)}};
+		CK_ULONG nt = 1, found = 0;
+		P11KitUri *uri = p11_kit_uri_new();
+		if (uri && g.args.s.hsm_key &&
+		    p11_kit_uri_parse(g.args.s.hsm_key, P11_KIT_URI_FOR_OBJECT, uri) == P11_KIT_URI_OK) {
+			CK_ULONG na = 0;
+			CK_ATTRIBUTE *a = p11_kit_uri_get_attributes(uri, &na);
+			for (CK_ULONG i = 0; i < na && nt < 8; i++)
+				if (a[i].type == CKA_LABEL || a[i].type == CKA_ID)
+					t[nt++] = a[i];
+		}
+		f->C_FindObjectsInit(s, t, nt);
 		f->C_FindObjects(s, &key, 1, &found);
 		f->C_FindObjectsFinal(s);
+		p11_kit_uri_free(uri);
 		CK_BBOOL no = CK_FALSE;
 		CK_ATTRIBUTE ct[] = {{CKA_TOKEN, &no, sizeof(no)}};
 		if (found && g.args.s.hsm_copy_key && f->C_CopyObject(s, key, ct, 1, &copy) == CKR_OK)

@@ -129,8 +129,10 @@ expect "...and nothing is created" nothing_of "$tmp/so2"
 expect "...and the SO PIN file is unchanged" test "$so_sum" = "$(sha256sum <"$so")"
 touch "$tmp/so3.so-pin"
 expect "an existing DIR.so-pin is refused" one_line_error 1 "already exists" -- "$ctl" init --dir "$tmp/so3"
-expect "a key label that is no PKCS#11 URI value is refused" one_line_error 2 "labels may hold only" -- \
-  "$ctl" init --dir "$tmp/label" --key-label 'a;id=%01'
+expect "a key label with a control character is refused" one_line_error 2 "control characters" -- \
+  "$ctl" init --dir "$tmp/label" --key-label "$(printf 'a\tb')"
+expect "a key label ending in a space is refused" one_line_error 2 "end with a space" -- \
+  "$ctl" init --dir "$tmp/label" --key-label 'padded '
 expect "an empty key label is refused" one_line_error 2 "must not be empty" -- "$ctl" init --dir "$tmp/label" --key-label ''
 expect "a refused label left no folder" test ! -e "$tmp/label"
 expect "...and DIR is not created" test ! -e "$tmp/so3"

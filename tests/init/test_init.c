@@ -443,9 +443,33 @@ static void t_init_ca(void)
 	SG_CHECK_MSG("--dir is required");
 	o.dir = "x";
 	SG_CHECK_OK(sg_init_check_options(&o));
-	o.key_label = "a;id=%01";
+	o.key_label = "a;id=%01 ok"; /* percent-encoded in the URI */
+	SG_CHECK_OK(sg_init_check_options(&o));
+	o.key_label = " padded";
 	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
-	SG_CHECK_MSG("labels may hold only");
+	SG_CHECK_MSG("begin or end with a space");
+	o.key_label = "padded ";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.key_label = "new\nline";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("control characters");
+	o.key_label = NULL;
+	o.hsm_init_reserved = "configdir='sql:/x'";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("--hsm-init-reserved is for the module given with --hsm-module");
+	o.hsm_module = "/m.so";
+	o.pin_file = "/p";
+	SG_CHECK_OK(sg_init_check_options(&o));
+	o.hsm_init_reserved = "two\nlines";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("control characters");
+	o.hsm_init_reserved = "trailing ";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.hsm_init_reserved = "";
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	o.hsm_init_reserved = NULL;
+	o.hsm_module = NULL;
+	o.pin_file = NULL;
 	o.key_label = "";
 	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
 	o.key_label = "0123456789012345678901234567890123";
@@ -495,6 +519,69 @@ static void t_init_ca(void)
 	rm_tree(state);
 }
 
+/* More CAs in the token of a first one, through --hsm-module: the module
+ * path recorded as given (a symlink stays a symlink), a key label with
+ * spaces and URI delimiters percent-encoded, and the default key label
+ * unique per CA; every CA signs afterwards. */
+static void t_same_token(void)
+{
+	char state[512], dir[PATH_MAX + 32], link[PATH_MAX + 32], pin[PATH_MAX + 40];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	path_of(dir, sizeof(dir), state, "ca");
+	path_of(link, sizeof(link), state, "module.so");
+	path_of(pin, sizeof(pin), dir, "pin");
+	SG_CHECK(symlink(SIGNET_SOFTHSM_MODULE, link) == 0);
+	sg_init_options first = {.dir = dir};
+	sg_init_result *r = calloc(1, sizeof(*r));
+	SG_CHECK(r != NULL);
+	if (!r)
+		return;
+	SG_CHECK_OK(sg_init_ca(&first, r));
+	char first_conf[PATH_MAX];
+	snprintf(first_conf, sizeof(first_conf), "%s", r->config);
+	/* The first init pointed SOFTHSM2_CONF at its token store; the next
+	 * ones use that store through the module alone. */
+	static const char *const labels[] = {"second key; 2/3 ?", NULL, NULL};
+	char confs[3][PATH_MAX];
+	for (int i = 0; i < 3; i++) {
+		char d[1024], name[16];
+		snprintf(name, sizeof(name), "ca%d", i + 2);
+		path_of(d, sizeof(d), state, name);
+		sg_init_options o = {.dir = d, .hsm_module = link, .pin_file = pin, .key_label = labels[i]};
+		SG_CHECK_OK(sg_init_ca(&o, r));
+		snprintf(confs[i], sizeof(confs[i]), "%s", r->config);
+		char *text = slurp(r->config);
+		SG_CHECK(text != NULL);
+		if (!text)
+			continue;
+		char want[2 * PATH_MAX];
+		snprintf(want, sizeof(want), "hsm-module = %s\n", link);
+		SG_CHECK(strstr(text, want) != NULL);
+		SG_CHECK(strstr(text, "hsm-token = pkcs11:token=signet-ca\n") != NULL);
+		if (labels[i])
+			SG_CHECK(strstr(text, "hsm-key = pkcs11:object=second%20key%3B%202%2F3%20%3F;id=%") != NULL);
+		else
+			SG_CHECK(strstr(text, "hsm-key = pkcs11:object=" SG_INIT_DEFAULT_KEY_LABEL "-") != NULL);
+		free(text);
+	}
+	/* Two CAs with the default label: different labels. */
+	char *t3 = slurp(confs[1]), *t4 = slurp(confs[2]);
+	SG_CHECK(t3 && t4);
+	if (t3 && t4) {
+		char *k3 = strstr(t3, "hsm-key = "), *k4 = strstr(t4, "hsm-key = ");
+		SG_CHECK(k3 && k4 && strncmp(k3, k4, strcspn(k3, "\n")) != 0);
+	}
+	free(t3);
+	free(t4);
+	check_signs(first_conf);
+	for (int i = 0; i < 3; i++)
+		check_signs(confs[i]);
+	free(r);
+	rm_tree(state);
+}
 
 static void touch(const char *dir, const char *name, const char *text, unsigned mode)
 {
@@ -712,5 +799,5 @@ static void t_softhsm_repair(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_two_at_once), SG_TEST(t_unwritable), SG_TEST(t_first_and_second_start),
-	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca),
+	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca), SG_TEST(t_same_token),
 	     SG_TEST(t_ca_remnant), SG_TEST(t_ca_refusals), SG_TEST(t_interrupted_at_so_pin), SG_TEST(t_softhsm_repair))
