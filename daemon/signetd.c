@@ -170,6 +170,10 @@ typedef struct daemon {
 	uint64_t pool_completed;   /* the watchdog's view of the signer pool */
 	uint64_t pool_progress_ns; /* when it last completed work or was idle */
 	bool pool_wedged_logged;
+	/* Since when the HSM has been down without a break (0: it is not),
+	 * written by housekeeping, read by /healthz's thread. */
+	_Atomic uint64_t hsm_down_since_ns;
+	bool hsm_down_reported;
 } daemon;
 
 /* ---- TLS material for gRPC ------------------------------------------------ */
@@ -403,9 +407,21 @@ static int serve_ready(sg_http_response *resp, void *arg)
 	return SG_OK;
 }
 
+/* Alive unless the HSM has been down for longer than hsm-down-limit. The
+ * HSM layer reconnects and re-initialises the module by itself; what it
+ * cannot cure (a module wedged inside, a backend gone for good, a device
+ * the process lost) only a new process can, and a liveness probe is how an
+ * orchestrator is told. Within the limit an outage only takes the replica
+ * out of service (/readyz), so that a short one costs no restart. */
 static int serve_health(sg_http_response *resp, void *arg)
 {
-	(void)arg;
+	daemon *d = arg;
+	uint64_t since = atomic_load(&d->hsm_down_since_ns), limit = (uint64_t)d->a.d.hsm_down_limit * 1000000000u;
+	if (since && limit && sg_now_ns() - since > limit) {
+		resp->status = 503;
+		sg_http_response_static(resp, "HSM down beyond hsm-down-limit\n", 31);
+		return SG_OK;
+	}
 	sg_http_response_static(resp, "ok\n", 3);
 	return SG_OK;
 }
@@ -1041,6 +1057,30 @@ static struct timespec loop_wait(const daemon *d)
 	return (struct timespec){.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)};
 }
 
+/* Keeps hsm_down_since_ns for /healthz and says once when the outage
+ * passes hsm-down-limit (the probe will fail from then on). */
+static void track_hsm_down(daemon *d, bool down)
+{
+	uint64_t now = sg_now_ns(), since = atomic_load(&d->hsm_down_since_ns);
+	if (!down) {
+		if (since)
+			atomic_store(&d->hsm_down_since_ns, 0);
+		d->hsm_down_reported = false;
+		return;
+	}
+	if (!since) {
+		atomic_store(&d->hsm_down_since_ns, now);
+		return;
+	}
+	uint64_t limit = (uint64_t)d->a.d.hsm_down_limit * 1000000000u;
+	if (limit && now - since > limit && !d->hsm_down_reported) {
+		sg_log(SG_LOG_ERROR, "HSM down beyond hsm-down-limit; /healthz fails so that signetd is restarted",
+		       SG_F_INT("seconds", (int64_t)((now - since) / 1000000000u)),
+		       SG_F_STR("hsm", hsm_stats(d).last_fault), SG_F_END);
+		d->hsm_down_reported = true;
+	}
+}
+
 /* Ready when the HSM can sign, the CA is loaded (it is, once started), the
  * serving certificate is valid and the gRPC listener takes connections. */
 static void housekeeping(daemon *d)
@@ -1064,7 +1104,9 @@ static void housekeeping(daemon *d)
 	d->m.seen_refused_limit = gs.refused_limit;
 	d->m.seen_refused_fds = gs.refused_fds;
 	bool accepting = !gs.last_refused_ns || sg_now_ns() - gs.last_refused_ns >= REFUSED_UNREADY_NS;
-	const char *why_not = hsm_stats(d).state == SG_HSM_DOWN       ? "HSM down"
+	bool hsm_down = hsm_stats(d).state == SG_HSM_DOWN;
+	track_hsm_down(d, hsm_down);
+	const char *why_not = hsm_down                                ? "HSM down"
 			      : pool_stalled(d, sg_now_ns())            ? "signer pool makes no progress"
 			      : sg_serving_not_after(d->serving) <= now ? "serving certificate expired"
 			      : atomic_load(&d->stopping)               ? "stopping"

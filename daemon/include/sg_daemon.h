@@ -43,6 +43,7 @@ typedef struct sg_daemon_settings {
 	int64_t max_connection_age_grace;
 	int64_t grpc_memory_limit;
 	int64_t shutdown_grace;
+	int64_t hsm_down_limit;
 	bool sched_batch;
 	/* Kubernetes */
 	char *kubeconfig;
@@ -162,6 +163,9 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "closed and streams reset")   \
 	X("shutdown-grace", SG_OPT_DURATION, shutdown_grace, "15s", 0, 600, NULL,                                 \
 	  "time in-flight requests get to finish on SIGTERM")                                                      \
+	X("hsm-down-limit", SG_OPT_DURATION, hsm_down_limit, "5m", 0, 7LL * 86400, NULL,                          \
+	  "/healthz fails once the HSM has been down this long without recovering, so that a liveness probe "     \
+	  "restarts signetd (0: never)")                                                                           \
 	X("sched-batch", SG_OPT_BOOL, sched_batch, "true", 0, 0, NULL,                                            \
 	  "run signetd's threads as SCHED_BATCH (CPU-bound work: a thread waking another does not get preempted "   \
 	  "by it; fewer context switches under load)")                                                              \

@@ -445,6 +445,48 @@ class HsmFaults(unittest.TestCase):
         self.assertLess(failed / (failed + row["ok_during_fault"]), 0.4, row)
         self.stop_clean()
 
+    def health(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe_port}/healthz", timeout=2) as r:
+                return r.status
+        except urllib.error.HTTPError as e:
+            return e.code
+
+    def test_hsm_down_limit(self):
+        """An HSM down for longer than hsm-down-limit fails /healthz (a
+        liveness probe then restarts signetd); a shorter outage, or the HSM
+        back, keeps it 200. signetd itself keeps running either way."""
+        self.start("downlimit", "--hsm-down-limit=2s")
+        self.assertEqual(self.health(), 200)
+        load = Load(self)  # the HSM layer learns of an outage from failing calls
+        time.sleep(0.3)
+        t_on = time.monotonic()
+        self.set_faults("* error=CKR_DEVICE_ERROR\n")
+        seen, first_503 = [], None
+        while time.monotonic() - t_on < 12 and first_503 is None:
+            h = self.health()
+            seen.append((round(time.monotonic() - t_on, 2), h))
+            if h == 503:
+                first_503 = time.monotonic() - t_on
+            time.sleep(0.1)
+        self.assertIsNotNone(first_503, f"/healthz never failed with the HSM down: {seen[-5:]}\n" + self.text()[-2000:])
+        # Down is seen after a few failed calls or the health poll (~1 s),
+        # then 2 s: never before the limit.
+        self.assertGreater(first_503, 2.0, seen)
+        self.assertEqual(self.ready.status(), 503)
+        self.set_faults("")
+        t_off = time.monotonic()
+        while self.health() != 200:
+            self.assertLess(time.monotonic() - t_off, RECOVER_S, "/healthz still failing after the HSM came back")
+            time.sleep(0.1)
+        self.check_calls("hsm-down-limit", load.stop())
+        self.assertIsNone(self.proc.poll(), "signetd exited: the probe is the orchestrator's to act on")
+        self.assertTrue(any(r.get("msg", "").startswith("HSM down beyond hsm-down-limit") for r in self.records()),
+                        self.text()[-2000:])
+        print(f"hsm-down-limit 2s: /healthz 503 after {first_503:.2f}s down, 200 again "
+              f"{time.monotonic() - t_off:.2f}s after the cure", flush=True)
+        self.stop_clean()
+
     def test_stop_with_hung_sign(self):
         """SIGTERM while a C_Sign hangs: signetd answers every call (the hung
         one DEADLINE_EXCEEDED), and its stop, stuck behind the call the HSM
