@@ -26,5 +26,9 @@ int ctl_parse_subject(char *buf, sg_rdn *rdns, size_t max, size_t *n) SG_MUST_CH
 /* signetctl init (ctl_init.c): the command line of sg_init_ca. Returns the
  * exit status. */
 int ctl_init(int argc, char **argv);
+/* signetctl hsm-check (ctl_hsm_check.c): whether signet will work with a
+ * PKCS#11 module and token, as a report. Returns the exit status: 0 yes, 1
+ * no, 2 usage error. */
+int ctl_hsm_check(int argc, char **argv);
 
 #endif

@@ -8,6 +8,7 @@
  *   status   show the CA and the HSM's health
  *   token    mint a service-account token from the development issuer
  *   request  call signetd's CreateCertificate and print the chain
+ *   hsm-check  tell whether signet will work with a PKCS#11 module and token
  *
  * Subcommands are rows of a table; each parses its own flags with sg_opt and
  * shares the appliance settings (SG_SETTINGS_ROWS) with signetd, so a flag
@@ -458,7 +459,8 @@ static const command commands[] = {
 static void usage(FILE *fp)
 {
 	fprintf(fp, "usage: signetctl COMMAND [options]   (signetctl COMMAND --help for its options)\n\n"
-		    "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n");
+		    "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n"
+		    "  hsm-check  tell whether signet will work with a PKCS#11 module and token\n");
 	for (size_t i = 0; i < N(commands); i++)
 		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
@@ -479,6 +481,8 @@ int main(int argc, char **argv)
 	}
 	if (strcmp(argv[1], "init") == 0)
 		return ctl_init(argc - 2, argv + 2);
+	if (strcmp(argv[1], "hsm-check") == 0)
+		return ctl_hsm_check(argc - 2, argv + 2);
 	const command *cmd = NULL;
 	for (size_t i = 0; i < N(commands); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)

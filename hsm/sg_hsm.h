@@ -199,4 +199,130 @@ SG_API int sg_hsm_init_token(const char *module_path, const char *softhsm_conf, 
  * to sign. */
 SG_API int sg_hsm_generate_key(sg_hsm *h, sg_key_type type) SG_MUST_CHECK;
 
+/* --- hsm-check (signetctl hsm-check; not for the hot path) --- */
+
+/* sg_hsm_check answers "will signet work with this module and token?" by
+ * walking the module the way signetd would, step by step, and recording
+ * what it found: facts for a script (the report fields) and one note per
+ * finding (a level and a short reason) for a person. It never prints. */
+typedef enum sg_hsm_check_step {
+	SG_HSM_CHECK_MODULE = 0, /* load, C_GetInfo, C_Initialize */
+	SG_HSM_CHECK_SLOTS,      /* slots, tokens, which the URI selects */
+	SG_HSM_CHECK_MECHS,      /* mechanisms of the selected token, key types */
+	SG_HSM_CHECK_KEY,        /* login, a temporary key with signet's template */
+	SG_HSM_CHECK_COPY,       /* C_CopyObject to a session object */
+	SG_HSM_CHECK_SIGN,       /* concurrent sessions, verified signatures, rates */
+	SG_HSM_CHECK_STEP_COUNT
+} sg_hsm_check_step;
+
+typedef enum sg_hsm_check_level {
+	SG_HSM_CHECK_OK = 0,
+	SG_HSM_CHECK_WARN,
+	SG_HSM_CHECK_FAIL, /* signet will not work */
+} sg_hsm_check_level;
+
+#define SG_HSM_CHECK_SLOTS_MAX 32  /* slots described (more are counted) */
+#define SG_HSM_CHECK_NOTES_MAX 128 /* notes kept (more are dropped, counted) */
+#define SG_HSM_CHECK_THREADS_MAX 8
+
+typedef struct sg_hsm_check_note {
+	sg_hsm_check_step step;
+	sg_hsm_check_level level;
+	char text[200];
+} sg_hsm_check_note;
+
+typedef struct sg_hsm_check_slot {
+	unsigned long id;
+	char description[65];  /* CK_SLOT_INFO.slotDescription, trimmed */
+	bool token_present;
+	/* The rest only with a token present. */
+	char label[33];        /* CK_TOKEN_INFO, trimmed */
+	char manufacturer[33];
+	char model[17];
+	char serial[17];
+	bool initialized, login_required, user_pin_initialized, user_pin_locked, rng, write_protected;
+	long max_sessions;     /* ulMaxSessionCount; 0: no limit; -1: the token does not say */
+	bool selected;         /* the token URI matches it (an initialised token) */
+} sg_hsm_check_slot;
+
+typedef struct sg_hsm_check_mech {
+	bool present;
+	unsigned long min_bits, max_bits; /* CK_MECHANISM_INFO key sizes as the module states them */
+	bool sign, generate_key_pair, hw; /* CKF_SIGN, CKF_GENERATE_KEY_PAIR, CKF_HW */
+} sg_hsm_check_mech;
+
+typedef struct sg_hsm_check_report {
+	/* 1. module */
+	bool loaded, initialized;
+	bool needs_init_reserved;           /* C_Initialize refused without an init string */
+	unsigned cryptoki_major, cryptoki_minor;
+	char manufacturer[33], library[33]; /* CK_INFO, trimmed */
+	unsigned library_major, library_minor;
+	/* 2. slots */
+	sg_hsm_check_slot slots[SG_HSM_CHECK_SLOTS_MAX];
+	size_t nslots;                      /* described */
+	size_t nslots_total;                /* the module's count */
+	size_t nselected;                   /* initialised tokens the URI matches */
+	int checked;                        /* index into slots of the token checked below, or -1 */
+	/* 3. mechanisms of the checked token */
+	sg_hsm_check_mech ec_gen, ecdsa, rsa_gen, rsa_pkcs;
+	size_t nmechanisms;
+	bool key_types[SG_KEY_TYPE_COUNT];  /* signet's key types the token can hold */
+	/* 4. with a PIN */
+	bool pin_given, logged_in;
+	bool key_generated;                 /* temporary session-object pair made */
+	bool key_fallback;                  /* the module refused the use attributes (sg_hsm_generate_key's fallback) */
+	sg_hsm_key_info key;                /* read back from the temporary private key */
+	/* 5. copy: 0 not tried, 1 a new session object, 2 not supported, 3 same handle, 4 another error */
+	int copy;
+	char copy_rv[32];
+	/* 6. concurrency */
+	unsigned sessions;                  /* sessions opened one at a time */
+	bool concurrency_ok;                /* every signature of the concurrent round verified */
+	unsigned verified, failed;          /* signatures checked in that round */
+	double rate_single, rate_multi;     /* signatures per second, 1 thread and `sessions` threads */
+	uint64_t signatures_single, signatures_multi;
+	double p50_us_single, p99_us_single, p50_us_multi, p99_us_multi; /* C_SignInit + C_Sign */
+	/* 7. verdict */
+	bool works;                         /* no FAIL note */
+	sg_hsm_check_note notes[SG_HSM_CHECK_NOTES_MAX];
+	size_t nnotes, notes_dropped;
+} sg_hsm_check_report;
+
+/* Verifies sig (as sg_hsm_sign returns it: raw r||s, or PKCS#1 v1.5) made
+ * over the caller's sign_input with the key whose SubjectPublicKeyInfo is
+ * spki; SG_OK when it verifies. Called from the checking thread only. */
+typedef int (*sg_hsm_check_verify_fn)(void *arg, const uint8_t *spki, size_t spki_len, const uint8_t *sig,
+				      size_t siglen);
+
+typedef struct sg_hsm_check_options {
+	const char *module_path;   /* NULL: SoftHSM2 */
+	const char *init_reserved; /* C_Initialize pReserved string; NULL: none */
+	const char *softhsm_conf;  /* as sg_hsm_options */
+	const char *token_uri;     /* NULL: every initialised token, the first one checked */
+	const sg_secret *pin;      /* NULL: only what needs no login (steps 1-3) */
+	sg_key_type key_type;      /* of the temporary key */
+	/* What each test signature is made over: a digest (ECDSA) or a
+	 * DigestInfo (RSA) for key_type, at most 128 bytes. */
+	const uint8_t *sign_input;
+	size_t sign_input_len;
+	unsigned sign_ms;          /* length of each timed round; 0: 2000 */
+	unsigned threads;          /* sessions and threads; 0: 8; at most SG_HSM_CHECK_THREADS_MAX */
+	sg_hsm_check_verify_fn verify; /* NULL: signatures are not verified */
+	void *verify_arg;
+} sg_hsm_check_options;
+
+/* Runs the steps above on the module through the same loading path as
+ * sg_hsm_open, stopping where a step fails, and fills *out (which may be
+ * large: allocate it). With a PIN it logs in once (a refused PIN is never
+ * presented again) and makes a key pair of key_type with sg_hsm_generate_key's
+ * template as session objects (CKA_TOKEN=FALSE); every object it makes is
+ * destroyed and every session closed before it returns, on every path, so the
+ * token is left as it was. The PIN is never copied into the report.
+ * Returns SG_OK when the check ran to its end or stopped at a finding (then
+ * out->works tells the answer); SG_EINVAL for bad options (a malformed URI,
+ * or one carrying a PIN) and SG_EINTERNAL when out of memory, with nothing
+ * touched. */
+SG_API int sg_hsm_check(const sg_hsm_check_options *opts, sg_hsm_check_report *out) SG_MUST_CHECK;
+
 #endif
