@@ -141,6 +141,7 @@
 #define DRAIN_MS 10000       /* longest wait for calls in flight before a re-init gives up */
 #define FAILING_DOWN 3       /* signatures given up in a row on a token before it counts as down */
 #define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
+#define PROBES_BEFORE_REINIT 5 /* failed test signatures in a row before the module is re-initialised */
 #define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
 
 /* ------------------------------------------------------------------ */
@@ -461,6 +462,7 @@ typedef struct token {
 	atomic_bool lost;              /* not found again after a module re-init */
 	atomic_uint failing;           /* signatures given up on in a row ("Failing tokens") */
 	_Atomic uint64_t probe_due_ns; /* no test signature before this (CLOCK_MONOTONIC) */
+	atomic_uint probes_failed;     /* test signatures failed in a row */
 	CK_UTF8CHAR serial[16];        /* CK_TOKEN_INFO.serialNumber: with the label, finds it again */
 } token;
 
@@ -1991,9 +1993,25 @@ static void probe_token(sg_hsm *h, token *t)
 		}
 	}
 	pthread_mutex_unlock(&t->lock);
-	if (rc == SG_OK && token_failing(t)) {
-		atomic_store(&t->failing, 0);
-		sg_log(SG_LOG_WARN, "PKCS#11 token signs again", SG_F_STR("token", t->label), SG_F_END);
+	if (rc == SG_OK) {
+		atomic_store(&t->probes_failed, 0);
+		if (token_failing(t)) {
+			atomic_store(&t->failing, 0);
+			sg_log(SG_LOG_WARN, "PKCS#11 token signs again", SG_F_STR("token", t->label), SG_F_END);
+		}
+		return;
+	}
+	/* Sessions open and log in, but nothing signs: the module's state
+	 * behind its sessions is broken (tpm2-pkcs11 after its resource
+	 * manager restarted answers every C_Sign with CKR_GENERAL_ERROR, its
+	 * ESYS context out of sequence), and only C_Finalize + C_Initialize
+	 * renews it. Asked for once the test signatures have failed for a
+	 * while; made by the next stats poll (module_reinit_due). */
+	if (atomic_fetch_add(&t->probes_failed, 1) + 1 >= PROBES_BEFORE_REINIT && atomic_load(&h->mod->owner) &&
+	    !atomic_exchange(&h->mod->wanted, true)) {
+		atomic_store(&t->probes_failed, 0);
+		sg_log(SG_LOG_WARN, "PKCS#11 token fails every test signature; re-initialising the module",
+		       SG_F_STR("token", t->label), SG_F_INT("in_a_row", PROBES_BEFORE_REINIT), SG_F_END);
 	}
 }
 
@@ -2155,9 +2173,10 @@ static void key_template_init(key_template *k, sg_key_type type, bool on_token, 
 	k->e65537[2] = 0x01;
 	k->gen = ec ? CKM_EC_KEY_PAIR_GEN : CKM_RSA_PKCS_KEY_PAIR_GEN;
 	/* The public key verifies and does nothing else; the private key signs
-	 * and does nothing else. The uses are listed last, so that a module
-	 * refusing one of them for the key type can be asked again without
-	 * them (the _base counts), and the result is read back either way. */
+	 * and does nothing else. The uses are listed last (after the _base
+	 * counts): generate_pair clears them after generation, or puts them in
+	 * the template when the module will not clear them; the result is read
+	 * back either way. */
 	CK_ULONG n = 0;
 	k->pub[n++] = (CK_ATTRIBUTE){CKA_TOKEN, &k->on_token, sizeof(k->on_token)};
 	k->pub[n++] = (CK_ATTRIBUTE){CKA_PRIVATE, &k->no, sizeof(k->no)};
@@ -2192,35 +2211,74 @@ static void key_template_init(key_template *k, sg_key_type type, bool on_token, 
 	k->npriv = n;
 }
 
-/* C_GenerateKeyPair with template k on session sh; a module that refuses
- * the use attributes gets the pair generated without them, then each use
- * it turned on cleared where it allows (*fell_back set; may be NULL). The
- * caller reads the result back (read_key_info). */
+/* Sets each attribute of list[0..n) (CK_BBOOLs meant FALSE) that obj has
+ * TRUE to FALSE, where the module allows the change: the caller reads back
+ * what it kept. */
+static void clear_uses(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE obj, const CK_ATTRIBUTE *list,
+                       size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int v = 0;
+		if (get_bool(h, t, sh, obj, list[i].type, &v) == SG_OK && v == 1) {
+			CK_ATTRIBUTE off = list[i];
+			(void)h->f->C_SetAttributeValue(sh, obj, &off, 1);
+		}
+	}
+}
+
+/* Whether any attribute of list[0..n) reads TRUE on obj. */
+static bool any_use_on(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE obj, const CK_ATTRIBUTE *list,
+                       size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		int v = 0;
+		if (get_bool(h, t, sh, obj, list[i].type, &v) == SG_OK && v == 1)
+			return true;
+	}
+	return false;
+}
+
+/* C_GenerateKeyPair with template k on session sh: the pair is made with
+ * the base templates, then every use but signing and verifying is set
+ * FALSE on it (clear_uses). Only when the module keeps a private-key use
+ * it will not clear is the pair made again with the uses FALSE in the
+ * template (the first pair destroyed; *fell_back set, may be NULL).
+ * Why not the template first: a module that misreads a use attribute
+ * fails the generation, and tpm2-pkcs11 1.9 does both (CKA_DECRYPT=FALSE
+ * on an EC key: CKR_GENERAL_ERROR) and, without a resource manager, leaks
+ * the TPM object of the failed attempt, so that the next generation finds
+ * the TPM out of object memory. The caller reads the result back
+ * (read_key_info). */
 static CK_RV generate_pair(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, key_template *k, CK_OBJECT_HANDLE *hpub,
                            CK_OBJECT_HANDLE *hpriv, bool *fell_back)
 {
 	CK_MECHANISM gen = {k->gen, NULL, 0};
-	CK_RV rv = h->f->C_GenerateKeyPair(sh, &gen, k->pub, k->npub, k->priv, k->npriv, hpub, hpriv);
+	const CK_ATTRIBUTE *priv_uses = k->priv + k->npriv_base, *pub_uses = k->pub + k->npub_base;
+	size_t npriv_uses = k->npriv - k->npriv_base, npub_uses = k->npub - k->npub_base;
 	if (fell_back)
 		*fell_back = false;
-	if (rv == CKR_ATTRIBUTE_TYPE_INVALID || rv == CKR_ATTRIBUTE_VALUE_INVALID || rv == CKR_TEMPLATE_INCONSISTENT) {
-		ckr_buf rvb;
-		sg_log(SG_LOG_INFO, "token refused the key-use attributes; generating with its defaults, then clearing them",
-		       SG_F_STR("token", t->label), SG_F_STR("rv", ckr_name(rv, &rvb)), SG_F_END);
-		if (fell_back)
-			*fell_back = true;
-		rv = h->f->C_GenerateKeyPair(sh, &gen, k->pub, k->npub_base, k->priv, k->npriv_base, hpub, hpriv);
-		/* Then each use the module did turn on, off one at a time (where
-		 * the module allows the change; checked by the caller). */
-		for (size_t i = 0; rv == CKR_OK && i < N_KEY_USES; i++) {
-			int v = 0;
-			if (get_bool(h, t, sh, *hpriv, key_uses[i].type, &v) == SG_OK && v == 1) {
-				CK_ATTRIBUTE off = {key_uses[i].type, &k->no, sizeof(k->no)};
-				(void)h->f->C_SetAttributeValue(sh, *hpriv, &off, 1);
-			}
-		}
-	}
-	return rv;
+	CK_RV rv = h->f->C_GenerateKeyPair(sh, &gen, k->pub, k->npub_base, k->priv, k->npriv_base, hpub, hpriv);
+	if (rv != CKR_OK)
+		return rv;
+	clear_uses(h, t, sh, *hpriv, priv_uses, npriv_uses);
+	clear_uses(h, t, sh, *hpub, pub_uses, npub_uses);
+	if (!any_use_on(h, t, sh, *hpriv, priv_uses, npriv_uses))
+		return CKR_OK;
+	CK_OBJECT_HANDLE pub2, priv2;
+	CK_RV rv2 = h->f->C_GenerateKeyPair(sh, &gen, k->pub, k->npub_base, k->priv, k->npriv, &pub2, &priv2);
+	ckr_buf rvb;
+	sg_log(SG_LOG_INFO, "token kept key uses it would not clear; generated again with them off in the template",
+	       SG_F_STR("token", t->label), SG_F_STR("rv", ckr_name(rv2, &rvb)), SG_F_END);
+	if (rv2 != CKR_OK)
+		return CKR_OK; /* the first pair stands; the caller logs the uses it keeps */
+	(void)h->f->C_DestroyObject(sh, *hpriv);
+	(void)h->f->C_DestroyObject(sh, *hpub);
+	*hpub = pub2;
+	*hpriv = priv2;
+	clear_uses(h, t, sh, *hpub, pub_uses, npub_uses);
+	if (fell_back)
+		*fell_back = true;
+	return CKR_OK;
 }
 
 int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
@@ -2704,7 +2762,8 @@ static bool check_key(check *c, bool *skip)
 	     sg_key_type_name(c->type));
 	if (r->key_fallback)
 		note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_WARN,
-		     "the module refused the key-use attributes: generated with its defaults, uses then cleared");
+		     "the module kept key uses it would not clear after generation: generated again with them off in "
+		     "the template");
 	int on_token = 0;
 	if (get_bool(&c->h, &c->t, c->sh, c->priv, CKA_TOKEN, &on_token) == SG_OK && on_token == 1)
 		note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_WARN,

@@ -190,10 +190,12 @@ SG_API int sg_hsm_init_token(const char *module_path, const char *softhsm_conf, 
  * key URI given to sg_hsm_open: private key CKA_TOKEN, CKA_PRIVATE,
  * CKA_SENSITIVE, CKA_SIGN true and CKA_EXTRACTABLE, CKA_DECRYPT, CKA_UNWRAP,
  * CKA_DERIVE, CKA_SIGN_RECOVER false; public key CKA_VERIFY true and
- * CKA_ENCRYPT, CKA_WRAP, CKA_VERIFY_RECOVER, CKA_DERIVE false. A module that
- * refuses the use attributes gets the pair generated without them and each
- * use it turned on cleared with C_SetAttributeValue where it allows; uses it
- * keeps are logged (sg_hsm_key_info_get tells them). Fails with SG_EINVAL
+ * CKA_ENCRYPT, CKA_WRAP, CKA_VERIFY_RECOVER, CKA_DERIVE false. The uses are
+ * set FALSE on the new pair (C_SetAttributeValue); a module that keeps a
+ * private-key use it will not clear gets the pair made again with the uses
+ * FALSE in the template (some modules fail a generation over a use
+ * attribute they misread, so the template is the second way, not the
+ * first). Uses it keeps anyway are logged (sg_hsm_key_info_get tells them). Fails with SG_EINVAL
  * when a key with that id/label exists, and with SG_EHSM (the pair
  * destroyed) when the key reads back extractable, not sensitive or unable
  * to sign. */
