@@ -11,7 +11,9 @@ run_pkgs=(build-essential cmake pkg-config libssl-dev openssl softhsm2 libsofths
 test_pkgs=(clang libclang-rt-14-dev g++ libbenchmark-dev python3-cryptography python3-yaml strace
            python3-grpcio python3-grpc-tools python3-h2 gdb golang-cfssl dpkg-dev golang-go rsync etcd-server
            golang-github-modern-go-reflect2-dev
-           rpm rpmlint systemd mmdebstrap umoci)
+           rpm rpmlint systemd mmdebstrap umoci
+           libnss3 libnss3-tools opensc swtpm swtpm-tools tpm2-tools tpm2-abrmd libtss2-tcti-tabrmd0
+           libtpm2-pkcs11-1 libtpm2-pkcs11-tools opencryptoki dbus-daemon dbus-bin)
 
 want=("${run_pkgs[@]}")
 [ "${1:-run}" = test ] && want+=("${test_pkgs[@]}")
