@@ -358,7 +358,8 @@ static void print_json(const hc_args *a, const char *module, const sg_hsm_check_
 	putchar('{');
 	json_kv_str("key_type", key_types[a->key_type], &g);
 	json_kv_bool("generated", r->key_generated, &g);
-	if (r->key_generated) {
+	json_kv_bool("existing", r->key_existing, &g);
+	if (r->key_generated || r->key_existing) {
 		json_kv_bool("fallback", r->key_fallback, &g);
 		json_kv_bool("sensitive", r->key.sensitive, &g);
 		json_kv_bool("extractable", r->key.extractable, &g);
@@ -429,13 +430,17 @@ static void print_json(const hc_args *a, const char *module, const sg_hsm_check_
 static void usage(void)
 {
 	printf("usage: signetctl hsm-check --hsm-module PATH [--hsm-token URI] [--pin-file F | --pin-env NAME]\n"
-	       "                          [--hsm-init-reserved STR] [--key-type T] [--sign-seconds S] [--json]\n\n"
+	       "                          [--hsm-init-reserved STR] [--hsm-key URI] [--key-type T] [--sign-seconds S]\n"
+	       "                          [--json]\n\n"
 	       "Tells whether signet will work with a PKCS#11 module and token, step by step:\n"
 	       "the module (C_GetInfo, C_Initialize), its slots and tokens, the mechanisms of\n"
 	       "the token --hsm-token selects, and with a PIN: login, a temporary key pair made\n"
 	       "with signet's key template as session objects (nothing is left in the token),\n"
 	       "C_CopyObject, and signing from several sessions at once, verified, with rates.\n"
-	       "Ends with the signet.conf lines to use. Exit status: 0 signet will work\n"
+	       "With --hsm-key (or --config of a CA's signet.conf) the existing key is used\n"
+	       "instead of a temporary one: its attributes are shown and the signing rounds\n"
+	       "use it (the raw C_Sign rate of the key signetd signs with); it is left as it\n"
+	       "was. Ends with the signet.conf lines to use. Exit status: 0 signet will work\n"
 	       "(warnings allowed), 1 it will not, 2 usage error.\n\n");
 	sg_opt_usage(hc_opts, N_HC_OPTS, stdout);
 }
@@ -479,6 +484,7 @@ static int run(hc_args *a, unsigned ms)
 		.softhsm_conf = a->s.softhsm2_conf,
 		.token_uri = a->s.hsm_token,
 		.pin = pin,
+		.key_uri = a->s.hsm_key,
 		.key_type = (sg_key_type)a->key_type,
 		.sign_input = input,
 		.sign_input_len = input_len,

@@ -2403,6 +2403,7 @@ typedef struct check {
 	bool locks;
 	CK_SESSION_HANDLE sh;
 	CK_OBJECT_HANDLE pub, priv, copy;
+	CK_OBJECT_HANDLE existing; /* key_uri's key: signed with, never destroyed */
 	CK_SESSION_HANDLE workers[SG_HSM_CHECK_THREADS_MAX];
 	unsigned nworkers;
 	sg_key_type type;
@@ -2798,6 +2799,47 @@ static bool check_key(check *c, bool *skip)
 	return true;
 }
 
+/* Step 4 with an existing key (key_uri): found by its selectors, its type
+ * and public key read as sg_hsm_open reads them, its attributes reported;
+ * nothing made, so nothing to destroy (c->priv stays out of cleanup). */
+static bool check_existing_key(check *c)
+{
+	sg_hsm_check_report *r = c->r;
+	char d[160];
+	CK_OBJECT_HANDLE key = CK_INVALID_HANDLE;
+	if (find_object(&c->h, &c->t, c->sh, CKO_PRIVATE_KEY, &key, SG_ENOTFOUND) != SG_OK) {
+		note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_FAIL, "%s", sg_error_last()->msg);
+		return false;
+	}
+	sg_key_type got;
+	if (read_key(&c->h, &c->t, c->sh, key, &got, c->spki, sizeof(c->spki), &c->spki_len) != SG_OK) {
+		note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_FAIL, "%s", sg_error_last()->msg);
+		return false;
+	}
+	if (got != c->type) {
+		note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_FAIL, "the key %s is %s: give --key-type %s",
+		     key_desc(&c->h, d, sizeof(d)), sg_key_type_name(got), sg_key_type_name(got));
+		return false;
+	}
+	if (read_key_info(&c->h, &c->t, c->sh, key, &r->key) != SG_OK) {
+		note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_FAIL, "%s", sg_error_last()->msg);
+		return false;
+	}
+	r->key_existing = true;
+	c->existing = key;
+	note(r, SG_HSM_CHECK_KEY, SG_HSM_CHECK_OK, "existing %s key %s found", sg_key_type_name(got),
+	     key_desc(&c->h, d, sizeof(d)));
+	/* signetd uses such a key as it is and warns; so does the check. */
+	note(r, SG_HSM_CHECK_KEY, r->key.sensitive && !r->key.extractable ? SG_HSM_CHECK_OK : SG_HSM_CHECK_WARN,
+	     "CKA_SENSITIVE: %s, CKA_EXTRACTABLE: %s", r->key.sensitive ? "true" : "false",
+	     r->key.extractable ? "true (the key could leave the token)" : "false");
+	char uses[64];
+	sg_hsm_key_uses_text(r->key.other_uses, uses, sizeof(uses));
+	note(r, SG_HSM_CHECK_KEY, r->key.other_uses ? SG_HSM_CHECK_WARN : SG_HSM_CHECK_OK,
+	     "other uses (decrypt, unwrap, derive, sign-recover): %s", r->key.other_uses ? uses : "none");
+	return true;
+}
+
 /* Step 5: signet's session-object copy of the key, as connect_in_call
  * makes it (an explicit CKA_TOKEN=FALSE). */
 static void check_copy(check *c)
@@ -2848,7 +2890,7 @@ static bool worker_sign(check_worker *w, uint8_t *sig, size_t *siglen)
 	check *c = w->c;
 	CK_MECHANISM mech = {sg_key_type_is_ec(c->type) ? CKM_ECDSA : CKM_RSA_PKCS, NULL, 0};
 	CK_ULONG n = CHECK_SIG_MAX;
-	CK_RV rv = c->h.f->C_SignInit(w->sh, &mech, c->priv);
+	CK_RV rv = c->h.f->C_SignInit(w->sh, &mech, c->existing != CK_INVALID_HANDLE ? c->existing : c->priv);
 	if (rv != CKR_OK) {
 		w->rv = rv;
 		w->fn = "C_SignInit";
@@ -3063,8 +3105,19 @@ int sg_hsm_check(const sg_hsm_check_options *opts, sg_hsm_check_report *out)
 	P11KitUri *turi SG_CLEANUP(uri_freep) = NULL;
 	if (opts->token_uri)
 		SG_TRY(uri_parse(&turi, "token", opts->token_uri, P11_KIT_URI_FOR_OBJECT_ON_TOKEN | P11_KIT_URI_FOR_SLOT));
+	P11KitUri *kuri SG_CLEANUP(uri_freep) = NULL;
+	if (opts->key_uri)
+		SG_TRY(uri_parse(&kuri, "key", opts->key_uri, P11_KIT_URI_FOR_OBJECT));
 	check *c SG_AUTOFREE = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
+	if (kuri) {
+		int krc = key_selectors(&c->h, kuri, opts->key_uri);
+		if (krc < 0) {
+			free(c->h.key_id);
+			free(c->h.key_label);
+			return krc;
+		}
+	}
 	memset(out, 0, sizeof(*out));
 	out->works = true;
 	out->checked = -1;
@@ -3073,7 +3126,7 @@ int sg_hsm_check(const sg_hsm_check_options *opts, sg_hsm_check_report *out)
 	c->r = out;
 	c->type = opts->key_type;
 	c->sh = CK_INVALID_HANDLE;
-	c->pub = c->priv = c->copy = CK_INVALID_HANDLE;
+	c->pub = c->priv = c->copy = c->existing = CK_INVALID_HANDLE;
 	snprintf(c->t.label, sizeof(c->t.label), "?");
 	if (pthread_mutex_init(&c->h.open_lock, NULL) != 0)
 		SG_BAIL(SG_EINTERNAL, "pthread_mutex_init failed");
@@ -3087,7 +3140,9 @@ int sg_hsm_check(const sg_hsm_check_options *opts, sg_hsm_check_report *out)
 		if (!opts->pin)
 			note(out, SG_HSM_CHECK_KEY, SG_HSM_CHECK_WARN,
 			     "no PIN (--pin-file or --pin-env): login, key template, copy and signing not checked");
-		else if (check_login(c) && check_key(c, &skip)) {
+		else if (opts->key_uri && check_login(c) && check_existing_key(c))
+			check_sign(c);
+		else if (!opts->key_uri && check_login(c) && check_key(c, &skip)) {
 			check_copy(c);
 			check_sign(c);
 		}
@@ -3097,5 +3152,7 @@ int sg_hsm_check(const sg_hsm_check_options *opts, sg_hsm_check_report *out)
 	module_release(m);
 	pthread_mutex_destroy(&c->h.open_lock);
 	pthread_mutex_destroy(&c->h.fault_lock);
+	free(c->h.key_id);
+	free(c->h.key_label);
 	return SG_OK;
 }

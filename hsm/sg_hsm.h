@@ -273,6 +273,7 @@ typedef struct sg_hsm_check_report {
 	/* 4. with a PIN */
 	bool pin_given, logged_in;
 	bool key_generated;                 /* temporary session-object pair made */
+	bool key_existing;                  /* signing with the key of key_uri instead (found on the token) */
 	bool key_fallback;                  /* the module refused the use attributes (sg_hsm_generate_key's fallback) */
 	sg_hsm_key_info key;                /* read back from the temporary private key */
 	/* 5. copy: 0 not tried, 1 a new session object, 2 not supported, 3 same handle, 4 another error */
@@ -303,6 +304,9 @@ typedef struct sg_hsm_check_options {
 	const char *softhsm_conf;  /* as sg_hsm_options */
 	const char *token_uri;     /* NULL: every initialised token, the first one checked */
 	const sg_secret *pin;      /* NULL: only what needs no login (steps 1-3) */
+	const char *key_uri;       /* sign with this existing private key (id=/object=; CA keys are used as
+				    * they are: its attributes are read, nothing is generated, copied or
+				    * destroyed); NULL: a temporary pair. The key must be key_type. */
 	sg_key_type key_type;      /* of the temporary key */
 	/* What each test signature is made over: a digest (ECDSA) or a
 	 * DigestInfo (RSA) for key_type, at most 128 bytes. */
@@ -321,7 +325,11 @@ typedef struct sg_hsm_check_options {
  * template as session objects (CKA_TOKEN=FALSE); every object it makes is
  * destroyed and every session closed before it returns, on every path, so the
  * token is left as it was. The PIN is never copied into the report.
- * Returns SG_OK when the check ran to its end or stopped at a finding (then
+ * With key_uri the temporary pair is not made: the key the URI names is
+ * found, its attributes read and reported, and the timed rounds sign with
+ * it (the raw C_Sign rate of the key signetd would use); the key is left
+ * as it was. Returns SG_OK when the check ran to its end or stopped at a
+ * finding (then
  * out->works tells the answer); SG_EINVAL for bad options (a malformed URI,
  * or one carrying a PIN) and SG_EINTERNAL when out of memory, with nothing
  * touched. */

@@ -223,11 +223,48 @@ class HsmCheck(unittest.TestCase):
         # ... and a real one is taken.
         with open(conf, "w") as f:
             f.write("hsm-module = %s\nsofthsm2-conf = %s\nhsm-token = pkcs11:token=check%%20token\n"
-                    "pin-file = %s\nhsm-key = pkcs11:object=ca\n" % (MODULE, self.tok.conf, self.tok.pin_file))
+                    "pin-file = %s\n" % (MODULE, self.tok.conf, self.tok.pin_file))
         p = subprocess.run([SIGNETCTL, "hsm-check", "--config", conf, "--sign-seconds", "0.2"], env=self.tok.env,
                            capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         self.assertIn("signet will work with this token: yes", p.stdout)
+
+    def test_existing_key(self):
+        """--config of a CA's signet.conf: signs with the CA key itself
+        (hsm-key), reports its attributes, and leaves it as it was."""
+        ca = os.path.join(self.tok.dir, "ca")
+        subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True,
+                       stdout=subprocess.DEVNULL, timeout=120)
+        conf = os.path.join(ca, "signet.conf")
+        env = {k: v for k, v in os.environ.items() if k != "SOFTHSM2_CONF"}
+        p = subprocess.run([SIGNETCTL, "hsm-check", "--config", conf, "--sign-seconds", "0.2", "--json"], env=env,
+                           capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        r = json.loads(p.stdout)
+        kt = r["key_template"]
+        self.assertTrue(kt["existing"] and not kt["generated"], kt)
+        self.assertTrue(kt["sensitive"] and not kt["extractable"] and kt["sign"] and kt["other_uses"] == [], kt)
+        self.assertFalse(r["copy"]["tested"], r["copy"])
+        self.assertTrue(r["concurrency"]["works"], r["concurrency"])
+        self.assertGreater(r["concurrency"]["single"]["per_second"], 0)
+        # The CA still signs: nothing of it was destroyed.
+        csr = os.path.join(self.tok.dir, "req.pem")
+        subprocess.run(["openssl", "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                        "-keyout", os.path.join(self.tok.dir, "k.pem"), "-subj", "/O=x", "-addext",
+                        "subjectAltName=URI:spiffe://cluster.local/ns/default/sa/default", "-out", csr],
+                       check=True, capture_output=True, timeout=60)
+        p = subprocess.run([SIGNETCTL, "issue", "--config", conf, "--csr", csr], env=env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        # A key URI naming nothing: FAIL (exit 1); the wrong key type: FAIL.
+        p = subprocess.run([SIGNETCTL, "hsm-check", "--config", conf, "--hsm-key", "pkcs11:object=nothing-here",
+                            "--sign-seconds", "0.2"], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("nothing-here", p.stdout)
+        p = subprocess.run([SIGNETCTL, "hsm-check", "--config", conf, "--key-type", "rsa-2048", "--sign-seconds",
+                            "0.2"], env=env, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("give --key-type ecdsa-p256", p.stdout)
 
 
 if __name__ == "__main__":
