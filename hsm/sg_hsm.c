@@ -2403,8 +2403,10 @@ typedef struct check {
 	bool locks;
 	CK_SESSION_HANDLE sh;
 	CK_OBJECT_HANDLE pub, priv, copy;
-	CK_OBJECT_HANDLE existing; /* key_uri's key: signed with, never destroyed */
+	CK_OBJECT_HANDLE existing; /* key_uri's key: never destroyed */
 	CK_SESSION_HANDLE workers[SG_HSM_CHECK_THREADS_MAX];
+	CK_OBJECT_HANDLE worker_keys[SG_HSM_CHECK_THREADS_MAX]; /* per session: what it signs with */
+	bool worker_copies[SG_HSM_CHECK_THREADS_MAX];           /* worker_keys[i] is its own copy */
 	unsigned nworkers;
 	sg_key_type type;
 	uint8_t spki[SPKI_MAX];
@@ -2870,9 +2872,43 @@ static void check_copy(check *c)
 	}
 }
 
+/* What each worker session signs with. The temporary key is a session
+ * object already. An existing (token) key is copied to a session object
+ * per session first, as signetd does with hsm-copy-key (its default):
+ * besides being faster on SoftHSM2, it keeps threads off one token object,
+ * which openCryptoki 3.8's soft token does not survive (a SEGV in
+ * object_mgr_find_in_map1 with eight threads signing one token key). A
+ * module without C_CopyObject signs with the token key, as signetd would. */
+static void worker_keys(check *c)
+{
+	unsigned copies = 0;
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		c->worker_keys[i] = c->existing != CK_INVALID_HANDLE ? c->existing : c->priv;
+		c->worker_copies[i] = false;
+		if (c->existing == CK_INVALID_HANDLE)
+			continue;
+		CK_BBOOL no = CK_FALSE;
+		CK_ATTRIBUTE tmpl[] = {{CKA_TOKEN, &no, sizeof(no)}};
+		CK_OBJECT_HANDLE copy = CK_INVALID_HANDLE;
+		if (c->h.f->C_CopyObject(c->workers[i], c->existing, tmpl, 1, &copy) == CKR_OK &&
+		    copy != CK_INVALID_HANDLE && copy != c->existing) {
+			c->worker_keys[i] = copy;
+			c->worker_copies[i] = true;
+			copies++;
+		}
+	}
+	if (c->existing == CK_INVALID_HANDLE)
+		return;
+	const char *how = copies == c->nworkers ? "each session signs with its own session copy of the key, as signetd does"
+	                  : copies ? "some sessions sign with a session copy of the key, the others with the token key"
+	                           : "sessions sign with the token key itself (C_CopyObject refused), as signetd would";
+	note(c->r, SG_HSM_CHECK_SIGN, SG_HSM_CHECK_OK, "%s", how);
+}
+
 typedef struct check_worker {
 	check *c;
 	CK_SESSION_HANDLE sh;
+	CK_OBJECT_HANDLE key;
 	unsigned mode; /* 0: CHECK_SIGS verified signatures; 1: timed */
 	uint64_t until_ns;
 	uint64_t start_ns, end_ns;
@@ -2890,7 +2926,7 @@ static bool worker_sign(check_worker *w, uint8_t *sig, size_t *siglen)
 	check *c = w->c;
 	CK_MECHANISM mech = {sg_key_type_is_ec(c->type) ? CKM_ECDSA : CKM_RSA_PKCS, NULL, 0};
 	CK_ULONG n = CHECK_SIG_MAX;
-	CK_RV rv = c->h.f->C_SignInit(w->sh, &mech, c->existing != CK_INVALID_HANDLE ? c->existing : c->priv);
+	CK_RV rv = c->h.f->C_SignInit(w->sh, &mech, w->key);
 	if (rv != CKR_OK) {
 		w->rv = rv;
 		w->fn = "C_SignInit";
@@ -2948,6 +2984,7 @@ static bool run_workers(check *c, check_worker *w, unsigned nthreads, unsigned m
 	for (unsigned i = 0; i < nthreads; i++) {
 		w[i].c = c;
 		w[i].sh = c->workers[i];
+		w[i].key = c->worker_keys[i];
 		w[i].mode = mode;
 		w[i].until_ns = until;
 		w[i].count = 0;
@@ -3034,6 +3071,7 @@ static void check_sign(check *c)
 	if (!c->nworkers)
 		return;
 	note(r, SG_HSM_CHECK_SIGN, SG_HSM_CHECK_OK, "%u sessions opened one at a time", c->nworkers);
+	worker_keys(c);
 	if (!c->o->sign_input || !c->o->sign_input_len || c->o->sign_input_len > CHECK_INPUT_MAX) {
 		note(r, SG_HSM_CHECK_SIGN, SG_HSM_CHECK_WARN, "no input to sign given: signing not checked");
 		return;
@@ -3086,8 +3124,11 @@ out:
  * slow to notice). */
 static void check_cleanup(check *c)
 {
-	for (unsigned i = 0; i < c->nworkers; i++)
+	for (unsigned i = 0; i < c->nworkers; i++) {
+		if (c->worker_copies[i])
+			(void)c->h.f->C_DestroyObject(c->workers[i], c->worker_keys[i]);
 		c->h.f->C_CloseSession(c->workers[i]);
+	}
 	c->nworkers = 0;
 	if (c->sh != CK_INVALID_HANDLE) {
 		CK_OBJECT_HANDLE objs[3] = {c->copy, c->priv, c->pub};
