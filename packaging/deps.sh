@@ -29,3 +29,12 @@ if [ "$(id -u)" -ne 0 ]; then sudo=sudo; else sudo=; fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# The portability stage starts its own pkcsslotd on a reset soft token
+# (tests/hsm/modules/opencryptoki.sh); a test machine that runs systemd has
+# just had the package's own started. Only when this run installed it.
+case " ${missing[*]} " in
+  *" opencryptoki "*)
+    if [ -d /run/systemd/system ]; then
+      $sudo systemctl disable --now pkcsslotd.service >/dev/null 2>&1 || true
+    fi ;;
+esac
