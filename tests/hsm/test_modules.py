@@ -167,23 +167,22 @@ class Modules(unittest.TestCase):
             for p in files:
                 os.unlink(p)
 
-    def health(self, port):
+    @staticmethod
+    def probe(port, path):
+        """The HTTP status of signetd's probe path, or None."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as r:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
                 return r.status
         except urllib.error.HTTPError as e:
             return e.code
         except OSError:
             return None
 
+    def health(self, port):
+        return self.probe(port, "/healthz")
+
     def ready(self, port):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:
-            return None
+        return self.probe(port, "/readyz")
 
     def test_issuance(self):
         # 2. hsm-check, before anything is made in the token.
