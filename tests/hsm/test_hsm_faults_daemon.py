@@ -117,6 +117,17 @@ class Load:
         return self.calls
 
 
+def probe(port, path):
+    """The HTTP status of signetd's probe path, or None."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
+    except OSError:
+        return None
+
+
 class Ready:
     """/readyz polled every 50 ms: (time, status) samples."""
 
@@ -126,13 +137,7 @@ class Ready:
         self.th.start()
 
     def status(self):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/readyz", timeout=2) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
-        except OSError:
-            return None
+        return probe(self.port, "/readyz")
 
     def run(self):
         while not self.stop_ev.is_set():
@@ -446,11 +451,7 @@ class HsmFaults(unittest.TestCase):
         self.stop_clean()
 
     def health(self):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe_port}/healthz", timeout=2) as r:
-                return r.status
-        except urllib.error.HTTPError as e:
-            return e.code
+        return probe(self.probe_port, "/healthz")
 
     def test_hsm_down_limit(self):
         """An HSM down for longer than hsm-down-limit fails /healthz (a

@@ -467,6 +467,15 @@ static void t_init_ca(void)
 	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
 	o.hsm_init_reserved = "";
 	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	char longest[SG_INIT_INIT_RESERVED_MAX + 2];
+	memset(longest, 'x', sizeof(longest) - 1);
+	longest[SG_INIT_INIT_RESERVED_MAX] = 0; /* at the limit */
+	o.hsm_init_reserved = longest;
+	SG_CHECK_OK(sg_init_check_options(&o));
+	longest[SG_INIT_INIT_RESERVED_MAX] = 'x'; /* one past */
+	longest[SG_INIT_INIT_RESERVED_MAX + 1] = 0;
+	SG_CHECK_RC(sg_init_check_options(&o), SG_EINVAL);
+	SG_CHECK_MSG("1 to 1024 bytes");
 	o.hsm_init_reserved = NULL;
 	o.hsm_module = NULL;
 	o.pin_file = NULL;
