@@ -221,6 +221,7 @@ typedef struct sg_grpc_channel_options {
 	const char *client_key_pem;  /* ... and its key */
 	bool own_connection;         /* do not share connections with other channels (load tests) */
 	unsigned keepalive_ms;       /* ping the server this often, also when idle; 0: gRPC default (off) */
+	unsigned reconnect_backoff_max_ms; /* cap of gRPC's reconnect backoff (0: gRPC's 120 s) */
 } sg_grpc_channel_options;
 
 /* A channel (connections are made lazily and shared by calls); free with

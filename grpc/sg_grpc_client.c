@@ -78,7 +78,7 @@ int sg_grpc_channel_new(sg_grpc_channel **out, const sg_grpc_channel_options *o)
 	} else {
 		creds = grpc_insecure_credentials_create();
 	}
-	grpc_arg args[6];
+	grpc_arg args[9];
 	size_t n = 0;
 	args[n].type = GRPC_ARG_INTEGER;
 	args[n].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -98,6 +98,23 @@ int sg_grpc_channel_new(sg_grpc_channel **out, const sg_grpc_channel_options *o)
 		args[n].type = GRPC_ARG_INTEGER;
 		args[n].key = (char *)GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA;
 		args[n++].value.integer = 0;
+	}
+	if (o->reconnect_backoff_max_ms) {
+		/* A caller that retries on its own schedule (a node agent) must
+		 * reach a CA that comes back within seconds, not after gRPC's
+		 * backoff has grown to two minutes; the first attempts start at
+		 * most a second apart so the cap is not reached at once either. */
+		int max = o->reconnect_backoff_max_ms > INT32_MAX ? INT32_MAX : (int)o->reconnect_backoff_max_ms;
+		int first = max < 1000 ? max : 1000;
+		args[n].type = GRPC_ARG_INTEGER;
+		args[n].key = (char *)GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+		args[n++].value.integer = max;
+		args[n].type = GRPC_ARG_INTEGER;
+		args[n].key = (char *)GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+		args[n++].value.integer = first;
+		args[n].type = GRPC_ARG_INTEGER;
+		args[n].key = (char *)GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
+		args[n++].value.integer = first;
 	}
 	if (o->server_name) {
 		args[n].type = GRPC_ARG_STRING;

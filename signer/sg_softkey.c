@@ -100,10 +100,15 @@ static int make_csr(const sg_softkey_request *r, EVP_PKEY *k, char **out)
 	return rc;
 }
 
-static int key_pem(EVP_PKEY *k, char **out)
+/* The key as PEM: PKCS#8, or the traditional PKCS#1/SEC1 form that some
+ * readers of workload keys still expect (istio-agent writes either). */
+static int key_pem(EVP_PKEY *k, bool pkcs8, char **out)
 {
 	BIO *b = BIO_new(BIO_s_secmem());
-	*out = b && PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL) == 1 ? bio_string(b) : NULL;
+	int w = !b ? 0
+		: pkcs8 ? PEM_write_bio_PrivateKey(b, k, NULL, NULL, 0, NULL, NULL)
+			: PEM_write_bio_PrivateKey_traditional(b, k, NULL, NULL, 0, NULL, NULL);
+	*out = w == 1 ? bio_string(b) : NULL;
 	BIO_free(b);
 	SG_ENSURE(*out, SG_EINTERNAL, "cannot encode a software key");
 	return SG_OK;
@@ -129,25 +134,43 @@ static int join_chain(const sg_issue_result *res, char **out)
 	return SG_OK;
 }
 
-int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *r, sg_softkey_result *out)
+/* The request's names and key size, as both entry points require. */
+static int check_request(const sg_softkey_request *r)
 {
-	memset(out, 0, sizeof(*out));
 	SG_ENSURE(r->ndns + r->nuris > 0, SG_EINVAL, "a software key's certificate needs at least one name");
 	SG_ENSURE(r->ndns + r->nuris <= SG_SOFTKEY_MAX_NAMES, SG_EINVAL, "more than %d names",
 		  SG_SOFTKEY_MAX_NAMES);
+	for (size_t i = 0; i < r->ndns; i++)
+		SG_ENSURE(r->dns[i] && r->dns[i][0], SG_EINVAL, "an empty DNS name");
+	for (size_t i = 0; i < r->nuris; i++)
+		SG_ENSURE(r->uris[i] && r->uris[i][0], SG_EINVAL, "an empty URI");
 	SG_ENSURE(r->type != SG_SOFTKEY_RSA || r->rsa_bits >= 2048, SG_EINVAL, "RSA keys have at least 2048 bits");
+	return SG_OK;
+}
+
+int sg_softkey_csr(const sg_softkey_request *r, bool pkcs8, char **key, char **csr)
+{
+	*key = *csr = NULL;
+	SG_TRY(check_request(r));
 	ERR_clear_error();
 	EVP_PKEY *k = make_key(r);
 	SG_ENSURE(k, SG_EINTERNAL, "cannot make a software key");
-	char *csr = NULL, *key = NULL;
-	int rc = make_csr(r, k, &csr);
+	int rc = make_csr(r, k, csr);
 	if (rc == SG_OK)
-		rc = key_pem(k, &key);
+		rc = key_pem(k, pkcs8, key);
 	EVP_PKEY_free(k);
 	if (rc < 0) {
-		free(csr);
-		return rc;
+		free(*csr);
+		*csr = NULL;
 	}
+	return rc;
+}
+
+int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *r, sg_softkey_result *out)
+{
+	memset(out, 0, sizeof(*out));
+	char *csr = NULL, *key = NULL;
+	SG_TRY(sg_softkey_csr(r, true, &key, &csr));
 	sg_issue_request req = {
 		.csr = (const uint8_t *)csr,
 		.csr_len = strlen(csr),
@@ -159,7 +182,7 @@ int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *r, sg_softkey_resu
 		.deadline_ns = sg_now_ns() + (r->timeout_ns ? r->timeout_ns : DEFAULT_TIMEOUT_NS),
 	};
 	sg_issue_result res;
-	rc = sg_pool_issue(pool, &req, &res);
+	int rc = sg_pool_issue(pool, &req, &res);
 	free(csr);
 	if (rc == SG_OK) {
 		rc = join_chain(&res, &out->chain_pem);

@@ -17,6 +17,7 @@
 
 #include "sg_pool.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -53,6 +54,15 @@ typedef struct sg_softkey_result {
  * without names or with more than SG_SOFTKEY_MAX_NAMES, the pool's errors
  * otherwise. */
 SG_API int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *req, sg_softkey_result *out) SG_MUST_CHECK;
+/* Makes the key and a CSR for r's names (r->cn NULL: an empty subject),
+ * without issuing anything: for a client that sends the CSR to a CA of its
+ * own (the node agent's sg_caclient). The names are checked as for
+ * sg_softkey_issue (SG_EINVAL); ttl, ext_key_usage and timeout_ns are not
+ * used. The key is PEM, PKCS#8 ("PRIVATE KEY") when pkcs8, else the
+ * traditional form ("RSA PRIVATE KEY" / "EC PRIVATE KEY"), encoded in
+ * OpenSSL's secure memory. On success the caller frees *key_pem (after
+ * sg_wipe) and *csr_pem with free(); on failure both are NULL. */
+SG_API int sg_softkey_csr(const sg_softkey_request *r, bool pkcs8, char **key_pem, char **csr_pem) SG_MUST_CHECK;
 /* Frees (wiping the key) and zeroes; accepts a zeroed result. */
 SG_API void sg_softkey_result_clear(sg_softkey_result *r);
 
