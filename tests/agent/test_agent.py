@@ -1,0 +1,577 @@
+#!/usr/bin/python3
+"""signet-agent against a real kube-apiserver (tests/kube/apiserver.sh, or
+the shared one SIGNET_KUBE_ENV names) and a real signetd with node
+authorization (--ca-trusted-node-accounts), the agent's token minted by the
+API server (TokenRequest, bound to the agent's pod), every certificate
+checked with `openssl verify` and its key with openssl.
+
+Each agent serves a node of its own, so the scenarios run side by side on
+one API server, in namespaces of this run:
+  - node A (the main agent, 2-minute certificates): pods on A get their
+    service account's certificate and pods on another node do not; two
+    pods of one account share one certificate (one request); deleting one
+    keeps it, deleting both removes it and its folder; a pod updated 100
+    times and deleted leaves nothing behind; a stale folder from an
+    earlier run is swept at start; the certificates are refreshed at
+    half-life (new serial, new key, the chain verifies);
+  - node C: its CA (a second signetd on a fixed port) is down when a pod
+    arrives: requests are retried with growing delays, and the
+    certificate arrives soon after the CA is back;
+  - node D: a certificate shorter than --refresh-floor is not refreshed
+    in a loop;
+  - node E: an agent whose token names a pod on node A asks for the
+    accounts of node E's pods: signetd refuses them (no pod of that account
+    on the caller's node), nothing is written;
+  - the manifests: packaging/kubernetes/agent.yaml passes the API server's
+    validation (server-side dry run) and its ServiceAccount may list and
+    watch pods.
+
+usage: test_agent.py SIGNET_AGENT SIGNETCTL SIGNETD SOURCE_DIR
+"""
+import os
+import re
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+import uuid
+
+import yaml
+
+AGENT, SIGNETCTL, SIGNETD, SOURCE_DIR = sys.argv[1:5]
+del sys.argv[1:5]
+
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "kube"))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tests", "ra"))
+import kube_rest  # noqa: E402
+import signet_e2e  # noqa: E402
+
+wait_for = kube_rest.wait_for
+SANITIZED = signet_e2e.sanitized(SIGNETD)
+RUN = uuid.uuid4().hex[:6]
+NS = f"agent-{RUN}"    # the workloads' namespace
+NS2 = f"agent2-{RUN}"  # a second one
+AGENT_NS = "signet-system"
+AGENT_SA = "signet-agent"
+TTL = 120  # the main agent's certificates: 2 minutes
+
+
+def node(n):
+    return f"{n}-{RUN}"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def read(path, mode="r"):
+    with open(path, mode) as f:
+        return f.read()
+
+
+class Kube(kube_rest.Kube):
+    def ensure(self, path, body):
+        code, doc = self.req("POST", path, body)
+        assert code in (201, 409), f"POST {path}: {code} {doc.get('message')}"
+
+    def namespace(self, name):
+        self.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+
+    def service_account(self, ns, name):
+        self.ensure(f"/api/v1/namespaces/{ns}/serviceaccounts",
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name}})
+
+    def pod(self, ns, name, sa, node_name, labels=None):
+        doc = self.ok("POST", f"/api/v1/namespaces/{ns}/pods",
+                      {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels or {}},
+                       "spec": {"serviceAccountName": sa, "nodeName": node_name,
+                                "containers": [{"name": "c", "image": "none"}]}})
+        return doc["metadata"]["uid"]
+
+    def delete_pod(self, ns, name):
+        code, doc = self.req("DELETE", f"/api/v1/namespaces/{ns}/pods/{name}?gracePeriodSeconds=0")
+        assert code in (200, 202, 404), f"DELETE pod {ns}/{name}: {code} {doc.get('message')}"
+
+    def label_pod(self, ns, name, i):
+        self.ok("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}", {"metadata": {"labels": {"rev": str(i)}}},
+                "application/merge-patch+json")
+
+    def token(self, ns, sa, pod, seconds=3600):
+        spec = {"audiences": ["istio-ca"], "expirationSeconds": seconds,
+                "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod[0], "uid": pod[1]}}
+        doc = self.ok("POST", f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token",
+                      {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        return doc["status"]["token"]
+
+
+class Signetd:
+    """signetd with the cluster, on a port of our choosing (so that it can
+    be stopped and started again where the agent looks for it)."""
+
+    def __init__(self, port=0):
+        self.port = port
+        self.proc = None
+        self.log = None
+
+    def start(self):
+        env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+        self.log_path = os.path.join(C.tmp, f"signetd.{time.time_ns()}.log")
+        self.log = open(self.log_path, "w+")
+        self.proc = subprocess.Popen(
+            [SIGNETD, "--config", C.conf, "--serving-address", f"127.0.0.1:{self.port}",
+             "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
+             "--log-format", "json", "--signer-threads", "2", "--kubeconfig", C.api.env["KUBECONFIG"],
+             "--token-authenticator", "tokenreview", "--root-ca-configmap=false",
+             "--ca-trusted-node-accounts", f"{AGENT_NS}/{AGENT_SA}",
+             "--max-client-certificate-duration", "24h"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        rec = signet_e2e.wait_serving(self.proc, self.records)
+        assert rec is not None, "signetd did not start:\n" + read(self.log_path)
+        self.port = rec["port"]
+        self.metrics_port = rec.get("metrics_port")
+
+    def records(self):
+        return signet_e2e.json_records(read(self.log_path).splitlines())
+
+    def issued(self):
+        """Certificates issued, from signetd's audit lines in its log."""
+        return [r for r in self.records() if r.get("msg") == "certificate issued"]
+
+    def stop(self):
+        if self.proc:
+            signet_e2e.stop_process(self.proc)
+            self.log.close()
+            self.proc = None
+
+
+class Agent:
+    """signet-agent for one node, with its own output folder and token."""
+
+    def __init__(self, name, node_name, ca_port, token_pod, *flags):
+        self.name = name
+        self.dir = os.path.join(C.tmp, name)
+        self.out = os.path.join(self.dir, "out")
+        os.makedirs(self.out)
+        self.token_file = os.path.join(self.dir, "token")
+        with open(self.token_file, "w") as f:
+            f.write(C.kube.token(AGENT_NS, AGENT_SA, token_pod) + "\n")
+        self.log_path = os.path.join(self.dir, "agent.log")
+        self.args = [AGENT, "--kubeconfig", C.api.env["KUBECONFIG"], "--node-name", node_name,
+                     "--ca-address", f"127.0.0.1:{ca_port}", "--ca-server-name", "localhost",
+                     "--root-ca-file", C.root_file, "--token-file", self.token_file, "--output-dir", self.out,
+                     "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
+                     "--log-format", "json", *flags]
+        self.proc = None
+
+    def start(self):
+        env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        self.log = open(self.log_path, "a")
+        self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        # Both ports 0: one server answers both (one "metrics endpoint" line).
+        wait_for(f"{self.name}'s start", lambda: self.proc.poll() is not None or self.record("signet-agent started"),
+                 timeout=30)
+        assert self.proc.poll() is None, f"{self.name} exited:\n" + self.text()
+        self.metrics_port = self.record("metrics endpoint")["port"]
+        probe = self.record("probe endpoint")
+        self.probe_port = probe["port"] if probe else self.metrics_port
+
+    def text(self):
+        return read(self.log_path)
+
+    def records(self):
+        return signet_e2e.json_records(self.text().splitlines())
+
+    def record(self, msg):
+        return next((r for r in self.records() if r.get("msg") == msg), None)
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            out = {}
+            for line in r.read().decode().splitlines():
+                if line.startswith("signet_agent_"):
+                    k, v = line.rsplit(" ", 1)
+                    out[k] = float(v)
+            return out
+
+    def ready(self):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.probe_port}/readyz", timeout=5) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    def folder(self, ns, sa):
+        return os.path.join(self.out, ns, sa)
+
+    def stop(self):
+        if self.proc:
+            rc = signet_e2e.stop_process(self.proc)
+            self.log.close()
+            self.proc = None
+            return rc
+        return 0
+
+
+class Cluster:
+    def __init__(self):
+        self.tmp = tempfile.mkdtemp(prefix="agent.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        self.api = kube_rest.ApiServer(self.tmp)
+        # Stopped even when the rest of the set-up fails (tearDownModule
+        # does not run then; stopping twice is harmless).
+        unittest.addModuleCleanup(self.api.stop)
+        self.kube = Kube(self.api.env)
+        ca = os.path.join(self.tmp, "ca")
+        subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True,
+                       stdout=subprocess.DEVNULL)
+        # Without the development token issuer: in a cluster the tokens are
+        # the API server's.
+        self.conf = os.path.join(ca, "kube.conf")
+        with open(os.path.join(ca, "signet.conf")) as src, open(self.conf, "w") as f:
+            f.writelines(line for line in src if not line.startswith(("jwt-issuer", "jwt-jwks-file")))
+        self.root_file = os.path.join(ca, "root-cert.pem")
+        k = self.kube
+        for ns in (AGENT_NS, NS, NS2):
+            k.namespace(ns)
+        k.service_account(AGENT_NS, AGENT_SA)
+        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign"):
+            k.service_account(NS, sa)
+        k.service_account(NS2, "web")
+        # The agents' own pods, one per node (their tokens are bound to them).
+        self.agent_pods = {}
+        for n in ("a", "c", "d"):
+            name = f"signet-agent-{node(n)}"
+            self.agent_pods[n] = (name, k.pod(AGENT_NS, name, AGENT_SA, node(n)))
+        self.signetd = Signetd()
+
+    def close(self, keep):
+        self.signetd.stop()
+        self.api.stop()
+        if keep:
+            print(f"kept {self.tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+C = None
+RESULTS = []
+
+
+def setUpModule():
+    global C
+    C = Cluster()
+    unittest.addModuleCleanup(C.signetd.stop)
+    C.signetd.start()
+
+
+def tearDownModule():
+    ok = RESULTS and all(not r.failures and not r.errors for r in RESULTS)
+    C.close(keep=not ok)
+
+
+def openssl(*args):
+    return subprocess.run(["openssl", *args], capture_output=True, text=True)
+
+
+class Base(unittest.TestCase):
+    def run(self, result=None):
+        result = super().run(result)
+        if result is not None:
+            RESULTS.append(result)
+        return result
+
+    def check_folder(self, agent, ns, sa):
+        """The three files: the chain verifies to the root, the leaf names
+        the account and holds key.pem's key, key.pem is 0600. Returns
+        (serial, key text)."""
+        d = agent.folder(ns, sa)
+        chain, key, root = (os.path.join(d, f) for f in ("cert-chain.pem", "key.pem", "root-cert.pem"))
+        self.assertEqual(stat.S_IMODE(os.stat(key).st_mode), 0o600)
+        v = openssl("verify", "-CAfile", root, "-untrusted", chain, chain)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        self.assertEqual(read(root).strip(), read(C.root_file).strip())
+        text = openssl("x509", "-in", chain, "-noout", "-text", "-serial").stdout
+        self.assertIn(f"URI:spiffe://cluster.local/ns/{ns}/sa/{sa}", text)
+        cert_pub = openssl("x509", "-in", chain, "-noout", "-pubkey").stdout
+        key_pub = openssl("pkey", "-in", key, "-pubout").stdout
+        self.assertTrue(cert_pub and cert_pub == key_pub, "key.pem does not hold the leaf's key")
+        serial = re.search(r"serial=([0-9A-F]+)", text).group(1)
+        return serial, read(key)
+
+
+class NodeA(Base):
+    """The main agent: node A, 2-minute certificates."""
+
+    @classmethod
+    def setUpClass(cls):
+        k = C.kube
+        cls.pods = {}
+        cls.agent = Agent("agent-a", node("a"), C.signetd.port, C.agent_pods["a"], "--secret-ttl", f"{TTL}s")
+        # A folder an earlier run left behind, for an account with no pod
+        # here: swept at start.
+        stale = cls.agent.folder(NS, "gone")
+        os.makedirs(stale)
+        os.symlink("..old", os.path.join(stale, "..data"))
+        os.mkdir(os.path.join(stale, "..old"))
+        cls.stale = stale
+        cls.pods["web-1"] = k.pod(NS, "web-1", "web", node("a"))
+        cls.pods["db-b"] = k.pod(NS, "db-b", "db", node("b"))  # another node
+        cls.t_start = time.monotonic()
+        cls.agent.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.agent.stop()
+        assert rc == 0, f"signet-agent exited {rc}:\n{cls.agent.text()[-3000:]}"
+
+    def wait_files(self, ns, sa, timeout=60):
+        return wait_for(f"{ns}/{sa}'s files", lambda: os.path.exists(
+            os.path.join(self.agent.folder(ns, sa), "cert-chain.pem")), timeout=timeout)
+
+    def wait_gone(self, ns, sa, timeout=30):
+        return wait_for(f"{ns}/{sa}'s folder removed", lambda: not os.path.exists(self.agent.folder(ns, sa)),
+                        timeout=timeout)
+
+    def requests_for(self, ns, sa):
+        ident = f"spiffe://cluster.local/ns/{ns}/sa/{sa}"
+        return [r for r in C.signetd.issued() if r.get("identity") == ident]
+
+    def test_a_pods_on_the_node_only(self):
+        self.wait_files(NS, "web")
+        self.check_folder(self.agent, NS, "web")
+        wait_for("ready", self.agent.ready, timeout=30)
+        self.assertFalse(os.path.exists(self.agent.folder(NS, "db")), "a pod of another node got a certificate")
+        # The sweep runs once, two ticks after the first list.
+        wait_for("the stale folder of an earlier run swept", lambda: not os.path.exists(self.stale), timeout=15)
+
+    def test_b_two_pods_share_one_certificate(self):
+        k = C.kube
+        k.pod(NS, "batch-1", "batch", node("a"))
+        k.pod(NS, "batch-2", "batch", node("a"))
+        self.wait_files(NS, "batch")
+        serial, _ = self.check_folder(self.agent, NS, "batch")
+        time.sleep(1.0)
+        self.assertEqual(len(self.requests_for(NS, "batch")), 1, "two pods of one account made two requests")
+        k.delete_pod(NS, "batch-1")
+        time.sleep(2.0)
+        self.assertTrue(os.path.exists(self.agent.folder(NS, "batch")), "deleting one of two pods dropped it")
+        self.assertEqual(self.check_folder(self.agent, NS, "batch")[0], serial)
+        k.delete_pod(NS, "batch-2")
+        self.wait_gone(NS, "batch")
+        self.assertTrue(os.path.isdir(os.path.join(self.agent.out, NS)), "the namespace folder went too early")
+
+    def test_c_pod_updated_100_times_leaves_nothing(self):
+        k = C.kube
+        k.pod(NS, "churn-1", "churn", node("a"))
+        self.wait_files(NS, "churn")
+        for i in range(100):
+            k.label_pod(NS, "churn-1", i)
+        k.delete_pod(NS, "churn-1")
+        self.wait_gone(NS, "churn")
+        ident = f"spiffe://cluster.local/ns/{NS}/sa/churn"
+
+        def settled():
+            m = self.agent.metrics()
+            dropped = [r for r in self.agent.records() if r.get("msg", "").startswith("certificate dropped")
+                       and r.get("service_account") == "churn"]
+            return dropped and m
+        m = wait_for("the drop", settled, timeout=20)
+        self.assertEqual(len(self.requests_for(NS, "churn")), 1, ident)
+        # Only web (and whatever a running test holds) remains counted.
+        self.assertLessEqual(m["signet_agent_identities"], 3, m)
+
+    def test_d_other_namespace_and_late_pod(self):
+        k = C.kube
+        k.pod(NS2, "web-1", "web", node("a"))
+        self.wait_files(NS2, "web")
+        self.check_folder(self.agent, NS2, "web")
+        k.delete_pod(NS2, "web-1")
+        self.wait_gone(NS2, "web")
+        self.assertFalse(os.path.exists(os.path.join(self.agent.out, NS2)), "the empty namespace folder stayed")
+
+    def test_z_refreshed_at_half_life(self):
+        """Last (it waits past half of the 2-minute lifetime): web's
+        certificate is replaced, with a new key, and still verifies."""
+        self.wait_files(NS, "web")
+        serial0, key0 = self.check_folder(self.agent, NS, "web")
+        issued = next(r for r in self.agent.records() if r.get("msg") == "certificate issued"
+                      and r.get("service_account") == "web" and r.get("namespace") == NS)
+        due = issued["refresh_at"] - issued["not_after"] + TTL  # seconds after not_before
+        self.assertTrue(TTL * 0.4 <= due <= TTL * 0.6 + 1, issued)
+
+        def refreshed():
+            s, key = self.check_folder(self.agent, NS, "web")
+            return (s, key) if s != serial0 else None
+        serial1, key1 = wait_for("web's refresh", refreshed, timeout=TTL * 0.6 + 30, interval=1.0)
+        self.assertNotEqual(key1, key0, "the key was not rotated")
+        m = self.agent.metrics()
+        self.assertGreaterEqual(m["signet_agent_refreshes_total"], 1, m)
+        self.assertGreater(m["signet_agent_certificate_expiry_seconds"], 0, m)
+        self.assertLessEqual(m["signet_agent_certificate_expiry_seconds"], TTL, m)
+        # The old version's folder is gone; ..data names the new one.
+        d = self.agent.folder(NS, "web")
+        versions = [n for n in os.listdir(d) if n.startswith("..") and n != "..data"]
+        self.assertEqual(len(versions), 1, versions)
+        self.assertEqual(os.readlink(os.path.join(d, "..data")), versions[0])
+
+
+class CaDown(Base):
+    """Node C's CA is down when its pod arrives: retried with growing
+    delays, caught up once the CA is back."""
+
+    def test_retried_and_caught_up(self):
+        port = free_port()
+        ca = Signetd(port)
+        ca.start()
+        agent = Agent("agent-c", node("c"), port, C.agent_pods["c"], "--retry-initial", "1s", "--retry-max", "8s")
+        agent.start()
+        try:
+            ca.stop()
+            t_down = time.monotonic()
+            C.kube.pod(NS, "late-1", "late", node("c"))
+            fails = wait_for("four failed requests", lambda: [
+                r for r in agent.records() if r.get("msg") == "certificate request failed"][:4] if len([
+                    r for r in agent.records() if r.get("msg") == "certificate request failed"]) >= 4 else None,
+                timeout=40)
+            delays = [r["retry_ms"] for r in fails]
+            # 1 s doubling (+-20 %): each delay longer than the one before.
+            self.assertTrue(all(b > a for a, b in zip(delays, delays[1:])), delays)
+            self.assertLessEqual(max(delays), 8000 * 1.2 + 1, delays)
+            self.assertFalse(agent.ready(), "ready while an account waits for its certificate")
+            self.assertFalse(os.path.exists(agent.folder(NS, "late")))
+            ca.start()  # the same port
+            t_up = time.monotonic()
+            wait_for("late's files after the CA came back", lambda: os.path.exists(
+                os.path.join(agent.folder(NS, "late"), "cert-chain.pem")), timeout=8 * 1.2 + 15)
+            caught = time.monotonic() - t_up
+            self.check_folder(agent, NS, "late")
+            wait_for("ready", agent.ready, timeout=10)
+            print(f"CA down {t_up - t_down:.1f}s: retry delays {delays} ms; certificate {caught:.1f}s after "
+                  f"the CA came back", flush=True)
+        finally:
+            rc = agent.stop()
+            ca.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
+class Floor(Base):
+    """Node D: 1-minute certificates and a 2-minute refresh floor: one
+    request, not a loop."""
+
+    def test_short_certificate_does_not_loop(self):
+        agent = Agent("agent-d", node("d"), C.signetd.port, C.agent_pods["d"], "--secret-ttl", "60s",
+                      "--refresh-floor", "120s")
+        agent.start()
+        try:
+            C.kube.pod(NS, "short-1", "short", node("d"))
+            wait_for("short's files", lambda: os.path.exists(
+                os.path.join(agent.folder(NS, "short"), "cert-chain.pem")), timeout=60)
+            time.sleep(10)
+            # One request for short (the agent's own pod on node D has its
+            # account's certificate too), and no refresh at all.
+            issued = [r for r in agent.records() if r.get("msg") == "certificate issued"
+                      and r.get("service_account") == "short"]
+            self.assertEqual(len(issued), 1, agent.text()[-2000:])
+            self.assertEqual(agent.metrics()["signet_agent_refreshes_total"], 0)
+            self.assertEqual(len([r for r in C.signetd.issued()
+                                  if r.get("identity") == f"spiffe://cluster.local/ns/{NS}/sa/short"]), 1)
+            issued = issued[0]
+            self.assertGreaterEqual(issued["refresh_at"], issued["not_after"], issued)
+            self.assertTrue(any(r.get("msg", "").startswith("refresh-floor is past the certificate's expiry")
+                                for r in agent.records()), agent.text()[-2000:])
+        finally:
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
+class NodeAuthorization(Base):
+    """An agent on node E holding node A's token: signetd refuses every
+    account of node E's pods, since none has a pod on node A."""
+
+    def test_foreign_node_refused(self):
+        C.kube.pod(NS, "foreign-1", "foreign", node("e"))
+        agent = Agent("agent-e", node("e"), C.signetd.port, C.agent_pods["a"], "--retry-initial", "1s",
+                      "--retry-max", "2s")
+        agent.start()
+        try:
+            fail = wait_for("a refusal", lambda: next((r for r in agent.records()
+                                                      if r.get("msg") == "certificate request failed"), None),
+                            timeout=30)
+            self.assertIn("node", fail["error"], fail)
+            self.assertIn("UNAUTHENTICATED", fail["error"], fail)
+            self.assertFalse(os.path.exists(agent.folder(NS, "foreign")))
+            self.assertFalse(agent.ready())
+            self.assertGreaterEqual(agent.metrics()["signet_agent_ca_failures_total"], 1)
+        finally:
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
+class Program(Base):
+    def test_flags(self):
+        h = subprocess.run([AGENT, "--help"], capture_output=True, text=True)
+        self.assertEqual(h.returncode, 0)
+        for flag in ("--node-name", "--output-dir", "--ca-address", "--cluster-id", "--secret-ttl",
+                     "--root-ca-file", "--token-file", "--metrics-port", "--readiness-probe-port",
+                     "--refresh-floor", "--key-type", "--pkcs8-key"):
+            self.assertIn(flag, h.stdout)
+        r = subprocess.run([AGENT, "--kubeconfig", C.api.env["KUBECONFIG"]], capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("node-name is required", r.stderr)
+        r = subprocess.run([AGENT, "--node-name", "n", "--refresh-percent", "99"], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        r = subprocess.run([AGENT, "--node-name", "n", "--root-ca-file", "/nonexistent/root.pem",
+                            "--kubeconfig", C.api.env["KUBECONFIG"]], capture_output=True, text=True, timeout=30)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("/nonexistent/root.pem", r.stderr)
+
+    def test_manifests(self):
+        docs = [d for d in yaml.safe_load_all(read(os.path.join(SOURCE_DIR, "packaging", "kubernetes",
+                                                                "agent.yaml"))) if d]
+        kinds = {d["kind"] for d in docs}
+        self.assertEqual(kinds, {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"})
+        paths = {"Namespace": "/api/v1/namespaces",
+                 "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+                 "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                 "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                 "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets"}
+        for d in docs:
+            path = paths[d["kind"]].format(ns=d["metadata"].get("namespace", "")) + "?dryRun=All"
+            code, doc = C.kube.req("POST", path, d)
+            self.assertIn(code, (201, 409), f"{d['kind']}: {code} {doc.get('message')}")
+        ds = next(d for d in docs if d["kind"] == "DaemonSet")
+        args = ds["spec"]["template"]["spec"]["containers"][0]["args"]
+        h = subprocess.run([AGENT, "--help"], capture_output=True, text=True).stdout
+        for a in args:
+            self.assertIn(a.split("=", 1)[0], h, f"the DaemonSet passes {a}, which signet-agent lacks")
+        # The rules, applied for real (idempotent), then asked of the API
+        # server for the agent's account.
+        for d in docs:
+            if d["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+                code, doc = C.kube.req("POST", paths[d["kind"]], d)
+                self.assertIn(code, (201, 409), doc.get("message"))
+        user = f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}"
+        for verb in ("list", "watch", "get"):
+            sar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                   "spec": {"user": user, "groups": ["system:serviceaccounts"],
+                            "resourceAttributes": {"verb": verb, "resource": "pods", "namespace": NS}}}
+            doc = wait_for(f"{verb} pods allowed", lambda: (lambda r: r if r["status"].get("allowed") else None)(
+                C.kube.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar)), timeout=10)
+            self.assertTrue(doc["status"]["allowed"])
+        sar["spec"]["resourceAttributes"] = {"verb": "delete", "resource": "pods", "namespace": NS}
+        doc = C.kube.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar)
+        self.assertFalse(doc["status"].get("allowed"), "the agent may delete pods")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
