@@ -4,9 +4,10 @@
 #   packaging/image.sh OUTDIR
 #
 # writes the image as an OCI layout in OUTDIR/oci, tag "latest" (signetd),
-# and the same root under the tags signetd, signet-trust and signet-operator,
-# each with its program as the entry point (the Kubernetes manifests' images
-# signetd:0.1.0, signet-trust:0.1.0, signet-operator:0.1.0). To use them:
+# and the same root under the tags signetd, signet-trust, signet-operator and
+# signet-agent, each with its program as the entry point (the Kubernetes
+# manifests' images signetd:0.1.0, signet-trust:0.1.0, signet-operator:0.1.0,
+# signet-agent:0.1.0). To use them:
 #   podman pull oci:OUTDIR/oci:latest && podman tag <id> signetd:0.1.0
 #   skopeo copy oci:OUTDIR/oci:signet-trust docker-daemon:signet-trust:0.1.0  (Docker)
 #   skopeo copy oci:OUTDIR/oci:signetd docker://REGISTRY/signetd:0.1.0        (a registry)
@@ -20,7 +21,8 @@
 # only the programs' and modules' library closure: no shell, no apt, no
 # dpkg database, no docs but the packages' copyright files. One layer,
 # assembled with umoci (no container daemon); signetd in /usr/sbin,
-# signetctl, signet-trust and signet-operator in /usr/bin; user 65532
+# signetctl, signet-trust, signet-operator and signet-agent in /usr/bin;
+# user 65532
 # "signet"; /var/lib/signet, owned by it, is the one writable place (a
 # volume): the image runs with a read-only root.
 #
@@ -58,12 +60,13 @@ build=${SIGNET_BUILD_DIR:-$out/build}
 if [ -z "${SIGNET_BUILD_DIR:-}" ]; then
   log "building signet (Release) in $build"
   cmake -S "$src" -B "$build" -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build "$build" -j"${JOBS:-2}" --target signetd signetctl signet-trust signet-operator >/dev/null
+  cmake --build "$build" -j"${JOBS:-2}" --target signetd signetctl signet-trust signet-operator signet-agent >/dev/null
 fi
 type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")
 [ "$type" = Release ] || { log "$build is a '$type' build, not Release"; exit 1; }
 declare -A prog=([daemon/signetd]=usr/sbin/signetd [ctl/signetctl]=usr/bin/signetctl
-                 [trust/signet-trust]=usr/bin/signet-trust [operator/signet-operator]=usr/bin/signet-operator)
+                 [trust/signet-trust]=usr/bin/signet-trust [operator/signet-operator]=usr/bin/signet-operator
+                 [agent/signet-agent]=usr/bin/signet-agent)
 bins=()
 for p in "${!prog[@]}"; do
   [ -x "$build/$p" ] || { log "$build/$p is not built"; exit 1; }
@@ -161,7 +164,7 @@ cfg=(--created "$created" --author "signet" --architecture "$arch" --os linux
      --config.volume /var/lib/signet --config.stopsignal SIGTERM)
 labels=(
   "org.opencontainers.image.title=signetd"
-  "org.opencontainers.image.description=signet: HSM-backed CA/RA for service meshes (signetd, signetctl, signet-trust, signet-operator)"
+  "org.opencontainers.image.description=signet: HSM-backed CA/RA for service meshes (signetd, signetctl, signet-trust, signet-operator, signet-agent)"
   "org.opencontainers.image.version=$version"
   "org.opencontainers.image.revision=$rev"
   "org.opencontainers.image.created=$created"
@@ -170,11 +173,12 @@ labels=(
 for l in "${labels[@]}"; do cfg+=(--config.label "$l" --manifest.annotation "$l"); done
 umoci config --image "$out/oci:latest" --history.created "$created" --history.created_by "image.sh config" "${cfg[@]}"
 # The names the Kubernetes manifests use (signetd:0.1.0, signet-trust:0.1.0,
-# signet-operator:0.1.0): the same layer under three more tags, each with
+# signet-operator:0.1.0, signet-agent:0.1.0): the same layer under four more
+# tags, each with
 # its program as the entry point and no default arguments (the manifests
 # give them), so a Deployment needs no `command:`.
 umoci config --image "$out/oci:latest" --tag signetd --no-history
-for p in signet-trust signet-operator; do
+for p in signet-trust signet-operator signet-agent; do
   umoci config --image "$out/oci:latest" --tag "$p" --no-history --clear config.cmd \
     --config.entrypoint "/usr/bin/$p" --config.label "org.opencontainers.image.title=$p" \
     --manifest.annotation "org.opencontainers.image.title=$p"

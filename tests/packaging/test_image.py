@@ -6,7 +6,7 @@ The test builds the image from the suite's own Release build
 (SIGNET_BUILD_DIR), unpacks it with umoci and checks:
 
   * the image: no shell or other program but signet's four (signetd in
-    /usr/sbin; signetctl, signet-trust, signet-operator in /usr/bin), no
+    /usr/sbin; signetctl, signet-trust, signet-operator, signet-agent in /usr/bin), no
     apt, no dpkg database; user 65532 ("signet" in /etc/passwd), never
     root; Entrypoint ["/usr/sbin/signetd"], Cmd with --init-dir, the
     serving and HTTP addresses; ports 6443, 9402, 6060; the volume
@@ -54,7 +54,8 @@ MAX_COMPRESSED = 80 * 1000 * 1000
 PORTS = (6443, 9402, 6060)
 CMD = ["--init-dir=/var/lib/signet", "--serving-address=0.0.0.0:6443", "--http-address=0.0.0.0"]
 SHELLS = {"sh", "bash", "dash", "ash", "zsh", "ksh", "mksh", "csh", "tcsh", "fish", "busybox", "toybox"}
-PROGRAMS = {"usr/sbin/signetd", "usr/bin/signetctl", "usr/bin/signet-trust", "usr/bin/signet-operator"}
+PROGRAMS = {"usr/sbin/signetd", "usr/bin/signetctl", "usr/bin/signet-trust", "usr/bin/signet-operator",
+            "usr/bin/signet-agent"}
 
 # The container side (packaging/image/run-unpacked.sh, in a mount
 # namespace of its own): the root read-only, the state folder at
@@ -192,15 +193,16 @@ class Image(unittest.TestCase):
         self.assertEqual(rt["args"], ["/usr/sbin/signetd", *CMD])
 
     def test_program_tags(self):
-        """The manifests' image names: signetd, signet-trust and
-        signet-operator are the same layers as latest, each with its own
+        """The manifests' image names: signetd, signet-trust,
+        signet-operator and signet-agent are the same layers as latest, each with its own
         program as the entry point; only signetd has default arguments."""
         index = json.loads(read(os.path.join(self.oci, "index.json")))
         by_tag = {m["annotations"]["org.opencontainers.image.ref.name"]: m for m in index["manifests"]
                   if "org.opencontainers.image.ref.name" in m.get("annotations", {})}
-        self.assertEqual(set(by_tag), {"latest", "signetd", "signet-trust", "signet-operator"})
+        self.assertEqual(set(by_tag), {"latest", "signetd", "signet-trust", "signet-operator", "signet-agent"})
         for tag, entry in (("signetd", "/usr/sbin/signetd"), ("signet-trust", "/usr/bin/signet-trust"),
-                           ("signet-operator", "/usr/bin/signet-operator")):
+                           ("signet-operator", "/usr/bin/signet-operator"),
+                           ("signet-agent", "/usr/bin/signet-agent")):
             with self.subTest(tag):
                 man = json.loads(blob(self.oci, by_tag[tag]["digest"]))
                 self.assertEqual(man["layers"], self.manifest["layers"])

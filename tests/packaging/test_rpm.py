@@ -52,7 +52,8 @@ del sys.argv[1:2]
 UNITDIR = "/usr/lib/systemd/system"
 MAX_EXPOSURE = 2.0
 WATCHDOG_USEC = 1_000_000
-PROGRAMS = {"/usr/sbin/signetd", "/usr/bin/signetctl", "/usr/bin/signet-trust", "/usr/bin/signet-operator"}
+PROGRAMS = {"/usr/sbin/signetd", "/usr/bin/signetctl", "/usr/bin/signet-trust", "/usr/bin/signet-operator",
+            "/usr/bin/signet-agent"}
 # path: (mode, user, group)
 FILES = {
     **{p: ("-rwxr-xr-x", "root", "root") for p in PROGRAMS},
