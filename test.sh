@@ -9,12 +9,23 @@ cd "$(dirname "$0")"
 packaging/deps.sh test
 jobs=$(nproc)
 
+# The end of each failed test's output, again after ctest's summary: a CI
+# log is often read from its tail, where only the summary would be.
+failed_tails() {
+  local dir=$1 log=$1/Testing/Temporary/LastTest.log
+  [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] || return 0
+  while IFS=: read -r _ name; do
+    echo "=== the last lines of $name's output"
+    awk -v t="$name" '$0 ~ "^[0-9]+/[0-9]+ Test: " t "$" {on=1} on && /^<end of output>$/ {exit} on' "$log" | tail -n 25
+  done < "$dir/Testing/Temporary/LastTestsFailed.log"
+}
+
 build() {
   local dir=$1; shift
   echo "=== $dir: $*"
   cmake -S . -B "$dir" "$@" >/dev/null
   cmake --build "$dir" -j"$jobs" >/dev/null
-  ctest --test-dir "$dir" -j"$jobs" --output-on-failure
+  ctest --test-dir "$dir" -j"$jobs" --output-on-failure || { failed_tails "$dir"; return 1; }
 }
 
 build build-test-release -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=gcc -DSIGNET_BUILD_PERF=ON \
