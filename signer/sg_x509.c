@@ -279,7 +279,8 @@ bool sg_x509_names_are(const sg_x509_bundle *b, size_t i, const char *cn, const 
 
 /* ---- chains ---- */
 
-bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots)
+/* X509_verify_cert of chain against roots, at *at (Unix seconds) or now. */
+static bool verify_chain(const sg_x509_bundle *chain, const sg_x509_bundle *roots, const int64_t *at)
 {
 	if (!cert_at(chain, 0) || !cert_at(roots, 0))
 		return false;
@@ -291,12 +292,25 @@ bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots)
 		ok = X509_STORE_add_cert(st, roots->certs[i]) == 1; /* takes its own reference */
 	for (size_t i = 1; ok && i < chain->n; i++)
 		ok = sk_X509_push(untrusted, chain->certs[i]) > 0;
-	ok = ok && X509_STORE_CTX_init(ctx, st, chain->certs[0], untrusted) == 1 && X509_verify_cert(ctx) == 1;
+	ok = ok && X509_STORE_CTX_init(ctx, st, chain->certs[0], untrusted) == 1;
+	if (ok && at)
+		X509_STORE_CTX_set_time(ctx, 0, (time_t)*at);
+	ok = ok && X509_verify_cert(ctx) == 1;
 	X509_STORE_CTX_free(ctx);
 	X509_STORE_free(st);
 	sk_X509_free(untrusted);
 	ERR_clear_error();
 	return ok;
+}
+
+bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots)
+{
+	return verify_chain(chain, roots, NULL);
+}
+
+bool sg_x509_chains_to_at(const sg_x509_bundle *chain, const sg_x509_bundle *roots, int64_t at)
+{
+	return verify_chain(chain, roots, &at);
 }
 
 /* ---- public keys and PEM ---- */

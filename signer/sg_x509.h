@@ -91,6 +91,9 @@ SG_API bool sg_x509_names_are(const sg_x509_bundle *b, size_t i, const char *cn,
  * a trust anchor. False on any failure.
  */
 SG_API bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots);
+/* The same check at the time at (Unix seconds) instead of now: a client
+ * that allows for clock skew verifies at the moment it accepts. */
+SG_API bool sg_x509_chains_to_at(const sg_x509_bundle *chain, const sg_x509_bundle *roots, int64_t at);
 
 /*
  * Whether certificate i holds the public key k: the same kind and the same

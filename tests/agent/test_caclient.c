@@ -373,6 +373,16 @@ static void t_check_hostile(void)
 	REFUSED(resp, len, key, "not valid yet");
 	free(resp);
 
+	/* A CA clock a minute ahead of ours: within the skew allowance, and
+	 * the chain verifies at the leaf's start. */
+	char *skewed = leaf_pem(k, NULL, NULL, "URI:" ID, 60, 3600);
+	resp = response(&len, 2, skewed, pki.root_pem);
+	sg_wlcert *sc = NULL;
+	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, time(NULL), &sc));
+	sg_wlcert_release(sc);
+	free(resp);
+	free(skewed);
+
 	/* Another identity asked for than the leaf names. */
 	resp = response(&len, 2, good, pki.root_pem);
 	sg_wlcert *c = NULL;

@@ -465,6 +465,10 @@ static void t_chains(void)
 	SG_CHECK(!sg_x509_chains_to(roots, chain)); /* a root is not trusted because a chain names it */
 	SG_CHECK(!sg_x509_chains_to(NULL, roots));
 	SG_CHECK(!sg_x509_chains_to(chain, NULL));
+	/* At a given time: now, and long after every certificate expired. */
+	SG_CHECK(sg_x509_chains_to_at(chain, roots, (int64_t)time(NULL)));
+	SG_CHECK(!sg_x509_chains_to_at(chain, roots, (int64_t)time(NULL) + 200LL * 365 * 86400));
+	SG_CHECK(!sg_x509_chains_to_at(chain, wrong, (int64_t)time(NULL)));
 	CHECK_DRAINED();
 	sg_x509_bundle_free(chain);
 
