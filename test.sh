@@ -9,14 +9,20 @@ cd "$(dirname "$0")"
 packaging/deps.sh test
 jobs=$(nproc)
 
-# The end of each failed test's output, again after ctest's summary: a CI
-# log is often read from its tail, where only the summary would be.
+# Why each failed test failed, again after ctest's summary: a CI log is
+# often read from its tail, where only the summary would be. First the
+# lines that name a failure (unittest's FAIL:/ERROR: headers and exception
+# lines, sg_test's "check failed", sanitizer reports), then the last lines.
 failed_tails() {
-  local dir=$1 log=$1/Testing/Temporary/LastTest.log
+  local dir=$1 log=$1/Testing/Temporary/LastTest.log out
   [ -f "$dir/Testing/Temporary/LastTestsFailed.log" ] || return 0
   while IFS=: read -r _ name; do
+    out=$(awk -v t="$name" '$0 ~ "^[0-9]+/[0-9]+ Test: " t "$" {on=1} on && /^<end of output>$/ {exit} on' "$log")
+    echo "=== why $name failed"
+    grep -E '^(FAIL|ERROR): |^[A-Za-z.]*(Error|Exception)\b|check failed|returned .* want|Sanitizer|runtime error' \
+      <<<"$out" | cut -c1-400 | head -n 12 || true
     echo "=== the last lines of $name's output"
-    awk -v t="$name" '$0 ~ "^[0-9]+/[0-9]+ Test: " t "$" {on=1} on && /^<end of output>$/ {exit} on' "$log" | tail -n 25
+    tail -n 15 <<<"$out" | cut -c1-400
   done < "$dir/Testing/Temporary/LastTestsFailed.log"
 }
 
