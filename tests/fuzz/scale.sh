@@ -5,9 +5,15 @@
 # suite's fuzz_replay_<name> tests replay them. Not part of CI (hours of CPU);
 # run it by hand and record its table in tests/RELIABILITY.md.
 #
-#   tests/fuzz/scale.sh [--runs N] [--build DIR] [--report FILE] [--no-merge] [name...]
+#   tests/fuzz/scale.sh [--runs N] [--jobs J] [--build DIR] [--report FILE] [--no-merge] [name...]
 #
 # --runs      executions per target (default 10000000)
+# --jobs      libFuzzer processes per target at once (default 1), runs/J
+#             executions each, each with its own seed and log, sharing the
+#             new-inputs folder; the row sums their executions and gives job
+#             0's coverage. A process slows as it ages (side by side, a fresh
+#             certset process ran 1.45 times as fast as one 2.7 million
+#             executions old), so use one job per free core
 # --build     the clang fuzz build folder (default build-fuzz; configured and
 #             built here with ASan+UBSan, the suite's fuzz flags, at -O1 as
 #             OSS-Fuzz builds: 2-2.5x the executions per second of -O0, with
@@ -22,6 +28,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 runs=10000000
+jobs=1
 build=build-fuzz
 report=
 merge=1
@@ -30,17 +37,21 @@ while [ $# -gt 0 ]; do
   case $1 in
     --runs) runs=$2; shift 2 ;;
     --runs=*) runs=${1#*=}; shift ;;
+    --jobs) jobs=$2; shift 2 ;;
+    --jobs=*) jobs=${1#*=}; shift ;;
     --build) build=$2; shift 2 ;;
     --build=*) build=${1#*=}; shift ;;
     --report) report=$2; shift 2 ;;
     --report=*) report=${1#*=}; shift ;;
     --no-merge) merge=0; shift ;;
-    --help|-h) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --help|-h) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "scale.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) names+=("$1"); shift ;;
   esac
 done
-case $runs in ''|*[!0-9]*) echo "scale.sh: --runs needs a positive number" >&2; exit 2 ;; esac
+case $runs in ''|*[!0-9]*|0) echo "scale.sh: --runs needs a positive number" >&2; exit 2 ;; esac
+case $jobs in ''|*[!0-9]*|0) echo "scale.sh: --jobs needs a positive number" >&2; exit 2 ;; esac
+[ "$jobs" -le "$runs" ] || { echo "scale.sh: --jobs is more than --runs" >&2; exit 2; }
 
 if [ ${#names[@]} -eq 0 ]; then
   for f in tests/fuzz/fuzz_*.c; do n=${f##*/fuzz_}; names+=("${n%.c}"); done
@@ -70,27 +81,49 @@ for n in "${names[@]}"; do
   rm -rf "$scratch"
   mkdir -p "$scratch"
   before=$(find "$corpus" -maxdepth 1 -type f | wc -l)
-  log=$work/$n.log
   start=$(date +%s)
   result=ok
   # New inputs go to the scratch folder (the first corpus argument); the
-  # checked-in corpus is only read during the run.
-  if ! "$build/tests/fuzz/fuzz_$n" -runs="$runs" -max_total_time=43200 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$work/artifacts/$n-" "$scratch" "$corpus" >"$log" 2>&1; then
-    result="FAILED (see $log)"
-    status=1
-  fi
+  # checked-in corpus is only read during the run. Job j logs to
+  # $n.log (j = 0) or $n.j.log and writes its reproducers as $n-j-*.
+  pids=()
+  for ((j = 0; j < jobs; j++)); do
+    log=$work/$n.log
+    [ $j = 0 ] || log=$work/$n.$j.log
+    share=$((runs / jobs))
+    [ $j != $((jobs - 1)) ] || share=$((runs - share * (jobs - 1)))
+    "$build/tests/fuzz/fuzz_$n" -runs="$share" -max_total_time=43200 -timeout=10 -rss_limit_mb=2048 \
+      -print_final_stats=1 -artifact_prefix="$work/artifacts/$n-$j-" "$scratch" "$corpus" >"$log" 2>&1 &
+    pids+=($!)
+  done
+  for j in "${!pids[@]}"; do
+    if ! wait "${pids[$j]}"; then
+      log=$work/$n.log
+      [ $j = 0 ] || log=$work/$n.$j.log
+      result="FAILED (see $log)"
+      status=1
+    fi
+  done
   secs=$(( $(date +%s) - start ))
-  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  execs=0
+  for ((j = 0; j < jobs; j++)); do
+    log=$work/$n.log
+    [ $j = 0 ] || log=$work/$n.$j.log
+    e=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    if [ -z "$e" ]; then execs=; break; fi
+    execs=$((execs + e))
+  done
   rate=?
   if [ -n "$execs" ] && [ $secs -gt 0 ]; then rate=$(( execs / secs )); fi
-  cov=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$log" | tail -1 | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p')
+  cov=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$work/$n.log" | tail -1 | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p')
   after=$before
   if [ $merge = 1 ] && [ "$result" = ok ]; then
     "$build/tests/fuzz/fuzz_$n" -merge=1 -timeout=10 -rss_limit_mb=2048 "$corpus" "$scratch" >"$work/$n.merge.log" 2>&1 ||
       { result="merge FAILED (see $work/$n.merge.log)"; status=1; }
     after=$(find "$corpus" -maxdepth 1 -type f | wc -l)
   fi
-  row "| $n | ${execs:-?} | $secs | $rate | ${cov:-?} | $before → $after | $result |"
+  what=$n
+  [ "$jobs" = 1 ] || what="$n ($jobs jobs)"
+  row "| $what | ${execs:-?} | $secs | $rate | ${cov:-?} | $before → $after | $result |"
 done
 exit $status
