@@ -69,6 +69,10 @@ cmake --build "$build" -j"$(nproc)" --target "${names[@]/#/fuzz_}" >/dev/null
 work=$build/fuzz-scale
 mkdir -p "$work/artifacts"
 status=0
+# Job j's log: $n.log for job 0 (the only one by default), $n.j.log after.
+job_log() {
+  if [ "$2" = 0 ]; then echo "$work/$1.log"; else echo "$work/$1.$2.log"; fi
+}
 row() {
   echo "$1"
   if [ -n "$report" ]; then echo "$1" >>"$report"; fi
@@ -84,38 +88,32 @@ for n in "${names[@]}"; do
   start=$(date +%s)
   result=ok
   # New inputs go to the scratch folder (the first corpus argument); the
-  # checked-in corpus is only read during the run. Job j logs to
-  # $n.log (j = 0) or $n.j.log and writes its reproducers as $n-j-*.
+  # checked-in corpus is only read during the run. Job j writes its
+  # reproducers as $n-j-*; the last job also takes the remainder of runs/J.
   pids=()
   for ((j = 0; j < jobs; j++)); do
-    log=$work/$n.log
-    [ $j = 0 ] || log=$work/$n.$j.log
     share=$((runs / jobs))
-    [ $j != $((jobs - 1)) ] || share=$((runs - share * (jobs - 1)))
+    if [ $j = $((jobs - 1)) ]; then share=$((runs - share * (jobs - 1))); fi
     "$build/tests/fuzz/fuzz_$n" -runs="$share" -max_total_time=43200 -timeout=10 -rss_limit_mb=2048 \
-      -print_final_stats=1 -artifact_prefix="$work/artifacts/$n-$j-" "$scratch" "$corpus" >"$log" 2>&1 &
+      -print_final_stats=1 -artifact_prefix="$work/artifacts/$n-$j-" "$scratch" "$corpus" >"$(job_log "$n" $j)" 2>&1 &
     pids+=($!)
   done
   for j in "${!pids[@]}"; do
     if ! wait "${pids[$j]}"; then
-      log=$work/$n.log
-      [ $j = 0 ] || log=$work/$n.$j.log
-      result="FAILED (see $log)"
+      result="FAILED (see $(job_log "$n" "$j"))"
       status=1
     fi
   done
   secs=$(( $(date +%s) - start ))
   execs=0
   for ((j = 0; j < jobs; j++)); do
-    log=$work/$n.log
-    [ $j = 0 ] || log=$work/$n.$j.log
-    e=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    e=$(sed -n 's/^stat::number_of_executed_units: *//p' "$(job_log "$n" $j)" | tail -1)
     if [ -z "$e" ]; then execs=; break; fi
     execs=$((execs + e))
   done
   rate=?
   if [ -n "$execs" ] && [ $secs -gt 0 ]; then rate=$(( execs / secs )); fi
-  cov=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$work/$n.log" | tail -1 | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p')
+  cov=$(grep -E '^#[0-9]+.*(DONE|pulse|NEW|REDUCE)' "$(job_log "$n" 0)" | tail -1 | sed -n 's/.*cov: \([0-9]*\) ft: \([0-9]*\).*/\1\/\2/p')
   after=$before
   if [ $merge = 1 ] && [ "$result" = ok ]; then
     "$build/tests/fuzz/fuzz_$n" -merge=1 -timeout=10 -rss_limit_mb=2048 "$corpus" "$scratch" >"$work/$n.merge.log" 2>&1 ||

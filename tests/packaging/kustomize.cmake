@@ -6,7 +6,7 @@
 # kube-apiserver and kubectl are cached (about 30 s), so it runs in every
 # build, not only with SIGNET_PACKAGING_TESTS; every build but a sanitizer
 # one, as no signet code runs in it (in the test command it ran three times
-# for one result, 45-50 s each). A kube test like the others
+# for one result, 44-52 s each). A kube test like the others
 # (tests/operator/CMakeLists.txt): label kube, RUN_SERIAL, the long timeout
 # of a first kube-apiserver build; SIGNET_KUBE_ENV shares a running server.
 # Included from tests/packaging/CMakeLists.txt.
