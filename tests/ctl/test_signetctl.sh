@@ -31,7 +31,7 @@ csr "$tmp/rsa.csr" rsa-2048 "critical,URI:$id"
 for kt in ecdsa-p256 ecdsa-p384 rsa-2048; do
   d=$tmp/$kt
   # LeakSanitizer cannot run under ptrace; the leak check runs elsewhere.
-  ASAN_OPTIONS=detect_leaks=0 strace -f -qq -e trace=execve -s 256 -o "$tmp/$kt.trace" \
+  ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace -f -qq -e trace=execve -s 256 -o "$tmp/$kt.trace" \
     "$ctl" init --dir "$d" --key-type "$kt" --log-level debug >"$tmp/$kt.log" 2>&1 || { fail "init $kt"; cat "$tmp/$kt.log"; continue; }
   pass "init $kt"
   expect "$kt: pin is 0600" test "$(stat -c %a "$d/pin")" = 600
@@ -170,7 +170,7 @@ if [ "$(id -u)" = 0 ] && [ ${#runas[@]} = 0 ]; then
 else
   uid=$(id -u); [ ${#runas[@]} != 0 ] && uid=65534
   mkfifo "$tmp/csr.fifo"
-  ASAN_OPTIONS=detect_leaks=0 "${runas[@]}" "$ctl" issue --csr - <"$tmp/csr.fifo" >/dev/null 2>&1 &
+  ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 "${runas[@]}" "$ctl" issue --csr - <"$tmp/csr.fifo" >/dev/null 2>&1 &
   pid=$!
   exec 3>"$tmp/csr.fifo"
   nondumpable() {

@@ -2,6 +2,7 @@
 signetd started on loopback with ephemeral ports (found in its JSON log),
 and the proto compiled for Python's grpcio."""
 import base64
+import glob
 import json
 import os
 import signal
@@ -125,8 +126,25 @@ def wait_serving(proc, records, timeout=60, interval=0.05):
     return None
 
 
+def sanitizer_reports(pid):
+    """Every sanitizer report program pid wrote, whole, as one string ("" when
+    none). In a sanitizer build ctest gives each test log_path=DIR/report
+    with log_exe_name (CMakeLists.txt, signet_sanitizer_reports), so a
+    report is the file DIR/report.<program>.<pid>, not lines of a log."""
+    bases = {opt[len("log_path="):] for var in ("ASAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")
+             for opt in os.environ.get(var, "").split(":") if opt.startswith("log_path=")}
+    out = []
+    for path in sorted(p for base in bases for p in glob.glob(glob.escape(base) + ".*")
+                       if p.endswith(f".{pid}")):
+        out.append(f"=== sanitizer report {path}\n{read(path)}")
+    return "\n".join(out)
+
+
 def stop_process(proc, sig=signal.SIGTERM, timeout=60):
-    """sig unless proc has ended, then SIGKILL after timeout seconds; the exit status."""
+    """sig unless proc has ended, then SIGKILL after timeout seconds; the exit
+    status. A sanitizer report the program wrote is printed whole to stderr
+    (the test's output): a failing test then shows why, not only an exit
+    status and the tail of a log."""
     if proc.poll() is None:
         proc.send_signal(sig)
         try:
@@ -134,6 +152,9 @@ def stop_process(proc, sig=signal.SIGTERM, timeout=60):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+    report = sanitizer_reports(proc.pid)
+    if report:
+        print(report, file=sys.stderr, flush=True)
     return proc.returncode
 
 
@@ -154,7 +175,7 @@ class Signetd:
         rec = wait_serving(self.proc, self.records)
         if rec is None:
             if self.proc.poll() is not None:
-                raise RuntimeError("signetd exited:\n" + self.text())
+                raise RuntimeError("signetd exited:\n" + self.text() + sanitizer_reports(self.proc.pid))
             raise RuntimeError("signetd did not start:\n" + self.text())
         self.port = rec["port"]
         self.metrics_port = rec.get("metrics_port")
