@@ -31,6 +31,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,19 @@
 #include <unistd.h>
 
 static atomic_long steps;
+
+/* Steps are the program's, counted from the shim's own constructor on. A
+ * sanitizer runtime starts earlier (ASan from .preinit_array, before any
+ * constructor and before libc's environment is set) and may make steps of
+ * its own there: ASan with log_path creates the report folder's parents
+ * with mkdir. Counting those would shift every step number by a step no
+ * trace line records (getenv is not usable yet). */
+static atomic_bool started;
+
+__attribute__((constructor)) static void shim_start(void)
+{
+	atomic_store(&started, true);
+}
 
 /* The build hides symbols by default; these must interpose libc's. */
 #define SHIM __attribute__((visibility("default")))
@@ -52,6 +66,8 @@ static atomic_long steps;
  * calls, which the shim does not see. */
 static long step(const char *op, const char *path, int fd)
 {
+	if (!atomic_load(&started))
+		return 0;
 	long n = atomic_fetch_add(&steps, 1) + 1;
 	const char *trace = getenv("SG_CRASH_TRACE");
 	if (trace && *trace) {
