@@ -27,7 +27,7 @@
 #include <string.h>
 #include <time.h>
 
-#define WAIT_MS 5000u
+#define WAIT_MS 30000u /* returns as soon as the condition holds */
 #define MAX_CALLS 256
 #define MAX_EVENTS 1024
 
@@ -428,6 +428,7 @@ static void t_event_order(void)
 	for (int i = 0; i < 60; i++) {
 		const char *id = ids[i % 3];
 		SG_CHECK_OK(sg_wlcerts_pod_set(m, "churn", id));
+		/* Pauses vary the interleaving; nothing below depends on them. */
 		if (i % 7 == 0)
 			sg_sleep_ms(5);
 	}
@@ -494,8 +495,12 @@ static void t_stale_fetch(void)
 	SG_CHECK(c && strcmp(c->key_pem, "key-2") == 0);
 	sg_wlcert_release(c);
 	/* DROPPED (nothing held yet) then the new entry's ISSUED, and nothing
-	 * from the late answer. */
-	sg_sleep_ms(50);
+	 * from the late answer. Events are delivered in the order they were
+	 * queued, so once an event queued after the late answer was handled
+	 * (another identity's ISSUED) anything it had caused would be here. */
+	const char *y = "spiffe://td/ns/d/sa/y";
+	SG_CHECK_OK(sg_wlcerts_pod_set(m, "q", y));
+	SG_WAIT_FOR(WAIT_MS, count_events(SG_WLCERTS_ISSUED, y) == 1);
 	rec r = {0};
 	SG_CHECK(events_for(x) == 2);
 	SG_CHECK(event_at(x, 0, &r) && r.type == SG_WLCERTS_DROPPED && !r.has_cert);
@@ -503,7 +508,10 @@ static void t_stale_fetch(void)
 	sg_wlcerts_free(m);
 }
 
-static void t_refresh_at_fraction(void)
+/* One run of t_refresh_at_fraction; false when the refresh came later
+ * than allowed and this is not the last attempt (nothing checked fails
+ * then: the caller runs it again). */
+static bool refresh_at_fraction_once(bool last)
 {
 	sg_wlcerts_options o = opts();
 	o.refresh_fraction = 0.5;
@@ -532,14 +540,32 @@ static void t_refresh_at_fraction(void)
 	/* The second fetch came at that time, not before (a little slack for
 	 * the two clocks), and not long after. */
 	SG_CHECK(c2.wall_ms >= issued.refresh_at_ms - 30);
-	SG_CHECK(c2.wall_ms <= issued.refresh_at_ms + 600);
 	uint64_t gap_ms = (c2.mono_ns - c1.mono_ns) / 1000000u;
-	SG_CHECK(gap_ms >= 700 && gap_ms <= 2600);
+	SG_CHECK(gap_ms >= 700);
 	sg_wlcert *c = sg_wlcerts_get(m, x);
 	SG_CHECK(c && strcmp(c->key_pem, "key-2") == 0);
 	sg_wlcert_release(c);
 	SG_CHECK(stats(m).refreshed >= 1 && stats(m).issued == 1);
 	sg_wlcerts_free(m);
+	bool late = c2.wall_ms > issued.refresh_at_ms + 600 || gap_ms > 2600;
+	if (late && !last) {
+		printf("refresh %lld ms after it was due: a late wake-up, or a bug; once more\n",
+		       (long long)(c2.wall_ms - issued.refresh_at_ms));
+		return false;
+	}
+	SG_CHECK(c2.wall_ms <= issued.refresh_at_ms + 600);
+	SG_CHECK(gap_ms <= 2600);
+	return true;
+}
+
+/* "Not long after" is the one timing-bound check here: a loaded machine
+ * can wake the worker late, however right the schedule. Only it is
+ * retried, with a fresh manager, at most three runs in all; a refresh
+ * that comes early, or a schedule announced wrong, fails the first run. */
+static void t_refresh_at_fraction(void)
+{
+	for (int run = 1; !refresh_at_fraction_once(run == 3); run++)
+		;
 }
 
 /* A backdated certificate (not_before 100 s ago, valid 4 s more): the
@@ -579,9 +605,10 @@ static void t_refresh_floor(void)
 	pthread_mutex_unlock(&F.mu);
 
 	SG_CHECK_OK(sg_wlcerts_pod_set(m, "p", x));
-	sg_sleep_ms(1500);
-	unsigned n = calls_for(x);
-	SG_CHECK(n >= 2 && n <= 7);
+	/* A number of refreshes, not a span of time: a slow machine makes
+	 * fewer of them in a given time, never closer ones, so the gaps are
+	 * what is checked (their lower bound bounds the count too). */
+	SG_WAIT_FOR(WAIT_MS, calls_for(x) >= 4);
 	pthread_mutex_lock(&F.mu);
 	for (unsigned i = 1; i < F.ncalls && i < MAX_CALLS; i++)
 		SG_CHECK((F.calls[i].mono_ns - F.calls[i - 1].mono_ns) / 1000000u >= 299);
@@ -598,9 +625,7 @@ static void t_refresh_floor(void)
 	F.na_offset_s = 1;
 	pthread_mutex_unlock(&F.mu);
 	SG_CHECK_OK(sg_wlcerts_pod_set(m, "p", x));
-	sg_sleep_ms(1000);
-	n = calls_for(x);
-	SG_CHECK(n >= 2 && n <= 4);
+	SG_WAIT_FOR(WAIT_MS, calls_for(x) >= 3); /* as above */
 	pthread_mutex_lock(&F.mu);
 	for (unsigned i = 1; i < F.ncalls && i < MAX_CALLS; i++)
 		SG_CHECK((F.calls[i].mono_ns - F.calls[i - 1].mono_ns) / 1000000u >= 399);
@@ -705,6 +730,9 @@ static void t_free_in_flight(void)
 	SG_CHECK(atomic_load(&R.in_cb) == 0);
 	unsigned seen = atomic_load(&R.calls);
 	SG_CHECK(seen < 20); /* the rest were discarded, not delivered */
+	/* An absence: no callback after free returned. Only a fixed time can
+	 * look for one, and with the code right it holds however slow the
+	 * machine. */
 	sg_sleep_ms(100);
 	SG_CHECK(atomic_load(&R.calls) == seen);
 

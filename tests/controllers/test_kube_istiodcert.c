@@ -688,7 +688,7 @@ static void t_renew(void)
 		SG_CHECK(s.issued == prev.issued + 1);
 		SG_CHECK(seen >= prev.renew_at && seen <= prev.renew_at + 3);
 		SG_CHECK(s.renew_at == s.not_after - 55 && s.errors == 0);
-		SG_WAIT_FOR(5000, valid_with("istiod-renew", &e, s.serial));
+		SG_WAIT_FOR(20000, valid_with("istiod-renew", &e, s.serial));
 		prev = s;
 	}
 	free(first);

@@ -231,21 +231,16 @@ static void on_call(sg_grpc_call *call, const sg_grpc_request *req, void *arg)
 	pthread_mutex_unlock(&mu);
 }
 
-/* True once every hung call has ended for the adapter (cancelled,
- * expired or shut down), waiting up to timeout_ms. */
-static bool hung_ended(int timeout_ms)
+/* Whether every hung call has ended for the adapter (cancelled, expired
+ * or shut down). */
+static bool hung_ended(void)
 {
-	uint64_t until = sg_now_ns() + (uint64_t)timeout_ms * 1000000u;
-	for (;;) {
-		bool all = true;
-		pthread_mutex_lock(&mu);
-		for (job *j = hung; j; j = j->next)
-			all = all && sg_grpc_call_ended(j->call);
-		pthread_mutex_unlock(&mu);
-		if (all || sg_now_ns() >= until)
-			return all;
-		sg_sleep_ms(5);
-	}
+	bool all = true;
+	pthread_mutex_lock(&mu);
+	for (job *j = hung; j; j = j->next)
+		all = all && sg_grpc_call_ended(j->call);
+	pthread_mutex_unlock(&mu);
+	return all;
 }
 
 /* Finishes every hung call now (they were answered by the adapter). */
@@ -588,6 +583,15 @@ static void t_concurrent(void)
 	sg_grpc_server_shutdown(s, SEC);
 }
 
+/* How many of the n channels are connected (asking them to connect). */
+static int channels_ready(sg_grpc_channel **chs, int n)
+{
+	int ready = 0;
+	for (int i = 0; i < n; i++)
+		ready += sg_grpc_channel_state(chs[i], true) == SG_GRPC_CHANNEL_READY;
+	return ready;
+}
+
 /* Connections made before any call (sg_grpc_channel_state), and many
  * channels sharing one asynchronous client (perf/herd's shape). */
 static void t_channel_state(void)
@@ -601,16 +605,7 @@ static void t_channel_state(void)
 		chs[i] = channel(s, NULL, NULL);
 		SG_CHECK(sg_grpc_channel_state(chs[i], false) == SG_GRPC_CHANNEL_IDLE); /* lazy */
 	}
-	uint64_t limit = sg_now_ns() + 10 * SEC;
-	int ready = 0;
-	while (ready < NCH && sg_now_ns() < limit) {
-		ready = 0;
-		for (int i = 0; i < NCH; i++)
-			ready += sg_grpc_channel_state(chs[i], true) == SG_GRPC_CHANNEL_READY;
-		if (ready < NCH)
-			sg_sleep_ms(10);
-	}
-	SG_CHECK(ready == NCH);
+	SG_WAIT_FOR(30000, channels_ready(chs, NCH) == NCH);
 	SG_CHECK(stats_of(s).connections <= NCH);
 	/* one call on each, all completed by the one shared client */
 	atomic_store(&async_ok, 0);
@@ -639,13 +634,7 @@ static void t_channel_state(void)
 	sg_grpc_channel_options o = {.target = target, .own_connection = true};
 	sg_grpc_channel *dead = NULL;
 	SG_CHECK_OK(sg_grpc_channel_new(&dead, &o));
-	int st = sg_grpc_channel_state(dead, true);
-	limit = sg_now_ns() + 10 * SEC;
-	while (st != SG_GRPC_CHANNEL_FAILING && sg_now_ns() < limit) {
-		sg_sleep_ms(10);
-		st = sg_grpc_channel_state(dead, true);
-	}
-	SG_CHECK(st == SG_GRPC_CHANNEL_FAILING);
+	SG_WAIT_FOR(30000, sg_grpc_channel_state(dead, true) == SG_GRPC_CHANNEL_FAILING);
 	sg_grpc_channel_free(dead);
 	sg_grpc_client_free(c);
 	sg_grpc_server_shutdown(s, SEC);
@@ -738,7 +727,7 @@ static void t_client_deadline(void)
 	 * timeout (gRPC rounds grpc-timeout up to its unit, so allow slack). */
 	SG_CHECK(seen_deadline_left() <= SEC);
 	int late = atomic_load(&finish_late);
-	SG_CHECK(hung_ended(5000)); /* the server side has seen the cancel */
+	SG_WAIT_FOR(30000, hung_ended()); /* the server side has seen the cancel */
 	release_hung();
 	SG_CHECK(atomic_load(&finish_late) == late + 1);
 	sg_grpc_channel_free(ch);
@@ -773,9 +762,12 @@ static void t_connection_limit(void)
 	int fds[6];
 	for (int i = 0; i < 6; i++)
 		SG_CHECK((fds[i] = tcp_connect(s)) >= 0);
+	/* The four admitted stay open (an absence: looked for over 200 ms,
+	 * which a slow machine cannot turn into a failure); the two refused
+	 * are waited for. */
 	int refused = 0;
 	for (int i = 0; i < 6; i++)
-		refused += closed_by_server(fds[i], i < 4 ? 200 : 2000);
+		refused += closed_by_server(fds[i], i < 4 ? 200 : 20000);
 	SG_CHECK(refused == 2);
 	sg_grpc_server_stats st = stats_of(s);
 	SG_CHECK(st.refused_limit == 2 && st.max_connections == 4);
@@ -784,10 +776,7 @@ static void t_connection_limit(void)
 		close(fds[i]);
 	/* The count follows once gRPC has closed its side (the guard sweeps
 	 * every second, and before it refuses anything). */
-	uint64_t until = sg_now_ns() + 5 * SEC;
-	while (stats_of(s).connections != 0 && sg_now_ns() < until)
-		sg_sleep_ms(20);
-	SG_CHECK(stats_of(s).connections == 0);
+	SG_WAIT_FOR(30000, stats_of(s).connections == 0);
 	sg_grpc_channel *ch = channel(s, NULL, NULL);
 	SG_CHECK(echo(ch, "after the limit") == SG_GRPC_OK);
 	SG_CHECK(stats_of(s).connections == 1);
@@ -814,7 +803,7 @@ static void t_listener_survives_emfile(void)
 	close(fill[--n]);
 	int c = tcp_connect(s);
 	SG_CHECK(c >= 0);
-	SG_CHECK(closed_by_server(c, 3000));
+	SG_CHECK(closed_by_server(c, 20000));
 	close(c);
 	SG_CHECK(stats_of(s).refused_fds >= 1);
 	while (n > 0)
@@ -837,6 +826,8 @@ static void t_keepalive(void)
 	sg_grpc_channel *ch = NULL;
 	SG_CHECK_OK(sg_grpc_channel_new(&ch, &o));
 	SG_CHECK(echo(ch, "one") == SG_GRPC_OK);
+	/* The idle time is what is tested (three pings' worth), not a wait
+	 * for a state: a slower machine only idles longer. */
 	sg_sleep_ms(3500);
 	SG_CHECK(echo(ch, "two") == SG_GRPC_OK);
 	sg_grpc_channel_free(ch);
@@ -864,8 +855,7 @@ static void t_shutdown_drains(void)
 	for (int i = 0; i < 20; i++)
 		SG_CHECK_OK(sg_grpc_call_start(c, ch, SG_GRPC_ISTIO_METHOD, NULL, 0,
 					       (const uint8_t *)"slow", 4, 10 * SEC, on_drain, NULL));
-	while (atomic_load(&handled) < before + 20)
-		sg_sleep_ms(5);
+	SG_WAIT_FOR(30000, atomic_load(&handled) >= before + 20);
 	/* the worker answers after SLOW_MS, i.e. after shutdown began */
 	uint64_t t0 = sg_now_ns();
 	sg_grpc_server_shutdown(s, 5 * SEC);
@@ -875,6 +865,8 @@ static void t_shutdown_drains(void)
 	sg_grpc_channel_free(ch);
 }
 
+/* The handler holding its calls for 500 ms: the time shutdown must be seen
+ * to wait (a lower bound, which a slow machine only lengthens). */
 static void *release_later(void *arg)
 {
 	(void)arg;
@@ -895,8 +887,7 @@ static void t_shutdown_grace_expires(void)
 	for (int i = 0; i < 5; i++)
 		SG_CHECK_OK(sg_grpc_call_start(c, ch, SG_GRPC_ISTIO_METHOD, NULL, 0,
 					       (const uint8_t *)"hang", 4, 0, on_drain, NULL));
-	while (atomic_load(&handled) < before + 5)
-		sg_sleep_ms(5);
+	SG_WAIT_FOR(30000, atomic_load(&handled) >= before + 5);
 	/* The handler keeps the calls past the grace period: the clients get a
 	 * clean status, and shutdown waits for the handler to release them. */
 	int late = atomic_load(&finish_late);

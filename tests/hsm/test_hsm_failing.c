@@ -16,9 +16,13 @@
 #include <stdatomic.h>
 
 static char control[700];
+static char events[700]; /* the module's event log (SIGNET_P11FAULT_LOG) */
 
 /* Replaces the control file (write, then rename: the module never reads a
- * half-written one) and waits past the module's re-check interval. */
+ * half-written one) and waits past the module's re-check interval: it
+ * stats the file on the first call 10 ms or more after its last look, so
+ * after 30 ms the next call reads the new one, however slow the machine
+ * (a fixed time is exact here, not a guess at a state). */
 static void faults(const char *text)
 {
 	char tmp[720];
@@ -33,11 +37,27 @@ static void faults(const char *text)
 	sg_sleep_ms(30);
 }
 
-/* A token with an EC key, opened through p11_fault; control file beside it. */
+/* Whether the module's event log has a line starting with what. */
+static bool logged(const char *what)
+{
+	FILE *f = fopen(events, "r");
+	char line[256];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strncmp(line, what, strlen(what)) == 0;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* A token with an EC key, opened through p11_fault; control file and event
+ * log beside it. */
 static bool open_faulty(fx *x, sg_hsm **h, const char *label)
 {
 	snprintf(control, sizeof(control), "%s/faults", x->dir);
+	snprintf(events, sizeof(events), "%s/fault-events", x->dir);
 	setenv("SIGNET_P11FAULT_CONTROL", control, 1);
+	setenv("SIGNET_P11FAULT_LOG", events, 1);
 	faults("");
 	return fx_open_keyed(x, h, HSM_P11_FAULT, label, true, 2);
 }
@@ -74,10 +94,7 @@ static void t_sign_failing_is_down(void)
 	SG_CHECK(stats(h).state == SG_HSM_DOWN);
 
 	faults("");
-	uint64_t until = sg_now_ns() + 5000000000u;
-	while (stats(h).state == SG_HSM_DOWN && sg_now_ns() < until)
-		sg_sleep_ms(50);
-	SG_CHECK(stats(h).state != SG_HSM_DOWN);
+	SG_WAIT_FOR(30000, stats(h).state != SG_HSM_DOWN);
 	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok));
 	SG_CHECK(ok && stats(h).state == SG_HSM_OK);
 
@@ -143,7 +160,9 @@ static void t_hang_holds_one_session(void)
 	hung_arg a = {.h = h, .s = s1};
 	pthread_t t;
 	SG_CHECK(pthread_create(&t, NULL, hung_signer, &a) == 0);
-	sg_sleep_ms(100);
+	/* Its C_Sign is the one held (hang=1: the first only), not one of
+	 * those below. */
+	SG_WAIT_FOR(30000, logged("hang C_Sign "));
 	SG_CHECK(!atomic_load(&a.done));
 	for (int i = 0; i < 10; i++) {
 		bool ok = false;
@@ -158,6 +177,15 @@ static void t_hang_holds_one_session(void)
 	sg_hsm_session_free(s2);
 	sg_hsm_free(h);
 	fx_free(&x);
+}
+
+/* Signatures made so far by the n signers. */
+static int signed_now(signer *w, int n)
+{
+	int sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += atomic_load(&w[i].ok_now);
+	return sum;
 }
 
 /* The module loses every session behind signet's back (p11_fault's crash:
@@ -178,13 +206,19 @@ static void t_crash_no_aliasing(void)
 	signer a[4];
 	pthread_t th[4];
 	signers_start(a, th, 4, h, &stop, signer_run);
-	char text[32];
+	/* Each crash lands while the threads sign and is waited for (the
+	 * module logs it), then signing is seen to go on before the next:
+	 * paced by state, not by times a loaded machine can outlast. */
+	SG_WAIT_FOR(30000, signed_now(a, 4) > 0);
+	char text[32], line[48];
 	for (int gen = 1; gen <= 12; gen++) {
-		sg_sleep_ms(60);
 		snprintf(text, sizeof(text), "crash %d\n", gen);
 		faults(text);
+		snprintf(line, sizeof(line), "crash generation %d\n", gen);
+		SG_WAIT_FOR(30000, logged(line));
+		int before = signed_now(a, 4);
+		SG_WAIT_FOR(30000, signed_now(a, 4) > before);
 	}
-	sg_sleep_ms(200);
 	signer_sum sum = signers_stop(a, th, 4, &stop, false);
 	printf("crashes under load: %d signed, %d verified, %d failed\n", sum.ok, sum.verified, sum.errors);
 	SG_CHECK(sum.ok > 0 && sum.verified == sum.ok);

@@ -205,13 +205,16 @@ static void *sign_worker(void *arg)
 		w->unclean++;
 		return NULL;
 	}
-	for (int i = 0; i < 2000 && !atomic_load(w->stop); i++) {
+	/* Until told to stop: the test paces its faults by what the signers
+	 * do, so they must not run out first. */
+	while (!atomic_load(w->stop)) {
 		bool ok = false;
 		gate_enter();
 		int rc = sign_verify(w->h, s, sg_now_ns() + 3000000000u, &ok);
 		gate_leave();
 		if (rc == 0) {
 			w->ok++;
+			atomic_store(&w->ok_now, w->ok);
 			w->verified += ok;
 		} else {
 			w->errors++;
@@ -245,16 +248,24 @@ static void t_concurrent_faults(void)
 	signer w[4];
 	pthread_t th[4];
 	signers_start(w, th, 4, h, &stop, sign_worker);
+	/* Faults paced by what the signers do, not by fixed times a loaded
+	 * machine can outlast: the first once a signature shows the signers
+	 * at work, each next one once the last has been met (a session
+	 * recovered from it), and the signers stopped once every one of them
+	 * has signed. So every fault lands on sessions in use. */
+	SG_WAIT_FOR(30000, stats(h).signatures >= 4);
 	for (int k = 0; k < 6; k++) {
-		sg_sleep_ms(60);
 		gate_close();
+		uint64_t before = stats(h).recoveries;
 		if (k % 3 == 2)
 			SG_CHECK(logout_slot(&x, slot) == CKR_OK);
 		else
 			SG_CHECK(x.f->C_CloseAllSessions(slot) == CKR_OK);
 		gate_open();
+		SG_WAIT_FOR(30000, stats(h).recoveries > before);
 	}
-	sg_sleep_ms(60);
+	for (int i = 0; i < 4; i++)
+		SG_WAIT_FOR(30000, atomic_load(&w[i].ok_now) > 0);
 	signer_sum sum = signers_stop(w, th, 4, &stop, true);
 	sg_hsm_stats st = stats(h);
 	printf("concurrent: %d signed (%d verified), %d clean errors, %llu faults, %llu recoveries\n", sum.ok,

@@ -101,9 +101,12 @@ static void t_reinit_bounded_then_back(void)
 	SG_CHECK(rc == SG_EBUSY || rc == SG_ETIMEOUT);
 	SG_CHECK(sg_error_last()->msg[0] != '\0');
 	SG_CHECK(!strstr(sg_error_last()->msg, "1234"));
+	/* A second of health polls, as often as a busy readiness probe would:
+	 * the span is what is tested (attempts stay few however often it is
+	 * polled), and a slower machine only polls less. */
 	uint64_t until = sg_now_ns() + 1000000000u;
 	long polls = 0;
-	while (sg_now_ns() < until) { /* as often as a busy readiness probe would */
+	while (sg_now_ns() < until) {
 		SG_CHECK(stats(h).state == SG_HSM_DOWN);
 		polls++;
 		sg_sleep_ms(1);
@@ -114,9 +117,7 @@ static void t_reinit_bounded_then_back(void)
 	SG_CHECK(stats(h).reinits == 0);
 
 	shim.set(1, 0); /* back: the next C_Initialize reconnects */
-	until = sg_now_ns() + 15000000000u;
-	while (stats(h).state == SG_HSM_DOWN && sg_now_ns() < until)
-		sg_sleep_ms(10);
+	SG_WAIT_FOR(30000, stats(h).state != SG_HSM_DOWN);
 	/* Usable again; DEGRADED until the broken session has reopened. */
 	SG_CHECK(stats(h).state == SG_HSM_DEGRADED);
 	SG_CHECK(stats(h).reinits == 1);
@@ -194,6 +195,9 @@ static void t_reinit_under_load(void)
 	signer w[4];
 	pthread_t th[4];
 	signers_start(w, th, 4, h, &stop, signer_run);
+	/* Cuts spaced out so that the workers sign between them. Nothing
+	 * rests on the spacing: cuts that fall together make fewer re-inits,
+	 * and 1 to 4 is what is checked. */
 	for (int k = 0; k < 4; k++) {
 		sg_sleep_ms(80);
 		shim.set(1, 0);

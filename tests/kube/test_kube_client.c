@@ -132,6 +132,7 @@ struct wrec {
 	char names[64][32];
 	int bookmarks;
 	atomic_bool stop;
+	atomic_bool ended; /* sg_kube_watch has returned */
 	int rc;
 	sg_kube_status status;
 	sg_kube_watch_opts opt;
@@ -160,6 +161,7 @@ static void *watch_thread(void *arg)
 	w->opt.stop = &w->stop;
 	w->rc = sg_kube_watch(k, &w->ref, &w->opt, wrec_event, w);
 	w->status = *sg_kube_last_status();
+	atomic_store(&w->ended, true);
 	return NULL;
 }
 
@@ -187,15 +189,15 @@ static void t_watch_order(void)
 	SG_CHECK_OK(sg_kube_create(k, &coll, cm, NULL));
 	SG_CHECK_OK(sg_kube_merge_patch(k, &one, p, NULL));
 	SG_CHECK_OK(sg_kube_delete(k, &one, NULL));
-	uint64_t deadline = sg_now_ns() + 10000000000ull;
-	while (wrec_count(&w) < 3 && sg_now_ns() < deadline)
-		sg_sleep_ms(20);
+	SG_WAIT_FOR(30000, wrec_count(&w) >= 3);
 	uint64_t t0 = sg_now_ns();
 	atomic_store(&w.stop, true);
 	pthread_join(th, NULL);
 	double stop_s = (double)(sg_now_ns() - t0) / 1e9;
 	printf("watch stopped %.2f s after the request\n", stop_s);
-	SG_CHECK(stop_s < 2.5);
+	/* Within about a second; the bound leaves a loaded machine room and
+	 * is still far from the watch's own 30 s end. */
+	SG_CHECK(stop_s < 10);
 	SG_CHECK_OK(w.rc);
 	SG_CHECK(w.n == 3);
 	SG_CHECK(w.types[0] == SG_KUBE_ADDED && w.types[1] == SG_KUBE_MODIFIED && w.types[2] == SG_KUBE_DELETED);
@@ -220,10 +222,23 @@ static void t_watch_bookmarks(void)
 	uint64_t t0 = sg_now_ns();
 	pthread_t th;
 	pthread_create(&th, NULL, watch_thread, &w);
-	sg_sleep_ms(500);
+	/* The event must be newer than what the watch cache has replayed to
+	 * the watch when it registers it (an event before that only moves the
+	 * watch's own resourceVersion), and nothing tells the client when
+	 * that was: so the trigger changes every 200 ms until the watch ends,
+	 * and some change comes after, however long the watch took to start.
+	 * The selector keeps every one of them out of the stream. */
 	sg_kube_ref coll = cm_ref(NULL), one = cm_ref("bookmark-trigger");
 	json_t *cm = kube_env_configmap("default", "bookmark-trigger", "k", "v");
 	SG_CHECK_OK(sg_kube_create(k, &coll, cm, NULL));
+	for (int i = 0; i < 300 && !atomic_load(&w.ended); i++) {
+		sg_sleep_ms(200);
+		char v[16];
+		snprintf(v, sizeof(v), "%d", i);
+		json_t *p = json_pack("{s:{s:s}}", "data", "k", v);
+		SG_CHECK_OK(sg_kube_merge_patch(k, &one, p, NULL));
+		json_decref(p);
+	}
 	pthread_join(th, NULL); /* runs until the server ends it */
 	double s = (double)(sg_now_ns() - t0) / 1e9;
 	printf("bookmark watch: %d bookmarks, %d events, ended after %.1f s (rc %d)\n", w.bookmarks, w.n, s, w.rc);
@@ -418,7 +433,10 @@ static void t_auth_and_rotation(void)
 	SG_CHECK(sg_kube_last_status()->code == 403);
 	SG_CHECK_MSG("403 Forbidden: configmaps \"anything\" is forbidden: User \"signet-user\" cannot get");
 
-	/* The token file rotates to the admin's: picked up within a second. */
+	/* The token file rotates to the admin's: picked up within a second.
+	 * The client looks at the file again on the first request a second or
+	 * more after its last look: past 1.1 s the next request is sure to,
+	 * however slow the machine, so a fixed time is exact here. */
 	copy_file(kube_env.token_file, token);
 	sg_sleep_ms(1100);
 	SG_CHECK_RC(sg_kube_get(u, &one, NULL), SG_ENOTFOUND);
@@ -427,7 +445,7 @@ static void t_auth_and_rotation(void)
 	FILE *f = fopen(token, "w");
 	fputs("not-a-valid-token\n", f);
 	fclose(f);
-	sg_sleep_ms(1100);
+	sg_sleep_ms(1100); /* as above */
 	SG_CHECK_RC(sg_kube_get(u, &one, NULL), SG_EAUTH);
 	SG_CHECK(sg_kube_last_status()->code == 401);
 	SG_CHECK_MSG("401 Unauthorized");

@@ -103,17 +103,6 @@ static bool holds(sg_kube_informer *inf, const char *name, const char *v)
 	return ok;
 }
 
-static bool wait_for(sg_kube_informer *inf, const char *name, const char *v, unsigned ms)
-{
-	uint64_t deadline = sg_now_ns() + (uint64_t)ms * 1000000u;
-	while (!holds(inf, name, v)) {
-		if (sg_now_ns() > deadline)
-			return false;
-		sg_sleep_ms(20);
-	}
-	return true;
-}
-
 /* Handlers run just after the store changes: wait for them too. */
 static struct counts counts_after(struct counts *c, int adds, int updates, int deletes)
 {
@@ -160,9 +149,9 @@ static void t_sync_and_events(void)
 	put_cm("a-4", "inf-a", "blue", "1");
 	put_cm("a-1", "inf-a", "blue", "2");
 	del_cm("a-2");
-	SG_CHECK(wait_for(ia, "a-4", "1", 10000));
-	SG_CHECK(wait_for(ia, "a-1", "2", 10000));
-	SG_CHECK(wait_for(ia, "a-2", NULL, 10000));
+	SG_WAIT_FOR(10000, holds(ia, "a-4", "1"));
+	SG_WAIT_FOR(10000, holds(ia, "a-1", "2"));
+	SG_WAIT_FOR(10000, holds(ia, "a-2", NULL));
 	struct counts s = counts_after(&ca, 4, 1, 1);
 	SG_CHECK(s.adds == 4 && s.updates == 1 && s.deletes == 1);
 	SG_CHECK(strcmp(s.last_deleted, "a-2") == 0);
@@ -203,9 +192,9 @@ static void t_restart_and_gap(void)
 	put_cm("a-3", "inf-a", "blue", "3");
 	del_cm("a-4");
 	t0 = sg_now_ns();
-	SG_CHECK(wait_for(ia, "a-5", "1", 40000));
-	SG_CHECK(wait_for(ia, "a-3", "3", 40000));
-	SG_CHECK(wait_for(ia, "a-4", NULL, 40000));
+	SG_WAIT_FOR(40000, holds(ia, "a-5", "1"));
+	SG_WAIT_FOR(40000, holds(ia, "a-3", "3"));
+	SG_WAIT_FOR(40000, holds(ia, "a-4", NULL));
 	sg_kube_informer_stats sa;
 	sg_kube_informer_stats_get(ia, &sa);
 	printf("a converged %.1f s after the restart: lists %llu relists %llu watches %llu errors %llu\n",
@@ -217,9 +206,9 @@ static void t_restart_and_gap(void)
 	/* b resumes from its old resourceVersion: 410, relist, and the delete
 	 * of b-1 it never saw is emitted by the relist. */
 	SG_CHECK_OK(sg_kube_informer_start(ib));
-	SG_CHECK(wait_for(ib, "b-1", NULL, 20000));
-	SG_CHECK(wait_for(ib, "b-2", "2", 20000));
-	SG_CHECK(wait_for(ib, "b-3", "1", 20000));
+	SG_WAIT_FOR(20000, holds(ib, "b-1", NULL));
+	SG_WAIT_FOR(20000, holds(ib, "b-2", "2"));
+	SG_WAIT_FOR(20000, holds(ib, "b-3", "1"));
 	sg_kube_informer_stats sb;
 	sg_kube_informer_stats_get(ib, &sb);
 	printf("b: rv before %s, lists %llu relists %llu\n", rv_before, (unsigned long long)sb.lists,
@@ -277,9 +266,7 @@ static void t_metadata_only(void)
 	SG_CHECK_OK(sg_kube_informer_wait_synced(im, 10000));
 	SG_CHECK(metadata_only(im, "m-1", "inf-m")); /* from the LIST */
 	put_cm("m-2", "inf-m", "green", "1");
-	uint64_t deadline = sg_now_ns() + 10000000000ull;
-	while (sg_kube_informer_size(im) < 2 && sg_now_ns() < deadline)
-		sg_sleep_ms(20);
+	SG_WAIT_FOR(10000, sg_kube_informer_size(im) >= 2);
 	SG_CHECK(metadata_only(im, "m-2", "inf-m")); /* from the watch */
 	SG_CHECK(counts_after(&cm, 2, 0, 0).adds == 2);
 	sg_kube_informer_free(im);

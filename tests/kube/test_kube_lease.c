@@ -79,11 +79,12 @@ static void t_defaults_release(void)
 		exit(1);
 	SG_CHECK_OK(sg_lease_elector_start(a));
 	SG_CHECK_OK(sg_lease_elector_start(b));
-	sg_lease_elector *leader = one_leader(a, b, 8000);
+	sg_lease_elector *leader = one_leader(a, b, 30000);
 	SG_CHECK(leader != NULL);
 	if (!leader)
 		exit(1);
-	/* Exactly one, for a while (renewals happen every 2 s). */
+	/* Exactly one, for a while (renewals happen every 2 s): an invariant
+	 * held over a span, which a fixed time is right for. */
 	for (int i = 0; i < 40; i++) {
 		SG_CHECK(sg_lease_elector_is_leader(a) != sg_lease_elector_is_leader(b));
 		sg_sleep_ms(100);
@@ -100,14 +101,13 @@ static void t_defaults_release(void)
 	uint64_t t0 = sg_now_ns();
 	sg_lease_elector_stop(leader); /* on_stopped_leading, then release */
 	SG_CHECK(!sg_lease_elector_is_leader(leader));
-	uint64_t deadline = t0 + 20000000000ull;
-	while (!sg_lease_elector_is_leader(other) && sg_now_ns() < deadline)
-		sg_sleep_ms(20);
+	SG_WAIT_FOR(30000, sg_lease_elector_is_leader(other));
 	double handover = (double)(sg_now_ns() - t0) / 1e9;
 	printf("handover after release: %.2f s\n", handover);
-	SG_CHECK(sg_lease_elector_is_leader(other));
-	SG_CHECK(handover < 20.0);
-	SG_CHECK(handover < 5.0); /* released: the next retry (2 s + jitter) takes it */
+	/* Released: the next retry (2 s + jitter) takes it. Without the
+	 * release it would wait out the 15 s lease; the bound leaves a loaded
+	 * machine room and still tells the two apart. */
+	SG_CHECK(handover < 10.0);
 
 	json_t *l2 = get_lease("signet-leader");
 	SG_CHECK(strcmp(spec_s(l2, "holderIdentity"), oid) == 0);
@@ -142,18 +142,17 @@ static void t_expiry_takeover(void)
 	if (!a || !b)
 		exit(1);
 	SG_CHECK_OK(sg_lease_elector_start(a));
-	SG_CHECK(one_leader(a, b, 5000) == a);
+	SG_CHECK(one_leader(a, b, 30000) == a);
 	SG_CHECK_OK(sg_lease_elector_start(b));
+	/* An absence: b does not take a held lease over three of its retries.
+	 * A fixed time is right for it; a slower b only tries less. */
 	sg_sleep_ms(1500);
 	SG_CHECK(sg_lease_elector_is_leader(a) && !sg_lease_elector_is_leader(b));
 	uint64_t t0 = sg_now_ns();
 	sg_lease_elector_stop(a); /* keep_on_stop: like a crash, the lease stays held */
-	uint64_t deadline = t0 + 10000000000ull;
-	while (!sg_lease_elector_is_leader(b) && sg_now_ns() < deadline)
-		sg_sleep_ms(20);
+	SG_WAIT_FOR(30000, sg_lease_elector_is_leader(b));
 	double took = (double)(sg_now_ns() - t0) / 1e9;
 	printf("takeover after expiry: %.2f s (lease 3 s, retry 0.5 s)\n", took);
-	SG_CHECK(sg_lease_elector_is_leader(b));
 	SG_CHECK(took > 1.0 && took < 3.0 + 1.2 + 1.0);
 	sg_lease_elector_free(b);
 	sg_lease_elector_free(a);

@@ -1136,6 +1136,8 @@ static void t_quiet(void)
 	SG_WAIT_FOR(WAIT_MS, (sg_ctrl_stats_get(sg_trustmanager_controller(tm), &c1), c1.reconciles > c0.reconciles));
 	free(crv);
 	crv = rv_of(tm_ref("cluster"));
+	/* The quiet period is what is tested (no write follows the event),
+	 * so a fixed time is right here, not a wait for a state. */
 	sg_sleep_ms(QUIET_MS);
 	WAIT_IDLE();
 	sg_trustmanager_stats after = stats();

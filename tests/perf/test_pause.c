@@ -56,15 +56,20 @@ static void t_summarize(void)
 static void t_live(void)
 {
 	lg_pause_watch *w = NULL;
+	uint64_t t0 = sg_now_ns();
 	SG_CHECK_RC(lg_pause_start(&w, LG_PAUSE_TICK_NS, LG_PAUSE_MIN_NS), SG_OK);
 	if (!w)
 		return;
+	/* Watching for 100 ms is the test, not a wait for a state. A loaded
+	 * machine may stretch the watch and pause it more: the bound below
+	 * is on the time actually watched. */
 	struct timespec d = {0, 100000000}; /* 100 ms */
 	nanosleep(&d, NULL);
 	lg_pause_stop(w);
+	uint64_t watched_ms = (sg_now_ns() - t0) / 1000000u;
 	size_t n = 99;
 	const lg_pause *p = lg_pause_list(w, &n);
-	SG_CHECK(n < 99); /* at most one pause per 2 ms of watching */
+	SG_CHECK(n <= watched_ms / 2 + 1); /* at most one pause per 2 ms of watching */
 	SG_CHECK(lg_pause_dropped(w) == 0);
 	for (size_t i = 0; i < n; i++) {
 		SG_CHECK(p[i].end_ns - p[i].start_ns >= 2000000u);

@@ -605,7 +605,7 @@ static void one(const char *issuer, const char *what, rec *r, EVP_PKEY **key_out
 	SG_WAIT_FOR(20000, crs_of(buf, NULL) == 0); /* deleted once it ended */
 	sg_forward_stats st = stats(f);
 	SG_CHECK(st.submitted == 1 && st.in_flight == 0 && st.creates == 1);
-	SG_WAIT_FOR(5000, stats(f).deletes == 1);
+	SG_WAIT_FOR(20000, stats(f).deletes == 1);
 	sg_forward_free(f);
 	SG_CHECK(rec_calls(r) == 1);
 	free(csr);
@@ -955,7 +955,7 @@ static void t_deadline(void)
 	SG_WAIT_FOR(20000, crs_of(replica, NULL) == 0);
 	sg_forward_stats st = stats(f);
 	SG_CHECK(st.timeouts == 1 && st.in_flight == 0 && st.creates == 1);
-	SG_WAIT_FOR(5000, stats(f).deletes == 1);
+	SG_WAIT_FOR(20000, stats(f).deletes == 1);
 	sg_forward_free(f);
 	rec_clear(&r);
 	free(csr);
@@ -986,7 +986,7 @@ static void t_cancelled(void)
 	SG_CHECK(rec_calls(&r) == 0);
 	uint64_t t0 = sg_now_ns();
 	atomic_store(&gone, true);
-	SG_WAIT_FOR(5000, rec_calls(&r) == 1);
+	SG_WAIT_FOR(20000, rec_calls(&r) == 1);
 	SG_CHECK_RC(r.rc, SG_ETIMEOUT);
 	SG_CHECK(strstr(r.msg, "the call ended") != NULL);
 	SG_CHECK(r.at - t0 < 1000 * UINT64_C(1000000));

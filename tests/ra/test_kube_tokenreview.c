@@ -83,21 +83,39 @@ static bool pod(const char *name, const char *sa, const char *node, char *uid, s
 	              uid, cap);
 }
 
-static bool delete_and_wait(const char *resource, const char *name)
+/* The API server's own verdict on tok for audience istio-ca, from a
+ * TokenReview made here: 1 authenticated, 0 not, -1 no answer. */
+static int api_verdict(const char *tok)
+{
+	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
+	json_t *body = json_pack("{s:s, s:s, s:{s:s, s:[s]}}", "apiVersion", "authentication.k8s.io/v1", "kind",
+	                         "TokenReview", "spec", "token", tok, "audiences", "istio-ca");
+	json_t *out = NULL;
+	int rc = sg_kube_create(k, &ref, body, &out);
+	json_decref(body);
+	json_t *yes = json_object_get(json_object_get(out, "status"), "authenticated");
+	int verdict = rc != 0 ? -1 : json_is_true(yes) ? 1 : 0;
+	json_decref(out);
+	return verdict;
+}
+
+/* Deletes the object and waits until it is gone from the API and, when
+ * tok is not NULL, until the API server refuses tok. TokenReview looks
+ * objects up through the API server's informers, which follow etcd
+ * closely but not at once: its own verdict on a token never reviewed
+ * before (no answer cached) is the state to wait for, not a time. */
+static bool delete_and_wait(const char *resource, const char *name, const char *tok)
 {
 	sg_kube_ref ref = {.version = "v1", .resource = resource, .ns = NS, .name = name};
 	if (sg_kube_delete(k, &ref, NULL) != 0)
 		return false;
-	for (int i = 0; i < 100; i++) {
-		if (sg_kube_get(k, &ref, NULL) == SG_ENOTFOUND) {
-			/* TokenReview looks objects up through the API server's
-			 * informers, which follow etcd closely but not at once. */
-			sg_sleep_ms(1000);
-			return true;
-		}
-		sg_sleep_ms(100);
+	uint64_t until = sg_now_ns() + 30000000000ull;
+	while (sg_kube_get(k, &ref, NULL) != SG_ENOTFOUND || (tok && api_verdict(tok) != 0)) {
+		if (sg_now_ns() > until)
+			return false;
+		sg_sleep_ms(SG_TEST_POLL_MS);
 	}
-	return false;
+	return true;
 }
 
 /* A TokenRequest; caller frees the token with free_token. Two requests
@@ -393,7 +411,7 @@ static void t_revoked(void)
 	/* A fresh token whose service account is then deleted. */
 	SG_CHECK(service_account("gone", NULL, 0));
 	char *gone = mint("gone", "istio-ca", NULL, NULL);
-	SG_CHECK(gone && delete_and_wait("serviceaccounts", "gone"));
+	SG_CHECK(gone && delete_and_wait("serviceaccounts", "gone", gone));
 	SG_CHECK_RC(run(&a, gone, sg_wall_seconds(), &r), SG_EAUTH);
 	printf("deleted service account: %s\n", r.err.msg);
 	SG_CHECK(strstr(r.err.msg, "not authenticated") != NULL);
@@ -405,14 +423,16 @@ static void t_revoked(void)
 	char old_uid[64], new_uid[64];
 	SG_CHECK(service_account("recreated", old_uid, sizeof(old_uid)));
 	char *stale = mint("recreated", "istio-ca", NULL, NULL);
-	SG_CHECK(stale && delete_and_wait("serviceaccounts", "recreated"));
+	SG_CHECK(stale && delete_and_wait("serviceaccounts", "recreated", stale));
 	SG_CHECK(service_account("recreated", new_uid, sizeof(new_uid)) && strcmp(old_uid, new_uid) != 0);
-	sg_sleep_ms(1000);
+	/* The informers have the new account once the API server accepts a
+	 * token of it (so the old token meets the new uid, not no account). */
+	char *fresh = mint("recreated", "istio-ca", NULL, NULL);
+	SG_WAIT_FOR(30000, api_verdict(fresh) == 1);
 	SG_CHECK_RC(run(&a, stale, sg_wall_seconds(), &r), SG_EAUTH);
 	printf("recreated service account: %s\n", r.err.msg);
 	result_destroy(&r);
 	/* A token of the new account works. */
-	char *fresh = mint("recreated", "istio-ca", NULL, NULL);
 	SG_CHECK_OK(run(&a, fresh, sg_wall_seconds(), &r));
 	SG_CHECK(strcmp(r.caller.sa_uid, new_uid) == 0);
 	result_destroy(&r);
@@ -420,7 +440,7 @@ static void t_revoked(void)
 	/* A token bound to a pod that is then deleted (unscheduled: at once). */
 	SG_CHECK(pod("loose-pod", "app", NULL, loose_uid, sizeof(loose_uid)));
 	char *bound = mint("app", "istio-ca", "loose-pod", loose_uid);
-	SG_CHECK(bound && delete_and_wait("pods", "loose-pod"));
+	SG_CHECK(bound && delete_and_wait("pods", "loose-pod", bound));
 	SG_CHECK_RC(run(&a, bound, sg_wall_seconds(), &r), SG_EAUTH);
 	printf("deleted pod: %s\n", r.err.msg);
 	result_destroy(&r);
@@ -436,7 +456,9 @@ static void t_revoked(void)
 	int64_t now = sg_wall_seconds();
 	SG_CHECK_OK(run(&a, tok, now, &r));
 	result_destroy(&r);
-	SG_CHECK(delete_and_wait("serviceaccounts", "short"));
+	/* No verdict to wait for: the API server caches its positive answer
+	 * on tok for 10 s; the loop below waits that out. */
+	SG_CHECK(delete_and_wait("serviceaccounts", "short", NULL));
 	SG_CHECK_OK(run(&a, tok, now, &r)); /* the same second: still the cached answer */
 	SG_CHECK(r.inside_start);
 	result_destroy(&r);

@@ -170,10 +170,8 @@ static void delete_obj(const char *resource, const char *ns, const char *name)
 	sg_kube_ref ref = {.version = "v1", .resource = resource, .ns = ns, .name = name};
 	SG_CHECK_OK(sg_kube_delete(k, &ref, NULL));
 	/* Gone from the API (pods: terminationGracePeriodSeconds 0). */
-	uint64_t deadline = sg_now_ns() + 10000000000ull;
-	int rc;
-	while ((rc = sg_kube_get(k, &ref, NULL)) == SG_OK && sg_now_ns() < deadline)
-		sg_sleep_ms(50);
+	int rc = SG_OK;
+	SG_WAIT_FOR(30000, (rc = sg_kube_get(k, &ref, NULL)) != SG_OK);
 	SG_CHECK(rc == SG_ENOTFOUND);
 }
 
@@ -246,6 +244,9 @@ struct later_call {
 static void *later_thread(void *arg)
 {
 	struct later_call *l = arg;
+	/* An inner that answers a little later, from its own thread. Nothing
+	 * rests on the 20 ms: "later" is told by the thread done runs on (see
+	 * run_at), so any delay, or none, gives the same outcome. */
 	sg_sleep_ms(20);
 	if (l->refuse) {
 		sg_error e = {.code = SG_EAUTH, .msg = "fake refuses later"};
@@ -908,9 +909,18 @@ static void t_bound_unreachable(void)
 	sg_kube_free(dead);
 }
 
+static uint64_t bound_live_of(sg_workload *wl)
+{
+	sg_workload_stats s;
+	sg_workload_stats_get(wl, &s);
+	return s.bound_live;
+}
+
 static void t_bound_queue_and_shutdown(void)
 {
-	/* One worker stuck on a server that never answers, a queue of one. */
+	/* One worker stuck on a server that never answers, a queue of one.
+	 * The stuck GET ends at the client's 1.5 s timeout: r2 and r3 must be
+	 * started before that, which takes two calls, not a fixed time. */
 	int fd;
 	sg_kube *mute = client_at(loopback_port(true, &fd), 1500);
 	sg_workload_options wo = {.kube = mute, .lookup_threads = 1, .lookup_queue = 1};
@@ -925,7 +935,9 @@ static void t_bound_queue_and_shutdown(void)
 	result_init(&r3);
 	sg_authn_request req = {"token", 5, NULL, sg_wall_seconds()};
 	SG_CHECK_OK(a.start(a.self, &req, on_done, &r1));
-	sg_sleep_ms(300); /* the worker has taken it */
+	/* The worker has taken r1 off the queue: it counts the live GET it
+	 * starts for it (no cache here, so nothing answers r1 sooner). */
+	SG_WAIT_FOR(30000, bound_live_of(wm) == 1);
 	SG_CHECK_OK(a.start(a.self, &req, on_done, &r2));
 	SG_CHECK_RC(a.start(a.self, &req, on_done, &r3), SG_EBUSY);
 	SG_CHECK_MSG("queue is full");
@@ -936,6 +948,9 @@ static void t_bound_queue_and_shutdown(void)
 	SG_CHECK(calls_of(&r1) == 1 && r1.rc == SG_EBUSY);
 	SG_CHECK(calls_of(&r2) == 1 && r2.rc == SG_EBUSY && strstr(r2.err.msg, "shutting down"));
 	SG_CHECK(calls_of(&r3) == 0);
+	/* An absence: no second answer after free. Only a fixed time can look
+	 * for one; with the code right the check holds however slow the
+	 * machine, so it cannot fail by chance. */
 	sg_sleep_ms(100);
 	SG_CHECK(calls_of(&r1) == 1 && calls_of(&r2) == 1);
 	result_destroy(&r1);

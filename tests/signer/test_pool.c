@@ -333,8 +333,9 @@ static void t_backpressure_and_drain(void)
 	/* Expired deadline: completes with SG_ETIMEOUT, never signs. */
 	sg_issue_request late = req;
 	late.deadline_ns = sg_now_ns() - 1;
-	while (sg_pool_submit(sg_appliance_pool(app), &late, count, &t) == SG_EBUSY)
-		sg_sleep_ms(1);
+	int lrc = SG_EBUSY;
+	SG_WAIT_FOR(30000, (lrc = sg_pool_submit(sg_appliance_pool(app), &late, count, &t)) != SG_EBUSY);
+	SG_CHECK_OK(lrc);
 	accepted++;
 	sg_appliance_free(app); /* drains */
 	app = NULL;
