@@ -196,7 +196,7 @@ class Args(unittest.TestCase):
 
     def ready(self, d):
         url = f"http://127.0.0.1:{d.serving['probe_port']}/readyz"
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline:
             try:
                 with urllib.request.urlopen(url, timeout=5) as r:

@@ -72,13 +72,19 @@ def base_env(**extra):
     return env
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; also the SCM_ type of its message
+
+
 class Notify:
     """systemd's end of NOTIFY_SOCKET: a datagram socket, every message kept
-    with the time it arrived."""
+    with the time it arrived: the kernel's receive timestamp, so that the
+    times are signetd's pace and not when this test got round to reading
+    (which a loaded machine delays)."""
 
     def __init__(self, path):
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         self.sock.bind(path)
         self.sock.setblocking(False)
         self.msgs = []  # (time, {var: value})
@@ -86,11 +92,16 @@ class Notify:
     def poll(self):
         while True:
             try:
-                data = self.sock.recv(4096)
+                data, anc, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(16))
             except BlockingIOError:
                 return
+            t = time.time()
+            for level, kind, value in anc:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(value) >= 16:
+                    sec, nsec = struct.unpack("qq", value[:16])
+                    t = sec + nsec / 1e9
             fields = dict(line.split("=", 1) for line in data.decode().split("\n") if "=" in line)
-            self.msgs.append((time.time(), fields))
+            self.msgs.append((t, fields))
 
     def wait(self, pred, timeout=30, start=0):
         """The index of the first message from start on that satisfies pred."""
@@ -293,7 +304,8 @@ class Systemd(unittest.TestCase):
         ready = n.with_var("READY", "1")[0]
         self.assertRegex(ready.get("STATUS", ""), r"^ready; issued \d+, refused/failed \d+$")
         issued0 = int(re.search(r"issued (\d+)", ready["STATUS"]).group(1))
-        # No watchdog was asked for: no ping.
+        # No watchdog was asked for: no ping. An absence, so a fixed quiet
+        # time (three pings' worth) is what is checked.
         time.sleep(1.5)
         n.poll()
         self.assertFalse(n.with_var("WATCHDOG"), n.msgs)
@@ -302,7 +314,7 @@ class Systemd(unittest.TestCase):
         self.issue(d)
         self.issue(d)
         i = n.wait(lambda f: "STATUS" in f and int(re.search(r"issued (\d+)", f["STATUS"]).group(1)) >= issued0 + 2,
-                   timeout=10)
+                   timeout=60)
         self.assertIsNotNone(i, n.msgs)
         self.assertTrue(n.msgs[i][1]["STATUS"].startswith("ready;"))
         self.assertEqual(len(n.with_var("READY", "1")), 1)  # once, not on every status
@@ -317,13 +329,21 @@ class Systemd(unittest.TestCase):
         d = self.start("watchdog", env=base_env(NOTIFY_SOCKET=n.path, WATCHDOG_USEC="1000000"), watchdog_pid=True)
         self.assertIsNotNone(n.wait(lambda f: f.get("READY") == "1"), read(d.log_path))
         start = len(n.msgs)
-        time.sleep(3.2)
-        n.poll()
-        pings = [t for t, f in n.msgs[start:] if f.get("WATCHDOG") == "1"]
-        # At least every half interval (0.5 s): about six in 3.2 s.
-        self.assertGreaterEqual(len(pings), 5, n.msgs)
-        gaps = [b - a for a, b in zip(pings, pings[1:])]
-        self.assertLess(max(gaps), 0.9, gaps)
+
+        def pings():
+            return [t for t, f in n.msgs[start:] if f.get("WATCHDOG") == "1"]
+        # Seven pings, however long a loaded machine takes to send them; the
+        # pace is judged by when the kernel received each (Notify).
+        deadline = time.time() + 60
+        while len(pings()) < 7 and time.time() < deadline:
+            time.sleep(0.05)
+            n.poll()
+        self.assertGreaterEqual(len(pings()), 7, n.msgs)
+        gaps = sorted(b - a for a, b in zip(pings(), pings()[1:]))
+        # Every half interval (0.5 s), and never near the interval (1 s),
+        # past which systemd would kill signetd.
+        self.assertLess(gaps[len(gaps) // 2], 0.7, gaps)
+        self.assertLess(gaps[-1], 0.9, gaps)
         self.assertEqual(d.stop(), 0)
 
         # WATCHDOG_PID naming another process: not ours, no pings.
@@ -331,7 +351,7 @@ class Systemd(unittest.TestCase):
         d2 = self.start("watchdog-other-pid", env=base_env(NOTIFY_SOCKET=n2.path, WATCHDOG_USEC="1000000",
                                                           WATCHDOG_PID="1"))
         self.assertIsNotNone(n2.wait(lambda f: f.get("READY") == "1"), read(d2.log_path))
-        time.sleep(1.5)
+        time.sleep(1.5)  # an absence: a fixed quiet time (three pings' worth) is what is checked
         n2.poll()
         self.assertFalse(n2.with_var("WATCHDOG"), n2.msgs)
         self.assertEqual(d2.stop(), 0)
@@ -367,7 +387,7 @@ class Systemd(unittest.TestCase):
         for p, st in ((live_crt, st_crt), (live_key, st_key), (root_bundle, st_root)):
             os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))
         self.assertEqual(os.stat(root_bundle).st_size, st_root.st_size)
-        time.sleep(2.2)  # two housekeeping ticks: nothing noticed
+        time.sleep(2.2)  # two housekeeping ticks: nothing noticed (an absence: a fixed quiet time)
         self.assertEqual(self.served_cert(d).serial_number, want_a)
 
         mark = len(n.msgs)
@@ -406,14 +426,21 @@ class Systemd(unittest.TestCase):
         gone = os.path.join(tempfile.mkdtemp(prefix="sdn."), "none")
         self.addCleanup(shutil.rmtree, os.path.dirname(gone), True)
         d = self.start("nowhere", env=base_env(NOTIFY_SOCKET=gone, WATCHDOG_USEC="1000000"), watchdog_pid=True)
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while time.time() < deadline and d.readyz() != 200:
             time.sleep(0.1)
         self.assertEqual(d.readyz(), 200)
         self.issue(d)
-        time.sleep(1.5)  # many pings that cannot be sent
-        warns = [r for r in d.records() if r.get("msg") == "cannot notify systemd; going on without it"]
-        self.assertEqual(len(warns), 1, d.records())
+
+        def warns():
+            return [r for r in d.records() if r.get("msg") == "cannot notify systemd; going on without it"]
+        deadline = time.time() + 60
+        while time.time() < deadline and not warns():
+            time.sleep(0.1)
+        # Then many pings that cannot be sent, each of which must not warn
+        # again: an absence, so a fixed time (three pings' worth).
+        time.sleep(1.5)
+        self.assertEqual(len(warns()), 1, d.records())
         self.assertEqual(d.stop(), 0)
 
     # ---- pin-credential --------------------------------------------------

@@ -101,6 +101,11 @@ class Load:
         self.stop_ev.set()
         return self.wait(CALL_TIMEOUT + 5)
 
+    def ok(self, since=0.0):
+        """Calls started at or after since that succeeded."""
+        with self.lock:
+            return sum(1 for c in self.calls if c[2] == grpc.StatusCode.OK and c[0] >= since)
+
 
 class Modules(unittest.TestCase):
     @classmethod
@@ -264,7 +269,11 @@ class Modules(unittest.TestCase):
 
             # 7. The module's own backend restarted under signetd.
             load = Load(self)
-            time.sleep(0.5)
+            # Under load: every client has been answered once.
+            t = time.monotonic()
+            while load.ok() < CLIENTS:
+                self.assertLess(time.monotonic() - t, RECOVER_S, "no load before the restart:\n" + d.text()[-3000:])
+                time.sleep(0.05)
             r = subprocess.run([SCRIPT, "restart-backend", self.hsm], capture_output=True, text=True)
             if r.returncode == 3:
                 calls = load.stop()
@@ -308,7 +317,11 @@ class Modules(unittest.TestCase):
                     self.figures["backend_restart_wedged"] = {"healthz_503_s": round(wedged, 2),
                                                               "served_after_restart_s": round(time.monotonic() - t, 2)}
                 else:
-                    time.sleep(1.0)  # some calls after recovery too
+                    # Some calls after recovery too: every client answered again.
+                    t = time.monotonic()
+                    while first_ok is not None and load.ok(t_off + first_ok) < CLIENTS \
+                            and time.monotonic() - t < RECOVER_S:
+                        time.sleep(0.05)
                     calls = load.stop()
                 self.assertIsNotNone(first_ok, f"no call succeeded within {RECOVER_S}s of the backend "
                                      f"restart, and /healthz did not fail either:\n" + d.text()[-4000:])

@@ -171,7 +171,7 @@ crd='{"apiVersion":"apiextensions.k8s.io/v1","kind":"CustomResourceDefinition",
 req POST /apis/apiextensions.k8s.io/v1/customresourcedefinitions "$crd"
 is 201; verdict "create CRD widgets.smoke.signet.test"
 established=no
-for _ in $(seq 1 100); do
+for _ in $(seq 1 600); do # polled for up to a minute: a loaded machine is slower
   req GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.smoke.signet.test
   if is_js 'any(c["type"] == "Established" and c["status"] == "True" for c in (o.get("status") or {}).get("conditions") or [])' True; then
     established=yes
@@ -181,7 +181,7 @@ for _ in $(seq 1 100); do
 done
 [ $established = yes ]; verdict "CRD becomes Established"
 wpath=/apis/smoke.signet.test/v1/namespaces/$ns/widgets
-for _ in $(seq 1 50); do # serving the new group can lag Established a little
+for _ in $(seq 1 600); do # serving the new group can lag Established a little
   req POST $wpath '{"apiVersion":"smoke.signet.test/v1","kind":"Widget","metadata":{"name":"w1"},"spec":{"size":1},"status":{"phase":"Ignored"}}'
   is 404 || break
   sleep 0.1
@@ -224,14 +224,20 @@ is 409; verdict "update with a stale resourceVersion conflicts (409)"
 # --- watch ------------------------------------------------------------------------
 req GET /api/v1/namespaces/$ns/configmaps
 list_rv=$(js 'o["metadata"]["resourceVersion"]')
-curl -sN --max-time 3 --cacert "$KUBE_CA_FILE" -H "Authorization: Bearer $admin" \
+# From the list's resourceVersion: the watch is sent what follows it however
+# late it connects. It ends once the DELETED event is in whole (at most 60 s).
+curl -sN --max-time 60 --cacert "$KUBE_CA_FILE" -H "Authorization: Bearer $admin" \
   "$KUBE_APISERVER/api/v1/namespaces/$ns/configmaps?watch=1&allowWatchBookmarks=true&resourceVersion=$list_rv" \
   >"$dir/watch" 2>/dev/null &
 watch_pids+=($!)
-sleep 0.5
 req POST /api/v1/namespaces/$ns/configmaps '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"watched"},"data":{"k":"v"}}'
 created=$code
 req DELETE /api/v1/namespaces/$ns/configmaps/watched
+while kill -0 "${watch_pids[-1]}" 2>/dev/null; do
+  grep -q '"type":"DELETED"' "$dir/watch" 2>/dev/null && [ -z "$(tail -c 1 "$dir/watch")" ] && break
+  sleep 0.1
+done
+kill "${watch_pids[-1]}" 2>/dev/null
 wait "${watch_pids[-1]}" 2>/dev/null
 events=$(/usr/bin/python3 - "$dir/watch" <<'EOF'
 import json, sys
@@ -239,20 +245,26 @@ ev = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(" ".join(e["type"] + ":" + e["object"]["metadata"].get("name", "") for e in ev if e["type"] != "BOOKMARK"))
 EOF
 ) || events=''
-[ "$created" = 201 ] && [ "$events" = "ADDED:watched DELETED:watched" ]; verdict "watch (3 s) streams ADDED and DELETED events"
+[ "$created" = 201 ] && [ "$events" = "ADDED:watched DELETED:watched" ]; verdict "watch streams ADDED and DELETED events"
 [ "$events" = "ADDED:watched DELETED:watched" ] || echo "     events: $events"
 
 # --- restart mid-watch; data persists --------------------------------------------
 curl -sN --max-time 120 --cacert "$KUBE_CA_FILE" -H "Authorization: Bearer $admin" \
-  "$KUBE_APISERVER/api/v1/namespaces/$ns/configmaps?watch=1&allowWatchBookmarks=true" >/dev/null 2>&1 &
+  "$KUBE_APISERVER/api/v1/namespaces/$ns/configmaps?watch=1&allowWatchBookmarks=true" >"$dir/long-watch" 2>/dev/null &
 long_watch=$!
 watch_pids+=("$long_watch")
-sleep 0.5
+# Open at the server before the restart: it has sent the ADDED event of the
+# ConfigMap that exists (ssa).
+for _ in $(seq 1 600); do
+  [ -s "$dir/long-watch" ] && break
+  sleep 0.1
+done
+[ -s "$dir/long-watch" ]; verdict "a watch is open before the restart"
 t0=$SECONDS
 "$here/apiserver.sh" restart-apiserver "$dir"; verdict "restart-apiserver: ready again"
 echo "     restarted in $((SECONDS - t0)) s"
 ended=no
-for _ in $(seq 1 50); do
+for _ in $(seq 1 300); do
   kill -0 "$long_watch" 2>/dev/null || { ended=yes; break; }
   sleep 0.1
 done

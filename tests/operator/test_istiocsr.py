@@ -160,7 +160,7 @@ class Env:
                 if rec.get("msg") == "metrics endpoint":
                     return rec.get("port")
             return None
-        return p, wait_for(f"{name}'s metrics endpoint", port, timeout=20), path
+        return p, wait_for(f"{name}'s metrics endpoint", port, timeout=60), path
 
     def close(self):
         for p in self.procs:
@@ -301,7 +301,7 @@ class IstioCSR(unittest.TestCase):
 
     def quiet(self, seconds):
         before = self.writes()
-        time.sleep(seconds)
+        time.sleep(seconds)  # no write for that long: an absence, so a fixed time
         self.assertEqual(self.writes(), before, "writes on a quiet cluster")
 
     def test_1_sample_reconciles(self):
@@ -442,7 +442,10 @@ class IstioCSR(unittest.TestCase):
 
     def test_4_quiet_cluster_and_restart_write_nothing(self):
         self.ready("True", "Ready")
-        time.sleep(2)  # the last repairs' echoes
+        # The last repairs' echoes (watch events of the operator's own
+        # writes) reconciled: nothing left in the controller's queue.
+        wait_for("the istiocsr controller's queue empty", lambda: metric(
+            self.port, 'signet_controller_queue_depth{controller="istiocsr"}') == 0)
         self.quiet(30)
         # A restarted operator finds everything as it wants it.
         self.proc.send_signal(signal.SIGTERM)
@@ -451,7 +454,7 @@ class IstioCSR(unittest.TestCase):
         wait_for("the restarted operator's first passes",
                  lambda: (metric(self.port, 'signet_controller_reconciles_total{controller="istiocsr",result="success"}')
                           or 0) >= 1)
-        time.sleep(3)
+        time.sleep(3)  # and nothing after them: an absence, so a fixed quiet time
         self.assertEqual(self.writes(), 0)
 
     def test_5_invalid_specs(self):

@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.request
@@ -323,11 +324,13 @@ class E2E(unittest.TestCase):
                 out = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{d.port}", proto, "-alpn", "h2",
                                       "-servername", "localhost"], input=b"", capture_output=True, timeout=30)
                 self.assertIn(b"ALPN protocol: h2", out.stdout, proto)
-            time.sleep(1.1)  # a different mtime
+            # A different mtime, even where a file system keeps whole
+            # seconds: time passing is what is needed, not a state.
+            time.sleep(1.1)
             shutil.copy(b_key, live_key)
             shutil.copy(b_crt, live_crt)
             want = x509.load_pem_x509_certificate(read(b_crt, "rb")).serial_number
-            deadline = time.time() + 10
+            deadline = time.time() + 60  # picked up at a housekeeping tick (1 s), slower on a loaded machine
             while time.time() < deadline and self.serving_serial(d.port) != want:
                 time.sleep(0.3)
             self.assertEqual(self.serving_serial(d.port), want)
@@ -338,23 +341,51 @@ class E2E(unittest.TestCase):
             self.assertEqual(d.stop(), 0, d.text())
 
     def test_graceful_shutdown_drains(self):
+        """SIGTERM with calls in flight: the calls signetd has when the stop
+        begins are served (certificates logged after "shutting down" reach
+        their clients), every call gets an answer, and signetd exits 0.
+
+        Which calls are inside signetd at the signal is the scheduler's
+        doing. The signal goes once the load is being answered (a fixed
+        50 ms after starting it found no call arrived yet at load 7), but a
+        machine that stalls the test's threads right then can let signetd
+        finish every call it had first: then nothing was there to drain.
+        Only that part is retried, on a new signetd, up to three rounds;
+        each round's answers and exit status are asserted."""
+        for attempt in range(3):
+            drained = self.shutdown_round()
+            if drained:
+                break
+            print(f"\n  round {attempt + 1}: no call was inside signetd at SIGTERM; again", file=sys.stderr)
+        self.assertTrue(drained, "in 3 rounds, no call signetd had at SIGTERM was served")
+
+    def shutdown_round(self):
+        """signetd (one signer thread) given 32 calls at once on one
+        connection, SIGTERM once one is answered (the others are then
+        queued for the signer); the serials served after "shutting down"."""
         d = Signetd(self.conf, threads=1)
         ch = self.open_channel(d.port)
         stub = self.pb_grpc.IstioCertificateServiceStub(ch)
-        tok = self.token()
+        md = [("authorization", f"Bearer {self.token()}"), ("clusterid", "Kubernetes")]
         csrs = [make_csr(spiffe("default", "default")) for _ in range(8)]
-        with concurrent.futures.ThreadPoolExecutor(8) as ex:
-            futs = [ex.submit(self.call, c, tok, 0, None, "Kubernetes", stub) for c in csrs * 4]
-            time.sleep(0.05)
-            d.proc.send_signal(signal.SIGTERM)
-            results = []
-            for f in futs:
-                try:
-                    results.append(len(f.result().cert_chain))
-                except grpc.RpcError as e:
-                    results.append(e.code())
+        answered = threading.Event()
+        futs = [stub.CreateCertificate.future(self.pb.IstioCertificateRequest(csr=c), metadata=md, timeout=30)
+                for c in csrs * 4]
+        for f in futs:
+            f.add_done_callback(lambda _: answered.set())
+        done = answered.wait(120)
+        d.proc.send_signal(signal.SIGTERM)
+        results, served = [], set()
+        for f in futs:
+            try:
+                chain = f.result().cert_chain
+                results.append(len(chain))
+                served.add(x509.load_pem_x509_certificate(chain[0].encode()).serial_number)
+            except grpc.RpcError as e:
+                results.append(e.code())
         self.assertEqual(d.stop(), 0, d.text())
         ch.close()
+        self.assertTrue(done, "no call answered in 120 s:\n" + d.text()[-3000:])
         # Every call got an answer: a chain, or a clean retryable refusal for
         # calls that reached the server after shutdown began (signetd answers
         # UNAVAILABLE; gRPC itself refuses calls it had not yet handed to
@@ -363,6 +394,14 @@ class E2E(unittest.TestCase):
         for r in results:
             self.assertIn(r, (2, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED))
         self.assertIn(2, results)
+        # Calls signetd had at the signal were served: certificates issued
+        # after "shutting down" (a request arriving later is refused), and
+        # their clients got them.
+        records = d.records()
+        stop = next(i for i, r in enumerate(records) if r.get("msg") == "shutting down")
+        after = {int(r["serial"], 16) for r in records[stop + 1:] if r.get("msg") == "certificate issued"}
+        self.assertLessEqual(after, served, "certificates issued during the stop that no client received")
+        return after
 
     # ---- the PIN in memory -------------------------------------------------------
 
