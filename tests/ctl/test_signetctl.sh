@@ -8,7 +8,11 @@ ctl=$1
 check=$2
 py=/usr/bin/python3
 tmp=$(mktemp -d "${SIGNET_TEST_TMP:-/tmp}/ctl.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+# What runs as another user (below) runs from the system's temporary folder:
+# the checkout, and so the build folder, may be one only root can enter.
+shared=$(mktemp -d)
+chmod 755 "$shared"
+trap 'rm -rf "$tmp" "$shared"' EXIT
 failures=0
 pass() { echo "ok   $1"; }
 fail() { echo "FAIL $1" >&2; failures=$((failures + 1)); }
@@ -169,15 +173,24 @@ if [ "$(id -u)" = 0 ] && [ ${#runas[@]} = 0 ]; then
   echo "skip non-dumpable check: running as root without setpriv"
 else
   uid=$(id -u); [ ${#runas[@]} != 0 ] && uid=65534
-  mkfifo "$tmp/csr.fifo"
-  ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 "${runas[@]}" "$ctl" issue --csr - <"$tmp/csr.fifo" >/dev/null 2>&1 &
+  runctl=$shared/signetctl
+  cp "$ctl" "$runctl"
+  chmod 755 "$runctl"
+  if [ ${#runas[@]} != 0 ] && ! "${runas[@]}" test -x "$runctl"; then
+    fail "uid 65534 cannot reach $runctl: set TMPDIR to a folder every user can traverse"
+  fi
+  mkfifo "$shared/csr.fifo"
+  ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 "${runas[@]}" "$runctl" issue --csr - <"$shared/csr.fifo" >/dev/null 2>&1 &
   pid=$!
-  exec 3>"$tmp/csr.fifo"
+  exec 3>"$shared/csr.fifo"
+  # The process must be signetctl itself: setpriv's change of uid alone
+  # makes /proc/PID/mem root's before it executes signetctl.
   nondumpable() {
     local i u
     for i in $(seq 1200); do # up to a minute: a sanitized signetctl starts slowly on a loaded machine
       u=$(awk '/^Uid:/{print $2}' "/proc/$pid/status" 2>/dev/null) || return 1
-      [ "$u" = "$uid" ] && [ "$(stat -c %u "/proc/$pid/mem")" = 0 ] && return 0
+      [ "$(readlink "/proc/$pid/exe")" = "$runctl" ] && [ "$u" = "$uid" ] &&
+        [ "$(stat -c %u "/proc/$pid/mem")" = 0 ] && return 0
       sleep 0.05
     done
     return 1

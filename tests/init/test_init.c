@@ -407,8 +407,13 @@ static void t_refusals(void)
  * become nobody. */
 static void t_unwritable(void)
 {
+	/* In the system's temporary folder, not SIGNET_TEST_TMP: the child
+	 * runs as nobody, and the build folder may be one only root can enter
+	 * (a checkout under /root). */
+	const char *sys_tmp = getenv("TMPDIR");
 	char state[512];
-	if (!new_state(state, sizeof(state))) {
+	snprintf(state, sizeof(state), "%s/signet-initXXXXXX", sys_tmp && *sys_tmp ? sys_tmp : "/tmp");
+	if (!mkdtemp(state)) {
 		SG_CHECK(!"mkdtemp");
 		return;
 	}
@@ -417,6 +422,11 @@ static void t_unwritable(void)
 	if (pid == 0) {
 		if (geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
 			_exit(3);
+		if (access(state, X_OK) != 0) {
+			fprintf(stderr, "unwritable: uid %u cannot reach %s: set TMPDIR to a folder every user can traverse\n",
+				(unsigned)geteuid(), state);
+			_exit(4);
+		}
 		char conf[PATH_MAX];
 		int rc = sg_init_default_dir(state, conf, sizeof(conf));
 		bool clear = rc == SG_EINVAL && strstr(sg_error_last()->msg, "must be writable");

@@ -410,17 +410,24 @@ class E2E(unittest.TestCase):
         can neither ptrace it (gcore fails) nor read its memory files, and a
         core dump made anyway (by root) does not contain the PIN."""
         sanitized = any(m in read(SIGNETD, "rb") for m in (b"__asan_init", b"__tsan_init"))
-        # A world-traversable folder owned by nobody, with its own CA.
-        base = tempfile.mkdtemp(prefix="dump.", dir=os.environ.get("SIGNET_TEST_TMP"))
+        # A world-traversable folder owned by nobody, with its own CA and a
+        # copy of signetd: in the system's temporary folder, since the
+        # checkout (and the build in it) may be one only root can enter.
+        base = tempfile.mkdtemp(prefix="signet-dump.")
         os.chmod(base, 0o755)
         ca = os.path.join(base, "ca")
         subprocess.run([SIGNETCTL, "init", "--dir", ca, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
+        signetd = os.path.join(base, "signetd")
+        shutil.copy(SIGNETD, signetd)
         subprocess.run(["chown", "-R", "nobody:nogroup", base], check=True)
         pin = read(os.path.join(ca, "pin"), "rb").strip()
         nobody = ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--"]
+        reach = subprocess.run(nobody + ["test", "-x", signetd])
+        self.assertEqual(reach.returncode, 0, f"user nobody cannot reach {signetd}: set TMPDIR to a folder "
+                                              "every user can traverse")
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
         log = open(os.path.join(base, "signetd.log"), "w+")
-        proc = subprocess.Popen(nobody + [SIGNETD, "--config", os.path.join(ca, "signet.conf"), "--serving-address",
+        proc = subprocess.Popen(nobody + [signetd, "--config", os.path.join(ca, "signet.conf"), "--serving-address",
                                           "127.0.0.1:0", "--metrics-port", "0", "--readiness-probe-port", "0",
                                           "--log-format", "json"], stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
