@@ -166,6 +166,7 @@ labels=(
   "org.opencontainers.image.title=signetd"
   "org.opencontainers.image.description=signet: HSM-backed CA/RA for service meshes (signetd, signetctl, signet-trust, signet-operator, signet-agent)"
   "org.opencontainers.image.version=$version"
+  "org.opencontainers.image.licenses=Apache-2.0"
   "org.opencontainers.image.revision=$rev"
   "org.opencontainers.image.created=$created"
   "org.opencontainers.image.base.name=debian:$suite (packages extracted by mmdebstrap)"

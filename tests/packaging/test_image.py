@@ -186,6 +186,7 @@ class Image(unittest.TestCase):
         self.assertEqual(labels["org.opencontainers.image.title"], "signetd")
         self.assertRegex(labels["org.opencontainers.image.version"], r"^\d+\.\d+\.\d+$")
         self.assertIn("org.opencontainers.image.revision", labels)
+        self.assertEqual(labels["org.opencontainers.image.licenses"], "Apache-2.0")
         self.assertEqual(self.image_config["os"], "linux")
         # The runtime config umoci derives from it: not root, no new privileges.
         rt = json.loads(read(os.path.join(self.bundle, "config.json")))["process"]

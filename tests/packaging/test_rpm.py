@@ -141,6 +141,13 @@ class Rpm(unittest.TestCase):
         self.assertIn("signet-0.1.0.tar.gz", srcs)
         self.assertIn("signet.spec", srcs)
 
+    def test_license(self):
+        self.assertEqual(self.qp("--qf", "%{LICENSE}"), "Apache-2.0")
+        licence = "/usr/share/licenses/signet/LICENSE"
+        self.assertIn(licence, self.qp("-l").split())
+        self.assertIn("Apache License", read(self.r(licence)).splitlines()[1])
+        self.assertEqual(read(self.r(licence)), read(os.path.join(SRC, "LICENSE")))
+
     def test_rpmlint_errors_none_warnings_explained(self):
         conf = os.path.join(SRC, "packaging", "rpm", "rpmlint.toml")
         p = run(["rpmlint", "-c", conf, self.rpm, self.srpm, self.spec])
