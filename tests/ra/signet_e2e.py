@@ -5,6 +5,7 @@ import base64
 import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -131,13 +132,46 @@ def sanitizer_reports(pid):
     none). In a sanitizer build ctest gives each test log_path=DIR/report
     with log_exe_name (CMakeLists.txt, signet_sanitizer_reports), so a
     report is the file DIR/report.<program>.<pid>, not lines of a log."""
-    bases = {opt[len("log_path="):] for var in ("ASAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")
+    bases = {opt[len("log_path="):] for var in SANITIZER_VARS
              for opt in os.environ.get(var, "").split(":") if opt.startswith("log_path=")}
     out = []
     for path in sorted(p for base in bases for p in glob.glob(glob.escape(base) + ".*")
                        if p.endswith(f".{pid}")):
         out.append(f"=== sanitizer report {path}\n{read(path)}")
     return "\n".join(out)
+
+
+SANITIZER_VARS = ("ASAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")
+
+
+def sanitizer_env_in(folder, env):
+    """env for a program that runs as another user from folder (a folder
+    that user can reach): each sanitizer's suppressions file copied into
+    folder and its log_path moved there (folder/report.<program>.<pid>), as
+    the checkout and the build folder may be ones only root can enter.
+    Read the reports with reports_in(folder)."""
+    env = dict(env)
+    for var in SANITIZER_VARS:
+        if not env.get(var):
+            continue
+        opts = []
+        for opt in env[var].split(":"):
+            key, _, value = opt.partition("=")
+            if key == "suppressions" and value:
+                copy = os.path.join(folder, f"{var.lower()}.supp")
+                shutil.copy(value, copy)
+                os.chmod(copy, 0o644)
+                opt = f"suppressions={copy}"
+            elif key == "log_path":
+                opt = f"log_path={os.path.join(folder, 'report')}"
+            opts.append(opt)
+        env[var] = ":".join(opts)
+    return env
+
+
+def reports_in(folder):
+    """The sanitizer reports written under folder by sanitizer_env_in, whole; "" when none."""
+    return "\n".join(f"=== sanitizer report {p}\n{read(p)}" for p in sorted(glob.glob(os.path.join(folder, "report.*"))))
 
 
 def stop_process(proc, sig=signal.SIGTERM, timeout=60):

@@ -426,6 +426,7 @@ class E2E(unittest.TestCase):
         self.assertEqual(reach.returncode, 0, f"user nobody cannot reach {signetd}: set TMPDIR to a folder "
                                               "every user can traverse")
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        env = signet_e2e.sanitizer_env_in(base, env)
         log = open(os.path.join(base, "signetd.log"), "w+")
         proc = subprocess.Popen(nobody + [signetd, "--config", os.path.join(ca, "signet.conf"), "--serving-address",
                                           "127.0.0.1:0", "--metrics-port", "0", "--readiness-probe-port", "0",
@@ -443,24 +444,26 @@ class E2E(unittest.TestCase):
             core = os.path.join(base, "same-user-core")
             r = subprocess.run(nobody + ["gcore", "-o", core, str(proc.pid)], capture_output=True, timeout=120)
             self.assertFalse([f for f in os.listdir(base) if f.startswith("same-user-core")], r.stdout)
-            if sanitized:
-                return  # a sanitizer's shadow memory makes a root core dump terabytes
-            # Root can dump it; the PIN's pages are left out.
-            core = os.path.join(base, "root-core")
-            subprocess.run(["gcore", "-o", core, str(proc.pid)], capture_output=True, timeout=120, check=True)
-            dumped = [os.path.join(base, f) for f in os.listdir(base) if f.startswith("root-core")]
-            self.assertEqual(len(dumped), 1)
-            data = read(dumped[0], "rb")
-            # The dump does show ordinary memory: the root, which signetd
-            # keeps on its heap to answer every call.
-            root_line = read(os.path.join(ca, "root-cert.pem")).splitlines()[1].encode()
-            self.assertIn(root_line, data)
-            self.assertNotIn(pin, data)
+            # A sanitizer's shadow memory makes a root core dump terabytes.
+            if not sanitized:
+                # Root can dump it; the PIN's pages are left out.
+                core = os.path.join(base, "root-core")
+                subprocess.run(["gcore", "-o", core, str(proc.pid)], capture_output=True, timeout=120, check=True)
+                dumped = [os.path.join(base, f) for f in os.listdir(base) if f.startswith("root-core")]
+                self.assertEqual(len(dumped), 1)
+                data = read(dumped[0], "rb")
+                # The dump does show ordinary memory: the root, which signetd
+                # keeps on its heap to answer every call.
+                root_line = read(os.path.join(ca, "root-cert.pem")).splitlines()[1].encode()
+                self.assertIn(root_line, data)
+                self.assertNotIn(pin, data)
         finally:
             proc.terminate()
             proc.wait(60)
             log.close()
+            reports = signet_e2e.reports_in(base)
             shutil.rmtree(base, ignore_errors=True)
+        self.assertEqual(reports, "")
 
 
 if __name__ == "__main__":
