@@ -42,11 +42,18 @@
 
 /* ---- helpers -------------------------------------------------------- */
 
+/* A new folder in the one the environment variable names (/tmp when it is
+ * unset or empty). */
+static char *new_state_in(char *buf, size_t cap, const char *var)
+{
+	const char *tmp = getenv(var);
+	snprintf(buf, cap, "%s/initXXXXXX", tmp && *tmp ? tmp : "/tmp");
+	return mkdtemp(buf);
+}
+
 static char *new_state(char *buf, size_t cap)
 {
-	const char *tmp = getenv("SIGNET_TEST_TMP");
-	snprintf(buf, cap, "%s/initXXXXXX", tmp ? tmp : "/tmp");
-	return mkdtemp(buf);
+	return new_state_in(buf, cap, "SIGNET_TEST_TMP");
 }
 
 static bool exists(const char *path)
@@ -410,10 +417,8 @@ static void t_unwritable(void)
 	/* In the system's temporary folder, not SIGNET_TEST_TMP: the child
 	 * runs as nobody, and the build folder may be one only root can enter
 	 * (a checkout under /root). */
-	const char *sys_tmp = getenv("TMPDIR");
 	char state[512];
-	snprintf(state, sizeof(state), "%s/signet-initXXXXXX", sys_tmp && *sys_tmp ? sys_tmp : "/tmp");
-	if (!mkdtemp(state)) {
+	if (!new_state_in(state, sizeof(state), "TMPDIR")) {
 		SG_CHECK(!"mkdtemp");
 		return;
 	}
