@@ -134,11 +134,12 @@ def sanitizer_reports(pid):
     report is the file DIR/report.<program>.<pid>, not lines of a log."""
     bases = {opt[len("log_path="):] for var in SANITIZER_VARS
              for opt in os.environ.get(var, "").split(":") if opt.startswith("log_path=")}
-    out = []
-    for path in sorted(p for base in bases for p in glob.glob(glob.escape(base) + ".*")
-                       if p.endswith(f".{pid}")):
-        out.append(f"=== sanitizer report {path}\n{read(path)}")
-    return "\n".join(out)
+    return _reports_whole(p for base in bases for p in glob.glob(glob.escape(base) + ".*") if p.endswith(f".{pid}"))
+
+
+def _reports_whole(paths):
+    """The report files, each whole under a header naming it, as one string."""
+    return "\n".join(f"=== sanitizer report {p}\n{read(p)}" for p in sorted(paths))
 
 
 SANITIZER_VARS = ("ASAN_OPTIONS", "TSAN_OPTIONS", "UBSAN_OPTIONS", "LSAN_OPTIONS")
@@ -171,7 +172,7 @@ def sanitizer_env_in(folder, env):
 
 def reports_in(folder):
     """The sanitizer reports written under folder by sanitizer_env_in, whole; "" when none."""
-    return "\n".join(f"=== sanitizer report {p}\n{read(p)}" for p in sorted(glob.glob(os.path.join(folder, "report.*"))))
+    return _reports_whole(glob.glob(os.path.join(glob.escape(folder), "report.*")))
 
 
 def stop_process(proc, sig=signal.SIGTERM, timeout=60):
