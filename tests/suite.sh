@@ -51,7 +51,7 @@ suite_failed_tails() {
 
 # Sanitizer reports are never lost: a sanitizer build gives each test a
 # log_path under DIR/sanitizer-reports/<test>/ (CMakeLists.txt,
-# signet_sanitizer_reports), so a report is a file even where a harness
+# signet_tests_finish), so a report is a file even where a harness
 # shows only the end of a program's output or does not look at its exit
 # status. suite_clear_reports before a run; suite_reports after it prints
 # every report whole and fails (1) if there is any, whether the test that

@@ -17,6 +17,6 @@ if(TARGET sg_operator)
     target_compile_definitions(operator_test_kube_trustmanager PRIVATE SIGNET_TRUST="$<TARGET_FILE:signet-trust>")
     add_dependencies(operator_test_kube_trustmanager signet-trust)
   endif()
-  set_tests_properties(operator_test_kube_trustmanager PROPERTIES LABELS kube TIMEOUT 1800 RUN_SERIAL TRUE
+  set_tests_properties(operator_test_kube_trustmanager PROPERTIES LABELS kube TIMEOUT 600
                        ENVIRONMENT "${tm_env}")
 endif()

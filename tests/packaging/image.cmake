@@ -21,12 +21,12 @@ endif()
 # twice; it must be a Release build) with mmdebstrap and umoci, downloading
 # Debian packages through the machine's apt sources; the image is then run
 # unpacked on a read-only root as its user. Root only (mount namespaces,
-# chroot); alone (RUN_SERIAL), because the image serves on its container
-# ports 6443, 9402 and 6060 of the host.
+# chroot); RESOURCE_LOCK host_ports, because the image serves on its
+# container ports 6443, 9402 and 6060 of the host.
 if(SIGNET_PACKAGING_TESTS AND TARGET signetd AND TARGET signetctl AND TARGET signet-trust
    AND TARGET signet-operator)
   add_test(NAME packaging_image
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_image.py ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR})
-  set_tests_properties(packaging_image PROPERTIES TIMEOUT 1200 RUN_SERIAL TRUE
+  set_tests_properties(packaging_image PROPERTIES TIMEOUT 1200 RESOURCE_LOCK host_ports
     ENVIRONMENT "SIGNET_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp")
 endif()

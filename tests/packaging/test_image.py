@@ -25,7 +25,8 @@ The test builds the image from the suite's own Release build
     user and as root.
 
 Needs root (mount namespaces, chroot) and the ports 6443, 9402 and 6060
-free on the host (the test runs alone: RUN_SERIAL).
+free on the host (ctest's RESOURCE_LOCK host_ports keeps the other test
+that serves on them, operator_e2e, from running at the same time).
 
 usage: test_image.py SOURCE_DIR BUILD_DIR
 """

@@ -130,7 +130,7 @@ def wait_serving(proc, records, timeout=60, interval=0.05):
 def sanitizer_reports(pid):
     """Every sanitizer report program pid wrote, whole, as one string ("" when
     none). In a sanitizer build ctest gives each test log_path=DIR/report
-    with log_exe_name (CMakeLists.txt, signet_sanitizer_reports), so a
+    with log_exe_name (CMakeLists.txt, signet_tests_finish), so a
     report is the file DIR/report.<program>.<pid>, not lines of a log."""
     bases = {opt[len("log_path="):] for var in SANITIZER_VARS
              for opt in os.environ.get(var, "").split(":") if opt.startswith("log_path=")}
