@@ -30,7 +30,7 @@
 #include "sg_guard.h"
 #include "sg_log.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -46,17 +46,7 @@ static sg_approver *ap, *ap2;
 
 /* ---- objects ---- */
 
-static void apply(const char *json_text)
-{
-	json_error_t e;
-	json_t *o = json_loads(json_text, 0, &e);
-	if (!o) {
-		fprintf(stderr, "bad JSON in test: %s\n%s\n", e.text, json_text);
-		exit(1);
-	}
-	SG_CHECK(kube_env_apply_object(k, o, "test object"));
-	json_decref(o);
-}
+#define APPLY(json_text) SG_CHECK(kube_fx_apply_text(k, (json_text)))
 
 static sg_kube_ref cr_ref(const char *ns, const char *name)
 {
@@ -66,9 +56,7 @@ static sg_kube_ref cr_ref(const char *ns, const char *name)
 
 static json_t *cr_get(const char *ns, const char *name)
 {
-	sg_kube_ref r = cr_ref(ns, name);
-	json_t *o = NULL;
-	return sg_kube_get(k, &r, &o) == SG_OK ? o : NULL;
+	return kube_fx_get(k, cr_ref(ns, name));
 }
 
 typedef struct cr_spec {
@@ -98,9 +86,7 @@ static void cr_create(const cr_spec *s)
 		json_object_set_new(spec, "duration", json_string(s->duration));
 	json_t *cr = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "cert-manager.io/v1", "kind",
 	                       "CertificateRequest", "metadata", "name", s->name, "namespace", s->ns, "spec", spec);
-	sg_kube_ref coll = cr_ref(s->ns, NULL);
-	SG_CHECK_OK(sg_kube_create(k, &coll, cr, NULL));
-	json_decref(cr);
+	SG_CHECK_OK(kube_fx_create(k, cr_ref(s->ns, NULL), cr));
 	free(req);
 	free(pem);
 }
@@ -110,21 +96,13 @@ static void cr_create(const cr_spec *s)
 static bool cr_condition(const char *ns, const char *name, const char *type, char *out, size_t cap)
 {
 	json_t *o = cr_get(ns, name);
-	bool found = false;
-	size_t i;
-	json_t *c;
-	json_array_foreach(json_object_get(json_object_get(o, "status"), "conditions"), i, c)
-	{
-		const char *t = json_string_value(json_object_get(c, "type"));
-		if (t && strcmp(t, type) == 0) {
-			snprintf(out, cap, "%s|%s|%s", json_string_value(json_object_get(c, "status")),
-			         json_string_value(json_object_get(c, "reason")),
-			         json_string_value(json_object_get(c, "message")));
-			found = true;
-		}
-	}
+	const json_t *c = kube_fx_cond(o, type);
+	if (c)
+		snprintf(out, cap, "%s|%s|%s", json_string_value(json_object_get(c, "status")),
+		         json_string_value(json_object_get(c, "reason")),
+		         json_string_value(json_object_get(c, "message")));
 	json_decref(o);
-	return found;
+	return c != NULL;
 }
 
 static size_t cr_condition_count(const char *ns, const char *name)
@@ -170,15 +148,13 @@ static const char *policy_ready(const char *name)
 	static char buf[2048];
 	sg_kube_ref r = {.group = "policy.cert-manager.io", .version = "v1alpha1",
 	                 .resource = "certificaterequestpolicies", .name = name};
-	json_t *o = NULL;
+	json_t *o = kube_fx_get(k, r);
+	const json_t *c = kube_fx_cond(o, "Ready");
 	buf[0] = '\0';
-	if (sg_kube_get(k, &r, &o) == SG_OK) {
-		const json_t *c = sg_ctrl_condition_find(o, "Ready");
-		if (c)
-			snprintf(buf, sizeof(buf), "%s|%s|%s", json_string_value(json_object_get(c, "status")),
-			         json_string_value(json_object_get(c, "reason")),
-			         json_string_value(json_object_get(c, "message")));
-	}
+	if (c)
+		snprintf(buf, sizeof(buf), "%s|%s|%s", json_string_value(json_object_get(c, "status")),
+		         json_string_value(json_object_get(c, "reason")),
+		         json_string_value(json_object_get(c, "message")));
 	json_decref(o);
 	return buf;
 }
@@ -215,30 +191,23 @@ static bool test_plugin_check(void *arg, const json_t *values, char **why)
 
 static void t_start(void)
 {
-	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k)
-		exit(1);
+	k = kube_fx_start(SG_LOG_WARN);
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/tests/controllers/fixtures/certificaterequests.crd.yaml"));
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/policy-crds.yaml"));
-	apply("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_A
+	APPLY("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_A
 	      "\",\"labels\":{\"team\":\"a\"}}}");
-	apply("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_B "\"}}");
+	APPLY("{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"" NS_B "\"}}");
 	/* `use` of every policy for alice, in both namespaces. */
-	apply("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"ClusterRole\",\"metadata\":{\"name\":"
+	APPLY("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"ClusterRole\",\"metadata\":{\"name\":"
 	      "\"ap-use\"},\"rules\":[{\"apiGroups\":[\"policy.cert-manager.io\"],\"resources\":["
 	      "\"certificaterequestpolicies\"],\"verbs\":[\"use\"]}]}");
-	apply("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"ClusterRoleBinding\",\"metadata\":{\"name\":"
+	APPLY("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"ClusterRoleBinding\",\"metadata\":{\"name\":"
 	      "\"ap-alice\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"ClusterRole\",\"name\":"
 	      "\"ap-use\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"User\",\"name\":"
 	      "\"alice\"}]}");
 	/* From approver-policy's documentation: names under example.com for
 	 * my-issuer. */
-	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"allow-example\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*.example.com\"},"
 	      "\"dnsNames\":{\"values\":[\"*.example.com\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
 	      "\"selector\":{\"issuerRef\":{\"name\":\"my-issuer\"}}}}");
@@ -296,7 +265,7 @@ static void t_unprocessed_until_bound(void)
 	cr_create(&(cr_spec){.ns = NS_A, .name = "bob-1", .user = "bob"});
 	WAIT_LOOKED(s0);
 	SG_CHECK(cr_condition_count(NS_A, "bob-1") == 0);
-	apply("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",\"metadata\":{\"name\":"
+	APPLY("{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\",\"metadata\":{\"name\":"
 	      "\"ap-bob\",\"namespace\":\"" NS_A "\"},\"roleRef\":{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":"
 	      "\"ClusterRole\",\"name\":\"ap-use\"},\"subjects\":[{\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":"
 	      "\"User\",\"name\":\"bob\"}]}");
@@ -312,7 +281,7 @@ static void t_unprocessed_until_bound(void)
 
 static void t_namespace_selector_and_constraints(void)
 {
-	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"team-a-short\"},\"spec\":{\"allowed\":{\"dnsNames\":{\"values\":[\"*.svc\"]},\"commonName\":"
 	      "{\"value\":\"*\"},\"usages\":[\"digital signature\",\"server auth\"]},\"constraints\":{\"maxDuration\":\"1h\",\"privateKey\":{"
 	      "\"algorithm\":\"ECDSA\"}},\"selector\":{\"issuerRef\":{\"name\":\"svc-*\"},\"namespace\":{"
@@ -351,7 +320,7 @@ static void t_not_ready_defers(void)
 	/* CEL cannot be evaluated here: NotReady, and a request only it
 	 * would decide gets no decision (approver-policy evaluates Ready
 	 * policies only). */
-	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"with-cel\"},\"spec\":{\"allowed\":{\"dnsNames\":{\"values\":[\"*\"],\"validations\":[{"
 	      "\"rule\":\"self.endsWith('.cel')\"}]}},\"selector\":{\"issuerRef\":{\"name\":\"cel-issuer\"}}}}");
 	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("with-cel"), "False|NotReady|CertificateRequestPolicy is not ready "
@@ -365,13 +334,13 @@ static void t_not_ready_defers(void)
 static void t_plugin(void)
 {
 	/* Values the plugin refuses: NotReady. */
-	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"with-plugin\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*\"},\"dnsNames\":{"
 	      "\"values\":[\"*\"]},\"usages\":[\"digital signature\",\"server auth\"]},\"plugins\":{\"test-plugin\":{\"values\":{\"nope\":\"x\"}}},"
 	      "\"selector\":{\"issuerRef\":{\"name\":\"plugin-issuer\"}}}}");
 	SG_WAIT_FOR(WAIT_MS, strstr(policy_ready("with-plugin"), "values.ok is required") != NULL);
 	SG_CHECK(strncmp(policy_ready("with-plugin"), "False|NotReady|", 15) == 0);
-	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"with-plugin\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*\"},\"dnsNames\":{"
 	      "\"values\":[\"*\"]},\"usages\":[\"digital signature\",\"server auth\"]},\"plugins\":{\"test-plugin\":{\"values\":{\"ok\":\"yes\"}}},"
 	      "\"selector\":{\"issuerRef\":{\"name\":\"plugin-issuer\"}}}}");
@@ -433,15 +402,8 @@ static bool cr_has_certificate(const char *ns, const char *name)
 static bool cr_ready_reason(const char *ns, const char *name, const char *reason)
 {
 	json_t *o = cr_get(ns, name);
-	size_t i;
-	json_t *c;
-	bool yes = false;
-	json_array_foreach(json_object_get(json_object_get(o, "status"), "conditions"), i, c)
-	{
-		const char *t = json_string_value(json_object_get(c, "type"));
-		const char *r = json_string_value(json_object_get(c, "reason"));
-		yes = yes || (t && r && strcmp(t, "Ready") == 0 && strcmp(r, reason) == 0);
-	}
+	const char *r = kube_fx_cond_str(o, "Ready", "reason");
+	bool yes = r && strcmp(r, reason) == 0;
 	json_decref(o);
 	return yes;
 }
@@ -449,15 +411,7 @@ static bool cr_ready_reason(const char *ns, const char *name, const char *reason
 static void t_with_issuer(void)
 {
 	static fixture fx;
-	sg_appliance *app = NULL;
-	if (fixture_ca(&fx, "ecdsa-p256") != 0) {
-		SG_CHECK(!"no CA");
-		return;
-	}
-	fx.args.s.signer_threads = 1;
-	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
-	if (!app)
-		return;
+	sg_appliance *app = kube_fx_ca(&fx, 1);
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/crds.yaml"));
 	sg_kubesign_ca cas[1] = {{.name = "default", .app = app}};
 	sg_signetissuer *iss = NULL;
@@ -470,9 +424,9 @@ static void t_with_issuer(void)
 		exit(1);
 	SG_CHECK_OK(sg_ctrl_start(sg_signetissuer_controller(iss)));
 	SG_CHECK_OK(sg_cmissuer_start(cm));
-	apply("{\"apiVersion\":\"signet.dev/v1alpha1\",\"kind\":\"SignetIssuer\",\"metadata\":{\"name\":\"hsm\","
+	APPLY("{\"apiVersion\":\"signet.dev/v1alpha1\",\"kind\":\"SignetIssuer\",\"metadata\":{\"name\":\"hsm\","
 	      "\"namespace\":\"" NS_A "\"},\"spec\":{\"caName\":\"default\"}}");
-	apply("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"signet-hsm\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*.hsm.example\"},"
 	      "\"dnsNames\":{\"values\":[\"*.hsm.example\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
 	      "\"selector\":{\"issuerRef\":{\"name\":\"hsm\",\"kind\":\"SignetIssuer\",\"group\":\"signet.dev\"}}}}");
@@ -491,9 +445,7 @@ static void t_with_issuer(void)
 		                       names[i], "namespace", NS_A, "spec", "request", req, "issuerRef", "name", "hsm", "kind",
 		                       "SignetIssuer", "group", "signet.dev", "username", "alice", "groups",
 		                       "system:authenticated", "usages", "digital signature", "server auth");
-		sg_kube_ref coll = cr_ref(NS_A, NULL);
-		SG_CHECK_OK(sg_kube_create(k, &coll, cr, NULL));
-		json_decref(cr);
+		SG_CHECK_OK(kube_fx_create(k, cr_ref(NS_A, NULL), cr));
 		free(req);
 		free(pem);
 	}

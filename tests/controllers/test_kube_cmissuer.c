@@ -30,7 +30,7 @@
 #include "sg_log.h"
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 #include "kube_pem.h"
 
 #include <openssl/err.h>
@@ -70,11 +70,7 @@ static sg_kube_ref cr_ref(const char *name)
 
 static json_t *cr_get(const char *name)
 {
-	sg_kube_ref r = cr_ref(name);
-	json_t *o = NULL;
-	if (sg_kube_get(k, &r, &o) != SG_OK)
-		return NULL;
-	return o;
+	return kube_fx_get(k, cr_ref(name));
 }
 
 typedef struct cr_spec {
@@ -109,9 +105,7 @@ static char *cr_create(const char *name, const cr_spec *s)
 		json_object_set_new(spec, "duration", json_string(s->duration));
 	json_t *cr = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "cert-manager.io/v1", "kind",
 	                       "CertificateRequest", "metadata", "name", name, "namespace", NS, "spec", spec);
-	sg_kube_ref coll = cr_ref(NULL);
-	SG_CHECK_OK(sg_kube_create(k, &coll, cr, NULL));
-	json_decref(cr);
+	SG_CHECK_OK(kube_fx_create(k, cr_ref(NULL), cr));
 	free(req);
 	return pem;
 }
@@ -119,13 +113,10 @@ static char *cr_create(const char *name, const cr_spec *s)
 /* Adds an Approved or Denied condition as an approver does. */
 static void cr_decide(const char *name, const char *type)
 {
-	sg_kube_ref r = cr_ref(name);
-	r.subresource = "status";
 	json_t *p = json_pack("{s:{s:[{s:s, s:s, s:s, s:s, s:s}]}}", "status", "conditions", "type", type, "status",
 	                      "True", "reason", "test.signet.dev", "message", "decided by the test",
 	                      "lastTransitionTime", "2026-01-01T00:00:00Z");
-	SG_CHECK_OK(sg_kube_merge_patch(k, &r, p, NULL));
-	json_decref(p);
+	SG_CHECK_OK(kube_fx_patch(k, kube_fx_named(cr_ref(name), name, "status"), p));
 }
 
 static char *cr_create_approved(const char *name, const cr_spec *s)
@@ -135,22 +126,12 @@ static char *cr_create_approved(const char *name, const cr_spec *s)
 	return pem;
 }
 
-static const json_t *cond(const json_t *obj, const char *type)
-{
-	return sg_ctrl_condition_find(obj, type);
-}
-
-static const char *cond_str(const json_t *obj, const char *type, const char *field)
-{
-	return json_string_value(json_object_get(cond(obj, type), field));
-}
-
 /* Whether the request's Ready reason is reason (and prints it when not,
  * at the deadline the caller's SG_WAIT_FOR shows the line). */
 static bool ready_is(const char *name, const char *reason)
 {
 	json_t *o = cr_get(name);
-	const char *r = cond_str(o, "Ready", "reason");
+	const char *r = kube_fx_cond_str(o, "Ready", "reason");
 	bool yes = r && strcmp(r, reason) == 0;
 	json_decref(o);
 	return yes;
@@ -159,7 +140,7 @@ static bool ready_is(const char *name, const char *reason)
 static bool ready_msg_has(const char *name, const char *part)
 {
 	json_t *o = cr_get(name);
-	const char *m = cond_str(o, "Ready", "message");
+	const char *m = kube_fx_cond_str(o, "Ready", "message");
 	bool yes = m && strstr(m, part);
 	json_decref(o);
 	return yes;
@@ -179,16 +160,9 @@ static bool idle(sg_ctrl *c, uint64_t after)
 	return s.queued == 0 && s.reconciles + s.errors >= after;
 }
 
-static int64_t asn1_seconds(const ASN1_TIME *t)
-{
-	int days = 0, secs = 0;
-	ASN1_TIME_diff(&days, &secs, NULL, t);
-	return (int64_t)days * 86400 + secs + sg_wall_seconds();
-}
-
 static bool cond_true_is(const json_t *o)
 {
-	const char *s = cond_str(o, "Ready", "status");
+	const char *s = kube_fx_cond_str(o, "Ready", "status");
 	return s && strcmp(s, "True") == 0;
 }
 
@@ -220,22 +194,14 @@ static issued check_issued(const char *name, const char *csr_pem)
 	BIO_free(b);
 	if (leaf && req) {
 		SG_CHECK(EVP_PKEY_eq(X509_get0_pubkey(leaf), X509_REQ_get0_pubkey(req)) == 1);
-		X509_STORE *st = X509_STORE_new();
-		X509_STORE_load_file(st, fx.root);
 		STACK_OF(X509) *rest = sk_X509_new_null();
 		for (int i = 1; i < sk_X509_num(sk); i++)
 			sk_X509_push(rest, sk_X509_value(sk, i));
-		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
-		X509_STORE_CTX_init(ctx, st, leaf, rest);
-		int v = X509_verify_cert(ctx);
-		if (v != 1)
-			fprintf(stderr, "verify %s: %s\n", name, X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx)));
-		X509_STORE_CTX_free(ctx);
+		out.ok = kube_fx_verify(fx.root, leaf, rest, 0, name);
 		sk_X509_free(rest);
-		X509_STORE_free(st);
-		out.ok = v == 1;
 		out.is_ca = X509_check_ca(leaf) != 0;
-		out.lifetime = asn1_seconds(X509_get0_notAfter(leaf)) - asn1_seconds(X509_get0_notBefore(leaf));
+		out.lifetime =
+		    kube_fx_asn1_seconds(X509_get0_notAfter(leaf)) - kube_fx_asn1_seconds(X509_get0_notBefore(leaf));
 		out.ku = X509_get_key_usage(leaf);
 		out.xku = X509_get_extended_key_usage(leaf);
 	}
@@ -248,6 +214,13 @@ done:
 	return out;
 }
 
+/* A SignetIssuer in ns, or (ns NULL) a SignetClusterIssuer. */
+static sg_kube_ref issuer_ref(const char *ns, const char *name)
+{
+	return (sg_kube_ref){.group = "signet.dev", .version = "v1alpha1",
+	                     .resource = ns ? "signetissuers" : "signetclusterissuers", .ns = ns, .name = name};
+}
+
 static void issuer_put(const char *ns, const char *name, const char *spec_json)
 {
 	json_t *spec = json_loads(spec_json, 0, NULL);
@@ -255,31 +228,22 @@ static void issuer_put(const char *ns, const char *name, const char *spec_json)
 	                      ns ? "SignetIssuer" : "SignetClusterIssuer", "metadata", "name", name, "spec", spec);
 	if (ns)
 		json_object_set_new(json_object_get(o, "metadata"), "namespace", json_string(ns));
-	sg_kube_ref r = {.group = "signet.dev", .version = "v1alpha1",
-	                 .resource = ns ? "signetissuers" : "signetclusterissuers", .ns = ns};
-	SG_CHECK_OK(sg_kube_create(k, &r, o, NULL));
-	json_decref(o);
+	SG_CHECK_OK(kube_fx_create(k, issuer_ref(ns, NULL), o));
 }
 
 static void issuer_patch(const char *ns, const char *name, const char *patch_json)
 {
-	json_t *p = json_loads(patch_json, 0, NULL);
-	sg_kube_ref r = {.group = "signet.dev", .version = "v1alpha1",
-	                 .resource = ns ? "signetissuers" : "signetclusterissuers", .ns = ns, .name = name};
-	SG_CHECK_OK(sg_kube_merge_patch(k, &r, p, NULL));
-	json_decref(p);
+	SG_CHECK_OK(kube_fx_patch(k, issuer_ref(ns, name), json_loads(patch_json, 0, NULL)));
 }
 
 static bool issuer_ready_is(const char *ns, const char *name, const char *status, const char *reason)
 {
-	sg_kube_ref r = {.group = "signet.dev", .version = "v1alpha1",
-	                 .resource = ns ? "signetissuers" : "signetclusterissuers", .ns = ns, .name = name};
-	json_t *o = NULL;
-	if (sg_kube_get(k, &r, &o) != SG_OK)
+	json_t *o = kube_fx_get(k, issuer_ref(ns, name));
+	if (!o)
 		return false;
-	const char *s = cond_str(o, "Ready", "status"), *why = cond_str(o, "Ready", "reason");
+	const char *s = kube_fx_cond_str(o, "Ready", "status"), *why = kube_fx_cond_str(o, "Ready", "reason");
 	json_int_t gen = json_integer_value(json_object_get(json_object_get(o, "metadata"), "generation"));
-	json_int_t seen = json_integer_value(json_object_get(cond(o, "Ready"), "observedGeneration"));
+	json_int_t seen = json_integer_value(json_object_get(kube_fx_cond(o, "Ready"), "observedGeneration"));
 	bool yes = s && why && strcmp(s, status) == 0 && strcmp(why, reason) == 0 && seen == gen;
 	json_decref(o);
 	return yes;
@@ -287,12 +251,10 @@ static bool issuer_ready_is(const char *ns, const char *name, const char *status
 
 static bool issuer_msg_has(const char *ns, const char *name, const char *part)
 {
-	sg_kube_ref r = {.group = "signet.dev", .version = "v1alpha1", .resource = "signetissuers", .ns = ns,
-	                 .name = name};
-	json_t *o = NULL;
-	if (sg_kube_get(k, &r, &o) != SG_OK)
+	json_t *o = kube_fx_get(k, issuer_ref(ns, name));
+	if (!o)
 		return false;
-	const char *m = cond_str(o, "Ready", "message");
+	const char *m = kube_fx_cond_str(o, "Ready", "message");
 	bool yes = m && strstr(m, part);
 	json_decref(o);
 	return yes;
@@ -302,27 +264,14 @@ static bool issuer_msg_has(const char *ns, const char *name, const char *part)
 
 static void t_start(void)
 {
-	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k || fixture_ca(&fx, "ecdsa-p256") != 0) {
-		fprintf(stderr, "no client or no CA\n");
-		exit(1);
-	}
-	fx.args.s.signer_threads = 2;
-	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
+	k = kube_fx_start(SG_LOG_WARN);
+	app = kube_fx_ca(&fx, 2);
 	root = read_text(fx.root);
-	if (!app || !root)
+	if (!root)
 		exit(1);
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/crds.yaml"));
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/tests/controllers/fixtures/certificaterequests.crd.yaml"));
-	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
-	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS);
-	SG_CHECK_OK(sg_kube_create(k, &coll, ns, NULL));
-	json_decref(ns);
+	SG_CHECK_OK(kube_fx_create(k, KUBE_FX_CORE("namespaces", NULL, NULL), kube_fx_namespace(NS, NULL, NULL)));
 	cas[0] = (sg_kubesign_ca){.name = "default", .app = app};
 	/* A second CA: another key in the same token, as signetd's
 	 * issuer-cas would name it. */
@@ -448,8 +397,8 @@ static void t_denied(void)
 	json_t *o = cr_get("denied-1");
 	SG_CHECK(str_at(o, "status", "failureTime") != NULL);
 	SG_CHECK(str_at(o, "status", "certificate") == NULL);
-	SG_CHECK(strcmp(cond_str(o, "Ready", "status"), "False") == 0);
-	SG_CHECK(strstr(cond_str(o, "Ready", "message"), "denied by an approval controller") != NULL);
+	SG_CHECK(strcmp(kube_fx_cond_str(o, "Ready", "status"), "False") == 0);
+	SG_CHECK(strstr(kube_fx_cond_str(o, "Ready", "message"), "denied by an approval controller") != NULL);
 	json_decref(o);
 }
 
@@ -481,7 +430,7 @@ static void t_untouched(void)
 		char n[16];
 		snprintf(n, sizeof(n), "quiet-%d", i + 1);
 		json_t *now = cr_get(n);
-		SG_CHECK(cond(now, "Ready") == NULL);
+		SG_CHECK(kube_fx_cond(now, "Ready") == NULL);
 		SG_CHECK(str_at(now, "status", "certificate") == NULL);
 		const char *a = str_at(before[i], "metadata", "resourceVersion"), *b = str_at(now, "metadata", "resourceVersion");
 		SG_CHECK(a && b && strcmp(a, b) == 0);
@@ -519,7 +468,7 @@ static void t_issuer_not_ready(void)
 static bool failed_with(const char *name, const char *part)
 {
 	json_t *o = cr_get(name);
-	const char *r = cond_str(o, "Ready", "reason"), *m = cond_str(o, "Ready", "message");
+	const char *r = kube_fx_cond_str(o, "Ready", "reason"), *m = kube_fx_cond_str(o, "Ready", "message");
 	bool yes = r && strcmp(r, "Failed") == 0 && m && strstr(m, part) && str_at(o, "status", "failureTime") &&
 	           !str_at(o, "status", "certificate");
 	json_decref(o);

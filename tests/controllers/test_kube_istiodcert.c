@@ -28,7 +28,7 @@
 #include "self_signed.h"
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 #include "kube_pem.h"
 
 #include <openssl/err.h>
@@ -57,47 +57,17 @@ static const char *const want_dns[] = {"istiod.istio-system.svc", "istiod-canary
 
 /* ---- fixtures ---- */
 
-static sg_kube_ref secret_ref(const char *name)
-{
-	return (sg_kube_ref){.version = "v1", .resource = "secrets", .ns = NS, .name = name};
-}
+#define SECRET_REF(name) KUBE_FX_CORE("secrets", NS, (name))
 
 static json_t *secret_get(const char *name)
 {
-	sg_kube_ref ref = secret_ref(name);
-	json_t *s = NULL;
-	int rc = sg_kube_get(k, &ref, &s);
-	if (rc != SG_OK && rc != SG_ENOTFOUND)
-		fprintf(stderr, "GET secret %s: %s\n", name, sg_error_last()->msg);
-	return s;
-}
-
-static void secret_patch(const char *name, json_t *patch)
-{
-	sg_kube_ref ref = secret_ref(name);
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
-	json_decref(patch);
-}
-
-static void secret_delete(const char *name)
-{
-	sg_kube_ref ref = secret_ref(name);
-	SG_CHECK_OK(sg_kube_delete(k, &ref, NULL));
+	return kube_fx_get(k, SECRET_REF(name));
 }
 
 /* data[key] decoded (caller frees), or NULL. */
 static char *data_get(const json_t *secret, const char *key)
 {
 	return unb64(json_string_value(json_object_get(json_object_get(secret, "data"), key)));
-}
-
-static int64_t asn1_time(const ASN1_TIME *t)
-{
-	int days = 0, secs = 0;
-	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
-	ASN1_TIME_diff(&days, &secs, epoch, t);
-	ASN1_TIME_free(epoch);
-	return (int64_t)days * 86400 + secs;
 }
 
 typedef struct expect {
@@ -122,17 +92,7 @@ static char *check_secret(const json_t *s, const expect *e)
 	X509 *leaf = chain && sk_X509_num(chain) > 0 ? sk_X509_shift(chain) : NULL;
 	ok &= leaf != NULL;
 	/* The chain verifies for TLS serving against the CA's root file. */
-	X509_STORE *st = X509_STORE_new();
-	X509_STORE_load_file(st, fx.root);
-	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
-	if (leaf) {
-		X509_STORE_CTX_init(ctx, st, leaf, chain);
-		X509_STORE_CTX_set_purpose(ctx, X509_PURPOSE_SSL_SERVER);
-		int v = X509_verify_cert(ctx);
-		if (v != 1)
-			fprintf(stderr, "verify: %s\n", X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx)));
-		ok &= v == 1;
-	}
+	ok &= kube_fx_verify(fx.root, leaf, chain, X509_PURPOSE_SSL_SERVER, "istiod Secret");
 	/* The key is the certificate's, of the configured type and size. */
 	BIO *kb = key ? BIO_new_mem_buf(key, -1) : NULL;
 	EVP_PKEY *pk = kb ? PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL) : NULL;
@@ -169,7 +129,9 @@ static char *check_secret(const json_t *s, const expect *e)
 	ok &= leaf && (X509_get_extended_key_usage(leaf) & (XKU_SSL_SERVER | XKU_SSL_CLIENT)) ==
 	                  (XKU_SSL_SERVER | XKU_SSL_CLIENT);
 	ok &= leaf && !X509_check_ca(leaf);
-	int64_t life = leaf ? asn1_time(X509_get0_notAfter(leaf)) - asn1_time(X509_get0_notBefore(leaf)) : 0;
+	int64_t life = leaf ? kube_fx_asn1_seconds(X509_get0_notAfter(leaf)) -
+	                          kube_fx_asn1_seconds(X509_get0_notBefore(leaf))
+	                    : 0;
 	ok &= life == e->duration;
 	char *serial = NULL;
 	if (ok) {
@@ -183,8 +145,6 @@ static char *check_secret(const json_t *s, const expect *e)
 	}
 	EVP_PKEY_free(pk);
 	BIO_free(kb);
-	X509_STORE_CTX_free(ctx);
-	X509_STORE_free(st);
 	X509_free(leaf);
 	sk_X509_pop_free(chain, X509_free);
 	free(crt);
@@ -238,11 +198,7 @@ static bool ca_is(const char *name, const char *ca)
 
 static char *secret_rv(const char *name)
 {
-	json_t *s = secret_get(name);
-	const char *rv = sg_kube_meta_str(s, "resourceVersion");
-	char *out = strdup(rv ? rv : "");
-	json_decref(s);
-	return out;
+	return kube_fx_rv(k, SECRET_REF(name));
 }
 
 static sg_istiodcert_stats stats_of(sg_istiodcert *c)
@@ -273,9 +229,9 @@ static char idle_why[300]; /* why the last idle() said no */
  * the Secret the server has (every event delivered), its one key waits for
  * its timer (queued 1: not being reconciled, which counts 0, and not ready,
  * for the idle worker takes a ready key at once), and no reconcile ended
- * since the previous look, one poll interval earlier (*done: the count
- * then; UINT64_MAX when that look said no). */
-static bool idle(sg_istiodcert *c, const char *name, uint64_t *done)
+ * since the previous look, one poll interval earlier (*done, *looks:
+ * kube_fx_settled's). */
+static bool idle(sg_istiodcert *c, const char *name, uint64_t *done, int *looks)
 {
 	sg_ctrl *ctrl = sg_istiodcert_controller(c);
 	sg_ctrl_stats a, b;
@@ -296,23 +252,15 @@ static bool idle(sg_istiodcert *c, const char *name, uint64_t *done)
 		         (unsigned long long)n);
 	json_decref(live);
 	json_decref(cached);
-	bool quiet = *done == n;
-	*done = ok ? n : UINT64_MAX;
+	bool quiet = kube_fx_settled(ok, n, done, looks, 1);
 	if (ok && !quiet)
 		snprintf(idle_why, sizeof(idle_why), "a reconcile ended since the previous look");
-	return ok && quiet;
+	return quiet;
 }
 
 /* Waits (at most ms) until controller c of Secret name is idle; a failed
  * check saying what was still moving when the deadline passed. */
-#define WAIT_IDLE(c, name, ms)                                             \
-	do {                                                                   \
-		int failed_ = sg_test_failures;                                    \
-		uint64_t done_ = UINT64_MAX;                                       \
-		SG_WAIT_FOR(ms, idle(c, name, &done_));                            \
-		if (sg_test_failures != failed_)                                   \
-			fprintf(stderr, "  controller not idle: %s\n", idle_why);      \
-	} while (0)
+#define WAIT_IDLE(c, name, ms) KUBE_FX_WAIT_SETTLED(ms, idle(c, name, &kube_fx_done, &kube_fx_looks), idle_why)
 
 /* Applies patch, which leaves the Secret correct, once ic is idle; waits
  * until ic has handled its event (a pass that found the Secret matching)
@@ -322,7 +270,7 @@ static char *patch_unanswered(json_t *patch)
 {
 	WAIT_IDLE(ic, SECRET, 20000);
 	sg_istiodcert_stats s0 = stats_of(ic);
-	secret_patch(SECRET, patch);
+	SG_CHECK_OK(kube_fx_patch(k, SECRET_REF(SECRET), patch));
 	char *rv = secret_rv(SECRET);
 	SG_WAIT_FOR(20000, stats_of(ic).unchanged > s0.unchanged);
 	WAIT_IDLE(ic, SECRET, 20000);
@@ -338,26 +286,13 @@ static char *patch_unanswered(json_t *patch)
 
 static void t_start(void)
 {
-	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k || fixture_ca(&fx, "ecdsa-p256") != 0) {
-		fprintf(stderr, "no client or no CA\n");
-		exit(1);
-	}
-	fx.args.s.signer_threads = 1;
-	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
+	k = kube_fx_start(SG_LOG_WARN);
+	app = kube_fx_ca(&fx, 1);
 	root = read_text(fx.root);
 	foreign = test_self_signed_pem("an unrelated root");
-	if (!app || !root || !foreign)
+	if (!root || !foreign)
 		exit(1);
-	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
-	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS);
-	SG_CHECK_OK(sg_kube_create(k, &coll, ns, NULL));
-	json_decref(ns);
+	SG_CHECK_OK(kube_fx_create(k, KUBE_FX_CORE("namespaces", NULL, NULL), kube_fx_namespace(NS, NULL, NULL)));
 }
 
 static void t_options(void)
@@ -464,20 +399,20 @@ static void t_repair(void)
 	char *serial0 = check_secret(before, &e);
 	json_decref(before);
 
-	secret_delete(SECRET);
+	SG_CHECK_OK(kube_fx_delete(k, SECRET_REF(SECRET)));
 	char *serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && serial0 && strcmp(serial, serial0) == 0); /* written back, not re-issued */
 	free(serial);
 
 	const char *not_a_key = "-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n";
 	char *junk = b64n(not_a_key, strlen(not_a_key));
-	secret_patch(SECRET, json_pack("{s:{s:s}}", "data", "tls.key", junk));
+	SG_CHECK_OK(kube_fx_patch(k, SECRET_REF(SECRET), json_pack("{s:{s:s}}", "data", "tls.key", junk)));
 	free(junk);
 	serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, serial0) == 0);
 	free(serial);
 
-	secret_patch(SECRET, json_pack("{s:{s:n}}", "data", "ca.crt"));
+	SG_CHECK_OK(kube_fx_patch(k, SECRET_REF(SECRET), json_pack("{s:{s:n}}", "data", "ca.crt")));
 	serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial != NULL);
 	free(serial);
@@ -529,7 +464,7 @@ static void t_stop_and_replace(void)
 	sg_ctrl *ctrl = sg_istiodcert_controller(ic);
 	sg_ctrl_stats c0;
 	sg_ctrl_stats_get(ctrl, &c0);
-	secret_delete(SECRET);
+	SG_CHECK_OK(kube_fx_delete(k, SECRET_REF(SECRET)));
 	/* Nothing can see it: stopped, the controller has no informer, and its
 	 * queue is empty and refuses keys. */
 	sg_ctrl_stats c1;
@@ -551,7 +486,7 @@ static void t_stop_and_replace(void)
 	SG_CHECK(s1.recreates == s0.recreates + 1 && s1.issued == s0.issued);
 
 	sg_istiodcert_stop(ic);
-	secret_delete(SECRET);
+	SG_CHECK_OK(kube_fx_delete(k, SECRET_REF(SECRET)));
 	put_secret("kubernetes.io/tls", true);
 	SG_CHECK_OK(sg_istiodcert_start(ic));
 	serial = wait_valid(SECRET, &e, 20000);

@@ -34,7 +34,7 @@
 #include "sg_signetissuer.h"
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 #include "kube_pem.h"
 
 #include <openssl/err.h>
@@ -72,18 +72,6 @@ static const sg_kube_ref issuer_coll = {
 static const sg_kube_ref crd_coll = {
     .group = "apiextensions.k8s.io", .version = "v1", .resource = "customresourcedefinitions"};
 
-static sg_kube_ref named(sg_kube_ref ref, const char *name, const char *sub)
-{
-	ref.name = name;
-	ref.subresource = sub;
-	return ref;
-}
-
-static bool already_exists(int rc)
-{
-	return rc == SG_EBUSY && sg_kube_last_status()->code == 409;
-}
-
 /* The SignetClusterIssuer CRD, as loose as it can be: the test does not
  * depend on packaging/kubernetes/base/crds.yaml (a stricter one already there
  * accepts what this test writes). */
@@ -100,20 +88,13 @@ static void crd_ensure(void)
 	    "x-kubernetes-preserve-unknown-fields", 1, "status", "type", "object",
 	    "x-kubernetes-preserve-unknown-fields", 1, "subresources", "status");
 	SG_CHECK(crd != NULL);
-	int rc = sg_kube_create(k, &crd_coll, crd, NULL);
-	if (rc != SG_OK && !already_exists(rc))
-		SG_CHECK_OK(rc);
-	json_decref(crd);
+	SG_CHECK_OK(kube_fx_ensure(k, crd_coll, crd));
 }
 
 static bool crd_established(void)
 {
-	sg_kube_ref ref = named(crd_coll, CRD_NAME, NULL);
-	json_t *crd = NULL;
-	if (sg_kube_get(k, &ref, &crd) != SG_OK)
-		return false;
-	const json_t *c = sg_ctrl_condition_find(crd, "Established");
-	const char *s = json_string_value(json_object_get(c, "status"));
+	json_t *crd = kube_fx_get(k, kube_fx_named(crd_coll, CRD_NAME, NULL));
+	const char *s = kube_fx_cond_str(crd, "Established", "status");
 	bool ok = s && strcmp(s, "True") == 0;
 	json_decref(crd);
 	return ok;
@@ -121,10 +102,7 @@ static bool crd_established(void)
 
 static bool issuers_served(void)
 {
-	json_t *list = NULL;
-	int rc = sg_kube_list(k, &issuer_coll, NULL, &list);
-	json_decref(list);
-	return rc == SG_OK;
+	return kube_fx_count(k, issuer_coll, NULL) != SIZE_MAX;
 }
 
 static void issuer_create(const char *name, json_t *spec)
@@ -132,17 +110,15 @@ static void issuer_create(const char *name, json_t *spec)
 	json_t *iss =
 	    json_pack("{s:s, s:s, s:{s:s}, s:o}", "apiVersion", SG_SIGNETISSUER_GROUP "/" SG_SIGNETISSUER_VERSION,
 	              "kind", SG_SIGNETISSUER_CLUSTER_KIND, "metadata", "name", name, "spec", spec);
-	SG_CHECK_OK(sg_kube_create(k, &issuer_coll, iss, NULL));
-	json_decref(iss);
+	SG_CHECK_OK(kube_fx_create(k, issuer_coll, iss));
 }
 
 /* Writes the issuer's Ready condition, as the issuers controller
  * (sg_signetissuer.h) would, for its current generation. */
 static void issuer_set_ready(const char *name, bool ready)
 {
-	sg_kube_ref ref = named(issuer_coll, name, NULL);
-	json_t *iss = NULL;
-	SG_CHECK_OK(sg_kube_get(k, &ref, &iss));
+	json_t *iss = kube_fx_get(k, kube_fx_named(issuer_coll, name, NULL));
+	SG_CHECK(iss != NULL);
 	json_int_t gen = json_integer_value(json_object_get(json_object_get(iss, "metadata"), "generation"));
 	json_decref(iss);
 	char now[32];
@@ -152,9 +128,7 @@ static void issuer_set_ready(const char *name, bool ready)
 	                          "status", ready ? "True" : "False", "reason", ready ? "Checked" : "Testing",
 	                          "message", ready ? "set by the test" : "not ready, says the test",
 	                          "lastTransitionTime", now, "observedGeneration", (json_int_t)gen);
-	ref.subresource = "status";
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
-	json_decref(patch);
+	SG_CHECK_OK(kube_fx_patch(k, kube_fx_named(issuer_coll, name, "status"), patch));
 }
 
 /* Creates a CSR (a P-256 key, CN and one DNS SAN) for signer with the
@@ -174,20 +148,14 @@ static char *csr_create(const char *name, const char *signer, json_t *usages, js
 	json_t *csr = json_pack("{s:s, s:s, s:o, s:{s:s, s:s, s:o}}", "apiVersion", "certificates.k8s.io/v1", "kind",
 	                        "CertificateSigningRequest", "metadata", meta, "spec", "request", req, "signerName",
 	                        signer, "usages", usages);
-	SG_CHECK_OK(sg_kube_create(k, &csr_coll, csr, NULL));
-	json_decref(csr);
+	SG_CHECK_OK(kube_fx_create(k, csr_coll, csr));
 	free(req);
 	return pem;
 }
 
 static json_t *csr_get(const char *name)
 {
-	sg_kube_ref ref = named(csr_coll, name, NULL);
-	json_t *csr = NULL;
-	int rc = sg_kube_get(k, &ref, &csr);
-	if (rc != SG_OK)
-		fprintf(stderr, "GET csr %s: %s\n", name, sg_error_last()->msg);
-	return csr;
+	return kube_fx_get(k, kube_fx_named(csr_coll, name, NULL));
 }
 
 /* Approves or denies (type "Approved" / "Denied") as an admin does,
@@ -208,7 +176,7 @@ static void csr_decide(const char *name, const char *type)
 	json_array_append_new(conds, json_pack("{s:s, s:s, s:s, s:s}", "type", type, "status", "True", "reason",
 	                                       strcmp(type, "Approved") == 0 ? "TestApproved" : "TestDenied", "message",
 	                                       "decided by test_kube_kubecsr"));
-	sg_kube_ref ref = named(csr_coll, name, "approval");
+	sg_kube_ref ref = kube_fx_named(csr_coll, name, "approval");
 	SG_CHECK_OK(sg_kube_update(k, &ref, csr, NULL));
 	json_decref(csr);
 }
@@ -224,11 +192,7 @@ static char *csr_cert(const char *name)
 
 static char *csr_rv(const char *name)
 {
-	json_t *csr = csr_get(name);
-	const char *rv = sg_kube_meta_str(csr, "resourceVersion");
-	char *out = strdup(rv ? rv : "");
-	json_decref(csr);
-	return out;
+	return kube_fx_rv(k, kube_fx_named(csr_coll, name, NULL));
 }
 
 /* How many Events name the CSR as it is now (its uid: Events of an
@@ -242,14 +206,7 @@ static size_t events_of(const char *name, const char *reason)
 	snprintf(sel, sizeof(sel), "involvedObject.name=%s,involvedObject.uid=%s%s%s", name, uid ? uid : "none",
 	         reason ? ",reason=" : "", reason ? reason : "");
 	json_decref(csr);
-	sg_kube_ref events = {.version = "v1", .resource = "events", .ns = "default"};
-	sg_kube_list_opts lo = {.field_selector = sel};
-	json_t *list = NULL;
-	if (sg_kube_list(k, &events, &lo, &list) != SG_OK)
-		return (size_t)-1;
-	size_t n = json_array_size(json_object_get(list, "items"));
-	json_decref(list);
-	return n;
+	return kube_fx_count(k, KUBE_FX_CORE("events", "default", NULL), &(sg_kube_list_opts){.field_selector = sel});
 }
 
 /* The Failed condition's message when the CSR has one (reason
@@ -281,15 +238,6 @@ static bool untouched(const char *name, const char *rv)
 
 /* ---- certificates ---- */
 
-static int64_t asn1_time(const ASN1_TIME *t)
-{
-	int days = 0, secs = 0;
-	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
-	ASN1_TIME_diff(&days, &secs, epoch, t);
-	ASN1_TIME_free(epoch);
-	return (int64_t)days * 86400 + secs;
-}
-
 typedef struct expect {
 	int64_t duration; /* seconds */
 	uint32_t ku;      /* X509_get_key_usage bits */
@@ -309,15 +257,8 @@ static bool check_chain(const char *chain_pem, const char *csr_pem, const expect
 	BIO *b = csr_pem ? BIO_new_mem_buf(csr_pem, -1) : NULL;
 	X509_REQ *req = b ? PEM_read_bio_X509_REQ(b, NULL, NULL, NULL) : NULL;
 	ok &= req && leaf && EVP_PKEY_eq(X509_REQ_get0_pubkey(req), X509_get0_pubkey(leaf)) == 1;
-	X509_STORE *st = X509_STORE_new();
-	X509_STORE_load_file(st, fx.root);
-	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
 	if (leaf) {
-		X509_STORE_CTX_init(ctx, st, leaf, chain);
-		int v = X509_verify_cert(ctx);
-		if (v != 1)
-			fprintf(stderr, "verify: %s\n", X509_verify_cert_error_string(X509_STORE_CTX_get_error(ctx)));
-		ok &= v == 1;
+		ok &= kube_fx_verify(fx.root, leaf, chain, 0, "CSR's chain");
 		/* the root is not in the chain */
 		for (int i = 0; i < sk_X509_num(chain); i++)
 			ok &= X509_check_issued(sk_X509_value(chain, i), sk_X509_value(chain, i)) != X509_V_OK;
@@ -327,13 +268,12 @@ static bool check_chain(const char *chain_pem, const char *csr_pem, const expect
 		ok &= ku == e->ku;
 		ok &= e->xku ? xku == e->xku : (X509_get_extension_flags(leaf) & EXFLAG_XKUSAGE) == 0;
 		ok &= (X509_check_ca(leaf) != 0) == e->ca;
-		int64_t life = asn1_time(X509_get0_notAfter(leaf)) - asn1_time(X509_get0_notBefore(leaf));
+		int64_t life =
+		    kube_fx_asn1_seconds(X509_get0_notAfter(leaf)) - kube_fx_asn1_seconds(X509_get0_notBefore(leaf));
 		if (life < e->duration - 2 || life > e->duration + 2)
 			fprintf(stderr, "lifetime %lld s, want %lld s\n", (long long)life, (long long)e->duration);
 		ok &= life >= e->duration - 2 && life <= e->duration + 2;
 	}
-	X509_STORE_CTX_free(ctx);
-	X509_STORE_free(st);
 	X509_REQ_free(req);
 	BIO_free(b);
 	X509_free(leaf);
@@ -394,8 +334,7 @@ static void delete_ours(const sg_kube_ref *coll)
 	{
 		const char *name = sg_kube_meta_str(o, "name");
 		if (name && strncmp(name, PREFIX, strlen(PREFIX)) == 0) {
-			sg_kube_ref ref = named(*coll, name, NULL);
-			if (sg_kube_delete(k, &ref, NULL) != SG_OK)
+			if (kube_fx_delete(k, kube_fx_named(*coll, name, NULL)) != SG_OK)
 				fprintf(stderr, "cannot delete %s: %s\n", name, sg_error_last()->msg);
 		}
 	}
@@ -406,20 +345,8 @@ static void delete_ours(const sg_kube_ref *coll)
 
 static void t_start(void)
 {
-	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k || fixture_ca(&fx, "ecdsa-p256") != 0) {
-		fprintf(stderr, "no client or no CA\n");
-		exit(1);
-	}
-	fx.args.s.signer_threads = 2;
-	SG_CHECK_OK(sg_appliance_open(&app, &fx.args.s));
-	if (!app)
-		exit(1);
+	k = kube_fx_start(SG_LOG_WARN);
+	app = kube_fx_ca(&fx, 2);
 	cas[0] = (sg_kubesign_ca){.name = "default", .app = app};
 
 	crd_ensure();

@@ -45,7 +45,7 @@
 
 #include "sg_log.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -98,18 +98,14 @@ static sg_kube_ref cr_ref(const char *name)
 
 static void ns_create(const char *name)
 {
-	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
-	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", name);
-	if (sg_kube_create(k, &coll, ns, NULL) != 0)
-		SG_CHECK(strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0);
-	json_decref(ns);
+	SG_CHECK_OK(kube_fx_ensure(k, KUBE_FX_CORE("namespaces", NULL, NULL), kube_fx_namespace(name, NULL, NULL)));
 }
 
 /* Creates obj at ref's collection after deleting what an earlier run left
  * under ref's name; returns the create's result, *out the object. */
 static int recreate(sg_kube_ref ref, const json_t *obj, json_t **out)
 {
-	if (sg_kube_delete(k, &ref, NULL) != 0)
+	if (kube_fx_delete(k, ref) != 0)
 		SG_CHECK(sg_kube_last_status()->code == 404);
 	ref.name = NULL;
 	return sg_kube_create(k, &ref, obj, out);
@@ -177,14 +173,7 @@ static bool column_is(const json_t *crd, const char *name, const char *type, con
 
 static bool condition_is(const json_t *crd, const char *type, const char *status)
 {
-	size_t i;
-	json_t *c;
-	json_array_foreach(json_object_get(json_object_get(crd, "status"), "conditions"), i, c)
-	{
-		if (str_is(json_string_value(json_object_get(c, "type")), type))
-			return str_is(json_string_value(json_object_get(c, "status")), status);
-	}
-	return false;
+	return str_is(kube_fx_cond_str(crd, type, "status"), status);
 }
 
 /* A status.conditions list of one Ready condition; the fields are JSON
@@ -206,12 +195,8 @@ static json_t *ready_conditions(const char *status, const char *reason, const ch
 /* Merge-patches status.conditions of a cluster issuer through /status. */
 static int issuer_status_patch(const char *name, json_t *conditions)
 {
-	sg_kube_ref r = issuer_ref(NULL, name);
-	r.subresource = "status";
 	json_t *p = json_pack("{s:{s:o}}", "status", "conditions", conditions);
-	int rc = sg_kube_merge_patch(k, &r, p, NULL);
-	json_decref(p);
-	return rc;
+	return kube_fx_patch(k, kube_fx_named(issuer_ref(NULL, name), name, "status"), p);
 }
 
 /* A CertificateRequestPolicy with spec given as JSON text (NULL: no spec
@@ -336,14 +321,7 @@ static bool signer_allowed(const char *user, const char *sa_ns, const char *grou
 
 static void t_start(void)
 {
-	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k)
-		exit(1);
+	k = kube_fx_start(SG_LOG_WARN);
 	/* Istio's namespace, where rbac.yaml binds the Lease and Secret
 	 * rules: Istio creates it in a real cluster. */
 	ns_create("istio-system");

@@ -33,7 +33,7 @@
 #include "sg_log.h"
 #include "self_signed.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -65,21 +65,12 @@ static const char *cm_name = NAME, *cm_key = KEY, *cm_label = SG_ROOTDIST_LABEL;
 
 /* ---- fixtures ---- */
 
-static sg_kube_ref cm_ref(const char *ns)
-{
-	return (sg_kube_ref){.version = "v1", .resource = "configmaps", .ns = ns, .name = cm_name};
-}
+#define CM_REF(ns) KUBE_FX_CORE("configmaps", (ns), cm_name)
 
 static void ns_create(const char *name, bool selected)
 {
-	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
-	json_t *ns =
-	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", name);
-	if (selected)
-		json_object_set_new(json_object_get(ns, "metadata"), "labels",
-		                    json_pack("{s:s}", "istio-injection", "enabled"));
-	SG_CHECK_OK(sg_kube_create(k, &coll, ns, NULL));
-	json_decref(ns);
+	json_t *ns = kube_fx_namespace(name, selected ? "istio-injection" : NULL, "enabled");
+	SG_CHECK_OK(kube_fx_create(k, KUBE_FX_CORE("namespaces", NULL, NULL), ns));
 }
 
 /* Sets (value) or removes (NULL) label key of namespace name. */
@@ -90,26 +81,11 @@ static void ns_label(const char *name, const char *key, const char *value)
 
 static json_t *cm_get(const char *ns)
 {
-	sg_kube_ref ref = cm_ref(ns);
-	json_t *cm = NULL;
-	int rc = sg_kube_get(k, &ref, &cm);
-	if (rc != SG_OK && rc != SG_ENOTFOUND)
-		fprintf(stderr, "GET %s/%s: %s\n", ns, cm_name, sg_error_last()->msg);
-	return cm;
+	return kube_fx_get(k, CM_REF(ns));
 }
 
-static void cm_patch(const char *ns, json_t *patch)
-{
-	sg_kube_ref ref = cm_ref(ns);
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
-	json_decref(patch);
-}
-
-static void cm_delete(const char *ns)
-{
-	sg_kube_ref ref = cm_ref(ns);
-	SG_CHECK_OK(sg_kube_delete(k, &ref, NULL));
-}
+#define CM_PATCH(ns, patch) SG_CHECK_OK(kube_fx_patch(k, CM_REF(ns), (patch)))
+#define CM_DELETE(ns) SG_CHECK_OK(kube_fx_delete(k, CM_REF(ns)))
 
 static const char *label(const json_t *obj, const char *key)
 {
@@ -148,11 +124,7 @@ static bool cm_absent(const char *ns)
 
 static char *cm_rv(const char *ns)
 {
-	json_t *cm = cm_get(ns);
-	const char *rv = sg_kube_meta_str(cm, "resourceVersion");
-	char *out = strdup(rv ? rv : "");
-	json_decref(cm);
-	return out;
+	return kube_fx_rv(k, CM_REF(ns));
 }
 
 static sg_rootdist_stats stats(void)
@@ -177,49 +149,19 @@ static sg_ctrl_stats ctrl_stats(void)
 static char idle_why[400]; /* why the last idle() said no */
 
 /* Whether rd's informer of watch holds exactly what the server lists for
- * coll (in namespace in_ns; NULL: all): the same objects at the same
- * resourceVersions. */
+ * resource (in namespace in_ns; NULL: all) with those selectors. */
 static bool cache_current(size_t watch, const char *resource, const char *in_ns, const char *labels, const char *fields)
 {
-	sg_kube_informer *inf = sg_ctrl_informer(sg_rootdist_controller(rd), watch);
-	sg_kube_ref coll = {.version = "v1", .resource = resource, .ns = in_ns};
 	sg_kube_list_opts lo = {.label_selector = labels, .field_selector = fields};
-	json_t *list = NULL;
-	if (!inf || sg_kube_list_all(k, &coll, &lo, &list) != SG_OK) {
-		snprintf(idle_why, sizeof(idle_why), "%s: no informer, or LIST failed: %.200s", resource,
-		         inf ? sg_error_last()->msg : "-");
-		json_decref(list);
-		return false;
-	}
-	json_t *items = json_object_get(list, "items");
-	bool same = json_array_size(items) == sg_kube_informer_size(inf);
-	if (!same)
-		snprintf(idle_why, sizeof(idle_why), "%s: server %zu, cache %zu", resource, json_array_size(items),
-		         sg_kube_informer_size(inf));
-	size_t i;
-	json_t *item;
-	json_array_foreach(items, i, item)
-	{
-		const char *ns = sg_kube_meta_str(item, "namespace"), *name = sg_kube_meta_str(item, "name");
-		const char *rv = sg_kube_meta_str(item, "resourceVersion");
-		json_t *cached = sg_kube_informer_get(inf, ns, name);
-		const char *crv = sg_kube_meta_str(cached, "resourceVersion");
-		if (same && !(rv && crv && strcmp(rv, crv) == 0)) {
-			snprintf(idle_why, sizeof(idle_why), "%s %.63s/%.100s: server at %.30s, cache at %.30s", resource, ns ? ns : "",
-			         name, rv ? rv : "-", crv ? crv : "-");
-			same = false;
-		}
-		json_decref(cached);
-	}
-	json_decref(list);
-	return same;
+	return kube_fx_cache_current(k, sg_ctrl_informer(sg_rootdist_controller(rd), watch),
+	                             KUBE_FX_CORE(resource, in_ns, NULL), &lo, idle_why, sizeof(idle_why));
 }
 
 /* The distributor has nothing left to do: its informers hold what the
  * server has (every event delivered), nothing is queued, and no reconcile
- * ended since the previous look, one poll interval earlier (*done: the
- * count then; UINT64_MAX when that look said no). */
-static bool idle(uint64_t *done)
+ * ended since the previous look, one poll interval earlier (*done, *looks:
+ * kube_fx_settled's). */
+static bool idle(uint64_t *done, int *looks)
 {
 	char ns_field[100], cm_field[300];
 	snprintf(ns_field, sizeof(ns_field), "metadata.name=%s", only_ns ? only_ns : "");
@@ -233,23 +175,15 @@ static bool idle(uint64_t *done)
 		snprintf(idle_why, sizeof(idle_why), "%llu namespaces queued",
 		         (unsigned long long)(a.queued ? a.queued : b.queued));
 	ok = ok && b.queued == 0 && n == a.reconciles + a.errors;
-	bool quiet = *done == n;
-	*done = ok ? n : UINT64_MAX;
+	bool quiet = kube_fx_settled(ok, n, done, looks, 1);
 	if (ok && !quiet)
 		snprintf(idle_why, sizeof(idle_why), "a reconcile ended since the previous look");
-	return ok && quiet;
+	return quiet;
 }
 
 /* Waits (at most ms) until the distributor is idle; a failed check saying
  * what was still moving when the deadline passed. */
-#define WAIT_IDLE(ms)                                                      \
-	do {                                                                   \
-		int failed_ = sg_test_failures;                                    \
-		uint64_t done_ = UINT64_MAX;                                       \
-		SG_WAIT_FOR(ms, idle(&done_));                                     \
-		if (sg_test_failures != failed_)                                   \
-			fprintf(stderr, "  distributor not idle: %s\n", idle_why);     \
-	} while (0)
+#define WAIT_IDLE(ms) KUBE_FX_WAIT_SETTLED(ms, idle(&kube_fx_done, &kube_fx_looks), idle_why)
 
 /* A label change on namespace ns (selected): one event, so one reconcile
  * of ns. */
@@ -316,15 +250,10 @@ static sg_rootdist *make_pub(const char *root)
 
 static void t_start(void)
 {
-	sg_log_configure(SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
+	k = kube_fx_start(SG_LOG_WARN);
 	root_a = test_self_signed_pem("signet test root A");
 	root_b = test_self_signed_pem("signet test root B");
-	if (!k || !root_a || !root_b)
+	if (!root_a || !root_b)
 		exit(1);
 }
 
@@ -544,25 +473,25 @@ static void t_no_loop(void)
 static void t_repair(void)
 {
 	sg_rootdist_stats s0 = stats();
-	cm_delete("rd-a");
+	CM_DELETE("rd-a");
 	WAIT_OK("rd-a", root_a, 20000);
 	WAIT_IDLE(20000);
 	SG_CHECK(stats().creates == s0.creates + 1);
 
-	cm_patch("rd-a", json_pack("{s:{s:s}}", "data", KEY, "tampered"));
+	CM_PATCH("rd-a", json_pack("{s:{s:s}}", "data", KEY, "tampered"));
 	WAIT_OK("rd-a", root_a, 20000);
-	cm_patch("rd-a", json_pack("{s:{s:s}}", "data", "extra", "1"));
+	CM_PATCH("rd-a", json_pack("{s:{s:s}}", "data", "extra", "1"));
 	WAIT_OK("rd-a", root_a, 20000);
-	cm_patch("rd-a", json_pack("{s:{s:{s:n}}}", "metadata", "labels", SG_ROOTDIST_LABEL));
+	CM_PATCH("rd-a", json_pack("{s:{s:{s:n}}}", "metadata", "labels", SG_ROOTDIST_LABEL));
 	WAIT_OK("rd-a", root_a, 20000);
-	cm_patch("rd-a", json_pack("{s:{s:s}}", "binaryData", "blob", "AAEC"));
+	CM_PATCH("rd-a", json_pack("{s:{s:s}}", "binaryData", "blob", "AAEC"));
 	WAIT_OK("rd-a", root_a, 20000);
 	WAIT_IDLE(20000);
 
 	/* A user's own label and annotation on a correct ConfigMap: kept, and
 	 * their write is not answered by one of ours. */
 	sg_rootdist_stats s1 = stats();
-	cm_patch("rd-a", json_pack("{s:{s:{s:s}, s:{s:s}}}", "metadata", "labels", "owner", "me", "annotations", "why",
+	CM_PATCH("rd-a", json_pack("{s:{s:{s:s}, s:{s:s}}}", "metadata", "labels", "owner", "me", "annotations", "why",
 	                           "because"));
 	char *rv = cm_rv("rd-a");
 	check_unanswered(s1, 1);
@@ -575,7 +504,7 @@ static void t_repair(void)
 	free(rv2);
 
 	/* An immutable ConfigMap with the wrong data can only be replaced. */
-	cm_patch("rd-a", json_pack("{s:b, s:{s:s}}", "immutable", 1, "data", KEY, "frozen"));
+	CM_PATCH("rd-a", json_pack("{s:b, s:{s:s}}", "immutable", 1, "data", KEY, "frozen"));
 	WAIT_OK("rd-a", root_a, 20000);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s2 = stats();
@@ -636,7 +565,7 @@ static void t_terminating(void)
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s0 = stats();
 	SG_CHECK(writes(s0) == writes(before) && s0.errors == before.errors);
-	cm_delete("rd-b"); /* deletes are still allowed in a Terminating namespace */
+	CM_DELETE("rd-b"); /* deletes are still allowed in a Terminating namespace */
 	/* A root change reaches every selected namespace, the Terminating one
 	 * included, which is skipped. */
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
@@ -655,8 +584,8 @@ static void t_stop(void)
 	sg_rootdist_stats s0 = stats();
 	SG_CHECK(s0.namespaces == 0 && s0.queued == 0);
 	sg_ctrl_stats c0 = ctrl_stats();
-	cm_patch("rd-a", json_pack("{s:{s:s}}", "data", KEY, "edited while stopped"));
-	cm_delete("rd-c");
+	CM_PATCH("rd-a", json_pack("{s:{s:s}}", "data", KEY, "edited while stopped"));
+	CM_DELETE("rd-c");
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_a, strlen(root_a))); /* stored, not acted on */
 	ns_label("rd-c", "istio-injection", "enabled");
 	/* Nothing can see these: stopped, the distributor has no informers,
@@ -686,7 +615,7 @@ static void t_stop(void)
 		sg_rootdist_stop(rd);
 		SG_CHECK_OK(sg_rootdist_start(rd));
 	}
-	cm_delete("rd-a");
+	CM_DELETE("rd-a");
 	WAIT_OK("rd-a", root_a, 20000);
 	WAIT_IDLE(20000);
 	SG_CHECK(stats().errors == 0);
@@ -741,7 +670,7 @@ static void t_apiserver_restart(void)
 	pthread_join(th, NULL);
 	SG_CHECK(restarted);
 	printf("apiserver restarted in %.1f s\n", (double)(sg_now_ns() - t0) / 1e9);
-	cm_patch("default", json_pack("{s:{s:s}}", "data", KEY, "edited after the restart"));
+	CM_PATCH("default", json_pack("{s:{s:s}}", "data", KEY, "edited after the restart"));
 	static const char *const all[] = {"default", "kube-system", "kube-public", "kube-node-lease",
 	                                  "rd-a",    "rd-c",        "rd-d"};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
@@ -858,9 +787,9 @@ static void t_publish(void)
 	SG_CHECK(s2.updates == s1.updates + 2 && s2.creates == s1.creates);
 
 	/* Deleted: it comes back; edited: repaired. */
-	cm_delete(PUB_NS);
+	CM_DELETE(PUB_NS);
 	WAIT_OK(PUB_NS, root_b, 20000);
-	cm_patch(PUB_NS, json_pack("{s:{s:{s:n}}, s:{s:s}}", "metadata", "labels", SG_ROOTDIST_ROOTS_LABEL, "data",
+	CM_PATCH(PUB_NS, json_pack("{s:{s:{s:n}}, s:{s:s}}", "metadata", "labels", SG_ROOTDIST_ROOTS_LABEL, "data",
 	                           SG_ROOTDIST_ROOTS_KEY, "tampered"));
 	WAIT_OK(PUB_NS, root_b, 20000);
 	WAIT_IDLE(20000);

@@ -52,7 +52,7 @@
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <fcntl.h>
 #include <openssl/sha.h>
@@ -99,39 +99,9 @@ static sg_kube_ref ref_in(const char *group, const char *resource, const char *n
 #define DEPLOY() ref_in("apps", "deployments", NS, "trust-manager")
 #define RBAC "rbac.authorization.k8s.io"
 
-static json_t *obj_get(sg_kube_ref ref)
-{
-	json_t *o = NULL;
-	int rc = sg_kube_get(k, &ref, &o);
-	if (rc != SG_OK && rc != SG_ENOTFOUND)
-		fprintf(stderr, "GET %s %s/%s: %s\n", ref.resource, ref.ns ? ref.ns : "", ref.name,
-		        sg_error_last()->msg);
-	if (rc != SG_OK) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
-}
-
-static bool exists(sg_kube_ref ref)
-{
-	json_t *o = obj_get(ref);
-	json_decref(o);
-	return o != NULL;
-}
-
-static char *rv_of(sg_kube_ref ref)
-{
-	json_t *o = obj_get(ref);
-	const char *rv = sg_kube_meta_str(o, "resourceVersion");
-	char *out = strdup(rv ? rv : "");
-	json_decref(o);
-	return out;
-}
-
 static int64_t generation_of(sg_kube_ref ref)
 {
-	json_t *o = obj_get(ref);
+	json_t *o = kube_fx_get(k, ref);
 	int64_t g = json_integer_value(json_object_get(json_object_get(o, "metadata"), "generation"));
 	json_decref(o);
 	return g;
@@ -149,12 +119,7 @@ static const char *annotation(const json_t *o, const char *key)
 
 static void ns_create(const char *name)
 {
-	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
-	json_t *ns =
-	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", name);
-	int rc = sg_kube_create(k, &coll, ns, NULL);
-	SG_CHECK(rc == SG_OK || strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0);
-	json_decref(ns);
+	SG_CHECK_OK(kube_fx_ensure(k, ref_in(NULL, "namespaces", NULL, NULL), kube_fx_namespace(name, NULL, NULL)));
 }
 
 /* Creates or replaces TrustManager name with spec (JSON text, printf-
@@ -174,12 +139,10 @@ static void tm_put(const char *name, const char *fmt, ...)
 	SG_CHECK(spec != NULL);
 	json_t *o = json_pack("{s:s, s:s, s:{s:s}, s:o}", "apiVersion", "operator.openshift.io/v1alpha1", "kind",
 	                      "TrustManager", "metadata", "name", name, "spec", spec);
-	sg_kube_ref ref = tm_ref(name);
-	int rc = sg_kube_apply(k, &ref, o, MANAGER, true, NULL);
+	int rc = kube_fx_apply(k, tm_ref(name), o, MANAGER);
 	if (rc != SG_OK)
 		fprintf(stderr, "apply TrustManager %s: %s\n", name, sg_error_last()->msg);
 	SG_CHECK_OK(rc);
-	json_decref(o);
 }
 
 /* The seed's sample (trust-manager-controller.md, "Example TrustManager CR
@@ -201,17 +164,8 @@ static const char *or_empty(const char *s)
  * message holding part (NULL: any), and observedGeneration = generation. */
 static bool cond_is(const char *name, const char *type, const char *status, const char *reason, const char *part)
 {
-	json_t *o = obj_get(tm_ref(name));
-	const json_t *c = sg_ctrl_condition_find(o, type);
-	const char *st = json_string_value(json_object_get(c, "status"));
-	const char *r = json_string_value(json_object_get(c, "reason"));
-	const char *m = json_string_value(json_object_get(c, "message"));
-	json_int_t og = json_integer_value(json_object_get(c, "observedGeneration"));
-	json_int_t gen = json_integer_value(json_object_get(json_object_get(o, "metadata"), "generation"));
-	bool ok = st && r && m && strcmp(st, status) == 0 && strcmp(r, reason) == 0 && (!part || strstr(m, part)) &&
-	          gen > 0 && og == gen;
-	snprintf(seen, sizeof(seen), "%s: %s=%s %s \"%.1500s\" (observedGeneration %lld, generation %lld)", name, type,
-	         st ? st : "-", r ? r : "-", m ? m : "-", (long long)og, (long long)gen);
+	json_t *o = kube_fx_get(k, tm_ref(name));
+	bool ok = kube_fx_cond_is(o, type, status, reason, part, seen, sizeof(seen));
 	json_decref(o);
 	return ok;
 }
@@ -251,7 +205,7 @@ static bool ready(const char *name)
 static const char *status_str(const char *name, const char *field)
 {
 	static char buf[256];
-	json_t *o = obj_get(tm_ref(name));
+	json_t *o = kube_fx_get(k, tm_ref(name));
 	const char *v = json_string_value(json_object_get(json_object_get(o, "status"), field));
 	snprintf(buf, sizeof(buf), "%s", v ? v : "");
 	json_decref(o);
@@ -265,7 +219,7 @@ static const char *status_str(const char *name, const char *field)
 static void deployment_status(bool available)
 {
 	for (int attempt = 0; attempt < 10; attempt++) {
-		json_t *d = obj_get(DEPLOY());
+		json_t *d = kube_fx_get(k, DEPLOY());
 		SG_CHECK(d != NULL);
 		if (!d)
 			return;
@@ -305,18 +259,14 @@ static void crashing_pod(const char *name)
 	    json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:i, s:[{s:s, s:s}]}}", "apiVersion", "v1", "kind", "Pod",
 	              "metadata", "name", name, "namespace", NS, "labels", "app", APP, "spec",
 	              "terminationGracePeriodSeconds", 0, "containers", "name", "trust-manager", "image", IMAGE);
-	SG_CHECK_OK(sg_kube_create(k, &coll, pod, NULL));
-	json_decref(pod);
-	sg_kube_ref st = ref_in(NULL, "pods", NS, name);
-	st.subresource = "status";
+	SG_CHECK_OK(kube_fx_create(k, coll, pod));
 	json_t *patch =
 	    json_pack("{s:{s:s, s:[{s:s, s:b, s:i, s:s, s:s, s:{s:{s:s, s:s}}, s:{s:{s:i, s:s, s:s}}}]}}", "status",
 	              "phase", "Running", "containerStatuses", "name", "trust-manager", "ready", 0, "restartCount", 4,
 	              "image", IMAGE, "imageID", "", "state", "waiting", "reason", "CrashLoopBackOff", "message",
 	              "back-off 40s restarting failed container=trust-manager", "lastState", "terminated", "exitCode",
 	              1, "reason", "Error", "message", CRASH_MSG);
-	SG_CHECK_OK(sg_kube_merge_patch(k, &st, patch, NULL));
-	json_decref(patch);
+	SG_CHECK_OK(kube_fx_patch(k, kube_fx_named(coll, name, "status"), patch));
 }
 
 /* ---- the Deployment ---- */
@@ -331,7 +281,7 @@ static json_t *container_of(const json_t *d)
 
 static json_t *args_now(void)
 {
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	json_t *a = json_incref(json_object_get(container_of(d), "args"));
 	json_decref(d);
 	return a;
@@ -438,22 +388,12 @@ static bool idle(uint64_t *done, int *looks)
 	sg_ctrl_stats s;
 	sg_ctrl_stats_get(sg_trustmanager_controller(tm), &s);
 	uint64_t n = s.reconciles + s.errors;
-	bool ok = s.queued == 0;
-	*looks = ok && *done == n ? *looks + 1 : 0;
-	*done = n;
 	snprintf(idle_why, sizeof(idle_why), "queued %llu, reconciles %llu, errors %llu", (unsigned long long)s.queued,
 	         (unsigned long long)s.reconciles, (unsigned long long)s.errors);
-	return ok && *looks >= 10;
+	return kube_fx_settled(s.queued == 0, n, done, looks, 10);
 }
 
-#define WAIT_IDLE()                                                                                                    \
-	do {                                                                                                           \
-		int f_ = sg_test_failures, looks_ = 0;                                                                 \
-		uint64_t done_ = UINT64_MAX;                                                                           \
-		SG_WAIT_FOR(WAIT_MS, idle(&done_, &looks_));                                                           \
-		if (sg_test_failures != f_)                                                                            \
-			fprintf(stderr, "  reconciler not idle: %s\n", idle_why);                                      \
-	} while (0)
+#define WAIT_IDLE() KUBE_FX_WAIT_SETTLED(WAIT_MS, idle(&kube_fx_done, &kube_fx_looks), idle_why)
 
 static void print_stats(const char *when)
 {
@@ -507,7 +447,7 @@ static sg_kube_ref made_ref(const made *m)
 static bool all_exist(void)
 {
 	for (size_t i = 0; i < NOBJECTS; i++) {
-		if (!exists(made_ref(&objects[i]))) {
+		if (!kube_fx_exists(k, made_ref(&objects[i]))) {
 			snprintf(seen, sizeof(seen), "%s %s missing", objects[i].resource, objects[i].name);
 			return false;
 		}
@@ -518,7 +458,7 @@ static bool all_exist(void)
 static bool none_exist(void)
 {
 	for (size_t i = 0; i < NOBJECTS; i++) {
-		if (exists(made_ref(&objects[i]))) {
+		if (kube_fx_exists(k, made_ref(&objects[i]))) {
 			snprintf(seen, sizeof(seen), "%s %s still there", objects[i].resource, objects[i].name);
 			return false;
 		}
@@ -530,7 +470,7 @@ static bool none_exist(void)
 static void check_meta(const char *uid, const char *ann_key, const char *ann_value, const char *user_label)
 {
 	for (size_t i = 0; i < NOBJECTS; i++) {
-		json_t *o = obj_get(made_ref(&objects[i]));
+		json_t *o = kube_fx_get(k, made_ref(&objects[i]));
 		const char *what = objects[i].name;
 		SG_CHECK(o != NULL);
 		const char *l_app = label(o, "app"), *l_mb = label(o, "app.kubernetes.io/managed-by");
@@ -560,7 +500,7 @@ static void check_meta(const char *uid, const char *ann_key, const char *ann_val
 
 static char *cr_uid(const char *name)
 {
-	json_t *o = obj_get(tm_ref(name));
+	json_t *o = kube_fx_get(k, tm_ref(name));
 	const char *u = sg_kube_meta_str(o, "uid");
 	char *out = strdup(u ? u : "");
 	json_decref(o);
@@ -569,7 +509,7 @@ static char *cr_uid(const char *name)
 
 static bool has_finalizer(const char *name)
 {
-	json_t *o = obj_get(tm_ref(name));
+	json_t *o = kube_fx_get(k, tm_ref(name));
 	bool has = false;
 	size_t i;
 	json_t *f;
@@ -584,7 +524,7 @@ static bool has_finalizer(const char *name)
 /* The rules of a (Cluster)Role as compact JSON text; caller frees. */
 static char *rules_text(sg_kube_ref ref)
 {
-	json_t *o = obj_get(ref);
+	json_t *o = kube_fx_get(k, ref);
 	char *t = o ? json_dumps(json_object_get(o, "rules"), JSON_COMPACT | JSON_SORT_KEYS) : NULL;
 	json_decref(o);
 	return t ? t : strdup("");
@@ -630,7 +570,7 @@ static size_t count(const char *hay, const char *needle)
 /* The package file in the ConfigMap: parsed, or NULL. */
 static json_t *package_now(void)
 {
-	json_t *cm = obj_get(ref_in(NULL, "configmaps", NS, PKG_CM));
+	json_t *cm = kube_fx_get(k, ref_in(NULL, "configmaps", NS, PKG_CM));
 	const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), PKG_KEY));
 	json_t *pkg = text ? json_loads(text, 0, NULL) : NULL;
 	json_decref(cm);
@@ -656,7 +596,7 @@ static void sha256_hex(const char *s, char out[65])
 
 static bool template_hash_is(const char *want)
 {
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *tmpl = json_object_get(json_object_get(d, "spec"), "template");
 	const char *h = annotation(tmpl, SG_TRUSTMANAGER_PACKAGE_HASH);
 	bool ok = want ? h && strcmp(h, want) == 0 : h == NULL;
@@ -713,14 +653,7 @@ static bool minimal_crd(void)
 
 static void t_start(void)
 {
-	sg_log_configure(getenv("TM_DEBUG") ? SG_LOG_DEBUG : SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k)
-		exit(1);
+	k = kube_fx_start(getenv("TM_DEBUG") ? SG_LOG_DEBUG : SG_LOG_WARN);
 	FILE *crds = fopen(SOURCE_DIR "/packaging/kubernetes/operator-crds.yaml", "r");
 	if (crds) {
 		fclose(crds);
@@ -732,11 +665,9 @@ static void t_start(void)
 	ns_create(NS);
 	snprintf(late_ns, sizeof(late_ns), "tm-late-%ld", (long)getpid());
 	/* A user's Secret in the trust namespace: never touched. */
-	sg_kube_ref sref = ref_in(NULL, "secrets", NS, "user-ca");
 	json_t *sec = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s}}", "apiVersion", "v1", "kind", "Secret", "metadata",
 	                        "name", "user-ca", "namespace", NS, "stringData", "ca.crt", "not really");
-	SG_CHECK_OK(sg_kube_apply(k, &sref, sec, MANAGER, true, NULL));
-	json_decref(sec);
+	SG_CHECK_OK(kube_fx_apply(k, ref_in(NULL, "secrets", NS, "user-ca"), sec, MANAGER));
 
 	for (int i = 0; i < 4; i++) {
 		char cn[40];
@@ -762,12 +693,10 @@ static void t_start(void)
 	 * the reconciler (the finalizer). */
 	const char *const crs[] = {"cluster", "other"};
 	for (size_t i = 0; i < 2; i++) {
-		sg_kube_ref r = tm_ref(crs[i]);
-		if (sg_kube_delete(k, &r, NULL) == SG_OK)
-			SG_WAIT_FOR(WAIT_MS, !exists(tm_ref(crs[i])));
+		if (kube_fx_delete(k, tm_ref(crs[i])) == SG_OK)
+			SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref(crs[i])));
 	}
-	sg_kube_ref pod = ref_in(NULL, "pods", NS, "trust-manager-crash");
-	if (sg_kube_delete(k, &pod, NULL) != SG_OK)
+	if (kube_fx_delete(k, ref_in(NULL, "pods", NS, "trust-manager-crash")) != SG_OK)
 		SG_CHECK(sg_kube_last_status()->code == 404);
 }
 
@@ -795,7 +724,7 @@ static void t_sample(void)
 	SG_CHECK(rules_are(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
 	                   "[{\"apiGroups\":[\"coordination.k8s.io\"],\"resources\":[\"leases\"],\"verbs\":[\"get\","
 	                   "\"create\",\"update\"]}]"));
-	json_t *crb = obj_get(ref_in(RBAC, "clusterrolebindings", NULL, "trust-manager"));
+	json_t *crb = kube_fx_get(k, ref_in(RBAC, "clusterrolebindings", NULL, "trust-manager"));
 	json_t *binding = json_pack("{s:O, s:O}", "roleRef", json_object_get(crb, "roleRef"), "subjects",
 	                            json_object_get(crb, "subjects"));
 	char *t = binding ? json_dumps(binding, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
@@ -807,14 +736,14 @@ static void t_sample(void)
 		fprintf(stderr, "  binding %s\n", t);
 	free(t);
 	json_decref(crb);
-	json_t *rb = obj_get(ref_in(RBAC, "rolebindings", NS, "trust-manager:leaderelection"));
+	json_t *rb = kube_fx_get(k, ref_in(RBAC, "rolebindings", NS, "trust-manager:leaderelection"));
 	const char *rk = json_string_value(json_object_get(json_object_get(rb, "roleRef"), "kind"));
 	const char *rn = json_string_value(json_object_get(json_object_get(rb, "roleRef"), "name"));
 	SG_CHECK(rk && strcmp(rk, "Role") == 0 && rn && strcmp(rn, "trust-manager:leaderelection") == 0);
 	json_decref(rb);
 
 	/* The metrics Service. */
-	json_t *svc = obj_get(ref_in(NULL, "services", NS, "trust-manager-metrics"));
+	json_t *svc = kube_fx_get(k, ref_in(NULL, "services", NS, "trust-manager-metrics"));
 	const json_t *port = json_array_get(json_object_get(json_object_get(svc, "spec"), "ports"), 0);
 	SG_CHECK(json_integer_value(json_object_get(port, "port")) == 9402);
 	SG_CHECK(json_integer_value(json_object_get(port, "targetPort")) == 9402);
@@ -841,7 +770,7 @@ static void t_sample(void)
 	json_decref(pkg);
 
 	/* The Deployment. */
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *spec = json_object_get(d, "spec");
 	const json_t *pspec = json_object_get(json_object_get(spec, "template"), "spec");
 	const json_t *c = container_of(d);
@@ -893,8 +822,8 @@ static void t_sample(void)
 	SG_CHECK(strcmp(status_str("cluster", "defaultCAPackagePolicy"), "Enabled") == 0);
 	SG_CHECK(strcmp(status_str("cluster", "filterExpiredCertificatesPolicy"), "Enabled") == 0);
 	/* No webhook (signet-trust checks Bundles in its controller). */
-	SG_CHECK(
-	    !exists(ref_in("admissionregistration.k8s.io", "validatingwebhookconfigurations", NULL, "trust-manager")));
+	SG_CHECK(!kube_fx_exists(
+	    k, ref_in("admissionregistration.k8s.io", "validatingwebhookconfigurations", NULL, "trust-manager")));
 	print_stats("sample applied");
 }
 
@@ -917,7 +846,7 @@ static void t_sample(void)
 /* Whether the Deployment's pod spec holds SCHEDULED. */
 static bool scheduling_is(void)
 {
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
 	json_t *got = json_pack("{s:O*, s:O*, s:O*, s:O*}", "affinity", json_object_get(pspec, "affinity"),
 	                        "nodeSelector", json_object_get(pspec, "nodeSelector"), "resources",
@@ -939,14 +868,9 @@ static size_t events(const char *reason)
 {
 	char sel[200];
 	snprintf(sel, sizeof(sel), "involvedObject.kind=TrustManager,involvedObject.name=cluster,reason=%s", reason);
-	sg_kube_ref coll = ref_in(NULL, "events", "default", NULL);
 	sg_kube_list_opts lo = {.field_selector = sel};
-	json_t *list = NULL;
-	size_t n = 0;
-	if (sg_kube_list_all(k, &coll, &lo, &list) == SG_OK)
-		n = json_array_size(json_object_get(list, "items"));
-	json_decref(list);
-	return n;
+	size_t n = kube_fx_count(k, ref_in(NULL, "events", "default", NULL), &lo);
+	return n == SIZE_MAX ? 0 : n;
 }
 
 static void t_ready(void)
@@ -966,8 +890,7 @@ static void t_degraded(void)
 	SG_CHECK(cond_is("cluster", "Ready", "False", "OperandFailed", "CrashLoopBackOff"));
 	SG_CHECK(cond_is("cluster", "Progressing", "False", "OperandFailed", NULL));
 	SG_WAIT_FOR(WAIT_MS, events("OperandFailed") > 0);
-	SG_CHECK_OK(sg_kube_delete(
-	    k, &(sg_kube_ref){.version = "v1", .resource = "pods", .ns = NS, .name = "trust-manager-crash"}, NULL));
+	SG_CHECK_OK(kube_fx_delete(k, ref_in(NULL, "pods", NS, "trust-manager-crash")));
 	WAIT_STATE(ready, "cluster");
 }
 
@@ -999,9 +922,9 @@ static void t_spec_change(void)
 	/* The package off: its ConfigMap, mount, volume, argument and hash go. */
 	tm_put("cluster", "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Disabled\"}}}");
 	WAIT_ARG("--default-package-location=/packages/" PKG_KEY, false);
-	SG_WAIT_FOR(WAIT_MS, !exists(ref_in(NULL, "configmaps", NS, PKG_CM)));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, ref_in(NULL, "configmaps", NS, PKG_CM)));
 	SG_CHECK(template_hash_is(NULL));
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
 	SG_CHECK(json_object_get(pspec, "volumes") == NULL);
 	SG_CHECK(json_object_get(container_of(d), "volumeMounts") == NULL);
@@ -1017,7 +940,7 @@ static void t_spec_change(void)
 static void invalid(const char *spec, const char *part)
 {
 	WAIT_IDLE();
-	char *drv = rv_of(DEPLOY());
+	char *drv = kube_fx_rv(k, DEPLOY());
 	sg_trustmanager_stats before = stats();
 	tm_put("cluster", "%s", spec);
 	WAIT_COND("cluster", "Ready", "False", "InvalidSpec", part);
@@ -1027,7 +950,7 @@ static void invalid(const char *spec, const char *part)
 	SG_CHECK(after.created == before.created && after.repaired == before.repaired &&
 	         after.deleted == before.deleted);
 	SG_CHECK(after.writes - before.writes == after.status_writes - before.status_writes);
-	char *now = rv_of(DEPLOY());
+	char *now = kube_fx_rv(k, DEPLOY());
 	SG_CHECK(strcmp(drv, now) == 0);
 	free(now);
 	free(drv);
@@ -1065,7 +988,7 @@ static void t_invalid(void)
 	check_meta(uid, "example.com/note", "managed by signet", "team");
 	free(uid);
 	SG_CHECK(scheduling_is());
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *tmpl = json_object_get(json_object_get(d, "spec"), "template");
 	SG_CHECK(label(tmpl, "team") && annotation(tmpl, "example.com/note"));
 	json_decref(d);
@@ -1073,11 +996,7 @@ static void t_invalid(void)
 
 /* Replaces the live object's field (a merge patch by the test's client,
  * another field manager). patch is stolen. */
-static void patch(sg_kube_ref ref, json_t *p)
-{
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, p, NULL));
-	json_decref(p);
-}
+#define PATCH(ref, p) SG_CHECK_OK(kube_fx_patch(k, (ref), (p)))
 
 static void t_drift(void)
 {
@@ -1085,7 +1004,7 @@ static void t_drift(void)
 	sg_trustmanager_stats before = stats();
 
 	/* The Deployment's arguments edited (a PUT of the whole object). */
-	json_t *d = obj_get(DEPLOY());
+	json_t *d = kube_fx_get(k, DEPLOY());
 	json_t *args = json_object_get(container_of(d), "args");
 	json_array_remove(args, json_array_size(args) - 1);
 	json_array_append_new(args, json_string("--bogus=1"));
@@ -1096,16 +1015,14 @@ static void t_drift(void)
 	WAIT_ARG("--default-package-location=/packages/" PKG_KEY, true);
 
 	/* The Service deleted. */
-	SG_CHECK_OK(sg_kube_delete(
-	    k, &(sg_kube_ref){.version = "v1", .resource = "services", .ns = NS, .name = "trust-manager-metrics"},
-	    NULL));
-	SG_WAIT_FOR(WAIT_MS, exists(ref_in(NULL, "services", NS, "trust-manager-metrics")));
+	SG_CHECK_OK(kube_fx_delete(k, ref_in(NULL, "services", NS, "trust-manager-metrics")));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(NULL, "services", NS, "trust-manager-metrics")));
 
 	/* The ClusterRole and a Role edited. */
-	patch(ref_in(RBAC, "clusterroles", NULL, "trust-manager"),
+	PATCH(ref_in(RBAC, "clusterroles", NULL, "trust-manager"),
 	      json_pack("{s:[{s:[s], s:[s], s:[s]}]}", "rules", "apiGroups", "", "resources", "secrets", "verbs", "*"));
 	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES "]");
-	patch(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
+	PATCH(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
 	      json_pack("{s:[{s:[s], s:[s], s:[s]}]}", "rules", "apiGroups", "coordination.k8s.io", "resources",
 	                "leases", "verbs", "*"));
 	WAIT_RULES(ref_in(RBAC, "roles", NS, "trust-manager:leaderelection"),
@@ -1126,16 +1043,16 @@ static void t_quiet(void)
 {
 	WAIT_IDLE();
 	sg_trustmanager_stats before = stats();
-	char *drv = rv_of(DEPLOY()), *crv = rv_of(tm_ref("cluster"));
+	char *drv = kube_fx_rv(k, DEPLOY()), *crv = kube_fx_rv(k, tm_ref("cluster"));
 	sg_ctrl_stats c0;
 	sg_ctrl_stats_get(sg_trustmanager_controller(tm), &c0);
 	/* An event the reconciler handles: the CR relabelled (no new
 	 * generation). */
-	patch(tm_ref("cluster"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tm-test/touched", "yes"));
+	PATCH(tm_ref("cluster"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tm-test/touched", "yes"));
 	sg_ctrl_stats c1;
 	SG_WAIT_FOR(WAIT_MS, (sg_ctrl_stats_get(sg_trustmanager_controller(tm), &c1), c1.reconciles > c0.reconciles));
 	free(crv);
-	crv = rv_of(tm_ref("cluster"));
+	crv = kube_fx_rv(k, tm_ref("cluster"));
 	/* The quiet period is what is tested (no write follows the event),
 	 * so a fixed time is right here, not a wait for a state. */
 	sg_sleep_ms(QUIET_MS);
@@ -1144,7 +1061,7 @@ static void t_quiet(void)
 	SG_CHECK(after.writes == before.writes);
 	if (after.writes != before.writes)
 		print_stats("quiet cluster, yet writes");
-	char *drv2 = rv_of(DEPLOY()), *crv2 = rv_of(tm_ref("cluster"));
+	char *drv2 = kube_fx_rv(k, DEPLOY()), *crv2 = kube_fx_rv(k, tm_ref("cluster"));
 	SG_CHECK(strcmp(drv, drv2) == 0 && strcmp(crv, crv2) == 0);
 	free(drv);
 	free(crv);
@@ -1182,21 +1099,16 @@ static void t_package_change(void)
 
 static void t_delete(void)
 {
-	SG_CHECK_OK(sg_kube_delete(k,
-	                           &(sg_kube_ref){.group = "operator.openshift.io",
-	                                          .version = "v1alpha1",
-	                                          .resource = "trustmanagers",
-	                                          .name = "cluster"},
-	                           NULL));
-	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("cluster")));
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
 	{
 		int f = sg_test_failures;
 		SG_CHECK(none_exist());
 		if (f != sg_test_failures)
 			fprintf(stderr, "  %s\n", seen);
 	}
-	SG_CHECK(exists(ref_in(NULL, "namespaces", NULL, NS)));
-	SG_CHECK(exists(ref_in(NULL, "secrets", NS, "user-ca")));
+	SG_CHECK(kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, NS)));
+	SG_CHECK(kube_fx_exists(k, ref_in(NULL, "secrets", NS, "user-ca")));
 	SG_CHECK(events("Deleted") > 0);
 	print_stats("deleted");
 }
@@ -1218,7 +1130,7 @@ static void t_recreate(void)
 static void t_second(void)
 {
 	WAIT_IDLE();
-	char *drv = rv_of(DEPLOY());
+	char *drv = kube_fx_rv(k, DEPLOY());
 	sg_trustmanager_stats before = stats();
 	tm_put("other", SAMPLE);
 	WAIT_COND("other", "Ready", "False", "InvalidSpec",
@@ -1228,29 +1140,20 @@ static void t_second(void)
 	sg_trustmanager_stats after = stats();
 	SG_CHECK(after.created == before.created && after.repaired == before.repaired &&
 	         after.deleted == before.deleted);
-	char *now = rv_of(DEPLOY());
+	char *now = kube_fx_rv(k, DEPLOY());
 	SG_CHECK(strcmp(now, drv) == 0);
 	SG_CHECK(ready("cluster"));
 	free(now);
 	free(drv);
-	SG_CHECK_OK(sg_kube_delete(
-	    k,
-	    &(sg_kube_ref){
-	        .group = "operator.openshift.io", .version = "v1alpha1", .resource = "trustmanagers", .name = "other"},
-	    NULL));
-	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("other")));
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("other")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("other")));
 	SG_CHECK(ready("cluster"));
 }
 
 static void t_missing_namespace(void)
 {
-	SG_CHECK_OK(sg_kube_delete(k,
-	                           &(sg_kube_ref){.group = "operator.openshift.io",
-	                                          .version = "v1alpha1",
-	                                          .resource = "trustmanagers",
-	                                          .name = "cluster"},
-	                           NULL));
-	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("cluster")));
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
 	SG_CHECK(none_exist());
 	tm_put("cluster", "{\"trustManagerConfig\": {\"trustNamespace\": \"%s\"}}", late_ns);
 	char want[200];
@@ -1259,13 +1162,13 @@ static void t_missing_namespace(void)
 	         late_ns);
 	WAIT_COND("cluster", "Degraded", "True", "Failed", want);
 	SG_CHECK(cond_is("cluster", "Ready", "False", "Failed", want));
-	SG_CHECK(!exists(DEPLOY()));
+	SG_CHECK(!kube_fx_exists(k, DEPLOY()));
 	int64_t gen = generation_of(tm_ref("cluster"));
 	/* The namespace appears: the reconcile resumes, the CR untouched. */
 	ns_create(late_ns);
-	SG_WAIT_FOR(WAIT_MS, exists(DEPLOY()));
-	SG_WAIT_FOR(WAIT_MS, exists(ref_in(RBAC, "roles", late_ns, "trust-manager")));
-	SG_WAIT_FOR(WAIT_MS, exists(ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, DEPLOY()));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(RBAC, "roles", late_ns, "trust-manager")));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
 	{
 		char a[128];
 		snprintf(a, sizeof(a), "--trust-namespace=%s", late_ns);
@@ -1277,16 +1180,11 @@ static void t_missing_namespace(void)
 	SG_CHECK(generation_of(tm_ref("cluster")) == gen);
 
 	/* Gone again: its Role in the trust namespace too; the namespace stays. */
-	SG_CHECK_OK(sg_kube_delete(k,
-	                           &(sg_kube_ref){.group = "operator.openshift.io",
-	                                          .version = "v1alpha1",
-	                                          .resource = "trustmanagers",
-	                                          .name = "cluster"},
-	                           NULL));
-	SG_WAIT_FOR(WAIT_MS, !exists(tm_ref("cluster")));
-	SG_CHECK(!exists(ref_in(RBAC, "roles", late_ns, "trust-manager")));
-	SG_CHECK(!exists(ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
-	SG_CHECK(exists(ref_in(NULL, "namespaces", NULL, late_ns)));
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
+	SG_CHECK(!kube_fx_exists(k, ref_in(RBAC, "roles", late_ns, "trust-manager")));
+	SG_CHECK(!kube_fx_exists(k, ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
+	SG_CHECK(kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, late_ns)));
 	SG_CHECK(none_exist());
 }
 

@@ -44,7 +44,7 @@
 #include "sg_kube_informer.h"
 #include "sg_test.h"
 #include "sg_x509.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <openssl/bn.h>
 #include <openssl/ec.h>
@@ -232,14 +232,10 @@ static json_t *condition(const char *type, const char *status, const char *reaso
 static void write_status(const char *name, json_t *status)
 {
 	json_t *patch = json_pack("{s:o}", "status", status);
-	sg_kube_ref ref = crs;
-	ref.name = name;
-	ref.subresource = "status";
-	if (sg_kube_merge_patch(k, &ref, patch, NULL) != SG_OK)
+	if (kube_fx_patch(k, kube_fx_named(crs, name, "status"), patch) != SG_OK)
 		fprintf(stderr, "test issuer: status of %s: %s\n", name, sg_error_last()->msg);
 	else
 		atomic_fetch_add(&iss.answers, 1);
-	json_decref(patch);
 }
 
 static char *b64_of(const char *s)
@@ -617,16 +613,6 @@ static void one(const char *issuer, const char *what, rec *r, EVP_PKEY **key_out
 
 /* ---- setup ---- */
 
-static bool create_tolerant(const sg_kube_ref *ref, json_t *body)
-{
-	int rc = sg_kube_create(k, ref, body, NULL);
-	json_decref(body);
-	if (rc == SG_OK || strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0)
-		return true;
-	fprintf(stderr, "create %s: %s\n", ref->resource, sg_error_last()->msg);
-	return false;
-}
-
 static json_t *crd(void)
 {
 	json_t *open = json_pack("{s:s, s:b}", "type", "object", "x-kubernetes-preserve-unknown-fields", 1);
@@ -642,15 +628,7 @@ static json_t *crd(void)
 
 static void t_setup(void)
 {
-	bool up = kube_env_start();
-	SG_CHECK(up);
-	if (!up) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k)
-		exit(1);
+	k = kube_fx_start(SG_LOG_WARN);
 	snprintf(run_id, sizeof(run_id), "t%ld", (long)getpid());
 
 	/* Keys and certificates: the mesh root, an intermediate under it, an
@@ -665,15 +643,11 @@ static void t_setup(void)
 	root_pem = cert_pem(root);
 	other_root_pem = cert_pem(other_root);
 
-	bool ok = create_tolerant(
-	    &(sg_kube_ref){.version = "v1", .resource = "namespaces"},
-	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS));
-	ok = ok && create_tolerant(&(sg_kube_ref){.group = "apiextensions.k8s.io",
-	                                          .version = "v1",
-	                                          .resource = "customresourcedefinitions"},
-	                           crd());
-	SG_CHECK(ok);
-	if (!ok)
+	SG_CHECK_OK(kube_fx_ensure(k, KUBE_FX_CORE("namespaces", NULL, NULL), kube_fx_namespace(NS, NULL, NULL)));
+	SG_CHECK_OK(kube_fx_ensure(
+	    k, (sg_kube_ref){.group = "apiextensions.k8s.io", .version = "v1", .resource = "customresourcedefinitions"},
+	    crd()));
+	if (sg_test_failures)
 		exit(1);
 	/* Served once a LIST answers. */
 	SG_WAIT_FOR(60000, sg_kube_list(k, &crs, NULL, NULL) == SG_OK);
@@ -684,9 +658,7 @@ static void t_setup(void)
 		json_t *o;
 		json_array_foreach(json_object_get(list, "items"), i, o)
 		{
-			sg_kube_ref ref = crs;
-			ref.name = sg_kube_meta_str(o, "name");
-			if (sg_kube_delete(k, &ref, NULL) != SG_OK)
+			if (kube_fx_delete(k, kube_fx_named(crs, sg_kube_meta_str(o, "name"), NULL)) != SG_OK)
 				fprintf(stderr, "cleanup: %s\n", sg_error_last()->msg);
 		}
 		json_decref(list);
@@ -1040,29 +1012,11 @@ static void t_max_in_flight(void)
 	EVP_PKEY_free(key);
 }
 
-static sg_kube *client_from(const char *yaml)
-{
-	sg_kube_config *c = NULL;
-	sg_kube *kk = NULL;
-	if (sg_kube_config_from_bytes(&c, yaml, strlen(yaml), NULL, NULL) != 0 ||
-	    sg_kube_new(&kk, &c, &(sg_kube_options){.qps = -1}) != 0) {
-		fprintf(stderr, "client: %s\n", sg_error_last()->msg);
-		return NULL;
-	}
-	return kk;
-}
-
 /* Credentials without RBAC rights: the create is refused (403), so the
  * request fails with SG_EBUSY and the API's words; never ready. */
 static void t_rbac(void)
 {
-	char yaml[2048];
-	snprintf(yaml, sizeof(yaml),
-	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
-	         "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n"
-	         "users: [{name: u, user: {tokenFile: '%s'}}]\n",
-	         kube_env.server, kube_env.ca_file, kube_env.user_token_file);
-	sg_kube *weak = client_from(yaml);
+	sg_kube *weak = kube_fx_user_client();
 	SG_CHECK(weak != NULL);
 	if (!weak)
 		return;
@@ -1275,8 +1229,7 @@ static void leftover(const char *name, const char *replica)
 	                      "cert-manager.io/v1", "kind", "CertificateRequest", "metadata", "name", name, "namespace", NS,
 	                      "labels", SG_FORWARD_LABEL, replica, "spec", "request", "eA==", "issuerRef", "name", "silent",
 	                      "kind", ISSUER_KIND, "group", ISSUER_GROUP);
-	SG_CHECK_OK(sg_kube_create(k, &crs, o, NULL));
-	json_decref(o);
+	SG_CHECK_OK(kube_fx_create(k, crs, o));
 }
 
 static bool exists(const char *name)

@@ -23,7 +23,7 @@
 #include "sg_kube.h"
 #include "sg_log.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -233,14 +233,7 @@ static sg_kube *client_at(const char *server, const char *token_file)
 	if (token_file)
 		snprintf(yaml + n, sizeof(yaml) - (size_t)n, "users: [{name: u, user: {tokenFile: '%s'}}]\n",
 		         token_file);
-	sg_kube_config *c = NULL;
-	sg_kube *kk = NULL;
-	if (sg_kube_config_from_bytes(&c, yaml, strlen(yaml), NULL, NULL) != 0 ||
-	    sg_kube_new(&kk, &c, &(sg_kube_options){.qps = -1, .connect_timeout_ms = 30000}) != 0) {
-		fprintf(stderr, "client: %s\n", sg_error_last()->msg);
-		return NULL;
-	}
-	return kk;
+	return kube_fx_client_yaml(yaml, &(sg_kube_options){.qps = -1, .connect_timeout_ms = 30000});
 }
 
 static void copy_file(const char *from, const char *to)
@@ -278,9 +271,7 @@ static char *token_for(const char *aud)
 	json_t *body = json_pack("{s:s, s:s, s:{s:[s], s:i}}", "apiVersion", "authentication.k8s.io/v1", "kind",
 	                         "TokenRequest", "spec", "audiences", aud, "expirationSeconds", 600);
 	json_t *out = NULL;
-	int rc = sg_kube_create(k, &ref, body, &out);
-	json_decref(body);
-	SG_CHECK_OK(rc);
+	SG_CHECK_OK(kube_fx_create_out(k, ref, body, &out));
 	json_t *t = json_object_get(json_object_get(out, "status"), "token");
 	char *tok = json_is_string(t) ? strdup(json_string_value(t)) : NULL;
 	json_decref(out);
@@ -440,7 +431,9 @@ static void t_refresh_unauthorized(void)
 	write_text(token, "not-a-valid-token\n");
 	/* The client looks at its token file again on the first request a
 	 * second or more after its last look: past 1.1 s the next request is
-	 * sure to, however slow the machine, so a fixed time is exact here. */
+	 * sure to, however slow the machine, so a fixed time is exact here.
+	 * Time is the mechanism under test, and no state shows it has passed
+	 * (the look happens inside the next request): a sleep, not a wait. */
 	sg_sleep_ms(1100);
 	SG_CHECK_RC(sg_jwks_kube_refresh(d), SG_EAUTH);
 	SG_CHECK_MSG("JWKS discovery: cannot fetch the JWKS from the API server: kube: GET /openid/v1/jwks: 401");
@@ -695,59 +688,24 @@ static void t_parse_discovery(void)
 
 /* ---- set-up ---- */
 
-static void env_issuer(void)
-{
-	char path[700];
-	const char *shared = getenv("SIGNET_KUBE_ENV");
-	if (shared && *shared)
-		snprintf(path, sizeof(path), "%s", shared);
-	else
-		snprintf(path, sizeof(path), "%s/env", kube_env.dir);
-	FILE *f = fopen(path, "r");
-	char line[1024];
-	while (f && fgets(line, sizeof(line), f))
-		kube_env_value(line, "KUBE_SA_ISSUER", issuer_want, sizeof(issuer_want));
-	if (f)
-		fclose(f);
-}
-
 static void t_start(void)
 {
-	bool up = kube_env_start();
-	SG_CHECK(up);
-	if (!up) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	SG_CHECK(k != NULL);
-	if (!k)
-		exit(1);
-	env_issuer();
+	k = kube_fx_start(SG_LOG_WARN);
+	kube_fx_env_value("KUBE_SA_ISSUER", issuer_want, sizeof(issuer_want));
 	SG_CHECK(strncmp(issuer_want, "https://", 8) == 0);
 	SG_CHECK(relay_start());
 
 	/* The namespace and service account the tokens are for (no
 	 * controller-manager runs, so the test makes them); a shared server
 	 * may have them from an earlier run. */
-	sg_kube_ref nsref = {.version = "v1", .resource = "namespaces"};
-	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS);
-	int rc = sg_kube_create(k, &nsref, ns, NULL);
-	SG_CHECK(rc == SG_OK || (rc == SG_EBUSY && sg_kube_last_status()->code == 409));
-	json_decref(ns);
-	sg_kube_ref saref = {.version = "v1", .resource = "serviceaccounts", .ns = NS};
+	SG_CHECK_OK(kube_fx_ensure(k, KUBE_FX_CORE("namespaces", NULL, NULL), kube_fx_namespace(NS, NULL, NULL)));
 	json_t *sa =
 	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "ServiceAccount", "metadata", "name", SA);
-	json_t *got = NULL;
-	rc = sg_kube_create(k, &saref, sa, &got);
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
-		saref.name = SA;
-		rc = sg_kube_get(k, &saref, &got);
-	}
-	SG_CHECK_OK(rc);
+	SG_CHECK_OK(kube_fx_ensure(k, KUBE_FX_CORE("serviceaccounts", NS, NULL), sa));
+	json_t *got = kube_fx_get(k, KUBE_FX_CORE("serviceaccounts", NS, SA));
+	SG_CHECK(got != NULL);
 	const char *uid = sg_kube_meta_str(got, "uid");
 	snprintf(sa_uid, sizeof(sa_uid), "%s", uid ? uid : "");
-	json_decref(sa);
 	json_decref(got);
 }
 

@@ -24,7 +24,7 @@
 #include "sg_kube.h"
 #include "sg_secret.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -49,9 +49,7 @@ static char app_uid[64], pod_uid[64], loose_uid[64];
 static bool create(const char *resource, const char *ns, json_t *body, char *uid, size_t cap)
 {
 	json_t *out = NULL;
-	int rc = sg_kube_create(k, &(sg_kube_ref){.version = "v1", .resource = resource, .ns = ns}, body, &out);
-	json_decref(body);
-	if (rc != 0) {
+	if (kube_fx_create_out(k, KUBE_FX_CORE(resource, ns, NULL), body, &out) != 0) {
 		fprintf(stderr, "create %s: %s\n", resource, sg_error_last()->msg);
 		return false;
 	}
@@ -104,18 +102,19 @@ static int api_verdict(const char *tok)
  * objects up through the API server's informers, which follow etcd
  * closely but not at once: its own verdict on a token never reviewed
  * before (no answer cached) is the state to wait for, not a time. */
+static bool gone_from_api(sg_kube_ref ref, const char *tok)
+{
+	return sg_kube_get(k, &ref, NULL) == SG_ENOTFOUND && (!tok || api_verdict(tok) == 0);
+}
+
 static bool delete_and_wait(const char *resource, const char *name, const char *tok)
 {
-	sg_kube_ref ref = {.version = "v1", .resource = resource, .ns = NS, .name = name};
-	if (sg_kube_delete(k, &ref, NULL) != 0)
+	sg_kube_ref ref = KUBE_FX_CORE(resource, NS, name);
+	if (kube_fx_delete(k, ref) != 0)
 		return false;
-	uint64_t until = sg_now_ns() + 30000000000ull;
-	while (sg_kube_get(k, &ref, NULL) != SG_ENOTFOUND || (tok && api_verdict(tok) != 0)) {
-		if (sg_now_ns() > until)
-			return false;
-		sg_sleep_ms(SG_TEST_POLL_MS);
-	}
-	return true;
+	int failed = sg_test_failures;
+	SG_WAIT_FOR(30000, gone_from_api(ref, tok));
+	return sg_test_failures == failed;
 }
 
 /* A TokenRequest; caller frees the token with free_token. Two requests
@@ -273,15 +272,7 @@ static sg_authn_tokenreview_stats stats(const sg_authenticator *a)
 
 static void t_start(void)
 {
-	bool up = kube_env_start();
-	SG_CHECK(up);
-	if (!up) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k)
-		exit(1);
+	k = kube_fx_start(SG_LOG_WARN);
 	bool ok = create(
 	    "namespaces", NULL,
 	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", NS), NULL, 0);
@@ -456,21 +447,18 @@ static void t_revoked(void)
 	int64_t now = sg_wall_seconds();
 	SG_CHECK_OK(run(&a, tok, now, &r));
 	result_destroy(&r);
-	/* No verdict to wait for: the API server caches its positive answer
-	 * on tok for 10 s; the loop below waits that out. */
 	SG_CHECK(delete_and_wait("serviceaccounts", "short", NULL));
 	SG_CHECK_OK(run(&a, tok, now, &r)); /* the same second: still the cached answer */
 	SG_CHECK(r.inside_start);
 	result_destroy(&r);
-	int rc = SG_OK;
-	for (int i = 0; i < 30 && rc == SG_OK; i++) {
-		rc = run(&a, tok, now + 2 + i, &r); /* every look a review: past the entry */
-		SG_CHECK(!r.inside_start);
-		result_destroy(&r);
-		if (rc == SG_OK)
-			sg_sleep_ms(1000);
-	}
-	SG_CHECK(rc == SG_EAUTH);
+	/* The API server caches its positive answer on tok for 10 s. Its own
+	 * verdict (asked for istio-ca, the audience the authenticator asks
+	 * for: the same cache entry) turns to "no" when that entry ends: the
+	 * state to wait for. Then a review refuses tok. */
+	SG_WAIT_FOR(40000, api_verdict(tok) == 0);
+	SG_CHECK_RC(run(&a, tok, now + 2, &r), SG_EAUTH); /* past our entry: a review */
+	SG_CHECK(!r.inside_start);
+	result_destroy(&r);
 	SG_CHECK(stats(&a).reviews >= 2 && stats(&a).cache_hits == 1);
 	a.free(a.self);
 	free_token(tok);
@@ -594,18 +582,6 @@ static void t_coalescing(void)
 	free_token(tok);
 }
 
-static sg_kube *client_from(const char *yaml)
-{
-	sg_kube_config *c = NULL;
-	sg_kube *kk = NULL;
-	if (sg_kube_config_from_bytes(&c, yaml, strlen(yaml), NULL, NULL) != 0 ||
-	    sg_kube_new(&kk, &c, &(sg_kube_options){.qps = -1}) != 0) {
-		fprintf(stderr, "client: %s\n", sg_error_last()->msg);
-		return NULL;
-	}
-	return kk;
-}
-
 static void t_unreachable(void)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -620,7 +596,7 @@ static void t_unreachable(void)
 	         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:%d', certificate-authority: '%s'}}]\n"
 	         "users: [{name: u, user: {tokenFile: '%s'}}]\n",
 	         ntohs(sa.sin_port), kube_env.ca_file, kube_env.token_file);
-	sg_kube *dead = client_from(yaml);
+	sg_kube *dead = kube_fx_client_yaml(yaml, NULL);
 	SG_CHECK(dead != NULL);
 	if (!dead)
 		return;
@@ -650,13 +626,7 @@ static void t_unreachable(void)
  * not the caller's fault, so SG_EBUSY and not cached. */
 static void t_rbac(void)
 {
-	char yaml[2048];
-	snprintf(yaml, sizeof(yaml),
-	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
-	         "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n"
-	         "users: [{name: u, user: {tokenFile: '%s'}}]\n",
-	         kube_env.server, kube_env.ca_file, kube_env.user_token_file);
-	sg_kube *weak = client_from(yaml);
+	sg_kube *weak = kube_fx_user_client();
 	SG_CHECK(weak != NULL);
 	if (!weak)
 		return;
@@ -676,12 +646,13 @@ static void t_rbac(void)
 	a.free(a.self);
 	sg_kube_free(weak);
 
+	char yaml[2048];
 	snprintf(yaml, sizeof(yaml),
 	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
 	         "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n"
 	         "users: [{name: u, user: {token: not-a-known-token}}]\n",
 	         kube_env.server, kube_env.ca_file);
-	sg_kube *unknown = client_from(yaml);
+	sg_kube *unknown = kube_fx_client_yaml(yaml, NULL);
 	SG_CHECK(unknown != NULL);
 	if (unknown) {
 		SG_CHECK_OK(new_tr(&a, unknown, NULL));

@@ -64,7 +64,7 @@
 #include "sg_log.h"
 #include "self_signed.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -216,37 +216,19 @@ static sg_kube_ref bundle_ref(const char *name)
 	                     .name = name};
 }
 
-static sg_kube_ref core_ref(const char *resource, const char *ns, const char *name)
-{
-	return (sg_kube_ref){.version = "v1", .resource = resource, .ns = ns, .name = name};
-}
-
-static json_t *obj_get(sg_kube_ref ref)
-{
-	json_t *o = NULL;
-	int rc = sg_kube_get(k, &ref, &o);
-	if (rc != SG_OK && rc != SG_ENOTFOUND)
-		fprintf(stderr, "GET %s %s/%s: %s\n", ref.resource, ref.ns ? ref.ns : "", ref.name, sg_error_last()->msg);
-	if (rc != SG_OK) {
-		json_decref(o);
-		return NULL;
-	}
-	return o;
-}
-
 static json_t *bundle_get(const char *name)
 {
-	return obj_get(bundle_ref(name));
+	return kube_fx_get(k, bundle_ref(name));
 }
 
 static json_t *cm_get(const char *ns, const char *name)
 {
-	return obj_get(core_ref("configmaps", ns, name));
+	return kube_fx_get(k, KUBE_FX_CORE("configmaps", ns, name));
 }
 
 static json_t *secret_get(const char *ns, const char *name)
 {
-	return obj_get(core_ref("secrets", ns, name));
+	return kube_fx_get(k, KUBE_FX_CORE("secrets", ns, name));
 }
 
 static const char *meta_map(const json_t *o, const char *map, const char *key)
@@ -257,21 +239,12 @@ static const char *meta_map(const json_t *o, const char *map, const char *key)
 /* resourceVersion of ns/name of resource ("" when absent); caller frees. */
 static char *rv_of(const char *resource, const char *ns, const char *name)
 {
-	json_t *o = obj_get(core_ref(resource, ns, name));
-	const char *rv = sg_kube_meta_str(o, "resourceVersion");
-	char *out = strdup(rv ? rv : "");
-	json_decref(o);
-	return out;
+	return kube_fx_rv(k, KUBE_FX_CORE(resource, ns, name));
 }
 
 static void ns_create(const char *name, const char *lk, const char *lv)
 {
-	sg_kube_ref coll = {.version = "v1", .resource = "namespaces"};
-	json_t *ns = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name", name);
-	if (lk)
-		json_object_set_new(json_object_get(ns, "metadata"), "labels", json_pack("{s:s}", lk, lv));
-	SG_CHECK_OK(sg_kube_create(k, &coll, ns, NULL));
-	json_decref(ns);
+	SG_CHECK_OK(kube_fx_create(k, KUBE_FX_CORE("namespaces", NULL, NULL), kube_fx_namespace(name, lk, lv)));
 }
 
 /* Sets (value) or removes (NULL) a label of a namespace. */
@@ -282,16 +255,8 @@ static void ns_label(const char *name, const char *key, const char *value)
 
 /* A merge patch of an object (patch is stolen), by the client's own field
  * manager (derived from its user agent, not "trust-manager"). */
-static void obj_patch(sg_kube_ref ref, json_t *patch)
-{
-	SG_CHECK_OK(sg_kube_merge_patch(k, &ref, patch, NULL));
-	json_decref(patch);
-}
-
-static void obj_delete(sg_kube_ref ref)
-{
-	SG_CHECK_OK(sg_kube_delete(k, &ref, NULL));
-}
+#define OBJ_PATCH(ref, patch) SG_CHECK_OK(kube_fx_patch(k, (ref), (patch)))
+#define OBJ_DELETE(ref) SG_CHECK_OK(kube_fx_delete(k, (ref)))
 
 /* A source ConfigMap in the trust namespace as the test wants it now
  * (server-side apply by MANAGER: keys it no longer names go). labels, data
@@ -306,9 +271,7 @@ static void cm_put(const char *name, json_t *labels, json_t *data, json_t *bin)
 		json_object_set_new(o, "data", data);
 	if (bin)
 		json_object_set_new(o, "binaryData", bin);
-	sg_kube_ref ref = core_ref("configmaps", TNS, name);
-	SG_CHECK_OK(sg_kube_apply(k, &ref, o, MANAGER, true, NULL));
-	json_decref(o);
+	SG_CHECK_OK(kube_fx_apply(k, KUBE_FX_CORE("configmaps", TNS, name), o, MANAGER));
 }
 
 /* A source Secret in the trust namespace; data holds plain text values
@@ -329,9 +292,7 @@ static void secret_put(const char *name, const char *type, json_t *labels, json_
 	                      "name", name, "namespace", TNS, "type", type ? type : "Opaque", "data", enc);
 	if (labels)
 		json_object_set_new(json_object_get(o, "metadata"), "labels", labels);
-	sg_kube_ref ref = core_ref("secrets", TNS, name);
-	SG_CHECK_OK(sg_kube_apply(k, &ref, o, MANAGER, true, NULL));
-	json_decref(o);
+	SG_CHECK_OK(kube_fx_apply(k, KUBE_FX_CORE("secrets", TNS, name), o, MANAGER));
 }
 
 /* ---- Bundles ---- */
@@ -384,12 +345,10 @@ static void bundle_put(const char *name, json_t *sources, json_t *target)
 	json_t *o = json_pack("{s:s, s:s, s:{s:s}, s:{s:o, s:o}}", "apiVersion", SG_TRUST_GROUP "/" SG_TRUST_VERSION,
 	                      "kind", SG_TRUST_KIND, "metadata", "name", name, "spec", "sources", sources, "target",
 	                      target);
-	sg_kube_ref ref = bundle_ref(name);
-	int rc = sg_kube_apply(k, &ref, o, MANAGER, true, NULL);
+	int rc = kube_fx_apply(k, bundle_ref(name), o, MANAGER);
 	if (rc != SG_OK)
 		fprintf(stderr, "apply Bundle %s: %s\n", name, sg_error_last()->msg);
 	SG_CHECK_OK(rc);
-	json_decref(o);
 }
 
 static char cond_seen[1500]; /* the last condition bundle_cond read */
@@ -399,16 +358,7 @@ static char cond_seen[1500]; /* the last condition bundle_cond read */
 static bool bundle_cond(const char *name, const char *status, const char *reason, const char *part)
 {
 	json_t *b = bundle_get(name);
-	const json_t *c = sg_ctrl_condition_find(b, "Synced");
-	const char *st = json_string_value(json_object_get(c, "status"));
-	const char *r = json_string_value(json_object_get(c, "reason"));
-	const char *m = json_string_value(json_object_get(c, "message"));
-	json_int_t og = json_integer_value(json_object_get(c, "observedGeneration"));
-	json_int_t gen = json_integer_value(json_object_get(json_object_get(b, "metadata"), "generation"));
-	bool ok = st && r && m && strcmp(st, status) == 0 && strcmp(r, reason) == 0 && (!part || strstr(m, part)) &&
-	          gen > 0 && og == gen;
-	snprintf(cond_seen, sizeof(cond_seen), "%s: Synced=%s %s \"%.1200s\" (observedGeneration %lld, generation %lld)",
-	         name, st ? st : "-", r ? r : "-", m ? m : "-", (long long)og, (long long)gen);
+	bool ok = kube_fx_cond_is(b, "Synced", status, reason, part, cond_seen, sizeof(cond_seen));
 	json_decref(b);
 	return ok;
 }
@@ -426,7 +376,7 @@ static bool bundle_cond(const char *name, const char *status, const char *reason
 
 static void bundle_delete(const char *name)
 {
-	obj_delete(bundle_ref(name));
+	OBJ_DELETE(bundle_ref(name));
 }
 
 /* ---- targets ---- */
@@ -449,7 +399,7 @@ static bool cm_target_is(const char *ns, const char *name, const char *key, cons
 
 static bool absent(const char *resource, const char *ns, const char *name)
 {
-	json_t *o = obj_get(core_ref(resource, ns, name));
+	json_t *o = kube_fx_get(k, KUBE_FX_CORE(resource, ns, name));
 	bool gone = o == NULL;
 	if (!gone)
 		snprintf(target_seen, sizeof(target_seen), "%s %s/%s still there", resource, ns, name);
@@ -480,7 +430,7 @@ static size_t cm_bin_keys(const char *ns, const char *name)
 
 static bool present(const char *resource, const char *ns, const char *name)
 {
-	json_t *o = obj_get(core_ref(resource, ns, name));
+	json_t *o = kube_fx_get(k, KUBE_FX_CORE(resource, ns, name));
 	bool there = o != NULL;
 	json_decref(o);
 	return there;
@@ -499,13 +449,7 @@ static bool targets_are(const char *name, const char *pem)
 	return true;
 }
 
-#define WAIT_TARGET(cond)                                                      \
-	do {                                                                   \
-		int f_ = sg_test_failures;                                     \
-		SG_WAIT_FOR(WAIT_MS, (cond));                                  \
-		if (sg_test_failures != f_)                                    \
-			fprintf(stderr, "  last seen: %s\n", target_seen);     \
-	} while (0)
+#define WAIT_TARGET(cond) KUBE_FX_WAIT(WAIT_MS, (cond), target_seen)
 
 #define WAIT_TARGETS(name, pem) WAIT_TARGET(targets_are((name), (pem)))
 
@@ -517,14 +461,10 @@ static bool no_targets(const char *name)
 	sg_kube_list_opts lo = {.label_selector = sel};
 	size_t n = 0;
 	for (int kind = 0; kind < 2; kind++) {
-		sg_kube_ref coll = {.version = "v1", .resource = kind ? "secrets" : "configmaps"};
-		json_t *list = NULL;
-		if (sg_kube_list_all(k, &coll, &lo, &list) != SG_OK) {
-			json_decref(list);
+		size_t of_kind = kube_fx_count(k, KUBE_FX_CORE(kind ? "secrets" : "configmaps", NULL, NULL), &lo);
+		if (of_kind == SIZE_MAX)
 			return false;
-		}
-		n += json_array_size(json_object_get(list, "items"));
-		json_decref(list);
+		n += of_kind;
 	}
 	if (n)
 		snprintf(target_seen, sizeof(target_seen), "%zu targets of %s left", n, name);
@@ -551,36 +491,9 @@ static char idle_why[400]; /* why the last idle() said no */
  * server lists for coll: the same objects at the same resourceVersions. */
 static bool cache_current(size_t watch, sg_kube_ref coll, const char *labels)
 {
-	sg_kube_informer *inf = sg_ctrl_informer(sg_trust_controller(cur), watch);
 	sg_kube_list_opts lo = {.label_selector = labels};
-	json_t *list = NULL;
-	if (!inf || sg_kube_list_all(k, &coll, &lo, &list) != SG_OK) {
-		snprintf(idle_why, sizeof(idle_why), "%s: no informer, or LIST failed", coll.resource);
-		json_decref(list);
-		return false;
-	}
-	json_t *items = json_object_get(list, "items");
-	bool same = json_array_size(items) == sg_kube_informer_size(inf);
-	if (!same)
-		snprintf(idle_why, sizeof(idle_why), "%s: server %zu, cache %zu", coll.resource, json_array_size(items),
-		         sg_kube_informer_size(inf));
-	size_t i;
-	json_t *item;
-	json_array_foreach(items, i, item)
-	{
-		const char *ns = sg_kube_meta_str(item, "namespace"), *name = sg_kube_meta_str(item, "name");
-		const char *rv = sg_kube_meta_str(item, "resourceVersion");
-		json_t *cached = sg_kube_informer_get(inf, ns, name);
-		const char *crv = sg_kube_meta_str(cached, "resourceVersion");
-		if (same && !(rv && crv && strcmp(rv, crv) == 0)) {
-			snprintf(idle_why, sizeof(idle_why), "%s %.63s/%.100s: server at %.30s, cache at %.30s",
-			         coll.resource, ns ? ns : "", name, rv ? rv : "-", crv ? crv : "-");
-			same = false;
-		}
-		json_decref(cached);
-	}
-	json_decref(list);
-	return same;
+	return kube_fx_cache_current(k, sg_ctrl_informer(sg_trust_controller(cur), watch), coll, &lo, idle_why,
+	                             sizeof(idle_why));
 }
 
 /* The controller has nothing left to do: its informers hold what the
@@ -595,11 +508,11 @@ static bool idle(uint64_t *done, int *looks)
 	sg_ctrl_stats_get(c, &a);
 	sg_kube_ref bundles = {.group = SG_TRUST_GROUP, .version = SG_TRUST_VERSION, .resource = SG_TRUST_RESOURCE};
 	bool ok = a.queued == 0 && cache_current(W_BUNDLES, bundles, NULL) &&
-	          cache_current(W_NAMESPACES, core_ref("namespaces", NULL, NULL), NULL) &&
-	          cache_current(W_SRC_CM, core_ref("configmaps", TNS, NULL), NULL) &&
-	          cache_current(W_SRC_SECRET, core_ref("secrets", TNS, NULL), NULL) &&
-	          cache_current(W_TGT_CM, core_ref("configmaps", NULL, NULL), SG_TRUST_LABEL) &&
-	          (!cur_secrets || cache_current(W_TGT_SECRET, core_ref("secrets", NULL, NULL), SG_TRUST_LABEL));
+	          cache_current(W_NAMESPACES, KUBE_FX_CORE("namespaces", NULL, NULL), NULL) &&
+	          cache_current(W_SRC_CM, KUBE_FX_CORE("configmaps", TNS, NULL), NULL) &&
+	          cache_current(W_SRC_SECRET, KUBE_FX_CORE("secrets", TNS, NULL), NULL) &&
+	          cache_current(W_TGT_CM, KUBE_FX_CORE("configmaps", NULL, NULL), SG_TRUST_LABEL) &&
+	          (!cur_secrets || cache_current(W_TGT_SECRET, KUBE_FX_CORE("secrets", NULL, NULL), SG_TRUST_LABEL));
 	sg_ctrl_stats b;
 	sg_ctrl_stats_get(c, &b);
 	uint64_t n = b.reconciles + b.errors;
@@ -607,21 +520,13 @@ static bool idle(uint64_t *done, int *looks)
 		snprintf(idle_why, sizeof(idle_why), "%llu Bundles queued",
 		         (unsigned long long)(a.queued ? a.queued : b.queued));
 	ok = ok && b.queued == 0 && n == a.reconciles + a.errors;
-	*looks = ok && *done == n ? *looks + 1 : 0;
-	*done = ok ? n : UINT64_MAX;
-	if (ok && *looks < IDLE_LOOKS)
+	bool settled = kube_fx_settled(ok, n, done, looks, IDLE_LOOKS);
+	if (ok && !settled)
 		snprintf(idle_why, sizeof(idle_why), "a reconcile ended since the previous look");
-	return ok && *looks >= IDLE_LOOKS;
+	return settled;
 }
 
-#define WAIT_IDLE()                                                             \
-	do {                                                                    \
-		int failed_ = sg_test_failures, looks_ = 0;                     \
-		uint64_t done_ = UINT64_MAX;                                    \
-		SG_WAIT_FOR(WAIT_MS, idle(&done_, &looks_));                    \
-		if (sg_test_failures != failed_)                                \
-			fprintf(stderr, "  controller not idle: %s\n", idle_why); \
-	} while (0)
+#define WAIT_IDLE() KUBE_FX_WAIT_SETTLED(WAIT_MS, idle(&kube_fx_done, &kube_fx_looks), idle_why)
 
 static void print_stats(const char *when)
 {
@@ -637,12 +542,7 @@ static void print_stats(const char *when)
 
 static void t_start(void)
 {
-	sg_log_configure(getenv("TT_DEBUG") ? SG_LOG_DEBUG : SG_LOG_WARN, SG_LOG_TEXT);
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
+	k = kube_fx_start(getenv("TT_DEBUG") ? SG_LOG_DEBUG : SG_LOG_WARN);
 	for (int i = 0; i < NCA; i++) {
 		char cn[32];
 		snprintf(cn, sizeof(cn), "signet trust test CA %d", i);
@@ -653,7 +553,7 @@ static void t_start(void)
 	bool certs = expired_ca && leaf;
 	for (int i = 0; i < NCA; i++)
 		certs = certs && ca[i];
-	if (!k || !certs)
+	if (!certs)
 		exit(1);
 	ns_create(TNS, NULL, NULL);
 	ns_create("tt-a", SEL_K, SEL_V);
@@ -668,7 +568,7 @@ static void t_crd(void)
 	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/trust-crds.yaml"));
 	sg_kube_ref crd_ref = {.group = "apiextensions.k8s.io", .version = "v1", .resource = "customresourcedefinitions",
 	                       .name = "bundles.trust.cert-manager.io"};
-	json_t *crd = obj_get(crd_ref);
+	json_t *crd = kube_fx_get(k, crd_ref);
 	int accepted = 0;
 	size_t i;
 	json_t *c;
@@ -700,12 +600,11 @@ static void t_crd(void)
 		SG_CHECK(spec != NULL);
 		json_t *o = json_pack("{s:s, s:s, s:{s:s}, s:o}", "apiVersion", SG_TRUST_GROUP "/" SG_TRUST_VERSION, "kind",
 		                      SG_TRUST_KIND, "metadata", "name", "tt-refused", "spec", spec);
-		int rc = sg_kube_create(k, &coll, o, NULL);
+		int rc = kube_fx_create(k, coll, o);
 		long code = sg_kube_last_status()->code;
 		if (rc == SG_OK || code != 422)
 			fprintf(stderr, "spec %s: rc %d, HTTP %ld (%s)\n", refused[i], rc, code, sg_kube_last_status()->message);
 		SG_CHECK(rc != SG_OK && code == 422);
-		json_decref(o);
 	}
 	json_t *none = bundle_get("tt-refused");
 	SG_CHECK(none == NULL);
@@ -920,9 +819,11 @@ static void t_selector_sources(void)
 	bundle_put("b-pick", SRC_CM_SEL("tt-pick", "yes", KEY), target_cm());
 	char *w0 = expect_pem(1, ca[0]), *w01 = expect_pem(2, ca[0], ca[1]), *w1 = expect_pem(1, ca[1]);
 	WAIT_TARGETS("b-pick", w0);
-	obj_patch(core_ref("configmaps", TNS, "pick-2"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-pick", "yes"));
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", TNS, "pick-2"),
+	          json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-pick", "yes"));
 	WAIT_TARGETS("b-pick", w01);
-	obj_patch(core_ref("configmaps", TNS, "pick-1"), json_pack("{s:{s:{s:n}}}", "metadata", "labels", "tt-pick"));
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", TNS, "pick-1"),
+	          json_pack("{s:{s:{s:n}}}", "metadata", "labels", "tt-pick"));
 	WAIT_TARGETS("b-pick", w1);
 	WAIT_SYNCED("b-pick");
 	WAIT_IDLE();
@@ -960,7 +861,7 @@ static void t_selector_namespaces(void)
 	/* Again, with a key of the user's beside ours: only ours goes. */
 	ns_label("tt-c", "tt-ns", "on");
 	WAIT_TARGET(cm_target_is("tt-c", "b-ns", KEY, want));
-	obj_patch(core_ref("configmaps", "tt-c", "b-ns"), json_pack("{s:{s:s}}", "data", "mine", "kept"));
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", "tt-c", "b-ns"), json_pack("{s:{s:s}}", "data", "mine", "kept"));
 	ns_label("tt-c", "tt-ns", NULL);
 	SG_WAIT_FOR(WAIT_MS, cm_target_is("tt-c", "b-ns", "mine", "kept") && !cm_meta_has("tt-c", "b-ns", true, SG_TRUST_HASH));
 	json_t *cm = cm_get("tt-c", "b-ns");
@@ -1015,15 +916,15 @@ static void t_repair(void)
 	sg_trust_stats s0 = stats();
 	/* Another field manager's content: "trust-manager" no longer owns the
 	 * key, and applies it again. */
-	obj_patch(core_ref("configmaps", "tt-a", "b-cm-data"), json_pack("{s:{s:s}}", "data", KEY, "tampered"));
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", "tt-a", "b-cm-data"), json_pack("{s:{s:s}}", "data", KEY, "tampered"));
 	WAIT_TARGETS("b-cm-data", want);
-	obj_delete(core_ref("configmaps", "tt-b", "b-cm-data"));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", "tt-b", "b-cm-data"));
 	WAIT_TARGETS("b-cm-data", want);
-	obj_patch(core_ref("configmaps", "tt-a", "b-cm-data"),
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", "tt-a", "b-cm-data"),
 	          json_pack("{s:{s:{s:n}}}", "metadata", "labels", SG_TRUST_LABEL));
 	WAIT_TARGET(targets_are("b-cm-data", want) && cm_meta_has("tt-a", "b-cm-data", false, SG_TRUST_LABEL));
 	/* The hash annotation removed. */
-	obj_patch(core_ref("configmaps", "tt-d", "b-cm-data"),
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", "tt-d", "b-cm-data"),
 	          json_pack("{s:{s:{s:n}}}", "metadata", "annotations", SG_TRUST_HASH));
 	WAIT_TARGET(cm_meta_has("tt-d", "b-cm-data", true, SG_TRUST_HASH));
 	WAIT_TARGETS("b-cm-data", want);
@@ -1094,7 +995,8 @@ static void t_bad_pem(void)
 		SG_WAIT_FOR(WAIT_MS, stats().errors >= e0 + 1);
 		char v[16];
 		snprintf(v, sizeof(v), "%zu", i);
-		obj_patch(core_ref("configmaps", TNS, "bad-src"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-poke", v));
+		OBJ_PATCH(KUBE_FX_CORE("configmaps", TNS, "bad-src"),
+		          json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-poke", v));
 		SG_WAIT_FOR(WAIT_MS, stats().errors >= e0 + 2);
 		char *rv1[4];
 		rvs_of("b-bad", rv1);
@@ -1399,7 +1301,7 @@ static void t_formats(void)
 	rvs_of("b-fmt", rv0);
 	/* (A merge patch: the 1.20 API server refuses a server-side apply
 	 * that drops pkcs12, "Invalid value: null".) */
-	obj_patch(bundle_ref("b-fmt"), json_pack("{s:{s:{s:{s:{s:s}, s:n}}}}", "spec", "target", "additionalFormats",
+	OBJ_PATCH(bundle_ref("b-fmt"), json_pack("{s:{s:{s:{s:{s:s}, s:n}}}}", "spec", "target", "additionalFormats",
 	                                         "jks", "password", "another", "pkcs12"));
 	SG_WAIT_FOR(WAIT_MS, cm_bin_keys("tt-a", "b-fmt") == 1 && cm_bin_keys("tt-b", "b-fmt") == 1 &&
 	                         cm_bin_keys("tt-d", "b-fmt") == 1);
@@ -1542,12 +1444,13 @@ static void t_quiet(void)
 	WAIT_IDLE();
 	sg_trust_stats s1 = stats();
 	/* 2. A label of the source that means nothing to the Bundle. */
-	obj_patch(core_ref("configmaps", TNS, "quiet-src"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-poke", "1"));
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", TNS, "quiet-src"),
+	          json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-poke", "1"));
 	SG_WAIT_FOR(WAIT_MS, stats().synced >= s1.synced + 1);
 	WAIT_IDLE();
 	sg_trust_stats s2 = stats();
 	/* 3. The Bundle's own labels (metadata, not spec). */
-	obj_patch(bundle_ref("b-quiet"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-poke", "1"));
+	OBJ_PATCH(bundle_ref("b-quiet"), json_pack("{s:{s:{s:s}}}", "metadata", "labels", "tt-poke", "1"));
 	SG_WAIT_FOR(WAIT_MS, stats().synced >= s2.synced + 1);
 	WAIT_IDLE();
 	sg_trust_stats s3 = stats();
@@ -1667,9 +1570,9 @@ static void t_second_instance(void)
 
 	/* A deleted Secret target comes back; a Bundle that stops targeting
 	 * Secrets loses them. */
-	obj_delete(core_ref("secrets", "tt-a", "b-sec"));
+	OBJ_DELETE(KUBE_FX_CORE("secrets", "tt-a", "b-sec"));
 	SG_WAIT_FOR(WAIT_MS, present("secrets", "tt-a", "b-sec"));
-	obj_patch(bundle_ref("b-sec"),
+	OBJ_PATCH(bundle_ref("b-sec"),
 	          json_pack("{s:{s:{s:n, s:{s:s}}}}", "spec", "target", "secret", "configMap", "key", KEY));
 	WAIT_TARGETS("b-sec", want);
 	for (size_t i = 0; i < ntgt_ns; i++)
