@@ -12,8 +12,8 @@
  *     stores its own index, so it is there at most once and can be taken
  *     out in O(log n) the moment its identity is dropped;
  *   - the event FIFO, a linked list.
- * Both indexes are one small chained hash table written here (sg_cache is a
- * bounded, lossy cache of fixed-size values, not an index).
+ * Both indexes are common/sg_strmap, the intrusive string table (sg_cache
+ * is a bounded, lossy cache of fixed-size values, not an index).
  *
  * Entries are objects, not names. An entry is in the heap (idle) or held
  * by a worker (fetching), never both. Dropping an idle entry frees it at
@@ -43,6 +43,7 @@
 #include "sg_guard.h"
 #include "sg_log.h"
 #include "sg_secret.h"
+#include "sg_strmap.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -133,15 +134,9 @@ void sg_wlcert_release(sg_wlcert *c)
 
 /* ---- the manager's types ---- */
 
-typedef struct hnode {
-	struct hnode *next;
-	const char *key; /* points into the owning object */
-} hnode;
-
-typedef struct table {
-	hnode **b;
-	size_t nb, n; /* buckets (a power of two), nodes */
-} table;
+/* A node's key points into the object that holds it. */
+typedef sg_strmap_node hnode;
+typedef sg_strmap table;
 
 struct entry;
 
@@ -197,71 +192,9 @@ struct sg_wlcerts {
 	uint64_t in_flight, fetches, issued, refreshed, failed, discarded, dropped;
 };
 
-/* ---- the hash table ---- */
+/* ---- the indexes ---- */
 
-static size_t hash(const char *s)
-{
-	size_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
-static bool table_init(table *t)
-{
-	t->nb = 64;
-	t->n = 0;
-	t->b = calloc(t->nb, sizeof(*t->b));
-	return t->b != NULL;
-}
-
-static hnode *table_find(const table *t, const char *key)
-{
-	for (hnode *h = t->b[hash(key) & (t->nb - 1)]; h; h = h->next)
-		if (strcmp(h->key, key) == 0)
-			return h;
-	return NULL;
-}
-
-static void table_grow(table *t)
-{
-	size_t n = t->nb * 2;
-	hnode **b = calloc(n, sizeof(*b));
-	if (!b)
-		return; /* longer chains, still correct: inserting never fails */
-	for (size_t i = 0; i < t->nb; i++) {
-		hnode *h = t->b[i];
-		while (h) {
-			hnode *next = h->next;
-			size_t j = hash(h->key) & (n - 1);
-			h->next = b[j];
-			b[j] = h;
-			h = next;
-		}
-	}
-	free(t->b);
-	t->b = b;
-	t->nb = n;
-}
-
-static void table_insert(table *t, hnode *h)
-{
-	if (t->n >= t->nb)
-		table_grow(t);
-	size_t j = hash(h->key) & (t->nb - 1);
-	h->next = t->b[j];
-	t->b[j] = h;
-	t->n++;
-}
-
-static void table_remove(table *t, hnode *h)
-{
-	hnode **p = &t->b[hash(h->key) & (t->nb - 1)];
-	while (*p != h)
-		p = &(*p)->next;
-	*p = h->next;
-	t->n--;
-}
+#define TABLE_BUCKETS 64
 
 /* ---- randomness for jitter (not for secrets) ---- */
 
@@ -466,7 +399,7 @@ static void entry_free(entry *e)
  * DROPPED event, allocated by the caller (NULL: lost). */
 static void entry_drop(sg_wlcerts *m, entry *e, event *ev)
 {
-	table_remove(&m->ids, &e->h);
+	(void)sg_strmap_remove(&m->ids, &e->h);
 	if (e->heap_idx != NOT_IN_HEAP)
 		heap_remove(m, e);
 	m->dropped++;
@@ -718,18 +651,15 @@ static void teardown(sg_wlcerts *m)
 		next = ev->next;
 		event_free(ev);
 	}
-	for (size_t i = 0; m->pods.b && i < m->pods.nb; i++)
-		for (hnode *h = m->pods.b[i], *next; h; h = next) {
-			next = h->next;
-			free(h);
-		}
-	for (size_t i = 0; m->ids.b && i < m->ids.nb; i++)
-		for (hnode *h = m->ids.b[i], *next; h; h = next) {
-			next = h->next;
-			entry_free((entry *)h);
-		}
-	free(m->pods.b);
-	free(m->ids.b);
+	sg_strmap_iter it;
+	sg_strmap_iter_init(&it, &m->pods);
+	for (hnode *h; (h = sg_strmap_iter_next(&it));)
+		free(h);
+	sg_strmap_iter_init(&it, &m->ids);
+	for (hnode *h; (h = sg_strmap_iter_next(&it));)
+		entry_free((entry *)h);
+	sg_strmap_fini(&m->pods);
+	sg_strmap_fini(&m->ids);
 	free(m->heap);
 	pthread_cond_destroy(&m->event_cv);
 	pthread_cond_destroy(&m->work_cv);
@@ -755,7 +685,7 @@ int sg_wlcerts_new(sg_wlcerts **out, const sg_wlcerts_options *o)
 	pthread_cond_init(&m->work_cv, &ca);
 	pthread_cond_init(&m->event_cv, NULL);
 	pthread_condattr_destroy(&ca);
-	if (!table_init(&m->ids) || !table_init(&m->pods)) {
+	if (sg_strmap_init(&m->ids, TABLE_BUCKETS, NULL) < 0 || sg_strmap_init(&m->pods, TABLE_BUCKETS, NULL) < 0) {
 		teardown(m);
 		SG_BAIL(SG_EINTERNAL, "out of memory for the workload certificate manager");
 	}
@@ -798,19 +728,19 @@ int sg_wlcerts_pod_set(sg_wlcerts *m, const char *pod_id, const char *identity)
 	event *drop_ev = NULL;
 
 	pthread_mutex_lock(&m->mu);
-	hnode *ph = table_find(&m->pods, pod_id);
+	hnode *ph = sg_strmap_find(&m->pods, pod_id);
 	pod *p = (pod *)ph;
 	if (p && strcmp(p->e->identity, identity) == 0) {
 		rc = SG_OK; /* a set, not a count: nothing changes */
 		goto unlock;
 	}
-	entry *e = (entry *)table_find(&m->ids, identity);
+	entry *e = (entry *)sg_strmap_find(&m->ids, identity);
 	/* Everything that can fail is allocated first, so that out of memory
 	 * leaves the store as it was. */
 	if (!e) {
 		size_t len = strlen(identity);
 		fresh = calloc(1, sizeof(*fresh) + len + 1);
-		SG_ENSURE_GOTO(rc, fresh && heap_reserve(m, m->ids.n + 1), unlock, SG_EINTERNAL,
+		SG_ENSURE_GOTO(rc, fresh && heap_reserve(m, sg_strmap_count(&m->ids) + 1), unlock, SG_EINTERNAL,
 		               "out of memory for identity %s", identity);
 		memcpy(fresh->identity, identity, len + 1);
 		fresh->h.key = fresh->identity;
@@ -830,7 +760,7 @@ int sg_wlcerts_pod_set(sg_wlcerts *m, const char *pod_id, const char *identity)
 	/* Nothing fails from here. */
 	if (fresh) {
 		e = SG_MOVE(fresh);
-		table_insert(&m->ids, &e->h);
+		sg_strmap_insert(&m->ids, &e->h);
 		heap_push(m, e, sg_now_ns()); /* a new identity is fetched at once */
 	}
 	if (p) {
@@ -840,7 +770,7 @@ int sg_wlcerts_pod_set(sg_wlcerts *m, const char *pod_id, const char *identity)
 			entry_drop(m, old, SG_MOVE(drop_ev));
 	} else {
 		p = SG_MOVE(newpod);
-		table_insert(&m->pods, &p->h);
+		sg_strmap_insert(&m->pods, &p->h);
 	}
 	pod_link(p, e);
 	rc = SG_OK;
@@ -857,10 +787,10 @@ void sg_wlcerts_pod_remove(sg_wlcerts *m, const char *pod_id)
 	if (!pod_id)
 		return;
 	pthread_mutex_lock(&m->mu);
-	pod *p = (pod *)table_find(&m->pods, pod_id);
+	pod *p = (pod *)sg_strmap_find(&m->pods, pod_id);
 	if (p) {
 		entry *e = p->e;
-		table_remove(&m->pods, &p->h);
+		(void)sg_strmap_remove(&m->pods, &p->h);
 		pod_unlink(p);
 		free(p);
 		if (e->npods == 0)
@@ -874,7 +804,7 @@ sg_wlcert *sg_wlcerts_get(sg_wlcerts *m, const char *identity)
 	if (!identity)
 		return NULL;
 	pthread_mutex_lock(&m->mu);
-	entry *e = (entry *)table_find(&m->ids, identity);
+	entry *e = (entry *)sg_strmap_find(&m->ids, identity);
 	sg_wlcert *c = e ? sg_wlcert_ref(e->cert) : NULL;
 	pthread_mutex_unlock(&m->mu);
 	return c;
@@ -884,18 +814,19 @@ void sg_wlcerts_stats_get(sg_wlcerts *m, sg_wlcerts_stats *out)
 {
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&m->mu);
-	out->identities = m->ids.n;
-	out->pods = m->pods.n;
+	out->identities = sg_strmap_count(&m->ids);
+	out->pods = sg_strmap_count(&m->pods);
 	/* A walk on demand: stats are read by a metrics scrape, not per pod. */
-	for (size_t i = 0; i < m->ids.nb; i++)
-		for (hnode *h = m->ids.b[i]; h; h = h->next) {
-			const sg_wlcert *c = ((entry *)h)->cert;
-			if (!c)
-				continue;
-			out->held++;
-			if (out->soonest_expiry == 0 || c->not_after < out->soonest_expiry)
-				out->soonest_expiry = c->not_after;
-		}
+	sg_strmap_iter it;
+	sg_strmap_iter_init(&it, &m->ids);
+	for (hnode *h; (h = sg_strmap_iter_next(&it));) {
+		const sg_wlcert *c = ((entry *)h)->cert;
+		if (!c)
+			continue;
+		out->held++;
+		if (out->soonest_expiry == 0 || c->not_after < out->soonest_expiry)
+			out->soonest_expiry = c->not_after;
+	}
 	out->pending = out->identities - out->held;
 	out->in_flight = m->in_flight;
 	out->fetches = m->fetches;
@@ -910,8 +841,9 @@ void sg_wlcerts_stats_get(sg_wlcerts *m, sg_wlcerts_stats *out)
 void sg_wlcerts_each(sg_wlcerts *m, void (*fn)(const char *identity, void *arg), void *arg)
 {
 	pthread_mutex_lock(&m->mu);
-	for (size_t i = 0; i < m->ids.nb; i++)
-		for (hnode *h = m->ids.b[i]; h; h = h->next)
-			fn(((entry *)h)->identity, arg);
+	sg_strmap_iter it;
+	sg_strmap_iter_init(&it, &m->ids);
+	for (hnode *h; (h = sg_strmap_iter_next(&it));)
+		fn(((entry *)h)->identity, arg);
 	pthread_mutex_unlock(&m->mu);
 }

@@ -1,7 +1,9 @@
-/* The out-of-line parts of sg_clock: sleeping and calendar arithmetic. */
+/* The out-of-line parts of sg_clock: sleeping, calendar arithmetic and
+ * RFC 3339 text. */
 #include "sg_clock.h"
 
 #include <errno.h>
+#include <stdio.h>
 
 void sg_sleep_ms(unsigned ms)
 {
@@ -31,4 +33,27 @@ void sg_civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 	*d = (int)(doy - (153 * mp + 2) / 5 + 1);
 	*m = (int)(mp < 10 ? mp + 3 : mp - 9);
 	*y = yoe + era * 400 + (*m <= 2);
+}
+
+bool sg_clock_rfc3339(char *out, size_t cap, int64_t t)
+{
+	if (cap > 0)
+		out[0] = '\0';
+	if (cap < SG_CLOCK_RFC3339_LEN)
+		return false;
+	/* Floor division: a time before 1970 is the day before plus a positive
+	 * remainder, as gmtime_r reads it. */
+	int64_t days = t / 86400, secs = t % 86400;
+	if (secs < 0) {
+		secs += 86400;
+		days--;
+	}
+	int64_t y;
+	int m, d;
+	sg_civil_from_days(days, &y, &m, &d);
+	if (y < 0 || y > 9999)
+		return false;
+	snprintf(out, cap, "%04d-%02d-%02dT%02d:%02d:%02dZ", (int)y, m, d, (int)(secs / 3600), (int)(secs / 60 % 60),
+	         (int)(secs % 60));
+	return true;
 }

@@ -7,6 +7,8 @@
 
 #include "sg_error.h"
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -30,6 +32,18 @@ static inline int64_t sg_wall_seconds(void)
  * thread would contend on it). */
 SG_API int64_t sg_days_from_civil(int64_t y, int m, int d);
 SG_API void sg_civil_from_days(int64_t days, int64_t *y, int *m, int *d);
+
+/* "YYYY-MM-DDTHH:MM:SSZ" and its NUL: the size sg_clock_rfc3339 needs. */
+#define SG_CLOCK_RFC3339_LEN 21
+
+/* Writes Unix time t (seconds, UTC) as an RFC 3339 date-time in the one
+ * form Kubernetes and our logs use, "YYYY-MM-DDTHH:MM:SSZ" (what
+ * strftime's "%Y-%m-%dT%H:%M:%SZ" gives after gmtime_r), into out of cap
+ * bytes. Returns false, leaving out empty (when cap > 0), when cap is
+ * below SG_CLOCK_RFC3339_LEN or the year is outside 0000..9999, which
+ * RFC 3339 cannot write; each caller chooses what to show then. Pure
+ * arithmetic: no time-zone lock. */
+SG_API bool sg_clock_rfc3339(char *out, size_t cap, int64_t t);
 
 /* Sleeps for ms milliseconds (restarting after signals). */
 SG_API void sg_sleep_ms(unsigned ms);

@@ -25,19 +25,24 @@ bool sg_names_dns_label(const char *s, size_t n, size_t max)
 	return true;
 }
 
-bool sg_names_dns_subdomain(const char *s, size_t n)
+bool sg_names_dns_subdomain_max(const char *s, size_t n, size_t max)
 {
-	if (n == 0 || n > SG_NAMES_SUBDOMAIN_MAX)
+	if (n == 0 || n > max)
 		return false;
 	size_t start = 0;
 	for (size_t i = 0; i <= n; i++) {
 		if (i == n || s[i] == '.') {
-			if (!sg_names_dns_label(s + start, i - start, SG_NAMES_SUBDOMAIN_MAX))
+			if (!sg_names_dns_label(s + start, i - start, max))
 				return false;
 			start = i + 1;
 		}
 	}
 	return true;
+}
+
+bool sg_names_dns_subdomain(const char *s, size_t n)
+{
+	return sg_names_dns_subdomain_max(s, n, SG_NAMES_SUBDOMAIN_MAX);
 }
 
 bool sg_names_uid(const char *s)
@@ -51,10 +56,9 @@ bool sg_names_uid(const char *s)
 	return true;
 }
 
-bool sg_names_label_value(const char *s)
+bool sg_names_label_name(const char *s, size_t n, size_t max)
 {
-	size_t n = strlen(s);
-	if (n == 0 || n > SG_NAMES_LABEL_MAX)
+	if (n == 0 || n > max)
 		return false;
 	for (size_t i = 0; i < n; i++) {
 		char c = s[i];
@@ -63,4 +67,19 @@ bool sg_names_label_value(const char *s)
 			return false;
 	}
 	return true;
+}
+
+bool sg_names_label_value(const char *s)
+{
+	return sg_names_label_name(s, strlen(s), SG_NAMES_LABEL_MAX);
+}
+
+bool sg_names_qualified(const char *s, size_t n)
+{
+	const char *slash = memchr(s, '/', n);
+	if (!slash)
+		return sg_names_label_name(s, n, SG_NAMES_LABEL_MAX);
+	size_t pn = (size_t)(slash - s);
+	/* A second '/' is refused by the name part's pattern. */
+	return sg_names_dns_subdomain(s, pn) && sg_names_label_name(slash + 1, n - pn - 1, SG_NAMES_LABEL_MAX);
 }

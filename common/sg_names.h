@@ -27,10 +27,25 @@ SG_API bool sg_names_dns_label(const char *s, size_t n, size_t max);
 /* A DNS-1123 subdomain: such labels joined by '.', 1..253 bytes (object
  * names: service accounts, pods, ConfigMaps). */
 SG_API bool sg_names_dns_subdomain(const char *s, size_t n);
-/* A label value (NUL-terminated, non-empty): 1..63 of [A-Za-z0-9._-],
- * alphanumeric at both ends. (The empty value Kubernetes also allows is
- * refused: nothing here labels with one.) */
+/* The same pattern with 1..max bytes in all (a label may be as long as
+ * the whole): sg_names_dns_subdomain is max SG_NAMES_SUBDOMAIN_MAX; SIZE_MAX
+ * checks the pattern alone, for a caller that reports the length apart, as
+ * apimachinery's error lists do. */
+SG_API bool sg_names_dns_subdomain_max(const char *s, size_t n, size_t max);
+/* The name part of a qualified name, and a non-empty label value:
+ * 1..max bytes of [A-Za-z0-9._-], alphanumeric at both ends (max
+ * SG_NAMES_LABEL_MAX; SIZE_MAX checks the pattern alone). s need not be
+ * NUL-terminated. */
+SG_API bool sg_names_label_name(const char *s, size_t n, size_t max);
+/* A label value (NUL-terminated, non-empty): sg_names_label_name with
+ * SG_NAMES_LABEL_MAX. (The empty value Kubernetes also allows is refused:
+ * nothing here labels with one; a caller that accepts it tests for it.) */
 SG_API bool sg_names_label_value(const char *s);
+/* A qualified name (apimachinery's IsQualifiedName: label and annotation
+ * keys): "[prefix/]name", the prefix a DNS subdomain, the name as
+ * sg_names_label_name with SG_NAMES_LABEL_MAX; one '/' at most. s need not
+ * be NUL-terminated. */
+SG_API bool sg_names_qualified(const char *s, size_t n);
 /* A uid (NUL-terminated): a UUID in practice; [A-Za-z0-9-]{1,63} is
  * accepted. */
 SG_API bool sg_names_uid(const char *s);

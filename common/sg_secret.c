@@ -40,6 +40,7 @@
 #define _DEFAULT_SOURCE
 #include "sg_secret.h"
 #include "sg_guard.h"
+#include "sg_hex.h"
 #include "sg_log.h"
 
 #include <errno.h>
@@ -318,10 +319,8 @@ int sg_secret_random_hex(sg_secret **out, size_t n)
 	sg_secret *s;
 	SG_TRY(secret_map(&s, 2 * n));
 	int rc = random_bytes(raw, n);
-	for (size_t i = 0; rc == SG_OK && i < n; i++) {
-		s->data[2 * i] = (uint8_t)"0123456789abcdef"[raw[i] >> 4];
-		s->data[2 * i + 1] = (uint8_t)"0123456789abcdef"[raw[i] & 15];
-	}
+	if (rc == SG_OK)
+		sg_hex_encode((char *)s->data, raw, n); /* the NUL lands in the map's spare byte */
 	sg_wipe(raw, sizeof(raw));
 	if (rc < 0) {
 		sg_secret_free(s);

@@ -20,6 +20,7 @@
 #include "sg_approver.h"
 
 #include "sg_cache.h"
+#include "sg_clock.h"
 #include "sg_crypto.h"
 #include "sg_csr.h"
 #include "sg_guard.h"
@@ -393,10 +394,7 @@ static int write_decision(sg_approver *a, sg_ctrl *c, const char *ns, const char
 		json_object_set_new(status, "conditions", conds);
 	}
 	char when[32];
-	time_t now = time(NULL);
-	struct tm tm;
-	gmtime_r(&now, &tm);
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	(void)sg_clock_rfc3339(when, sizeof(when), (int64_t)time(NULL));
 	json_t *cond = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", approve ? "Approved" : "Denied", "status", "True",
 	                         "reason", SG_CRPOLICY_CONDITION_REASON, "message", msg, "lastTransitionTime", when);
 	if (!cond || json_array_append_new(conds, cond) != 0) {

@@ -70,12 +70,7 @@ struct sg_cmissuer {
 
 static void rfc3339_now(char out[32])
 {
-	int64_t t = sg_wall_seconds();
-	int64_t days = t / 86400, secs = t % 86400, y;
-	int m, d;
-	sg_civil_from_days(days, &y, &m, &d);
-	snprintf(out, 32, "%04lld-%02d-%02dT%02d:%02d:%02dZ", (long long)y, m, d, (int)(secs / 3600),
-		 (int)(secs / 60 % 60), (int)(secs % 60));
+	(void)sg_clock_rfc3339(out, 32, sg_wall_seconds());
 }
 
 static bool cond_true(const json_t *obj, const char *type)

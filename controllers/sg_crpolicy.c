@@ -69,8 +69,11 @@
 #include "sg_crpolicy.h"
 #include "sg_guard.h"
 #include "sg_kubesign.h"
+#include "sg_names.h"
+#include "sg_strbuf.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,94 +100,15 @@ static bool sstr_is(sstr a, const char *s)
 
 /* ---- string builder ------------------------------------------------------- */
 
-typedef struct sb {
-	char *p;
-	size_t len, cap;
-	bool failed; /* out of memory or over SG_CRPOLICY_MAX_MESSAGE */
-} sb;
-
-static void sb_reserve(sb *b, size_t more)
-{
-	if (b->failed)
-		return;
-	if (more > SG_CRPOLICY_MAX_MESSAGE - b->len) {
-		b->failed = true;
-		return;
-	}
-	size_t need = b->len + more + 1;
-	if (need <= b->cap)
-		return;
-	size_t cap = b->cap ? b->cap : 64;
-	while (cap < need)
-		cap *= 2;
-	char *n = realloc(b->p, cap);
-	if (!n) {
-		b->failed = true;
-		return;
-	}
-	b->p = n;
-	b->cap = cap;
-}
-
-static void sb_putn(sb *b, const char *s, size_t n)
-{
-	sb_reserve(b, n);
-	if (b->failed)
-		return;
-	if (n)
-		memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void sb_puts(sb *b, const char *s)
-{
-	sb_putn(b, s, strlen(s));
-}
-
-static void sb_putc(sb *b, char c)
-{
-	sb_putn(b, &c, 1);
-}
+/* Every message is built by common/sg_strbuf, bounded by
+ * SG_CRPOLICY_MAX_MESSAGE: a message that would pass it, like one out of
+ * memory, fails as a whole (sg_strbuf_take answers NULL). */
+typedef sg_strbuf sb;
+static const sb SB_INIT = {.max = SG_CRPOLICY_MAX_MESSAGE};
 
 static void sb_put(sb *b, sstr s)
 {
-	sb_putn(b, s.p, s.len);
-}
-
-static void sb_printf(sb *b, const char *fmt, ...) SG_PRINTF(2, 3);
-static void sb_printf(sb *b, const char *fmt, ...)
-{
-	char buf[128];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof(buf)) {
-		b->failed = true; /* only short numeric formats come here */
-		return;
-	}
-	sb_putn(b, buf, (size_t)n);
-}
-
-static void sb_free(sb *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof(*b));
-}
-
-/* The built string (never NULL unless failed); the builder is emptied. */
-static char *sb_take(sb *b)
-{
-	sb_reserve(b, 0);
-	if (b->failed) {
-		sb_free(b);
-		return NULL;
-	}
-	char *p = b->p;
-	p[b->len] = '\0'; /* an empty builder has not written its terminator yet */
-	memset(b, 0, sizeof(*b));
-	return p;
+	sg_strbuf_add(b, s.p, s.len);
 }
 
 /* ---- Go's text forms ------------------------------------------------------ */
@@ -258,24 +182,24 @@ static bool go_isprint(uint32_t r)
 static void sb_go_quote(sb *b, sstr s)
 {
 	static const char hex[] = "0123456789abcdef";
-	sb_putc(b, '"');
-	for (size_t i = 0; i < s.len && !b->failed;) {
+	sg_strbuf_putc(b, '"');
+	for (size_t i = 0; i < s.len && !sg_strbuf_failed(b);) {
 		uint8_t c = (uint8_t)s.p[i];
 		if (c < 0x80) {
 			i++;
 			if (c == '"' || c == '\\') {
-				sb_putc(b, '\\');
-				sb_putc(b, (char)c);
+				sg_strbuf_putc(b, '\\');
+				sg_strbuf_putc(b, (char)c);
 			} else if (c >= 0x20 && c < 0x7f) {
-				sb_putc(b, (char)c);
+				sg_strbuf_putc(b, (char)c);
 			} else {
 				static const char esc[] = "abtnvfr"; /* \a..\r are 7..13 */
 				if (c >= 7 && c <= 13) {
-					sb_putc(b, '\\');
-					sb_putc(b, esc[c - 7]);
+					sg_strbuf_putc(b, '\\');
+					sg_strbuf_putc(b, esc[c - 7]);
 				} else {
 					char x[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
-					sb_putn(b, x, 4);
+					sg_strbuf_add(b, x, 4);
 				}
 			}
 			continue;
@@ -284,58 +208,58 @@ static void sb_go_quote(sb *b, sstr s)
 		uint32_t r = go_rune(s.p, s.len, i, &w);
 		if (r == 0xfffd && w == 1) {
 			char x[4] = {'\\', 'x', hex[c >> 4], hex[c & 15]};
-			sb_putn(b, x, 4);
+			sg_strbuf_add(b, x, 4);
 		} else if (go_isprint(r)) {
-			sb_putn(b, s.p + i, w);
+			sg_strbuf_add(b, s.p + i, w);
 		} else if (r < 0x10000) {
-			sb_printf(b, "\\u%04x", (unsigned)r);
+			sg_strbuf_printf(b, "\\u%04x", (unsigned)r);
 		} else {
-			sb_printf(b, "\\U%08x", (unsigned)r);
+			sg_strbuf_printf(b, "\\U%08x", (unsigned)r);
 		}
 		i += w;
 	}
-	sb_putc(b, '"');
+	sg_strbuf_putc(b, '"');
 }
 
 /* encoding/json's string form (HTML-safe, as json.Marshal writes it). */
 static void sb_json_quote(sb *b, sstr s)
 {
 	static const char hex[] = "0123456789abcdef";
-	sb_putc(b, '"');
+	sg_strbuf_putc(b, '"');
 	size_t start = 0;
-	for (size_t i = 0; i < s.len && !b->failed;) {
+	for (size_t i = 0; i < s.len && !sg_strbuf_failed(b);) {
 		uint8_t c = (uint8_t)s.p[i];
 		if (c < 0x80) {
 			if (c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&') {
 				i++;
 				continue;
 			}
-			sb_putn(b, s.p + start, i - start);
+			sg_strbuf_add(b, s.p + start, i - start);
 			switch (c) {
 			case '"':
 			case '\\': {
 				char e[2] = {'\\', (char)c};
-				sb_putn(b, e, 2);
+				sg_strbuf_add(b, e, 2);
 				break;
 			}
 			case '\b':
-				sb_puts(b, "\\b");
+				sg_strbuf_puts(b, "\\b");
 				break;
 			case '\f':
-				sb_puts(b, "\\f");
+				sg_strbuf_puts(b, "\\f");
 				break;
 			case '\n':
-				sb_puts(b, "\\n");
+				sg_strbuf_puts(b, "\\n");
 				break;
 			case '\r':
-				sb_puts(b, "\\r");
+				sg_strbuf_puts(b, "\\r");
 				break;
 			case '\t':
-				sb_puts(b, "\\t");
+				sg_strbuf_puts(b, "\\t");
 				break;
 			default: {
 				char e[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
-				sb_putn(b, e, 6);
+				sg_strbuf_add(b, e, 6);
 			}
 			}
 			start = ++i;
@@ -344,25 +268,25 @@ static void sb_json_quote(sb *b, sstr s)
 		size_t w;
 		uint32_t r = go_rune(s.p, s.len, i, &w);
 		if ((r == 0xfffd && w == 1) || r == 0x2028 || r == 0x2029) {
-			sb_putn(b, s.p + start, i - start);
-			sb_puts(b, r == 0x2028 ? "\\u2028" : r == 0x2029 ? "\\u2029" : "\\ufffd");
+			sg_strbuf_add(b, s.p + start, i - start);
+			sg_strbuf_puts(b, r == 0x2028 ? "\\u2028" : r == 0x2029 ? "\\u2029" : "\\ufffd");
 			start = i + w;
 		}
 		i += w;
 	}
-	sb_putn(b, s.p + start, s.len - start);
-	sb_putc(b, '"');
+	sg_strbuf_add(b, s.p + start, s.len - start);
+	sg_strbuf_putc(b, '"');
 }
 
 static void sb_json_list(sb *b, const sstr *v, size_t n)
 {
-	sb_putc(b, '[');
+	sg_strbuf_putc(b, '[');
 	for (size_t i = 0; i < n; i++) {
 		if (i)
-			sb_putc(b, ',');
+			sg_strbuf_putc(b, ',');
 		sb_json_quote(b, v[i]);
 	}
-	sb_putc(b, ']');
+	sg_strbuf_putc(b, ']');
 }
 
 /* time.Duration.String() of whole seconds. */
@@ -370,11 +294,11 @@ static void sb_duration(sb *b, int64_t seconds)
 {
 	char buf[48];
 	if (seconds < 0) {
-		sb_putc(b, '-');
+		sg_strbuf_putc(b, '-');
 		seconds = seconds == INT64_MIN ? INT64_MAX : -seconds;
 	}
 	sg_kubesign_duration_format(seconds, buf, sizeof(buf));
-	sb_puts(b, buf);
+	sg_strbuf_puts(b, buf);
 }
 
 /* ---- field.ErrorList ------------------------------------------------------- */
@@ -389,7 +313,7 @@ typedef struct ferrs {
  * (ErrorList.ToAggregate). */
 static void ferrs_push(ferrs *l, sb *m)
 {
-	char *s = sb_take(m);
+	char *s = sg_strbuf_take(m);
 	if (!s || l->failed) {
 		free(s);
 		l->failed = true;
@@ -426,33 +350,33 @@ static void ferrs_free(ferrs *l)
 static void sb_aggregate(sb *b, const ferrs *l)
 {
 	if (l->n == 1) {
-		sb_puts(b, l->v[0]);
+		sg_strbuf_puts(b, l->v[0]);
 		return;
 	}
 	if (l->n == 0)
 		return;
-	sb_putc(b, '[');
+	sg_strbuf_putc(b, '[');
 	for (size_t i = 0; i < l->n; i++) {
 		if (i)
-			sb_puts(b, ", ");
-		sb_puts(b, l->v[i]);
+			sg_strbuf_puts(b, ", ");
+		sg_strbuf_puts(b, l->v[i]);
 	}
-	sb_putc(b, ']');
+	sg_strbuf_putc(b, ']');
 }
 
 /* One error: "<path>: <type>", the caller appends ": <value>", then
  * fe_end adds ": <detail>" when there is one. */
 static void fe_begin(sb *m, const char *path, const char *type)
 {
-	sb_puts(m, path);
-	sb_puts(m, ": ");
-	sb_puts(m, type);
+	sg_strbuf_puts(m, path);
+	sg_strbuf_puts(m, ": ");
+	sg_strbuf_puts(m, type);
 }
 
 static void fe_end(ferrs *l, sb *m, sstr detail)
 {
 	if (detail.len) {
-		sb_puts(m, ": ");
+		sg_strbuf_puts(m, ": ");
 		sb_put(m, detail);
 	}
 	ferrs_push(l, m);
@@ -460,7 +384,7 @@ static void fe_end(ferrs *l, sb *m, sstr detail)
 
 static void fe_invalid_str(ferrs *l, const char *path, sstr value, sstr detail)
 {
-	sb m = {0};
+	sb m = SB_INIT;
 	fe_begin(&m, path, "Invalid value: ");
 	sb_go_quote(&m, value);
 	fe_end(l, &m, detail);
@@ -468,7 +392,7 @@ static void fe_invalid_str(ferrs *l, const char *path, sstr value, sstr detail)
 
 static void fe_invalid_list(ferrs *l, const char *path, const sstr *v, size_t n, sstr detail)
 {
-	sb m = {0};
+	sb m = SB_INIT;
 	fe_begin(&m, path, "Invalid value: ");
 	sb_json_list(&m, v, n);
 	fe_end(l, &m, detail);
@@ -476,15 +400,15 @@ static void fe_invalid_list(ferrs *l, const char *path, const sstr *v, size_t n,
 
 static void fe_invalid_int(ferrs *l, const char *path, long long v, const char *detail)
 {
-	sb m = {0};
+	sb m = SB_INIT;
 	fe_begin(&m, path, "Invalid value: ");
-	sb_printf(&m, "%lld", v);
+	sg_strbuf_printf(&m, "%lld", v);
 	fe_end(l, &m, cstr(detail));
 }
 
 static void fe_required(ferrs *l, const char *path, const char *detail)
 {
-	sb m = {0};
+	sb m = SB_INIT;
 	fe_begin(&m, path, "Required value");
 	fe_end(l, &m, cstr(detail));
 }
@@ -494,7 +418,7 @@ static void sb_join(sb *b, const sstr *v, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (i)
-			sb_puts(b, ", ");
+			sg_strbuf_puts(b, ", ");
 		sb_put(b, v[i]);
 	}
 }
@@ -714,11 +638,11 @@ static bool typed(cc *c, const char *path, const json_t *v, json_type want, cons
 {
 	if (json_typeof(v) == want || (want == JSON_TRUE && json_is_boolean(v)))
 		return true;
-	sb m = {0};
+	sb m = SB_INIT;
 	const char *got = json_type_name(v);
 	fe_begin(&m, path, "Invalid value: ");
 	sb_go_quote(&m, cstr(got));
-	sb_printf(&m, ": %s in body must be of type %s: \"%s\"", path, wantname, got);
+	sg_strbuf_printf(&m, ": %s in body must be of type %s: \"%s\"", path, wantname, got);
 	ferrs_push(&c->schema, &m);
 	return false;
 }
@@ -728,9 +652,9 @@ static bool too_long(cc *c, const char *path, size_t n)
 {
 	if (n <= SG_CRPOLICY_MAX_STRING)
 		return false;
-	sb m = {0};
+	sb m = SB_INIT;
 	fe_begin(&m, path, "Too long");
-	sb_printf(&m, ": may not be more than %d bytes", SG_CRPOLICY_MAX_STRING);
+	sg_strbuf_printf(&m, ": may not be more than %d bytes", SG_CRPOLICY_MAX_STRING);
 	ferrs_push(&c->schema, &m);
 	return true;
 }
@@ -759,9 +683,9 @@ static bool too_many(cc *c, const char *path, size_t n, size_t max)
 {
 	if (n <= max)
 		return false;
-	sb m = {0};
+	sb m = SB_INIT;
 	fe_begin(&m, path, "Too many: ");
-	sb_printf(&m, "%zu: must have at most %zu items", n, max);
+	sg_strbuf_printf(&m, "%zu: must have at most %zu items", n, max);
 	ferrs_push(&c->schema, &m);
 	return true;
 }
@@ -927,11 +851,11 @@ static void check_usage(cc *c, size_t i, sstr u)
 	for (size_t k = 0; k < sizeof(key_usages) / sizeof(key_usages[0]); k++)
 		if (sstr_is(u, key_usages[k]))
 			return;
-	sb m = {0};
-	sb_printf(&m, "spec.allowed.usages[%zu]: Unsupported value: ", i);
+	sb m = SB_INIT;
+	sg_strbuf_printf(&m, "spec.allowed.usages[%zu]: Unsupported value: ", i);
 	sb_go_quote(&m, u);
 	for (size_t k = 0; k < sizeof(key_usages) / sizeof(key_usages[0]); k++) {
-		sb_puts(&m, k ? ", " : ": supported values: ");
+		sg_strbuf_puts(&m, k ? ", " : ": supported values: ");
 		sb_go_quote(&m, cstr(key_usages[k]));
 	}
 	ferrs_push(&c->schema, &m);
@@ -1071,10 +995,10 @@ static void read_selector(cc *c, const json_t *v)
 				sstr value;
 				if (too_long(c, "spec.selector.namespace.matchLabels", kn))
 					continue;
-				sb path = {0};
-				sb_puts(&path, "spec.selector.namespace.matchLabels.");
-				sb_puts(&path, k);
-				char *ps = sb_take(&path);
+				sb path = SB_INIT;
+				sg_strbuf_puts(&path, "spec.selector.namespace.matchLabels.");
+				sg_strbuf_puts(&path, k);
+				char *ps = sg_strbuf_take(&path);
 				if (!ps) {
 					c->oom = true;
 					return;
@@ -1119,10 +1043,10 @@ static void read_plugins(cc *c, const json_t *v)
 		size_t nn = strlen(name);
 		if (too_long(c, "spec.plugins", nn))
 			continue;
-		sb path = {0};
-		sb_puts(&path, "spec.plugins.");
-		sb_puts(&path, name);
-		char *ps = sb_take(&path);
+		sb path = SB_INIT;
+		sg_strbuf_puts(&path, "spec.plugins.");
+		sg_strbuf_puts(&path, name);
+		char *ps = sg_strbuf_take(&path);
 		if (!ps) {
 			c->oom = true;
 			return;
@@ -1130,10 +1054,10 @@ static void read_plugins(cc *c, const json_t *v)
 		bool ok = typed(c, ps, pv, JSON_OBJECT, "object");
 		const json_t *values = ok ? member(pv, "values") : NULL;
 		if (values) {
-			sb vp = {0};
-			sb_puts(&vp, ps);
-			sb_puts(&vp, ".values");
-			char *vps = sb_take(&vp);
+			sb vp = SB_INIT;
+			sg_strbuf_puts(&vp, ps);
+			sg_strbuf_puts(&vp, ".values");
+			char *vps = sg_strbuf_take(&vp);
 			ok = vps && typed(c, vps, values, JSON_OBJECT, "object");
 			const char *k;
 			const json_t *s;
@@ -1142,11 +1066,11 @@ static void read_plugins(cc *c, const json_t *v)
 				{
 					if (json_is_string(s))
 						continue;
-					sb kp = {0};
-					sb_puts(&kp, vps);
-					sb_putc(&kp, '.');
-					sb_puts(&kp, k);
-					char *kps = sb_take(&kp);
+					sb kp = SB_INIT;
+					sg_strbuf_puts(&kp, vps);
+					sg_strbuf_putc(&kp, '.');
+					sg_strbuf_puts(&kp, k);
+					char *kps = sg_strbuf_take(&kp);
 					if (kps)
 						typed(c, kps, s, JSON_STRING, "string");
 					else
@@ -1277,39 +1201,17 @@ static void check_others(cc *c, const char *base, const other_entry *e, size_t n
 	"start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used "       \
 	"for validation is '(" LABEL_FMT ")?')"
 
+/* apimachinery reports a length and a pattern apart, so these check the
+ * pattern alone (sg_names with no length bound); the lengths are tested
+ * where the messages are written. */
 static bool label_name_ok(const char *s, size_t n)
 {
-	if (n == 0 || !((s[0] >= 'a' && s[0] <= 'z') || (s[0] >= 'A' && s[0] <= 'Z') || (s[0] >= '0' && s[0] <= '9')))
-		return false;
-	char last = s[n - 1];
-	if (!((last >= 'a' && last <= 'z') || (last >= 'A' && last <= 'Z') || (last >= '0' && last <= '9')))
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char ch = s[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
-		      ch == '_' || ch == '.'))
-			return false;
-	}
-	return true;
+	return sg_names_label_name(s, n, SIZE_MAX);
 }
 
 static bool dns1123_subdomain_ok(const char *s, size_t n)
 {
-	for (size_t i = 0; i <= n;) {
-		size_t j = i;
-		while (j < n && s[j] != '.')
-			j++;
-		if (j == i)
-			return false;
-		for (size_t k = i; k < j; k++) {
-			char ch = s[k];
-			bool an = (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-			if (!an && !(ch == '-' && k != i && k != j - 1))
-				return false;
-		}
-		i = j + 1;
-	}
-	return true;
+	return sg_names_dns_subdomain_max(s, n, SIZE_MAX);
 }
 
 static void label_key_errors(sb *m, sstr k)
@@ -1320,45 +1222,45 @@ static void label_key_errors(sb *m, sstr k)
 	bool any = false;
 	if (slash) {
 		if (memchr(slash + 1, '/', k.len - (size_t)(slash - k.p) - 1)) {
-			sb_puts(m, "a valid label key " LABEL_KEY_MSG
-			           " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')");
+			sg_strbuf_puts(m, "a valid label key " LABEL_KEY_MSG
+			                  " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')");
 			return;
 		}
 		size_t pn = (size_t)(slash - k.p);
 		name = slash + 1;
 		nn = k.len - pn - 1;
 		if (pn == 0) {
-			sb_puts(m, "prefix part must be non-empty");
+			sg_strbuf_puts(m, "prefix part must be non-empty");
 			any = true;
 		} else {
 			if (pn > 253) {
-				sb_puts(m, "prefix part must be no more than 253 bytes");
+				sg_strbuf_puts(m, "prefix part must be no more than 253 bytes");
 				any = true;
 			}
 			if (!dns1123_subdomain_ok(k.p, pn)) {
-				sb_puts(m, any ? "; prefix part " DNS1123_SUBDOMAIN_MSG
-				               : "prefix part " DNS1123_SUBDOMAIN_MSG);
+				sg_strbuf_puts(m, any ? "; prefix part " DNS1123_SUBDOMAIN_MSG
+				                      : "prefix part " DNS1123_SUBDOMAIN_MSG);
 				any = true;
 			}
 		}
 	}
 	if (nn == 0 || nn > 63) {
-		sb_puts(m, any ? "; " : "");
-		sb_puts(m, nn == 0 ? "name part must be non-empty" : "name part must be no more than 63 bytes");
+		sg_strbuf_puts(m, any ? "; " : "");
+		sg_strbuf_puts(m, nn == 0 ? "name part must be non-empty" : "name part must be no more than 63 bytes");
 		any = true;
 	}
 	if (!label_name_ok(name, nn)) {
-		sb_puts(m, any ? "; " : "");
-		sb_puts(m, "name part " LABEL_KEY_MSG);
+		sg_strbuf_puts(m, any ? "; " : "");
+		sg_strbuf_puts(m, "name part " LABEL_KEY_MSG);
 	}
 }
 
 static bool label_key_ok(sstr k)
 {
-	sb m = {0};
+	sb m = SB_INIT;
 	label_key_errors(&m, k);
-	bool ok = m.len == 0 && !m.failed;
-	sb_free(&m);
+	bool ok = m.len == 0 && !sg_strbuf_failed(&m);
+	sg_strbuf_free(&m);
 	return ok;
 }
 
@@ -1374,41 +1276,41 @@ static void check_match_labels(cc *c)
 		/* NewRequirement's aggregate: "key: ...", "values[0][<key>]: ..." */
 		ferrs req = {0};
 		if (!key_ok) {
-			sb m = {0};
+			sb m = SB_INIT;
 			fe_begin(&m, "key", "Invalid value: ");
 			sb_go_quote(&m, k);
-			sb_puts(&m, ": ");
+			sg_strbuf_puts(&m, ": ");
 			label_key_errors(&m, k);
 			ferrs_push(&req, &m);
 		}
 		if (!value_ok) {
-			sb m = {0};
-			sb_puts(&m, "values[0][");
+			sb m = SB_INIT;
+			sg_strbuf_puts(&m, "values[0][");
 			sb_put(&m, k);
-			sb_puts(&m, "]: Invalid value: ");
+			sg_strbuf_puts(&m, "]: Invalid value: ");
 			sb_go_quote(&m, v);
-			sb_puts(&m, ": ");
+			sg_strbuf_puts(&m, ": ");
 			if (v.len > 63)
-				sb_puts(&m, "must be no more than 63 bytes");
+				sg_strbuf_puts(&m, "must be no more than 63 bytes");
 			if (v.len > 0 && !label_name_ok(v.p, v.len)) {
-				sb_puts(&m, v.len > 63 ? "; " : "");
-				sb_puts(&m, LABEL_VALUE_MSG);
+				sg_strbuf_puts(&m, v.len > 63 ? "; " : "");
+				sg_strbuf_puts(&m, LABEL_VALUE_MSG);
 			}
 			ferrs_push(&req, &m);
 		}
-		sb m = {0};
+		sb m = SB_INIT;
 		fe_begin(&m, "spec.selector.namespace.matchLabels", "Invalid value: {");
 		for (size_t j = 0; j < p->n_labels; j++) {
 			if (j)
-				sb_putc(&m, ',');
+				sg_strbuf_putc(&m, ',');
 			sb_json_quote(&m, p->label_keys[j]);
-			sb_putc(&m, ':');
+			sg_strbuf_putc(&m, ':');
 			sb_json_quote(&m, p->label_values[j]);
 		}
-		sb_puts(&m, "}: ");
+		sg_strbuf_puts(&m, "}: ");
 		sb_aggregate(&m, &req);
 		if (req.failed)
-			m.failed = true;
+			m.oom = true; /* the list could not be built: the message fails */
 		ferrs_free(&req);
 		ferrs_push(&c->webhook, &m);
 		return; /* LabelSelectorAsSelector stops at the first bad label */
@@ -1423,10 +1325,10 @@ static void check_constraints(cc *c)
 		char path[64];
 		if (p->has_alg) {
 			if (!sstr_is(p->alg, "RSA") && !sstr_is(p->alg, "ECDSA") && !sstr_is(p->alg, "Ed25519")) {
-				sb m = {0};
+				sb m = SB_INIT;
 				fe_begin(&m, "spec.constraints.privateKey.algorithm", "Unsupported value: ");
 				sb_go_quote(&m, p->alg);
-				sb_puts(&m, ": supported values: \"RSA\", \"ECDSA\", \"Ed25519\"");
+				sg_strbuf_puts(&m, ": supported values: \"RSA\", \"ECDSA\", \"Ed25519\"");
 				ferrs_push(&c->webhook, &m);
 			}
 			if (sstr_is(p->alg, "Ed25519")) {
@@ -1467,9 +1369,9 @@ static void check_constraints(cc *c)
 	for (size_t i = 0; i < sizeof(d) / sizeof(d[0]); i++) {
 		if (!d[i].when)
 			continue;
-		sb v = {0};
+		sb v = SB_INIT;
 		sb_duration(&v, d[i].v);
-		char *vs = sb_take(&v);
+		char *vs = sg_strbuf_take(&v);
 		if (!vs) {
 			c->oom = true;
 			return;
@@ -1486,11 +1388,11 @@ static void webhook_checks(cc *c)
 	for (size_t i = 0; i < p->n_plugins; i++) {
 		if (p->plugin_known[i])
 			continue;
-		sb m = {0};
+		sb m = SB_INIT;
 		fe_begin(&m, "spec.plugins", "Unsupported value: ");
 		sb_go_quote(&m, p->plugin_names[i]);
 		for (size_t j = 0; c->opts && j < c->opts->plugin_count; j++) {
-			sb_puts(&m, j ? ", " : ": supported values: ");
+			sg_strbuf_puts(&m, j ? ", " : ": supported values: ");
 			sb_go_quote(&m, cstr(c->opts->plugins[j]));
 		}
 		ferrs_push(&c->webhook, &m);
@@ -1569,22 +1471,22 @@ int sg_crpolicy_compile(sg_crpolicy **out, const json_t *policy, const sg_crpoli
 
 	/* The condition: what the schema refused, then what the webhook did. */
 	for (size_t i = 0; i < c.webhook.n; i++) {
-		sb m = {0};
-		sb_puts(&m, c.webhook.v[i]);
+		sb m = SB_INIT;
+		sg_strbuf_puts(&m, c.webhook.v[i]);
 		ferrs_push(&c.schema, &m);
 	}
-	sb msg = {0};
+	sb msg = SB_INIT;
 	p->ready = c.schema.n == 0;
 	if (p->ready) {
-		sb_puts(&msg, SG_CRPOLICY_READY_MESSAGE);
+		sg_strbuf_puts(&msg, SG_CRPOLICY_READY_MESSAGE);
 	} else {
-		sb_puts(&msg, SG_CRPOLICY_NOT_READY_PREFIX);
+		sg_strbuf_puts(&msg, SG_CRPOLICY_NOT_READY_PREFIX);
 		sb_aggregate(&msg, &c.schema);
 	}
 	bool failed = c.oom || c.schema.failed || c.webhook.failed || !p->name;
 	ferrs_free(&c.schema);
 	ferrs_free(&c.webhook);
-	p->condition = sb_take(&msg);
+	p->condition = sg_strbuf_take(&msg);
 	if (failed || !p->condition) {
 		sg_crpolicy_free(p);
 		SG_BAIL(SG_EINTERNAL, "CertificateRequestPolicy: out of memory (or a condition message over %u bytes)",
@@ -1706,18 +1608,18 @@ static sstr attr_text(const sg_csr_facts_attr *a)
  * of memory. key, when given, is appended as "[<key>]" before the child. */
 static char *path_of(ferrs *l, const char *path, const sstr *key, const char *child)
 {
-	sb m = {0};
-	sb_puts(&m, path);
+	sb m = SB_INIT;
+	sg_strbuf_puts(&m, path);
 	if (key) {
-		sb_putc(&m, '[');
+		sg_strbuf_putc(&m, '[');
 		sb_put(&m, *key);
-		sb_putc(&m, ']');
+		sg_strbuf_putc(&m, ']');
 	}
 	if (child) {
-		sb_putc(&m, '.');
-		sb_puts(&m, child);
+		sg_strbuf_putc(&m, '.');
+		sg_strbuf_puts(&m, child);
 	}
-	char *s = sb_take(&m);
+	char *s = sg_strbuf_take(&m);
 	if (!s)
 		l->failed = true;
 	return s;
@@ -1766,9 +1668,9 @@ static void eval_slice(ferrs *l, const sstr *v, size_t n, const allowed_field *f
 	if (!f || !f->has_value) {
 		fe_invalid_list(l, at, v, n, cstr("no allowed values"));
 	} else if (!wild_subset(f->values.v, f->values.n, v, n)) {
-		sb d = {0};
+		sb d = SB_INIT;
 		sb_join(&d, f->values.v, f->values.n);
-		char *ds = sb_take(&d);
+		char *ds = sg_strbuf_take(&d);
 		char *vp = path_of(l, path, key, "values");
 		if (ds && vp)
 			fe_invalid_list(l, vp, v, n, cstr(ds));
@@ -1792,10 +1694,10 @@ static void eval_subject_string(ferrs *l, const sg_csr_facts *f, const char *oid
 		if (strcmp(a->oid, oid) != 0)
 			continue;
 		if (!go_string(a)) {
-			sb d = {0};
-			sb_printf(&d, "subject attribute %s ", oid);
-			sb_puts(&d, NON_STRING_DETAIL);
-			char *ds = sb_take(&d);
+			sb d = SB_INIT;
+			sg_strbuf_printf(&d, "subject attribute %s ", oid);
+			sg_strbuf_puts(&d, NON_STRING_DETAIL);
+			char *ds = sg_strbuf_take(&d);
 			if (ds)
 				fe_invalid_str(l, path, cstr(NON_STRING), cstr(ds));
 			else
@@ -1844,9 +1746,9 @@ static void eval_usages(ferrs *l, const sg_crpolicy *p, const sg_crpolicy_reques
 	}
 	if (wild_subset(p->usages.v, p->usages.n, v, n))
 		return;
-	sb d = {0};
+	sb d = SB_INIT;
 	sb_join(&d, p->usages.v, p->usages.n);
-	char *ds = sb_take(&d);
+	char *ds = sg_strbuf_take(&d);
 	if (ds)
 		fe_invalid_list(l, "spec.allowed.usages", v, n, cstr(ds));
 	else
@@ -1985,13 +1887,13 @@ static void eval_allowed(sb *out, bool *denied, const sg_crpolicy *p, const sg_c
 {
 	const sg_csr_facts *f = r->csr;
 	if (f->san_decode_error) {
-		sb_puts(out, "subjectAltName (SAN) extension could not be decoded: ");
-		sb_puts(out, f->san_decode_error);
+		sg_strbuf_puts(out, "subjectAltName (SAN) extension could not be decoded: ");
+		sg_strbuf_puts(out, f->san_decode_error);
 		*denied = true;
 		return;
 	}
 	if (f->san_extensions > 1) {
-		sb_puts(out, "CSR contains multiple SAN extensions; at most one is permitted");
+		sg_strbuf_puts(out, "CSR contains multiple SAN extensions; at most one is permitted");
 		*denied = true;
 		return;
 	}
@@ -1999,7 +1901,7 @@ static void eval_allowed(sb *out, bool *denied, const sg_crpolicy *p, const sg_c
 	eval_subject_string(&l, f, OID_CN, &p->cn, "spec.allowed.commonName");
 	eval_sans(&l, p, f);
 	if (r->is_ca && (!p->has_is_ca || !p->is_ca)) {
-		sb m = {0};
+		sb m = SB_INIT;
 		fe_begin(&m, "spec.allowed.isCA", "Invalid value: true");
 		fe_end(&l, &m, cstr(p->has_is_ca ? "false" : "nil"));
 	}
@@ -2009,7 +1911,7 @@ static void eval_allowed(sb *out, bool *denied, const sg_crpolicy *p, const sg_c
 	eval_subject_string(&l, f, OID_SERIAL, &p->serial, "spec.allowed.subject.serialNumber");
 	eval_other_attributes(&l, p, f);
 	if (l.failed)
-		out->failed = true;
+		out->oom = true; /* a message of the list could not be built */
 	if (l.n) {
 		*denied = true;
 		sb_aggregate(out, &l);
@@ -2046,13 +1948,13 @@ static int eval_constraints(sb *out, bool *denied, const sg_crpolicy *p, const s
 	for (size_t i = 0; i < 2; i++) {
 		if (!d[i].has || (r->has_duration && !d[i].bad))
 			continue;
-		sb v = {0}, b = {0};
+		sb v = SB_INIT, b = SB_INIT;
 		if (r->has_duration)
 			sb_duration(&v, r->duration_seconds);
 		else
-			sb_puts(&v, "nil"); /* metav1.Duration's String() of a nil pointer */
+			sg_strbuf_puts(&v, "nil"); /* metav1.Duration's String() of a nil pointer */
 		sb_duration(&b, d[i].bound);
-		char *vs = sb_take(&v), *bs = sb_take(&b);
+		char *vs = sg_strbuf_take(&v), *bs = sg_strbuf_take(&b);
 		if (vs && bs)
 			fe_invalid_str(&l, d[i].path, cstr(vs), cstr(bs));
 		else
@@ -2081,7 +1983,7 @@ static int eval_constraints(sb *out, bool *denied, const sg_crpolicy *p, const s
 		}
 	}
 	if (l.failed)
-		out->failed = true;
+		out->oom = true; /* a message of the list could not be built */
 	if (l.n) {
 		*denied = true;
 		sb_aggregate(out, &l);
@@ -2107,24 +2009,24 @@ int sg_crpolicy_evaluate(const sg_crpolicy *p, const sg_crpolicy_request *r, sg_
 	          "CertificateRequestPolicy %s: the CSR facts are over their bounds", p->name);
 	SG_ENSURE(r->usage_count <= SG_CRPOLICY_MAX_VALUES, SG_EINVAL,
 	          "CertificateRequestPolicy %s: the request has more than %d usages", p->name, SG_CRPOLICY_MAX_VALUES);
-	sb a = {0}, c = {0}, msg = {0};
+	sb a = SB_INIT, c = SB_INIT, msg = SB_INIT;
 	bool denied = false;
 	eval_allowed(&a, &denied, p, r);
 	int rc = eval_constraints(&c, &denied, p, r);
 	if (rc < 0) {
-		sb_free(&a);
-		sb_free(&c);
+		sg_strbuf_free(&a);
+		sg_strbuf_free(&c);
 		return rc;
 	}
 	sb_put(&msg, (sstr){a.p ? a.p : "", a.len});
 	if (a.len && c.len)
-		sb_puts(&msg, ", ");
+		sg_strbuf_puts(&msg, ", ");
 	sb_put(&msg, (sstr){c.p ? c.p : "", c.len});
-	bool failed = a.failed || c.failed;
-	sb_free(&a);
-	sb_free(&c);
-	out->message = failed ? NULL : sb_take(&msg);
-	sb_free(&msg);
+	bool failed = sg_strbuf_failed(&a) || sg_strbuf_failed(&c);
+	sg_strbuf_free(&a);
+	sg_strbuf_free(&c);
+	out->message = failed ? NULL : sg_strbuf_take(&msg);
+	sg_strbuf_free(&msg);
 	SG_ENSURE(out->message, SG_EINTERNAL,
 	          "CertificateRequestPolicy %s: out of memory (or a message over %u bytes) evaluating a request",
 	          p->name, SG_CRPOLICY_MAX_MESSAGE);
@@ -2137,12 +2039,12 @@ int sg_crpolicy_verdict_add(sg_crpolicy_verdict *v, bool denied, const char *mes
 	v->denied = v->denied || denied;
 	if (!message || !*message)
 		return SG_OK;
-	sb m = {0};
-	sb_puts(&m, v->message ? v->message : "");
+	sb m = SB_INIT;
+	sg_strbuf_puts(&m, v->message ? v->message : "");
 	if (v->message && *v->message)
-		sb_puts(&m, ", ");
-	sb_puts(&m, message);
-	char *s = sb_take(&m);
+		sg_strbuf_puts(&m, ", ");
+	sg_strbuf_puts(&m, message);
+	char *s = sg_strbuf_take(&m);
 	SG_ENSURE(s, SG_EINTERNAL, "CertificateRequestPolicy verdict: out of memory (or over %u bytes)",
 	          SG_CRPOLICY_MAX_MESSAGE);
 	free(v->message);
@@ -2173,19 +2075,19 @@ static int policies_message(const char *prefix, const sg_crpolicy_denial *d, siz
 		o[i] = (order){&d[i], i};
 	if (n > 1)
 		qsort(o, n, sizeof(*o), by_name);
-	sb m = {0};
-	sb_puts(&m, prefix);
+	sb m = SB_INIT;
+	sg_strbuf_puts(&m, prefix);
 	for (size_t i = 0; i < n; i++) {
 		if (i)
-			sb_putc(&m, ' ');
-		sb_putc(&m, '[');
-		sb_puts(&m, o[i].d->policy ? o[i].d->policy : "");
-		sb_puts(&m, ": ");
-		sb_puts(&m, o[i].d->message ? o[i].d->message : "");
-		sb_putc(&m, ']');
+			sg_strbuf_putc(&m, ' ');
+		sg_strbuf_putc(&m, '[');
+		sg_strbuf_puts(&m, o[i].d->policy ? o[i].d->policy : "");
+		sg_strbuf_puts(&m, ": ");
+		sg_strbuf_puts(&m, o[i].d->message ? o[i].d->message : "");
+		sg_strbuf_putc(&m, ']');
 	}
 	free(o);
-	*out = sb_take(&m);
+	*out = sg_strbuf_take(&m);
 	SG_ENSURE(*out, SG_EINTERNAL, "CertificateRequestPolicy message: out of memory (or over %u bytes)",
 	          SG_CRPOLICY_MAX_MESSAGE);
 	return SG_OK;
@@ -2204,10 +2106,10 @@ int sg_crpolicy_deferred_message(const sg_crpolicy_denial *d, size_t n, char **o
 
 int sg_crpolicy_approved_message(const char *policy, char **out)
 {
-	sb m = {0};
-	sb_puts(&m, "Approved by CertificateRequestPolicy: ");
+	sb m = SB_INIT;
+	sg_strbuf_puts(&m, "Approved by CertificateRequestPolicy: ");
 	sb_go_quote(&m, cstr(policy));
-	*out = sb_take(&m);
+	*out = sg_strbuf_take(&m);
 	SG_ENSURE(*out, SG_EINTERNAL, "CertificateRequestPolicy message: out of memory");
 	return SG_OK;
 }

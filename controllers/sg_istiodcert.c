@@ -48,6 +48,7 @@
 #include "sg_issuer.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
+#include "sg_names.h"
 #include "sg_secret.h"
 #include "sg_x509.h"
 #include "sg_base64.h"
@@ -427,11 +428,9 @@ static void announce(sg_istiodcert *c, const json_t *written)
 	const char *uid = sg_kube_meta_str(written, "uid");
 	json_t *obj = json_pack("{s:s, s:s, s:{s:s, s:s, s:s*}}", "apiVersion", "v1", "kind", "Secret", "metadata",
 	                        "name", c->name, "namespace", c->ns, "uid", uid);
-	time_t na = (time_t)c->cur.not_after;
-	struct tm tm;
-	char until[32] = "?";
-	if (gmtime_r(&na, &tm))
-		strftime(until, sizeof(until), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	char until[32];
+	if (!sg_clock_rfc3339(until, sizeof(until), c->cur.not_after))
+		snprintf(until, sizeof(until), "?");
 	char msg[256];
 	snprintf(msg, sizeof(msg), "Issued certificate %s for %s, valid until %s", c->cur.serial, c->dns_list, until);
 	if (!obj || sg_kube_event(c->kube, obj, "Normal", "CertificateIssued", msg, "signet", NULL) < 0)
@@ -640,25 +639,10 @@ static void map_secret(sg_ctrl *ctrl, const json_t *obj, void *arg)
 
 /* ---- options ---- */
 
-static bool lower_alnum(char ch)
-{
-	return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9');
-}
-
-/* A DNS-1123 label: [a-z0-9-], alphanumeric at both ends, 1..63 bytes. */
-static bool dns_label_ok(const char *s, size_t n)
-{
-	if (n == 0 || n > 63 || !lower_alnum(s[0]) || !lower_alnum(s[n - 1]))
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!lower_alnum(s[i]) && s[i] != '-')
-			return false;
-	return true;
-}
-
-/* A DNS name of labels as above, at most 253 bytes: a Kubernetes object
- * name (DNS-1123 subdomain), or with fold (DNS ignores case) and wildcard
- * ("*." in front) a certificate's DNS name. */
+/* A DNS name of DNS-1123 labels of 1..63 bytes, at most 253 bytes in all:
+ * a Kubernetes object name (a DNS-1123 subdomain, labels capped as DNS
+ * caps them), or with fold (DNS ignores case) and wildcard ("*." in
+ * front) a certificate's DNS name. */
 static bool dns_name_ok(const char *s, bool fold, bool wildcard)
 {
 	if (wildcard && strncmp(s, "*.", 2) == 0)
@@ -672,7 +656,7 @@ static bool dns_name_ok(const char *s, bool fold, bool wildcard)
 	for (const char *p = low; *p;) {
 		const char *dot = strchr(p, '.');
 		size_t len = dot ? (size_t)(dot - p) : strlen(p);
-		if (!dns_label_ok(p, len))
+		if (!sg_names_dns_label(p, len, SG_NAMES_LABEL_MAX))
 			return false;
 		p += len;
 		if (*p == '.' && !*++p)
@@ -727,7 +711,7 @@ static int add_revision(sg_istiodcert *c, const char *rev)
 		return SG_OK;
 	char name[320];
 	snprintf(name, sizeof(name), "istiod-%s.%s.svc", rev, c->ns);
-	SG_ENSURE(dns_label_ok(rev, strlen(rev)) && strlen(rev) <= 63 - strlen("istiod-") &&
+	SG_ENSURE(sg_names_dns_label(rev, strlen(rev), SG_NAMES_LABEL_MAX) && strlen(rev) <= 63 - strlen("istiod-") &&
 	              dns_name_ok(name, false, false),
 	          SG_EINVAL, "istiodcert: revision \"%.64s\" does not make a DNS name (istiod-<rev>.<ns>.svc)", rev);
 	return add_dns(c, name);
@@ -786,7 +770,8 @@ static int init(sg_istiodcert *c, const sg_istiodcert_options *o, const char *ro
 	const char *ns = o->ns ? o->ns : SG_ISTIODCERT_NAMESPACE;
 	const char *name = o->secret_name ? o->secret_name : SG_ISTIODCERT_SECRET;
 	const char *td = o->trust_domain ? o->trust_domain : SG_ISTIODCERT_TRUST_DOMAIN;
-	SG_ENSURE(dns_label_ok(ns, strlen(ns)), SG_EINVAL, "istiodcert: invalid namespace \"%.64s\"", ns);
+	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "istiodcert: invalid namespace \"%.64s\"", ns);
 	SG_ENSURE(dns_name_ok(name, false, false), SG_EINVAL, "istiodcert: invalid Secret name \"%.253s\"", name);
 	SG_ENSURE(sg_trust_domain_valid(td), SG_EINVAL, "istiodcert: invalid trust domain \"%.255s\"", td);
 	c->duration = o->duration ? o->duration : SG_ISTIODCERT_DURATION;

@@ -285,9 +285,7 @@ static bool first_wait(sg_kubecsr *k, const json_t *csr)
 
 static void rfc3339_now(char out[32])
 {
-	time_t t = (time_t)sg_wall_seconds();
-	struct tm tm;
-	if (!gmtime_r(&t, &tm) || strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+	if (!sg_clock_rfc3339(out, 32, sg_wall_seconds()))
 		snprintf(out, 32, "1970-01-01T00:00:00Z");
 }
 
@@ -505,9 +503,7 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 	free(b64);
 	if (rc == SG_OK && *out == OUT_ISSUED) {
 		char until[32];
-		time_t t = (time_t)res.not_after;
-		struct tm tm;
-		if (!gmtime_r(&t, &tm) || strftime(until, sizeof(until), "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+		if (!sg_clock_rfc3339(until, sizeof(until), res.not_after))
 			snprintf(until, sizeof(until), "?");
 		char msg[400];
 		snprintf(msg, sizeof(msg),

@@ -374,10 +374,7 @@ static bool configmap_key_ok(const char *k)
  * [A-Za-z0-9._-], alphanumeric ends). */
 static bool label_key_ok(const char *k)
 {
-	const char *slash = strchr(k, '/');
-	if (!slash)
-		return sg_names_label_value(k);
-	return sg_names_dns_subdomain(k, (size_t)(slash - k)) && sg_names_label_value(slash + 1);
+	return sg_names_qualified(k, strlen(k));
 }
 
 static int copy_str(const char *s, char **out)

@@ -318,10 +318,8 @@ static int do_import(ctl_args *a)
 
 static void print_time(const char *label, int64_t t)
 {
-	time_t tt = (time_t)t;
-	struct tm tm;
 	char buf[32];
-	strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&tt, &tm));
+	(void)sg_clock_rfc3339(buf, sizeof(buf), t);
 	printf("%-14s %s\n", label, buf);
 }
 

@@ -570,10 +570,8 @@ static int write_config(const plan *a, const char *abs_dir, const char *token_ur
 	char *path SG_AUTOFREE = join(abs_dir, "signet.conf");
 	SG_ENSURE(path, SG_EINTERNAL, "out of memory");
 	char text[4 * PATH_MAX + SG_INIT_INIT_RESERVED_MAX + 1024];
-	time_t t = time(NULL);
-	struct tm tm;
 	char when[32];
-	strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &tm));
+	(void)sg_clock_rfc3339(when, sizeof(when), (int64_t)time(NULL));
 	int n = snprintf(text, sizeof(text),
 			 "# signet configuration, written by %s at %s.\n"
 			 "# signetctl and signetd read it with --config; their flags use the same\n"

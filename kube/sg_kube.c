@@ -29,6 +29,7 @@
 #include "sg_guard.h"
 #include "sg_kube_impl.h"
 #include "sg_log.h"
+#include "sg_strbuf.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -178,10 +179,7 @@ void sg_kube_microtime_now(char *out, size_t cap)
 
 static void rfc3339_now(char *out, size_t cap)
 {
-	time_t t = time(NULL);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	strftime(out, cap, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	(void)sg_clock_rfc3339(out, cap, (int64_t)time(NULL));
 }
 
 /* ---- URL building ---- */
@@ -425,37 +423,15 @@ static void free_headersp(struct curl_slist **h)
 
 /* ---- performing a request ---- */
 
-struct rbuf {
-	char *p;
-	size_t n, cap, max;
-	bool overflow;
-};
-
-static bool rbuf_add(struct rbuf *b, const char *data, size_t n)
-{
-	if (n > b->max - b->n) {
-		b->overflow = true;
-		return false;
-	}
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->n + n + 1)
-			cap = cap > b->max / 2 ? b->max + 1 : cap * 2;
-		char *p = realloc(b->p, cap);
-		if (!p)
-			return false;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, data, n);
-	b->n += n;
-	b->p[b->n] = 0;
-	return true;
-}
+/* A response body: common/sg_strbuf bounded by the caller's max (overflow
+ * tells a body too large from memory running out). A chunk that does not
+ * fit is refused whole and the builder stays usable, so an error body can
+ * drop what does not fit and keep going. */
+#define RBUF_FIRST 4096
 
 static size_t write_body(char *data, size_t size, size_t nmemb, void *arg)
 {
-	return rbuf_add(arg, data, size * nmemb) ? size * nmemb : 0;
+	return sg_strbuf_add(arg, data, size * nmemb) ? size * nmemb : 0;
 }
 
 /* Options common to every request. The caller adds method and body.
@@ -558,11 +534,11 @@ static int http_error(long http, const char *body, size_t len, const char *metho
 
 /* Request and response bodies are wiped before they are freed: a
  * TokenReview carries a workload's bearer token both ways. */
-static void rbuf_free(struct rbuf *b)
+static void rbuf_free(sg_strbuf *b)
 {
 	if (b->p)
-		sg_wipe(b->p, b->n);
-	free(b->p);
+		sg_wipe(b->p, b->len);
+	sg_strbuf_free(b);
 }
 
 static void payload_free(char **p)
@@ -592,7 +568,7 @@ static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct u
 	CURL *h = pool_get(k);
 	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
-	struct rbuf rb SG_CLEANUP(rbuf_free) = {.max = SG_KUBE_RESPONSE_MAX};
+	sg_strbuf rb SG_CLEANUP(rbuf_free) = {.max = SG_KUBE_RESPONSE_MAX, .first = RBUF_FIRST};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	int rc = setup(k, h, u->s, &hdrs, ctype, NULL, errbuf);
 	if (rc < 0)
@@ -625,13 +601,13 @@ static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct u
 		goto done;
 	}
 	if (http < 200 || http > 299) {
-		rc = http_error(http, rb.p, rb.n, method, what);
+		rc = http_error(http, rb.p, rb.len, method, what);
 		goto done;
 	}
 	tl_status.code = http;
 	if (out) {
 		json_error_t jerr;
-		json_t *j = rb.n ? json_loadb(rb.p, rb.n, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		json_t *j = rb.len ? json_loadb(rb.p, rb.len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
 		if (!json_is_object(j)) {
 			json_decref(j);
 			rc = sg_error_set(SG_EPROTO, "kube: %s %s: the answer is not a JSON object", method, what);
@@ -893,8 +869,8 @@ static bool json_media_type(const char *ct)
 struct pstate {
 	CURL *h;
 	long http;
-	struct rbuf body; /* a 2xx answer, bounded by the caller's max */
-	struct rbuf err;  /* a failed answer's Status, bounded by ERRBODY_MAX */
+	sg_strbuf body; /* a 2xx answer, bounded by the caller's max */
+	sg_strbuf err;  /* a failed answer's Status, bounded by ERRBODY_MAX */
 	const atomic_bool *stop;
 	bool stopped;
 };
@@ -906,10 +882,10 @@ static size_t write_path(char *data, size_t size, size_t nmemb, void *arg)
 	if (p->http == 0)
 		curl_easy_getinfo(p->h, CURLINFO_RESPONSE_CODE, &p->http);
 	if (p->http < 200 || p->http > 299) {
-		(void)rbuf_add(&p->err, data, n); /* excess is dropped: the Status is short */
+		(void)sg_strbuf_add(&p->err, data, n); /* excess is dropped: the Status is short */
 		return n;
 	}
-	return rbuf_add(&p->body, data, n) ? n : 0;
+	return sg_strbuf_add(&p->body, data, n) ? n : 0;
 }
 
 static int progress_path(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut, curl_off_t un)
@@ -949,8 +925,10 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 	CURL *h = pool_get(k);
 	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
-	struct pstate p SG_CLEANUP(pstate_free) = {
-	    .h = h, .body = {.max = max}, .err = {.max = ERRBODY_MAX}, .stop = opt ? opt->stop : NULL};
+	struct pstate p SG_CLEANUP(pstate_free) = {.h = h,
+	                                           .body = {.max = max, .first = RBUF_FIRST},
+	                                           .err = {.max = ERRBODY_MAX, .first = RBUF_FIRST},
+	                                           .stop = opt ? opt->stop : NULL};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	int rc = setup(k, h, u.s, &hdrs, NULL, "application/json, application/jwk-set+json", errbuf);
 	if (rc < 0)
@@ -977,7 +955,7 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 	if (p.stopped) {
 		rc = sg_error_set(SG_EBUSY, "kube: GET %.200s: stopped", path);
 	} else if (p.http != 0 && (p.http < 200 || p.http > 299)) {
-		rc = http_error(p.http, p.err.p, p.err.n, "GET", path);
+		rc = http_error(p.http, p.err.p, p.err.len, "GET", path);
 	} else if (cc == CURLE_FILESIZE_EXCEEDED || (cc == CURLE_WRITE_ERROR && p.body.overflow)) {
 		rc = sg_error_set(SG_EPROTO, "kube: GET %.200s: response larger than %zu bytes", path, max);
 	} else if (cc == CURLE_WRITE_ERROR) {
@@ -1002,7 +980,7 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 			SG_ENSURE_GOTO(rc, p.body.p, done, SG_EINTERNAL, "kube: out of memory");
 		}
 		if (len)
-			*len = p.body.n;
+			*len = p.body.len;
 		if (out)
 			*out = (uint8_t *)SG_MOVE(p.body.p);
 	}
@@ -1017,8 +995,8 @@ struct wstate {
 	sg_kube_watch_parser *parser;
 	CURL *h;
 	long http;
-	struct rbuf err; /* the body of a non-2xx answer */
-	int prc;         /* the parser's verdict */
+	sg_strbuf err; /* the body of a non-2xx answer */
+	int prc;       /* the parser's verdict */
 	const atomic_bool *stop;
 	bool stopped;
 };
@@ -1030,7 +1008,7 @@ static size_t write_watch(char *data, size_t size, size_t nmemb, void *arg)
 	if (w->http == 0)
 		curl_easy_getinfo(w->h, CURLINFO_RESPONSE_CODE, &w->http);
 	if (w->http < 200 || w->http > 299) {
-		(void)rbuf_add(&w->err, data, n); /* excess is dropped: the Status is short */
+		(void)sg_strbuf_add(&w->err, data, n); /* excess is dropped: the Status is short */
 		return n;
 	}
 	w->prc = sg_kube_watch_parser_feed(w->parser, data, n);
@@ -1085,7 +1063,7 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 	CURL *h = pool_get(k);
 	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
-	struct wstate w = {.parser = parser, .h = h, .err = {.max = ERRBODY_MAX}, .stop = o.stop};
+	struct wstate w = {.parser = parser, .h = h, .err = {.max = ERRBODY_MAX, .first = RBUF_FIRST}, .stop = o.stop};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	int rc = setup(k, h, u.s, &hdrs, NULL, NULL, errbuf);
 	if (rc < 0)
@@ -1116,7 +1094,7 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 			rc = sg_error_set(rc, "kube: WATCH %s: %s", what, why);
 		}
 	} else if (w.http != 0 && (w.http < 200 || w.http > 299)) {
-		rc = http_error(w.http, w.err.p, w.err.n, "WATCH", what);
+		rc = http_error(w.http, w.err.p, w.err.len, "WATCH", what);
 	} else if (cc != CURLE_OK) {
 		rc = curl_error(cc, "WATCH", what, errbuf);
 	} else {

@@ -149,30 +149,15 @@ static int peek(lexer *l)
 
 /* ---- grammar ---- */
 
-static bool alnum(char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-/* A label value or the name part of a key. */
+/* A label value (empty where empty_ok) or the name part of a key. */
 static bool name_ok(const char *s, size_t n, bool empty_ok)
 {
-	if (n == 0)
-		return empty_ok;
-	if (n > 63 || !alnum(s[0]) || !alnum(s[n - 1]))
-		return false;
-	for (size_t i = 0; i < n; i++)
-		if (!alnum(s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
-			return false;
-	return true;
+	return n == 0 ? empty_ok : sg_names_label_name(s, n, SG_NAMES_LABEL_MAX);
 }
 
 static bool key_ok(const char *k)
 {
-	const char *slash = strchr(k, '/');
-	if (!slash)
-		return name_ok(k, strlen(k), false);
-	return sg_names_dns_subdomain(k, (size_t)(slash - k)) && name_ok(slash + 1, strlen(slash + 1), false);
+	return sg_names_qualified(k, strlen(k));
 }
 
 /* Go's strconv.ParseInt(s, 10, 64): an optional sign, then one or more

@@ -38,6 +38,7 @@
  */
 #include "sg_metrics.h"
 #include "sg_guard.h"
+#include "sg_strbuf.h"
 
 #include <inttypes.h>
 #include <math.h>
@@ -615,41 +616,18 @@ void sg_metrics_free(sg_metrics *m)
 
 /* ---- rendering ------------------------------------------------------- */
 
-typedef struct buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-} buf;
+/* The exposition text: common/sg_strbuf with no bound but memory, which
+ * fails the whole render (sg_metrics_render answers out of memory). */
+typedef sg_strbuf buf;
 
 static void put(buf *b, const char *s, size_t n)
 {
-	if (b->oom)
-		return;
-	if (n >= b->cap - b->len) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap - b->len <= n) {
-			if (cap > SIZE_MAX / 2) {
-				b->oom = true;
-				return;
-			}
-			cap *= 2;
-		}
-		char *p = realloc(b->p, cap);
-		if (!p) {
-			b->oom = true;
-			return;
-		}
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
+	(void)sg_strbuf_add(b, s, n);
 }
 
 static void puts_(buf *b, const char *s)
 {
-	put(b, s, strlen(s));
+	(void)sg_strbuf_puts(b, s);
 }
 
 /* Label values escape \, " and newline; help text \ and newline. */
@@ -774,13 +752,13 @@ static void put_family(buf *b, sg_metric *f)
 
 int sg_metrics_render(sg_metrics *m, char **out, size_t *len)
 {
-	buf b = {0};
+	buf b = {.first = 4096};
 	pthread_mutex_lock(&m->lock);
 	for (size_t i = 0; i < m->nfamilies; i++)
 		put_family(&b, m->families[i]);
 	pthread_mutex_unlock(&m->lock);
 	put(&b, "", 0); /* an empty registry still yields "" */
-	if (b.oom) {
+	if (sg_strbuf_failed(&b)) {
 		free(b.p);
 		SG_BAIL(SG_EINTERNAL, "metrics: out of memory while rendering");
 	}

@@ -45,6 +45,7 @@
 #include "sg_crypto.h"
 #include "sg_file.h"
 #include "sg_guard.h"
+#include "sg_hex.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_names.h"
@@ -245,32 +246,6 @@ static bool one_of(const json_t *o, const char *key, const char *const *allowed,
 	return false;
 }
 
-/* The name part of a qualified name or a non-empty label value:
- * [A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?, at most 63 bytes
- * (apimachinery's IsQualifiedName / IsValidLabelValue). */
-static bool name_part(const char *s, size_t n)
-{
-	if (n == 0 || n > 63)
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		char ch = s[i];
-		bool alnum = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
-		if (!alnum && ((i == 0 || i == n - 1) || !(ch == '-' || ch == '_' || ch == '.')))
-			return false;
-	}
-	return true;
-}
-
-/* A label or annotation key: [prefix/]name, the prefix a DNS subdomain. */
-static bool qualified_name(const char *k)
-{
-	const char *slash = strchr(k, '/');
-	if (!slash)
-		return name_part(k, strlen(k));
-	return strchr(slash + 1, '/') == NULL && sg_names_dns_subdomain(k, (size_t)(slash - k)) &&
-	       name_part(slash + 1, strlen(slash + 1));
-}
-
 static bool meta_map_ok(const json_t *m, bool labels, char *msg, size_t cap)
 {
 	const char *what = labels ? "labels" : "annotations";
@@ -287,7 +262,7 @@ static bool meta_map_ok(const json_t *m, bool labels, char *msg, size_t cap)
 	json_object_foreach((json_t *)m, k, v)
 	{
 		const char *s = json_string_value(v);
-		if (!qualified_name(k))
+		if (!sg_names_qualified(k, strlen(k)))
 			return refuse(
 			    msg, cap,
 			    "spec.controllerConfig.%s: invalid key \"%s\": a qualified name is an "
@@ -297,7 +272,7 @@ static bool meta_map_ok(const json_t *m, bool labels, char *msg, size_t cap)
 		if (!s)
 			return refuse(msg, cap, "spec.controllerConfig.%s: the value of \"%s\" must be a string", what,
 			              quoted(k, q));
-		if (labels && *s && !name_part(s, strlen(s)))
+		if (labels && *s && !sg_names_label_value(s))
 			return refuse(msg, cap,
 			              "spec.controllerConfig.labels: invalid value \"%s\" of \"%s\": at most 63 "
 			              "characters [A-Za-z0-9._-] starting and ending alphanumeric",
@@ -1084,16 +1059,6 @@ static void map_namespace(sg_ctrl *c, const json_t *obj, void *arg)
 
 /* ---- the default CA package ---- */
 
-static void hex(const uint8_t *p, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[p[i] >> 4];
-		out[2 * i + 1] = digits[p[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 /* trust-manager's package file ({name, bundle, version}, as
  * sg_trust_package_write writes it) from a PEM file of CAs, normalized
  * (strict PEM, deduplicated, sorted: sg_certset), and checked as
@@ -1111,7 +1076,7 @@ static int package_make(sg_trustmanager *t, const char *path, const char *versio
 		free(pem);
 		return rc;
 	}
-	hex(d, sizeof(d), t->pkg_hash);
+	sg_hex_encode(t->pkg_hash, d, sizeof(d));
 	char derived[32];
 	if (!version) {
 		snprintf(derived, sizeof(derived), "sha256-%.16s", t->pkg_hash);

@@ -26,6 +26,7 @@
 #include "ca.pb-c.h"
 #include "sg_der.h"
 #include "sg_guard.h"
+#include "sg_varint.h"
 
 #include <stdalign.h>
 #include <stdbool.h>
@@ -483,27 +484,6 @@ int sg_istio_request_decode(sg_istio_arena *a, const uint8_t *buf, size_t len,
 
 /* ---- encoding ---------------------------------------------------------- */
 
-static size_t varint_size(uint64_t v)
-{
-	size_t n = 1;
-	while (v >= 0x80) {
-		v >>= 7;
-		n++;
-	}
-	return n;
-}
-
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
-
 int sg_istio_response_encode(const char *const *elems, const size_t *lens, size_t n, uint8_t **out,
 			     size_t *out_len)
 {
@@ -514,7 +494,7 @@ int sg_istio_response_encode(const char *const *elems, const size_t *lens, size_
 	for (size_t i = 0; i < n; i++) {
 		SG_ENSURE(lens[i] <= SG_ISTIO_MAX_RESPONSE, SG_EINVAL,
 			  "response: chain element %zu of %zu bytes is too large", i, lens[i]);
-		total += 1 + varint_size(lens[i]) + lens[i];
+		total += 1 + sg_varint_size(lens[i]) + lens[i];
 		SG_ENSURE(total <= SG_ISTIO_MAX_RESPONSE, SG_EINVAL,
 			  "response exceeds %u bytes", SG_ISTIO_MAX_RESPONSE);
 	}
@@ -523,7 +503,7 @@ int sg_istio_response_encode(const char *const *elems, const size_t *lens, size_
 	size_t off = 0;
 	for (size_t i = 0; i < n; i++) {
 		buf[off++] = 0x0a; /* field 1, length-delimited */
-		off += put_varint(buf + off, lens[i]);
+		off += sg_varint_put(buf + off, lens[i]);
 		if (lens[i])
 			memcpy(buf + off, elems[i], lens[i]);
 		off += lens[i];

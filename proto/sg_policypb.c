@@ -31,6 +31,7 @@
 #include "policy.pb-c.h"
 #include "sg_der.h"
 #include "sg_guard.h"
+#include "sg_varint.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -466,17 +467,6 @@ const char *sg_policypb_result_name(sg_policypb_result r)
 	return "UNKNOWN";
 }
 
-static size_t put_varint(uint8_t *p, uint64_t v)
-{
-	size_t n = 0;
-	while (v >= 0x80) {
-		p[n++] = (uint8_t)(v | 0x80);
-		v >>= 7;
-	}
-	p[n++] = (uint8_t)v;
-	return n;
-}
-
 int sg_policypb_response_encode(sg_policypb_result result, const char *reason, uint8_t **out, size_t *out_len)
 {
 	*out = NULL;
@@ -490,10 +480,10 @@ int sg_policypb_response_encode(sg_policypb_result result, const char *reason, u
 	SG_ENSURE(buf, SG_EINTERNAL, "policy response: out of memory");
 	size_t off = 0;
 	buf[off++] = 0x08; /* field 1, varint: never zero, so always written */
-	off += put_varint(buf + off, (uint64_t)result);
+	off += sg_varint_put(buf + off, (uint64_t)result);
 	if (n) {
 		buf[off++] = 0x12; /* field 2, length-delimited */
-		off += put_varint(buf + off, n);
+		off += sg_varint_put(buf + off, n);
 		memcpy(buf + off, reason, n);
 		off += n;
 	}

@@ -7,9 +7,11 @@
  *
  * One mutex guards everything that moves:
  *
- *   the pending map   a hash table of the requests still waiting, keyed by
- *                     their name ("signet-" + 32 random hex digits, so the
- *                     first 16 digits are the hash), plus a list of them in
+ *   the pending map   a hash table (common/sg_strmap) of the requests still
+ *                     waiting, keyed by their name ("signet-" + 32 random
+ *                     hex digits, so the first 16 digits are the hash), sized
+ *                     at creation for twice max_in_flight (it never grows),
+ *                     plus a list of them in
  *                     submit order for the timer. A request enters it in
  *                     submit, before its create is even queued, so no
  *                     informer event can come before the request is known.
@@ -59,6 +61,7 @@
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_names.h"
+#include "sg_strmap.h"
 #include "sg_x509.h"
 
 #include <jansson.h>
@@ -100,7 +103,7 @@ enum job { JOB_NONE, JOB_CREATE, JOB_DELETE };
 
 struct req {
 	atomic_uint refs;
-	struct req *hnext;       /* map bucket */
+	sg_strmap_node h;        /* in the map, keyed by name */
 	struct req *prev, *next; /* pending list, in submit order */
 	struct req *qnext;       /* job queue or retry list */
 	enum job job;
@@ -134,8 +137,7 @@ struct sg_forward {
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv; /* workers: a job, or stopping */
 	pthread_cond_t tick_cv; /* the timer: stopping (CLOCK_MONOTONIC) */
-	struct req **table;
-	size_t mask;
+	sg_strmap map;
 	struct req *head, *tail; /* pending */
 	struct req *qhead, **qtail;
 	struct req *retry;
@@ -279,26 +281,29 @@ static bool name_hash(const char *name, uint64_t *h)
 	return true;
 }
 
+/* The map's hash: only our own names are ever hashed (map_find checks). */
+static size_t map_hash(const char *name)
+{
+	uint64_t h = 0;
+	(void)name_hash(name, &h);
+	return (size_t)h;
+}
+
 /* Under mu. */
 static struct req *map_find(sg_forward *f, const char *name)
 {
 	uint64_t h;
 	if (!name_hash(name, &h))
-		return NULL;
-	for (struct req *e = f->table[h & f->mask]; e; e = e->hnext)
-		if (strcmp(e->name, name) == 0)
-			return e;
-	return NULL;
+		return NULL; /* not a name of ours: not looked up */
+	sg_strmap_node *n = sg_strmap_find(&f->map, name);
+	return n ? SG_STRMAP_ENTRY(n, struct req, h) : NULL;
 }
 
 /* Under mu: into the map and the pending list. */
 static void map_insert(sg_forward *f, struct req *e)
 {
-	uint64_t h = 0;
-	(void)name_hash(e->name, &h); /* our own name: always true */
-	struct req **b = &f->table[h & f->mask];
-	e->hnext = *b;
-	*b = e;
+	e->h.key = e->name; /* our own name: name_hash always takes it */
+	sg_strmap_insert(&f->map, &e->h);
 	e->prev = f->tail;
 	e->next = NULL;
 	if (f->tail)
@@ -313,13 +318,7 @@ static void map_insert(sg_forward *f, struct req *e)
 /* Under mu. */
 static void map_remove(sg_forward *f, struct req *e)
 {
-	uint64_t h = 0;
-	(void)name_hash(e->name, &h);
-	for (struct req **p = &f->table[h & f->mask]; *p; p = &(*p)->hnext)
-		if (*p == e) {
-			*p = e->hnext;
-			break;
-		}
+	(void)sg_strmap_remove(&f->map, &e->h);
 	if (e->prev)
 		e->prev->next = e->next;
 	else
@@ -328,7 +327,7 @@ static void map_remove(sg_forward *f, struct req *e)
 		e->next->prev = e->prev;
 	else
 		f->tail = e->prev;
-	e->prev = e->next = e->hnext = NULL;
+	e->prev = e->next = NULL; /* sg_strmap_remove cleared e->h.next */
 	f->pending--;
 	atomic_store_explicit(&f->in_flight, f->pending, memory_order_relaxed);
 }
@@ -1102,7 +1101,7 @@ static void destroy(sg_forward *f)
 		req_unref(e);
 	}
 	roots_put(f->roots);
-	free(f->table);
+	sg_strmap_fini(&f->map);
 	free(f->scratch);
 	free(f->workers);
 	free(f->ns);
@@ -1208,16 +1207,13 @@ int sg_forward_new(sg_forward **out, const sg_forward_options *o)
 	f->replica_id = strdup(o->replica_id ? o->replica_id : rid);
 	size_t slen = sizeof(SG_FORWARD_LABEL) + 1 + strlen(f->replica_id ? f->replica_id : "");
 	f->selector = malloc(slen);
-	size_t buckets = 16;
-	while (buckets < 2 * (size_t)f->max_in_flight)
-		buckets <<= 1;
-	f->table = calloc(buckets, sizeof(*f->table));
-	f->mask = buckets - 1;
+	size_t buckets = 2 * (size_t)f->max_in_flight;
+	bool map_ok = sg_strmap_init(&f->map, buckets < 16 ? 16 : buckets, map_hash) == SG_OK;
 	f->scratch = calloc(2 * (size_t)f->max_in_flight, sizeof(*f->scratch));
 	f->workers = calloc(f->nworkers, sizeof(*f->workers));
 	SG_ENSURE_GOTO(rc,
 	               f->ns && f->issuer_name && f->issuer_kind && f->issuer_group && f->replica_id && f->selector &&
-	                   f->table && f->scratch && f->workers,
+	                   map_ok && f->scratch && f->workers,
 	               bad, SG_EINTERNAL, "out of memory");
 	snprintf(f->selector, slen, "%s=%s", SG_FORWARD_LABEL, f->replica_id);
 	SG_TRY_GOTO(rc, roots_new(&f->roots, o->roots_pem, o->roots_len), bad);

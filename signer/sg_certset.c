@@ -57,6 +57,7 @@
 #include "sg_crypto_impl.h"
 #include "sg_der.h"
 #include "sg_guard.h"
+#include "sg_hex.h"
 #include "sg_ossl.h"
 
 #include <limits.h>
@@ -528,12 +529,7 @@ static int check_store(const sg_certset *s, const char *password, const char *wh
  * stores. */
 static void alias_of(const cert *c, char out[2 * HASH_LEN + 1])
 {
-	static const char hex[] = "0123456789abcdef";
-	for (size_t i = 0; i < HASH_LEN; i++) {
-		out[2 * i] = hex[c->hash[i] >> 4];
-		out[2 * i + 1] = hex[c->hash[i] & 15];
-	}
-	out[2 * HASH_LEN] = '\0';
+	sg_hex_encode(out, c->hash, HASH_LEN);
 }
 
 /* ---- PKCS#12 ---- */

@@ -51,6 +51,7 @@
  */
 #include "sg_csr_facts.h"
 #include "sg_guard.h"
+#include "sg_hex.h"
 
 #include <arpa/inet.h>
 #include <inttypes.h>
@@ -95,13 +96,9 @@ static int text_put(sg_csr_facts *f, const void *src, size_t n, const char **out
 
 static int text_hex(sg_csr_facts *f, sg_slice s, const char **out, size_t *outlen)
 {
-	static const char hex[] = "0123456789abcdef";
 	char *p = NULL;
 	SG_TRY(text_reserve(f, 2 * s.len, &p));
-	for (size_t i = 0; i < s.len; i++) {
-		p[2 * i] = hex[s.p[i] >> 4];
-		p[2 * i + 1] = hex[s.p[i] & 15];
-	}
+	sg_hex_encode(p, s.p, s.len); /* its NUL is where text_commit puts one */
 	*out = text_commit(f, 2 * s.len);
 	if (outlen)
 		*outlen = 2 * s.len;

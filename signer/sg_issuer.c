@@ -16,6 +16,7 @@
 #include "sg_clock.h"
 #include "sg_crypto.h"
 #include "sg_guard.h"
+#include "sg_hex.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,15 +247,6 @@ static int validity(const sg_issue_request *req, const sg_cert_issuer *iss, sg_c
 	return SG_OK;
 }
 
-static void hex(const uint8_t *p, size_t n, char *out)
-{
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = "0123456789abcdef"[p[i] >> 4];
-		out[2 * i + 1] = "0123456789abcdef"[p[i] & 15];
-	}
-	out[2 * n] = 0;
-}
-
 /* The profile's verdict on a CSR, as sg_issuer_issue reaches it. */
 static int apply_profile(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec, sg_san *stamped)
 {
@@ -347,7 +339,7 @@ int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result 
 
 	SG_TRY(sg_pem_encode("CERTIFICATE", cert.buf, cert.len, &res->leaf_pem, &res->leaf_pem_len));
 	sg_ca_chain(is->ca, &res->chain, &res->chain_lens, &res->chain_len);
-	hex(spec.serial, spec.serial_len, res->serial_hex);
+	sg_hex_encode(res->serial_hex, spec.serial, spec.serial_len);
 	res->not_before = spec.not_before;
 	res->not_after = spec.not_after;
 	res->ca_key = sg_ca_key_type(is->ca);

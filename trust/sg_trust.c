@@ -35,9 +35,11 @@
 #include "sg_crypto.h"
 #include "sg_file.h"
 #include "sg_guard.h"
+#include "sg_hex.h"
 #include "sg_kube_selector.h"
 #include "sg_log.h"
 #include "sg_names.h"
+#include "sg_strbuf.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -94,16 +96,6 @@ static bool ends_with_json(const char *path)
 	return n > 5 && strcmp(path + n - 5, ".json") == 0;
 }
 
-static void hex(const uint8_t *p, size_t n, char *out)
-{
-	static const char digits[] = "0123456789abcdef";
-	for (size_t i = 0; i < n; i++) {
-		out[2 * i] = digits[p[i] >> 4];
-		out[2 * i + 1] = digits[p[i] & 15];
-	}
-	out[2 * n] = '\0';
-}
-
 int sg_trust_package_load(sg_trust_package **out, const char *path)
 {
 	*out = NULL;
@@ -157,7 +149,7 @@ int sg_trust_package_parse(sg_trust_package **out, const void *data, size_t len,
 			uint8_t d[32];
 			char h[17];
 			rc = sg_sha256(bundle, blen, d);
-			hex(d, 8, h);
+			sg_hex_encode(h, d, 8);
 			snprintf(p->id, sizeof(p->id), "%s-%s-%s", name, version, h);
 		}
 	}
@@ -934,31 +926,12 @@ typedef struct want {
 } want;
 
 
-/* A growing buffer: the hash's input. */
-typedef struct buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-} buf;
+/* The hash's input: common/sg_strbuf with no bound but memory. */
+typedef sg_strbuf buf;
 
 static void buf_add(buf *b, const void *p, size_t n)
 {
-	if (b->oom || n == 0)
-		return;
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		char *q = realloc(b->p, cap);
-		if (!q) {
-			b->oom = true;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, p, n);
-	b->len += n;
+	(void)sg_strbuf_add(b, p, n);
 }
 
 /* k+v of every member, keys in byte order: the same map always hashes the
@@ -993,7 +966,7 @@ static void buf_add_sorted(buf *b, const json_t *map)
  * encoding (salts, timestamps). */
 static int target_hash(const spec *s, const tgt *x, const char *pem, size_t len, char out[65])
 {
-	buf b = {0};
+	buf b = {.first = 4096};
 	buf_add(&b, pem, len);
 	if (s->jks_key)
 		buf_add(&b, s->jks_pw, strlen(s->jks_pw));
@@ -1004,10 +977,11 @@ static int target_hash(const spec *s, const tgt *x, const char *pem, size_t len,
 	buf_add_sorted(&b, x->annotations);
 	buf_add_sorted(&b, x->labels);
 	uint8_t d[32];
-	int rc = b.oom ? sg_error_set(SG_EINTERNAL, "trust: out of memory") : sg_sha256(b.p ? b.p : "", b.len, d);
+	int rc = sg_strbuf_failed(&b) ? sg_error_set(SG_EINTERNAL, "trust: out of memory")
+	                              : sg_sha256(b.p ? b.p : "", b.len, d);
 	free(b.p);
 	SG_TRY(rc);
-	hex(d, 32, out);
+	sg_hex_encode(out, d, 32);
 	return SG_OK;
 }
 

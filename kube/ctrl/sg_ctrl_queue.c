@@ -2,8 +2,8 @@
  * The controllers' work queue (contract: sg_ctrl.h), after client-go's
  * workqueue with its rate-limiting and delaying layers folded into one.
  *
- * Every key the queue knows has one entry in a hash table, holding all its
- * state at once:
+ * Every key the queue knows has one entry in a hash table (common/sg_strmap),
+ * holding all its state at once:
  *   dirty       it must be reconciled (again): in the FIFO, or, while in
  *               progress, due to go back into the FIFO at done();
  *   processing  a worker holds it;
@@ -23,6 +23,7 @@
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_log.h"
+#include "sg_strmap.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -30,7 +31,7 @@
 #include <time.h>
 
 typedef struct entry {
-	struct entry *hnext; /* hash chain */
+	sg_strmap_node h;    /* in the table, keyed by key */
 	struct entry *fnext; /* FIFO */
 	uint64_t due_ns;
 	unsigned failures;
@@ -47,8 +48,7 @@ typedef struct delayed {
 struct sg_ctrl_queue {
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	entry **buckets;
-	size_t nbuckets, nentries;
+	sg_strmap table;
 	entry *head, *tail;
 	delayed *heap;
 	size_t heap_len, heap_cap;
@@ -60,41 +60,12 @@ struct sg_ctrl_queue {
 
 /* ---- the table ---- */
 
-static size_t hash(const char *s)
-{
-	size_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
+#define TABLE_BUCKETS 64
 
 static entry *find(sg_ctrl_queue *q, const char *key)
 {
-	for (entry *e = q->buckets[hash(key) & (q->nbuckets - 1)]; e; e = e->hnext)
-		if (strcmp(e->key, key) == 0)
-			return e;
-	return NULL;
-}
-
-static void grow(sg_ctrl_queue *q)
-{
-	size_t n = q->nbuckets * 2;
-	entry **b = calloc(n, sizeof(*b));
-	if (!b)
-		return; /* longer chains, still correct */
-	for (size_t i = 0; i < q->nbuckets; i++) {
-		entry *e = q->buckets[i];
-		while (e) {
-			entry *next = e->hnext;
-			size_t h = hash(e->key) & (n - 1);
-			e->hnext = b[h];
-			b[h] = e;
-			e = next;
-		}
-	}
-	free(q->buckets);
-	q->buckets = b;
-	q->nbuckets = n;
+	sg_strmap_node *h = sg_strmap_find(&q->table, key);
+	return h ? SG_STRMAP_ENTRY(h, entry, h) : NULL;
 }
 
 static entry *find_or_add(sg_ctrl_queue *q, const char *key)
@@ -107,12 +78,8 @@ static entry *find_or_add(sg_ctrl_queue *q, const char *key)
 	if (!e)
 		return NULL;
 	memcpy(e->key, key, len + 1);
-	if (q->nentries >= q->nbuckets)
-		grow(q);
-	size_t h = hash(key) & (q->nbuckets - 1);
-	e->hnext = q->buckets[h];
-	q->buckets[h] = e;
-	q->nentries++;
+	e->h.key = e->key;
+	sg_strmap_insert(&q->table, &e->h);
 	return e;
 }
 
@@ -121,11 +88,7 @@ static void release(sg_ctrl_queue *q, entry *e)
 {
 	if (e->dirty || e->processing || e->due_ns || e->failures || e->heap_refs || e->in_fifo)
 		return;
-	entry **p = &q->buckets[hash(e->key) & (q->nbuckets - 1)];
-	while (*p != e)
-		p = &(*p)->hnext;
-	*p = e->hnext;
-	q->nentries--;
+	(void)sg_strmap_remove(&q->table, &e->h); /* always there: entries live in it */
 	free(e);
 }
 
@@ -259,9 +222,7 @@ int sg_ctrl_queue_new(sg_ctrl_queue **out, unsigned first_ms, unsigned max_ms)
 	*out = NULL;
 	sg_ctrl_queue *q = calloc(1, sizeof(*q));
 	SG_ENSURE(q, SG_EINTERNAL, "controller queue: out of memory");
-	q->nbuckets = 64;
-	q->buckets = calloc(q->nbuckets, sizeof(*q->buckets));
-	if (!q->buckets) {
+	if (sg_strmap_init(&q->table, TABLE_BUCKETS, NULL) < 0) {
 		free(q);
 		SG_BAIL(SG_EINTERNAL, "controller queue: out of memory");
 	}
@@ -281,16 +242,11 @@ int sg_ctrl_queue_new(sg_ctrl_queue **out, unsigned first_ms, unsigned max_ms)
 
 static void clear(sg_ctrl_queue *q)
 {
-	for (size_t i = 0; i < q->nbuckets; i++) {
-		entry *e = q->buckets[i];
-		while (e) {
-			entry *next = e->hnext;
-			free(e);
-			e = next;
-		}
-		q->buckets[i] = NULL;
-	}
-	q->nentries = 0;
+	sg_strmap_iter it;
+	sg_strmap_iter_init(&it, &q->table);
+	for (sg_strmap_node *h; (h = sg_strmap_iter_next(&it));)
+		free(SG_STRMAP_ENTRY(h, entry, h));
+	sg_strmap_clear(&q->table);
 	q->head = q->tail = NULL;
 	q->heap_len = 0;
 	q->waiting = 0;
@@ -302,7 +258,7 @@ void sg_ctrl_queue_free(sg_ctrl_queue *q)
 	if (!q)
 		return;
 	clear(q);
-	free(q->buckets);
+	sg_strmap_fini(&q->table);
 	free(q->heap);
 	pthread_cond_destroy(&q->cv);
 	pthread_mutex_destroy(&q->mu);

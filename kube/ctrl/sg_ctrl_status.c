@@ -19,6 +19,7 @@
  * ("signet-<name>") and force: a controller's fields are its own, and the
  * API server tells apart what a user or another controller set.
  */
+#include "sg_clock.h"
 #include "sg_ctrl.h"
 #include "sg_guard.h"
 #include "sg_log.h"
@@ -39,9 +40,7 @@ int sg_ctrl_apply(sg_ctrl *c, const sg_kube_ref *ref, const json_t *body, json_t
 
 static void rfc3339(int64_t t, char out[32])
 {
-	time_t tt = (time_t)t;
-	struct tm tm;
-	if (!gmtime_r(&tt, &tm) || strftime(out, 32, "%Y-%m-%dT%H:%M:%SZ", &tm) == 0)
+	if (!sg_clock_rfc3339(out, 32, t))
 		snprintf(out, 32, "1970-01-01T00:00:00Z");
 }
 

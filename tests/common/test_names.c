@@ -1,12 +1,13 @@
 /*
  * Tests for sg_names: the Kubernetes naming rules (DNS-1123 labels and
- * subdomains, uids) at their edges: lengths at and past the limits, every
+ * subdomains, uids, label values and qualified names) at their edges: lengths at and past the limits, every
  * position a '-' or '.' may not take, upper case, bytes outside ASCII, and
  * lengths that stop short of the string (the caller's n is what counts).
  */
 #include "sg_names.h"
 #include "sg_test.h"
 
+#include <stdint.h>
 #include <string.h>
 
 static bool label(const char *s, size_t max)
@@ -86,4 +87,71 @@ static void t_label_value(void)
 	SG_CHECK(!sg_names_label_value(run(buf, 'x', SG_NAMES_LABEL_MAX + 1)));
 }
 
-SG_TEST_MAIN(SG_TEST(t_label), SG_TEST(t_subdomain), SG_TEST(t_uid), SG_TEST(t_label_value))
+static void t_subdomain_max(void)
+{
+	char buf[400];
+	/* The plain check is the max form at 253. */
+	SG_CHECK(sg_names_dns_subdomain_max("a.b", 3, SG_NAMES_SUBDOMAIN_MAX));
+	SG_CHECK(!sg_names_dns_subdomain_max(run(buf, 'a', 254), 254, SG_NAMES_SUBDOMAIN_MAX));
+	SG_CHECK(sg_names_dns_subdomain_max(buf, 254, 254));
+	SG_CHECK(!sg_names_dns_subdomain_max(buf, 4, 3));
+	/* SIZE_MAX: the pattern alone, whatever the length. */
+	run(buf, 'a', 300);
+	buf[150] = '.';
+	SG_CHECK(sg_names_dns_subdomain_max(buf, 300, SIZE_MAX));
+	SG_CHECK(!sg_names_dns_subdomain(buf, 300));
+	SG_CHECK(!sg_names_dns_subdomain_max("", 0, SIZE_MAX));
+	SG_CHECK(!sg_names_dns_subdomain_max("a..b", 4, SIZE_MAX) && !sg_names_dns_subdomain_max("a.", 2, SIZE_MAX));
+	SG_CHECK(!sg_names_dns_subdomain_max("A.b", 3, SIZE_MAX) && !sg_names_dns_subdomain_max("a.-b", 4, SIZE_MAX));
+}
+
+static void t_label_name(void)
+{
+	char buf[100];
+	SG_CHECK(sg_names_label_name("My_Value.1-x", 12, SG_NAMES_LABEL_MAX));
+	SG_CHECK(sg_names_label_name("a", 1, 1) && !sg_names_label_name("ab", 2, 1));
+	SG_CHECK(!sg_names_label_name("", 0, SIZE_MAX));
+	SG_CHECK(!sg_names_label_name("_a", 2, 63) && !sg_names_label_name("a.", 2, 63));
+	SG_CHECK(!sg_names_label_name("a/b", 3, 63) && !sg_names_label_name("a b", 3, 63));
+	SG_CHECK(sg_names_label_name(run(buf, 'Z', 63), 63, SG_NAMES_LABEL_MAX));
+	SG_CHECK(!sg_names_label_name(run(buf, 'Z', 64), 64, SG_NAMES_LABEL_MAX));
+	SG_CHECK(sg_names_label_name(buf, 64, SIZE_MAX)); /* the pattern alone */
+	/* n, not the NUL, ends the name. */
+	SG_CHECK(sg_names_label_name("ab-", 2, 63) && !sg_names_label_name("ab-", 3, 63));
+}
+
+static bool qualified(const char *s)
+{
+	return sg_names_qualified(s, strlen(s));
+}
+
+static void t_qualified(void)
+{
+	SG_CHECK(qualified("app") && qualified("My.Name_1"));
+	SG_CHECK(qualified("trust.cert-manager.io/bundle") && qualified("example.com/MyName"));
+	SG_CHECK(!qualified("") && !qualified("/") && !qualified("/name") && !qualified("example.com/"));
+	SG_CHECK(!qualified("a/b/c") && !qualified("Example.com/x") && !qualified("a..b/x"));
+	SG_CHECK(!qualified("-x") && !qualified("x-") && !qualified("a/-x"));
+	char buf[400];
+	/* The name part: at most 63 bytes. */
+	run(buf, 'n', 63);
+	SG_CHECK(qualified(buf));
+	SG_CHECK(!qualified(run(buf, 'n', 64)));
+	memcpy(buf, "p/", 2);
+	run(buf + 2, 'n', 63);
+	SG_CHECK(qualified(buf));
+	run(buf + 2, 'n', 64);
+	SG_CHECK(!qualified(buf));
+	/* The prefix: a DNS subdomain of at most 253 bytes. */
+	run(buf, 'p', 253);
+	memcpy(buf + 253, "/x", 3);
+	SG_CHECK(qualified(buf));
+	run(buf, 'p', 254);
+	memcpy(buf + 254, "/x", 3);
+	SG_CHECK(!qualified(buf));
+	/* n, not the NUL, ends the name. */
+	SG_CHECK(sg_names_qualified("a/bc", 3) && !sg_names_qualified("a/bc", 2));
+}
+
+SG_TEST_MAIN(SG_TEST(t_label), SG_TEST(t_subdomain), SG_TEST(t_uid), SG_TEST(t_label_value),
+             SG_TEST(t_subdomain_max), SG_TEST(t_label_name), SG_TEST(t_qualified))
