@@ -2,10 +2,7 @@
 # authorization on). About two minutes, nearly all of it waiting: the
 # refresh at half-life of a 2-minute certificate is waited for.
 if(TARGET signet-agent AND TARGET signetd AND TARGET signetctl)
-  set(agent_env "SIGNET_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp;SIGNET_SOFTHSM_MODULE=${SIGNET_SOFTHSM_MODULE}")
-  if(DEFINED ENV{SIGNET_KUBE_ENV})
-    list(APPEND agent_env "SIGNET_KUBE_ENV=$ENV{SIGNET_KUBE_ENV}")
-  endif()
+  signet_kube_env(agent_env "SIGNET_SOFTHSM_MODULE=${SIGNET_SOFTHSM_MODULE}")
   list(APPEND agent_env "TSAN_OPTIONS=suppressions=${CMAKE_SOURCE_DIR}/tests/ra/tsan.supp")
   add_test(NAME agent_e2e
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_agent.py $<TARGET_FILE:signet-agent>

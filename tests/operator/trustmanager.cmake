@@ -4,10 +4,7 @@
 # built, the test also checks that it parses the arguments the reconciler
 # writes into its Deployment.
 if(TARGET sg_operator)
-  set(tm_env "SIGNET_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp")
-  if(DEFINED ENV{SIGNET_KUBE_ENV})
-    list(APPEND tm_env "SIGNET_KUBE_ENV=$ENV{SIGNET_KUBE_ENV}")
-  endif()
+  signet_kube_env(tm_env)
   signet_test(operator_test_kube_trustmanager SOURCES ${CMAKE_CURRENT_LIST_DIR}/test_kube_trustmanager.c
               LIBS sg_operator OpenSSL::Crypto)
   target_compile_definitions(operator_test_kube_trustmanager PRIVATE KUBE_SCRIPTS="${CMAKE_SOURCE_DIR}/tests/kube"

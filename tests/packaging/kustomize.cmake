@@ -10,10 +10,7 @@
 # (tests/operator/CMakeLists.txt): label kube, its own server unless
 # SIGNET_KUBE_ENV names a running one to share.
 # Included from tests/packaging/CMakeLists.txt.
-set(kustomize_env "SIGNET_TEST_TMP=${CMAKE_BINARY_DIR}/test-tmp")
-if(DEFINED ENV{SIGNET_KUBE_ENV})
-  list(APPEND kustomize_env "SIGNET_KUBE_ENV=$ENV{SIGNET_KUBE_ENV}")
-endif()
+signet_kube_env(kustomize_env)
 if(SIGNET_SANITIZE STREQUAL "")
   add_test(NAME packaging_kustomize
     COMMAND /usr/bin/python3 ${CMAKE_CURRENT_LIST_DIR}/test_kustomize.py ${CMAKE_SOURCE_DIR})
