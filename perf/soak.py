@@ -50,7 +50,15 @@ when the daemon has issued millions of certificates. This tool:
          (each connection is one socket, and a segment opens its own)
          constant, and with no connection open, the same before the soak
          and after it;
-       * threads and HSM sessions: constant;
+       * signetd's own threads and HSM sessions: constant. gRPC's pools
+         (threads named event_engine, grpc_global_tim(er),
+         default-executo(r), resolver-execut(or), timer_manager) are
+         elastic by design: gRPC starts a thread when all of a pool's are
+         busy (a CPU-starved machine: a soak beside a compile went from 5
+         to 7) and lets idle ones go. They are counted apart and only
+         bounded: at most GRPC_POOL_SLACK_PER_CPU per CPU above their count
+         at rest before the soak, which a leak of a thread per connection
+         or per request passes within a segment;
        * zero failed requests, every segment's requests all answered, and
          signetd's issued count equal to what the clients got;
      and exits 0 only when all of these hold.
@@ -319,6 +327,29 @@ def write_secret(path, text):
 
 # ---- sampling ---------------------------------------------------------------
 
+# gRPC core's thread pools, by the names it gives their threads (Linux
+# keeps 15 bytes of a name): elastic by design, so counted apart from
+# signetd's own threads (see the verdict above).
+GRPC_POOL_THREADS = ("event_engine", "grpc_global_tim", "default-executo", "resolver-execut", "timer_manager")
+GRPC_POOL_SLACK_PER_CPU = 4
+
+
+def thread_census(pid):
+    """(signetd's own threads, gRPC's pool threads) of pid, by name."""
+    own = pool = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:  # ended meanwhile
+            continue
+        if name in GRPC_POOL_THREADS:
+            pool += 1
+        else:
+            own += 1
+    return own, pool
+
+
 def proc_status(pid):
     out = {}
     with open(f"/proc/{pid}/status") as f:
@@ -401,8 +432,10 @@ class Sampler(threading.Thread):
         m = self.d.metrics()
         grpc, http, rest = fd_census(self.d.pid, self.d.port, (self.d.metrics_port, self.d.probe_port))
         st = proc_status(self.d.pid)
+        own, pool = thread_census(self.d.pid)
         return {"t": round(time.time() - self.t0, 1), "phase": self.phase[0], "rss": st["VmRSS"],
-                "hwm": st["VmHWM"], "threads": st["Threads"], "fds": grpc + http + len(rest), "conns": grpc,
+                "hwm": st["VmHWM"], "threads": own, "grpc_threads": pool, "fds": grpc + http + len(rest),
+                "conns": grpc,
                 "http": http, "fds_base": len(rest), "rest_fds": rest,
                 "grpc_conns_metric": int(m.get("signet_grpc_connections", -1)),
                 "sessions": int(m.get("signet_hsm_sessions", -1)),
@@ -421,7 +454,7 @@ class Sampler(threading.Thread):
                 if self.every and (shown is None or r["t"] - shown >= self.every - 0.5):
                     shown = r["t"]  # a progress line: a long run shows its figures as it goes
                     log(f"sample t={r['t']:.0f}s RSS {r['rss'] / MIB:.1f} MiB HWM {r['hwm'] / MIB:.1f} MiB threads "
-                        f"{r['threads']} fds {r['fds']} (grpc {r['conns']}, rest {r['fds_base']}) sessions "
+                        f"{r['threads']}+{r['grpc_threads']} fds {r['fds']} (grpc {r['conns']}, rest {r['fds_base']}) sessions "
                         f"{r['sessions']} issued {r['issued']} reviews {r['reviews']} load {r['load1']:.2f}")
             except (OSError, KeyError, ValueError) as e:  # recorded, and fails the verdict
                 self.errors.append(f"{time.time() - self.t0:.1f}s: {e}")
@@ -491,10 +524,16 @@ def verdict(a, rows, segments, idle_before, idle_after, issued_delta, sampler_er
     hwm = [r["hwm"] for r in after]
     check("hwm", hwm[-1] - hwm[0] <= bound,
           f"VmHWM {hwm[0] / MIB:.1f} -> {hwm[-1] / MIB:.1f} MiB after the warm-up")
-    for key, what in (("fds_base", "descriptors other than accepted gRPC and HTTP connections"), ("threads", "threads"),
-                      ("sessions", "HSM sessions")):
+    for key, what in (("fds_base", "descriptors other than accepted gRPC and HTTP connections"),
+                      ("threads", "signetd's own threads"), ("sessions", "HSM sessions")):
         vals = sorted({r[key] for r in after})
         check(key, len(vals) == 1 and vals[0] >= 0, f"{what}: {vals if len(vals) > 1 else vals[0]}")
+    pool = [r.get("grpc_threads", 0) for r in after]
+    pool_rest = idle_before.get("grpc_threads", 0)
+    pool_bound = pool_rest + GRPC_POOL_SLACK_PER_CPU * (os.cpu_count() or 1)
+    check("grpc_threads", max(pool) <= pool_bound,
+          f"gRPC's pool threads {min(pool)}..{max(pool)} (elastic), {pool_rest} at rest before, bound {pool_bound} "
+          f"= that + {GRPC_POOL_SLACK_PER_CPU} per CPU")
     fds_all = sorted({r["fds"] for r in after})
     conns_all = sorted({r["conns"] for r in after})
     check("fds_idle", idle_before["fds_base"] == idle_after["fds_base"] and idle_after["conns"] == 0,
@@ -515,14 +554,14 @@ def verdict(a, rows, segments, idle_before, idle_after, issued_delta, sampler_er
 # ---- printing ---------------------------------------------------------------
 
 def fmt_rows(rows, every):
-    out = ["     t  phase  RSS MiB  HWM MiB  threads  fds  grpc  http  rest  sessions     issued  reviews  load1"]
+    out = ["     t  phase  RSS MiB  HWM MiB  threads  gRPC pool  fds  grpc  http  rest  sessions     issued  reviews  load1"]
     last = None
     for i, r in enumerate(rows):
         if last is not None and r["t"] - last < every - 0.5 and i != len(rows) - 1:
             continue
         last = r["t"]
         out.append(f"{r['t']:6.0f}  {r['phase'][:5]:5} {r['rss'] / MIB:8.1f} {r['hwm'] / MIB:8.1f} {r['threads']:8d} "
-                   f"{r['fds']:4d} {r['conns']:5d} {r['http']:5d} {r['fds_base']:5d} {r['sessions']:9d} "
+                   f"{r.get('grpc_threads', 0):10d} {r['fds']:4d} {r['conns']:5d} {r['http']:5d} {r['fds_base']:5d} {r['sessions']:9d} "
                    f"{r['issued']:10d} {r['reviews']:8d}  {r['load1']:5.2f}")
     return "\n".join(out)
 
@@ -623,7 +662,7 @@ def main(argv):
         sampler = Sampler(d, a.interval, t0, phase, a.table_every)
         idle_before = sampler.sample()
         log(f"idle before: fds {idle_before['fds']}, connections {idle_before['conns']}, threads "
-            f"{idle_before['threads']}, sessions {idle_before['sessions']}, RSS {idle_before['rss'] / MIB:.1f} MiB")
+            f"{idle_before['threads']} (+{idle_before['grpc_threads']} in gRPC's pools), sessions {idle_before['sessions']}, RSS {idle_before['rss'] / MIB:.1f} MiB")
 
         # ---- the soak ----
         log(f"soak: {rate}/s open loop for {a.minutes:g} min in segments of {a.segment:.0f} s, sampled every "
