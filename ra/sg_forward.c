@@ -133,6 +133,7 @@ struct sg_forward {
 	bool preserve;
 	unsigned max_in_flight, timeout_ms, nworkers;
 	unsigned orphan_age_s, sweep_ms;
+	int64_t born_s; /* wall-clock second this forwarder was made */
 
 	pthread_mutex_t mu;
 	pthread_cond_t work_cv; /* workers: a job, or stopping */
@@ -843,17 +844,23 @@ static void sweep(sg_forward *f)
 		if (!name || !owner)
 			continue;
 		bool mine = strcmp(owner, f->replica_id) == 0;
+		int64_t born = rfc3339_seconds(sg_kube_meta_str(item, "creationTimestamp"));
+		if (born < 0)
+			continue;
 		if (mine) {
+			/* Only what an earlier run left: one of this run's, answered
+			 * and waiting for its worker's delete, is not ours to take
+			 * (the timestamp has whole seconds, hence strictly before). */
+			if (born >= f->born_s)
+				continue;
 			pthread_mutex_lock(&f->mu);
 			bool waited_for = map_find(f, name) != NULL;
 			bool stopping = f->stopping;
 			pthread_mutex_unlock(&f->mu);
 			if (waited_for || stopping)
 				continue;
-		} else {
-			int64_t born = rfc3339_seconds(sg_kube_meta_str(item, "creationTimestamp"));
-			if (born < 0 || now - born < (int64_t)f->orphan_age_s)
-				continue;
+		} else if (now - born < (int64_t)f->orphan_age_s) {
+			continue;
 		}
 		sg_kube_ref one = cr_ref(f, name);
 		int rc = sg_kube_delete(f->kube, &one, NULL);
@@ -1027,6 +1034,7 @@ void sg_forward_stats_get(sg_forward *f, sg_forward_stats *out)
 	out->deletes = atomic_load(&f->deletes);
 	out->api_errors = atomic_load(&f->api_errors);
 	out->swept = atomic_load(&f->swept);
+	out->api_calls = out->creates + out->deletes;
 }
 
 bool sg_forward_ready(sg_forward *f)
@@ -1195,6 +1203,7 @@ int sg_forward_new(sg_forward **out, const sg_forward_options *o)
 	f->nworkers = o->workers ? o->workers : SG_FORWARD_WORKERS;
 	f->orphan_age_s = o->orphan_age_s ? o->orphan_age_s : SG_FORWARD_ORPHAN_AGE;
 	f->sweep_ms = o->sweep_interval_ms ? o->sweep_interval_ms : SG_FORWARD_SWEEP_MS;
+	f->born_s = sg_wall_seconds();
 
 	int rc;
 	char rid[2 * REPLICA_RANDOM + 1];

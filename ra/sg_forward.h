@@ -37,8 +37,10 @@
  * out, unless preserve is set (a debugging aid: requests then pile up).
  * What a crash leaves behind is swept (unless preserve): shortly after
  * start and then every sweep_interval_ms, requests labelled with this
- * replica's id that nobody here waits for (an earlier run with the same
- * id) and other replicas' requests older than orphan_age_s are deleted.
+ * replica's id created before this forwarder (an earlier run with the same
+ * id; creation seconds count, so one made in the same second as the
+ * forwarder waits for the next run) and other replicas' requests older
+ * than orphan_age_s are deleted.
  *
  * Threads and ownership: submit may be called from any thread; done is
  * called exactly once per accepted submit, on one of the module's threads,
@@ -144,6 +146,7 @@ typedef struct sg_forward_stats {
 	uint64_t in_flight;  /* waiting now */
 	uint64_t creates, deletes, api_errors; /* API calls made, and those that failed */
 	uint64_t swept;                        /* requests left behind (by a crash) and removed */
+	uint64_t api_calls;                    /* creates + deletes */
 } sg_forward_stats;
 
 SG_API void sg_forward_stats_get(sg_forward *f, sg_forward_stats *out);
