@@ -412,66 +412,48 @@ static bool ready(void *arg)
 	return st.pending == 0 && files_ok;
 }
 
-static sg_wlcerts_stats stats_of(void *arg)
+static void stats_of(void *arg, void *out)
 {
-	program *p = arg;
-	sg_wlcerts_stats st;
-	sg_wlcerts_stats_get(p->certs, &st);
-	return st;
+	sg_wlcerts_stats_get(((program *)arg)->certs, out);
 }
 
-static double m_pods(void *a) { return (double)stats_of(a).pods; }
-static double m_identities(void *a) { return (double)stats_of(a).identities; }
-static double m_held(void *a) { return (double)stats_of(a).held; }
-static double m_pending(void *a) { return (double)stats_of(a).pending; }
-static double m_fetches(void *a) { return (double)stats_of(a).fetches; }
-static double m_issued(void *a) { return (double)stats_of(a).issued; }
-static double m_refreshed(void *a) { return (double)stats_of(a).refreshed; }
-static double m_failed(void *a) { return (double)stats_of(a).failed; }
-static double m_dropped(void *a) { return (double)stats_of(a).dropped; }
-
 /* Seconds until the soonest certificate held expires; +Inf when none is
- * held (an alert on "< N" then stays quiet on an idle node). */
+ * held (an alert on "< N" then stays quiet on an idle node). A value
+ * derived from the stats: a callback. */
 static double m_expiry(void *a)
 {
-	sg_wlcerts_stats st = stats_of(a);
+	sg_wlcerts_stats st;
+	stats_of(a, &st);
 	if (st.soonest_expiry == 0)
 		return INFINITY;
 	return (double)(st.soonest_expiry - (int64_t)time(NULL));
 }
 
-typedef struct metric_fn {
-	bool counter;
-	const char *name, *help;
-	sg_metrics_value_fn fn;
-} metric_fn;
-
-static const metric_fn metric_fns[] = {
-	{false, "signet_agent_pods", "Pods of this node counted (running or pending).", m_pods},
-	{false, "signet_agent_identities", "Service accounts with pods on this node.", m_identities},
-	{false, "signet_agent_certificates", "Certificates held (one per service account with pods).", m_held},
-	{false, "signet_agent_certificates_pending",
-	 "Service accounts with pods whose first certificate has not arrived yet.", m_pending},
-	{false, "signet_agent_certificate_expiry_seconds",
-	 "Seconds until the soonest-expiring certificate held expires (+Inf: none held).", m_expiry},
-	{true, "signet_agent_ca_requests_total", "Requests made to the CA.", m_fetches},
-	{true, "signet_agent_certificates_issued_total", "First certificates of a service account.", m_issued},
-	{true, "signet_agent_refreshes_total", "Certificates refreshed.", m_refreshed},
-	{true, "signet_agent_ca_failures_total", "Requests to the CA that failed (each retried with backoff).",
-	 m_failed},
-	{true, "signet_agent_certificates_dropped_total", "Certificates dropped when their last pod went.", m_dropped},
+#define COUNTER(field, name, help) SG_METRICS_STAT_COUNTER(sg_wlcerts_stats, field, name, help)
+#define GAUGE(field, name, help) SG_METRICS_STAT_GAUGE(sg_wlcerts_stats, field, name, help)
+static const sg_metrics_stat stat_rows[] = {
+    GAUGE(pods, "signet_agent_pods", "Pods of this node counted (running or pending)."),
+    GAUGE(identities, "signet_agent_identities", "Service accounts with pods on this node."),
+    GAUGE(held, "signet_agent_certificates", "Certificates held (one per service account with pods)."),
+    GAUGE(pending, "signet_agent_certificates_pending",
+          "Service accounts with pods whose first certificate has not arrived yet."),
+    COUNTER(fetches, "signet_agent_ca_requests_total", "Requests made to the CA."),
+    COUNTER(issued, "signet_agent_certificates_issued_total", "First certificates of a service account."),
+    COUNTER(refreshed, "signet_agent_refreshes_total", "Certificates refreshed."),
+    COUNTER(failed, "signet_agent_ca_failures_total", "Requests to the CA that failed (each retried with backoff)."),
+    COUNTER(dropped, "signet_agent_certificates_dropped_total", "Certificates dropped when their last pod went."),
 };
+#undef COUNTER
+#undef GAUGE
 
 static int setup_metrics(program *p)
 {
 	SG_TRY(sg_metrics_new(&p->metrics));
-	for (size_t i = 0; i < sizeof(metric_fns) / sizeof(metric_fns[0]); i++) {
-		const metric_fn *f = &metric_fns[i];
-		if (f->counter)
-			SG_TRY(sg_metrics_counter_fn(p->metrics, f->name, f->help, f->fn, p));
-		else
-			SG_TRY(sg_metrics_gauge_fn(p->metrics, f->name, f->help, f->fn, p));
-	}
+	SG_TRY(sg_metrics_stats(p->metrics, stat_rows, sizeof(stat_rows) / sizeof(stat_rows[0]), stats_of,
+	                        sizeof(sg_wlcerts_stats), p));
+	SG_TRY(sg_metrics_gauge_fn(p->metrics, "signet_agent_certificate_expiry_seconds",
+	                           "Seconds until the soonest-expiring certificate held expires (+Inf: none held).",
+	                           m_expiry, p));
 	sg_metric *w = NULL, *e = NULL;
 	SG_TRY(sg_metrics_counter(&w, p->metrics, "signet_agent_files_written_total",
 	                          "Certificate folders written (each a new version switched in).", NULL, 0));

@@ -49,6 +49,14 @@
 #define SAR_CACHE_ENTRIES 16384
 #define TOLD_MAX 65536 /* requests remembered as told "Unprocessed" */
 #define CONFLICT_RETRY_MS 200u
+/* The API server answers SubjectAccessReviews from caches of its own,
+ * which can trail the RBAC watch that told us of a change (seconds on a
+ * loaded server): a review made at once may still give the old answer,
+ * and a request left undecided by it would wait for the next event. So
+ * an RBAC change is looked at twice: at once, and again once RBAC has
+ * been quiet for RBAC_SETTLE_MS, with the cached answers dropped again. */
+#define RBAC_SETTLE_KEY "rbac:settle" /* no request or policy key has this form */
+#define RBAC_SETTLE_MS 3000u
 
 struct sg_approver {
 	sg_ctrl *ctrl;
@@ -59,6 +67,7 @@ struct sg_approver {
 	int64_t sar_ttl;
 	sg_cache *sar;
 	_Atomic uint64_t rbac_gen;
+	_Atomic uint64_t rbac_last_ns; /* monotonic time of the last RBAC event */
 
 	/* uids of requests told "Unprocessed" (one Event each, not one per
 	 * re-evaluation); emptied when full. */
@@ -119,8 +128,24 @@ static void map_rbac(sg_ctrl *c, const json_t *obj, void *arg)
 {
 	(void)obj;
 	sg_approver *a = arg;
+	atomic_store(&a->rbac_last_ns, sg_now_ns());
 	atomic_fetch_add(&a->rbac_gen, 1);
 	sg_ctrl_resync(c);
+	sg_ctrl_add_after(c, RBAC_SETTLE_KEY, RBAC_SETTLE_MS);
+}
+
+/* The second look at an RBAC change, once RBAC has been quiet for
+ * RBAC_SETTLE_MS. */
+static int rbac_settled(sg_approver *a, sg_ctrl *c, sg_ctrl_result *res)
+{
+	uint64_t quiet_ns = sg_now_ns() - atomic_load(&a->rbac_last_ns);
+	if (quiet_ns < RBAC_SETTLE_MS * UINT64_C(1000000)) {
+		res->requeue_after_ms = RBAC_SETTLE_MS - quiet_ns / 1000000u;
+		return SG_OK;
+	}
+	atomic_fetch_add(&a->rbac_gen, 1);
+	sg_ctrl_resync(c);
+	return SG_OK;
 }
 
 static void resync(sg_ctrl *c, void *arg)
@@ -616,6 +641,8 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 	sg_approver *a = arg;
 	if (strncmp(key, POLICY_PREFIX, sizeof(POLICY_PREFIX) - 1) == 0)
 		return reconcile_policy(a, c, key + sizeof(POLICY_PREFIX) - 1);
+	if (strcmp(key, RBAC_SETTLE_KEY) == 0)
+		return rbac_settled(a, c, res);
 	char ns[64], name[SG_KUBE_NAME_MAX + 1];
 	if (!sg_ctrl_key_split(key, ns, name) || !ns[0])
 		return SG_OK;
@@ -623,6 +650,29 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 }
 
 /* ---- life ---- */
+
+static void stats_of(void *arg, void *out)
+{
+	sg_approver_stats_get(arg, out);
+}
+
+/* signet_approver_*: the module's counters, by the registry's stats table. */
+static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
+{
+	(void)c;
+#define ROW(field, name, help) SG_METRICS_STAT_COUNTER(sg_approver_stats, field, name, help)
+	static const sg_metrics_stat rows[] = {
+	    ROW(approved, "signet_approver_approved_total", "CertificateRequests approved by a policy."),
+	    ROW(denied, "signet_approver_denied_total", "CertificateRequests denied (no policy approved)."),
+	    ROW(unprocessed, "signet_approver_unprocessed_total", "Passes that found no applicable, bound policy."),
+	    ROW(deferred, "signet_approver_deferred_total", "Passes that waited for an applicable policy to be Ready."),
+	    ROW(errors, "signet_approver_errors_total", "Passes without an answer (retried with backoff)."),
+	    ROW(sar_requests, "signet_approver_subjectaccessreviews_total", "SubjectAccessReviews sent."),
+	    ROW(sar_cached, "signet_approver_subjectaccessreviews_cached_total", "SubjectAccessReview answers reused."),
+	};
+#undef ROW
+	return sg_metrics_stats(reg, rows, sizeof(rows) / sizeof(rows[0]), stats_of, sizeof(sg_approver_stats), arg);
+}
 
 int sg_approver_new(sg_approver **out, const sg_approver_options *o)
 {
@@ -671,6 +721,7 @@ int sg_approver_new(sg_approver **out, const sg_approver_options *o)
 	                   .nwatches = NWATCHES,
 	                   .reconcile = reconcile,
 	                   .resync = resync,
+	                   .metrics = metrics,
 	                   .arg = a,
 	                   .workers = o->workers ? o->workers : 4};
 	if (rc == SG_OK)
@@ -702,42 +753,6 @@ void sg_approver_stats_get(sg_approver *a, sg_approver_stats *out)
 		.sar_cached = atomic_load(&a->sar_cached),
 		.policy_status_writes = atomic_load(&a->policy_status_writes),
 	};
-}
-
-#define STAT_FN(field)                              \
-	static double stat_##field(void *arg)       \
-	{                                           \
-		sg_approver_stats st;               \
-		sg_approver_stats_get(arg, &st);    \
-		return (double)st.field;            \
-	}
-STAT_FN(approved)
-STAT_FN(denied)
-STAT_FN(unprocessed)
-STAT_FN(deferred)
-STAT_FN(errors)
-STAT_FN(sar_requests)
-STAT_FN(sar_cached)
-
-int sg_approver_metrics(sg_approver *a, sg_metrics *reg)
-{
-	static const struct {
-		const char *name, *help;
-		double (*fn)(void *);
-	} rows[] = {
-		{"signet_approver_approved_total", "CertificateRequests approved by a policy.", stat_approved},
-		{"signet_approver_denied_total", "CertificateRequests denied (no policy approved).", stat_denied},
-		{"signet_approver_unprocessed_total", "Passes that found no applicable, bound policy.", stat_unprocessed},
-		{"signet_approver_deferred_total", "Passes that waited for an applicable policy to be Ready.",
-		 stat_deferred},
-		{"signet_approver_errors_total", "Passes without an answer (retried with backoff).", stat_errors},
-		{"signet_approver_subjectaccessreviews_total", "SubjectAccessReviews sent.", stat_sar_requests},
-		{"signet_approver_subjectaccessreviews_cached_total", "SubjectAccessReview answers reused.",
-		 stat_sar_cached},
-	};
-	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-		SG_TRY(sg_metrics_counter_fn(reg, rows[i].name, rows[i].help, rows[i].fn, a));
-	return SG_OK;
 }
 
 void sg_approver_free(sg_approver *a)

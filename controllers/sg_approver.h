@@ -51,7 +51,6 @@
 #include "sg_ctrl.h"
 #include "sg_error.h"
 #include "sg_kube.h"
-#include "sg_metrics.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -100,11 +99,10 @@ typedef struct sg_approver_stats {
 } sg_approver_stats;
 
 SG_API int sg_approver_new(sg_approver **out, const sg_approver_options *o) SG_MUST_CHECK;
-/* The runtime's controller (borrowed), for a table row. */
+/* The runtime's controller (borrowed), for a table row; its metrics
+ * (sg_ctrl_metrics) are signet_approver_*, from the stats below. */
 SG_API sg_ctrl *sg_approver_controller(sg_approver *a);
 SG_API void sg_approver_stats_get(sg_approver *a, sg_approver_stats *out);
-/* Registers signet_approver_* on reg (once). */
-SG_API int sg_approver_metrics(sg_approver *a, sg_metrics *reg) SG_MUST_CHECK;
 /* Stops and frees; accepts NULL. */
 SG_API void sg_approver_free(sg_approver *a);
 

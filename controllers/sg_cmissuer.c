@@ -488,6 +488,61 @@ static void map_issuer(sg_ctrl *c, const json_t *issuer, void *arg)
 
 /* ---- lifecycle ---- */
 
+/* Whether the API server filters requests by issuer group: a LIST with the
+ * selector answers 200 where the CRD declares it selectable, 400 where it
+ * does not. Anything else (no CRD yet, no answer) leaves the filtering to
+ * us for this start. */
+static bool probe_field_selector(sg_cmissuer *m)
+{
+	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE};
+	sg_kube_list_opts lo = {.field_selector = GROUP_SELECTOR, .limit = 1};
+	json_t *list = NULL;
+	int rc = sg_kube_list(m->kube, &ref, &lo, &list);
+	json_decref(list);
+	if (rc != SG_OK && sg_kube_last_status()->code != 400)
+		sg_log(SG_LOG_WARN, "certificaterequests: cannot tell whether the API server filters by issuer group",
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	return rc == SG_OK;
+}
+
+/* Each start asks the API server again whether it filters by group: the
+ * CRD may have been upgraded meanwhile. */
+static int starting(sg_ctrl *c, void *arg)
+{
+	sg_cmissuer *m = arg;
+	bool sel = probe_field_selector(m);
+	SG_TRY(sg_ctrl_set_field_selector(c, CR_WATCH, sel ? GROUP_SELECTOR : NULL));
+	pthread_mutex_lock(&m->mu);
+	m->stats.field_selector = sel;
+	pthread_mutex_unlock(&m->mu);
+	sg_log(SG_LOG_INFO, "certificaterequests: starting",
+	       SG_F_STR("filter", sel ? "field selector " GROUP_SELECTOR : "client side"), SG_F_END);
+	return SG_OK;
+}
+
+/* signet_certificaterequests_total{result}, bound to this module's
+ * counters. */
+static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
+{
+	(void)c;
+	sg_cmissuer *m = arg;
+	static const char *const labels[] = {"result"};
+	sg_metric *f = NULL;
+	SG_TRY(sg_metrics_counter(&f, reg, "signet_certificaterequests_total",
+	                          "cert-manager CertificateRequests handled, by result (issued, failed, denied, "
+	                          "pending, ignored, error).",
+	                          labels, 1));
+	for (int i = 0; i < R_COUNT; i++) {
+		const char *v[] = {result_names[i]};
+		sg_series *s = NULL;
+		SG_TRY(sg_metric_series(&s, f, v));
+		pthread_mutex_lock(&m->mu);
+		m->results[i] = s;
+		pthread_mutex_unlock(&m->mu);
+	}
+	return SG_OK;
+}
+
 int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o)
 {
 	*out = NULL;
@@ -509,13 +564,15 @@ int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o)
 		 .map = map_issuer},
 	};
 	sg_ctrl_def def = {
-		.name = "certificaterequests",
-		.kube = o->kube,
-		.watches = watches,
-		.nwatches = 3,
-		.reconcile = reconcile,
-		.arg = m,
-		.workers = o->workers ? o->workers : SG_CMISSUER_WORKERS,
+	    .name = "certificaterequests",
+	    .kube = o->kube,
+	    .watches = watches,
+	    .nwatches = 3,
+	    .reconcile = reconcile,
+	    .starting = starting,
+	    .metrics = metrics,
+	    .arg = m,
+	    .workers = o->workers ? o->workers : SG_CMISSUER_WORKERS,
 	};
 	int rc = sg_ctrl_new(&m->ctrl, &def);
 	if (rc < 0) {
@@ -524,43 +581,6 @@ int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o)
 	}
 	*out = m;
 	return SG_OK;
-}
-
-/* Whether the API server filters requests by issuer group: a LIST with the
- * selector answers 200 where the CRD declares it selectable, 400 where it
- * does not. Anything else (no CRD yet, no answer) leaves the filtering to
- * us for this start. */
-static bool probe_field_selector(sg_cmissuer *m)
-{
-	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE};
-	sg_kube_list_opts lo = {.field_selector = GROUP_SELECTOR, .limit = 1};
-	json_t *list = NULL;
-	int rc = sg_kube_list(m->kube, &ref, &lo, &list);
-	json_decref(list);
-	if (rc != SG_OK && sg_kube_last_status()->code != 400)
-		sg_log(SG_LOG_WARN, "certificaterequests: cannot tell whether the API server filters by issuer group",
-		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
-	return rc == SG_OK;
-}
-
-int sg_cmissuer_start(sg_cmissuer *m)
-{
-	if (sg_ctrl_running(m->ctrl))
-		return SG_OK;
-	bool sel = probe_field_selector(m);
-	SG_TRY(sg_ctrl_set_field_selector(m->ctrl, CR_WATCH, sel ? GROUP_SELECTOR : NULL));
-	pthread_mutex_lock(&m->mu);
-	m->stats.field_selector = sel;
-	pthread_mutex_unlock(&m->mu);
-	SG_TRY(sg_ctrl_start(m->ctrl));
-	sg_log(SG_LOG_INFO, "certificaterequests: started",
-	       SG_F_STR("filter", sel ? "field selector " GROUP_SELECTOR : "client side"), SG_F_END);
-	return SG_OK;
-}
-
-void sg_cmissuer_stop(sg_cmissuer *m)
-{
-	sg_ctrl_stop(m->ctrl);
 }
 
 sg_ctrl *sg_cmissuer_controller(sg_cmissuer *m)
@@ -573,25 +593,6 @@ void sg_cmissuer_stats_get(sg_cmissuer *m, sg_cmissuer_stats *out)
 	pthread_mutex_lock(&m->mu);
 	*out = m->stats;
 	pthread_mutex_unlock(&m->mu);
-}
-
-int sg_cmissuer_metrics(sg_cmissuer *m, sg_metrics *reg)
-{
-	static const char *const labels[] = {"result"};
-	sg_metric *f = NULL;
-	SG_TRY(sg_metrics_counter(&f, reg, "signet_certificaterequests_total",
-				  "cert-manager CertificateRequests handled, by result (issued, failed, denied, "
-				  "pending, ignored, error).",
-				  labels, 1));
-	for (int i = 0; i < R_COUNT; i++) {
-		const char *v[] = {result_names[i]};
-		sg_series *s = NULL;
-		SG_TRY(sg_metric_series(&s, f, v));
-		pthread_mutex_lock(&m->mu);
-		m->results[i] = s;
-		pthread_mutex_unlock(&m->mu);
-	}
-	return SG_OK;
 }
 
 void sg_cmissuer_free(sg_cmissuer *m)

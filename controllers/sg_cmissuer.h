@@ -70,7 +70,6 @@
 #include "sg_error.h"
 #include "sg_kube.h"
 #include "sg_kubesign.h"
-#include "sg_metrics.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -101,13 +100,13 @@ typedef struct sg_cmissuer_stats {
 /* Creates a stopped controller (runtime name "certificaterequests").
  * Caller frees with sg_cmissuer_free. */
 SG_API int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o) SG_MUST_CHECK;
-/* Probes the field selector, then starts the runtime's controller. */
-SG_API int sg_cmissuer_start(sg_cmissuer *m) SG_MUST_CHECK;
-SG_API void sg_cmissuer_stop(sg_cmissuer *m);
+/* The runtime's controller (borrowed): the daemon's table row. Each
+ * sg_ctrl_start first asks the API server whether it filters requests by
+ * issuer group (a LIST with the field selector) and lists with the
+ * selector when it does. Its metrics (sg_ctrl_metrics):
+ * signet_certificaterequests_total{result}. */
 SG_API sg_ctrl *sg_cmissuer_controller(sg_cmissuer *m);
 SG_API void sg_cmissuer_stats_get(sg_cmissuer *m, sg_cmissuer_stats *out);
-/* signet_certificaterequests_total{result} for the daemon's registry. */
-SG_API int sg_cmissuer_metrics(sg_cmissuer *m, sg_metrics *reg) SG_MUST_CHECK;
 /* Stops and frees; accepts NULL. */
 SG_API void sg_cmissuer_free(sg_cmissuer *m);
 

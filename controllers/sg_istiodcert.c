@@ -599,6 +599,20 @@ static uint64_t next_wake_ms(const sg_istiodcert *c)
 
 /* ---- the controller's callbacks ---- */
 
+/* The runtime's hooks. The bundle may have changed while we were stopped:
+ * the first pass of each run checks the chain once. */
+static int starting(sg_ctrl *ctrl, void *arg)
+{
+	(void)ctrl;
+	sg_istiodcert *c = arg;
+	pthread_mutex_lock(&c->mu);
+	c->root_changed = true;
+	pthread_mutex_unlock(&c->mu);
+	sg_log(SG_LOG_INFO, "istiodcert: starting", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name),
+	       SG_F_STR("dns", c->dns_list), SG_F_STR("uri", c->uri), SG_F_END);
+	return SG_OK;
+}
+
 static int reconcile(sg_ctrl *ctrl, const char *key, sg_ctrl_result *res, void *arg)
 {
 	(void)ctrl, (void)key;
@@ -831,14 +845,15 @@ int sg_istiodcert_new(sg_istiodcert **out, const sg_istiodcert_options *o, const
 			.map = map_secret,
 		};
 		sg_ctrl_def def = {
-			.name = "istiodcert",
-			.kube = c->kube,
-			.watches = &secrets,
-			.nwatches = 1,
-			.reconcile = reconcile,
-			.synced = synced,
-			.resync = resync,
-			.arg = c,
+		    .name = "istiodcert",
+		    .kube = c->kube,
+		    .watches = &secrets,
+		    .nwatches = 1,
+		    .reconcile = reconcile,
+		    .synced = synced,
+		    .resync = resync,
+		    .starting = starting,
+		    .arg = c,
 		};
 		rc = sg_ctrl_new(&c->ctrl, &def);
 	}
@@ -853,27 +868,6 @@ int sg_istiodcert_new(sg_istiodcert **out, const sg_istiodcert_options *o, const
 sg_ctrl *sg_istiodcert_controller(sg_istiodcert *c)
 {
 	return c->ctrl;
-}
-
-int sg_istiodcert_start(sg_istiodcert *c)
-{
-	if (sg_ctrl_running(c->ctrl))
-		return SG_OK;
-	pthread_mutex_lock(&c->mu);
-	c->root_changed = true; /* the bundle may have changed while we were stopped: check the chain once */
-	pthread_mutex_unlock(&c->mu);
-	SG_TRY(sg_ctrl_start(c->ctrl));
-	sg_log(SG_LOG_INFO, "istiodcert: started", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name),
-	       SG_F_STR("dns", c->dns_list), SG_F_STR("uri", c->uri), SG_F_END);
-	return SG_OK;
-}
-
-void sg_istiodcert_stop(sg_istiodcert *c)
-{
-	if (!c || !sg_ctrl_running(c->ctrl))
-		return;
-	sg_ctrl_stop(c->ctrl); /* joins the worker: once it returns, nothing of ours writes */
-	sg_log(SG_LOG_INFO, "istiodcert: stopped", SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name), SG_F_END);
 }
 
 int sg_istiodcert_set_root(sg_istiodcert *c, const char *root_pem, size_t len)
@@ -912,8 +906,7 @@ void sg_istiodcert_free(sg_istiodcert *c)
 {
 	if (!c)
 		return;
-	sg_istiodcert_stop(c);
-	sg_ctrl_free(c->ctrl);
+	sg_ctrl_free(c->ctrl); /* stops first: nothing of ours writes once it returns */
 	material_free(&c->cur);
 	json_decref(c->root);
 	free(c->ns);

@@ -105,20 +105,6 @@ typedef struct sg_istiodcert_stats {
 SG_API int sg_istiodcert_new(sg_istiodcert **out, const sg_istiodcert_options *o, const char *root_pem,
                              size_t len) SG_MUST_CHECK;
 
-/* Starts the informer and the controller thread (call it when this
- * process leads). The thread adopts or issues a certificate and writes the
- * Secret once the informer has listed it. Returns at once; SG_OK when
- * already running. */
-SG_API int sg_istiodcert_start(sg_istiodcert *c) SG_MUST_CHECK;
-
-/* Stops (leadership lost, or shutdown): no write after the thread has
- * seen the stop; waits for the thread (at most an issuance or the one
- * request in flight) and the informer (about a second). When it returns,
- * this module makes no more API calls and no more pool requests. The
- * current certificate is kept in memory for the next start. Safe when not
- * running. */
-SG_API void sg_istiodcert_stop(sg_istiodcert *c);
-
 /* Replaces the root bundle (copied; same rules as for new): ca.crt follows,
  * and the certificate is re-issued if it no longer chains to the bundle.
  * Any thread. */
@@ -127,8 +113,15 @@ SG_API int sg_istiodcert_set_root(sg_istiodcert *c, const char *root_pem, size_t
 /* Counters since sg_istiodcert_new and the current certificate. Any thread. */
 SG_API void sg_istiodcert_stats_get(sg_istiodcert *c, sg_istiodcert_stats *out);
 
-/* The runtime's controller (borrowed), for the daemon's table; start and
- * stop above wrap its start and stop. */
+/* The runtime's controller (borrowed): the daemon's table row, and how to
+ * run it. sg_ctrl_start (call it when this process leads) returns at once;
+ * the worker adopts or issues a certificate and writes the Secret once the
+ * informer has listed it. sg_ctrl_stop (leadership lost, or shutdown):
+ * no write after the worker has seen the stop; it waits for the worker (at
+ * most an issuance or the one request in flight) and the informer (about a
+ * second); then this module makes no more API calls and no more pool
+ * requests. The current certificate is kept in memory for the next
+ * start. */
 SG_API sg_ctrl *sg_istiodcert_controller(sg_istiodcert *c);
 
 /* Stops and frees (the key is wiped); accepts NULL. */

@@ -657,6 +657,27 @@ static int copy_str(const char *s, char **out)
 	return SG_OK;
 }
 
+/* The runtime's hooks: what this run signs for, and a fresh set of
+ * warnings for the next one. */
+static int starting(sg_ctrl *c, void *arg)
+{
+	(void)c;
+	sg_kubecsr *k = arg;
+	sg_log(SG_LOG_INFO, "kubecsr: starting", SG_F_STR("alias", k->alias ? k->alias : ""),
+	       SG_F_STR("alias_issuer", k->alias ? k->alias_issuer : ""), SG_F_END);
+	return SG_OK;
+}
+
+static void stopped(sg_ctrl *c, void *arg)
+{
+	(void)c;
+	sg_kubecsr *k = arg;
+	pthread_mutex_lock(&k->mu);
+	memset(k->warned, 0, sizeof(k->warned));
+	k->warned_next = 0;
+	pthread_mutex_unlock(&k->mu);
+}
+
 static int init(sg_kubecsr *k, const sg_kubecsr_options *o)
 {
 	SG_ENSURE(o->kube, SG_EINVAL, "kubecsr: no Kubernetes client");
@@ -691,6 +712,8 @@ static int init(sg_kubecsr *k, const sg_kubecsr_options *o)
 	    .watches = watches,
 	    .nwatches = 2,
 	    .reconcile = reconcile,
+	    .starting = starting,
+	    .stopped = stopped,
 	    .arg = k,
 	    .workers = o->workers ? o->workers : SG_KUBECSR_WORKERS,
 	};
@@ -718,28 +741,6 @@ sg_ctrl *sg_kubecsr_controller(sg_kubecsr *k)
 	return k->ctrl;
 }
 
-int sg_kubecsr_start(sg_kubecsr *k)
-{
-	if (sg_ctrl_running(k->ctrl))
-		return SG_OK;
-	SG_TRY(sg_ctrl_start(k->ctrl));
-	sg_log(SG_LOG_INFO, "kubecsr: started", SG_F_STR("alias", k->alias ? k->alias : ""),
-	       SG_F_STR("alias_issuer", k->alias ? k->alias_issuer : ""), SG_F_END);
-	return SG_OK;
-}
-
-void sg_kubecsr_stop(sg_kubecsr *k)
-{
-	if (!k || !sg_ctrl_running(k->ctrl))
-		return;
-	sg_ctrl_stop(k->ctrl);
-	pthread_mutex_lock(&k->mu);
-	memset(k->warned, 0, sizeof(k->warned)); /* a new run warns afresh */
-	k->warned_next = 0;
-	pthread_mutex_unlock(&k->mu);
-	sg_log(SG_LOG_INFO, "kubecsr: stopped", SG_F_END);
-}
-
 void sg_kubecsr_stats_get(sg_kubecsr *k, sg_kubecsr_stats *out)
 {
 	sg_ctrl_stats cs;
@@ -755,8 +756,7 @@ void sg_kubecsr_free(sg_kubecsr *k)
 {
 	if (!k)
 		return;
-	sg_kubecsr_stop(k);
-	sg_ctrl_free(k->ctrl);
+	sg_ctrl_free(k->ctrl); /* stops first */
 	free(k->alias);
 	free(k->alias_issuer);
 	pthread_mutex_destroy(&k->mu);

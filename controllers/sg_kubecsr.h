@@ -147,17 +147,12 @@ typedef struct sg_kubecsr_stats {
  * too many workers). Caller frees with sg_kubecsr_free. */
 SG_API int sg_kubecsr_new(sg_kubecsr **out, const sg_kubecsr_options *o) SG_MUST_CHECK;
 
-/* Starts the informers and the workers (call it when this process leads):
- * every start lists afresh, then looks at every CSR of ours once and
- * follows events. Returns at once; SG_OK when already running. */
-SG_API int sg_kubecsr_start(sg_kubecsr *k) SG_MUST_CHECK;
-
-/* Stops: no write after the workers have seen the stop; returns once they
- * are joined (at most one request or one signature each) and the
- * informers are gone. Safe when not running; start may follow. */
-SG_API void sg_kubecsr_stop(sg_kubecsr *k);
-
-/* The runtime's controller (borrowed), for the daemon's table. */
+/* The runtime's controller (borrowed): the daemon's table row, and how to
+ * run the signer. sg_ctrl_start (call it when this process leads) lists
+ * afresh, looks at every CSR of ours once and follows events; it returns
+ * at once. sg_ctrl_stop: no write after the workers have seen the stop;
+ * it returns once they are joined (at most one request or one signature
+ * each) and the informers are gone; another start may follow. */
 SG_API sg_ctrl *sg_kubecsr_controller(sg_kubecsr *k);
 
 /* Counters since sg_kubecsr_new (queued: now). Any thread. */

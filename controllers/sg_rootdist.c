@@ -416,6 +416,30 @@ static int init_strings(sg_rootdist *r, const sg_rootdist_options *o)
 	return SG_OK;
 }
 
+/* The runtime's hooks: say what this run distributes, and forget the
+ * namespace count when it ends. */
+static int starting(sg_ctrl *c, void *arg)
+{
+	(void)c;
+	sg_rootdist *r = arg;
+	if (r->ns)
+		sg_log(SG_LOG_INFO, "rootdist: starting", SG_F_STR("name", r->name), SG_F_STR("namespace", r->ns),
+		       SG_F_END);
+	else
+		sg_log(SG_LOG_INFO, "rootdist: starting", SG_F_STR("name", r->name),
+		       SG_F_STR("selector", sg_kube_selector_string(r->selector)), SG_F_END);
+	return SG_OK;
+}
+
+static void stopped(sg_ctrl *c, void *arg)
+{
+	(void)c;
+	sg_rootdist *r = arg;
+	pthread_mutex_lock(&r->mu);
+	r->stats.namespaces = 0;
+	pthread_mutex_unlock(&r->mu);
+}
+
 static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_pem, size_t len)
 {
 	SG_ENSURE(o->kube, SG_EINVAL, "rootdist: no Kubernetes client");
@@ -440,12 +464,14 @@ static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_p
 		              .map = map_configmap},
 	};
 	sg_ctrl_def def = {
-		.name = or_default(o->controller, SG_ROOTDIST_CONTROLLER),
-		.kube = o->kube,
-		.watches = watches,
-		.nwatches = 2,
-		.reconcile = reconcile,
-		.arg = r,
+	    .name = or_default(o->controller, SG_ROOTDIST_CONTROLLER),
+	    .kube = o->kube,
+	    .watches = watches,
+	    .nwatches = 2,
+	    .reconcile = reconcile,
+	    .starting = starting,
+	    .stopped = stopped,
+	    .arg = r,
 	};
 	return sg_ctrl_new(&r->ctrl, &def);
 }
@@ -469,31 +495,6 @@ int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char 
 sg_ctrl *sg_rootdist_controller(sg_rootdist *r)
 {
 	return r->ctrl;
-}
-
-int sg_rootdist_start(sg_rootdist *r)
-{
-	if (sg_ctrl_running(r->ctrl))
-		return SG_OK;
-	SG_TRY(sg_ctrl_start(r->ctrl));
-	if (r->ns)
-		sg_log(SG_LOG_INFO, "rootdist: started", SG_F_STR("name", r->name), SG_F_STR("namespace", r->ns),
-		       SG_F_END);
-	else
-		sg_log(SG_LOG_INFO, "rootdist: started", SG_F_STR("name", r->name),
-		       SG_F_STR("selector", sg_kube_selector_string(r->selector)), SG_F_END);
-	return SG_OK;
-}
-
-void sg_rootdist_stop(sg_rootdist *r)
-{
-	if (!r || !sg_ctrl_running(r->ctrl))
-		return;
-	sg_ctrl_stop(r->ctrl);
-	pthread_mutex_lock(&r->mu);
-	r->stats.namespaces = 0;
-	pthread_mutex_unlock(&r->mu);
-	sg_log(SG_LOG_INFO, "rootdist: stopped", SG_F_STR("name", r->name), SG_F_END);
 }
 
 int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len)
@@ -526,14 +527,14 @@ void sg_rootdist_stats_get(sg_rootdist *r, sg_rootdist_stats *out)
 	pthread_mutex_unlock(&r->mu);
 	out->errors = cs.errors;
 	out->queued = cs.queued;
+	out->writes = out->creates + out->updates;
 }
 
 void sg_rootdist_free(sg_rootdist *r)
 {
 	if (!r)
 		return;
-	sg_rootdist_stop(r);
-	sg_ctrl_free(r->ctrl);
+	sg_ctrl_free(r->ctrl); /* stops first */
 	sg_kube_selector_free(r->selector);
 	json_decref(r->root);
 	free(r->ns);

@@ -93,6 +93,7 @@ typedef struct sg_rootdist_stats {
 	uint64_t errors;     /* failed reconciles (each retried with backoff) */
 	uint64_t namespaces; /* selected namespaces known to the running informer */
 	uint64_t queued;     /* namespaces waiting, including those backing off */
+	uint64_t writes;     /* creates + updates */
 } sg_rootdist_stats;
 
 /* Creates a stopped distributor for the root bundle root_pem (len bytes of
@@ -107,20 +108,6 @@ typedef struct sg_rootdist_stats {
 SG_API int sg_rootdist_new(sg_rootdist **out, const sg_rootdist_options *o, const char *root_pem,
                            size_t len) SG_MUST_CHECK;
 
-/* Starts the informers and the worker (call it when this process leads).
- * Every start begins from a fresh LIST, then reconciles every selected
- * namespace once and follows events. Returns at once (it does not wait for
- * the API server); SG_OK when already running. */
-SG_API int sg_rootdist_start(sg_rootdist *r) SG_MUST_CHECK;
-
-/* Stops (leadership lost, or shutdown): the worker makes no write after it
- * has seen the stop, the call waits for the worker (at most the one request
- * in flight, bounded by the client's request timeout) and for the
- * informers (about a second each), and drops the queue and the caches.
- * When it returns, this module makes no more API calls. Safe when not
- * running; may be followed by another start. */
-SG_API void sg_rootdist_stop(sg_rootdist *r);
-
 /* Replaces the root bundle (copied; same rules as for new). When it
  * differs from the current one and the distributor runs, every selected
  * namespace is reconciled again. Any thread. */
@@ -129,8 +116,14 @@ SG_API int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len
 /* Counters since sg_rootdist_new (namespaces and queued: now). Any thread. */
 SG_API void sg_rootdist_stats_get(sg_rootdist *r, sg_rootdist_stats *out);
 
-/* The runtime's controller (borrowed), for the daemon's table. start and
- * stop above are its start and stop with a log line. */
+/* The runtime's controller (borrowed): the daemon's table row, and how to
+ * run the distributor. sg_ctrl_start (call it when this process leads)
+ * begins from a fresh LIST, reconciles every selected namespace once and
+ * follows events; it returns at once. sg_ctrl_stop (leadership lost, or
+ * shutdown) waits for the worker's request in flight (bounded by the
+ * client's request timeout) and the informers (about a second each) and
+ * drops the queue and the caches: when it returns, this module makes no
+ * more API calls; another start may follow. */
 SG_API sg_ctrl *sg_rootdist_controller(sg_rootdist *r);
 
 /* Stops and frees; accepts NULL. */

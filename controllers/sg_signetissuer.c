@@ -264,6 +264,27 @@ static void resync(sg_ctrl *c, void *arg)
 	}
 }
 
+static void stats_of(void *arg, void *out)
+{
+	sg_signetissuer_stats_get(arg, out);
+}
+
+/* signet_issuers_*: what the checks found, by the registry's stats table. */
+static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
+{
+	(void)c;
+#define ROW(field, name, help) SG_METRICS_STAT_COUNTER(sg_signetissuer_stats, field, name, help)
+	static const sg_metrics_stat rows[] = {
+	    ROW(ready, "signet_issuers_ready_checks_total", "Issuer checks that found the issuer Ready."),
+	    ROW(not_ready, "signet_issuers_not_ready_checks_total",
+	        "Issuer checks that found the issuer not Ready (bad spec, unknown or unusable CA)."),
+	    ROW(writes, "signet_issuers_status_writes_total", "Issuer status writes."),
+	};
+#undef ROW
+	return sg_metrics_stats(reg, rows, sizeof(rows) / sizeof(rows[0]), stats_of, sizeof(sg_signetissuer_stats),
+	                        arg);
+}
+
 int sg_signetissuer_new(sg_signetissuer **out, const sg_signetissuer_options *o)
 {
 	*out = NULL;
@@ -283,13 +304,14 @@ int sg_signetissuer_new(sg_signetissuer **out, const sg_signetissuer_options *o)
 			 .resource = SG_SIGNETISSUER_CLUSTER_RESOURCE}},
 	};
 	sg_ctrl_def def = {
-		.name = "issuers",
-		.kube = o->kube,
-		.watches = watches,
-		.nwatches = 2,
-		.reconcile = reconcile,
-		.resync = resync,
-		.arg = s,
+	    .name = "issuers",
+	    .kube = o->kube,
+	    .watches = watches,
+	    .nwatches = 2,
+	    .reconcile = reconcile,
+	    .resync = resync,
+	    .metrics = metrics,
+	    .arg = s,
 	};
 	int rc = sg_ctrl_new(&s->ctrl, &def);
 	if (rc < 0) {

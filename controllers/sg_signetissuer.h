@@ -97,6 +97,9 @@ typedef struct sg_signetissuer_stats {
 /* Creates a stopped controller (runtime name "issuers"). Caller frees
  * with sg_signetissuer_free. */
 SG_API int sg_signetissuer_new(sg_signetissuer **out, const sg_signetissuer_options *o) SG_MUST_CHECK;
+/* The runtime's controller (borrowed): a table row, started and stopped
+ * by sg_ctrl_start and sg_ctrl_stop; its metrics (sg_ctrl_metrics) are
+ * signet_issuers_{ready_checks,not_ready_checks,status_writes}_total. */
 SG_API sg_ctrl *sg_signetissuer_controller(sg_signetissuer *s);
 SG_API void sg_signetissuer_stats_get(sg_signetissuer *s, sg_signetissuer_stats *out);
 /* Stops and frees; accepts NULL. */

@@ -165,27 +165,17 @@ static bool want_istiodcert(const sg_daemon_settings *d)
 	return d->istiod_cert_enabled;
 }
 
-static int rootdist_start(void *self)
-{
-	return sg_rootdist_start(self);
-}
-
-static void rootdist_stop(void *self)
-{
-	sg_rootdist_stop(self);
-}
-
-static int make_rootdist(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_rootdist(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	sg_rootdist_options ro = {.kube = c->kube_writers, .namespace_selector = c->d->configmap_namespace_selector};
 	SG_TRY(sg_rootdist_new(&c->rootdist, &ro, o->root_pem, o->root_len));
-	*row = (sg_ctrl_row){sg_rootdist_controller(c->rootdist), rootdist_start, rootdist_stop, c->rootdist, true, NULL};
+	*ctrl = sg_rootdist_controller(c->rootdist);
 	return SG_OK;
 }
 
 /* The roots for trust bundles: one ConfigMap in one namespace. Its names
  * are checked here, so that a typo names the setting. */
-static int make_rootpub(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_rootpub(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	const sg_daemon_settings *d = c->d;
 	const char *ns = d->trust_namespace ? d->trust_namespace : "";
@@ -207,21 +197,11 @@ static int make_rootpub(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row 
 		.controller = SG_ROOTDIST_ROOTS_CONTROLLER,
 	};
 	SG_TRY(sg_rootdist_new(&c->rootpub, &ro, o->root_pem, o->root_len));
-	*row = (sg_ctrl_row){sg_rootdist_controller(c->rootpub), rootdist_start, rootdist_stop, c->rootpub, true, NULL};
+	*ctrl = sg_rootdist_controller(c->rootpub);
 	return SG_OK;
 }
 
-static int istiodcert_start(void *self)
-{
-	return sg_istiodcert_start(self);
-}
-
-static void istiodcert_stop(void *self)
-{
-	sg_istiodcert_stop(self);
-}
-
-static int make_istiodcert(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_istiodcert(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	const sg_daemon_settings *d = c->d;
 	sg_istiodcert_options io = {
@@ -238,8 +218,7 @@ static int make_istiodcert(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_r
 		.key_size = (unsigned)d->istiod_cert_key_size,
 	};
 	SG_TRY(sg_istiodcert_new(&c->istiodcert, &io, o->root_pem, o->root_len));
-	*row = (sg_ctrl_row){sg_istiodcert_controller(c->istiodcert), istiodcert_start, istiodcert_stop, c->istiodcert,
-	                     true, NULL};
+	*ctrl = sg_istiodcert_controller(c->istiodcert);
 	return SG_OK;
 }
 
@@ -248,7 +227,7 @@ static bool want_issuers(const sg_daemon_settings *d)
 	return d->cert_manager_issuer || d->kube_csr_signer;
 }
 
-static int make_issuers(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_issuers(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	(void)o;
 	sg_signetissuer_options io = {
@@ -258,7 +237,7 @@ static int make_issuers(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row 
 		.check_interval = (unsigned)c->d->issuer_check_interval,
 	};
 	SG_TRY(sg_signetissuer_new(&c->issuers, &io));
-	*row = (sg_ctrl_row){sg_signetissuer_controller(c->issuers), NULL, NULL, NULL, true, NULL};
+	*ctrl = sg_signetissuer_controller(c->issuers);
 	return SG_OK;
 }
 
@@ -267,22 +246,7 @@ static bool want_cmissuer(const sg_daemon_settings *d)
 	return d->cert_manager_issuer;
 }
 
-static int cmissuer_start(void *self)
-{
-	return sg_cmissuer_start(self);
-}
-
-static void cmissuer_stop(void *self)
-{
-	sg_cmissuer_stop(self);
-}
-
-static int cmissuer_metrics(void *self, sg_metrics *reg)
-{
-	return sg_cmissuer_metrics(self, reg);
-}
-
-static int make_cmissuer(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_cmissuer(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	(void)o;
 	sg_cmissuer_options mo = {
@@ -292,8 +256,7 @@ static int make_cmissuer(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row
 		.workers = (unsigned)c->d->cert_manager_issuer_workers,
 	};
 	SG_TRY(sg_cmissuer_new(&c->cmissuer, &mo));
-	*row = (sg_ctrl_row){sg_cmissuer_controller(c->cmissuer), cmissuer_start, cmissuer_stop, c->cmissuer, true,
-	                     cmissuer_metrics};
+	*ctrl = sg_cmissuer_controller(c->cmissuer);
 	return SG_OK;
 }
 
@@ -302,17 +265,7 @@ static bool want_kubecsr(const sg_daemon_settings *d)
 	return d->kube_csr_signer;
 }
 
-static int kubecsr_start(void *self)
-{
-	return sg_kubecsr_start(self);
-}
-
-static void kubecsr_stop(void *self)
-{
-	sg_kubecsr_stop(self);
-}
-
-static int make_kubecsr_row(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_kubecsr(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	(void)o;
 	const sg_daemon_settings *d = c->d;
@@ -324,27 +277,18 @@ static int make_kubecsr_row(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_
 		.alias_issuer = d->kube_csr_signer_alias_issuer,
 	};
 	SG_TRY(sg_kubecsr_new(&c->kubecsr, &ko));
-	*row = (sg_ctrl_row){sg_kubecsr_controller(c->kubecsr), kubecsr_start, kubecsr_stop, c->kubecsr, true, NULL};
+	*ctrl = sg_kubecsr_controller(c->kubecsr);
 	return SG_OK;
 }
 
-/* One row per controller: whether the settings ask for it, and how to make
- * it. A new controller is a new row (and its own module). */
 static bool want_approver(const sg_daemon_settings *d)
 {
 	return d->approver;
 }
 
-static int approver_metrics(void *self, sg_metrics *reg)
-{
-	sg_cluster *c = self;
-	SG_TRY(sg_approver_metrics(c->approver, reg));
-	return c->policyservers ? sg_policyserver_metrics(c->policyservers, reg) : SG_OK;
-}
-
 /* The policy approver, with the external policy servers as its one plugin
  * when --external-policy-servers names any. */
-static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row)
+static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	(void)o;
 	const sg_daemon_settings *d = c->d;
@@ -362,22 +306,23 @@ static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row
 		ao.nplugins = 1;
 	}
 	SG_TRY(sg_approver_new(&c->approver, &ao));
-	*row = (sg_ctrl_row){.ctrl = sg_approver_controller(c->approver), .self = c, .leader_only = true,
-	                     .metrics = approver_metrics};
+	*ctrl = sg_approver_controller(c->approver);
 	return SG_OK;
 }
 
+/* The table: whether the settings ask for a controller, how its module is
+ * made from them (the module's controller is the manager's row), and
+ * whether it runs only on the leader. A new controller is its module and
+ * a row here. */
 static const struct controller_kind {
 	bool (*wanted)(const sg_daemon_settings *d);
-	int (*make)(sg_cluster *c, const sg_cluster_options *o, sg_ctrl_row *row);
+	int (*make)(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl);
+	bool leader_only;
 } controllers[] = {
-	{want_rootdist, make_rootdist},
-	{want_rootpub, make_rootpub},
-	{want_istiodcert, make_istiodcert},
-	{want_issuers, make_issuers},
-	{want_cmissuer, make_cmissuer},
-	{want_kubecsr, make_kubecsr_row},
-	{want_approver, make_approver},
+    {want_rootdist, make_rootdist, true},     {want_rootpub, make_rootpub, true},
+    {want_istiodcert, make_istiodcert, true}, {want_issuers, make_issuers, true},
+    {want_cmissuer, make_cmissuer, true},     {want_kubecsr, make_kubecsr, true},
+    {want_approver, make_approver, true},
 };
 
 static bool any_controller(const sg_daemon_settings *d)
@@ -412,9 +357,9 @@ static int make_controllers(sg_cluster *c, const sg_cluster_options *o)
 	for (size_t i = 0; i < sizeof(controllers) / sizeof(controllers[0]); i++) {
 		if (!controllers[i].wanted(d))
 			continue;
-		sg_ctrl_row row;
-		SG_TRY(controllers[i].make(c, o, &row));
-		SG_TRY(sg_ctrl_manager_add(c->ctrls, &row));
+		sg_ctrl *ctrl = NULL;
+		SG_TRY(controllers[i].make(c, o, &ctrl));
+		SG_TRY(sg_ctrl_manager_add(c->ctrls, &(sg_ctrl_row){ctrl, controllers[i].leader_only}));
 	}
 	return SG_OK;
 }
@@ -616,210 +561,128 @@ static double leader_gauge(void *arg)
 	return sg_cluster_is_leader(arg);
 }
 
-static sg_authn_tokenreview_stats tr_stats(sg_cluster *c)
+/* Each part's stats for the registry's tables (the registry hands a zeroed
+ * struct: a part that is off reads as zeros). */
+static void tr_of(void *arg, void *out)
 {
-	sg_authn_tokenreview_stats st = {0};
+	sg_cluster *c = arg;
 	if (c->tokenreview)
-		sg_authn_tokenreview_stats_of(c->tokenreview, &st);
-	return st;
+		sg_authn_tokenreview_stats_of(c->tokenreview, out);
 }
 
-static double tr_reviews(void *arg)
+static void rd_of(void *arg, void *out)
 {
-	return (double)tr_stats(arg).reviews;
+	sg_cluster *c = arg;
+	if (c->rootdist)
+		sg_rootdist_stats_get(c->rootdist, out);
 }
 
-static double tr_hits(void *arg)
+static void rp_of(void *arg, void *out)
 {
-	return (double)tr_stats(arg).cache_hits;
+	sg_cluster *c = arg;
+	if (c->rootpub)
+		sg_rootdist_stats_get(c->rootpub, out);
 }
 
-static double tr_coalesced(void *arg)
+static void wl_of(void *arg, void *out)
 {
-	return (double)tr_stats(arg).coalesced;
-}
-
-static double tr_errors(void *arg)
-{
-	return (double)tr_stats(arg).api_errors;
-}
-
-static sg_rootdist_stats rd_stats(sg_rootdist *r)
-{
-	sg_rootdist_stats st = {0};
-	if (r)
-		sg_rootdist_stats_get(r, &st);
-	return st;
-}
-
-static double rd_writes(void *arg)
-{
-	sg_rootdist_stats st = rd_stats(((sg_cluster *)arg)->rootdist);
-	return (double)(st.creates + st.updates);
-}
-
-static double rd_errors(void *arg)
-{
-	return (double)rd_stats(((sg_cluster *)arg)->rootdist).errors;
-}
-
-static double rp_writes(void *arg)
-{
-	sg_rootdist_stats st = rd_stats(((sg_cluster *)arg)->rootpub);
-	return (double)(st.creates + st.updates);
-}
-
-static double rp_errors(void *arg)
-{
-	return (double)rd_stats(((sg_cluster *)arg)->rootpub).errors;
-}
-
-static sg_workload_stats wl_stats(sg_cluster *c)
-{
-	sg_workload_stats st;
-	memset(&st, 0, sizeof(st));
+	sg_cluster *c = arg;
 	if (c->workload)
-		sg_workload_stats_get(c->workload, &st);
-	return st;
+		sg_workload_stats_get(c->workload, out);
 }
 
-static double wl_allowed(void *arg)
+static void jk_of(void *arg, void *out)
 {
-	return (double)wl_stats(arg).impersonation_allowed;
-}
-
-static double wl_refused(void *arg)
-{
-	return (double)wl_stats(arg).impersonation_refused;
-}
-
-static double wl_live(void *arg)
-{
-	return (double)wl_stats(arg).bound_live;
-}
-
-static double wl_pods(void *arg)
-{
-	return (double)wl_stats(arg).pods;
-}
-
-static sg_jwks_kube_stats jk_stats(sg_cluster *c)
-{
-	sg_jwks_kube_stats st;
-	memset(&st, 0, sizeof(st));
+	sg_cluster *c = arg;
 	if (c->jwks)
-		sg_jwks_kube_stats_get(c->jwks, &st);
-	return st;
+		sg_jwks_kube_stats_get(c->jwks, out);
 }
 
-static double jk_failures(void *arg)
+static void fw_of(void *arg, void *out)
 {
-	return (double)jk_stats(arg).failures;
-}
-
-static double jk_last(void *arg)
-{
-	return (double)jk_stats(arg).last_success;
-}
-
-static sg_forward_stats fw_stats(sg_cluster *c)
-{
-	sg_forward_stats st;
-	memset(&st, 0, sizeof(st));
+	sg_cluster *c = arg;
 	if (c->forward)
-		sg_forward_stats_get(c->forward, &st);
-	return st;
+		sg_forward_stats_get(c->forward, out);
 }
 
-static double fw_issued(void *arg)
-{
-	return (double)fw_stats(arg).issued;
-}
+#define COUNTER SG_METRICS_STAT_COUNTER
+#define GAUGE SG_METRICS_STAT_GAUGE
 
-static double fw_refused(void *arg)
-{
-	return (double)fw_stats(arg).refused;
-}
+static const sg_metrics_stat tr_rows[] = {
+    COUNTER(sg_authn_tokenreview_stats, reviews, "signet_tokenreview_requests_total",
+            "TokenReview calls made to the API server."),
+    COUNTER(sg_authn_tokenreview_stats, cache_hits, "signet_tokenreview_cache_hits_total",
+            "Tokens answered from the review cache."),
+    COUNTER(sg_authn_tokenreview_stats, coalesced, "signet_tokenreview_coalesced_total",
+            "Requests that waited for a review already under way."),
+    COUNTER(sg_authn_tokenreview_stats, api_errors, "signet_tokenreview_errors_total",
+            "TokenReview calls that got no answer (API unreachable or refusing)."),
+};
 
-static double fw_timeouts(void *arg)
-{
-	return (double)fw_stats(arg).timeouts;
-}
+static const sg_metrics_stat rd_rows[] = {
+    COUNTER(sg_rootdist_stats, writes, "signet_root_configmap_writes_total",
+            "istio-ca-root-cert ConfigMaps created or repaired."),
+    COUNTER(sg_rootdist_stats, errors, "signet_root_configmap_errors_total", "Failed istio-ca-root-cert reconciles."),
+};
 
-static double fw_rejected(void *arg)
-{
-	return (double)fw_stats(arg).rejected;
-}
+static const sg_metrics_stat rp_rows[] = {
+    COUNTER(sg_rootdist_stats, writes, "signet_roots_publish_writes_total",
+            "roots-configmap (trust-namespace) created or repaired."),
+    COUNTER(sg_rootdist_stats, errors, "signet_roots_publish_errors_total", "Failed roots-configmap reconciles."),
+};
 
-static double fw_errors(void *arg)
-{
-	return (double)fw_stats(arg).errors;
-}
+static const sg_metrics_stat wl_rows[] = {
+    COUNTER(sg_workload_stats, impersonation_allowed, "signet_impersonation_allowed_total",
+            "Impersonations a node agent was allowed (pod on its node)."),
+    COUNTER(sg_workload_stats, impersonation_refused, "signet_impersonation_refused_total",
+            "Impersonations refused by node authorization."),
+    COUNTER(sg_workload_stats, bound_live, "signet_bound_token_lookups_total",
+            "Live API lookups of a token's ServiceAccount or Pod (cache misses)."),
+    GAUGE(sg_workload_stats, pods, "signet_workload_pods", "Pods in the node-authorization index."),
+};
 
-static double fw_in_flight(void *arg)
-{
-	return (double)fw_stats(arg).in_flight;
-}
+static const sg_metrics_stat jk_rows[] = {
+    COUNTER(sg_jwks_kube_stats, failures, "signet_jwks_fetch_failures_total",
+            "Failed fetches of the cluster's JWKS (the previous keys stay in use)."),
+    GAUGE(sg_jwks_kube_stats, last_success, "signet_jwks_last_success_timestamp",
+          "When the cluster's JWKS was last fetched."),
+};
 
-static double fw_api_calls(void *arg)
-{
-	sg_forward_stats st = fw_stats(arg);
-	return (double)(st.creates + st.deletes);
-}
+static const sg_metrics_stat fw_rows[] = {
+    COUNTER(sg_forward_stats, issued, "signet_forward_issued_total",
+            "RA mode: CertificateRequests answered with a certificate."),
+    COUNTER(sg_forward_stats, refused, "signet_forward_refused_total",
+            "RA mode: CertificateRequests denied, failed or deleted by others."),
+    COUNTER(sg_forward_stats, timeouts, "signet_forward_timeouts_total",
+            "RA mode: requests whose deadline passed, or whose caller went away."),
+    COUNTER(sg_forward_stats, rejected, "signet_forward_rejected_total",
+            "RA mode: requests refused at once (too many in flight)."),
+    COUNTER(sg_forward_stats, errors, "signet_forward_errors_total", "RA mode: API errors and unusable certificates."),
+    GAUGE(sg_forward_stats, in_flight, "signet_forward_in_flight",
+          "RA mode: CertificateRequests waiting for their issuer."),
+    COUNTER(sg_forward_stats, api_calls, "signet_forward_api_calls_total",
+            "RA mode: creates and deletes of CertificateRequests."),
+};
+
+#undef COUNTER
+#undef GAUGE
+
+#define TABLE(rows, get, type) rows, sizeof(rows) / sizeof(rows[0]), get, sizeof(type)
 
 int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 {
-	static const struct {
-		const char *name, *help;
-		sg_metrics_value_fn fn;
-		bool counter;
-	} fns[] = {
-		{"signet_leader", "1 while this replica holds the leader-election Lease and runs the writers.", leader_gauge,
-		 false},
-		{"signet_tokenreview_requests_total", "TokenReview calls made to the API server.", tr_reviews, true},
-		{"signet_tokenreview_cache_hits_total", "Tokens answered from the review cache.", tr_hits, true},
-		{"signet_tokenreview_coalesced_total", "Requests that waited for a review already under way.", tr_coalesced,
-		 true},
-		{"signet_tokenreview_errors_total", "TokenReview calls that got no answer (API unreachable or refusing).",
-		 tr_errors, true},
-		{"signet_root_configmap_writes_total", "istio-ca-root-cert ConfigMaps created or repaired.", rd_writes, true},
-		{"signet_root_configmap_errors_total", "Failed istio-ca-root-cert reconciles.", rd_errors, true},
-		{"signet_roots_publish_writes_total", "roots-configmap (trust-namespace) created or repaired.", rp_writes,
-		 true},
-		{"signet_roots_publish_errors_total", "Failed roots-configmap reconciles.", rp_errors, true},
-		{"signet_impersonation_allowed_total", "Impersonations a node agent was allowed (pod on its node).",
-		 wl_allowed, true},
-		{"signet_impersonation_refused_total", "Impersonations refused by node authorization.", wl_refused, true},
-		{"signet_bound_token_lookups_total", "Live API lookups of a token's ServiceAccount or Pod (cache misses).",
-		 wl_live, true},
-		{"signet_workload_pods", "Pods in the node-authorization index.", wl_pods, false},
-		{"signet_jwks_fetch_failures_total", "Failed fetches of the cluster's JWKS (the previous keys stay in use).",
-		 jk_failures, true},
-		{"signet_jwks_last_success_timestamp", "When the cluster's JWKS was last fetched.", jk_last, false},
-	};
-	static const struct {
-		const char *name, *help;
-		sg_metrics_value_fn fn;
-		bool counter;
-	} ra[] = {
-		{"signet_forward_issued_total", "RA mode: CertificateRequests answered with a certificate.", fw_issued, true},
-		{"signet_forward_refused_total", "RA mode: CertificateRequests denied, failed or deleted by others.",
-		 fw_refused, true},
-		{"signet_forward_timeouts_total", "RA mode: requests whose deadline passed, or whose caller went away.",
-		 fw_timeouts, true},
-		{"signet_forward_rejected_total", "RA mode: requests refused at once (too many in flight).", fw_rejected,
-		 true},
-		{"signet_forward_errors_total", "RA mode: API errors and unusable certificates.", fw_errors, true},
-		{"signet_forward_in_flight", "RA mode: CertificateRequests waiting for their issuer.", fw_in_flight, false},
-		{"signet_forward_api_calls_total", "RA mode: creates and deletes of CertificateRequests.", fw_api_calls,
-		 true},
-	};
-	for (size_t i = 0; c->forward && i < sizeof(ra) / sizeof(ra[0]); i++)
-		SG_TRY(ra[i].counter ? sg_metrics_counter_fn(reg, ra[i].name, ra[i].help, ra[i].fn, c)
-				     : sg_metrics_gauge_fn(reg, ra[i].name, ra[i].help, ra[i].fn, c));
-	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
-		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c)
-				      : sg_metrics_gauge_fn(reg, fns[i].name, fns[i].help, fns[i].fn, c));
+	SG_TRY(sg_metrics_gauge_fn(reg, "signet_leader",
+	                           "1 while this replica holds the leader-election Lease and runs the writers.",
+	                           leader_gauge, c));
+	if (c->forward)
+		SG_TRY(sg_metrics_stats(reg, TABLE(fw_rows, fw_of, sg_forward_stats), c));
+	SG_TRY(sg_metrics_stats(reg, TABLE(tr_rows, tr_of, sg_authn_tokenreview_stats), c));
+	SG_TRY(sg_metrics_stats(reg, TABLE(rd_rows, rd_of, sg_rootdist_stats), c));
+	SG_TRY(sg_metrics_stats(reg, TABLE(rp_rows, rp_of, sg_rootdist_stats), c));
+	SG_TRY(sg_metrics_stats(reg, TABLE(wl_rows, wl_of, sg_workload_stats), c));
+	SG_TRY(sg_metrics_stats(reg, TABLE(jk_rows, jk_of, sg_jwks_kube_stats), c));
+	if (c->policyservers)
+		SG_TRY(sg_policyserver_metrics(c->policyservers, reg));
 	return c->ctrls ? sg_ctrl_manager_metrics(c->ctrls, reg) : SG_OK;
 }
 

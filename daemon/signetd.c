@@ -223,51 +223,11 @@ static double hsm_up(void *arg)
 	return hsm_stats(arg).state != SG_HSM_DOWN;
 }
 
-static double hsm_signatures(void *arg)
-{
-	return (double)hsm_stats(arg).signatures;
-}
-
-static double hsm_faults(void *arg)
-{
-	return (double)hsm_stats(arg).faults;
-}
-
-static double hsm_recoveries(void *arg)
-{
-	return (double)hsm_stats(arg).recoveries;
-}
-
-static double hsm_reinits(void *arg)
-{
-	return (double)hsm_stats(arg).reinits;
-}
-
-static double hsm_sessions(void *arg)
-{
-	return (double)hsm_stats(arg).sessions;
-}
-
 static sg_pool_stats pool_stats(daemon *d)
 {
 	sg_pool_stats st;
 	sg_pool_stats_get(d->pool, &st);
 	return st;
-}
-
-static double queue_depth(void *arg)
-{
-	return (double)pool_stats(arg).queued;
-}
-
-static double queue_rejected(void *arg)
-{
-	return (double)pool_stats(arg).rejected;
-}
-
-static double queue_rejected_deadline(void *arg)
-{
-	return (double)pool_stats(arg).rejected_deadline;
 }
 
 static double signer_service_seconds(void *arg)
@@ -285,46 +245,64 @@ static double ready_gauge(void *arg)
 	return atomic_load(&((daemon *)arg)->ready);
 }
 
-/* Zeros before the gRPC server is up and once it is shutting down. */
-static sg_grpc_server_stats grpc_stats(daemon *d)
+/* The parts' stats for the registry's tables. gRPC's: zeros before the
+ * server is up and once it is shutting down. */
+static void grpc_of(void *arg, void *out)
 {
-	sg_grpc_server_stats st = {0};
+	daemon *d = arg;
 	pthread_mutex_lock(&d->grpc_mu);
 	if (d->grpc_live)
-		sg_grpc_server_stats_get(d->grpc_live, &st);
+		sg_grpc_server_stats_get(d->grpc_live, out);
 	pthread_mutex_unlock(&d->grpc_mu);
-	return st;
 }
 
-static double grpc_connections(void *arg)
+static void hsm_of(void *arg, void *out)
 {
-	return (double)grpc_stats(arg).connections;
+	sg_hsm_stats_get(sg_appliance_hsm(((daemon *)arg)->app), out);
 }
 
-static double grpc_max_connections(void *arg)
+static void pool_of(void *arg, void *out)
 {
-	return (double)grpc_stats(arg).max_connections;
+	sg_pool_stats_get(((daemon *)arg)->pool, out);
 }
 
-static double grpc_cancelled(void *arg)
-{
-	return (double)grpc_stats(arg).calls_cancelled;
-}
+#define COUNTER SG_METRICS_STAT_COUNTER
+#define GAUGE SG_METRICS_STAT_GAUGE
 
-static double grpc_expired(void *arg)
-{
-	return (double)grpc_stats(arg).streams_expired;
-}
+static const sg_metrics_stat hsm_rows[] = {
+    GAUGE(sg_hsm_stats, sessions, "signet_hsm_sessions", "Open PKCS#11 signing sessions."),
+    COUNTER(sg_hsm_stats, signatures, "signet_hsm_signatures_total", "Signatures made by the HSM."),
+    COUNTER(sg_hsm_stats, faults, "signet_hsm_faults_total", "PKCS#11 faults seen."),
+    COUNTER(sg_hsm_stats, recoveries, "signet_hsm_recoveries_total", "PKCS#11 sessions recovered after a fault."),
+    COUNTER(sg_hsm_stats, reinits, "signet_hsm_reinits_total",
+            "PKCS#11 module re-initialisations (C_Finalize + C_Initialize) after sessions could not be reopened."),
+};
 
-static double grpc_answers_dropped(void *arg)
-{
-	return (double)grpc_stats(arg).answers_dropped;
-}
+static const sg_metrics_stat pool_rows[] = {
+    GAUGE(sg_pool_stats, queued, "signet_signer_queue_depth", "Requests waiting for a signer thread."),
+    COUNTER(sg_pool_stats, rejected, "signet_signer_rejected_total",
+            "Requests refused at once: the signer queue was full, or held more work than their deadline left time "
+            "for."),
+    COUNTER(sg_pool_stats, rejected_deadline, "signet_signer_rejected_deadline_total",
+            "Requests refused because their wait in the signer queue would have outlasted their deadline."),
+};
 
-static double grpc_rapid_reset(void *arg)
-{
-	return (double)grpc_stats(arg).rapid_reset_closed;
-}
+static const sg_metrics_stat grpc_rows[] = {
+    GAUGE(sg_grpc_server_stats, connections, "signet_grpc_connections", "Open gRPC connections."),
+    GAUGE(sg_grpc_server_stats, max_connections, "signet_grpc_max_connections",
+          "gRPC connections held at once at most (max-connections)."),
+    COUNTER(sg_grpc_server_stats, calls_cancelled, "signet_grpc_calls_cancelled_total",
+            "Calls the client cancelled or reset."),
+    COUNTER(sg_grpc_server_stats, streams_expired, "signet_grpc_streams_expired_total",
+            "Calls reset because their request message did not arrive within the deadline."),
+    COUNTER(sg_grpc_server_stats, answers_dropped, "signet_grpc_answers_dropped_total",
+            "Answers the client did not take by the deadline (no flow-control window): the call was reset."),
+    COUNTER(sg_grpc_server_stats, rapid_reset_closed, "signet_grpc_rapid_reset_closed_total",
+            "Connections closed for cancelling streams faster than allowed (HTTP/2 rapid reset)."),
+};
+
+#undef COUNTER
+#undef GAUGE
 
 static int setup_metrics(daemon *d)
 {
@@ -338,52 +316,37 @@ static int setup_metrics(daemon *d)
 				  reason_label, 1));
 	SG_TRY(sg_metric_series(&m->conn_refused_limit, f, limit));
 	SG_TRY(sg_metric_series(&m->conn_refused_fds, f, fds));
+	/* Values derived from a part's state (seconds until, a state as a
+	 * number, a scaled average): callbacks. The parts' counters: tables. */
 	static const struct {
 		const char *name, *help;
 		sg_metrics_value_fn fn;
 		bool counter;
 	} fns[] = {
-		{"citadel_server_root_cert_expiry_timestamp", "The unix timestamp when the root CA expires.", root_expiry, false},
-		{"citadel_server_root_cert_expiry_seconds", "Seconds until the root CA expires.", root_expiry_seconds, false},
-		{"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp when the CA chain expires.", chain_expiry, false},
-		{"citadel_server_cert_chain_expiry_seconds", "Seconds until the CA chain expires.", chain_expiry_seconds, false},
-		{"signet_hsm_up", "1 while at least one HSM token is usable.", hsm_up, false},
-		{"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false},
-		{"signet_hsm_sessions", "Open PKCS#11 signing sessions.", hsm_sessions, false},
-		{"signet_hsm_signatures_total", "Signatures made by the HSM.", hsm_signatures, true},
-		{"signet_hsm_faults_total", "PKCS#11 faults seen.", hsm_faults, true},
-		{"signet_hsm_recoveries_total", "PKCS#11 sessions recovered after a fault.", hsm_recoveries, true},
-		{"signet_hsm_reinits_total",
-		 "PKCS#11 module re-initialisations (C_Finalize + C_Initialize) after sessions could not be reopened.",
-		 hsm_reinits, true},
-		{"signet_signer_queue_depth", "Requests waiting for a signer thread.", queue_depth, false},
-		{"signet_signer_rejected_total",
-		 "Requests refused at once: the signer queue was full, or held more work than their deadline left time for.",
-		 queue_rejected, true},
-		{"signet_signer_rejected_deadline_total",
-		 "Requests refused because their wait in the signer queue would have outlasted their deadline.",
-		 queue_rejected_deadline, true},
-		{"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",
-		 signer_service_seconds, false},
-		{"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
-		 serving_expiry, false},
-		{"signet_ready", "1 when signet is ready to serve.", ready_gauge, false},
-		{"signet_grpc_connections", "Open gRPC connections.", grpc_connections, false},
-		{"signet_grpc_max_connections", "gRPC connections held at once at most (max-connections).",
-		 grpc_max_connections, false},
-		{"signet_grpc_calls_cancelled_total", "Calls the client cancelled or reset.", grpc_cancelled, true},
-		{"signet_grpc_streams_expired_total",
-		 "Calls reset because their request message did not arrive within the deadline.", grpc_expired, true},
-		{"signet_grpc_answers_dropped_total",
-		 "Answers the client did not take by the deadline (no flow-control window): the call was reset.",
-		 grpc_answers_dropped, true},
-		{"signet_grpc_rapid_reset_closed_total",
-		 "Connections closed for cancelling streams faster than allowed (HTTP/2 rapid reset).",
-		 grpc_rapid_reset, true},
+	    {"citadel_server_root_cert_expiry_timestamp", "The unix timestamp when the root CA expires.", root_expiry,
+	     false},
+	    {"citadel_server_root_cert_expiry_seconds", "Seconds until the root CA expires.", root_expiry_seconds,
+	     false},
+	    {"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp when the CA chain expires.",
+	     chain_expiry, false},
+	    {"citadel_server_cert_chain_expiry_seconds", "Seconds until the CA chain expires.", chain_expiry_seconds,
+	     false},
+	    {"signet_hsm_up", "1 while at least one HSM token is usable.", hsm_up, false},
+	    {"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false},
+	    {"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",
+	     signer_service_seconds, false},
+	    {"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
+	     serving_expiry, false},
+	    {"signet_ready", "1 when signet is ready to serve.", ready_gauge, false},
 	};
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
 		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d)
 				      : sg_metrics_gauge_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d));
+#define TABLE(rows, get, type) rows, sizeof(rows) / sizeof(rows[0]), get, sizeof(type)
+	SG_TRY(sg_metrics_stats(m->reg, TABLE(hsm_rows, hsm_of, sg_hsm_stats), d));
+	SG_TRY(sg_metrics_stats(m->reg, TABLE(pool_rows, pool_of, sg_pool_stats), d));
+	SG_TRY(sg_metrics_stats(m->reg, TABLE(grpc_rows, grpc_of, sg_grpc_server_stats), d));
+#undef TABLE
 	return SG_OK;
 }
 

@@ -83,6 +83,10 @@ struct sg_metric {
 	size_t nbounds;
 	sg_metrics_value_fn fn;
 	void *arg;
+	/* A stats field (sg_metrics_stats): fn is NULL, the value is the
+	 * field at stat_offset of what stat_get fills. */
+	sg_metrics_stats_fn stat_get;
+	size_t stat_size, stat_offset, stat_field;
 	pthread_mutex_t lock; /* serializes series creation */
 	sg_series *series[SG_METRICS_MAX_SERIES];
 	_Atomic size_t nseries; /* release-published after series[n] is set */
@@ -394,6 +398,8 @@ typedef struct spec {
 	size_t nbounds;
 	sg_metrics_value_fn fn;
 	void *arg;
+	sg_metrics_stats_fn stat_get;
+	size_t stat_size, stat_offset, stat_field;
 } spec;
 
 /* Builds a family (no series yet); not yet visible to anyone. */
@@ -415,6 +421,10 @@ static int family_new(sg_metric **out, const spec *sp)
 	f->kind = kind;
 	f->fn = sp->fn;
 	f->arg = sp->arg;
+	f->stat_get = sp->stat_get;
+	f->stat_size = sp->stat_size;
+	f->stat_offset = sp->stat_offset;
+	f->stat_field = sp->stat_field;
 	f->name = dup_str(name);
 	f->help = dup_str(help);
 	bool ok = f->name && f->help;
@@ -524,8 +534,8 @@ static int add_family(sg_metric **out, sg_metrics *m, const spec *sp)
 	SG_TRY(check_labels(name, sp->labels, sp->nlabels, kind));
 	if (kind == K_HISTOGRAM)
 		SG_TRY(check_bounds(name, sp->bounds, sp->nbounds));
-	SG_ENSURE(sp->fn || (kind != K_COUNTER_FN && kind != K_GAUGE_FN), SG_EINVAL, "metrics: %s: callback missing",
-	          name);
+	SG_ENSURE(sp->fn || sp->stat_get || (kind != K_COUNTER_FN && kind != K_GAUGE_FN), SG_EINVAL,
+	          "metrics: %s: callback missing", name);
 
 	sg_metric *f = NULL;
 	SG_TRY(family_new(&f, sp));
@@ -567,29 +577,80 @@ unlock:
 int sg_metrics_counter(sg_metric **out, sg_metrics *m, const char *name, const char *help,
                        const char *const *label_names, size_t nlabels)
 {
-	return add_family(out, m, &(spec){name, help, K_COUNTER, label_names, nlabels, NULL, 0, NULL, NULL});
+	return add_family(
+	    out, m, &(spec){.name = name, .help = help, .kind = K_COUNTER, .labels = label_names, .nlabels = nlabels});
 }
 
 int sg_metrics_gauge(sg_metric **out, sg_metrics *m, const char *name, const char *help, const char *const *label_names,
                      size_t nlabels)
 {
-	return add_family(out, m, &(spec){name, help, K_GAUGE, label_names, nlabels, NULL, 0, NULL, NULL});
+	return add_family(
+	    out, m, &(spec){.name = name, .help = help, .kind = K_GAUGE, .labels = label_names, .nlabels = nlabels});
 }
 
 int sg_metrics_histogram(sg_metric **out, sg_metrics *m, const char *name, const char *help, const double *bounds,
                          size_t nbounds, const char *const *label_names, size_t nlabels)
 {
-	return add_family(out, m, &(spec){name, help, K_HISTOGRAM, label_names, nlabels, bounds, nbounds, NULL, NULL});
+	return add_family(out, m,
+	                  &(spec){.name = name,
+	                          .help = help,
+	                          .kind = K_HISTOGRAM,
+	                          .labels = label_names,
+	                          .nlabels = nlabels,
+	                          .bounds = bounds,
+	                          .nbounds = nbounds});
 }
 
 int sg_metrics_gauge_fn(sg_metrics *m, const char *name, const char *help, sg_metrics_value_fn fn, void *arg)
 {
-	return add_family(NULL, m, &(spec){name, help, K_GAUGE_FN, NULL, 0, NULL, 0, fn, arg});
+	return add_family(NULL, m, &(spec){.name = name, .help = help, .kind = K_GAUGE_FN, .fn = fn, .arg = arg});
 }
 
 int sg_metrics_counter_fn(sg_metrics *m, const char *name, const char *help, sg_metrics_value_fn fn, void *arg)
 {
-	return add_family(NULL, m, &(spec){name, help, K_COUNTER_FN, NULL, 0, NULL, 0, fn, arg});
+	return add_family(NULL, m, &(spec){.name = name, .help = help, .kind = K_COUNTER_FN, .fn = fn, .arg = arg});
+}
+
+int sg_metrics_stats(sg_metrics *m, const sg_metrics_stat *rows, size_t nrows, sg_metrics_stats_fn get, size_t size,
+                     void *arg)
+{
+	SG_ENSURE(get && size >= 1 && size <= SG_METRICS_STATS_MAX, SG_EINVAL,
+	          "metrics: a stats table needs a getter and a struct of 1..%d bytes", SG_METRICS_STATS_MAX);
+	for (size_t i = 0; i < nrows; i++) {
+		const sg_metrics_stat *r = &rows[i];
+		SG_ENSURE((r->size == sizeof(uint64_t) || r->size == sizeof(bool)) && r->offset <= size - r->size,
+		          SG_EINVAL,
+		          "metrics: %s: the field is not a 64-bit counter or a bool inside the %zu-byte struct",
+		          r->name ? r->name : "(unnamed)", size);
+		spec sp = {.name = r->name,
+		           .help = r->help,
+		           .kind = r->gauge ? K_GAUGE_FN : K_COUNTER_FN,
+		           .arg = arg,
+		           .stat_get = get,
+		           .stat_size = size,
+		           .stat_offset = r->offset,
+		           .stat_field = r->size};
+		SG_TRY(add_family(NULL, m, &sp));
+	}
+	return SG_OK;
+}
+
+/* The value of a callback family: its function's, or its stats field's. */
+static double computed_value(const sg_metric *f)
+{
+	if (f->fn)
+		return f->fn(f->arg);
+	_Alignas(max_align_t) unsigned char buf[SG_METRICS_STATS_MAX];
+	memset(buf, 0, f->stat_size);
+	f->stat_get(f->arg, buf);
+	if (f->stat_field == sizeof(bool)) {
+		bool b;
+		memcpy(&b, buf + f->stat_offset, sizeof(b));
+		return b ? 1.0 : 0.0;
+	}
+	uint64_t v;
+	memcpy(&v, buf + f->stat_offset, sizeof(v));
+	return (double)v;
 }
 
 int sg_metrics_new(sg_metrics **out)
@@ -733,7 +794,7 @@ static void put_family(buf *b, sg_metric *f)
 	puts_(b, "\n");
 	if (computed) {
 		puts_(b, f->name);
-		put_double_line(b, f->fn(f->arg));
+		put_double_line(b, computed_value(f));
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {

@@ -35,6 +35,7 @@
 
 #include "sg_error.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -98,6 +99,35 @@ SG_API int sg_metrics_gauge_fn(sg_metrics *m, const char *name, const char *help
                                void *arg) SG_MUST_CHECK;
 SG_API int sg_metrics_counter_fn(sg_metrics *m, const char *name, const char *help, sg_metrics_value_fn fn,
                                  void *arg) SG_MUST_CHECK;
+
+/*
+ * A module's stats struct as metrics: signet's one way to export the
+ * counters a module keeps. rows is a table, one row per field
+ * (SG_METRICS_STAT_COUNTER / SG_METRICS_STAT_GAUGE name the field by
+ * offsetof); get fills a stats struct of size bytes (at most
+ * SG_METRICS_STATS_MAX). Each row is an unlabelled callback family: every
+ * scrape calls get(arg, buf) with buf zeroed, on the scraping thread with
+ * the registry lock held (the callback families' rules), and reads the
+ * row's field, an unsigned 64-bit integer (uint64_t, size_t) or a bool.
+ * SG_EINVAL names a bad row; the rows before it stay registered.
+ */
+#define SG_METRICS_STATS_MAX 1024
+typedef struct sg_metrics_stat {
+	const char *name, *help;
+	bool gauge;          /* false: a counter, whose field never decreases */
+	size_t offset, size; /* the field's */
+} sg_metrics_stat;
+#define SG_METRICS_STAT_COUNTER(type, field, name, help)                                                               \
+	{                                                                                                              \
+		(name), (help), false, offsetof(type, field), sizeof(((type *)0)->field)                               \
+	}
+#define SG_METRICS_STAT_GAUGE(type, field, name, help)                                                                 \
+	{                                                                                                              \
+		(name), (help), true, offsetof(type, field), sizeof(((type *)0)->field)                                \
+	}
+typedef void (*sg_metrics_stats_fn)(void *arg, void *stats);
+SG_API int sg_metrics_stats(sg_metrics *m, const sg_metrics_stat *rows, size_t nrows, sg_metrics_stats_fn get,
+                            size_t size, void *arg) SG_MUST_CHECK;
 
 /*
  * Looks up or creates the series of f with these label values (one per

@@ -1124,6 +1124,13 @@ out:
 
 /* ---- the module ---- */
 
+/* signet_operator_istiocsr_*_total. */
+static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
+{
+	(void)c;
+	return sg_opr_metrics(&((sg_istiocsr *)arg)->st, "istiocsr", reg);
+}
+
 int sg_istiocsr_new(sg_istiocsr **out, const sg_istiocsr_options *o)
 {
 	*out = NULL;
@@ -1149,14 +1156,15 @@ int sg_istiocsr_new(sg_istiocsr **out, const sg_istiocsr_options *o)
 	w[W_NS] = (sg_ctrl_watch){.ref = REFS[W_NS], .map = map_all, .metadata_only = true};
 	w[W_SECRET] = (sg_ctrl_watch){.ref = REFS[W_SECRET], .field_selector = t->field_selector, .map = map_secret};
 	sg_ctrl_def d = {
-		.name = "istiocsr",
-		.kube = o->kube,
-		.watches = w,
-		.nwatches = W_N,
-		.reconcile = reconcile,
-		.arg = t,
-		.workers = o->workers ? o->workers : 1,
-		.field_manager = SG_OPR_FIELD_MANAGER,
+	    .name = "istiocsr",
+	    .kube = o->kube,
+	    .watches = w,
+	    .nwatches = W_N,
+	    .reconcile = reconcile,
+	    .metrics = metrics,
+	    .arg = t,
+	    .workers = o->workers ? o->workers : 1,
+	    .field_manager = SG_OPR_FIELD_MANAGER,
 	};
 	int rc = sg_ctrl_new(&t->ctrl, &d);
 	if (rc < 0) {
@@ -1170,11 +1178,6 @@ int sg_istiocsr_new(sg_istiocsr **out, const sg_istiocsr_options *o)
 sg_ctrl *sg_istiocsr_controller(sg_istiocsr *t)
 {
 	return t ? t->ctrl : NULL;
-}
-
-int sg_istiocsr_metrics(void *self, sg_metrics *reg)
-{
-	return sg_opr_metrics(&((sg_istiocsr *)self)->st, "istiocsr", reg);
 }
 
 uint64_t sg_istiocsr_writes(sg_istiocsr *t)

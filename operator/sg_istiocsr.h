@@ -50,9 +50,9 @@ typedef struct sg_istiocsr_options {
 } sg_istiocsr_options;
 
 SG_API int sg_istiocsr_new(sg_istiocsr **out, const sg_istiocsr_options *o) SG_MUST_CHECK;
+/* The runtime's controller (borrowed), for a table row; its metrics
+ * (sg_ctrl_metrics) are signet_operator_istiocsr_*_total. */
 SG_API sg_ctrl *sg_istiocsr_controller(sg_istiocsr *t);
-/* signet_operator_istiocsr_*_total; self is the sg_istiocsr. */
-SG_API int sg_istiocsr_metrics(void *self, sg_metrics *reg) SG_MUST_CHECK;
 /* Writes made so far (applies, patches, deletes, status writes). */
 SG_API uint64_t sg_istiocsr_writes(sg_istiocsr *t);
 SG_API void sg_istiocsr_free(sg_istiocsr *t);

@@ -337,39 +337,37 @@ int sg_opr_status(sg_ctrl *c, sg_opr_stats *st, const sg_kube_ref *ref, const ch
 
 /* ---- metrics ---- */
 
-static double v_writes(void *a)
+/* The counters at one moment, for the registry's stats table. */
+typedef struct counts {
+	uint64_t writes, created, repaired, deleted;
+} counts;
+
+static void counts_of(void *arg, void *out)
 {
-	return (double)atomic_load(&((sg_opr_stats *)a)->writes);
-}
-static double v_created(void *a)
-{
-	return (double)atomic_load(&((sg_opr_stats *)a)->created);
-}
-static double v_repaired(void *a)
-{
-	return (double)atomic_load(&((sg_opr_stats *)a)->repaired);
-}
-static double v_deleted(void *a)
-{
-	return (double)atomic_load(&((sg_opr_stats *)a)->deleted);
+	const sg_opr_stats *st = arg;
+	*(counts *)out = (counts){atomic_load(&st->writes), atomic_load(&st->created), atomic_load(&st->repaired),
+	                          atomic_load(&st->deleted)};
 }
 
 int sg_opr_metrics(sg_opr_stats *st, const char *name, sg_metrics *reg)
 {
 	static const struct {
+		size_t offset;
 		const char *suffix, *help;
-		double (*fn)(void *);
-	} rows[] = {
-		{"writes_total", "API writes (applies, patches, deletes) made by the operator for this kind.", v_writes},
-		{"created_total", "Managed objects created.", v_created},
-		{"repaired_total", "Managed objects that existed and were applied again (drift or a spec change).",
-		 v_repaired},
-		{"deleted_total", "Managed objects deleted.", v_deleted},
+	} fields[] = {
+	    {offsetof(counts, writes), "writes_total",
+	     "API writes (applies, patches, deletes) made by the operator for this kind."},
+	    {offsetof(counts, created), "created_total", "Managed objects created."},
+	    {offsetof(counts, repaired), "repaired_total",
+	     "Managed objects that existed and were applied again (drift or a spec change)."},
+	    {offsetof(counts, deleted), "deleted_total", "Managed objects deleted."},
 	};
-	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
-		char metric[128];
-		snprintf(metric, sizeof(metric), "signet_operator_%s_%s", name, rows[i].suffix);
-		SG_TRY(sg_metrics_counter_fn(reg, metric, rows[i].help, rows[i].fn, st));
+	enum { N = sizeof(fields) / sizeof(fields[0]) };
+	char names[N][128];
+	sg_metrics_stat rows[N];
+	for (size_t i = 0; i < N; i++) {
+		snprintf(names[i], sizeof(names[i]), "signet_operator_%s_%s", name, fields[i].suffix);
+		rows[i] = (sg_metrics_stat){names[i], fields[i].help, false, fields[i].offset, sizeof(uint64_t)};
 	}
-	return SG_OK;
+	return sg_metrics_stats(reg, rows, N, counts_of, sizeof(counts), st); /* names are copied */
 }

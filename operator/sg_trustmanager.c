@@ -1113,6 +1113,26 @@ static bool printable(const char *s, size_t max)
 	return n > 0 && n <= max;
 }
 
+static void stats_of(void *arg, void *out)
+{
+	sg_trustmanager_stats_get(arg, out);
+}
+
+/* signet_operator_trustmanager_*_total: the operator's four, and status
+ * writes. */
+static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
+{
+	(void)c;
+	sg_trustmanager *t = arg;
+	static const sg_metrics_stat rows[] = {
+	    SG_METRICS_STAT_COUNTER(sg_trustmanager_stats, status_writes,
+	                            "signet_operator_trustmanager_status_writes_total",
+	                            "TrustManager status writes (counted in writes_total too)."),
+	};
+	SG_TRY(sg_opr_metrics(&t->st, "trustmanager", reg));
+	return sg_metrics_stats(reg, rows, 1, stats_of, sizeof(sg_trustmanager_stats), t);
+}
+
 int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
 {
 	*out = NULL;
@@ -1150,6 +1170,7 @@ int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
 	    .watches = w,
 	    .nwatches = W_N,
 	    .reconcile = reconcile,
+	    .metrics = metrics,
 	    .arg = t,
 	    .workers = o->workers ? o->workers : 1,
 	    .field_manager = SG_OPR_FIELD_MANAGER,
@@ -1177,19 +1198,6 @@ void sg_trustmanager_stats_get(sg_trustmanager *t, sg_trustmanager_stats *out)
 	out->repaired = atomic_load(&t->st.repaired);
 	out->deleted = atomic_load(&t->st.deleted);
 	out->status_writes = atomic_load(&t->status_writes);
-}
-
-static double v_status_writes(void *a)
-{
-	return (double)atomic_load(&((sg_trustmanager *)a)->status_writes);
-}
-
-int sg_trustmanager_metrics(void *self, sg_metrics *reg)
-{
-	sg_trustmanager *t = self;
-	SG_TRY(sg_opr_metrics(&t->st, "trustmanager", reg));
-	return sg_metrics_counter_fn(reg, "signet_operator_trustmanager_status_writes_total",
-	                             "TrustManager status writes (counted in writes_total too).", v_status_writes, t);
 }
 
 void sg_trustmanager_free(sg_trustmanager *t)

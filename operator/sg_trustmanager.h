@@ -94,12 +94,11 @@ typedef struct sg_trustmanager_stats {
  * stopped controller "trustmanager" (field manager "signet-operator").
  * Caller frees with sg_trustmanager_free. */
 SG_API int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o) SG_MUST_CHECK;
-/* The runtime's controller (borrowed), for a table row or start/stop. */
+/* The runtime's controller (borrowed), for a table row or start/stop; its
+ * metrics (sg_ctrl_metrics) are signet_operator_trustmanager_{writes,
+ * created,repaired,deleted,status_writes}_total. */
 SG_API sg_ctrl *sg_trustmanager_controller(sg_trustmanager *t);
 SG_API void sg_trustmanager_stats_get(sg_trustmanager *t, sg_trustmanager_stats *out);
-/* Registers signet_operator_trustmanager_{writes,created,repaired,
- * deleted,status_writes}_total; self is the sg_trustmanager. */
-SG_API int sg_trustmanager_metrics(void *self, sg_metrics *reg) SG_MUST_CHECK;
 /* Stops and frees; accepts NULL. */
 SG_API void sg_trustmanager_free(sg_trustmanager *t);
 

@@ -163,11 +163,6 @@ static int lease_namespace(program *p)
 	return SG_OK;
 }
 
-static int istiocsr_metrics(void *self, sg_metrics *reg)
-{
-	return sg_istiocsr_metrics(self, reg);
-}
-
 static int start(void *self)
 {
 	program *p = self;
@@ -221,13 +216,11 @@ static int start(void *self)
 	}
 	SG_TRY(sg_ctrl_manager_new(&p->table, &mo));
 	if (p->istiocsr) {
-		sg_ctrl_row row = {.ctrl = sg_istiocsr_controller(p->istiocsr), .leader_only = true,
-		                   .self = p->istiocsr, .metrics = istiocsr_metrics};
+		sg_ctrl_row row = {.ctrl = sg_istiocsr_controller(p->istiocsr), .leader_only = true};
 		SG_TRY(sg_ctrl_manager_add(p->table, &row));
 	}
 	if (p->trustmanager) {
-		sg_ctrl_row row = {.ctrl = sg_trustmanager_controller(p->trustmanager), .leader_only = true,
-		                   .self = p->trustmanager, .metrics = sg_trustmanager_metrics};
+		sg_ctrl_row row = {.ctrl = sg_trustmanager_controller(p->trustmanager), .leader_only = true};
 		SG_TRY(sg_ctrl_manager_add(p->table, &row));
 	}
 	SG_TRY(sg_metrics_new(&p->metrics));

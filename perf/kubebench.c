@@ -416,11 +416,11 @@ static int run(args *a)
 	if (cluster) {
 		sg_kubecsr_options ko = {.kube = b.kc, .cas = cas, .ncas = 1, .workers = (unsigned)a->workers};
 		SG_TRY(sg_kubecsr_new(&kc, &ko));
-		SG_TRY(sg_kubecsr_start(kc));
+		SG_TRY(sg_ctrl_start(sg_kubecsr_controller(kc)));
 	} else {
 		sg_cmissuer_options mo = {.kube = b.kc, .cas = cas, .ncas = 1, .workers = (unsigned)a->workers};
 		SG_TRY(sg_cmissuer_new(&cm, &mo));
-		SG_TRY(sg_cmissuer_start(cm));
+		SG_TRY(sg_ctrl_start(sg_cmissuer_controller(cm)));
 	}
 	if (a->mode == MODE_RA) {
 		const char *root = sg_ca_root_pem(sg_appliance_ca(app));

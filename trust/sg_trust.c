@@ -1667,6 +1667,33 @@ out:
 
 /* ---- life ---- */
 
+static void stats_of(void *arg, void *out)
+{
+	sg_trust_stats_get(arg, out);
+}
+
+/* signet_trust_*: the module's counters, by the registry's stats table. */
+static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
+{
+	(void)c;
+#define COUNTER(field, name, help) SG_METRICS_STAT_COUNTER(sg_trust_stats, field, name, help)
+	static const sg_metrics_stat rows[] = {
+	    COUNTER(synced, "signet_trust_bundle_synced_total", "Bundle reconciles that ended Synced=True."),
+	    COUNTER(not_synced, "signet_trust_bundle_not_synced_total",
+	            "Bundle reconciles that ended Synced=False (any reason)."),
+	    COUNTER(applies, "signet_trust_target_writes_total", "Targets created or repaired (server-side apply)."),
+	    COUNTER(cleanups, "signet_trust_target_cleanups_total",
+	            "Targets stripped of the bundle's keys (no longer selected)."),
+	    COUNTER(deletes, "signet_trust_target_deletes_total",
+	            "Targets deleted (emptied, orphaned or of a re-created Bundle)."),
+	    COUNTER(status_writes, "signet_trust_status_writes_total", "Bundle status writes."),
+	    COUNTER(errors, "signet_trust_errors_total", "Bundle reconciles that failed (retried with backoff)."),
+	    SG_METRICS_STAT_GAUGE(sg_trust_stats, bundles, "signet_trust_bundles", "Bundles known to the controller."),
+	};
+#undef COUNTER
+	return sg_metrics_stats(reg, rows, sizeof(rows) / sizeof(rows[0]), stats_of, sizeof(sg_trust_stats), arg);
+}
+
 int sg_trust_new(sg_trust **out, const sg_trust_options *o)
 {
 	*out = NULL;
@@ -1722,6 +1749,7 @@ int sg_trust_new(sg_trust **out, const sg_trust_options *o)
 	                   .watches = w,
 	                   .nwatches = t->secrets ? 6 : 5,
 	                   .reconcile = reconcile,
+	                   .metrics = metrics,
 	                   .arg = t,
 	                   .workers = o->workers ? o->workers : 1,
 	                   .field_manager = SG_TRUST_FIELD_MANAGER};
@@ -1754,47 +1782,6 @@ void sg_trust_stats_get(sg_trust *t, sg_trust_stats *out)
 	pthread_mutex_lock(&t->refs_mu);
 	out->bundles = json_object_size(t->refs);
 	pthread_mutex_unlock(&t->refs_mu);
-}
-
-#define STAT_FN(field)                                     \
-	static double stat_##field(void *arg)              \
-	{                                                  \
-		sg_trust_stats st;                         \
-		sg_trust_stats_get(arg, &st);              \
-		return (double)st.field;                   \
-	}
-STAT_FN(synced)
-STAT_FN(not_synced)
-STAT_FN(applies)
-STAT_FN(cleanups)
-STAT_FN(deletes)
-STAT_FN(status_writes)
-STAT_FN(errors)
-STAT_FN(bundles)
-
-int sg_trust_metrics(sg_trust *t, sg_metrics *reg)
-{
-	static const struct {
-		const char *name, *help;
-		double (*fn)(void *);
-		bool counter;
-	} rows[] = {
-		{"signet_trust_bundle_synced_total", "Bundle reconciles that ended Synced=True.", stat_synced, true},
-		{"signet_trust_bundle_not_synced_total", "Bundle reconciles that ended Synced=False (any reason).",
-		 stat_not_synced, true},
-		{"signet_trust_target_writes_total", "Targets created or repaired (server-side apply).", stat_applies, true},
-		{"signet_trust_target_cleanups_total", "Targets stripped of the bundle's keys (no longer selected).",
-		 stat_cleanups, true},
-		{"signet_trust_target_deletes_total", "Targets deleted (emptied, orphaned or of a re-created Bundle).",
-		 stat_deletes, true},
-		{"signet_trust_status_writes_total", "Bundle status writes.", stat_status_writes, true},
-		{"signet_trust_errors_total", "Bundle reconciles that failed (retried with backoff).", stat_errors, true},
-		{"signet_trust_bundles", "Bundles known to the controller.", stat_bundles, false},
-	};
-	for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++)
-		SG_TRY(rows[i].counter ? sg_metrics_counter_fn(reg, rows[i].name, rows[i].help, rows[i].fn, t)
-		                       : sg_metrics_gauge_fn(reg, rows[i].name, rows[i].help, rows[i].fn, t));
-	return SG_OK;
 }
 
 void sg_trust_free(sg_trust *t)

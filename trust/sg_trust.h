@@ -67,7 +67,6 @@
 #include "sg_ctrl.h"
 #include "sg_error.h"
 #include "sg_kube.h"
-#include "sg_metrics.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -161,11 +160,10 @@ typedef struct sg_trust_stats {
 /* Checks the options and creates the stopped controller. Caller frees with
  * sg_trust_free. */
 SG_API int sg_trust_new(sg_trust **out, const sg_trust_options *o) SG_MUST_CHECK;
-/* The runtime's controller (borrowed), for a table row or start/stop. */
+/* The runtime's controller (borrowed), for a table row or start/stop; its
+ * metrics (sg_ctrl_metrics) are signet_trust_*, from the stats above. */
 SG_API sg_ctrl *sg_trust_controller(sg_trust *t);
 SG_API void sg_trust_stats_get(sg_trust *t, sg_trust_stats *out);
-/* Registers signet_trust_* on reg (once). */
-SG_API int sg_trust_metrics(sg_trust *t, sg_metrics *reg) SG_MUST_CHECK;
 /* Stops and frees; accepts NULL. */
 SG_API void sg_trust_free(sg_trust *t);
 

@@ -333,12 +333,6 @@ static void webhook_tick(void *arg)
 
 /* ---- start and stop ---- */
 
-
-static int trust_metrics(void *self, sg_metrics *reg)
-{
-	return sg_trust_metrics(self, reg);
-}
-
 /* What sg_http binds to: a numeric address, IPv6 optionally in brackets. */
 static bool numeric_address(const char *a)
 {
@@ -415,8 +409,7 @@ static int start(void *self)
 		};
 	}
 	SG_TRY(sg_ctrl_manager_new(&p->table, &mo));
-	sg_ctrl_row row = {.ctrl = sg_trust_controller(p->trust), .leader_only = true, .self = p->trust,
-	                   .metrics = trust_metrics};
+	sg_ctrl_row row = {.ctrl = sg_trust_controller(p->trust), .leader_only = true};
 	SG_TRY(sg_ctrl_manager_add(p->table, &row));
 	SG_TRY(sg_metrics_new(&p->metrics));
 	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));

@@ -68,12 +68,17 @@ struct sg_ctrl {
 	sg_ctrl_reconcile_fn reconcile;
 	void (*synced)(sg_ctrl *c, void *arg);
 	void (*resync)(sg_ctrl *c, void *arg);
+	int (*starting)(sg_ctrl *c, void *arg);
+	void (*stopped)(sg_ctrl *c, void *arg);
+	int (*metrics)(sg_ctrl *c, sg_metrics *reg, void *arg);
 	void *arg;
 	unsigned nworkers;
 	sg_ctrl_queue *q;
 	atomic_bool stop;
 
-	pthread_mutex_t life; /* start/stop and the fields below */
+	/* start/stop and the fields below; recursive, so that the starting
+	 * hook may call sg_ctrl_set_field_selector */
+	pthread_mutex_t life;
 	bool running;
 	pthread_t workers[SG_CTRL_WORKERS_MAX];
 	size_t started;
@@ -385,6 +390,9 @@ static int init(sg_ctrl *c, const sg_ctrl_def *d)
 	c->reconcile = d->reconcile;
 	c->synced = d->synced;
 	c->resync = d->resync;
+	c->starting = d->starting;
+	c->stopped = d->stopped;
+	c->metrics = d->metrics;
 	c->arg = d->arg;
 	c->nworkers = d->workers ? d->workers : 1;
 	for (size_t i = 0; i < d->nwatches; i++) {
@@ -414,7 +422,11 @@ int sg_ctrl_new(sg_ctrl **out, const sg_ctrl_def *d)
 	SG_ENSURE(d, SG_EINVAL, "controller: no definition");
 	sg_ctrl *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "controller: out of memory");
-	pthread_mutex_init(&c->life, NULL);
+	pthread_mutexattr_t recursive;
+	pthread_mutexattr_init(&recursive);
+	pthread_mutexattr_settype(&recursive, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&c->life, &recursive);
+	pthread_mutexattr_destroy(&recursive);
 	pthread_mutex_init(&c->gate_mu, NULL);
 	pthread_cond_init(&c->gate_cv, NULL);
 	pthread_mutex_init(&c->warn_mu, NULL);
@@ -493,6 +505,8 @@ int sg_ctrl_start(sg_ctrl *c)
 	int rc = SG_OK;
 	if (c->running)
 		goto unlock;
+	if (c->starting && (rc = c->starting(c, c->arg)) < 0)
+		goto unlock; /* nothing runs yet: nothing to undo */
 	atomic_store(&c->stop, false);
 	atomic_store(&c->down, 0);
 	c->open = false;
@@ -504,6 +518,8 @@ int sg_ctrl_start(sg_ctrl *c)
 		sg_error saved;
 		sg_error_save(&saved);
 		halt(c);
+		if (c->stopped)
+			c->stopped(c, c->arg);
 		sg_error_restore(&saved);
 		goto unlock;
 	}
@@ -523,6 +539,8 @@ void sg_ctrl_stop(sg_ctrl *c)
 		atomic_store(&c->is_running, false);
 		halt(c);
 		c->running = false;
+		if (c->stopped)
+			c->stopped(c, c->arg);
 	}
 	pthread_mutex_unlock(&c->life);
 }
@@ -594,6 +612,11 @@ void sg_ctrl_stats_get(sg_ctrl *c, sg_ctrl_stats *out)
 	out->requeues = atomic_load(&c->requeues);
 	out->queued = sg_ctrl_queue_len(c->q);
 	out->running = atomic_load(&c->is_running);
+}
+
+int sg_ctrl_metrics(sg_ctrl *c, sg_metrics *reg)
+{
+	return c->metrics ? c->metrics(c, reg, c->arg) : SG_OK;
 }
 
 void sg_ctrl_bind_metrics(sg_ctrl *c, sg_series *ok, sg_series *failed, sg_series *requeued, sg_series *queued)

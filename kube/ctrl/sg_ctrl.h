@@ -161,6 +161,18 @@ typedef struct sg_ctrl_def {
 	 * and nothing is rewritten at the switch. 1..SG_CTRL_NAME_MAX+7 bytes of
 	 * [a-z0-9-]. */
 	const char *field_manager;
+	/* The module's own life around the runtime's, so that a module writes
+	 * no start, stop or metrics function of its own (all optional):
+	 * starting  in sg_ctrl_start, before the informers are made: per-run
+	 *           state, a probe of the API server, sg_ctrl_set_field_selector
+	 *           (allowed here); an error fails the start;
+	 * stopped   in sg_ctrl_stop, once the workers are joined and the
+	 *           informers freed: forget per-run state;
+	 * metrics   registers the module's own series, once, from
+	 *           sg_ctrl_manager_metrics (after the runtime's). */
+	int (*starting)(sg_ctrl *c, void *arg);
+	void (*stopped)(sg_ctrl *c, void *arg);
+	int (*metrics)(sg_ctrl *c, sg_metrics *reg, void *arg);
 } sg_ctrl_def;
 
 typedef struct sg_ctrl_stats {
@@ -175,16 +187,17 @@ typedef struct sg_ctrl_stats {
  * field. Caller frees with sg_ctrl_free. */
 SG_API int sg_ctrl_new(sg_ctrl **out, const sg_ctrl_def *def) SG_MUST_CHECK;
 
-/* Creates and starts the informers and the workers. The first worker waits
- * for every informer's first LIST, runs synced and resync, then all serve
- * the queue. Returns at once; SG_OK when already running. */
+/* Runs the starting hook, creates and starts the informers and the
+ * workers. The first worker waits for every informer's first LIST, runs
+ * synced and resync, then all serve the queue. Returns at once; SG_OK when
+ * already running. */
 SG_API int sg_ctrl_start(sg_ctrl *c) SG_MUST_CHECK;
 
 /* Stops: workers see the stop before their next write, are joined (at most
  * the one request each has in flight), then the informers are freed (about
- * a second each) and the queue emptied. Safe when not running; start may
- * follow. Never from a reconcile, synced, resync or map function (it joins
- * the thread that runs them). */
+ * a second each), the queue emptied and the stopped hook run. Safe when not
+ * running; start may follow. Never from a reconcile, synced, resync, map
+ * or lifecycle hook (it joins the thread that runs them). */
 SG_API void sg_ctrl_stop(sg_ctrl *c);
 
 /* Stops and frees; accepts NULL. */
@@ -228,6 +241,9 @@ SG_API void sg_ctrl_stats_get(sg_ctrl *c, sg_ctrl_stats *out);
  * succeeded, failed, asked to run again, and the queue length. */
 SG_API void sg_ctrl_bind_metrics(sg_ctrl *c, sg_series *ok, sg_series *failed, sg_series *requeued,
                                  sg_series *queued);
+/* Registers the module's own series through its definition's metrics
+ * hook (SG_OK when it has none). sg_ctrl_manager_metrics calls it. */
+SG_API int sg_ctrl_metrics(sg_ctrl *c, sg_metrics *reg) SG_MUST_CHECK;
 
 /* ---- helpers for reconcile functions ---- */
 
@@ -320,18 +336,13 @@ typedef struct sg_ctrl_manager_opts {
 	sg_lease_opts lease;
 } sg_ctrl_manager_opts;
 
-/* A row of the table: the controller (borrowed; its name and the
- * runtime's metrics), how to start and stop it (NULL: sg_ctrl_start and
- * sg_ctrl_stop of ctrl; a module with state of its own around the
- * controller gives its own, called with self), whether it runs only on
- * the leader, and optionally its own metrics (registered with self). */
+/* A row of the table: the controller (borrowed; the manager starts and
+ * stops it with sg_ctrl_start and sg_ctrl_stop, and registers its metrics:
+ * the runtime's and its definition's own), and whether it runs only on the
+ * leader. */
 typedef struct sg_ctrl_row {
 	sg_ctrl *ctrl;
-	int (*start)(void *self);
-	void (*stop)(void *self);
-	void *self;
 	bool leader_only;
-	int (*metrics)(void *self, sg_metrics *reg);
 } sg_ctrl_row;
 
 SG_API int sg_ctrl_manager_new(sg_ctrl_manager **out, const sg_ctrl_manager_opts *o) SG_MUST_CHECK;
@@ -347,8 +358,8 @@ SG_API void sg_ctrl_manager_tick(sg_ctrl_manager *m);
  * election the replica leads alone from start. With election but no
  * leader-only row nothing is elected, and this stays false. */
 SG_API bool sg_ctrl_manager_leading(sg_ctrl_manager *m);
-/* Registers signet_controller_* for every row, and each row's own metrics.
- * Call once, after the rows are added. */
+/* Registers signet_controller_* for every row, and each row's own metrics
+ * (its definition's metrics hook). Call once, after the rows are added. */
 SG_API int sg_ctrl_manager_metrics(sg_ctrl_manager *m, sg_metrics *reg) SG_MUST_CHECK;
 /* Stops leading (every leader-only row stops, at once), releases the
  * Lease, stops the other rows and frees. Accepts NULL. */

@@ -39,19 +39,6 @@ struct sg_ctrl_manager {
 	atomic_bool leading;
 };
 
-static int row_start(const row *w)
-{
-	return w->r.start ? w->r.start(w->r.self) : sg_ctrl_start(w->r.ctrl);
-}
-
-static void row_stop(const row *w)
-{
-	if (w->r.stop)
-		w->r.stop(w->r.self);
-	else
-		sg_ctrl_stop(w->r.ctrl);
-}
-
 /* Starts every row that should run and does not; recomputes leading.
  * mu held. */
 static void converge_locked(sg_ctrl_manager *m)
@@ -61,7 +48,7 @@ static void converge_locked(sg_ctrl_manager *m)
 		row *w = &m->rows[i];
 		bool should = w->r.leader_only ? m->want_leader : m->started;
 		if (should && !w->running) {
-			if (row_start(w) == SG_OK) {
+			if (sg_ctrl_start(w->r.ctrl) == SG_OK) {
 				w->running = true;
 				sg_log(SG_LOG_INFO, "controller started", SG_F_STR("controller", sg_ctrl_name(w->r.ctrl)),
 				       SG_F_END);
@@ -79,7 +66,7 @@ static void converge_locked(sg_ctrl_manager *m)
 
 static void *stop_one(void *arg)
 {
-	row_stop(arg);
+	sg_ctrl_stop(((row *)arg)->r.ctrl);
 	return NULL;
 }
 
@@ -94,7 +81,7 @@ static void stop_rows_locked(sg_ctrl_manager *m, bool leader_only)
 			continue;
 		threaded[i] = pthread_create(&th[i], NULL, stop_one, w) == 0;
 		if (!threaded[i])
-			row_stop(w); /* no thread to spare: one after the other */
+			sg_ctrl_stop(w->r.ctrl); /* no thread to spare: one after the other */
 	}
 	for (size_t i = 0; i < m->nrows; i++) {
 		row *w = &m->rows[i];
@@ -161,8 +148,7 @@ int sg_ctrl_manager_new(sg_ctrl_manager **out, const sg_ctrl_manager_opts *o)
 
 int sg_ctrl_manager_add(sg_ctrl_manager *m, const sg_ctrl_row *r)
 {
-	SG_ENSURE(r && r->ctrl && !r->start == !r->stop, SG_EINVAL,
-	          "controller manager: a row needs a controller, and start and stop together");
+	SG_ENSURE(r && r->ctrl, SG_EINVAL, "controller manager: a row needs a controller");
 	pthread_mutex_lock(&m->mu);
 	int rc = SG_OK;
 	if (m->started)
@@ -230,8 +216,7 @@ int sg_ctrl_manager_metrics(sg_ctrl_manager *m, sg_metrics *reg)
 		SG_TRY(sg_metric_series(&again, reconciles, (const char *[]){name, "requeue"}));
 		SG_TRY(sg_metric_series(&depth, queued, (const char *[]){name}));
 		sg_ctrl_bind_metrics(c, ok, err, again, depth);
-		if (m->rows[i].r.metrics)
-			SG_TRY(m->rows[i].r.metrics(m->rows[i].r.self, reg));
+		SG_TRY(sg_ctrl_metrics(c, reg));
 	}
 	return SG_OK;
 }

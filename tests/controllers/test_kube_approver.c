@@ -423,7 +423,7 @@ static void t_with_issuer(void)
 	if (!iss || !cm)
 		exit(1);
 	SG_CHECK_OK(sg_ctrl_start(sg_signetissuer_controller(iss)));
-	SG_CHECK_OK(sg_cmissuer_start(cm));
+	SG_CHECK_OK(sg_ctrl_start(sg_cmissuer_controller(cm)));
 	APPLY("{\"apiVersion\":\"signet.dev/v1alpha1\",\"kind\":\"SignetIssuer\",\"metadata\":{\"name\":\"hsm\","
 	      "\"namespace\":\"" NS_A "\"},\"spec\":{\"caName\":\"default\"}}");
 	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"

@@ -344,7 +344,7 @@ static void t_options(void)
 	o.key_size = 384;
 	o.additional_dns_names = "*.example.com";
 	SG_CHECK_OK(sg_istiodcert_new(&c, &o, root, strlen(root)));
-	sg_istiodcert_stop(c);
+	sg_ctrl_stop(sg_istiodcert_controller(c));
 	SG_CHECK_RC(sg_istiodcert_set_root(c, "junk", 4), SG_EINVAL);
 	sg_istiodcert_free(c);
 	sg_istiodcert_free(NULL);
@@ -357,8 +357,8 @@ static void t_issue(void)
 	if (!ic)
 		exit(1);
 	uint64_t t0 = sg_now_ns();
-	SG_CHECK_OK(sg_istiodcert_start(ic));
-	SG_CHECK_OK(sg_istiodcert_start(ic)); /* already running: fine */
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(ic)));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(ic))); /* already running: fine */
 	expect e = main_expect();
 	char *serial = wait_valid(SECRET, &e, 30000);
 	SG_CHECK(serial != NULL);
@@ -459,7 +459,7 @@ static void put_secret(const char *type, bool immutable)
 static void t_stop_and_replace(void)
 {
 	expect e = main_expect();
-	sg_istiodcert_stop(ic);
+	sg_ctrl_stop(sg_istiodcert_controller(ic));
 	sg_istiodcert_stats s0 = stats_of(ic);
 	sg_ctrl *ctrl = sg_istiodcert_controller(ic);
 	sg_ctrl_stats c0;
@@ -477,7 +477,7 @@ static void t_stop_and_replace(void)
 	SG_CHECK(writes(stats_of(ic)) == writes(s0));
 
 	put_secret("Opaque", false);
-	SG_CHECK_OK(sg_istiodcert_start(ic));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(ic)));
 	char *serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, s0.serial) == 0);
 	free(serial);
@@ -485,10 +485,10 @@ static void t_stop_and_replace(void)
 	sg_istiodcert_stats s1 = stats_of(ic);
 	SG_CHECK(s1.recreates == s0.recreates + 1 && s1.issued == s0.issued);
 
-	sg_istiodcert_stop(ic);
+	sg_ctrl_stop(sg_istiodcert_controller(ic));
 	SG_CHECK_OK(kube_fx_delete(k, SECRET_REF(SECRET)));
 	put_secret("kubernetes.io/tls", true);
-	SG_CHECK_OK(sg_istiodcert_start(ic));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(ic)));
 	serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial != NULL);
 	free(serial);
@@ -505,13 +505,13 @@ static void t_stop_and_replace(void)
  * (an ECDSA key) cannot, and issues its own. */
 static void t_adopt(void)
 {
-	sg_istiodcert_stop(ic);
+	sg_ctrl_stop(sg_istiodcert_controller(ic));
 	sg_istiodcert_stats old = stats_of(ic);
 	char *rv = secret_rv(SECRET);
 	sg_istiodcert_options o = main_options();
 	sg_istiodcert *other = NULL;
 	SG_CHECK_OK(sg_istiodcert_new(&other, &o, root, strlen(root)));
-	SG_CHECK_OK(sg_istiodcert_start(other));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(other)));
 	/* Its first pass is over (it found the Secret matching), and idle. */
 	SG_WAIT_FOR(20000, stats_of(other).unchanged >= 1);
 	WAIT_IDLE(other, SECRET, 20000);
@@ -527,7 +527,7 @@ static void t_adopt(void)
 	o.key_algorithm = SG_ISTIODCERT_ECDSA;
 	o.key_size = 256;
 	SG_CHECK_OK(sg_istiodcert_new(&other, &o, root, strlen(root)));
-	SG_CHECK_OK(sg_istiodcert_start(other));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(other)));
 	expect e = main_expect();
 	e.key_type = EVP_PKEY_EC;
 	e.bits = 256;
@@ -541,7 +541,7 @@ static void t_adopt(void)
 
 	/* The first controller leads again: the ECDSA certificate is not one
 	 * it would issue, so it writes its own (still valid) one back. */
-	SG_CHECK_OK(sg_istiodcert_start(ic));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(ic)));
 	e = main_expect();
 	serial = wait_valid(SECRET, &e, 20000);
 	SG_CHECK(serial && strcmp(serial, old.serial) == 0);
@@ -609,7 +609,7 @@ static void t_renew(void)
 	expect e = {dns, 1, EVP_PKEY_EC, 256, 60, root};
 	sg_istiodcert *c = NULL;
 	SG_CHECK_OK(sg_istiodcert_new(&c, &o, root, strlen(root)));
-	SG_CHECK_OK(sg_istiodcert_start(c));
+	SG_CHECK_OK(sg_ctrl_start(sg_istiodcert_controller(c)));
 	char *first = wait_valid("istiod-renew", &e, 20000);
 	SG_CHECK(first != NULL);
 	sg_istiodcert_stats prev = stats_of(c);
@@ -621,7 +621,10 @@ static void t_renew(void)
 		sg_istiodcert_stats s = stats_of(c); /* issued counts before the serial shows */
 		printf("renewal %d: %lld s after it was due\n", i + 1, (long long)(seen - prev.renew_at));
 		SG_CHECK(s.issued == prev.issued + 1);
-		SG_CHECK(seen >= prev.renew_at && seen <= prev.renew_at + 3);
+		/* Not early; late only by the wake-up's whole seconds (up to 1 s)
+		 * and the issuance, which a loaded machine under TSan stretches:
+		 * 8 s still tells "when due" from "at expiry" (55 s later). */
+		SG_CHECK(seen >= prev.renew_at && seen <= prev.renew_at + 8);
 		SG_CHECK(s.renew_at == s.not_after - 55 && s.errors == 0);
 		SG_WAIT_FOR(20000, valid_with("istiod-renew", &e, s.serial));
 		prev = s;

@@ -399,7 +399,7 @@ static void t_options(void)
 	/* Good ones, and a life cycle without anything in between. */
 	SG_CHECK_OK(sg_kubecsr_new(
 	    &c, &(sg_kubecsr_options){.kube = k, .cas = cas, .ncas = 1, .alias_signer_name = "example.com/a.b-c.d"}));
-	sg_kubecsr_stop(c);
+	sg_ctrl_stop(sg_kubecsr_controller(c));
 	SG_CHECK(strcmp(sg_ctrl_name(sg_kubecsr_controller(c)), "kubecsr") == 0);
 	sg_kubecsr_free(c);
 	sg_kubecsr_free(NULL);
@@ -412,8 +412,8 @@ static void t_sign(void)
 	SG_CHECK_OK(sg_kubecsr_new(&kc, &o));
 	if (!kc)
 		exit(1);
-	SG_CHECK_OK(sg_kubecsr_start(kc));
-	SG_CHECK_OK(sg_kubecsr_start(kc)); /* already running: fine */
+	SG_CHECK_OK(sg_ctrl_start(sg_kubecsr_controller(kc)));
+	SG_CHECK_OK(sg_ctrl_start(sg_kubecsr_controller(kc))); /* already running: fine */
 
 	const char *name = PREFIX "sign";
 	char *pem = csr_create(name, SIGNER_MAIN, usages("digital signature", "client auth"),
@@ -696,7 +696,7 @@ static void t_stop_restart(void)
 	size_t nbefore = signed_now(before, 32);
 	SG_CHECK(nbefore >= 10);
 
-	sg_kubecsr_stop(kc);
+	sg_ctrl_stop(sg_kubecsr_controller(kc));
 	sg_ctrl *ctrl = sg_kubecsr_controller(kc);
 	sg_kubecsr_stats s0 = stats_of(kc);
 	const char *late[] = {PREFIX "restart-a", PREFIX "restart-b", PREFIX "restart-c"};
@@ -721,7 +721,7 @@ static void t_stop_restart(void)
 	sg_kubecsr_options o = {
 	    .kube = k, .cas = cas, .ncas = 1, .alias_signer_name = ALIAS, .alias_issuer = ALIAS_ISSUER};
 	SG_CHECK_OK(sg_kubecsr_new(&next, &o));
-	SG_CHECK_OK(sg_kubecsr_start(next));
+	SG_CHECK_OK(sg_ctrl_start(sg_kubecsr_controller(next)));
 	for (size_t i = 0; i < 3; i++) {
 		char *chain = wait_cert(late[i], 30000);
 		expect e = client_1h;
@@ -761,7 +761,7 @@ static void t_two_leaders(void)
 {
 	enum { N = 16 };
 	uint64_t p0 = passes(stats_of(kc));
-	SG_CHECK_OK(sg_kubecsr_start(kc));
+	SG_CHECK_OK(sg_ctrl_start(sg_kubecsr_controller(kc)));
 	SG_WAIT_FOR(20000, passes(stats_of(kc)) - p0 >= ours_in_cluster()); /* kc's first pass is over */
 	sg_kubecsr_stats a0 = stats_of(kc), b0 = stats_of(next);
 	char names[N][64];

@@ -185,6 +185,11 @@ static bool idle(uint64_t *done, int *looks)
  * what was still moving when the deadline passed. */
 #define WAIT_IDLE(ms) KUBE_FX_WAIT_SETTLED(ms, idle(&kube_fx_done, &kube_fx_looks), idle_why)
 
+/* Waits until the counters show at least the writes the test has seen: a
+ * reconcile counts its outcome after its write, and idle() cannot tell a
+ * reconcile in progress (it is not queued) from none. */
+#define WAIT_COUNTED(cond) SG_WAIT_FOR(20000, cond)
+
 /* A label change on namespace ns (selected): one event, so one reconcile
  * of ns. */
 static void poke(const char *ns)
@@ -311,11 +316,11 @@ static void t_options(void)
 	/* Lifecycle without an API call in between: stop before start, start twice. */
 	o.kube = k;
 	SG_CHECK_OK(sg_rootdist_new(&r, &o, root_a, strlen(root_a)));
-	sg_rootdist_stop(r);
-	SG_CHECK_OK(sg_rootdist_start(r));
-	SG_CHECK_OK(sg_rootdist_start(r));
-	sg_rootdist_stop(r);
-	sg_rootdist_stop(r);
+	sg_ctrl_stop(sg_rootdist_controller(r));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(r)));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(r)));
+	sg_ctrl_stop(sg_rootdist_controller(r));
+	sg_ctrl_stop(sg_rootdist_controller(r));
 	SG_CHECK_RC(sg_rootdist_set_root(r, "x", 1), SG_EINVAL);
 	sg_rootdist_free(r);
 	sg_rootdist_free(NULL);
@@ -417,7 +422,7 @@ static void t_selected(void)
 
 	rd = make(SELECTOR, root_a);
 	uint64_t t0 = sg_now_ns();
-	SG_CHECK_OK(sg_rootdist_start(rd));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
 	WAIT_OK("rd-a", root_a, 30000);
 	WAIT_OK("rd-b", root_a, 30000);
 	printf("converged in %.2f s\n", (double)(sg_now_ns() - t0) / 1e9);
@@ -430,6 +435,7 @@ static void t_selected(void)
 
 	/* The first pass and the echoes of its writes are handled; the
 	 * namespaces not selected got nothing. */
+	WAIT_COUNTED(stats().creates >= 1 && stats().updates >= 1);
 	WAIT_IDLE(30000);
 	sg_rootdist_stats s0 = stats();
 	SG_CHECK(s0.creates == 1 && s0.updates == 1 && s0.errors == 0 && s0.namespaces == 2);
@@ -438,6 +444,7 @@ static void t_selected(void)
 
 	ns_label("rd-c", "istio-injection", "enabled"); /* selected later */
 	WAIT_OK("rd-c", root_a, 30000);
+	WAIT_COUNTED(stats().creates >= 2);
 	WAIT_IDLE(30000);
 	sg_rootdist_stats s = stats();
 	printf("creates %llu updates %llu unchanged %llu skipped %llu rereads %llu errors %llu namespaces %llu\n",
@@ -475,6 +482,7 @@ static void t_repair(void)
 	sg_rootdist_stats s0 = stats();
 	CM_DELETE("rd-a");
 	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_COUNTED(stats().creates >= s0.creates + 1);
 	WAIT_IDLE(20000);
 	SG_CHECK(stats().creates == s0.creates + 1);
 
@@ -486,6 +494,7 @@ static void t_repair(void)
 	WAIT_OK("rd-a", root_a, 20000);
 	CM_PATCH("rd-a", json_pack("{s:{s:s}}", "binaryData", "blob", "AAEC"));
 	WAIT_OK("rd-a", root_a, 20000);
+	WAIT_COUNTED(stats().updates >= s0.updates + 4); /* the four repairs: s1 below counts them */
 	WAIT_IDLE(20000);
 
 	/* A user's own label and annotation on a correct ConfigMap: kept, and
@@ -520,6 +529,7 @@ static void t_set_root(void)
 	WAIT_OK("rd-a", root_b, 20000);
 	WAIT_OK("rd-b", root_b, 20000);
 	WAIT_OK("rd-c", root_b, 20000);
+	WAIT_COUNTED(stats().updates >= s0.updates + 3);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s1 = stats();
 	SG_CHECK(s1.updates == s0.updates + 3 && s1.creates == s0.creates);
@@ -546,6 +556,7 @@ static void t_unselected(void)
 	WAIT_OK("rd-a", root_a, 20000);
 	WAIT_OK("rd-b", root_a, 20000);
 	/* The pass is over: two updates, and rd-c was not among them. */
+	WAIT_COUNTED(stats().updates >= s1.updates + 2);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s2 = stats();
 	SG_CHECK(s2.updates == s1.updates + 2 && s2.creates == s1.creates);
@@ -570,6 +581,7 @@ static void t_terminating(void)
 	 * included, which is skipped. */
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
 	WAIT_OK("rd-a", root_b, 20000);
+	WAIT_COUNTED(stats().updates >= s0.updates + 1 && stats().skipped >= s0.skipped + 1);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s1 = stats();
 	SG_CHECK(cm_absent("rd-b"));
@@ -580,7 +592,7 @@ static void t_terminating(void)
 
 static void t_stop(void)
 {
-	sg_rootdist_stop(rd);
+	sg_ctrl_stop(sg_rootdist_controller(rd));
 	sg_rootdist_stats s0 = stats();
 	SG_CHECK(s0.namespaces == 0 && s0.queued == 0);
 	sg_ctrl_stats c0 = ctrl_stats();
@@ -604,16 +616,17 @@ static void t_stop(void)
 
 	/* Leading again repairs both, with the root set meanwhile, in the
 	 * first pass of the new run. */
-	SG_CHECK_OK(sg_rootdist_start(rd));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
 	WAIT_OK("rd-a", root_a, 20000);
 	WAIT_OK("rd-c", root_a, 20000);
+	WAIT_COUNTED(stats().updates >= s0.updates + 1 && stats().creates >= s0.creates + 1);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s2 = stats();
 	SG_CHECK(s2.updates == s0.updates + 1 && s2.creates == s0.creates + 1 && s2.errors == s0.errors);
 	/* Quick lose/lead/lose/lead cycles. */
 	for (int i = 0; i < 3; i++) {
-		sg_rootdist_stop(rd);
-		SG_CHECK_OK(sg_rootdist_start(rd));
+		sg_ctrl_stop(sg_rootdist_controller(rd));
+		SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
 	}
 	CM_DELETE("rd-a");
 	WAIT_OK("rd-a", root_a, 20000);
@@ -625,13 +638,14 @@ static void t_every_namespace(void)
 {
 	sg_rootdist_free(rd);
 	rd = make(NULL, root_a);
-	SG_CHECK_OK(sg_rootdist_start(rd));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
 	static const char *const all[] = {"default", "kube-system", "kube-public", "kube-node-lease", "rd-a", "rd-c"};
 	for (size_t i = 0; i < sizeof(all) / sizeof(all[0]); i++)
 		WAIT_OK(all[i], root_a, 30000);
 	ns_create("rd-d", false);
 	WAIT_OK("rd-d", root_a, 20000);
 	/* Every namespace was handled, the Terminating rd-b too (skipped). */
+	WAIT_COUNTED(stats().skipped >= 1);
 	WAIT_IDLE(30000);
 	SG_CHECK(cm_absent("rd-b"));
 	sg_rootdist_stats s = stats();
@@ -661,6 +675,7 @@ static void t_apiserver_restart(void)
 	}
 	bool restarted = false;
 	pthread_t th;
+	sg_rootdist_stats before = stats();
 	uint64_t t0 = sg_now_ns();
 	pthread_create(&th, NULL, restart_apiserver, &restarted);
 	/* Once the server is really away: a root change, whose writes fail
@@ -677,7 +692,9 @@ static void t_apiserver_restart(void)
 		WAIT_OK(all[i], root_b, 90000);
 	printf("converged %.1f s after the restart began\n", (double)(sg_now_ns() - t0) / 1e9);
 	/* Converged for good: idle (retries included), and a pass for one more
-	 * event writes nothing. */
+	 * event writes nothing. The root change's seven updates are counted
+	 * (the edit of "default" may add an eighth). */
+	WAIT_COUNTED(stats().updates >= before.updates + 7);
 	WAIT_IDLE(60000);
 	sg_rootdist_stats s0 = stats();
 	poke("default");
@@ -748,7 +765,7 @@ static void t_publish(void)
 
 	rd = make_pub(root_a);
 	SG_CHECK(strcmp(sg_ctrl_name(sg_rootdist_controller(rd)), SG_ROOTDIST_ROOTS_CONTROLLER) == 0);
-	SG_CHECK_OK(sg_rootdist_start(rd));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
 	/* No trust namespace yet: nothing known, nothing written. */
 	WAIT_IDLE(30000);
 	sg_rootdist_stats s0 = stats();
@@ -758,6 +775,7 @@ static void t_publish(void)
 	ns_create(PUB_NS, false); /* created later */
 	WAIT_OK(PUB_NS, root_a, 30000);
 	ns_create("rp-late", true); /* another namespace: not ours */
+	WAIT_COUNTED(stats().creates >= 1);
 	WAIT_IDLE(30000);
 	sg_rootdist_stats s1 = stats();
 	SG_CHECK(s1.creates == 1 && s1.updates == 0 && s1.errors == 0 && s1.namespaces == 1);
@@ -778,10 +796,12 @@ static void t_publish(void)
 	char *both = concat(root_a, root_b);
 	SG_CHECK_OK(sg_rootdist_set_root(rd, both, strlen(both)));
 	WAIT_OK(PUB_NS, both, 20000);
+	WAIT_COUNTED(stats().updates >= s1.updates + 1);
 	WAIT_IDLE(20000);
 	SG_CHECK(stats().updates == s1.updates + 1);
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
 	WAIT_OK(PUB_NS, root_b, 20000);
+	WAIT_COUNTED(stats().updates >= s1.updates + 2);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s2 = stats();
 	SG_CHECK(s2.updates == s1.updates + 2 && s2.creates == s1.creates);
@@ -792,6 +812,7 @@ static void t_publish(void)
 	CM_PATCH(PUB_NS, json_pack("{s:{s:{s:n}}, s:{s:s}}", "metadata", "labels", SG_ROOTDIST_ROOTS_LABEL, "data",
 	                           SG_ROOTDIST_ROOTS_KEY, "tampered"));
 	WAIT_OK(PUB_NS, root_b, 20000);
+	WAIT_COUNTED(stats().creates >= s2.creates + 1 && stats().updates >= s2.updates + 1);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s3 = stats();
 	SG_CHECK(s3.creates == s2.creates + 1 && s3.updates == s2.updates + 1 && s3.errors == 0);

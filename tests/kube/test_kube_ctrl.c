@@ -86,8 +86,9 @@ typedef struct probe {
 	atomic_uint fail_left;     /* failures to inject into the key "flaky" */
 	atomic_uint requeue_left;  /* requeues to ask for the key "again" */
 	atomic_uint slow_ms;       /* how long each reconcile takes */
-	atomic_uint start_fails;   /* custom row start: failures left */
-	atomic_uint start_calls;
+	atomic_uint start_fails;   /* starting hook: failures left */
+	atomic_uint start_calls;   /* starting hook calls */
+	atomic_uint stopped_calls; /* stopped hook calls */
 	atomic_uint odd;           /* what a reconcile found wrong (checked by the test) */
 } probe;
 
@@ -1141,25 +1142,30 @@ static void t_managers(void)
 static probe p_flaky_row = PROBE_INIT;
 static sg_ctrl *c_flaky_row;
 
-static int flaky_start(void *self)
+/* The definition's lifecycle hooks: starting fails start_fails times (the
+ * manager retries the row on tick), and may change a field selector, as
+ * the cert-manager issuer does after probing the API server. */
+static int flaky_starting(sg_ctrl *c, void *arg)
 {
-	probe *p = self;
+	probe *p = arg;
+	SG_CHECK(!sg_ctrl_running(c));
 	atomic_fetch_add(&p->start_calls, 1);
 	unsigned left = atomic_load(&p->start_fails);
 	if (left && atomic_compare_exchange_strong(&p->start_fails, &left, left - 1))
 		return sg_error_set(SG_EBUSY, "flaky row: not yet");
-	return sg_ctrl_start(c_flaky_row);
+	return sg_ctrl_set_field_selector(c, 0, "metadata.name!=no-such-map"); /* selects all */
 }
 
-static void flaky_stop(void *self)
+static void flaky_stopped(sg_ctrl *c, void *arg)
 {
-	(void)self;
-	sg_ctrl_stop(c_flaky_row);
+	probe *p = arg;
+	SG_CHECK(!sg_ctrl_running(c));
+	atomic_fetch_add(&p->stopped_calls, 1);
 }
 
-static int flaky_metrics(void *self, sg_metrics *reg)
+static int flaky_metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
 {
-	(void)self;
+	SG_CHECK(arg == &p_flaky_row && c == c_flaky_row);
 	sg_metric *m = NULL;
 	return sg_metrics_gauge(&m, reg, "signet_test_flaky_row", "A row's own metric.", NULL, 0);
 }
@@ -1169,11 +1175,15 @@ static void t_solo(void)
 	side s = {.identity = "solo", .lead_p = PROBE_INIT, .all_p = PROBE_INIT};
 	side_new(&s, &(sg_ctrl_manager_opts){0}, "solo");
 	sg_ctrl_watch w = {.ref = configmaps(NULL), .label_selector = "test=mgr"};
-	c_flaky_row = new_ctrl("flaky-row", &w, count_reconcile, &p_flaky_row);
+	sg_ctrl_def d = {.name = "flaky-row", .kube = k, .watches = &w, .nwatches = 1, .reconcile = count_reconcile,
+	                 .starting = flaky_starting, .stopped = flaky_stopped, .metrics = flaky_metrics,
+	                 .arg = &p_flaky_row};
+	SG_CHECK_OK(sg_ctrl_new(&c_flaky_row, &d));
+	if (!c_flaky_row)
+		exit(1);
 	atomic_store(&p_flaky_row.start_fails, 2);
-	sg_ctrl_row row = {.ctrl = c_flaky_row, .start = flaky_start, .stop = flaky_stop, .self = &p_flaky_row,
-	                   .leader_only = true, .metrics = flaky_metrics};
-	SG_CHECK_RC(sg_ctrl_manager_add(s.m, &(sg_ctrl_row){.ctrl = c_flaky_row, .start = flaky_start}), SG_EINVAL);
+	sg_ctrl_row row = {.ctrl = c_flaky_row, .leader_only = true};
+	SG_CHECK_RC(sg_ctrl_manager_add(s.m, &(sg_ctrl_row){.ctrl = NULL}), SG_EINVAL);
 	SG_CHECK_OK(sg_ctrl_manager_add(s.m, &row));
 	SG_CHECK_OK(sg_ctrl_manager_metrics(s.m, s.reg));
 	SG_CHECK_OK(sg_ctrl_manager_start(s.m));
@@ -1191,9 +1201,14 @@ static void t_solo(void)
 	SG_WAIT_FOR(10000, tally_count(&p_flaky_row.seen, "mgr-1") >= 1 && tally_count(&s.lead_p.seen, "mgr-1") >= 1);
 	SG_CHECK(has_line(s.reg, "# TYPE signet_test_flaky_row gauge"));
 	SG_WAIT_FOR(20000, metrics_agree(s.reg, c_flaky_row) && metrics_agree(s.reg, s.lead));
+	SG_CHECK(atomic_load(&p_flaky_row.stopped_calls) == 0); /* a failed starting hook has nothing to undo */
 	sg_ctrl_manager_free(s.m);
 	s.m = NULL;
 	SG_CHECK(!sg_ctrl_running(c_flaky_row) && !sg_ctrl_running(s.lead) && !sg_ctrl_running(s.all));
+	SG_CHECK(atomic_load(&p_flaky_row.stopped_calls) == 1);
+	sg_ctrl_stop(c_flaky_row); /* not running: no hook */
+	SG_CHECK(atomic_load(&p_flaky_row.stopped_calls) == 1);
+	SG_CHECK_RC(sg_ctrl_set_field_selector(c_flaky_row, 0, NULL), SG_OK);
 	sg_ctrl_free(c_flaky_row);
 	side_free(&s);
 

@@ -463,6 +463,69 @@ static void t_callbacks(void)
 	sg_metrics_free(m);
 }
 
+/* A module's stats struct through a table: each row reads its field from
+ * a fresh snapshot; bad rows are refused by name. */
+typedef struct stats_fixture {
+	uint64_t done;
+	uint32_t narrow; /* neither 64 bits nor a bool: refused */
+	bool up;
+	size_t depth;
+} stats_fixture;
+
+static int stats_calls;
+
+static void stats_get(void *arg, void *out)
+{
+	stats_calls++;
+	stats_fixture *o = out;
+	SG_CHECK(o->done == 0 && !o->up); /* the registry hands a zeroed struct */
+	*o = *(const stats_fixture *)arg;
+}
+
+static void t_stats_table(void)
+{
+	sg_metrics *m = NULL;
+	SG_CHECK_OK(sg_metrics_new(&m));
+	stats_fixture live = {.done = 41, .up = true, .depth = 3};
+	static const sg_metrics_stat rows[] = {
+		SG_METRICS_STAT_COUNTER(stats_fixture, done, "mod_done_total", "Done."),
+		SG_METRICS_STAT_GAUGE(stats_fixture, up, "mod_up", "Up."),
+		SG_METRICS_STAT_GAUGE(stats_fixture, depth, "mod_depth", "Depth."),
+	};
+	SG_CHECK_OK(sg_metrics_stats(m, rows, 3, stats_get, sizeof(stats_fixture), &live));
+	live.done++;
+	char *out = render(m);
+	SG_CHECK(strstr(out, "# TYPE mod_done_total counter\nmod_done_total 42\n") != NULL);
+	SG_CHECK(strstr(out, "# TYPE mod_up gauge\nmod_up 1\n") != NULL);
+	SG_CHECK(strstr(out, "# TYPE mod_depth gauge\nmod_depth 3\n") != NULL);
+	SG_CHECK(stats_calls == 3); /* one snapshot per family and scrape */
+	free(out);
+	live.up = false;
+	out = render(m);
+	SG_CHECK(strstr(out, "mod_up 0\n") != NULL);
+	free(out);
+
+	/* Hostile tables: a field of another width, a field past the struct,
+	 * no getter, a struct too large, a clash with a family already there. */
+	sg_metrics_stat bad = SG_METRICS_STAT_COUNTER(stats_fixture, narrow, "mod_narrow_total", "Narrow.");
+	SG_CHECK_RC(sg_metrics_stats(m, &bad, 1, stats_get, sizeof(stats_fixture), &live), SG_EINVAL);
+	SG_CHECK_MSG("mod_narrow_total");
+	bad = (sg_metrics_stat){"mod_far_total", "Far.", false, sizeof(stats_fixture), sizeof(uint64_t)};
+	SG_CHECK_RC(sg_metrics_stats(m, &bad, 1, stats_get, sizeof(stats_fixture), &live), SG_EINVAL);
+	bad.offset = sizeof(stats_fixture) - 4; /* straddles the end */
+	SG_CHECK_RC(sg_metrics_stats(m, &bad, 1, stats_get, sizeof(stats_fixture), &live), SG_EINVAL);
+	SG_CHECK_RC(sg_metrics_stats(m, rows, 1, NULL, sizeof(stats_fixture), &live), SG_EINVAL);
+	SG_CHECK_RC(sg_metrics_stats(m, rows, 1, stats_get, SG_METRICS_STATS_MAX + 1, &live), SG_EINVAL);
+	SG_CHECK_RC(sg_metrics_stats(m, rows, 1, stats_get, 0, &live), SG_EINVAL);
+	SG_CHECK_RC(sg_metrics_stats(m, rows, 1, stats_get, sizeof(stats_fixture), &live), SG_EINVAL); /* clash */
+	sg_metrics_stat unnamed = {NULL, "No name.", false, 0, sizeof(uint64_t)};
+	SG_CHECK_RC(sg_metrics_stats(m, &unnamed, 1, stats_get, sizeof(stats_fixture), &live), SG_EINVAL);
+	out = render(m);
+	SG_CHECK(strstr(out, "mod_narrow") == NULL && strstr(out, "mod_far") == NULL);
+	free(out);
+	sg_metrics_free(m);
+}
+
 /* ---- concurrency ----------------------------------------------------- */
 
 #define THREADS 8
@@ -637,5 +700,6 @@ static void t_bench(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_names), SG_TEST(t_too_many_families), SG_TEST(t_render_exact), SG_TEST(t_hostile_label_values),
-             SG_TEST(t_histogram), SG_TEST(t_series_bound), SG_TEST(t_callbacks), SG_TEST(t_threads_exact),
+             SG_TEST(t_histogram), SG_TEST(t_series_bound), SG_TEST(t_callbacks), SG_TEST(t_stats_table),
+             SG_TEST(t_threads_exact),
              SG_TEST(t_bench))
