@@ -492,7 +492,11 @@ static void t_rate_limit(void)
 		SG_CHECK_RC(sg_kube_get(slow, &one, NULL), SG_ENOTFOUND);
 	double s = (double)(sg_now_ns() - t0) / 1e9;
 	printf("21 GETs at 10 qps, burst 1: %.2f s (ideal 2.0)\n", s);
-	SG_CHECK(s > 1.9 && s < 2.8);
+	/* Each GET takes its token 0.1 s after the one before, so 2.0 s and
+	 * the last call's time while calls take under 0.1 s; under TSan on a
+	 * loaded machine a call can take longer, and each adds its excess.
+	 * 5 s still tells 10 qps from a limiter that paces far slower. */
+	SG_CHECK(s > 1.9 && s < 5.0);
 	sg_kube_free(slow);
 }
 

@@ -436,7 +436,10 @@ static void t_ratelimit(void)
 	double burst_s = (double)(t1 - t0) / 1e9, rest_s = (double)(t2 - t1) / 1e9;
 	printf("ratelimit: burst %.3f s, 40 at 100 qps %.3f s\n", burst_s, rest_s);
 	SG_CHECK(burst_s < 0.05);
-	SG_CHECK(rest_s > 0.37 && rest_s < 0.6);
+	/* Not faster than 100/s; a thread woken late (a loaded machine under
+	 * TSan) adds its lateness at the last wait, which no earlier slack
+	 * absorbs: 2 s still tells 100/s from a pace ten times slower. */
+	SG_CHECK(rest_s > 0.37 && rest_s < 2.0);
 	sg_kube_ratelimit_free(r);
 }
 

@@ -300,7 +300,18 @@ class IstioCSR(unittest.TestCase):
                   "application/merge-patch+json")
 
     def quiet(self, seconds):
-        before = self.writes()
+        # A write is counted after it is made (the caller may have seen it
+        # already), and a reconcile in progress is not in the queue: the
+        # count is taken once it held still for a look with the queue empty.
+        looks = []
+
+        def settled():
+            n = self.writes()
+            depth = metric(self.port, 'signet_controller_queue_depth{controller="istiocsr"}')
+            still = depth == 0 and looks and looks[-1] == n
+            looks.append(n if depth == 0 else None)
+            return (n,) if still else None
+        (before,) = wait_for("the operator's writes counted", settled)
         time.sleep(seconds)  # no write for that long: an absence, so a fixed time
         self.assertEqual(self.writes(), before, "writes on a quiet cluster")
 

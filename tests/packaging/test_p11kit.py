@@ -254,6 +254,11 @@ class P11Kit(unittest.TestCase):
         self.server()
         self.assertTrue(self.ready(d, timeout=20), "not ready again after the server came back:\n" + d.text())
         self.verify(self.issue(stub), "after")
+        # Logged by the thread that re-initialised, after the tokens are
+        # usable again: a /readyz answered on another thread can come first.
+        deadline = time.time() + 30
+        while time.time() < deadline and "PKCS#11 module re-initialised" not in [r.get("msg") for r in d.records()]:
+            time.sleep(0.1)
         msgs = [r.get("msg") for r in d.records()]
         self.assertIn("PKCS#11 module re-initialised", msgs, d.text())
         with urllib.request.urlopen(f"http://127.0.0.1:{d.metrics_port}/metrics", timeout=5) as r:

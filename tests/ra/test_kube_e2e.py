@@ -429,11 +429,21 @@ class Writers(Base):
 
     def test_c_no_write_loop(self):
         cm = wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
-        # The echoes of its own writes reconciled: nothing left queued.
-        wait_for("the rootdist controller's queue empty", lambda: C.metric(
-            self.d, 'signet_controller_queue_depth{controller="rootdist"}') == 0)
+        # The echoes of its own writes reconciled: nothing left queued. A
+        # reconcile counts its write after the write, which the waits above
+        # may have seen, and one in progress is not queued: the count is
+        # taken once it held still for a look with the queue empty.
+        looks = []
+
+        def writes_settled():
+            n = C.metric(self.d, "signet_root_configmap_writes_total")
+            depth = C.metric(self.d, 'signet_controller_queue_depth{controller="rootdist"}')
+            still = depth == 0 and looks and looks[-1] == n
+            looks.append(n if depth == 0 else None)
+            return (n,) if still else None
+        (writes,) = wait_for("the rootdist controller's queue empty and its writes counted", writes_settled,
+                             interval=0.5)
         rv = C.kube.configmap("apps")["metadata"]["resourceVersion"]
-        writes = C.metric(self.d, "signet_root_configmap_writes_total")
         time.sleep(3)  # no write: an absence, so a fixed quiet time
         self.assertEqual(C.kube.configmap("apps")["metadata"]["resourceVersion"], rv)
         self.assertEqual(C.metric(self.d, "signet_root_configmap_writes_total"), writes)

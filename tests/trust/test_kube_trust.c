@@ -528,6 +528,11 @@ static bool idle(uint64_t *done, int *looks)
 
 #define WAIT_IDLE() KUBE_FX_WAIT_SETTLED(WAIT_MS, idle(&kube_fx_done, &kube_fx_looks), idle_why)
 
+/* Waits until the counters show at least the writes the test has seen: a
+ * write is counted after it is made, and idle() cannot tell a reconcile
+ * in progress (it is not queued) from none. */
+#define WAIT_COUNTED(cond) SG_WAIT_FOR(WAIT_MS, cond)
+
 static void print_stats(const char *when)
 {
 	sg_trust_stats s = stats();
@@ -716,6 +721,8 @@ static void t_sources(void)
 	for (size_t i = 1; i < 9; i++)
 		if (strcmp(names[i], "b-default") != 0)
 			WAIT_TARGET(no_targets(names[i]));
+	WAIT_COUNTED(stats().applies >= 9 * ntgt_ns && stats().deletes >= 7 * ntgt_ns && stats().status_writes >= 10 &&
+	             stats().errors >= 1);
 	WAIT_IDLE();
 	print_stats("sources");
 	/* One write per target and status, one delete per target of a deleted
@@ -826,6 +833,7 @@ static void t_selector_sources(void)
 	          json_pack("{s:{s:{s:n}}}", "metadata", "labels", "tt-pick"));
 	WAIT_TARGETS("b-pick", w1);
 	WAIT_SYNCED("b-pick");
+	WAIT_COUNTED(stats().applies >= s0.applies + 3 * ntgt_ns);
 	WAIT_IDLE();
 	SG_CHECK(stats().applies == s0.applies + 3 * ntgt_ns);
 	bundle_delete("b-pick");
@@ -852,6 +860,7 @@ static void t_selector_namespaces(void)
 	sg_trust_stats s0 = stats();
 	ns_label("tt-c", "tt-ns", NULL);
 	WAIT_TARGET(absent("configmaps", "tt-c", "b-ns"));
+	WAIT_COUNTED(stats().deletes >= s0.deletes + 1);
 	WAIT_IDLE();
 	sg_trust_stats s1 = stats();
 	/* Every key was ours (managedFields): one delete, no apply first. */
@@ -870,6 +879,7 @@ static void t_selector_namespaces(void)
 	SG_CHECK(mine && strcmp(mine, "kept") == 0 && !json_object_get(data, KEY));
 	SG_CHECK(meta_map(cm, "annotations", SG_TRUST_HASH) == NULL);
 	json_decref(cm);
+	WAIT_COUNTED(stats().cleanups >= s1.cleanups + 1);
 	WAIT_IDLE();
 	sg_trust_stats s2 = stats();
 	SG_CHECK(s2.cleanups == s1.cleanups + 1 && s2.deletes == s1.deletes && s2.errors == s1.errors);
@@ -898,6 +908,7 @@ static void t_new_namespace_and_source_change(void)
 	char *c03 = cat(2, ca[3], ca[0]);
 	cm_put("src-cm", NULL, json_pack("{s:s}", KEY, c03), NULL);
 	WAIT_TARGETS("b-cm-data", w03);
+	WAIT_COUNTED(stats().applies >= s0.applies + ntgt_ns);
 	WAIT_IDLE();
 	sg_trust_stats s1 = stats();
 	SG_CHECK(s1.applies == s0.applies + ntgt_ns && s1.status_writes == s0.status_writes);
@@ -928,6 +939,7 @@ static void t_repair(void)
 	          json_pack("{s:{s:{s:n}}}", "metadata", "annotations", SG_TRUST_HASH));
 	WAIT_TARGET(cm_meta_has("tt-d", "b-cm-data", true, SG_TRUST_HASH));
 	WAIT_TARGETS("b-cm-data", want);
+	WAIT_COUNTED(stats().applies >= s0.applies + 4);
 	WAIT_IDLE();
 	sg_trust_stats s1 = stats();
 	printf("repairs: applies %llu\n", (unsigned long long)(s1.applies - s0.applies));
@@ -1489,6 +1501,7 @@ static void t_bundle_deleted(void)
 	sg_trust_stats s0 = stats();
 	bundle_delete("b-quiet");
 	WAIT_TARGET(no_targets("b-quiet"));
+	WAIT_COUNTED(stats().deletes >= s0.deletes + ntgt_ns);
 	WAIT_IDLE();
 	sg_trust_stats s1 = stats();
 	if (s1.deletes != s0.deletes + ntgt_ns || s1.applies != s0.applies)
@@ -1547,6 +1560,7 @@ static void t_second_instance(void)
 	}
 	WAIT_COND("b-sec", "True", "Synced", "Successfully synced Bundle");
 	WAIT_TARGETS("b-filter", only);
+	WAIT_COUNTED(stats().applies >= 2 * ntgt_ns && stats().status_writes >= 1);
 	WAIT_IDLE();
 	/* The switch rewrote only what differs: the Secrets and the filtered
 	 * bundle (a target per namespace each), and one status (b-sec's). */
