@@ -610,7 +610,10 @@ void sg_ctrl_stats_get(sg_ctrl *c, sg_ctrl_stats *out)
 	out->reconciles = atomic_load(&c->reconciles);
 	out->errors = atomic_load(&c->errors);
 	out->requeues = atomic_load(&c->requeues);
-	out->queued = sg_ctrl_queue_len(c->q);
+	size_t waiting, active;
+	sg_ctrl_queue_counts(c->q, &waiting, &active);
+	out->queued = waiting;
+	out->active = active;
 	out->running = atomic_load(&c->is_running);
 }
 

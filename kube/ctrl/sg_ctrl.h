@@ -106,6 +106,9 @@ SG_API void sg_ctrl_queue_shutdown(sg_ctrl_queue *q);
 SG_API void sg_ctrl_queue_reset(sg_ctrl_queue *q);
 /* Distinct keys waiting: ready, delayed or in backoff (not in progress). */
 SG_API size_t sg_ctrl_queue_len(sg_ctrl_queue *q);
+/* The length above and the keys in progress (got, not yet done), read
+ * together: both 0 means nothing is waiting and no worker is busy. */
+SG_API void sg_ctrl_queue_counts(sg_ctrl_queue *q, size_t *waiting, size_t *active);
 
 /* ---- a controller ---- */
 
@@ -180,6 +183,8 @@ typedef struct sg_ctrl_stats {
 	uint64_t errors;     /* reconciles that failed (each retried) */
 	uint64_t requeues;   /* successes that asked to run again later */
 	uint64_t queued;     /* keys waiting now (a pending resync counts as one) */
+	uint64_t active;     /* keys being reconciled now; read with queued, so both 0 is
+	                        idle, every finished reconcile counted in its module too */
 	bool running;
 } sg_ctrl_stats;
 

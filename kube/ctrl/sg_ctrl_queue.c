@@ -53,6 +53,7 @@ struct sg_ctrl_queue {
 	delayed *heap;
 	size_t heap_len, heap_cap;
 	size_t waiting; /* keys dirty-and-not-processing or delayed: the length */
+	size_t active;  /* keys a worker holds (got, not yet done) */
 	uint64_t pause_until_ns;
 	unsigned first_ms, max_ms;
 	bool shut;
@@ -250,6 +251,7 @@ static void clear(sg_ctrl_queue *q)
 	q->head = q->tail = NULL;
 	q->heap_len = 0;
 	q->waiting = 0;
+	q->active = 0;
 	q->pause_until_ns = 0;
 }
 
@@ -396,6 +398,7 @@ bool sg_ctrl_queue_get(sg_ctrl_queue *q, char key[SG_CTRL_KEY_MAX])
 		bool was = counted(e);
 		e->dirty = false;
 		e->processing = true; /* a pending delayed add counts again at done() */
+		q->active++;
 		account(q, was, e);
 		memcpy(key, e->key, strlen(e->key) + 1);
 	}
@@ -412,6 +415,7 @@ void sg_ctrl_queue_done(sg_ctrl_queue *q, const char *key)
 	if (e && e->processing) {
 		bool was = counted(e);
 		e->processing = false;
+		q->active--;
 		if (e->dirty && !q->shut)
 			fifo_push(q, e);
 		else
@@ -450,8 +454,15 @@ void sg_ctrl_queue_reset(sg_ctrl_queue *q)
 
 size_t sg_ctrl_queue_len(sg_ctrl_queue *q)
 {
+	size_t waiting, active;
+	sg_ctrl_queue_counts(q, &waiting, &active);
+	return waiting;
+}
+
+void sg_ctrl_queue_counts(sg_ctrl_queue *q, size_t *waiting, size_t *active)
+{
 	pthread_mutex_lock(&q->mu);
-	size_t n = q->waiting;
+	*waiting = q->waiting;
+	*active = q->active;
 	pthread_mutex_unlock(&q->mu);
-	return n;
 }

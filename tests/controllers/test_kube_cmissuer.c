@@ -151,13 +151,13 @@ static const char *str_at(const json_t *o, const char *a, const char *b)
 	return json_string_value(json_object_get(json_object_get(o, a), b));
 }
 
-/* The controller has nothing queued and has reconciled at least `after`
- * times in all. */
+/* The controller has nothing queued, no reconcile in progress, and has
+ * reconciled at least `after` times in all. */
 static bool idle(sg_ctrl *c, uint64_t after)
 {
 	sg_ctrl_stats s;
 	sg_ctrl_stats_get(c, &s);
-	return s.queued == 0 && s.reconciles + s.errors >= after;
+	return s.queued == 0 && s.active == 0 && s.reconciles + s.errors >= after;
 }
 
 static bool cond_true_is(const json_t *o)

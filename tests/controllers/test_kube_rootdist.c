@@ -167,14 +167,17 @@ static bool idle(uint64_t *done, int *looks)
 	snprintf(ns_field, sizeof(ns_field), "metadata.name=%s", only_ns ? only_ns : "");
 	snprintf(cm_field, sizeof(cm_field), "metadata.name=%s", cm_name);
 	sg_ctrl_stats a = ctrl_stats();
-	bool ok = a.queued == 0 && cache_current(NS_WATCH, "namespaces", NULL, selector, only_ns ? ns_field : NULL) &&
+	bool ok = a.queued == 0 && a.active == 0 &&
+	          cache_current(NS_WATCH, "namespaces", NULL, selector, only_ns ? ns_field : NULL) &&
 	          cache_current(CM_WATCH, "configmaps", only_ns, NULL, cm_field);
 	sg_ctrl_stats b = ctrl_stats();
 	uint64_t n = b.reconciles + b.errors;
 	if (a.queued || b.queued)
 		snprintf(idle_why, sizeof(idle_why), "%llu namespaces queued",
 		         (unsigned long long)(a.queued ? a.queued : b.queued));
-	ok = ok && b.queued == 0 && n == a.reconciles + a.errors;
+	if (a.active || b.active)
+		snprintf(idle_why, sizeof(idle_why), "a reconcile in progress");
+	ok = ok && b.queued == 0 && b.active == 0 && n == a.reconciles + a.errors;
 	bool quiet = kube_fx_settled(ok, n, done, looks, 1);
 	if (ok && !quiet)
 		snprintf(idle_why, sizeof(idle_why), "a reconcile ended since the previous look");
@@ -186,8 +189,8 @@ static bool idle(uint64_t *done, int *looks)
 #define WAIT_IDLE(ms) KUBE_FX_WAIT_SETTLED(ms, idle(&kube_fx_done, &kube_fx_looks), idle_why)
 
 /* Waits until the counters show at least the writes the test has seen: a
- * reconcile counts its outcome after its write, and idle() cannot tell a
- * reconcile in progress (it is not queued) from none. */
+ * reconcile counts its outcome after its write (idle() also waits for no
+ * reconcile in progress; this says which count the test is after). */
 #define WAIT_COUNTED(cond) SG_WAIT_FOR(20000, cond)
 
 /* A label change on namespace ns (selected): one event, so one reconcile

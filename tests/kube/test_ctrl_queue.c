@@ -163,13 +163,23 @@ static void t_dedupe(void)
 	sg_ctrl_queue_free(q);
 }
 
+/* The keys a worker holds, read with the length: both 0 is idle. */
+static size_t active(sg_ctrl_queue *q)
+{
+	size_t waiting, held;
+	sg_ctrl_queue_counts(q, &waiting, &held);
+	SG_CHECK(waiting == sg_ctrl_queue_len(q));
+	return held;
+}
+
 static void t_in_progress(void)
 {
 	sg_ctrl_queue *q = queue(0, 0);
+	SG_CHECK(active(q) == 0);
 	uint64_t t0 = sg_now_ns();
 	sg_ctrl_queue_add(q, "a");
 	TAKE(q, "a", t0);
-	SG_CHECK(sg_ctrl_queue_len(q) == 0);
+	SG_CHECK(sg_ctrl_queue_len(q) == 0 && active(q) == 1);
 	for (int i = 0; i < 3; i++)
 		sg_ctrl_queue_add(q, "a");
 	SG_CHECK(sg_ctrl_queue_len(q) == 0); /* in progress, even when added again */
@@ -177,7 +187,9 @@ static void t_in_progress(void)
 	/* Not handed to another getter while in progress ... */
 	sg_ctrl_queue_add(q, "b");
 	TAKE(q, "b", t0);
+	SG_CHECK(active(q) == 2);
 	sg_ctrl_queue_done(q, "b");
+	SG_CHECK(active(q) == 1);
 	getter g;
 	getter_start(&g, q);
 	SG_CHECK(!getter_wait(&g, 100)); /* only "a" is wanted, and it is held */
@@ -185,9 +197,10 @@ static void t_in_progress(void)
 	sg_ctrl_queue_done(q, "a");
 	SG_CHECK(getter_join(&g, GET_DEADLINE_MS) && strcmp(g.key, "a") == 0);
 	SG_CHECK(sg_ctrl_queue_len(q) == 0);
+	SG_CHECK(active(q) == 1); /* the getter holds it */
 	sg_ctrl_queue_done(q, "a");
 	sg_ctrl_queue_done(q, "a"); /* a second done is ignored */
-	SG_CHECK(sg_ctrl_queue_len(q) == 0);
+	SG_CHECK(sg_ctrl_queue_len(q) == 0 && active(q) == 0);
 	SENTINEL(q, 0, t0); /* no third "a" */
 
 	/* Done without an add meanwhile: the key is gone. */

@@ -381,16 +381,18 @@ static sg_trustmanager_stats stats(void)
 
 static char idle_why[200];
 
-/* Nothing queued (delayed keys included) and no reconcile ended during the
- * last 10 looks (200 ms): the events of the last writes are handled. */
+/* Nothing queued (delayed keys included), none in progress, and no
+ * reconcile ended during the last 10 looks (200 ms): the events of the
+ * last writes are handled. */
 static bool idle(uint64_t *done, int *looks)
 {
 	sg_ctrl_stats s;
 	sg_ctrl_stats_get(sg_trustmanager_controller(tm), &s);
 	uint64_t n = s.reconciles + s.errors;
-	snprintf(idle_why, sizeof(idle_why), "queued %llu, reconciles %llu, errors %llu", (unsigned long long)s.queued,
-	         (unsigned long long)s.reconciles, (unsigned long long)s.errors);
-	return kube_fx_settled(s.queued == 0, n, done, looks, 10);
+	snprintf(idle_why, sizeof(idle_why), "queued %llu, active %llu, reconciles %llu, errors %llu",
+	         (unsigned long long)s.queued, (unsigned long long)s.active, (unsigned long long)s.reconciles,
+	         (unsigned long long)s.errors);
+	return kube_fx_settled(s.queued == 0 && s.active == 0, n, done, looks, 10);
 }
 
 #define WAIT_IDLE() KUBE_FX_WAIT_SETTLED(WAIT_MS, idle(&kube_fx_done, &kube_fx_looks), idle_why)
