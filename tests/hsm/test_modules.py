@@ -54,15 +54,9 @@ CALLS = 120 if SANITIZED else 400  # under load, per phase
 RECOVER_S = 60.0  # longest wait for service after a backend restart
 DOWN_LIMIT = 15  # signetd's --hsm-down-limit, seconds: /healthz fails past it
 CALL_TIMEOUT = 30 if SANITIZED else 10  # a TPM under ASan signs a few dozen a second
-# The plain load phase counts every call that fails: there the deadline is
-# a client's patience, not what the test measures. A TPM under ASan with
-# the suite beside it (ctest -j4 on 2 cores) answers a call in 2-5 s, and
-# now and then after more than signetd's default server-timeout (10 s),
-# which caps every call's deadline (tests/stress.sh). Under sanitizers
-# signetd gets LOAD_TIMEOUT as its server-timeout; the other phases' calls
-# keep CALL_TIMEOUT, the smaller deadline winning.
-LOAD_TIMEOUT = 90 if SANITIZED else 10
-SIGNETD_ARGS = [f"--hsm-down-limit={DOWN_LIMIT}s", f"--server-timeout={LOAD_TIMEOUT}s"]
+# (signetd's server-timeout, 10 s, caps each call's deadline: a call still
+# waiting then is DEADLINE_EXCEEDED whatever the client asked for)
+SIGNETD_ARGS = [f"--hsm-down-limit={DOWN_LIMIT}s"]
 ID = signet_e2e.spiffe("default", "default")
 
 
@@ -266,7 +260,7 @@ class Modules(unittest.TestCase):
             self.channel = grpc.secure_channel(f"127.0.0.1:{d.port}", creds,
                                                options=[("grpc.ssl_target_name_override", "localhost")])
             t = time.monotonic()
-            calls = Load(self, CALLS, LOAD_TIMEOUT).wait(300)
+            calls = Load(self, CALLS).wait(300)
             took = time.monotonic() - t
             codes = [c[2] for c in calls]
             failed = [(round(c[1] - c[0], 1), c[2].name) for c in calls if c[2] != grpc.StatusCode.OK]
@@ -316,8 +310,13 @@ class Modules(unittest.TestCase):
                     # start, since signetd may see the backend go before
                     # the script returns.
                     self.assertGreaterEqual(wedged + (t_off - t_begin), DOWN_LIMIT)
-                    self.assertTrue(any(x.get("msg", "").startswith("HSM down beyond hsm-down-limit")
-                                        for x in d.records()), d.text()[-3000:])
+                    # /healthz answers from the clock; the log line comes
+                    # with signetd's next housekeeping tick (a second).
+                    t_log = time.monotonic()
+                    while not any(x.get("msg", "").startswith("HSM down beyond hsm-down-limit")
+                                  for x in d.records()):
+                        self.assertLess(time.monotonic() - t_log, 10, d.text()[-3000:])
+                        time.sleep(0.1)
                     d.stop(signal.SIGKILL)
                     t = time.monotonic()
                     d = signet_e2e.Signetd(SIGNETD, conf, *SIGNETD_ARGS, threads=4,
