@@ -327,6 +327,12 @@ static int read_len(sg_reader *r, uint32_t field, sg_slice *out)
 	size_t at = r->off;
 	uint64_t n = 0;
 	SG_TRY(read_varint(r, &n));
+	/* A length is a 32-bit varint: 5 bytes at most, as for a key. protobuf-c
+	 * refuses a longer one however small its value (the fuzzer found
+	 * 80 80 80 80 80 00, a 6-byte 0), so accepting it would read a message
+	 * the reference parser calls malformed. */
+	SG_ENSURE(r->off - at <= 5, SG_EINVAL, "policy response: field %u: length at offset %zu is longer than 5 bytes",
+	          field, at);
 	SG_ENSURE(n <= sg_reader_left(r), SG_EINVAL,
 	          "policy response: field %u at offset %zu claims %llu bytes, %zu left", field, at,
 	          (unsigned long long)n, sg_reader_left(r));

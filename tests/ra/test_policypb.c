@@ -436,8 +436,19 @@ static void t_response_hostile(void)
 	w_free(&w);
 	/* a length that claims far more than there is */
 	w_key(&w, 2, 2);
+	w_varint(&w, UINT32_MAX);
+	refused(&w, "claims 4294967295 bytes");
+	w_free(&w);
+	/* a length in more than 5 bytes, however small (found by the fuzzer:
+	 * protobuf-c refuses it) */
+	w_key(&w, 2, 2);
 	w_varint(&w, (uint64_t)1 << 40);
-	refused(&w, "claims 1099511627776 bytes");
+	refused(&w, "field 2: length at offset 1 is longer than 5 bytes");
+	w_free(&w);
+	w_key(&w, 1, 0);
+	w_varint(&w, 1);
+	w_raw(&w, "\x12\x80\x80\x80\x80\x80\x00", 7); /* reason "", its length a 6-byte 0 */
+	refused(&w, "field 2: length at offset 3 is longer than 5 bytes");
 	w_free(&w);
 	/* more than the message limit, refused unread */
 	uint8_t *huge = calloc(SG_POLICYPB_MAX_RESPONSE + 1, 1);
