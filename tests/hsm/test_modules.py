@@ -54,9 +54,6 @@ CALLS = 120 if SANITIZED else 400  # under load, per phase
 RECOVER_S = 60.0  # longest wait for service after a backend restart
 DOWN_LIMIT = 15  # signetd's --hsm-down-limit, seconds: /healthz fails past it
 CALL_TIMEOUT = 30 if SANITIZED else 10  # a TPM under ASan signs a few dozen a second
-# (signetd's server-timeout, 10 s, caps each call's deadline: a call still
-# waiting then is DEADLINE_EXCEEDED whatever the client asked for)
-SIGNETD_ARGS = [f"--hsm-down-limit={DOWN_LIMIT}s"]
 ID = signet_e2e.spiffe("default", "default")
 
 
@@ -68,9 +65,8 @@ class Load:
     """CLIENTS threads calling CreateCertificate until `total` calls are made
     (or stop()); results kept as (t0, t1, code, leaf)."""
 
-    def __init__(self, t, total=None, timeout=CALL_TIMEOUT):
+    def __init__(self, t, total=None):
         self.t, self.total, self.calls, self.lock = t, total, [], threading.Lock()
-        self.timeout = timeout
         self.stop_ev = threading.Event()
         self.threads = [threading.Thread(target=self.run, args=(i,), daemon=True) for i in range(CLIENTS)]
         for th in self.threads:
@@ -88,7 +84,7 @@ class Load:
             k += 1
             t0 = time.monotonic()
             try:
-                resp = stub.CreateCertificate(req, metadata=md, timeout=self.timeout)
+                resp = stub.CreateCertificate(req, metadata=md, timeout=CALL_TIMEOUT)
                 c = (t0, time.monotonic(), grpc.StatusCode.OK, resp.cert_chain[0])
             except grpc.RpcError as e:
                 c = (t0, time.monotonic(), e.code(), None)
@@ -103,7 +99,7 @@ class Load:
 
     def stop(self):
         self.stop_ev.set()
-        return self.wait(self.timeout + 5)
+        return self.wait(CALL_TIMEOUT + 5)
 
     def ok(self, since=0.0):
         """Calls started at or after since that succeeded."""
@@ -253,7 +249,7 @@ class Modules(unittest.TestCase):
         with open(root, "rb") as f:
             self.root = f.read()
         self.tok = signet_e2e.mint_token(SIGNETCTL, conf)
-        d = signet_e2e.Signetd(SIGNETD, conf, *SIGNETD_ARGS, threads=4, env=self.env)
+        d = signet_e2e.Signetd(SIGNETD, conf, f"--hsm-down-limit={DOWN_LIMIT}s", threads=4, env=self.env)
         restarted = False
         try:
             creds = grpc.ssl_channel_credentials(root_certificates=self.root)
@@ -319,7 +315,7 @@ class Modules(unittest.TestCase):
                         time.sleep(0.1)
                     d.stop(signal.SIGKILL)
                     t = time.monotonic()
-                    d = signet_e2e.Signetd(SIGNETD, conf, *SIGNETD_ARGS, threads=4,
+                    d = signet_e2e.Signetd(SIGNETD, conf, f"--hsm-down-limit={DOWN_LIMIT}s", threads=4,
                                            env=self.env)
                     restarted = True
                     self.channel.close()
