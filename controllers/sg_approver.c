@@ -1,12 +1,18 @@
 /*
  * The CertificateRequest policy approver (sg_approver.h) on the runtime.
  *
- * Everything is read from the informers' caches except two things: the
+ * Everything is read from the informers' caches except three things: the
  * SubjectAccessReviews (cached by SHA-256 of who asks, which policy and
  * where, for sar_ttl seconds, under a generation that any RBAC event
- * bumps, so a new RoleBinding counts at once), and the live read of a
- * request just before its decision is written (a decision is final; the
- * PUT carries that read's resourceVersion).
+ * bumps, so a new RoleBinding counts at once), a Namespace the cache does
+ * not hold yet (read live: a gap must not read as "no labels"), and the
+ * live read of a request just before its decision is written (a decision
+ * is final; the PUT carries that read's resourceVersion).
+ *
+ * A pass (review_run) is approver-policy's review with two changes that
+ * keep a final decision from being wrong: a policy that applies but is not
+ * Ready holds back a denial, and the first error ends the pass (retried)
+ * instead of letting a later policy approve past it.
  *
  * Policies are compiled on every pass (sg_crpolicy_compile): a pass costs
  * a few microseconds per policy, and compiling from the cache's object
@@ -27,6 +33,7 @@
 #include "sg_kubesign.h"
 #include "sg_log.h"
 #include "sg_names.h"
+#include "sg_opt.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -42,7 +49,8 @@
 #define NWATCHES 7
 
 #define POLICY_PREFIX "crp:"
-#define POLICIES_MAX 1024
+#define SIGNER_NAMES_MAX 64
+#define SIGNER_NAME_MAX 512
 #define REQUEST_PEM_MAX (64u * 1024u)
 #define GROUPS_MAX 256
 #define USAGES_MAX 64
@@ -58,6 +66,13 @@
 #define RBAC_SETTLE_KEY "rbac:settle" /* no request or policy key has this form */
 #define RBAC_SETTLE_MS 3000u
 
+/* One entry of sg_approver_options.signer_names: "<plural>.<group>" and
+ * "*" or one issuer's "<namespace>.<name>" / "<name>". */
+typedef struct signer_name {
+	char resource[SIGNER_NAME_MAX];
+	char name[SIGNER_NAME_MAX];
+} signer_name;
+
 struct sg_approver {
 	sg_ctrl *ctrl;
 	sg_kube *kube;
@@ -66,6 +81,8 @@ struct sg_approver {
 	size_t nplugins;
 	int64_t sar_ttl;
 	sg_cache *sar;
+	signer_name *signers; /* NULL: every signer */
+	size_t nsigners;
 	_Atomic uint64_t rbac_gen;
 	_Atomic uint64_t rbac_last_ns; /* monotonic time of the last RBAC event */
 
@@ -74,8 +91,8 @@ struct sg_approver {
 	pthread_mutex_t told_mu;
 	json_t *told;
 
-	_Atomic uint64_t approved, denied, unprocessed, deferred, errors, conflicts, sar_requests, sar_cached,
-		policy_status_writes;
+	_Atomic uint64_t approved, denied, unprocessed, deferred, skipped, errors, conflicts, sar_requests, sar_cached,
+	    policy_status_writes;
 };
 
 /* ---- which requests are still to decide ---- */
@@ -259,7 +276,8 @@ static const char *str_at(const json_t *o, const char *k)
 	return s ? s : "";
 }
 
-/* Fills q from cr; SG_EINVAL with why for what cannot be evaluated. */
+/* Fills q from cr, all but the CSR (request_csr); SG_EINVAL with why for
+ * what cannot be evaluated. */
 static int request_read(request *q, const json_t *cr)
 {
 	memset(q, 0, sizeof(*q));
@@ -297,9 +315,18 @@ static int request_read(request *q, const json_t *cr)
 	q->r.groups = q->groups;
 	const json_t *extra = json_object_get(spec, "extra");
 	q->r.extra = json_is_object(extra) ? extra : NULL;
+	return SG_OK;
+}
+
+/* Parses spec.request into q->r.csr, once: only a request some Ready
+ * policy is to evaluate needs it. */
+static int request_csr(request *q, const json_t *cr)
+{
+	if (q->r.csr)
+		return SG_OK;
 	size_t len = 0;
-	SG_TRY(sg_kubesign_bytes_field(spec, "request", REQUEST_PEM_MAX, &q->pem, &len));
-	q->der = malloc(len);
+	SG_TRY(sg_kubesign_bytes_field(json_object_get(cr, "spec"), "request", REQUEST_PEM_MAX, &q->pem, &len));
+	q->der = malloc(len ? len : 1);
 	SG_ENSURE(q->der, SG_EINTERNAL, "approver: out of memory");
 	size_t der_len = 0;
 	SG_TRY(sg_csr_decode((const uint8_t *)q->pem, len, q->der, len, &der_len));
@@ -384,7 +411,7 @@ static int may_use(sg_approver *a, const sg_crpolicy_request *r, const char *pol
 	return rc;
 }
 
-/* ---- deciding ---- */
+/* ---- writing the decision ---- */
 
 /* Writes the decision on cr: a live read (a request decided meanwhile is
  * left alone), the condition added, PUT of /status with the read's
@@ -489,6 +516,206 @@ static int run_plugins(sg_approver *a, const sg_crpolicy *p, const sg_crpolicy_r
 	return SG_OK;
 }
 
+/* ---- which signers are ours ---- */
+
+/* Parses sg_approver_options.signer_names into a->signers (NULL: all). */
+static int signers_parse(sg_approver *a, const char *list)
+{
+	if (!list || !*list)
+		return SG_OK;
+	char *copy = strdup(list);
+	SG_ENSURE(copy, SG_EINTERNAL, "approver: out of memory");
+	const char *items[SIGNER_NAMES_MAX];
+	size_t n = 0;
+	int rc = sg_opt_split_list(copy, items, SIGNER_NAMES_MAX, &n, "approver signer names");
+	if (rc == SG_OK)
+		a->signers = calloc(n, sizeof(*a->signers));
+	if (rc == SG_OK && !a->signers)
+		rc = sg_error_set(SG_EINTERNAL, "approver: out of memory");
+	for (size_t i = 0; rc == SG_OK && i < n; i++) {
+		const char *it = items[i];
+		if (strcmp(it, "*") == 0) { /* every signer: no list at all */
+			free(a->signers);
+			a->signers = NULL;
+			a->nsigners = 0;
+			break;
+		}
+		const char *slash = strchr(it, '/');
+		size_t rlen = slash ? (size_t)(slash - it) : 0;
+		if (!slash || rlen == 0 || !memchr(it, '.', rlen) || !slash[1] || strchr(slash + 1, '/') ||
+		    rlen >= SIGNER_NAME_MAX || strlen(slash + 1) >= SIGNER_NAME_MAX) {
+			rc = sg_error_set(SG_EINVAL,
+			                  "approver signer names: \"%s\" is not \"*\", \"<plural>.<group>/*\" or "
+			                  "\"<plural>.<group>/<issuer>\"",
+			                  it);
+			break;
+		}
+		signer_name *e = &a->signers[a->nsigners++];
+		memcpy(e->resource, it, rlen);
+		e->resource[rlen] = '\0';
+		snprintf(e->name, sizeof(e->name), "%s", slash + 1);
+	}
+	free(copy);
+	return rc;
+}
+
+/* Whether the request's signer is one this approver approves for:
+ * cert-manager's signer name "<plural>.<group>/<namespace>.<name>" (or
+ * "/<name>" for a cluster-scoped issuer) against the list. */
+static bool signer_ours(const sg_approver *a, const sg_crpolicy_request *r)
+{
+	if (!a->signers)
+		return true;
+	const char *kind = r->issuer_kind && *r->issuer_kind ? r->issuer_kind : "Issuer";
+	const char *group = r->issuer_group && *r->issuer_group ? r->issuer_group : "cert-manager.io";
+	char resource[SIGNER_NAME_MAX], name[SIGNER_NAME_MAX];
+	size_t k = 0;
+	for (; kind[k] && k + 1 < sizeof(resource); k++)
+		resource[k] = (char)((kind[k] >= 'A' && kind[k] <= 'Z') ? kind[k] - 'A' + 'a' : kind[k]);
+	int n = snprintf(resource + k, sizeof(resource) - k, "s.%s", group);
+	if (kind[k] || n < 0 || (size_t)n >= sizeof(resource) - k)
+		return false; /* longer than any name we could hold: not one we were given */
+	bool cluster = strncmp(kind, "Cluster", 7) == 0;
+	n = cluster ? snprintf(name, sizeof(name), "%s", r->issuer_name)
+	            : snprintf(name, sizeof(name), "%s.%s", r->name_space, r->issuer_name);
+	if (n < 0 || (size_t)n >= sizeof(name))
+		return false;
+	for (size_t i = 0; i < a->nsigners; i++)
+		if (strcmp(a->signers[i].resource, resource) == 0 &&
+		    (strcmp(a->signers[i].name, "*") == 0 || strcmp(a->signers[i].name, name) == 0))
+			return true;
+	return false;
+}
+
+/* ---- deciding ---- */
+
+/* The labels of namespace ns, for a selector: from the cache, else from a
+ * live read (a Namespace created a moment ago may not be cached yet, and
+ * "no labels" would be a wrong "no match"). *labels is a new reference. */
+static int namespace_labels(sg_approver *a, sg_ctrl *c, const char *ns, json_t **labels)
+{
+	json_t *obj = sg_kube_informer_get(sg_ctrl_informer(c, W_NAMESPACES), NULL, ns);
+	if (!obj) {
+		sg_kube_ref ref = {.version = "v1", .resource = "namespaces", .name = ns};
+		int rc = sg_kube_get(a->kube, &ref, &obj);
+		if (rc < 0)
+			return sg_error_set(rc == SG_ENOTFOUND ? SG_EBUSY : rc,
+			                    "Namespace %s, whose labels a policy's selector needs, cannot be read: %s",
+			                    ns, sg_error_last()->msg);
+	}
+	json_t *l = json_object_get(json_object_get(obj, "metadata"), "labels");
+	*labels = json_is_object(l) ? json_incref(l) : json_object();
+	json_decref(obj);
+	return *labels ? SG_OK : sg_error_set(SG_EINTERNAL, "approver: out of memory");
+}
+
+/* One pass over one request, as approver-policy's review: what it found. */
+typedef struct review {
+	sg_crpolicy **compiled; /* every policy compiled this pass, freed after */
+	size_t ncompiled;
+	sg_crpolicy_denial *denials; /* the Ready policies that denied, in name order */
+	sg_crpolicy_verdict *verdicts;
+	size_t ndenied;
+	size_t nbound;        /* selecting, and the requester may use them */
+	size_t nwaiting;      /* of those, not Ready (or not reconciled yet) */
+	size_t nready;        /* of those, evaluated */
+	const char *approver; /* the policy that approved, or NULL */
+} review;
+
+static void review_clear(review *v)
+{
+	for (size_t i = 0; i < v->ndenied; i++)
+		sg_crpolicy_verdict_clear(&v->verdicts[i]);
+	for (size_t i = 0; i < v->ncompiled; i++)
+		sg_crpolicy_free(v->compiled[i]);
+	free(v->compiled);
+	free(v->denials);
+	free(v->verdicts);
+}
+
+/* Whether policy p (compiled from obj) applies to q: selected, and the
+ * requester may use it. The Namespace is read once, when a selector first
+ * needs its labels. */
+static int applies(sg_approver *a, sg_ctrl *c, const sg_crpolicy *p, const request *q, json_t **labels, bool *yes)
+{
+	*yes = false;
+	if (!sg_crpolicy_selects_issuer(p, &q->r))
+		return SG_OK;
+	if (sg_crpolicy_needs_namespace_labels(p) && !*labels)
+		SG_TRY(namespace_labels(a, c, q->r.name_space, labels));
+	bool match = false;
+	SG_TRY(sg_crpolicy_selects_namespace(p, q->r.name_space, *labels, &match));
+	if (!match)
+		return SG_OK;
+	return may_use(a, &q->r, sg_crpolicy_name(p), yes);
+}
+
+/* Evaluates one Ready policy (its rules, then its plugins); an error stops
+ * the review (the caller returns it). */
+static int evaluate(sg_approver *a, const sg_crpolicy *p, request *q, const json_t *cr, review *v)
+{
+	SG_TRY(request_csr(q, cr));
+	sg_crpolicy_verdict *vd = &v->verdicts[v->ndenied];
+	memset(vd, 0, sizeof(*vd));
+	int rc = sg_crpolicy_evaluate(p, &q->r, vd);
+	if (rc == SG_OK && !vd->denied)
+		rc = run_plugins(a, p, &q->r, cr, vd);
+	if (rc < 0) {
+		sg_crpolicy_verdict_clear(vd);
+		return rc;
+	}
+	if (!vd->denied) {
+		sg_crpolicy_verdict_clear(vd);
+		v->approver = sg_crpolicy_name(p);
+		return SG_OK;
+	}
+	v->denials[v->ndenied++] = (sg_crpolicy_denial){sg_crpolicy_name(p), vd->message};
+	return SG_OK;
+}
+
+/* approver-policy's review over the policies pols (sorted here by name):
+ * stops at the first approval or the first error. */
+static int review_run(sg_approver *a, sg_ctrl *c, const json_t *pols, request *q, const json_t *cr, review *v)
+{
+	size_t npol = json_array_size(pols);
+	json_t **sorted = calloc(npol, sizeof(*sorted));
+	v->compiled = calloc(npol, sizeof(*v->compiled));
+	v->denials = calloc(npol, sizeof(*v->denials));
+	v->verdicts = calloc(npol, sizeof(*v->verdicts));
+	json_t *labels = NULL;
+	int rc = sorted && v->compiled && v->denials && v->verdicts
+	             ? SG_OK
+	             : sg_error_set(SG_EINTERNAL, "approver: out of memory");
+	for (size_t i = 0; rc == SG_OK && i < npol; i++)
+		sorted[i] = json_array_get(pols, i);
+	if (rc == SG_OK)
+		qsort(sorted, npol, sizeof(*sorted), cmp_name);
+	for (size_t i = 0; rc == SG_OK && i < npol && !v->approver; i++) {
+		sg_crpolicy *p = NULL;
+		if (compile(a, sorted[i], &p) < 0)
+			continue; /* not a usable object (no name): nobody's policy */
+		v->compiled[v->ncompiled++] = p;
+		bool yes = false;
+		if ((rc = applies(a, c, p, q, &labels, &yes)) < 0 || !yes)
+			continue;
+		v->nbound++;
+		/* Ready: compiled Ready, its plugins accept it, and its Ready
+		 * condition written (a policy just created has none yet). */
+		char *refused = sg_crpolicy_ready(p) ? plugins_refuse(a, p) : NULL;
+		bool ready = sg_crpolicy_ready(p) && !refused && sg_ctrl_condition_find(sorted[i], "Ready");
+		free(refused);
+		if (!ready) {
+			v->nwaiting++;
+			continue;
+		}
+		v->nready++;
+		rc = evaluate(a, p, q, cr, v);
+	}
+	json_decref(labels);
+	free(sorted);
+	return rc;
+}
+
 static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const char *name, sg_ctrl_result *res)
 {
 	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, W_REQUESTS), ns, name);
@@ -496,19 +723,23 @@ static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const c
 		json_decref(cr);
 		return SG_OK;
 	}
-	json_t *pols = sg_kube_informer_list(sg_ctrl_informer(c, W_POLICIES));
-	json_t *nsobj = NULL, *no_labels = NULL;
+	json_t *pols = NULL;
 	request q;
-	memset(&q, 0, sizeof(q));
-	sg_crpolicy_denial denials[POLICIES_MAX];
-	sg_crpolicy_verdict verdicts[POLICIES_MAX];
-	sg_crpolicy *compiled[POLICIES_MAX];
-	size_t ndenied = 0, nnotready = 0, ncompiled = 0, nbound = 0, nevaluated = 0;
-	sg_crpolicy_denial notready[POLICIES_MAX];
-	bool failed = false, conflict = false;
-	sg_error first_error = {0};
+	review v = {0};
+	bool conflict = false;
 	char *msg = NULL;
-	int rc = SG_OK;
+	int rc = request_read(&q, cr); /* the issuerRef is read first, whatever fails after */
+	if (!signer_ours(a, &q.r)) {
+		atomic_fetch_add(&a->skipped, 1);
+		rc = SG_OK;
+		goto out; /* another approver's */
+	}
+	if (rc < 0) {
+		rc = sg_error_set(rc, "CertificateRequest %s/%s cannot be evaluated: %s", ns, name,
+		                  sg_error_last()->msg);
+		goto out;
+	}
+	pols = sg_kube_informer_list(sg_ctrl_informer(c, W_POLICIES));
 	if (!pols) {
 		rc = sg_error_set(SG_EINTERNAL, "approver: out of memory");
 		goto out;
@@ -517,120 +748,37 @@ static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const c
 		tell_unprocessed(a, c, cr, SG_CRPOLICY_NO_POLICIES);
 		goto out;
 	}
-	if (json_array_size(pols) > POLICIES_MAX) {
-		rc = sg_error_set(SG_EINVAL, "approver: more than %d CertificateRequestPolicies", POLICIES_MAX);
+	if ((rc = review_run(a, c, pols, &q, cr, &v)) < 0) {
+		rc = sg_error_set(rc == SG_EINVAL ? SG_EBUSY : rc, "CertificateRequest %s/%s: no answer yet: %s", ns,
+		                  name, sg_error_last()->msg);
 		goto out;
 	}
-	if ((rc = request_read(&q, cr)) < 0) {
-		rc = sg_error_set(rc, "CertificateRequest %s/%s cannot be evaluated: %s", ns, name, sg_error_last()->msg);
-		goto out;
-	}
-	nsobj = sg_kube_informer_get(sg_ctrl_informer(c, W_NAMESPACES), NULL, ns);
-	no_labels = json_object();
-	const json_t *labels = json_object_get(json_object_get(nsobj, "metadata"), "labels");
-	/* approver-policy's order: by name. */
-	size_t npol = json_array_size(pols);
-	json_t **sorted = calloc(npol, sizeof(*sorted));
-	if (!sorted) {
-		rc = sg_error_set(SG_EINTERNAL, "approver: out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < npol; i++)
-		sorted[i] = json_array_get(pols, i);
-	qsort(sorted, npol, sizeof(*sorted), cmp_name);
-	for (size_t i = 0; i < npol && rc == SG_OK; i++) {
-		sg_crpolicy *p = NULL;
-		if (compile(a, sorted[i], &p) < 0)
-			continue; /* not a usable object (no name): nobody's policy */
-		compiled[ncompiled++] = p;
-		/* A Namespace the cache does not hold (yet) has no labels:
-		 * a policy that selects by labels does not apply. */
-		bool match = false;
-		if (sg_crpolicy_selects(p, &q.r, labels ? labels : no_labels, &match) < 0)
-			match = false;
-		if (!match)
-			continue;
-		bool allowed = false;
-		if ((rc = may_use(a, &q.r, sg_crpolicy_name(p), &allowed)) < 0)
-			break;
-		if (!allowed)
-			continue;
-		nbound++;
-		/* approver-policy evaluates Ready policies only; a policy that
-		 * has no Ready condition yet (just created: its first
-		 * reconcile has not run) makes the request wait instead of
-		 * being denied without it. */
-		char *refused = sg_crpolicy_ready(p) ? plugins_refuse(a, p) : NULL;
-		if (!sg_crpolicy_ready(p) || refused) {
-			free(refused);
-			continue;
-		}
-		if (!sg_ctrl_condition_find(sorted[i], "Ready")) {
-			notready[nnotready++] = (sg_crpolicy_denial){sg_crpolicy_name(p), "not yet reconciled"};
-			continue;
-		}
-		nevaluated++;
-		sg_crpolicy_verdict *v = &verdicts[ndenied];
-		memset(v, 0, sizeof(*v));
-		int erc = sg_crpolicy_evaluate(p, &q.r, v);
-		if (erc == SG_OK && !v->denied)
-			erc = run_plugins(a, p, &q.r, cr, v);
-		if (erc < 0) {
-			if (!failed)
-				sg_error_save(&first_error);
-			failed = true;
-			sg_crpolicy_verdict_clear(v);
-			continue;
-		}
-		if (!v->denied) {
-			sg_crpolicy_verdict_clear(v);
-			if ((rc = sg_crpolicy_approved_message(sg_crpolicy_name(p), &msg)) == SG_OK)
-				rc = write_decision(a, c, ns, name, true, msg, &conflict);
-			goto done;
-		}
-		denials[ndenied] = (sg_crpolicy_denial){sg_crpolicy_name(p), v->message};
-		ndenied++;
-	}
-	if (rc < 0)
-		goto done;
-	if (nbound == 0 || (nevaluated == 0 && nnotready == 0)) {
-		/* nothing bound, or only NotReady policies */
+	if (v.approver) {
+		if ((rc = sg_crpolicy_approved_message(v.approver, &msg)) == SG_OK)
+			rc = write_decision(a, c, ns, name, true, msg, &conflict);
+	} else if (v.nready == 0) {
+		/* nothing bound, or nothing Ready of what is */
 		tell_unprocessed(a, c, cr, SG_CRPOLICY_NONE_APPLICABLE);
-		goto done;
-	}
-	if (nnotready > 0) {
+	} else if (v.nwaiting > 0) {
 		/* A policy that applies is not Ready: deny nothing until it is
-		 * (its Ready event brings the request back). */
+		 * (its Ready condition brings the request back). */
 		atomic_fetch_add(&a->deferred, 1);
-		if ((rc = sg_crpolicy_deferred_message(notready, nnotready, &msg)) == SG_OK)
+		if ((rc = sg_crpolicy_deferred_message(v.denials, v.ndenied, &msg)) == SG_OK)
 			sg_log(SG_LOG_INFO, "approver: deferred", SG_F_STR("namespace", ns), SG_F_STR("name", name),
 			       SG_F_STR("message", msg), SG_F_END);
-		goto done;
-	}
-	if (failed) {
-		sg_error_restore(&first_error);
-		rc = sg_error_set(SG_EBUSY, "CertificateRequest %s/%s: no answer yet: %s", ns, name, first_error.msg);
-		goto done;
-	}
-	if ((rc = sg_crpolicy_denied_message(denials, ndenied, &msg)) == SG_OK)
+	} else if ((rc = sg_crpolicy_denied_message(v.denials, v.ndenied, &msg)) == SG_OK) {
 		rc = write_decision(a, c, ns, name, false, msg, &conflict);
-done:
+	}
 	if (rc == SG_OK && conflict) {
 		atomic_fetch_add(&a->conflicts, 1);
 		res->requeue_after_ms = CONFLICT_RETRY_MS; /* the live state decides */
 	}
-	for (size_t i = 0; i < ndenied; i++)
-		sg_crpolicy_verdict_clear(&verdicts[i]);
-	for (size_t i = 0; i < ncompiled; i++)
-		sg_crpolicy_free(compiled[i]);
-	free(sorted);
 out:
 	if (rc < 0)
 		atomic_fetch_add(&a->errors, 1);
 	free(msg);
+	review_clear(&v);
 	request_clear(&q);
-	json_decref(no_labels);
-	json_decref(nsobj);
 	json_decref(pols);
 	json_decref(cr);
 	return rc;
@@ -666,6 +814,8 @@ static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
 	    ROW(denied, "signet_approver_denied_total", "CertificateRequests denied (no policy approved)."),
 	    ROW(unprocessed, "signet_approver_unprocessed_total", "Passes that found no applicable, bound policy."),
 	    ROW(deferred, "signet_approver_deferred_total", "Passes that waited for an applicable policy to be Ready."),
+	    ROW(skipped, "signet_approver_skipped_total",
+	        "Passes on requests for a signer outside --approver-signer-names (left to another approver)."),
 	    ROW(errors, "signet_approver_errors_total", "Passes without an answer (retried with backoff)."),
 	    ROW(sar_requests, "signet_approver_subjectaccessreviews_total", "SubjectAccessReviews sent."),
 	    ROW(sar_cached, "signet_approver_subjectaccessreviews_cached_total", "SubjectAccessReview answers reused."),
@@ -687,6 +837,8 @@ int sg_approver_new(sg_approver **out, const sg_approver_options *o)
 	a->sar_ttl = o->sar_ttl_seconds ? o->sar_ttl_seconds : SG_APPROVER_SAR_TTL_DEFAULT;
 	if (rc == SG_OK && a->sar_ttl > 0)
 		rc = sg_cache_new(&a->sar, SAR_CACHE_ENTRIES, 1);
+	if (rc == SG_OK)
+		rc = signers_parse(a, o->signer_names);
 	if (rc == SG_OK && o->nplugins) {
 		a->plugins = calloc(o->nplugins, sizeof(*a->plugins));
 		a->plugin_names = calloc(o->nplugins, sizeof(*a->plugin_names));
@@ -743,15 +895,16 @@ sg_ctrl *sg_approver_controller(sg_approver *a)
 void sg_approver_stats_get(sg_approver *a, sg_approver_stats *out)
 {
 	*out = (sg_approver_stats){
-		.approved = atomic_load(&a->approved),
-		.denied = atomic_load(&a->denied),
-		.unprocessed = atomic_load(&a->unprocessed),
-		.deferred = atomic_load(&a->deferred),
-		.errors = atomic_load(&a->errors),
-		.conflicts = atomic_load(&a->conflicts),
-		.sar_requests = atomic_load(&a->sar_requests),
-		.sar_cached = atomic_load(&a->sar_cached),
-		.policy_status_writes = atomic_load(&a->policy_status_writes),
+	    .approved = atomic_load(&a->approved),
+	    .denied = atomic_load(&a->denied),
+	    .unprocessed = atomic_load(&a->unprocessed),
+	    .deferred = atomic_load(&a->deferred),
+	    .skipped = atomic_load(&a->skipped),
+	    .errors = atomic_load(&a->errors),
+	    .conflicts = atomic_load(&a->conflicts),
+	    .sar_requests = atomic_load(&a->sar_requests),
+	    .sar_cached = atomic_load(&a->sar_cached),
+	    .policy_status_writes = atomic_load(&a->policy_status_writes),
 	};
 }
 
@@ -761,6 +914,7 @@ void sg_approver_free(sg_approver *a)
 		return;
 	sg_ctrl_free(a->ctrl);
 	sg_cache_free(a->sar);
+	free(a->signers);
 	free(a->plugins);
 	free(a->plugin_names);
 	json_decref(a->told);

@@ -21,12 +21,23 @@
  *      approves: condition Approved=True, reason policy.cert-manager.io,
  *      "Approved by CertificateRequestPolicy: \"<name>\"";
  *   4. every one denied: Denied=True, "No policy approved this request:
- *      [<policy>: <why>] ..." — unless a policy that applies has no Ready
- *      condition yet (deferred: no condition, decided once it has one) or
- *      an evaluation could not be made (a plugin's ERROR, a server down:
- *      no condition, retried with backoff; an error never approves).
- *      NotReady policies (CEL rules, values a plugin refuses, what
- *      approver-policy's webhook refuses) are not evaluated at all.
+ *      [<policy>: <why>] ..." — unless a policy that applies is not Ready
+ *      (no Ready condition yet, or NotReady: CEL rules that do not
+ *      compile, values a plugin refuses, what approver-policy's webhook
+ *      refuses): then nothing is written ("deferred") until it is Ready or
+ *      no longer applies, because a denial is final and the policy, once
+ *      fixed, may approve. A NotReady policy is never evaluated.
+ *   An evaluation that cannot be made (a plugin's ERROR, a server down, a
+ *   CSR that does not parse) stops the review there: no condition, retried
+ *   with backoff; a later policy never approves past it. So does a
+ *   Namespace whose labels a selector needs and that neither the cache nor
+ *   a live read can give: a cache gap is never "no match".
+ * Requests for a signer outside sg_approver_options.signer_names are left
+ * alone before anything is read or asked (no SubjectAccessReview): another
+ * approver decides them, and cert-manager would refuse our condition.
+ * The CSR is parsed only once a Ready policy is to evaluate it, so a
+ * request with a broken CSR that no policy applies to is Unprocessed like
+ * any other, not an error retried forever.
  * The condition is written by a PUT of the status subresource carrying the
  * resourceVersion the decision was made on, after a live read: a request
  * decided meanwhile (by another approver, or a former leader) is a 409 and
@@ -85,12 +96,23 @@ typedef struct sg_approver_options {
 	size_t nplugins;
 	int64_t sar_ttl_seconds;            /* 0: SG_APPROVER_SAR_TTL_DEFAULT; < 0: no cache */
 	unsigned workers;                   /* 0: 4 */
+	/* The signer names this approver may approve for (its RBAC `signers`
+	 * `approve` resourceNames), comma-separated, as cert-manager names
+	 * them: "<plural>.<group>/" followed by "*" for every issuer of a
+	 * type, by "<namespace>.<name>" for one namespaced issuer or by
+	 * "<name>" for one cluster-scoped issuer; or "*" alone for all.
+	 * <plural> is the issuerRef kind in lower case plus "s" (every issuer
+	 * type cert-manager lists is named so; a kind starting "Cluster" is
+	 * cluster-scoped). NULL or "": all (approver-policy's behaviour).
+	 * Copied. SG_EINVAL names an entry of another form. */
+	const char *signer_names;
 } sg_approver_options;
 
 typedef struct sg_approver_stats {
 	uint64_t approved, denied;  /* decisions written */
 	uint64_t unprocessed;       /* passes that found no applicable policy */
 	uint64_t deferred;          /* passes that waited for a policy to be Ready */
+	uint64_t skipped;           /* passes on requests for a signer outside signer_names */
 	uint64_t errors;            /* passes without an answer (retried) */
 	uint64_t conflicts;         /* decisions not written: decided meanwhile */
 	uint64_t sar_requests;      /* SubjectAccessReviews sent */

@@ -294,9 +294,10 @@ static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **c
 	const sg_daemon_settings *d = c->d;
 	sg_approver_plugin plugin;
 	sg_approver_options ao = {
-		.kube = c->kube_writers,
-		.sar_ttl_seconds = d->approver_sar_cache_ttl > 0 ? d->approver_sar_cache_ttl : -1,
-		.workers = (unsigned)d->approver_workers,
+	    .kube = c->kube_writers,
+	    .sar_ttl_seconds = d->approver_sar_cache_ttl > 0 ? d->approver_sar_cache_ttl : -1,
+	    .workers = (unsigned)d->approver_workers,
+	    .signer_names = d->approver_signer_names,
 	};
 	if (d->external_policy_servers && *d->external_policy_servers) {
 		sg_policyserver_options po = {.servers = d->external_policy_servers};

@@ -89,6 +89,7 @@ typedef struct sg_daemon_settings {
 	bool approver;
 	int64_t approver_workers;
 	int64_t approver_sar_cache_ttl;
+	char *approver_signer_names;
 	char *external_policy_servers;
 } sg_daemon_settings;
 
@@ -265,6 +266,12 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	X("approver-sar-cache-ttl", SG_OPT_DURATION, approver_sar_cache_ttl, "10s", 0, 600, NULL,                 \
 	  "how long a SubjectAccessReview answer (may the requester use a policy) is reused; any RBAC change "   \
 	  "drops them at once; 0: ask every time")                                                                 \
+	X("approver-signer-names", SG_OPT_STRING, approver_signer_names,                                          \
+	  "signetissuers.signet.dev/*,signetclusterissuers.signet.dev/*,issuers.cert-manager.io/*,"              \
+	  "clusterissuers.cert-manager.io/*",                                                                      \
+	  1, 4096, NULL,                                                                                           \
+	  "the signers whose CertificateRequests the approver decides, as its RBAC grants `approve` on them "     \
+	  "(comma-separated <plural>.<group>/* or /<issuer>, or *); others are left to another approver")         \
 	X("external-policy-servers", SG_OPT_STRING, external_policy_servers, "", 0, 4096, NULL,                   \
 	  "gRPC policy servers a CertificateRequestPolicy may consult (plugin external-policy-servers): "          \
 	  "comma-separated name=host:port, or name=host:port;ca=ROOTS.pem[;server-name=NAME] for TLS")

@@ -40,6 +40,12 @@
 #define NS_A "ap-a"
 #define NS_B "ap-b"
 #define WAIT_MS 30000u
+/* The signers the approvers here decide for (as signetd's RBAC grants):
+ * cert-manager's Issuers but not its ClusterIssuers, and SignetIssuers. */
+#define SIGNERS "issuers.cert-manager.io/*,signetissuers.signet.dev/*"
+#define ALLOW_ALL                                                                                                      \
+	"\"allowed\":{\"commonName\":{\"value\":\"*\"},\"dnsNames\":{\"values\":[\"*\"]},\"usages\":[\"digital "       \
+	"signature\",\"server auth\"]}"
 
 static sg_kube *k;
 static sg_approver *ap, *ap2;
@@ -67,28 +73,36 @@ typedef struct cr_spec {
 	const char *cn;       /* NULL: "a.example.com" */
 	const char *duration; /* NULL: none */
 	const char *rsa_bits; /* RSA key of this size instead of P-256 */
+	const char *kind, *group; /* issuerRef; NULL: Issuer, cert-manager.io */
+	const char *request;      /* spec.request as is (base64) instead of a CSR made here */
 } cr_spec;
 
-static void cr_create(const cr_spec *s)
+/* The request object of s, made ahead of its create (the key takes time). */
+static json_t *cr_object(const cr_spec *s)
 {
 	size_t len;
 	csr_opts o = {.alg = s->rsa_bits ? "RSA" : "EC",
 	              .param = s->rsa_bits ? s->rsa_bits : "P-256",
 	              .san = s->san ? s->san : "DNS:a.example.com",
 	              .cn = s->cn ? s->cn : "a.example.com"};
-	char *pem = make_csr(&o, &len);
-	char *req = b64n(pem, strlen(pem));
-	json_t *spec = json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:[s], s:s, s:[s,s]}", "request", req, "issuerRef",
-	                         "name", s->issuer ? s->issuer : "my-issuer", "kind", "Issuer", "group",
-	                         "cert-manager.io", "username", s->user ? s->user : "alice", "groups",
-	                         "system:authenticated", "uid", "u-1", "usages", "digital signature", "server auth");
+	char *pem = s->request ? NULL : make_csr(&o, &len);
+	char *req = s->request ? strdup(s->request) : b64n(pem, strlen(pem));
+	json_t *spec =
+	    json_pack("{s:s, s:{s:s, s:s, s:s}, s:s, s:[s], s:s, s:[s,s]}", "request", req, "issuerRef", "name",
+	              s->issuer ? s->issuer : "my-issuer", "kind", s->kind ? s->kind : "Issuer", "group",
+	              s->group ? s->group : "cert-manager.io", "username", s->user ? s->user : "alice", "groups",
+	              "system:authenticated", "uid", "u-1", "usages", "digital signature", "server auth");
 	if (s->duration)
 		json_object_set_new(spec, "duration", json_string(s->duration));
-	json_t *cr = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "cert-manager.io/v1", "kind",
-	                       "CertificateRequest", "metadata", "name", s->name, "namespace", s->ns, "spec", spec);
-	SG_CHECK_OK(kube_fx_create(k, cr_ref(s->ns, NULL), cr));
 	free(req);
 	free(pem);
+	return json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "cert-manager.io/v1", "kind",
+	                 "CertificateRequest", "metadata", "name", s->name, "namespace", s->ns, "spec", spec);
+}
+
+static void cr_create(const cr_spec *s)
+{
+	SG_CHECK_OK(kube_fx_create(k, cr_ref(s->ns, NULL), cr_object(s)));
 }
 
 /* The request's condition of type (Approved/Denied) as "status|reason|
@@ -212,7 +226,11 @@ static void t_start(void)
 	      "\"dnsNames\":{\"values\":[\"*.example.com\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
 	      "\"selector\":{\"issuerRef\":{\"name\":\"my-issuer\"}}}}");
 	static const sg_approver_plugin pl = {"test-plugin", test_plugin_check, test_plugin, NULL};
-	sg_approver_options o = {.kube = k, .plugins = &pl, .nplugins = 1, .workers = 2};
+	/* A signer list of another form is refused, naming the entry. */
+	sg_approver_options bad = {.kube = k, .signer_names = "issuers.cert-manager.io/*, vault"};
+	SG_CHECK(sg_approver_new(&ap, &bad) == SG_EINVAL && !ap);
+	SG_CHECK(strstr(sg_error_last()->msg, "\"vault\" is not") != NULL);
+	sg_approver_options o = {.kube = k, .plugins = &pl, .nplugins = 1, .workers = 2, .signer_names = SIGNERS};
 	SG_CHECK_OK(sg_approver_new(&ap, &o));
 	if (!ap)
 		exit(1);
@@ -368,7 +386,7 @@ static void t_two_approvers(void)
 {
 	/* The same configuration, as two replicas have. */
 	static const sg_approver_plugin pl = {"test-plugin", test_plugin_check, test_plugin, NULL};
-	sg_approver_options o = {.kube = k, .plugins = &pl, .nplugins = 1, .workers = 2};
+	sg_approver_options o = {.kube = k, .plugins = &pl, .nplugins = 1, .workers = 2, .signer_names = SIGNERS};
 	SG_CHECK_OK(sg_approver_new(&ap2, &o));
 	if (!ap2)
 		exit(1);
@@ -388,6 +406,184 @@ static void t_two_approvers(void)
 	SG_WAIT_FOR(WAIT_MS, stats(ap).approved + stats(ap2).approved == before + 20);
 	sg_approver_free(ap2);
 	ap2 = NULL;
+}
+
+/* How many Events of reason name the request ns/name as it is now (its
+ * uid: a namesake's of an earlier run do not count). */
+static size_t events_of(const char *ns, const char *name, const char *reason)
+{
+	json_t *cr = cr_get(ns, name);
+	const char *uid = sg_kube_meta_str(cr, "uid");
+	char sel[500];
+	snprintf(sel, sizeof(sel), "involvedObject.name=%s,involvedObject.uid=%s,reason=%s", name, uid ? uid : "none",
+	         reason);
+	json_decref(cr);
+	return kube_fx_count(k, KUBE_FX_CORE("events", ns, NULL), &(sg_kube_list_opts){.field_selector = sel});
+}
+
+/* The approver has nothing queued or in hand. */
+static bool idle(void)
+{
+	sg_ctrl_stats s;
+	sg_ctrl_stats_get(sg_approver_controller(ap), &s);
+	return s.queued == 0 && s.active == 0;
+}
+
+static sg_kube_ref policy_ref(const char *name)
+{
+	return (sg_kube_ref){.group = "policy.cert-manager.io",
+	                     .version = "v1alpha1",
+	                     .resource = "certificaterequestpolicies",
+	                     .name = name};
+}
+
+/* A policy that applies but is not Ready (here: a plugin this approver
+ * does not know) holds back another's denial: a denial is final, and the
+ * policy, once fixed, approves. (approver-policy defers only for a policy
+ * with no Ready condition yet, and lets the other deny.) */
+static void t_not_ready_holds_denial(void)
+{
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"nr-allow\"},\"spec\":{" ALLOW_ALL ",\"plugins\":{\"no-such-plugin\":{}},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"nr-issuer\"}}}}");
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"nr-strict\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*.strict\"},\"dnsNames\":{"
+	      "\"values\":[\"*.strict\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"nr-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("nr-allow"), "False|NotReady|", 15) == 0);
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("nr-strict"), "True|", 5) == 0);
+	sg_approver_stats s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "nr-1", .issuer = "nr-issuer"});
+	SG_WAIT_FOR(WAIT_MS, stats(ap).deferred > s0.deferred);
+	SG_CHECK(cr_condition_count(NS_A, "nr-1") == 0);
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"nr-allow\"},\"spec\":{" ALLOW_ALL
+	      ",\"selector\":{\"issuerRef\":{\"name\":\"nr-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "nr-1", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"nr-allow\""));
+}
+
+/* An evaluation error stops the review: "zz-after-plugin", after
+ * "with-plugin" in name order, would approve, but never past an error. */
+static void t_error_stops_review(void)
+{
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"zz-after-plugin\"},\"spec\":{" ALLOW_ALL ",\"selector\":{\"issuerRef\":{\"name\":"
+	      "\"plugin-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("zz-after-plugin"), "True|", 5) == 0);
+	atomic_store(&plugin_mode, 2);
+	int calls0 = atomic_load(&plugin_calls);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "plug-3", .issuer = "plugin-issuer"});
+	SG_WAIT_FOR(WAIT_MS, atomic_load(&plugin_calls) >= calls0 + 2); /* asked again: no decision came between */
+	SG_CHECK(cr_condition_count(NS_A, "plug-3") == 0);
+	atomic_store(&plugin_mode, 0);
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "plug-3", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"with-plugin\""));
+	SG_CHECK_OK(kube_fx_delete(k, policy_ref("zz-after-plugin")));
+}
+
+/* A CSR that does not parse: Unprocessed when no policy applies (the CSR
+ * is never read), an error retried when one does; never decided. */
+static void t_unparsable_request(void)
+{
+	static const char not_a_csr[] = "bm90IGEgQ1NS"; /* "not a CSR" */
+	SG_WAIT_FOR(WAIT_MS, idle());
+	sg_approver_stats s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "broken-1", .issuer = "nobody-issuer", .request = not_a_csr});
+	SG_WAIT_FOR(WAIT_MS, events_of(NS_A, "broken-1", "Unprocessed") == 1);
+	SG_WAIT_FOR(WAIT_MS, idle());
+	SG_CHECK(stats(ap).errors == s0.errors);
+	SG_CHECK(cr_condition_count(NS_A, "broken-1") == 0);
+
+	s0 = stats(ap);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "broken-2", .request = not_a_csr}); /* allow-example applies */
+	SG_WAIT_FOR(WAIT_MS, stats(ap).errors >= s0.errors + 2);
+	SG_CHECK(cr_condition_count(NS_A, "broken-2") == 0);
+	SG_CHECK_OK(kube_fx_delete(k, cr_ref(NS_A, "broken-2")));
+}
+
+/* Requests for a signer outside the approver's list are left alone, with
+ * no SubjectAccessReview; an Issuer of cert-manager's is decided. */
+static void t_signer_names(void)
+{
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"vault-any\"},\"spec\":{" ALLOW_ALL ",\"selector\":{\"issuerRef\":{\"name\":\"vault\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("vault-any"), "True|", 5) == 0);
+	SG_WAIT_FOR(WAIT_MS, idle());
+	sg_approver_stats s0 = stats(ap);
+	cr_create(&(cr_spec){
+	    .ns = NS_A, .name = "vault-1", .issuer = "vault", .kind = "VaultIssuer", .group = "vault.example.com"});
+	cr_create(&(cr_spec){.ns = NS_A, .name = "vault-ci", .issuer = "vault", .kind = "ClusterIssuer"});
+	SG_WAIT_FOR(WAIT_MS, stats(ap).skipped >= s0.skipped + 2);
+	SG_WAIT_FOR(WAIT_MS, idle());
+	SG_CHECK(stats(ap).sar_requests == s0.sar_requests);
+	SG_CHECK(stats(ap).unprocessed == s0.unprocessed);
+	SG_CHECK(cr_condition_count(NS_A, "vault-1") == 0);
+	SG_CHECK(cr_condition_count(NS_A, "vault-ci") == 0);
+	cr_create(&(cr_spec){.ns = NS_A, .name = "vault-2", .issuer = "vault"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "vault-2", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"vault-any\""));
+}
+
+/* A Namespace created a moment before its request may not be in the
+ * approver's cache yet: its labels are read live, never taken as "none"
+ * (here that would let gap-deny deny what gap-allow approves). The gap is
+ * made certain by stopping the approver's Namespace informer (its third
+ * watch, W_NAMESPACES in sg_approver.c; the store is kept) while the
+ * Namespaces are created, as a watch that lags behind would leave it. */
+static void t_namespace_cache_gap(void)
+{
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"gap-allow\"},\"spec\":{" ALLOW_ALL ",\"selector\":{\"issuerRef\":{\"name\":\"gap-issuer\"},"
+	      "\"namespace\":{\"matchLabels\":{\"gap\":\"yes\"}}}}}");
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"gap-deny\"},\"spec\":{\"allowed\":{\"dnsNames\":{\"values\":[\"*.never\"]}},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"gap-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("gap-allow"), "True|", 5) == 0);
+	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("gap-deny"), "True|", 5) == 0);
+	enum { N = 2 };
+	char ns[N][16];
+	sg_kube_informer *namespaces = sg_ctrl_informer(sg_approver_controller(ap), 2);
+	sg_kube_informer_stop(namespaces);
+	for (int i = 0; i < N; i++) {
+		snprintf(ns[i], sizeof(ns[i]), "ap-gap-%d", i);
+		json_t *cr = cr_object(&(cr_spec){.ns = ns[i], .name = "gap", .issuer = "gap-issuer"});
+		SG_CHECK_OK(kube_fx_create(k, (sg_kube_ref){.version = "v1", .resource = "namespaces"},
+		                           kube_fx_namespace(ns[i], "gap", "yes")));
+		SG_CHECK_OK(kube_fx_create(k, cr_ref(ns[i], NULL), cr));
+	}
+	for (int i = 0; i < N; i++)
+		SG_WAIT_FOR(WAIT_MS, decided_as(ns[i], "gap", "Approved",
+		                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+		                                "\"gap-allow\""));
+	SG_CHECK(!sg_kube_informer_get(namespaces, NULL, ns[0])); /* it was a gap */
+	SG_CHECK_OK(sg_kube_informer_start(namespaces));
+}
+
+/* More policies than the approver once held (1,024): all compiled, the
+ * last in name order approves. Only this test's requests select them. */
+static void t_many_policies(void)
+{
+	enum { N = 1030 };
+	char name[32];
+	for (int i = 0; i < N; i++) {
+		snprintf(name, sizeof(name), "many-%04d", i);
+		char text[512];
+		snprintf(text, sizeof(text),
+		         "{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\","
+		         "\"metadata\":{\"name\":\"%s\"},\"spec\":{%s,\"selector\":{\"issuerRef\":{\"name\":"
+		         "\"many-issuer\"}}}}",
+		         name, i == N - 1 ? ALLOW_ALL : "\"allowed\":{\"dnsNames\":{\"values\":[\"*.never\"]}}");
+		json_t *p = json_loads(text, 0, NULL);
+		SG_CHECK_OK(kube_fx_ensure(k, policy_ref(NULL), p));
+	}
+	cr_create(&(cr_spec){.ns = NS_A, .name = "many-policies", .issuer = "many-issuer"});
+	SG_WAIT_FOR(120000u, decided_starting(NS_A, "many-policies", "Approved",
+	                                      "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                      "\"many-1029\""));
 }
 
 static bool cr_has_certificate(const char *ns, const char *name)
@@ -468,4 +664,6 @@ static void t_zz_stop(void)
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_approve_and_deny), SG_TEST(t_unprocessed_until_bound),
              SG_TEST(t_namespace_selector_and_constraints), SG_TEST(t_not_ready_defers), SG_TEST(t_plugin),
-             SG_TEST(t_two_approvers), SG_TEST(t_with_issuer), SG_TEST(t_zz_stop))
+             SG_TEST(t_not_ready_holds_denial), SG_TEST(t_error_stops_review), SG_TEST(t_unparsable_request),
+             SG_TEST(t_signer_names), SG_TEST(t_namespace_cache_gap), SG_TEST(t_two_approvers), SG_TEST(t_with_issuer),
+             SG_TEST(t_many_policies), SG_TEST(t_zz_stop))
