@@ -21,9 +21,9 @@
  * an error never approves: the request is approved by this plugin only when
  * every listed server answered OK with a PolicyResponse that decodes
  * cleanly to APPROVED. The response decoder (proto/sg_policypb.c) refuses
- * an unset result (RESULT_UNSPECIFIED, the proto3 default: an empty
- * response) and values outside the enum rather than reading them as an
- * answer.
+ * an unset verdict (RESULT_UNSPECIFIED, the proto3 default: an empty
+ * response), values outside the enum and any response in the design's
+ * numbering (field 1) rather than reading them as an answer.
  *
  * Values. A policy's values are checked twice with the same function: by
  * check() when the approver sets the policy's Ready condition (wrong values

@@ -45,8 +45,9 @@
  *             approver retries later;
  *   no answer SG_ETIMEOUT (deadline), SG_EBUSY (UNAVAILABLE: refused,
  *             unreachable, TLS failure), SG_EPROTO (any other status, a
- *             malformed response, a result that is unset — an empty
- *             response — or unknown), each with the server's name in the
+ *             malformed response, a verdict that is unset — an empty
+ *             response — or unknown, a response in the design's
+ *             numbering), each with the server's name in the
  *             detail.
  * Control characters of a server's reason are shown as spaces.
  *

@@ -15,14 +15,17 @@
  *
  * Response: read by hand with the bounded reader of common/sg_der.h, in
  * the shape of the schema (protobuf encoding guide, "Message Structure"):
- *   PolicyResponse { Result result = 1 (varint); string reason = 2 (len) }
+ *   PolicyResponse { reserved 1; string reason = 2 (len);
+ *                    Result verdict = 3 (varint) }
  * protobuf-c is not used here because it does not refuse an enum value
  * outside the enum (proto3 enums are open), and the value outside is
  * exactly what must never be read as a decision; two fields are also
- * shorter to read than to scan and then unpack. The result must end up
+ * shorter to read than to scan and then unpack. The verdict must end up
  * set: zero is RESULT_UNSPECIFIED (policy.proto says why APPROVED is not
  * zero), which is what an absent field reads as, so an empty message or
- * one without result is refused like a malformed one — no answer. The
+ * one without a verdict is refused like a malformed one — no answer. Field
+ * 1 is refused wherever it appears: it is where a server built to the
+ * design's numbering (APPROVED = 0, DENIED = 1) puts its answer. The
  * encoder beside it is the reader's mirror, for tests and the fuzz
  * target's round trip.
  */
@@ -407,7 +410,7 @@ static int check_reason(sg_slice s)
 static int response_read(sg_reader *r, sg_policypb_response *out)
 {
 	size_t fields = 0;
-	uint64_t result = SG_POLICYPB_UNSPECIFIED; /* proto3: absent is the default */
+	uint64_t verdict = SG_POLICYPB_UNSPECIFIED; /* proto3: absent is the default */
 	sg_slice reason = {NULL, 0};
 	while (!sg_reader_done(r)) {
 		uint32_t f = 0;
@@ -415,12 +418,19 @@ static int response_read(sg_reader *r, sg_policypb_response *out)
 		SG_TRY(read_key(r, &fields, &f, &wt));
 		switch (f) {
 		case 1:
-			SG_TRY(want_wt(f, "result", wt, WT_VARINT));
-			SG_TRY(read_varint(r, &result));
+			/* Whatever it holds: the design's DENIED (1) would be our
+			 * APPROVED (1) if this were read as a verdict. */
+			SG_BAIL(SG_EINVAL,
+			        "policy response: field 1 is the design's result (APPROVED = 0), which policy.proto "
+			        "reserves: a server built to that numbering is not an answer; generate it from "
+			        "signet's policy.proto");
+		case 3:
+			SG_TRY(want_wt(f, "verdict", wt, WT_VARINT));
+			SG_TRY(read_varint(r, &verdict));
 			/* An int32 enum: a negative value is a 10-byte varint, far
 			 * outside. Every occurrence must be known, not only the last. */
-			SG_ENSURE(result <= SG_POLICYPB_ERROR, SG_EINVAL,
-			          "policy response: result %lld is outside the enum", (long long)(int64_t)result);
+			SG_ENSURE(verdict <= SG_POLICYPB_ERROR, SG_EINVAL,
+			          "policy response: verdict %lld is outside the enum", (long long)(int64_t)verdict);
 			break;
 		case 2:
 			SG_TRY(want_wt(f, "reason", wt, WT_LEN));
@@ -431,11 +441,11 @@ static int response_read(sg_reader *r, sg_policypb_response *out)
 			SG_TRY(skip_field(r, f, wt));
 		}
 	}
-	/* Fail closed: an unset result is not an answer (absent, or 0 last). */
-	SG_ENSURE(result != SG_POLICYPB_UNSPECIFIED, SG_EINVAL,
-	          "policy response: no result (RESULT_UNSPECIFIED%s): not an answer",
+	/* Fail closed: an unset verdict is not an answer (absent, or 0 last). */
+	SG_ENSURE(verdict != SG_POLICYPB_UNSPECIFIED, SG_EINVAL,
+	          "policy response: no verdict (RESULT_UNSPECIFIED%s): not an answer",
 	          r->len == 0 ? ", an empty message" : "");
-	out->result = (sg_policypb_result)result;
+	out->result = (sg_policypb_result)verdict;
 	if (reason.len)
 		memcpy(out->reason, reason.p, reason.len);
 	out->reason[reason.len] = '\0';
@@ -481,18 +491,18 @@ int sg_policypb_response_encode(sg_policypb_result result, const char *reason, u
 	          SG_EINVAL, "policy response: result %d is not APPROVED, DENIED or ERROR", (int)result);
 	size_t n = reason ? strnlen(reason, SG_POLICYPB_MAX_REASON + 1) : 0;
 	SG_TRY(check_reason((sg_slice){(const uint8_t *)reason, n}));
-	/* key + 1-byte varint (1..3), key + varint (<= 1024: 2 bytes) + reason */
-	uint8_t *buf = malloc(2 + 3 + n);
+	/* key + varint (<= 1024: 2 bytes) + reason, key + 1-byte varint (1..3) */
+	uint8_t *buf = malloc(3 + n + 2);
 	SG_ENSURE(buf, SG_EINTERNAL, "policy response: out of memory");
 	size_t off = 0;
-	buf[off++] = 0x08; /* field 1, varint: never zero, so always written */
-	off += sg_varint_put(buf + off, (uint64_t)result);
 	if (n) {
 		buf[off++] = 0x12; /* field 2, length-delimited */
 		off += sg_varint_put(buf + off, n);
 		memcpy(buf + off, reason, n);
 		off += n;
 	}
+	buf[off++] = 0x18; /* field 3, varint: never zero, so always written */
+	off += sg_varint_put(buf + off, (uint64_t)result);
 	*out = buf;
 	*out_len = off;
 	return SG_OK;

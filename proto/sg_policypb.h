@@ -10,9 +10,11 @@
  * we think). sg_policypb_response_decode reads it with a bounded reader
  * that follows the schema: at most SG_POLICYPB_MAX_RESPONSE bytes and
  * SG_POLICYPB_MAX_FIELDS fields, every varint, length and wire type
- * checked against what remains, a result that is set and inside the enum
- * (RESULT_UNSPECIFIED — an empty message included — and unknown values are
- * refused, never read as an answer), a reason of at most
+ * checked against what remains, a verdict (field 3) that is set and inside
+ * the enum (RESULT_UNSPECIFIED — an empty message included — and unknown
+ * values are refused, never read as an answer), no field 1 (the design's
+ * `result`, numbered APPROVED = 0: a server built to it is refused, see
+ * policy.proto), a reason of at most
  * SG_POLICYPB_MAX_REASON bytes of UTF-8 without NUL. It allocates nothing.
  *
  * Errors follow sg_error.h: SG_EINVAL with a detail that quotes no input
@@ -95,7 +97,8 @@ typedef struct sg_policypb_request {
  * SG_EINTERNAL when out of memory. */
 SG_API int sg_policypb_request_encode(const sg_policypb_request *r, uint8_t **out, size_t *out_len) SG_MUST_CHECK;
 
-/* PolicyResponse.Result; the values are the wire contract. Zero is
+/* PolicyResponse.Result, the verdict's enum; the values are the wire
+ * contract. Zero is
  * "unset" (proto3 omits a zero enum and reads an absent one as zero), so
  * neither a zeroed struct nor an empty message means APPROVED; the decoder
  * refuses SG_POLICYPB_UNSPECIFIED and never returns it on success. */
@@ -111,7 +114,7 @@ SG_API const char *sg_policypb_result_name(sg_policypb_result r);
 
 /* A decoded PolicyResponse (no pointers: copy it freely). */
 typedef struct sg_policypb_response {
-	sg_policypb_result result;
+	sg_policypb_result result; /* PolicyResponse.verdict */
 	size_t reason_len;
 	char reason[SG_POLICYPB_MAX_REASON + 1]; /* NUL-terminated UTF-8, "" when absent */
 } sg_policypb_response;
@@ -121,18 +124,19 @@ typedef struct sg_policypb_response {
  * skipped). On SG_OK result is APPROVED, DENIED or ERROR. SG_EINVAL for
  * more than SG_POLICYPB_MAX_RESPONSE bytes or SG_POLICYPB_MAX_FIELDS
  * fields, a malformed or truncated field, a wire type that does not match
- * the schema, a group, any occurrence of result outside the enum, a final
- * result of RESULT_UNSPECIFIED (absent, as in an empty message, or 0: not
- * an answer), or a reason that is too long, not UTF-8 or holds a NUL. On
+ * the schema, a group, any occurrence of field 1 (the design's result), any
+ * occurrence of a verdict outside the enum, a final verdict of
+ * RESULT_UNSPECIFIED (absent, as in an empty message, or 0: not an answer),
+ * or a reason that is too long, not UTF-8 or holds a NUL. On
  * failure *out is zeroed except that result is SG_POLICYPB_ERROR: nothing
  * is approved by accident. */
 SG_API int sg_policypb_response_decode(const uint8_t *buf, size_t len, sg_policypb_response *out) SG_MUST_CHECK;
 
-/* Encodes a PolicyResponse (tests and test servers): result (APPROVED,
- * DENIED or ERROR: what the decoder accepts; SG_EINVAL otherwise) and
- * reason (UTF-8, at most SG_POLICYPB_MAX_REASON bytes; NULL is ""), an
- * empty reason omitted as proto3 serializers do. *out allocated with malloc
- * (caller frees). */
+/* Encodes a PolicyResponse (tests and test servers): verdict result
+ * (APPROVED, DENIED or ERROR: what the decoder accepts; SG_EINVAL
+ * otherwise) and reason (UTF-8, at most SG_POLICYPB_MAX_REASON bytes; NULL
+ * is ""), an empty reason omitted, fields in number order, as proto3
+ * serializers write them. *out allocated with malloc (caller frees). */
 SG_API int sg_policypb_response_encode(sg_policypb_result result, const char *reason, uint8_t **out,
                                        size_t *out_len) SG_MUST_CHECK;
 

@@ -20,9 +20,12 @@ What a server answers is chosen by the CertificateRequest's name
                carries a deadline of about 5 s), else DENIED listing the
                fields that differ
     ctrl-*     DENIED with control characters in the reason
-    unset-*    a reason but no result, as a handler that forgot to set it
+    unset-*    a reason but no verdict, as a handler that forgot to set it
                would answer (proto3 leaves RESULT_UNSPECIFIED, 0, off the
                wire: the response holds the reason alone)
+    design-approve-*, design-deny-*, design-error-*
+               that answer as a server built to the design's numbering
+               would send it (design_policy.proto: APPROVED = 0 in field 1)
     status-*   the call fails PERMISSION_DENIED
     raw-<hex>  the response bytes are <hex>, whatever they mean
     a-deny-*   DENIED by server A, APPROVED by the others
@@ -42,16 +45,17 @@ import time
 from concurrent import futures
 
 
-def compile_proto(proto_dir, out):
-    """Compiles policy.proto with python3-grpc-tools into out (then importable),
-    as tests/ra/signet_e2e.py does for ca.proto."""
+def compile_proto(proto_dir, name, out):
+    """Compiles proto_dir/name with python3-grpc-tools into out (then
+    importable), as tests/ra/signet_e2e.py does for ca.proto."""
     import grpc_tools
     from grpc_tools import protoc
     include = os.path.join(os.path.dirname(grpc_tools.__file__), "_proto")
     rc = protoc.main(["protoc", f"-I{proto_dir}", f"-I{include}", f"--python_out={out}",
-                      os.path.join(proto_dir, "policy.proto")])
-    assert rc == 0, "protoc failed"
-    sys.path.insert(0, out)
+                      os.path.join(proto_dir, name)])
+    assert rc == 0, f"protoc failed on {name}"
+    if out not in sys.path:
+        sys.path.insert(0, out)
 
 
 def make_pki(work):
@@ -146,9 +150,11 @@ def fields_of(req):
 def main():
     proto_dir, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    compile_proto(proto_dir, work)
+    compile_proto(proto_dir, "policy.proto", work)
+    compile_proto(os.path.dirname(os.path.abspath(__file__)), "design_policy.proto", work)
     import grpc
     import policy_pb2 as pb
+    import design_policy_pb2 as design
 
     R = pb.PolicyResponse
     # policy.proto's numbering (zero is "unset", never an answer); a stale
@@ -164,8 +170,10 @@ def main():
             counts[f"{server}:{prefix}"] += 1
             snapshot = dict(counts)
 
-        def resp(result, reason=""):
-            return R(result=result, reason=reason).SerializeToString()
+        def resp(verdict, reason=""):
+            return R(verdict=verdict, reason=reason).SerializeToString()
+
+        D = design.PolicyResponse
 
         if n.startswith("approve-"):
             return resp(R.APPROVED)
@@ -189,7 +197,10 @@ def main():
         if n.startswith("ctrl-"):
             return resp(R.DENIED, "line one\nline two\x1b[31m red")
         if n.startswith("unset-"):
-            return R(reason=f"{server} forgot the result").SerializeToString()
+            return R(reason=f"{server} forgot the verdict").SerializeToString()
+        for word, result in (("approve", D.APPROVED), ("deny", D.DENIED), ("error", D.ERROR)):
+            if n.startswith(f"design-{word}-"):
+                return D(result=result, reason=f"{server} in the design's numbering").SerializeToString()
         if n.startswith("status-"):
             context.abort(grpc.StatusCode.PERMISSION_DENIED, "not for you")
         if n.startswith("raw-"):

@@ -557,28 +557,46 @@ static void t_hostile_responses(void)
 	if (!server())
 		return;
 	sg_policyserver *ps = ps_ab(0);
-	want_error(eval(ps, "a", "raw-0804"), SG_EPROTO,
-	           "external policy server a: policy response: result 4 is outside the enum");
-	want_error(eval(ps, "a", "raw-08ffffffffffffffffff01"), SG_EPROTO, "result -1 is outside the enum");
+	want_error(eval(ps, "a", "raw-1804"), SG_EPROTO,
+	           "external policy server a: policy response: verdict 4 is outside the enum");
+	want_error(eval(ps, "a", "raw-18ffffffffffffffffff01"), SG_EPROTO, "verdict -1 is outside the enum");
 	/* odd hex: the handler raises, grpcio answers UNKNOWN */
-	want_error(eval(ps, "a", "raw-0801120561626"), SG_EPROTO, "external policy server a: UNKNOWN");
-	want_error(eval(ps, "a", "raw-08011205616263"), SG_EPROTO, "claims 5 bytes, 3 left");
-	want_error(eval(ps, "a", "raw-0801120361ff63"), SG_EPROTO, "reason is not UTF-8");
+	want_error(eval(ps, "a", "raw-1801120561626"), SG_EPROTO, "external policy server a: UNKNOWN");
+	want_error(eval(ps, "a", "raw-18011205616263"), SG_EPROTO, "claims 5 bytes, 3 left");
+	want_error(eval(ps, "a", "raw-1801120361ff63"), SG_EPROTO, "reason is not UTF-8");
 	want_error(eval(ps, "a", "raw-1b"), SG_EPROTO, "unsupported wire type start-group");
 	/* a reason of 1025 bytes */
-	char name[4 + 2 * 1100] = "raw-0801128108";
+	char name[4 + 2 * 1100] = "raw-1801128108";
 	for (int i = 0; i < 1025; i++)
 		strcat(name, "72");
 	want_error(eval(ps, "a", name), SG_EPROTO, "reason of 1025 bytes, at most 1024");
 	/* proto3 leaves a zero enum off the wire: an empty response, or one
-	 * whose result is 0, has no answer — not an approval */
+	 * whose verdict is 0, has no answer — not an approval */
 	want_error(eval(ps, "a", "raw-"), SG_EPROTO,
-	           "external policy server a: policy response: no result (RESULT_UNSPECIFIED, an empty message)");
-	want_error(eval(ps, "a", "raw-0800"), SG_EPROTO, "no result (RESULT_UNSPECIFIED): not an answer");
-	want_error(eval(ps, "a", "raw-08010800"), SG_EPROTO, "no result (RESULT_UNSPECIFIED)");
-	/* Python's protobuf, a handler that set a reason and forgot the result */
-	want_error(eval(ps, "a", "unset-1"), SG_EPROTO, "external policy server a: policy response: no result");
+	           "external policy server a: policy response: no verdict (RESULT_UNSPECIFIED, an empty message)");
+	want_error(eval(ps, "a", "raw-1800"), SG_EPROTO, "no verdict (RESULT_UNSPECIFIED): not an answer");
+	want_error(eval(ps, "a", "raw-18011800"), SG_EPROTO, "no verdict (RESULT_UNSPECIFIED)");
+	/* Python's protobuf, a handler that set a reason and forgot the verdict */
+	want_error(eval(ps, "a", "unset-1"), SG_EPROTO, "external policy server a: policy response: no verdict");
 	SG_CHECK(stats(ps, 0).invalid == 11 && stats(ps, 0).approved == 0);
+	sg_policyserver_free(ps);
+}
+
+/* A server built to the design's numbering (design_policy.proto: APPROVED
+ * = 0 in field 1), written with Python's protobuf: none of its answers is
+ * read as one. Its DENIED (1) would be APPROVED (1) in a shared field; its
+ * APPROVED is nothing on the wire. */
+static void t_design_numbering(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = ps_ab(0);
+	want_error(eval(ps, "a", "design-approve-1"), SG_EPROTO,
+	           "external policy server a: policy response: no verdict (RESULT_UNSPECIFIED): not an answer");
+	want_error(eval(ps, "a", "design-deny-1"), SG_EPROTO,
+	           "external policy server a: policy response: field 1 is the design's result (APPROVED = 0)");
+	want_error(eval(ps, "a", "design-error-1"), SG_EPROTO, "field 1 is the design's result");
+	SG_CHECK(stats(ps, 0).invalid == 3 && stats(ps, 0).approved == 0 && stats(ps, 0).denied == 0);
 	sg_policyserver_free(ps);
 }
 
@@ -811,7 +829,7 @@ static void t_metrics(void)
 	want_approved(eval(ps, "a,b", "approve-m"));
 	want_denied(eval(ps, "a", "deny-m"), "external policy server a: A says no to deny-m");
 	want_error(eval(ps, "b", "error-m"), SG_EBUSY, "backend down");
-	want_error(eval(ps, "a", "raw-0804"), SG_EPROTO, "result 4");
+	want_error(eval(ps, "a", "raw-1804"), SG_EPROTO, "verdict 4");
 	char *text = NULL;
 	size_t len = 0;
 	SG_CHECK_OK(sg_metrics_render(reg, &text, &len));
@@ -835,5 +853,6 @@ static void t_metrics(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_config_good), SG_TEST(t_config_bad), SG_TEST(t_values), SG_TEST(t_approved), SG_TEST(t_denied),
-             SG_TEST(t_order), SG_TEST(t_error), SG_TEST(t_hostile_responses), SG_TEST(t_deadline), SG_TEST(t_down),
-             SG_TEST(t_tls), SG_TEST(t_fields), SG_TEST(t_bad_objects), SG_TEST(t_concurrent), SG_TEST(t_metrics))
+             SG_TEST(t_order), SG_TEST(t_error), SG_TEST(t_hostile_responses), SG_TEST(t_design_numbering),
+             SG_TEST(t_deadline), SG_TEST(t_down), SG_TEST(t_tls), SG_TEST(t_fields), SG_TEST(t_bad_objects),
+             SG_TEST(t_concurrent), SG_TEST(t_metrics))

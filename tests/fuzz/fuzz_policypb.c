@@ -6,15 +6,18 @@
  * Oracles:
  *   - a refusal leaves result ERROR and an empty reason (nothing approves
  *     by accident);
- *   - fail closed on an unset result: an empty input is always refused,
+ *   - fail closed on an unset verdict: an empty input is always refused,
  *     and what decodes is APPROVED, DENIED or ERROR — never
  *     RESULT_UNSPECIFIED, the proto3 default an absent field reads as;
+ *   - nothing holding field 1 (the design's result, APPROVED = 0)
+ *     decodes: protobuf-c keeps the reserved field among its unknown
+ *     fields, and none of a message we accepted may have number 1;
  *   - the reason is NUL-terminated at its reported length and within
  *     SG_POLICYPB_MAX_REASON;
  *   - another implementation agrees: protobuf-c's generated unpacker
- *     accepts every message we accept and reads the same result and reason
- *     (so the result was on the wire, not defaulted); it accepts more —
- *     unknown enum values, an unset result, any bytes in strings — which is
+ *     accepts every message we accept and reads the same verdict and reason
+ *     (so the verdict was on the wire, not defaulted); it accepts more —
+ *     unknown enum values, an unset verdict, any bytes in strings — which is
  *     why it is not the decoder;
  *   - a round trip through sg_policypb_response_encode decodes to the same.
  */
@@ -37,9 +40,11 @@ static void cross_check(const uint8_t *data, size_t size, const sg_policypb_resp
 {
 	Signet__Policy__V1__PolicyResponse *m = signet__policy__v1__policy_response__unpack(NULL, size, data);
 	check(m != NULL);
-	/* the result was on the wire, not protobuf's default */
-	check(m->result != SIGNET__POLICY__V1__POLICY_RESPONSE__RESULT__RESULT_UNSPECIFIED);
-	check((int)m->result == (int)r->result);
+	/* the verdict was on the wire, not protobuf's default */
+	check(m->verdict != SIGNET__POLICY__V1__POLICY_RESPONSE__RESULT__RESULT_UNSPECIFIED);
+	check((int)m->verdict == (int)r->result);
+	for (unsigned i = 0; i < m->base.n_unknown_fields; i++)
+		check(m->base.unknown_fields[i].tag != 1);
 	const char *reason = m->reason ? m->reason : "";
 	check(strlen(reason) == r->reason_len && memcmp(reason, r->reason, r->reason_len) == 0);
 	signet__policy__v1__policy_response__free_unpacked(m, NULL);

@@ -6,8 +6,10 @@
  * us, and hostile responses (truncated, huge reason, unknown or negative
  * enum, wrong wire types, groups, too many fields), each refused with a
  * specific SG_EINVAL and the result left at ERROR. Fail closed on an unset
- * result: an empty response, or one whose result is absent or 0
- * (RESULT_UNSPECIFIED), is refused — never an approval.
+ * verdict: an empty response, or one whose verdict is absent or 0
+ * (RESULT_UNSPECIFIED), is refused — never an approval; and so is every
+ * answer of a server built to the design's numbering (APPROVED = 0 in
+ * field 1), which policy.proto's field 3 keeps from being misread.
  *
  * Next to test_istio_proto.c (the other protobuf adapter's tests). The
  * same messages against Python's protobuf, over gRPC, are in
@@ -248,7 +250,7 @@ static void t_response_from_protobuf_c(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		Signet__Policy__V1__PolicyResponse m;
 		signet__policy__v1__policy_response__init(&m);
-		m.result = cases[i].result;
+		m.verdict = cases[i].result;
 		m.reason = (char *)cases[i].reason;
 		uint8_t buf[256];
 		size_t n = signet__policy__v1__policy_response__pack(&m, buf);
@@ -264,8 +266,8 @@ static void t_response_from_protobuf_c(void)
 		SG_CHECK(ours_len == n && memcmp(ours, buf, n) == 0);
 		free(ours);
 	}
-	/* Python's PolicyResponse(result=DENIED, reason="no").SerializeToString() */
-	static const uint8_t py[] = {0x08, 0x02, 0x12, 0x02, 'n', 'o'};
+	/* Python's PolicyResponse(verdict=DENIED, reason="no").SerializeToString() */
+	static const uint8_t py[] = {0x12, 0x02, 'n', 'o', 0x18, 0x02};
 	sg_policypb_response r;
 	SG_CHECK_OK(sg_policypb_response_decode(py, sizeof(py), &r));
 	SG_CHECK(r.result == SG_POLICYPB_DENIED && strcmp(r.reason, "no") == 0);
@@ -277,7 +279,7 @@ static void t_response_from_protobuf_c(void)
 	 * would send: the reason alone, or nothing at all. */
 	Signet__Policy__V1__PolicyResponse m;
 	signet__policy__v1__policy_response__init(&m);
-	SG_CHECK(m.result == SIGNET__POLICY__V1__POLICY_RESPONSE__RESULT__RESULT_UNSPECIFIED);
+	SG_CHECK(m.verdict == SIGNET__POLICY__V1__POLICY_RESPONSE__RESULT__RESULT_UNSPECIFIED);
 	uint8_t buf[64];
 	size_t n = signet__policy__v1__policy_response__pack(&m, buf);
 	SG_CHECK(n == 0);
@@ -286,11 +288,11 @@ static void t_response_from_protobuf_c(void)
 	m.reason = (char *)"looks fine";
 	n = signet__policy__v1__policy_response__pack(&m, buf);
 	SG_CHECK_RC(sg_policypb_response_decode(buf, n, &r), SG_EINVAL);
-	SG_CHECK_MSG("no result (RESULT_UNSPECIFIED): not an answer");
+	SG_CHECK_MSG("no verdict (RESULT_UNSPECIFIED): not an answer");
 	SG_CHECK(r.result == SG_POLICYPB_ERROR && r.reason_len == 0);
 }
 
-/* An unset result is not an answer (policy.proto: why APPROVED is not 0). */
+/* An unset verdict is not an answer (policy.proto: why APPROVED is not 0). */
 static void t_response_unset(void)
 {
 	sg_policypb_response r;
@@ -298,11 +300,11 @@ static void t_response_unset(void)
 	memset(&r, 0, sizeof(r));
 	SG_CHECK(r.result == SG_POLICYPB_UNSPECIFIED && r.result != SG_POLICYPB_APPROVED);
 
-	/* An empty message: proto3 reads result 0, RESULT_UNSPECIFIED. Under
+	/* An empty message: proto3 reads verdict 0, RESULT_UNSPECIFIED. Under
 	 * the design's numbering (APPROVED = 0) this approved. */
 	memset(&r, 0, sizeof(r));
 	SG_CHECK_RC(sg_policypb_response_decode(NULL, 0, &r), SG_EINVAL);
-	SG_CHECK_MSG("policy response: no result (RESULT_UNSPECIFIED, an empty message): not an answer");
+	SG_CHECK_MSG("policy response: no verdict (RESULT_UNSPECIFIED, an empty message): not an answer");
 	SG_CHECK(r.result != SG_POLICYPB_APPROVED);
 	SG_CHECK(r.result == SG_POLICYPB_ERROR && r.reason_len == 0);
 	static const uint8_t none[1] = {0};
@@ -310,40 +312,83 @@ static void t_response_unset(void)
 	SG_CHECK(r.result == SG_POLICYPB_ERROR);
 
 	wbuf w = {0};
-	/* a reason, no result */
+	/* a reason, no verdict */
 	w_len(&w, 2, "approved!", 9);
-	refused(&w, "no result (RESULT_UNSPECIFIED): not an answer");
+	refused(&w, "no verdict (RESULT_UNSPECIFIED): not an answer");
 	w_free(&w);
 	/* only unknown fields */
-	w_key(&w, 3, 0);
+	w_key(&w, 4, 0);
 	w_varint(&w, 1);
-	refused(&w, "no result (RESULT_UNSPECIFIED)");
+	refused(&w, "no verdict (RESULT_UNSPECIFIED)");
 	w_free(&w);
-	/* result 0 written out */
-	w_key(&w, 1, 0);
+	/* verdict 0 written out */
+	w_key(&w, 3, 0);
 	w_varint(&w, 0);
-	refused(&w, "no result (RESULT_UNSPECIFIED)");
+	refused(&w, "no verdict (RESULT_UNSPECIFIED)");
 	w_free(&w);
 	/* ... last: it wins over an APPROVED before it */
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, SG_POLICYPB_APPROVED);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 0);
-	refused(&w, "no result (RESULT_UNSPECIFIED)");
+	refused(&w, "no verdict (RESULT_UNSPECIFIED)");
 	w_free(&w);
 	/* ... first: the answer after it counts, as for any repeated field */
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 0);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, SG_POLICYPB_DENIED);
 	SG_CHECK_OK(decode(&w, &r));
 	SG_CHECK(r.result == SG_POLICYPB_DENIED);
 	w_free(&w);
-	/* 1 is APPROVED (the design's DENIED: servers must use policy.proto's numbers) */
+}
+
+/* Every answer of a server built to the design's numbering
+ * (`enum Result { APPROVED = 0; DENIED = 1; ERROR = 2; } Result result =
+ * 1; string reason = 2;`), as a proto3 serializer writes it, is refused:
+ * none is read as an approval. */
+static void t_response_design_numbering(void)
+{
+	static const char *const field1 = "field 1 is the design's result (APPROVED = 0)";
+	wbuf w = {0};
+	/* design APPROVED: 0 is off the wire, so nothing or the reason alone */
+	refused(&w, "no verdict (RESULT_UNSPECIFIED, an empty message)");
+	w_len(&w, 2, "fine by me", 10);
+	refused(&w, "no verdict (RESULT_UNSPECIFIED): not an answer");
+	w_free(&w);
+	/* design DENIED = 1: with a shared field it would read as APPROVED */
 	w_key(&w, 1, 0);
 	w_varint(&w, 1);
-	SG_CHECK_OK(decode(&w, &r));
-	SG_CHECK(r.result == SG_POLICYPB_APPROVED);
+	w_len(&w, 2, "no", 2);
+	refused(&w, field1);
+	w_free(&w);
+	/* design ERROR = 2 */
+	w_key(&w, 1, 0);
+	w_varint(&w, 2);
+	refused(&w, field1);
+	w_free(&w);
+	/* design APPROVED written out by a serializer that keeps defaults */
+	w_key(&w, 1, 0);
+	w_varint(&w, 0);
+	refused(&w, field1);
+	w_free(&w);
+	/* field 1 beside a valid verdict, before or after it: still refused
+	 * (a server that speaks both is not one to trust with either) */
+	w_key(&w, 3, 0);
+	w_varint(&w, SG_POLICYPB_APPROVED);
+	w_key(&w, 1, 0);
+	w_varint(&w, 1);
+	refused(&w, field1);
+	w_free(&w);
+	w_key(&w, 1, 0);
+	w_varint(&w, 1);
+	w_key(&w, 3, 0);
+	w_varint(&w, SG_POLICYPB_APPROVED);
+	refused(&w, field1);
+	w_free(&w);
+	/* whatever its wire type */
+	w_len(&w, 1, "\x01", 1);
+	refused(&w, field1);
 	w_free(&w);
 }
 
@@ -352,17 +397,17 @@ static void t_response_proto3(void)
 	sg_policypb_response r;
 	/* The last occurrence wins; unknown fields of every wire type skipped. */
 	wbuf w = {0};
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 2);
 	w_len(&w, 2, "first", 5);
-	w_key(&w, 3, 0);
+	w_key(&w, 6, 0);
 	w_varint(&w, 123456789);
 	w_key(&w, 4, 1);
 	w_raw(&w, "\0\0\0\0\0\0\0\0", 8);
 	w_key(&w, 5, 5);
 	w_raw(&w, "\0\0\0\0", 4);
 	w_len(&w, 1000, "xyz", 3);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 3);
 	w_len(&w, 2, "second", 6);
 	SG_CHECK_OK(decode(&w, &r));
@@ -372,7 +417,7 @@ static void t_response_proto3(void)
 	/* exactly the reason limit */
 	char reason[SG_POLICYPB_MAX_REASON];
 	memset(reason, 'r', sizeof(reason));
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 2);
 	w_len(&w, 2, reason, sizeof(reason));
 	SG_CHECK_OK(decode(&w, &r));
@@ -386,23 +431,23 @@ static void t_response_hostile(void)
 	wbuf w = {0};
 
 	/* unknown enum values: never read as an answer */
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 4);
-	refused(&w, "result 4 is outside the enum");
+	refused(&w, "verdict 4 is outside the enum");
 	w_free(&w);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, UINT64_MAX); /* int32 -1: ten bytes */
-	refused(&w, "result -1 is outside the enum");
+	refused(&w, "verdict -1 is outside the enum");
 	w_free(&w);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 7);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 1); /* a later known value does not excuse an unknown one */
-	refused(&w, "result 7");
+	refused(&w, "verdict 7");
 	w_free(&w);
 
 	/* truncation */
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_byte(&w, 0x81);
 	refused(&w, "truncated varint");
 	w_free(&w);
@@ -419,7 +464,7 @@ static void t_response_hostile(void)
 	w_raw(&w, "\0", 1);
 	refused(&w, "truncated 32-bit value");
 	w_free(&w);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	for (int i = 0; i < 10; i++)
 		w_byte(&w, 0xff);
 	w_byte(&w, 0x01);
@@ -429,7 +474,7 @@ static void t_response_hostile(void)
 	/* a huge reason */
 	char reason[SG_POLICYPB_MAX_REASON + 1];
 	memset(reason, 'r', sizeof(reason));
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 1);
 	w_len(&w, 2, reason, sizeof(reason));
 	refused(&w, "reason of 1025 bytes, at most 1024");
@@ -445,7 +490,7 @@ static void t_response_hostile(void)
 	w_varint(&w, (uint64_t)1 << 40);
 	refused(&w, "field 2: length at offset 1 is longer than 5 bytes");
 	w_free(&w);
-	w_key(&w, 1, 0);
+	w_key(&w, 3, 0);
 	w_varint(&w, 1);
 	w_raw(&w, "\x12\x80\x80\x80\x80\x80\x00", 7); /* reason "", its length a 6-byte 0 */
 	refused(&w, "field 2: length at offset 3 is longer than 5 bytes");
@@ -467,25 +512,25 @@ static void t_response_hostile(void)
 	w_free(&w);
 
 	/* wire types */
-	w_len(&w, 1, "\x01", 1);
-	refused(&w, "field 1 (result) has wire type length-delimited, want varint");
+	w_len(&w, 3, "\x01", 1);
+	refused(&w, "field 3 (verdict) has wire type length-delimited, want varint");
 	w_free(&w);
 	w_key(&w, 2, 0);
 	w_varint(&w, 5);
 	refused(&w, "field 2 (reason) has wire type varint, want length-delimited");
 	w_free(&w);
-	w_key(&w, 3, 3);
-	w_key(&w, 3, 4);
+	w_key(&w, 6, 3);
+	w_key(&w, 6, 4);
 	refused(&w, "unsupported wire type start-group");
 	w_free(&w);
-	w_key(&w, 3, 7);
+	w_key(&w, 6, 7);
 	refused(&w, "unsupported wire type invalid (7)");
 	w_free(&w);
 	w_key(&w, 0, 0);
 	w_varint(&w, 1);
 	refused(&w, "invalid field number 0");
 	w_free(&w);
-	w_raw(&w, "\x88\x80\x80\x80\x80\x00\x01", 7); /* result = 1 behind a 6-byte key */
+	w_raw(&w, "\x98\x80\x80\x80\x80\x00\x01", 7); /* verdict = 1 behind a 6-byte key */
 	refused(&w, "field key at offset 0 is longer than 5 bytes");
 	w_free(&w);
 	w_varint(&w, (uint64_t)1 << 32); /* field number 2^29, beyond 2^29-1 */
@@ -519,10 +564,10 @@ static void t_response_encode_refused(void)
 	SG_CHECK_RC(sg_policypb_response_encode(SG_POLICYPB_DENIED, "\xc3", &buf, &len), SG_EINVAL);
 	/* APPROVED is on the wire even without a reason: never an empty message */
 	SG_CHECK_OK(sg_policypb_response_encode(SG_POLICYPB_APPROVED, NULL, &buf, &len));
-	SG_CHECK(buf != NULL && len == 2 && buf[0] == 0x08 && buf[1] == 0x01);
+	SG_CHECK(buf != NULL && len == 2 && buf[0] == 0x18 && buf[1] == 0x01);
 	free(buf);
 }
 
 SG_TEST_MAIN(SG_TEST(t_request_round_trip), SG_TEST(t_request_empty), SG_TEST(t_request_refused),
-             SG_TEST(t_response_from_protobuf_c), SG_TEST(t_response_unset), SG_TEST(t_response_proto3),
-             SG_TEST(t_response_hostile), SG_TEST(t_response_encode_refused))
+             SG_TEST(t_response_from_protobuf_c), SG_TEST(t_response_unset), SG_TEST(t_response_design_numbering),
+             SG_TEST(t_response_proto3), SG_TEST(t_response_hostile), SG_TEST(t_response_encode_refused))
