@@ -294,13 +294,18 @@ static bool view(const json_t *cr, spec_view *v, char *msg, size_t cap)
 }
 
 /* The fields the CRD makes immutable, as recorded at the first accepted
- * reconcile. New reference. */
+ * reconcile and again when one is first written. New reference.
+ * server.port is recorded as written, null while unset: the design's rule
+ * is `oldSelf == 0 || self == oldSelf`, so a port written after creation
+ * is allowed and fixed from then on. istio.revisions may change (a canary
+ * revision is added): the design makes it mutable. */
 static json_t *immutable_of(const spec_view *v)
 {
-	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:I,s:O}", "issuerName", v->issuer_name, "issuerKind", v->issuer_kind,
+	const json_t *port = at(v->cfg, "server.port");
+	return json_pack("{s:s,s:s,s:s,s:s,s:I,s:s,s:O}", "issuerName", v->issuer_name, "issuerKind", v->issuer_kind,
 	                 "issuerGroup", v->issuer_group, "privateKeyAlgorithm", v->algo, "privateKeySize",
-	                 (json_int_t)v->key_size, "istioNamespace", v->istio_ns, "port", (json_int_t)v->port,
-	                 "revisions", at(v->cfg, "istio.revisions") ? at(v->cfg, "istio.revisions") : json_null());
+	                 (json_int_t)v->key_size, "istioNamespace", v->istio_ns, "port",
+	                 json_is_integer(port) ? (json_t *)port : json_null());
 }
 
 static bool immutable_kept(const json_t *cr, const json_t *now, char *msg, size_t cap)
@@ -317,12 +322,15 @@ static bool immutable_kept(const json_t *cr, const json_t *now, char *msg, size_
 		{"issuerName", "certManager.issuerRef"},         {"issuerKind", "certManager.issuerRef"},
 		{"issuerGroup", "certManager.issuerRef"},        {"privateKeyAlgorithm", "istiodTLSConfig.privateKeyAlgorithm"},
 		{"privateKeySize", "istiodTLSConfig.privateKeySize"}, {"istioNamespace", "istio.namespace"},
-		{"port", "server.port"},                        {"revisions", "istio.revisions"},
+		{"port", "server.port"},
 	};
 	bool ok = true;
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && ok; i++) {
 		const json_t *a = json_object_get(was, f[i].key), *b = json_object_get(now, f[i].key);
-		if (a && !json_equal(a, b)) {
+		/* An unset port next to a recorded 443: a record of an earlier
+		 * release, which recorded the default for an unset port. */
+		bool old_default = strcmp(f[i].key, "port") == 0 && json_is_null(b) && json_integer_value(a) == 443;
+		if (a && !json_is_null(a) && !json_equal(a, b) && !old_default) { /* null: not set yet, may be */
 			snprintf(msg, cap, "spec.istioCSRConfig.%s is immutable once set", f[i].field);
 			ok = false;
 		}
@@ -1018,8 +1026,11 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		goto out;
 	}
 	p.ra = !p.v.signet_issuer;
-	if (!sg_opr_has_finalizer(cr, FINALIZER) || !meta_str(cr, "annotations", IMMUTABLE_ANNOTATION)) {
-		char *text = json_dumps(imm, JSON_COMPACT | JSON_SORT_KEYS);
+	char *text = json_dumps(imm, JSON_COMPACT | JSON_SORT_KEYS);
+	const char *rec = meta_str(cr, "annotations", IMMUTABLE_ANNOTATION);
+	/* Recorded again when it changed: a field first written now (the
+	 * check above let only those through) is fixed from here on. */
+	if (!sg_opr_has_finalizer(cr, FINALIZER) || !rec || !text || strcmp(rec, text) != 0) {
 		json_t *ann = text ? json_pack("{s:s}", IMMUTABLE_ANNOTATION, text) : NULL;
 		free(text);
 		rc = ann ? sg_opr_set_finalizer(c, &t->st, &cr_ref, cr, FINALIZER, true, ann)
@@ -1027,6 +1038,7 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		json_decref(ann);
 		goto out; /* the patch's own event brings the next pass */
 	}
+	free(text);
 	/* Inputs. */
 	json_t *nsobj = sg_kube_informer_get(sg_ctrl_informer(c, W_NS), NULL, p.v.istio_ns);
 	bool ns_ok = nsobj && !at(nsobj, "metadata.deletionTimestamp");

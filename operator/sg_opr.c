@@ -53,13 +53,32 @@ static const char *name_of(const json_t *o)
 	return n ? n : "?";
 }
 
+/* Whether live's RBAC rules differ from body's. sg_ctrl_object_holds
+ * lets a list item hold members the apply did not name (server defaults,
+ * as in a container), so a member dropped from a rule (resourceNames, when
+ * Secret targets widen to every name) would read as held. A PolicyRule
+ * has no server defaults: rules compare exactly. */
+static bool rules_differ(const json_t *body, const json_t *live)
+{
+	const json_t *want = json_object_get(body, "rules");
+	return live && want && !json_equal(want, json_object_get(live, "rules"));
+}
+
 int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
                  const json_t *body, const json_t *live)
 {
 	if (sg_ctrl_stopping(c))
 		return sg_error_set(SG_EBUSY, "stopping");
 	bool written = false;
-	int rc = sg_ctrl_apply_owned(c, ref, body, live, NULL, &written);
+	bool rbac = ref->group && strcmp(ref->group, "rbac.authorization.k8s.io") == 0 &&
+	            (strcmp(ref->resource, "roles") == 0 || strcmp(ref->resource, "clusterroles") == 0);
+	int rc;
+	if (rbac && rules_differ(body, live)) {
+		rc = sg_ctrl_apply(c, ref, body, NULL);
+		written = rc == SG_OK;
+	} else {
+		rc = sg_ctrl_apply_owned(c, ref, body, live, NULL, &written);
+	}
 	if (rc < 0) {
 		sg_error e;
 		sg_error_save(&e);

@@ -46,8 +46,11 @@
  * IstioCSR (its one instance there is "default"; a label value holds 63
  * characters), "cluster" for the cluster-scoped TrustManager. */
 #define SG_OPR_OWNER_LABEL "operator.signet.dev/owner"
-#define SG_OPR_MANAGED_BY "signet-operator"
-#define SG_OPR_PART_OF "signet-operator"
+/* The designs' values (istio-csr-controller.md, trust-manager-
+ * controller.md), so selectors users wrote for cert-manager-operator's
+ * objects keep matching; SG_OPR_OWNER_LABEL says the object is ours. */
+#define SG_OPR_MANAGED_BY "cert-manager-operator"
+#define SG_OPR_PART_OF "cert-manager-operator"
 
 /* Counters of one reconciler, exported as metrics by the program. */
 typedef struct sg_opr_stats {

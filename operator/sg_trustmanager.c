@@ -143,8 +143,9 @@ static const rule cluster_rules[] = {
     {"", "configmaps", {"get", "list", "watch", "create", "patch", "delete"}},
     {"", "events", {"create", "patch"}},
 };
-/* With secretTargets Custom: Secret targets are listed and watched
- * everywhere (by label), written under the authorized names only. */
+/* With Secret targets (secretTargets.policy All, Specific or Custom):
+ * they are listed and watched everywhere (by label) and written under the
+ * authorized names only (Specific, Custom) or under any name (All). */
 static const rule secret_read = {"", "secrets", {"get", "list", "watch"}};
 static const rule secret_write = {"", "secrets", {"create", "update", "patch", "delete"}};
 /* The trust namespace: Secret sources. */
@@ -186,8 +187,9 @@ typedef struct tm_spec {
 	int64_t log_level;
 	const char *log_format;
 	const char *trust_ns;
-	bool custom;        /* secretTargets.policy Custom */
-	json_t *authorized; /* with custom: the Secret names, sorted, distinct (owned) */
+	const char *targets; /* secretTargets.policy as written: Disabled, All, Specific or Custom */
+	bool secrets;        /* Secret targets on (every policy but Disabled) */
+	json_t *authorized;  /* Specific, Custom: the Secret names, sorted, distinct (owned) */
 	bool filter_expired;
 	bool package;
 	const json_t *resources, *affinity, *tolerations, *node_selector; /* borrowed, may be NULL */
@@ -292,27 +294,35 @@ static int cmp_str(const void *a, const void *b)
 
 static bool secret_targets_ok(const json_t *tmc, tm_spec *s, char *msg, size_t cap)
 {
-	static const char *const policies[] = {"Disabled", "Custom", NULL};
+	/* The design's Disabled, All and Specific, and the shipped operator's
+	 * Custom (its name for Specific): a TrustManager written to either
+	 * works. */
+	static const char *const policies[] = {"Disabled", "All", "Specific", "Custom", NULL};
 	const json_t *st = json_object_get(tmc, "secretTargets");
 	const char *policy = NULL;
 	char q[72];
 	if (st && !json_is_object(st))
 		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets must be an object");
 	if (!one_of(st, "policy", policies, "Disabled", &policy))
-		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.policy: must be Disabled or Custom");
-	s->custom = strcmp(policy, "Custom") == 0;
+		return refuse(msg, cap,
+		              "spec.trustManagerConfig.secretTargets.policy: must be Disabled, All, Specific or Custom");
+	s->targets = policy;
+	s->secrets = strcmp(policy, "Disabled") != 0;
+	bool named = strcmp(policy, "Specific") == 0 || strcmp(policy, "Custom") == 0;
 	const json_t *list = json_object_get(st, "authorizedSecrets");
 	if (list && !json_is_array(list))
 		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.authorizedSecrets must be a list");
 	size_t n = json_array_size(list);
-	if (s->custom && n == 0)
+	/* The design's validation messages, with the policy named as the
+	 * resource names it (Specific, or the shipped operator's Custom). */
+	if (named && n == 0)
 		return refuse(
 		    msg, cap,
-		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must not be empty when policy is Custom");
-	if (!s->custom && n > 0)
-		return refuse(
-		    msg, cap,
-		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must be empty when policy is not Custom");
+		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must not be empty when policy is %s", policy);
+	if (!named && n > 0)
+		return refuse(msg, cap,
+		              "spec.trustManagerConfig.secretTargets: authorizedSecrets must be empty when policy is not "
+		              "Specific");
 	if (n > AUTHORIZED_MAX)
 		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.authorizedSecrets: at most %d names",
 		              AUTHORIZED_MAX);
@@ -379,7 +389,8 @@ static bool scheduling_ok(const json_t *tmc, tm_spec *s, char *msg, size_t cap)
 /* Reads and checks p->cr's spec into p->s, as the CRD's schema and CEL
  * rules would; false with the InvalidSpec message. The trust namespace
  * comes first, so that it is recorded even while something else is
- * wrong (the CEL rule makes it immutable from creation on). */
+ * wrong. It may change (the design moves trust-manager's Role to the new
+ * namespace, which it creates when missing; the old one is left). */
 static bool parse(pass *p, char *msg, size_t cap)
 {
 	static const char *const formats[] = {"text", "json", NULL};
@@ -398,11 +409,6 @@ static bool parse(pass *p, char *msg, size_t cap)
 	if (!s->trust_ns || !sg_names_dns_label(s->trust_ns, strlen(s->trust_ns), SG_NAMES_LABEL_MAX))
 		return refuse(msg, cap, "spec.trustManagerConfig.trustNamespace: \"%s\" is not a namespace name",
 		              quoted(s->trust_ns, q));
-	if (p->accepted_ns && strcmp(p->accepted_ns, s->trust_ns) != 0)
-		return refuse(msg, cap,
-		              "spec.trustManagerConfig.trustNamespace: trustNamespace is immutable once set "
-		              "(it is \"%s\")",
-		              quoted(p->accepted_ns, q));
 	p->accepted_ns = s->trust_ns;
 
 	const json_t *ll = json_object_get(tmc, "logLevel");
@@ -496,10 +502,11 @@ static json_t *service_account(const pass *p)
 static json_t *cluster_role(const pass *p)
 {
 	json_t *rules = rules_of(cluster_rules, sizeof(cluster_rules) / sizeof(cluster_rules[0]));
-	if (rules && p->s.custom) {
+	if (rules && p->s.secrets) {
 		json_t *read = rules_of(&secret_read, 1), *write = rules_of(&secret_write, 1);
 		json_t *w = json_array_get(write, 0);
-		if (!read || !w || json_object_set(w, "resourceNames", p->s.authorized) != 0 ||
+		/* All: every Secret, as the design grants it; else the names */
+		if (!read || !w || (p->s.authorized && json_object_set(w, "resourceNames", p->s.authorized) != 0) ||
 		    json_array_extend(rules, read) != 0 || json_array_extend(rules, write) != 0) {
 			json_decref(rules);
 			rules = NULL;
@@ -572,7 +579,7 @@ static json_t *container_args(const pass *p)
 	rc |= arg(a, "--leader-election-lease-duration=15s");
 	rc |= arg(a, "--leader-election-renew-deadline=10s");
 	rc |= arg(a, "--trust-namespace=%s", s->trust_ns);
-	if (s->custom)
+	if (s->secrets)
 		rc |= arg(a, "--secret-targets-enabled=true");
 	if (s->filter_expired)
 		rc |= arg(a, "--filter-expired-certificates=true");
@@ -755,7 +762,7 @@ static json_t *status_fields_of(const pass *p, bool accepted)
 	const tm_spec *s = &p->s;
 	if (accepted)
 		return json_pack("{s:s, s:s, s:s, s:s, s:s}", "trustManagerImage", p->t->image, "trustNamespace",
-		                 s->trust_ns, "secretTargetsPolicy", s->custom ? "Custom" : "Disabled",
+		                 s->trust_ns, "secretTargetsPolicy", s->targets,
 		                 "defaultCAPackagePolicy", s->package ? "Enabled" : "Disabled",
 		                 "filterExpiredCertificatesPolicy", s->filter_expired ? "Enabled" : "Disabled");
 	json_t *o = json_object();
@@ -908,6 +915,41 @@ static int operand_status(pass *p, bool deployment_written)
 	                  sg_opr_conditions(NULL, NULL, st, msg, generation(p->cr)));
 }
 
+/* The trust namespace, created when missing, as the design asks (it is
+ * never deleted: Bundles' sources live there). false with why. A
+ * namespace created here is not in the cache yet: *made tells the caller
+ * not to look for it there this pass. */
+static bool trust_namespace(pass *p, bool *made, char *msg, size_t cap)
+{
+	*made = false;
+	json_t *have = sg_kube_informer_get(sg_ctrl_informer(p->c, W_NS), NULL, p->s.trust_ns);
+	json_decref(have);
+	if (have)
+		return true;
+	sg_kube_ref ref = K[W_NS].ref;
+	json_t *body = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name",
+	                         p->s.trust_ns);
+	int rc = !body ? sg_error_set(SG_EINTERNAL, "trustmanager: out of memory")
+	         : sg_ctrl_stopping(p->c) ? sg_error_set(SG_EBUSY, "stopping")
+	                                  : sg_kube_create(sg_ctrl_kube(p->c), &ref, body, NULL);
+	json_decref(body);
+	if (rc == SG_OK) {
+		atomic_fetch_add(&p->t->st.writes, 1);
+		sg_ctrl_event(p->c, p->cr, "Normal", "Created", "Namespace %s created (the trust namespace)",
+		              p->s.trust_ns);
+		sg_log(SG_LOG_INFO, "trust namespace created", SG_F_STR("namespace", p->s.trust_ns), SG_F_END);
+	}
+	bool exists = rc == SG_EBUSY && sg_kube_last_status()->code == 409 &&
+	              strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0; /* the cache trails */
+	if (rc == SG_OK || exists) {
+		*made = true;
+		return true;
+	}
+	refuse(msg, cap, "trust namespace \"%s\" does not exist and cannot be created: %s", p->s.trust_ns,
+	       sg_error_last()->msg);
+	return false;
+}
+
 static void watch_namespace(sg_trustmanager *t, const char *ns)
 {
 	pthread_mutex_lock(&t->mu);
@@ -926,7 +968,9 @@ static int reconcile_cluster(pass *p)
 	if (!parse(p, msg, sizeof(msg)))
 		return put_failed(p, false, "InvalidSpec", msg);
 	watch_namespace(t, p->s.trust_ns);
-	if (!namespace_ok(p->c, p->s.trust_ns, "trust", msg, sizeof(msg)) ||
+	bool made = false;
+	if (!trust_namespace(p, &made, msg, sizeof(msg)) ||
+	    (!made && !namespace_ok(p->c, p->s.trust_ns, "trust", msg, sizeof(msg))) ||
 	    !namespace_ok(p->c, t->ns, "operand", msg, sizeof(msg)))
 		return put_failed(p, true, "Failed", msg);
 	if (p->s.package && !t->pkg_json) {

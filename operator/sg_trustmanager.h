@@ -14,8 +14,10 @@
  *   ServiceAccount trust-manager                  (operand namespace)
  *   ClusterRole and ClusterRoleBinding trust-manager: Bundles, their
  *     status and finalizers, namespaces, ConfigMaps, Events; with
- *     secretTargets.policy Custom also Secrets (read everywhere, written
- *     only under the authorized names, sorted)
+ *     Secret targets (secretTargets.policy All, Specific, or Custom, the
+ *     shipped operator's name for Specific) also Secrets: read
+ *     everywhere, written under any name (All) or only under the
+ *     authorized names, sorted
  *   Role and RoleBinding trust-manager             (trust namespace:
  *     Secret sources)
  *   Role and RoleBinding trust-manager:leaderelection (operand namespace:
@@ -33,11 +35,13 @@
  *
  * What the 1.20 API server cannot check (the CRD's CEL rules) is checked
  * here and reported as Ready=False/InvalidSpec with nothing applied: the
- * name "cluster", trustNamespace immutable once set (the accepted value is
- * kept in status.trustNamespace), authorizedSecrets non-empty exactly with
- * policy Custom, and the syntax of controllerConfig's labels and
- * annotations. A trust or operand namespace that does not exist is
- * Degraded (reason Failed) until it appears: namespaces are watched.
+ * name "cluster", authorizedSecrets non-empty exactly with policy Specific
+ * or Custom, and the syntax of controllerConfig's labels and annotations.
+ * The trust namespace may change (the design's rule; the shipped operator
+ * makes it immutable): the accepted value is kept in status.trustNamespace,
+ * the namespace is created when missing (never deleted), and the Role and
+ * RoleBinding in the old one go. An operand namespace that does not exist
+ * is Degraded (reason Failed) until it appears: namespaces are watched.
  *
  * Status (written only when it changes): trustManagerImage,
  * trustNamespace, secretTargetsPolicy, defaultCAPackagePolicy,

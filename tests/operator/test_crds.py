@@ -684,8 +684,7 @@ class TrustManager(unittest.TestCase):
             ("logLevel 0", "greater than or equal to 1", f"{c}.logLevel", 0),
             ("logLevel 6", "less than or equal to 5", f"{c}.logLevel", 6),
             ("logFormat xml", "Unsupported value", f"{c}.logFormat", "xml"),
-            ("secretTargets.policy All", "Unsupported value", f"{c}.secretTargets.policy", "All"),
-            ("secretTargets.policy Specific", "Unsupported value", f"{c}.secretTargets.policy", "Specific"),
+            ("secretTargets.policy Everything", "Unsupported value", f"{c}.secretTargets.policy", "Everything"),
             ("duplicate authorizedSecrets", "Duplicate value", f"{c}.secretTargets.authorizedSecrets", ["a", "a"]),
             ("empty authorizedSecret", "at least 1 chars long", f"{c}.secretTargets.authorizedSecrets", [""]),
             ("filterExpiredCertificates Yes", "Unsupported value", f"{c}.filterExpiredCertificates", "Yes"),
@@ -716,6 +715,12 @@ class TrustManager(unittest.TestCase):
         base = trustmanager_sample("signet-test-cel")
         cases = [
             ("Custom without authorizedSecrets", f"{c}.secretTargets", {"policy": "Custom"}),
+            ("Specific without authorizedSecrets", f"{c}.secretTargets", {"policy": "Specific"}),
+            ("All with authorizedSecrets", f"{c}.secretTargets", {"policy": "All", "authorizedSecrets": ["a"]}),
+            # and the design's valid forms, which the schema once refused
+            ("All", f"{c}.secretTargets", {"policy": "All"}),
+            ("Specific with authorizedSecrets", f"{c}.secretTargets",
+             {"policy": "Specific", "authorizedSecrets": ["a"]}),
             ("Disabled with authorizedSecrets", f"{c}.secretTargets",
              {"policy": "Disabled", "authorizedSecrets": ["a"]}),
         ]
@@ -742,7 +747,7 @@ class TrustManager(unittest.TestCase):
                   "filterExpiredCertificatesPolicy": "Enabled"}
         E.kube.ok("PATCH", f"{path}/status", {"status": status}, "application/merge-patch+json")
         self.assertEqual(E.kube.ok("GET", path)["status"], status)
-        for field, value in (("secretTargetsPolicy", "All"), ("defaultCAPackagePolicy", "On"),
+        for field, value in (("secretTargetsPolicy", "Everything"), ("defaultCAPackagePolicy", "On"),
                              ("filterExpiredCertificatesPolicy", "Yes")):
             with self.subTest(field):
                 code, out = E.kube.req("PATCH", f"{path}/status?dryRun=All", {"status": {field: value}},
@@ -858,6 +863,7 @@ class Operator(unittest.TestCase):
                                  ("apps", ["replicasets"])):
             cases += [(v, group, r, None) for r in resources for v in ("get", "list", "watch")]
         cases += [(v, "", "events", None) for v in ("create", "patch")]
+        cases += [("create", "", "namespaces", None)]  # a TrustManager's trust namespace, when missing
         for verb, group, res, sub in cases:
             with self.subTest(f"{verb} {group}/{res}{'/' + sub if sub else ''}"):
                 self.assertTrue(E.kube.allowed(OPERATOR_USER, verb, group, res, sub, "some-namespace"))
@@ -874,7 +880,7 @@ class Operator(unittest.TestCase):
                  ("impersonate", "", "users", None),
                  ("create", GROUP, "istiocsrs", None), ("delete", GROUP, "istiocsrs", None),
                  ("delete", GROUP, "trustmanagers", None),
-                 ("delete", "", "namespaces", None), ("create", "", "namespaces", None),
+                 ("delete", "", "namespaces", None), ("update", "", "namespaces", None),
                  ("create", "", "pods", None), ("create", "", "pods", "exec"),
                  ("get", "", "nodes", None),
                  ("create", "", "serviceaccounts", "token"),

@@ -340,7 +340,11 @@ class IstioCSR(unittest.TestCase):
             obj = wait_for(p, lambda: self.get(p))
             labels = obj["metadata"]["labels"]
             self.assertEqual(labels["app"], APP, p)
-            self.assertEqual(labels["app.kubernetes.io/managed-by"], "signet-operator", p)
+            self.assertEqual(labels["app.kubernetes.io/managed-by"], "cert-manager-operator", p)
+            self.assertEqual(labels["app.kubernetes.io/part-of"], "cert-manager-operator", p)
+            self.assertEqual(labels["app.kubernetes.io/name"], APP, p)
+            self.assertEqual(labels["app.kubernetes.io/instance"], APP, p)
+            self.assertEqual(labels["operator.signet.dev/owner"], NS, p)
             refs = obj["metadata"]["ownerReferences"]
             self.assertEqual((refs[0]["kind"], refs[0]["uid"], refs[0]["controller"]), ("IstioCSR", uid, True), p)
             mf = [m["manager"] for m in obj["metadata"].get("managedFields", [])]
@@ -443,7 +447,7 @@ class IstioCSR(unittest.TestCase):
         k.ok("PATCH", svc, {"metadata": {"labels": {"team": "mesh", "app.kubernetes.io/managed-by": "someone"}}},
              "application/merge-patch+json")
         wait_for("our label back", lambda: self.get(svc)["metadata"]["labels"]["app.kubernetes.io/managed-by"]
-                 == "signet-operator")
+                 == "cert-manager-operator")
         self.assertEqual(self.get(svc)["metadata"]["labels"]["team"], "mesh")
         events = k.ok("GET", f"/api/v1/namespaces/{NS}/events")["items"]
         reasons = {e["reason"] for e in events if e["involvedObject"].get("kind") == "IstioCSR"}
@@ -483,6 +487,23 @@ class IstioCSR(unittest.TestCase):
         self.ready("False", "InvalidSpec", part="istio.namespace is immutable")
         k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istio": {"namespace": ISTIO}}}},
              "application/merge-patch+json")
+        self.ready("True", "Ready")
+        # The design's rules: a port unset at creation may be written once
+        # (`oldSelf == 0 || self == oldSelf`), then it is fixed; the
+        # revisions may change (a canary is added).
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"server": {"port": 8443},
+                                                       "istio": {"revisions": ["default", "canary"]}}}}, tls)
+        wait_for("the canary revision", lambda: "--istiod-cert-istio-revisions=default,canary"
+                 in args_of(self.deployment()))
+        wait_for("port 8443", lambda: [p["port"] for p in
+                                       self.get(f"/api/v1/namespaces/{NS}/services/{APP}")["spec"]["ports"]] == [8443])
+        self.ready("False", "Progressing")
+        self.assertEqual(self.cr()["status"]["istioCSRGRPCEndpoint"], f"{APP}.{NS}.svc:8443")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"server": {"port": 9443}}}}, tls)
+        self.ready("False", "InvalidSpec", part="server.port is immutable once set")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"server": {"port": 8443}}}}, tls)
+        self.ready("False", "Progressing")
+        self.play_deployment_controller()
         self.ready("True", "Ready")
         # A spec change that is allowed rolls the Deployment; every field
         # lands where it belongs.

@@ -26,7 +26,9 @@
  *    Degraded with the pod's own failure; observedGeneration on every
  *    condition;
  *  - a spec change rolls: filterExpiredCertificates off, secretTargets
- *    Custom with authorized Secrets (sorted resourceNames, the argument);
+ *    Custom with authorized Secrets (sorted resourceNames, the argument),
+ *    then the design's Specific (the same) and All (Secret writes under
+ *    any name);
  *    the package disabled: its ConfigMap deleted, mount and argument gone;
  *  - invalid specs (what the CRD's CEL rules refuse on newer servers) are
  *    InvalidSpec and change nothing; labels and annotations of
@@ -40,8 +42,9 @@
  *    the trust namespace or a user Secret; recreating it works;
  *  - a second TrustManager not named "cluster" is InvalidSpec and touches
  *    nothing;
- *  - a missing trust namespace is Degraded with the anchor's message and
- *    recovers when the namespace is created, the CR untouched.
+ *  - a missing trust namespace is created (the design's goal), the CR
+ *    untouched; a new trustNamespace moves the Role and RoleBinding, and
+ *    no namespace is deleted.
  *
  * TM_DEBUG=1 in the environment logs at debug level.
  */
@@ -478,7 +481,7 @@ static void check_meta(const char *uid, const char *ann_key, const char *ann_val
 		const char *l_app = label(o, "app"), *l_mb = label(o, "app.kubernetes.io/managed-by");
 		const char *l_owner = label(o, "operator.signet.dev/owner"),
 		           *l_ver = label(o, "app.kubernetes.io/version");
-		bool labels_ok = l_app && strcmp(l_app, APP) == 0 && l_mb && strcmp(l_mb, "signet-operator") == 0 &&
+		bool labels_ok = l_app && strcmp(l_app, APP) == 0 && l_mb && strcmp(l_mb, "cert-manager-operator") == 0 &&
 		                 l_owner && strcmp(l_owner, "cluster") == 0 && l_ver && strcmp(l_ver, VERSION) == 0;
 		if (user_label)
 			labels_ok = labels_ok && label(o, user_label) != NULL;
@@ -552,6 +555,11 @@ static bool rules_are(sg_kube_ref ref, const char *want)
 	",{\"apiGroups\":[\"\"],\"resources\":[\"secrets\"],\"verbs\":[\"get\",\"list\",\"watch\"]},{\"apiGroups\":"   \
 	"[\"\"],\"resourceNames\":[\"alpha-ca\",\"zeta-ca\"],\"resources\":[\"secrets\"],\"verbs\":[\"create\","       \
 	"\"update\",\"patch\",\"delete\"]}"
+
+/* secretTargets.policy All: Secret writes under any name. */
+#define SECRET_RULES_ALL                                                                                               \
+	",{\"apiGroups\":[\"\"],\"resources\":[\"secrets\"],\"verbs\":[\"get\",\"list\",\"watch\"]},{\"apiGroups\":"   \
+	"[\"\"],\"resources\":[\"secrets\"],\"verbs\":[\"create\",\"update\",\"patch\",\"delete\"]}"
 
 #define WAIT_RULES(ref, want)                                                                                          \
 	do {                                                                                                           \
@@ -921,6 +929,22 @@ static void t_spec_change(void)
 	deployment_status(true);
 	WAIT_STATE(ready, "cluster");
 
+	/* The design's names for the same: Specific (the authorized names),
+	 * then All (any Secret); the status says the policy as written. */
+	tm_put("cluster",
+	       "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Enabled\"}, \"secretTargets\": "
+	       "{\"policy\": \"Specific\", \"authorizedSecrets\": [\"alpha-ca\", \"zeta-ca\"]}}}");
+	SG_WAIT_FOR(WAIT_MS, strcmp(status_str("cluster", "secretTargetsPolicy"), "Specific") == 0);
+	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES SECRET_RULES "]");
+	SG_CHECK(arg_is("--secret-targets-enabled=true", true));
+	tm_put("cluster", "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Enabled\"}, "
+	                  "\"secretTargets\": {\"policy\": \"All\"}}}");
+	SG_WAIT_FOR(WAIT_MS, strcmp(status_str("cluster", "secretTargetsPolicy"), "All") == 0);
+	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES SECRET_RULES_ALL "]");
+	SG_CHECK(arg_is("--secret-targets-enabled=true", true));
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+
 	/* The package off: its ConfigMap, mount, volume, argument and hash go. */
 	tm_put("cluster", "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Disabled\"}}}");
 	WAIT_ARG("--default-package-location=/packages/" PKG_KEY, false);
@@ -964,9 +988,12 @@ static void t_invalid(void)
 	        "authorizedSecrets must not be empty when policy is Custom");
 	invalid(
 	    "{\"trustManagerConfig\": {\"secretTargets\": {\"policy\": \"Disabled\", \"authorizedSecrets\": [\"a\"]}}}",
-	    "authorizedSecrets must be empty when policy is not Custom");
-	invalid("{\"trustManagerConfig\": {\"trustNamespace\": \"elsewhere\"}}",
-	        "trustNamespace is immutable once set");
+	    "authorizedSecrets must be empty when policy is not Specific");
+	/* the design's own rules, in its words */
+	invalid("{\"trustManagerConfig\": {\"secretTargets\": {\"policy\": \"Specific\"}}}",
+	        "authorizedSecrets must not be empty when policy is Specific");
+	invalid("{\"trustManagerConfig\": {\"secretTargets\": {\"policy\": \"All\", \"authorizedSecrets\": [\"a\"]}}}",
+	        "authorizedSecrets must be empty when policy is not Specific");
 	invalid("{\"trustManagerConfig\": {}, \"controllerConfig\": {\"labels\": {\"bad key!\": \"x\"}}}",
 	        "invalid key \"bad key!\"");
 	invalid("{\"trustManagerConfig\": {}, \"controllerConfig\": {\"labels\": {\"team\": \"-bad\"}}}",
@@ -1155,41 +1182,49 @@ static void t_second(void)
 	SG_CHECK(ready("cluster"));
 }
 
+/* The design's trust namespace: created when missing, and it may change
+ * (trust-manager's Role and RoleBinding move; no namespace is deleted). */
 static void t_missing_namespace(void)
 {
 	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
 	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
 	SG_CHECK(none_exist());
+	SG_CHECK(!kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, late_ns)));
 	tm_put("cluster", "{\"trustManagerConfig\": {\"trustNamespace\": \"%s\"}}", late_ns);
-	char want[200];
-	snprintf(want, sizeof(want),
-	         "trust namespace \"%s\" does not exist, create the namespace before creating TrustManager CR",
-	         late_ns);
-	WAIT_COND("cluster", "Degraded", "True", "Failed", want);
-	SG_CHECK(cond_is("cluster", "Ready", "False", "Failed", want));
-	SG_CHECK(!kube_fx_exists(k, DEPLOY()));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, late_ns)));
 	int64_t gen = generation_of(tm_ref("cluster"));
-	/* The namespace appears: the reconcile resumes, the CR untouched. */
-	ns_create(late_ns);
 	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, DEPLOY()));
 	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(RBAC, "roles", late_ns, "trust-manager")));
 	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
-	{
-		char a[128];
-		snprintf(a, sizeof(a), "--trust-namespace=%s", late_ns);
-		WAIT_ARG(a, true);
-	}
+	char a[128];
+	snprintf(a, sizeof(a), "--trust-namespace=%s", late_ns);
+	WAIT_ARG(a, true);
 	WAIT_STATE(progressing, "cluster");
 	deployment_status(true);
 	WAIT_STATE(ready, "cluster");
 	SG_CHECK(generation_of(tm_ref("cluster")) == gen);
 
-	/* Gone again: its Role in the trust namespace too; the namespace stays. */
+	/* Moved: to a namespace that does not exist yet either. */
+	char moved[64];
+	snprintf(moved, sizeof(moved), "tm-moved-%ld", (long)getpid());
+	tm_put("cluster", "{\"trustManagerConfig\": {\"trustNamespace\": \"%s\"}}", moved);
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(RBAC, "roles", moved, "trust-manager")));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, ref_in(RBAC, "rolebindings", moved, "trust-manager")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, ref_in(RBAC, "roles", late_ns, "trust-manager")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
+	snprintf(a, sizeof(a), "--trust-namespace=%s", moved);
+	WAIT_ARG(a, true);
+	SG_WAIT_FOR(WAIT_MS, strcmp(status_str("cluster", "trustNamespace"), moved) == 0);
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	SG_CHECK(kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, late_ns))); /* the old one stays */
+
+	/* Gone again: its Role in the trust namespace too; the namespaces stay. */
 	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
 	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
-	SG_CHECK(!kube_fx_exists(k, ref_in(RBAC, "roles", late_ns, "trust-manager")));
-	SG_CHECK(!kube_fx_exists(k, ref_in(RBAC, "rolebindings", late_ns, "trust-manager")));
-	SG_CHECK(kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, late_ns)));
+	SG_CHECK(!kube_fx_exists(k, ref_in(RBAC, "roles", moved, "trust-manager")));
+	SG_CHECK(!kube_fx_exists(k, ref_in(RBAC, "rolebindings", moved, "trust-manager")));
+	SG_CHECK(kube_fx_exists(k, ref_in(NULL, "namespaces", NULL, moved)));
 	SG_CHECK(none_exist());
 }
 
