@@ -319,10 +319,13 @@ static bool immutable_kept(const json_t *cr, const json_t *now, char *msg, size_
 	static const struct {
 		const char *key, *field;
 	} f[] = {
-		{"issuerName", "certManager.issuerRef"},         {"issuerKind", "certManager.issuerRef"},
-		{"issuerGroup", "certManager.issuerRef"},        {"privateKeyAlgorithm", "istiodTLSConfig.privateKeyAlgorithm"},
-		{"privateKeySize", "istiodTLSConfig.privateKeySize"}, {"istioNamespace", "istio.namespace"},
-		{"port", "server.port"},
+	    {"issuerName", "certManager.issuerRef"},
+	    {"issuerKind", "certManager.issuerRef"},
+	    {"issuerGroup", "certManager.issuerRef"},
+	    {"privateKeyAlgorithm", "istiodTLSConfig.privateKeyAlgorithm"},
+	    {"privateKeySize", "istiodTLSConfig.privateKeySize"},
+	    {"istioNamespace", "istio.namespace"},
+	    {"port", "server.port"},
 	};
 	bool ok = true;
 	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]) && ok; i++) {

@@ -304,8 +304,9 @@ static bool secret_targets_ok(const json_t *tmc, tm_spec *s, char *msg, size_t c
 	if (st && !json_is_object(st))
 		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets must be an object");
 	if (!one_of(st, "policy", policies, "Disabled", &policy))
-		return refuse(msg, cap,
-		              "spec.trustManagerConfig.secretTargets.policy: must be Disabled, All, Specific or Custom");
+		return refuse(
+		    msg, cap,
+		    "spec.trustManagerConfig.secretTargets.policy: must be Disabled, All, Specific or Custom");
 	s->targets = policy;
 	s->secrets = strcmp(policy, "Disabled") != 0;
 	bool named = strcmp(policy, "Specific") == 0 || strcmp(policy, "Custom") == 0;
@@ -318,11 +319,13 @@ static bool secret_targets_ok(const json_t *tmc, tm_spec *s, char *msg, size_t c
 	if (named && n == 0)
 		return refuse(
 		    msg, cap,
-		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must not be empty when policy is %s", policy);
+		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must not be empty when policy is %s",
+		    policy);
 	if (!named && n > 0)
-		return refuse(msg, cap,
-		              "spec.trustManagerConfig.secretTargets: authorizedSecrets must be empty when policy is not "
-		              "Specific");
+		return refuse(
+		    msg, cap,
+		    "spec.trustManagerConfig.secretTargets: authorizedSecrets must be empty when policy is not "
+		    "Specific");
 	if (n > AUTHORIZED_MAX)
 		return refuse(msg, cap, "spec.trustManagerConfig.secretTargets.authorizedSecrets: at most %d names",
 		              AUTHORIZED_MAX);
@@ -762,9 +765,9 @@ static json_t *status_fields_of(const pass *p, bool accepted)
 	const tm_spec *s = &p->s;
 	if (accepted)
 		return json_pack("{s:s, s:s, s:s, s:s, s:s}", "trustManagerImage", p->t->image, "trustNamespace",
-		                 s->trust_ns, "secretTargetsPolicy", s->targets,
-		                 "defaultCAPackagePolicy", s->package ? "Enabled" : "Disabled",
-		                 "filterExpiredCertificatesPolicy", s->filter_expired ? "Enabled" : "Disabled");
+		                 s->trust_ns, "secretTargetsPolicy", s->targets, "defaultCAPackagePolicy",
+		                 s->package ? "Enabled" : "Disabled", "filterExpiredCertificatesPolicy",
+		                 s->filter_expired ? "Enabled" : "Disabled");
 	json_t *o = json_object();
 	const json_t *have = json_object_get(p->cr, "status");
 	for (size_t i = 0; o && i < sizeof(status_fields) / sizeof(status_fields[0]); i++) {
@@ -929,7 +932,7 @@ static bool trust_namespace(pass *p, bool *made, char *msg, size_t cap)
 	sg_kube_ref ref = K[W_NS].ref;
 	json_t *body = json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "Namespace", "metadata", "name",
 	                         p->s.trust_ns);
-	int rc = !body ? sg_error_set(SG_EINTERNAL, "trustmanager: out of memory")
+	int rc = !body                    ? sg_error_set(SG_EINTERNAL, "trustmanager: out of memory")
 	         : sg_ctrl_stopping(p->c) ? sg_error_set(SG_EBUSY, "stopping")
 	                                  : sg_kube_create(sg_ctrl_kube(p->c), &ref, body, NULL);
 	json_decref(body);

@@ -481,8 +481,9 @@ static void check_meta(const char *uid, const char *ann_key, const char *ann_val
 		const char *l_app = label(o, "app"), *l_mb = label(o, "app.kubernetes.io/managed-by");
 		const char *l_owner = label(o, "operator.signet.dev/owner"),
 		           *l_ver = label(o, "app.kubernetes.io/version");
-		bool labels_ok = l_app && strcmp(l_app, APP) == 0 && l_mb && strcmp(l_mb, "cert-manager-operator") == 0 &&
-		                 l_owner && strcmp(l_owner, "cluster") == 0 && l_ver && strcmp(l_ver, VERSION) == 0;
+		bool labels_ok = l_app && strcmp(l_app, APP) == 0 && l_mb &&
+		                 strcmp(l_mb, "cert-manager-operator") == 0 && l_owner &&
+		                 strcmp(l_owner, "cluster") == 0 && l_ver && strcmp(l_ver, VERSION) == 0;
 		if (user_label)
 			labels_ok = labels_ok && label(o, user_label) != NULL;
 		SG_CHECK(labels_ok);
