@@ -24,6 +24,9 @@
  *
  * Watches share this file because they share the handle pool, the URL
  * builder and the authentication; the stream parser is sg_kube_watch.c.
+ * The thread's last Status (and the Status object's parser) is
+ * sg_kube_status.c, and the rate limiter sg_kube_ratelimit.c: both are
+ * below this file and the watch parser, which call them.
  */
 #include "sg_clock.h"
 #include "sg_guard.h"
@@ -42,7 +45,6 @@
 #include <time.h>
 
 #define POOL_IDLE_MAX 8
-#define ERRBODY_MAX (64u << 10)
 #define FIELD_MANAGER_MAX 128
 #define EVENT_MESSAGE_MAX 1024
 #define WATCH_TIMEOUT_DEFAULT 290
@@ -63,100 +65,6 @@ struct sg_kube {
 	struct stat token_id; /* its identity when read */
 	uint64_t token_checked_ns;
 };
-
-/* ---- thread-local status ---- */
-
-static _Thread_local sg_kube_status tl_status;
-
-const sg_kube_status *sg_kube_last_status(void)
-{
-	return &tl_status;
-}
-
-void sg_kube_status_set(const sg_kube_status *st)
-{
-	tl_status = *st;
-}
-
-void sg_kube_status_reset(void)
-{
-	memset(&tl_status, 0, sizeof(tl_status));
-}
-
-int sg_kube_error_of_http(long code)
-{
-	if (code >= 200 && code < 300)
-		return SG_OK;
-	switch (code) {
-	case 400:
-	case 413:
-	case 415:
-	case 422:
-		return SG_EINVAL;
-	case 401:
-	case 403:
-		return SG_EAUTH;
-	case 404:
-		return SG_ENOTFOUND;
-	case 408:
-	case 504:
-		return SG_ETIMEOUT;
-	case 409:
-	case 410:
-	case 429:
-		return SG_EBUSY;
-	default:
-		return code >= 500 && code < 600 ? SG_EBUSY : SG_EPROTO;
-	}
-}
-
-static const char *http_phrase(long code)
-{
-	static const struct {
-		long code;
-		const char *text;
-	} t[] = {
-	    {400, "BadRequest"},   {401, "Unauthorized"}, {403, "Forbidden"},         {404, "NotFound"},
-	    {405, "MethodNotAllowed"}, {406, "NotAcceptable"}, {409, "Conflict"},      {410, "Gone"},
-	    {413, "RequestEntityTooLarge"}, {415, "UnsupportedMediaType"}, {422, "Invalid"},
-	    {429, "TooManyRequests"}, {500, "InternalError"}, {503, "ServiceUnavailable"}, {504, "Timeout"},
-	};
-	for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
-		if (t[i].code == code)
-			return t[i].text;
-	return "Error";
-}
-
-int sg_kube_status_from_json(sg_kube_status *out, const json_t *s)
-{
-	memset(out, 0, sizeof(*out));
-	SG_ENSURE(json_is_object(s), SG_EINVAL, "kube: Status is not an object");
-	json_t *kind = json_object_get(s, "kind");
-	json_t *code = json_object_get(s, "code");
-	bool is_status = json_is_string(kind) && strcmp(json_string_value(kind), "Status") == 0;
-	SG_ENSURE(is_status || json_is_integer(code), SG_EINVAL, "kube: not a Status object");
-	if (json_is_integer(code)) {
-		json_int_t c = json_integer_value(code);
-		out->code = c >= 0 && c <= 999 ? (long)c : 0;
-	}
-	json_t *reason = json_object_get(s, "reason");
-	if (json_is_string(reason))
-		sg_kube_sanitize(out->reason, sizeof(out->reason), json_string_value(reason), json_string_length(reason));
-	json_t *msg = json_object_get(s, "message");
-	if (json_is_string(msg))
-		sg_kube_sanitize(out->message, sizeof(out->message), json_string_value(msg), json_string_length(msg));
-	return SG_OK;
-}
-
-int sg_kube_status_parse(sg_kube_status *out, const void *body, size_t len)
-{
-	memset(out, 0, sizeof(*out));
-	SG_ENSURE(len <= ERRBODY_MAX, SG_EINVAL, "kube: Status larger than %u bytes", ERRBODY_MAX);
-	json_error_t jerr;
-	json_t *j SG_CLEANUP(json_decrefp) = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-	SG_ENSURE(j, SG_EINVAL, "kube: Status is not JSON");
-	return sg_kube_status_from_json(out, j);
-}
 
 /* ---- small helpers ---- */
 
@@ -522,7 +430,7 @@ static int http_error(long http, const char *body, size_t len, const char *metho
 		memset(&st, 0, sizeof(st));
 	st.code = http; /* the HTTP code rules over a Status that disagrees */
 	if (!st.reason[0])
-		snprintf(st.reason, sizeof(st.reason), "%s", http_phrase(http));
+		snprintf(st.reason, sizeof(st.reason), "%s", sg_kube_http_phrase(http));
 	sg_kube_status_set(&st);
 	int code = sg_kube_error_of_http(http);
 	if (code == SG_OK)
@@ -604,7 +512,7 @@ static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct u
 		rc = http_error(http, rb.p, rb.len, method, what);
 		goto done;
 	}
-	tl_status.code = http;
+	sg_kube_tl_status.code = http;
 	if (out) {
 		json_error_t jerr;
 		json_t *j = rb.len ? json_loadb(rb.p, rb.len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
@@ -974,7 +882,7 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 		}
 	}
 	if (rc == SG_OK) {
-		tl_status.code = p.http;
+		sg_kube_tl_status.code = p.http;
 		if (!p.body.p) { /* an empty body: still a NUL-terminated buffer */
 			p.body.p = calloc(1, 1);
 			SG_ENSURE_GOTO(rc, p.body.p, done, SG_EINTERNAL, "kube: out of memory");
@@ -1105,8 +1013,8 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 			rc = sg_error_set(rc, "kube: WATCH %s: %s", what, why);
 		}
 	}
-	if (rc >= 0 && tl_status.code == 0)
-		tl_status.code = w.http;
+	if (rc >= 0 && sg_kube_tl_status.code == 0)
+		sg_kube_tl_status.code = w.http;
 done:
 	free(w.err.p);
 	pool_put(k, h);

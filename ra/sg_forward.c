@@ -50,8 +50,12 @@
  *
  * Nothing here logs a CSR, and an API server message that quotes the
  * request body is withheld.
+ *
+ * The files: this one is the forwarder; checking an answer is
+ * sg_forward_answer.c and the crash sweep sg_forward_sweep.c, sharing
+ * private/sg_forward_impl.h.
  */
-#include "sg_forward.h"
+#include "sg_forward_impl.h"
 
 #include "sg_base64.h"
 #include "sg_clock.h"
@@ -73,9 +77,6 @@
 #include <string.h>
 #include <time.h>
 
-#define NAME_PREFIX "signet-"
-#define NAME_RANDOM 16 /* bytes: 32 hex digits */
-#define NAME_LEN (sizeof(NAME_PREFIX) - 1 + 2 * NAME_RANDOM)
 #define REPLICA_RANDOM 8 /* bytes of a random replica id */
 #define TICK_MS 100u
 #define DELETE_ATTEMPTS 3
@@ -84,7 +85,6 @@
 #define WORKERS_MAX 64u
 #define IN_FLIGHT_MAX 100000u
 #define TIMEOUT_MAX_MS (3600u * 1000u)
-#define SWEEP_FIRST_MS 10000u /* the first look for what a crash left, after start */
 #define IDENTITY_MAX 4096
 #define TTL_MAX (INT64_C(100) * 365 * 86400)
 #define SHOWN_MAX 256 /* an issuer's or API server's words quoted in a message */
@@ -96,80 +96,7 @@ static const char api_group[] = "cert-manager.io";
 static const char api_version[] = "cert-manager.io/v1";
 static const char resource[] = "certificaterequests";
 
-enum fate { PENDING, ENDED };
-/* Where the request's create is; see the design note. */
-enum create { C_QUEUED, C_POSTING, C_POSTED, C_MAYBE, C_NONE };
-enum job { JOB_NONE, JOB_CREATE, JOB_DELETE };
-
-struct req {
-	atomic_uint refs;
-	sg_strmap_node h;        /* in the map, keyed by name */
-	struct req *prev, *next; /* pending list, in submit order */
-	struct req *qnext;       /* job queue or retry list */
-	enum job job;
-	unsigned attempts;  /* deletes tried */
-	uint64_t retry_at;  /* on the retry list: when it is due */
-	enum fate fate;     /* under mu */
-	enum create create; /* under mu */
-	uint64_t t0, deadline;
-	bool (*cancelled)(void *arg);
-	void *cancel_arg;
-	sg_forward_done_fn done;
-	void *arg;
-	json_t *body; /* the CertificateRequest; the worker that posts it frees it */
-	uint8_t *csr; /* DER, for the key check */
-	size_t csr_len;
-	char name[NAME_LEN + 1];
-};
-
-struct roots {
-	atomic_uint refs;
-	sg_x509_bundle *b;
-};
-
-struct sg_forward {
-	sg_kube *kube;
-	char *ns, *issuer_name, *issuer_kind, *issuer_group, *replica_id, *selector;
-	bool preserve;
-	unsigned max_in_flight, timeout_ms, nworkers;
-	unsigned orphan_age_s, sweep_ms;
-	int64_t born_s; /* wall-clock second this forwarder was made */
-
-	pthread_mutex_t mu;
-	pthread_cond_t work_cv; /* workers: a job, or stopping */
-	pthread_cond_t tick_cv; /* the timer: stopping (CLOCK_MONOTONIC) */
-	sg_strmap map;
-	struct req *head, *tail; /* pending */
-	struct req *qhead, **qtail;
-	struct req *retry;
-	size_t pending;
-	bool stopping;      /* no submits; the timer ends */
-	bool draining;      /* workers end when the queue is empty */
-	uint64_t drain_end; /* after it, queued deletes are dropped */
-
-	pthread_t *workers;
-	unsigned workers_started;
-	pthread_t timer;
-	bool timer_started;
-	pthread_t sweeper;
-	bool sweeper_started;
-	struct req **scratch; /* the timer's: max_in_flight references */
-	sg_kube_informer *inf;
-
-	pthread_mutex_t roots_mu;
-	struct roots *roots;
-
-	atomic_uint_fast64_t submitted, rejected, issued, refused, timeouts, errors, in_flight;
-	atomic_uint_fast64_t creates, deletes, api_errors, left_behind, swept;
-	atomic_uint_fast64_t warn_last, warn_suppressed;
-};
-
 /* ---- small helpers ---- */
-
-static void count(atomic_uint_fast64_t *c)
-{
-	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
-}
 
 /* Copies at most SHOWN_MAX bytes of s as printable ASCII ('?' for anything
  * else), "..." when cut: another party's words, fit for a message. */
@@ -183,12 +110,6 @@ static void shown(char *out, size_t cap, const char *s)
 	out[n] = '\0';
 	if (s[i] && n + 4 <= cap)
 		memcpy(out + n, "...", 4);
-}
-
-static const char *str_of(const json_t *obj, const char *key)
-{
-	const json_t *v = json_object_get(obj, key);
-	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
 /* A label value: at most 63 of [A-Za-z0-9-_.], alphanumeric at both ends. */
@@ -226,7 +147,7 @@ static void wake_at(struct timespec *ts, unsigned ms)
 
 /* At most one warning a second; the ones left out are counted into the
  * next. */
-static void warn(sg_forward *f, const char *msg, const char *name, const char *why)
+void forward_warn(sg_forward *f, const char *msg, const char *name, const char *why)
 {
 	uint64_t now = sg_now_ns();
 	uint_fast64_t last = atomic_load_explicit(&f->warn_last, memory_order_relaxed);
@@ -282,7 +203,7 @@ static bool name_hash(const char *name, uint64_t *h)
 	return true;
 }
 
-/* The map's hash: only our own names are ever hashed (map_find checks). */
+/* The map's hash: only our own names are ever hashed (forward_map_find checks). */
 static size_t map_hash(const char *name)
 {
 	uint64_t h = 0;
@@ -291,7 +212,7 @@ static size_t map_hash(const char *name)
 }
 
 /* Under mu. */
-static struct req *map_find(sg_forward *f, const char *name)
+struct req *forward_map_find(sg_forward *f, const char *name)
 {
 	uint64_t h;
 	if (!name_hash(name, &h))
@@ -394,143 +315,15 @@ static SG_PRINTF(5, 6) void fail(sg_forward *f, struct req *e, int rc, sg_log_le
 	if (!finish(f, e, rc, NULL, 0, &err))
 		return;
 	if (level == SG_LOG_WARN)
-		warn(f, rc == SG_ETIMEOUT ? "certificate request timed out" : "certificate request failed", e->name,
-		     err.msg);
+		forward_warn(f, rc == SG_ETIMEOUT ? "certificate request timed out" : "certificate request failed",
+		             e->name, err.msg);
 	else
 		sg_log(level, rc == SG_EDENIED ? "certificate request refused" : "certificate request abandoned",
 		       SG_F_STR("request", e->name), SG_F_STR("namespace", f->ns), SG_F_STR("reason", err.msg),
 		       SG_F_END);
 }
 
-/* ---- the answer ---- */
-
-static struct roots *roots_get(sg_forward *f)
-{
-	pthread_mutex_lock(&f->roots_mu);
-	struct roots *r = f->roots;
-	if (r)
-		atomic_fetch_add_explicit(&r->refs, 1, memory_order_relaxed);
-	pthread_mutex_unlock(&f->roots_mu);
-	return r;
-}
-
-static void roots_put(struct roots *r)
-{
-	if (r && atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) == 1) {
-		sg_x509_bundle_free(r->b);
-		free(r);
-	}
-}
-
-static void bundle_freep(sg_x509_bundle **b)
-{
-	sg_x509_bundle_free(*b);
-}
-
-/* The certificates of an answer, without self-signed ones after the leaf,
- * as one PEM text. */
-static int chain_text(const sg_x509_bundle *b, char **out, size_t *out_len)
-{
-	*out = NULL;
-	char *text = NULL;
-	size_t len = 0;
-	int rc = SG_OK;
-	for (size_t i = 0; rc == SG_OK && i < sg_x509_bundle_count(b); i++) {
-		if (i > 0 && sg_x509_self_signed(b, i))
-			continue;
-		char *pem = NULL;
-		size_t n = 0;
-		rc = sg_x509_pem(b, i, &pem, &n);
-		if (rc != SG_OK)
-			break;
-		char *grown = realloc(text, len + n + 1);
-		if (!grown) {
-			free(pem);
-			rc = sg_error_set(SG_EINTERNAL, "out of memory");
-			break;
-		}
-		text = grown;
-		memcpy(text + len, pem, n + 1);
-		len += n;
-		free(pem);
-	}
-	if (rc != SG_OK) {
-		free(text);
-		return rc;
-	}
-	*out = text;
-	*out_len = len;
-	return SG_OK;
-}
-
-/* status.certificate checked as cert-manager and istio-csr check it;
- * SG_EPROTO with the reason. On success *chain is the answer (free()). */
-static int check_answer(sg_forward *f, const struct req *e, const char *b64, size_t n, char **chain, size_t *len)
-{
-	*chain = NULL;
-	size_t cap = n / 4 * 3 + 3;
-	SG_ENSURE(n <= sg_b64_encoded_len(SG_B64_STD, SG_X509_PEM_MAX), SG_EPROTO,
-	          "status.certificate is %zu characters, more than %u bytes of PEM", n, SG_X509_PEM_MAX);
-	char *pem SG_AUTOFREE = malloc(cap + 1);
-	SG_ENSURE(pem, SG_EINTERNAL, "out of memory");
-	size_t pem_len = 0;
-	char why[SG_ERROR_MSG_MAX]; /* a copy: the detail is rewritten from it */
-	if (sg_b64_decode(SG_B64_STD, b64, n, (uint8_t *)pem, cap, &pem_len) != SG_OK) {
-		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
-		SG_BAIL(SG_EPROTO, "status.certificate is not base64: %s", why);
-	}
-	pem[pem_len] = '\0';
-
-	sg_x509_bundle *b SG_CLEANUP(bundle_freep) = NULL;
-	if (sg_x509_bundle_parse(&b, pem, pem_len) != SG_OK) {
-		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
-		SG_BAIL(SG_EPROTO, "status.certificate does not parse: %s", why);
-	}
-	sg_csr csr;
-	SG_ENSURE(sg_csr_parse(&csr, e->csr, e->csr_len) == SG_OK, SG_EINTERNAL,
-	          "the CSR no longer parses"); /* it parsed in submit: cannot happen */
-	SG_ENSURE(sg_x509_key_is(b, 0, &csr.key), SG_EPROTO,
-	          "the issuer returned a certificate with a public key that does not match the CSR");
-	struct roots *r = roots_get(f);
-	bool chains = r && sg_x509_chains_to(b, r->b);
-	roots_put(r);
-	SG_ENSURE(chains, SG_EPROTO, "the issued certificate chain does not verify against the mesh roots");
-	return chain_text(b, chain, len);
-}
-
-/* The terminal condition of a CertificateRequest, in cert-manager's order
- * (Denied wins over everything, then InvalidRequest, then Ready Failed or
- * Denied): true with *what and *why set, or false. */
-static bool terminal(const json_t *status, const char **what, const char **why)
-{
-	const json_t *conds = json_object_get(status, "conditions");
-	static const struct {
-		const char *type, *status, *reason, *what;
-	} rules[] = {
-	    {"Denied", "True", NULL, "denied"},
-	    {"InvalidRequest", "True", NULL, "invalid"},
-	    {"Ready", "False", "Failed", "failed"},
-	    {"Ready", "False", "Denied", "denied"},
-	};
-	for (size_t r = 0; r < sizeof(rules) / sizeof(rules[0]); r++) {
-		size_t i;
-		const json_t *c;
-		json_array_foreach(conds, i, c)
-		{
-			const char *type = str_of(c, "type"), *st = str_of(c, "status"), *reason = str_of(c, "reason");
-			if (!type || !st || strcmp(type, rules[r].type) != 0 || strcmp(st, rules[r].status) != 0)
-				continue;
-			if (rules[r].reason && (!reason || strcmp(reason, rules[r].reason) != 0))
-				continue;
-			*what = rules[r].what;
-			*why = str_of(c, "message");
-			if (!*why || !**why)
-				*why = reason && *reason ? reason : "no message";
-			return true;
-		}
-	}
-	return false;
-}
+/* ---- the informer's handlers ---- */
 
 /* What an object says about its request, acted on: a refusal, an answer,
  * or nothing yet (gone: it was deleted). The caller holds a reference. */
@@ -539,7 +332,7 @@ static void examine(sg_forward *f, struct req *e, const json_t *obj, bool gone)
 	const json_t *status = json_object_get(obj, "status");
 	const char *what, *why;
 	char words[SHOWN_MAX + 4];
-	if (terminal(status, &what, &why)) {
+	if (forward_terminal(status, &what, &why)) {
 		shown(words, sizeof(words), why);
 		fail(f, e, SG_EDENIED, SG_LOG_INFO, "certificate request %s/%s %s by issuer %s/%s: %s", f->ns, e->name,
 		     what, f->issuer_kind, f->issuer_name, words);
@@ -549,7 +342,7 @@ static void examine(sg_forward *f, struct req *e, const json_t *obj, bool gone)
 	if (json_is_string(cert) && json_string_length(cert) > 0) {
 		char *chain = NULL;
 		size_t len = 0;
-		int rc = check_answer(f, e, json_string_value(cert), json_string_length(cert), &chain, &len);
+		int rc = forward_check_answer(f, e, json_string_value(cert), json_string_length(cert), &chain, &len);
 		if (rc == SG_OK) {
 			if (finish(f, e, SG_OK, chain, len, NULL))
 				sg_log(SG_LOG_DEBUG, "certificate request answered", SG_F_STR("request", e->name),
@@ -569,8 +362,6 @@ static void examine(sg_forward *f, struct req *e, const json_t *obj, bool gone)
 		     f->ns, e->name);
 }
 
-/* ---- the informer's handlers ---- */
-
 /* The pending request an object names, with a reference, or NULL. */
 static struct req *pending_of(sg_forward *f, const json_t *obj)
 {
@@ -578,7 +369,7 @@ static struct req *pending_of(sg_forward *f, const json_t *obj)
 	if (ns && strcmp(ns, f->ns) != 0)
 		return NULL;
 	pthread_mutex_lock(&f->mu);
-	struct req *e = map_find(f, sg_kube_meta_str(obj, "name"));
+	struct req *e = forward_map_find(f, sg_kube_meta_str(obj, "name"));
 	if (e)
 		req_ref(e);
 	pthread_mutex_unlock(&f->mu);
@@ -618,14 +409,14 @@ static void on_delete(json_t *obj, void *arg)
 
 /* ---- the workers ---- */
 
-static sg_kube_ref cr_ref(const sg_forward *f, const char *name)
+sg_kube_ref forward_cr_ref(const sg_forward *f, const char *name)
 {
 	return (sg_kube_ref){.group = api_group, .version = "v1", .resource = resource, .ns = f->ns, .name = name};
 }
 
 /* This thread's last error as a message for a request, with an API
  * server's message that quotes the request withheld. */
-static void api_message(char *out, size_t cap)
+void forward_api_message(char *out, size_t cap)
 {
 	const char *m = sg_error_last()->msg;
 	if (strstr(m, REQUEST_QUOTE))
@@ -635,14 +426,14 @@ static void api_message(char *out, size_t cap)
 
 static void do_create(sg_forward *f, struct req *e)
 {
-	sg_kube_ref ref = cr_ref(f, NULL);
+	sg_kube_ref ref = forward_cr_ref(f, NULL);
 	count(&f->creates);
 	int rc = sg_kube_create(f->kube, &ref, e->body, NULL);
 	char why[SG_ERROR_MSG_MAX];
 	long http = sg_kube_last_status()->code;
 	if (rc != SG_OK) {
 		count(&f->api_errors);
-		api_message(why, sizeof(why));
+		forward_api_message(why, sizeof(why));
 	}
 	json_decref(e->body);
 	e->body = NULL;
@@ -665,7 +456,7 @@ static void do_create(sg_forward *f, struct req *e)
 
 static void do_delete(sg_forward *f, struct req *e)
 {
-	sg_kube_ref ref = cr_ref(f, e->name);
+	sg_kube_ref ref = forward_cr_ref(f, e->name);
 	count(&f->deletes);
 	e->attempts++;
 	int rc = sg_kube_delete(f->kube, &ref, NULL);
@@ -673,7 +464,7 @@ static void do_delete(sg_forward *f, struct req *e)
 		return;
 	count(&f->api_errors);
 	char why[SG_ERROR_MSG_MAX];
-	api_message(why, sizeof(why));
+	forward_api_message(why, sizeof(why));
 	bool again = (rc == SG_EBUSY || rc == SG_ETIMEOUT) && e->attempts < DELETE_ATTEMPTS;
 	pthread_mutex_lock(&f->mu);
 	if (again && !f->stopping) {
@@ -690,7 +481,7 @@ static void do_delete(sg_forward *f, struct req *e)
 	pthread_mutex_unlock(&f->mu);
 	if (!again) {
 		count(&f->left_behind);
-		warn(f, "certificate request left behind: cannot delete it", e->name, why);
+		forward_warn(f, "certificate request left behind: cannot delete it", e->name, why);
 	}
 }
 
@@ -782,8 +573,8 @@ static void tick(sg_forward *f)
 }
 
 /* Waits ms or until stop; false once stopping (the timer's and the
- * sweeper's loops). */
-static bool nap(sg_forward *f, unsigned ms)
+ * forward_sweeper's loops). */
+bool forward_nap(sg_forward *f, unsigned ms)
 {
 	struct timespec ts;
 	wake_at(&ts, ms);
@@ -798,94 +589,8 @@ static bool nap(sg_forward *f, unsigned ms)
 static void *timer(void *arg)
 {
 	sg_forward *f = arg;
-	while (nap(f, TICK_MS))
+	while (forward_nap(f, TICK_MS))
 		tick(f);
-	return NULL;
-}
-
-/* ---- what a crash left behind ---- */
-
-/* RFC 3339 "YYYY-MM-DDTHH:MM:SSZ" (metadata.creationTimestamp) in Unix
- * seconds; -1 when it is not that. */
-static int64_t rfc3339_seconds(const char *s)
-{
-	int y, mo, d, h, mi, se;
-	char z = 0;
-	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &se, &z) != 7 || z != 'Z' ||
-	    mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
-		return -1;
-	return sg_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
-}
-
-/* One look: every request of ours that nobody waits for any more. A
- * request of this replica that is not pending here was left by an earlier
- * run with the same id (or its delete failed); another replica's is left
- * only once it is older than any wait can be. */
-static void sweep(sg_forward *f)
-{
-	sg_kube_ref ref = cr_ref(f, NULL);
-	sg_kube_list_opts lo = {.label_selector = SG_FORWARD_LABEL};
-	json_t *list = NULL;
-	if (sg_kube_list_all(f->kube, &ref, &lo, &list) != SG_OK) {
-		char why[SG_ERROR_MSG_MAX];
-		api_message(why, sizeof(why));
-		warn(f, "cannot look for certificate requests left behind", "", why);
-		return;
-	}
-	int64_t now = sg_wall_seconds();
-	size_t i, removed = 0;
-	json_t *item;
-	json_array_foreach(json_object_get(list, "items"), i, item)
-	{
-		const char *name = sg_kube_meta_str(item, "name");
-		const char *owner =
-			json_string_value(json_object_get(json_object_get(json_object_get(item, "metadata"), "labels"),
-			                                  SG_FORWARD_LABEL));
-		if (!name || !owner)
-			continue;
-		bool mine = strcmp(owner, f->replica_id) == 0;
-		int64_t born = rfc3339_seconds(sg_kube_meta_str(item, "creationTimestamp"));
-		if (born < 0)
-			continue;
-		if (mine) {
-			/* Only what an earlier run left: one of this run's, answered
-			 * and waiting for its worker's delete, is not ours to take
-			 * (the timestamp has whole seconds, hence strictly before). */
-			if (born >= f->born_s)
-				continue;
-			pthread_mutex_lock(&f->mu);
-			bool waited_for = map_find(f, name) != NULL;
-			bool stopping = f->stopping;
-			pthread_mutex_unlock(&f->mu);
-			if (waited_for || stopping)
-				continue;
-		} else if (now - born < (int64_t)f->orphan_age_s) {
-			continue;
-		}
-		sg_kube_ref one = cr_ref(f, name);
-		int rc = sg_kube_delete(f->kube, &one, NULL);
-		count(&f->deletes);
-		if (rc == SG_OK) {
-			removed++;
-			count(&f->swept);
-		} else if (rc != SG_ENOTFOUND) {
-			count(&f->api_errors);
-		}
-	}
-	json_decref(list);
-	if (removed)
-		sg_log(SG_LOG_INFO, "removed certificate requests left behind", SG_F_STR("namespace", f->ns),
-		       SG_F_INT("removed", (int64_t)removed), SG_F_END);
-}
-
-static void *sweeper(void *arg)
-{
-	sg_forward *f = arg;
-	unsigned wait_ms = SWEEP_FIRST_MS < f->sweep_ms ? SWEEP_FIRST_MS : f->sweep_ms;
-	while (nap(f, wait_ms)) {
-		sweep(f);
-		wait_ms = f->sweep_ms;
-	}
 	return NULL;
 }
 
@@ -1014,7 +719,7 @@ int sg_forward_set_roots(sg_forward *f, const char *pem, size_t len)
 	struct roots *old = f->roots;
 	f->roots = r;
 	pthread_mutex_unlock(&f->roots_mu);
-	roots_put(old);
+	forward_roots_put(old);
 	return SG_OK;
 }
 
@@ -1108,7 +813,7 @@ static void destroy(sg_forward *f)
 		f->qhead = e->qnext;
 		req_unref(e);
 	}
-	roots_put(f->roots);
+	forward_roots_put(f->roots);
 	sg_strmap_fini(&f->map);
 	free(f->scratch);
 	free(f->workers);
@@ -1170,11 +875,11 @@ static int start(sg_forward *f)
 	SG_ENSURE(pthread_create(&f->timer, NULL, timer, f) == 0, SG_EINTERNAL, "cannot start the forwarding timer");
 	f->timer_started = true;
 	if (!f->preserve) {
-		SG_ENSURE(pthread_create(&f->sweeper, NULL, sweeper, f) == 0, SG_EINTERNAL,
-		          "cannot start the forwarding sweeper");
+		SG_ENSURE(pthread_create(&f->sweeper, NULL, forward_sweeper, f) == 0, SG_EINTERNAL,
+		          "cannot start the forwarding forward_sweeper");
 		f->sweeper_started = true;
 	}
-	sg_kube_ref ref = cr_ref(f, NULL);
+	sg_kube_ref ref = forward_cr_ref(f, NULL);
 	sg_kube_informer_opts io = {.label_selector = f->selector};
 	sg_kube_handlers h = {.on_add = on_add, .on_update = on_update, .on_delete = on_delete, .arg = f};
 	SG_TRY(sg_kube_informer_new(&f->inf, f->kube, &ref, &io, &h));

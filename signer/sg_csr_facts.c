@@ -19,6 +19,12 @@
  * a policy can deny it with approver-policy's words. Its helpers are
  * static and shaped for refusal, so only the DER reader is shared.
  *
+ * The files: this one reads the request, its subject, its key and its
+ * extensions; subjectAltName is sg_csr_facts_san.c, the Go forms of its
+ * IP addresses and URIs sg_csr_facts_goforms.c, and the text arena and
+ * OIDs as Go reads them sg_csr_facts_text.c, sharing
+ * private/sg_csr_facts_impl.h.
+ *
  * The shape follows Go, because approver-policy's verdicts are Go's: the
  * three layers it reads a request through are reproduced here, each with
  * its own failure mode:
@@ -49,158 +55,11 @@
  * text; 6 * len + 256 covers it and a bug would be caught, not overrun.
  * The two arrays grow by doubling after their bound has been checked.
  */
-#include "sg_csr_facts.h"
+#include "sg_csr_facts_impl.h"
 #include "sg_guard.h"
-#include "sg_hex.h"
 
-#include <arpa/inet.h>
-#include <inttypes.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct facts_build {
-	sg_csr_facts *f;
-	size_t attr_cap, san_cap;
-	size_t names_seen; /* GeneralNames read, listed or not */
-} facts_build;
-
-/* ---- text arena -------------------------------------------------------- */
-
-/* Reserves room for max bytes plus a NUL; text_commit fixes the length. */
-static int text_reserve(sg_csr_facts *f, size_t max, char **p)
-{
-	SG_ENSURE(max < f->arena_cap - f->arena_len, SG_EINTERNAL, "CSR facts: text arena exhausted (a bug)");
-	*p = f->arena + f->arena_len;
-	return SG_OK;
-}
-
-static const char *text_commit(sg_csr_facts *f, size_t n)
-{
-	char *p = f->arena + f->arena_len;
-	p[n] = '\0';
-	f->arena_len += n + 1;
-	return p;
-}
-
-static int text_put(sg_csr_facts *f, const void *src, size_t n, const char **out)
-{
-	char *p = NULL;
-	SG_TRY(text_reserve(f, n, &p));
-	if (n)
-		memcpy(p, src, n);
-	*out = text_commit(f, n);
-	return SG_OK;
-}
-
-static int text_hex(sg_csr_facts *f, sg_slice s, const char **out, size_t *outlen)
-{
-	char *p = NULL;
-	SG_TRY(text_reserve(f, 2 * s.len, &p));
-	sg_hex_encode(p, s.p, s.len); /* its NUL is where text_commit puts one */
-	*out = text_commit(f, 2 * s.len);
-	if (outlen)
-		*outlen = 2 * s.len;
-	return SG_OK;
-}
-
-/* Appends the UTF-8 form of cp (a valid scalar value) at p; returns bytes. */
-static size_t utf8_put(char *p, uint32_t cp)
-{
-	if (cp < 0x80) {
-		p[0] = (char)cp;
-		return 1;
-	}
-	if (cp < 0x800) {
-		p[0] = (char)(0xc0 | (cp >> 6));
-		p[1] = (char)(0x80 | (cp & 0x3f));
-		return 2;
-	}
-	if (cp < 0x10000) {
-		p[0] = (char)(0xe0 | (cp >> 12));
-		p[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-		p[2] = (char)(0x80 | (cp & 0x3f));
-		return 3;
-	}
-	p[0] = (char)(0xf0 | (cp >> 18));
-	p[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-	p[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-	p[3] = (char)(0x80 | (cp & 0x3f));
-	return 4;
-}
-
-/* ---- OIDs as Go reads them ---------------------------------------------- */
-
-/*
- * encoding/asn1's parseObjectIdentifier and ObjectIdentifier.String():
- * base-128 subidentifiers of at most 31 bits, minimally encoded, the first
- * one split into two arcs. Writes the dotted form into out (cap >= 4 *
- * oid.len + 2 always suffices) and returns NULL, or returns Go's error.
- */
-static const char *oid_text(sg_slice oid, char *out, size_t cap, size_t *outlen)
-{
-	if (oid.len == 0)
-		return "asn1: syntax error: zero length OBJECT IDENTIFIER";
-	size_t i = 0, used = 0;
-	bool first = true;
-	while (i < oid.len) {
-		uint64_t v = 0;
-		for (int shifted = 0;; shifted++) {
-			if (i >= oid.len)
-				return "asn1: syntax error: truncated base 128 integer";
-			if (shifted == 5)
-				return "asn1: structure error: base 128 integer too large";
-			uint8_t b = oid.p[i++];
-			if (shifted == 0 && b == 0x80)
-				return "asn1: syntax error: integer is not minimally encoded";
-			v = (v << 7) | (b & 0x7f);
-			if (!(b & 0x80))
-				break;
-		}
-		if (v > INT32_MAX)
-			return "asn1: structure error: base 128 integer too large";
-		int n;
-		if (first) {
-			uint64_t a = v < 80 ? v / 40 : 2, b = v < 80 ? v % 40 : v - 80;
-			n = snprintf(out + used, cap - used, "%" PRIu64 ".%" PRIu64, a, b);
-			first = false;
-		} else {
-			n = snprintf(out + used, cap - used, ".%" PRIu64, v);
-		}
-		if (n < 0 || (size_t)n >= cap - used)
-			return "OID text does not fit (a bug)";
-		used += (size_t)n;
-	}
-	*outlen = used;
-	return NULL;
-}
-
-/* Decodes an OID into the arena; the Go error when Go would refuse it. */
-static int text_oid(sg_csr_facts *f, sg_slice oid, const char **out, const char **goerr)
-{
-	char *p = NULL;
-	size_t n = 0;
-	SG_TRY(text_reserve(f, 4 * oid.len + 2, &p));
-	*goerr = oid_text(oid, p, 4 * oid.len + 3, &n);
-	if (!*goerr)
-		*out = text_commit(f, n);
-	return SG_OK;
-}
-
-/* An OID that must be valid: SG_EINVAL with Go's error under what. */
-static int need_oid(sg_csr_facts *f, sg_slice oid, const char *what, const char **out)
-{
-	const char *goerr;
-	SG_TRY(text_oid(f, oid, out, &goerr));
-	SG_ENSURE(!goerr, SG_EINVAL, "CSR %s: %s", what, goerr);
-	return SG_OK;
-}
-
-static bool oid_eq(sg_slice oid, const uint8_t *want, size_t len)
-{
-	return sg_slice_eq(oid, want, len);
-}
 
 /* ---- subject -------------------------------------------------------------- */
 
@@ -220,23 +79,23 @@ static int bmp_text(sg_csr_facts *f, sg_slice v, const char *oid, const char **o
 	if (n >= 2 && v.p[n - 1] == 0 && v.p[n - 2] == 0)
 		n -= 2;
 	char *p = NULL;
-	SG_TRY(text_reserve(f, n / 2 * 3, &p));
+	SG_TRY(csr_facts_text_reserve(f, n / 2 * 3, &p));
 	size_t used = 0;
 	for (size_t i = 0; i < n; i += 2) {
 		uint32_t u = (uint32_t)v.p[i] << 8 | v.p[i + 1];
 		if (u >= 0xd800 && u < 0xdc00 && i + 3 < n) {
 			uint32_t lo = (uint32_t)v.p[i + 2] << 8 | v.p[i + 3];
 			if (lo >= 0xdc00 && lo < 0xe000) {
-				used += utf8_put(p + used, 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00));
+				used += csr_facts_utf8_put(p + used, 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00));
 				i += 2;
 				continue;
 			}
 		}
 		if (u >= 0xd800 && u < 0xe000)
 			u = 0xfffd;
-		used += utf8_put(p + used, u);
+		used += csr_facts_utf8_put(p + used, u);
 	}
-	*out = text_commit(f, used);
+	*out = csr_facts_text_commit(f, used);
 	*outlen = used;
 	return SG_OK;
 }
@@ -255,12 +114,12 @@ static int universal_text(sg_csr_facts *f, sg_slice v, bool *ok, const char **ou
 			return SG_OK;
 	}
 	char *p = NULL;
-	SG_TRY(text_reserve(f, v.len, &p));
+	SG_TRY(csr_facts_text_reserve(f, v.len, &p));
 	size_t used = 0;
 	for (size_t i = 0; i < v.len; i += 4)
-		used += utf8_put(p + used, (uint32_t)v.p[i] << 24 | (uint32_t)v.p[i + 1] << 16 |
-		                               (uint32_t)v.p[i + 2] << 8 | v.p[i + 3]);
-	*out = text_commit(f, used);
+		used += csr_facts_utf8_put(p + used, (uint32_t)v.p[i] << 24 | (uint32_t)v.p[i + 1] << 16 |
+		                                         (uint32_t)v.p[i + 2] << 8 | v.p[i + 3]);
+	*out = csr_facts_text_commit(f, used);
 	*outlen = used;
 	*ok = true;
 	return SG_OK;
@@ -310,14 +169,14 @@ static int attr_value(sg_csr_facts *f, sg_csr_facts_attr *a, uint8_t tag, sg_sli
 		if (ok)
 			return SG_OK;
 		a->is_string = false;
-		return text_hex(f, tlv, &a->value, &a->value_len);
+		return csr_facts_text_hex(f, tlv, &a->value, &a->value_len);
 	}
 	default:
 		a->is_string = false;
-		return text_hex(f, tlv, &a->value, &a->value_len);
+		return csr_facts_text_hex(f, tlv, &a->value, &a->value_len);
 	}
 	a->value_len = v.len;
-	return text_put(f, v.p, v.len, &a->value);
+	return csr_facts_text_put(f, v.p, v.len, &a->value);
 }
 
 static int add_attr(facts_build *b, sg_csr_facts_attr **out)
@@ -349,7 +208,7 @@ static int parse_atv(facts_build *b, sg_slice atv, size_t rdn)
 	SG_TRY(add_attr(b, &a));
 	SG_ENSURE(sg_der_read(&r, SG_DER_OID, &oid, NULL) == SG_OK, SG_EINVAL,
 	          "CSR subject: an attribute does not start with its type OID");
-	SG_TRY(need_oid(b->f, oid, "subject attribute type", &a->oid));
+	SG_TRY(csr_facts_need_oid(b->f, oid, "subject attribute type", &a->oid));
 	SG_ENSURE(sg_der_read_any(&r, &tag, &v, &tlv) == SG_OK, SG_EINVAL,
 	          "CSR subject attribute %s has no valid value", a->oid);
 	SG_ENSURE(sg_reader_done(&r), SG_EINVAL, "CSR subject attribute %s has trailing data", a->oid);
@@ -453,7 +312,7 @@ static int ec_key(sg_csr_facts *f, sg_reader *params, sg_slice point)
 	          "CSR key: x509: invalid ECDSA parameters");
 	int bits = 0;
 	for (size_t i = 0; i < sizeof(curves) / sizeof(curves[0]); i++)
-		if (oid_eq(curve, curves[i].oid, curves[i].len))
+		if (csr_facts_oid_eq(curve, curves[i].oid, curves[i].len))
 			bits = curves[i].bits;
 	SG_ENSURE(bits, SG_EINVAL, "CSR key: x509: unsupported elliptic curve");
 	size_t field = ((size_t)bits + 7) / 8;
@@ -480,7 +339,7 @@ static int parse_spki(sg_csr_facts *f, sg_slice spki)
 	sg_reader a = sg_reader_of(alg);
 	SG_ENSURE(sg_der_read(&a, SG_DER_OID, &oid, NULL) == SG_OK, SG_EINVAL,
 	          "CSR key: the algorithm does not start with an OID");
-	SG_TRY(need_oid(f, oid, "key algorithm", &f->key_oid));
+	SG_TRY(csr_facts_need_oid(f, oid, "key algorithm", &f->key_oid));
 	if (sg_reader_left(&a) > 0) {
 		sg_reader one = a;
 		uint8_t tag;
@@ -488,11 +347,11 @@ static int parse_spki(sg_csr_facts *f, sg_slice spki)
 		SG_ENSURE(sg_der_read_any(&one, &tag, &v, NULL) == SG_OK && sg_reader_done(&one), SG_EINVAL,
 		          "CSR key: the algorithm parameters are not one valid TLV");
 	}
-	if (oid_eq(oid, OID_RSA, sizeof(OID_RSA)))
+	if (csr_facts_oid_eq(oid, OID_RSA, sizeof(OID_RSA)))
 		return rsa_key(f, &a, key);
-	if (oid_eq(oid, OID_EC, sizeof(OID_EC)))
+	if (csr_facts_oid_eq(oid, OID_EC, sizeof(OID_EC)))
 		return ec_key(f, &a, key);
-	if (oid_eq(oid, OID_ED25519, sizeof(OID_ED25519))) {
+	if (csr_facts_oid_eq(oid, OID_ED25519, sizeof(OID_ED25519))) {
 		SG_ENSURE(sg_reader_done(&a), SG_EINVAL, "CSR key: x509: Ed25519 key encoded with illegal parameters");
 		SG_ENSURE(key.len == 32, SG_EINVAL, "CSR key: x509: wrong Ed25519 public key size");
 		f->key_alg = SG_CSR_FACTS_KEY_ED25519;
@@ -501,479 +360,6 @@ static int parse_spki(sg_csr_facts *f, sg_slice spki)
 	}
 	f->key_alg = SG_CSR_FACTS_KEY_OTHER;
 	f->key_size = 0;
-	return SG_OK;
-}
-
-/* ---- subjectAltName ------------------------------------------------------- */
-
-static const char *const san_type_names[9] = {
-    "otherName", "rfc822Name",   "dNSName", "x400Address", "directoryName", "ediPartyName", "uniformResourceIdentifier",
-    "iPAddress", "registeredID",
-};
-
-const char *sg_csr_facts_san_type_name(sg_csr_facts_san_type t)
-{
-	return (unsigned)t < 9 ? san_type_names[t] : "unknown GeneralName";
-}
-
-/* Records cert-manager's decoding failure: the first one, and only for the
- * first subjectAltName extension (approver-policy stops at the second). */
-static int cm_error(sg_csr_facts *f, const char *fmt, ...) SG_PRINTF(2, 3);
-static int cm_error(sg_csr_facts *f, const char *fmt, ...)
-{
-	if (f->san_decode_error || f->san_extensions != 1)
-		return SG_OK;
-	char buf[256];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	size_t len = n < 0 ? 0 : (size_t)n < sizeof(buf) ? (size_t)n : sizeof(buf) - 1;
-	return text_put(f, buf, len, &f->san_decode_error);
-}
-
-/*
- * net.IP.String(): dotted IPv4 for 4 bytes and for IPv4-mapped IPv6
- * (::ffff:a.b.c.d); otherwise netip's RFC 5952 form: lowercase hex groups
- * without leading zeros, the longest run of two or more zero groups (the
- * first of equal runs) as "::". out holds at least 40 bytes.
- */
-static size_t ip_text(const uint8_t *ip, size_t n, char *out)
-{
-	static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-	if (n == 16 && memcmp(ip, mapped, 12) == 0) {
-		ip += 12;
-		n = 4;
-	}
-	if (n == 4)
-		return (size_t)snprintf(out, 40, "%u.%u.%u.%u", ip[0], ip[1], ip[2], ip[3]);
-	unsigned g[8];
-	for (int i = 0; i < 8; i++)
-		g[i] = (unsigned)ip[2 * i] << 8 | ip[2 * i + 1];
-	int zs = -1, ze = -1;
-	for (int i = 0; i < 8; i++) {
-		int j = i;
-		while (j < 8 && g[j] == 0)
-			j++;
-		if (j - i >= 2 && j - i > ze - zs) {
-			zs = i;
-			ze = j;
-		}
-	}
-	size_t used = 0;
-	for (int i = 0; i < 8; i++) {
-		if (i == zs) {
-			out[used++] = ':';
-			out[used++] = ':';
-			i = ze - 1;
-			continue;
-		}
-		if (i > 0 && i != ze)
-			out[used++] = ':';
-		used += (size_t)snprintf(out + used, 40 - used, "%x", g[i]);
-	}
-	out[used] = '\0';
-	return used;
-}
-
-static bool alnum(uint8_t c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-}
-
-static bool hexdig(uint8_t c)
-{
-	return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
-/* Characters Go's url package keeps as they are in a path (validEncoded,
- * encodePath) and in a fragment (validEncoded, encodeFragment); '%' is
- * checked apart. */
-static bool path_char(uint8_t c)
-{
-	return alnum(c) || (c && strchr("-._~!$&'()*+,;=:@[]/", c));
-}
-
-static bool frag_char(uint8_t c)
-{
-	return path_char(c) || c == '?';
-}
-
-/* A path or fragment whose escapes are all %XX. */
-static bool encoded_ok(const char *s, size_t n, bool (*ok)(uint8_t))
-{
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] == '%') {
-			if (i + 2 >= n || !hexdig((uint8_t)s[i + 1]) || !hexdig((uint8_t)s[i + 2]))
-				return false;
-			i += 2;
-		} else if (!ok((uint8_t)s[i])) {
-			return false;
-		}
-	}
-	return true;
-}
-
-/* crypto/x509's domainToReverseLabels check on a URI's host: no empty
- * label (so no leading, trailing or doubled dot). */
-static bool x509_uri_host(const char *h, size_t n)
-{
-	if (n == 0)
-		return true;
-	if (h[0] == '.' || h[n - 1] == '.')
-		return false;
-	for (size_t i = 1; i < n; i++)
-		if (h[i] == '.' && h[i - 1] == '.')
-			return false;
-	return true;
-}
-
-static bool port_ok(const char *p, size_t n)
-{
-	if (n == 0)
-		return true;
-	if (p[0] != ':')
-		return false;
-	for (size_t i = 1; i < n; i++)
-		if (p[i] < '0' || p[i] > '9')
-			return false;
-	return true;
-}
-
-/* The authority of a hierarchical URI, without userinfo. */
-static const char *uri_host_problem(const char *h, size_t n)
-{
-	if (memchr(h, '@', n))
-		return "a userinfo part";
-	if (n > 0 && h[0] == '[') {
-		const char *end = NULL;
-		for (size_t i = n; i-- > 0;)
-			if (h[i] == ']') {
-				end = h + i;
-				break;
-			}
-		if (!end)
-			return "a '[' without ']' in the host";
-		size_t in = (size_t)(end - h) - 1;
-		char addr[64];
-		unsigned char bin[16];
-		if (in == 0 || in >= sizeof(addr))
-			return "an IP literal that is not an IPv6 address";
-		for (size_t i = 1; i <= in; i++)
-			if (!hexdig((uint8_t)h[i]) && h[i] != ':' && h[i] != '.')
-				return "an IP literal that is not an IPv6 address";
-		memcpy(addr, h + 1, in);
-		addr[in] = '\0';
-		if (inet_pton(AF_INET6, addr, bin) != 1)
-			return "an IP literal that is not an IPv6 address";
-		if (!port_ok(end + 1, n - in - 2))
-			return "an invalid port";
-	} else {
-		size_t colon = n;
-		for (size_t i = n; i-- > 0;)
-			if (h[i] == ':') {
-				colon = i;
-				break;
-			}
-		if (!port_ok(h + colon, n - colon))
-			return "an invalid port";
-		for (size_t i = 0; i < colon; i++)
-			if (!alnum((uint8_t)h[i]) && !strchr("-._~!$&'()*+,;=:", h[i]))
-				return "a host character Go would refuse or escape";
-	}
-	if (!x509_uri_host(h, n))
-		return "an invalid domain (crypto/x509 refuses empty labels)";
-	return NULL;
-}
-
-/*
- * A URI as Go's url.Parse followed by URL.String() gives it back, for the
- * URIs whose round trip this reproduces exactly. Go's grammar, in its
- * order: a scheme ([A-Za-z][A-Za-z0-9+.-]* before the first ':', printed
- * in lower case; a ':' first is an error; anything else is a reference
- * without scheme, whose first path segment may then hold no ':'); the
- * fragment after the first '#' (an empty one is dropped); the query after
- * the first '?' (kept verbatim); then an opaque part (a scheme and no
- * leading '/': verbatim), or "//" authority (not "///" without a scheme)
- * and a path. An empty host prints no "//" unless a scheme and a path
- * follow ("s://" prints "s:"). Paths and fragments must hold only what Go
- * leaves unescaped, and %XX escapes; a host only unreserved characters and
- * sub-delims, a port, or a bracketed IPv6 address. Anything else -- a
- * userinfo part, a '%' in the host, a character Go would re-escape -- is
- * refused: its Go rendering is not reproduced here, and a policy must not
- * compare a string Go would not produce. out has room for n + 1 bytes
- * (the result is never longer).
- */
-static const char *go_uri(const char *s, size_t n, char *out, size_t *outlen)
-{
-	for (size_t i = 0; i < n; i++)
-		if ((uint8_t)s[i] <= 0x20 || (uint8_t)s[i] >= 0x7f)
-			return (uint8_t)s[i] == ' ' ? "a space" : "net/url: invalid control character in URL";
-	size_t sl = 0; /* scheme length, 0 for none (getScheme) */
-	for (size_t i = 0; i < n; i++) {
-		uint8_t c = (uint8_t)s[i];
-		if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z')
-			continue;
-		if ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.') {
-			if (i == 0)
-				break;
-			continue;
-		}
-		if (c == ':') {
-			if (i == 0)
-				return "missing protocol scheme";
-			sl = i;
-		}
-		break;
-	}
-	bool scheme = sl > 0;
-	const char *rest = scheme ? s + sl + 1 : s;
-	size_t rn = scheme ? n - sl - 1 : n;
-	const char *hash = memchr(rest, '#', rn);
-	size_t hn = hash ? (size_t)(hash - rest) : rn; /* before '#' */
-	const char *frag = hash ? hash + 1 : NULL;
-	size_t fn = hash ? rn - hn - 1 : 0;
-	if (fn > 0 && !encoded_ok(frag, fn, frag_char))
-		return "a fragment Go would re-escape";
-	const char *q = memchr(rest, '?', hn);
-	size_t pn = q ? (size_t)(q - rest) : hn; /* the hierarchical part */
-
-	size_t used = 0;
-	for (size_t i = 0; i < sl; i++)
-		out[used++] = (char)((s[i] >= 'A' && s[i] <= 'Z') ? s[i] + 32 : s[i]);
-	if (scheme)
-		out[used++] = ':';
-	if (!scheme && (pn == 0 || rest[0] != '/')) {
-		const char *slash = memchr(rest, '/', pn);
-		if (memchr(rest, ':', slash ? (size_t)(slash - rest) : pn))
-			return "first path segment in URL cannot contain colon";
-	}
-	bool authority = pn >= 2 && rest[0] == '/' && rest[1] == '/' && (scheme || pn == 2 || rest[2] != '/');
-	if (authority) {
-		const char *auth = rest + 2;
-		const char *slash = memchr(auth, '/', pn - 2);
-		size_t an = slash ? (size_t)(slash - auth) : pn - 2;
-		const char *path = auth + an;
-		size_t pathn = pn - 2 - an;
-		const char *why = uri_host_problem(auth, an);
-		if (why)
-			return why;
-		if (!encoded_ok(path, pathn, path_char))
-			return "a path Go would re-escape";
-		if (an > 0 || (scheme && pathn > 0)) {
-			memcpy(out + used, rest, pn);
-			used += pn;
-		}
-	} else {
-		if (pn > 0 && (!scheme || rest[0] == '/') && !encoded_ok(rest, pn, path_char))
-			return "a path Go would re-escape";
-		memcpy(out + used, rest, pn); /* a path, or an opaque part (verbatim in Go) */
-		used += pn;
-	}
-	memcpy(out + used, rest + pn, hn - pn); /* "?query", verbatim */
-	used += hn - pn;
-	if (fn > 0) {
-		out[used++] = '#';
-		memcpy(out + used, frag, fn);
-		used += fn;
-	}
-	*outlen = used;
-	return NULL;
-}
-
-static int add_san(facts_build *b, sg_csr_facts_san_type type, sg_slice content, sg_csr_facts_san **out)
-{
-	sg_csr_facts *f = b->f;
-	if (f->san_count == b->san_cap) {
-		size_t cap = b->san_cap ? 2 * b->san_cap : 8;
-		sg_csr_facts_san *n = realloc(f->sans, cap * sizeof(*n));
-		SG_ENSURE(n, SG_EINTERNAL, "CSR facts: out of memory");
-		f->sans = n;
-		b->san_cap = cap;
-	}
-	*out = &f->sans[f->san_count++];
-	memset(*out, 0, sizeof(**out));
-	(*out)->type = type;
-	(*out)->content = content;
-	return SG_OK;
-}
-
-/* rfc822Name, dNSName, URI: IA5String, which crypto/x509 checks is ASCII. */
-static int ia5_name(facts_build *b, unsigned num, sg_slice v)
-{
-	sg_csr_facts *f = b->f;
-	for (size_t i = 0; i < v.len; i++)
-		SG_ENSURE(v.p[i] < 0x80, SG_EINVAL, "CSR subjectAltName: x509: SAN %s is malformed",
-		          san_type_names[num]);
-	sg_csr_facts_san *s;
-	SG_TRY(add_san(b, (sg_csr_facts_san_type)num, v, &s));
-	if (num != SG_CSR_FACTS_SAN_URI) {
-		s->value_len = v.len;
-		return text_put(f, v.p, v.len, &s->value);
-	}
-	char *p = NULL;
-	SG_TRY(text_reserve(f, v.len, &p));
-	const char *why = go_uri((const char *)v.p, v.len, p, &s->value_len);
-	if (why) {
-		char shown[96];
-		snprintf(shown, sizeof(shown), "%.*s%s", v.len > 80 ? 80 : (int)v.len, (const char *)v.p,
-		         v.len > 80 ? "..." : "");
-		for (char *c = shown; *c; c++)
-			if ((uint8_t)*c < 0x20 || (uint8_t)*c == 0x7f)
-				*c = '?';
-		SG_BAIL(SG_EINVAL, "CSR subjectAltName URI \"%s\" cannot be evaluated: %s", shown, why);
-	}
-	s->value = text_commit(f, s->value_len);
-	return SG_OK;
-}
-
-/*
- *   OtherName ::= SEQUENCE { type-id OBJECT IDENTIFIER, value [0] EXPLICIT ANY }
- * (with the GeneralName's IMPLICIT [0] in place of the SEQUENCE tag).
- */
-static int other_name(facts_build *b, sg_slice v)
-{
-	sg_csr_facts *f = b->f;
-	sg_reader r = sg_reader_of(v);
-	sg_slice oid, wrap, inner, inner_tlv;
-	uint8_t tag;
-	if (sg_der_read(&r, SG_DER_OID, &oid, NULL) != SG_OK)
-		return cm_error(f, "otherName does not start with its type-id OID");
-	const char *oidtxt, *goerr;
-	SG_TRY(text_oid(f, oid, &oidtxt, &goerr));
-	if (goerr)
-		return cm_error(f, "%s", goerr);
-	if (sg_der_read(&r, SG_DER_CTX0, &wrap, NULL) != SG_OK || !sg_reader_done(&r))
-		return cm_error(f, "otherName %s has no single [0] EXPLICIT value", oidtxt);
-	sg_reader w = sg_reader_of(wrap);
-	if (sg_der_read_any(&w, &tag, &inner, &inner_tlv) != SG_OK || !sg_reader_done(&w))
-		return cm_error(f, "otherName %s value is not one valid TLV", oidtxt);
-	sg_csr_facts_san *s;
-	SG_TRY(add_san(b, SG_CSR_FACTS_SAN_OTHER_NAME, v, &s));
-	s->oid = oidtxt;
-	unsigned num = tag & 0x1f;
-	if ((tag & 0xc0) == 0 &&
-	    (num == SG_DER_UTF8STRING || num == SG_DER_PRINTABLESTRING || num == SG_DER_IA5STRING || num == 0x14)) {
-		s->value_len = inner.len;
-		return text_put(f, inner.p, inner.len, &s->value);
-	}
-	return text_hex(f, inner_tlv, &s->value, &s->value_len);
-}
-
-/* cert-manager decodes directoryName as [4] IMPLICIT RDNSequence, so the
- * content must be SETs of SEQUENCEs; an RFC 5280 directoryName ([4]
- * EXPLICIT Name: a SEQUENCE inside) is "sequence tag mismatch" to it. */
-static bool cm_reads_directory(sg_slice v)
-{
-	sg_reader r = sg_reader_of(v);
-	while (!sg_reader_done(&r)) {
-		sg_slice set;
-		if (sg_der_read(&r, SG_DER_SET, &set, NULL) != SG_OK)
-			return false;
-		sg_reader s = sg_reader_of(set);
-		while (!sg_reader_done(&s)) {
-			sg_slice atv;
-			if (sg_der_read(&s, SG_DER_SEQUENCE, &atv, NULL) != SG_OK)
-				return false;
-		}
-	}
-	return true;
-}
-
-/*
- *   GeneralName ::= CHOICE {
- *     otherName [0] OtherName, rfc822Name [1] IA5String, dNSName [2] IA5String,
- *     x400Address [3] ORAddress, directoryName [4] Name, ediPartyName [5] EDIPartyName,
- *     uniformResourceIdentifier [6] IA5String, iPAddress [7] OCTET STRING,
- *     registeredID [8] OBJECT IDENTIFIER }
- */
-static int general_name(facts_build *b, uint8_t tag, sg_slice v)
-{
-	sg_csr_facts *f = b->f;
-	unsigned num = tag & 0x1f;
-	bool constructed = tag & 0x20;
-	SG_ENSURE(b->names_seen < SG_CSR_FACTS_MAX_SANS, SG_EINVAL,
-	          "CSR requests more than %d subject alternative names", SG_CSR_FACTS_MAX_SANS);
-	b->names_seen++;
-	SG_ENSURE(v.len <= SG_CSR_FACTS_MAX_VALUE, SG_EINVAL, "CSR subjectAltName has a name longer than %d bytes",
-	          SG_CSR_FACTS_MAX_VALUE);
-	if (num >= 9)
-		return cm_error(f, "asn1: structure error: bad SAN choice");
-	if ((tag & 0xc0) != 0x80)
-		return cm_error(f, "GeneralName with tag 0x%02x is not context-specific", tag);
-	const char *name = san_type_names[num];
-	sg_csr_facts_san *s;
-	switch (num) {
-	case SG_CSR_FACTS_SAN_EMAIL:
-	case SG_CSR_FACTS_SAN_DNS:
-	case SG_CSR_FACTS_SAN_URI:
-		if (constructed)
-			return cm_error(f, "%s must be primitive", name);
-		return ia5_name(b, num, v);
-	case SG_CSR_FACTS_SAN_IP: {
-		if (constructed)
-			return cm_error(f, "%s must be primitive", name);
-		SG_ENSURE(v.len == 4 || v.len == 16, SG_EINVAL,
-		          "CSR subjectAltName: x509: cannot parse IP address of length %zu", v.len);
-		char *p = NULL;
-		SG_TRY(add_san(b, SG_CSR_FACTS_SAN_IP, v, &s));
-		SG_TRY(text_reserve(f, 40, &p));
-		s->value_len = ip_text(v.p, v.len, p);
-		s->value = text_commit(f, s->value_len);
-		return SG_OK;
-	}
-	case SG_CSR_FACTS_SAN_OTHER_NAME:
-		if (!constructed)
-			return cm_error(f, "%s must be constructed", name);
-		return other_name(b, v);
-	case SG_CSR_FACTS_SAN_DIRECTORY:
-	case SG_CSR_FACTS_SAN_EDI_PARTY:
-		if (!constructed)
-			return cm_error(f, "%s must be constructed", name);
-		if (num == SG_CSR_FACTS_SAN_DIRECTORY && !cm_reads_directory(v))
-			SG_TRY(cm_error(f, "asn1: structure error: sequence tag mismatch"));
-		/* fall through */
-	case SG_CSR_FACTS_SAN_X400:
-		SG_TRY(add_san(b, (sg_csr_facts_san_type)num, v, &s));
-		return text_hex(f, v, &s->value, &s->value_len);
-	case SG_CSR_FACTS_SAN_REGISTERED_ID: {
-		if (constructed)
-			return cm_error(f, "%s must be primitive", name);
-		const char *oidtxt, *goerr;
-		SG_TRY(text_oid(f, v, &oidtxt, &goerr));
-		if (goerr)
-			return cm_error(f, "%s", goerr);
-		SG_TRY(add_san(b, SG_CSR_FACTS_SAN_REGISTERED_ID, v, &s));
-		s->value = oidtxt;
-		s->value_len = strlen(oidtxt);
-		return SG_OK;
-	}
-	default:
-		SG_BAIL(SG_EINTERNAL, "CSR facts: unreachable GeneralName %u", num);
-	}
-}
-
-/*   SubjectAltName ::= GeneralNames ::= SEQUENCE SIZE (1..MAX) OF GeneralName
- * (crypto/x509 accepts an empty SEQUENCE and ignores bytes after it;
- * cert-manager refuses those bytes.) */
-static int parse_san(facts_build *b, sg_slice value)
-{
-	sg_csr_facts *f = b->f;
-	f->san_extensions++;
-	sg_reader r = sg_reader_of(value);
-	sg_slice names;
-	SG_ENSURE(sg_der_read(&r, SG_DER_SEQUENCE, &names, NULL) == SG_OK, SG_EINVAL,
-	          "CSR subjectAltName: x509: invalid subject alternative names");
-	if (!sg_reader_done(&r))
-		SG_TRY(cm_error(f, "x509: trailing data after X.509 extension"));
-	sg_reader g = sg_reader_of(names);
-	while (!sg_reader_done(&g)) {
-		uint8_t tag;
-		sg_slice v;
-		SG_ENSURE(sg_der_read_any(&g, &tag, &v, NULL) == SG_OK, SG_EINVAL,
-		          "CSR subjectAltName: x509: invalid subject alternative name");
-		SG_TRY(general_name(b, tag, v));
-	}
 	return SG_OK;
 }
 
@@ -1082,14 +468,14 @@ static int parse_extensions(facts_build *b, sg_slice exts, sg_slice *seen, size_
 		sg_reader e = sg_reader_of(ext);
 		SG_ENSURE(sg_der_read(&e, SG_DER_OID, &oid, NULL) == SG_OK, SG_EINVAL,
 		          "CSR extensions: an Extension does not start with its OID");
-		SG_TRY(need_oid(f, oid, "extension", &oidtxt));
+		SG_TRY(csr_facts_need_oid(f, oid, "extension", &oidtxt));
 		bool critical = false;
 		if (sg_der_peek(&e, &tag) == SG_OK && tag == SG_DER_BOOLEAN)
 			SG_ENSURE(sg_der_read_bool(&e, &critical) == SG_OK, SG_EINVAL,
 			          "CSR extension %s: asn1: syntax error: invalid boolean", oidtxt);
 		SG_ENSURE(sg_der_read(&e, SG_DER_OCTET_STRING, &value, NULL) == SG_OK && sg_reader_done(&e), SG_EINVAL,
 		          "CSR extension %s is not a valid Extension", oidtxt);
-		bool san = oid_eq(oid, OID_SAN, sizeof(OID_SAN));
+		bool san = csr_facts_oid_eq(oid, OID_SAN, sizeof(OID_SAN));
 		if (!san) {
 			for (size_t i = 0; i < *nseen; i++)
 				SG_ENSURE(!sg_slice_eq(seen[i], oid.p, oid.len), SG_EINVAL,
@@ -1101,12 +487,12 @@ static int parse_extensions(facts_build *b, sg_slice exts, sg_slice *seen, size_
 		          SG_CSR_FACTS_MAX_EXTENSIONS);
 		seen[(*nseen)++] = oid;
 		if (san)
-			SG_TRY(parse_san(b, value));
-		else if (oid_eq(oid, OID_KU, sizeof(OID_KU)))
+			SG_TRY(csr_facts_parse_san(b, value));
+		else if (csr_facts_oid_eq(oid, OID_KU, sizeof(OID_KU)))
 			report(&f->key_usage_ext, key_usage(f, value));
-		else if (oid_eq(oid, OID_EKU, sizeof(OID_EKU)))
+		else if (csr_facts_oid_eq(oid, OID_EKU, sizeof(OID_EKU)))
 			report(&f->ext_key_usage_ext, ext_key_usage(f, value));
-		else if (oid_eq(oid, OID_BC, sizeof(OID_BC)))
+		else if (csr_facts_oid_eq(oid, OID_BC, sizeof(OID_BC)))
 			report(&f->basic_constraints_ext, basic_constraints(f, value));
 	}
 	return SG_OK;
@@ -1132,10 +518,10 @@ static int parse_attributes(facts_build *b, sg_slice attrs)
 		sg_reader a = sg_reader_of(attr);
 		SG_ENSURE(sg_der_read(&a, SG_DER_OID, &oid, NULL) == SG_OK, SG_EINVAL,
 		          "CSR attributes: an Attribute does not start with its type OID");
-		SG_TRY(need_oid(b->f, oid, "attribute type", &oidtxt));
+		SG_TRY(csr_facts_need_oid(b->f, oid, "attribute type", &oidtxt));
 		SG_ENSURE(sg_der_read(&a, SG_DER_SET, &values, NULL) == SG_OK && sg_reader_done(&a), SG_EINVAL,
 		          "CSR attribute %s has no valid SET of values", oidtxt);
-		if (!oid_eq(oid, OID_EXTENSION_REQUEST, sizeof(OID_EXTENSION_REQUEST)))
+		if (!csr_facts_oid_eq(oid, OID_EXTENSION_REQUEST, sizeof(OID_EXTENSION_REQUEST)))
 			continue;
 		sg_reader v = sg_reader_of(values);
 		if (sg_reader_done(&v))

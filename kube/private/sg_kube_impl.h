@@ -1,6 +1,7 @@
 /*
  * sg_kube_impl: what the files of kube/ share and nobody else sees (the
- * parsed configuration and small helpers). Not installed, not public.
+ * parsed configuration, the thread's last Status and small helpers). Not
+ * installed, not public.
  */
 #ifndef SG_KUBE_IMPL_H
 #define SG_KUBE_IMPL_H
@@ -36,5 +37,14 @@ void sg_kube_sanitize(char *out, size_t cap, const char *s, size_t n);
 /* Records a Status (or only an HTTP code) as this thread's last status. */
 void sg_kube_status_set(const sg_kube_status *st);
 void sg_kube_status_reset(void);
+
+/* The thread's last status (sg_kube_status.c), which sg_kube_last_status
+ * returns; the REST client sets its code in place. */
+extern _Thread_local sg_kube_status sg_kube_tl_status;
+/* The reason phrase of an HTTP code, for a Status the server did not send
+ * ("Error" for codes without one). */
+const char *sg_kube_http_phrase(long code);
+/* A failed answer's body is read as a Status up to this many bytes. */
+#define ERRBODY_MAX (64u << 10)
 
 #endif

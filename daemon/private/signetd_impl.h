@@ -1,0 +1,148 @@
+/*
+ * signetd_impl: what the files of the signetd program share: the daemon's
+ * state (struct daemon and its parts) and the calls one file makes into
+ * another. On signetd's own include path only (not sg_daemon's, which
+ * the program links). The shared functions carry a signetd_ prefix, so
+ * that none of them can clash with a symbol of a library signetd links.
+ *
+ * The files: signetd.c, main, start and stop (its design comment explains
+ * the whole); signetd_metrics.c, the metrics and the HTTP probes;
+ * signetd_root.c, root-ca-file (read at start, followed, reloaded);
+ * signetd_health.c, readiness, liveness, the systemd notifications and
+ * watchdog, housekeeping and the SIGHUP reload.
+ */
+#ifndef SIGNETD_IMPL_H
+#define SIGNETD_IMPL_H
+
+#include "sg_appliance.h"
+#include "sg_authn.h"
+#include "sg_cluster.h"
+#include "sg_daemon.h"
+#include "sg_grpc.h"
+#include "sg_http.h"
+#include "sg_jwt.h"
+#include "sg_metrics.h"
+#include "sg_notify.h"
+#include "sg_policy.h"
+#include "sg_service.h"
+#include "sg_serving.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+typedef struct daemon_args {
+	sg_settings s;
+	sg_daemon_settings d;
+	char *init_dir; /* signetd's alone: the embedded default's state folder */
+} daemon_args;
+
+/* The daemon's own metrics beside the service's (sg_service.h). */
+typedef struct daemon_metrics {
+	sg_metrics *reg;
+	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
+	uint64_t seen_refused_limit, seen_refused_fds;    /* main thread only */
+} daemon_metrics;
+
+/* What identifies a file's contents cheaply (a change means "re-read"). */
+struct file_id {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	bool known;
+};
+
+/* A CA of issuer-cas: its own settings file, opened like the main one. */
+typedef struct extra_ca_args {
+	sg_settings s;
+} extra_ca_args;
+
+typedef struct extra_ca {
+	extra_ca_args a;
+	char name[SG_KUBESIGN_CA_NAME_MAX + 1];
+	sg_appliance *app;
+} extra_ca;
+
+typedef struct daemon {
+	daemon_args a;
+	sg_appliance *app;
+	extra_ca extra[SG_CLUSTER_CAS_MAX - 1]; /* issuer-cas */
+	sg_kubesign_ca extra_cas[SG_CLUSTER_CAS_MAX - 1];
+	size_t nextra;
+	sg_pool *pool;
+	const sg_ca *ca;
+	sg_authenticator auth;
+	bool auth_ready;
+	sg_cluster *cluster; /* NULL when no Kubernetes API is configured */
+	sg_policy *policy;
+	sg_serving *serving;
+	sg_service *svc;
+	sg_grpc_server *grpc;
+	/* grpc as the HTTP thread may read it: set once serving, cleared
+	 * before the server is shut down (and freed). */
+	pthread_mutex_t grpc_mu;
+	sg_grpc_server *grpc_live;
+	sg_http_server *http_metrics, *http_probe;
+	daemon_metrics m;
+	struct file_id root_file;
+	atomic_bool ready, stopping;
+	/* Standalone JWT authentication's key source (jwt-jwks-file), owned
+	 * here so that SIGHUP can re-read it; NULL otherwise. */
+	sg_jwks_file *jwks;
+	/* systemd (main thread only). */
+	sg_notify *notify;
+	bool notified_ready; /* READY=1 has been sent once */
+	char status[SG_NOTIFY_STATUS_MAX];
+	/* What stop() is doing, for the stop guard's message (a static
+	 * string; written by the main thread, read by the guard). */
+	_Atomic(const char *) stop_stage;
+	uint64_t pool_completed;   /* the watchdog's view of the signer pool */
+	uint64_t pool_progress_ns; /* when it last completed work or was idle */
+	bool pool_wedged_logged;
+	/* Since when the HSM has been down without a break (0: it is not),
+	 * written by housekeeping, read by /healthz's thread. */
+	_Atomic uint64_t hsm_down_since_ns;
+	bool hsm_down_reported;
+} daemon;
+
+/* ------------------------------------------------------------------ */
+/* Metrics and probes (signetd_metrics.c)                             */
+
+/* The HSM's stats now. */
+sg_hsm_stats signetd_hsm_stats(daemon *d);
+/* The daemon's metrics: callbacks for values derived from state, the
+ * parts' stats tables. */
+int signetd_setup_metrics(daemon *d);
+/* Where the HTTP endpoints listen (http-address, or by where we run). */
+const char *signetd_http_address(const daemon *d);
+/* /metrics, the readiness path and /healthz. */
+int signetd_start_http(daemon *d);
+
+/* ------------------------------------------------------------------ */
+/* root-ca-file (signetd_root.c)                                      */
+
+/* The root bundle clients are given: root-ca-file when set (checked
+ * against the CA), else the CA's own; *own is what the caller frees. */
+int signetd_load_root(daemon *d, const char **root, size_t *len, char **own);
+/* Follows root-ca-file: a changed file replaces the bundle; force
+ * (SIGHUP) reads it whether or not it looks changed. */
+int signetd_reload_root(daemon *d, bool force);
+
+/* ------------------------------------------------------------------ */
+/* Health and systemd (signetd_health.c)                              */
+
+/* Once a second: renewal, root-ca-file, readiness, STATUS=. */
+void signetd_housekeeping(daemon *d);
+/* SIGHUP: every file signetd serves from, read again. */
+void signetd_reload(daemon *d);
+/* WATCHDOG=1 when the signer pool makes progress (and a watchdog is set). */
+void signetd_watchdog_ping(daemon *d);
+/* How long the main loop waits for a signal. */
+struct timespec signetd_loop_wait(const daemon *d);
+
+#endif

@@ -1,0 +1,257 @@
+/*
+ * signetd_metrics: what signetd shows on HTTP. The daemon's metrics beside
+ * the service's: values derived from a part's state (the CA's and the
+ * serving certificate's expiry, the HSM's state, the pool's service time,
+ * readiness) are gauge callbacks; the HSM's, the pool's and the gRPC
+ * server's counters are stats tables (sg_metrics_stats). Then the
+ * endpoints: /metrics, the readiness path (the flag housekeeping sets,
+ * signetd_health.c) and /healthz (the HSM down beyond hsm-down-limit),
+ * and where they listen. Apart from main so that the thirty-odd getters
+ * and their tables read as one list, next to the probes that read the
+ * same state.
+ */
+#include "signetd_impl.h"
+
+#include "sg_clock.h"
+#include "sg_guard.h"
+
+#include <stdlib.h>
+
+/* ---- metrics and probes ---------------------------------------------------- */
+
+static double root_expiry(void *arg)
+{
+	return (double)sg_ca_root_not_after(((daemon *)arg)->ca);
+}
+
+static double root_expiry_seconds(void *arg)
+{
+	return (double)(sg_ca_root_not_after(((daemon *)arg)->ca) - sg_wall_seconds());
+}
+
+static double chain_expiry(void *arg)
+{
+	return (double)sg_ca_chain_not_after(((daemon *)arg)->ca);
+}
+
+static double chain_expiry_seconds(void *arg)
+{
+	return (double)(sg_ca_chain_not_after(((daemon *)arg)->ca) - sg_wall_seconds());
+}
+
+sg_hsm_stats signetd_hsm_stats(daemon *d)
+{
+	sg_hsm_stats st;
+	sg_hsm_stats_get(sg_appliance_hsm(d->app), &st);
+	return st;
+}
+
+static double hsm_state(void *arg)
+{
+	return (double)signetd_hsm_stats(arg).state;
+}
+
+static double hsm_up(void *arg)
+{
+	return signetd_hsm_stats(arg).state != SG_HSM_DOWN;
+}
+
+static sg_pool_stats pool_stats(daemon *d)
+{
+	sg_pool_stats st;
+	sg_pool_stats_get(d->pool, &st);
+	return st;
+}
+
+static double signer_service_seconds(void *arg)
+{
+	return (double)pool_stats(arg).service_ns / 1e9;
+}
+
+static double serving_expiry(void *arg)
+{
+	return (double)sg_serving_not_after(((daemon *)arg)->serving);
+}
+
+static double ready_gauge(void *arg)
+{
+	return atomic_load(&((daemon *)arg)->ready);
+}
+
+/* The parts' stats for the registry's tables. gRPC's: zeros before the
+ * server is up and once it is shutting down. */
+static void grpc_of(void *arg, void *out)
+{
+	daemon *d = arg;
+	pthread_mutex_lock(&d->grpc_mu);
+	if (d->grpc_live)
+		sg_grpc_server_stats_get(d->grpc_live, out);
+	pthread_mutex_unlock(&d->grpc_mu);
+}
+
+static void hsm_of(void *arg, void *out)
+{
+	sg_hsm_stats_get(sg_appliance_hsm(((daemon *)arg)->app), out);
+}
+
+static void pool_of(void *arg, void *out)
+{
+	sg_pool_stats_get(((daemon *)arg)->pool, out);
+}
+
+#define COUNTER SG_METRICS_STAT_COUNTER
+#define GAUGE SG_METRICS_STAT_GAUGE
+
+static const sg_metrics_stat hsm_rows[] = {
+    GAUGE(sg_hsm_stats, sessions, "signet_hsm_sessions", "Open PKCS#11 signing sessions."),
+    COUNTER(sg_hsm_stats, signatures, "signet_hsm_signatures_total", "Signatures made by the HSM."),
+    COUNTER(sg_hsm_stats, faults, "signet_hsm_faults_total", "PKCS#11 faults seen."),
+    COUNTER(sg_hsm_stats, recoveries, "signet_hsm_recoveries_total", "PKCS#11 sessions recovered after a fault."),
+    COUNTER(sg_hsm_stats, reinits, "signet_hsm_reinits_total",
+            "PKCS#11 module re-initialisations (C_Finalize + C_Initialize) after sessions could not be reopened."),
+};
+
+static const sg_metrics_stat pool_rows[] = {
+    GAUGE(sg_pool_stats, queued, "signet_signer_queue_depth", "Requests waiting for a signer thread."),
+    COUNTER(sg_pool_stats, rejected, "signet_signer_rejected_total",
+            "Requests refused at once: the signer queue was full, or held more work than their deadline left time "
+            "for."),
+    COUNTER(sg_pool_stats, rejected_deadline, "signet_signer_rejected_deadline_total",
+            "Requests refused because their wait in the signer queue would have outlasted their deadline."),
+};
+
+static const sg_metrics_stat grpc_rows[] = {
+    GAUGE(sg_grpc_server_stats, connections, "signet_grpc_connections", "Open gRPC connections."),
+    GAUGE(sg_grpc_server_stats, max_connections, "signet_grpc_max_connections",
+          "gRPC connections held at once at most (max-connections)."),
+    COUNTER(sg_grpc_server_stats, calls_cancelled, "signet_grpc_calls_cancelled_total",
+            "Calls the client cancelled or reset."),
+    COUNTER(sg_grpc_server_stats, streams_expired, "signet_grpc_streams_expired_total",
+            "Calls reset because their request message did not arrive within the deadline."),
+    COUNTER(sg_grpc_server_stats, answers_dropped, "signet_grpc_answers_dropped_total",
+            "Answers the client did not take by the deadline (no flow-control window): the call was reset."),
+    COUNTER(sg_grpc_server_stats, rapid_reset_closed, "signet_grpc_rapid_reset_closed_total",
+            "Connections closed for cancelling streams faster than allowed (HTTP/2 rapid reset)."),
+};
+
+#undef COUNTER
+#undef GAUGE
+
+int signetd_setup_metrics(daemon *d)
+{
+	daemon_metrics *m = &d->m;
+	sg_metric *f;
+	static const char *const reason_label[] = {"reason"};
+	static const char *const limit[] = {"limit"}, *const fds[] = {"fds"};
+	SG_TRY(sg_metrics_counter(&f, m->reg, "signet_grpc_connections_refused_total",
+	                          "gRPC connections refused at once: at max-connections (limit) or with no file "
+	                          "descriptor left (fds).",
+	                          reason_label, 1));
+	SG_TRY(sg_metric_series(&m->conn_refused_limit, f, limit));
+	SG_TRY(sg_metric_series(&m->conn_refused_fds, f, fds));
+	/* Values derived from a part's state (seconds until, a state as a
+	 * number, a scaled average): callbacks. The parts' counters: tables. */
+	static const struct {
+		const char *name, *help;
+		sg_metrics_value_fn fn;
+		bool counter;
+	} fns[] = {
+	    {"citadel_server_root_cert_expiry_timestamp", "The unix timestamp when the root CA expires.", root_expiry,
+	     false},
+	    {"citadel_server_root_cert_expiry_seconds", "Seconds until the root CA expires.", root_expiry_seconds,
+	     false},
+	    {"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp when the CA chain expires.",
+	     chain_expiry, false},
+	    {"citadel_server_cert_chain_expiry_seconds", "Seconds until the CA chain expires.", chain_expiry_seconds,
+	     false},
+	    {"signet_hsm_up", "1 while at least one HSM token is usable.", hsm_up, false},
+	    {"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false},
+	    {"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",
+	     signer_service_seconds, false},
+	    {"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
+	     serving_expiry, false},
+	    {"signet_ready", "1 when signet is ready to serve.", ready_gauge, false},
+	};
+	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
+		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d)
+		                      : sg_metrics_gauge_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d));
+#define TABLE(rows, get, type) rows, sizeof(rows) / sizeof(rows[0]), get, sizeof(type)
+	SG_TRY(sg_metrics_stats(m->reg, TABLE(hsm_rows, hsm_of, sg_hsm_stats), d));
+	SG_TRY(sg_metrics_stats(m->reg, TABLE(pool_rows, pool_of, sg_pool_stats), d));
+	SG_TRY(sg_metrics_stats(m->reg, TABLE(grpc_rows, grpc_of, sg_grpc_server_stats), d));
+#undef TABLE
+	return SG_OK;
+}
+
+static int serve_metrics(sg_http_response *resp, void *arg)
+{
+	daemon *d = arg;
+	char *text;
+	size_t len;
+	SG_TRY(sg_metrics_render(d->m.reg, &text, &len));
+	resp->content_type = SG_METRICS_CONTENT_TYPE;
+	sg_http_response_take(resp, text, len);
+	return SG_OK;
+}
+
+static int serve_ready(sg_http_response *resp, void *arg)
+{
+	daemon *d = arg;
+	bool ready = atomic_load(&d->ready);
+	resp->status = ready ? 200 : 503;
+	sg_http_response_static(resp, ready ? "ok\n" : "not ready\n", ready ? 3 : 10);
+	return SG_OK;
+}
+
+/* Alive unless the HSM has been down for longer than hsm-down-limit. The
+ * HSM layer reconnects and re-initialises the module by itself; what it
+ * cannot cure (a module wedged inside, a backend gone for good, a device
+ * the process lost) only a new process can, and a liveness probe is how an
+ * orchestrator is told. Within the limit an outage only takes the replica
+ * out of service (/readyz), so that a short one costs no restart. */
+static int serve_health(sg_http_response *resp, void *arg)
+{
+	daemon *d = arg;
+	uint64_t since = atomic_load(&d->hsm_down_since_ns), limit = (uint64_t)d->a.d.hsm_down_limit * 1000000000u;
+	if (since && limit && sg_now_ns() - since > limit) {
+		resp->status = 503;
+		sg_http_response_static(resp, "HSM down beyond hsm-down-limit\n", 31);
+		return SG_OK;
+	}
+	sg_http_response_static(resp, "ok\n", 3);
+	return SG_OK;
+}
+
+/* Where the endpoints listen unless http-address says: in a pod, every
+ * address (the kubelet probes the pod's address, Prometheus scrapes it, and
+ * the pod's network namespace is its own); on a host, loopback only, since
+ * a host's addresses may face networks the endpoints have no business on. */
+const char *signetd_http_address(const daemon *d)
+{
+	const char *a = d->a.d.http_address;
+	if (a && *a)
+		return a;
+	const char *k8s = getenv("KUBERNETES_SERVICE_HOST");
+	return k8s && *k8s ? "0.0.0.0" : "127.0.0.1";
+}
+
+/* /metrics on metrics-port; the readiness path and /healthz on
+ * readiness-probe-port, which may be the same port (then one server). */
+int signetd_start_http(daemon *d)
+{
+	const sg_daemon_settings *s = &d->a.d;
+	bool same = s->metrics_port == s->readiness_probe_port;
+	sg_http_route probe[] = {{s->readiness_probe_path, serve_ready, d}, {"/healthz", serve_health, d}};
+	sg_http_route routes[3] = {{"/metrics", serve_metrics, d}, probe[0], probe[1]};
+	sg_http_options o = {.bind_address = signetd_http_address(d),
+	                     .port = (uint16_t)s->metrics_port,
+	                     .routes = routes,
+	                     .nroutes = same ? 3 : 1};
+	SG_TRY(sg_http_server_start(&d->http_metrics, &o));
+	if (same)
+		return SG_OK;
+	o.port = (uint16_t)s->readiness_probe_port;
+	o.routes = probe;
+	o.nroutes = 2;
+	return sg_http_server_start(&d->http_probe, &o);
+}
