@@ -1,0 +1,27 @@
+/*
+ * sg_cel_re2: the C face of the RE2 adapter (sg_cel_re2.cc), the one place
+ * sg_cel touches C++. CEL's matches() is RE2 syntax with substring
+ * semantics (spec: "Regular Expressions"); RE2 runs in time linear in the
+ * text and never backtracks. Patterns and texts are UTF-8.
+ */
+#ifndef SG_CEL_RE2_H
+#define SG_CEL_RE2_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Pattern size bound: RE2's compiled program is bounded by max_mem too. */
+#define SG_CEL_RE2_PATTERN_MAX 4096
+
+/* 1 when text matches pattern somewhere, 0 when not, -1 when the pattern
+ * does not compile (err, err_cap bytes, gets RE2's reason). */
+int sg_cel_re2_search(const char *pattern, size_t plen, const char *text, size_t tlen, char *err, size_t err_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

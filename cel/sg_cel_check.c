@@ -1,0 +1,600 @@
+/*
+ * sg_cel_check: name resolution and gradual type checking (cel-spec
+ * doc/langdef.md, "Gradual Type Checking" and "Name Resolution").
+ *
+ * Every identifier is resolved here: a comprehension variable (innermost
+ * first), a declared variable, or a type name (int, string, ...). Unknown
+ * names and functions are errors in every mode. Types: declared variables
+ * and literals have exact types; `dyn` is compatible with everything;
+ * list and map literals of mixed element types are list(dyn) and
+ * map(K, dyn). A call must match one of its function's overloads (the
+ * signatures of sg_cel_lib.c, type parameters A and B unified along the
+ * way), field selection must name a declared field of an object, a map's
+ * value or a dyn; cel-go's checker rejects the same expressions in these
+ * cases, with the same wording where it mattered to users ("undeclared
+ * reference", "found no matching overload", "undefined field").
+ *
+ * Unchecked mode (sg_cel_env_set_unchecked) keeps the resolution and
+ * drops the overload and field checks: a mismatch types as dyn and is left
+ * to the runtime.
+ */
+#include "sg_cel_int.h"
+#include "sg_guard.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const cel_type cel_t_dyn = {.k = T_DYN}, cel_t_null = {.k = T_NULL}, cel_t_bool = {.k = T_BOOL},
+               cel_t_int = {.k = T_INT}, cel_t_uint = {.k = T_UINT}, cel_t_double = {.k = T_DOUBLE},
+               cel_t_string = {.k = T_STRING}, cel_t_bytes = {.k = T_BYTES}, cel_t_type = {.k = T_TYPE};
+
+static const struct {
+	const char *name;
+	const cel_type *t;
+} simple_types[] = {
+    {"dyn", &cel_t_dyn},       {"null_type", &cel_t_null}, {"bool", &cel_t_bool},
+    {"int", &cel_t_int},       {"uint", &cel_t_uint},      {"double", &cel_t_double},
+    {"string", &cel_t_string}, {"bytes", &cel_t_bytes},    {"type", &cel_t_type},
+};
+
+static cel_type *new_type(cel_arena *a, uint8_t k)
+{
+	cel_type *t = cel_alloc(a, sizeof(*t));
+	if (t) {
+		memset(t, 0, sizeof(*t));
+		t->k = k;
+	}
+	return t;
+}
+
+static void skip_ws(const char *s, size_t *i)
+{
+	while (s[*i] == ' ')
+		(*i)++;
+}
+
+const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *s, size_t *used)
+{
+	size_t i = 0;
+	skip_ws(s, &i);
+	size_t start = i;
+	while ((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') || (s[i] >= '0' && s[i] <= '9') ||
+	       s[i] == '_' || s[i] == '.')
+		i++;
+	size_t n = i - start;
+	if (n == 0)
+		return NULL;
+	const cel_type *t = NULL;
+	if (n == 1 && (s[start] == 'A' || s[start] == 'B')) {
+		cel_type *p = new_type(a, T_PARAM);
+		if (!p)
+			return NULL;
+		p->name = s[start] == 'A' ? "A" : "B";
+		t = p;
+	} else if ((n == 4 && memcmp(s + start, "list", 4) == 0) || (n == 3 && memcmp(s + start, "map", 3) == 0) ||
+	           (n == 4 && memcmp(s + start, "type", 4) == 0 && s[i] == '(')) {
+		bool list = s[start] == 'l', map = s[start] == 'm';
+		if (s[i] != '(')
+			return NULL;
+		i++;
+		cel_type *c = new_type(a, list ? T_LIST : map ? T_MAP : T_TYPE);
+		if (!c)
+			return NULL;
+		size_t k;
+		c->p[0] = cel_type_parse(a, env, s + i, &k);
+		if (!c->p[0])
+			return NULL;
+		i += k;
+		if (map) {
+			skip_ws(s, &i);
+			if (s[i] != ',')
+				return NULL;
+			i++;
+			c->p[1] = cel_type_parse(a, env, s + i, &k);
+			if (!c->p[1])
+				return NULL;
+			i += k;
+		}
+		skip_ws(s, &i);
+		if (s[i] != ')')
+			return NULL;
+		i++;
+		t = c;
+	} else {
+		for (size_t k = 0; k < sizeof(simple_types) / sizeof(simple_types[0]); k++)
+			if (strlen(simple_types[k].name) == n && memcmp(simple_types[k].name, s + start, n) == 0)
+				t = simple_types[k].t;
+		if (!t) {
+			const cel_objtype *o = env ? cel_env_obj(env, s + start, n) : NULL;
+			cel_type *ot = new_type(a, T_OBJ);
+			if (!ot)
+				return NULL;
+			if (o) {
+				ot->name = o->name;
+				ot->obj = o;
+			} else if (n == strlen(CEL_SA_TYPE) && memcmp(s + start, CEL_SA_TYPE, n) == 0) {
+				ot->name = CEL_SA_TYPE; /* abstract: no fields */
+			} else {
+				return NULL;
+			}
+			t = ot;
+		}
+	}
+	skip_ws(s, &i);
+	if (used)
+		*used = i;
+	return t;
+}
+
+char *cel_type_str(const cel_type *t, char *buf, size_t cap)
+{
+	static const char *const names[] = {
+	    [T_DYN] = "dyn",   [T_NULL] = "null_type", [T_BOOL] = "bool",     [T_INT] = "int",
+	    [T_UINT] = "uint", [T_DOUBLE] = "double",  [T_STRING] = "string", [T_BYTES] = "bytes"};
+	char a[256], b[256];
+	switch (t->k) {
+	case T_LIST:
+		snprintf(buf, cap, "list(%s)", cel_type_str(t->p[0], a, sizeof(a)));
+		break;
+	case T_MAP:
+		snprintf(buf, cap, "map(%s, %s)", cel_type_str(t->p[0], a, sizeof(a)),
+		         cel_type_str(t->p[1], b, sizeof(b)));
+		break;
+	case T_TYPE:
+		if (t->p[0])
+			snprintf(buf, cap, "type(%s)", cel_type_str(t->p[0], a, sizeof(a)));
+		else
+			snprintf(buf, cap, "type");
+		break;
+	case T_OBJ:
+	case T_PARAM:
+		snprintf(buf, cap, "%s", t->name);
+		break;
+	default:
+		snprintf(buf, cap, "%s", names[t->k]);
+	}
+	return buf;
+}
+
+/* ---- unification ---- */
+
+static bool same(const cel_type *a, const cel_type *b)
+{
+	if (a->k != b->k)
+		return false;
+	switch (a->k) {
+	case T_LIST:
+		return same(a->p[0], b->p[0]);
+	case T_MAP:
+		return same(a->p[0], b->p[0]) && same(a->p[1], b->p[1]);
+	case T_TYPE:
+		return (!a->p[0] || !b->p[0]) || same(a->p[0], b->p[0]);
+	case T_OBJ:
+		return strcmp(a->name, b->name) == 0;
+	default:
+		return true;
+	}
+}
+
+/* Whether a and b can be the same type once dyn is taken for what it may be. */
+static bool agree(const cel_type *a, const cel_type *b)
+{
+	if (a->k == T_DYN || b->k == T_DYN)
+		return true;
+	if (a->k != b->k)
+		return false;
+	switch (a->k) {
+	case T_LIST:
+		return agree(a->p[0], b->p[0]);
+	case T_MAP:
+		return agree(a->p[0], b->p[0]) && agree(a->p[1], b->p[1]);
+	case T_OBJ:
+		return strcmp(a->name, b->name) == 0;
+	default:
+		return true;
+	}
+}
+
+/* The common type of two: itself when the same, else dyn. */
+static const cel_type *join(const cel_type *a, const cel_type *b)
+{
+	if (!a)
+		return b;
+	return same(a, b) ? a : &cel_t_dyn;
+}
+
+typedef struct binding {
+	const cel_type *t[2]; /* A, B */
+} binding;
+
+static bool unify(const cel_type *pat, const cel_type *act, binding *bd)
+{
+	if (pat->k == T_PARAM) {
+		int i = pat->name[0] == 'B';
+		if (!bd->t[i]) {
+			bd->t[i] = act;
+			return true;
+		}
+		if (!agree(bd->t[i], act))
+			return false;
+		if (bd->t[i]->k == T_DYN || !same(bd->t[i], act))
+			bd->t[i] = act->k == T_DYN ? bd->t[i] : join(bd->t[i], act);
+		return true;
+	}
+	if (pat->k == T_DYN || act->k == T_DYN)
+		return true;
+	if (pat->k != act->k)
+		return false;
+	switch (pat->k) {
+	case T_LIST:
+		return unify(pat->p[0], act->p[0], bd);
+	case T_MAP:
+		return unify(pat->p[0], act->p[0], bd) && unify(pat->p[1], act->p[1], bd);
+	case T_OBJ:
+		return strcmp(pat->name, act->name) == 0;
+	default:
+		return true;
+	}
+}
+
+static const cel_type *subst(cel_arena *a, const cel_type *t, const binding *bd)
+{
+	if (t->k == T_PARAM) {
+		const cel_type *b = bd->t[t->name[0] == 'B'];
+		return b ? b : &cel_t_dyn;
+	}
+	if (t->k != T_LIST && t->k != T_MAP && !(t->k == T_TYPE && t->p[0]))
+		return t;
+	cel_type *c = new_type(a, t->k);
+	if (!c)
+		return &cel_t_dyn;
+	c->p[0] = subst(a, t->p[0], bd);
+	if (t->k == T_MAP)
+		c->p[1] = subst(a, t->p[1], bd);
+	return c;
+}
+
+/* ---- the walk ---- */
+
+typedef struct checker {
+	cel_arena *a;
+	const sg_cel_env *env;
+	const char *src;
+	size_t len;
+	bool strict;
+	const char *local_names[4 * SG_CEL_DEPTH_MAX + 8];
+	const cel_type *local_types[4 * SG_CEL_DEPTH_MAX + 8];
+	size_t nlocals;
+} checker;
+
+static int check(checker *k, cel_node *n);
+
+static int oom(void)
+{
+	return sg_error_set(SG_EINTERNAL, "out of memory checking a CEL expression");
+}
+
+static const char *tstr(const cel_type *t, char *buf, size_t cap)
+{
+	return cel_type_str(t, buf, cap);
+}
+
+static const cel_type *lit_type(cval v)
+{
+	static const cel_type *const by_kind[] = {
+	    [SG_CEL_NULL] = &cel_t_null,   [SG_CEL_BOOL] = &cel_t_bool,     [SG_CEL_INT] = &cel_t_int,
+	    [SG_CEL_UINT] = &cel_t_uint,   [SG_CEL_DOUBLE] = &cel_t_double, [SG_CEL_STRING] = &cel_t_string,
+	    [SG_CEL_BYTES] = &cel_t_bytes,
+	};
+	return by_kind[v->kind];
+}
+
+static const char *const type_idents[] = {"bool",  "int",       "uint", "double", "string",
+                                          "bytes", "null_type", "list", "map",    "type"};
+
+static int check_ident(checker *k, cel_node *n)
+{
+	const char *name = n->id.name;
+	if (!n->id.rooted) {
+		for (size_t i = k->nlocals; i-- > 0;) {
+			if (strcmp(k->local_names[i], name) == 0) {
+				n->id.idk = ID_LOCAL;
+				n->id.index = (uint32_t)(k->nlocals - 1 - i);
+				n->type = k->local_types[i];
+				return 0;
+			}
+		}
+	}
+	int v = cel_env_var(k->env, name, strlen(name));
+	if (v >= 0) {
+		n->id.idk = ID_GLOBAL;
+		n->id.index = (uint32_t)v;
+		n->type = k->env->var_types[v];
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(type_idents) / sizeof(type_idents[0]); i++) {
+		if (strcmp(type_idents[i], name) == 0) {
+			sg_cel_value *t = cel_new_value(k->a, SG_CEL_TYPE);
+			cel_type *tt = new_type(k->a, T_TYPE);
+			if (!t || !tt)
+				return oom();
+			t->s.p = type_idents[i];
+			t->s.n = strlen(type_idents[i]);
+			n->id.idk = ID_TYPE;
+			n->id.tval = t;
+			size_t used;
+			tt->p[0] = strcmp(name, "list") == 0  ? NULL
+			           : strcmp(name, "map") == 0 ? NULL
+			                                      : cel_type_parse(k->a, k->env, name, &used);
+			n->type = tt;
+			return 0;
+		}
+	}
+	return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')", name);
+}
+
+static int check_select(checker *k, cel_node *n)
+{
+	SG_TRY(check(k, n->sel.operand));
+	const cel_type *t = n->sel.operand->type;
+	const char *f = n->sel.field;
+	char buf[256];
+	const cel_type *out = &cel_t_dyn;
+	if (t->k == T_MAP) {
+		if (k->strict && t->p[0]->k != T_STRING && t->p[0]->k != T_DYN)
+			return cel_error_at(k->src, k->len, n->pos, "type '%s' does not support field selection",
+			                    tstr(t, buf, sizeof(buf)));
+		out = t->p[1];
+	} else if (t->k == T_OBJ) {
+		const cel_objtype *o = t->obj;
+		size_t i = 0;
+		for (; o && i < o->n; i++)
+			if (strcmp(o->fields[i], f) == 0)
+				break;
+		if (!o || i == o->n) {
+			if (k->strict)
+				return cel_error_at(k->src, k->len, n->pos, "undefined field '%s'", f);
+		} else {
+			out = o->types[i];
+		}
+	} else if (t->k != T_DYN && k->strict) {
+		return cel_error_at(k->src, k->len, n->pos, "type '%s' does not support field selection",
+		                    tstr(t, buf, sizeof(buf)));
+	}
+	n->type = n->sel.test ? &cel_t_bool : out;
+	return 0;
+}
+
+/* A target like `strings` in strings.quote(s): a qualified function name. */
+static bool qualify(checker *k, cel_node *n)
+{
+	cel_node *t = n->call.target;
+	if (!t || t->kind != N_IDENT)
+		return false;
+	for (size_t i = 0; i < k->nlocals; i++)
+		if (strcmp(k->local_names[i], t->id.name) == 0)
+			return false;
+	if (cel_env_var(k->env, t->id.name, strlen(t->id.name)) >= 0)
+		return false;
+	size_t len = strlen(t->id.name) + 1 + strlen(n->call.name);
+	char *q = cel_alloc(k->a, len + 1);
+	if (!q)
+		return false;
+	snprintf(q, len + 1, "%s.%s", t->id.name, n->call.name);
+	if (!cel_func_find(q, false, k->env->sa_lib))
+		return false;
+	n->call.name = q;
+	n->call.target = NULL;
+	return true;
+}
+
+static int no_match(checker *k, cel_node *n, const cel_type **args, size_t nargs)
+{
+	/* cel-go's wording: '(int, string)', or 'string.(int)' for a receiver. */
+	char list[400] = "", buf[200];
+	size_t off = 0, first = n->call.target ? 1 : 0;
+	for (size_t i = first; i < nargs && off < sizeof(list) - 8; i++) {
+		int w = snprintf(list + off, sizeof(list) - off, "%s%s", i > first ? ", " : "",
+		                 tstr(args[i], buf, sizeof(buf)));
+		off += w > 0 ? (size_t)w : 0;
+	}
+	const char *name = n->call.name[0] == '@' ? "@in" : n->call.name;
+	if (n->call.target)
+		return cel_error_at(k->src, k->len, n->pos, "found no matching overload for '%s' applied to '%s.(%s)'",
+		                    name, tstr(args[0], buf, sizeof(buf)), list);
+	return cel_error_at(k->src, k->len, n->pos, "found no matching overload for '%s' applied to '(%s)'", name,
+	                    list);
+}
+
+static int check_call(checker *k, cel_node *n)
+{
+	qualify(k, n);
+	const cel_func *f = cel_func_find(n->call.name, n->call.target != NULL, k->env->sa_lib);
+	if (!f)
+		return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
+		                    n->call.name);
+	n->call.fn = f;
+	size_t nargs = n->call.nargs + (n->call.target ? 1 : 0);
+	const cel_type *args[16];
+	if (nargs > 16) {
+		if (k->strict)
+			return cel_error_at(k->src, k->len, n->pos, "too many arguments to '%s'", n->call.name);
+	}
+	if (n->call.target)
+		SG_TRY(check(k, n->call.target));
+	for (size_t i = 0; i < n->call.nargs; i++)
+		SG_TRY(check(k, n->call.args[i]));
+	if (nargs > 16) {
+		n->type = &cel_t_dyn;
+		return 0;
+	}
+	size_t j = 0;
+	if (n->call.target)
+		args[j++] = n->call.target->type;
+	for (size_t i = 0; i < n->call.nargs; i++)
+		args[j++] = n->call.args[i]->type;
+	/* Each overload: "t1,t2->ret". */
+	const cel_type *result = NULL;
+	bool matched = false;
+	for (const char *s = f->sigs; *s;) {
+		const char *end = strchr(s, ';');
+		size_t slen = end ? (size_t)(end - s) : strlen(s);
+		char sig[300];
+		if (slen >= sizeof(sig))
+			return sg_error_set(SG_EINTERNAL, "CEL signature too long");
+		memcpy(sig, s, slen);
+		sig[slen] = 0;
+		s += slen + (end ? 1 : 0);
+		char *arrow = strstr(sig, "->");
+		*arrow = 0;
+		binding bd = {{NULL, NULL}};
+		size_t count = 0, off = 0;
+		bool ok = true;
+		while (sig[off] && ok) {
+			size_t used;
+			const cel_type *pt = cel_type_parse(k->a, k->env, sig + off, &used);
+			if (!pt)
+				return sg_error_set(SG_EINTERNAL, "bad CEL signature for %s", f->name);
+			off += used;
+			if (sig[off] == ',')
+				off++;
+			ok = count < nargs && unify(pt, args[count], &bd);
+			count++;
+		}
+		if (!ok || count != nargs)
+			continue;
+		const cel_type *rt = cel_type_parse(k->a, k->env, arrow + 2, NULL);
+		if (!rt)
+			return sg_error_set(SG_EINTERNAL, "bad CEL signature for %s", f->name);
+		rt = subst(k->a, rt, &bd);
+		result = matched ? join(result, rt) : rt;
+		matched = true;
+	}
+	if (!matched) {
+		if (k->strict)
+			return no_match(k, n, args, nargs);
+		result = &cel_t_dyn;
+	}
+	n->type = result;
+	return 0;
+}
+
+static int check_list(checker *k, cel_node *n)
+{
+	const cel_type *elem = NULL;
+	for (size_t i = 0; i < n->list.n; i++) {
+		SG_TRY(check(k, n->list.items[i]));
+		elem = join(elem, n->list.items[i]->type);
+	}
+	cel_type *t = new_type(k->a, T_LIST);
+	if (!t)
+		return oom();
+	t->p[0] = elem ? elem : &cel_t_dyn;
+	n->type = t;
+	return 0;
+}
+
+static int check_map(checker *k, cel_node *n)
+{
+	const cel_type *kt = NULL, *vt = NULL;
+	char buf[200];
+	for (size_t i = 0; i < n->list.n; i += 2) {
+		cel_node *key = n->list.items[i];
+		SG_TRY(check(k, key));
+		SG_TRY(check(k, n->list.items[i + 1]));
+		uint8_t kk = key->type->k;
+		if (k->strict && kk != T_INT && kk != T_UINT && kk != T_BOOL && kk != T_STRING && kk != T_DYN)
+			return cel_error_at(k->src, k->len, key->pos, "unsupported map key type: %s",
+			                    tstr(key->type, buf, sizeof(buf)));
+		kt = join(kt, key->type);
+		vt = join(vt, n->list.items[i + 1]->type);
+	}
+	cel_type *t = new_type(k->a, T_MAP);
+	if (!t)
+		return oom();
+	t->p[0] = kt ? kt : &cel_t_dyn;
+	t->p[1] = vt ? vt : &cel_t_dyn;
+	n->type = t;
+	return 0;
+}
+
+static int need_bool(checker *k, const cel_node *n)
+{
+	char buf[200];
+	if (k->strict && n->type->k != T_BOOL && n->type->k != T_DYN)
+		return cel_error_at(k->src, k->len, n->pos, "expected type 'bool' but found '%s'",
+		                    tstr(n->type, buf, sizeof(buf)));
+	return 0;
+}
+
+static int check_comp(checker *k, cel_node *n)
+{
+	SG_TRY(check(k, n->comp.range));
+	const cel_type *r = n->comp.range->type, *var = &cel_t_dyn;
+	char buf[200];
+	if (r->k == T_LIST || r->k == T_MAP)
+		var = r->p[0];
+	else if (r->k != T_DYN && k->strict)
+		return cel_error_at(k->src, k->len, n->comp.range->pos,
+		                    "expression of type '%s' cannot be range of a comprehension (must be list, map, or "
+		                    "dynamic)",
+		                    tstr(r, buf, sizeof(buf)));
+	if (k->nlocals >= sizeof(k->local_names) / sizeof(k->local_names[0]))
+		return cel_error_at(k->src, k->len, n->pos, "comprehensions nested too deeply");
+	k->local_names[k->nlocals] = n->comp.var;
+	k->local_types[k->nlocals++] = var;
+	if (n->comp.pred) {
+		SG_TRY(check(k, n->comp.pred));
+		SG_TRY(need_bool(k, n->comp.pred));
+	}
+	if (n->comp.xform)
+		SG_TRY(check(k, n->comp.xform));
+	k->nlocals--;
+	if (n->comp.macro == M_MAP || n->comp.macro == M_MAP_FILTER || n->comp.macro == M_FILTER) {
+		cel_type *t = new_type(k->a, T_LIST);
+		if (!t)
+			return oom();
+		t->p[0] = n->comp.macro == M_FILTER ? var : n->comp.xform->type;
+		n->type = t;
+	} else {
+		n->type = &cel_t_bool;
+	}
+	return 0;
+}
+
+static int check(checker *k, cel_node *n)
+{
+	switch (n->kind) {
+	case N_LIT:
+		n->type = lit_type(n->lit);
+		return 0;
+	case N_IDENT:
+		return check_ident(k, n);
+	case N_SELECT:
+		return check_select(k, n);
+	case N_CALL:
+		return check_call(k, n);
+	case N_LIST:
+		return check_list(k, n);
+	case N_MAP:
+		return check_map(k, n);
+	case N_COMP:
+		return check_comp(k, n);
+	default:
+		return sg_error_set(SG_EINTERNAL, "unknown CEL node");
+	}
+}
+
+int cel_check(cel_node *root, cel_arena *a, const sg_cel_env *env, const char *src, size_t len)
+{
+	checker *k = cel_alloc(a, sizeof(*k));
+	if (!k)
+		return oom();
+	memset(k, 0, sizeof(*k));
+	k->a = a;
+	k->env = env;
+	k->src = src;
+	k->len = len;
+	k->strict = !env->unchecked;
+	return check(k, root);
+}
