@@ -62,6 +62,11 @@ void sg_cel_env_free(sg_cel_env *env)
 	free(env);
 }
 
+void sg_cel_env_set_extensions(sg_cel_env *env, unsigned ext)
+{
+	env->ext = ext;
+}
+
 void sg_cel_env_set_unchecked(sg_cel_env *env, bool unchecked)
 {
 	env->unchecked = unchecked;
@@ -463,6 +468,8 @@ static cval eval_call(cel_ctx *c, const cel_node *n)
 	const cel_func *f = n->call.fn;
 	if (!cel_charge(c, 1))
 		return NULL;
+	if (!f) /* unchecked: a function no library declares */
+		return cel_err(c, "no matching overload for '%s'", n->call.name);
 	if (!f->impl) {
 		if (n->call.nargs == 3)
 			return eval_cond(c, n);
@@ -561,42 +568,93 @@ static bool push_local(cel_ctx *c, cval v)
 	return true;
 }
 
-/* The comprehension macros over a list's elements or a map's keys. */
+/* One step's outcome for the macro, given the predicate's value p (NULL
+ * when the macro has none): sets *result to end the loop early. */
+static void comp_step(cel_ctx *c, const cel_node *n, cval p, cval key, cval elem, cval *result, cval *err,
+                      size_t *ntrue, const sg_cel_value **out, const sg_cel_value **out_keys, size_t *nout)
+{
+	uint8_t m = n->comp.macro;
+	switch (m) {
+	case M_ALL:
+	case M_EXISTS:
+		if (p->kind == CEL_ERR) {
+			if (!*err)
+				*err = p;
+		} else if (p->b == (m == M_EXISTS)) {
+			*result = p;
+		}
+		return;
+	case M_EXISTS_ONE:
+		if (p->kind == CEL_ERR)
+			*result = p;
+		else
+			*ntrue += p->b;
+		return;
+	case M_FILTER:
+		if (p->kind == CEL_ERR)
+			*result = p;
+		else if (p->b)
+			out[(*nout)++] = elem;
+		return;
+	default: /* M_MAP, M_MAP_FILTER, M_TLIST, M_TMAP */
+		if (p && p->kind == CEL_ERR) {
+			*result = p;
+			return;
+		}
+		if (!p || p->b) {
+			cval x = eval(c, n->comp.xform);
+			if (STOP(c))
+				return;
+			if (x->kind == CEL_ERR) {
+				*result = x;
+				return;
+			}
+			out_keys[*nout] = key;
+			out[(*nout)++] = x;
+		}
+	}
+}
+
+/* The comprehension macros over a list's elements (and indexes) or a
+ * map's keys (and values). */
 static cval eval_comp(cel_ctx *c, const cel_node *n)
 {
 	cval r = eval(c, n->comp.range);
 	if (STOP(c) || r->kind == CEL_ERR)
 		return r;
-	const sg_cel_value *const *elems;
-	size_t count;
-	if (r->kind == SG_CEL_LIST) {
-		elems = r->list.v;
-		count = r->list.n;
-	} else if (r->kind == SG_CEL_MAP) {
-		elems = r->map.k;
-		count = r->map.n;
-	} else {
+	bool list = r->kind == SG_CEL_LIST;
+	if (!list && r->kind != SG_CEL_MAP)
 		return cel_err(c, "expression of type '%s' cannot be range of a comprehension", cel_kind_name(r));
-	}
+	const sg_cel_value *const *elems = list ? r->list.v : r->map.k;
+	size_t count = list ? r->list.n : r->map.n;
+	bool two = n->comp.var2 != NULL;
 	uint8_t m = n->comp.macro;
-	bool collect = m == M_MAP || m == M_MAP_FILTER || m == M_FILTER;
-	const sg_cel_value **out = NULL;
+	const sg_cel_value **out = NULL, **out_keys = NULL;
 	size_t nout = 0, ntrue = 0;
-	cval err = NULL;
-	if (collect) {
+	cval err = NULL, result = NULL;
+	if (m >= M_MAP) {
 		out = cel_alloc(c->a, (count ? count : 1) * sizeof(*out));
-		if (!out) {
+		out_keys = cel_alloc(c->a, (count ? count : 1) * sizeof(*out_keys));
+		if (!out || !out_keys) {
 			c->stop = true;
 			return NULL;
 		}
 	}
-	if (!push_local(c, NULL))
+	if (!push_local(c, NULL) || (two && !push_local(c, NULL)))
 		return NULL;
-	cval result = NULL;
+	size_t top = c->nlocals;
 	for (size_t i = 0; i < count && !result; i++) {
 		if (!cel_charge(c, 1))
 			break;
-		c->locals[c->nlocals - 1] = elems[i];
+		cval key = elems[i], elem = elems[i];
+		if (two) {
+			key = list ? cel_mk_int(c, (int64_t)i) : r->map.k[i];
+			elem = list ? r->list.v[i] : r->map.v[i];
+			c->locals[top - 2] = key;
+			c->locals[top - 1] = elem;
+		} else {
+			c->locals[top - 1] = elem;
+		}
 		cval p = NULL;
 		if (n->comp.pred) {
 			p = eval(c, n->comp.pred);
@@ -605,45 +663,11 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 			if (p->kind != SG_CEL_BOOL && p->kind != CEL_ERR)
 				p = cel_no_overload(c, m == M_ALL ? "_&&_" : "_||_", &p, 1);
 		}
-		switch (m) {
-		case M_ALL:
-		case M_EXISTS:
-			if (p->kind == CEL_ERR) {
-				if (!err)
-					err = p;
-			} else if (p->b == (m == M_EXISTS)) {
-				result = p;
-			}
+		comp_step(c, n, p, key, elem, &result, &err, &ntrue, out, out_keys, &nout);
+		if (STOP(c))
 			break;
-		case M_EXISTS_ONE:
-			if (p->kind == CEL_ERR)
-				result = p;
-			else
-				ntrue += p->b;
-			break;
-		case M_FILTER:
-			if (p->kind == CEL_ERR)
-				result = p;
-			else if (p->b)
-				out[nout++] = elems[i];
-			break;
-		default: /* M_MAP, M_MAP_FILTER */
-			if (p && p->kind == CEL_ERR) {
-				result = p;
-				break;
-			}
-			if (!p || p->b) {
-				cval x = eval(c, n->comp.xform);
-				if (STOP(c))
-					break;
-				if (x->kind == CEL_ERR)
-					result = x;
-				else
-					out[nout++] = x;
-			}
-		}
 	}
-	c->nlocals--;
+	c->nlocals = top - (two ? 2 : 1);
 	if (STOP(c))
 		return NULL;
 	if (result)
@@ -654,6 +678,17 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 		return err ? err : cel_mk_bool(c, m == M_ALL);
 	case M_EXISTS_ONE:
 		return cel_mk_bool(c, ntrue == 1);
+	case M_TMAP: {
+		sg_cel_value *map = cel_new_value(c->a, SG_CEL_MAP);
+		if (!map) {
+			c->stop = true;
+			return NULL;
+		}
+		map->map.k = out_keys;
+		map->map.v = out;
+		map->map.n = nout;
+		return map;
+	}
 	default:
 		return cel_mk_list(c, out, nout);
 	}
@@ -675,7 +710,7 @@ static cval eval(cel_ctx *c, const cel_node *n)
 			return c->locals[c->nlocals - 1 - n->id.index];
 		if (n->id.idk == ID_TYPE)
 			return n->id.tval;
-		v = c->act ? c->act->vals[n->id.index] : NULL;
+		v = c->act && n->id.index < CEL_VARS_MAX ? c->act->vals[n->id.index] : NULL;
 		return v ? v : cel_err(c, "no such attribute: %s", n->id.name);
 	case N_SELECT:
 		if (!cel_charge(c, 1))

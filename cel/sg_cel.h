@@ -94,6 +94,11 @@ SG_API int sg_cel_env_add_object(sg_cel_env *env, const char *name, const char *
  * "bytes", "null_type", "dyn", "type", "list(T)", "map(K, V)" or a
  * declared object type's name. SG_EINVAL for a bad type or a duplicate. */
 SG_API int sg_cel_env_add_var(sg_cel_env *env, const char *name, const char *type) SG_MUST_CHECK;
+/* Optional extensions, off in both environments above. */
+#define SG_CEL_EXT_TWO_VAR                                                                                             \
+	1u /* cel-go's ext.TwoVarComprehensions: all, exists, existsOne with (i, v, p),                                \
+	    * transformList(i, v, [p,] t), transformMap(k, v, [p,] t) */
+SG_API void sg_cel_env_set_extensions(sg_cel_env *env, unsigned ext);
 /* Compiles without the type checker's overload and field checks (names
  * are still resolved): for running expressions the checker would refuse,
  * as cel-spec's conformance tests with disable_check do. */

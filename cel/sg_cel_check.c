@@ -330,6 +330,12 @@ static int check_ident(checker *k, cel_node *n)
 			return 0;
 		}
 	}
+	if (!k->strict) { /* left to the runtime, which finds it unbound */
+		n->id.idk = ID_GLOBAL;
+		n->id.index = UINT32_MAX;
+		n->type = &cel_t_dyn;
+		return 0;
+	}
 	return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')", name);
 }
 
@@ -410,7 +416,7 @@ static int check_call(checker *k, cel_node *n)
 {
 	qualify(k, n);
 	const cel_func *f = cel_func_find(n->call.name, n->call.target != NULL, k->env->sa_lib);
-	if (!f)
+	if (!f && k->strict)
 		return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
 		                    n->call.name);
 	n->call.fn = f;
@@ -424,7 +430,7 @@ static int check_call(checker *k, cel_node *n)
 		SG_TRY(check(k, n->call.target));
 	for (size_t i = 0; i < n->call.nargs; i++)
 		SG_TRY(check(k, n->call.args[i]));
-	if (nargs > 16) {
+	if (nargs > 16 || !f) {
 		n->type = &cel_t_dyn;
 		return 0;
 	}
@@ -527,34 +533,59 @@ static int need_bool(checker *k, const cel_node *n)
 	return 0;
 }
 
+static int push(checker *k, const cel_node *n, const char *name, const cel_type *t)
+{
+	if (k->nlocals >= sizeof(k->local_names) / sizeof(k->local_names[0]))
+		return cel_error_at(k->src, k->len, n->pos, "comprehensions nested too deeply");
+	k->local_names[k->nlocals] = name;
+	k->local_types[k->nlocals++] = t;
+	return 0;
+}
+
 static int check_comp(checker *k, cel_node *n)
 {
+	if (n->comp.var2 && !(k->env->ext & SG_CEL_EXT_TWO_VAR))
+		return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
+		                    n->comp.name);
 	SG_TRY(check(k, n->comp.range));
-	const cel_type *r = n->comp.range->type, *var = &cel_t_dyn;
+	const cel_type *r = n->comp.range->type, *var = &cel_t_dyn, *var2 = &cel_t_dyn;
 	char buf[200];
-	if (r->k == T_LIST || r->k == T_MAP)
+	if (r->k == T_LIST) {
+		var = n->comp.var2 ? &cel_t_int : r->p[0];
+		var2 = r->p[0];
+	} else if (r->k == T_MAP) {
 		var = r->p[0];
-	else if (r->k != T_DYN && k->strict)
+		var2 = r->p[1];
+	} else if (r->k != T_DYN && k->strict) {
 		return cel_error_at(k->src, k->len, n->comp.range->pos,
 		                    "expression of type '%s' cannot be range of a comprehension (must be list, map, or "
 		                    "dynamic)",
 		                    tstr(r, buf, sizeof(buf)));
-	if (k->nlocals >= sizeof(k->local_names) / sizeof(k->local_names[0]))
-		return cel_error_at(k->src, k->len, n->pos, "comprehensions nested too deeply");
-	k->local_names[k->nlocals] = n->comp.var;
-	k->local_types[k->nlocals++] = var;
+	}
+	size_t base = k->nlocals;
+	SG_TRY(push(k, n, n->comp.var, var));
+	if (n->comp.var2)
+		SG_TRY(push(k, n, n->comp.var2, var2));
 	if (n->comp.pred) {
 		SG_TRY(check(k, n->comp.pred));
 		SG_TRY(need_bool(k, n->comp.pred));
 	}
 	if (n->comp.xform)
 		SG_TRY(check(k, n->comp.xform));
-	k->nlocals--;
-	if (n->comp.macro == M_MAP || n->comp.macro == M_MAP_FILTER || n->comp.macro == M_FILTER) {
+	k->nlocals = base;
+	uint8_t m = n->comp.macro;
+	if (m == M_MAP || m == M_MAP_FILTER || m == M_FILTER || m == M_TLIST) {
 		cel_type *t = new_type(k->a, T_LIST);
 		if (!t)
 			return oom();
-		t->p[0] = n->comp.macro == M_FILTER ? var : n->comp.xform->type;
+		t->p[0] = m == M_FILTER ? var : n->comp.xform->type;
+		n->type = t;
+	} else if (m == M_TMAP) {
+		cel_type *t = new_type(k->a, T_MAP);
+		if (!t)
+			return oom();
+		t->p[0] = var;
+		t->p[1] = n->comp.xform->type;
 		n->type = t;
 	} else {
 		n->type = &cel_t_bool;

@@ -744,7 +744,9 @@ static cval index_of(ARGS, bool last)
 		}
 	} else if (IS(SG_CEL_STRING, SG_CEL_STRING, SG_CEL_INT)) {
 		from = a[2]->i;
-		if (from < 0)
+		/* cel-spec's string_ext tests: an offset past the end is an error
+		 * (as a negative one is). */
+		if (from < 0 || (uint64_t)from > cel_utf8_count(a[0]->s.p, a[0]->s.n))
 			return cel_err(c, "index out of range: %lld", (long long)from);
 	} else {
 		return no_overload(c, call, a, n);

@@ -581,34 +581,55 @@ static int macro_global(parser *p, cel_node **out, const char *name, uint32_t po
 static int macro_member(parser *p, cel_node **out, const char *name, uint32_t pos, cel_node *target, cel_node **args,
                         size_t n, bool *done)
 {
+	/* nargs counts the variables; two variables are the two-variable
+	 * comprehensions of cel-go's extension (the checker refuses them
+	 * unless the environment enables it). pred/xform: which arguments
+	 * after the variables are the predicate and the transform. */
 	static const struct {
 		const char *name;
 		size_t nargs;
 		uint8_t macro;
+		uint8_t nvars;
 	} macros[] = {
-	    {"all", 2, M_ALL}, {"exists", 2, M_EXISTS},  {"exists_one", 2, M_EXISTS_ONE},
-	    {"map", 2, M_MAP}, {"map", 3, M_MAP_FILTER}, {"filter", 2, M_FILTER},
+	    {"all", 2, M_ALL, 1},
+	    {"exists", 2, M_EXISTS, 1},
+	    {"exists_one", 2, M_EXISTS_ONE, 1},
+	    {"map", 2, M_MAP, 1},
+	    {"map", 3, M_MAP_FILTER, 1},
+	    {"filter", 2, M_FILTER, 1},
+	    {"all", 3, M_ALL, 2},
+	    {"exists", 3, M_EXISTS, 2},
+	    {"existsOne", 3, M_EXISTS_ONE, 2},
+	    {"transformList", 3, M_TLIST, 2},
+	    {"transformList", 4, M_TLIST, 2},
+	    {"transformMap", 3, M_TMAP, 2},
+	    {"transformMap", 4, M_TMAP, 2},
 	};
 	*done = false;
 	for (size_t i = 0; i < sizeof(macros) / sizeof(macros[0]); i++) {
 		if (strcmp(macros[i].name, name) != 0 || macros[i].nargs != n)
 			continue;
 		*done = true;
-		if (args[0]->kind != N_IDENT || args[0]->id.rooted)
-			return fail(p, args[0]->pos, "argument must be a simple name");
+		size_t nv = macros[i].nvars;
+		for (size_t v = 0; v < nv; v++)
+			if (args[v]->kind != N_IDENT || args[v]->id.rooted)
+				return fail(p, args[v]->pos, "argument must be a simple name");
 		cel_node *c = node(p, N_COMP, pos);
 		if (!c)
 			return oom(p);
-		c->comp.macro = macros[i].macro;
+		uint8_t m = macros[i].macro;
+		c->comp.macro = m;
+		c->comp.name = macros[i].name;
 		c->comp.var = args[0]->id.name;
+		c->comp.var2 = nv == 2 ? args[1]->id.name : NULL;
 		c->comp.range = target;
-		if (macros[i].macro == M_MAP) {
-			c->comp.xform = args[1];
-		} else if (macros[i].macro == M_MAP_FILTER) {
-			c->comp.pred = args[1];
-			c->comp.xform = args[2];
+		bool transform = m == M_MAP || m == M_MAP_FILTER || m == M_TLIST || m == M_TMAP;
+		if (transform) {
+			c->comp.xform = args[n - 1];
+			if (n - nv == 2)
+				c->comp.pred = args[nv];
 		} else {
-			c->comp.pred = args[1];
+			c->comp.pred = args[nv];
 		}
 		*out = c;
 		return 0;

@@ -250,43 +250,31 @@ static int num_cmp(cval a, cval b)
 				return 2;
 			return a->d < b->d ? -1 : a->d > b->d ? 1 : 0;
 		}
-		/* A double against an integer: compare exactly, not through a
-		 * rounding conversion of the integer. */
+		/* A double against an integer as cel-go compares them (and
+		 * cel-spec's tests expect): out of the integer's range it is
+		 * greater or smaller; within, the integer is converted to a
+		 * double, losing precision near the ends of the range. */
 		bool swap = a->kind != SG_CEL_DOUBLE;
 		double d = swap ? b->d : a->d;
 		cval n = swap ? a : b;
 		int r;
 		if (isnan(d))
 			return 2;
+		double x;
 		if (n->kind == SG_CEL_INT) {
 			if (d < -9223372036854775808.0)
-				r = -1;
-			else if (d >= 9223372036854775808.0)
-				r = 1;
-			else {
-				int64_t t = (int64_t)d; /* truncated toward zero */
-				if (t != n->i)
-					r = t < n->i ? -1 : 1;
-				else {
-					double frac = d - (double)t;
-					r = frac < 0 ? -1 : frac > 0 ? 1 : 0;
-				}
-			}
+				return swap ? 1 : -1;
+			if (d > 9223372036854775808.0)
+				return swap ? -1 : 1;
+			x = (double)n->i;
 		} else {
 			if (d < 0)
-				r = -1;
-			else if (d >= 18446744073709551616.0)
-				r = 1;
-			else {
-				uint64_t t = (uint64_t)d;
-				if (t != n->u)
-					r = t < n->u ? -1 : 1;
-				else {
-					double frac = d - (double)t;
-					r = frac > 0 ? 1 : 0;
-				}
-			}
+				return swap ? 1 : -1;
+			if (d > 18446744073709551616.0)
+				return swap ? -1 : 1;
+			x = (double)n->u;
 		}
+		r = d < x ? -1 : d > x ? 1 : 0;
 		return swap ? -r : r;
 	}
 	if (a->kind == b->kind) {

@@ -123,6 +123,7 @@ struct sg_cel_env {
 	cel_objtype *objs[CEL_OBJTYPES_MAX];
 	size_t nobjs;
 	bool unchecked;
+	unsigned ext;
 	bool sa_lib; /* approver-policy's ServiceAccount functions */
 };
 
@@ -146,7 +147,7 @@ enum cel_nkind {
 
 enum cel_idkind { ID_GLOBAL, ID_LOCAL, ID_TYPE };
 
-enum cel_macro { M_ALL, M_EXISTS, M_EXISTS_ONE, M_MAP, M_MAP_FILTER, M_FILTER };
+enum cel_macro { M_ALL, M_EXISTS, M_EXISTS_ONE, M_MAP, M_MAP_FILTER, M_FILTER, M_TLIST, M_TMAP };
 
 typedef struct cel_func cel_func;
 typedef struct cel_node cel_node;
@@ -182,6 +183,8 @@ struct cel_node {
 		struct {
 			uint8_t macro;
 			const char *var;
+			const char *var2; /* two-variable forms: index or key, then value */
+			const char *name; /* the macro's name, for messages */
 			cel_node *range;
 			cel_node *pred;
 			cel_node *xform;
