@@ -202,6 +202,20 @@ int sg_cel_activation_new(sg_cel_activation **out, const sg_cel_env *env)
 	SG_ENSURE(*out, SG_EINTERNAL, "out of memory for a CEL activation");
 	(*out)->env = env;
 	(*out)->a.limit = SG_CEL_MEMORY_MAX;
+	/* Object variables start as objects with every field unset. */
+	for (size_t i = 0; i < env->nvars; i++) {
+		const cel_type *t = env->var_types[i];
+		if (t->k != T_OBJ || !t->obj)
+			continue;
+		sg_cel_value *o = cel_new_value(&(*out)->a, SG_CEL_OBJECT);
+		if (!o) {
+			sg_cel_activation_free(*out);
+			*out = NULL;
+			return sg_error_set(SG_EINTERNAL, "out of memory for a CEL activation");
+		}
+		o->map.type = t->obj->name;
+		(*out)->vals[i] = o;
+	}
 	return 0;
 }
 
@@ -340,6 +354,18 @@ bool cel_charge(cel_ctx *c, uint64_t units)
 }
 
 static cval eval(cel_ctx *c, const cel_node *n);
+
+bool cel_eq(cel_ctx *c, cval a, cval b)
+{
+	uint64_t left = c->cost < c->cost_max ? c->cost_max - c->cost : 0;
+	uint64_t budget = left > UINT64_MAX / 16 ? UINT64_MAX : left * 10 + 10, start = budget;
+	int r = cel_equal_within(a, b, &budget);
+	if (!cel_charge(c, (start - budget) / 10) || r < 0) {
+		cel_charge(c, c->cost_max + 1);
+		return false;
+	}
+	return r == 1;
+}
 
 #define STOP(c) ((c)->stop)
 
@@ -753,13 +779,15 @@ int sg_cel_eval(sg_cel_value **out, const sg_cel_program *p, const sg_cel_activa
 	cval v = eval(&c, p->root);
 	int rc;
 	if (c.stop) {
+		if (!c.stop_msg && arena.failed)
+			c.stop_msg = arena.over ? "evaluation memory limit exceeded" : "out of memory";
 		bool mem = c.stop_msg && strcmp(c.stop_msg, "out of memory") == 0;
 		rc = sg_error_set(mem ? SG_EINTERNAL : SG_EINVAL, "evaluation error: %s",
 		                  c.stop_msg ? c.stop_msg : "stopped");
 	} else if (v->kind == CEL_ERR) {
 		rc = sg_error_set(SG_EINVAL, "evaluation error: %s", v->s.p);
 	} else {
-		rc = cel_copy_out(out, v);
+		rc = cel_copy_out(out, v, arena.limit);
 	}
 	cel_arena_free(&arena);
 	return rc;

@@ -230,14 +230,16 @@ static cval f_eq(ARGS)
 {
 	if (n != 2)
 		return no_overload(c, call, a, n);
-	return cel_mk_bool(c, cel_equal(a[0], a[1]));
+	bool eq = cel_eq(c, a[0], a[1]);
+	return c->stop ? NULL : cel_mk_bool(c, eq);
 }
 
 static cval f_ne(ARGS)
 {
 	if (n != 2)
 		return no_overload(c, call, a, n);
-	return cel_mk_bool(c, !cel_equal(a[0], a[1]));
+	bool eq = cel_eq(c, a[0], a[1]);
+	return c->stop ? NULL : cel_mk_bool(c, !eq);
 }
 
 static cval order(ARGS, int want_lo, int want_hi)
@@ -278,8 +280,10 @@ static cval f_in(ARGS)
 		if (!cel_charge(c, a[1]->list.n))
 			return NULL;
 		for (size_t i = 0; i < a[1]->list.n; i++)
-			if (cel_equal(a[0], a[1]->list.v[i]))
+			if (cel_eq(c, a[0], a[1]->list.v[i]))
 				return cel_mk_bool(c, true);
+			else if (c->stop)
+				return NULL;
 		return cel_mk_bool(c, false);
 	}
 	if (n == 2 && a[1]->kind == SG_CEL_MAP) {
@@ -502,7 +506,8 @@ static void shortest(double d, char *digits, int *nd, int *exp10)
 	*exp10 = atoi(p + 1);
 }
 
-/* Go's strconv.FormatFloat(d, 'g' or 'f', -1, 64). */
+/* Go's strconv.FormatFloat(d, 'g' or 'f', -1, 64): cel-go's string(double) is fmt's %g,
+ * which switches to an exponent below 1e-4 and from 1e6 on. */
 static void fmt_double(char *out, size_t cap, double d, char mode)
 {
 	if (isnan(d)) {
@@ -523,7 +528,7 @@ static void fmt_double(char *out, size_t cap, double d, char mode)
 	size_t k = 0;
 	if (d < 0)
 		out[k++] = '-';
-	if (mode == 'g' && (e < -4 || e >= 21)) {
+	if (mode == 'g' && (e < -4 || e >= 6)) {
 		out[k++] = digits[0];
 		if (nd > 1) {
 			out[k++] = '.';
@@ -1127,6 +1132,8 @@ static const char *fmt_string(fbuf *b, cval v, int depth)
 	char buf[400];
 	if (depth > 100)
 		return "value nested too deeply to format";
+	if (b->failed) /* past the size limit: stop walking (values may be huge trees) */
+		return NULL;
 	switch (v->kind) {
 	case SG_CEL_BOOL:
 		fb_puts(b, v->b ? "true" : "false");
@@ -1161,12 +1168,13 @@ static const char *fmt_string(fbuf *b, cval v, int depth)
 			if (i)
 				fb_puts(b, ", ");
 			const char *e = fmt_string(b, v->list.v[i], depth + 1);
-			if (e)
+			if (e || b->failed)
 				return e;
 		}
 		fb_puts(b, "]");
 		return NULL;
 	case SG_CEL_MAP: {
+		size_t total = 0;
 		fentry *ents = cel_alloc(b->c->a, (v->map.n ? v->map.n : 1) * sizeof(*ents));
 		if (!ents) {
 			b->failed = true;
@@ -1184,6 +1192,13 @@ static const char *fmt_string(fbuf *b, cval v, int depth)
 				return NULL;
 			}
 			ents[i] = (fentry){kb.p ? kb.p : "", vb.p ? vb.p : "", kb.n, vb.n};
+			total += kb.n + vb.n + 4;
+			if (b->n + total > SG_CEL_STRING_MAX) {
+				b->failed = true;
+				b->c->stop = true;
+				b->c->stop_msg = "string size limit exceeded";
+				return NULL;
+			}
 		}
 		qsort(ents, v->map.n, sizeof(*ents), fentry_cmp);
 		fb_puts(b, "{");

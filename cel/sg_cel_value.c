@@ -338,15 +338,22 @@ cval cel_map_find_str(cval m, const char *k, size_t n)
 	return NULL;
 }
 
-bool cel_equal(cval a, cval b)
+/* Values are shared, not copied, so a value of a few kilobytes can be a
+ * tree of 2^40 nodes (a list holding one list twice, forty times over):
+ * equality walks within a budget of nodes and gives up (-1) when it runs
+ * out. */
+static int equal_b(cval a, cval b, uint64_t *budget)
 {
+	if (*budget == 0)
+		return -1;
+	(*budget)--;
 	if (cel_is_num(a) && cel_is_num(b))
 		return num_cmp(a, b) == 0;
 	if (a->kind != b->kind)
-		return false;
+		return 0;
 	switch (a->kind) {
 	case SG_CEL_NULL:
-		return true;
+		return 1;
 	case SG_CEL_BOOL:
 		return a->b == b->b;
 	case SG_CEL_STRING:
@@ -355,27 +362,51 @@ bool cel_equal(cval a, cval b)
 		return a->s.n == b->s.n && memcmp(a->s.p, b->s.p, a->s.n) == 0;
 	case SG_CEL_LIST:
 		if (a->list.n != b->list.n)
-			return false;
-		for (size_t i = 0; i < a->list.n; i++)
-			if (!cel_equal(a->list.v[i], b->list.v[i]))
-				return false;
-		return true;
+			return 0;
+		for (size_t i = 0; i < a->list.n; i++) {
+			int r = equal_b(a->list.v[i], b->list.v[i], budget);
+			if (r != 1)
+				return r;
+		}
+		return 1;
 	case SG_CEL_OBJECT:
 		if (strcmp(a->map.type, b->map.type) != 0)
-			return false;
+			return 0;
 		/* fall through */
 	case SG_CEL_MAP:
 		if (a->map.n != b->map.n)
-			return false;
+			return 0;
 		for (size_t i = 0; i < a->map.n; i++) {
-			cval v = cel_map_find(b, a->map.k[i]);
-			if (!v || !cel_equal(a->map.v[i], v))
-				return false;
+			cval v = NULL;
+			for (size_t j = 0; j < b->map.n && !v; j++) {
+				/* keys are scalars: one node each */
+				int r = equal_b(a->map.k[i], b->map.k[j], budget);
+				if (r < 0)
+					return r;
+				if (r)
+					v = b->map.v[j];
+			}
+			if (!v)
+				return 0;
+			int r = equal_b(a->map.v[i], v, budget);
+			if (r != 1)
+				return r;
 		}
-		return true;
+		return 1;
 	default:
-		return false;
+		return 0;
 	}
+}
+
+int cel_equal_within(cval a, cval b, uint64_t *budget)
+{
+	return equal_b(a, b, budget);
+}
+
+bool cel_equal(cval a, cval b)
+{
+	uint64_t budget = 1000000;
+	return equal_b(a, b, &budget) == 1;
 }
 
 /* ---- UTF-8 ---- */
@@ -482,12 +513,17 @@ static int copy_into(cel_arena *a, sg_cel_value *dst, cval src, int depth)
 	}
 }
 
-int cel_copy_out(sg_cel_value **out, cval v)
+int cel_copy_out(sg_cel_value **out, cval v, size_t limit)
 {
 	*out = NULL;
 	owned *o = calloc(1, sizeof(*o));
 	SG_ENSURE(o, SG_EINTERNAL, "out of memory copying a CEL value");
+	/* A shared value is copied as a tree, which may be far larger than
+	 * the evaluation's memory: the copy has the same limit. */
+	o->a.limit = limit;
 	int rc = copy_into(&o->a, &o->root, v, 0);
+	if (rc < 0 && o->a.over)
+		rc = sg_error_set(SG_EINVAL, "evaluation error: the result is larger than the memory limit");
 	if (rc < 0) {
 		cel_arena_free(&o->a);
 		free(o);

@@ -237,7 +237,12 @@ sg_cel_value *cel_new_value(cel_arena *a, uint8_t kind);
 const char *cel_kind_name(const sg_cel_value *v); /* the CEL type name: "int", "list", ... */
 bool cel_is_num(cval v);
 /* CEL equality: true, false, or -1 (no overload: never at runtime now). */
-bool cel_equal(cval a, cval b);
+bool cel_equal(cval a, cval b); /* for scalars (map keys); gives up after 10^6 nodes */
+/* Equality within a budget of nodes visited: 1, 0, or -1 when it ran out. */
+int cel_equal_within(cval a, cval b, uint64_t *budget);
+/* Equality charged to the evaluation's cost (a unit per 10 nodes); false
+ * with c->stop set past the limit. */
+bool cel_eq(cel_ctx *c, cval a, cval b);
 /* Ordering: -1, 0, 1, or 2 when unordered (NaN) or not comparable (-2). */
 int cel_compare(cval a, cval b);
 /* A map or object lookup; NULL when absent. */
@@ -247,7 +252,7 @@ cval cel_map_find_str(cval m, const char *k, size_t n);
 size_t cel_utf8_count(const char *p, size_t n);
 bool cel_utf8_valid(const char *p, size_t n);
 /* Copies v into a new arena owned by the value (sg_cel_value_free). */
-int cel_copy_out(sg_cel_value **out, cval v);
+int cel_copy_out(sg_cel_value **out, cval v, size_t limit);
 
 /* ---- functions ---- */
 
