@@ -162,13 +162,16 @@ struct sg_cel_program {
 int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr, size_t len)
 {
 	*out = NULL;
-	SG_ENSURE(len <= SG_CEL_SOURCE_MAX, SG_EINVAL,
-	          "ERROR: <input>: expression of %zu bytes is longer than the limit of %u", len, SG_CEL_SOURCE_MAX);
+	/* The byte bound first, so that counting is bounded too. */
+	size_t points = len <= SG_CEL_SOURCE_BYTES_MAX ? cel_utf8_count(expr, len) : len;
+	SG_ENSURE(points <= SG_CEL_SOURCE_MAX, SG_EINVAL,
+	          "ERROR: <input>: expression code point size exceeds limit: size: %zu, limit %u", points,
+	          SG_CEL_SOURCE_MAX);
 	sg_cel_program *p = calloc(1, sizeof(*p));
 	SG_ENSURE(p, SG_EINTERNAL, "out of memory compiling a CEL expression");
 	p->env = env;
 	/* The program's memory is bounded by the source's size. */
-	p->a.limit = 64 * (size_t)SG_CEL_SOURCE_MAX + (8u << 20);
+	p->a.limit = 64 * (size_t)SG_CEL_SOURCE_BYTES_MAX + (8u << 20);
 	int rc = cel_parse(&p->root, &p->a, expr, len);
 	if (rc == 0)
 		rc = cel_check(p->root, &p->a, env, expr, len);

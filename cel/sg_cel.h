@@ -60,7 +60,8 @@ typedef struct sg_cel_value sg_cel_value;
 
 /* ---- limits ---- */
 
-#define SG_CEL_SOURCE_MAX (100u * 1024u) /* expression text, bytes (cel-go: 100k code points) */
+#define SG_CEL_SOURCE_MAX 100000u                        /* expression text, code points (cel-go's limit) ... */
+#define SG_CEL_SOURCE_BYTES_MAX (4u * SG_CEL_SOURCE_MAX) /* ... and so at most this many bytes */
 #define SG_CEL_DEPTH_MAX 250             /* parser recursion (cel-go's default max recursion depth) */
 #define SG_CEL_COST_MAX 1000000u         /* runtime cost units (approver-policy's celCostLimit) */
 #define SG_CEL_MEMORY_MAX (64u << 20)    /* bytes allocated by one evaluation */
@@ -107,7 +108,7 @@ SG_API void sg_cel_env_set_unchecked(sg_cel_env *env, bool unchecked);
 /* ---- programs ---- */
 
 /* Parses and checks len bytes of expr (no NUL needed; at most
- * SG_CEL_SOURCE_MAX). The program borrows env, which must outlive it.
+ * SG_CEL_SOURCE_MAX code points). The program borrows env, which must outlive it.
  * SG_EINVAL with a positioned message for a syntax or type error. Caller
  * frees with sg_cel_program_free. */
 SG_API int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr, size_t len) SG_MUST_CHECK;

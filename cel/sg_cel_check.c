@@ -181,6 +181,9 @@ static bool agree(const cel_type *a, const cel_type *b)
 {
 	if (a->k == T_DYN || b->k == T_DYN)
 		return true;
+	/* null is a value of every message type (cel-go: cr == null). */
+	if ((a->k == T_NULL && b->k == T_OBJ) || (a->k == T_OBJ && b->k == T_NULL))
+		return true;
 	if (a->k != b->k)
 		return false;
 	switch (a->k) {

@@ -89,6 +89,8 @@ static void t_approver_compile(void)
 	    {"two-variable-macros-are-off", "cr.groups.all(i, g, g != '')", true},
 	    {"heterogeneous-equality-refused", "1 == 1u", true},
 	    {"ternary-branches-agree", "(self == '' ? 1 : 'a') == 1", true},
+	    {"null-is-not-a-string", "self == null", true},
+	    {"objects-compare-with-null", "cr != null", false},
 	};
 	sg_cel_env *env = approver();
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -486,7 +488,7 @@ static void t_hostile(void)
 	memset(s, ' ', big);
 	s[0] = '1';
 	s[big] = 0;
-	hostile("huge source", s, big, "longer than the limit");
+	hostile("huge source", s, big, "expression code point size exceeds limit: size: 100001, limit 100000");
 	free(s);
 
 	/* Nested maps: 3^12 steps. */

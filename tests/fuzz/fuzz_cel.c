@@ -5,7 +5,7 @@
  *
  * The input's first byte picks the environment (low bit: approver-policy's,
  * checked; otherwise the plain one, unchecked, where every call reaches
- * the runtime); the rest, cut at a little more than SG_CEL_SOURCE_MAX, is
+ * the runtime); the rest, cut at a little more than SG_CEL_SOURCE_BYTES_MAX, is
  * the expression, compiled and evaluated twice with tighter limits than
  * the defaults (so that an input runs fast, not so that anything is
  * skipped). Oracles: compile and evaluation answer SG_OK, SG_EINVAL or
@@ -78,8 +78,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	bool approver = data[0] & 1;
 	const sg_cel_env *env = envs[approver ? 0 : 1];
 	size_t n = size - 1;
-	if (n > SG_CEL_SOURCE_MAX + 8)
-		n = SG_CEL_SOURCE_MAX + 8;
+	if (n > SG_CEL_SOURCE_BYTES_MAX + 8)
+		n = SG_CEL_SOURCE_BYTES_MAX + 8;
 
 	sg_cel_program *p = (sg_cel_program *)&p;
 	int rc = sg_cel_compile(&p, env, (const char *)data + 1, n);
