@@ -38,7 +38,9 @@
  * Thread safety: an environment is immutable once built (build it, then
  * share it); a program is immutable and may be evaluated by any number of
  * threads at once; an activation and a value belong to one thread at a
- * time.
+ * time. Compiling and evaluating recurse on the syntax tree, whose depth
+ * is bounded (SG_CEL_DEPTH_MAX): a thread with 1 MiB of stack is enough
+ * (tests/cel checks it under ASan).
  *
  * Values handed out: sg_cel_eval's value is the caller's (one allocation
  * block, freed with sg_cel_value_free); the nodes reached through the
@@ -62,7 +64,7 @@ typedef struct sg_cel_value sg_cel_value;
 
 #define SG_CEL_SOURCE_MAX 100000u                        /* expression text, code points (cel-go's limit) ... */
 #define SG_CEL_SOURCE_BYTES_MAX (4u * SG_CEL_SOURCE_MAX) /* ... and so at most this many bytes */
-#define SG_CEL_DEPTH_MAX 250             /* parser recursion (cel-go's default max recursion depth) */
+#define SG_CEL_DEPTH_MAX 250             /* parser recursion and tree depth (cel-go's max recursion depth) */
 #define SG_CEL_COST_MAX 1000000u         /* runtime cost units (approver-policy's celCostLimit) */
 #define SG_CEL_MEMORY_MAX (64u << 20)    /* bytes allocated by one evaluation */
 #define SG_CEL_STRING_MAX (4u << 20)     /* one string or bytes value, bytes */

@@ -415,6 +415,44 @@ static int no_match(checker *k, cel_node *n, const cel_type **args, size_t nargs
 	                    list);
 }
 
+/* The overloads of f that the arguments' types fit: the result type (the
+ * join of all that fit), or no_match. Apart from check_call so that its
+ * buffers are not on the recursion's stack. */
+static __attribute__((noinline)) int resolve(checker *k, cel_node *n, const cel_func *f)
+{
+	const cel_type *args[16];
+	size_t nargs = 0;
+	if (n->call.target)
+		args[nargs++] = n->call.target->type;
+	for (size_t i = 0; i < n->call.nargs; i++)
+		args[nargs++] = n->call.args[i]->type;
+	size_t nsigs;
+	const cel_sig *sigs = cel_func_sigs(f, &nsigs);
+	if (!sigs)
+		return oom();
+	const cel_type *result = NULL;
+	for (size_t i = 0; i < nsigs; i++) {
+		const cel_sig *sig = &sigs[i];
+		if (sig->nargs != nargs)
+			continue;
+		binding bd = {{NULL, NULL}};
+		bool ok = true;
+		for (size_t a = 0; a < nargs && ok; a++)
+			ok = unify(sig->args[a], args[a], &bd);
+		if (!ok)
+			continue;
+		const cel_type *rt = subst(k->a, sig->ret, &bd);
+		result = result ? join(result, rt) : rt;
+	}
+	if (!result) {
+		if (k->strict)
+			return no_match(k, n, args, nargs);
+		result = &cel_t_dyn;
+	}
+	n->type = result;
+	return 0;
+}
+
 static int check_call(checker *k, cel_node *n)
 {
 	qualify(k, n);
@@ -424,11 +462,8 @@ static int check_call(checker *k, cel_node *n)
 		                    n->call.name);
 	n->call.fn = f;
 	size_t nargs = n->call.nargs + (n->call.target ? 1 : 0);
-	const cel_type *args[16];
-	if (nargs > 16) {
-		if (k->strict)
-			return cel_error_at(k->src, k->len, n->pos, "too many arguments to '%s'", n->call.name);
-	}
+	if (nargs > 16 && k->strict)
+		return cel_error_at(k->src, k->len, n->pos, "too many arguments to '%s'", n->call.name);
 	if (n->call.target)
 		SG_TRY(check(k, n->call.target));
 	for (size_t i = 0; i < n->call.nargs; i++)
@@ -437,55 +472,7 @@ static int check_call(checker *k, cel_node *n)
 		n->type = &cel_t_dyn;
 		return 0;
 	}
-	size_t j = 0;
-	if (n->call.target)
-		args[j++] = n->call.target->type;
-	for (size_t i = 0; i < n->call.nargs; i++)
-		args[j++] = n->call.args[i]->type;
-	/* Each overload: "t1,t2->ret". */
-	const cel_type *result = NULL;
-	bool matched = false;
-	for (const char *s = f->sigs; *s;) {
-		const char *end = strchr(s, ';');
-		size_t slen = end ? (size_t)(end - s) : strlen(s);
-		char sig[300];
-		if (slen >= sizeof(sig))
-			return sg_error_set(SG_EINTERNAL, "CEL signature too long");
-		memcpy(sig, s, slen);
-		sig[slen] = 0;
-		s += slen + (end ? 1 : 0);
-		char *arrow = strstr(sig, "->");
-		*arrow = 0;
-		binding bd = {{NULL, NULL}};
-		size_t count = 0, off = 0;
-		bool ok = true;
-		while (sig[off] && ok) {
-			size_t used;
-			const cel_type *pt = cel_type_parse(k->a, k->env, sig + off, &used);
-			if (!pt)
-				return sg_error_set(SG_EINTERNAL, "bad CEL signature for %s", f->name);
-			off += used;
-			if (sig[off] == ',')
-				off++;
-			ok = count < nargs && unify(pt, args[count], &bd);
-			count++;
-		}
-		if (!ok || count != nargs)
-			continue;
-		const cel_type *rt = cel_type_parse(k->a, k->env, arrow + 2, NULL);
-		if (!rt)
-			return sg_error_set(SG_EINTERNAL, "bad CEL signature for %s", f->name);
-		rt = subst(k->a, rt, &bd);
-		result = matched ? join(result, rt) : rt;
-		matched = true;
-	}
-	if (!matched) {
-		if (k->strict)
-			return no_match(k, n, args, nargs);
-		result = &cel_t_dyn;
-	}
-	n->type = result;
-	return 0;
+	return resolve(k, n, f);
 }
 
 static int check_list(checker *k, cel_node *n)

@@ -24,6 +24,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1561,4 +1562,67 @@ const cel_func *cel_func_find(const char *name, bool member, bool sa_lib)
 			return f;
 	}
 	return NULL;
+}
+
+/* ---- the overloads, parsed once ---- */
+
+#define NFUNCS (sizeof(funcs) / sizeof(funcs[0]))
+
+static cel_arena sig_arena; /* lives as long as the process */
+static cel_sig *sig_table[NFUNCS];
+static size_t sig_count[NFUNCS];
+static bool sig_failed;
+static pthread_once_t sig_once = PTHREAD_ONCE_INIT;
+
+static bool parse_sigs(size_t fi)
+{
+	const char *text = funcs[fi].sigs;
+	size_t n = 1;
+	for (const char *p = text; *p; p++)
+		n += *p == ';';
+	cel_sig *sigs = cel_alloc(&sig_arena, n * sizeof(*sigs));
+	if (!sigs)
+		return false;
+	memset(sigs, 0, n * sizeof(*sigs));
+	const char *p = text;
+	for (size_t i = 0; i < n; i++) {
+		/* "t1,t2->ret" */
+		while (strncmp(p, "->", 2) != 0) {
+			size_t used;
+			const cel_type *t = cel_type_parse(&sig_arena, NULL, p, &used);
+			if (!t || sigs[i].nargs == CEL_SIG_ARGS_MAX)
+				return false;
+			sigs[i].args[sigs[i].nargs++] = t;
+			p += used;
+			if (*p == ',')
+				p++;
+		}
+		size_t used;
+		sigs[i].ret = cel_type_parse(&sig_arena, NULL, p + 2, &used);
+		if (!sigs[i].ret)
+			return false;
+		p += 2 + used;
+		if (*p == ';')
+			p++;
+	}
+	sig_table[fi] = sigs;
+	sig_count[fi] = n;
+	return true;
+}
+
+static void parse_all_sigs(void)
+{
+	for (size_t i = 0; i < NFUNCS; i++)
+		if (!parse_sigs(i))
+			sig_failed = true;
+}
+
+const cel_sig *cel_func_sigs(const cel_func *f, size_t *n)
+{
+	pthread_once(&sig_once, parse_all_sigs);
+	size_t i = (size_t)(f - funcs);
+	if (sig_failed || i >= NFUNCS)
+		return NULL;
+	*n = sig_count[i];
+	return sig_table[i];
 }

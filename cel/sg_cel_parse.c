@@ -921,7 +921,7 @@ static int tree_depth(const cel_node *n, int d, int *max)
 		return 0;
 	if (d > *max)
 		*max = d;
-	if (d > 4 * SG_CEL_DEPTH_MAX)
+	if (d > SG_CEL_DEPTH_MAX)
 		return -1;
 	switch (n->kind) {
 	case N_SELECT:

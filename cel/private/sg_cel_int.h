@@ -269,6 +269,17 @@ struct cel_func {
 
 const cel_func *cel_func_find(const char *name, bool member, bool sa_lib);
 
+/* One overload of a function, its types parsed from the signature text. */
+#define CEL_SIG_ARGS_MAX 8
+typedef struct cel_sig {
+	const cel_type *args[CEL_SIG_ARGS_MAX];
+	size_t nargs;
+	const cel_type *ret;
+} cel_sig;
+/* f's overloads, parsed once for the process (thread-safe); NULL when
+ * memory ran out. Borrowed for the process's life. */
+const cel_sig *cel_func_sigs(const cel_func *f, size_t *n);
+
 /* The RE2 adapter (sg_cel_re2.cc). */
 #include "sg_cel_re2.h"
 

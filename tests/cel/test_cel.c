@@ -544,6 +544,56 @@ static void t_hostile(void)
 	sg_cel_env_free(env);
 }
 
+/* The deepest trees the parser accepts, compiled and evaluated on a
+ * thread with a 1 MiB stack (the header's promise). */
+static void *deep_work(void *arg)
+{
+	const char *expr = arg;
+	sg_cel_env *env = NULL;
+	sg_cel_program *p = NULL;
+	sg_cel_value *v = NULL;
+	int rc = sg_cel_env_new(&env);
+	if (rc == 0)
+		rc = sg_cel_compile(&p, env, expr, strlen(expr));
+	if (rc == 0)
+		rc = sg_cel_eval(&v, p, NULL, NULL);
+	sg_cel_value_free(v);
+	sg_cel_program_free(p);
+	sg_cel_env_free(env);
+	return (void *)(intptr_t)(rc == 0 ? 1 : 2);
+}
+
+static void t_deep_stack(void)
+{
+	/* E0 = 1, Ek = (E(k-1) + 1 + 1 ... + 1) with 60 operators: left-deep
+	 * chains, so the tree is 240 levels deep, near the parser's bound of
+	 * SG_CEL_DEPTH_MAX. */
+	size_t cap = 200000, k = 0;
+	char *s = malloc(cap);
+	SG_CHECK(s != NULL);
+	if (!s)
+		return;
+	for (int level = 0; level < 4; level++)
+		s[k++] = '(';
+	s[k++] = '1';
+	for (int level = 0; level < 4; level++) {
+		for (int i = 0; i < 60; i++)
+			k += (size_t)snprintf(s + k, cap - k, " + 1");
+		s[k++] = ')';
+	}
+	s[k] = 0;
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 1u << 20);
+	pthread_t t;
+	void *res = NULL;
+	SG_CHECK(pthread_create(&t, &attr, deep_work, s) == 0);
+	pthread_join(t, &res);
+	SG_CHECK(res == (void *)(intptr_t)1);
+	pthread_attr_destroy(&attr);
+	free(s);
+}
+
 static void t_activation_errors(void)
 {
 	sg_cel_env *env = approver();
@@ -582,4 +632,4 @@ static void t_activation_errors(void)
 SG_TEST_MAIN({"approver_compile", t_approver_compile}, {"approver_validate", t_approver_validate},
              {"service_account", t_service_account}, {"strings_extension", t_strings_extension},
              {"compile_errors", t_compile_errors}, {"json", t_json}, {"concurrent", t_concurrent},
-             {"hostile", t_hostile}, {"activation_errors", t_activation_errors})
+             {"hostile", t_hostile}, {"deep_stack", t_deep_stack}, {"activation_errors", t_activation_errors})
