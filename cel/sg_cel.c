@@ -173,7 +173,9 @@ int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr
 	/* The program's memory is bounded by the source's size. */
 	p->a.limit = 64 * (size_t)SG_CEL_SOURCE_BYTES_MAX + (8u << 20);
 	int rc = cel_parse(&p->root, &p->a, expr, len);
-	if (rc == 0)
+	if (rc < 0)
+		p->root = NULL; /* a partial tree: nothing in it to release */
+	else
 		rc = cel_check(p->root, &p->a, env, expr, len);
 	if (rc < 0) {
 		sg_cel_program_free(p);
@@ -188,6 +190,7 @@ void sg_cel_program_free(sg_cel_program *p)
 {
 	if (!p)
 		return;
+	cel_tree_release(p->root);
 	cel_arena_free(&p->a);
 	free(p);
 }

@@ -453,6 +453,55 @@ static __attribute__((noinline)) int resolve(checker *k, cel_node *n, const cel_
 	return 0;
 }
 
+/* matches() with a constant pattern: compiled here, once, so that a bad
+ * pattern is a compile error (as in cel-go, which compiles constant
+ * patterns when it plans a program) and evaluations share the result. */
+static __attribute__((noinline)) int precompile(checker *k, cel_node *n)
+{
+	cel_node *pat = n->call.target ? (n->call.nargs == 1 ? n->call.args[0] : NULL)
+	                               : (n->call.nargs == 2 ? n->call.args[1] : NULL);
+	if (!pat || pat->kind != N_LIT || pat->lit->kind != SG_CEL_STRING)
+		return 0;
+	if (pat->lit->s.n > SG_CEL_RE2_PATTERN_MAX)
+		return cel_error_at(k->src, k->len, pat->pos, "regular expression longer than %u bytes",
+		                    SG_CEL_RE2_PATTERN_MAX);
+	char why[200] = "";
+	n->call.re = sg_cel_re2_new(pat->lit->s.p, pat->lit->s.n, why, sizeof(why));
+	if (!n->call.re)
+		return cel_error_at(k->src, k->len, pat->pos, "invalid regular expression: %s", why);
+	return 0;
+}
+
+void cel_tree_release(cel_node *n)
+{
+	if (!n)
+		return;
+	switch (n->kind) {
+	case N_SELECT:
+		cel_tree_release(n->sel.operand);
+		return;
+	case N_CALL:
+		sg_cel_re2_free(n->call.re);
+		n->call.re = NULL;
+		cel_tree_release(n->call.target);
+		for (size_t i = 0; i < n->call.nargs; i++)
+			cel_tree_release(n->call.args[i]);
+		return;
+	case N_LIST:
+	case N_MAP:
+		for (size_t i = 0; i < n->list.n; i++)
+			cel_tree_release(n->list.items[i]);
+		return;
+	case N_COMP:
+		cel_tree_release(n->comp.range);
+		cel_tree_release(n->comp.pred);
+		cel_tree_release(n->comp.xform);
+		return;
+	default:
+		return;
+	}
+}
+
 static int check_call(checker *k, cel_node *n)
 {
 	qualify(k, n);
@@ -472,7 +521,10 @@ static int check_call(checker *k, cel_node *n)
 		n->type = &cel_t_dyn;
 		return 0;
 	}
-	return resolve(k, n, f);
+	SG_TRY(resolve(k, n, f));
+	if (f->impl && strcmp(f->name, "matches") == 0)
+		SG_TRY(precompile(k, n));
+	return 0;
 }
 
 static int check_list(checker *k, cel_node *n)

@@ -669,7 +669,8 @@ static cval f_matches(ARGS)
 	if (!cel_charge(c, tenth(a[0]->s.n) + a[1]->s.n))
 		return NULL;
 	char why[200];
-	int r = sg_cel_re2_search(a[1]->s.p, a[1]->s.n, a[0]->s.p, a[0]->s.n, why, sizeof(why));
+	int r = call->call.re ? sg_cel_re2_match(call->call.re, a[0]->s.p, a[0]->s.n)
+	                      : sg_cel_re2_search(a[1]->s.p, a[1]->s.n, a[0]->s.p, a[0]->s.n, why, sizeof(why));
 	if (r < 0)
 		return cel_err(c, "error parsing regexp: %s", why);
 	return cel_mk_bool(c, r == 1);

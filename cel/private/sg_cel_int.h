@@ -175,6 +175,7 @@ struct cel_node {
 			cel_node **args;
 			size_t nargs;
 			const cel_func *fn;
+			struct sg_cel_re2 *re; /* matches() with a constant pattern: compiled once */
 		} call;
 		struct {
 			cel_node **items;
@@ -192,6 +193,8 @@ struct cel_node {
 	};
 };
 
+/* Frees what a tree holds outside its arena (compiled patterns). */
+void cel_tree_release(cel_node *n);
 /* Parses src into a tree in a; SG_EINVAL with a positioned message. */
 int cel_parse(cel_node **out, cel_arena *a, const char *src, size_t len);
 /* Resolves names and checks types; SG_EINVAL with a positioned message. */

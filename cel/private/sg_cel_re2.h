@@ -20,6 +20,16 @@ extern "C" {
  * does not compile (err, err_cap bytes, gets RE2's reason). */
 int sg_cel_re2_search(const char *pattern, size_t plen, const char *text, size_t tlen, char *err, size_t err_cap);
 
+/* A compiled pattern, for a program's constant patterns: compiled once,
+ * then matched from any number of threads at once (RE2 objects are
+ * thread-safe for matching). NULL when the pattern does not compile (err
+ * gets the reason) or memory ran out. Freed with sg_cel_re2_free. */
+typedef struct sg_cel_re2 sg_cel_re2;
+sg_cel_re2 *sg_cel_re2_new(const char *pattern, size_t plen, char *err, size_t err_cap);
+/* 1 when text matches somewhere, 0 when not. */
+int sg_cel_re2_match(const sg_cel_re2 *re, const char *text, size_t tlen);
+void sg_cel_re2_free(sg_cel_re2 *re);
+
 #ifdef __cplusplus
 }
 #endif

@@ -312,6 +312,8 @@ static void t_compile_errors(void)
 	SG_CHECK_RC(sg_cel_compile(&p, env, "a.b.if", 6), SG_EINVAL);
 	SG_CHECK_RC(sg_cel_compile(&p, env, "if", 2), SG_EINVAL);
 	SG_CHECK_MSG("reserved identifier: if");
+	SG_CHECK_RC(sg_cel_compile(&p, env, "self.matches('a(b')", 19), SG_EINVAL);
+	SG_CHECK_MSG("1:14: invalid regular expression: missing ): a(b");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "9223372036854775808", 19), SG_EINVAL);
 	SG_CHECK_MSG("invalid int literal");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "\xff", 1), SG_EINVAL);
