@@ -472,6 +472,102 @@ static __attribute__((noinline)) int precompile(checker *k, cel_node *n)
 	return 0;
 }
 
+/* cel-go's string.format validator (ext/formatting_v2.go): a constant
+ * format string applied to a list literal is checked at compile time,
+ * each clause against its argument's type, and every argument must be
+ * used. Type sets per clause, as bits of enum cel_tkind. */
+#define TB(k) (1u << (k))
+static const struct {
+	char verb;
+	unsigned types;
+	const char *what;
+} format_clauses[] = {
+    {'s',
+     TB(T_LIST) | TB(T_MAP) | TB(T_INT) | TB(T_UINT) | TB(T_DOUBLE) | TB(T_BOOL) | TB(T_STRING) | TB(T_BYTES) |
+         TB(T_TYPE) | TB(T_NULL),
+     "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, types, durations, and "
+     "timestamps"},
+    {'d', TB(T_INT) | TB(T_UINT) | TB(T_DOUBLE), "decimal clause can only be used on ints, uints, and doubles"},
+    {'f', TB(T_INT) | TB(T_UINT) | TB(T_DOUBLE), "fixed-point clause can only be used on ints, uints, and doubles"},
+    {'e', TB(T_INT) | TB(T_UINT) | TB(T_DOUBLE), "scientific clause can only be used on ints, uints, and doubles"},
+    {'b', TB(T_BOOL) | TB(T_INT) | TB(T_UINT), "only ints, uints, and bools can be formatted as binary"},
+    {'x', TB(T_INT) | TB(T_UINT) | TB(T_STRING) | TB(T_BYTES),
+     "only ints, uints, bytes, and strings can be formatted as hex"},
+    {'X', TB(T_INT) | TB(T_UINT) | TB(T_STRING) | TB(T_BYTES),
+     "only ints, uints, bytes, and strings can be formatted as hex"},
+    {'o', TB(T_INT) | TB(T_UINT), "octal clause can only be used on ints and uints"},
+};
+
+/* %s of a list or map literal: its elements must be formattable too. */
+static const cel_node *bad_for_string(const cel_node *a)
+{
+	if (a->type->k != T_DYN && !(format_clauses[0].types & TB(a->type->k)))
+		return a;
+	if (a->kind == N_LIST || a->kind == N_MAP)
+		for (size_t i = 0; i < a->list.n; i++) {
+			const cel_node *bad = bad_for_string(a->list.items[i]);
+			if (bad)
+				return bad;
+		}
+	return NULL;
+}
+
+static __attribute__((noinline)) int check_format(checker *k, cel_node *n)
+{
+	cel_node *t = n->call.target, *l = n->call.nargs == 1 ? n->call.args[0] : NULL;
+	if (!t || t->kind != N_LIT || t->lit->kind != SG_CEL_STRING || !l || l->kind != N_LIST)
+		return 0;
+	const char *f = t->lit->s.p;
+	size_t len = t->lit->s.n, used = 0;
+	char buf[200];
+	for (size_t i = 0; i < len;) {
+		if (f[i] != '%') {
+			i++;
+			continue;
+		}
+		if (i + 1 < len && f[i + 1] == '%') {
+			i += 2;
+			continue;
+		}
+		if (i + 1 >= len)
+			return cel_error_at(k->src, k->len, n->pos, "unexpected end of string");
+		if (used >= l->list.n)
+			return cel_error_at(k->src, k->len, n->pos, "index %zu out of range", used);
+		i++;
+		if (f[i] == '.') {
+			size_t start = ++i;
+			long prec = 0;
+			while (i < len && f[i] >= '0' && f[i] <= '9')
+				prec = prec < 1000 ? prec * 10 + (f[i++] - '0') : (i++, prec);
+			if (i >= len || i == start || prec > 100)
+				return cel_error_at(k->src, k->len, n->pos,
+				                    "could not parse formatting clause: error while parsing precision");
+		}
+		size_t c = 0;
+		while (c < sizeof(format_clauses) / sizeof(format_clauses[0]) && format_clauses[c].verb != f[i])
+			c++;
+		if (c == sizeof(format_clauses) / sizeof(format_clauses[0]))
+			return cel_error_at(k->src, k->len, n->pos,
+			                    "could not parse formatting clause: unrecognized formatting clause \"%c\"",
+			                    f[i]);
+		i++;
+		const cel_node *arg = l->list.items[used++];
+		const cel_node *bad = NULL;
+		if (c == 0)
+			bad = bad_for_string(arg);
+		else if (arg->type->k != T_DYN && !(format_clauses[c].types & TB(arg->type->k)))
+			bad = arg;
+		if (bad)
+			return cel_error_at(k->src, k->len, bad->pos, "error during formatting: %s, was given %s",
+			                    format_clauses[c].what, tstr(bad->type, buf, sizeof(buf)));
+	}
+	if (l->list.n > used)
+		return cel_error_at(k->src, k->len, n->pos,
+		                    "too many arguments supplied to string.format (expected %zu, got %zu)", used,
+		                    l->list.n);
+	return 0;
+}
+
 void cel_tree_release(cel_node *n)
 {
 	if (!n)
@@ -524,6 +620,8 @@ static int check_call(checker *k, cel_node *n)
 	SG_TRY(resolve(k, n, f));
 	if (f->impl && strcmp(f->name, "matches") == 0)
 		SG_TRY(precompile(k, n));
+	if (f->impl && k->strict && strcmp(f->name, "format") == 0)
+		SG_TRY(check_format(k, n));
 	return 0;
 }
 

@@ -290,8 +290,17 @@ static void t_strings_extension(void)
 	check_string("'abc'.replace('', '_')", "_a_b_c_");
 	check_string("'©αT'.reverse() + 'taco©αT'.substring(4, 6) + 'taco©αT'.charAt(5)", "Tα©©αα");
 	check_error("'tacocat'.substring(-1)", "index out of range: -1");
-	check_error("'%z'.format([1])", "unrecognized formatting clause");
-	check_error("'%d'.format(['x'])", "decimal clause can only be used on ints, uints, and doubles");
+	/* A constant format applied to a list literal is checked when compiled
+	 * (cel-go's format validator); otherwise when evaluated. */
+	check_error("'%z'.format([1])", "unrecognized formatting clause \"z\"");
+	check_error("'%d'.format(['x'])",
+	            "1:14: error during formatting: decimal clause can only be used on ints, uints, and doubles, "
+	            "was given string");
+	check_error("'%s %s'.format([1])", "index 1 out of range");
+	check_error("'%s'.format([1, 2])", "too many arguments supplied to string.format (expected 1, got 2)");
+	check_error("'%s'.format([[1, cr]])", "string clause can only be used on");
+	check_error("'%d'.format([dyn('x')])", "evaluation error: error during formatting: decimal clause");
+	check_error("(self + '%s %s').format([1])", "evaluation error: index 1 out of range");
 }
 
 static void t_compile_errors(void)
