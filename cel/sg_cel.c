@@ -31,7 +31,7 @@
 
 /* ---- environments ---- */
 
-int cel_env_var(const sg_cel_env *env, const char *name, size_t n)
+int sg_cel_env_var(const sg_cel_env *env, const char *name, size_t n)
 {
 	for (size_t i = 0; i < env->nvars; i++)
 		if (strlen(env->var_names[i]) == n && memcmp(env->var_names[i], name, n) == 0)
@@ -39,7 +39,7 @@ int cel_env_var(const sg_cel_env *env, const char *name, size_t n)
 	return -1;
 }
 
-const cel_objtype *cel_env_obj(const sg_cel_env *env, const char *name, size_t n)
+const sg_cel_objtype *sg_cel_env_obj(const sg_cel_env *env, const char *name, size_t n)
 {
 	for (size_t i = 0; i < env->nobjs; i++)
 		if (strlen(env->objs[i]->name) == n && memcmp(env->objs[i]->name, name, n) == 0)
@@ -58,7 +58,7 @@ void sg_cel_env_free(sg_cel_env *env)
 {
 	if (!env)
 		return;
-	cel_arena_free(&env->a);
+	sg_cel_arena_free(&env->a);
 	free(env);
 }
 
@@ -83,10 +83,10 @@ static bool valid_name(const char *s)
 	return true;
 }
 
-static const cel_type *parse_decl_type(sg_cel_env *env, const char *type)
+static const sg_cel_type *parse_decl_type(sg_cel_env *env, const char *type)
 {
 	size_t used = 0;
-	const cel_type *t = type ? cel_type_parse(&env->a, env, type, &used) : NULL;
+	const sg_cel_type *t = type ? sg_cel_type_parse(&env->a, env, type, &used) : NULL;
 	return t && type[used] == 0 ? t : NULL;
 }
 
@@ -94,12 +94,12 @@ int sg_cel_env_add_object(sg_cel_env *env, const char *name, const char *const *
                           const char *const *field_types, size_t nfields)
 {
 	SG_ENSURE(valid_name(name), SG_EINVAL, "CEL object type name '%s' is not a name", name ? name : "");
-	SG_ENSURE(!cel_env_obj(env, name, strlen(name)), SG_EINVAL, "CEL object type '%s' declared twice", name);
-	SG_ENSURE(env->nobjs < CEL_OBJTYPES_MAX && nfields <= 64, SG_EINVAL, "too many CEL object types or fields");
-	cel_objtype *o = cel_alloc(&env->a, sizeof(*o));
-	const char **names = cel_alloc(&env->a, (nfields + 1) * sizeof(*names));
-	const cel_type **types = cel_alloc(&env->a, (nfields + 1) * sizeof(*types));
-	const char *oname = cel_strndup(&env->a, name, strlen(name));
+	SG_ENSURE(!sg_cel_env_obj(env, name, strlen(name)), SG_EINVAL, "CEL object type '%s' declared twice", name);
+	SG_ENSURE(env->nobjs < SG_CEL_OBJTYPES_MAX && nfields <= 64, SG_EINVAL, "too many CEL object types or fields");
+	sg_cel_objtype *o = sg_cel_alloc(&env->a, sizeof(*o));
+	const char **names = sg_cel_alloc(&env->a, (nfields + 1) * sizeof(*names));
+	const sg_cel_type **types = sg_cel_alloc(&env->a, (nfields + 1) * sizeof(*types));
+	const char *oname = sg_cel_strndup(&env->a, name, strlen(name));
 	SG_ENSURE(o && names && types && oname, SG_EINTERNAL, "out of memory for a CEL object type");
 	for (size_t i = 0; i < nfields; i++) {
 		SG_ENSURE(valid_name(field_names[i]) && !strchr(field_names[i], '.'), SG_EINVAL,
@@ -107,10 +107,10 @@ int sg_cel_env_add_object(sg_cel_env *env, const char *name, const char *const *
 		types[i] = parse_decl_type(env, field_types[i]);
 		SG_ENSURE(types[i], SG_EINVAL, "CEL field %s: '%s' is not a type", field_names[i],
 		          field_types[i] ? field_types[i] : "");
-		names[i] = cel_strndup(&env->a, field_names[i], strlen(field_names[i]));
+		names[i] = sg_cel_strndup(&env->a, field_names[i], strlen(field_names[i]));
 		SG_ENSURE(names[i], SG_EINTERNAL, "out of memory for a CEL object type");
 	}
-	*o = (cel_objtype){.name = oname, .fields = names, .types = types, .n = nfields};
+	*o = (sg_cel_objtype){.name = oname, .fields = names, .types = types, .n = nfields};
 	env->objs[env->nobjs++] = o;
 	return 0;
 }
@@ -118,11 +118,11 @@ int sg_cel_env_add_object(sg_cel_env *env, const char *name, const char *const *
 int sg_cel_env_add_var(sg_cel_env *env, const char *name, const char *type)
 {
 	SG_ENSURE(valid_name(name), SG_EINVAL, "CEL variable name '%s' is not a name", name ? name : "");
-	SG_ENSURE(cel_env_var(env, name, strlen(name)) < 0, SG_EINVAL, "CEL variable '%s' declared twice", name);
-	SG_ENSURE(env->nvars < CEL_VARS_MAX, SG_EINVAL, "too many CEL variables");
-	const cel_type *t = parse_decl_type(env, type);
+	SG_ENSURE(sg_cel_env_var(env, name, strlen(name)) < 0, SG_EINVAL, "CEL variable '%s' declared twice", name);
+	SG_ENSURE(env->nvars < SG_CEL_VARS_MAX, SG_EINVAL, "too many CEL variables");
+	const sg_cel_type *t = parse_decl_type(env, type);
 	SG_ENSURE(t, SG_EINVAL, "CEL variable %s: '%s' is not a type", name, type ? type : "");
-	const char *n = cel_strndup(&env->a, name, strlen(name));
+	const char *n = sg_cel_strndup(&env->a, name, strlen(name));
 	SG_ENSURE(n, SG_EINTERNAL, "out of memory for a CEL variable");
 	env->var_names[env->nvars] = n;
 	env->var_types[env->nvars++] = t;
@@ -136,11 +136,11 @@ int sg_cel_env_new_approver(sg_cel_env **out)
 	sg_cel_env *env;
 	SG_TRY(sg_cel_env_new(&env));
 	env->sa_lib = true;
-	int rc = sg_cel_env_add_object(env, CEL_CR_TYPE, fields, types, 4);
+	int rc = sg_cel_env_add_object(env, SG_CEL_CR_TYPE, fields, types, 4);
 	if (rc == 0)
 		rc = sg_cel_env_add_var(env, "self", "string");
 	if (rc == 0)
-		rc = sg_cel_env_add_var(env, "cr", CEL_CR_TYPE);
+		rc = sg_cel_env_add_var(env, "cr", SG_CEL_CR_TYPE);
 	if (rc < 0) {
 		sg_cel_env_free(env);
 		*out = NULL;
@@ -153,9 +153,9 @@ int sg_cel_env_new_approver(sg_cel_env **out)
 /* ---- programs ---- */
 
 struct sg_cel_program {
-	cel_arena a;
+	sg_cel_arena a;
 	const sg_cel_env *env;
-	cel_node *root;
+	sg_cel_node *root;
 	char type[256];
 };
 
@@ -163,7 +163,7 @@ int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr
 {
 	*out = NULL;
 	/* The byte bound first, so that counting is bounded too. */
-	size_t points = len <= SG_CEL_SOURCE_BYTES_MAX ? cel_utf8_count(expr, len) : len;
+	size_t points = len <= SG_CEL_SOURCE_BYTES_MAX ? sg_cel_utf8_count(expr, len) : len;
 	SG_ENSURE(points <= SG_CEL_SOURCE_MAX, SG_EINVAL,
 	          "ERROR: <input>: expression code point size exceeds limit: size: %zu, limit %u", points,
 	          SG_CEL_SOURCE_MAX);
@@ -172,16 +172,16 @@ int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr
 	p->env = env;
 	/* The program's memory is bounded by the source's size. */
 	p->a.limit = 64 * (size_t)SG_CEL_SOURCE_BYTES_MAX + (8u << 20);
-	int rc = cel_parse(&p->root, &p->a, expr, len);
+	int rc = sg_cel_parse(&p->root, &p->a, expr, len);
 	if (rc < 0)
 		p->root = NULL; /* a partial tree: nothing in it to release */
 	else
-		rc = cel_check(p->root, &p->a, env, expr, len);
+		rc = sg_cel_check(p->root, &p->a, env, expr, len);
 	if (rc < 0) {
 		sg_cel_program_free(p);
 		return rc;
 	}
-	cel_type_str(p->root->type, p->type, sizeof(p->type));
+	sg_cel_type_str(p->root->type, p->type, sizeof(p->type));
 	*out = p;
 	return 0;
 }
@@ -190,8 +190,8 @@ void sg_cel_program_free(sg_cel_program *p)
 {
 	if (!p)
 		return;
-	cel_tree_release(p->root);
-	cel_arena_free(&p->a);
+	sg_cel_tree_release(p->root);
+	sg_cel_arena_free(&p->a);
 	free(p);
 }
 
@@ -210,10 +210,10 @@ int sg_cel_activation_new(sg_cel_activation **out, const sg_cel_env *env)
 	(*out)->a.limit = SG_CEL_MEMORY_MAX;
 	/* Object variables start as objects with every field unset. */
 	for (size_t i = 0; i < env->nvars; i++) {
-		const cel_type *t = env->var_types[i];
+		const sg_cel_type *t = env->var_types[i];
 		if (t->k != T_OBJ || !t->obj)
 			continue;
-		sg_cel_value *o = cel_new_value(&(*out)->a, SG_CEL_OBJECT);
+		sg_cel_value *o = sg_cel_new_value(&(*out)->a, SG_CEL_OBJECT);
 		if (!o) {
 			sg_cel_activation_free(*out);
 			*out = NULL;
@@ -229,13 +229,13 @@ void sg_cel_activation_free(sg_cel_activation *a)
 {
 	if (!a)
 		return;
-	cel_arena_free(&a->a);
+	sg_cel_arena_free(&a->a);
 	free(a);
 }
 
 static int var_of(const sg_cel_activation *a, const char *name, uint8_t want)
 {
-	int i = cel_env_var(a->env, name, strlen(name));
+	int i = sg_cel_env_var(a->env, name, strlen(name));
 	SG_ENSURE(i >= 0, SG_EINVAL, "CEL variable '%s' is not declared", name);
 	uint8_t k = a->env->var_types[i]->k;
 	SG_ENSURE(k == want || k == T_DYN, SG_EINVAL, "CEL variable '%s' has another type", name);
@@ -245,9 +245,9 @@ static int var_of(const sg_cel_activation *a, const char *name, uint8_t want)
 static int new_text(sg_cel_activation *a, const char *s, size_t n, cval *out)
 {
 	SG_ENSURE(n <= SG_CEL_STRING_MAX, SG_EINVAL, "CEL string value longer than %u bytes", SG_CEL_STRING_MAX);
-	SG_ENSURE(cel_utf8_valid(s, n), SG_EINVAL, "CEL string value is not valid UTF-8");
-	sg_cel_value *v = cel_new_value(&a->a, SG_CEL_STRING);
-	char *p = cel_strndup(&a->a, s, n);
+	SG_ENSURE(sg_cel_utf8_valid(s, n), SG_EINVAL, "CEL string value is not valid UTF-8");
+	sg_cel_value *v = sg_cel_new_value(&a->a, SG_CEL_STRING);
+	char *p = sg_cel_strndup(&a->a, s, n);
 	SG_ENSURE(v && p, SG_EINTERNAL, "out of memory for a CEL value");
 	v->s.p = p;
 	v->s.n = n;
@@ -266,7 +266,7 @@ int sg_cel_bind_int(sg_cel_activation *a, const char *name, int64_t v)
 {
 	int i;
 	SG_TRY(i = var_of(a, name, T_INT));
-	sg_cel_value *x = cel_new_value(&a->a, SG_CEL_INT);
+	sg_cel_value *x = sg_cel_new_value(&a->a, SG_CEL_INT);
 	SG_ENSURE(x, SG_EINTERNAL, "out of memory for a CEL value");
 	x->i = v;
 	a->vals[i] = x;
@@ -277,7 +277,7 @@ int sg_cel_bind_bool(sg_cel_activation *a, const char *name, bool v)
 {
 	int i;
 	SG_TRY(i = var_of(a, name, T_BOOL));
-	sg_cel_value *x = cel_new_value(&a->a, SG_CEL_BOOL);
+	sg_cel_value *x = sg_cel_new_value(&a->a, SG_CEL_BOOL);
 	SG_ENSURE(x, SG_EINTERNAL, "out of memory for a CEL value");
 	x->b = v;
 	a->vals[i] = x;
@@ -291,7 +291,7 @@ static int object_field(sg_cel_activation *a, const char *name, const char *fiel
 {
 	int i;
 	SG_TRY(i = var_of(a, name, T_OBJ));
-	const cel_type *t = a->env->var_types[i];
+	const sg_cel_type *t = a->env->var_types[i];
 	SG_ENSURE(t->obj, SG_EINVAL, "CEL variable '%s' is not an object with fields", name);
 	size_t f = 0;
 	for (; f < t->obj->n; f++)
@@ -301,10 +301,10 @@ static int object_field(sg_cel_activation *a, const char *name, const char *fiel
 	SG_ENSURE(t->obj->types[f]->k == want, SG_EINVAL, "CEL field %s.%s has another type", name, field);
 	cval old = a->vals[i];
 	size_t n = old ? old->map.n : 0;
-	sg_cel_value *o = cel_new_value(&a->a, SG_CEL_OBJECT);
-	const sg_cel_value **k = cel_alloc(&a->a, (n + 1) * sizeof(*k));
-	const sg_cel_value **v = cel_alloc(&a->a, (n + 1) * sizeof(*v));
-	sg_cel_value *key = cel_new_value(&a->a, SG_CEL_STRING);
+	sg_cel_value *o = sg_cel_new_value(&a->a, SG_CEL_OBJECT);
+	const sg_cel_value **k = sg_cel_alloc(&a->a, (n + 1) * sizeof(*k));
+	const sg_cel_value **v = sg_cel_alloc(&a->a, (n + 1) * sizeof(*v));
+	sg_cel_value *key = sg_cel_new_value(&a->a, SG_CEL_STRING);
 	SG_ENSURE(o && k && v && key, SG_EINTERNAL, "out of memory for a CEL value");
 	key->s.p = t->obj->fields[f];
 	key->s.n = strlen(key->s.p);
@@ -335,8 +335,8 @@ int sg_cel_bind_object_strings(sg_cel_activation *a, const char *name, const cha
                                const size_t *lens, size_t n)
 {
 	SG_ENSURE(n <= SG_CEL_LIST_MAX, SG_EINVAL, "CEL list value longer than %u items", SG_CEL_LIST_MAX);
-	const sg_cel_value **v = cel_alloc(&a->a, (n ? n : 1) * sizeof(*v));
-	sg_cel_value *l = cel_new_value(&a->a, SG_CEL_LIST);
+	const sg_cel_value **v = sg_cel_alloc(&a->a, (n ? n : 1) * sizeof(*v));
+	sg_cel_value *l = sg_cel_new_value(&a->a, SG_CEL_LIST);
 	SG_ENSURE(v && l, SG_EINTERNAL, "out of memory for a CEL value");
 	for (size_t i = 0; i < n; i++)
 		SG_TRY(new_text(a, items[i], lens[i], &v[i]));
@@ -347,7 +347,7 @@ int sg_cel_bind_object_strings(sg_cel_activation *a, const char *name, const cha
 
 /* ---- evaluation ---- */
 
-bool cel_charge(cel_ctx *c, uint64_t units)
+bool sg_cel_charge(sg_cel_ctx *c, uint64_t units)
 {
 	c->cost += units;
 	if (c->cost > c->cost_max) {
@@ -359,15 +359,15 @@ bool cel_charge(cel_ctx *c, uint64_t units)
 	return true;
 }
 
-static cval eval(cel_ctx *c, const cel_node *n);
+static cval eval(sg_cel_ctx *c, const sg_cel_node *n);
 
-bool cel_eq(cel_ctx *c, cval a, cval b)
+bool sg_cel_eq(sg_cel_ctx *c, cval a, cval b)
 {
 	uint64_t left = c->cost < c->cost_max ? c->cost_max - c->cost : 0;
 	uint64_t budget = left > UINT64_MAX / 16 ? UINT64_MAX : left * 10 + 10, start = budget;
-	int r = cel_equal_within(a, b, &budget);
-	if (!cel_charge(c, (start - budget) / 10) || r < 0) {
-		cel_charge(c, c->cost_max + 1);
+	int r = sg_cel_equal_within(a, b, &budget);
+	if (!sg_cel_charge(c, (start - budget) / 10) || r < 0) {
+		sg_cel_charge(c, c->cost_max + 1);
 		return false;
 	}
 	return r == 1;
@@ -376,7 +376,7 @@ bool cel_eq(cel_ctx *c, cval a, cval b)
 #define STOP(c) ((c)->stop)
 
 /* A field's default: what an unset field of an object reads as. */
-static cval field_default(cel_ctx *c, const cel_type *t)
+static cval field_default(sg_cel_ctx *c, const sg_cel_type *t)
 {
 	static const sg_cel_value empty_string = {.kind = SG_CEL_STRING, .s = {"", 0}};
 	static const sg_cel_value empty_bytes = {.kind = SG_CEL_BYTES, .s = {"", 0}};
@@ -398,7 +398,7 @@ static cval field_default(cel_ctx *c, const cel_type *t)
 	case T_DOUBLE:
 		return &dzero;
 	case T_BOOL:
-		return cel_mk_bool(c, false);
+		return sg_cel_mk_bool(c, false);
 	case T_LIST:
 		return &empty_list;
 	case T_MAP:
@@ -433,37 +433,37 @@ static bool is_default(cval v)
 	}
 }
 
-static cval eval_select(cel_ctx *c, const cel_node *n)
+static cval eval_select(sg_cel_ctx *c, const sg_cel_node *n)
 {
 	cval o = eval(c, n->sel.operand);
-	if (STOP(c) || o->kind == CEL_ERR)
+	if (STOP(c) || o->kind == SG_CEL_ERR)
 		return o;
 	const char *f = n->sel.field;
 	size_t fl = strlen(f);
 	if (o->kind == SG_CEL_MAP) {
-		cval v = cel_map_find_str(o, f, fl);
+		cval v = sg_cel_map_find_str(o, f, fl);
 		if (n->sel.test)
-			return cel_mk_bool(c, v != NULL);
-		return v ? v : cel_err(c, "no such key: %s", f);
+			return sg_cel_mk_bool(c, v != NULL);
+		return v ? v : sg_cel_err(c, "no such key: %s", f);
 	}
 	if (o->kind == SG_CEL_OBJECT) {
-		const cel_objtype *t = cel_env_obj(c->env, o->map.type, strlen(o->map.type));
+		const sg_cel_objtype *t = sg_cel_env_obj(c->env, o->map.type, strlen(o->map.type));
 		size_t i = 0;
 		for (; t && i < t->n; i++)
 			if (strcmp(t->fields[i], f) == 0)
 				break;
 		if (!t || i == t->n)
-			return cel_err(c, "no such field: %s", f);
-		cval v = cel_map_find_str(o, f, fl);
+			return sg_cel_err(c, "no such field: %s", f);
+		cval v = sg_cel_map_find_str(o, f, fl);
 		if (n->sel.test)
-			return cel_mk_bool(c, v && !is_default(v));
+			return sg_cel_mk_bool(c, v && !is_default(v));
 		return v ? v : field_default(c, t->types[i]);
 	}
-	return cel_err(c, "type '%s' does not support field selection", cel_kind_name(o));
+	return sg_cel_err(c, "type '%s' does not support field selection", sg_cel_kind_name(o));
 }
 
 /* && and ||: the deciding value on either side wins over an error. */
-static cval eval_logic(cel_ctx *c, const cel_node *n, bool is_and)
+static cval eval_logic(sg_cel_ctx *c, const sg_cel_node *n, bool is_and)
 {
 	cval l = eval(c, n->call.args[0]);
 	if (STOP(c))
@@ -475,33 +475,33 @@ static cval eval_logic(cel_ctx *c, const cel_node *n, bool is_and)
 		return r;
 	if (r->kind == SG_CEL_BOOL && r->b != is_and)
 		return r;
-	if (l->kind == CEL_ERR)
+	if (l->kind == SG_CEL_ERR)
 		return l;
-	if (r->kind == CEL_ERR)
+	if (r->kind == SG_CEL_ERR)
 		return r;
 	if (l->kind == SG_CEL_BOOL && r->kind == SG_CEL_BOOL)
 		return r;
 	cval args[2] = {l, r};
-	return cel_no_overload(c, is_and ? "_&&_" : "_||_", args, 2);
+	return sg_cel_no_overload(c, is_and ? "_&&_" : "_||_", args, 2);
 }
 
-static cval eval_cond(cel_ctx *c, const cel_node *n)
+static cval eval_cond(sg_cel_ctx *c, const sg_cel_node *n)
 {
 	cval t = eval(c, n->call.args[0]);
-	if (STOP(c) || t->kind == CEL_ERR)
+	if (STOP(c) || t->kind == SG_CEL_ERR)
 		return t;
 	if (t->kind != SG_CEL_BOOL)
-		return cel_no_overload(c, "_?_:_", &t, 1);
+		return sg_cel_no_overload(c, "_?_:_", &t, 1);
 	return eval(c, n->call.args[t->b ? 1 : 2]);
 }
 
-static cval eval_call(cel_ctx *c, const cel_node *n)
+static cval eval_call(sg_cel_ctx *c, const sg_cel_node *n)
 {
-	const cel_func *f = n->call.fn;
-	if (!cel_charge(c, 1))
+	const sg_cel_func *f = n->call.fn;
+	if (!sg_cel_charge(c, 1))
 		return NULL;
 	if (!f) /* unchecked: a function no library declares */
-		return cel_err(c, "no matching overload for '%s'", n->call.name);
+		return sg_cel_err(c, "no matching overload for '%s'", n->call.name);
 	if (!f->impl) {
 		if (n->call.nargs == 3)
 			return eval_cond(c, n);
@@ -510,7 +510,7 @@ static cval eval_call(cel_ctx *c, const cel_node *n)
 	cval args[17];
 	size_t nargs = 0;
 	if (n->call.nargs + (n->call.target != NULL) > 16)
-		return cel_err(c, "too many arguments to '%s'", n->call.name);
+		return sg_cel_err(c, "too many arguments to '%s'", n->call.name);
 	if (n->call.target)
 		args[nargs++] = eval(c, n->call.target);
 	for (size_t i = 0; i < n->call.nargs; i++) {
@@ -521,26 +521,26 @@ static cval eval_call(cel_ctx *c, const cel_node *n)
 	if (STOP(c))
 		return NULL;
 	for (size_t i = 0; i < nargs; i++)
-		if (args[i]->kind == CEL_ERR)
+		if (args[i]->kind == SG_CEL_ERR)
 			return args[i];
 	return f->impl(c, args, nargs, n);
 }
 
-static cval eval_list(cel_ctx *c, const cel_node *n)
+static cval eval_list(sg_cel_ctx *c, const sg_cel_node *n)
 {
-	if (!cel_charge(c, 10))
+	if (!sg_cel_charge(c, 10))
 		return NULL;
-	const sg_cel_value **items = cel_alloc(c->a, (n->list.n ? n->list.n : 1) * sizeof(*items));
+	const sg_cel_value **items = sg_cel_alloc(c->a, (n->list.n ? n->list.n : 1) * sizeof(*items));
 	if (!items) {
 		c->stop = true;
 		return NULL;
 	}
 	for (size_t i = 0; i < n->list.n; i++) {
 		items[i] = eval(c, n->list.items[i]);
-		if (STOP(c) || items[i]->kind == CEL_ERR)
+		if (STOP(c) || items[i]->kind == SG_CEL_ERR)
 			return items[i];
 	}
-	return cel_mk_list(c, items, n->list.n);
+	return sg_cel_mk_list(c, items, n->list.n);
 }
 
 static bool key_kind(cval k)
@@ -548,33 +548,33 @@ static bool key_kind(cval k)
 	return k->kind == SG_CEL_INT || k->kind == SG_CEL_UINT || k->kind == SG_CEL_BOOL || k->kind == SG_CEL_STRING;
 }
 
-static cval eval_map(cel_ctx *c, const cel_node *n)
+static cval eval_map(sg_cel_ctx *c, const sg_cel_node *n)
 {
 	size_t m = n->list.n / 2;
-	if (!cel_charge(c, 30))
+	if (!sg_cel_charge(c, 30))
 		return NULL;
-	const sg_cel_value **k = cel_alloc(c->a, (m ? m : 1) * sizeof(*k));
-	const sg_cel_value **v = cel_alloc(c->a, (m ? m : 1) * sizeof(*v));
-	sg_cel_value *out = cel_new_value(c->a, SG_CEL_MAP);
+	const sg_cel_value **k = sg_cel_alloc(c->a, (m ? m : 1) * sizeof(*k));
+	const sg_cel_value **v = sg_cel_alloc(c->a, (m ? m : 1) * sizeof(*v));
+	sg_cel_value *out = sg_cel_new_value(c->a, SG_CEL_MAP);
 	if (!k || !v || !out) {
 		c->stop = true;
 		return NULL;
 	}
 	for (size_t i = 0; i < m; i++) {
 		k[i] = eval(c, n->list.items[2 * i]);
-		if (STOP(c) || k[i]->kind == CEL_ERR)
+		if (STOP(c) || k[i]->kind == SG_CEL_ERR)
 			return k[i];
 		v[i] = eval(c, n->list.items[2 * i + 1]);
-		if (STOP(c) || v[i]->kind == CEL_ERR)
+		if (STOP(c) || v[i]->kind == SG_CEL_ERR)
 			return v[i];
 		if (!key_kind(k[i]))
-			return cel_err(c, "unsupported key type: %s", cel_kind_name(k[i]));
+			return sg_cel_err(c, "unsupported key type: %s", sg_cel_kind_name(k[i]));
 		/* Duplicate keys are an error; the check costs a unit per pair. */
-		if (!cel_charge(c, i / 10))
+		if (!sg_cel_charge(c, i / 10))
 			return NULL;
 		for (size_t j = 0; j < i; j++)
-			if (cel_equal(k[j], k[i]))
-				return cel_err(c, "Failed with repeated key");
+			if (sg_cel_equal(k[j], k[i]))
+				return sg_cel_err(c, "Failed with repeated key");
 	}
 	out->map.k = k;
 	out->map.v = v;
@@ -582,11 +582,11 @@ static cval eval_map(cel_ctx *c, const cel_node *n)
 	return out;
 }
 
-static bool push_local(cel_ctx *c, cval v)
+static bool push_local(sg_cel_ctx *c, cval v)
 {
 	if (c->nlocals == c->locals_cap) {
 		size_t cap = c->locals_cap ? 2 * c->locals_cap : 16;
-		cval *bigger = cel_alloc(c->a, cap * sizeof(*bigger));
+		cval *bigger = sg_cel_alloc(c->a, cap * sizeof(*bigger));
 		if (!bigger) {
 			c->stop = true;
 			return false;
@@ -602,14 +602,14 @@ static bool push_local(cel_ctx *c, cval v)
 
 /* One step's outcome for the macro, given the predicate's value p (NULL
  * when the macro has none): sets *result to end the loop early. */
-static void comp_step(cel_ctx *c, const cel_node *n, cval p, cval key, cval elem, cval *result, cval *err,
+static void comp_step(sg_cel_ctx *c, const sg_cel_node *n, cval p, cval key, cval elem, cval *result, cval *err,
                       size_t *ntrue, const sg_cel_value **out, const sg_cel_value **out_keys, size_t *nout)
 {
 	uint8_t m = n->comp.macro;
 	switch (m) {
 	case M_ALL:
 	case M_EXISTS:
-		if (p->kind == CEL_ERR) {
+		if (p->kind == SG_CEL_ERR) {
 			if (!*err)
 				*err = p;
 		} else if (p->b == (m == M_EXISTS)) {
@@ -617,19 +617,19 @@ static void comp_step(cel_ctx *c, const cel_node *n, cval p, cval key, cval elem
 		}
 		return;
 	case M_EXISTS_ONE:
-		if (p->kind == CEL_ERR)
+		if (p->kind == SG_CEL_ERR)
 			*result = p;
 		else
 			*ntrue += p->b;
 		return;
 	case M_FILTER:
-		if (p->kind == CEL_ERR)
+		if (p->kind == SG_CEL_ERR)
 			*result = p;
 		else if (p->b)
 			out[(*nout)++] = elem;
 		return;
 	default: /* M_MAP, M_MAP_FILTER, M_TLIST, M_TMAP */
-		if (p && p->kind == CEL_ERR) {
+		if (p && p->kind == SG_CEL_ERR) {
 			*result = p;
 			return;
 		}
@@ -637,7 +637,7 @@ static void comp_step(cel_ctx *c, const cel_node *n, cval p, cval key, cval elem
 			cval x = eval(c, n->comp.xform);
 			if (STOP(c))
 				return;
-			if (x->kind == CEL_ERR) {
+			if (x->kind == SG_CEL_ERR) {
 				*result = x;
 				return;
 			}
@@ -649,14 +649,14 @@ static void comp_step(cel_ctx *c, const cel_node *n, cval p, cval key, cval elem
 
 /* The comprehension macros over a list's elements (and indexes) or a
  * map's keys (and values). */
-static cval eval_comp(cel_ctx *c, const cel_node *n)
+static cval eval_comp(sg_cel_ctx *c, const sg_cel_node *n)
 {
 	cval r = eval(c, n->comp.range);
-	if (STOP(c) || r->kind == CEL_ERR)
+	if (STOP(c) || r->kind == SG_CEL_ERR)
 		return r;
 	bool list = r->kind == SG_CEL_LIST;
 	if (!list && r->kind != SG_CEL_MAP)
-		return cel_err(c, "expression of type '%s' cannot be range of a comprehension", cel_kind_name(r));
+		return sg_cel_err(c, "expression of type '%s' cannot be range of a comprehension", sg_cel_kind_name(r));
 	const sg_cel_value *const *elems = list ? r->list.v : r->map.k;
 	size_t count = list ? r->list.n : r->map.n;
 	bool two = n->comp.var2 != NULL;
@@ -665,8 +665,8 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 	size_t nout = 0, ntrue = 0;
 	cval err = NULL, result = NULL;
 	if (m >= M_MAP) {
-		out = cel_alloc(c->a, (count ? count : 1) * sizeof(*out));
-		out_keys = cel_alloc(c->a, (count ? count : 1) * sizeof(*out_keys));
+		out = sg_cel_alloc(c->a, (count ? count : 1) * sizeof(*out));
+		out_keys = sg_cel_alloc(c->a, (count ? count : 1) * sizeof(*out_keys));
 		if (!out || !out_keys) {
 			c->stop = true;
 			return NULL;
@@ -676,11 +676,11 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 		return NULL;
 	size_t top = c->nlocals;
 	for (size_t i = 0; i < count && !result; i++) {
-		if (!cel_charge(c, 1))
+		if (!sg_cel_charge(c, 1))
 			break;
 		cval key = elems[i], elem = elems[i];
 		if (two) {
-			key = list ? cel_mk_int(c, (int64_t)i) : r->map.k[i];
+			key = list ? sg_cel_mk_int(c, (int64_t)i) : r->map.k[i];
 			elem = list ? r->list.v[i] : r->map.v[i];
 			c->locals[top - 2] = key;
 			c->locals[top - 1] = elem;
@@ -692,8 +692,8 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 			p = eval(c, n->comp.pred);
 			if (STOP(c))
 				break;
-			if (p->kind != SG_CEL_BOOL && p->kind != CEL_ERR)
-				p = cel_no_overload(c, m == M_ALL ? "_&&_" : "_||_", &p, 1);
+			if (p->kind != SG_CEL_BOOL && p->kind != SG_CEL_ERR)
+				p = sg_cel_no_overload(c, m == M_ALL ? "_&&_" : "_||_", &p, 1);
 		}
 		comp_step(c, n, p, key, elem, &result, &err, &ntrue, out, out_keys, &nout);
 		if (STOP(c))
@@ -707,11 +707,11 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 	switch (m) {
 	case M_ALL:
 	case M_EXISTS:
-		return err ? err : cel_mk_bool(c, m == M_ALL);
+		return err ? err : sg_cel_mk_bool(c, m == M_ALL);
 	case M_EXISTS_ONE:
-		return cel_mk_bool(c, ntrue == 1);
+		return sg_cel_mk_bool(c, ntrue == 1);
 	case M_TMAP: {
-		sg_cel_value *map = cel_new_value(c->a, SG_CEL_MAP);
+		sg_cel_value *map = sg_cel_new_value(c->a, SG_CEL_MAP);
 		if (!map) {
 			c->stop = true;
 			return NULL;
@@ -722,13 +722,13 @@ static cval eval_comp(cel_ctx *c, const cel_node *n)
 		return map;
 	}
 	default:
-		return cel_mk_list(c, out, nout);
+		return sg_cel_mk_list(c, out, nout);
 	}
 }
 
-static cval eval(cel_ctx *c, const cel_node *n)
+static cval eval(sg_cel_ctx *c, const sg_cel_node *n)
 {
-	static const sg_cel_value stopped = {.kind = CEL_ERR, .s = {"stopped", 7}};
+	static const sg_cel_value stopped = {.kind = SG_CEL_ERR, .s = {"stopped", 7}};
 	cval v;
 	if (STOP(c))
 		return &stopped;
@@ -736,16 +736,16 @@ static cval eval(cel_ctx *c, const cel_node *n)
 	case N_LIT:
 		return n->lit;
 	case N_IDENT:
-		if (!cel_charge(c, 1))
+		if (!sg_cel_charge(c, 1))
 			return &stopped;
 		if (n->id.idk == ID_LOCAL)
 			return c->locals[c->nlocals - 1 - n->id.index];
 		if (n->id.idk == ID_TYPE)
 			return n->id.tval;
-		v = c->act && n->id.index < CEL_VARS_MAX ? c->act->vals[n->id.index] : NULL;
-		return v ? v : cel_err(c, "no such attribute: %s", n->id.name);
+		v = c->act && n->id.index < SG_CEL_VARS_MAX ? c->act->vals[n->id.index] : NULL;
+		return v ? v : sg_cel_err(c, "no such attribute: %s", n->id.name);
 	case N_SELECT:
-		if (!cel_charge(c, 1))
+		if (!sg_cel_charge(c, 1))
 			return &stopped;
 		v = eval_select(c, n);
 		break;
@@ -775,8 +775,8 @@ int sg_cel_eval(sg_cel_value **out, const sg_cel_program *p, const sg_cel_activa
 {
 	*out = NULL;
 	SG_ENSURE(!a || a->env == p->env, SG_EINVAL, "CEL activation is for another environment");
-	cel_arena arena = {.limit = limits && limits->memory ? limits->memory : SG_CEL_MEMORY_MAX};
-	cel_ctx c = {
+	sg_cel_arena arena = {.limit = limits && limits->memory ? limits->memory : SG_CEL_MEMORY_MAX};
+	sg_cel_ctx c = {
 	    .a = &arena,
 	    .cost_max = limits && limits->cost ? limits->cost : SG_CEL_COST_MAX,
 	    .act = a,
@@ -790,12 +790,12 @@ int sg_cel_eval(sg_cel_value **out, const sg_cel_program *p, const sg_cel_activa
 		bool mem = c.stop_msg && strcmp(c.stop_msg, "out of memory") == 0;
 		rc = sg_error_set(mem ? SG_EINTERNAL : SG_EINVAL, "evaluation error: %s",
 		                  c.stop_msg ? c.stop_msg : "stopped");
-	} else if (v->kind == CEL_ERR) {
+	} else if (v->kind == SG_CEL_ERR) {
 		rc = sg_error_set(SG_EINVAL, "evaluation error: %s", v->s.p);
 	} else {
-		rc = cel_copy_out(out, v, arena.limit);
+		rc = sg_cel_copy_out(out, v, arena.limit);
 	}
-	cel_arena_free(&arena);
+	sg_cel_arena_free(&arena);
 	return rc;
 }
 
@@ -806,7 +806,7 @@ int sg_cel_eval_bool(bool *out, const sg_cel_program *p, const sg_cel_activation
 	SG_TRY(sg_cel_eval(&v, p, a, limits));
 	bool ok = v->kind == SG_CEL_BOOL;
 	bool b = ok && v->b;
-	const char *kind = cel_kind_name(v);
+	const char *kind = sg_cel_kind_name(v);
 	char kind_copy[64];
 	snprintf(kind_copy, sizeof(kind_copy), "%s", kind);
 	sg_cel_value_free(v);

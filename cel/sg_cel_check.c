@@ -24,22 +24,22 @@
 #include <stdio.h>
 #include <string.h>
 
-const cel_type cel_t_dyn = {.k = T_DYN}, cel_t_null = {.k = T_NULL}, cel_t_bool = {.k = T_BOOL},
-               cel_t_int = {.k = T_INT}, cel_t_uint = {.k = T_UINT}, cel_t_double = {.k = T_DOUBLE},
-               cel_t_string = {.k = T_STRING}, cel_t_bytes = {.k = T_BYTES}, cel_t_type = {.k = T_TYPE};
+const sg_cel_type sg_cel_t_dyn = {.k = T_DYN}, sg_cel_t_null = {.k = T_NULL}, sg_cel_t_bool = {.k = T_BOOL},
+                  sg_cel_t_int = {.k = T_INT}, sg_cel_t_uint = {.k = T_UINT}, sg_cel_t_double = {.k = T_DOUBLE},
+                  sg_cel_t_string = {.k = T_STRING}, sg_cel_t_bytes = {.k = T_BYTES}, sg_cel_t_type = {.k = T_TYPE};
 
 static const struct {
 	const char *name;
-	const cel_type *t;
+	const sg_cel_type *t;
 } simple_types[] = {
-    {"dyn", &cel_t_dyn},       {"null_type", &cel_t_null}, {"bool", &cel_t_bool},
-    {"int", &cel_t_int},       {"uint", &cel_t_uint},      {"double", &cel_t_double},
-    {"string", &cel_t_string}, {"bytes", &cel_t_bytes},    {"type", &cel_t_type},
+    {"dyn", &sg_cel_t_dyn},       {"null_type", &sg_cel_t_null}, {"bool", &sg_cel_t_bool},
+    {"int", &sg_cel_t_int},       {"uint", &sg_cel_t_uint},      {"double", &sg_cel_t_double},
+    {"string", &sg_cel_t_string}, {"bytes", &sg_cel_t_bytes},    {"type", &sg_cel_t_type},
 };
 
-static cel_type *new_type(cel_arena *a, uint8_t k)
+static sg_cel_type *new_type(sg_cel_arena *a, uint8_t k)
 {
-	cel_type *t = cel_alloc(a, sizeof(*t));
+	sg_cel_type *t = sg_cel_alloc(a, sizeof(*t));
 	if (t) {
 		memset(t, 0, sizeof(*t));
 		t->k = k;
@@ -53,7 +53,7 @@ static void skip_ws(const char *s, size_t *i)
 		(*i)++;
 }
 
-const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *s, size_t *used)
+const sg_cel_type *sg_cel_type_parse(sg_cel_arena *a, const sg_cel_env *env, const char *s, size_t *used)
 {
 	size_t i = 0;
 	skip_ws(s, &i);
@@ -64,9 +64,9 @@ const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *
 	size_t n = i - start;
 	if (n == 0)
 		return NULL;
-	const cel_type *t = NULL;
+	const sg_cel_type *t = NULL;
 	if (n == 1 && (s[start] == 'A' || s[start] == 'B')) {
-		cel_type *p = new_type(a, T_PARAM);
+		sg_cel_type *p = new_type(a, T_PARAM);
 		if (!p)
 			return NULL;
 		p->name = s[start] == 'A' ? "A" : "B";
@@ -77,11 +77,11 @@ const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *
 		if (s[i] != '(')
 			return NULL;
 		i++;
-		cel_type *c = new_type(a, list ? T_LIST : map ? T_MAP : T_TYPE);
+		sg_cel_type *c = new_type(a, list ? T_LIST : map ? T_MAP : T_TYPE);
 		if (!c)
 			return NULL;
 		size_t k;
-		c->p[0] = cel_type_parse(a, env, s + i, &k);
+		c->p[0] = sg_cel_type_parse(a, env, s + i, &k);
 		if (!c->p[0])
 			return NULL;
 		i += k;
@@ -90,7 +90,7 @@ const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *
 			if (s[i] != ',')
 				return NULL;
 			i++;
-			c->p[1] = cel_type_parse(a, env, s + i, &k);
+			c->p[1] = sg_cel_type_parse(a, env, s + i, &k);
 			if (!c->p[1])
 				return NULL;
 			i += k;
@@ -105,15 +105,15 @@ const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *
 			if (strlen(simple_types[k].name) == n && memcmp(simple_types[k].name, s + start, n) == 0)
 				t = simple_types[k].t;
 		if (!t) {
-			const cel_objtype *o = env ? cel_env_obj(env, s + start, n) : NULL;
-			cel_type *ot = new_type(a, T_OBJ);
+			const sg_cel_objtype *o = env ? sg_cel_env_obj(env, s + start, n) : NULL;
+			sg_cel_type *ot = new_type(a, T_OBJ);
 			if (!ot)
 				return NULL;
 			if (o) {
 				ot->name = o->name;
 				ot->obj = o;
-			} else if (n == strlen(CEL_SA_TYPE) && memcmp(s + start, CEL_SA_TYPE, n) == 0) {
-				ot->name = CEL_SA_TYPE; /* abstract: no fields */
+			} else if (n == strlen(SG_CEL_SA_TYPE) && memcmp(s + start, SG_CEL_SA_TYPE, n) == 0) {
+				ot->name = SG_CEL_SA_TYPE; /* abstract: no fields */
 			} else {
 				return NULL;
 			}
@@ -126,7 +126,7 @@ const cel_type *cel_type_parse(cel_arena *a, const sg_cel_env *env, const char *
 	return t;
 }
 
-char *cel_type_str(const cel_type *t, char *buf, size_t cap)
+char *sg_cel_type_str(const sg_cel_type *t, char *buf, size_t cap)
 {
 	static const char *const names[] = {
 	    [T_DYN] = "dyn",   [T_NULL] = "null_type", [T_BOOL] = "bool",     [T_INT] = "int",
@@ -134,15 +134,15 @@ char *cel_type_str(const cel_type *t, char *buf, size_t cap)
 	char a[256], b[256];
 	switch (t->k) {
 	case T_LIST:
-		snprintf(buf, cap, "list(%s)", cel_type_str(t->p[0], a, sizeof(a)));
+		snprintf(buf, cap, "list(%s)", sg_cel_type_str(t->p[0], a, sizeof(a)));
 		break;
 	case T_MAP:
-		snprintf(buf, cap, "map(%s, %s)", cel_type_str(t->p[0], a, sizeof(a)),
-		         cel_type_str(t->p[1], b, sizeof(b)));
+		snprintf(buf, cap, "map(%s, %s)", sg_cel_type_str(t->p[0], a, sizeof(a)),
+		         sg_cel_type_str(t->p[1], b, sizeof(b)));
 		break;
 	case T_TYPE:
 		if (t->p[0])
-			snprintf(buf, cap, "type(%s)", cel_type_str(t->p[0], a, sizeof(a)));
+			snprintf(buf, cap, "type(%s)", sg_cel_type_str(t->p[0], a, sizeof(a)));
 		else
 			snprintf(buf, cap, "type");
 		break;
@@ -158,7 +158,7 @@ char *cel_type_str(const cel_type *t, char *buf, size_t cap)
 
 /* ---- unification ---- */
 
-static bool same(const cel_type *a, const cel_type *b)
+static bool same(const sg_cel_type *a, const sg_cel_type *b)
 {
 	if (a->k != b->k)
 		return false;
@@ -177,7 +177,7 @@ static bool same(const cel_type *a, const cel_type *b)
 }
 
 /* Whether a and b can be the same type once dyn is taken for what it may be. */
-static bool agree(const cel_type *a, const cel_type *b)
+static bool agree(const sg_cel_type *a, const sg_cel_type *b)
 {
 	if (a->k == T_DYN || b->k == T_DYN)
 		return true;
@@ -199,18 +199,18 @@ static bool agree(const cel_type *a, const cel_type *b)
 }
 
 /* The common type of two: itself when the same, else dyn. */
-static const cel_type *join(const cel_type *a, const cel_type *b)
+static const sg_cel_type *join(const sg_cel_type *a, const sg_cel_type *b)
 {
 	if (!a)
 		return b;
-	return same(a, b) ? a : &cel_t_dyn;
+	return same(a, b) ? a : &sg_cel_t_dyn;
 }
 
 typedef struct binding {
-	const cel_type *t[2]; /* A, B */
+	const sg_cel_type *t[2]; /* A, B */
 } binding;
 
-static bool unify(const cel_type *pat, const cel_type *act, binding *bd)
+static bool unify(const sg_cel_type *pat, const sg_cel_type *act, binding *bd)
 {
 	if (pat->k == T_PARAM) {
 		int i = pat->name[0] == 'B';
@@ -240,17 +240,17 @@ static bool unify(const cel_type *pat, const cel_type *act, binding *bd)
 	}
 }
 
-static const cel_type *subst(cel_arena *a, const cel_type *t, const binding *bd)
+static const sg_cel_type *subst(sg_cel_arena *a, const sg_cel_type *t, const binding *bd)
 {
 	if (t->k == T_PARAM) {
-		const cel_type *b = bd->t[t->name[0] == 'B'];
-		return b ? b : &cel_t_dyn;
+		const sg_cel_type *b = bd->t[t->name[0] == 'B'];
+		return b ? b : &sg_cel_t_dyn;
 	}
 	if (t->k != T_LIST && t->k != T_MAP && !(t->k == T_TYPE && t->p[0]))
 		return t;
-	cel_type *c = new_type(a, t->k);
+	sg_cel_type *c = new_type(a, t->k);
 	if (!c)
-		return &cel_t_dyn;
+		return &sg_cel_t_dyn;
 	c->p[0] = subst(a, t->p[0], bd);
 	if (t->k == T_MAP)
 		c->p[1] = subst(a, t->p[1], bd);
@@ -260,34 +260,34 @@ static const cel_type *subst(cel_arena *a, const cel_type *t, const binding *bd)
 /* ---- the walk ---- */
 
 typedef struct checker {
-	cel_arena *a;
+	sg_cel_arena *a;
 	const sg_cel_env *env;
 	const char *src;
 	size_t len;
 	bool strict;
 	const char *local_names[4 * SG_CEL_DEPTH_MAX + 8];
-	const cel_type *local_types[4 * SG_CEL_DEPTH_MAX + 8];
+	const sg_cel_type *local_types[4 * SG_CEL_DEPTH_MAX + 8];
 	size_t nlocals;
 } checker;
 
-static int check(checker *k, cel_node *n);
+static int check(checker *k, sg_cel_node *n);
 
 static int oom(void)
 {
 	return sg_error_set(SG_EINTERNAL, "out of memory checking a CEL expression");
 }
 
-static const char *tstr(const cel_type *t, char *buf, size_t cap)
+static const char *tstr(const sg_cel_type *t, char *buf, size_t cap)
 {
-	return cel_type_str(t, buf, cap);
+	return sg_cel_type_str(t, buf, cap);
 }
 
-static const cel_type *lit_type(cval v)
+static const sg_cel_type *lit_type(cval v)
 {
-	static const cel_type *const by_kind[] = {
-	    [SG_CEL_NULL] = &cel_t_null,   [SG_CEL_BOOL] = &cel_t_bool,     [SG_CEL_INT] = &cel_t_int,
-	    [SG_CEL_UINT] = &cel_t_uint,   [SG_CEL_DOUBLE] = &cel_t_double, [SG_CEL_STRING] = &cel_t_string,
-	    [SG_CEL_BYTES] = &cel_t_bytes,
+	static const sg_cel_type *const by_kind[] = {
+	    [SG_CEL_NULL] = &sg_cel_t_null,   [SG_CEL_BOOL] = &sg_cel_t_bool,     [SG_CEL_INT] = &sg_cel_t_int,
+	    [SG_CEL_UINT] = &sg_cel_t_uint,   [SG_CEL_DOUBLE] = &sg_cel_t_double, [SG_CEL_STRING] = &sg_cel_t_string,
+	    [SG_CEL_BYTES] = &sg_cel_t_bytes,
 	};
 	return by_kind[v->kind];
 }
@@ -295,7 +295,7 @@ static const cel_type *lit_type(cval v)
 static const char *const type_idents[] = {"bool",  "int",       "uint", "double", "string",
                                           "bytes", "null_type", "list", "map",    "type"};
 
-static int check_ident(checker *k, cel_node *n)
+static int check_ident(checker *k, sg_cel_node *n)
 {
 	const char *name = n->id.name;
 	if (!n->id.rooted) {
@@ -308,7 +308,7 @@ static int check_ident(checker *k, cel_node *n)
 			}
 		}
 	}
-	int v = cel_env_var(k->env, name, strlen(name));
+	int v = sg_cel_env_var(k->env, name, strlen(name));
 	if (v >= 0) {
 		n->id.idk = ID_GLOBAL;
 		n->id.index = (uint32_t)v;
@@ -317,8 +317,8 @@ static int check_ident(checker *k, cel_node *n)
 	}
 	for (size_t i = 0; i < sizeof(type_idents) / sizeof(type_idents[0]); i++) {
 		if (strcmp(type_idents[i], name) == 0) {
-			sg_cel_value *t = cel_new_value(k->a, SG_CEL_TYPE);
-			cel_type *tt = new_type(k->a, T_TYPE);
+			sg_cel_value *t = sg_cel_new_value(k->a, SG_CEL_TYPE);
+			sg_cel_type *tt = new_type(k->a, T_TYPE);
 			if (!t || !tt)
 				return oom();
 			t->s.p = type_idents[i];
@@ -328,7 +328,7 @@ static int check_ident(checker *k, cel_node *n)
 			size_t used;
 			tt->p[0] = strcmp(name, "list") == 0  ? NULL
 			           : strcmp(name, "map") == 0 ? NULL
-			                                      : cel_type_parse(k->a, k->env, name, &used);
+			                                      : sg_cel_type_parse(k->a, k->env, name, &used);
 			n->type = tt;
 			return 0;
 		}
@@ -336,68 +336,68 @@ static int check_ident(checker *k, cel_node *n)
 	if (!k->strict) { /* left to the runtime, which finds it unbound */
 		n->id.idk = ID_GLOBAL;
 		n->id.index = UINT32_MAX;
-		n->type = &cel_t_dyn;
+		n->type = &sg_cel_t_dyn;
 		return 0;
 	}
-	return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')", name);
+	return sg_cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')", name);
 }
 
-static int check_select(checker *k, cel_node *n)
+static int check_select(checker *k, sg_cel_node *n)
 {
 	SG_TRY(check(k, n->sel.operand));
-	const cel_type *t = n->sel.operand->type;
+	const sg_cel_type *t = n->sel.operand->type;
 	const char *f = n->sel.field;
 	char buf[256];
-	const cel_type *out = &cel_t_dyn;
+	const sg_cel_type *out = &sg_cel_t_dyn;
 	if (t->k == T_MAP) {
 		if (k->strict && t->p[0]->k != T_STRING && t->p[0]->k != T_DYN)
-			return cel_error_at(k->src, k->len, n->pos, "type '%s' does not support field selection",
-			                    tstr(t, buf, sizeof(buf)));
+			return sg_cel_error_at(k->src, k->len, n->pos, "type '%s' does not support field selection",
+			                       tstr(t, buf, sizeof(buf)));
 		out = t->p[1];
 	} else if (t->k == T_OBJ) {
-		const cel_objtype *o = t->obj;
+		const sg_cel_objtype *o = t->obj;
 		size_t i = 0;
 		for (; o && i < o->n; i++)
 			if (strcmp(o->fields[i], f) == 0)
 				break;
 		if (!o || i == o->n) {
 			if (k->strict)
-				return cel_error_at(k->src, k->len, n->pos, "undefined field '%s'", f);
+				return sg_cel_error_at(k->src, k->len, n->pos, "undefined field '%s'", f);
 		} else {
 			out = o->types[i];
 		}
 	} else if (t->k != T_DYN && k->strict) {
-		return cel_error_at(k->src, k->len, n->pos, "type '%s' does not support field selection",
-		                    tstr(t, buf, sizeof(buf)));
+		return sg_cel_error_at(k->src, k->len, n->pos, "type '%s' does not support field selection",
+		                       tstr(t, buf, sizeof(buf)));
 	}
-	n->type = n->sel.test ? &cel_t_bool : out;
+	n->type = n->sel.test ? &sg_cel_t_bool : out;
 	return 0;
 }
 
 /* A target like `strings` in strings.quote(s): a qualified function name. */
-static bool qualify(checker *k, cel_node *n)
+static bool qualify(checker *k, sg_cel_node *n)
 {
-	cel_node *t = n->call.target;
+	sg_cel_node *t = n->call.target;
 	if (!t || t->kind != N_IDENT)
 		return false;
 	for (size_t i = 0; i < k->nlocals; i++)
 		if (strcmp(k->local_names[i], t->id.name) == 0)
 			return false;
-	if (cel_env_var(k->env, t->id.name, strlen(t->id.name)) >= 0)
+	if (sg_cel_env_var(k->env, t->id.name, strlen(t->id.name)) >= 0)
 		return false;
 	size_t len = strlen(t->id.name) + 1 + strlen(n->call.name);
-	char *q = cel_alloc(k->a, len + 1);
+	char *q = sg_cel_alloc(k->a, len + 1);
 	if (!q)
 		return false;
 	snprintf(q, len + 1, "%s.%s", t->id.name, n->call.name);
-	if (!cel_func_find(q, false, k->env->sa_lib))
+	if (!sg_cel_func_find(q, false, k->env->sa_lib))
 		return false;
 	n->call.name = q;
 	n->call.target = NULL;
 	return true;
 }
 
-static int no_match(checker *k, cel_node *n, const cel_type **args, size_t nargs)
+static int no_match(checker *k, sg_cel_node *n, const sg_cel_type **args, size_t nargs)
 {
 	/* cel-go's wording: '(int, string)', or 'string.(int)' for a receiver. */
 	char list[400] = "", buf[200];
@@ -409,30 +409,31 @@ static int no_match(checker *k, cel_node *n, const cel_type **args, size_t nargs
 	}
 	const char *name = n->call.name[0] == '@' ? "@in" : n->call.name;
 	if (n->call.target)
-		return cel_error_at(k->src, k->len, n->pos, "found no matching overload for '%s' applied to '%s.(%s)'",
-		                    name, tstr(args[0], buf, sizeof(buf)), list);
-	return cel_error_at(k->src, k->len, n->pos, "found no matching overload for '%s' applied to '(%s)'", name,
-	                    list);
+		return sg_cel_error_at(k->src, k->len, n->pos,
+		                       "found no matching overload for '%s' applied to '%s.(%s)'", name,
+		                       tstr(args[0], buf, sizeof(buf)), list);
+	return sg_cel_error_at(k->src, k->len, n->pos, "found no matching overload for '%s' applied to '(%s)'", name,
+	                       list);
 }
 
 /* The overloads of f that the arguments' types fit: the result type (the
  * join of all that fit), or no_match. Apart from check_call so that its
  * buffers are not on the recursion's stack. */
-static __attribute__((noinline)) int resolve(checker *k, cel_node *n, const cel_func *f)
+static __attribute__((noinline)) int resolve(checker *k, sg_cel_node *n, const sg_cel_func *f)
 {
-	const cel_type *args[16];
+	const sg_cel_type *args[16];
 	size_t nargs = 0;
 	if (n->call.target)
 		args[nargs++] = n->call.target->type;
 	for (size_t i = 0; i < n->call.nargs; i++)
 		args[nargs++] = n->call.args[i]->type;
 	size_t nsigs;
-	const cel_sig *sigs = cel_func_sigs(f, &nsigs);
+	const sg_cel_sig *sigs = sg_cel_func_sigs(f, &nsigs);
 	if (!sigs)
 		return oom();
-	const cel_type *result = NULL;
+	const sg_cel_type *result = NULL;
 	for (size_t i = 0; i < nsigs; i++) {
-		const cel_sig *sig = &sigs[i];
+		const sg_cel_sig *sig = &sigs[i];
 		if (sig->nargs != nargs)
 			continue;
 		binding bd = {{NULL, NULL}};
@@ -441,13 +442,13 @@ static __attribute__((noinline)) int resolve(checker *k, cel_node *n, const cel_
 			ok = unify(sig->args[a], args[a], &bd);
 		if (!ok)
 			continue;
-		const cel_type *rt = subst(k->a, sig->ret, &bd);
+		const sg_cel_type *rt = subst(k->a, sig->ret, &bd);
 		result = result ? join(result, rt) : rt;
 	}
 	if (!result) {
 		if (k->strict)
 			return no_match(k, n, args, nargs);
-		result = &cel_t_dyn;
+		result = &sg_cel_t_dyn;
 	}
 	n->type = result;
 	return 0;
@@ -456,26 +457,26 @@ static __attribute__((noinline)) int resolve(checker *k, cel_node *n, const cel_
 /* matches() with a constant pattern: compiled here, once, so that a bad
  * pattern is a compile error (as in cel-go, which compiles constant
  * patterns when it plans a program) and evaluations share the result. */
-static __attribute__((noinline)) int precompile(checker *k, cel_node *n)
+static __attribute__((noinline)) int precompile(checker *k, sg_cel_node *n)
 {
-	cel_node *pat = n->call.target ? (n->call.nargs == 1 ? n->call.args[0] : NULL)
-	                               : (n->call.nargs == 2 ? n->call.args[1] : NULL);
+	sg_cel_node *pat = n->call.target ? (n->call.nargs == 1 ? n->call.args[0] : NULL)
+	                                  : (n->call.nargs == 2 ? n->call.args[1] : NULL);
 	if (!pat || pat->kind != N_LIT || pat->lit->kind != SG_CEL_STRING)
 		return 0;
 	if (pat->lit->s.n > SG_CEL_RE2_PATTERN_MAX)
-		return cel_error_at(k->src, k->len, pat->pos, "regular expression longer than %u bytes",
-		                    SG_CEL_RE2_PATTERN_MAX);
+		return sg_cel_error_at(k->src, k->len, pat->pos, "regular expression longer than %u bytes",
+		                       SG_CEL_RE2_PATTERN_MAX);
 	char why[200] = "";
 	n->call.re = sg_cel_re2_new(pat->lit->s.p, pat->lit->s.n, why, sizeof(why));
 	if (!n->call.re)
-		return cel_error_at(k->src, k->len, pat->pos, "invalid regular expression: %s", why);
+		return sg_cel_error_at(k->src, k->len, pat->pos, "invalid regular expression: %s", why);
 	return 0;
 }
 
 /* cel-go's string.format validator (ext/formatting_v2.go): a constant
  * format string applied to a list literal is checked at compile time,
  * each clause against its argument's type, and every argument must be
- * used. Type sets per clause, as bits of enum cel_tkind. */
+ * used. Type sets per clause, as bits of enum sg_cel_tkind. */
 #define TB(k) (1u << (k))
 static const struct {
 	char verb;
@@ -499,22 +500,22 @@ static const struct {
 };
 
 /* %s of a list or map literal: its elements must be formattable too. */
-static const cel_node *bad_for_string(const cel_node *a)
+static const sg_cel_node *bad_for_string(const sg_cel_node *a)
 {
 	if (a->type->k != T_DYN && !(format_clauses[0].types & TB(a->type->k)))
 		return a;
 	if (a->kind == N_LIST || a->kind == N_MAP)
 		for (size_t i = 0; i < a->list.n; i++) {
-			const cel_node *bad = bad_for_string(a->list.items[i]);
+			const sg_cel_node *bad = bad_for_string(a->list.items[i]);
 			if (bad)
 				return bad;
 		}
 	return NULL;
 }
 
-static __attribute__((noinline)) int check_format(checker *k, cel_node *n)
+static __attribute__((noinline)) int check_format(checker *k, sg_cel_node *n)
 {
-	cel_node *t = n->call.target, *l = n->call.nargs == 1 ? n->call.args[0] : NULL;
+	sg_cel_node *t = n->call.target, *l = n->call.nargs == 1 ? n->call.args[0] : NULL;
 	if (!t || t->kind != N_LIT || t->lit->kind != SG_CEL_STRING || !l || l->kind != N_LIST)
 		return 0;
 	const char *f = t->lit->s.p;
@@ -530,9 +531,9 @@ static __attribute__((noinline)) int check_format(checker *k, cel_node *n)
 			continue;
 		}
 		if (i + 1 >= len)
-			return cel_error_at(k->src, k->len, n->pos, "unexpected end of string");
+			return sg_cel_error_at(k->src, k->len, n->pos, "unexpected end of string");
 		if (used >= l->list.n)
-			return cel_error_at(k->src, k->len, n->pos, "index %zu out of range", used);
+			return sg_cel_error_at(k->src, k->len, n->pos, "index %zu out of range", used);
 		i++;
 		if (f[i] == '.') {
 			size_t start = ++i;
@@ -540,81 +541,82 @@ static __attribute__((noinline)) int check_format(checker *k, cel_node *n)
 			while (i < len && f[i] >= '0' && f[i] <= '9')
 				prec = prec < 1000 ? prec * 10 + (f[i++] - '0') : (i++, prec);
 			if (i >= len || i == start || prec > 100)
-				return cel_error_at(k->src, k->len, n->pos,
-				                    "could not parse formatting clause: error while parsing precision");
+				return sg_cel_error_at(
+				    k->src, k->len, n->pos,
+				    "could not parse formatting clause: error while parsing precision");
 		}
 		size_t c = 0;
 		while (c < sizeof(format_clauses) / sizeof(format_clauses[0]) && format_clauses[c].verb != f[i])
 			c++;
 		if (c == sizeof(format_clauses) / sizeof(format_clauses[0]))
-			return cel_error_at(k->src, k->len, n->pos,
-			                    "could not parse formatting clause: unrecognized formatting clause \"%c\"",
-			                    f[i]);
+			return sg_cel_error_at(
+			    k->src, k->len, n->pos,
+			    "could not parse formatting clause: unrecognized formatting clause \"%c\"", f[i]);
 		i++;
-		const cel_node *arg = l->list.items[used++];
-		const cel_node *bad = NULL;
+		const sg_cel_node *arg = l->list.items[used++];
+		const sg_cel_node *bad = NULL;
 		if (c == 0)
 			bad = bad_for_string(arg);
 		else if (arg->type->k != T_DYN && !(format_clauses[c].types & TB(arg->type->k)))
 			bad = arg;
 		if (bad)
-			return cel_error_at(k->src, k->len, bad->pos, "error during formatting: %s, was given %s",
-			                    format_clauses[c].what, tstr(bad->type, buf, sizeof(buf)));
+			return sg_cel_error_at(k->src, k->len, bad->pos, "error during formatting: %s, was given %s",
+			                       format_clauses[c].what, tstr(bad->type, buf, sizeof(buf)));
 	}
 	if (l->list.n > used)
-		return cel_error_at(k->src, k->len, n->pos,
-		                    "too many arguments supplied to string.format (expected %zu, got %zu)", used,
-		                    l->list.n);
+		return sg_cel_error_at(k->src, k->len, n->pos,
+		                       "too many arguments supplied to string.format (expected %zu, got %zu)", used,
+		                       l->list.n);
 	return 0;
 }
 
-void cel_tree_release(cel_node *n)
+void sg_cel_tree_release(sg_cel_node *n)
 {
 	if (!n)
 		return;
 	switch (n->kind) {
 	case N_SELECT:
-		cel_tree_release(n->sel.operand);
+		sg_cel_tree_release(n->sel.operand);
 		return;
 	case N_CALL:
 		sg_cel_re2_free(n->call.re);
 		n->call.re = NULL;
-		cel_tree_release(n->call.target);
+		sg_cel_tree_release(n->call.target);
 		for (size_t i = 0; i < n->call.nargs; i++)
-			cel_tree_release(n->call.args[i]);
+			sg_cel_tree_release(n->call.args[i]);
 		return;
 	case N_LIST:
 	case N_MAP:
 		for (size_t i = 0; i < n->list.n; i++)
-			cel_tree_release(n->list.items[i]);
+			sg_cel_tree_release(n->list.items[i]);
 		return;
 	case N_COMP:
-		cel_tree_release(n->comp.range);
-		cel_tree_release(n->comp.pred);
-		cel_tree_release(n->comp.xform);
+		sg_cel_tree_release(n->comp.range);
+		sg_cel_tree_release(n->comp.pred);
+		sg_cel_tree_release(n->comp.xform);
 		return;
 	default:
 		return;
 	}
 }
 
-static int check_call(checker *k, cel_node *n)
+static int check_call(checker *k, sg_cel_node *n)
 {
 	qualify(k, n);
-	const cel_func *f = cel_func_find(n->call.name, n->call.target != NULL, k->env->sa_lib);
+	const sg_cel_func *f = sg_cel_func_find(n->call.name, n->call.target != NULL, k->env->sa_lib);
 	if (!f && k->strict)
-		return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
-		                    n->call.name);
+		return sg_cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
+		                       n->call.name);
 	n->call.fn = f;
 	size_t nargs = n->call.nargs + (n->call.target ? 1 : 0);
 	if (nargs > 16 && k->strict)
-		return cel_error_at(k->src, k->len, n->pos, "too many arguments to '%s'", n->call.name);
+		return sg_cel_error_at(k->src, k->len, n->pos, "too many arguments to '%s'", n->call.name);
 	if (n->call.target)
 		SG_TRY(check(k, n->call.target));
 	for (size_t i = 0; i < n->call.nargs; i++)
 		SG_TRY(check(k, n->call.args[i]));
 	if (nargs > 16 || !f) {
-		n->type = &cel_t_dyn;
+		n->type = &sg_cel_t_dyn;
 		return 0;
 	}
 	SG_TRY(resolve(k, n, f));
@@ -625,82 +627,83 @@ static int check_call(checker *k, cel_node *n)
 	return 0;
 }
 
-static int check_list(checker *k, cel_node *n)
+static int check_list(checker *k, sg_cel_node *n)
 {
-	const cel_type *elem = NULL;
+	const sg_cel_type *elem = NULL;
 	for (size_t i = 0; i < n->list.n; i++) {
 		SG_TRY(check(k, n->list.items[i]));
 		elem = join(elem, n->list.items[i]->type);
 	}
-	cel_type *t = new_type(k->a, T_LIST);
+	sg_cel_type *t = new_type(k->a, T_LIST);
 	if (!t)
 		return oom();
-	t->p[0] = elem ? elem : &cel_t_dyn;
+	t->p[0] = elem ? elem : &sg_cel_t_dyn;
 	n->type = t;
 	return 0;
 }
 
-static int check_map(checker *k, cel_node *n)
+static int check_map(checker *k, sg_cel_node *n)
 {
-	const cel_type *kt = NULL, *vt = NULL;
+	const sg_cel_type *kt = NULL, *vt = NULL;
 	char buf[200];
 	for (size_t i = 0; i < n->list.n; i += 2) {
-		cel_node *key = n->list.items[i];
+		sg_cel_node *key = n->list.items[i];
 		SG_TRY(check(k, key));
 		SG_TRY(check(k, n->list.items[i + 1]));
 		uint8_t kk = key->type->k;
 		if (k->strict && kk != T_INT && kk != T_UINT && kk != T_BOOL && kk != T_STRING && kk != T_DYN)
-			return cel_error_at(k->src, k->len, key->pos, "unsupported map key type: %s",
-			                    tstr(key->type, buf, sizeof(buf)));
+			return sg_cel_error_at(k->src, k->len, key->pos, "unsupported map key type: %s",
+			                       tstr(key->type, buf, sizeof(buf)));
 		kt = join(kt, key->type);
 		vt = join(vt, n->list.items[i + 1]->type);
 	}
-	cel_type *t = new_type(k->a, T_MAP);
+	sg_cel_type *t = new_type(k->a, T_MAP);
 	if (!t)
 		return oom();
-	t->p[0] = kt ? kt : &cel_t_dyn;
-	t->p[1] = vt ? vt : &cel_t_dyn;
+	t->p[0] = kt ? kt : &sg_cel_t_dyn;
+	t->p[1] = vt ? vt : &sg_cel_t_dyn;
 	n->type = t;
 	return 0;
 }
 
-static int need_bool(checker *k, const cel_node *n)
+static int need_bool(checker *k, const sg_cel_node *n)
 {
 	char buf[200];
 	if (k->strict && n->type->k != T_BOOL && n->type->k != T_DYN)
-		return cel_error_at(k->src, k->len, n->pos, "expected type 'bool' but found '%s'",
-		                    tstr(n->type, buf, sizeof(buf)));
+		return sg_cel_error_at(k->src, k->len, n->pos, "expected type 'bool' but found '%s'",
+		                       tstr(n->type, buf, sizeof(buf)));
 	return 0;
 }
 
-static int push(checker *k, const cel_node *n, const char *name, const cel_type *t)
+static int push(checker *k, const sg_cel_node *n, const char *name, const sg_cel_type *t)
 {
 	if (k->nlocals >= sizeof(k->local_names) / sizeof(k->local_names[0]))
-		return cel_error_at(k->src, k->len, n->pos, "comprehensions nested too deeply");
+		return sg_cel_error_at(k->src, k->len, n->pos, "comprehensions nested too deeply");
 	k->local_names[k->nlocals] = name;
 	k->local_types[k->nlocals++] = t;
 	return 0;
 }
 
-static int check_comp(checker *k, cel_node *n)
+static int check_comp(checker *k, sg_cel_node *n)
 {
 	if (n->comp.var2 && !(k->env->ext & SG_CEL_EXT_TWO_VAR))
-		return cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
-		                    n->comp.name);
+		return sg_cel_error_at(k->src, k->len, n->pos, "undeclared reference to '%s' (in container '')",
+		                       n->comp.name);
 	SG_TRY(check(k, n->comp.range));
-	const cel_type *r = n->comp.range->type, *var = &cel_t_dyn, *var2 = &cel_t_dyn;
+	const sg_cel_type *r = n->comp.range->type, *var = &sg_cel_t_dyn, *var2 = &sg_cel_t_dyn;
 	char buf[200];
 	if (r->k == T_LIST) {
-		var = n->comp.var2 ? &cel_t_int : r->p[0];
+		var = n->comp.var2 ? &sg_cel_t_int : r->p[0];
 		var2 = r->p[0];
 	} else if (r->k == T_MAP) {
 		var = r->p[0];
 		var2 = r->p[1];
 	} else if (r->k != T_DYN && k->strict) {
-		return cel_error_at(k->src, k->len, n->comp.range->pos,
-		                    "expression of type '%s' cannot be range of a comprehension (must be list, map, or "
-		                    "dynamic)",
-		                    tstr(r, buf, sizeof(buf)));
+		return sg_cel_error_at(
+		    k->src, k->len, n->comp.range->pos,
+		    "expression of type '%s' cannot be range of a comprehension (must be list, map, or "
+		    "dynamic)",
+		    tstr(r, buf, sizeof(buf)));
 	}
 	size_t base = k->nlocals;
 	SG_TRY(push(k, n, n->comp.var, var));
@@ -715,25 +718,25 @@ static int check_comp(checker *k, cel_node *n)
 	k->nlocals = base;
 	uint8_t m = n->comp.macro;
 	if (m == M_MAP || m == M_MAP_FILTER || m == M_FILTER || m == M_TLIST) {
-		cel_type *t = new_type(k->a, T_LIST);
+		sg_cel_type *t = new_type(k->a, T_LIST);
 		if (!t)
 			return oom();
 		t->p[0] = m == M_FILTER ? var : n->comp.xform->type;
 		n->type = t;
 	} else if (m == M_TMAP) {
-		cel_type *t = new_type(k->a, T_MAP);
+		sg_cel_type *t = new_type(k->a, T_MAP);
 		if (!t)
 			return oom();
 		t->p[0] = var;
 		t->p[1] = n->comp.xform->type;
 		n->type = t;
 	} else {
-		n->type = &cel_t_bool;
+		n->type = &sg_cel_t_bool;
 	}
 	return 0;
 }
 
-static int check(checker *k, cel_node *n)
+static int check(checker *k, sg_cel_node *n)
 {
 	switch (n->kind) {
 	case N_LIT:
@@ -756,9 +759,9 @@ static int check(checker *k, cel_node *n)
 	}
 }
 
-int cel_check(cel_node *root, cel_arena *a, const sg_cel_env *env, const char *src, size_t len)
+int sg_cel_check(sg_cel_node *root, sg_cel_arena *a, const sg_cel_env *env, const char *src, size_t len)
 {
-	checker *k = cel_alloc(a, sizeof(*k));
+	checker *k = sg_cel_alloc(a, sizeof(*k));
 	if (!k)
 		return oom();
 	memset(k, 0, sizeof(*k));

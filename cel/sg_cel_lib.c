@@ -29,16 +29,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ARGS cel_ctx *c, cval *a, size_t n, const cel_node *call
+#define ARGS sg_cel_ctx *c, cval *a, size_t n, const sg_cel_node *call
 
 static uint64_t tenth(uint64_t x)
 {
 	return (x + 9) / 10;
 }
 
-static cval no_overload(cel_ctx *c, const cel_node *call, cval *a, size_t n)
+static cval no_overload(sg_cel_ctx *c, const sg_cel_node *call, cval *a, size_t n)
 {
-	return cel_no_overload(c, call->call.name, a, n);
+	return sg_cel_no_overload(c, call->call.name, a, n);
 }
 
 static bool kinds(cval *a, size_t n, const uint8_t *k, size_t nk)
@@ -53,14 +53,14 @@ static bool kinds(cval *a, size_t n, const uint8_t *k, size_t nk)
 #define IS(...) kinds(a, n, (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__}))
 
 /* A new string value of n bytes to fill in (p[n] is NUL). */
-static char *new_text(cel_ctx *c, size_t n)
+static char *new_text(sg_cel_ctx *c, size_t n)
 {
 	if (n > SG_CEL_STRING_MAX) {
 		c->stop = true;
 		c->stop_msg = "string size limit exceeded";
 		return NULL;
 	}
-	char *p = cel_alloc(c->a, n + 1);
+	char *p = sg_cel_alloc(c->a, n + 1);
 	if (!p) {
 		c->stop = true;
 		if (!c->stop_msg)
@@ -71,14 +71,14 @@ static char *new_text(cel_ctx *c, size_t n)
 	return p;
 }
 
-static const sg_cel_value **new_items(cel_ctx *c, size_t n)
+static const sg_cel_value **new_items(sg_cel_ctx *c, size_t n)
 {
 	if (n > SG_CEL_LIST_MAX) {
 		c->stop = true;
 		c->stop_msg = "list size limit exceeded";
 		return NULL;
 	}
-	const sg_cel_value **v = cel_alloc(c->a, (n ? n : 1) * sizeof(*v));
+	const sg_cel_value **v = sg_cel_alloc(c->a, (n ? n : 1) * sizeof(*v));
 	if (!v) {
 		c->stop = true;
 		if (!c->stop_msg)
@@ -94,31 +94,31 @@ static cval f_add(ARGS)
 	if (IS(SG_CEL_INT, SG_CEL_INT)) {
 		int64_t r;
 		if (__builtin_add_overflow(a[0]->i, a[1]->i, &r))
-			return cel_err(c, "integer overflow");
-		return cel_mk_int(c, r);
+			return sg_cel_err(c, "integer overflow");
+		return sg_cel_mk_int(c, r);
 	}
 	if (IS(SG_CEL_UINT, SG_CEL_UINT)) {
 		uint64_t r;
 		if (__builtin_add_overflow(a[0]->u, a[1]->u, &r))
-			return cel_err(c, "unsigned integer overflow");
-		return cel_mk_uint(c, r);
+			return sg_cel_err(c, "unsigned integer overflow");
+		return sg_cel_mk_uint(c, r);
 	}
 	if (IS(SG_CEL_DOUBLE, SG_CEL_DOUBLE))
-		return cel_mk_double(c, a[0]->d + a[1]->d);
+		return sg_cel_mk_double(c, a[0]->d + a[1]->d);
 	if (IS(SG_CEL_STRING, SG_CEL_STRING) || IS(SG_CEL_BYTES, SG_CEL_BYTES)) {
 		size_t len = a[0]->s.n + a[1]->s.n;
-		if (!cel_charge(c, tenth(len)))
+		if (!sg_cel_charge(c, tenth(len)))
 			return NULL;
 		char *p = new_text(c, len);
 		if (!p)
 			return NULL;
 		memcpy(p, a[0]->s.p, a[0]->s.n);
 		memcpy(p + a[0]->s.n, a[1]->s.p, a[1]->s.n);
-		return cel_mk_str_owned(c, a[0]->kind, p, len);
+		return sg_cel_mk_str_owned(c, a[0]->kind, p, len);
 	}
 	if (IS(SG_CEL_LIST, SG_CEL_LIST)) {
 		size_t len = a[0]->list.n + a[1]->list.n;
-		if (!cel_charge(c, tenth(len)))
+		if (!sg_cel_charge(c, tenth(len)))
 			return NULL;
 		const sg_cel_value **v = new_items(c, len);
 		if (!v)
@@ -127,7 +127,7 @@ static cval f_add(ARGS)
 			memcpy(v, a[0]->list.v, a[0]->list.n * sizeof(*v));
 		if (a[1]->list.n)
 			memcpy(v + a[0]->list.n, a[1]->list.v, a[1]->list.n * sizeof(*v));
-		return cel_mk_list(c, v, len);
+		return sg_cel_mk_list(c, v, len);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -137,17 +137,17 @@ static cval f_sub(ARGS)
 	if (IS(SG_CEL_INT, SG_CEL_INT)) {
 		int64_t r;
 		if (__builtin_sub_overflow(a[0]->i, a[1]->i, &r))
-			return cel_err(c, "integer overflow");
-		return cel_mk_int(c, r);
+			return sg_cel_err(c, "integer overflow");
+		return sg_cel_mk_int(c, r);
 	}
 	if (IS(SG_CEL_UINT, SG_CEL_UINT)) {
 		uint64_t r;
 		if (__builtin_sub_overflow(a[0]->u, a[1]->u, &r))
-			return cel_err(c, "unsigned integer overflow");
-		return cel_mk_uint(c, r);
+			return sg_cel_err(c, "unsigned integer overflow");
+		return sg_cel_mk_uint(c, r);
 	}
 	if (IS(SG_CEL_DOUBLE, SG_CEL_DOUBLE))
-		return cel_mk_double(c, a[0]->d - a[1]->d);
+		return sg_cel_mk_double(c, a[0]->d - a[1]->d);
 	return no_overload(c, call, a, n);
 }
 
@@ -156,17 +156,17 @@ static cval f_mul(ARGS)
 	if (IS(SG_CEL_INT, SG_CEL_INT)) {
 		int64_t r;
 		if (__builtin_mul_overflow(a[0]->i, a[1]->i, &r))
-			return cel_err(c, "integer overflow");
-		return cel_mk_int(c, r);
+			return sg_cel_err(c, "integer overflow");
+		return sg_cel_mk_int(c, r);
 	}
 	if (IS(SG_CEL_UINT, SG_CEL_UINT)) {
 		uint64_t r;
 		if (__builtin_mul_overflow(a[0]->u, a[1]->u, &r))
-			return cel_err(c, "unsigned integer overflow");
-		return cel_mk_uint(c, r);
+			return sg_cel_err(c, "unsigned integer overflow");
+		return sg_cel_mk_uint(c, r);
 	}
 	if (IS(SG_CEL_DOUBLE, SG_CEL_DOUBLE))
-		return cel_mk_double(c, a[0]->d * a[1]->d);
+		return sg_cel_mk_double(c, a[0]->d * a[1]->d);
 	return no_overload(c, call, a, n);
 }
 
@@ -174,18 +174,18 @@ static cval f_div(ARGS)
 {
 	if (IS(SG_CEL_INT, SG_CEL_INT)) {
 		if (a[1]->i == 0)
-			return cel_err(c, "division by zero");
+			return sg_cel_err(c, "division by zero");
 		if (a[0]->i == INT64_MIN && a[1]->i == -1)
-			return cel_err(c, "integer overflow");
-		return cel_mk_int(c, a[0]->i / a[1]->i);
+			return sg_cel_err(c, "integer overflow");
+		return sg_cel_mk_int(c, a[0]->i / a[1]->i);
 	}
 	if (IS(SG_CEL_UINT, SG_CEL_UINT)) {
 		if (a[1]->u == 0)
-			return cel_err(c, "division by zero");
-		return cel_mk_uint(c, a[0]->u / a[1]->u);
+			return sg_cel_err(c, "division by zero");
+		return sg_cel_mk_uint(c, a[0]->u / a[1]->u);
 	}
 	if (IS(SG_CEL_DOUBLE, SG_CEL_DOUBLE))
-		return cel_mk_double(c, a[0]->d / a[1]->d);
+		return sg_cel_mk_double(c, a[0]->d / a[1]->d);
 	return no_overload(c, call, a, n);
 }
 
@@ -193,15 +193,15 @@ static cval f_mod(ARGS)
 {
 	if (IS(SG_CEL_INT, SG_CEL_INT)) {
 		if (a[1]->i == 0)
-			return cel_err(c, "modulus by zero");
+			return sg_cel_err(c, "modulus by zero");
 		if (a[0]->i == INT64_MIN && a[1]->i == -1)
-			return cel_err(c, "integer overflow");
-		return cel_mk_int(c, a[0]->i % a[1]->i);
+			return sg_cel_err(c, "integer overflow");
+		return sg_cel_mk_int(c, a[0]->i % a[1]->i);
 	}
 	if (IS(SG_CEL_UINT, SG_CEL_UINT)) {
 		if (a[1]->u == 0)
-			return cel_err(c, "modulus by zero");
-		return cel_mk_uint(c, a[0]->u % a[1]->u);
+			return sg_cel_err(c, "modulus by zero");
+		return sg_cel_mk_uint(c, a[0]->u % a[1]->u);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -210,18 +210,18 @@ static cval f_neg(ARGS)
 {
 	if (IS(SG_CEL_INT)) {
 		if (a[0]->i == INT64_MIN)
-			return cel_err(c, "integer overflow");
-		return cel_mk_int(c, -a[0]->i);
+			return sg_cel_err(c, "integer overflow");
+		return sg_cel_mk_int(c, -a[0]->i);
 	}
 	if (IS(SG_CEL_DOUBLE))
-		return cel_mk_double(c, -a[0]->d);
+		return sg_cel_mk_double(c, -a[0]->d);
 	return no_overload(c, call, a, n);
 }
 
 static cval f_not(ARGS)
 {
 	if (IS(SG_CEL_BOOL))
-		return cel_mk_bool(c, !a[0]->b);
+		return sg_cel_mk_bool(c, !a[0]->b);
 	return no_overload(c, call, a, n);
 }
 
@@ -231,28 +231,28 @@ static cval f_eq(ARGS)
 {
 	if (n != 2)
 		return no_overload(c, call, a, n);
-	bool eq = cel_eq(c, a[0], a[1]);
-	return c->stop ? NULL : cel_mk_bool(c, eq);
+	bool eq = sg_cel_eq(c, a[0], a[1]);
+	return c->stop ? NULL : sg_cel_mk_bool(c, eq);
 }
 
 static cval f_ne(ARGS)
 {
 	if (n != 2)
 		return no_overload(c, call, a, n);
-	bool eq = cel_eq(c, a[0], a[1]);
-	return c->stop ? NULL : cel_mk_bool(c, !eq);
+	bool eq = sg_cel_eq(c, a[0], a[1]);
+	return c->stop ? NULL : sg_cel_mk_bool(c, !eq);
 }
 
 static cval order(ARGS, int want_lo, int want_hi)
 {
 	if (n != 2)
 		return no_overload(c, call, a, n);
-	int r = cel_compare(a[0], a[1]);
+	int r = sg_cel_compare(a[0], a[1]);
 	if (r == -2)
 		return no_overload(c, call, a, n);
 	if (r == 2)
-		return cel_mk_bool(c, false);
-	return cel_mk_bool(c, r >= want_lo && r <= want_hi);
+		return sg_cel_mk_bool(c, false);
+	return sg_cel_mk_bool(c, r >= want_lo && r <= want_hi);
 }
 
 static cval f_lt(ARGS)
@@ -278,19 +278,19 @@ static cval f_ge(ARGS)
 static cval f_in(ARGS)
 {
 	if (n == 2 && a[1]->kind == SG_CEL_LIST) {
-		if (!cel_charge(c, a[1]->list.n))
+		if (!sg_cel_charge(c, a[1]->list.n))
 			return NULL;
 		for (size_t i = 0; i < a[1]->list.n; i++)
-			if (cel_eq(c, a[0], a[1]->list.v[i]))
-				return cel_mk_bool(c, true);
+			if (sg_cel_eq(c, a[0], a[1]->list.v[i]))
+				return sg_cel_mk_bool(c, true);
 			else if (c->stop)
 				return NULL;
-		return cel_mk_bool(c, false);
+		return sg_cel_mk_bool(c, false);
 	}
 	if (n == 2 && a[1]->kind == SG_CEL_MAP) {
-		if (!cel_charge(c, a[1]->map.n / 10))
+		if (!sg_cel_charge(c, a[1]->map.n / 10))
 			return NULL;
-		return cel_mk_bool(c, cel_map_find(a[1], a[0]) != NULL);
+		return sg_cel_mk_bool(c, sg_cel_map_find(a[1], a[0]) != NULL);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -322,17 +322,17 @@ static cval f_index(ARGS)
 		if (!as_index(a[1], &i))
 			return no_overload(c, call, a, n);
 		if (i < 0 || (uint64_t)i >= a[0]->list.n)
-			return cel_err(c, "index out of bounds: %lld", (long long)i);
+			return sg_cel_err(c, "index out of bounds: %lld", (long long)i);
 		return a[0]->list.v[i];
 	}
 	if (n == 2 && a[0]->kind == SG_CEL_MAP) {
-		if (!cel_charge(c, a[0]->map.n / 10))
+		if (!sg_cel_charge(c, a[0]->map.n / 10))
 			return NULL;
-		cval v = cel_map_find(a[0], a[1]);
+		cval v = sg_cel_map_find(a[0], a[1]);
 		if (!v) {
 			if (a[1]->kind == SG_CEL_STRING)
-				return cel_err(c, "no such key: %.100s", a[1]->s.p);
-			return cel_err(c, "no such key");
+				return sg_cel_err(c, "no such key: %.100s", a[1]->s.p);
+			return sg_cel_err(c, "no such key");
 		}
 		return v;
 	}
@@ -346,15 +346,15 @@ static cval f_size(ARGS)
 	if (n == 1) {
 		switch (a[0]->kind) {
 		case SG_CEL_STRING:
-			if (!cel_charge(c, tenth(a[0]->s.n)))
+			if (!sg_cel_charge(c, tenth(a[0]->s.n)))
 				return NULL;
-			return cel_mk_int(c, (int64_t)cel_utf8_count(a[0]->s.p, a[0]->s.n));
+			return sg_cel_mk_int(c, (int64_t)sg_cel_utf8_count(a[0]->s.p, a[0]->s.n));
 		case SG_CEL_BYTES:
-			return cel_mk_int(c, (int64_t)a[0]->s.n);
+			return sg_cel_mk_int(c, (int64_t)a[0]->s.n);
 		case SG_CEL_LIST:
-			return cel_mk_int(c, (int64_t)a[0]->list.n);
+			return sg_cel_mk_int(c, (int64_t)a[0]->list.n);
 		case SG_CEL_MAP:
-			return cel_mk_int(c, (int64_t)a[0]->map.n);
+			return sg_cel_mk_int(c, (int64_t)a[0]->map.n);
 		default:
 			break;
 		}
@@ -400,21 +400,21 @@ static cval f_int(ARGS)
 		return a[0];
 	if (IS(SG_CEL_UINT)) {
 		if (a[0]->u > INT64_MAX)
-			return cel_err(c, "range error converting %llu to int", (unsigned long long)a[0]->u);
-		return cel_mk_int(c, (int64_t)a[0]->u);
+			return sg_cel_err(c, "range error converting %llu to int", (unsigned long long)a[0]->u);
+		return sg_cel_mk_int(c, (int64_t)a[0]->u);
 	}
 	if (IS(SG_CEL_DOUBLE)) {
 		double d = a[0]->d;
 		/* (minInt, maxInt), both ends excluded (spec: "Overflow"). */
 		if (!(d > -9223372036854775808.0 && d < 9223372036854775808.0))
-			return cel_err(c, "range error converting %g to int", d);
-		return cel_mk_int(c, (int64_t)d);
+			return sg_cel_err(c, "range error converting %g to int", d);
+		return sg_cel_mk_int(c, (int64_t)d);
 	}
 	if (IS(SG_CEL_STRING)) {
 		int64_t i;
 		if (!parse_int(a[0]->s.p, a[0]->s.n, true, &i, NULL))
-			return cel_err(c, "type conversion error from 'string' to 'int'");
-		return cel_mk_int(c, i);
+			return sg_cel_err(c, "type conversion error from 'string' to 'int'");
+		return sg_cel_mk_int(c, i);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -425,20 +425,20 @@ static cval f_uint(ARGS)
 		return a[0];
 	if (IS(SG_CEL_INT)) {
 		if (a[0]->i < 0)
-			return cel_err(c, "range error converting %lld to uint", (long long)a[0]->i);
-		return cel_mk_uint(c, (uint64_t)a[0]->i);
+			return sg_cel_err(c, "range error converting %lld to uint", (long long)a[0]->i);
+		return sg_cel_mk_uint(c, (uint64_t)a[0]->i);
 	}
 	if (IS(SG_CEL_DOUBLE)) {
 		double d = a[0]->d;
 		if (!(d > -1.0 && d < 18446744073709551616.0))
-			return cel_err(c, "range error converting %g to uint", d);
-		return cel_mk_uint(c, (uint64_t)d);
+			return sg_cel_err(c, "range error converting %g to uint", d);
+		return sg_cel_mk_uint(c, (uint64_t)d);
 	}
 	if (IS(SG_CEL_STRING)) {
 		uint64_t u;
 		if (!parse_int(a[0]->s.p, a[0]->s.n, false, NULL, &u))
-			return cel_err(c, "type conversion error from 'string' to 'uint'");
-		return cel_mk_uint(c, u);
+			return sg_cel_err(c, "type conversion error from 'string' to 'uint'");
+		return sg_cel_mk_uint(c, u);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -472,14 +472,14 @@ static cval f_double(ARGS)
 	if (IS(SG_CEL_DOUBLE))
 		return a[0];
 	if (IS(SG_CEL_INT))
-		return cel_mk_double(c, (double)a[0]->i);
+		return sg_cel_mk_double(c, (double)a[0]->i);
 	if (IS(SG_CEL_UINT))
-		return cel_mk_double(c, (double)a[0]->u);
+		return sg_cel_mk_double(c, (double)a[0]->u);
 	if (IS(SG_CEL_STRING)) {
 		double d;
 		if (!parse_double(a[0]->s.p, a[0]->s.n, &d))
-			return cel_err(c, "type conversion error from 'string' to 'double'");
-		return cel_mk_double(c, d);
+			return sg_cel_err(c, "type conversion error from 'string' to 'double'");
+		return sg_cel_mk_double(c, d);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -564,22 +564,22 @@ static cval f_string(ARGS)
 		return a[0];
 	if (IS(SG_CEL_INT)) {
 		snprintf(buf, sizeof(buf), "%lld", (long long)a[0]->i);
-		return cel_mk_str(c, SG_CEL_STRING, buf, strlen(buf));
+		return sg_cel_mk_str(c, SG_CEL_STRING, buf, strlen(buf));
 	}
 	if (IS(SG_CEL_UINT)) {
 		snprintf(buf, sizeof(buf), "%llu", (unsigned long long)a[0]->u);
-		return cel_mk_str(c, SG_CEL_STRING, buf, strlen(buf));
+		return sg_cel_mk_str(c, SG_CEL_STRING, buf, strlen(buf));
 	}
 	if (IS(SG_CEL_DOUBLE)) {
 		fmt_double(buf, sizeof(buf), a[0]->d, 'g');
-		return cel_mk_str(c, SG_CEL_STRING, buf, strlen(buf));
+		return sg_cel_mk_str(c, SG_CEL_STRING, buf, strlen(buf));
 	}
 	if (IS(SG_CEL_BOOL))
-		return cel_mk_str(c, SG_CEL_STRING, a[0]->b ? "true" : "false", a[0]->b ? 4 : 5);
+		return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->b ? "true" : "false", a[0]->b ? 4 : 5);
 	if (IS(SG_CEL_BYTES)) {
-		if (!cel_utf8_valid(a[0]->s.p, a[0]->s.n))
-			return cel_err(c, "invalid UTF-8 in bytes, cannot convert to string");
-		return cel_mk_str(c, SG_CEL_STRING, a[0]->s.p, a[0]->s.n);
+		if (!sg_cel_utf8_valid(a[0]->s.p, a[0]->s.n))
+			return sg_cel_err(c, "invalid UTF-8 in bytes, cannot convert to string");
+		return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->s.p, a[0]->s.n);
 	}
 	return no_overload(c, call, a, n);
 }
@@ -589,7 +589,7 @@ static cval f_bytes(ARGS)
 	if (IS(SG_CEL_BYTES))
 		return a[0];
 	if (IS(SG_CEL_STRING))
-		return cel_mk_str(c, SG_CEL_BYTES, a[0]->s.p, a[0]->s.n);
+		return sg_cel_mk_str(c, SG_CEL_BYTES, a[0]->s.p, a[0]->s.n);
 	return no_overload(c, call, a, n);
 }
 
@@ -602,11 +602,11 @@ static cval f_bool(ARGS)
 	if (IS(SG_CEL_STRING)) {
 		for (size_t i = 0; i < 6; i++) {
 			if (strlen(yes[i]) == a[0]->s.n && memcmp(yes[i], a[0]->s.p, a[0]->s.n) == 0)
-				return cel_mk_bool(c, true);
+				return sg_cel_mk_bool(c, true);
 			if (strlen(no[i]) == a[0]->s.n && memcmp(no[i], a[0]->s.p, a[0]->s.n) == 0)
-				return cel_mk_bool(c, false);
+				return sg_cel_mk_bool(c, false);
 		}
-		return cel_err(c, "type conversion error from 'string' to 'bool'");
+		return sg_cel_err(c, "type conversion error from 'string' to 'bool'");
 	}
 	return no_overload(c, call, a, n);
 }
@@ -615,7 +615,7 @@ static cval f_type(ARGS)
 {
 	if (n != 1)
 		return no_overload(c, call, a, n);
-	return cel_mk_type(c, cel_kind_name(a[0]));
+	return sg_cel_mk_type(c, sg_cel_kind_name(a[0]));
 }
 
 static cval f_dyn(ARGS)
@@ -636,28 +636,28 @@ static cval f_contains(ARGS)
 {
 	if (!IS(SG_CEL_STRING, SG_CEL_STRING))
 		return no_overload(c, call, a, n);
-	if (!cel_charge(c, tenth((uint64_t)a[0]->s.n * (a[1]->s.n ? a[1]->s.n : 1))))
+	if (!sg_cel_charge(c, tenth((uint64_t)a[0]->s.n * (a[1]->s.n ? a[1]->s.n : 1))))
 		return NULL;
 	if (a[1]->s.n == 0)
-		return cel_mk_bool(c, true);
+		return sg_cel_mk_bool(c, true);
 	for (size_t i = 0; i + a[1]->s.n <= a[0]->s.n; i++)
 		if (has_at(a[0], i, a[1]))
-			return cel_mk_bool(c, true);
-	return cel_mk_bool(c, false);
+			return sg_cel_mk_bool(c, true);
+	return sg_cel_mk_bool(c, false);
 }
 
 static cval f_starts(ARGS)
 {
 	if (!IS(SG_CEL_STRING, SG_CEL_STRING))
 		return no_overload(c, call, a, n);
-	return cel_mk_bool(c, has_at(a[0], 0, a[1]));
+	return sg_cel_mk_bool(c, has_at(a[0], 0, a[1]));
 }
 
 static cval f_ends(ARGS)
 {
 	if (!IS(SG_CEL_STRING, SG_CEL_STRING))
 		return no_overload(c, call, a, n);
-	return cel_mk_bool(c, a[1]->s.n <= a[0]->s.n && has_at(a[0], a[0]->s.n - a[1]->s.n, a[1]));
+	return sg_cel_mk_bool(c, a[1]->s.n <= a[0]->s.n && has_at(a[0], a[0]->s.n - a[1]->s.n, a[1]));
 }
 
 static cval f_matches(ARGS)
@@ -665,15 +665,15 @@ static cval f_matches(ARGS)
 	if (!IS(SG_CEL_STRING, SG_CEL_STRING))
 		return no_overload(c, call, a, n);
 	if (a[1]->s.n > SG_CEL_RE2_PATTERN_MAX)
-		return cel_err(c, "regular expression longer than %u bytes", SG_CEL_RE2_PATTERN_MAX);
-	if (!cel_charge(c, tenth(a[0]->s.n) + a[1]->s.n))
+		return sg_cel_err(c, "regular expression longer than %u bytes", SG_CEL_RE2_PATTERN_MAX);
+	if (!sg_cel_charge(c, tenth(a[0]->s.n) + a[1]->s.n))
 		return NULL;
 	char why[200];
 	int r = call->call.re ? sg_cel_re2_match(call->call.re, a[0]->s.p, a[0]->s.n)
 	                      : sg_cel_re2_search(a[1]->s.p, a[1]->s.n, a[0]->s.p, a[0]->s.n, why, sizeof(why));
 	if (r < 0)
-		return cel_err(c, "error parsing regexp: %s", why);
-	return cel_mk_bool(c, r == 1);
+		return sg_cel_err(c, "error parsing regexp: %s", why);
+	return sg_cel_mk_bool(c, r == 1);
 }
 
 /* ---- the strings extension ---- */
@@ -695,21 +695,21 @@ static cval f_char_at(ARGS)
 {
 	if (!IS(SG_CEL_STRING, SG_CEL_INT))
 		return no_overload(c, call, a, n);
-	if (!cel_charge(c, tenth(a[0]->s.n)))
+	if (!sg_cel_charge(c, tenth(a[0]->s.n)))
 		return NULL;
-	size_t len = cel_utf8_count(a[0]->s.p, a[0]->s.n);
+	size_t len = sg_cel_utf8_count(a[0]->s.p, a[0]->s.n);
 	int64_t i = a[1]->i;
 	if (i < 0 || (uint64_t)i > len)
-		return cel_err(c, "index out of range: %lld", (long long)i);
+		return sg_cel_err(c, "index out of range: %lld", (long long)i);
 	size_t from = cp_offset(a[0]->s.p, a[0]->s.n, (size_t)i);
 	size_t to = cp_offset(a[0]->s.p, a[0]->s.n, (size_t)i + ((size_t)i < len));
-	return cel_mk_str(c, SG_CEL_STRING, a[0]->s.p + from, to - from);
+	return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->s.p + from, to - from);
 }
 
 /* Code-point search from code point `from`, forward or backward. */
 static int64_t cp_search(cval s, cval sub, int64_t from, bool backward)
 {
-	size_t len = cel_utf8_count(s->s.p, s->s.n), sublen = cel_utf8_count(sub->s.p, sub->s.n);
+	size_t len = sg_cel_utf8_count(s->s.p, s->s.n), sublen = sg_cel_utf8_count(sub->s.p, sub->s.n);
 	if (sub->s.n == 0)
 		return from > (int64_t)len ? (int64_t)len : from;
 	if (from >= (int64_t)len)
@@ -740,11 +740,11 @@ static cval index_of(ARGS, bool last)
 	int64_t from;
 	if (IS(SG_CEL_STRING, SG_CEL_STRING)) {
 		if (last) {
-			size_t len = cel_utf8_count(a[0]->s.p, a[0]->s.n);
+			size_t len = sg_cel_utf8_count(a[0]->s.p, a[0]->s.n);
 			if (a[1]->s.n == 0)
-				return cel_mk_int(c, (int64_t)len);
+				return sg_cel_mk_int(c, (int64_t)len);
 			if (a[0]->s.n < a[1]->s.n)
-				return cel_mk_int(c, -1);
+				return sg_cel_mk_int(c, -1);
 			from = (int64_t)len - 1;
 		} else {
 			from = 0;
@@ -753,15 +753,15 @@ static cval index_of(ARGS, bool last)
 		from = a[2]->i;
 		/* cel-spec's string_ext tests: an offset past the end is an error
 		 * (as a negative one is). */
-		if (from < 0 || (uint64_t)from > cel_utf8_count(a[0]->s.p, a[0]->s.n))
-			return cel_err(c, "index out of range: %lld", (long long)from);
+		if (from < 0 || (uint64_t)from > sg_cel_utf8_count(a[0]->s.p, a[0]->s.n))
+			return sg_cel_err(c, "index out of range: %lld", (long long)from);
 	} else {
 		return no_overload(c, call, a, n);
 	}
 	uint64_t work = (uint64_t)a[0]->s.n * (a[1]->s.n ? a[1]->s.n : 1);
-	if (!cel_charge(c, tenth(work)))
+	if (!sg_cel_charge(c, tenth(work)))
 		return NULL;
-	return cel_mk_int(c, cp_search(a[0], a[1], from, last));
+	return sg_cel_mk_int(c, cp_search(a[0], a[1], from, last));
 }
 
 static cval f_index_of(ARGS)
@@ -774,11 +774,11 @@ static cval f_last_index_of(ARGS)
 	return index_of(c, a, n, call, true);
 }
 
-static cval ascii_case(cel_ctx *c, cval *a, size_t n, const cel_node *call, bool upper)
+static cval ascii_case(sg_cel_ctx *c, cval *a, size_t n, const sg_cel_node *call, bool upper)
 {
 	if (!IS(SG_CEL_STRING))
 		return no_overload(c, call, a, n);
-	if (!cel_charge(c, tenth(a[0]->s.n) * 2))
+	if (!sg_cel_charge(c, tenth(a[0]->s.n) * 2))
 		return NULL;
 	char *p = new_text(c, a[0]->s.n);
 	if (!p)
@@ -791,7 +791,7 @@ static cval ascii_case(cel_ctx *c, cval *a, size_t n, const cel_node *call, bool
 			ch = (char)(ch + 32);
 		p[i] = ch;
 	}
-	return cel_mk_str_owned(c, SG_CEL_STRING, p, a[0]->s.n);
+	return sg_cel_mk_str_owned(c, SG_CEL_STRING, p, a[0]->s.n);
 }
 
 static cval f_lower(ARGS)
@@ -815,7 +815,7 @@ static cval f_replace(ARGS)
 		return no_overload(c, call, a, n);
 	cval s = a[0], old = a[1], rep = a[2];
 	uint64_t work = (uint64_t)(s->s.n ? s->s.n : 1) * (old->s.n ? old->s.n : 1);
-	if (!cel_charge(c, tenth(work)))
+	if (!sg_cel_charge(c, tenth(work)))
 		return NULL;
 	/* Count the matches first, to size the result exactly. */
 	size_t count = 0;
@@ -836,9 +836,9 @@ static cval f_replace(ARGS)
 	}
 	size_t len;
 	if (__builtin_mul_overflow(count, rep->s.n, &len) || __builtin_add_overflow(len, s->s.n, &len))
-		return cel_err(c, "string size limit exceeded");
+		return sg_cel_err(c, "string size limit exceeded");
 	len -= count * old->s.n;
-	if (!cel_charge(c, tenth(len)))
+	if (!sg_cel_charge(c, tenth(len)))
 		return NULL;
 	char *p = new_text(c, len);
 	if (!p)
@@ -866,7 +866,7 @@ static cval f_replace(ARGS)
 		k += j - i;
 		i = j;
 	}
-	return cel_mk_str_owned(c, SG_CEL_STRING, p, k);
+	return sg_cel_mk_str_owned(c, SG_CEL_STRING, p, k);
 }
 
 /* Go's strings.SplitN: n < 0 all, 0 none, else at most n parts; an empty
@@ -879,14 +879,14 @@ static cval f_split(ARGS)
 	else if (!IS(SG_CEL_STRING, SG_CEL_STRING))
 		return no_overload(c, call, a, n);
 	cval s = a[0], sep = a[1];
-	if (!cel_charge(c, tenth(s->s.n + 1) + 1))
+	if (!sg_cel_charge(c, tenth(s->s.n + 1) + 1))
 		return NULL;
 	if (limit == 0)
-		return cel_mk_list(c, new_items(c, 0), 0);
-	size_t max = sep->s.n ? s->s.n / sep->s.n + 1 : cel_utf8_count(s->s.p, s->s.n);
+		return sg_cel_mk_list(c, new_items(c, 0), 0);
+	size_t max = sep->s.n ? s->s.n / sep->s.n + 1 : sg_cel_utf8_count(s->s.p, s->s.n);
 	if (limit > 0 && (uint64_t)limit < max)
 		max = (size_t)limit;
-	if (!cel_charge(c, max))
+	if (!sg_cel_charge(c, max))
 		return NULL;
 	const sg_cel_value **items = new_items(c, max);
 	if (!items)
@@ -899,14 +899,14 @@ static cval f_split(ARGS)
 			size_t j = i + 1;
 			while (j < s->s.n && ((unsigned char)s->s.p[j] & 0xC0) == 0x80)
 				j++;
-			items[k++] = cel_mk_str(c, SG_CEL_STRING, s->s.p + i, j - i);
+			items[k++] = sg_cel_mk_str(c, SG_CEL_STRING, s->s.p + i, j - i);
 			i = start = j;
 			continue;
 		}
 		if (i + sep->s.n > s->s.n)
 			break;
 		if (has_at(s, i, sep)) {
-			items[k++] = cel_mk_str(c, SG_CEL_STRING, s->s.p + start, i - start);
+			items[k++] = sg_cel_mk_str(c, SG_CEL_STRING, s->s.p + start, i - start);
 			i += sep->s.n;
 			start = i;
 		} else {
@@ -916,27 +916,28 @@ static cval f_split(ARGS)
 			return NULL;
 	}
 	if (sep->s.n || start < s->s.n)
-		items[k++] = cel_mk_str(c, SG_CEL_STRING, s->s.p + start, s->s.n - start);
-	return cel_mk_list(c, items, k);
+		items[k++] = sg_cel_mk_str(c, SG_CEL_STRING, s->s.p + start, s->s.n - start);
+	return sg_cel_mk_list(c, items, k);
 }
 
 static cval f_substring(ARGS)
 {
 	if (!IS(SG_CEL_STRING, SG_CEL_INT) && !IS(SG_CEL_STRING, SG_CEL_INT, SG_CEL_INT))
 		return no_overload(c, call, a, n);
-	if (!cel_charge(c, tenth(a[0]->s.n)))
+	if (!sg_cel_charge(c, tenth(a[0]->s.n)))
 		return NULL;
-	int64_t len = (int64_t)cel_utf8_count(a[0]->s.p, a[0]->s.n);
+	int64_t len = (int64_t)sg_cel_utf8_count(a[0]->s.p, a[0]->s.n);
 	int64_t start = a[1]->i, end = n == 3 ? a[2]->i : len;
 	if (start > end)
-		return cel_err(c, "invalid substring range. start: %lld, end: %lld", (long long)start, (long long)end);
+		return sg_cel_err(c, "invalid substring range. start: %lld, end: %lld", (long long)start,
+		                  (long long)end);
 	if (start < 0 || start > len)
-		return cel_err(c, "index out of range: %lld", (long long)start);
+		return sg_cel_err(c, "index out of range: %lld", (long long)start);
 	if (end < 0 || end > len)
-		return cel_err(c, "index out of range: %lld", (long long)end);
+		return sg_cel_err(c, "index out of range: %lld", (long long)end);
 	size_t from = cp_offset(a[0]->s.p, a[0]->s.n, (size_t)start);
 	size_t to = cp_offset(a[0]->s.p, a[0]->s.n, (size_t)end);
-	return cel_mk_str(c, SG_CEL_STRING, a[0]->s.p + from, to - from);
+	return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->s.p + from, to - from);
 }
 
 /* Unicode White_Space (Go's unicode.IsSpace): bytes of the code point at
@@ -967,7 +968,7 @@ static cval f_trim(ARGS)
 {
 	if (!IS(SG_CEL_STRING))
 		return no_overload(c, call, a, n);
-	if (!cel_charge(c, tenth(a[0]->s.n)))
+	if (!sg_cel_charge(c, tenth(a[0]->s.n)))
 		return NULL;
 	const char *p = a[0]->s.p;
 	size_t from = 0, to = a[0]->s.n, k;
@@ -981,14 +982,14 @@ static cval f_trim(ARGS)
 			break;
 		to = start;
 	}
-	return cel_mk_str(c, SG_CEL_STRING, p + from, to - from);
+	return sg_cel_mk_str(c, SG_CEL_STRING, p + from, to - from);
 }
 
 static cval f_reverse(ARGS)
 {
 	if (!IS(SG_CEL_STRING))
 		return no_overload(c, call, a, n);
-	if (!cel_charge(c, tenth(a[0]->s.n) * 2))
+	if (!sg_cel_charge(c, tenth(a[0]->s.n) * 2))
 		return NULL;
 	size_t len = a[0]->s.n;
 	char *p = new_text(c, len);
@@ -1002,7 +1003,7 @@ static cval f_reverse(ARGS)
 		memcpy(p + len - j, s + i, j - i);
 		i = j;
 	}
-	return cel_mk_str_owned(c, SG_CEL_STRING, p, len);
+	return sg_cel_mk_str_owned(c, SG_CEL_STRING, p, len);
 }
 
 static cval f_join(ARGS)
@@ -1013,11 +1014,11 @@ static cval f_join(ARGS)
 	size_t sep = n == 2 ? a[1]->s.n : 0, len = 0;
 	for (size_t i = 0; i < l->list.n; i++) {
 		if (l->list.v[i]->kind != SG_CEL_STRING)
-			return cel_err(c, "join: invalid input: %s", cel_kind_name(l->list.v[i]));
+			return sg_cel_err(c, "join: invalid input: %s", sg_cel_kind_name(l->list.v[i]));
 		if (__builtin_add_overflow(len, l->list.v[i]->s.n + (i ? sep : 0), &len))
-			return cel_err(c, "string size limit exceeded");
+			return sg_cel_err(c, "string size limit exceeded");
 	}
-	if (!cel_charge(c, tenth(len + l->list.n + 1)))
+	if (!sg_cel_charge(c, tenth(len + l->list.n + 1)))
 		return NULL;
 	char *p = new_text(c, len);
 	if (!p)
@@ -1031,7 +1032,7 @@ static cval f_join(ARGS)
 		memcpy(p + k, l->list.v[i]->s.p, l->list.v[i]->s.n);
 		k += l->list.v[i]->s.n;
 	}
-	return cel_mk_str_owned(c, SG_CEL_STRING, p, len);
+	return sg_cel_mk_str_owned(c, SG_CEL_STRING, p, len);
 }
 
 static cval f_quote(ARGS)
@@ -1040,8 +1041,8 @@ static cval f_quote(ARGS)
 		return no_overload(c, call, a, n);
 	size_t len = a[0]->s.n;
 	if (len > SG_CEL_STRING_MAX / 2)
-		return cel_err(c, "string size limit exceeded");
-	if (!cel_charge(c, tenth(len) * 2))
+		return sg_cel_err(c, "string size limit exceeded");
+	if (!sg_cel_charge(c, tenth(len) * 2))
 		return NULL;
 	char *p = new_text(c, 2 * len + 2);
 	if (!p)
@@ -1062,13 +1063,13 @@ static cval f_quote(ARGS)
 	}
 	p[k++] = '"';
 	p[k] = 0;
-	return cel_mk_str_owned(c, SG_CEL_STRING, p, k);
+	return sg_cel_mk_str_owned(c, SG_CEL_STRING, p, k);
 }
 
 /* ---- format (cel-go's ext.Strings version 4 and later) ---- */
 
 typedef struct fbuf {
-	cel_ctx *c;
+	sg_cel_ctx *c;
 	char *p;
 	size_t n, cap;
 	bool failed;
@@ -1088,7 +1089,7 @@ static void fb_add(fbuf *b, const char *s, size_t n)
 		size_t cap = b->cap ? b->cap : 64;
 		while (cap < b->n + n + 1)
 			cap *= 2;
-		char *q = cel_alloc(b->c->a, cap);
+		char *q = sg_cel_alloc(b->c->a, cap);
 		if (!q) {
 			b->failed = true;
 			b->c->stop = true;
@@ -1177,7 +1178,7 @@ static const char *fmt_string(fbuf *b, cval v, int depth)
 		return NULL;
 	case SG_CEL_MAP: {
 		size_t total = 0;
-		fentry *ents = cel_alloc(b->c->a, (v->map.n ? v->map.n : 1) * sizeof(*ents));
+		fentry *ents = sg_cel_alloc(b->c->a, (v->map.n ? v->map.n : 1) * sizeof(*ents));
 		if (!ents) {
 			b->failed = true;
 			return NULL;
@@ -1239,7 +1240,7 @@ static void put_radix(fbuf *b, uint64_t x, unsigned base, bool neg, bool upper)
 static const char *fmt_clause(fbuf *b, char verb, int prec, cval v)
 {
 	char buf[512];
-	bool num = cel_is_num(v);
+	bool num = sg_cel_is_num(v);
 	switch (verb) {
 	case 's':
 		return fmt_string(b, v, 0);
@@ -1270,7 +1271,7 @@ static const char *fmt_clause(fbuf *b, char verb, int prec, cval v)
 			fb_puts(b, d > 0 ? "Infinity" : "-Infinity");
 		else {
 			/* %f of 1e308 at precision 100 is about 410 characters. */
-			char *big = cel_alloc(b->c->a, 520);
+			char *big = sg_cel_alloc(b->c->a, 520);
 			if (!big) {
 				b->failed = true;
 				return NULL;
@@ -1345,9 +1346,9 @@ static cval f_format(ARGS)
 			continue;
 		}
 		if (i + 1 >= len)
-			return cel_err(c, "unexpected end of string");
+			return sg_cel_err(c, "unexpected end of string");
 		if (argi >= args->list.n)
-			return cel_err(c, "index %zu out of range", argi);
+			return sg_cel_err(c, "index %zu out of range", argi);
 		i++;
 		int prec = 6;
 		if (s[i] == '.') {
@@ -1361,34 +1362,34 @@ static cval f_format(ARGS)
 				i++;
 			}
 			if (i >= len)
-				return cel_err(
+				return sg_cel_err(
 				    c, "could not parse formatting clause: error while parsing precision: could "
 				       "not find end of precision specifier");
 			if (i == start)
-				return cel_err(
+				return sg_cel_err(
 				    c, "could not parse formatting clause: error while parsing precision: error "
 				       "while converting precision to integer");
 			if (p > 100)
-				return cel_err(c,
-				               "could not parse formatting clause: error while parsing precision: "
-				               "precision %ld exceeds maximum allowed precision 100",
-				               p);
+				return sg_cel_err(c,
+				                  "could not parse formatting clause: error while parsing precision: "
+				                  "precision %ld exceeds maximum allowed precision 100",
+				                  p);
 			prec = (int)p;
 		}
 		char verb = s[i++];
 		if (!strchr("sdfebxXo", verb) || !verb)
-			return cel_err(c, "could not parse formatting clause: unrecognized formatting clause \"%c\"",
-			               verb);
+			return sg_cel_err(c, "could not parse formatting clause: unrecognized formatting clause \"%c\"",
+			                  verb);
 		const char *e = fmt_clause(&b, verb, prec, args->list.v[argi++]);
 		if (e)
-			return cel_err(c, "error during formatting: %s, was given %s", e,
-			               cel_kind_name(args->list.v[argi - 1]));
+			return sg_cel_err(c, "error during formatting: %s, was given %s", e,
+			                  sg_cel_kind_name(args->list.v[argi - 1]));
 	}
 	if (b.failed)
 		return NULL;
-	if (!cel_charge(c, tenth(b.n) + 1))
+	if (!sg_cel_charge(c, tenth(b.n) + 1))
 		return NULL;
-	return cel_mk_str_owned(c, SG_CEL_STRING, b.p, b.n);
+	return sg_cel_mk_str_owned(c, SG_CEL_STRING, b.p, b.n);
 }
 
 /* ---- approver-policy's ServiceAccount library ---- */
@@ -1446,24 +1447,24 @@ static cval f_service_account(ARGS)
 	size_t nsl, namel;
 	const char *name;
 	if (!split_username(a[0], &nsl, &name, &namel))
-		return cel_err(c,
-		               "Unable to convert to serviceaccount: err: Username must be in the form "
-		               "system:serviceaccount:namespace:name, username: %.300s",
-		               a[0]->s.p);
+		return sg_cel_err(c,
+		                  "Unable to convert to serviceaccount: err: Username must be in the form "
+		                  "system:serviceaccount:namespace:name, username: %.300s",
+		                  a[0]->s.p);
 	const sg_cel_value **k = new_items(c, 2), **v = new_items(c, 2);
-	sg_cel_value *o = cel_new_value(c->a, SG_CEL_OBJECT);
+	sg_cel_value *o = sg_cel_new_value(c->a, SG_CEL_OBJECT);
 	if (!k || !v || !o) {
 		c->stop = true;
 		return NULL;
 	}
-	k[0] = cel_mk_str(c, SG_CEL_STRING, "name", 4);
-	v[0] = cel_mk_str(c, SG_CEL_STRING, name, namel);
-	k[1] = cel_mk_str(c, SG_CEL_STRING, "namespace", 9);
-	v[1] = cel_mk_str(c, SG_CEL_STRING, a[0]->s.p + 22, nsl);
+	k[0] = sg_cel_mk_str(c, SG_CEL_STRING, "name", 4);
+	v[0] = sg_cel_mk_str(c, SG_CEL_STRING, name, namel);
+	k[1] = sg_cel_mk_str(c, SG_CEL_STRING, "namespace", 9);
+	v[1] = sg_cel_mk_str(c, SG_CEL_STRING, a[0]->s.p + 22, nsl);
 	o->map.k = k;
 	o->map.v = v;
 	o->map.n = 2;
-	o->map.type = CEL_SA_TYPE;
+	o->map.type = SG_CEL_SA_TYPE;
 	return o;
 }
 
@@ -1473,15 +1474,15 @@ static cval f_is_service_account(ARGS)
 		return no_overload(c, call, a, n);
 	size_t nsl, namel;
 	const char *name;
-	return cel_mk_bool(c, split_username(a[0], &nsl, &name, &namel));
+	return sg_cel_mk_bool(c, split_username(a[0], &nsl, &name, &namel));
 }
 
-static cval sa_field(cel_ctx *c, cval *a, size_t n, const cel_node *call, const char *field)
+static cval sa_field(sg_cel_ctx *c, cval *a, size_t n, const sg_cel_node *call, const char *field)
 {
-	if (n != 1 || a[0]->kind != SG_CEL_OBJECT || strcmp(a[0]->map.type, CEL_SA_TYPE) != 0)
+	if (n != 1 || a[0]->kind != SG_CEL_OBJECT || strcmp(a[0]->map.type, SG_CEL_SA_TYPE) != 0)
 		return no_overload(c, call, a, n);
-	cval v = cel_map_find_str(a[0], field, strlen(field));
-	return v ? v : cel_err(c, "no such field: %s", field);
+	cval v = sg_cel_map_find_str(a[0], field, strlen(field));
+	return v ? v : sg_cel_err(c, "no such field: %s", field);
 }
 
 static cval f_sa_name(ARGS)
@@ -1500,9 +1501,9 @@ static cval f_sa_namespace(ARGS)
 #define ORD                                                                                                            \
 	"bool,bool->bool;int,int->bool;uint,uint->bool;double,double->bool;string,string->bool;bytes,bytes->bool;"     \
 	"int,uint->bool;int,double->bool;uint,int->bool;uint,double->bool;double,int->bool;double,uint->bool"
-#define SA CEL_SA_TYPE
+#define SA SG_CEL_SA_TYPE
 
-static const cel_func funcs[] = {
+static const sg_cel_func funcs[] = {
     {"_+_", false, NUM2 ";string,string->string;bytes,bytes->bytes;list(A),list(A)->list(A)", f_add, 0},
     {"_-_", false, NUM2, f_sub, 0},
     {"_*_", false, NUM2, f_mul, 0},
@@ -1549,17 +1550,17 @@ static const cel_func funcs[] = {
     {"join", true, "list(string)->string;list(string),string->string", f_join, 0},
     {"format", true, "string,list(dyn)->string", f_format, 0},
     {"strings.quote", false, "string->string", f_quote, 0},
-    {"serviceAccount", false, "string->" SA, f_service_account, CEL_F_SA},
-    {"isServiceAccount", false, "string->bool", f_is_service_account, CEL_F_SA},
-    {"getName", true, SA "->string", f_sa_name, CEL_F_SA},
-    {"getNamespace", true, SA "->string", f_sa_namespace, CEL_F_SA},
+    {"serviceAccount", false, "string->" SA, f_service_account, SG_CEL_F_SA},
+    {"isServiceAccount", false, "string->bool", f_is_service_account, SG_CEL_F_SA},
+    {"getName", true, SA "->string", f_sa_name, SG_CEL_F_SA},
+    {"getNamespace", true, SA "->string", f_sa_namespace, SG_CEL_F_SA},
 };
 
-const cel_func *cel_func_find(const char *name, bool member, bool sa_lib)
+const sg_cel_func *sg_cel_func_find(const char *name, bool member, bool sa_lib)
 {
 	for (size_t i = 0; i < sizeof(funcs) / sizeof(funcs[0]); i++) {
-		const cel_func *f = &funcs[i];
-		if (f->member == member && strcmp(f->name, name) == 0 && (sa_lib || !(f->flags & CEL_F_SA)))
+		const sg_cel_func *f = &funcs[i];
+		if (f->member == member && strcmp(f->name, name) == 0 && (sa_lib || !(f->flags & SG_CEL_F_SA)))
 			return f;
 	}
 	return NULL;
@@ -1569,8 +1570,8 @@ const cel_func *cel_func_find(const char *name, bool member, bool sa_lib)
 
 #define NFUNCS (sizeof(funcs) / sizeof(funcs[0]))
 
-static cel_arena sig_arena; /* lives as long as the process */
-static cel_sig *sig_table[NFUNCS];
+static sg_cel_arena sig_arena; /* lives as long as the process */
+static sg_cel_sig *sig_table[NFUNCS];
 static size_t sig_count[NFUNCS];
 static bool sig_failed;
 static pthread_once_t sig_once = PTHREAD_ONCE_INIT;
@@ -1581,7 +1582,7 @@ static bool parse_sigs(size_t fi)
 	size_t n = 1;
 	for (const char *p = text; *p; p++)
 		n += *p == ';';
-	cel_sig *sigs = cel_alloc(&sig_arena, n * sizeof(*sigs));
+	sg_cel_sig *sigs = sg_cel_alloc(&sig_arena, n * sizeof(*sigs));
 	if (!sigs)
 		return false;
 	memset(sigs, 0, n * sizeof(*sigs));
@@ -1590,8 +1591,8 @@ static bool parse_sigs(size_t fi)
 		/* "t1,t2->ret" */
 		while (strncmp(p, "->", 2) != 0) {
 			size_t used;
-			const cel_type *t = cel_type_parse(&sig_arena, NULL, p, &used);
-			if (!t || sigs[i].nargs == CEL_SIG_ARGS_MAX)
+			const sg_cel_type *t = sg_cel_type_parse(&sig_arena, NULL, p, &used);
+			if (!t || sigs[i].nargs == SG_CEL_SIG_ARGS_MAX)
 				return false;
 			sigs[i].args[sigs[i].nargs++] = t;
 			p += used;
@@ -1599,7 +1600,7 @@ static bool parse_sigs(size_t fi)
 				p++;
 		}
 		size_t used;
-		sigs[i].ret = cel_type_parse(&sig_arena, NULL, p + 2, &used);
+		sigs[i].ret = sg_cel_type_parse(&sig_arena, NULL, p + 2, &used);
 		if (!sigs[i].ret)
 			return false;
 		p += 2 + used;
@@ -1618,7 +1619,7 @@ static void parse_all_sigs(void)
 			sig_failed = true;
 }
 
-const cel_sig *cel_func_sigs(const cel_func *f, size_t *n)
+const sg_cel_sig *sg_cel_func_sigs(const sg_cel_func *f, size_t *n)
 {
 	pthread_once(&sig_once, parse_all_sigs);
 	size_t i = (size_t)(f - funcs);

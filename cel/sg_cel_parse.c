@@ -28,7 +28,7 @@
 
 /* ---- positioned errors ---- */
 
-int cel_error_at(const char *src, size_t len, uint32_t pos, const char *fmt, ...)
+int sg_cel_error_at(const char *src, size_t len, uint32_t pos, const char *fmt, ...)
 {
 	char msg[256];
 	va_list ap;
@@ -43,7 +43,7 @@ int cel_error_at(const char *src, size_t len, uint32_t pos, const char *fmt, ...
 			line++;
 			start = i + 1;
 		}
-	size_t col = cel_utf8_count(src + start, pos - start) + 1;
+	size_t col = sg_cel_utf8_count(src + start, pos - start) + 1;
 	size_t end = start;
 	while (end < len && src[end] != '\n' && end - start < 160)
 		end++;
@@ -79,7 +79,7 @@ enum tok {
 };
 
 typedef struct parser {
-	cel_arena *a;
+	sg_cel_arena *a;
 	const char *src;
 	size_t len, off;
 	int depth;
@@ -106,7 +106,7 @@ static int fail(parser *p, uint32_t pos, const char *fmt, ...)
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
 	p->failed = true;
-	return cel_error_at(p->src, p->len, pos, "%s", msg);
+	return sg_cel_error_at(p->src, p->len, pos, "%s", msg);
 }
 
 static int oom(parser *p)
@@ -218,7 +218,7 @@ static int lex_number(parser *p)
 		return fail(p, p->tpos, "Syntax error: number literal too long");
 	memcpy(buf, p->src + start, n);
 	buf[n] = 0;
-	sg_cel_value *v = cel_new_value(p->a, SG_CEL_INT);
+	sg_cel_value *v = sg_cel_new_value(p->a, SG_CEL_INT);
 	if (!v)
 		return oom(p);
 	p->lit = v;
@@ -307,7 +307,7 @@ static int lex_string(parser *p, bool raw, bool bytes)
 	bool triple = peekc(p, 1) == q && peekc(p, 2) == q;
 	p->off += triple ? 3 : 1;
 	/* The value is never longer than the source text it comes from. */
-	char *out = cel_alloc(p->a, p->len - p->off + 1);
+	char *out = sg_cel_alloc(p->a, p->len - p->off + 1);
 	if (!out)
 		return oom(p);
 	size_t n = 0;
@@ -329,7 +329,7 @@ static int lex_string(parser *p, bool raw, bool bytes)
 		p->off++;
 	}
 	out[n] = 0;
-	sg_cel_value *v = cel_new_value(p->a, bytes ? SG_CEL_BYTES : SG_CEL_STRING);
+	sg_cel_value *v = sg_cel_new_value(p->a, bytes ? SG_CEL_BYTES : SG_CEL_STRING);
 	if (!v)
 		return oom(p);
 	v->s.p = out;
@@ -443,9 +443,9 @@ static int expect(parser *p, const char *s)
 
 /* ---- tree building ---- */
 
-static cel_node *node(parser *p, uint8_t kind, uint32_t pos)
+static sg_cel_node *node(parser *p, uint8_t kind, uint32_t pos)
 {
-	cel_node *n = cel_alloc(p->a, sizeof(*n));
+	sg_cel_node *n = sg_cel_alloc(p->a, sizeof(*n));
 	if (n) {
 		memset(n, 0, sizeof(*n));
 		n->kind = kind;
@@ -456,7 +456,7 @@ static cel_node *node(parser *p, uint8_t kind, uint32_t pos)
 
 static char *dup_text(parser *p, const char *s, size_t n)
 {
-	return cel_strndup(p->a, s, n);
+	return sg_cel_strndup(p->a, s, n);
 }
 
 static int enter(parser *p)
@@ -466,12 +466,12 @@ static int enter(parser *p)
 	return 0;
 }
 
-static int parse_expr(parser *p, cel_node **out);
+static int parse_expr(parser *p, sg_cel_node **out);
 
-static int mk_call(parser *p, cel_node **out, const char *name, uint32_t pos, cel_node *target, cel_node **args,
-                   size_t n)
+static int mk_call(parser *p, sg_cel_node **out, const char *name, uint32_t pos, sg_cel_node *target,
+                   sg_cel_node **args, size_t n)
 {
-	cel_node *c = node(p, N_CALL, pos);
+	sg_cel_node *c = node(p, N_CALL, pos);
 	if (!c)
 		return oom(p);
 	c->call.name = name;
@@ -482,9 +482,9 @@ static int mk_call(parser *p, cel_node **out, const char *name, uint32_t pos, ce
 	return 0;
 }
 
-static int mk_binary(parser *p, cel_node **out, const char *name, uint32_t pos, cel_node *l, cel_node *r)
+static int mk_binary(parser *p, sg_cel_node **out, const char *name, uint32_t pos, sg_cel_node *l, sg_cel_node *r)
 {
-	cel_node **args = cel_alloc(p->a, 2 * sizeof(*args));
+	sg_cel_node **args = sg_cel_alloc(p->a, 2 * sizeof(*args));
 	if (!args)
 		return oom(p);
 	args[0] = l;
@@ -493,16 +493,16 @@ static int mk_binary(parser *p, cel_node **out, const char *name, uint32_t pos, 
 }
 
 /* Comma-separated expressions up to the closing punctuation `end`. */
-static int parse_list(parser *p, const char *end, cel_node ***items, size_t *n, bool trailing_comma)
+static int parse_list(parser *p, const char *end, sg_cel_node ***items, size_t *n, bool trailing_comma)
 {
 	size_t cap = 4;
 	*n = 0;
-	*items = cel_alloc(p->a, cap * sizeof(**items));
+	*items = sg_cel_alloc(p->a, cap * sizeof(**items));
 	if (!*items)
 		return oom(p);
 	while (!is_punct(p, end)) {
 		if (*n == cap) {
-			cel_node **bigger = cel_alloc(p->a, 2 * cap * sizeof(*bigger));
+			sg_cel_node **bigger = sg_cel_alloc(p->a, 2 * cap * sizeof(*bigger));
 			if (!bigger)
 				return oom(p);
 			memcpy(bigger, *items, cap * sizeof(*bigger));
@@ -521,15 +521,15 @@ static int parse_list(parser *p, const char *end, cel_node ***items, size_t *n, 
 	return expect(p, end);
 }
 
-static int parse_map(parser *p, cel_node **out, uint32_t pos)
+static int parse_map(parser *p, sg_cel_node **out, uint32_t pos)
 {
 	size_t cap = 8, n = 0;
-	cel_node **items = cel_alloc(p->a, cap * sizeof(*items));
+	sg_cel_node **items = sg_cel_alloc(p->a, cap * sizeof(*items));
 	if (!items)
 		return oom(p);
 	while (!is_punct(p, "}")) {
 		if (n + 2 > cap) {
-			cel_node **bigger = cel_alloc(p->a, 2 * cap * sizeof(*bigger));
+			sg_cel_node **bigger = sg_cel_alloc(p->a, 2 * cap * sizeof(*bigger));
 			if (!bigger)
 				return oom(p);
 			memcpy(bigger, items, cap * sizeof(*bigger));
@@ -544,7 +544,7 @@ static int parse_map(parser *p, cel_node **out, uint32_t pos)
 		SG_TRY(next(p));
 	}
 	SG_TRY(expect(p, "}"));
-	cel_node *m = node(p, N_MAP, pos);
+	sg_cel_node *m = node(p, N_MAP, pos);
 	if (!m)
 		return oom(p);
 	m->list.items = items;
@@ -563,7 +563,7 @@ static int ident_name(parser *p, const char **name)
 }
 
 /* has(e.f) and the comprehension macros; *done when it was one. */
-static int macro_global(parser *p, cel_node **out, const char *name, uint32_t pos, cel_node **args, size_t n,
+static int macro_global(parser *p, sg_cel_node **out, const char *name, uint32_t pos, sg_cel_node **args, size_t n,
                         bool *done)
 {
 	*done = false;
@@ -578,8 +578,8 @@ static int macro_global(parser *p, cel_node **out, const char *name, uint32_t po
 	return 0;
 }
 
-static int macro_member(parser *p, cel_node **out, const char *name, uint32_t pos, cel_node *target, cel_node **args,
-                        size_t n, bool *done)
+static int macro_member(parser *p, sg_cel_node **out, const char *name, uint32_t pos, sg_cel_node *target,
+                        sg_cel_node **args, size_t n, bool *done)
 {
 	/* nargs counts the variables; two variables are the two-variable
 	 * comprehensions of cel-go's extension (the checker refuses them
@@ -614,7 +614,7 @@ static int macro_member(parser *p, cel_node **out, const char *name, uint32_t po
 		for (size_t v = 0; v < nv; v++)
 			if (args[v]->kind != N_IDENT || args[v]->id.rooted)
 				return fail(p, args[v]->pos, "argument must be a simple name");
-		cel_node *c = node(p, N_COMP, pos);
+		sg_cel_node *c = node(p, N_COMP, pos);
 		if (!c)
 			return oom(p);
 		uint8_t m = macros[i].macro;
@@ -637,7 +637,7 @@ static int macro_member(parser *p, cel_node **out, const char *name, uint32_t po
 	return 0;
 }
 
-static int parse_primary(parser *p, cel_node **out)
+static int parse_primary(parser *p, sg_cel_node **out)
 {
 	uint32_t pos = p->tpos;
 	char buf[64];
@@ -652,7 +652,7 @@ static int parse_primary(parser *p, cel_node **out)
 	case K_DOUBLE:
 	case K_STRING:
 	case K_BYTES: {
-		cel_node *n = node(p, N_LIT, pos);
+		sg_cel_node *n = node(p, N_LIT, pos);
 		if (!n)
 			return oom(p);
 		n->lit = p->lit;
@@ -662,8 +662,8 @@ static int parse_primary(parser *p, cel_node **out)
 	case K_TRUE:
 	case K_FALSE:
 	case K_NULL: {
-		cel_node *n = node(p, N_LIT, pos);
-		sg_cel_value *v = cel_new_value(p->a, p->tok == K_NULL ? SG_CEL_NULL : SG_CEL_BOOL);
+		sg_cel_node *n = node(p, N_LIT, pos);
+		sg_cel_value *v = sg_cel_new_value(p->a, p->tok == K_NULL ? SG_CEL_NULL : SG_CEL_BOOL);
 		if (!n || !v)
 			return oom(p);
 		v->b = p->tok == K_TRUE;
@@ -679,7 +679,7 @@ static int parse_primary(parser *p, cel_node **out)
 		}
 		if (is_punct(p, "[")) {
 			SG_TRY(next(p));
-			cel_node *l = node(p, N_LIST, pos);
+			sg_cel_node *l = node(p, N_LIST, pos);
 			if (!l)
 				return oom(p);
 			SG_TRY(parse_list(p, "]", &l->list.items, &l->list.n, true));
@@ -707,7 +707,7 @@ static int parse_primary(parser *p, cel_node **out)
 		SG_TRY(next(p));
 		if (is_punct(p, "(")) {
 			SG_TRY(next(p));
-			cel_node **args;
+			sg_cel_node **args;
 			size_t n;
 			SG_TRY(parse_list(p, ")", &args, &n, false));
 			bool done;
@@ -718,7 +718,7 @@ static int parse_primary(parser *p, cel_node **out)
 		}
 		if (is_punct(p, "{"))
 			return fail(p, p->tpos, "message construction is not supported");
-		cel_node *n = node(p, N_IDENT, pos);
+		sg_cel_node *n = node(p, N_IDENT, pos);
 		if (!n)
 			return oom(p);
 		n->id.name = name;
@@ -732,7 +732,7 @@ static int parse_primary(parser *p, cel_node **out)
 	            tok_text(p, buf, sizeof(buf)));
 }
 
-static int parse_member(parser *p, cel_node **out)
+static int parse_member(parser *p, sg_cel_node **out)
 {
 	SG_TRY(parse_primary(p, out));
 	int levels = 0;
@@ -752,7 +752,7 @@ static int parse_member(parser *p, cel_node **out)
 			SG_TRY(next(p));
 			if (is_punct(p, "(")) {
 				SG_TRY(next(p));
-				cel_node **args;
+				sg_cel_node **args;
 				size_t n;
 				SG_TRY(parse_list(p, ")", &args, &n, false));
 				bool done;
@@ -760,7 +760,7 @@ static int parse_member(parser *p, cel_node **out)
 				if (!done)
 					SG_TRY(mk_call(p, out, name, npos, *out, args, n));
 			} else {
-				cel_node *s = node(p, N_SELECT, pos);
+				sg_cel_node *s = node(p, N_SELECT, pos);
 				if (!s)
 					return oom(p);
 				s->sel.operand = *out;
@@ -769,7 +769,7 @@ static int parse_member(parser *p, cel_node **out)
 			}
 		} else if (is_punct(p, "[")) {
 			SG_TRY(next(p));
-			cel_node *idx;
+			sg_cel_node *idx;
 			SG_TRY(enter(p));
 			SG_TRY(parse_expr(p, &idx));
 			p->depth--;
@@ -789,7 +789,7 @@ static int parse_member(parser *p, cel_node **out)
 
 /* Folds a sign into a number literal: -9223372036854775808 and -1.5 are
  * literals, as in cel-go. */
-static int parse_unary(parser *p, cel_node **out)
+static int parse_unary(parser *p, sg_cel_node **out)
 {
 	uint32_t pos = p->tpos;
 	SG_TRY(enter(p));
@@ -807,7 +807,7 @@ static int parse_unary(parser *p, cel_node **out)
 				v->d = -v->d;
 			}
 			v->kind = p->tok == K_INT ? SG_CEL_INT : SG_CEL_DOUBLE;
-			cel_node *n = node(p, N_LIT, pos);
+			sg_cel_node *n = node(p, N_LIT, pos);
 			if (!n)
 				return oom(p);
 			n->lit = v;
@@ -818,9 +818,9 @@ static int parse_unary(parser *p, cel_node **out)
 			p->depth--;
 			return 0;
 		}
-		cel_node *operand;
+		sg_cel_node *operand;
 		SG_TRY(parse_unary(p, &operand));
-		cel_node **args = cel_alloc(p->a, sizeof(*args));
+		sg_cel_node **args = sg_cel_alloc(p->a, sizeof(*args));
 		if (!args)
 			return oom(p);
 		args[0] = operand;
@@ -833,10 +833,10 @@ static int parse_unary(parser *p, cel_node **out)
 	return 0;
 }
 
-typedef int (*level_fn)(parser *p, cel_node **out);
+typedef int (*level_fn)(parser *p, sg_cel_node **out);
 
 /* One left-associative binary level: ops[i] maps to names[i]. */
-static int parse_level(parser *p, cel_node **out, level_fn sub, const char *const *ops, const char *const *names,
+static int parse_level(parser *p, sg_cel_node **out, level_fn sub, const char *const *ops, const char *const *names,
                        size_t nops)
 {
 	SG_TRY(sub(p, out));
@@ -850,7 +850,7 @@ static int parse_level(parser *p, cel_node **out, level_fn sub, const char *cons
 			return 0;
 		uint32_t pos = p->tpos;
 		SG_TRY(next(p));
-		cel_node *r;
+		sg_cel_node *r;
 		SG_TRY(sub(p, &r));
 		SG_TRY(mk_binary(p, out, names[i], pos, *out, r));
 		/* The tree grows one level per operator: bound it like nesting. */
@@ -859,49 +859,49 @@ static int parse_level(parser *p, cel_node **out, level_fn sub, const char *cons
 	}
 }
 
-static int parse_mul(parser *p, cel_node **out)
+static int parse_mul(parser *p, sg_cel_node **out)
 {
 	static const char *const ops[] = {"*", "/", "%"};
 	static const char *const names[] = {"_*_", "_/_", "_%_"};
 	return parse_level(p, out, parse_unary, ops, names, 3);
 }
 
-static int parse_add(parser *p, cel_node **out)
+static int parse_add(parser *p, sg_cel_node **out)
 {
 	static const char *const ops[] = {"+", "-"};
 	static const char *const names[] = {"_+_", "_-_"};
 	return parse_level(p, out, parse_mul, ops, names, 2);
 }
 
-static int parse_rel(parser *p, cel_node **out)
+static int parse_rel(parser *p, sg_cel_node **out)
 {
 	static const char *const ops[] = {"<", "<=", ">", ">=", "==", "!=", "in"};
 	static const char *const names[] = {"_<_", "_<=_", "_>_", "_>=_", "_==_", "_!=_", "@in"};
 	return parse_level(p, out, parse_add, ops, names, 7);
 }
 
-static int parse_and(parser *p, cel_node **out)
+static int parse_and(parser *p, sg_cel_node **out)
 {
 	static const char *const ops[] = {"&&"};
 	static const char *const names[] = {"_&&_"};
 	return parse_level(p, out, parse_rel, ops, names, 1);
 }
 
-static int parse_or(parser *p, cel_node **out)
+static int parse_or(parser *p, sg_cel_node **out)
 {
 	static const char *const ops[] = {"||"};
 	static const char *const names[] = {"_||_"};
 	return parse_level(p, out, parse_and, ops, names, 1);
 }
 
-static int parse_expr(parser *p, cel_node **out)
+static int parse_expr(parser *p, sg_cel_node **out)
 {
 	SG_TRY(enter(p));
 	SG_TRY(parse_or(p, out));
 	if (is_punct(p, "?")) {
 		uint32_t pos = p->tpos;
 		SG_TRY(next(p));
-		cel_node **args = cel_alloc(p->a, 3 * sizeof(*args));
+		sg_cel_node **args = sg_cel_alloc(p->a, 3 * sizeof(*args));
 		if (!args)
 			return oom(p);
 		args[0] = *out;
@@ -915,7 +915,7 @@ static int parse_expr(parser *p, cel_node **out)
 }
 
 /* The depth of the tree, bounded: the checker and evaluator recurse on it. */
-static int tree_depth(const cel_node *n, int d, int *max)
+static int tree_depth(const sg_cel_node *n, int d, int *max)
 {
 	if (!n)
 		return 0;
@@ -948,11 +948,11 @@ static int tree_depth(const cel_node *n, int d, int *max)
 	}
 }
 
-int cel_parse(cel_node **out, cel_arena *a, const char *src, size_t len)
+int sg_cel_parse(sg_cel_node **out, sg_cel_arena *a, const char *src, size_t len)
 {
 	parser p = {.a = a, .src = src, .len = len};
 	*out = NULL;
-	if (!cel_utf8_valid(src, len))
+	if (!sg_cel_utf8_valid(src, len))
 		return sg_error_set(SG_EINVAL, "ERROR: <input>: the expression is not valid UTF-8");
 	SG_TRY(next(&p));
 	if (p.tok == K_EOF)

@@ -22,13 +22,13 @@
 
 #define BLOCK_SIZE 16384u
 
-struct cel_block {
-	cel_block *next;
+struct sg_cel_block {
+	sg_cel_block *next;
 	size_t cap, off;
 	_Alignas(16) unsigned char data[];
 };
 
-void *cel_alloc(cel_arena *a, size_t n)
+void *sg_cel_alloc(sg_cel_arena *a, size_t n)
 {
 	n = (n + 15u) & ~(size_t)15u;
 	if (n == 0)
@@ -39,16 +39,16 @@ void *cel_alloc(cel_arena *a, size_t n)
 		return p;
 	}
 	size_t cap = n > BLOCK_SIZE ? n : BLOCK_SIZE;
-	if (cap > SIZE_MAX - sizeof(cel_block) || (a->limit && (a->used + cap + sizeof(cel_block) > a->limit))) {
+	if (cap > SIZE_MAX - sizeof(sg_cel_block) || (a->limit && (a->used + cap + sizeof(sg_cel_block) > a->limit))) {
 		a->failed = a->over = true;
 		return NULL;
 	}
-	cel_block *b = malloc(sizeof(cel_block) + cap);
+	sg_cel_block *b = malloc(sizeof(sg_cel_block) + cap);
 	if (!b) {
 		a->failed = true;
 		return NULL;
 	}
-	a->used += sizeof(cel_block) + cap;
+	a->used += sizeof(sg_cel_block) + cap;
 	b->cap = cap;
 	b->off = n;
 	/* A big single request goes behind the current block, so the rest of
@@ -63,11 +63,11 @@ void *cel_alloc(cel_arena *a, size_t n)
 	return b->data;
 }
 
-char *cel_strndup(cel_arena *a, const char *s, size_t n)
+char *sg_cel_strndup(sg_cel_arena *a, const char *s, size_t n)
 {
 	if (n == SIZE_MAX)
 		return NULL;
-	char *p = cel_alloc(a, n + 1);
+	char *p = sg_cel_alloc(a, n + 1);
 	if (p) {
 		if (n)
 			memcpy(p, s, n);
@@ -76,11 +76,11 @@ char *cel_strndup(cel_arena *a, const char *s, size_t n)
 	return p;
 }
 
-void cel_arena_free(cel_arena *a)
+void sg_cel_arena_free(sg_cel_arena *a)
 {
-	cel_block *b = a->head;
+	sg_cel_block *b = a->head;
 	while (b) {
-		cel_block *next = b->next;
+		sg_cel_block *next = b->next;
 		free(b);
 		b = next;
 	}
@@ -90,9 +90,9 @@ void cel_arena_free(cel_arena *a)
 
 /* ---- constructors ---- */
 
-sg_cel_value *cel_new_value(cel_arena *a, uint8_t kind)
+sg_cel_value *sg_cel_new_value(sg_cel_arena *a, uint8_t kind)
 {
-	sg_cel_value *v = cel_alloc(a, sizeof(*v));
+	sg_cel_value *v = sg_cel_alloc(a, sizeof(*v));
 	if (v) {
 		memset(v, 0, sizeof(*v));
 		v->kind = kind;
@@ -102,11 +102,11 @@ sg_cel_value *cel_new_value(cel_arena *a, uint8_t kind)
 
 /* Out of memory or over the limit: the evaluation stops; callers get a
  * shared error value they can pass up. */
-static const sg_cel_value oom_value = {.kind = CEL_ERR, .s = {"out of memory", 13}};
+static const sg_cel_value oom_value = {.kind = SG_CEL_ERR, .s = {"out of memory", 13}};
 
-static sg_cel_value *mk(cel_ctx *c, uint8_t kind)
+static sg_cel_value *mk(sg_cel_ctx *c, uint8_t kind)
 {
-	sg_cel_value *v = cel_new_value(c->a, kind);
+	sg_cel_value *v = sg_cel_new_value(c->a, kind);
 	if (!v) {
 		c->stop = true;
 		if (!c->stop_msg)
@@ -115,27 +115,27 @@ static sg_cel_value *mk(cel_ctx *c, uint8_t kind)
 	return v;
 }
 
-cval cel_err(cel_ctx *c, const char *fmt, ...)
+cval sg_cel_err(sg_cel_ctx *c, const char *fmt, ...)
 {
 	char buf[512];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	return cel_mk_str(c, CEL_ERR, buf, strlen(buf));
+	return sg_cel_mk_str(c, SG_CEL_ERR, buf, strlen(buf));
 }
 
-cval cel_no_overload(cel_ctx *c, const char *fn, cval *args, size_t n)
+cval sg_cel_no_overload(sg_cel_ctx *c, const char *fn, cval *args, size_t n)
 {
 	char types[256] = "";
 	size_t off = 0;
 	for (size_t i = 0; i < n && off < sizeof(types) - 40; i++)
-		off +=
-		    (size_t)snprintf(types + off, sizeof(types) - off, "%s%s", i ? ", " : "", cel_kind_name(args[i]));
-	return cel_err(c, "no such overload: %s(%s)", fn, types);
+		off += (size_t)snprintf(types + off, sizeof(types) - off, "%s%s", i ? ", " : "",
+		                        sg_cel_kind_name(args[i]));
+	return sg_cel_err(c, "no such overload: %s(%s)", fn, types);
 }
 
-cval cel_mk_bool(cel_ctx *c, bool b)
+cval sg_cel_mk_bool(sg_cel_ctx *c, bool b)
 {
 	static const sg_cel_value t = {.kind = SG_CEL_BOOL, .b = true};
 	static const sg_cel_value f = {.kind = SG_CEL_BOOL, .b = false};
@@ -143,7 +143,7 @@ cval cel_mk_bool(cel_ctx *c, bool b)
 	return b ? &t : &f;
 }
 
-cval cel_mk_int(cel_ctx *c, int64_t i)
+cval sg_cel_mk_int(sg_cel_ctx *c, int64_t i)
 {
 	sg_cel_value *v = mk(c, SG_CEL_INT);
 	if (!v)
@@ -152,7 +152,7 @@ cval cel_mk_int(cel_ctx *c, int64_t i)
 	return v;
 }
 
-cval cel_mk_uint(cel_ctx *c, uint64_t u)
+cval sg_cel_mk_uint(sg_cel_ctx *c, uint64_t u)
 {
 	sg_cel_value *v = mk(c, SG_CEL_UINT);
 	if (!v)
@@ -161,7 +161,7 @@ cval cel_mk_uint(cel_ctx *c, uint64_t u)
 	return v;
 }
 
-cval cel_mk_double(cel_ctx *c, double d)
+cval sg_cel_mk_double(sg_cel_ctx *c, double d)
 {
 	sg_cel_value *v = mk(c, SG_CEL_DOUBLE);
 	if (!v)
@@ -170,7 +170,7 @@ cval cel_mk_double(cel_ctx *c, double d)
 	return v;
 }
 
-cval cel_mk_str_owned(cel_ctx *c, uint8_t kind, char *p, size_t n)
+cval sg_cel_mk_str_owned(sg_cel_ctx *c, uint8_t kind, char *p, size_t n)
 {
 	if (!p)
 		return &oom_value;
@@ -182,24 +182,24 @@ cval cel_mk_str_owned(cel_ctx *c, uint8_t kind, char *p, size_t n)
 	return v;
 }
 
-cval cel_mk_str(cel_ctx *c, uint8_t kind, const char *p, size_t n)
+cval sg_cel_mk_str(sg_cel_ctx *c, uint8_t kind, const char *p, size_t n)
 {
-	if (kind != CEL_ERR && n > SG_CEL_STRING_MAX) {
+	if (kind != SG_CEL_ERR && n > SG_CEL_STRING_MAX) {
 		c->stop = true;
 		c->stop_msg = "string size limit exceeded";
 		return &oom_value;
 	}
-	char *q = cel_strndup(c->a, p, n);
+	char *q = sg_cel_strndup(c->a, p, n);
 	if (!q) {
 		c->stop = true;
 		if (!c->stop_msg)
 			c->stop_msg = c->a->over ? "evaluation memory limit exceeded" : "out of memory";
 		return &oom_value;
 	}
-	return cel_mk_str_owned(c, kind, q, n);
+	return sg_cel_mk_str_owned(c, kind, q, n);
 }
 
-cval cel_mk_type(cel_ctx *c, const char *name)
+cval sg_cel_mk_type(sg_cel_ctx *c, const char *name)
 {
 	sg_cel_value *v = mk(c, SG_CEL_TYPE);
 	if (!v)
@@ -209,7 +209,7 @@ cval cel_mk_type(cel_ctx *c, const char *name)
 	return v;
 }
 
-cval cel_mk_list(cel_ctx *c, const sg_cel_value **items, size_t n)
+cval sg_cel_mk_list(sg_cel_ctx *c, const sg_cel_value **items, size_t n)
 {
 	sg_cel_value *v = mk(c, SG_CEL_LIST);
 	if (!v)
@@ -227,16 +227,16 @@ static const char *const kind_names[] = {
     [SG_CEL_MAP] = "map",        [SG_CEL_TYPE] = "type",
 };
 
-const char *cel_kind_name(const sg_cel_value *v)
+const char *sg_cel_kind_name(const sg_cel_value *v)
 {
 	if (v->kind == SG_CEL_OBJECT)
 		return v->map.type;
-	if (v->kind == CEL_ERR)
+	if (v->kind == SG_CEL_ERR)
 		return "error";
 	return kind_names[v->kind];
 }
 
-bool cel_is_num(cval v)
+bool sg_cel_is_num(cval v)
 {
 	return v->kind == SG_CEL_INT || v->kind == SG_CEL_UINT || v->kind == SG_CEL_DOUBLE;
 }
@@ -303,9 +303,9 @@ static int bytes_cmp(cval a, cval b)
 	return a->s.n < b->s.n ? -1 : a->s.n > b->s.n;
 }
 
-int cel_compare(cval a, cval b)
+int sg_cel_compare(cval a, cval b)
 {
-	if (cel_is_num(a) && cel_is_num(b))
+	if (sg_cel_is_num(a) && sg_cel_is_num(b))
 		return num_cmp(a, b);
 	if (a->kind != b->kind)
 		return -2;
@@ -320,15 +320,15 @@ int cel_compare(cval a, cval b)
 	}
 }
 
-cval cel_map_find(cval m, cval key)
+cval sg_cel_map_find(cval m, cval key)
 {
 	for (size_t i = 0; i < m->map.n; i++)
-		if (cel_equal(m->map.k[i], key))
+		if (sg_cel_equal(m->map.k[i], key))
 			return m->map.v[i];
 	return NULL;
 }
 
-cval cel_map_find_str(cval m, const char *k, size_t n)
+cval sg_cel_map_find_str(cval m, const char *k, size_t n)
 {
 	for (size_t i = 0; i < m->map.n; i++) {
 		cval key = m->map.k[i];
@@ -347,7 +347,7 @@ static int equal_b(cval a, cval b, uint64_t *budget)
 	if (*budget == 0)
 		return -1;
 	(*budget)--;
-	if (cel_is_num(a) && cel_is_num(b))
+	if (sg_cel_is_num(a) && sg_cel_is_num(b))
 		return num_cmp(a, b) == 0;
 	if (a->kind != b->kind)
 		return 0;
@@ -398,12 +398,12 @@ static int equal_b(cval a, cval b, uint64_t *budget)
 	}
 }
 
-int cel_equal_within(cval a, cval b, uint64_t *budget)
+int sg_cel_equal_within(cval a, cval b, uint64_t *budget)
 {
 	return equal_b(a, b, budget);
 }
 
-bool cel_equal(cval a, cval b)
+bool sg_cel_equal(cval a, cval b)
 {
 	uint64_t budget = 1000000;
 	return equal_b(a, b, &budget) == 1;
@@ -411,7 +411,7 @@ bool cel_equal(cval a, cval b)
 
 /* ---- UTF-8 ---- */
 
-size_t cel_utf8_count(const char *p, size_t n)
+size_t sg_cel_utf8_count(const char *p, size_t n)
 {
 	size_t c = 0;
 	for (size_t i = 0; i < n; i++)
@@ -419,7 +419,7 @@ size_t cel_utf8_count(const char *p, size_t n)
 	return c;
 }
 
-bool cel_utf8_valid(const char *s, size_t n)
+bool sg_cel_utf8_valid(const char *s, size_t n)
 {
 	const unsigned char *p = (const unsigned char *)s;
 	size_t i = 0;
@@ -460,11 +460,11 @@ bool cel_utf8_valid(const char *s, size_t n)
 /* ---- copy-out ---- */
 
 typedef struct owned {
-	cel_arena a;
+	sg_cel_arena a;
 	sg_cel_value root;
 } owned;
 
-static int copy_into(cel_arena *a, sg_cel_value *dst, cval src, int depth)
+static int copy_into(sg_cel_arena *a, sg_cel_value *dst, cval src, int depth)
 {
 	SG_ENSURE(depth < 1000, SG_EINVAL, "evaluation error: result nested too deeply");
 	*dst = *src;
@@ -472,14 +472,14 @@ static int copy_into(cel_arena *a, sg_cel_value *dst, cval src, int depth)
 	case SG_CEL_STRING:
 	case SG_CEL_BYTES:
 	case SG_CEL_TYPE:
-		dst->s.p = cel_strndup(a, src->s.p, src->s.n);
+		dst->s.p = sg_cel_strndup(a, src->s.p, src->s.n);
 		SG_ENSURE(dst->s.p, SG_EINTERNAL, "out of memory copying a CEL value");
 		return 0;
 	case SG_CEL_LIST: {
-		const sg_cel_value **items = cel_alloc(a, sizeof(*items) * (src->list.n ? src->list.n : 1));
+		const sg_cel_value **items = sg_cel_alloc(a, sizeof(*items) * (src->list.n ? src->list.n : 1));
 		SG_ENSURE(items, SG_EINTERNAL, "out of memory copying a CEL value");
 		for (size_t i = 0; i < src->list.n; i++) {
-			sg_cel_value *v = cel_new_value(a, 0);
+			sg_cel_value *v = sg_cel_new_value(a, 0);
 			SG_ENSURE(v, SG_EINTERNAL, "out of memory copying a CEL value");
 			SG_TRY(copy_into(a, v, src->list.v[i], depth + 1));
 			items[i] = v;
@@ -490,10 +490,10 @@ static int copy_into(cel_arena *a, sg_cel_value *dst, cval src, int depth)
 	case SG_CEL_MAP:
 	case SG_CEL_OBJECT: {
 		size_t n = src->map.n ? src->map.n : 1;
-		const sg_cel_value **k = cel_alloc(a, sizeof(*k) * n), **v = cel_alloc(a, sizeof(*v) * n);
+		const sg_cel_value **k = sg_cel_alloc(a, sizeof(*k) * n), **v = sg_cel_alloc(a, sizeof(*v) * n);
 		SG_ENSURE(k && v, SG_EINTERNAL, "out of memory copying a CEL value");
 		for (size_t i = 0; i < src->map.n; i++) {
-			sg_cel_value *kk = cel_new_value(a, 0), *vv = cel_new_value(a, 0);
+			sg_cel_value *kk = sg_cel_new_value(a, 0), *vv = sg_cel_new_value(a, 0);
 			SG_ENSURE(kk && vv, SG_EINTERNAL, "out of memory copying a CEL value");
 			SG_TRY(copy_into(a, kk, src->map.k[i], depth + 1));
 			SG_TRY(copy_into(a, vv, src->map.v[i], depth + 1));
@@ -503,7 +503,7 @@ static int copy_into(cel_arena *a, sg_cel_value *dst, cval src, int depth)
 		dst->map.k = k;
 		dst->map.v = v;
 		if (src->map.type) {
-			dst->map.type = cel_strndup(a, src->map.type, strlen(src->map.type));
+			dst->map.type = sg_cel_strndup(a, src->map.type, strlen(src->map.type));
 			SG_ENSURE(dst->map.type, SG_EINTERNAL, "out of memory copying a CEL value");
 		}
 		return 0;
@@ -513,7 +513,7 @@ static int copy_into(cel_arena *a, sg_cel_value *dst, cval src, int depth)
 	}
 }
 
-int cel_copy_out(sg_cel_value **out, cval v, size_t limit)
+int sg_cel_copy_out(sg_cel_value **out, cval v, size_t limit)
 {
 	*out = NULL;
 	owned *o = calloc(1, sizeof(*o));
@@ -525,7 +525,7 @@ int cel_copy_out(sg_cel_value **out, cval v, size_t limit)
 	if (rc < 0 && o->a.over)
 		rc = sg_error_set(SG_EINVAL, "evaluation error: the result is larger than the memory limit");
 	if (rc < 0) {
-		cel_arena_free(&o->a);
+		sg_cel_arena_free(&o->a);
 		free(o);
 		return rc;
 	}
@@ -538,7 +538,7 @@ void sg_cel_value_free(sg_cel_value *v)
 	if (!v)
 		return;
 	owned *o = (owned *)((char *)v - offsetof(owned, root));
-	cel_arena_free(&o->a);
+	sg_cel_arena_free(&o->a);
 	free(o);
 }
 
