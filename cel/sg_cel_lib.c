@@ -430,7 +430,8 @@ static cval f_uint(ARGS)
 	}
 	if (IS(SG_CEL_DOUBLE)) {
 		double d = a[0]->d;
-		if (!(d > -1.0 && d < 18446744073709551616.0))
+		/* cel-go: negative (but -0.0), NaN, or 2^64 and past: a range error. */
+		if (!(d >= 0 && d < 18446744073709551616.0))
 			return sg_cel_err(c, "range error converting %g to uint", d);
 		return sg_cel_mk_uint(c, (uint64_t)d);
 	}
@@ -456,6 +457,9 @@ static bool parse_double(const char *s, size_t len, double *out)
 	char buf[401];
 	memcpy(buf, s, len);
 	buf[len] = 0;
+	/* Go reads a hex mantissa only with a binary exponent (0x1p-2). */
+	if ((strchr(buf, 'x') || strchr(buf, 'X')) && !strchr(buf, 'p') && !strchr(buf, 'P'))
+		return false;
 	errno = 0;
 	char *end;
 	double d = strtod(buf, &end);

@@ -224,7 +224,10 @@ static int lex_number(parser *p)
 	p->lit = v;
 	if (is_double) {
 		v->kind = SG_CEL_DOUBLE;
+		errno = 0;
 		v->d = strtod(buf, NULL);
+		if (errno == ERANGE && isinf(v->d)) /* Go's ParseFloat: out of range */
+			return fail(p, p->tpos, "invalid double literal");
 		p->tok = K_DOUBLE;
 		return 0;
 	}

@@ -290,6 +290,13 @@ static void t_strings_extension(void)
 	check_string("'abc'.replace('', '_')", "_a_b_c_");
 	check_string("'©αT'.reverse() + 'taco©αT'.substring(4, 6) + 'taco©αT'.charAt(5)", "Tα©©αα");
 	check_error("'tacocat'.substring(-1)", "index out of range: -1");
+	/* Conversions as cel-go's: Go's number syntax, its range checks. */
+	check_error("double('0x10')", "type conversion error from 'string' to 'double'");
+	check_error("uint(-0.5)", "range error");
+	check_error("int(9223372036854775807.0)", "range error");
+	check_string(
+	    "string(1e6) + ' ' + string(123456.0) + ' ' + string(0.00001) + ' ' + string(uint('18446744073709551615'))",
+	    "1e+06 123456 1e-05 18446744073709551615");
 	/* A constant format applied to a list literal is checked when compiled
 	 * (cel-go's format validator); otherwise when evaluated. */
 	check_error("'%z'.format([1])", "unrecognized formatting clause \"z\"");
@@ -323,6 +330,8 @@ static void t_compile_errors(void)
 	SG_CHECK_MSG("reserved identifier: if");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "self.matches('a(b')", 19), SG_EINVAL);
 	SG_CHECK_MSG("1:14: invalid regular expression: missing ): a(b");
+	SG_CHECK_RC(sg_cel_compile(&p, env, "1e400 > 0.0", 11), SG_EINVAL);
+	SG_CHECK_MSG("1:1: invalid double literal");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "9223372036854775808", 19), SG_EINVAL);
 	SG_CHECK_MSG("invalid int literal");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "\xff", 1), SG_EINVAL);
