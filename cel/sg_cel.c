@@ -771,46 +771,64 @@ static cval eval(sg_cel_ctx *c, const sg_cel_node *n)
 	return v;
 }
 
-int sg_cel_eval(sg_cel_value **out, const sg_cel_program *p, const sg_cel_activation *a, const sg_cel_limits *limits)
+/* Evaluates into *v, a value in arena (the caller frees it); the error
+ * already recorded when it fails. */
+static int run(sg_cel_value const **v, sg_cel_arena *arena, const sg_cel_program *p, const sg_cel_activation *a,
+               const sg_cel_limits *limits)
 {
-	*out = NULL;
 	SG_ENSURE(!a || a->env == p->env, SG_EINVAL, "CEL activation is for another environment");
-	sg_cel_arena arena = {.limit = limits && limits->memory ? limits->memory : SG_CEL_MEMORY_MAX};
 	sg_cel_ctx c = {
-	    .a = &arena,
+	    .a = arena,
 	    .cost_max = limits && limits->cost ? limits->cost : SG_CEL_COST_MAX,
 	    .act = a,
 	    .env = p->env,
 	};
-	cval v = eval(&c, p->root);
-	int rc;
+	cval r = eval(&c, p->root);
 	if (c.stop) {
-		if (!c.stop_msg && arena.failed)
-			c.stop_msg = arena.over ? "evaluation memory limit exceeded" : "out of memory";
+		if (!c.stop_msg && arena->failed)
+			c.stop_msg = arena->over ? "evaluation memory limit exceeded" : "out of memory";
 		bool mem = c.stop_msg && strcmp(c.stop_msg, "out of memory") == 0;
-		rc = sg_error_set(mem ? SG_EINTERNAL : SG_EINVAL, "evaluation error: %s",
-		                  c.stop_msg ? c.stop_msg : "stopped");
-	} else if (v->kind == SG_CEL_ERR) {
-		rc = sg_error_set(SG_EINVAL, "evaluation error: %s", v->s.p);
-	} else {
-		rc = sg_cel_copy_out(out, v, arena.limit);
+		return sg_error_set(mem ? SG_EINTERNAL : SG_EINVAL, "evaluation error: %s",
+		                    c.stop_msg ? c.stop_msg : "stopped");
 	}
+	if (r->kind == SG_CEL_ERR)
+		return sg_error_set(SG_EINVAL, "evaluation error: %s", r->s.p);
+	*v = r;
+	return 0;
+}
+
+/* The first 4 KiB an evaluation takes are on the stack. */
+#define EVAL_STACK_BYTES 4096
+
+int sg_cel_eval(sg_cel_value **out, const sg_cel_program *p, const sg_cel_activation *a, const sg_cel_limits *limits)
+{
+	_Alignas(16) unsigned char first[EVAL_STACK_BYTES];
+	sg_cel_arena arena = {.limit = limits && limits->memory ? limits->memory : SG_CEL_MEMORY_MAX,
+	                      .inl = first,
+	                      .inl_cap = sizeof(first)};
+	const sg_cel_value *v = NULL;
+	*out = NULL;
+	int rc = run(&v, &arena, p, a, limits);
+	if (rc == 0)
+		rc = sg_cel_copy_out(out, v, arena.limit);
 	sg_cel_arena_free(&arena);
 	return rc;
 }
 
 int sg_cel_eval_bool(bool *out, const sg_cel_program *p, const sg_cel_activation *a, const sg_cel_limits *limits)
 {
-	sg_cel_value *v;
+	_Alignas(16) unsigned char first[EVAL_STACK_BYTES];
+	sg_cel_arena arena = {.limit = limits && limits->memory ? limits->memory : SG_CEL_MEMORY_MAX,
+	                      .inl = first,
+	                      .inl_cap = sizeof(first)};
+	const sg_cel_value *v = NULL;
 	*out = false;
-	SG_TRY(sg_cel_eval(&v, p, a, limits));
-	bool ok = v->kind == SG_CEL_BOOL;
-	bool b = ok && v->b;
-	const char *kind = sg_cel_kind_name(v);
-	char kind_copy[64];
-	snprintf(kind_copy, sizeof(kind_copy), "%s", kind);
-	sg_cel_value_free(v);
-	SG_ENSURE(ok, SG_EINVAL, "evaluation error: the expression gave a %s, not a bool", kind_copy);
-	*out = b;
-	return 0;
+	int rc = run(&v, &arena, p, a, limits);
+	if (rc == 0 && v->kind != SG_CEL_BOOL)
+		rc = sg_error_set(SG_EINVAL, "evaluation error: the expression gave a %s, not a bool",
+		                  sg_cel_kind_name(v));
+	if (rc == 0)
+		*out = v->b;
+	sg_cel_arena_free(&arena);
+	return rc;
 }

@@ -30,9 +30,23 @@ struct sg_cel_block {
 
 void *sg_cel_alloc(sg_cel_arena *a, size_t n)
 {
-	n = (n + 15u) & ~(size_t)15u;
-	if (n == 0)
-		n = 16;
+	if (n > SIZE_MAX / 2) {
+		a->failed = a->over = true;
+		return NULL;
+	}
+	n = n ? (n + 15u) & ~(size_t)15u : 16;
+	if (a->inl && a->inl_cap - a->inl_off >= n) {
+		/* Counted against the limit like the heap: the limit is on what
+		 * an evaluation builds, wherever it lives. */
+		if (a->limit && a->used + n > a->limit) {
+			a->failed = a->over = true;
+			return NULL;
+		}
+		void *p = a->inl + a->inl_off;
+		a->inl_off += n;
+		a->used += n;
+		return p;
+	}
 	if (a->head && a->head->cap - a->head->off >= n) {
 		void *p = a->head->data + a->head->off;
 		a->head->off += n;
@@ -86,6 +100,8 @@ void sg_cel_arena_free(sg_cel_arena *a)
 	}
 	a->head = NULL;
 	a->used = 0;
+	a->inl = NULL;
+	a->inl_cap = a->inl_off = 0;
 }
 
 /* ---- constructors ---- */
@@ -462,6 +478,7 @@ bool sg_cel_utf8_valid(const char *s, size_t n)
 typedef struct owned {
 	sg_cel_arena a;
 	sg_cel_value root;
+	_Alignas(16) unsigned char inl[512]; /* small results need no second allocation */
 } owned;
 
 static int copy_into(sg_cel_arena *a, sg_cel_value *dst, cval src, int depth)
@@ -521,6 +538,8 @@ int sg_cel_copy_out(sg_cel_value **out, cval v, size_t limit)
 	/* A shared value is copied as a tree, which may be far larger than
 	 * the evaluation's memory: the copy has the same limit. */
 	o->a.limit = limit;
+	o->a.inl = o->inl;
+	o->a.inl_cap = sizeof(o->inl);
 	int rc = copy_into(&o->a, &o->root, v, 0);
 	if (rc < 0 && o->a.over)
 		rc = sg_error_set(SG_EINVAL, "evaluation error: the result is larger than the memory limit");

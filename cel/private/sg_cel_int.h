@@ -28,10 +28,14 @@
 typedef struct sg_cel_block sg_cel_block;
 typedef struct sg_cel_arena {
 	sg_cel_block *head;
-	size_t used;  /* bytes taken from malloc */
+	size_t used;  /* bytes taken (from malloc and the first buffer) */
 	size_t limit; /* 0: no limit but memory */
 	bool failed;  /* a request was refused (limit or memory) */
 	bool over;    /* ... because of the limit */
+	/* An optional first buffer that is not the arena's (an evaluation's
+	 * stack buffer): small evaluations then call malloc not at all. */
+	unsigned char *inl;
+	size_t inl_cap, inl_off;
 } sg_cel_arena;
 
 void *sg_cel_alloc(sg_cel_arena *a, size_t n);
