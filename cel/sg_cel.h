@@ -11,15 +11,20 @@
  * && || ! ?: with the spec's commutative error absorption; field selection,
  * has(), indexing; the macros all, exists, exists_one, map (2 and 3
  * arguments), filter; contains, startsWith, endsWith, matches (RE2, through
- * libre2: linear time, never backtracking); cel-go's ext.Strings() (charAt,
+ * libre2: linear time, never backtracking; a constant pattern is compiled,
+ * and checked, with the program); cel-go's ext.Strings() (charAt,
  * indexOf, lastIndexOf, join, lowerAscii, upperAscii, replace, split,
- * substring, trim, strings.quote, format, reverse); approver-policy's
+ * substring, trim, strings.quote, format, reverse; a constant format
+ * applied to a list literal is checked at compile time, as cel-go's
+ * validator does); approver-policy's
  * ServiceAccount library (serviceAccount(), getName(), getNamespace(),
  * isServiceAccount()).
  *
  * Out of scope: timestamps, durations, protobuf messages and message
- * literals (M{...}), containers, optional values, the other extensions.
- * An expression using them fails to compile (undeclared reference).
+ * literals (M{...}), containers, optional values, the other extensions
+ * (but cel-go's two-variable comprehensions, SG_CEL_EXT_TWO_VAR). An
+ * expression using them fails to compile (an undeclared reference; a
+ * message literal is a syntax error).
  *
  * Flow: an environment declares variables (and the object types they
  * have); sg_cel_compile parses and type-checks an expression into an
@@ -37,14 +42,15 @@
  *
  * Thread safety: an environment is immutable once built (build it, then
  * share it); a program is immutable and may be evaluated by any number of
- * threads at once; an activation and a value belong to one thread at a
+ * threads at once; an activation is only read by evaluations, so once
+ * bound it may serve several at once; a value belongs to one thread at a
  * time. Compiling and evaluating recurse on the syntax tree, whose depth
  * is bounded (SG_CEL_DEPTH_MAX): a thread with 1 MiB of stack is enough
  * (tests/cel checks it under ASan).
  *
- * Values handed out: sg_cel_eval's value is the caller's (one allocation
- * block, freed with sg_cel_value_free); the nodes reached through the
- * accessors are borrowed from it.
+ * Values handed out: sg_cel_eval's value is the caller's (it owns the
+ * memory of everything inside it; sg_cel_value_free frees it all); the
+ * nodes reached through the accessors are borrowed from it.
  */
 #ifndef SG_CEL_H
 #define SG_CEL_H
