@@ -186,6 +186,17 @@ int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr
 	return 0;
 }
 
+int sg_cel_compile_bool(sg_cel_program **out, const sg_cel_env *env, const char *expr, size_t len)
+{
+	SG_TRY(sg_cel_compile(out, env, expr, len));
+	if (strcmp((*out)->type, "bool") == 0)
+		return 0;
+	int rc = sg_error_set(SG_EINVAL, "got %s, wanted bool result type", (*out)->type);
+	sg_cel_program_free(*out);
+	*out = NULL;
+	return rc;
+}
+
 void sg_cel_program_free(sg_cel_program *p)
 {
 	if (!p)

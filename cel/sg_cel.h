@@ -120,6 +120,10 @@ SG_API void sg_cel_env_set_unchecked(sg_cel_env *env, bool unchecked);
  * SG_EINVAL with a positioned message for a syntax or type error. Caller
  * frees with sg_cel_program_free. */
 SG_API int sg_cel_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr, size_t len) SG_MUST_CHECK;
+/* sg_cel_compile, then requires the checked result type to be exactly
+ * bool, as approver-policy compiles a validation (dyn is refused too):
+ * SG_EINVAL "got int, wanted bool result type" otherwise. */
+SG_API int sg_cel_compile_bool(sg_cel_program **out, const sg_cel_env *env, const char *expr, size_t len) SG_MUST_CHECK;
 SG_API void sg_cel_program_free(sg_cel_program *p);
 /* The checked result type, in the notation of sg_cel_env_add_var ("bool",
  * "list(int)", "dyn", ...); borrowed from the program. */

@@ -47,15 +47,7 @@ static sg_cel_activation *bind(const sg_cel_env *env, const char *self, const cr
 /* approver-policy's compile step: compile, then require a bool result. */
 static int approver_compile(sg_cel_program **out, const sg_cel_env *env, const char *expr)
 {
-	int rc = sg_cel_compile(out, env, expr, strlen(expr));
-	if (rc < 0)
-		return rc;
-	if (strcmp(sg_cel_program_type(*out), "bool") != 0) {
-		sg_cel_program_free(*out);
-		*out = NULL;
-		return SG_EINVAL;
-	}
-	return 0;
+	return sg_cel_compile_bool(out, env, expr, strlen(expr));
 }
 
 /* pkg/internal/approver/validation/validator_test.go, Test_Validator_Compile. */
@@ -317,6 +309,10 @@ static void t_compile_errors(void)
 	SG_CHECK_RC(sg_cel_compile(&p, env, "self.startsWith(\n  nope)", 24), SG_EINVAL);
 	SG_CHECK_MSG("ERROR: <input>:2:3: undeclared reference to 'nope' (in container '')");
 	SG_CHECK_MSG(" |   nope)\n | ..^");
+	SG_CHECK_RC(sg_cel_compile_bool(&p, env, "size('foo')", 11), SG_EINVAL);
+	SG_CHECK_MSG("got int, wanted bool result type");
+	SG_CHECK_RC(sg_cel_compile_bool(&p, env, "dyn(true)", 9), SG_EINVAL);
+	SG_CHECK_MSG("got dyn, wanted bool result type");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "1 + 'a'", 7), SG_EINVAL);
 	SG_CHECK_MSG("found no matching overload for '_+_' applied to '(int, string)'");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "self.contains(1)", 16), SG_EINVAL);
