@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- arena ---- */
 
@@ -275,6 +276,68 @@ struct sg_cel_func {
 #define SG_CEL_F_SA 1 /* only with the ServiceAccount library */
 
 const sg_cel_func *sg_cel_func_find(const char *name, bool member, bool sa_lib);
+
+/* ---- what the function files share (sg_cel_lib.c, sg_cel_strings.c,
+ * sg_cel_sa.c) ---- */
+
+#define SG_CEL_ARGS sg_cel_ctx *c, cval *a, size_t n, const sg_cel_node *call
+
+/* Cost units for x bytes at cel-go's factor of 0.1, rounded up. */
+static inline uint64_t sg_cel_tenth(uint64_t x)
+{
+	return (x + 9) / 10;
+}
+
+static inline cval sg_cel_fn_no_overload(sg_cel_ctx *c, const sg_cel_node *call, cval *a, size_t n)
+{
+	return sg_cel_no_overload(c, call->call.name, a, n);
+}
+
+/* Whether the n arguments have exactly the kinds k[0..nk). */
+static inline bool sg_cel_kinds(cval *a, size_t n, const uint8_t *k, size_t nk)
+{
+	if (n != nk)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (a[i]->kind != k[i])
+			return false;
+	return true;
+}
+/* In an implementation: SG_CEL_IS(SG_CEL_STRING, SG_CEL_INT) */
+#define SG_CEL_IS(...) sg_cel_kinds(a, n, (const uint8_t[]){__VA_ARGS__}, sizeof((const uint8_t[]){__VA_ARGS__}))
+
+/* Whether string s holds sub at byte offset at. */
+static inline bool sg_cel_has_at(cval s, size_t at, cval sub)
+{
+	return at + sub->s.n <= s->s.n && memcmp(s->s.p + at, sub->s.p, sub->s.n) == 0;
+}
+
+/* A new string of n bytes to fill in (p[n] is NUL), and a new item array:
+ * NULL, with the evaluation stopped, past the limits or out of memory. */
+char *sg_cel_new_text(sg_cel_ctx *c, size_t n);
+const sg_cel_value **sg_cel_new_items(sg_cel_ctx *c, size_t n);
+/* Go's strconv.FormatFloat(d, mode, -1, 64), mode 'g' or 'f'. */
+void sg_cel_fmt_double(char *out, size_t cap, double d, char mode);
+
+/* sg_cel_strings.c */
+cval sg_cel_fn_char_at(SG_CEL_ARGS);
+cval sg_cel_fn_index_of(SG_CEL_ARGS);
+cval sg_cel_fn_last_index_of(SG_CEL_ARGS);
+cval sg_cel_fn_lower(SG_CEL_ARGS);
+cval sg_cel_fn_upper(SG_CEL_ARGS);
+cval sg_cel_fn_replace(SG_CEL_ARGS);
+cval sg_cel_fn_split(SG_CEL_ARGS);
+cval sg_cel_fn_substring(SG_CEL_ARGS);
+cval sg_cel_fn_trim(SG_CEL_ARGS);
+cval sg_cel_fn_reverse(SG_CEL_ARGS);
+cval sg_cel_fn_join(SG_CEL_ARGS);
+cval sg_cel_fn_quote(SG_CEL_ARGS);
+cval sg_cel_fn_format(SG_CEL_ARGS);
+/* sg_cel_sa.c */
+cval sg_cel_fn_service_account(SG_CEL_ARGS);
+cval sg_cel_fn_is_service_account(SG_CEL_ARGS);
+cval sg_cel_fn_sa_name(SG_CEL_ARGS);
+cval sg_cel_fn_sa_namespace(SG_CEL_ARGS);
 
 /* One overload of a function, its types parsed from the signature text. */
 #define SG_CEL_SIG_ARGS_MAX 8
