@@ -71,6 +71,15 @@ static void t_approver_compile(void)
 	    {"check-serviceaccount-getnamespace", "self.startsWith(serviceAccount(cr.username).getNamespace())", false},
 	    {"check-serviceaccount-isSA", "isServiceAccount(cr.username)", false},
 	    {"check-groups-property", "size(cr.groups) > 0", false},
+	    /* docs/examples/all-options.yaml and the ValidationRule doc comment;
+	     * its IPv4 rule writes \d inside a CEL string, which is not a CEL
+	     * escape: cel-go refuses it too */
+	    {"all-options-cn", "self.endsWith('.com')", false},
+	    {"all-options-size", "self.size() <= 24", false},
+	    {"all-options-ip", "self.matches('\\d+\\.\\d+\\.\\d+\\.\\d+')", true},
+	    {"all-options-ip-raw", "self.matches(r'\\d+\\.\\d+\\.\\d+\\.\\d+')", false},
+	    {"all-options-uri", "self.startsWith('spiffe://%s/ns/%s/sa/'.format(['example.org',cr.namespace]))", false},
+	    {"doc-comment", "self.endsWith(cr.namespace + '.svc.cluster.local')", false},
 	    /* and what cel-go's checker refuses in this environment */
 	    {"undeclared-function", "nosuch(self)", true},
 	    {"wrong-argument-type", "self.startsWith(1)", true},
