@@ -137,7 +137,9 @@ SG_API const char *sg_cel_program_type(const sg_cel_program *p);
 SG_API int sg_cel_activation_new(sg_cel_activation **out, const sg_cel_env *env) SG_MUST_CHECK;
 SG_API void sg_cel_activation_free(sg_cel_activation *a);
 /* Binds a declared variable. SG_EINVAL for an undeclared name or a value
- * of another type than declared (strings must be UTF-8). */
+ * of another type than declared (strings must be UTF-8). Only these kinds
+ * can be bound for now (what approver-policy passes); a variable left
+ * unbound is an evaluation error where it is read. */
 SG_API int sg_cel_bind_string(sg_cel_activation *a, const char *name, const char *s, size_t n) SG_MUST_CHECK;
 SG_API int sg_cel_bind_int(sg_cel_activation *a, const char *name, int64_t v) SG_MUST_CHECK;
 SG_API int sg_cel_bind_bool(sg_cel_activation *a, const char *name, bool v) SG_MUST_CHECK;
