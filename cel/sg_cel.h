@@ -70,11 +70,11 @@ typedef struct sg_cel_value sg_cel_value;
 
 #define SG_CEL_SOURCE_MAX 100000u                        /* expression text, code points (cel-go's limit) ... */
 #define SG_CEL_SOURCE_BYTES_MAX (4u * SG_CEL_SOURCE_MAX) /* ... and so at most this many bytes */
-#define SG_CEL_DEPTH_MAX 250             /* parser recursion and tree depth (cel-go's max recursion depth) */
-#define SG_CEL_COST_MAX 1000000u         /* runtime cost units (approver-policy's celCostLimit) */
-#define SG_CEL_MEMORY_MAX (64u << 20)    /* bytes allocated by one evaluation */
-#define SG_CEL_STRING_MAX (4u << 20)     /* one string or bytes value, bytes */
-#define SG_CEL_LIST_MAX (1u << 20)       /* elements of one list or entries of one map */
+#define SG_CEL_DEPTH_MAX 250          /* parser recursion and tree depth (cel-go's max recursion depth) */
+#define SG_CEL_COST_MAX 1000000u      /* runtime cost units (approver-policy's celCostLimit) */
+#define SG_CEL_MEMORY_MAX (64u << 20) /* bytes allocated by one evaluation */
+#define SG_CEL_STRING_MAX (4u << 20)  /* one string or bytes value, bytes */
+#define SG_CEL_LIST_MAX (1u << 20)    /* elements of one list or entries of one map */
 
 typedef struct sg_cel_limits {
 	uint64_t cost; /* 0: SG_CEL_COST_MAX */

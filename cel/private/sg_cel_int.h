@@ -95,7 +95,7 @@ typedef struct sg_cel_objtype sg_cel_objtype;
 typedef struct sg_cel_type {
 	uint8_t k;
 	const struct sg_cel_type *p[2]; /* list elem; map key, value; type's param */
-	const char *name;            /* T_OBJ, T_PARAM */
+	const char *name;               /* T_OBJ, T_PARAM */
 	const sg_cel_objtype *obj;
 } sg_cel_type;
 
