@@ -1,6 +1,6 @@
 /*
- * bench_shim: Google Benchmark for C code. The shim (bench_shim.cc) is the
- * only C++ in signet; benchmarks are plain C functions registered here.
+ * bench_shim: Google Benchmark for C code. The shim (bench_shim.cc) is C++
+ * (as is cel/sg_cel_re2.cc); benchmarks are plain C functions registered here.
  *
  *   static void bm(sg_bench_state *st, void *arg) {
  *       while (sg_bench_next(st)) work(arg);
