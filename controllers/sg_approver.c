@@ -52,7 +52,7 @@
 #define SIGNER_NAMES_MAX 64
 #define SIGNER_NAME_MAX 512
 #define REQUEST_PEM_MAX (64u * 1024u)
-#define GROUPS_MAX 256
+#define GROUPS_MAX SG_CRPOLICY_MAX_GROUPS
 #define USAGES_MAX 64
 #define SAR_CACHE_ENTRIES 16384
 #define TOLD_MAX 65536 /* requests remembered as told "Unprocessed" */
@@ -283,6 +283,7 @@ static int request_read(request *q, const json_t *cr)
 	memset(q, 0, sizeof(*q));
 	const json_t *spec = json_object_get(cr, "spec");
 	const json_t *ref = json_object_get(spec, "issuerRef");
+	q->r.name = sg_kube_meta_str(cr, "name");
 	q->r.name_space = sg_kube_meta_str(cr, "namespace");
 	q->r.issuer_name = str_at(ref, "name");
 	q->r.issuer_kind = str_at(ref, "kind");

@@ -47,7 +47,9 @@
  * U+FFFD rune, as in Go's []rune conversion).
  *
  * Known differences from approver-policy (all fail closed):
- *   - CEL validations: the policy is NotReady (no CEL here).
+ *   - CEL validations run on cel/ (sg_crpolicy_cel.c): the language is
+ *     cel-spec's, but a compile or evaluation error's text is ours where
+ *     it is not cel-go's.
  *   - Durations in whole seconds (sg_kubesign_duration_parse): a dropped
  *     fraction of a second is tracked (sg_crpolicy_duration_parse), so a
  *     bound is never passed that Go would enforce; when both the request

@@ -26,8 +26,11 @@
  *      messages over all policies evaluated.
  *
  * What it does not do, and how that fails closed:
- *   - CEL: a policy with any `validations` rule is NotReady ("CEL
- *     validations are not supported"), so it never approves nor denies;
+ *   - CEL: `validations` rules are compiled with the policy (a rule that
+ *     does not compile, or whose type is not bool, makes it NotReady with
+ *     the field path, the rule and why) and evaluated as approver-policy's
+ *     runValidations does (sg_crpolicy_cel.c; the CEL language is
+ *     cel/sg_cel.h's, whose messages are not cel-go's word for word);
  *   - plugins: a plugin name outside sg_crpolicy_options.plugins makes the
  *     policy NotReady, as approver-policy's webhook refuses it; a known
  *     plugin is the caller's to evaluate (sg_crpolicy_plugin_*), and its
@@ -79,6 +82,7 @@
 #define SG_CRPOLICY_MAX_ENTRIES 64  /* otherNames, otherAttributes, plugins, matchLabels, validations */
 #define SG_CRPOLICY_MAX_STRING 4096 /* bytes of one string of a policy */
 #define SG_CRPOLICY_MAX_MESSAGE (1u << 20)
+#define SG_CRPOLICY_MAX_GROUPS 256 /* spec.groups of a request a CEL rule can see as cr.groups */
 
 typedef struct sg_crpolicy sg_crpolicy;
 
@@ -129,6 +133,7 @@ SG_API bool sg_crpolicy_wildcard_subset(const char *const *patterns, size_t npat
 /* One CertificateRequest as the caller read it (every pointer borrowed for
  * the call). Strings are NUL-terminated; NULL is read as "". */
 typedef struct sg_crpolicy_request {
+	const char *name;          /* metadata.name (CEL rules' cr.name) */
 	const char *name_space;    /* metadata.namespace */
 	const char *issuer_name;   /* spec.issuerRef.name */
 	const char *issuer_kind;   /* spec.issuerRef.kind ("" = Issuer) */

@@ -171,14 +171,38 @@ static bool read_bool(cc *c, const char *path, const json_t *v, bool *out)
 	return true;
 }
 
-/* validations: [{rule, message}]: the rules are kept to be named. */
-static void read_rules(cc *c, const char *path, const json_t *v, slist *out)
+/* Holds r in the policy (released by sg_crpolicy_free). */
+static bool hold(cc *c, crpolicy_rule *r)
 {
+	sg_crpolicy *p = c->p;
+	if (p->n_held == p->cap_held) {
+		size_t cap = p->cap_held ? 2 * p->cap_held : 8;
+		crpolicy_rule **h = realloc(p->held, cap * sizeof(*h));
+		if (!h) {
+			crpolicy_rule_put(r);
+			c->oom = true;
+			return false;
+		}
+		p->held = h;
+		p->cap_held = cap;
+	}
+	p->held[p->n_held++] = r;
+	return true;
+}
+
+/* validations: [{rule, message}]: each rule compiled (or found compiled:
+ * sg_crpolicy_cel.c), its message kept for a denial. A rule that does
+ * not compile is the webhook's to report (crpolicy_rule_error). */
+static void read_rules(cc *c, const char *path, const json_t *v, allowed_field *f)
+{
+	slist *out = &f->rules;
 	if (!typed(c, path, v, JSON_ARRAY, "array") || too_many(c, path, json_array_size(v), SG_CRPOLICY_MAX_ENTRIES))
 		return;
 	size_t n = json_array_size(v);
 	out->v = cc_alloc(c, n * sizeof(sstr));
-	if (!out->v)
+	f->messages = cc_alloc(c, n * sizeof(sstr));
+	f->progs = cc_alloc(c, n * sizeof(crpolicy_rule *));
+	if (!out->v || !f->messages || !f->progs)
 		return;
 	for (size_t i = 0; i < n; i++) {
 		char ipath[256];
@@ -197,6 +221,22 @@ static void read_rules(cc *c, const char *path, const json_t *v, slist *out)
 			memcpy(ipath + sizeof(ipath) - 4, "...", 4);
 		if (r && !read_string(c, ipath, r, &rule))
 			continue;
+		sstr message = {NULL, 0};
+		const json_t *m = member(e, "message");
+		w = snprintf(ipath, sizeof(ipath), "%s[%zu].message", path, i);
+		if (w < 0 || (size_t)w >= sizeof(ipath))
+			memcpy(ipath + sizeof(ipath) - 4, "...", 4);
+		if (m && !read_string(c, ipath, m, &message))
+			continue;
+		crpolicy_rule *prog = NULL;
+		if (crpolicy_rule_get(rule, &prog) < 0) {
+			c->oom = true;
+			return;
+		}
+		if (!hold(c, prog))
+			return;
+		f->progs[out->n] = prog;
+		f->messages[out->n] = message;
 		out->v[out->n++] = rule;
 	}
 }
@@ -220,7 +260,7 @@ static void read_allowed(cc *c, const char *path, const json_t *v, bool slice, a
 	const json_t *rules = member(v, "validations");
 	snprintf(sub, sizeof(sub), "%s.validations", path);
 	if (rules)
-		read_rules(c, sub, rules, &out->rules);
+		read_rules(c, sub, rules, out);
 }
 
 static void read_others(cc *c, const char *path, const json_t *v, other_entry **out, size_t *count)
@@ -572,6 +612,9 @@ void sg_crpolicy_free(sg_crpolicy *p)
 	for (size_t i = 0; i < p->n_allocs; i++)
 		free(p->allocs[i]);
 	free(p->allocs);
+	for (size_t i = 0; i < p->n_held; i++)
+		crpolicy_rule_put(p->held[i]);
+	free(p->held);
 	free(p->condition);
 	free(p);
 }

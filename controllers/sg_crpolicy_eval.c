@@ -65,29 +65,74 @@ static void fe_required_true(ferrs *l, const char *path, const sstr *key)
 	free(p);
 }
 
+/* runValidations: each rule on s, in order. false: Invalid(<vpath>[i], s,
+ * the rule's message or "failed rule: <rule>"); an evaluation error:
+ * InternalError(<vpath>[i], err), which denies (approver-policy's way: a
+ * rule that cannot be evaluated does not let a value through). */
+static void run_validations(ferrs *l, const allowed_field *f, sstr s, const char *vpath, const sg_crpolicy_request *r)
+{
+	for (size_t i = 0; i < f->rules.n; i++) {
+		char at[512];
+		int w = snprintf(at, sizeof(at), "%s[%zu]", vpath, i);
+		if (w < 0 || (size_t)w >= sizeof(at)) {
+			l->failed = true;
+			return;
+		}
+		bool valid = false;
+		if (!f->progs[i] || crpolicy_rule_eval(f->progs[i], s, r, &valid) < 0) {
+			sb m = SB_INIT;
+			crpolicy_fe_begin(&m, at, "Internal error");
+			crpolicy_fe_end(l, &m, cstr(f->progs[i] ? sg_error_last()->msg : "the rule was not compiled"));
+			continue;
+		}
+		if (valid)
+			continue;
+		if (f->messages[i].p) {
+			crpolicy_fe_invalid_str(l, at, s, f->messages[i]);
+			continue;
+		}
+		sb d = SB_INIT;
+		sg_strbuf_puts(&d, "failed rule: ");
+		sb_put(&d, f->rules.v[i]);
+		char *ds = sg_strbuf_take(&d);
+		if (ds)
+			crpolicy_fe_invalid_str(l, at, s, cstr(ds));
+		else
+			l->failed = true;
+		free(ds);
+	}
+}
+
 /* evaluateString: one subject string against allowed.<field>. */
-static void eval_string(ferrs *l, sstr s, const allowed_field *f, const char *path)
+static void eval_string(ferrs *l, sstr s, const allowed_field *f, const char *path, const sg_crpolicy_request *r)
 {
 	if (s.len == 0) {
 		if (f->required)
 			fe_required_true(l, path, NULL);
 		return;
 	}
-	if (!f->has_value) {
+	if (!f->has_value && f->rules.n == 0) {
 		crpolicy_fe_invalid_str(l, path, s, cstr("no allowed value"));
 		return;
 	}
-	if (crpolicy_wild(f->value, s))
-		return;
-	char *p = path_of(l, path, NULL, "value");
-	if (p)
-		crpolicy_fe_invalid_str(l, p, s, f->value);
-	free(p);
+	if (f->has_value && !crpolicy_wild(f->value, s)) {
+		char *p = path_of(l, path, NULL, "value");
+		if (p)
+			crpolicy_fe_invalid_str(l, p, s, f->value);
+		free(p);
+	}
+	if (f->rules.n) {
+		char *vp = path_of(l, path, NULL, "validations");
+		if (vp)
+			run_validations(l, f, s, vp, r);
+		free(vp);
+	}
 }
 
 /* evaluateSlice: a list of values against allowed.<field> (or an
  * otherNames / otherAttributes entry, path then carrying its key). */
-static void eval_slice(ferrs *l, const sstr *v, size_t n, const allowed_field *f, const char *path, const sstr *key)
+static void eval_slice(ferrs *l, const sstr *v, size_t n, const allowed_field *f, const char *path, const sstr *key,
+                       const sg_crpolicy_request *r)
 {
 	if (n == 0) {
 		if (f && f->required)
@@ -97,9 +142,12 @@ static void eval_slice(ferrs *l, const sstr *v, size_t n, const allowed_field *f
 	char *at = path_of(l, path, key, NULL);
 	if (!at)
 		return;
-	if (!f || !f->has_value) {
+	if (!f || (!f->has_value && f->rules.n == 0)) {
 		crpolicy_fe_invalid_list(l, at, v, n, cstr("no allowed values"));
-	} else if (!crpolicy_wild_subset(f->values.v, f->values.n, v, n)) {
+		free(at);
+		return;
+	}
+	if (f->has_value && !crpolicy_wild_subset(f->values.v, f->values.n, v, n)) {
 		sb d = SB_INIT;
 		crpolicy_sb_join(&d, f->values.v, f->values.n);
 		char *ds = sg_strbuf_take(&d);
@@ -112,12 +160,20 @@ static void eval_slice(ferrs *l, const sstr *v, size_t n, const allowed_field *f
 		free(vp);
 	}
 	free(at);
+	if (f->rules.n) {
+		char *vp = path_of(l, path, key, "validations");
+		for (size_t i = 0; vp && i < n; i++)
+			run_validations(l, f, v[i], vp, r);
+		if (!vp)
+			l->failed = true;
+		free(vp);
+	}
 }
 
 /* CommonName / SerialNumber: every RDN value of oid, each judged alone
  * when there are several (a duplicate-CN request cannot hide one). */
 static void eval_subject_string(ferrs *l, const sg_csr_facts *f, const char *oid, const allowed_field *field,
-                                const char *path)
+                                const char *path, const sg_crpolicy_request *r)
 {
 	sstr v[SG_CSR_FACTS_MAX_ATTRS];
 	size_t n = 0;
@@ -140,17 +196,17 @@ static void eval_subject_string(ferrs *l, const sg_csr_facts *f, const char *oid
 		v[n++] = attr_text(a);
 	}
 	if (n <= 1) {
-		eval_string(l, n ? v[0] : cstr(""), field, path);
+		eval_string(l, n ? v[0] : cstr(""), field, path, r);
 		return;
 	}
 	for (size_t i = 0; i < n; i++) {
 		char ip[96];
 		snprintf(ip, sizeof(ip), "%s[%zu]", path, i);
-		eval_string(l, v[i], field, ip);
+		eval_string(l, v[i], field, ip, r);
 	}
 }
 
-static void eval_sans(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f)
+static void eval_sans(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f, const sg_crpolicy_request *r)
 {
 	for (int k = 0; k < SAN_FIELDS; k++) {
 		sstr v[SG_CSR_FACTS_MAX_SANS];
@@ -160,7 +216,7 @@ static void eval_sans(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f)
 				v[n++] = (sstr){f->sans[i].value, f->sans[i].value_len};
 		char path[64];
 		snprintf(path, sizeof(path), "spec.allowed.%s", crpolicy_san_fields[k]);
-		eval_slice(l, v, n, &p->san[k], path, NULL);
+		eval_slice(l, v, n, &p->san[k], path, NULL, r);
 	}
 }
 
@@ -204,7 +260,7 @@ static const sg_csr_facts_san_type denied_type_ids[] = {SG_CSR_FACTS_SAN_DIRECTO
 
 /* OtherNames: the GeneralName types without an opt-in, then otherName
  * values grouped by type-id in order of first appearance. */
-static void eval_other_names(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f)
+static void eval_other_names(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f, const sg_crpolicy_request *r)
 {
 	for (size_t t = 0; t < 4; t++)
 		for (size_t i = 0; i < f->san_count; i++)
@@ -231,7 +287,7 @@ static void eval_other_names(ferrs *l, const sg_crpolicy *p, const sg_csr_facts 
 			if (f->sans[j].type == SG_CSR_FACTS_SAN_OTHER_NAME && strcmp(f->sans[j].oid, s->oid) == 0)
 				v[n++] = (sstr){f->sans[j].value, f->sans[j].value_len};
 		const other_entry *e = entry_for(p->other_names, p->n_other_names, oid);
-		eval_slice(l, v, n, e ? &e->f : NULL, "spec.allowed.otherNames", &oid);
+		eval_slice(l, v, n, e ? &e->f : NULL, "spec.allowed.otherNames", &oid, r);
 	}
 	for (size_t k = 0; k < p->n_other_names; k++) {
 		if (!p->other_names[k].f.required)
@@ -245,7 +301,7 @@ static void eval_other_names(ferrs *l, const sg_crpolicy *p, const sg_csr_facts 
 	}
 }
 
-static void eval_subject_slices(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f)
+static void eval_subject_slices(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f, const sg_crpolicy_request *r)
 {
 	for (int k = 0; k < SUBJ_COUNT; k++) {
 		sstr v[SG_CSR_FACTS_MAX_ATTRS];
@@ -255,13 +311,13 @@ static void eval_subject_slices(ferrs *l, const sg_crpolicy *p, const sg_csr_fac
 				v[n++] = attr_text(&f->attrs[i]);
 		char path[64];
 		snprintf(path, sizeof(path), "spec.allowed.subject.%s", crpolicy_subject_slots[k].field);
-		eval_slice(l, v, n, &p->subj[k], path, NULL);
+		eval_slice(l, v, n, &p->subj[k], path, NULL, r);
 	}
 }
 
 /* OtherAttributes: non-string values under the named fields, then every
  * attribute outside them, which needs an otherAttributes entry. */
-static void eval_other_attributes(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f)
+static void eval_other_attributes(ferrs *l, const sg_crpolicy *p, const sg_csr_facts *f, const sg_crpolicy_request *r)
 {
 	static const char generic[] = "subject attribute " NON_STRING_DETAIL;
 	for (size_t i = 0; i < f->attr_count; i++) {
@@ -302,7 +358,7 @@ static void eval_other_attributes(ferrs *l, const sg_crpolicy *p, const sg_csr_f
 			if (go_string(&f->attrs[j]) && strcmp(f->attrs[j].oid, a->oid) == 0)
 				v[n++] = attr_text(&f->attrs[j]);
 		const other_entry *e = entry_for(p->other_attrs, p->n_other_attrs, oid);
-		eval_slice(l, v, n, e ? &e->f : NULL, "spec.allowed.subject.otherAttributes", &oid);
+		eval_slice(l, v, n, e ? &e->f : NULL, "spec.allowed.subject.otherAttributes", &oid, r);
 	}
 	for (size_t k = 0; k < p->n_other_attrs; k++) {
 		if (!p->other_attrs[k].f.required)
@@ -331,18 +387,18 @@ static void eval_allowed(sb *out, bool *denied, const sg_crpolicy *p, const sg_c
 		return;
 	}
 	ferrs l = {0};
-	eval_subject_string(&l, f, OID_CN, &p->cn, "spec.allowed.commonName");
-	eval_sans(&l, p, f);
+	eval_subject_string(&l, f, OID_CN, &p->cn, "spec.allowed.commonName", r);
+	eval_sans(&l, p, f, r);
 	if (r->is_ca && (!p->has_is_ca || !p->is_ca)) {
 		sb m = SB_INIT;
 		crpolicy_fe_begin(&m, "spec.allowed.isCA", "Invalid value: true");
 		crpolicy_fe_end(&l, &m, cstr(p->has_is_ca ? "false" : "nil"));
 	}
 	eval_usages(&l, p, r);
-	eval_other_names(&l, p, f);
-	eval_subject_slices(&l, p, f);
-	eval_subject_string(&l, f, OID_SERIAL, &p->serial, "spec.allowed.subject.serialNumber");
-	eval_other_attributes(&l, p, f);
+	eval_other_names(&l, p, f, r);
+	eval_subject_slices(&l, p, f, r);
+	eval_subject_string(&l, f, OID_SERIAL, &p->serial, "spec.allowed.subject.serialNumber", r);
+	eval_other_attributes(&l, p, f, r);
 	if (l.failed)
 		out->oom = true; /* a message of the list could not be built */
 	if (l.n) {

@@ -4,7 +4,7 @@
  * validation.go) would refuse in a policy the schema admits: unknown
  * plugins, an empty selector, bad matchLabels (apimachinery's label key
  * and value checks and messages), required fields with nothing to match,
- * OIDs, CEL validations (which signet does not run), key and duration
+ * OIDs, CEL validations that do not compile to a bool, key and duration
  * bounds. It reads the compiled policy and appends to the compiler's
  * webhook list (cc, private/sg_crpolicy_impl.h); sg_crpolicy_compile
  * turns that list into the NotReady condition, so a policy admitted
@@ -22,7 +22,6 @@
 
 /* ---- the admission webhook's checks ---------------------------------------- */
 
-#define CEL_UNSUPPORTED "CEL validations are not supported by this approver (signet); the policy cannot be evaluated"
 #define NEED_VALUES "at least one of 'values' or 'validations' must be defined if field is 'required'"
 #define NEED_VALUE "at least one of 'value' or 'validations' must be defined if field is 'required'"
 
@@ -35,9 +34,15 @@ static void check_field(cc *c, const char *path, const allowed_field *f, bool sl
 		snprintf(sub, sizeof(sub), "%s.%s", path, slice ? "values" : "value");
 		crpolicy_fe_required(&c->webhook, sub, slice ? NEED_VALUES : NEED_VALUE);
 	}
+	/* allowed's Validate: field.Invalid(<path>.validations[i], rule,
+	 * the compiler's error), as validators.Get reports it */
 	for (size_t i = 0; i < f->rules.n; i++) {
+		const char *why =
+		    f->progs && f->progs[i] ? crpolicy_rule_error(f->progs[i]) : "the rule was not compiled";
+		if (!why)
+			continue;
 		snprintf(sub, sizeof(sub), "%s.validations[%zu]", path, i);
-		crpolicy_fe_invalid_str(&c->webhook, sub, f->rules.v[i], cstr(CEL_UNSUPPORTED));
+		crpolicy_fe_invalid_str(&c->webhook, sub, f->rules.v[i], cstr(why));
 	}
 }
 

@@ -118,8 +118,12 @@ typedef struct slist {
 	size_t n;
 } slist;
 
+/* A CEL rule compiled once per text and shared (sg_crpolicy_cel.c). */
+typedef struct crpolicy_rule crpolicy_rule;
+
 /* CertificateRequestPolicyAllowedString / ...StringSlice: value(s),
- * required, and the CEL rules (kept only to name them in NotReady). */
+ * required, and the CEL rules: their text, message (NULL p: none) and
+ * compiled form (held by the policy, see sg_crpolicy.held). */
 typedef struct allowed_field {
 	bool present;
 	bool has_value; /* value / values set (values may be an empty list) */
@@ -127,7 +131,21 @@ typedef struct allowed_field {
 	slist values;
 	bool required;
 	slist rules;
+	sstr *messages;        /* rules.n of them */
+	crpolicy_rule **progs; /* rules.n of them; NULL where none could be had */
 } allowed_field;
+
+/* The rule of text, compiled or taken from the cache, held once more
+ * (crpolicy_rule_put releases it). SG_EINTERNAL when out of memory; a rule
+ * that does not compile is returned too, crpolicy_rule_error saying why. */
+int crpolicy_rule_get(sstr text, crpolicy_rule **out);
+void crpolicy_rule_put(crpolicy_rule *r);
+/* Why the rule does not compile, or NULL when it does. */
+const char *crpolicy_rule_error(const crpolicy_rule *r);
+/* approver-policy's Validate: self, and cr from req (name, namespace,
+ * username, groups). *valid on SG_OK; an evaluation error (its detail set)
+ * otherwise. */
+int crpolicy_rule_eval(const crpolicy_rule *r, sstr self, const sg_crpolicy_request *req, bool *valid);
 
 typedef struct other_entry {
 	sstr oid;
@@ -183,6 +201,8 @@ struct sg_crpolicy {
 
 	void **allocs; /* everything above that is owned, freed together */
 	size_t n_allocs, cap_allocs;
+	crpolicy_rule **held; /* every CEL rule the fields hold, released together */
+	size_t n_held, cap_held;
 };
 
 /* ------------------------------------------------------------------ */

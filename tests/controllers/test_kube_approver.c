@@ -75,6 +75,7 @@ typedef struct cr_spec {
 	const char *rsa_bits; /* RSA key of this size instead of P-256 */
 	const char *kind, *group; /* issuerRef; NULL: Issuer, cert-manager.io */
 	const char *request;      /* spec.request as is (base64) instead of a CSR made here */
+	const char *usage;        /* the one usage instead of digital signature + server auth */
 } cr_spec;
 
 /* The request object of s, made ahead of its create (the key takes time). */
@@ -94,6 +95,8 @@ static json_t *cr_object(const cr_spec *s)
 	              "system:authenticated", "uid", "u-1", "usages", "digital signature", "server auth");
 	if (s->duration)
 		json_object_set_new(spec, "duration", json_string(s->duration));
+	if (s->usage)
+		json_object_set_new(spec, "usages", json_pack("[s]", s->usage));
 	free(req);
 	free(pem);
 	return json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "cert-manager.io/v1", "kind",
@@ -335,18 +338,82 @@ static void t_namespace_selector_and_constraints(void)
 
 static void t_not_ready_defers(void)
 {
-	/* CEL cannot be evaluated here: NotReady, and a request only it
+	/* A CEL rule that does not compile: NotReady, and a request only it
 	 * would decide gets no decision (approver-policy evaluates Ready
 	 * policies only). */
 	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
 	      "{\"name\":\"with-cel\"},\"spec\":{\"allowed\":{\"dnsNames\":{\"values\":[\"*\"],\"validations\":[{"
-	      "\"rule\":\"self.endsWith('.cel')\"}]}},\"selector\":{\"issuerRef\":{\"name\":\"cel-issuer\"}}}}");
+	      "\"rule\":\"self.endsWith('.cel'\"}]}},\"selector\":{\"issuerRef\":{\"name\":\"cel-issuer\"}}}}");
 	SG_WAIT_FOR(WAIT_MS, strncmp(policy_ready("with-cel"), "False|NotReady|CertificateRequestPolicy is not ready "
 	                                                        "for approval evaluation: ", 74) == 0);
 	sg_approver_stats s0 = stats(ap);
 	cr_create(&(cr_spec){.ns = NS_A, .name = "cel-1", .issuer = "cel-issuer", .san = "DNS:x.cel", .cn = NULL});
 	WAIT_LOOKED(s0);
 	SG_CHECK(cr_condition_count(NS_A, "cel-1") == 0);
+}
+
+/* CEL validations on the API server: approver-policy's documented
+ * example.com policy decides; a SPIFFE rule bound to the request's
+ * namespace approves there and denies elsewhere with approver-policy's
+ * message. */
+static void t_cel(void)
+{
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"example-com\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"example.com\"},"
+	      "\"dnsNames\":{\"values\":[\"example.com\",\"*.example.com\"],\"validations\":[{\"rule\":"
+	      "\"!self.contains('*')\",\"message\":\"Wildcard certificates are not allowed\"}]},"
+	      "\"usages\":[\"server auth\"]},\"constraints\":{\"privateKey\":{\"algorithm\":\"RSA\",\"minSize\":2048}},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"letsencrypt-prod\",\"kind\":\"Issuer\",\"group\":"
+	      "\"cert-manager.io\"}}}}");
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"spiffe-ns\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*\"},\"uris\":{"
+	      "\"validations\":[{\"rule\":\"self.startsWith('spiffe://cluster.local/ns/' + cr.namespace + '/sa/')\"}]},"
+	      "\"usages\":[\"digital signature\",\"server auth\"]},\"selector\":{\"issuerRef\":{\"name\":"
+	      "\"mesh-issuer\"}}}}");
+	SG_WAIT_FOR(WAIT_MS, strcmp(policy_ready("example-com"), "True|Ready|" SG_CRPOLICY_READY_MESSAGE) == 0);
+	SG_WAIT_FOR(WAIT_MS, strcmp(policy_ready("spiffe-ns"), "True|Ready|" SG_CRPOLICY_READY_MESSAGE) == 0);
+
+	cr_create(&(cr_spec){.ns = NS_A,
+	                     .name = "le-1",
+	                     .issuer = "letsencrypt-prod",
+	                     .cn = "example.com",
+	                     .san = "DNS:www.example.com",
+	                     .rsa_bits = "2048",
+	                     .usage = "server auth"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "le-1", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"example-com\""));
+	cr_create(&(cr_spec){.ns = NS_A,
+	                     .name = "le-2",
+	                     .issuer = "letsencrypt-prod",
+	                     .cn = "example.com",
+	                     .san = "DNS:*.example.com",
+	                     .rsa_bits = "2048",
+	                     .usage = "server auth"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "le-2", "Denied",
+	                                "True|policy.cert-manager.io|No policy approved this request: [example-com: "
+	                                "spec.allowed.dnsNames.validations[0]: Invalid value: \"*.example.com\": "
+	                                "Wildcard certificates are not allowed]"));
+
+	cr_create(&(cr_spec){.ns = NS_A,
+	                     .name = "mesh-1",
+	                     .issuer = "mesh-issuer",
+	                     .cn = "web",
+	                     .san = "URI:spiffe://cluster.local/ns/" NS_A "/sa/web"});
+	SG_WAIT_FOR(WAIT_MS, decided_as(NS_A, "mesh-1", "Approved",
+	                                "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "
+	                                "\"spiffe-ns\""));
+	cr_create(&(cr_spec){.ns = NS_B,
+	                     .name = "mesh-2",
+	                     .issuer = "mesh-issuer",
+	                     .cn = "web",
+	                     .san = "URI:spiffe://cluster.local/ns/" NS_A "/sa/web"});
+	SG_WAIT_FOR(WAIT_MS,
+	            decided_as(NS_B, "mesh-2", "Denied",
+	                       "True|policy.cert-manager.io|No policy approved this request: [spiffe-ns: "
+	                       "spec.allowed.uris.validations[0]: Invalid value: \"spiffe://cluster.local/ns/" NS_A
+	                       "/sa/web\": failed rule: self.startsWith('spiffe://cluster.local/ns/' + "
+	                       "cr.namespace + '/sa/')]"));
 }
 
 static void t_plugin(void)
@@ -663,7 +730,7 @@ static void t_zz_stop(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_approve_and_deny), SG_TEST(t_unprocessed_until_bound),
-             SG_TEST(t_namespace_selector_and_constraints), SG_TEST(t_not_ready_defers), SG_TEST(t_plugin),
-             SG_TEST(t_not_ready_holds_denial), SG_TEST(t_error_stops_review), SG_TEST(t_unparsable_request),
-             SG_TEST(t_signer_names), SG_TEST(t_namespace_cache_gap), SG_TEST(t_two_approvers), SG_TEST(t_with_issuer),
-             SG_TEST(t_many_policies), SG_TEST(t_zz_stop))
+             SG_TEST(t_namespace_selector_and_constraints), SG_TEST(t_not_ready_defers), SG_TEST(t_cel),
+             SG_TEST(t_plugin), SG_TEST(t_not_ready_holds_denial), SG_TEST(t_error_stops_review),
+             SG_TEST(t_unparsable_request), SG_TEST(t_signer_names), SG_TEST(t_namespace_cache_gap),
+             SG_TEST(t_two_approvers), SG_TEST(t_with_issuer), SG_TEST(t_many_policies), SG_TEST(t_zz_stop))
