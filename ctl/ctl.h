@@ -30,5 +30,9 @@ int ctl_init(int argc, char **argv);
  * PKCS#11 module and token, as a report. Returns the exit status: 0 yes, 1
  * no, 2 usage error. */
 int ctl_hsm_check(int argc, char **argv);
+/* signetctl cel (ctl_cel.c): one CEL expression in the policy approver's
+ * environment, as JSON. Returns the exit status: 0 a value, 1 an
+ * evaluation error, 2 it does not compile or a usage error. */
+int ctl_cel(int argc, char **argv);
 
 #endif

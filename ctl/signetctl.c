@@ -457,8 +457,9 @@ static const command commands[] = {
 static void usage(FILE *fp)
 {
 	fprintf(fp, "usage: signetctl COMMAND [options]   (signetctl COMMAND --help for its options)\n\n"
-		    "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n"
-		    "  hsm-check  tell whether signet will work with a PKCS#11 module and token\n");
+	            "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n"
+	            "  hsm-check  tell whether signet will work with a PKCS#11 module and token\n"
+	            "  cel      evaluate a CEL expression as a CertificateRequestPolicy's validations rule\n");
 	for (size_t i = 0; i < N(commands); i++)
 		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
@@ -481,6 +482,8 @@ int main(int argc, char **argv)
 		return ctl_init(argc - 2, argv + 2);
 	if (strcmp(argv[1], "hsm-check") == 0)
 		return ctl_hsm_check(argc - 2, argv + 2);
+	if (strcmp(argv[1], "cel") == 0)
+		return ctl_cel(argc - 2, argv + 2);
 	const command *cmd = NULL;
 	for (size_t i = 0; i < N(commands); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)

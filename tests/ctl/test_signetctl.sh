@@ -221,5 +221,33 @@ awk '/BEGIN/{n++} n==2' "$tmp/leaf-b.pem" >"$tmp/inter.pem"
 expect "openssl verify through the intermediate" openssl verify -CAfile "$a/root-cert.pem" -untrusted "$tmp/inter.pem" "$tmp/leaf-b.pem"
 expect "istio fields under the intermediate" $py "$check" istio "$tmp/leaf-b.pem" "$a/root-cert.pem" "$id"
 
+# --- cel: a policy rule tried as the approver runs it ---------------------
+cel_is() { # cel_is WANT_EXIT WANT_JSON -- args...: stdout parsed and compared by Python's json
+  local want_rc=$1 want=$2; shift 3
+  local out rc=0
+  out=$("$ctl" cel "$@" 2>"$tmp/cel.err") || rc=$?
+  [ "$rc" = "$want_rc" ] || { echo "exit $rc, want $want_rc: $out $(cat "$tmp/cel.err")" >&2; return 1; }
+  $py -c 'import json,sys; g=json.loads(sys.argv[1]); w=json.loads(sys.argv[2]); sys.exit(0 if g == w else print(g, "!=", w) or 1)' "$out" "$want"
+}
+expect "cel: a SPIFFE rule bound to cr.namespace" cel_is 0 '{"type": "bool", "value": true}' -- \
+  --expr "self.startsWith('spiffe://cluster.local/ns/' + cr.namespace + '/sa/')" \
+  --self spiffe://cluster.local/ns/team-a/sa/web --cr-namespace team-a
+expect "cel: the same rule, another namespace" cel_is 0 '{"type": "bool", "value": false}' -- \
+  --expr "self.startsWith('spiffe://cluster.local/ns/' + cr.namespace + '/sa/')" \
+  --self spiffe://cluster.local/ns/team-a/sa/web --cr-namespace team-b
+expect "cel: cr.name, cr.username, cr.groups" cel_is 0 '{"type": "bool", "value": true}' -- \
+  --expr "cr.name == 'web' && cr.username == 'alice' && 'devs' in cr.groups && size(cr.groups) == 2" \
+  --cr-name web --cr-username alice --cr-groups "system:authenticated, devs"
+expect "cel: any type, each value typed" cel_is 0 \
+  '{"type": "list", "value": [{"type": "int", "value": 1}, {"type": "uint", "value": 2}, {"type": "double", "value": "NaN"}, {"type": "bytes", "value": "AAE="}, {"type": "null", "value": null}, {"type": "type", "value": "string"}]}' \
+  -- --expr "[1, 2u, double('NaN'), b'\\x00\\x01', null, type('')]"
+expect "cel: an evaluation error is exit 1 and {error}" cel_is 1 \
+  '{"error": "evaluation error: type conversion error from '"'string'"' to '"'int'"'"}' -- --expr "int(self)" --self abc
+expect "cel: a syntax error is exit 2, positioned, on stderr" bash -c \
+  "'$ctl' cel --expr 'self +' >'$tmp/cel.out' 2>'$tmp/cel.err'; test \$? = 2 && test ! -s '$tmp/cel.out' && grep -q '<input>:1:7: Syntax error' '$tmp/cel.err'"
+expect "cel: an undeclared name is exit 2" bash -c "'$ctl' cel --expr 'nope == 1' >/dev/null 2>&1; test \$? = 2"
+expect "cel: --expr is required" one_line_error 2 "--expr is required" -- "$ctl" cel
+expect "cel: --help documents every flag" bash -c "'$ctl' cel --help | grep -q -- '--cr-groups' && '$ctl' --help | grep -q '  cel '"
+
 echo "$failures failed"
 [ "$failures" = 0 ]
