@@ -107,12 +107,16 @@ int crpolicy_rule_get(sstr text, crpolicy_rule **out)
 		table_ok = sg_strmap_init(&table, 64, NULL) == SG_OK;
 	crpolicy_rule *r = NULL;
 	if (table_ok && plain) {
-		char *key = malloc(text.len + 1);
+		/* The lookup is on every pass of every policy: short rules
+		 * (most) need no allocation for their key. */
+		char small[256];
+		char *key = text.len < sizeof(small) ? small : malloc(text.len + 1);
 		if (key) {
 			memcpy(key, text.p, text.len);
 			key[text.len] = '\0';
 			sg_strmap_node *n = sg_strmap_find(&table, key);
-			free(key);
+			if (key != small)
+				free(key);
 			r = n ? SG_STRMAP_ENTRY(n, crpolicy_rule, node) : NULL;
 		}
 	}
