@@ -298,6 +298,7 @@ int sg_kubesign_issue(const sg_kubesign_ca *ca, const sg_kubesign_request *r, sg
 	out->chain[off] = 0;
 	memcpy(out->serial, res.serial_hex, sizeof(out->serial));
 	out->serial[sizeof(out->serial) - 1] = 0;
+	out->not_before = res.not_before;
 	out->not_after = res.not_after;
 	sg_issue_result_clear(&res);
 	return SG_OK;

@@ -92,7 +92,7 @@ typedef struct sg_kubesign_result {
 	char *chain;      /* owned: leaf then intermediates, PEM (no root) */
 	char *ca;         /* owned: the CA's root bundle, PEM */
 	char serial[41];  /* the leaf's serial number, hex */
-	int64_t not_after;
+	int64_t not_before, not_after; /* the leaf's validity, Unix seconds */
 } sg_kubesign_result;
 
 /* Checks and signs one request with ca (see above). On success *out must
