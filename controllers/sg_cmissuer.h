@@ -20,7 +20,7 @@
  *     requests that name it);
  *   - permanent problems (undecodable request or CSR, a CSR whose
  *     basicConstraints, keyUsage or extKeyUsage disagree with spec.isCA and
- *     spec.usages, an unknown usage, isCA on an issuer without allowCA,
+ *     spec.usages, isCA on an issuer without allowCA,
  *     a CSR the signer's profile refuses): Ready=False reason Failed,
  *     failureTime, a Warning Event; cert-manager makes a new request
  *     after its backoff;
@@ -35,10 +35,12 @@
  *     duration asked when the issuer's range changed it).
  *
  * What is signed: the generic profile of the signer (subject and SANs
- * re-encoded from the CSR, key usages from spec.usages, default "digital
- * signature" and "key encipherment"; extended key usages from spec.usages,
- * serverAuth and clientAuth when none is asked; keyEncipherment is left
- * out for EC keys), or with spec.isCA the intermediate profile; validity
+ * re-encoded from the CSR) with the usages of spec.usages exactly as asked
+ * (every name of cert-manager's KeyUsage enum; keyEncipherment on an EC
+ * key too; no extension for a kind not asked), and without spec.usages
+ * what cert-manager's CA issuer gives: "digital signature" and "key
+ * encipherment", no extended key usage; or with spec.isCA the
+ * intermediate profile; validity
  * spec.duration (Go duration; none: the issuer's defaultDuration) brought
  * into the issuer's [minDuration, maxDuration] (an issuer may shorten: a
  * request for cert-manager's default 2160h from an issuer whose

@@ -26,7 +26,7 @@
  *     SG_KUBECSR_RECHECK_MS); one Warning Event IssuerNotReady per CSR
  *     (remembered for the last SG_KUBECSR_WARNED_MAX CSRs of this run);
  *   - permanent problems (spec.request not base64 or not a CSR, an
- *     unsupported usage such as "ipsec user", request-is-ca on an issuer
+ *     unknown usage, "cert sign" on a leaf, request-is-ca on an issuer
  *     without allowCA, a request-duration annotation that is not a Go
  *     duration, a CSR the signer's profile refuses): condition
  *     {type Failed, status True, reason SignerValidationFailure, message
@@ -38,11 +38,13 @@
  *     base64 in JSON), as issuer-lib writes it: Kubernetes calls it "the
  *     issued certificate chain", and the root is the trust anchor that
  *     clients get elsewhere (a root in the chain would be trusted by
- *     nobody for being there). A Normal Event Issued names the serial.
+ *     nobody for being there). A Normal Event Issued names the serial,
+ *     the end of validity and the real lifetime.
  *
  * What is signed: the signer's generic profile (subject and SANs
  * re-encoded from the CSR, never its extensions) with the usages of
- * spec.usages (required by Kubernetes; sg_kubesign_usages), or, with the
+ * spec.usages (required by Kubernetes; sg_kubesign_usages) exactly as
+ * asked, whatever the key type, or, with the
  * annotation experimental.cert-manager.io/request-is-ca: "true" on an
  * issuer with allowCA, the intermediate profile. The CSR's own keyUsage and
  * basicConstraints are not compared with the request (Kubernetes has no
