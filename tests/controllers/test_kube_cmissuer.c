@@ -826,7 +826,9 @@ static void grant_user(const char *name, const char *rules)
  * is per request and per verb, and a real cluster's way to refuse a write.
  *
  * A second request, never allowed, is deleted while its certificate is
- * kept: the store drops it (kept 0).
+ * kept: the store drops it (kept 0). A third is Denied while its
+ * certificate is kept: the write it finally may make is Denied, and the
+ * certificate is dropped, never written.
  *
  * Before the fix each retry signed again: at the second failure the pool
  * had made two signatures. */
@@ -874,6 +876,22 @@ static void t_exactly_once(void)
 	SG_CHECK_OK(kube_fx_delete(k, cr_ref("once-2")));
 	SG_WAIT_FOR(20000, stats_of(lim).kept == 0);
 	SG_CHECK(stats_of(lim).signatures == 2 && pool_issued() == p0 + 2);
+
+	/* kept, then Denied before the write could succeed (no webhook here
+	 * to refuse the change of mind): the next pass decides on what the
+	 * request says now, so the certificate is dropped, never written */
+	free(cr_create_approved("once-3", &s));
+	SG_WAIT_FOR(20000, stats_of(lim).kept == 1);
+	cr_conditions("once-3", "Denied", NULL);
+	grant_user("signet-test-cmissuer-once-3",
+	           "[{\"apiGroups\": [\"cert-manager.io\"], \"resources\": [\"certificaterequests/status\"], "
+	           "\"resourceNames\": [\"once-3\"], \"verbs\": [\"patch\"]}]");
+	SG_WAIT_FOR(40000, ready_is("once-3", "Denied"));
+	SG_WAIT_FOR(20000, stats_of(lim).kept == 0);
+	o = cr_get("once-3");
+	SG_CHECK(str_at(o, "status", "certificate") == NULL);
+	json_decref(o);
+	SG_CHECK(stats_of(lim).signatures == 3 && stats_of(lim).issued == 1);
 	sg_cmissuer_free(lim);
 	sg_kube_free(uk);
 }
