@@ -17,17 +17,33 @@
  * informer, decides, and makes at most one status write. The decision never
  * depends on anything but the request, its issuer and the CA.
  *
- * Exactly once. Between our status write and the watch event that brings
- * it back, the informer still holds the unsigned request; another event in
- * that window (an issuer change, say) would queue it again. The uids of
- * requests this process signed are remembered (a small ring): such a
- * request is read live before anything is done with it.
+ * Exactly once, in two halves.
+ *   - Signed, not written: the result is kept (sg_kubekeep.h) by the
+ *     request's UID from the signature until its write succeeds, so a
+ *     write that fails (refused, timed out, a conflict) is retried with the
+ *     same certificate, never with a second signature. The Issued write
+ *     carries the resourceVersion the decision was made on: if the request
+ *     changed meanwhile (a Denied added, say) the write is refused with a
+ *     conflict and the next pass decides again on what the request says
+ *     now. A request found done or gone drops what is kept for it; a stop
+ *     drops everything (a new leader signs for itself).
+ *   - Written, not yet seen: between our status write and the watch event
+ *     that brings it back, the informer still holds the unsigned request;
+ *     another event in that window (an issuer change, say) would queue it
+ *     again. The uids of requests this process wrote are remembered (a
+ *     small ring): such a request is read live before anything is done
+ *     with it.
+ *
+ * Nothing taken from the cached object outlives it: the issuer's name is
+ * copied out (issuer_ref), because the cached object is released when the
+ * live one replaces it.
  */
 #include "sg_cmissuer.h"
 
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_kube_informer.h"
+#include "sg_kubekeep.h"
 #include "sg_log.h"
 #include "sg_signetissuer.h"
 
@@ -58,6 +74,7 @@ struct sg_cmissuer {
 	sg_ctrl *ctrl;
 	const sg_kubesign_ca *cas;
 	size_t ncas;
+	sg_kubekeep *keep; /* signed, not yet written (its own lock) */
 
 	pthread_mutex_t mu; /* everything below */
 	sg_cmissuer_stats stats;
@@ -138,7 +155,7 @@ static bool signed_before(sg_cmissuer *m, const char *uid)
 
 typedef struct issuer_ref {
 	bool cluster;
-	const char *name;
+	char name[SG_KUBE_NAME_MAX + 1]; /* a copy: the object it came from may be released */
 } issuer_ref;
 
 /* Whether cr names one of our issuers (group exactly ours, kind ours or
@@ -149,7 +166,7 @@ static bool ours(const json_t *cr, issuer_ref *out)
 	const char *group = json_string_value(json_object_get(ref, "group"));
 	const char *kind = json_string_value(json_object_get(ref, "kind"));
 	const char *name = json_string_value(json_object_get(ref, "name"));
-	if (!group || strcmp(group, SG_SIGNETISSUER_GROUP) != 0 || !name || !*name)
+	if (!group || strcmp(group, SG_SIGNETISSUER_GROUP) != 0 || !name || !*name || strlen(name) > SG_KUBE_NAME_MAX)
 		return false;
 	if (!kind || !*kind || strcmp(kind, SG_SIGNETISSUER_KIND) == 0)
 		out->cluster = false;
@@ -157,7 +174,7 @@ static bool ours(const json_t *cr, issuer_ref *out)
 		out->cluster = true;
 	else
 		return false;
-	out->name = name;
+	memcpy(out->name, name, strlen(name) + 1);
 	return true;
 }
 
@@ -167,8 +184,7 @@ typedef struct outcome {
 	const char *status; /* Ready's */
 	const char *reason;
 	char message[MSG_MAX];
-	bool failure_time;  /* set status.failureTime (kept when already set) */
-	const char *certificate_b64, *ca_b64;
+	bool failure_time; /* set status.failureTime (kept when already set) */
 } outcome;
 
 static int write_status(sg_ctrl *c, const json_t *cr, const char *ns, const char *name, const outcome *o)
@@ -185,10 +201,6 @@ static int write_status(sg_ctrl *c, const json_t *cr, const char *ns, const char
 										  : json_string(now)) != 0)
 			rc = sg_error_set(SG_EINTERNAL, "out of memory");
 	}
-	if (rc == SG_OK && o->certificate_b64 &&
-	    (json_object_set_new(st, "certificate", json_string(o->certificate_b64)) != 0 ||
-	     json_object_set_new(st, "ca", json_string(o->ca_b64)) != 0))
-		rc = sg_error_set(SG_EINTERNAL, "out of memory");
 	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE, .ns = ns, .name = name};
 	/* a stopping controller writes nothing: leadership may be passing on */
 	if (rc == SG_OK)
@@ -240,9 +252,11 @@ static int failed(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, 
 
 typedef struct prepared {
 	const sg_kubesign_ca *ca;
+	sg_signetissuer_spec spec;
 	char *csr;
 	size_t csr_len;
-	int64_t duration;
+	int64_t asked;    /* spec.duration in seconds; 0: none */
+	int64_t duration; /* what is issued: asked, or the default, brought into the issuer's range */
 	bool is_ca;
 	uint32_t ku, eku;
 } prepared;
@@ -253,25 +267,25 @@ typedef struct prepared {
 static int prepare(sg_cmissuer *m, const json_t *cr, const json_t *issuer, prepared *p)
 {
 	memset(p, 0, sizeof(*p));
-	sg_signetissuer_spec spec;
-	SG_TRY(sg_signetissuer_spec_parse(issuer, &spec));
-	p->ca = sg_kubesign_ca_find(m->cas, m->ncas, spec.ca_name);
-	SG_ENSURE(p->ca, SG_EBUSY, "signetd has no CA named \"%s\"", spec.ca_name);
+	SG_TRY(sg_signetissuer_spec_parse(issuer, &p->spec));
+	p->ca = sg_kubesign_ca_find(m->cas, m->ncas, p->spec.ca_name);
+	SG_ENSURE(p->ca, SG_EBUSY, "signetd has no CA named \"%s\"", p->spec.ca_name);
 	const json_t *s = json_object_get(cr, "spec");
 	const json_t *d = json_object_get(s, "duration");
-	int64_t asked = 0;
 	if (d && !json_is_null(d)) {
 		SG_ENSURE(json_is_string(d), SG_EINVAL, "spec.duration is not a string");
-		if (sg_kubesign_duration_parse(json_string_value(d), &asked) != SG_OK)
+		if (sg_kubesign_duration_parse(json_string_value(d), &p->asked) != SG_OK)
 			SG_BAIL(SG_EINVAL, "spec.duration: %s", sg_error_last()->msg);
-		SG_ENSURE(asked > 0, SG_EINVAL, "spec.duration is zero");
+		SG_ENSURE(p->asked > 0, SG_EINVAL, "spec.duration is zero");
 	}
-	SG_TRY(sg_signetissuer_duration(&spec, asked, &p->duration));
+	/* An issuer may shorten (or lengthen) what is asked: refusing a
+	 * duration out of range would only make cert-manager ask again. */
+	p->duration = sg_signetissuer_duration(&p->spec, p->asked);
 	const json_t *isca = json_object_get(s, "isCA");
 	SG_ENSURE(!isca || json_is_null(isca) || json_is_boolean(isca), SG_EINVAL, "spec.isCA is not a boolean");
 	p->is_ca = json_is_true(isca);
-	SG_ENSURE(!p->is_ca || spec.allow_ca, SG_EDENIED,
-		  "the issuer does not issue CA certificates (spec.allowCA is false)");
+	SG_ENSURE(!p->is_ca || p->spec.allow_ca, SG_EDENIED,
+	          "the issuer does not issue CA certificates (spec.allowCA is false)");
 	/* cert-manager's default usages: digital signature, key encipherment */
 	SG_TRY(sg_kubesign_usages(json_object_get(s, "usages"), p->is_ca,
 				  SG_KU_DIGITAL_SIGNATURE | SG_KU_KEY_ENCIPHERMENT, 0, &p->ku, &p->eku));
@@ -279,15 +293,92 @@ static int prepare(sg_cmissuer *m, const json_t *cr, const json_t *issuer, prepa
 	return SG_OK;
 }
 
+/* The failure of a signature: Failed when permanent, Pending "will retry"
+ * and the runtime's backoff otherwise. */
+static int sign_failed(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, const char *name, int rc)
+{
+	char why[SG_ERROR_MSG_MAX];
+	snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+	if (sg_kubesign_permanent(rc))
+		return failed(m, c, cr, ns, name, why);
+	sg_error e;
+	sg_error_save(&e);
+	/* the retry is the runtime's backoff; the status says why it waits */
+	if (pending(m, c, cr, ns, name, "RetryableError", "Failed to sign CertificateRequest, will retry: %s", why) ==
+	    SG_OK)
+		sg_error_restore(&e);
+	return rc;
+}
+
+/* The apply body of the Issued write: Ready=True/Issued, the chain and the
+ * root bundle (base64 of PEM), and the resourceVersion decided on. */
+static json_t *issued_body(const char *ns, const char *name, const char *rv, const char *cert_b64, const char *ca_b64)
+{
+	char now[32];
+	rfc3339_now(now);
+	json_t *ready = json_pack("{s:s, s:s, s:s, s:s, s:s}", "type", "Ready", "status", "True", "reason", "Issued",
+	                          "message", "Certificate fetched from issuer successfully", "lastTransitionTime", now);
+	/* "o" consumes ready, also when json_pack fails */
+	return json_pack("{s:s, s:s, s:{s:s, s:s, s:s}, s:{s:[o], s:s, s:s}}", "apiVersion", CR_GROUP "/" CR_VERSION,
+	                 "kind", CR_KIND, "metadata", "name", name, "namespace", ns, "resourceVersion", rv, "status",
+	                 "conditions", ready, "certificate", cert_b64, "ca", ca_b64);
+}
+
+/* Ready=True/Issued with the certificate, as one server-side apply of the
+ * status carrying the resourceVersion of cr (the object the decision was
+ * made on): a request changed since is refused with a conflict, and the
+ * retry decides again on what it says now. */
+static int write_issued(sg_ctrl *c, const json_t *cr, const char *ns, const char *name, const sg_kubesign_result *res)
+{
+	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "stopping"); /* leadership may be passing on */
+	const char *rv = sg_kube_meta_str(cr, "resourceVersion");
+	SG_ENSURE(rv && *rv, SG_EINTERNAL, "the request has no resourceVersion");
+	char *cert_b64 = NULL, *ca_b64 = NULL;
+	json_t *body = NULL;
+	int rc = sg_kubesign_base64(res->chain, strlen(res->chain), &cert_b64);
+	if (rc == SG_OK)
+		rc = sg_kubesign_base64(res->ca, strlen(res->ca), &ca_b64);
+	if (rc == SG_OK && !(body = issued_body(ns, name, rv, cert_b64, ca_b64)))
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE, .ns = ns, .name = name};
+	ref.subresource = "status";
+	if (rc == SG_OK)
+		rc = sg_ctrl_apply(c, &ref, body, NULL);
+	json_decref(body);
+	free(cert_b64);
+	free(ca_b64);
+	return rc;
+}
+
+/* The Issued Event: the certificate's real lifetime, and how it relates to
+ * the duration asked. */
+static void issued_event(sg_ctrl *c, const json_t *cr, const prepared *p, const sg_kubesign_result *res)
+{
+	char until[32], life[32], note[160];
+	if (!sg_clock_rfc3339(until, sizeof(until), res->not_after))
+		snprintf(until, sizeof(until), "?");
+	sg_kubesign_duration_format(res->not_after - res->not_before, life, sizeof(life));
+	sg_signetissuer_duration_note(&p->spec, p->asked, p->duration, note, sizeof(note));
+	sg_ctrl_event(c, cr, "Normal", "CertificateIssued",
+	              "Certificate fetched from issuer successfully: serial %s, valid until %s (lifetime %s)%s%s",
+	              res->serial, until, life, note,
+	              res->not_after - res->not_before < p->duration ? ", cut at the CA's own end" : "");
+}
+
+/* Signs cr, or takes what was signed for it before and not written, then
+ * writes it. */
 static int sign(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const json_t *issuer, const char *ns,
 		const char *name)
 {
 	/* nothing is signed that a stopping controller could not deliver */
 	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "stopping");
+	const char *uid = sg_kube_meta_str(cr, "uid");
+	json_int_t gen = json_integer_value(json_object_get(json_object_get(cr, "metadata"), "generation"));
 	prepared p;
 	int rc = prepare(m, cr, issuer, &p);
 	sg_kubesign_result res = {0};
-	if (rc == SG_OK) {
+	bool reused = rc == SG_OK && uid && sg_kubekeep_get(m->keep, uid, gen, &res);
+	if (rc == SG_OK && !reused) {
 		sg_kubesign_request kr = {
 			.csr_pem = p.csr,
 			.csr_len = p.csr_len,
@@ -299,40 +390,35 @@ static int sign(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const json_t *issu
 			.deadline_ns = sg_now_ns() + (uint64_t)SG_CMISSUER_SIGN_TIMEOUT_MS * 1000000u,
 		};
 		rc = sg_kubesign_issue(p.ca, &kr, &res);
+		if (rc == SG_OK) {
+			pthread_mutex_lock(&m->mu);
+			m->stats.signatures++;
+			pthread_mutex_unlock(&m->mu);
+			char key[SG_CTRL_KEY_MAX];
+			snprintf(key, sizeof(key), "%s/%s", ns, name);
+			/* not kept (out of memory, no uid): a failed write signs again */
+			if (sg_kubekeep_put(m->keep, key, uid, gen, &res) != SG_OK)
+				sg_log(SG_LOG_WARN, "certificaterequests: a signed certificate is not kept for a retry",
+				       SG_F_STR("namespace", ns), SG_F_STR("name", name),
+				       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+		}
 	}
 	free(p.csr);
-	if (rc < 0) {
-		char why[SG_ERROR_MSG_MAX];
-		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
-		if (sg_kubesign_permanent(rc))
-			return failed(m, c, cr, ns, name, why);
-		sg_error e;
-		sg_error_save(&e);
-		/* the retry is the runtime's backoff; the status says why it waits */
-		if (pending(m, c, cr, ns, name, "RetryableError", "Failed to sign CertificateRequest, will retry: %s",
-			    why) == SG_OK)
-			sg_error_restore(&e);
-		return rc;
-	}
-	outcome o = {.status = "True", .reason = "Issued"};
-	snprintf(o.message, sizeof(o.message), "Certificate fetched from issuer successfully");
-	char *cert_b64 = NULL, *ca_b64 = NULL;
-	rc = sg_kubesign_base64(res.chain, strlen(res.chain), &cert_b64);
-	if (rc == SG_OK)
-		rc = sg_kubesign_base64(res.ca, strlen(res.ca), &ca_b64);
-	o.certificate_b64 = cert_b64;
-	o.ca_b64 = ca_b64;
-	if (rc == SG_OK)
-		rc = write_status(c, cr, ns, name, &o);
+	if (rc < 0)
+		return sign_failed(m, c, cr, ns, name, rc);
+	rc = write_issued(c, cr, ns, name, &res);
 	if (rc == SG_OK) {
-		remember_signed(m, sg_kube_meta_str(cr, "uid"));
+		sg_kubekeep_drop(m->keep, uid);
+		remember_signed(m, uid);
 		count(m, R_ISSUED);
-		sg_ctrl_event(c, cr, "Normal", "CertificateIssued", "Certificate fetched from issuer successfully");
+		pthread_mutex_lock(&m->mu);
+		m->stats.reused += reused;
+		pthread_mutex_unlock(&m->mu);
+		issued_event(c, cr, &p, &res);
 		sg_log(SG_LOG_INFO, "certificate request issued", SG_F_STR("namespace", ns), SG_F_STR("name", name),
-		       SG_F_STR("serial", res.serial), SG_F_END);
+		       SG_F_STR("serial", res.serial), SG_F_INT("not_after", res.not_after),
+		       SG_F_STR("from", reused ? "kept" : "signed"), SG_F_END);
 	}
-	free(cert_b64);
-	free(ca_b64);
 	sg_kubesign_result_clear(&res);
 	return rc;
 }
@@ -342,8 +428,13 @@ static int sign(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const json_t *issu
 static int reconcile_cr(sg_cmissuer *m, sg_ctrl *c, const char *ns, const char *name)
 {
 	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, CR_WATCH), ns, name);
-	if (!cr)
+	if (!cr) {
+		/* gone: nothing kept for it is ever written */
+		char key[SG_CTRL_KEY_MAX];
+		snprintf(key, sizeof(key), "%s/%s", ns, name);
+		sg_kubekeep_drop_key(m->keep, key);
 		return SG_OK;
+	}
 	int rc = SG_OK;
 	issuer_ref ir;
 	bool terminal = false;
@@ -367,11 +458,13 @@ static int reconcile_cr(sg_cmissuer *m, sg_ctrl *c, const char *ns, const char *
 		}
 		if (rc < 0)
 			goto out;
+		/* ir holds copies: nothing points into the object released here */
 		json_decref(cr);
 		cr = live;
 	}
 	const char *reason = ready_reason(cr);
 	if (cond_true(cr, "Denied")) {
+		sg_kubekeep_drop(m->keep, sg_kube_meta_str(cr, "uid")); /* never written */
 		if (reason && strcmp(reason, "Denied") == 0) {
 			count(m, R_IGNORED);
 			goto out;
@@ -386,6 +479,8 @@ static int reconcile_cr(sg_cmissuer *m, sg_ctrl *c, const char *ns, const char *
 	terminal = cond_true(cr, "Ready") || (reason && (strcmp(reason, "Failed") == 0 || strcmp(reason, "Denied") == 0)) ||
 		   cond_true(cr, "InvalidRequest") ||
 		   json_string_length(json_object_get(json_object_get(cr, "status"), "certificate")) > 0;
+	if (terminal)
+		sg_kubekeep_drop(m->keep, sg_kube_meta_str(cr, "uid")); /* done: what is kept is never written */
 	if (!cond_true(cr, "Approved") || terminal) {
 		count(m, R_IGNORED);
 		goto out;
@@ -520,6 +615,14 @@ static int starting(sg_ctrl *c, void *arg)
 	return SG_OK;
 }
 
+/* A new leader signs for itself: what this run kept is dropped. */
+static void stopped(sg_ctrl *c, void *arg)
+{
+	(void)c;
+	sg_cmissuer *m = arg;
+	sg_kubekeep_clear(m->keep);
+}
+
 /* signet_certificaterequests_total{result}, bound to this module's
  * counters. */
 static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
@@ -554,6 +657,11 @@ int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o)
 	m->kube = o->kube;
 	m->cas = o->cas;
 	m->ncas = o->ncas;
+	int rc = sg_kubekeep_new(&m->keep, 0);
+	if (rc < 0) {
+		sg_cmissuer_free(m);
+		return rc;
+	}
 	const sg_ctrl_watch watches[] = {
 		{.ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE}, .map = map_cr},
 		{.ref = {.group = SG_SIGNETISSUER_GROUP, .version = SG_SIGNETISSUER_VERSION,
@@ -570,11 +678,12 @@ int sg_cmissuer_new(sg_cmissuer **out, const sg_cmissuer_options *o)
 	    .nwatches = 3,
 	    .reconcile = reconcile,
 	    .starting = starting,
+	    .stopped = stopped,
 	    .metrics = metrics,
 	    .arg = m,
 	    .workers = o->workers ? o->workers : SG_CMISSUER_WORKERS,
 	};
-	int rc = sg_ctrl_new(&m->ctrl, &def);
+	rc = sg_ctrl_new(&m->ctrl, &def);
 	if (rc < 0) {
 		sg_cmissuer_free(m);
 		return rc;
@@ -593,6 +702,9 @@ void sg_cmissuer_stats_get(sg_cmissuer *m, sg_cmissuer_stats *out)
 	pthread_mutex_lock(&m->mu);
 	*out = m->stats;
 	pthread_mutex_unlock(&m->mu);
+	sg_kubekeep_stats ks;
+	sg_kubekeep_stats_get(m->keep, &ks);
+	out->kept = ks.entries;
 }
 
 void sg_cmissuer_free(sg_cmissuer *m)
@@ -600,6 +712,7 @@ void sg_cmissuer_free(sg_cmissuer *m)
 	if (!m)
 		return;
 	sg_ctrl_free(m->ctrl);
+	sg_kubekeep_free(m->keep);
 	pthread_mutex_destroy(&m->mu);
 	free(m);
 }

@@ -20,8 +20,7 @@
  *     requests that name it);
  *   - permanent problems (undecodable request or CSR, a CSR whose
  *     basicConstraints, keyUsage or extKeyUsage disagree with spec.isCA and
- *     spec.usages, an unsupported usage, isCA on an issuer without
- *     allowCA, a duration outside the issuer's [minDuration, maxDuration],
+ *     spec.usages, isCA on an issuer without allowCA,
  *     a CSR the signer's profile refuses): Ready=False reason Failed,
  *     failureTime, a Warning Event; cert-manager makes a new request
  *     after its backoff;
@@ -31,19 +30,27 @@
  *   - success: one status write carrying status.certificate (leaf and
  *     intermediates, PEM, base64 in JSON), status.ca (the CA's root
  *     bundle) and Ready=True reason Issued ("Certificate fetched from
- *     issuer successfully"), and a CertificateIssued Event.
+ *     issuer successfully"), and a CertificateIssued Event naming the
+ *     serial, the end of validity and the real lifetime (with the
+ *     duration asked when the issuer's range changed it).
  *
  * What is signed: the generic profile of the signer (subject and SANs
- * re-encoded from the CSR, key usages from spec.usages, default "digital
- * signature" and "key encipherment"; extended key usages from spec.usages,
- * serverAuth and clientAuth when none is asked; keyEncipherment is left
- * out for EC keys), or with spec.isCA the intermediate profile; validity
- * spec.duration (Go duration; none: the issuer's defaultDuration), cut to
- * the CA's own end.
+ * re-encoded from the CSR) with the usages of spec.usages exactly as asked
+ * (every name of cert-manager's KeyUsage enum; keyEncipherment on an EC
+ * key too; no extension for a kind not asked), and without spec.usages
+ * what cert-manager's CA issuer gives: "digital signature" and "key
+ * encipherment", no extended key usage; or with spec.isCA the
+ * intermediate profile; validity
+ * spec.duration (Go duration; none: the issuer's defaultDuration) brought
+ * into the issuer's [minDuration, maxDuration] (an issuer may shorten: a
+ * request for cert-manager's default 2160h from an issuer whose
+ * maxDuration is 24h is issued for 24h, not failed into cert-manager's
+ * retry loop), cut to the CA's own end.
  *
  * Status writes are server-side applies of the status subresource with
  * field manager "signet-certificaterequests" (only the Ready condition and
- * the fields above are ours; Approved/Denied stay the approver's).
+ * the fields above are ours; Approved/Denied stay the approver's). The
+ * Issued write carries the resourceVersion the decision was made on.
  *
  * Watching: requests are listed with the field selector
  * spec.issuerRef.group=signet.dev where the API server supports it (CRD
@@ -52,9 +59,14 @@
  * start.
  *
  * Exactly once: the controller runs only on the leader (the daemon's
- * table); every start lists afresh, and a request this process has signed
- * is read live before it could be signed again, so a stale cache after our
- * own write never signs twice.
+ * table); every start lists afresh; a certificate signed whose status
+ * write then fails is kept by the request's UID (sg_kubekeep.h) and
+ * written on the retry, never signed again (dropped once written, or when
+ * the request is done, gone, or the controller stops); and a request this
+ * process has written is read live before it could be signed again, so a
+ * stale cache after our own write never signs twice. Across a restart or
+ * a change of leader nothing is kept: a request whose write never
+ * succeeded is signed again by the next leader.
  *
  * Kubernetes RBAC: cert-manager.io certificaterequests get, list, watch;
  * certificaterequests/status patch; signet.dev signetissuers and
@@ -94,6 +106,9 @@ typedef struct sg_cmissuer_stats {
 	uint64_t pending;  /* Pending writes (issuer missing or not ready, retryable errors) */
 	uint64_t ignored;  /* reconciles of requests that are not ours, not approved or terminal */
 	uint64_t rereads;  /* live reads of a request this process had signed */
+	uint64_t signatures; /* certificates signed (one per request, however often its write is retried) */
+	uint64_t reused;     /* Issued writes of a certificate kept from an earlier, failed write */
+	uint64_t kept;       /* now: certificates signed and not yet written (sg_kubekeep.h) */
 	bool field_selector; /* the running controller lists with the field selector */
 } sg_cmissuer_stats;
 

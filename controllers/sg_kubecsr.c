@@ -46,6 +46,7 @@
 #include "sg_clock.h"
 #include "sg_guard.h"
 #include "sg_kube_informer.h"
+#include "sg_kubekeep.h"
 #include "sg_log.h"
 #include "sg_names.h"
 #include "sg_signetissuer.h"
@@ -75,6 +76,7 @@ struct sg_kubecsr {
 	size_t ncas;
 	char *alias;        /* NULL: no alias */
 	char *alias_issuer; /* the issuer that serves it */
+	sg_kubekeep *keep;  /* signed, not yet written (its own lock) */
 
 	pthread_mutex_t mu; /* the fields below */
 	sg_kubecsr_stats stats;
@@ -159,7 +161,8 @@ static const char *annotation(const json_t *csr, const char *key)
 typedef struct request {
 	char *pem; /* owned: the CSR */
 	size_t len;
-	int64_t duration;
+	int64_t asked;    /* seconds; 0: none */
+	int64_t duration; /* asked or the default, brought into the issuer's range */
 	bool is_ca;
 	uint32_t ku, eku;
 } request;
@@ -197,18 +200,6 @@ static int asked_duration(const json_t *csr, int64_t *out)
 	return SG_OK;
 }
 
-/* A Kubernetes signer may issue shorter than asked (and the API has no
- * way to refuse a duration short of failing the CSR): the request is
- * clamped into the issuer's range. */
-static int64_t clamp_duration(const sg_signetissuer_spec *s, int64_t asked)
-{
-	int64_t d = asked > 0 ? asked : s->default_duration;
-	int64_t lo = s->min_duration > SG_KUBESIGN_MIN_DURATION ? s->min_duration : SG_KUBESIGN_MIN_DURATION;
-	if (s->max_duration && d > s->max_duration)
-		d = s->max_duration;
-	return d < lo ? lo : d;
-}
-
 /* Reads the request; an error here is the request's fault (permanent). */
 static int read_request(const json_t *csr, const char *issuer, const sg_signetissuer_spec *spec, request *r)
 {
@@ -219,9 +210,10 @@ static int read_request(const json_t *csr, const char *issuer, const sg_signetis
 	          "the CSR asks for a CA certificate (annotation %s) but SignetClusterIssuer %s does not allow CA "
 	          "certificates (spec.allowCA)",
 	          SG_KUBECSR_ANNOTATION_IS_CA, issuer);
-	int64_t asked = 0;
-	SG_TRY(asked_duration(csr, &asked));
-	r->duration = clamp_duration(spec, asked);
+	/* A Kubernetes signer may issue shorter than asked (and the API has
+	 * no way to refuse a duration short of failing the CSR). */
+	SG_TRY(asked_duration(csr, &r->asked));
+	r->duration = sg_signetissuer_duration(spec, r->asked);
 	const json_t *s = json_object_get(csr, "spec");
 	if (sg_kubesign_usages(json_object_get(s, "usages"), r->is_ca, 0, 0, &r->ku, &r->eku) != SG_OK)
 		return prefixed(SG_EINVAL, "spec.usages: ");
@@ -476,6 +468,7 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 		request_clear(&r);
 		return SG_OK;
 	}
+	int64_t r_asked = r.asked, r_duration = r.duration; /* for the Event, after r is cleared */
 	sg_kubesign_request req = {
 	    .csr_pem = r.pem,
 	    .csr_len = r.len,
@@ -486,8 +479,15 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 	    .csr_must_match = false,
 	    .deadline_ns = sg_now_ns() + SG_KUBECSR_SIGN_TIMEOUT_MS * 1000000ull,
 	};
+	/* Exactly once, the other half: a certificate signed before whose
+	 * write failed is written now, not signed again. */
+	const char *uid = sg_kube_meta_str(*csr, "uid");
+	json_int_t gen = json_integer_value(json_object_get(json_object_get(*csr, "metadata"), "generation"));
+	char kept_uid[SG_KUBEKEEP_UID_MAX + 1];
+	snprintf(kept_uid, sizeof(kept_uid), "%s", uid ? uid : "");
 	sg_kubesign_result res;
-	rc = sg_kubesign_issue(ca, &req, &res);
+	bool reused = uid && sg_kubekeep_get(k->keep, uid, gen, &res);
+	rc = reused ? SG_OK : sg_kubesign_issue(ca, &req, &res);
 	request_clear(&r);
 	if (rc < 0 && sg_kubesign_permanent(rc)) {
 		char msg[SG_ERROR_MSG_MAX];
@@ -495,20 +495,36 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 		return fail_csr(k, name, csr, msg, out);
 	}
 	SG_TRY(rc); /* retryable: the key's backoff */
+	if (!reused) {
+		count(k, &k->stats.signatures);
+		if (sg_kubekeep_put(k->keep, name, uid, gen, &res) != SG_OK)
+			sg_log(SG_LOG_WARN, "kubecsr: a signed certificate is not kept for a retry",
+			       SG_F_STR("csr", name), SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	}
 	char *b64 = NULL;
 	rc = sg_kubesign_base64(res.chain, strlen(res.chain), &b64);
 	status_write w = {.certificate = b64};
 	if (rc == SG_OK)
 		rc = write_status(k, name, csr, &w, OUT_ISSUED, OUT_LOST, out);
 	free(b64);
+	/* written, or no longer wanted: nothing to keep (a failed write or a
+	 * stop keeps it; *csr may be the live object now, so the uid is ours) */
+	if (rc == SG_OK && *out != OUT_NONE)
+		sg_kubekeep_drop(k->keep, kept_uid);
 	if (rc == SG_OK && *out == OUT_ISSUED) {
-		char until[32];
+		if (reused)
+			count(k, &k->stats.reused);
+		char until[32], life[32], note[160];
 		if (!sg_clock_rfc3339(until, sizeof(until), res.not_after))
 			snprintf(until, sizeof(until), "?");
-		char msg[400];
+		sg_kubesign_duration_format(res.not_after - res.not_before, life, sizeof(life));
+		sg_signetissuer_duration_note(&spec, r_asked, r_duration, note, sizeof(note));
+		char msg[600];
 		snprintf(msg, sizeof(msg),
-		         "Certificate issued by SignetClusterIssuer %s (CA %s): serial %s, valid until %s", issuer,
-		         ca->name, res.serial, until);
+		         "Certificate issued by SignetClusterIssuer %s (CA %s): serial %s, valid until %s (lifetime "
+		         "%s)%s%s",
+		         issuer, ca->name, res.serial, until, life, note,
+		         res.not_after - res.not_before < r_duration ? ", cut at the CA's own end" : "");
 		event(k, *csr, "Normal", "Issued", msg);
 		sg_log(SG_LOG_INFO, "kubecsr: certificate issued", SG_F_STR("csr", name), SG_F_STR("issuer", issuer),
 		       SG_F_STR("serial", res.serial), SG_F_INT("not_after", res.not_after), SG_F_END);
@@ -525,8 +541,10 @@ static int reconcile_csr(sg_kubecsr *k, const char *name, sg_ctrl_result *res, o
 	json_t *csr = sg_kube_informer_get(sg_ctrl_informer(k->ctrl, CSR_WATCH), NULL, name);
 	char issuer[SG_KUBE_NAME_MAX + 1];
 	*out = OUT_SKIPPED;
-	if (!csr)
-		return SG_OK; /* deleted */
+	if (!csr) {
+		sg_kubekeep_drop_key(k->keep, name); /* deleted: what is kept is never written */
+		return SG_OK;
+	}
 	if (!issuer_of(k, csr, issuer)) {
 		json_decref(csr);
 		return SG_OK; /* not ours: the map does not queue these */
@@ -534,6 +552,8 @@ static int reconcile_csr(sg_kubecsr *k, const char *name, sg_ctrl_result *res, o
 	int rc = SG_OK;
 	if (wants_signature(csr))
 		rc = sign_csr(k, name, issuer, &csr, out);
+	else
+		sg_kubekeep_drop(k->keep, sg_kube_meta_str(csr, "uid")); /* done, denied or not approved */
 	if (rc == SG_OK && *out == OUT_WAITING)
 		res->requeue_after_ms = SG_KUBECSR_RECHECK_MS;
 	json_decref(csr);
@@ -676,6 +696,7 @@ static void stopped(sg_ctrl *c, void *arg)
 	memset(k->warned, 0, sizeof(k->warned));
 	k->warned_next = 0;
 	pthread_mutex_unlock(&k->mu);
+	sg_kubekeep_clear(k->keep); /* a new leader signs for itself */
 }
 
 static int init(sg_kubecsr *k, const sg_kubecsr_options *o)
@@ -686,6 +707,7 @@ static int init(sg_kubecsr *k, const sg_kubecsr_options *o)
 	k->kube = o->kube;
 	k->cas = o->cas;
 	k->ncas = o->ncas;
+	SG_TRY(sg_kubekeep_new(&k->keep, 0));
 	const char *alias_issuer = o->alias_issuer ? o->alias_issuer : SG_KUBECSR_ALIAS_ISSUER;
 	SG_ENSURE(sg_names_dns_subdomain(alias_issuer, strlen(alias_issuer)), SG_EINVAL,
 	          "kubecsr: alias issuer \"%.260s\" is not an object name", alias_issuer);
@@ -748,6 +770,9 @@ void sg_kubecsr_stats_get(sg_kubecsr *k, sg_kubecsr_stats *out)
 	pthread_mutex_lock(&k->mu);
 	*out = k->stats;
 	pthread_mutex_unlock(&k->mu);
+	sg_kubekeep_stats ks;
+	sg_kubekeep_stats_get(k->keep, &ks);
+	out->kept = ks.entries;
 	out->errors = cs.errors;
 	out->queued = cs.queued;
 }
@@ -757,6 +782,7 @@ void sg_kubecsr_free(sg_kubecsr *k)
 	if (!k)
 		return;
 	sg_ctrl_free(k->ctrl); /* stops first */
+	sg_kubekeep_free(k->keep);
 	free(k->alias);
 	free(k->alias_issuer);
 	pthread_mutex_destroy(&k->mu);

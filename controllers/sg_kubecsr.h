@@ -26,7 +26,7 @@
  *     SG_KUBECSR_RECHECK_MS); one Warning Event IssuerNotReady per CSR
  *     (remembered for the last SG_KUBECSR_WARNED_MAX CSRs of this run);
  *   - permanent problems (spec.request not base64 or not a CSR, an
- *     unsupported usage such as "ipsec user", request-is-ca on an issuer
+ *     unknown usage, "cert sign" on a leaf, request-is-ca on an issuer
  *     without allowCA, a request-duration annotation that is not a Go
  *     duration, a CSR the signer's profile refuses): condition
  *     {type Failed, status True, reason SignerValidationFailure, message
@@ -38,11 +38,13 @@
  *     base64 in JSON), as issuer-lib writes it: Kubernetes calls it "the
  *     issued certificate chain", and the root is the trust anchor that
  *     clients get elsewhere (a root in the chain would be trusted by
- *     nobody for being there). A Normal Event Issued names the serial.
+ *     nobody for being there). A Normal Event Issued names the serial,
+ *     the end of validity and the real lifetime.
  *
  * What is signed: the signer's generic profile (subject and SANs
  * re-encoded from the CSR, never its extensions) with the usages of
- * spec.usages (required by Kubernetes; sg_kubesign_usages), or, with the
+ * spec.usages (required by Kubernetes; sg_kubesign_usages) exactly as
+ * asked, whatever the key type, or, with the
  * annotation experimental.cert-manager.io/request-is-ca: "true" on an
  * issuer with allowCA, the intermediate profile. The CSR's own keyUsage and
  * basicConstraints are not compared with the request (Kubernetes has no
@@ -53,8 +55,10 @@
  * else the issuer's defaultDuration. Kubernetes allows a signer to issue
  * a shorter certificate than asked, so a request outside the issuer's
  * [minDuration, maxDuration] is clamped into it (and to at least
- * SG_KUBESIGN_MIN_DURATION) instead of refused; the CA's own end cuts it
- * further. (cert-manager reads the annotation before expirationSeconds;
+ * SG_KUBESIGN_MIN_DURATION) instead of refused, as the cert-manager
+ * issuer does (sg_signetissuer_duration); the CA's own end cuts it
+ * further. The Issued Event names the real lifetime, and the duration
+ * asked when the clamp changed it. (cert-manager reads the annotation before expirationSeconds;
  * the Kubernetes field, part of the API, comes first here.)
  *
  * Status writes are PUTs of the status subresource carrying the
@@ -67,9 +71,13 @@
  * cache) is followed by a live GET, and a CSR that has a certificate or
  * Failed by then is left alone (another replica or an earlier attempt
  * won); otherwise the certificate already signed is written to the live
- * object. A restart lists afresh and skips every CSR that has a
- * certificate. A certificate signed when the leader stops before its
- * write is dropped (never delivered), and the next leader signs anew.
+ * object. A write that fails otherwise (refused, timed out) keeps the
+ * certificate by the CSR's UID (sg_kubekeep.h): the retry writes it and
+ * never signs again; it is dropped once written, or when the CSR is done,
+ * gone, or the signer stops. A restart lists afresh and skips every CSR
+ * that has a certificate. A certificate signed when the leader stops
+ * before its write is dropped (never delivered), and the next leader
+ * signs anew (nothing is kept across processes).
  *
  * Ownership: the client and the CAs (and their appliances) are borrowed
  * and must outlive the signer; strings in the options are copied.
@@ -137,6 +145,9 @@ typedef struct sg_kubecsr_stats {
 	uint64_t foreign; /* events of CSRs for other signers, dropped before the queue */
 	uint64_t rereads; /* live GETs after a status write refused with 409 */
 	uint64_t lost;    /* signed, then found done by someone else before our write: not written */
+	uint64_t signatures; /* certificates signed (one per CSR, however often its write is retried) */
+	uint64_t reused;     /* certificates written that were kept from an earlier, failed write */
+	uint64_t kept;       /* now: signed and not yet written (sg_kubekeep.h) */
 	uint64_t errors;  /* failed reconciles (each retried with backoff) */
 	uint64_t queued;  /* CSRs waiting now, including those backing off or waiting for an issuer */
 } sg_kubecsr_stats;

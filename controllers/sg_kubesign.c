@@ -162,34 +162,38 @@ void sg_kubesign_duration_format(int64_t seconds, char *out, size_t cap)
 
 /* ---- usages ---- */
 
+/* cert-manager's KeyUsage names (pkg/apis/certmanager/v1/types.go; the
+ * same strings as certificates.k8s.io's) and the bits they stand for, as
+ * cert-manager maps them (pkg/api/util/usages.go): "signing" is
+ * digitalSignature, "email protection" and "s/mime" both emailProtection,
+ * "any" anyExtendedKeyUsage. Every one of them can be written. */
 static const struct {
 	const char *name;
 	uint32_t ku, eku;
-	bool supported;
 } usage_names[] = {
-	{"signing", SG_KU_DIGITAL_SIGNATURE, 0, true},
-	{"digital signature", SG_KU_DIGITAL_SIGNATURE, 0, true},
-	{"content commitment", SG_KU_NON_REPUDIATION, 0, true},
-	{"key encipherment", SG_KU_KEY_ENCIPHERMENT, 0, true},
-	{"key agreement", SG_KU_KEY_AGREEMENT, 0, true},
-	{"data encipherment", SG_KU_DATA_ENCIPHERMENT, 0, true},
-	{"cert sign", SG_KU_KEY_CERT_SIGN, 0, true},
-	{"crl sign", SG_KU_CRL_SIGN, 0, true},
-	{"encipher only", 0, 0, false},
-	{"decipher only", 0, 0, false},
-	{"any", 0, 0, false},
-	{"server auth", 0, SG_EKU_SERVER_AUTH, true},
-	{"client auth", 0, SG_EKU_CLIENT_AUTH, true},
-	{"code signing", 0, SG_EKU_CODE_SIGNING, true},
-	{"email protection", 0, SG_EKU_EMAIL_PROTECTION, true},
-	{"s/mime", 0, SG_EKU_EMAIL_PROTECTION, true},
-	{"ipsec end system", 0, 0, false},
-	{"ipsec tunnel", 0, 0, false},
-	{"ipsec user", 0, 0, false},
-	{"timestamping", 0, 0, false},
-	{"ocsp signing", 0, SG_EKU_OCSP_SIGNING, true},
-	{"microsoft sgc", 0, 0, false},
-	{"netscape sgc", 0, 0, false},
+    {"signing", SG_KU_DIGITAL_SIGNATURE, 0},
+    {"digital signature", SG_KU_DIGITAL_SIGNATURE, 0},
+    {"content commitment", SG_KU_NON_REPUDIATION, 0},
+    {"key encipherment", SG_KU_KEY_ENCIPHERMENT, 0},
+    {"key agreement", SG_KU_KEY_AGREEMENT, 0},
+    {"data encipherment", SG_KU_DATA_ENCIPHERMENT, 0},
+    {"cert sign", SG_KU_KEY_CERT_SIGN, 0},
+    {"crl sign", SG_KU_CRL_SIGN, 0},
+    {"encipher only", SG_KU_ENCIPHER_ONLY, 0},
+    {"decipher only", SG_KU_DECIPHER_ONLY, 0},
+    {"any", 0, SG_EKU_ANY},
+    {"server auth", 0, SG_EKU_SERVER_AUTH},
+    {"client auth", 0, SG_EKU_CLIENT_AUTH},
+    {"code signing", 0, SG_EKU_CODE_SIGNING},
+    {"email protection", 0, SG_EKU_EMAIL_PROTECTION},
+    {"s/mime", 0, SG_EKU_EMAIL_PROTECTION},
+    {"ipsec end system", 0, SG_EKU_IPSEC_END_SYSTEM},
+    {"ipsec tunnel", 0, SG_EKU_IPSEC_TUNNEL},
+    {"ipsec user", 0, SG_EKU_IPSEC_USER},
+    {"timestamping", 0, SG_EKU_TIME_STAMPING},
+    {"ocsp signing", 0, SG_EKU_OCSP_SIGNING},
+    {"microsoft sgc", 0, SG_EKU_MS_SGC},
+    {"netscape sgc", 0, SG_EKU_NS_SGC},
 };
 
 int sg_kubesign_usages(const json_t *usages, bool is_ca, uint32_t dflt_ku, uint32_t dflt_eku, uint32_t *ku,
@@ -221,7 +225,6 @@ int sg_kubesign_usages(const json_t *usages, bool is_ca, uint32_t dflt_ku, uint3
 		char shown[48];
 		snprintf(shown, sizeof(shown), "%.*s%s", (int)cut, name, strlen(name) > 40 ? "..." : "");
 		SG_ENSURE(k < n, SG_EINVAL, "unknown usage \"%s\"", shown);
-		SG_ENSURE(usage_names[k].supported, SG_EINVAL, "usage \"%s\" is not supported by this issuer", shown);
 		*ku |= usage_names[k].ku;
 		*eku |= usage_names[k].eku;
 	}
@@ -266,14 +269,15 @@ int sg_kubesign_issue(const sg_kubesign_ca *ca, const sg_kubesign_request *r, sg
 	SG_TRY(rc);
 
 	sg_issue_request req = {
-		.csr = (const uint8_t *)r->csr_pem,
-		.csr_len = r->csr_len,
-		.profile = r->is_ca ? SG_PROFILE_INTERMEDIATE : SG_PROFILE_GENERIC,
-		.ttl = r->duration,
-		.key_usage = r->key_usage,
-		.ext_key_usage = r->ext_key_usage,
-		.path_len = path_len,
-		.deadline_ns = r->deadline_ns,
+	    .csr = (const uint8_t *)r->csr_pem,
+	    .csr_len = r->csr_len,
+	    .profile = r->is_ca ? SG_PROFILE_INTERMEDIATE : SG_PROFILE_GENERIC,
+	    .ttl = r->duration,
+	    .key_usage = r->key_usage,
+	    .ext_key_usage = r->ext_key_usage,
+	    .exact_usages = true, /* both APIs name usages one by one: issued as asked */
+	    .path_len = path_len,
+	    .deadline_ns = r->deadline_ns,
 	};
 	sg_issue_result res;
 	SG_TRY(sg_pool_issue(sg_appliance_pool(ca->app), &req, &res));
@@ -298,6 +302,7 @@ int sg_kubesign_issue(const sg_kubesign_ca *ca, const sg_kubesign_request *r, sg
 	out->chain[off] = 0;
 	memcpy(out->serial, res.serial_hex, sizeof(out->serial));
 	out->serial[sizeof(out->serial) - 1] = 0;
+	out->not_before = res.not_before;
 	out->not_after = res.not_after;
 	sg_issue_result_clear(&res);
 	return SG_OK;

@@ -12,7 +12,9 @@
  *   - one issuance: the CSR (PEM) is parsed, what it asks for (isCA,
  *     keyUsage, extKeyUsage) is checked against what the request says,
  *     and the pool signs it with the generic profile (a leaf: subject and
- *     SANs re-encoded from the CSR, the request's usages) or, for isCA,
+ *     SANs re-encoded from the CSR, the request's usages exactly as asked,
+ *     whatever the key type: keyEncipherment on an EC key too, and no
+ *     extension for a kind of usage not asked) or, for isCA,
  *     the intermediate profile; the chain comes back split as both APIs
  *     want it: leaf + intermediates, and the root bundle apart.
  *
@@ -68,10 +70,10 @@ SG_API void sg_kubesign_duration_format(int64_t seconds, char *out, size_t cap);
  * masks; is_ca adds keyCertSign, as cert-manager does. "signing" is
  * digitalSignature, "content commitment" nonRepudiation, "email
  * protection" and "s/mime" both emailProtection. NULL or an empty array
- * gives defaults (dflt_ku, dflt_eku). SG_EINVAL names a value that is not
- * a string, an unknown usage, or one this signer cannot put in a
- * certificate (encipher only, decipher only, any, ipsec *, timestamping,
- * microsoft sgc, netscape sgc). */
+ * gives defaults (dflt_ku, dflt_eku). Every name cert-manager's API
+ * accepts has a bit ("any": anyExtendedKeyUsage; "encipher only" and
+ * "decipher only": keyUsage bits 7 and 8). SG_EINVAL names a value that is
+ * not a string or an unknown usage. */
 SG_API int sg_kubesign_usages(const json_t *usages, bool is_ca, uint32_t dflt_ku, uint32_t dflt_eku, uint32_t *ku,
 			      uint32_t *eku) SG_MUST_CHECK;
 
@@ -92,7 +94,7 @@ typedef struct sg_kubesign_result {
 	char *chain;      /* owned: leaf then intermediates, PEM (no root) */
 	char *ca;         /* owned: the CA's root bundle, PEM */
 	char serial[41];  /* the leaf's serial number, hex */
-	int64_t not_after;
+	int64_t not_before, not_after; /* the leaf's validity, Unix seconds */
 } sg_kubesign_result;
 
 /* Checks and signs one request with ca (see above). On success *out must

@@ -63,7 +63,8 @@ int sg_signetissuer_spec_parse(const json_t *obj, sg_signetissuer_spec *out)
 		  "spec.caName \"%.64s\" is not a DNS label (lower-case letters, digits and '-', at most %d)", name,
 		  SG_KUBESIGN_CA_NAME_MAX);
 	snprintf(out->ca_name, sizeof(out->ca_name), "%s", name);
-	SG_TRY(duration_field(spec, "defaultDuration", SG_KUBESIGN_DEFAULT_DURATION, &out->default_duration));
+	/* 0: absent, fitted into the range below */
+	SG_TRY(duration_field(spec, "defaultDuration", 0, &out->default_duration));
 	SG_TRY(duration_field(spec, "minDuration", 3600, &out->min_duration));
 	SG_TRY(duration_field(spec, "maxDuration", 0, &out->max_duration));
 	const json_t *ac = json_object_get(spec, "allowCA");
@@ -77,6 +78,12 @@ int sg_signetissuer_spec_parse(const json_t *obj, sg_signetissuer_spec *out)
 		sg_kubesign_duration_format(out->max_duration, b, sizeof(b));
 		SG_ENSURE(out->max_duration >= out->min_duration, SG_EINVAL,
 			  "spec.maxDuration (%s) is below spec.minDuration (%s)", b, a);
+	}
+	/* An absent default fits the range; one given outside it is a
+	 * mistake worth saying (InvalidSpec), not something to guess. */
+	if (!out->default_duration) {
+		out->default_duration = sg_signetissuer_duration(out, SG_KUBESIGN_DEFAULT_DURATION);
+		return SG_OK;
 	}
 	SG_ENSURE(out->default_duration >= out->min_duration &&
 			  (!out->max_duration || out->default_duration <= out->max_duration),
@@ -108,19 +115,26 @@ bool sg_signetissuer_ready(const json_t *obj, char *why, size_t cap)
 	return true;
 }
 
-int sg_signetissuer_duration(const sg_signetissuer_spec *spec, int64_t requested, int64_t *out)
+int64_t sg_signetissuer_duration(const sg_signetissuer_spec *spec, int64_t requested)
 {
-	*out = requested ? requested : spec->default_duration;
-	char r[32], lo[32], hi[32];
-	sg_kubesign_duration_format(*out, r, sizeof(r));
-	sg_kubesign_duration_format(spec->min_duration, lo, sizeof(lo));
-	sg_kubesign_duration_format(spec->max_duration, hi, sizeof(hi));
-	if (*out < spec->min_duration || (spec->max_duration && *out > spec->max_duration)) {
-		if (spec->max_duration)
-			SG_BAIL(SG_EINVAL, "requested duration %s is outside the issuer's range [%s, %s]", r, lo, hi);
-		SG_BAIL(SG_EINVAL, "requested duration %s is below the issuer's minimum %s", r, lo);
-	}
-	return SG_OK;
+	int64_t d = requested > 0 ? requested : spec->default_duration;
+	int64_t lo = spec->min_duration > SG_KUBESIGN_MIN_DURATION ? spec->min_duration : SG_KUBESIGN_MIN_DURATION;
+	if (spec->max_duration && d > spec->max_duration)
+		d = spec->max_duration;
+	return d < lo ? lo : d;
+}
+
+void sg_signetissuer_duration_note(const sg_signetissuer_spec *spec, int64_t requested, int64_t issued, char *out,
+                                   size_t cap)
+{
+	out[0] = 0;
+	if (requested <= 0 || requested == issued)
+		return;
+	char asked[32], bound[32];
+	sg_kubesign_duration_format(requested, asked, sizeof(asked));
+	bool longer = requested > issued;
+	sg_kubesign_duration_format(longer ? spec->max_duration : spec->min_duration, bound, sizeof(bound));
+	snprintf(out, cap, " (%s asked; the issuer's %s is %s)", asked, longer ? "maxDuration" : "minDuration", bound);
 }
 
 /* ---- the controller ---- */

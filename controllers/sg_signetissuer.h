@@ -7,10 +7,18 @@
  *
  *   spec.caName           which CA signs ("default": signetctl init's)
  *   spec.defaultDuration  a Go duration, for requests that name none
- *                         ("2160h", cert-manager's 90 days)
+ *                         (absent: cert-manager's 90 days, "2160h", brought
+ *                         into [minDuration, maxDuration] when they are set)
  *   spec.minDuration      shortest duration it signs ("1h")
  *   spec.maxDuration      longest ("" or absent: up to the CA's own end)
  *   spec.allowCA          whether it signs CA certificates (false)
+ *
+ * A request asking for a duration outside [minDuration, maxDuration] is
+ * issued with the nearest bound (sg_signetissuer_duration): cert-manager's
+ * API lets an issuer ignore spec.duration and Kubernetes lets a signer
+ * issue shorter than asked, and refusing would only start a retry loop
+ * (cert-manager asks 2160h by default and would ask again after its
+ * backoff). The certificate's real lifetime is in its Issued Event.
  *
  * Both the cert-manager issuer (sg_cmissuer.h, CertificateRequests whose
  * issuerRef names one of these) and the Kubernetes CSR signer
@@ -62,8 +70,9 @@ typedef struct sg_signetissuer_spec {
 } sg_signetissuer_spec;
 
 /* Reads obj's spec (an issuer object of either kind). SG_EINVAL names the
- * field that is wrong (a duration that does not parse, min > max, default
- * outside [min, max], a caName that is not a DNS label). */
+ * field that is wrong (a duration that does not parse, min > max, a
+ * defaultDuration given outside [min, max], a caName that is not a DNS
+ * label). An absent defaultDuration is 90 days brought into [min, max]. */
 SG_API int sg_signetissuer_spec_parse(const json_t *obj, sg_signetissuer_spec *out) SG_MUST_CHECK;
 
 /* Whether obj may sign now: its Ready condition is True and its
@@ -73,10 +82,18 @@ SG_API int sg_signetissuer_spec_parse(const json_t *obj, sg_signetissuer_spec *o
  * outdated." / "... is \"<reason>\": <message>.". */
 SG_API bool sg_signetissuer_ready(const json_t *obj, char *why, size_t cap);
 
-/* Checks the requested duration (seconds; 0: none asked, the issuer's
- * default is used) against the issuer's limits: *out is what to issue.
- * SG_EINVAL with a message naming the range when it is outside. */
-SG_API int sg_signetissuer_duration(const sg_signetissuer_spec *spec, int64_t requested, int64_t *out) SG_MUST_CHECK;
+/* What to issue for a requested duration (seconds; <= 0: none asked, the
+ * issuer's default): the request brought into [minDuration, maxDuration]
+ * (no upper bound without a maxDuration; the CA's own end cuts further
+ * when signing). */
+SG_API int64_t sg_signetissuer_duration(const sg_signetissuer_spec *spec, int64_t requested);
+
+/* Says in out (cap bytes; >= 128 is enough) how the duration issued
+ * relates to the one asked: "" when none was asked or it was issued as
+ * asked, else " (2160h0m0s asked; the issuer's maxDuration is 24h0m0s)"
+ * or the minDuration alike. For Events and logs. */
+SG_API void sg_signetissuer_duration_note(const sg_signetissuer_spec *spec, int64_t requested, int64_t issued,
+                                          char *out, size_t cap);
 
 typedef struct sg_signetissuer sg_signetissuer;
 

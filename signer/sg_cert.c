@@ -13,19 +13,6 @@
 
 #include <string.h>
 
-
-static const struct {
-	uint32_t bit;
-	uint8_t oid[8];
-	size_t len;
-} eku_oids[] = {
-	{SG_EKU_SERVER_AUTH, {0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01}, 8},
-	{SG_EKU_CLIENT_AUTH, {0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x02}, 8},
-	{SG_EKU_CODE_SIGNING, {0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03}, 8},
-	{SG_EKU_EMAIL_PROTECTION, {0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x04}, 8},
-	{SG_EKU_OCSP_SIGNING, {0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x09}, 8},
-};
-
 static const struct {
 	sg_name_attr attr;
 	uint8_t oid[10];
@@ -72,18 +59,24 @@ void sg_name_encode(sg_der_writer *w, const sg_rdn *rdns, size_t n)
 }
 
 /* keyUsage is a named bit list: bit 0 is the most significant bit of the
- * first octet, and DER drops trailing zero bits (X.690 §11.2.2). */
+ * first octet, and DER drops trailing zero bits (X.690 §11.2.2), so
+ * decipherOnly (bit 8) takes a second octet and the others one. ku is not
+ * 0 (the extension is left out then). */
 static void key_usage_bits(sg_der_writer *w, uint32_t ku)
 {
-	uint8_t v = 0;
-	for (int bit = 0; bit < 8; bit++)
-		if (ku & (1u << bit))
-			v |= (uint8_t)(0x80 >> bit);
-	uint8_t unused = 0;
-	while (unused < 7 && !(v & (1u << unused)))
+	uint8_t body[3] = {0};
+	size_t octets = 1;
+	for (unsigned bit = 0; bit <= 8; bit++) {
+		if (!(ku & (1u << bit)))
+			continue;
+		body[1 + bit / 8] |= (uint8_t)(0x80u >> (bit % 8));
+		octets = bit / 8 + 1;
+	}
+	uint8_t last = body[octets], unused = 0;
+	while (unused < 7 && !(last & (1u << unused)))
 		unused++;
-	uint8_t body[2] = {unused, v};
-	sg_der_prim(w, SG_DER_BIT_STRING, body, 2);
+	body[0] = unused;
+	sg_der_prim(w, SG_DER_BIT_STRING, body, 1 + octets);
 }
 
 static size_t ext_begin(sg_der_writer *w, const uint8_t *oid, size_t oid_len, bool critical, size_t *octets)
@@ -135,9 +128,9 @@ static void write_extensions(sg_der_writer *w, const sg_cert_spec *s, const sg_c
 	if (s->ext_key_usage) {
 		ext = ext_begin(w, OID_EKU, sizeof(OID_EKU), false, &oct);
 		size_t seq = sg_der_begin(w, SG_DER_SEQUENCE);
-		for (size_t i = 0; i < sizeof(eku_oids) / sizeof(eku_oids[0]); i++)
-			if (s->ext_key_usage & eku_oids[i].bit)
-				sg_der_prim(w, SG_DER_OID, eku_oids[i].oid, eku_oids[i].len);
+		for (size_t i = 0; i < SG_EKU_OIDS_COUNT; i++)
+			if (s->ext_key_usage & SG_EKU_OIDS[i].bit)
+				sg_der_prim(w, SG_DER_OID, SG_EKU_OIDS[i].oid, SG_EKU_OIDS[i].len);
 		sg_der_end(w, seq);
 		ext_end(w, ext, oct);
 	}

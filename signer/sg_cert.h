@@ -62,6 +62,12 @@ typedef enum sg_lint_profile {
 	SG_LINT_LEAF,  /* an end-entity certificate */
 	SG_LINT_ISTIO, /* istiod's workload profile: a leaf that may carry keyEncipherment on an EC key */
 	SG_LINT_CA,    /* a CA certificate (root or intermediate) */
+	/* a leaf whose usages a request named one by one (cert-manager's
+	 * CertificateRequests, Kubernetes CSRs), issued as asked: keyUsage may
+	 * be absent or carry bits that mean nothing for the key type
+	 * (keyEncipherment on EC, keyAgreement on RSA, encipherOnly and
+	 * decipherOnly), as Go's x509 and so cert-manager's CA issuer write */
+	SG_LINT_ASKED,
 } sg_lint_profile;
 
 /* Reads the encoded TBSCertificate back with the DER reader (exact lengths,

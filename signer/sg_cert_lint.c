@@ -17,10 +17,13 @@
  *   write, each at most once, DER booleans (a FALSE critical flag is
  *   omitted), with the criticality the profile defines: keyUsage and
  *   basicConstraints critical, subjectAltName critical exactly when the
- *   subject is empty (§4.2.1.6), the others not; keyUsage consistent with
- *   the key type (no keyEncipherment or dataEncipherment on an EC key, the
- *   one exception being istiod's workload profile, which sets
- *   keyEncipherment on EC keys as istiod does; no keyAgreement on RSA);
+ *   subject is empty (§4.2.1.6), the others not; keyUsage present and
+ *   consistent with the key type (no keyEncipherment or dataEncipherment on
+ *   an EC key, no keyAgreement on RSA, no encipherOnly or decipherOnly),
+ *   with the exceptions of the profiles that write otherwise (ku_rules:
+ *   istiod's workload profile sets keyEncipherment on EC keys as istiod
+ *   does; a leaf with the usages a request named is issued as asked);
+ *   extKeyUsage purposes only those we know (sg_cert_oids.h), none twice;
  *   keyCertSign exactly on CAs; cA exactly in the CA profile, a path length
  *   only with it; the authority key identifier the issuer's; a SAN on every
  *   leaf, each name well-formed for its type (DNS: LDH labels, a wildcard
@@ -225,26 +228,52 @@ static int read_bit_list(sg_slice ext, uint32_t *bits)
 	for (int bit = 0; bit < 8; bit++)
 		if (bs.p[1] & (0x80 >> bit))
 			*bits |= 1u << bit;
+	LINT(bs.len == 2 || bs.p[2] == 0x80, "keyUsage has bits beyond decipherOnly");
 	if (bs.len == 3)
-		*bits |= (bs.p[2] & 0x80) ? 1u << 8 : 0; /* decipherOnly: never ours */
+		*bits |= 1u << 8; /* decipherOnly */
 	return SG_OK;
 }
 
+/* What each profile may not put in keyUsage, by key type, and whether it
+ * may leave keyUsage out. */
+#define KU_ONLY_BITS (SG_KU_ENCIPHER_ONLY | SG_KU_DECIPHER_ONLY)
+static const struct {
+	uint32_t not_ec, not_rsa; /* bits refused on that key type */
+	bool optional;            /* keyUsage may be absent */
+} ku_rules[] = {
+    [SG_LINT_LEAF] = {SG_KU_KEY_ENCIPHERMENT | SG_KU_DATA_ENCIPHERMENT | KU_ONLY_BITS,
+                      SG_KU_KEY_AGREEMENT | KU_ONLY_BITS, false},
+    [SG_LINT_ISTIO] = {SG_KU_DATA_ENCIPHERMENT | KU_ONLY_BITS, SG_KU_KEY_AGREEMENT | KU_ONLY_BITS, false},
+    [SG_LINT_CA] = {SG_KU_KEY_ENCIPHERMENT | SG_KU_DATA_ENCIPHERMENT | KU_ONLY_BITS, SG_KU_KEY_AGREEMENT | KU_ONLY_BITS,
+                    false},
+    [SG_LINT_ASKED] = {0, 0, true},
+};
+
+static const struct {
+	uint32_t bit;
+	const char *name;
+} ku_names[] = {
+    {SG_KU_KEY_ENCIPHERMENT, "keyEncipherment"}, {SG_KU_DATA_ENCIPHERMENT, "dataEncipherment"},
+    {SG_KU_KEY_AGREEMENT, "keyAgreement"},       {SG_KU_ENCIPHER_ONLY, "encipherOnly"},
+    {SG_KU_DECIPHER_ONLY, "decipherOnly"},
+};
+
 static int lint_key_usage(const seen *s, sg_lint_profile profile)
 {
+	LINT((size_t)profile < sizeof(ku_rules) / sizeof(ku_rules[0]), "unknown lint profile %d", (int)profile);
+	bool ca = profile == SG_LINT_CA;
+	if (!s->present[EXT_KU]) {
+		LINT(ku_rules[profile].optional, "no keyUsage");
+		return SG_OK;
+	}
 	uint32_t ku = 0;
 	SG_TRY(read_bit_list(s->value[EXT_KU], &ku));
-	LINT(!(ku & ~0x7fu), "keyUsage has encipherOnly or decipherOnly");
-	bool ca = profile == SG_LINT_CA;
 	LINT(ca || !(ku & (SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN)), "keyCertSign or cRLSign on a leaf");
 	LINT(!ca || (ku & SG_KU_KEY_CERT_SIGN), "a CA without keyCertSign");
-	if (s->key == KEY_EC) {
-		LINT(!(ku & SG_KU_DATA_ENCIPHERMENT), "dataEncipherment on an EC key");
-		LINT(!(ku & SG_KU_KEY_ENCIPHERMENT) || profile == SG_LINT_ISTIO,
-		     "keyEncipherment on an EC key (only istiod's workload profile sets it)");
-	} else {
-		LINT(!(ku & SG_KU_KEY_AGREEMENT), "keyAgreement on an RSA key");
-	}
+	uint32_t refused = ku & (s->key == KEY_EC ? ku_rules[profile].not_ec : ku_rules[profile].not_rsa);
+	for (size_t i = 0; i < sizeof(ku_names) / sizeof(ku_names[0]); i++)
+		LINT(!(refused & ku_names[i].bit), "%s on an %s key in this profile", ku_names[i].name,
+		     s->key == KEY_EC ? "EC" : "RSA");
 	return SG_OK;
 }
 
@@ -257,11 +286,12 @@ static int lint_eku(sg_slice ext, sg_lint_profile profile)
 	LINT(sg_reader_done(&r), "trailing bytes after extKeyUsage");
 	sg_reader pr = sg_reader_of(seq);
 	LINT(!sg_reader_done(&pr), "an empty extKeyUsage");
-	sg_slice oids[8];
+	sg_slice oids[SG_EKU_OIDS_COUNT];
 	size_t n = 0;
 	while (!sg_reader_done(&pr)) {
-		LINT(n < 8, "more than 8 extKeyUsage purposes");
+		LINT(n < SG_EKU_OIDS_COUNT, "more than %zu extKeyUsage purposes", SG_EKU_OIDS_COUNT);
 		READ(sg_der_read(&pr, SG_DER_OID, &oids[n], NULL), "an extKeyUsage purpose is not an OID");
+		LINT(sg_eku_bit_of(oids[n].p, oids[n].len) != SG_EKU_OTHER, "an extKeyUsage purpose we do not write");
 		for (size_t i = 0; i < n; i++)
 			LINT(!sg_slice_eq(oids[i], oids[n].p, oids[n].len), "an extKeyUsage purpose listed twice");
 		n++;
@@ -445,7 +475,6 @@ int sg_cert_lint_tbs(const uint8_t *tbs, size_t len, const sg_cert_issuer *iss, 
 	SG_TRY(read_extensions(&r, &s));
 	LINT(sg_reader_done(&r), "fields after the extensions");
 	SG_TRY(lint_criticality(&s));
-	LINT(s.present[EXT_KU], "no keyUsage");
 	SG_TRY(lint_key_usage(&s, profile));
 	if (s.present[EXT_EKU])
 		SG_TRY(lint_eku(s.value[EXT_EKU], profile));

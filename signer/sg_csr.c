@@ -40,6 +40,7 @@
  * weak (minimum 2048)"), keeping the file:line of the original detection.
  */
 #include "sg_csr.h"
+#include "sg_cert_oids.h"
 #include "sg_guard.h"
 
 #include <limits.h>
@@ -288,18 +289,9 @@ static int parse_key_usage(sg_csr *out, sg_slice value)
 	return SG_OK;
 }
 
-static const struct {
-	uint8_t last; /* id-kp arc: 1.3.6.1.5.5.7.3.<last> */
-	uint32_t bit;
-} ekus[] = {
-	{1, SG_EKU_SERVER_AUTH}, {2, SG_EKU_CLIENT_AUTH},      {3, SG_EKU_CODE_SIGNING},
-	{4, SG_EKU_EMAIL_PROTECTION}, {9, SG_EKU_OCSP_SIGNING},
-};
-
 /*   ExtKeyUsageSyntax ::= SEQUENCE SIZE (1..MAX) OF KeyPurposeId (OID) */
 static int parse_ext_key_usage(sg_csr *out, sg_slice value)
 {
-	static const uint8_t id_kp[] = {0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03};
 	sg_reader r = sg_reader_of(value);
 	sg_slice seq;
 	IN("CSR extKeyUsage", sg_der_read(&r, SG_DER_SEQUENCE, &seq, NULL));
@@ -310,12 +302,7 @@ static int parse_ext_key_usage(sg_csr *out, sg_slice value)
 	while (!sg_reader_done(&s)) {
 		sg_slice oid;
 		IN("CSR extKeyUsage", sg_der_read(&s, SG_DER_OID, &oid, NULL));
-		uint32_t bit = SG_EKU_OTHER;
-		if (oid.len == sizeof(id_kp) + 1 && memcmp(oid.p, id_kp, sizeof(id_kp)) == 0)
-			for (size_t i = 0; i < sizeof(ekus) / sizeof(ekus[0]); i++)
-				if (oid.p[sizeof(id_kp)] == ekus[i].last)
-					bit = ekus[i].bit;
-		eku |= bit;
+		eku |= sg_eku_bit_of(oid.p, oid.len); /* the encoder's list (sg_cert_oids.h) */
 	}
 	out->has_ext_key_usage = true;
 	out->ext_key_usage = eku;

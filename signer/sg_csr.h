@@ -60,6 +60,8 @@ enum {
 	SG_KU_KEY_AGREEMENT = 1u << 4,
 	SG_KU_KEY_CERT_SIGN = 1u << 5,
 	SG_KU_CRL_SIGN = 1u << 6,
+	SG_KU_ENCIPHER_ONLY = 1u << 7, /* meaningful with keyAgreement only (§4.2.1.3) */
+	SG_KU_DECIPHER_ONLY = 1u << 8,
 };
 
 /* extKeyUsage purposes we know; anything else sets SG_EKU_OTHER. */
@@ -69,6 +71,13 @@ enum {
 	SG_EKU_CODE_SIGNING = 1u << 2,
 	SG_EKU_EMAIL_PROTECTION = 1u << 3,
 	SG_EKU_OCSP_SIGNING = 1u << 4,
+	SG_EKU_IPSEC_END_SYSTEM = 1u << 5, /* id-kp 5, 6, 7: RFC 4945 says not to use them, */
+	SG_EKU_IPSEC_TUNNEL = 1u << 6,     /* but cert-manager's API and Go name them */
+	SG_EKU_IPSEC_USER = 1u << 7,
+	SG_EKU_TIME_STAMPING = 1u << 8, /* id-kp 8 */
+	SG_EKU_ANY = 1u << 9,           /* anyExtendedKeyUsage, 2.5.29.37.0 */
+	SG_EKU_MS_SGC = 1u << 10,       /* Microsoft server gated crypto, 1.3.6.1.4.1.311.10.3.3 */
+	SG_EKU_NS_SGC = 1u << 11,       /* Netscape server gated crypto, 2.16.840.1.113730.4.1 */
 	SG_EKU_OTHER = 1u << 31,
 };
 

@@ -203,9 +203,15 @@ static int apply_generic(const sg_csr *csr, const sg_issue_request *req, sg_cert
 	spec->subject_len = csr->subject_len;
 	spec->sans = csr->sans;
 	spec->san_count = csr->san_count;
+	if (req->exact_usages) {
+		spec->key_usage = req->key_usage;
+		spec->ext_key_usage = req->ext_key_usage;
+		spec->is_ca = false;
+		return SG_OK;
+	}
 	/* keyEncipherment and dataEncipherment mean nothing for an EC key, nor
-	 * keyAgreement for an RSA key: asked for (cert-manager asks for
-	 * keyEncipherment by default), they are left out, not refused. */
+	 * keyAgreement for an RSA key: asked for, they are left out, not
+	 * refused (exact_usages keeps them). */
 	bool ec = csr->key.kind == SG_PUBKEY_EC;
 	uint32_t ku = req->key_usage ? req->key_usage
 				     : SG_KU_DIGITAL_SIGNATURE | (ec ? 0 : SG_KU_KEY_ENCIPHERMENT);
@@ -309,7 +315,10 @@ int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result 
 		[SG_PROFILE_GENERIC] = SG_LINT_LEAF,
 		[SG_PROFILE_INTERMEDIATE] = SG_LINT_CA,
 	};
-	SG_TRY(sg_cert_lint_tbs(tbs.buf, tbs.len, iss, lint_of[req->profile]));
+	sg_lint_profile lp = lint_of[req->profile];
+	if (req->profile == SG_PROFILE_GENERIC && req->exact_usages)
+		lp = SG_LINT_ASKED;
+	SG_TRY(sg_cert_lint_tbs(tbs.buf, tbs.len, iss, lp));
 
 	/* The last moment a signature can still be saved. */
 	SG_ENSURE(!req->cancelled || !req->cancelled(req->cancel_arg), SG_ETIMEOUT,

@@ -64,6 +64,13 @@ typedef struct sg_issue_request {
 	int64_t ttl;            /* seconds; 0: the profile's default */
 	uint32_t key_usage;     /* generic: SG_KU_*; 0: default */
 	uint32_t ext_key_usage; /* generic: SG_EKU_*; 0: default */
+	/* generic: key_usage and ext_key_usage are what the certificate says,
+	 * exactly (0: that extension is left out), for a request that names its
+	 * usages one by one (cert-manager, Kubernetes CSRs); without it the
+	 * profile's defaults apply and usages that mean nothing for the key
+	 * type (keyEncipherment on EC, ...) are left out. Linted as
+	 * SG_LINT_ASKED. */
+	bool exact_usages;
 	int path_len;           /* intermediate: -1 for none */
 	uint64_t deadline_ns;   /* CLOCK_MONOTONIC; 0: none */
 	/* Asked before a queued request starts and again just before the HSM

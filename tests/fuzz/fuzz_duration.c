@@ -125,8 +125,8 @@ static void fuzz_duration(const uint8_t *data, size_t size)
 
 /* ---- usages ---- */
 
-/* cert-manager's KeyUsage names (reference §1.1), and what this issuer can
- * put in a certificate for each. */
+/* cert-manager's KeyUsage names (reference §1.1), and what this issuer puts
+ * in a certificate for each (all of them can be written since issue 30). */
 static const struct {
 	const char *name;
 	bool supported;
@@ -140,21 +140,21 @@ static const struct {
     {"data encipherment", true, SG_KU_DATA_ENCIPHERMENT, 0},
     {"cert sign", true, SG_KU_KEY_CERT_SIGN, 0},
     {"crl sign", true, SG_KU_CRL_SIGN, 0},
-    {"encipher only", false, 0, 0},
-    {"decipher only", false, 0, 0},
-    {"any", false, 0, 0},
+    {"encipher only", true, SG_KU_ENCIPHER_ONLY, 0},
+    {"decipher only", true, SG_KU_DECIPHER_ONLY, 0},
+    {"any", true, 0, SG_EKU_ANY},
     {"server auth", true, 0, SG_EKU_SERVER_AUTH},
     {"client auth", true, 0, SG_EKU_CLIENT_AUTH},
     {"code signing", true, 0, SG_EKU_CODE_SIGNING},
     {"email protection", true, 0, SG_EKU_EMAIL_PROTECTION},
     {"s/mime", true, 0, SG_EKU_EMAIL_PROTECTION},
-    {"ipsec end system", false, 0, 0},
-    {"ipsec tunnel", false, 0, 0},
-    {"ipsec user", false, 0, 0},
-    {"timestamping", false, 0, 0},
+    {"ipsec end system", true, 0, SG_EKU_IPSEC_END_SYSTEM},
+    {"ipsec tunnel", true, 0, SG_EKU_IPSEC_TUNNEL},
+    {"ipsec user", true, 0, SG_EKU_IPSEC_USER},
+    {"timestamping", true, 0, SG_EKU_TIME_STAMPING},
     {"ocsp signing", true, 0, SG_EKU_OCSP_SIGNING},
-    {"microsoft sgc", false, 0, 0},
-    {"netscape sgc", false, 0, 0},
+    {"microsoft sgc", true, 0, SG_EKU_MS_SGC},
+    {"netscape sgc", true, 0, SG_EKU_NS_SGC},
 };
 
 /* The table row of a name, or -1. */

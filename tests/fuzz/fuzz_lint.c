@@ -82,7 +82,8 @@ static void sign_and_check(const uint8_t *tbs, size_t len, sg_lint_profile profi
 	const ASN1_INTEGER *serial = X509_get0_serialNumber(x);
 	if (ASN1_STRING_type(serial) == V_ASN1_NEG_INTEGER)
 		abort();
-	uint32_t ku = X509_get_key_usage(x);
+	/* keyUsage may be absent (SG_LINT_ASKED): then no bit at all */
+	uint32_t ku = (X509_get_extension_flags(x) & EXFLAG_KUSAGE) ? X509_get_key_usage(x) : 0;
 	bool ca = X509_check_ca(x) == 1;
 	if (ca != (profile == SG_LINT_CA) || ((ku & KU_KEY_CERT_SIGN) != 0) != ca)
 		abort();
@@ -90,7 +91,12 @@ static void sign_and_check(const uint8_t *tbs, size_t len, sg_lint_profile profi
 	GENERAL_NAMES *sans = X509_get_ext_d2i(x, NID_subject_alt_name, &crit, NULL);
 	if (profile != SG_LINT_CA && !sans)
 		abort();
-	if (ec == 1 && profile != SG_LINT_ISTIO && (ku & (KU_KEY_ENCIPHERMENT | KU_DATA_ENCIPHERMENT)))
+	if (ec == 1 && profile != SG_LINT_ISTIO && profile != SG_LINT_ASKED &&
+	    (ku & (KU_KEY_ENCIPHERMENT | KU_DATA_ENCIPHERMENT)))
+		abort();
+	if (profile != SG_LINT_ASKED && (ku & (KU_ENCIPHER_ONLY | KU_DECIPHER_ONLY)))
+		abort();
+	if (profile != SG_LINT_ASKED && !(X509_get_extension_flags(x) & EXFLAG_KUSAGE))
 		abort();
 	GENERAL_NAMES_free(sans);
 	X509_free(x);
@@ -100,7 +106,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	init();
 	input in = {data, size};
-	sg_lint_profile profile = (sg_lint_profile)(take(&in) % 3);
+	sg_lint_profile profile = (sg_lint_profile)(take(&in) % 4);
 	bool ec = !(take(&in) & 1);
 	sg_cert_spec s = {.key = &keys[ec ? 0 : 1], .path_len = -1};
 	sg_slice serial = take_bytes(&in, 20);
@@ -129,8 +135,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		sans[i].value = take_bytes(&in, 64);
 	}
 	s.sans = sans;
-	s.key_usage = take(&in) & 0x7f;
-	s.ext_key_usage = take(&in) & 0x1f;
+	s.key_usage = take(&in);
+	s.key_usage |= (take(&in) & 1u) << 8; /* decipherOnly */
+	s.ext_key_usage = take(&in);
+	s.ext_key_usage |= (take(&in) & 0xfu) << 8;
 	s.is_ca = take(&in) & 1;
 	if (s.is_ca && (take(&in) & 1))
 		s.path_len = take(&in) % 20;

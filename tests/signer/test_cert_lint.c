@@ -9,6 +9,8 @@
 #include "sg_test.h"
 
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
+#include <string.h>
 
 #define NOW 1800000000LL /* 2027-01-15 */
 
@@ -163,6 +165,14 @@ static void m_crl_sign_leaf(sg_cert_spec *s) { s->key_usage |= SG_KU_CRL_SIGN; }
 static void m_data_encipherment_ec(sg_cert_spec *s) { s->key_usage |= SG_KU_DATA_ENCIPHERMENT; }
 static void m_key_agreement_rsa(sg_cert_spec *s) { s->key_usage |= SG_KU_KEY_AGREEMENT; }
 static void m_no_ku(sg_cert_spec *s) { s->key_usage = 0; }
+static void m_encipher_only(sg_cert_spec *s)
+{
+	s->key_usage = SG_KU_KEY_AGREEMENT | SG_KU_ENCIPHER_ONLY;
+}
+static void m_decipher_only(sg_cert_spec *s)
+{
+	s->key_usage = SG_KU_DIGITAL_SIGNATURE | SG_KU_DECIPHER_ONLY;
+}
 static void m_eku_on_ca(sg_cert_spec *s) { s->ext_key_usage = SG_EKU_SERVER_AUTH; }
 static void m_nothing_changed(sg_cert_spec *s) { (void)s; }
 static void m_dns_space(sg_cert_spec *s) { s->sans = bad_dns_space; s->san_count = 1; }
@@ -183,39 +193,44 @@ static void m_overlong_utf8(sg_cert_spec *s) { s->subject = overlong_utf8; s->su
 static void m_path_len_huge(sg_cert_spec *s) { s->path_len = 1000; }
 
 static const broken table[] = {
-	{"serial of 4 octets", SG_LINT_ISTIO, m_serial_short, istio_spec},
-	{"serial of 21 octets", SG_LINT_ISTIO, m_serial_long, istio_spec},
-	{"NotBefore is not before NotAfter", SG_LINT_ISTIO, m_inverted, istio_spec},
-	{"outside the issuer's", SG_LINT_ISTIO, m_outlives_issuer, istio_spec},
-	{"outside the issuer's", SG_LINT_ISTIO, m_before_issuer, istio_spec},
-	{"a leaf without a subjectAltName", SG_LINT_ISTIO, m_no_san, istio_spec},
-	{"a leaf without a subjectAltName", SG_LINT_ISTIO, m_nothing, istio_spec},
-	{"cA TRUE outside the CA profile", SG_LINT_LEAF, m_ca_flag, generic_spec},
-	{"a CA certificate without cA TRUE", SG_LINT_CA, m_no_ca_flag, ca_spec},
-	{"a CA without keyCertSign", SG_LINT_CA, m_no_cert_sign, ca_spec},
-	{"keyCertSign or cRLSign on a leaf", SG_LINT_LEAF, m_cert_sign_leaf, generic_spec},
-	{"keyCertSign or cRLSign on a leaf", SG_LINT_ISTIO, m_crl_sign_leaf, istio_spec},
-	{"keyEncipherment on an EC key", SG_LINT_LEAF, m_nothing_changed, istio_spec},
-	{"dataEncipherment on an EC key", SG_LINT_ISTIO, m_data_encipherment_ec, istio_spec},
-	{"keyAgreement on an RSA key", SG_LINT_LEAF, m_key_agreement_rsa, generic_spec},
-	{"no keyUsage", SG_LINT_LEAF, m_no_ku, generic_spec},
-	{"extKeyUsage on a CA certificate", SG_LINT_CA, m_eku_on_ca, ca_spec},
-	{"pathLen 1000", SG_LINT_CA, m_path_len_huge, ca_spec},
-	{"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_space, generic_spec},
-	{"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_hyphen, generic_spec},
-	{"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_empty_label, generic_spec},
-	{"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_wildcard, generic_spec},
-	{"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_only_wildcard, generic_spec},
-	{"an iPAddress of 5 octets", SG_LINT_LEAF, m_ip, generic_spec},
-	{"a URI without a scheme", SG_LINT_ISTIO, m_uri, istio_spec},
-	{"a URI without a scheme", SG_LINT_ISTIO, m_uri_space, istio_spec},
-	{"an rfc822Name that is not local@domain", SG_LINT_LEAF, m_email, generic_spec},
-	{"an rfc822Name that is not local@domain", SG_LINT_LEAF, m_email_domain, generic_spec},
-	{"a URI without a scheme", SG_LINT_ISTIO, m_empty_san, istio_spec},
-	{"a PrintableString with a character outside its set", SG_LINT_LEAF, m_printable, generic_spec},
-	{"an empty subject attribute", SG_LINT_LEAF, m_empty_attr, generic_spec},
-	{"a UTF8String that is not NUL-free UTF-8", SG_LINT_LEAF, m_bad_utf8, generic_spec},
-	{"a UTF8String that is not NUL-free UTF-8", SG_LINT_LEAF, m_overlong_utf8, generic_spec},
+    {"serial of 4 octets", SG_LINT_ISTIO, m_serial_short, istio_spec},
+    {"serial of 21 octets", SG_LINT_ISTIO, m_serial_long, istio_spec},
+    {"NotBefore is not before NotAfter", SG_LINT_ISTIO, m_inverted, istio_spec},
+    {"outside the issuer's", SG_LINT_ISTIO, m_outlives_issuer, istio_spec},
+    {"outside the issuer's", SG_LINT_ISTIO, m_before_issuer, istio_spec},
+    {"a leaf without a subjectAltName", SG_LINT_ISTIO, m_no_san, istio_spec},
+    {"a leaf without a subjectAltName", SG_LINT_ISTIO, m_nothing, istio_spec},
+    {"cA TRUE outside the CA profile", SG_LINT_LEAF, m_ca_flag, generic_spec},
+    {"a CA certificate without cA TRUE", SG_LINT_CA, m_no_ca_flag, ca_spec},
+    {"a CA without keyCertSign", SG_LINT_CA, m_no_cert_sign, ca_spec},
+    {"keyCertSign or cRLSign on a leaf", SG_LINT_LEAF, m_cert_sign_leaf, generic_spec},
+    {"keyCertSign or cRLSign on a leaf", SG_LINT_ISTIO, m_crl_sign_leaf, istio_spec},
+    {"keyEncipherment on an EC key", SG_LINT_LEAF, m_nothing_changed, istio_spec},
+    {"dataEncipherment on an EC key", SG_LINT_ISTIO, m_data_encipherment_ec, istio_spec},
+    {"keyAgreement on an RSA key", SG_LINT_LEAF, m_key_agreement_rsa, generic_spec},
+    {"no keyUsage", SG_LINT_LEAF, m_no_ku, generic_spec},
+    {"no keyUsage", SG_LINT_CA, m_no_ku, ca_spec},
+    {"encipherOnly on an EC key", SG_LINT_LEAF, m_encipher_only, istio_spec},
+    {"encipherOnly on an EC key", SG_LINT_ISTIO, m_encipher_only, istio_spec},
+    {"decipherOnly on an RSA key", SG_LINT_LEAF, m_decipher_only, generic_spec},
+    {"keyCertSign or cRLSign on a leaf", SG_LINT_ASKED, m_cert_sign_leaf, generic_spec},
+    {"extKeyUsage on a CA certificate", SG_LINT_CA, m_eku_on_ca, ca_spec},
+    {"pathLen 1000", SG_LINT_CA, m_path_len_huge, ca_spec},
+    {"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_space, generic_spec},
+    {"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_hyphen, generic_spec},
+    {"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_empty_label, generic_spec},
+    {"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_wildcard, generic_spec},
+    {"a dNSName that is not a host name", SG_LINT_LEAF, m_dns_only_wildcard, generic_spec},
+    {"an iPAddress of 5 octets", SG_LINT_LEAF, m_ip, generic_spec},
+    {"a URI without a scheme", SG_LINT_ISTIO, m_uri, istio_spec},
+    {"a URI without a scheme", SG_LINT_ISTIO, m_uri_space, istio_spec},
+    {"an rfc822Name that is not local@domain", SG_LINT_LEAF, m_email, generic_spec},
+    {"an rfc822Name that is not local@domain", SG_LINT_LEAF, m_email_domain, generic_spec},
+    {"a URI without a scheme", SG_LINT_ISTIO, m_empty_san, istio_spec},
+    {"a PrintableString with a character outside its set", SG_LINT_LEAF, m_printable, generic_spec},
+    {"an empty subject attribute", SG_LINT_LEAF, m_empty_attr, generic_spec},
+    {"a UTF8String that is not NUL-free UTF-8", SG_LINT_LEAF, m_bad_utf8, generic_spec},
+    {"a UTF8String that is not NUL-free UTF-8", SG_LINT_LEAF, m_overlong_utf8, generic_spec},
 };
 
 static void t_broken_specs(void)
@@ -305,5 +320,73 @@ static void t_teardown(void)
 	sg_crypto_free(crypto);
 }
 
-SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_good), SG_TEST(t_broken_specs), SG_TEST(t_broken_bytes),
-	     SG_TEST(t_teardown))
+/* SG_LINT_ASKED: a leaf with the usages a request named, issued as asked.
+ * Every keyUsage bit a leaf may carry on either key type, keyUsage left
+ * out, every extKeyUsage purpose we know; what OpenSSL reads back is what
+ * was asked (decipherOnly takes keyUsage's second octet). A purpose we do
+ * not write is refused in every profile. */
+static void t_asked(void)
+{
+	static const uint32_t all_ku = SG_KU_DIGITAL_SIGNATURE | SG_KU_NON_REPUDIATION | SG_KU_KEY_ENCIPHERMENT |
+	                               SG_KU_DATA_ENCIPHERMENT | SG_KU_KEY_AGREEMENT | SG_KU_ENCIPHER_ONLY |
+	                               SG_KU_DECIPHER_ONLY;
+	static const uint32_t all_eku = SG_EKU_SERVER_AUTH | SG_EKU_CLIENT_AUTH | SG_EKU_CODE_SIGNING |
+	                                SG_EKU_EMAIL_PROTECTION | SG_EKU_OCSP_SIGNING | SG_EKU_IPSEC_END_SYSTEM |
+	                                SG_EKU_IPSEC_TUNNEL | SG_EKU_IPSEC_USER | SG_EKU_TIME_STAMPING | SG_EKU_ANY |
+	                                SG_EKU_MS_SGC | SG_EKU_NS_SGC;
+	for (int rsa = 0; rsa < 2; rsa++) {
+		sg_cert_spec s = rsa ? generic_spec() : istio_spec();
+		s.key_usage = all_ku;
+		s.ext_key_usage = all_eku;
+		size_t len = 0;
+		SG_CHECK_OK(lint(&s, SG_LINT_ASKED, &len));
+		/* as OpenSSL reads it (the signature is a dummy) */
+		static uint8_t cert[SG_CERT_MAX_DER + 64];
+		static const uint8_t sig[] = {0x30, 0x06, 0x02, 0x01, 0x01, 0x02, 0x01, 0x01};
+		sg_der_writer w;
+		sg_der_writer_init(&w, cert, sizeof(cert));
+		SG_CHECK_OK(sg_cert_encode(&w, tbs_buf, len, SG_SIG_ECDSA_SHA256, sig, sizeof(sig)));
+		const uint8_t *p = cert;
+		X509 *x = d2i_X509(NULL, &p, (long)w.len);
+		SG_CHECK(x != NULL);
+		if (x) {
+			SG_CHECK(X509_get_key_usage(x) ==
+			         (KU_DIGITAL_SIGNATURE | KU_NON_REPUDIATION | KU_KEY_ENCIPHERMENT |
+			          KU_DATA_ENCIPHERMENT | KU_KEY_AGREEMENT | KU_ENCIPHER_ONLY | KU_DECIPHER_ONLY));
+			EXTENDED_KEY_USAGE *eku = X509_get_ext_d2i(x, NID_ext_key_usage, NULL, NULL);
+			SG_CHECK(eku && sk_ASN1_OBJECT_num(eku) == 12);
+			uint32_t xku = X509_get_extended_key_usage(x);
+			SG_CHECK((xku & (XKU_SSL_SERVER | XKU_SSL_CLIENT | XKU_SMIME | XKU_CODE_SIGN | XKU_SGC |
+			                 XKU_OCSP_SIGN | XKU_TIMESTAMP | XKU_ANYEKU)) ==
+			         (XKU_SSL_SERVER | XKU_SSL_CLIENT | XKU_SMIME | XKU_CODE_SIGN | XKU_SGC |
+			          XKU_OCSP_SIGN | XKU_TIMESTAMP | XKU_ANYEKU));
+			EXTENDED_KEY_USAGE_free(eku);
+			X509_free(x);
+		}
+		/* The same certificate is refused where nobody asked for it. */
+		SG_CHECK_RC(lint(&s, SG_LINT_LEAF, NULL), SG_ELINT);
+		s.key_usage = 0;
+		SG_CHECK_OK(lint(&s, SG_LINT_ASKED, NULL));
+		s.key_usage = SG_KU_DECIPHER_ONLY;
+		SG_CHECK_OK(lint(&s, SG_LINT_ASKED, NULL));
+	}
+	/* An unknown purpose: id-kp 10 in place of serverAuth's id-kp 1. */
+	sg_cert_spec s = generic_spec();
+	s.ext_key_usage = SG_EKU_SERVER_AUTH;
+	size_t len = 0;
+	SG_CHECK_OK(lint(&s, SG_LINT_ASKED, &len));
+	static const uint8_t server_auth[] = {0x06, 0x08, 0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x01};
+	uint8_t *at = NULL;
+	for (size_t i = 0; !at && i + sizeof(server_auth) <= len; i++)
+		if (memcmp(tbs_buf + i, server_auth, sizeof(server_auth)) == 0)
+			at = tbs_buf + i;
+	SG_CHECK(at != NULL);
+	if (at) {
+		at[sizeof(server_auth) - 1] = 10;
+		SG_CHECK_RC(sg_cert_lint_tbs(tbs_buf, len, &iss, SG_LINT_ASKED), SG_ELINT);
+		SG_CHECK_MSG("an extKeyUsage purpose we do not write");
+	}
+}
+
+SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_good), SG_TEST(t_broken_specs), SG_TEST(t_broken_bytes), SG_TEST(t_asked),
+             SG_TEST(t_teardown))
