@@ -291,6 +291,8 @@ static void t_strings_extension(void)
 	check_string("'abc'.replace('', '_')", "_a_b_c_");
 	check_string("'©αT'.reverse() + 'taco©αT'.substring(4, 6) + 'taco©αT'.charAt(5)", "Tα©©αα");
 	check_error("'tacocat'.substring(-1)", "index out of range: -1");
+	check_error("{'a': 1, 'b': 2, 'a': 3}.size() == 2", "Failed with repeated key");
+	check_error("dyn({1: 'a', 1u: 'b'}).size() == 2", "Failed with repeated key");
 	/* Conversions as cel-go's: Go's number syntax, its range checks. */
 	check_error("double('0x10')", "type conversion error from 'string' to 'double'");
 	check_error("uint(-0.5)", "range error");
@@ -341,6 +343,41 @@ static void t_compile_errors(void)
 	SG_CHECK_MSG("invalid int literal");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "\xff", 1), SG_EINVAL);
 	SG_CHECK(p == NULL);
+	/* A long rule of many string literals compiles (each literal is sized
+	 * by its own text, not by the rest of the source). */
+	size_t cap = 80000, k = 0;
+	char *many = malloc(cap);
+	SG_CHECK(many != NULL);
+	if (many) {
+		k += (size_t)snprintf(many, cap, "size([");
+		for (int i = 0; i < 16000; i++)
+			k += (size_t)snprintf(many + k, cap - k, i ? ",'a'" : "'a'");
+		k += (size_t)snprintf(many + k, cap - k, "]) == 16000");
+		SG_CHECK_OK(sg_cel_compile_bool(&p, env, many, k));
+		bool b = false;
+		if (p)
+			SG_CHECK_OK(sg_cel_eval_bool(&b, p, NULL, NULL));
+		SG_CHECK(b);
+		sg_cel_program_free(p);
+		free(many);
+	}
+	/* ... and so does a map literal of thousands of entries, whose
+	 * duplicate-key check is not quadratic (it runs at every evaluation). */
+	many = malloc(cap);
+	SG_CHECK(many != NULL);
+	if (many) {
+		k = (size_t)snprintf(many, cap, "size({");
+		for (int i = 0; i < 7000; i++)
+			k += (size_t)snprintf(many + k, cap - k, "%s%d: 1", i ? "," : "", i);
+		k += (size_t)snprintf(many + k, cap - k, "}) == 7000");
+		SG_CHECK_OK(sg_cel_compile_bool(&p, env, many, k));
+		bool b = false;
+		if (p)
+			SG_CHECK_OK(sg_cel_eval_bool(&b, p, NULL, NULL));
+		SG_CHECK(b);
+		sg_cel_program_free(p);
+		free(many);
+	}
 	SG_CHECK_OK(sg_cel_compile(&p, env, "[1, 'a', 2u]", 12));
 	SG_CHECK(p && strcmp(sg_cel_program_type(p), "list(dyn)") == 0);
 	sg_cel_program_free(p);
