@@ -588,6 +588,26 @@ static void t_hostile(void)
 	                     "+ a + a + a + a + a).map(a, a + a + a + a + a + a + a + a + a + a + a + a + a + a + a + "
 	                     "a)";
 	hostile("string growth through +", concat, strlen(concat), "evaluation error");
+	/* Searches in a long string stay linear in it: lastIndexOf once walked
+	 * from the start for every position it tried. */
+	static const char *const searches[] = {
+	    "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', "
+	    "'aaaaaaaaaa').lastIndexOf('b') == -1",
+	    "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', "
+	    "'aaaaaaaaaa').lastIndexOf('b', 100000) == -1",
+	    "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', "
+	    "'aaaaaaaaaa').indexOf('b') == -1",
+	};
+	for (size_t i = 0; i < sizeof(searches) / sizeof(searches[0]); i++) {
+		double t0 = seconds();
+		sg_cel_value *r = NULL;
+		SG_CHECK_OK(approver_eval(searches[i], &r));
+		SG_CHECK(r && sg_cel_value_bool(r));
+		sg_cel_value_free(r);
+		if (seconds() - t0 > 2)
+			fprintf(stderr, "search %zu took %.1f s\n", i, seconds() - t0);
+		SG_CHECK(seconds() - t0 < 2);
+	}
 	/* Cost limit below the default, as a caller may set it. */
 	sg_cel_env *env = approver();
 	sg_cel_program *p = NULL;
