@@ -229,7 +229,8 @@ cval sg_cel_fn_split(SG_CEL_ARGS)
 	else if (!SG_CEL_IS(SG_CEL_STRING, SG_CEL_STRING))
 		return sg_cel_fn_no_overload(c, call, a, n);
 	cval s = a[0], sep = a[1];
-	if (!sg_cel_charge(c, sg_cel_tenth(s->s.n + 1) + 1))
+	/* Searching for the separator at every position: n m at worst. */
+	if (!sg_cel_charge(c, sg_cel_tenth((uint64_t)(s->s.n + 1) * (sep->s.n ? sep->s.n : 1)) + 1))
 		return NULL;
 	if (limit == 0)
 		return sg_cel_mk_list(c, sg_cel_new_items(c, 0), 0);

@@ -608,6 +608,29 @@ static void t_hostile(void)
 			fprintf(stderr, "search %zu took %.1f s\n", i, seconds() - t0);
 		SG_CHECK(seconds() - t0 < 2);
 	}
+	/* Work on long shared strings is charged by their length, wherever it
+	 * happens: A is 1.77 million characters, B as long and different at
+	 * its end, R a range of 14,641 steps; each case once ran for seconds
+	 * to hours within the cost limit. */
+#define A_                                                                                                             \
+	"'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa')"                   \
+	".replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa')"
+#define R_ "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').split('')"
+#define PAIR_ "[[" A_ ", (" A_ ").substring(1) + 'b']].exists(p, "
+	static const struct {
+		const char *what, *expr;
+	} shared[] = {
+	    {"equality of shared strings", PAIR_ R_ ".map(x, p[0]).exists(y, y == p[1]))"},
+	    {"ordering of long strings", PAIR_ R_ ".all(x, p[0] < p[1]))"},
+	    {"startsWith a long prefix", PAIR_ R_ ".all(x, !p[0].startsWith(p[1])))"},
+	    {"map lookup by long keys", PAIR_ R_ ".all(x, !(p[1] in {p[0]: 1})))"},
+	    {"split by a long separator", "(" A_ ").split((" A_ ").substring(0, 800000) + 'b').size() > 0"},
+	};
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++)
+		hostile(shared[i].what, shared[i].expr, strlen(shared[i].expr), "cost limit exceeded");
+#undef A_
+#undef R_
+#undef PAIR_
 	/* Cost limit below the default, as a caller may set it. */
 	sg_cel_env *env = approver();
 	sg_cel_program *p = NULL;
