@@ -613,6 +613,12 @@ static cval eval_map(sg_cel_ctx *c, const sg_cel_node *n)
 		if (!key_kind(k[i]))
 			return sg_cel_err(c, "unsupported key type: %s", sg_cel_kind_name(k[i]));
 	}
+	/* Sorting compares string keys: charged by their bytes. */
+	uint64_t key_bytes = 0;
+	for (size_t i = 0; i < m; i++)
+		key_bytes += k[i]->kind == SG_CEL_STRING ? k[i]->s.n : 0;
+	if (m > 1 && !sg_cel_charge(c, sg_cel_tenth(key_bytes)))
+		return NULL;
 	if (has_duplicate(c, k, m))
 		return STOP(c) ? NULL : sg_cel_err(c, "Failed with repeated key");
 	out->map.k = k;

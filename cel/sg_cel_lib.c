@@ -567,6 +567,10 @@ static cval f_string(SG_CEL_ARGS)
 	if (SG_CEL_IS(SG_CEL_BOOL))
 		return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->b ? "true" : "false", a[0]->b ? 4 : 5);
 	if (SG_CEL_IS(SG_CEL_BYTES)) {
+		/* Charged before validating: an error here can be absorbed by
+		 * || or exists, and the loop go on. */
+		if (!sg_cel_charge(c, sg_cel_tenth(a[0]->s.n)))
+			return NULL;
 		if (!sg_cel_utf8_valid(a[0]->s.p, a[0]->s.n))
 			return sg_cel_err(c, "invalid UTF-8 in bytes, cannot convert to string");
 		return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->s.p, a[0]->s.n);
@@ -578,8 +582,11 @@ static cval f_bytes(SG_CEL_ARGS)
 {
 	if (SG_CEL_IS(SG_CEL_BYTES))
 		return a[0];
-	if (SG_CEL_IS(SG_CEL_STRING))
+	if (SG_CEL_IS(SG_CEL_STRING)) {
+		if (!sg_cel_charge(c, sg_cel_tenth(a[0]->s.n)))
+			return NULL;
 		return sg_cel_mk_str(c, SG_CEL_BYTES, a[0]->s.p, a[0]->s.n);
+	}
 	return sg_cel_fn_no_overload(c, call, a, n);
 }
 

@@ -625,6 +625,8 @@ static void t_hostile(void)
 	    {"startsWith a long prefix", PAIR_ R_ ".all(x, !p[0].startsWith(p[1])))"},
 	    {"map lookup by long keys", PAIR_ R_ ".all(x, !(p[1] in {p[0]: 1})))"},
 	    {"split by a long separator", "(" A_ ").split((" A_ ").substring(0, 800000) + 'b').size() > 0"},
+	    {"map literals of long keys", PAIR_ R_ ".all(x, {p[0]: 1, p[1]: 2}.size() == 2))"},
+	    {"absorbed conversion errors", "[bytes(" A_ ") + b'\\xff'].exists(b, " R_ ".exists(x, string(b) == ''))"},
 	};
 	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++)
 		hostile(shared[i].what, shared[i].expr, strlen(shared[i].expr), "cost limit exceeded");
