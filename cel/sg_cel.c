@@ -559,6 +559,38 @@ static bool key_kind(cval k)
 	return k->kind == SG_CEL_INT || k->kind == SG_CEL_UINT || k->kind == SG_CEL_BOOL || k->kind == SG_CEL_STRING;
 }
 
+/* Keys in one order: bools, then numbers (int and uint by value, so 1 and
+ * 1u are the same key), then strings. */
+static int key_order(const void *x, const void *y)
+{
+	cval a = *(cval const *)x, b = *(cval const *)y;
+	int ca = a->kind == SG_CEL_BOOL ? 0 : a->kind == SG_CEL_STRING ? 2 : 1;
+	int cb = b->kind == SG_CEL_BOOL ? 0 : b->kind == SG_CEL_STRING ? 2 : 1;
+	if (ca != cb)
+		return ca - cb;
+	return sg_cel_compare(a, b);
+}
+
+/* Whether two of the m keys are equal: sorted, in O(m log m), since a map
+ * literal of a long rule may have thousands of entries and is built at
+ * every evaluation (cel-go hashes). */
+static bool has_duplicate(sg_cel_ctx *c, const sg_cel_value **k, size_t m)
+{
+	if (m < 2)
+		return false;
+	const sg_cel_value **sorted = sg_cel_alloc(c->a, m * sizeof(*sorted));
+	if (!sorted) {
+		c->stop = true;
+		return true;
+	}
+	memcpy(sorted, k, m * sizeof(*sorted));
+	qsort(sorted, m, sizeof(*sorted), key_order);
+	for (size_t i = 1; i < m; i++)
+		if (key_order(&sorted[i - 1], &sorted[i]) == 0)
+			return true;
+	return false;
+}
+
 static cval eval_map(sg_cel_ctx *c, const sg_cel_node *n)
 {
 	size_t m = n->list.n / 2;
@@ -580,13 +612,15 @@ static cval eval_map(sg_cel_ctx *c, const sg_cel_node *n)
 			return v[i];
 		if (!key_kind(k[i]))
 			return sg_cel_err(c, "unsupported key type: %s", sg_cel_kind_name(k[i]));
-		/* Duplicate keys are an error; the check costs a unit per pair. */
-		if (!sg_cel_charge(c, i / 10))
-			return NULL;
-		for (size_t j = 0; j < i; j++)
-			if (sg_cel_equal(k[j], k[i]))
-				return sg_cel_err(c, "Failed with repeated key");
 	}
+	/* Sorting compares string keys: charged by their bytes. */
+	uint64_t key_bytes = 0;
+	for (size_t i = 0; i < m; i++)
+		key_bytes += k[i]->kind == SG_CEL_STRING ? k[i]->s.n : 0;
+	if (m > 1 && !sg_cel_charge(c, sg_cel_tenth(key_bytes)))
+		return NULL;
+	if (has_duplicate(c, k, m))
+		return STOP(c) ? NULL : sg_cel_err(c, "Failed with repeated key");
 	out->map.k = k;
 	out->map.v = v;
 	out->map.n = m;

@@ -227,6 +227,12 @@ static cval order(SG_CEL_ARGS, int want_lo, int want_hi)
 	int r = sg_cel_compare(a[0], a[1]);
 	if (r == -2)
 		return sg_cel_fn_no_overload(c, call, a, n);
+	/* Strings and bytes compare in time linear in the shorter. */
+	if (a[0]->kind == SG_CEL_STRING || a[0]->kind == SG_CEL_BYTES) {
+		size_t len = a[0]->s.n < a[1]->s.n ? a[0]->s.n : a[1]->s.n;
+		if (!sg_cel_charge(c, sg_cel_tenth(len)))
+			return NULL;
+	}
 	if (r == 2)
 		return sg_cel_mk_bool(c, false);
 	return sg_cel_mk_bool(c, r >= want_lo && r <= want_hi);
@@ -265,9 +271,11 @@ static cval f_in(SG_CEL_ARGS)
 		return sg_cel_mk_bool(c, false);
 	}
 	if (n == 2 && a[1]->kind == SG_CEL_MAP) {
-		if (!sg_cel_charge(c, a[1]->map.n / 10))
+		uint64_t work;
+		bool found = sg_cel_map_find_w(a[1], a[0], &work) != NULL;
+		if (!sg_cel_charge(c, sg_cel_tenth(work)))
 			return NULL;
-		return sg_cel_mk_bool(c, sg_cel_map_find(a[1], a[0]) != NULL);
+		return sg_cel_mk_bool(c, found);
 	}
 	return sg_cel_fn_no_overload(c, call, a, n);
 }
@@ -303,9 +311,10 @@ static cval f_index(SG_CEL_ARGS)
 		return a[0]->list.v[i];
 	}
 	if (n == 2 && a[0]->kind == SG_CEL_MAP) {
-		if (!sg_cel_charge(c, a[0]->map.n / 10))
+		uint64_t work;
+		cval v = sg_cel_map_find_w(a[0], a[1], &work);
+		if (!sg_cel_charge(c, sg_cel_tenth(work)))
 			return NULL;
-		cval v = sg_cel_map_find(a[0], a[1]);
 		if (!v) {
 			if (a[1]->kind == SG_CEL_STRING)
 				return sg_cel_err(c, "no such key: %.100s", a[1]->s.p);
@@ -558,6 +567,10 @@ static cval f_string(SG_CEL_ARGS)
 	if (SG_CEL_IS(SG_CEL_BOOL))
 		return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->b ? "true" : "false", a[0]->b ? 4 : 5);
 	if (SG_CEL_IS(SG_CEL_BYTES)) {
+		/* Charged before validating: an error here can be absorbed by
+		 * || or exists, and the loop go on. */
+		if (!sg_cel_charge(c, sg_cel_tenth(a[0]->s.n)))
+			return NULL;
 		if (!sg_cel_utf8_valid(a[0]->s.p, a[0]->s.n))
 			return sg_cel_err(c, "invalid UTF-8 in bytes, cannot convert to string");
 		return sg_cel_mk_str(c, SG_CEL_STRING, a[0]->s.p, a[0]->s.n);
@@ -569,8 +582,11 @@ static cval f_bytes(SG_CEL_ARGS)
 {
 	if (SG_CEL_IS(SG_CEL_BYTES))
 		return a[0];
-	if (SG_CEL_IS(SG_CEL_STRING))
+	if (SG_CEL_IS(SG_CEL_STRING)) {
+		if (!sg_cel_charge(c, sg_cel_tenth(a[0]->s.n)))
+			return NULL;
 		return sg_cel_mk_str(c, SG_CEL_BYTES, a[0]->s.p, a[0]->s.n);
+	}
 	return sg_cel_fn_no_overload(c, call, a, n);
 }
 
@@ -626,6 +642,8 @@ static cval f_starts(SG_CEL_ARGS)
 {
 	if (!SG_CEL_IS(SG_CEL_STRING, SG_CEL_STRING))
 		return sg_cel_fn_no_overload(c, call, a, n);
+	if (!sg_cel_charge(c, sg_cel_tenth(a[1]->s.n)))
+		return NULL;
 	return sg_cel_mk_bool(c, sg_cel_has_at(a[0], 0, a[1]));
 }
 
@@ -633,6 +651,8 @@ static cval f_ends(SG_CEL_ARGS)
 {
 	if (!SG_CEL_IS(SG_CEL_STRING, SG_CEL_STRING))
 		return sg_cel_fn_no_overload(c, call, a, n);
+	if (!sg_cel_charge(c, sg_cel_tenth(a[1]->s.n)))
+		return NULL;
 	return sg_cel_mk_bool(c, a[1]->s.n <= a[0]->s.n && sg_cel_has_at(a[0], a[0]->s.n - a[1]->s.n, a[1]));
 }
 

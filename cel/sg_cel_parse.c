@@ -309,8 +309,23 @@ static int lex_string(parser *p, bool raw, bool bytes)
 	int q = peekc(p, 0);
 	bool triple = peekc(p, 1) == q && peekc(p, 2) == q;
 	p->off += triple ? 3 : 1;
-	/* The value is never longer than the source text it comes from. */
-	char *out = sg_cel_alloc(p->a, p->len - p->off + 1);
+	/* The value is never longer than the literal's text, so the literal's
+	 * text is measured first (to its closing quote, or to the end of the
+	 * source, where the loop below reports it unterminated): sizing by
+	 * the rest of the source made a long rule with many literals quadratic
+	 * in memory. */
+	size_t end = p->off;
+	while (end < p->len) {
+		unsigned char ch = (unsigned char)p->src[end];
+		if (ch == '\\' && !raw) {
+			end += 2;
+			continue;
+		}
+		if (ch == q && (!triple || (end + 2 < p->len && p->src[end + 1] == q && p->src[end + 2] == q)))
+			break;
+		end++;
+	}
+	char *out = sg_cel_alloc(p->a, (end < p->len ? end : p->len) - p->off + 1);
 	if (!out)
 		return oom(p);
 	size_t n = 0;

@@ -70,10 +70,19 @@ static int64_t cp_search(cval s, cval sub, int64_t from, bool backward)
 		return -1;
 	if (from > (int64_t)(len - sublen))
 		from = (int64_t)(len - sublen);
-	for (int64_t i = from; i >= 0; i--)
-		if (sg_cel_has_at(s, cp_offset(s->s.p, s->s.n, (size_t)i), sub))
+	/* Backward from code point `from`, one code point start at a time:
+	 * O(n m) like the forward search (not a scan from the start per
+	 * position, which was quadratic in the string). */
+	size_t off = cp_offset(s->s.p, s->s.n, (size_t)from);
+	for (int64_t i = from;; i--) {
+		if (sg_cel_has_at(s, off, sub))
 			return i;
-	return -1;
+		if (off == 0)
+			return -1;
+		off--;
+		while (off > 0 && ((unsigned char)s->s.p[off] & 0xC0) == 0x80)
+			off--;
+	}
 }
 
 static cval index_of(SG_CEL_ARGS, bool last)
@@ -220,7 +229,8 @@ cval sg_cel_fn_split(SG_CEL_ARGS)
 	else if (!SG_CEL_IS(SG_CEL_STRING, SG_CEL_STRING))
 		return sg_cel_fn_no_overload(c, call, a, n);
 	cval s = a[0], sep = a[1];
-	if (!sg_cel_charge(c, sg_cel_tenth(s->s.n + 1) + 1))
+	/* Searching for the separator at every position: n m at worst. */
+	if (!sg_cel_charge(c, sg_cel_tenth((uint64_t)(s->s.n + 1) * (sep->s.n ? sep->s.n : 1)) + 1))
 		return NULL;
 	if (limit == 0)
 		return sg_cel_mk_list(c, sg_cel_new_items(c, 0), 0);

@@ -255,6 +255,9 @@ bool sg_cel_eq(sg_cel_ctx *c, cval a, cval b);
 int sg_cel_compare(cval a, cval b);
 /* A map or object lookup; NULL when absent. */
 cval sg_cel_map_find(cval m, cval key);
+/* The same, with *work set to what it cost (entries looked at plus bytes
+ * compared), for the caller to charge. */
+cval sg_cel_map_find_w(cval m, cval key, uint64_t *work);
 cval sg_cel_map_find_str(cval m, const char *k, size_t n);
 /* Code points in a UTF-8 string (valid by construction). */
 size_t sg_cel_utf8_count(const char *p, size_t n);

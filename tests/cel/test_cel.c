@@ -291,6 +291,8 @@ static void t_strings_extension(void)
 	check_string("'abc'.replace('', '_')", "_a_b_c_");
 	check_string("'©αT'.reverse() + 'taco©αT'.substring(4, 6) + 'taco©αT'.charAt(5)", "Tα©©αα");
 	check_error("'tacocat'.substring(-1)", "index out of range: -1");
+	check_error("{'a': 1, 'b': 2, 'a': 3}.size() == 2", "Failed with repeated key");
+	check_error("dyn({1: 'a', 1u: 'b'}).size() == 2", "Failed with repeated key");
 	/* Conversions as cel-go's: Go's number syntax, its range checks. */
 	check_error("double('0x10')", "type conversion error from 'string' to 'double'");
 	check_error("uint(-0.5)", "range error");
@@ -341,6 +343,41 @@ static void t_compile_errors(void)
 	SG_CHECK_MSG("invalid int literal");
 	SG_CHECK_RC(sg_cel_compile(&p, env, "\xff", 1), SG_EINVAL);
 	SG_CHECK(p == NULL);
+	/* A long rule of many string literals compiles (each literal is sized
+	 * by its own text, not by the rest of the source). */
+	size_t cap = 80000, k = 0;
+	char *many = malloc(cap);
+	SG_CHECK(many != NULL);
+	if (many) {
+		k += (size_t)snprintf(many, cap, "size([");
+		for (int i = 0; i < 16000; i++)
+			k += (size_t)snprintf(many + k, cap - k, i ? ",'a'" : "'a'");
+		k += (size_t)snprintf(many + k, cap - k, "]) == 16000");
+		SG_CHECK_OK(sg_cel_compile_bool(&p, env, many, k));
+		bool b = false;
+		if (p)
+			SG_CHECK_OK(sg_cel_eval_bool(&b, p, NULL, NULL));
+		SG_CHECK(b);
+		sg_cel_program_free(p);
+		free(many);
+	}
+	/* ... and so does a map literal of thousands of entries, whose
+	 * duplicate-key check is not quadratic (it runs at every evaluation). */
+	many = malloc(cap);
+	SG_CHECK(many != NULL);
+	if (many) {
+		k = (size_t)snprintf(many, cap, "size({");
+		for (int i = 0; i < 7000; i++)
+			k += (size_t)snprintf(many + k, cap - k, "%s%d: 1", i ? "," : "", i);
+		k += (size_t)snprintf(many + k, cap - k, "}) == 7000");
+		SG_CHECK_OK(sg_cel_compile_bool(&p, env, many, k));
+		bool b = false;
+		if (p)
+			SG_CHECK_OK(sg_cel_eval_bool(&b, p, NULL, NULL));
+		SG_CHECK(b);
+		sg_cel_program_free(p);
+		free(many);
+	}
 	SG_CHECK_OK(sg_cel_compile(&p, env, "[1, 'a', 2u]", 12));
 	SG_CHECK(p && strcmp(sg_cel_program_type(p), "list(dyn)") == 0);
 	sg_cel_program_free(p);
@@ -551,6 +588,51 @@ static void t_hostile(void)
 	                     "+ a + a + a + a + a).map(a, a + a + a + a + a + a + a + a + a + a + a + a + a + a + a + "
 	                     "a)";
 	hostile("string growth through +", concat, strlen(concat), "evaluation error");
+	/* Searches in a long string stay linear in it: lastIndexOf once walked
+	 * from the start for every position it tried. */
+	static const char *const searches[] = {
+	    "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', "
+	    "'aaaaaaaaaa').lastIndexOf('b') == -1",
+	    "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', "
+	    "'aaaaaaaaaa').lastIndexOf('b', 100000) == -1",
+	    "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', "
+	    "'aaaaaaaaaa').indexOf('b') == -1",
+	};
+	for (size_t i = 0; i < sizeof(searches) / sizeof(searches[0]); i++) {
+		double t0 = seconds();
+		sg_cel_value *r = NULL;
+		SG_CHECK_OK(approver_eval(searches[i], &r));
+		SG_CHECK(r && sg_cel_value_bool(r));
+		sg_cel_value_free(r);
+		if (seconds() - t0 > 2)
+			fprintf(stderr, "search %zu took %.1f s\n", i, seconds() - t0);
+		SG_CHECK(seconds() - t0 < 2);
+	}
+	/* Work on long shared strings is charged by their length, wherever it
+	 * happens: A is 1.77 million characters, B as long and different at
+	 * its end, R a range of 14,641 steps; each case once ran for seconds
+	 * to hours within the cost limit. */
+#define A_                                                                                                             \
+	"'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa')"                   \
+	".replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa')"
+#define R_ "'aaaaaaaaaa'.replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').replace('', 'aaaaaaaaaa').split('')"
+#define PAIR_ "[[" A_ ", (" A_ ").substring(1) + 'b']].exists(p, "
+	static const struct {
+		const char *what, *expr;
+	} shared[] = {
+	    {"equality of shared strings", PAIR_ R_ ".map(x, p[0]).exists(y, y == p[1]))"},
+	    {"ordering of long strings", PAIR_ R_ ".all(x, p[0] < p[1]))"},
+	    {"startsWith a long prefix", PAIR_ R_ ".all(x, !p[0].startsWith(p[1])))"},
+	    {"map lookup by long keys", PAIR_ R_ ".all(x, !(p[1] in {p[0]: 1})))"},
+	    {"split by a long separator", "(" A_ ").split((" A_ ").substring(0, 800000) + 'b').size() > 0"},
+	    {"map literals of long keys", PAIR_ R_ ".all(x, {p[0]: 1, p[1]: 2}.size() == 2))"},
+	    {"absorbed conversion errors", "[bytes(" A_ ") + b'\\xff'].exists(b, " R_ ".exists(x, string(b) == ''))"},
+	};
+	for (size_t i = 0; i < sizeof(shared) / sizeof(shared[0]); i++)
+		hostile(shared[i].what, shared[i].expr, strlen(shared[i].expr), "cost limit exceeded");
+#undef A_
+#undef R_
+#undef PAIR_
 	/* Cost limit below the default, as a caller may set it. */
 	sg_cel_env *env = approver();
 	sg_cel_program *p = NULL;
