@@ -171,6 +171,17 @@ alive() {
   [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" | grep -q "$2"
 }
 
+# Whether a daemon this run just spawned is still running. alive() would
+# do for a pid read from a file, but not here: between spawn's fork and its
+# exec the child's command line is still this script's, with no daemon name
+# in it, and a loaded machine stretches that window past the first health
+# poll ("etcd exited during start" with an empty log). The spawned pid is
+# our own child, so it is alive while it exists and is no zombie.
+spawned_alive() {
+  local pid=$1
+  [ -n "$pid" ] && [ -r "/proc/$pid/stat" ] && ! grep -qE '^[0-9]+ \(.*\) Z ' "/proc/$pid/stat" 2>/dev/null
+}
+
 read_pids() {
   ETCD_PID='' APISERVER_PID='' CONTROLLER_MANAGER_PID=''
   # shellcheck disable=SC1091
@@ -340,7 +351,7 @@ start_etcd() {
   write_pids
   local deadline=$((SECONDS + ready_timeout))
   until curl -sf --max-time 2 "$client/health" 2>/dev/null | grep -q '"health":"true"'; do
-    alive "$ETCD_PID" etcd || { show_log "$dir/etcd.log"; die "etcd exited during start"; }
+    spawned_alive "$ETCD_PID" || { show_log "$dir/etcd.log"; die "etcd exited during start"; }
     [ $SECONDS -lt $deadline ] || { show_log "$dir/etcd.log"; die "etcd not healthy after ${ready_timeout}s"; }
     sleep 0.2
   done
@@ -374,7 +385,7 @@ start_apiserver() {
   while :; do
     body=$(curl -s --max-time 2 --cacert "$dir/apiserver.crt" "$url/readyz" 2>/dev/null || true)
     [ "$body" = ok ] && break
-    alive "$APISERVER_PID" kube-apiserver || { show_log "$dir/apiserver.log"; die "kube-apiserver exited during start"; }
+    spawned_alive "$APISERVER_PID" || { show_log "$dir/apiserver.log"; die "kube-apiserver exited during start"; }
     if [ $SECONDS -ge $deadline ]; then
       show_log "$dir/apiserver.log"
       curl -s --max-time 2 --cacert "$dir/apiserver.crt" "$url/readyz?verbose" >&2 || true
@@ -394,7 +405,7 @@ start_apiserver() {
       code=$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --cacert "$dir/apiserver.crt" \
         -H @"$hdr" "$url/api/v1/namespaces/$ns" 2>/dev/null || true)
       [ "$code" = 200 ] && break
-      alive "$APISERVER_PID" kube-apiserver || { show_log "$dir/apiserver.log"; die "kube-apiserver exited during start"; }
+      spawned_alive "$APISERVER_PID" || { show_log "$dir/apiserver.log"; die "kube-apiserver exited during start"; }
       [ $SECONDS -lt $deadline ] || { show_log "$dir/apiserver.log"; die "namespace $ns not created after ${ready_timeout}s (last answer $code)"; }
       sleep 0.2
     done
@@ -425,7 +436,7 @@ start_controller_manager() {
   while :; do
     synced=$(tail -c +"$from" "$logf" | grep -cE 'Caches are synced for (deployment|ReplicaSet) ' || true)
     [ "$synced" -ge 2 ] && break
-    alive "$CONTROLLER_MANAGER_PID" kube-controller-manager ||
+    spawned_alive "$CONTROLLER_MANAGER_PID" ||
       { show_log "$logf"; die "kube-controller-manager exited during start"; }
     [ $SECONDS -lt $deadline ] ||
       { show_log "$logf"; die "kube-controller-manager's controllers not synced after ${ready_timeout}s"; }
