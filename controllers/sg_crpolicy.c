@@ -50,7 +50,7 @@
  *   - CEL validations run on cel/ (sg_crpolicy_cel.c): the language is
  *     cel-spec's, but a compile or evaluation error's text is ours where
  *     it is not cel-go's.
- *   - Durations in whole seconds (sg_kubesign_duration_parse): a dropped
+ *   - Durations in whole seconds (sg_goduration_parse): a dropped
  *     fraction of a second is tracked (sg_crpolicy_duration_parse), so a
  *     bound is never passed that Go would enforce; when both the request
  *     and the bound have a fraction and the whole seconds are equal the

@@ -35,7 +35,7 @@
  *     policy NotReady, as approver-policy's webhook refuses it; a known
  *     plugin is the caller's to evaluate (sg_crpolicy_plugin_*), and its
  *     answer is folded in with sg_crpolicy_verdict_add;
- *   - durations are whole seconds (sg_kubesign_duration_parse drops
+ *   - durations are whole seconds (sg_goduration_parse drops
  *     fractions of a second); a dropped fraction is tracked, so verdicts
  *     stay right or err towards denial, but a message prints "1s" where Go
  *     prints "1.5s".
@@ -154,7 +154,7 @@ typedef struct sg_crpolicy_request {
 } sg_crpolicy_request;
 
 /* Parses a Go duration (time.ParseDuration's grammar, a leading '-'
- * allowed) with sg_kubesign_duration_parse: *seconds is the value truncated
+ * allowed) with sg_goduration_parse: *seconds is the value truncated
  * toward zero, and *fraction says whether a fraction of a second was
  * dropped (or could not be ruled out, for strings near the parser's
  * 64-byte bound). Pass both to the request: a request of "24h0.5s" then

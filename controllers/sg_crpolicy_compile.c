@@ -12,8 +12,8 @@
  * needs per request lands there.
  */
 #include "sg_crpolicy_impl.h"
+#include "sg_goduration.h"
 #include "sg_guard.h"
-#include "sg_kubesign.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -391,14 +391,14 @@ int sg_crpolicy_duration_parse(const char *s, int64_t *seconds, bool *fraction)
 	bool neg = s[0] == '-' && s[1] != '+' && s[1] != '-';
 	const char *t = neg ? s + 1 : s;
 	int64_t sec = 0, up = 0;
-	SG_TRY(sg_kubesign_duration_parse(t, &sec));
+	SG_TRY(sg_goduration_parse(t, &sec));
 	/* The parser truncates to seconds: with 999999999ns more it gives the
 	 * value rounded up instead, so the two differ exactly when a fraction
 	 * was dropped. Where the longer string cannot be parsed (the 64-byte
 	 * bound, the int64 bound) a fraction cannot be ruled out. */
 	char more[96];
 	int n = snprintf(more, sizeof(more), "%s999999999ns", t);
-	if (n < 0 || (size_t)n >= sizeof(more) || sg_kubesign_duration_parse(more, &up) != SG_OK) {
+	if (n < 0 || (size_t)n >= sizeof(more) || sg_goduration_parse(more, &up) != SG_OK) {
 		sg_error_clear();
 		*fraction = true;
 	} else {

@@ -13,7 +13,7 @@
  * private/sg_crpolicy_impl.h.
  */
 #include "sg_crpolicy_impl.h"
-#include "sg_kubesign.h"
+#include "sg_goduration.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -206,7 +206,7 @@ void crpolicy_sb_duration(sb *b, int64_t seconds)
 		sg_strbuf_putc(b, '-');
 		seconds = seconds == INT64_MIN ? INT64_MAX : -seconds;
 	}
-	sg_kubesign_duration_format(seconds, buf, sizeof(buf));
+	sg_goduration_format(seconds, buf, sizeof(buf));
 	sg_strbuf_puts(b, buf);
 }
 

@@ -53,16 +53,10 @@ SG_API const sg_kubesign_ca *sg_kubesign_ca_find(const sg_kubesign_ca *cas, size
  * seconds). false with why (cap bytes) saying what is wrong. */
 SG_API bool sg_kubesign_ca_usable(const sg_kubesign_ca *ca, int64_t now, char *why, size_t cap);
 
-/* Parses a Go time.Duration string into whole seconds (fractions of a
- * second are dropped). Accepts what Go's time.ParseDuration accepts for a
- * duration >= 0: "0", or a sequence of decimal numbers, each with an
- * optional fraction and a unit ns, us, µs, ms, s, m, h, with an optional
- * leading '+'. Refuses negatives, values above about 292 years (Go's
- * int64 nanoseconds), unknown units and anything else with SG_EINVAL. */
+/* Go durations: sg_goduration_parse and sg_goduration_format
+ * (common/sg_goduration.h), under their former names while callers move
+ * to the common ones. */
 SG_API int sg_kubesign_duration_parse(const char *s, int64_t *seconds) SG_MUST_CHECK;
-
-/* Writes seconds as Go prints a time.Duration ("2160h0m0s", "10m0s",
- * "0s") into out (cap >= 32 is always enough). */
 SG_API void sg_kubesign_duration_format(int64_t seconds, char *out, size_t cap);
 
 /* Turns a JSON array of usage names (cert-manager's KeyUsage and

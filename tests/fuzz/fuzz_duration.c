@@ -1,7 +1,8 @@
 /*
- * Fuzz target for what the Kubernetes-facing signers read from objects
- * (controllers/sg_kubesign.c): Go duration strings and usage lists. Both
- * come from users (issuer specs, CertificateRequests, CSR annotations).
+ * Fuzz target for what the Kubernetes-facing signers read from objects:
+ * Go duration strings (common/sg_goduration.c) and usage lists
+ * (controllers/sg_kubesign.c). Both come from users (issuer specs,
+ * CertificateRequests, CSR annotations).
  *
  * Durations: the input, cut at its first NUL and at DURATION_MAX bytes, is
  * parsed. Oracles: SG_OK with seconds in [0, Go's maximum] and an input of
@@ -22,6 +23,7 @@
  * refused with a UTF-8 message otherwise.
  */
 #include "sg_csr.h"
+#include "sg_goduration.h"
 #include "sg_kubesign.h"
 
 #include <jansson.h>
@@ -76,7 +78,7 @@ static void check_message(bool input_utf8)
 static int parse(const char *s, int64_t *sec)
 {
 	*sec = -1;
-	int rc = sg_kubesign_duration_parse(s, sec);
+	int rc = sg_goduration_parse(s, sec);
 	check(rc == SG_OK || rc == SG_EINVAL);
 	if (rc == SG_OK)
 		check(*sec >= 0 && *sec <= GO_MAX_SECONDS && strlen(s) <= 64);
@@ -99,7 +101,7 @@ static void fuzz_duration(const uint8_t *data, size_t size)
 		check_message(utf8_ok(s, n));
 	} else {
 		char out[32];
-		sg_kubesign_duration_format(sec, out, sizeof(out));
+		sg_goduration_format(sec, out, sizeof(out));
 		check(strlen(out) < sizeof(out) - 1);
 		int64_t again;
 		check(parse(out, &again) == SG_OK && again == sec);
