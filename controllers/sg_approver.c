@@ -28,9 +28,7 @@
 #include "sg_cache.h"
 #include "sg_clock.h"
 #include "sg_crypto.h"
-#include "sg_csr.h"
 #include "sg_guard.h"
-#include "sg_kubesign.h"
 #include "sg_log.h"
 #include "sg_names.h"
 #include "sg_opt.h"
@@ -51,9 +49,6 @@
 #define POLICY_PREFIX "crp:"
 #define SIGNER_NAMES_MAX 64
 #define SIGNER_NAME_MAX 512
-#define REQUEST_PEM_MAX (64u * 1024u)
-#define GROUPS_MAX SG_CRPOLICY_MAX_GROUPS
-#define USAGES_MAX 64
 #define SAR_CACHE_ENTRIES 16384
 #define TOLD_MAX 65536 /* requests remembered as told "Unprocessed" */
 #define CONFLICT_RETRY_MS 200u
@@ -254,87 +249,9 @@ static int reconcile_policy(sg_approver *a, sg_ctrl *c, const char *name)
 
 /* ---- the request, as sg_crpolicy reads it ---- */
 
-typedef struct request {
-	sg_crpolicy_request r;
-	sg_csr_facts facts;
-	const char *groups[GROUPS_MAX];
-	const char *usages[USAGES_MAX];
-	char *pem;
-	uint8_t *der;
-} request;
-
-static void request_clear(request *q)
-{
-	sg_csr_facts_clear(&q->facts);
-	free(q->pem);
-	free(q->der);
-}
-
-static const char *str_at(const json_t *o, const char *k)
-{
-	const char *s = json_string_value(json_object_get(o, k));
-	return s ? s : "";
-}
-
-/* Fills q from cr, all but the CSR (request_csr); SG_EINVAL with why for
- * what cannot be evaluated. */
-static int request_read(request *q, const json_t *cr)
-{
-	memset(q, 0, sizeof(*q));
-	const json_t *spec = json_object_get(cr, "spec");
-	const json_t *ref = json_object_get(spec, "issuerRef");
-	q->r.name = sg_kube_meta_str(cr, "name");
-	q->r.name_space = sg_kube_meta_str(cr, "namespace");
-	q->r.issuer_name = str_at(ref, "name");
-	q->r.issuer_kind = str_at(ref, "kind");
-	q->r.issuer_group = str_at(ref, "group");
-	q->r.is_ca = json_is_true(json_object_get(spec, "isCA"));
-	const char *d = json_string_value(json_object_get(spec, "duration"));
-	if (d) {
-		SG_TRY(sg_crpolicy_duration_parse(d, &q->r.duration_seconds, &q->r.duration_fraction));
-		q->r.has_duration = true;
-	}
-	size_t i;
-	json_t *v;
-	const json_t *usages = json_object_get(spec, "usages");
-	SG_ENSURE(json_array_size(usages) <= USAGES_MAX, SG_EINVAL, "spec.usages: more than %d", USAGES_MAX);
-	json_array_foreach(usages, i, v)
-	{
-		SG_ENSURE(json_is_string(v), SG_EINVAL, "spec.usages[%zu] is not a string", i);
-		q->usages[q->r.usage_count++] = json_string_value(v);
-	}
-	q->r.usages = q->usages;
-	q->r.username = str_at(spec, "username");
-	q->r.uid = str_at(spec, "uid");
-	const json_t *groups = json_object_get(spec, "groups");
-	SG_ENSURE(json_array_size(groups) <= GROUPS_MAX, SG_EINVAL, "spec.groups: more than %d", GROUPS_MAX);
-	json_array_foreach(groups, i, v)
-	{
-		SG_ENSURE(json_is_string(v), SG_EINVAL, "spec.groups[%zu] is not a string", i);
-		q->groups[q->r.group_count++] = json_string_value(v);
-	}
-	q->r.groups = q->groups;
-	const json_t *extra = json_object_get(spec, "extra");
-	q->r.extra = json_is_object(extra) ? extra : NULL;
-	return SG_OK;
-}
-
-/* Parses spec.request into q->r.csr, once: only a request some Ready
- * policy is to evaluate needs it. */
-static int request_csr(request *q, const json_t *cr)
-{
-	if (q->r.csr)
-		return SG_OK;
-	size_t len = 0;
-	SG_TRY(sg_kubesign_bytes_field(json_object_get(cr, "spec"), "request", REQUEST_PEM_MAX, &q->pem, &len));
-	q->der = malloc(len ? len : 1);
-	SG_ENSURE(q->der, SG_EINTERNAL, "approver: out of memory");
-	size_t der_len = 0;
-	SG_TRY(sg_csr_decode((const uint8_t *)q->pem, len, q->der, len, &der_len));
-	SG_TRY(sg_csr_facts_parse(&q->facts, q->der, der_len));
-	q->r.csr = &q->facts;
-	return SG_OK;
-}
+/* sg_crpolicy_cr_read and sg_crpolicy_cr_csr (policy/): the same reading
+ * `signetctl policy check` makes of a request. */
+typedef sg_crpolicy_cr request;
 
 /* ---- SubjectAccessReviews ---- */
 
@@ -655,7 +572,7 @@ static int applies(sg_approver *a, sg_ctrl *c, const sg_crpolicy *p, const reque
  * the review (the caller returns it). */
 static int evaluate(sg_approver *a, const sg_crpolicy *p, request *q, const json_t *cr, review *v)
 {
-	SG_TRY(request_csr(q, cr));
+	SG_TRY(sg_crpolicy_cr_csr(q, cr));
 	sg_crpolicy_verdict *vd = &v->verdicts[v->ndenied];
 	memset(vd, 0, sizeof(*vd));
 	int rc = sg_crpolicy_evaluate(p, &q->r, vd);
@@ -729,7 +646,7 @@ static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const c
 	review v = {0};
 	bool conflict = false;
 	char *msg = NULL;
-	int rc = request_read(&q, cr); /* the issuerRef is read first, whatever fails after */
+	int rc = sg_crpolicy_cr_read(&q, cr); /* the issuerRef is read first, whatever fails after */
 	if (!signer_ours(a, &q.r)) {
 		atomic_fetch_add(&a->skipped, 1);
 		rc = SG_OK;
@@ -779,7 +696,7 @@ out:
 		atomic_fetch_add(&a->errors, 1);
 	free(msg);
 	review_clear(&v);
-	request_clear(&q);
+	sg_crpolicy_cr_clear(&q);
 	json_decref(pols);
 	json_decref(cr);
 	return rc;

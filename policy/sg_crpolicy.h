@@ -153,6 +153,36 @@ typedef struct sg_crpolicy_request {
 	const sg_csr_facts *csr;
 } sg_crpolicy_request;
 
+/* A CertificateRequest object (cert-manager.io/v1, JSON as the API server
+ * returns it) read as the approver reads it, so that signetd's approver and
+ * `signetctl policy check` evaluate the same request from the same object.
+ * r is what the functions below take; the other members are its storage
+ * (not to be read). Strings in r are borrowed from the object, which must
+ * outlive the sg_crpolicy_cr. */
+#define SG_CRPOLICY_MAX_USAGES 64               /* spec.usages */
+#define SG_CRPOLICY_MAX_REQUEST_PEM (64u << 10) /* bytes of spec.request, decoded */
+typedef struct sg_crpolicy_cr {
+	sg_crpolicy_request r;
+	sg_csr_facts facts;
+	const char *groups[SG_CRPOLICY_MAX_GROUPS];
+	const char *usages[SG_CRPOLICY_MAX_USAGES];
+	char *pem;
+	uint8_t *der;
+} sg_crpolicy_cr;
+
+/* Fills q from cr, all but the CSR: metadata name and namespace (NULL when
+ * absent), spec.issuerRef, duration (sg_crpolicy_duration_parse), isCA,
+ * usages, username, uid, groups, extra. SG_EINVAL with why for what
+ * cannot be evaluated (a bad duration, a usage or group that is not a
+ * string, more than the bounds above). q is always safe to clear. */
+SG_API int sg_crpolicy_cr_read(sg_crpolicy_cr *q, const json_t *cr) SG_MUST_CHECK;
+/* Parses spec.request (standard base64 of a PEM CSR, at most
+ * SG_CRPOLICY_MAX_REQUEST_PEM bytes) into q->r.csr, once: a second call
+ * does nothing. SG_EINVAL naming the field when it is missing, not base64
+ * or too large, or with the CSR parser's detail. */
+SG_API int sg_crpolicy_cr_csr(sg_crpolicy_cr *q, const json_t *cr) SG_MUST_CHECK;
+SG_API void sg_crpolicy_cr_clear(sg_crpolicy_cr *q);
+
 /* Parses a Go duration (time.ParseDuration's grammar, a leading '-'
  * allowed) with sg_goduration_parse: *seconds is the value truncated
  * toward zero, and *fraction says whether a fraction of a second was
