@@ -2,7 +2,7 @@
  * sg_kube_config: where the API server is and how we prove who we are.
  *
  * Two sources. A kubeconfig file (the format of `kubectl config view`;
- * k8s.io/client-go/tools/clientcmd/api/v1 types) is YAML, read with libyaml
+ * k8s.io/client-go/tools/clientcmd/api/v1 types) is YAML, read with libyaml (kube/yaml/sg_kube_yaml.h)
  * into a jansson tree (every scalar a string; JSON is YAML, so a JSON
  * kubeconfig goes the same way), then resolved like clientcmd does:
  * current-context -> context{cluster, user, namespace} -> clusters[] and
@@ -22,6 +22,7 @@
 #include "sg_base64.h"
 #include "sg_guard.h"
 #include "sg_kube_impl.h"
+#include "sg_kube_yaml.h"
 #include "sg_log.h"
 
 #include <errno.h>
@@ -31,7 +32,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <yaml.h>
 
 #define YAML_DEPTH_MAX 32
 #define YAML_VISITS_MAX 20000
@@ -117,83 +117,15 @@ void sg_kube_sanitize(char *out, size_t cap, const char *s, size_t n)
 
 /* ---- YAML to jansson ---- */
 
-struct ytree {
-	yaml_document_t *doc;
-	size_t visits;
-};
-
-static json_t *ynode(struct ytree *t, yaml_node_t *n, int depth)
-{
-	if (!n || depth > YAML_DEPTH_MAX || ++t->visits > YAML_VISITS_MAX)
-		return NULL;
-	switch (n->type) {
-	case YAML_SCALAR_NODE:
-		return json_stringn((const char *)n->data.scalar.value, n->data.scalar.length);
-	case YAML_SEQUENCE_NODE: {
-		json_t *a = json_array();
-		for (yaml_node_item_t *i = n->data.sequence.items.start; a && i < n->data.sequence.items.top; i++) {
-			json_t *v = ynode(t, yaml_document_get_node(t->doc, *i), depth + 1);
-			if (!v || json_array_append_new(a, v) != 0) {
-				json_decref(a);
-				return NULL;
-			}
-		}
-		return a;
-	}
-	case YAML_MAPPING_NODE: {
-		json_t *o = json_object();
-		for (yaml_node_pair_t *p = n->data.mapping.pairs.start; o && p < n->data.mapping.pairs.top; p++) {
-			yaml_node_t *kn = yaml_document_get_node(t->doc, p->key);
-			if (!kn || kn->type != YAML_SCALAR_NODE)
-				goto bad;
-			const char *key = (const char *)kn->data.scalar.value;
-			size_t klen = kn->data.scalar.length;
-			if (json_object_getn(o, key, klen))
-				goto bad; /* duplicate key */
-			json_t *v = ynode(t, yaml_document_get_node(t->doc, p->value), depth + 1);
-			if (!v || json_object_setn_new(o, key, klen, v) != 0)
-				goto bad;
-		}
-		return o;
-	bad:
-		json_decref(o);
-		return NULL;
-	}
-	default:
-		return NULL;
-	}
-}
-
-/* Parses YAML (or JSON) bytes into a tree of strings, arrays and objects. */
+/* Parses YAML (or JSON) bytes into a tree of strings, arrays and objects
+ * (sg_kube_yaml: every scalar a string, as client-go's types read them). */
 static int yaml_to_json(const void *data, size_t len, json_t **out)
 {
-	SG_ENSURE(len <= SG_KUBE_CONFIG_MAX, SG_EINVAL, "kubeconfig: larger than %u bytes", SG_KUBE_CONFIG_MAX);
-	yaml_parser_t parser;
-	yaml_document_t doc;
-	SG_ENSURE(yaml_parser_initialize(&parser), SG_EINTERNAL, "kubeconfig: out of memory");
-	yaml_parser_set_input_string(&parser, data, len);
-	if (!yaml_parser_load(&parser, &doc)) {
-		char why[128];
-		sg_kube_sanitize(why, sizeof(why), parser.problem ? parser.problem : "?",
-		                 parser.problem ? strlen(parser.problem) : 1);
-		size_t line = parser.problem_mark.line + 1;
-		yaml_parser_delete(&parser);
-		SG_BAIL(SG_EINVAL, "kubeconfig: YAML error at line %zu: %s", line, why);
-	}
-	struct ytree t = {&doc, 0};
-	yaml_node_t *root = yaml_document_get_root_node(&doc);
-	json_t *j = root ? ynode(&t, root, 0) : NULL;
-	bool budget = t.visits > YAML_VISITS_MAX;
-	yaml_document_delete(&doc);
-	yaml_parser_delete(&parser);
-	SG_ENSURE(j, SG_EINVAL, "kubeconfig: %s", budget ? "document too large or too deep" :
-	                                         root ? "duplicate or non-scalar key, or too deep" : "empty document");
-	if (!json_is_object(j)) {
-		json_decref(j);
-		SG_BAIL(SG_EINVAL, "kubeconfig: the document is not a mapping");
-	}
-	*out = j;
-	return SG_OK;
+	sg_kube_yaml_options o = {.what = "kubeconfig",
+	                          .max_bytes = SG_KUBE_CONFIG_MAX,
+	                          .max_depth = YAML_DEPTH_MAX,
+	                          .max_nodes = YAML_VISITS_MAX};
+	return sg_kube_yaml_to_json(out, data, len, &o);
 }
 
 /* ---- kubeconfig resolution ---- */
