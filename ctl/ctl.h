@@ -34,5 +34,11 @@ int ctl_hsm_check(int argc, char **argv);
  * environment, as JSON. Returns the exit status: 0 a value, 1 an
  * evaluation error, 2 it does not compile or a usage error. */
 int ctl_cel(int argc, char **argv);
+/* signetctl policy check (ctl_policy.c): one CertificateRequestPolicy's
+ * verdict on one CertificateRequest, offline, with the approver's message.
+ * Returns the exit status: 0 Approved, 1 Denied, 2 a usage or input
+ * error, 3 not applicable (not selected, or NotReady), 4 no verdict
+ * offline (plugins, an evaluation error). */
+int ctl_policy(int argc, char **argv);
 
 #endif

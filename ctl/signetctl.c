@@ -9,6 +9,8 @@
  *   token    mint a service-account token from the development issuer
  *   request  call signetd's CreateCertificate and print the chain
  *   hsm-check  tell whether signet will work with a PKCS#11 module and token
+ *   cel      evaluate a CEL expression as a policy's validations rule
+ *   policy check  a CertificateRequestPolicy's verdict on a CertificateRequest, offline
  *
  * Subcommands are rows of a table; each parses its own flags with sg_opt and
  * shares the appliance settings (SG_SETTINGS_ROWS) with signetd, so a flag
@@ -459,7 +461,8 @@ static void usage(FILE *fp)
 	fprintf(fp, "usage: signetctl COMMAND [options]   (signetctl COMMAND --help for its options)\n\n"
 	            "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n"
 	            "  hsm-check  tell whether signet will work with a PKCS#11 module and token\n"
-	            "  cel      evaluate a CEL expression as a CertificateRequestPolicy's validations rule\n");
+	            "  cel      evaluate a CEL expression as a CertificateRequestPolicy's validations rule\n"
+	            "  policy check  a CertificateRequestPolicy's verdict on a CertificateRequest, offline\n");
 	for (size_t i = 0; i < N(commands); i++)
 		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
@@ -484,6 +487,8 @@ int main(int argc, char **argv)
 		return ctl_hsm_check(argc - 2, argv + 2);
 	if (strcmp(argv[1], "cel") == 0)
 		return ctl_cel(argc - 2, argv + 2);
+	if (strcmp(argv[1], "policy") == 0)
+		return ctl_policy(argc - 2, argv + 2);
 	const command *cmd = NULL;
 	for (size_t i = 0; i < N(commands); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)

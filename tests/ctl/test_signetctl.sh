@@ -249,5 +249,138 @@ expect "cel: an undeclared name is exit 2" bash -c "'$ctl' cel --expr 'nope == 1
 expect "cel: --expr is required" one_line_error 2 "--expr is required" -- "$ctl" cel
 expect "cel: --help documents every flag" bash -c "'$ctl' cel --help | grep -q -- '--cr-groups' && '$ctl' --help | grep -q '  cel '"
 
+# --- policy check: a CertificateRequestPolicy's verdict, offline -----------
+# Policies are approver-policy's documented examples (docs/examples in
+# cert-manager/approver-policy; example.com's is shared with the approver's
+# own test through tests/policy/cases/), requests are made from openssl
+# CSRs as cert-manager would post them.
+cases=$(cd "$(dirname "$0")/../policy/cases" && pwd)
+pd=$tmp/policy
+mkdir -p "$pd"
+pcsr() { # pcsr FILE SUBJECT [SAN]: an RSA 2048 CSR
+  local ext=()
+  [ -z "${3:-}" ] || ext=(-addext "subjectAltName=$3")
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$1.key" -subj "$2" "${ext[@]}" -out "$1" 2>/dev/null
+}
+pcr() { # pcr NAME CSR ISSUER [USAGE]: a CertificateRequest in namespace team-a, YAML
+  printf 'apiVersion: cert-manager.io/v1\nkind: CertificateRequest\nmetadata:\n  name: %s\n  namespace: team-a\n' "$1"
+  printf 'spec:\n  issuerRef:\n    name: %s\n    kind: Issuer\n    group: cert-manager.io\n' "$3"
+  [ -z "${4:-}" ] || printf '  usages:\n    - %s\n' "$4"
+  printf '  request: %s\n' "$(base64 -w0 "$2")"
+}
+pcsr "$pd/www.csr" /CN=example.com DNS:www.example.com
+pcsr "$pd/wild.csr" /CN=example.com 'DNS:*.example.com'
+pcsr "$pd/cn.csr" /CN=example.com
+pcr le-1 "$pd/www.csr" letsencrypt-prod "server auth" >"$pd/www.yaml"
+pcr le-2 "$pd/wild.csr" letsencrypt-prod "server auth" >"$pd/wild.yaml"
+pcr other "$pd/www.csr" another-issuer "server auth" >"$pd/other.yaml"
+pcr plug "$pd/cn.csr" my-ca >"$pd/cn.yaml"
+pcr plug-www "$pd/www.csr" my-ca >"$pd/plug-www.yaml"
+pc() { # pc WANT_EXIT -- policy check args...: stdout in $pd/out, stderr in $pd/err
+  local want=$1; shift 2
+  local rc=0
+  timeout 60 "$ctl" policy check "$@" >"$pd/out" 2>"$pd/err" || rc=$?
+  [ "$rc" = "$want" ] || { echo "exit $rc, want $want: $(cat "$pd/out" "$pd/err")" >&2; return 1; }
+}
+pc_is() { # pc_is WANT_EXIT LINE1 LINE2 -- args...: stdout is exactly these two lines
+  local want=$1 l1=$2 l2=$3; shift 4
+  pc "$want" -- "$@" && [ "$(cat "$pd/out")" = "$l1"$'\n'"$l2" ] ||
+    { echo "got: $(cat "$pd/out" "$pd/err")" >&2; return 1; }
+}
+pc_err() { # pc_err PATTERN -- args...: exit 2, one line on stderr matching, nothing on stdout
+  local pat=$1; shift 2
+  pc 2 -- "$@" && [ ! -s "$pd/out" ] && [ "$(wc -l <"$pd/err")" = 1 ] && grep -q -- "$pat" "$pd/err" ||
+    { echo "got: $(cat "$pd/out" "$pd/err")" >&2; return 1; }
+}
+ex=$cases/example-com.yaml
+denied=$(cat "$cases/example-com.denied")
+expect "policy: example.com approves www.example.com" pc_is 0 Approved \
+  'Approved by CertificateRequestPolicy: "example-com"' -- --policy "$ex" --request "$pd/www.yaml"
+expect "policy: example.com denies *.example.com with the approver's message (shared case)" pc_is 1 Denied \
+  "$denied" -- --policy "$ex" --request "$pd/wild.yaml"
+# The same objects as JSON (as the API server returns them).
+$py -c 'import json, sys, yaml
+for a, b in zip(sys.argv[1::2], sys.argv[2::2]):
+    json.dump(yaml.safe_load(open(a)), open(b, "w"), indent=2)' "$ex" "$pd/ex.json" "$pd/wild.yaml" "$pd/wild.json"
+expect "policy: JSON policy and request, the same message" pc_is 1 Denied "$denied" \
+  -- --policy "$pd/ex.json" --request "$pd/wild.json"
+pc_json() { # the verdict as one JSON object
+  pc 1 -- --policy "$ex" --request "$pd/wild.yaml" --output json &&
+    $py -c 'import json, sys
+want = {"verdict": "Denied", "reason": "policy.cert-manager.io", "message": sys.argv[2]}
+sys.exit(0 if json.load(open(sys.argv[1])) == want else 1)' "$pd/out" "$denied"
+}
+expect "policy: --output json" pc_json
+expect "policy: another issuer is not selected (exit 3)" pc_is 3 "NotApplicable (NotSelected)" \
+  "spec.selector.issuerRef does not select the request's issuerRef (name \"another-issuer\", kind \"Issuer\", group \"cert-manager.io\")" \
+  -- --policy "$ex" --request "$pd/other.yaml"
+# As published, the example's rule is a YAML tag: refused, with the fix.
+sed "s/rule: \"!self.contains('\*')\"/rule: !self.contains('*')/" "$ex" >"$pd/ex-tag.yaml"
+expect "policy: the published example's unquoted rule is a tag: say to quote it" pc_err \
+  "line 19: the tag !self.contains('\*') is not supported .*quote it" -- --policy "$pd/ex-tag.yaml" --request "$pd/www.yaml"
+printf '%s\n' 'apiVersion: policy.cert-manager.io/v1alpha1' 'kind: CertificateRequestPolicy' 'metadata: {name: with-cel}' \
+  'spec:' '  allowed:' '    dnsNames:' '      values: ["*"]' '      validations:' \
+  "        - rule: \"self.endsWith('.cel'\"" '  selector: {issuerRef: {}}' >"$pd/notready.yaml"
+pc_not_ready() {
+  pc 3 -- --policy "$pd/notready.yaml" --request "$pd/www.yaml" && [ "$(sed -n 1p "$pd/out")" = "NotApplicable (NotReady)" ] &&
+    sed -n 2p "$pd/out" | grep -qF "CertificateRequestPolicy is not ready for approval evaluation: spec.allowed.dnsNames.validations[0]: Invalid value: \"self.endsWith('.cel'\""
+}
+expect "policy: NotReady is not applicable (exit 3), with the Ready condition's message" pc_not_ready
+printf '%s\n' 'apiVersion: policy.cert-manager.io/v1alpha1' 'kind: CertificateRequestPolicy' 'metadata: {name: team-a-only}' \
+  'spec:' '  allowed:' '    commonName: {value: "*"}' '    dnsNames: {values: ["*.example.com"]}' \
+  '    usages: ["server auth"]' '  selector:' '    issuerRef: {}' '    namespace:' '      matchLabels: {team: a}' \
+  >"$pd/labels.yaml"
+expect "policy: matchLabels without --namespace-labels says what to give" pc_err \
+  "selects namespaces by label .*--namespace-labels" -- --policy "$pd/labels.yaml" --request "$pd/www.yaml"
+expect "policy: matchLabels, the namespace's labels match" pc_is 0 Approved \
+  'Approved by CertificateRequestPolicy: "team-a-only"' -- --policy "$pd/labels.yaml" --request "$pd/www.yaml" \
+  --namespace-labels team=a,env=prod
+expect "policy: matchLabels, a namespace without labels" pc_is 3 "NotApplicable (NotSelected)" \
+  "spec.selector.namespace does not select namespace team-a" -- --policy "$pd/labels.yaml" \
+  --request "$pd/www.yaml" --namespace-labels ''
+expect "policy: a label that is not k=v" pc_err "\"team\" is not key=value" -- --policy "$pd/labels.yaml" \
+  --request "$pd/www.yaml" --namespace-labels team
+# approver-policy's plugin example (docs/examples/plugin.yaml).
+printf '%s\n' 'apiVersion: policy.cert-manager.io/v1alpha1' 'kind: CertificateRequestPolicy' 'metadata:' \
+  '  name: plugin-some-example' 'spec:' '  allowed:' '    commonName:' '      value: "example.com"' '  plugins:' \
+  '    rego:' '      values:' '       my-ref: "hello-world"' '  selector:' '    issuerRef:' '      name: my-ca' \
+  '      kind: Issuer' '      group: cert-manager.io' >"$pd/plugin.yaml"
+expect "policy: its rules pass, its plugins decide: no verdict offline (exit 4), never Approved" pc_is 4 \
+  "Undecided (Plugins)" "the policy's rules pass; its plugins (spec.plugins: rego) decide, and signetctl cannot run them" \
+  -- --policy "$pd/plugin.yaml" --request "$pd/cn.yaml"
+expect "policy: plugins, but the rules deny: Denied" pc 1 -- --policy "$pd/plugin.yaml" --request "$pd/plug-www.yaml"
+# Hostile and wrong inputs: exit 2, one line, at once.
+head -c 2000000 /dev/zero | tr '\0' ' ' >"$pd/huge.yaml"
+expect "policy: a file over 1.5 MiB" pc_err "larger than 1572864 bytes" -- --policy "$pd/huge.yaml" --request "$pd/www.yaml"
+$py -c 'print("a: " + "[" * 300000 + "]" * 300000)' >"$pd/deep.yaml"
+expect "policy: 300,000 nested flow sequences (YAML)" pc_err "nested deeper than 64" -- --policy "$pd/deep.yaml" --request "$pd/www.yaml"
+$py -c 'print("a:\n" + "".join("  " * i + "b:\n" for i in range(1, 100)))' >"$pd/deep-block.yaml"
+expect "policy: 100 nested mappings (YAML)" pc_err "nested deeper than 64" -- --policy "$pd/deep-block.yaml" --request "$pd/www.yaml"
+$py -c 'print("{\"a\": " + "[" * 100 + "]" * 100 + "}")' >"$pd/deep.json"
+expect "policy: 100 nested arrays (JSON)" pc_err "nested deeper than 64" -- --policy "$pd/deep.json" --request "$pd/www.yaml"
+$py -c 'print("{\"a\": " + "[" * 300000 + "]" * 300000 + "}")' >"$pd/deeper.json"
+expect "policy: 300,000 nested arrays (JSON)" pc_err "not JSON" -- --policy "$pd/deeper.json" --request "$pd/www.yaml"
+$py -c 'print("a: &a [x, x, x, x, x, x, x, x, x, x]")
+for i, n in enumerate("bcdef"):
+    print("%s: &%s [%s]" % (n, n, ", ".join(["*" + "abcdef"[i]] * 10)))' >"$pd/laughs.yaml"
+expect "policy: a billion laughs" pc_err "too large or too deep" -- --policy "$pd/laughs.yaml" --request "$pd/www.yaml"
+printf -- '- a\n- b\n' >"$pd/list.yaml"
+expect "policy: not an object" pc_err "not a mapping" -- --policy "$pd/list.yaml" --request "$pd/www.yaml"
+expect "policy: the request where the policy belongs" pc_err "want kind CertificateRequestPolicy" -- --policy "$pd/www.yaml" --request "$pd/www.yaml"
+expect "policy: the policy where the request belongs" pc_err "want kind CertificateRequest," -- --policy "$ex" --request "$ex"
+printf 'apiVersion: v1\nkind: List\nitems: []\n' >"$pd/klist.yaml"
+expect "policy: a List" pc_err "a List; give one CertificateRequestPolicy per file" -- --policy "$pd/klist.yaml" --request "$pd/www.yaml"
+{ cat "$pd/www.yaml"; echo ---; cat "$pd/wild.yaml"; } >"$pd/two.yaml"
+expect "policy: two documents" pc_err "a second document at line" -- --policy "$ex" --request "$pd/two.yaml"
+sed 's/^  request: .*/  request: "not base64!"/' "$pd/www.yaml" >"$pd/bad64.yaml"
+expect "policy: spec.request is not base64" pc_err "spec.request: request is not base64" -- --policy "$ex" --request "$pd/bad64.yaml"
+sed "s/^  request: .*/  request: $(printf 'not a CSR' | base64 -w0)/" "$pd/www.yaml" >"$pd/badcsr.yaml"
+expect "policy: spec.request is not a CSR" pc_err "spec.request: .*CSR" -- --policy "$ex" --request "$pd/badcsr.yaml"
+sed '/^  namespace:/d' "$pd/www.yaml" >"$pd/nons.yaml"
+expect "policy: a request without its namespace" pc_err "metadata.namespace is missing" -- --policy "$ex" --request "$pd/nons.yaml"
+expect "policy: --policy and --request are required" pc_err "are required" -- --policy "$ex"
+expect "policy: --help documents the exit codes; signetctl --help lists the command" bash -c \
+  "'$ctl' policy check --help | grep -q '  4  no verdict offline' && '$ctl' --help | grep -q '  policy check '"
+
 echo "$failures failed"
 [ "$failures" = 0 ]
