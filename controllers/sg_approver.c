@@ -74,6 +74,7 @@ struct sg_approver {
 	sg_approver_plugin *plugins;
 	const char **plugin_names;
 	size_t nplugins;
+	sg_approver_servers servers;
 	int64_t sar_ttl;
 	sg_cache *sar;
 	signer_name *signers; /* NULL: every signer */
@@ -186,7 +187,9 @@ static void resync(sg_ctrl *c, void *arg)
 
 static int compile(sg_approver *a, const json_t *obj, sg_crpolicy **out)
 {
-	sg_crpolicy_options po = {.plugins = a->plugin_names, .plugin_count = a->nplugins};
+	sg_crpolicy_options po = {.plugins = a->plugin_names,
+	                          .plugin_count = a->nplugins,
+	                          .external_policy_servers = a->servers.evaluate != NULL};
 	return sg_crpolicy_compile(out, obj, &po);
 }
 
@@ -434,6 +437,29 @@ static int run_plugins(sg_approver *a, const sg_crpolicy *p, const sg_crpolicy_r
 	return SG_OK;
 }
 
+/* The policy's ExternalPolicyServers, folded into v. */
+static int run_servers(sg_approver *a, const sg_crpolicy *p, const sg_crpolicy_request *r, const json_t *cr,
+                       sg_crpolicy_verdict *v)
+{
+	size_t n = sg_crpolicy_external_count(p);
+	if (n == 0)
+		return SG_OK;
+	/* A Ready policy lists servers only when the approver calls them
+	 * (sg_crpolicy_options.external_policy_servers). */
+	SG_ENSURE(a->servers.evaluate, SG_EINTERNAL, "approver: policy %s lists external policy servers",
+	          sg_crpolicy_name(p));
+	const char *names[SG_CRPOLICY_MAX_ENTRIES];
+	for (size_t i = 0; i < n && i < SG_CRPOLICY_MAX_ENTRIES; i++)
+		names[i] = sg_crpolicy_external_name(p, i);
+	bool denied = false;
+	char *msg = NULL;
+	SG_TRY(a->servers.evaluate(a->servers.arg, sg_crpolicy_name(p), names,
+	                           n < SG_CRPOLICY_MAX_ENTRIES ? n : SG_CRPOLICY_MAX_ENTRIES, r, cr, &denied, &msg));
+	int rc = sg_crpolicy_verdict_add(v, denied, msg);
+	free(msg);
+	return rc;
+}
+
 /* ---- which signers are ours ---- */
 
 /* Parses sg_approver_options.signer_names into a->signers (NULL: all). */
@@ -568,7 +594,8 @@ static int applies(sg_approver *a, sg_ctrl *c, const sg_crpolicy *p, const reque
 	return may_use(a, &q->r, sg_crpolicy_name(p), yes);
 }
 
-/* Evaluates one Ready policy (its rules, then its plugins); an error stops
+/* Evaluates one Ready policy (its rules, then its plugins, then its
+ * ExternalPolicyServers: each asked only while none before denied); an error stops
  * the review (the caller returns it). */
 static int evaluate(sg_approver *a, const sg_crpolicy *p, request *q, const json_t *cr, review *v)
 {
@@ -578,6 +605,8 @@ static int evaluate(sg_approver *a, const sg_crpolicy *p, request *q, const json
 	int rc = sg_crpolicy_evaluate(p, &q->r, vd);
 	if (rc == SG_OK && !vd->denied)
 		rc = run_plugins(a, p, &q->r, cr, vd);
+	if (rc == SG_OK && !vd->denied)
+		rc = run_servers(a, p, &q->r, cr, vd);
 	if (rc < 0) {
 		sg_crpolicy_verdict_clear(vd);
 		return rc;
@@ -750,6 +779,7 @@ int sg_approver_new(sg_approver **out, const sg_approver_options *o)
 	SG_ENSURE(a, SG_EINTERNAL, "approver: out of memory");
 	pthread_mutex_init(&a->told_mu, NULL);
 	a->kube = o->kube;
+	a->servers = o->servers;
 	a->told = json_object();
 	int rc = a->told ? SG_OK : sg_error_set(SG_EINTERNAL, "approver: out of memory");
 	a->sar_ttl = o->sar_ttl_seconds ? o->sar_ttl_seconds : SG_APPROVER_SAR_TTL_DEFAULT;

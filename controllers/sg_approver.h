@@ -17,7 +17,7 @@
  *      namespace), answers cached for a short time and dropped at once when
  *      any Role, ClusterRole or binding changes — none: Unprocessed;
  *   3. each Ready one, in name order, evaluated (sg_crpolicy.h: allowed,
- *      constraints, then its plugins); the first that does not deny
+ *      constraints, then its plugins, then its ExternalPolicyServers); the first that does not deny
  *      approves: condition Approved=True, reason policy.cert-manager.io,
  *      "Approved by CertificateRequestPolicy: \"<name>\"";
  *   4. every one denied: Denied=True, "No policy approved this request:
@@ -90,10 +90,22 @@ typedef struct sg_approver_plugin {
 	void *arg;
 } sg_approver_plugin;
 
+/* The caller of a policy's spec.externalPolicyServers (the design's
+ * ExternalPolicyServer objects, by name, in the policy's order): after the
+ * plugins, with the same contract as a plugin's evaluate (an answer, or
+ * an error that retries the request and never approves it). evaluate NULL:
+ * this approver calls none, and a policy listing any is NotReady. */
+typedef struct sg_approver_servers {
+	int (*evaluate)(void *arg, const char *policy, const char *const *servers, size_t nservers,
+	                const sg_crpolicy_request *r, const json_t *request_obj, bool *denied, char **message);
+	void *arg;
+} sg_approver_servers;
+
 typedef struct sg_approver_options {
 	sg_kube *kube;                      /* borrowed; must outlive the approver */
 	const sg_approver_plugin *plugins;  /* copied (arg borrowed) */
 	size_t nplugins;
+	sg_approver_servers servers;        /* copied (arg borrowed) */
 	int64_t sar_ttl_seconds;            /* 0: SG_APPROVER_SAR_TTL_DEFAULT; < 0: no cache */
 	unsigned workers;                   /* 0: 4 */
 	/* The signer names this approver may approve for (its RBAC `signers`

@@ -23,6 +23,7 @@
 #include "sg_authn_impl.h"
 #include "sg_authn_kube.h"
 #include "sg_approver.h"
+#include "sg_extpolicy.h"
 #include "sg_policyserver.h"
 #include "sg_cmissuer.h"
 #include "sg_crypto.h"
@@ -67,7 +68,8 @@ struct sg_cluster {
 	sg_signetissuer *issuers;
 	sg_cmissuer *cmissuer;
 	sg_approver *approver;
-	sg_policyserver *policyservers; /* --external-policy-servers, for the approver */
+	sg_policyserver *policyservers; /* --external-policy-servers and the objects, for the approver */
+	sg_extpolicy *extpolicy;        /* the ExternalPolicyServer objects */
 	sg_kubecsr *kubecsr;
 	sg_kube *kube_forward;     /* RA mode: its own rate limit, apart from the controllers' */
 	sg_forward *forward;
@@ -286,8 +288,9 @@ static bool want_approver(const sg_daemon_settings *d)
 	return d->approver;
 }
 
-/* The policy approver, with the external policy servers as its one plugin
- * when --external-policy-servers names any. */
+/* The policy approver: the servers of --external-policy-servers are its
+ * one plugin, and the ExternalPolicyServer objects its servers (both
+ * through one sg_policyserver). */
 static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
 {
 	(void)o;
@@ -299,15 +302,67 @@ static int make_approver(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **c
 	    .workers = (unsigned)d->approver_workers,
 	    .signer_names = d->approver_signer_names,
 	};
-	if (d->external_policy_servers && *d->external_policy_servers) {
-		sg_policyserver_options po = {.servers = d->external_policy_servers};
+	bool flag_servers = d->external_policy_servers && *d->external_policy_servers;
+	if (flag_servers || d->external_policy_server_objects) {
+		sg_policyserver_options po = {.servers = flag_servers ? d->external_policy_servers : NULL};
 		SG_TRY(sg_policyserver_new(&c->policyservers, &po));
+	}
+	if (flag_servers) {
 		plugin = sg_policyserver_plugin(c->policyservers);
 		ao.plugins = &plugin;
 		ao.nplugins = 1;
 	}
+	if (d->external_policy_server_objects)
+		ao.servers = (sg_approver_servers){sg_policyserver_evaluate_servers, c->policyservers};
 	SG_TRY(sg_approver_new(&c->approver, &ao));
 	*ctrl = sg_approver_controller(c->approver);
+	return SG_OK;
+}
+
+static bool want_extpolicy(const sg_daemon_settings *d)
+{
+	return d->approver && d->external_policy_server_objects;
+}
+
+/* An object's server into the approver's table; when it changed, requests
+ * that waited for it are looked at again. */
+static int extpolicy_set(void *arg, const char *name, const char *endpoint, const char *ca, size_t ca_len,
+                         bool *changed)
+{
+	sg_cluster *c = arg;
+	int rc = sg_policyserver_resource_set(c->policyservers, name, endpoint, ca, ca_len, changed);
+	if (*changed)
+		sg_ctrl_resync(sg_approver_controller(c->approver));
+	return rc;
+}
+
+static void extpolicy_remove(void *arg, const char *name)
+{
+	sg_cluster *c = arg;
+	sg_policyserver_resource_remove(c->policyservers, name);
+}
+
+static void extpolicy_clear(void *arg)
+{
+	sg_cluster *c = arg;
+	sg_policyserver_resource_clear(c->policyservers);
+}
+
+/* After the approver's row, whose sg_policyserver it fills. */
+static int make_extpolicy(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
+{
+	(void)o;
+	SG_ENSURE(c->policyservers && c->approver, SG_EINTERNAL, "externalpolicyservers: no approver");
+	sg_extpolicy_options eo = {
+	    .kube = c->kube_writers,
+	    .ns = c->d->external_policy_server_namespace,
+	    .set = extpolicy_set,
+	    .remove = extpolicy_remove,
+	    .clear = extpolicy_clear,
+	    .arg = c,
+	};
+	SG_TRY(sg_extpolicy_new(&c->extpolicy, &eo));
+	*ctrl = sg_extpolicy_controller(c->extpolicy);
 	return SG_OK;
 }
 
@@ -323,7 +378,7 @@ static const struct controller_kind {
     {want_rootdist, make_rootdist, true},     {want_rootpub, make_rootpub, true},
     {want_istiodcert, make_istiodcert, true}, {want_issuers, make_issuers, true},
     {want_cmissuer, make_cmissuer, true},     {want_kubecsr, make_kubecsr, true},
-    {want_approver, make_approver, true},
+    {want_approver, make_approver, true},     {want_extpolicy, make_extpolicy, true},
 };
 
 static bool any_controller(const sg_daemon_settings *d)
@@ -699,6 +754,7 @@ void sg_cluster_free(sg_cluster *c)
 	sg_forward_free(c->forward);
 	sg_kube_free(c->kube_forward);
 	sg_cmissuer_free(c->cmissuer);
+	sg_extpolicy_free(c->extpolicy);
 	sg_approver_free(c->approver);
 	sg_policyserver_free(c->policyservers);
 	sg_kubecsr_free(c->kubecsr);

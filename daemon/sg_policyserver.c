@@ -49,6 +49,7 @@
 #include "sg_x509.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +61,7 @@ static const char *const result_names[R_N] = {"approved", "denied", "error", "fa
 #define TARGET_MAX (SG_NAMES_SUBDOMAIN_MAX + 8) /* host (or [IPv6]) + ":65535" */
 
 typedef struct server {
-	char name[SG_NAMES_LABEL_MAX + 1];
+	char name[SG_NAMES_SUBDOMAIN_MAX + 1]; /* a DNS label (configured) or subdomain (an object's name) */
 	char target[TARGET_MAX + 1];
 	char *server_name; /* NULL unless server-name= */
 	char *ca_pem;      /* NULL: plaintext */
@@ -69,10 +70,25 @@ typedef struct server {
 	_Atomic(sg_series *) series[R_N]; /* set by sg_policyserver_metrics */
 } server;
 
+/* An ExternalPolicyServer object as the controller last gave it: usable
+ * (a TLS channel to its endpoint), waiting for a CA bundle, or not usable
+ * (why). Shared by the calls in flight: the table holds one reference, each
+ * call one more; the last release frees it. */
+typedef struct resource {
+	server sv; /* ch NULL unless usable */
+	char *why; /* NULL, or why it cannot be called */
+	atomic_uint refs;
+} resource;
+
 struct sg_policyserver {
 	server s[SG_POLICYSERVER_MAX];
 	size_t n;
 	uint64_t timeout_ns;
+
+	pthread_mutex_t mu; /* guards res and nres */
+	resource *res[SG_POLICYSERVER_RESOURCES_MAX];
+	size_t nres;
+	_Atomic(sg_series *) res_series[R_N];
 };
 
 /* ---- configuration ------------------------------------------------------ */
@@ -335,6 +351,16 @@ static int channels_open(sg_policyserver *ps)
 	return SG_OK;
 }
 
+static void resource_put(resource *r)
+{
+	if (!r || atomic_fetch_sub(&r->refs, 1) != 1)
+		return;
+	sg_grpc_channel_free(r->sv.ch);
+	free(r->sv.ca_pem);
+	free(r->why);
+	free(r);
+}
+
 int sg_policyserver_new(sg_policyserver **out, const sg_policyserver_options *o)
 {
 	*out = NULL;
@@ -344,7 +370,8 @@ int sg_policyserver_new(sg_policyserver **out, const sg_policyserver_options *o)
 	sg_policyserver *ps = calloc(1, sizeof(*ps));
 	SG_ENSURE(ps, SG_EINTERNAL, "out of memory");
 	ps->timeout_ns = (o->timeout_ms ? o->timeout_ms : SG_POLICYSERVER_TIMEOUT_DEFAULT_MS) * 1000000u;
-	int rc = parse_servers(ps, o->servers);
+	pthread_mutex_init(&ps->mu, NULL);
+	int rc = o->servers ? parse_servers(ps, o->servers) : SG_OK; /* NULL: objects only */
 	if (rc == SG_OK)
 		rc = channels_open(ps);
 	if (rc < 0) {
@@ -364,6 +391,9 @@ void sg_policyserver_free(sg_policyserver *ps)
 		free(ps->s[i].server_name);
 		free(ps->s[i].ca_pem);
 	}
+	for (size_t i = 0; i < ps->nres; i++)
+		resource_put(ps->res[i]);
+	pthread_mutex_destroy(&ps->mu);
 	free(ps);
 }
 
@@ -677,7 +707,7 @@ static int call_server(sg_policyserver *ps, server *sv, const uint8_t *req, size
 	size_t body_len = 0;
 	int status = SG_GRPC_UNKNOWN;
 	char msg[256];
-	char what[128];
+	char what[SG_NAMES_SUBDOMAIN_MAX + 32];
 	snprintf(what, sizeof(what), "external policy server %s", sv->name);
 	int rc = sg_grpc_unary(sv->ch, SG_POLICYPB_METHOD, NULL, 0, req, len, ps->timeout_ns, &body, &body_len, &status,
 	                       msg, sizeof(msg));
@@ -706,6 +736,33 @@ static int call_server(sg_policyserver *ps, server *sv, const uint8_t *req, size
 	return SG_OK;
 }
 
+/* One server's answer: SG_OK with *denied (and its message) or not, or
+ * the error that retries the request. */
+static int ask(sg_policyserver *ps, server *sv, const uint8_t *req, size_t len, bool *denied, char **message)
+{
+	sg_policypb_response resp;
+	SG_TRY(call_server(ps, sv, req, len, &resp));
+	switch (resp.result) {
+	case SG_POLICYPB_APPROVED:
+		count(sv, &sv->approved, R_APPROVED);
+		return SG_OK;
+	case SG_POLICYPB_DENIED:
+		count(sv, &sv->denied, R_DENIED);
+		SG_TRY(denial_message(sv, &resp, message));
+		*denied = true;
+		return SG_OK;
+	case SG_POLICYPB_ERROR:
+		count(sv, &sv->errors, R_ERROR);
+		blank_controls(resp.reason);
+		SG_BAIL(SG_EBUSY, "external policy server %s: %s", sv->name,
+		        resp.reason_len ? resp.reason : "error (no reason given)");
+	case SG_POLICYPB_UNSPECIFIED:
+		break; /* the decoder refuses it: below, never an approval */
+	}
+	/* The decoder returns only the three answers. */
+	SG_BAIL(SG_EINTERNAL, "external policy server %s: result %d", sv->name, (int)resp.result);
+}
+
 int sg_policyserver_evaluate(void *arg, const char *policy, const json_t *values, const sg_crpolicy_request *r,
                              const json_t *request_obj, bool *denied, char **message)
 {
@@ -727,31 +784,214 @@ int sg_policyserver_evaluate(void *arg, const char *policy, const json_t *values
 	if (rc < 0)
 		return with_context(rc, "plugin " SG_POLICYSERVER_PLUGIN);
 
-	for (size_t k = 0; k < n; k++) {
-		server *sv = &ps->s[idx[k]];
-		sg_policypb_response resp;
-		SG_TRY(call_server(ps, sv, req, len, &resp));
-		switch (resp.result) {
-		case SG_POLICYPB_APPROVED:
-			count(sv, &sv->approved, R_APPROVED);
-			continue;
-		case SG_POLICYPB_DENIED:
-			count(sv, &sv->denied, R_DENIED);
-			SG_TRY(denial_message(sv, &resp, message));
-			*denied = true;
-			return SG_OK;
-		case SG_POLICYPB_ERROR:
-			count(sv, &sv->errors, R_ERROR);
-			blank_controls(resp.reason);
-			SG_BAIL(SG_EBUSY, "external policy server %s: %s", sv->name,
-			        resp.reason_len ? resp.reason : "error (no reason given)");
-		case SG_POLICYPB_UNSPECIFIED:
-			break; /* the decoder refuses it: below, never an approval */
+	for (size_t k = 0; k < n && !*denied; k++)
+		SG_TRY(ask(ps, &ps->s[idx[k]], req, len, denied, message));
+	return SG_OK;
+}
+
+/* ---- ExternalPolicyServer objects ----------------------------------------- */
+
+/* endpoint: host[:port] (the design's example names a Service as
+ * "<name>.<namespace>" without a port: gRPC over TLS, so 443). */
+static int parse_endpoint(const where *w, const char *endpoint, server *sv)
+{
+	size_t n = strlen(endpoint);
+	SG_ENSURE(n > 0, SG_EINVAL, "%s: no endpoint", w->text);
+	SG_ENSURE(n <= TARGET_MAX, SG_EINVAL, "%s: the endpoint is longer than %d characters", w->text, TARGET_MAX);
+	bool has_port = endpoint[0] == '[' ? strstr(endpoint, "]:") != NULL : strchr(endpoint, ':') != NULL;
+	char buf[TARGET_MAX + 8];
+	snprintf(buf, sizeof(buf), "%s%s", endpoint, has_port ? "" : ":443");
+	SG_ENSURE(strlen(buf) <= TARGET_MAX, SG_EINVAL, "%s: the endpoint is longer than %d characters", w->text,
+	          TARGET_MAX);
+	return parse_address(w, (span){buf, strlen(buf)}, sv);
+}
+
+/* A new table entry for name: usable when endpoint and ca check out,
+ * waiting for a CA when ca is empty, else unusable with the reason (which
+ * is also the thread's detail, and the return value's code). */
+static int resource_make(const char *name, const char *endpoint, const char *ca, size_t ca_len, resource **out)
+{
+	*out = NULL;
+	resource *r = calloc(1, sizeof(*r));
+	SG_ENSURE(r, SG_EINTERNAL, "out of memory");
+	atomic_init(&r->refs, 1);
+	snprintf(r->sv.name, sizeof(r->sv.name), "%s", name);
+	where w;
+	snprintf(w.text, sizeof(w.text), "ExternalPolicyServer %.60s", name);
+	int rc = parse_endpoint(&w, endpoint, &r->sv);
+	sg_x509_bundle *b = NULL;
+	if (rc == SG_OK && ca_len > 0) {
+		rc = sg_x509_bundle_parse(&b, ca, ca_len);
+		if (rc < 0)
+			rc = with_context(SG_EINVAL, "caBundle");
+		sg_x509_bundle_free(b);
+	}
+	if (rc == SG_OK && ca_len > 0) {
+		r->sv.ca_pem = strndup(ca, ca_len);
+		sg_grpc_channel_options co = {.target = r->sv.target, .root_pem = r->sv.ca_pem};
+		rc = r->sv.ca_pem ? sg_grpc_channel_new(&r->sv.ch, &co) : sg_error_set(SG_EINTERNAL, "out of memory");
+	}
+	if (rc < 0) {
+		sg_grpc_channel_free(r->sv.ch);
+		r->sv.ch = NULL;
+		r->why = strdup(sg_error_last()->msg);
+		if (!r->why) {
+			resource_put(r);
+			return sg_error_set(SG_EINTERNAL, "out of memory");
 		}
-		/* The decoder returns only the three answers. */
-		SG_BAIL(SG_EINTERNAL, "external policy server %s: result %d", sv->name, (int)resp.result);
+		blank_controls(r->why);
+		utf8_trim(r->why);
+	}
+	*out = r;
+	return rc;
+}
+
+/* The entry for name (a new reference), or NULL. */
+static resource *resource_get(sg_policyserver *ps, const char *name)
+{
+	resource *r = NULL;
+	pthread_mutex_lock(&ps->mu);
+	for (size_t i = 0; i < ps->nres && !r; i++)
+		if (strcmp(ps->res[i]->sv.name, name) == 0)
+			r = ps->res[i];
+	if (r)
+		atomic_fetch_add(&r->refs, 1);
+	pthread_mutex_unlock(&ps->mu);
+	return r;
+}
+
+static bool resource_same(const resource *r, const char *target, const char *ca, size_t ca_len)
+{
+	if (r->why || strcmp(r->sv.target, target) != 0)
+		return false;
+	if (!r->sv.ca_pem)
+		return ca_len == 0;
+	return strlen(r->sv.ca_pem) == ca_len && memcmp(r->sv.ca_pem, ca, ca_len) == 0;
+}
+
+int sg_policyserver_resource_set(sg_policyserver *ps, const char *name, const char *endpoint, const char *ca,
+                                 size_t ca_len, bool *changed)
+{
+	if (changed)
+		*changed = false;
+	SG_ENSURE(name && sg_names_dns_subdomain(name, strlen(name)), SG_EINVAL,
+	          "ExternalPolicyServer: the name is not a lower-case DNS subdomain");
+	SG_ENSURE(endpoint && (ca || ca_len == 0), SG_EINVAL, "ExternalPolicyServer %s: no endpoint", name);
+	/* Unchanged: keep the channel (and its connection). */
+	resource *old = resource_get(ps, name);
+	if (old) {
+		server probe = {0};
+		where w = {"probe"};
+		sg_error saved;
+		sg_error_save(&saved);
+		bool same =
+		    parse_endpoint(&w, endpoint, &probe) == SG_OK && resource_same(old, probe.target, ca, ca_len);
+		sg_error_restore(&saved);
+		resource_put(old);
+		if (same)
+			return SG_OK;
+	}
+	resource *r = NULL;
+	int rc = resource_make(name, endpoint, ca, ca_len, &r);
+	if (!r)
+		return rc;
+	if (changed)
+		*changed = true;
+	sg_error saved;
+	sg_error_save(&saved); /* rc's detail, for the caller's condition */
+	for (int k = 0; k < R_N; k++)
+		atomic_store(&r->sv.series[k], atomic_load(&ps->res_series[k]));
+	resource *gone = NULL;
+	pthread_mutex_lock(&ps->mu);
+	size_t i = 0;
+	while (i < ps->nres && strcmp(ps->res[i]->sv.name, name) != 0)
+		i++;
+	if (i < ps->nres) {
+		gone = ps->res[i];
+		ps->res[i] = r;
+	} else if (ps->nres < SG_POLICYSERVER_RESOURCES_MAX) {
+		ps->res[ps->nres++] = r;
+	} else {
+		gone = r;
+		r = NULL;
+	}
+	pthread_mutex_unlock(&ps->mu);
+	resource_put(gone); /* calls in flight keep their own reference */
+	SG_ENSURE(r, SG_EINVAL, "ExternalPolicyServer %s: more than %d ExternalPolicyServers", name,
+	          SG_POLICYSERVER_RESOURCES_MAX);
+	sg_error_restore(&saved);
+	return rc;
+}
+
+void sg_policyserver_resource_remove(sg_policyserver *ps, const char *name)
+{
+	resource *gone = NULL;
+	pthread_mutex_lock(&ps->mu);
+	for (size_t i = 0; i < ps->nres && !gone; i++) {
+		if (strcmp(ps->res[i]->sv.name, name) != 0)
+			continue;
+		gone = ps->res[i];
+		ps->res[i] = ps->res[--ps->nres];
+	}
+	pthread_mutex_unlock(&ps->mu);
+	resource_put(gone);
+}
+
+int sg_policyserver_evaluate_servers(void *arg, const char *policy, const char *const *servers, size_t nservers,
+                                     const sg_crpolicy_request *r, const json_t *request_obj, bool *denied,
+                                     char **message)
+{
+	(void)r; /* the server is sent the object as written */
+	sg_policyserver *ps = arg;
+	*denied = false;
+	*message = NULL;
+	built b;
+	uint8_t *req SG_AUTOFREE = NULL;
+	size_t len = 0;
+	int rc = build_request(&b, request_obj, policy, NULL);
+	if (rc == SG_OK)
+		rc = sg_policypb_request_encode(&b.r, &req, &len);
+	built_clear(&b);
+	if (rc < 0)
+		return with_context(rc, "externalPolicyServers");
+	for (size_t k = 0; k < nservers && !*denied; k++) {
+		resource *res = resource_get(ps, servers[k]);
+		if (!res)
+			rc = sg_error_set(SG_EBUSY, "ExternalPolicyServer %s does not exist (or is not known yet)",
+			                  servers[k]);
+		else if (res->why)
+			rc = sg_error_set(SG_EBUSY, "ExternalPolicyServer %s is not Ready: %s", servers[k], res->why);
+		else if (!res->sv.ch)
+			rc = sg_error_set(
+			    SG_EBUSY,
+			    "ExternalPolicyServer %s has no CA bundle: the request is evaluated once it has one",
+			    servers[k]);
+		else
+			rc = ask(ps, &res->sv, req, len, denied, message);
+		resource_put(res);
+		SG_TRY(rc);
 	}
 	return SG_OK;
+}
+
+void sg_policyserver_resource_clear(sg_policyserver *ps)
+{
+	resource *gone[SG_POLICYSERVER_RESOURCES_MAX];
+	pthread_mutex_lock(&ps->mu);
+	size_t n = ps->nres;
+	memcpy(gone, ps->res, n * sizeof(gone[0]));
+	ps->nres = 0;
+	pthread_mutex_unlock(&ps->mu);
+	for (size_t i = 0; i < n; i++)
+		resource_put(gone[i]);
+}
+
+size_t sg_policyserver_resource_count(sg_policyserver *ps)
+{
+	pthread_mutex_lock(&ps->mu);
+	size_t n = ps->nres;
+	pthread_mutex_unlock(&ps->mu);
+	return n;
 }
 
 /* ---- introspection ---------------------------------------------------------- */
@@ -794,5 +1034,23 @@ int sg_policyserver_metrics(sg_policyserver *ps, sg_metrics *reg)
 			atomic_store_explicit(&ps->s[i].series[r], s, memory_order_release);
 		}
 	}
+	/* ExternalPolicyServer objects come and go: one series per result for
+	 * all of them, so the family's size does not follow the cluster's. */
+	static const char *const result_label[] = {"result"};
+	SG_TRY(sg_metrics_counter(&f, reg, "signet_policyserver_object_calls_total",
+	                          "Calls to ExternalPolicyServer objects' servers, all of them together, by result "
+	                          "(as signet_policyserver_calls_total)",
+	                          result_label, 1));
+	for (int r = 0; r < R_N; r++) {
+		const char *values[] = {result_names[r]};
+		sg_series *s = NULL;
+		SG_TRY(sg_metric_series(&s, f, values));
+		atomic_store_explicit(&ps->res_series[r], s, memory_order_release);
+	}
+	pthread_mutex_lock(&ps->mu);
+	for (size_t i = 0; i < ps->nres; i++)
+		for (int r = 0; r < R_N; r++)
+			atomic_store(&ps->res[i]->sv.series[r], atomic_load(&ps->res_series[r]));
+	pthread_mutex_unlock(&ps->mu);
 	return SG_OK;
 }

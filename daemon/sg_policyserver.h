@@ -76,12 +76,15 @@
 #define SG_POLICYSERVER_MAX 16                  /* servers configured */
 #define SG_POLICYSERVER_TIMEOUT_DEFAULT_MS 5000 /* deadline of one call */
 #define SG_POLICYSERVER_TIMEOUT_MAX_MS 300000
-#define SG_POLICYSERVER_CA_MAX (1u << 20) /* bytes of a ca= file */
+#define SG_POLICYSERVER_CA_MAX (1u << 20)  /* bytes of a ca= file or an object's CA bundle */
+#define SG_POLICYSERVER_RESOURCES_MAX 1024 /* ExternalPolicyServer objects known at once */
 
 typedef struct sg_policyserver sg_policyserver;
 
 typedef struct sg_policyserver_options {
-	const char *servers; /* the --external-policy-servers value; read during the call only */
+	/* The --external-policy-servers value; read during the call only. NULL:
+	 * none configured (ExternalPolicyServer objects only). */
+	const char *servers;
 	uint64_t timeout_ms; /* deadline of each call; 0: SG_POLICYSERVER_TIMEOUT_DEFAULT_MS */
 } sg_policyserver_options;
 
@@ -122,6 +125,51 @@ SG_API int sg_policyserver_evaluate(void *arg, const char *policy, const json_t 
  * or SG_EINVAL with the reason in the detail, after
  * "plugin external-policy-servers: ". */
 SG_API int sg_policyserver_check_values(const sg_policyserver *ps, const json_t *values) SG_MUST_CHECK;
+
+/* ---- ExternalPolicyServer objects --------------------------------------- */
+
+/*
+ * The design's ExternalPolicyServer (policy.cert-manager.io/v1alpha1,
+ * cluster-scoped): a server a policy lists by name in
+ * spec.externalPolicyServers. The controller that watches the objects
+ * (controllers/sg_extpolicy.h) hands each one's endpoint and resolved CA
+ * bundle here; the approver calls them through
+ * sg_policyserver_evaluate_servers. Any thread; calls in flight keep the
+ * server they started with when it is replaced or removed.
+ *
+ * endpoint: host[:port] as the flag's address (a DNS name, IPv4 or
+ * [IPv6]), port 443 when none is written. ca: PEM certificates (ca_len
+ * bytes, at most SG_POLICYSERVER_CA_MAX); the server's certificate must
+ * chain to them and name host. Always TLS: an object with no CA bundle
+ * yet is kept, and a policy that lists it evaluates nothing until it has
+ * one (the design's words), retrying. An unchanged object keeps its
+ * channel.
+ * Returns SG_OK, or SG_EINVAL with the reason (a bad endpoint, a CA bundle
+ * that is not PEM certificates, more than SG_POLICYSERVER_RESOURCES_MAX
+ * objects): the object is then kept as not usable, and a policy that
+ * lists it is retried with that reason. SG_EINTERNAL when out of memory.
+ * *changed (may be NULL): whether the table changed (a policy that waited
+ * for this server may be evaluated now).
+ */
+SG_API int sg_policyserver_resource_set(sg_policyserver *ps, const char *name, const char *endpoint, const char *ca,
+                                        size_t ca_len, bool *changed) SG_MUST_CHECK;
+/* Forgets the object (deleted); a policy that lists it is retried. */
+SG_API void sg_policyserver_resource_remove(sg_policyserver *ps, const char *name);
+/* Forgets every object. */
+SG_API void sg_policyserver_resource_clear(sg_policyserver *ps);
+/* Objects known. */
+SG_API size_t sg_policyserver_resource_count(sg_policyserver *ps);
+
+/* sg_approver_servers.evaluate (arg: the sg_policyserver): one
+ * PolicyRequest (as the plugin's, without plugin values), then each listed
+ * object's server in order, as the plugin asks its servers: APPROVED goes
+ * on, DENIED ends with "external policy server <name>: <reason>", ERROR
+ * and no answer are errors (retried). An object that is unknown, not
+ * usable or without a CA bundle is SG_EBUSY naming it: retried, never
+ * approved. */
+SG_API int sg_policyserver_evaluate_servers(void *arg, const char *policy, const char *const *servers, size_t nservers,
+                                            const sg_crpolicy_request *r, const json_t *request_obj, bool *denied,
+                                            char **message) SG_MUST_CHECK;
 
 /* ---- introspection ------------------------------------------------------ */
 

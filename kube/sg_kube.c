@@ -1085,3 +1085,9 @@ const char *sg_kube_namespace(const sg_kube *k)
 {
 	return sg_kube_config_namespace(k->cfg);
 }
+
+const uint8_t *sg_kube_ca_pem(const sg_kube *k, size_t *len)
+{
+	*len = k->cfg->ca ? k->cfg->ca_len : 0;
+	return k->cfg->ca;
+}

@@ -128,6 +128,11 @@ SG_API int sg_kube_new(sg_kube **out, sg_kube_config **cfg, const sg_kube_option
 SG_API void sg_kube_free(sg_kube *k);
 /* The namespace of the configuration (borrowed for the client's life). */
 SG_API const char *sg_kube_namespace(const sg_kube *k);
+/* The PEM bundle the client verifies the API server with (*len bytes,
+ * borrowed for the client's life), or NULL (*len 0) when it uses the
+ * system's roots: what cert-manager's cainjector injects for
+ * cert-manager.io/inject-apiserver-ca. */
+SG_API const uint8_t *sg_kube_ca_pem(const sg_kube *k, size_t *len);
 
 /* An object or a collection. group NULL or "" is the core group (/api/v1);
  * ns NULL is cluster-scoped (or all namespaces for list/watch); name NULL

@@ -35,6 +35,10 @@
  *     policy NotReady, as approver-policy's webhook refuses it; a known
  *     plugin is the caller's to evaluate (sg_crpolicy_plugin_*), and its
  *     answer is folded in with sg_crpolicy_verdict_add;
+ *   - external policy servers (spec.externalPolicyServers, the design's
+ *     field, which approver-policy lacks): the names are checked here; the
+ *     calls are the caller's (sg_crpolicy_external_*), folded in the same
+ *     way;
  *   - durations are whole seconds (sg_goduration_parse drops
  *     fractions of a second); a dropped fraction is tracked, so verdicts
  *     stay right or err towards denial, but a message prints "1s" where Go
@@ -92,6 +96,10 @@ typedef struct sg_crpolicy_options {
 	 * for the call only. */
 	const char *const *plugins;
 	size_t plugin_count;
+	/* Whether the caller calls the ExternalPolicyServers a policy lists in
+	 * spec.externalPolicyServers (the CertificateRequest Policy design's
+	 * field); when false a policy listing any is NotReady ("Forbidden"). */
+	bool external_policy_servers;
 } sg_crpolicy_options;
 
 /* Compiles a CertificateRequestPolicy object (metadata.name and spec are
@@ -116,6 +124,14 @@ SG_API const char *sg_crpolicy_condition_message(const sg_crpolicy *p);
 SG_API size_t sg_crpolicy_plugin_count(const sg_crpolicy *p);
 SG_API const char *sg_crpolicy_plugin_name(const sg_crpolicy *p, size_t i);
 SG_API const json_t *sg_crpolicy_plugin_values(const sg_crpolicy *p, size_t i);
+
+/* spec.externalPolicyServers: the names of the ExternalPolicyServer
+ * objects the policy lists, in its order (a Ready policy's are distinct
+ * DNS subdomains; at most SG_CRPOLICY_MAX_ENTRIES); borrowed for the
+ * policy's life. Calling them is the caller's, after the plugins: their
+ * answers are folded in with sg_crpolicy_verdict_add. */
+SG_API size_t sg_crpolicy_external_count(const sg_crpolicy *p);
+SG_API const char *sg_crpolicy_external_name(const sg_crpolicy *p, size_t i);
 
 /*
  * approver-policy's wildcards (pkg/internal/util/wildcard.go): only '*' is

@@ -645,6 +645,9 @@ int sg_crpolicy_compile(sg_crpolicy **out, const json_t *policy, const sg_crpoli
 			read_selector(&c, v);
 		if ((v = member(spec, "plugins")))
 			read_plugins(&c, v);
+		if ((v = member(spec, "externalPolicyServers")) &&
+		    !too_many(&c, "spec.externalPolicyServers", json_array_size(v), SG_CRPOLICY_MAX_ENTRIES))
+			p->has_external = read_strings(&c, "spec.externalPolicyServers", v, &p->external);
 	}
 	crpolicy_webhook_checks(&c);
 
@@ -708,4 +711,14 @@ const char *sg_crpolicy_plugin_name(const sg_crpolicy *p, size_t i)
 const json_t *sg_crpolicy_plugin_values(const sg_crpolicy *p, size_t i)
 {
 	return i < p->n_plugins ? p->plugin_values[i] : NULL;
+}
+
+size_t sg_crpolicy_external_count(const sg_crpolicy *p)
+{
+	return p->external.n;
+}
+
+const char *sg_crpolicy_external_name(const sg_crpolicy *p, size_t i)
+{
+	return i < p->external.n ? p->external.v[i].p : NULL;
 }

@@ -302,7 +302,42 @@ static void check_constraints(cc *c)
 	}
 }
 
-/* validator.go, then allowed's and constraints' Validate, in that order. */
+/* spec.externalPolicyServers (the design's field; approver-policy has no
+ * webhook check of it): names of cluster-scoped objects, each once, and an
+ * approver that calls such servers. */
+static void check_external(cc *c)
+{
+	const sg_crpolicy *p = c->p;
+	if (p->external.n && !(c->opts && c->opts->external_policy_servers)) {
+		sb m = SB_INIT;
+		crpolicy_fe_begin(&m, "spec.externalPolicyServers", "Forbidden");
+		crpolicy_fe_end(&c->webhook, &m, cstr("this approver does not call external policy servers"));
+		return;
+	}
+	for (size_t i = 0; i < p->external.n; i++) {
+		char path[64];
+		snprintf(path, sizeof(path), "spec.externalPolicyServers[%zu]", i);
+		sstr n = p->external.v[i];
+		if (!sg_names_dns_subdomain(n.p, n.len)) {
+			crpolicy_fe_invalid_str(&c->webhook, path, n,
+			                        cstr("not the name of an ExternalPolicyServer (a lower-case RFC 1123 "
+			                             "subdomain of at most 253 characters)"));
+			continue;
+		}
+		for (size_t j = 0; j < i; j++) {
+			if (!sstr_eq(p->external.v[j], n))
+				continue;
+			sb m = SB_INIT;
+			crpolicy_fe_begin(&m, path, "Duplicate value: ");
+			crpolicy_sb_go_quote(&m, n);
+			crpolicy_fe_end(&c->webhook, &m, cstr(""));
+			break;
+		}
+	}
+}
+
+/* validator.go, then allowed's and constraints' Validate, in that order;
+ * then the design's externalPolicyServers. */
 void crpolicy_webhook_checks(cc *c)
 {
 	const sg_crpolicy *p = c->p;
@@ -346,4 +381,5 @@ void crpolicy_webhook_checks(cc *c)
 	}
 	if (p->has_constraints)
 		check_constraints(c);
+	check_external(c);
 }

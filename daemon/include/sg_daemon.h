@@ -91,6 +91,8 @@ typedef struct sg_daemon_settings {
 	int64_t approver_sar_cache_ttl;
 	char *approver_signer_names;
 	char *external_policy_servers;
+	bool external_policy_server_objects;
+	char *external_policy_server_namespace;
 } sg_daemon_settings;
 
 extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NULL */
@@ -274,7 +276,14 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "(comma-separated <plural>.<group>/* or /<issuer>, or *); others are left to another approver")         \
 	X("external-policy-servers", SG_OPT_STRING, external_policy_servers, "", 0, 4096, NULL,                   \
 	  "gRPC policy servers a CertificateRequestPolicy may consult (plugin external-policy-servers): "          \
-	  "comma-separated name=host:port, or name=host:port;ca=ROOTS.pem[;server-name=NAME] for TLS")
+	  "comma-separated name=host:port, or name=host:port;ca=ROOTS.pem[;server-name=NAME] for TLS")         \
+	X("external-policy-server-objects", SG_OPT_BOOL, external_policy_server_objects, "true", 0, 0, NULL,       \
+	  "with approver: watch ExternalPolicyServer objects (policy.cert-manager.io) and call the ones a "        \
+	  "CertificateRequestPolicy lists in spec.externalPolicyServers (needs their CRD)")                       \
+	X("external-policy-server-namespace", SG_OPT_STRING, external_policy_server_namespace, "cert-manager", 1,  \
+	  63, NULL,                                                                                                \
+	  "namespace of an ExternalPolicyServer's configMapRef, secretRef and cainjector annotations written "    \
+	  "without one (as cert-manager's cluster resource namespace)")
 
 #define SG_DAEMON_ROW_(name, type, field, def, min, max, choices, help) \
 	{name, type, offsetof(SG_DAEMON_T_, SG_DAEMON_M_.field), def, min, max, choices, help, false},

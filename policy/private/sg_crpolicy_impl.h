@@ -199,6 +199,11 @@ struct sg_crpolicy {
 	json_t **plugin_values;
 	bool *plugin_known;
 
+	/* spec.externalPolicyServers: names of ExternalPolicyServer objects
+	 * (the CertificateRequest Policy design's), in the policy's order. */
+	bool has_external;
+	slist external;
+
 	void **allocs; /* everything above that is owned, freed together */
 	size_t n_allocs, cap_allocs;
 	crpolicy_rule **held; /* every CEL rule the fields hold, released together */

@@ -23,6 +23,7 @@
 
 #include "sg_base64.h"
 #include "sg_clock.h"
+#include "sg_file.h"
 #include "sg_metrics.h"
 #include "sg_test.h"
 
@@ -33,6 +34,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,112 +42,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* ---- the Python server ------------------------------------------------------ */
-
-static struct {
-	pid_t pid;
-	int to_child;  /* its stdin: closing it stops the server */
-	int a, b, tls; /* ports */
-	char ca[512], other_ca[512];
-	char dir[512];
-	bool started; /* the child runs */
-	bool tried, ready;
-} srv;
-
-static void server_stop(void)
-{
-	if (!srv.started)
-		return;
-	close(srv.to_child);
-	for (int i = 0; i < 200; i++) { /* 10 s */
-		if (waitpid(srv.pid, NULL, WNOHANG) == srv.pid)
-			return;
-		sg_sleep_ms(50);
-	}
-	kill(srv.pid, SIGKILL);
-	waitpid(srv.pid, NULL, 0);
-}
-
-/* Reads the server's one line of JSON (compiling the proto takes seconds). */
-static int read_line(int fd, char *buf, size_t cap, int timeout_ms)
-{
-	size_t n = 0;
-	uint64_t until = sg_now_ns() + (uint64_t)timeout_ms * 1000000u;
-	while (n + 1 < cap) {
-		struct pollfd p = {fd, POLLIN, 0};
-		int left = (int)((until - sg_now_ns()) / 1000000u);
-		if (sg_now_ns() >= until || poll(&p, 1, left > 0 ? left : 1) < 0)
-			return -1;
-		if (!(p.revents & (POLLIN | POLLHUP)))
-			continue;
-		ssize_t got = read(fd, buf + n, 1);
-		if (got <= 0)
-			return -1;
-		if (buf[n] == '\n')
-			break;
-		n++;
-	}
-	buf[n] = '\0';
-	return 0;
-}
-
-static bool server_start(void);
-
-/* Starts policy_server.py once; false (a failed check) when it cannot. */
-static bool server(void)
-{
-	if (!srv.tried) {
-		srv.tried = true;
-		srv.ready = server_start();
-		SG_CHECK(srv.ready);
-	}
-	return srv.ready;
-}
-
-static bool server_start(void)
-{
-	const char *tmp = getenv("SIGNET_TEST_TMP");
-	snprintf(srv.dir, sizeof(srv.dir), "%s/policyserver-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-	if (!mkdtemp(srv.dir)) {
-		fprintf(stderr, "mkdtemp %s: %s\n", srv.dir, strerror(errno));
-		return false;
-	}
-	int out[2], in[2];
-	if (pipe(out) != 0 || pipe(in) != 0)
-		return false;
-	pid_t pid = fork();
-	if (pid < 0)
-		return false;
-	if (pid == 0) {
-		dup2(in[0], 0);
-		dup2(out[1], 1);
-		close(in[0]), close(in[1]), close(out[0]), close(out[1]);
-		execl("/usr/bin/python3", "python3", POLICY_SERVER_PY, PROTO_DIR, srv.dir, (char *)NULL);
-		_exit(127);
-	}
-	close(in[0]);
-	close(out[1]);
-	srv.pid = pid;
-	srv.to_child = in[1];
-	srv.started = true;
-	atexit(server_stop);
-	char line[4096];
-	int rc = read_line(out[0], line, sizeof(line), 120000);
-	close(out[0]);
-	json_error_t err;
-	json_t *j = rc == 0 ? json_loads(line, 0, &err) : NULL;
-	const char *ca = NULL, *other = NULL;
-	if (!j || json_unpack(j, "{s:i, s:i, s:i, s:s, s:s}", "a", &srv.a, "b", &srv.b, "tls", &srv.tls, "ca", &ca,
-	                      "other_ca", &other) != 0) {
-		fprintf(stderr, "policy_server.py did not start (line: %s)\n", rc == 0 ? line : "none");
-		json_decref(j);
-		return false;
-	}
-	snprintf(srv.ca, sizeof(srv.ca), "%s", ca);
-	snprintf(srv.other_ca, sizeof(srv.other_ca), "%s", other);
-	json_decref(j);
-	return true;
-}
+#include "policy_server_fx.h"
 
 /* A port nothing listens on (bound, then closed). */
 static int dead_port(void)
@@ -376,7 +273,6 @@ static void t_config_bad(void)
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		refused_config(cases[i].spec, 0, SG_EINVAL, cases[i].msg);
-	refused_config(NULL, 0, SG_EINVAL, "no servers");
 	refused_config("a=h:1", SG_POLICYSERVER_TIMEOUT_MAX_MS + 1, SG_EINVAL, "a timeout of 300001 ms");
 
 	char many[1024] = "";
@@ -819,6 +715,170 @@ static void t_concurrent(void)
 	sg_policyserver_free(ps);
 }
 
+/* ---- ExternalPolicyServer objects ------------------------------------------------ */
+
+static char *read_pem(const char *path, size_t *len)
+{
+	uint8_t *pem = NULL;
+	SG_CHECK_OK(sg_file_read(path, 1u << 20, &pem, len));
+	return (char *)pem;
+}
+
+static outcome eval_objects(sg_policyserver *ps, const char *const *names, size_t n, const char *crname)
+{
+	json_t *cr = cr_named(crname);
+	outcome o = {0};
+	sg_error_clear();
+	o.rc = sg_policyserver_evaluate_servers(ps, "test-policy", names, n, NULL, cr, &o.denied, &o.message);
+	snprintf(o.detail, sizeof(o.detail), "%s", sg_error_last()->msg);
+	json_decref(cr);
+	return o;
+}
+
+/* An object's server: TLS to its endpoint with its bundle, answers as the
+ * flag's servers; unknown, waiting (no bundle) and refused objects are
+ * retried with their reason, never approved; an unchanged object keeps its
+ * channel. */
+static void t_objects(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = NULL;
+	sg_policyserver_options po = {.servers = NULL, .timeout_ms = TLS_DEADLINE_MS};
+	SG_CHECK_OK(sg_policyserver_new(&ps, &po)); /* objects only */
+	if (!ps)
+		return;
+	SG_CHECK(sg_policyserver_count(ps) == 0 && sg_policyserver_resource_count(ps) == 0);
+	size_t ca_len = 0, other_len = 0;
+	char *ca = read_pem(srv.ca, &ca_len), *other = read_pem(srv.other_ca, &other_len);
+	char ep[64];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%d", srv.tls);
+	const char *one[] = {"policy.example"};
+	bool changed = false;
+
+	want_error(eval_objects(ps, one, 1, "approve-unknown"), SG_EBUSY,
+	           "ExternalPolicyServer policy.example does not exist");
+	/* no bundle yet: known, waits */
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "policy.example", ep, NULL, 0, &changed));
+	SG_CHECK(changed && sg_policyserver_resource_count(ps) == 1);
+	want_error(eval_objects(ps, one, 1, "approve-waiting"), SG_EBUSY,
+	           "ExternalPolicyServer policy.example has no CA bundle");
+	/* the bundle: calls are made */
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "policy.example", ep, ca, ca_len, &changed));
+	SG_CHECK(changed);
+	want_approved(eval_objects(ps, one, 1, "approve-object"));
+	want_denied(eval_objects(ps, one, 1, "deny-object"),
+	            "external policy server policy.example: A says no to deny-object");
+	want_error(eval_objects(ps, one, 1, "error-object"), SG_EBUSY, "backend down");
+	/* a server built to the design's numbering (APPROVED = 0 in field 1) is
+	 * refused, never read as approving */
+	want_error(eval_objects(ps, one, 1, "design-approve-object"), SG_EPROTO, "policy.example");
+	/* the same again: nothing changes */
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "policy.example", ep, ca, ca_len, &changed));
+	SG_CHECK(!changed);
+	/* the wrong roots: no handshake, no approval */
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "policy.example", ep, other, other_len, &changed));
+	SG_CHECK(changed);
+	want_error(eval_objects(ps, one, 1, "approve-wrong-roots"), SG_EBUSY, "UNAVAILABLE");
+	/* refused: a bundle that is no PEM, an endpoint that is no address */
+	SG_CHECK_RC(sg_policyserver_resource_set(ps, "policy.example", ep, "not a pem", 9, &changed), SG_EINVAL);
+	SG_CHECK(strstr(sg_error_last()->msg, "caBundle") != NULL);
+	want_error(eval_objects(ps, one, 1, "approve-bad-ca"), SG_EBUSY,
+	           "ExternalPolicyServer policy.example is not Ready: caBundle");
+	SG_CHECK_RC(sg_policyserver_resource_set(ps, "policy.example", "Bad_Host:1", ca, ca_len, &changed), SG_EINVAL);
+	SG_CHECK(strstr(sg_error_last()->msg, "not a lower-case DNS name") != NULL);
+	SG_CHECK_RC(sg_policyserver_resource_set(ps, "policy.example", "h:99999", ca, ca_len, &changed), SG_EINVAL);
+	SG_CHECK_RC(sg_policyserver_resource_set(ps, "Not_A_Name", ep, ca, ca_len, &changed), SG_EINVAL);
+	/* no port: 443 (nothing listens there: no answer, no approval) */
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "policy.example", "127.0.0.1", ca, ca_len, &changed));
+	want_error(eval_objects(ps, one, 1, "approve-443"), SG_EBUSY, "UNAVAILABLE");
+
+	/* two objects in order: the second asked only while the first approves */
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "policy.example", ep, ca, ca_len, &changed));
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "second", ep, ca, ca_len, &changed));
+	const char *two[] = {"policy.example", "second"};
+	want_approved(eval_objects(ps, two, 2, "approve-two"));
+	want_denied(eval_objects(ps, two, 2, "deny-two"),
+	            "external policy server policy.example: A says no to deny-two");
+	/* removed, cleared: unknown again */
+	sg_policyserver_resource_remove(ps, "second");
+	want_error(eval_objects(ps, two, 2, "approve-removed"), SG_EBUSY, "ExternalPolicyServer second does not exist");
+	sg_policyserver_resource_clear(ps);
+	SG_CHECK(sg_policyserver_resource_count(ps) == 0);
+	want_error(eval_objects(ps, one, 1, "approve-cleared"), SG_EBUSY, "does not exist");
+	free(ca);
+	free(other);
+	sg_policyserver_free(ps);
+}
+
+typedef struct churn {
+	sg_policyserver *ps;
+	const char *ep, *ca;
+	size_t ca_len;
+	atomic_int stop;
+	int wrong;
+} churn;
+
+/* Replaces and removes the object while other threads call it. */
+static void *churn_main(void *arg)
+{
+	churn *c = arg;
+	for (int i = 0; !atomic_load(&c->stop); i++) {
+		bool changed;
+		const char *ep = i % 3 == 2 ? "127.0.0.1:1" : c->ep;
+		if (i % 5 == 4)
+			sg_policyserver_resource_remove(c->ps, "churn");
+		else if (sg_policyserver_resource_set(c->ps, "churn", ep, c->ca, c->ca_len, &changed) != SG_OK)
+			c->wrong++;
+		sg_sleep_ms(2);
+	}
+	return NULL;
+}
+
+static void *churn_caller(void *arg)
+{
+	churn *c = arg;
+	const char *one[] = {"churn"};
+	for (int i = 0; i < 40; i++) {
+		char name[32];
+		snprintf(name, sizeof(name), "%s-%d", i % 2 ? "deny" : "approve", i);
+		outcome o = eval_objects(c->ps, one, 1, name);
+		/* an answer is the server's own; anything else is an error, never
+		 * an approval of a "deny-" request */
+		if ((o.rc == SG_OK && (i % 2) != o.denied) || (o.rc != SG_OK && (o.denied || o.message)))
+			c->wrong++;
+		free(o.message);
+	}
+	return NULL;
+}
+
+static void t_objects_concurrent(void)
+{
+	if (!server())
+		return;
+	sg_policyserver *ps = NULL;
+	sg_policyserver_options po = {.timeout_ms = TLS_DEADLINE_MS};
+	SG_CHECK_OK(sg_policyserver_new(&ps, &po));
+	if (!ps)
+		return;
+	size_t ca_len = 0;
+	char *ca = read_pem(srv.ca, &ca_len);
+	char ep[64];
+	snprintf(ep, sizeof(ep), "127.0.0.1:%d", srv.tls);
+	churn c = {.ps = ps, .ep = ep, .ca = ca, .ca_len = ca_len};
+	pthread_t writer, callers[4];
+	SG_CHECK(pthread_create(&writer, NULL, churn_main, &c) == 0);
+	for (int i = 0; i < 4; i++)
+		SG_CHECK(pthread_create(&callers[i], NULL, churn_caller, &c) == 0);
+	for (int i = 0; i < 4; i++)
+		pthread_join(callers[i], NULL);
+	atomic_store(&c.stop, 1);
+	pthread_join(writer, NULL);
+	SG_CHECK(c.wrong == 0);
+	free(ca);
+	sg_policyserver_free(ps);
+}
+
 /* ---- metrics -------------------------------------------------------------------- */
 
 static void t_metrics(void)
@@ -859,4 +919,4 @@ static void t_metrics(void)
 SG_TEST_MAIN(SG_TEST(t_config_good), SG_TEST(t_config_bad), SG_TEST(t_values), SG_TEST(t_approved), SG_TEST(t_denied),
              SG_TEST(t_order), SG_TEST(t_error), SG_TEST(t_hostile_responses), SG_TEST(t_design_numbering),
              SG_TEST(t_deadline), SG_TEST(t_down), SG_TEST(t_tls), SG_TEST(t_fields), SG_TEST(t_bad_objects),
-             SG_TEST(t_concurrent), SG_TEST(t_metrics))
+             SG_TEST(t_concurrent), SG_TEST(t_objects), SG_TEST(t_objects_concurrent), SG_TEST(t_metrics))

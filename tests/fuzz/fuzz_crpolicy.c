@@ -24,6 +24,7 @@
  *   - wildcards: "*" matches every name, a name without '*' matches itself.
  */
 #include "sg_crpolicy.h"
+#include "sg_names.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -169,7 +170,8 @@ static void run(const sg_crpolicy *p, bool plain, const uint8_t *der, size_t len
 static sg_crpolicy *compile(const json_t *j)
 {
 	static const char *const plugins[] = {"external-policy"};
-	sg_crpolicy_options opts = {plugins, 1};
+	/* servers on: spec.externalPolicyServers is read and checked */
+	sg_crpolicy_options opts = {plugins, 1, true};
 	sg_crpolicy *p = NULL;
 	int rc = sg_crpolicy_compile(&p, j, &opts);
 	check(rc == SG_OK || rc == SG_EINVAL);
@@ -203,6 +205,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		sg_crpolicy_free(again);
 		for (size_t i = 0; i < sg_crpolicy_plugin_count(p); i++)
 			check(sg_crpolicy_plugin_name(p, i) != NULL);
+		/* a Ready policy's servers: at most 64 distinct object names */
+		size_t ns = sg_crpolicy_external_count(p);
+		check(ns <= SG_CRPOLICY_MAX_ENTRIES && sg_crpolicy_external_name(p, ns) == NULL);
+		for (size_t i = 0; sg_crpolicy_ready(p) && i < ns; i++) {
+			const char *n = sg_crpolicy_external_name(p, i);
+			check(n && sg_names_dns_subdomain(n, strlen(n)));
+			for (size_t j2 = 0; j2 < i; j2++)
+				check(strcmp(n, sg_crpolicy_external_name(p, j2)) != 0);
+		}
 	}
 	json_decref(j);
 	if (!p) {

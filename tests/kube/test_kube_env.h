@@ -193,6 +193,7 @@ static inline bool kube_env_ref_of(const json_t *obj, char *buf, size_t cap, sg_
 	    {"RoleBinding", "rolebindings", true},
 	    {"ServiceAccount", "serviceaccounts", true},
 	    {"CertificateRequestPolicy", "certificaterequestpolicies", false},
+	    {"ExternalPolicyServer", "externalpolicyservers", false},
 	    {"SignetIssuer", "signetissuers", true},
 	};
 	const char *api = json_string_value(json_object_get(obj, "apiVersion"));

@@ -24,7 +24,7 @@
 #include <time.h>
 
 static const char *const known_plugins[] = {"external-policy"};
-static const sg_crpolicy_options opts = {known_plugins, 1};
+static const sg_crpolicy_options opts = {known_plugins, 1, false};
 
 static json_t *json_of(const char *text)
 {
@@ -357,7 +357,7 @@ static void t_documented_policies(void)
 	CONDITION(plugin_rego, &opts, false,
 	          NR "spec.plugins: Unsupported value: \"rego\": supported values: \"external-policy\"");
 	const char *const rego[] = {"external-policy", "rego"};
-	sg_crpolicy_options with_rego = {rego, 2};
+	sg_crpolicy_options with_rego = {rego, 2, false};
 	sg_crpolicy *p = load_with(plugin_rego, &with_rego);
 	SG_CHECK(sg_crpolicy_ready(p));
 	SG_CHECK(sg_crpolicy_plugin_count(p) == 1);
@@ -368,6 +368,49 @@ static void t_documented_policies(void)
 	SG_CHECK(sg_crpolicy_plugin_name(p, 1) == NULL && sg_crpolicy_plugin_values(p, 1) == NULL);
 	CHECK_STR(sg_crpolicy_name(p), "plugin-some-example");
 	sg_crpolicy_free(p);
+}
+
+/* spec.externalPolicyServers, the CertificateRequest Policy design's field:
+ * names kept in order for a caller that calls them, refused when it does
+ * not; bad names, duplicates and too many make the policy NotReady. */
+static void t_external_servers(void)
+{
+	static const char with_servers[] =
+	    "{`metadata`:{`name`:`with-servers`},`spec`:{`selector`:{`issuerRef`:{}},"
+	    "`allowed`:{`dnsNames`:{`values`:[`*`]}},`externalPolicyServers`:[`istio-csr`,`spiffe.policy`]}}";
+	sg_crpolicy_options eps = {known_plugins, 1, true};
+	CONDITION(with_servers, &opts, false,
+	          NR "spec.externalPolicyServers: Forbidden: this approver does not call external policy servers");
+	CONDITION(with_servers, &eps, true, SG_CRPOLICY_READY_MESSAGE);
+	sg_crpolicy *p = load_with(with_servers, &eps);
+	SG_CHECK(sg_crpolicy_external_count(p) == 2);
+	CHECK_STR(sg_crpolicy_external_name(p, 0), "istio-csr");
+	CHECK_STR(sg_crpolicy_external_name(p, 1), "spiffe.policy");
+	SG_CHECK(sg_crpolicy_external_name(p, 2) == NULL);
+	sg_crpolicy_free(p);
+	p = load_with("{`metadata`:{`name`:`none`},`spec`:{`selector`:{`issuerRef`:{}}}}", &eps);
+	SG_CHECK(sg_crpolicy_external_count(p) == 0 && sg_crpolicy_external_name(p, 0) == NULL);
+	sg_crpolicy_free(p);
+
+	CONDITION("{`metadata`:{`name`:`x`},`spec`:{`selector`:{`issuerRef`:{}},"
+	          "`externalPolicyServers`:[`a`,`Bad_Name`,`a`]}}",
+	          &eps, false,
+	          NR "[spec.externalPolicyServers[1]: Invalid value: \"Bad_Name\": not the name of an "
+	             "ExternalPolicyServer (a lower-case RFC 1123 subdomain of at most 253 characters), "
+	             "spec.externalPolicyServers[2]: Duplicate value: \"a\"]");
+	CONDITION("{`metadata`:{`name`:`x`},`spec`:{`selector`:{`issuerRef`:{}},`externalPolicyServers`:`a`}}", &eps,
+	          false,
+	          NR "spec.externalPolicyServers: Invalid value: \"string\": spec.externalPolicyServers in body "
+	             "must be of type array: \"string\"");
+	CONDITION("{`metadata`:{`name`:`x`},`spec`:{`selector`:{`issuerRef`:{}},`externalPolicyServers`:[1]}}", &eps,
+	          false,
+	          NR "spec.externalPolicyServers[0]: Invalid value: \"integer\": spec.externalPolicyServers[0] in "
+	             "body must be of type string: \"integer\"");
+	char many[2048] = "{`metadata`:{`name`:`x`},`spec`:{`selector`:{`issuerRef`:{}},`externalPolicyServers`:[";
+	for (int i = 0; i <= SG_CRPOLICY_MAX_ENTRIES; i++)
+		snprintf(many + strlen(many), sizeof(many) - strlen(many), "%s`s%d`", i ? "," : "", i);
+	strcat(many, "]}}");
+	CONDITION(many, &eps, false, NR "spec.externalPolicyServers: Too many: 65: must have at most 64 items");
 }
 
 /* What approver-policy's webhook refuses, with its messages. */
@@ -1477,7 +1520,8 @@ static void t_threads(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_wildcards), SG_TEST(t_documented_policies), SG_TEST(t_webhook_checks),
-             SG_TEST(t_schema_and_bounds), SG_TEST(t_allowed), SG_TEST(t_dns_and_default_deny), SG_TEST(t_example_com),
-             SG_TEST(t_cel), SG_TEST(t_cel_cache_limit), SG_TEST(t_is_ca_and_usages), SG_TEST(t_sans_raw),
-             SG_TEST(t_subject_raw), SG_TEST(t_quoting), SG_TEST(t_constraints), SG_TEST(t_selectors),
-             SG_TEST(t_messages), SG_TEST(t_end_to_end), SG_TEST(t_threads))
+             SG_TEST(t_external_servers), SG_TEST(t_schema_and_bounds), SG_TEST(t_allowed),
+             SG_TEST(t_dns_and_default_deny), SG_TEST(t_example_com), SG_TEST(t_cel), SG_TEST(t_cel_cache_limit),
+             SG_TEST(t_is_ca_and_usages), SG_TEST(t_sans_raw), SG_TEST(t_subject_raw), SG_TEST(t_quoting),
+             SG_TEST(t_constraints), SG_TEST(t_selectors), SG_TEST(t_messages), SG_TEST(t_end_to_end),
+             SG_TEST(t_threads))
