@@ -14,9 +14,10 @@
  * approver's byte for byte. What needs the cluster is not guessed at:
  *   - RBAC: the approver evaluates a policy only for a requester who may
  *     `use` it (a SubjectAccessReview); here that is assumed;
- *   - plugins (spec.plugins): run by signetd only (the external policy
- *     servers); a policy with plugins gets no verdict unless its own rules
- *     deny (the approver does not ask the plugins then);
+ *   - plugins (spec.plugins) and ExternalPolicyServers
+ *     (spec.externalPolicyServers): called by signetd only; a policy with
+ *     either gets no verdict unless its own rules deny (the approver does
+ *     not ask them then);
  *   - the namespace's labels, when the policy selects by matchLabels, come
  *     from --namespace-labels, and are required then.
  * The policy's Ready condition is its compiled readiness (the approver
@@ -79,20 +80,21 @@ static void usage(void)
 	       "decides it, with the message it writes on the request's condition. Each file\n"
 	       "holds one object, YAML or JSON, as applied with kubectl.\n\n"
 	       "It assumes the requester may `use` the policy (the approver's SubjectAccessReview\n"
-	       "needs the cluster) and cannot run plugins (spec.plugins): a policy with plugins\n"
-	       "gets no verdict unless its own rules deny.\n\n"
+	       "needs the cluster) and cannot run plugins (spec.plugins) or call\n"
+	       "ExternalPolicyServers (spec.externalPolicyServers): a policy with either gets\n"
+	       "no verdict unless its own rules deny.\n\n"
 	       "Output (text): the verdict on the first line (Approved, Denied,\n"
-	       "NotApplicable (NotSelected|NotReady), Undecided (Plugins|EvaluationError)),\n"
-	       "then the message: for Approved and Denied the condition's message byte for\n"
-	       "byte, for NotReady the policy's Ready condition message.\n\n"
+	       "NotApplicable (NotSelected|NotReady), Undecided (Plugins|ExternalPolicyServers|\n"
+	       "EvaluationError)), then the message: for Approved and Denied the condition's\n"
+	       "message byte for byte, for NotReady the policy's Ready condition message.\n\n"
 	       "Exit status:\n"
 	       "  0  Approved\n"
 	       "  1  Denied\n"
 	       "  2  usage or input error (a file that is not one object of the right kind,\n"
 	       "     a request field or CSR the approver cannot read, labels needed and not given)\n"
 	       "  3  not applicable: the policy does not select the request, or is NotReady\n"
-	       "  4  no verdict offline: the policy's plugins decide, or an evaluation error\n"
-	       "     (the approver retries)\n\n");
+	       "  4  no verdict offline: the policy's plugins or ExternalPolicyServers decide,\n"
+	       "     or an evaluation error (the approver retries)\n\n");
 	sg_opt_usage(policy_opts, N_POLICY_OPTS, stdout);
 }
 
@@ -250,7 +252,11 @@ static int decide(const policy_args *a, const json_t *pol, const json_t *cr, ver
 	          "%s: metadata.namespace is missing (the policy's namespace selector and CEL's cr.namespace read it)",
 	          a->request);
 	const char *names[SG_CRPOLICY_MAX_ENTRIES];
-	sg_crpolicy_options po = {.plugins = names, .plugin_count = plugin_names(pol, names, SG_CRPOLICY_MAX_ENTRIES)};
+	/* external_policy_servers: as signetd compiles it (the servers are
+	 * named, not called, here) */
+	sg_crpolicy_options po = {.plugins = names,
+	                          .plugin_count = plugin_names(pol, names, SG_CRPOLICY_MAX_ENTRIES),
+	                          .external_policy_servers = true};
 	rc = sg_crpolicy_compile(&p, pol, &po);
 	if (rc < 0)
 		return sg_error_set(rc, "%s: %s", a->policy, sg_error_last()->msg);
@@ -308,6 +314,12 @@ static int decide(const policy_args *a, const json_t *pol, const json_t *cr, ver
 		                            "signetctl cannot run them",
 		                            sg_crpolicy_plugin_name(p, 0),
 		                            sg_crpolicy_plugin_count(p) > 1 ? ", ..." : ""));
+	} else if (rc == SG_OK && sg_crpolicy_external_count(p) > 0) {
+		rc = set_verdict(out, EXIT_UNDECIDED, "Undecided", "ExternalPolicyServers",
+		                 dup_printf("the policy's rules pass; its ExternalPolicyServers "
+		                            "(spec.externalPolicyServers: %s%s) decide, and signetctl cannot call them",
+		                            sg_crpolicy_external_name(p, 0),
+		                            sg_crpolicy_external_count(p) > 1 ? ", ..." : ""));
 	} else if (rc == SG_OK) {
 		char *msg = NULL;
 		if ((rc = sg_crpolicy_approved_message(sg_crpolicy_name(p), &msg)) == SG_OK)

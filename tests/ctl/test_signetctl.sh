@@ -349,6 +349,15 @@ expect "policy: its rules pass, its plugins decide: no verdict offline (exit 4),
   "Undecided (Plugins)" "the policy's rules pass; its plugins (spec.plugins: rego) decide, and signetctl cannot run them" \
   -- --policy "$pd/plugin.yaml" --request "$pd/cn.yaml"
 expect "policy: plugins, but the rules deny: Denied" pc 1 -- --policy "$pd/plugin.yaml" --request "$pd/plug-www.yaml"
+# The design's ExternalPolicyServers: named, never called offline.
+printf '%s\n' 'apiVersion: policy.cert-manager.io/v1alpha1' 'kind: CertificateRequestPolicy' 'metadata:' \
+  '  name: with-servers' 'spec:' '  allowed:' '    commonName:' '      value: "example.com"' \
+  '  externalPolicyServers: [istio-csr, spiffe]' '  selector:' '    issuerRef:' '      name: my-ca' >"$pd/eps.yaml"
+expect "policy: its rules pass, its ExternalPolicyServers decide: exit 4, never Approved" pc_is 4 \
+  "Undecided (ExternalPolicyServers)" \
+  "the policy's rules pass; its ExternalPolicyServers (spec.externalPolicyServers: istio-csr, ...) decide, and signetctl cannot call them" \
+  -- --policy "$pd/eps.yaml" --request "$pd/cn.yaml"
+expect "policy: ExternalPolicyServers, but the rules deny: Denied" pc 1 -- --policy "$pd/eps.yaml" --request "$pd/plug-www.yaml"
 # Hostile and wrong inputs: exit 2, one line, at once.
 head -c 2000000 /dev/zero | tr '\0' ' ' >"$pd/huge.yaml"
 expect "policy: a file over 1.5 MiB" pc_err "larger than 1572864 bytes" -- --policy "$pd/huge.yaml" --request "$pd/www.yaml"
