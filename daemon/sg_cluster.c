@@ -270,11 +270,11 @@ static int make_kubecsr(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ct
 	(void)o;
 	const sg_daemon_settings *d = c->d;
 	sg_kubecsr_options ko = {
-		.kube = c->kube_writers,
-		.cas = c->cas,
-		.ncas = c->ncas,
-		.alias_signer_name = d->kube_csr_signer_alias,
-		.alias_issuer = d->kube_csr_signer_alias_issuer,
+	    .kube = c->kube_writers,
+	    .cas = c->cas,
+	    .ncas = c->ncas,
+	    .aliases = d->kube_csr_signer_alias,
+	    .alias_issuer = d->kube_csr_signer_alias_issuer,
 	};
 	SG_TRY(sg_kubecsr_new(&c->kubecsr, &ko));
 	*ctrl = sg_kubecsr_controller(c->kubecsr);

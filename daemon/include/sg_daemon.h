@@ -236,10 +236,12 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "more CAs for SignetIssuers' caName: comma-separated name=config-file (as signetctl init writes)")       \
 	X("kube-csr-signer", SG_OPT_BOOL, kube_csr_signer, "true", 0, 0, NULL,                                    \
 	  "sign Kubernetes CSRs for signerName signetclusterissuers.signet.dev/<name> (leader only)")              \
-	X("kube-csr-signer-alias", SG_OPT_STRING, kube_csr_signer_alias, "", 0, 571, NULL,                       \
-	  "one more signerName to sign Kubernetes CSRs for (istiod's K8S_SIGNER); empty: none")                   \
+	X("kube-csr-signer-alias", SG_OPT_STRING, kube_csr_signer_alias, "", 0, 4096, NULL,                      \
+	  "more signerNames to sign Kubernetes CSRs for, comma-separated signerName[=SignetClusterIssuer] (at "  \
+	  "most 16; istiod's K8S_SIGNER, or CERT_SIGNER_DOMAIN/<ISTIO_META_CERT_SIGNER> names such as "          \
+	  "clusterissuers.cert-manager.io/istio-system); empty: none")                                             \
 	X("kube-csr-signer-alias-issuer", SG_OPT_STRING, kube_csr_signer_alias_issuer, "default", 1, 253, NULL,   \
-	  "the SignetClusterIssuer whose CA and limits the alias signerName uses")                                 \
+	  "the SignetClusterIssuer whose CA and limits an alias signerName named without one uses")                \
 	X("issuer-check-interval", SG_OPT_DURATION, issuer_check_interval, "30s", 1, 3600, NULL,                  \
 	  "how often each SignetIssuer/SignetClusterIssuer's CA is checked for its Ready condition")              \
 	X("issuer-enabled", SG_OPT_BOOL, issuer_enabled, "true", 0, 0, NULL,                                      \
