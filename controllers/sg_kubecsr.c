@@ -11,8 +11,8 @@
  * rarely; the CSR informer's list is walked then, never per CSR.
  *
  * Filtering. The CSR watch sees every CSR of the cluster (kubelets',
- * other signers'); its map queues only those whose signerName is ours and
- * counts the others, so a foreign CSR costs no reconcile and is never
+ * other signers'); its map queues only those whose signerName is ours
+ * (signet's two prefixes and the aliases) and counts the others, so a foreign CSR costs no reconcile and is never
  * written to: the reconcile looks only at what the map let through, and
  * checks the signerName again itself.
  *
@@ -74,9 +74,12 @@ struct sg_kubecsr {
 	sg_ctrl *ctrl;
 	const sg_kubesign_ca *cas;
 	size_t ncas;
-	char *alias;        /* NULL: no alias */
-	char *alias_issuer; /* the issuer that serves it */
-	sg_kubekeep *keep;  /* signed, not yet written (its own lock) */
+	struct alias {
+		char *name;   /* a signerName */
+		char *issuer; /* the SignetClusterIssuer that serves it */
+	} aliases[SG_KUBECSR_ALIASES_MAX];
+	size_t naliases;
+	sg_kubekeep *keep; /* signed, not yet written (its own lock) */
 
 	pthread_mutex_t mu; /* the fields below */
 	sg_kubecsr_stats stats;
@@ -95,27 +98,41 @@ typedef enum outcome {
 
 /* ---- reading a CSR ---- */
 
-/* The issuer that signs for csr's signerName, or false when the CSR is
- * not ours. */
-static bool issuer_of(const sg_kubecsr *k, const json_t *csr, char issuer[SG_KUBE_NAME_MAX + 1])
+typedef enum signer_kind {
+	SIGNER_FOREIGN,    /* another signer's: never touched */
+	SIGNER_CLUSTER,    /* a SignetClusterIssuer signs it (by prefix or alias) */
+	SIGNER_NAMESPACED, /* signetissuers.signet.dev/...: Failed once approved */
+} signer_kind;
+
+static const char *signer_name(const json_t *csr)
 {
-	const char *signer = json_string_value(json_object_get(json_object_get(csr, "spec"), "signerName"));
+	return json_string_value(json_object_get(json_object_get(csr, "spec"), "signerName"));
+}
+
+/* Whose csr is, and for SIGNER_CLUSTER the issuer that signs it. */
+static signer_kind signer_of(const sg_kubecsr *k, const json_t *csr, char issuer[SG_KUBE_NAME_MAX + 1])
+{
+	const char *signer = signer_name(csr);
 	if (!signer)
-		return false;
+		return SIGNER_FOREIGN;
 	size_t plen = strlen(SG_KUBECSR_SIGNER_PREFIX);
 	if (strncmp(signer, SG_KUBECSR_SIGNER_PREFIX, plen) == 0) {
 		const char *name = signer + plen;
 		size_t n = strlen(name);
 		if (!sg_names_dns_subdomain(name, n))
-			return false; /* no issuer can be called so (the API server refuses such names anyway) */
+			return SIGNER_FOREIGN; /* no issuer is called so (the API server refuses such names) */
 		memcpy(issuer, name, n + 1);
-		return true;
+		return SIGNER_CLUSTER;
 	}
-	if (k->alias && strcmp(signer, k->alias) == 0) {
-		snprintf(issuer, SG_KUBE_NAME_MAX + 1, "%s", k->alias_issuer);
-		return true;
+	if (strncmp(signer, SG_KUBECSR_NAMESPACED_PREFIX, strlen(SG_KUBECSR_NAMESPACED_PREFIX)) == 0)
+		return SIGNER_NAMESPACED;
+	for (size_t i = 0; i < k->naliases; i++) {
+		if (strcmp(signer, k->aliases[i].name) == 0) {
+			snprintf(issuer, SG_KUBE_NAME_MAX + 1, "%s", k->aliases[i].issuer);
+			return SIGNER_CLUSTER;
+		}
 	}
-	return false;
+	return SIGNER_FOREIGN;
 }
 
 /* Whether csr has a condition of type whose status is "True" (strict:
@@ -182,21 +199,25 @@ static int prefixed(int code, const char *prefix)
 	return sg_error_set(code, "%s%s", prefix, msg);
 }
 
-/* The validity asked for: spec.expirationSeconds, else the annotation,
- * else 0 (the issuer's default). */
-static int asked_duration(const json_t *csr, int64_t *out)
+/* cert-manager's precedence: the annotation whenever it is there (its
+ * presence, not its value, decides: an empty one is a parse error there
+ * too), then the field. An annotation that is there but not a string
+ * (the API server never serves one) is treated as a bad value. */
+int sg_kubecsr_duration(const json_t *csr, int64_t *out)
 {
 	*out = 0;
-	const json_t *exp = json_object_get(json_object_get(csr, "spec"), "expirationSeconds");
-	if (json_is_integer(exp) && json_integer_value(exp) > 0) {
-		*out = (int64_t)json_integer_value(exp);
+	const json_t *ann = json_object_get(json_object_get(json_object_get(csr, "metadata"), "annotations"),
+	                                    SG_KUBECSR_ANNOTATION_DURATION);
+	if (ann) {
+		const char *d = json_string_value(ann);
+		SG_ENSURE(d, SG_EINVAL, "annotation " SG_KUBECSR_ANNOTATION_DURATION ": not a string");
+		if (sg_kubesign_duration_parse(d, out) != SG_OK)
+			return prefixed(SG_EINVAL, "annotation " SG_KUBECSR_ANNOTATION_DURATION ": ");
 		return SG_OK;
 	}
-	const char *d = annotation(csr, SG_KUBECSR_ANNOTATION_DURATION);
-	if (!d)
-		return SG_OK;
-	if (sg_kubesign_duration_parse(d, out) != SG_OK)
-		return prefixed(SG_EINVAL, "annotation " SG_KUBECSR_ANNOTATION_DURATION ": ");
+	const json_t *exp = json_object_get(json_object_get(csr, "spec"), "expirationSeconds");
+	if (json_is_integer(exp) && json_integer_value(exp) > 0)
+		*out = (int64_t)json_integer_value(exp);
 	return SG_OK;
 }
 
@@ -212,7 +233,7 @@ static int read_request(const json_t *csr, const char *issuer, const sg_signetis
 	          SG_KUBECSR_ANNOTATION_IS_CA, issuer);
 	/* A Kubernetes signer may issue shorter than asked (and the API has
 	 * no way to refuse a duration short of failing the CSR). */
-	SG_TRY(asked_duration(csr, &r->asked));
+	SG_TRY(sg_kubecsr_duration(csr, &r->asked));
 	r->duration = sg_signetissuer_duration(spec, r->asked);
 	const json_t *s = json_object_get(csr, "spec");
 	if (sg_kubesign_usages(json_object_get(s, "usages"), r->is_ca, 0, 0, &r->ku, &r->eku) != SG_OK)
@@ -536,6 +557,19 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 	return rc;
 }
 
+/* A CSR for a namespaced issuer, approved: it fails, saying why (no
+ * signer will ever sign it, and silence would look like one that is
+ * down). Nothing was signed, so nothing is kept. */
+static int fail_namespaced(sg_kubecsr *k, const char *name, json_t **csr, outcome *out)
+{
+	char why[WHY_MAX + 100];
+	snprintf(why, sizeof(why),
+	         "signerName %.400s names a namespaced SignetIssuer, which cannot sign a CertificateSigningRequest (it "
+	         "is cluster-scoped): use signerName " SG_KUBECSR_SIGNER_PREFIX "<name> of a SignetClusterIssuer",
+	         signer_name(*csr));
+	return fail_csr(k, name, csr, why, out);
+}
+
 static int reconcile_csr(sg_kubecsr *k, const char *name, sg_ctrl_result *res, outcome *out)
 {
 	json_t *csr = sg_kube_informer_get(sg_ctrl_informer(k->ctrl, CSR_WATCH), NULL, name);
@@ -545,12 +579,15 @@ static int reconcile_csr(sg_kubecsr *k, const char *name, sg_ctrl_result *res, o
 		sg_kubekeep_drop_key(k->keep, name); /* deleted: what is kept is never written */
 		return SG_OK;
 	}
-	if (!issuer_of(k, csr, issuer)) {
+	signer_kind kind = signer_of(k, csr, issuer);
+	if (kind == SIGNER_FOREIGN) {
 		json_decref(csr);
 		return SG_OK; /* not ours: the map does not queue these */
 	}
 	int rc = SG_OK;
-	if (wants_signature(csr))
+	if (wants_signature(csr) && kind == SIGNER_NAMESPACED)
+		rc = fail_namespaced(k, name, &csr, out);
+	else if (wants_signature(csr))
 		rc = sign_csr(k, name, issuer, &csr, out);
 	else
 		sg_kubekeep_drop(k->keep, sg_kube_meta_str(csr, "uid")); /* done, denied or not approved */
@@ -570,7 +607,7 @@ static void requeue_for_issuer(sg_kubecsr *k, const char *issuer)
 	json_array_foreach(all, i, csr)
 	{
 		const char *n = sg_kube_meta_str(csr, "name");
-		if (n && issuer_of(k, csr, name) && strcmp(name, issuer) == 0 && wants_signature(csr))
+		if (n && signer_of(k, csr, name) == SIGNER_CLUSTER && strcmp(name, issuer) == 0 && wants_signature(csr))
 			sg_ctrl_add(k->ctrl, n);
 	}
 	json_decref(all);
@@ -625,7 +662,7 @@ static void map_csr(sg_ctrl *c, const json_t *csr, void *arg)
 	sg_kubecsr *k = arg;
 	char issuer[SG_KUBE_NAME_MAX + 1];
 	const char *name = sg_kube_meta_str(csr, "name");
-	if (name && *name && strlen(name) <= SG_KUBE_NAME_MAX && issuer_of(k, csr, issuer))
+	if (name && *name && strlen(name) <= SG_KUBE_NAME_MAX && signer_of(k, csr, issuer) != SIGNER_FOREIGN)
 		sg_ctrl_add(c, name);
 	else
 		count(k, &k->stats.foreign);
@@ -670,11 +707,71 @@ static bool signer_name_ok(const char *s)
 	return true;
 }
 
-static int copy_str(const char *s, char **out)
+static int copy_str(const char *s, size_t n, char **out)
 {
-	*out = strdup(s);
+	*out = strndup(s, n);
 	SG_ENSURE(*out, SG_EINTERNAL, "kubecsr: out of memory");
 	return SG_OK;
+}
+
+static bool has_prefix(const char *s, size_t n, const char *prefix)
+{
+	size_t p = strlen(prefix);
+	return n >= p && memcmp(s, prefix, p) == 0;
+}
+
+/* s (n bytes) without the blanks at its ends. */
+static const char *trimmed(const char *s, size_t *n)
+{
+	while (*n && (*s == ' ' || *s == '\t'))
+		s++, (*n)--;
+	while (*n && (s[*n - 1] == ' ' || s[*n - 1] == '\t'))
+		(*n)--;
+	return s;
+}
+
+/* One item of the aliases option, "<signerName>[=<issuer>]" (n bytes). */
+static int add_alias(sg_kubecsr *k, const char *item, size_t n, const char *dflt_issuer)
+{
+	const char *eq = memchr(item, '=', n);
+	size_t nlen = eq ? (size_t)(eq - item) : n;
+	size_t ilen = eq ? n - nlen - 1 : strlen(dflt_issuer);
+	const char *name = trimmed(item, &nlen);
+	const char *iss = eq ? trimmed(eq + 1, &ilen) : dflt_issuer;
+	SG_ENSURE(k->naliases < SG_KUBECSR_ALIASES_MAX, SG_EINVAL, "kubecsr: at most %d alias signerNames",
+	          SG_KUBECSR_ALIASES_MAX);
+	struct alias *a = &k->aliases[k->naliases];
+	SG_TRY(copy_str(name, nlen, &a->name));
+	k->naliases++;
+	SG_ENSURE(signer_name_ok(a->name), SG_EINVAL,
+	          "kubecsr: alias signerName \"%.600s\" is not of the form example.com/signer-name", a->name);
+	SG_ENSURE(
+	    !has_prefix(name, nlen, SG_KUBECSR_SIGNER_PREFIX) && !has_prefix(name, nlen, SG_KUBECSR_NAMESPACED_PREFIX),
+	    SG_EINVAL, "kubecsr: alias signerName \"%.600s\" is under signet's own %s", a->name,
+	    has_prefix(name, nlen, SG_KUBECSR_SIGNER_PREFIX) ? SG_KUBECSR_SIGNER_PREFIX : SG_KUBECSR_NAMESPACED_PREFIX);
+	for (size_t i = 0; i + 1 < k->naliases; i++)
+		SG_ENSURE(strcmp(k->aliases[i].name, a->name) != 0, SG_EINVAL,
+		          "kubecsr: alias signerName \"%.600s\" twice", a->name);
+	SG_TRY(copy_str(iss, ilen, &a->issuer));
+	SG_ENSURE(sg_names_dns_subdomain(a->issuer, strlen(a->issuer)), SG_EINVAL,
+	          "kubecsr: the issuer of alias %.600s, \"%.260s\", is not an object name", a->name, a->issuer);
+	return SG_OK;
+}
+
+/* The aliases option: comma-separated items; blank items are refused. */
+static int parse_aliases(sg_kubecsr *k, const char *list, const char *dflt_issuer)
+{
+	size_t all = list ? strlen(list) : 0;
+	(void)trimmed(list, &all);
+	if (all == 0)
+		return SG_OK; /* none */
+	for (const char *p = list;;) {
+		size_t n = strcspn(p, ",");
+		SG_TRY(add_alias(k, p, n, dflt_issuer));
+		if (!p[n])
+			return SG_OK;
+		p += n + 1;
+	}
 }
 
 /* The runtime's hooks: what this run signs for, and a fresh set of
@@ -683,8 +780,10 @@ static int starting(sg_ctrl *c, void *arg)
 {
 	(void)c;
 	sg_kubecsr *k = arg;
-	sg_log(SG_LOG_INFO, "kubecsr: starting", SG_F_STR("alias", k->alias ? k->alias : ""),
-	       SG_F_STR("alias_issuer", k->alias ? k->alias_issuer : ""), SG_F_END);
+	sg_log(SG_LOG_INFO, "kubecsr: starting", SG_F_INT("aliases", (int64_t)k->naliases), SG_F_END);
+	for (size_t i = 0; i < k->naliases; i++)
+		sg_log(SG_LOG_INFO, "kubecsr: alias", SG_F_STR("signer_name", k->aliases[i].name),
+		       SG_F_STR("issuer", k->aliases[i].issuer), SG_F_END);
 	return SG_OK;
 }
 
@@ -711,15 +810,7 @@ static int init(sg_kubecsr *k, const sg_kubecsr_options *o)
 	const char *alias_issuer = o->alias_issuer ? o->alias_issuer : SG_KUBECSR_ALIAS_ISSUER;
 	SG_ENSURE(sg_names_dns_subdomain(alias_issuer, strlen(alias_issuer)), SG_EINVAL,
 	          "kubecsr: alias issuer \"%.260s\" is not an object name", alias_issuer);
-	SG_TRY(copy_str(alias_issuer, &k->alias_issuer));
-	if (o->alias_signer_name && *o->alias_signer_name) {
-		const char *a = o->alias_signer_name;
-		SG_ENSURE(signer_name_ok(a), SG_EINVAL,
-		          "kubecsr: alias signerName \"%.600s\" is not of the form example.com/signer-name", a);
-		SG_ENSURE(strncmp(a, SG_KUBECSR_SIGNER_PREFIX, strlen(SG_KUBECSR_SIGNER_PREFIX)) != 0, SG_EINVAL,
-		          "kubecsr: alias signerName \"%.600s\" is under signet's own %s", a, SG_KUBECSR_SIGNER_PREFIX);
-		SG_TRY(copy_str(a, &k->alias));
-	}
+	SG_TRY(parse_aliases(k, o->aliases, alias_issuer));
 	sg_ctrl_watch watches[] = {
 	    [CSR_WATCH] = {.ref = {.group = CSR_GROUP, .version = CSR_VERSION, .resource = CSR_RESOURCE},
 	                   .map = map_csr},
@@ -783,8 +874,10 @@ void sg_kubecsr_free(sg_kubecsr *k)
 		return;
 	sg_ctrl_free(k->ctrl); /* stops first */
 	sg_kubekeep_free(k->keep);
-	free(k->alias);
-	free(k->alias_issuer);
+	for (size_t i = 0; i < k->naliases; i++) {
+		free(k->aliases[i].name);
+		free(k->aliases[i].issuer);
+	}
 	pthread_mutex_destroy(&k->mu);
 	free(k);
 }

@@ -4,17 +4,28 @@
  *
  *   signetclusterissuers.signet.dev/<name>   the SignetClusterIssuer <name>
  *                                            (sg_signetissuer.h) signs, or
- *   the configured alias (optional)          e.g. "example.com/signet",
- *                                            served by one configured
- *                                            SignetClusterIssuer ("default")
+ *   one of the configured aliases (optional) e.g. "example.com/signet" or
+ *                                            istiod's per-signer names,
+ *                                            "clusterissuers.cert-manager.io/
+ *                                            istio-system": each served by
+ *                                            the SignetClusterIssuer it is
+ *                                            paired with ("default" unless
+ *                                            told)
  *
  * with the HSM-held CA the issuer names. Namespaced SignetIssuers cannot
- * sign Kubernetes CSRs (they are cluster-scoped), as in issuer-lib.
- *
+ * sign Kubernetes CSRs (a CSR is cluster-scoped and names no namespace a
+ * requester was checked against): an approved CSR whose signerName is
+ * signetissuers.signet.dev/<anything> gets a Failed condition saying so
+ * (issuer-lib leaves such a CSR alone, which looks like a signer that is
+ * down), never a certificate.
+
  * The contract (Kubernetes' signer contract, with cert-manager's
  * experimental annotations; cert-manager-issuer.md §5):
  *
  *   - another signerName: never written to (no status, no Event), ever;
+ *   - signetissuers.signet.dev/<...> (a namespaced issuer), approved, not
+ *     Denied, not yet Failed, no certificate: the Failed condition below
+ *     with a message that says why; unapproved or denied: left alone;
  *   - Approved=True, not Denied, not Failed, no status.certificate: signed;
  *   - not approved, or Denied: left alone (Kubernetes' own signers do
  *     nothing with a denied request; the approval re-triggers);
@@ -50,17 +61,21 @@
  * basicConstraints are not compared with the request (Kubernetes has no
  * such rule; the certificate says what the request says).
  *
- * Validity: spec.expirationSeconds (Kubernetes >= 1.22) when set, else the
- * annotation experimental.cert-manager.io/request-duration (a Go duration),
- * else the issuer's defaultDuration. Kubernetes allows a signer to issue
+ * Validity, in cert-manager's precedence
+ * (pki.DurationFromCertificateSigningRequest): the annotation
+ * experimental.cert-manager.io/request-duration when the CSR has it (a Go
+ * duration; any other value, the empty string too, is a permanent
+ * problem), else spec.expirationSeconds (Kubernetes >= 1.22), else the
+ * issuer's defaultDuration. The annotation comes first because it
+ * predates the field: istiod 1.12 to 1.18 set only the annotation, 1.19
+ * and later only the field (sg_kubecsr_duration). Kubernetes allows a signer to issue
  * a shorter certificate than asked, so a request outside the issuer's
  * [minDuration, maxDuration] is clamped into it (and to at least
  * SG_KUBESIGN_MIN_DURATION) instead of refused, as the cert-manager
  * issuer does (sg_signetissuer_duration); the CA's own end cuts it
  * further. The Issued Event names the real lifetime, and the duration
- * asked when the clamp changed it. (cert-manager reads the annotation before expirationSeconds;
- * the Kubernetes field, part of the API, comes first here.)
- *
+ * asked when the clamp changed it.
+
  * Status writes are PUTs of the status subresource carrying the
  * resourceVersion the decision was made on (not server-side apply: CSR
  * conditions have no observedGeneration and the Approved condition is
@@ -95,7 +110,7 @@
  *   certificates.k8s.io certificatesigningrequests/status update;
  *   certificates.k8s.io signers sign, resourceNames the prefix with a
  *     wildcard (SG_KUBECSR_SIGNER_PREFIX followed by '*', or one name per
- *     issuer) and the alias (if any);
+ *     issuer) and each alias (writing a Failed condition needs no "sign");
  *   signet.dev signetclusterissuers get, list, watch;
  *   "" events create.
  */
@@ -112,7 +127,9 @@
 #include <stdint.h>
 
 #define SG_KUBECSR_SIGNER_PREFIX "signetclusterissuers.signet.dev/"
-#define SG_KUBECSR_ALIAS_ISSUER "default" /* the issuer that serves the alias unless told */
+#define SG_KUBECSR_NAMESPACED_PREFIX "signetissuers.signet.dev/" /* refused with a Failed condition */
+#define SG_KUBECSR_ALIAS_ISSUER "default"                        /* the issuer that serves an alias unless told */
+#define SG_KUBECSR_ALIASES_MAX 16
 #define SG_KUBECSR_ANNOTATION_DURATION "experimental.cert-manager.io/request-duration"
 #define SG_KUBECSR_ANNOTATION_IS_CA "experimental.cert-manager.io/request-is-ca"
 #define SG_KUBECSR_FAILED_REASON "SignerValidationFailure"
@@ -128,12 +145,16 @@ typedef struct sg_kubecsr_options {
 	sg_kube *kube;             /* borrowed; must outlive the signer */
 	const sg_kubesign_ca *cas; /* borrowed: the CAs issuers may name */
 	size_t ncas;
-	/* Optional: one more signerName to serve, "<domain>/<path>" as
-	 * Kubernetes validates it (domain a DNS subdomain with a dot; path
-	 * DNS-subdomain labels), not under SG_KUBECSR_SIGNER_PREFIX. NULL or
-	 * "": none. */
-	const char *alias_signer_name;
-	const char *alias_issuer; /* the SignetClusterIssuer that serves it; NULL: SG_KUBECSR_ALIAS_ISSUER */
+	/* Optional: more signerNames to serve, a comma-separated list of
+	 * "<signerName>[=<SignetClusterIssuer>]" (at most
+	 * SG_KUBECSR_ALIASES_MAX, blanks around the items ignored), each
+	 * "<domain>/<path>" as Kubernetes validates it (domain a DNS subdomain
+	 * with a dot; path DNS-subdomain labels), not under
+	 * SG_KUBECSR_SIGNER_PREFIX nor SG_KUBECSR_NAMESPACED_PREFIX, none
+	 * twice; an item without "=" is served by alias_issuer. NULL or "":
+	 * none. */
+	const char *aliases;
+	const char *alias_issuer; /* serves aliases named without one; NULL: SG_KUBECSR_ALIAS_ISSUER */
 	unsigned workers;         /* concurrent reconciles; 0: SG_KUBECSR_WORKERS */
 } sg_kubecsr_options;
 
@@ -153,9 +174,10 @@ typedef struct sg_kubecsr_stats {
 } sg_kubecsr_stats;
 
 /* Creates a stopped signer (runtime name "kubecsr"). SG_EINVAL names a
- * bad option (no client, no CA, an alias that is not a signerName or is
- * under signet's own prefix, an alias issuer that is not an object name,
- * too many workers). Caller frees with sg_kubecsr_free. */
+ * bad option (no client, no CA, an alias that is not a signerName, is
+ * under one of signet's own prefixes or comes twice, too many aliases, an
+ * issuer that is not an object name, too many workers). Caller frees with
+ * sg_kubecsr_free. */
 SG_API int sg_kubecsr_new(sg_kubecsr **out, const sg_kubecsr_options *o) SG_MUST_CHECK;
 
 /* The runtime's controller (borrowed): the daemon's table row, and how to
@@ -168,6 +190,13 @@ SG_API sg_ctrl *sg_kubecsr_controller(sg_kubecsr *k);
 
 /* Counters since sg_kubecsr_new (queued: now). Any thread. */
 SG_API void sg_kubecsr_stats_get(sg_kubecsr *k, sg_kubecsr_stats *out);
+
+/* The validity csr (a certificates.k8s.io/v1 object) asks for, in whole
+ * seconds, in cert-manager's precedence (above): the request-duration
+ * annotation when present, else spec.expirationSeconds when positive,
+ * else 0 (none: the issuer's default). SG_EINVAL, naming the annotation,
+ * when the annotation is there and not a Go duration (the CSR's fault). */
+SG_API int sg_kubecsr_duration(const json_t *csr, int64_t *seconds) SG_MUST_CHECK;
 
 /* Stops and frees; accepts NULL. */
 SG_API void sg_kubecsr_free(sg_kubecsr *k);

@@ -39,12 +39,18 @@
  *
  * Events (core/v1 Event objects) are not written: a root rotation would
  * write one per namespace, and the log says the same.
+ *
+ * A Secret is the same object shape with two differences kept in one
+ * place each: the value kept is the bundle's base64 (root_value), and the
+ * resource and kind (r->kind). Everything else, the decision from the
+ * cache, the conditional PUT, the immutable case, is shared.
  */
 #include "sg_rootdist.h"
 
 #include "sg_ctrl.h"
 #include "sg_guard.h"
 #include "sg_kube_selector.h"
+#include "sg_kubesign.h"
 #include "sg_log.h"
 #include "sg_names.h"
 #include "sg_x509.h"
@@ -68,9 +74,12 @@ struct sg_rootdist {
 	char *key;
 	char *label;
 	char *label_value;
+	bool secret;
+	const char *kind;     /* "ConfigMap" or "Secret" */
+	const char *resource; /* "configmaps" or "secrets" */
 
 	pthread_mutex_t mu; /* the fields below */
-	json_t *root;       /* string; replaced whole, never modified */
+	json_t *root; /* string: the data value (PEM, or its base64 in a Secret); replaced whole, never modified */
 	sg_rootdist_stats stats;
 };
 
@@ -84,8 +93,9 @@ typedef enum outcome {
 
 /* ---- the root bundle ---- */
 
-/* PEM text holding at least one certificate, as a JSON string. */
-static int root_string(const char *pem, size_t len, json_t **out)
+/* PEM text holding at least one certificate, as the JSON string the
+ * object's data holds: the text in a ConfigMap, its base64 in a Secret. */
+static int root_value(bool secret, const char *pem, size_t len, json_t **out)
 {
 	SG_ENSURE(pem && len > 0 && len <= SG_ROOTDIST_ROOT_MAX, SG_EINVAL,
 	          "rootdist: the root bundle must be 1..%u bytes", SG_ROOTDIST_ROOT_MAX);
@@ -99,7 +109,11 @@ static int root_string(const char *pem, size_t len, json_t **out)
 	sg_x509_bundle_free(b);
 	SG_ENSURE(rc == SG_OK, SG_EINVAL, "rootdist: the root bundle holds no PEM certificate (%s)",
 	          sg_error_last()->msg);
-	*out = json_stringn(pem, len);
+	char *b64 = NULL;
+	if (secret)
+		SG_TRY(sg_kubesign_base64(pem, len, &b64));
+	*out = secret ? json_string(b64) : json_stringn(pem, len);
+	free(b64);
 	SG_ENSURE(*out, SG_EINTERNAL, "rootdist: out of memory");
 	return SG_OK;
 }
@@ -145,9 +159,14 @@ static bool matches(const sg_rootdist *r, const json_t *cm, const json_t *root)
 
 static json_t *desired_new(const sg_rootdist *r, const char *ns, json_t *root)
 {
-	return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:O}}", "apiVersion", "v1", "kind", "ConfigMap",
-	                 "metadata", "name", r->name, "namespace", ns, "labels", r->label, r->label_value, "data",
-	                 r->key, root);
+	json_t *o =
+	    json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}}, s:{s:O}}", "apiVersion", "v1", "kind", r->kind, "metadata",
+	              "name", r->name, "namespace", ns, "labels", r->label, r->label_value, "data", r->key, root);
+	if (o && r->secret && json_object_set_new(o, "type", json_string("Opaque")) != 0) {
+		json_decref(o);
+		o = NULL;
+	}
+	return o;
 }
 
 /* cm corrected: our data and label, everything else as it was (the
@@ -220,11 +239,11 @@ static int create(sg_rootdist *r, const sg_kube_ref *ref, json_t *root, json_t *
 	return rc;
 }
 
-/* An immutable ConfigMap cannot have its data replaced: delete it, so the
- * next attempt creates it. */
+/* An immutable ConfigMap or Secret cannot have its data replaced: delete
+ * it, so the next attempt creates it. */
 static int recreate(sg_rootdist *r, const sg_kube_ref *ref, json_t **cm)
 {
-	sg_log(SG_LOG_WARN, "rootdist: replacing an immutable ConfigMap with the wrong data",
+	sg_log(SG_LOG_WARN, "rootdist: replacing an immutable object with the wrong data", SG_F_STR("kind", r->kind),
 	       SG_F_STR("namespace", ref->ns), SG_F_STR("name", ref->name), SG_F_END);
 	int rc = sg_kube_delete(r->kube, ref, NULL);
 	if (rc < 0 && rc != SG_ENOTFOUND)
@@ -264,7 +283,7 @@ static int reconcile_ns(sg_rootdist *r, const char *ns_name, outcome *out)
 	pthread_mutex_lock(&r->mu);
 	json_t *root = json_incref(r->root);
 	pthread_mutex_unlock(&r->mu);
-	sg_kube_ref ref = {.version = "v1", .resource = "configmaps", .ns = ns_name, .name = r->name};
+	sg_kube_ref ref = {.version = "v1", .resource = r->resource, .ns = ns_name, .name = r->name};
 	json_t *cm = sg_kube_informer_get(sg_ctrl_informer(r->ctrl, CM_WATCH), ns_name, r->name);
 	int rc = SG_OK;
 	*out = OUT_STOPPED;
@@ -311,8 +330,8 @@ static void tally(sg_rootdist *r, const char *ns, outcome out)
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (out == OUT_CREATED || out == OUT_UPDATED)
-		sg_log(SG_LOG_INFO, out == OUT_CREATED ? "rootdist: ConfigMap created" : "rootdist: ConfigMap updated",
-		       SG_F_STR("namespace", ns), SG_F_STR("name", r->name), SG_F_END);
+		sg_log(SG_LOG_INFO, out == OUT_CREATED ? "rootdist: created" : "rootdist: updated",
+		       SG_F_STR("kind", r->kind), SG_F_STR("namespace", ns), SG_F_STR("name", r->name), SG_F_END);
 	else if (out == OUT_SKIPPED)
 		sg_log(SG_LOG_DEBUG, "rootdist: namespace skipped (not selected, gone or terminating)",
 		       SG_F_STR("namespace", ns), SG_F_END);
@@ -342,7 +361,7 @@ static void map_namespace(sg_ctrl *c, const json_t *ns, void *arg)
 	pthread_mutex_unlock(&r->mu);
 }
 
-/* A ConfigMap event queues its namespace. */
+/* A ConfigMap (Secret) event queues its namespace. */
 static void map_configmap(sg_ctrl *c, const json_t *cm, void *arg)
 {
 	(void)arg;
@@ -396,9 +415,10 @@ static int init_strings(sg_rootdist *r, const sg_rootdist_options *o)
 	const char *key = or_default(o->key, SG_ROOTDIST_KEY);
 	const char *label = or_default(o->label, SG_ROOTDIST_LABEL);
 	const char *value = or_default(o->label_value, SG_ROOTDIST_LABEL_VALUE);
-	SG_ENSURE(sg_names_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid ConfigMap name \"%.260s\"",
-	          name);
-	SG_ENSURE(configmap_key_ok(key), SG_EINVAL, "rootdist: invalid ConfigMap key \"%.260s\"", key);
+	SG_ENSURE(sg_names_dns_subdomain(name, strlen(name)), SG_EINVAL, "rootdist: invalid %s name \"%.260s\"",
+	          r->kind, name);
+	/* Secrets' keys follow the same rule (apimachinery's IsConfigMapKey) */
+	SG_ENSURE(configmap_key_ok(key), SG_EINVAL, "rootdist: invalid %s key \"%.260s\"", r->kind, key);
 	SG_ENSURE(label_key_ok(label), SG_EINVAL, "rootdist: invalid label key \"%.320s\"", label);
 	SG_ENSURE(sg_names_label_value(value), SG_EINVAL,
 	          "rootdist: invalid label value \"%.70s\" (1..63 bytes of [A-Za-z0-9._-], alphanumeric at both ends)",
@@ -423,10 +443,10 @@ static int starting(sg_ctrl *c, void *arg)
 	(void)c;
 	sg_rootdist *r = arg;
 	if (r->ns)
-		sg_log(SG_LOG_INFO, "rootdist: starting", SG_F_STR("name", r->name), SG_F_STR("namespace", r->ns),
-		       SG_F_END);
+		sg_log(SG_LOG_INFO, "rootdist: starting", SG_F_STR("kind", r->kind), SG_F_STR("name", r->name),
+		       SG_F_STR("namespace", r->ns), SG_F_END);
 	else
-		sg_log(SG_LOG_INFO, "rootdist: starting", SG_F_STR("name", r->name),
+		sg_log(SG_LOG_INFO, "rootdist: starting", SG_F_STR("kind", r->kind), SG_F_STR("name", r->name),
 		       SG_F_STR("selector", sg_kube_selector_string(r->selector)), SG_F_END);
 	return SG_OK;
 }
@@ -443,25 +463,28 @@ static void stopped(sg_ctrl *c, void *arg)
 static int init(sg_rootdist *r, const sg_rootdist_options *o, const char *root_pem, size_t len)
 {
 	SG_ENSURE(o->kube, SG_EINVAL, "rootdist: no Kubernetes client");
+	r->secret = o->secret;
+	r->kind = o->secret ? "Secret" : "ConfigMap";
+	r->resource = o->secret ? "secrets" : "configmaps";
 	SG_TRY(init_strings(r, o));
 	SG_TRY(sg_kube_selector_parse(&r->selector, o->namespace_selector, "rootdist: namespace selector"));
 	bool every = sg_kube_selector_everything(r->selector);
 	SG_ENSURE(!r->ns || every, SG_EINVAL,
 	          "rootdist: a namespace selector (\"%.100s\") and a single namespace (%s) exclude each other",
 	          sg_kube_selector_string(r->selector), r->ns);
-	SG_TRY(root_string(root_pem, len, &r->root));
+	SG_TRY(root_value(r->secret, root_pem, len, &r->root));
 	r->kube = o->kube;
 	char field[300], ns_field[100];
 	snprintf(field, sizeof(field), "metadata.name=%s", r->name);
 	snprintf(ns_field, sizeof(ns_field), "metadata.name=%s", r->ns ? r->ns : "");
 	sg_ctrl_watch watches[] = {
-		[NS_WATCH] = {.ref = {.version = "v1", .resource = "namespaces"},
-		              .label_selector = every ? NULL : sg_kube_selector_string(r->selector),
-		              .field_selector = r->ns ? ns_field : NULL,
-		              .map = map_namespace},
-		[CM_WATCH] = {.ref = {.version = "v1", .resource = "configmaps", .ns = r->ns},
-		              .field_selector = field,
-		              .map = map_configmap},
+	    [NS_WATCH] = {.ref = {.version = "v1", .resource = "namespaces"},
+	                  .label_selector = every ? NULL : sg_kube_selector_string(r->selector),
+	                  .field_selector = r->ns ? ns_field : NULL,
+	                  .map = map_namespace},
+	    [CM_WATCH] = {.ref = {.version = "v1", .resource = r->resource, .ns = r->ns},
+	                  .field_selector = field,
+	                  .map = map_configmap},
 	};
 	sg_ctrl_def def = {
 	    .name = or_default(o->controller, SG_ROOTDIST_CONTROLLER),
@@ -500,7 +523,7 @@ sg_ctrl *sg_rootdist_controller(sg_rootdist *r)
 int sg_rootdist_set_root(sg_rootdist *r, const char *root_pem, size_t len)
 {
 	json_t *root = NULL;
-	SG_TRY(root_string(root_pem, len, &root));
+	SG_TRY(root_value(r->secret, root_pem, len, &root));
 	pthread_mutex_lock(&r->mu);
 	bool changed = !json_equal(root, r->root);
 	if (changed) {

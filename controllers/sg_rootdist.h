@@ -31,6 +31,18 @@
  * the Bundles' targets trust the new root before the old one goes. The
  * namespace may come later: its creation is an event like any other.
  *
+ * A Secret instead (options.secret): the same rules for a Secret of type
+ * Opaque whose data holds the bundle under the key (base64, as Secrets
+ * carry it). signetd runs a third instance so (named "istiodraroots",
+ * --istiod-ra-root-secret): Secret external-ca-cert (key root-cert.pem) in
+ * istiod's namespace, which istiod mounts at /etc/external-ca-cert and
+ * reads, as ra.DefaultExtCACertDir + constants.
+ * CACertNamespaceConfigMapDataName, when EXTERNAL_CA=
+ * ISTIOD_RA_KUBERNETES_API: the roots of the Kubernetes signers its RA
+ * forwards to (pilot/pkg/bootstrap/istio_ca.go, createIstioRA). An
+ * existing Secret keeps its type (it cannot change); one whose type does
+ * not allow the single key is refused by the API server, and retried.
+ *
  * It is a controller on the runtime (sg_ctrl.h), named "rootdist" unless
  * options.controller says otherwise (the runtime's metrics and logs tell
  * controllers apart by name, so two instances in one process need two).
@@ -44,8 +56,8 @@
  * logged at most once a second.
  *
  * Kubernetes RBAC the client needs: namespaces get/list/watch; configmaps
- * get/list/watch/create/update/delete in every namespace (with ns: in that
- * namespace only).
+ * (secrets, with options.secret) get/list/watch/create/update/delete in
+ * every namespace (with ns: in that namespace only).
  */
 #ifndef SG_ROOTDIST_H
 #define SG_ROOTDIST_H
@@ -55,6 +67,7 @@
 #include "sg_kube.h"
 #include "sg_kube_selector.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,7 +81,11 @@
 #define SG_ROOTDIST_ROOTS_KEY "ca.crt"
 #define SG_ROOTDIST_ROOTS_LABEL "signet.dev/ca-roots"
 #define SG_ROOTDIST_ROOTS_CONTROLLER "rootpub"
-#define SG_ROOTDIST_ROOT_MAX (512u << 10) /* bundle bytes (a ConfigMap holds at most 1 MiB) */
+/* istiod's RA roots (--istiod-ra-root-secret; the namespace is istiod's,
+ * --istiod-cert-namespace) */
+#define SG_ROOTDIST_RA_SECRET "external-ca-cert"
+#define SG_ROOTDIST_RA_CONTROLLER "istiodraroots"
+#define SG_ROOTDIST_ROOT_MAX (512u << 10) /* bundle bytes (a ConfigMap or Secret holds at most 1 MiB; base64 4/3) */
 #define SG_ROOTDIST_SELECTOR_MAX SG_KUBE_SELECTOR_MAX
 
 typedef struct sg_rootdist sg_rootdist;
@@ -82,12 +99,13 @@ typedef struct sg_rootdist_options {
 	const char *label;              /* the label set on the ConfigMap; NULL: SG_ROOTDIST_LABEL */
 	const char *label_value;        /* its value; NULL: SG_ROOTDIST_LABEL_VALUE */
 	const char *controller;         /* the runtime's name, [a-z0-9-]; NULL: SG_ROOTDIST_CONTROLLER */
+	bool secret;                    /* keep an Opaque Secret instead of a ConfigMap */
 } sg_rootdist_options;
 
 typedef struct sg_rootdist_stats {
-	uint64_t creates;    /* ConfigMaps created (an immutable one re-created counts here) */
-	uint64_t updates;    /* ConfigMaps replaced (PUT) */
-	uint64_t unchanged;  /* reconciles that found the ConfigMap correct */
+	uint64_t creates;    /* objects created (an immutable one re-created counts here) */
+	uint64_t updates;    /* objects replaced (PUT) */
+	uint64_t unchanged;  /* reconciles that found the object correct */
 	uint64_t skipped;    /* namespaces not selected, gone or Terminating */
 	uint64_t rereads;    /* live GETs after a 409 (stale cache) or a vanished object */
 	uint64_t errors;     /* failed reconciles (each retried with backoff) */

@@ -7,11 +7,14 @@
  * and this file decides which of them the settings ask for and in what
  * order they start and stop.
  *
- * The root bundle goes out twice, through two sg_rootdist instances fed
- * the same PEM: istio-ca-root-cert in the selected namespaces ("rootdist",
- * for Istio), and roots-configmap in trust-namespace ("rootpub", one
- * ConfigMap for trust bundles to read). Both follow sg_cluster_set_root,
- * so a rotation's bundle (old and new root) reaches both.
+ * The root bundle goes out up to three times, through sg_rootdist
+ * instances fed the same PEM: istio-ca-root-cert in the selected
+ * namespaces ("rootdist", for Istio), roots-configmap in trust-namespace
+ * ("rootpub", one ConfigMap for trust bundles to read), and, when asked,
+ * Secret external-ca-cert in istiod's namespace ("istiodraroots", the
+ * roots istiod's RA trusts for the Kubernetes signers). All follow
+ * sg_cluster_set_root, so a rotation's bundle (old and new root) reaches
+ * each.
  *
  * The controllers are rows of one table (`controllers` below) run by the
  * runtime's manager (sg_ctrl.h): it holds the leader-election Lease,
@@ -62,6 +65,7 @@ struct sg_cluster {
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
 	sg_rootdist *rootdist;
 	sg_rootdist *rootpub;      /* roots-configmap in trust-namespace */
+	sg_rootdist *raroots;      /* istiod-ra-root-secret-name in istiod-cert-namespace */
 	sg_istiodcert *istiodcert;
 	sg_kubesign_ca cas[SG_CLUSTER_CAS_MAX]; /* the CAs issuers may name: "default" first */
 	size_t ncas;
@@ -162,6 +166,11 @@ static bool want_rootpub(const sg_daemon_settings *d)
 	return d->roots_configmap && *d->roots_configmap;
 }
 
+static bool want_raroots(const sg_daemon_settings *d)
+{
+	return d->istiod_ra_root_secret;
+}
+
 static bool want_istiodcert(const sg_daemon_settings *d)
 {
 	return d->istiod_cert_enabled;
@@ -200,6 +209,37 @@ static int make_rootpub(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ct
 	};
 	SG_TRY(sg_rootdist_new(&c->rootpub, &ro, o->root_pem, o->root_len));
 	*ctrl = sg_rootdist_controller(c->rootpub);
+	return SG_OK;
+}
+
+/* The roots istiod's RA reads (EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API):
+ * one Secret in istiod's namespace. Its names are checked here, so that a
+ * typo names the setting. */
+static int make_raroots(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ctrl)
+{
+	const sg_daemon_settings *d = c->d;
+	const char *ns = d->istiod_cert_namespace ? d->istiod_cert_namespace : "";
+	const char *name = d->istiod_ra_root_secret_name ? d->istiod_ra_root_secret_name : "";
+	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+	          "istiod-cert-namespace: \"%s\" is not a namespace name (a DNS-1123 label: 1..%d bytes of [a-z0-9-], "
+	          "alphanumeric at both ends)",
+	          ns, SG_NAMES_LABEL_MAX);
+	SG_ENSURE(sg_names_dns_subdomain(name, strlen(name)), SG_EINVAL,
+	          "istiod-ra-root-secret-name: \"%s\" is not a Secret name (a DNS-1123 subdomain: 1..%d bytes of "
+	          "[a-z0-9-.], alphanumeric at both ends of each label)",
+	          name, SG_NAMES_SUBDOMAIN_MAX);
+	sg_rootdist_options ro = {
+	    .kube = c->kube_writers,
+	    .ns = ns,
+	    .name = name,
+	    .key = SG_ROOTDIST_KEY,
+	    .label = SG_ROOTDIST_ROOTS_LABEL,
+	    .label_value = "true",
+	    .controller = SG_ROOTDIST_RA_CONTROLLER,
+	    .secret = true,
+	};
+	SG_TRY(sg_rootdist_new(&c->raroots, &ro, o->root_pem, o->root_len));
+	*ctrl = sg_rootdist_controller(c->raroots);
 	return SG_OK;
 }
 
@@ -272,11 +312,11 @@ static int make_kubecsr(sg_cluster *c, const sg_cluster_options *o, sg_ctrl **ct
 	(void)o;
 	const sg_daemon_settings *d = c->d;
 	sg_kubecsr_options ko = {
-		.kube = c->kube_writers,
-		.cas = c->cas,
-		.ncas = c->ncas,
-		.alias_signer_name = d->kube_csr_signer_alias,
-		.alias_issuer = d->kube_csr_signer_alias_issuer,
+	    .kube = c->kube_writers,
+	    .cas = c->cas,
+	    .ncas = c->ncas,
+	    .aliases = d->kube_csr_signer_alias,
+	    .alias_issuer = d->kube_csr_signer_alias_issuer,
 	};
 	SG_TRY(sg_kubecsr_new(&c->kubecsr, &ko));
 	*ctrl = sg_kubecsr_controller(c->kubecsr);
@@ -376,9 +416,10 @@ static const struct controller_kind {
 	bool leader_only;
 } controllers[] = {
     {want_rootdist, make_rootdist, true},     {want_rootpub, make_rootpub, true},
-    {want_istiodcert, make_istiodcert, true}, {want_issuers, make_issuers, true},
-    {want_cmissuer, make_cmissuer, true},     {want_kubecsr, make_kubecsr, true},
-    {want_approver, make_approver, true},     {want_extpolicy, make_extpolicy, true},
+    {want_raroots, make_raroots, true},       {want_istiodcert, make_istiodcert, true},
+    {want_issuers, make_issuers, true},       {want_cmissuer, make_cmissuer, true},
+    {want_kubecsr, make_kubecsr, true},       {want_approver, make_approver, true},
+    {want_extpolicy, make_extpolicy, true},
 };
 
 static bool any_controller(const sg_daemon_settings *d)
@@ -593,6 +634,8 @@ void sg_cluster_set_root(sg_cluster *c, const char *pem, size_t len)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the ConfigMap writer");
 	if (c->rootpub && sg_rootdist_set_root(c->rootpub, pem, len) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the trust-bundle roots writer");
+	if (c->raroots && sg_rootdist_set_root(c->raroots, pem, len) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to istiod's RA roots writer");
 	if (c->istiodcert && sg_istiodcert_set_root(c->istiodcert, pem, len) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot hand the new root bundle to the istiod certificate writer");
 	if (c->forward && sg_forward_set_roots(c->forward, pem, len) < 0)
@@ -640,6 +683,13 @@ static void rp_of(void *arg, void *out)
 		sg_rootdist_stats_get(c->rootpub, out);
 }
 
+static void ra_of(void *arg, void *out)
+{
+	sg_cluster *c = arg;
+	if (c->raroots)
+		sg_rootdist_stats_get(c->raroots, out);
+}
+
 static void wl_of(void *arg, void *out)
 {
 	sg_cluster *c = arg;
@@ -685,6 +735,13 @@ static const sg_metrics_stat rp_rows[] = {
     COUNTER(sg_rootdist_stats, writes, "signet_roots_publish_writes_total",
             "roots-configmap (trust-namespace) created or repaired."),
     COUNTER(sg_rootdist_stats, errors, "signet_roots_publish_errors_total", "Failed roots-configmap reconciles."),
+};
+
+static const sg_metrics_stat ra_rows[] = {
+    COUNTER(sg_rootdist_stats, writes, "signet_istiod_ra_roots_writes_total",
+            "istiod-ra-root-secret-name (istiod's namespace) created or repaired."),
+    COUNTER(sg_rootdist_stats, errors, "signet_istiod_ra_roots_errors_total",
+            "Failed istiod-ra-root-secret-name reconciles."),
 };
 
 static const sg_metrics_stat wl_rows[] = {
@@ -735,6 +792,7 @@ int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 	SG_TRY(sg_metrics_stats(reg, TABLE(tr_rows, tr_of, sg_authn_tokenreview_stats), c));
 	SG_TRY(sg_metrics_stats(reg, TABLE(rd_rows, rd_of, sg_rootdist_stats), c));
 	SG_TRY(sg_metrics_stats(reg, TABLE(rp_rows, rp_of, sg_rootdist_stats), c));
+	SG_TRY(sg_metrics_stats(reg, TABLE(ra_rows, ra_of, sg_rootdist_stats), c));
 	SG_TRY(sg_metrics_stats(reg, TABLE(wl_rows, wl_of, sg_workload_stats), c));
 	SG_TRY(sg_metrics_stats(reg, TABLE(jk_rows, jk_of, sg_jwks_kube_stats), c));
 	if (c->policyservers)
@@ -760,6 +818,7 @@ void sg_cluster_free(sg_cluster *c)
 	sg_kubecsr_free(c->kubecsr);
 	sg_signetissuer_free(c->issuers);
 	sg_istiodcert_free(c->istiodcert);
+	sg_rootdist_free(c->raroots);
 	sg_rootdist_free(c->rootpub);
 	sg_rootdist_free(c->rootdist);
 	sg_workload_free(c->workload);

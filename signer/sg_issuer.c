@@ -192,15 +192,32 @@ static int apply_istio(const sg_csr *csr, const sg_issue_request *req, sg_cert_s
 	return SG_OK;
 }
 
-static int apply_generic(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec)
+/* The CSR's subject without its empty attributes, into kept. An empty
+ * value says nothing and has no place in a certificate (X.520's
+ * DirectoryString is SIZE (1..MAX), which the linter enforces), yet
+ * istio-agent's Go code puts one in every CSR ("O=", its empty
+ * Organization), and istiod's RA forwards those CSRs unchanged to a
+ * Kubernetes signer: cert-manager issues them with the empty O copied;
+ * the generic profile leaves it out. */
+static size_t subject_without_empty(const sg_csr *csr, sg_rdn kept[SG_CSR_MAX_RDNS])
+{
+	size_t n = 0;
+	for (size_t i = 0; i < csr->subject_len; i++)
+		if (csr->subject[i].value.len > 0)
+			kept[n++] = csr->subject[i];
+	return n;
+}
+
+static int apply_generic(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec,
+                         sg_rdn kept[SG_CSR_MAX_RDNS])
 {
 	SG_ENSURE(!csr->is_ca, SG_EDENIED, "CSR asks for a CA certificate; the generic profile issues leaves only");
 	SG_ENSURE(csr->san_count > 0, SG_EINVAL, "CSR has no subjectAltName; names belong in SANs");
 	SG_ENSURE(!(req->key_usage & (SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN)), SG_EDENIED,
 		  "keyCertSign and cRLSign are for CA certificates only");
 	SG_ENSURE(!(req->ext_key_usage & SG_EKU_OTHER), SG_EINVAL, "unsupported extended key usage");
-	spec->subject = csr->subject;
-	spec->subject_len = csr->subject_len;
+	spec->subject_len = subject_without_empty(csr, kept);
+	spec->subject = kept;
 	spec->sans = csr->sans;
 	spec->san_count = csr->san_count;
 	if (req->exact_usages) {
@@ -253,14 +270,16 @@ static int validity(const sg_issue_request *req, const sg_cert_issuer *iss, sg_c
 	return SG_OK;
 }
 
-/* The profile's verdict on a CSR, as sg_issuer_issue reaches it. */
-static int apply_profile(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec, sg_san *stamped)
+/* The profile's verdict on a CSR, as sg_issuer_issue reaches it; spec
+ * may point into stamped and kept, which must live as long as it. */
+static int apply_profile(const sg_csr *csr, const sg_issue_request *req, sg_cert_spec *spec, sg_san *stamped,
+                         sg_rdn kept[SG_CSR_MAX_RDNS])
 {
 	switch (req->profile) {
 	case SG_PROFILE_ISTIO:
 		return apply_istio(csr, req, spec, stamped);
 	case SG_PROFILE_GENERIC:
-		return apply_generic(csr, req, spec);
+		return apply_generic(csr, req, spec, kept);
 	case SG_PROFILE_INTERMEDIATE:
 		return apply_intermediate(csr, req, spec);
 	}
@@ -281,8 +300,9 @@ int sg_issue_check(const sg_issue_request *req, sg_crypto *c)
 		rc = sg_csr_verify(&csr, c);
 	sg_cert_spec spec = {.key = &csr.key, .path_len = -1};
 	sg_san stamped;
+	sg_rdn kept[SG_CSR_MAX_RDNS];
 	if (rc == SG_OK)
-		rc = apply_profile(&csr, req, &spec, &stamped);
+		rc = apply_profile(&csr, req, &spec, &stamped, kept);
 	free(der);
 	return rc;
 }
@@ -303,7 +323,8 @@ int sg_issuer_issue(sg_issuer *is, const sg_issue_request *req, sg_issue_result 
 	const sg_cert_issuer *iss = sg_ca_issuer(is->ca);
 	sg_cert_spec spec = {.key = &is->csr.key, .path_len = -1};
 	sg_san stamped;
-	SG_TRY(apply_profile(&is->csr, req, &spec, &stamped));
+	sg_rdn kept[SG_CSR_MAX_RDNS];
+	SG_TRY(apply_profile(&is->csr, req, &spec, &stamped, kept));
 	SG_TRY(validity(req, iss, &spec));
 	SG_TRY(sg_cert_serial(&spec));
 

@@ -19,7 +19,8 @@
  *                 digitalSignature/keyEncipherment, extKeyUsage only
  *                 serverAuth/clientAuth, no basicConstraints and no other
  *                 extension; a mismatch is SG_EDENIED.
- *   generic       subject and SANs (at least one) from the CSR (re-encoded), usages
+ *   generic       subject (without empty attributes, such as istio-agent's
+ *                 "O=") and SANs (at least one) from the CSR (re-encoded), usages
  *                 from the request (default digitalSignature, plus
  *                 keyEncipherment for RSA keys; serverAuth|clientAuth),
  *                 CA:FALSE (cert-manager's issuer). Usages that mean nothing

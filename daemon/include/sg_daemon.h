@@ -72,6 +72,8 @@ typedef struct sg_daemon_settings {
 	int64_t istiod_cert_key_size;
 	char *istiod_cert_additional_dns_names;
 	char *istiod_cert_istio_revisions;
+	bool istiod_ra_root_secret;
+	char *istiod_ra_root_secret_name;
 	bool cert_manager_issuer;
 	int64_t cert_manager_issuer_workers;
 	char *issuer_cas;
@@ -217,7 +219,8 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	X("istiod-cert-name", SG_OPT_STRING, istiod_cert_name, "istiod-tls", 1, 253, NULL,                        \
 	  "name of istiod's certificate Secret")                                                                    \
 	X("istiod-cert-namespace", SG_OPT_STRING, istiod_cert_namespace, "istio-system", 1, 63, NULL,             \
-	  "istiod's namespace (the Secret's, and the DNS names')")                                                 \
+	  "istiod's namespace (that of istiod-cert-name's and istiod-ra-root-secret-name's Secrets, and the DNS "   \
+	  "names')")                                                                                                \
 	X("istiod-cert-duration", SG_OPT_DURATION, istiod_cert_duration, "1h", 300, 365LL * 86400, NULL,          \
 	  "lifetime of istiod's certificate")                                                                       \
 	X("istiod-cert-renew-before", SG_OPT_DURATION, istiod_cert_renew_before, "0s", 0, 365LL * 86400, NULL,     \
@@ -230,6 +233,13 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "comma-separated extra DNS SANs of istiod's certificate")                                                \
 	X("istiod-cert-istio-revisions", SG_OPT_STRING, istiod_cert_istio_revisions, "default", 0, 4096, NULL,    \
 	  "comma-separated Istio revisions; each but default adds istiod-<rev>.<ns>.svc")                           \
+	X("istiod-ra-root-secret", SG_OPT_BOOL, istiod_ra_root_secret, "false", 0, 0, NULL,                       \
+	  "keep Secret istiod-ra-root-secret-name (key root-cert.pem: every current root, as root-ca-file) in "    \
+	  "istiod-cert-namespace, where istiod's RA reads the roots of the Kubernetes signers it forwards to with " \
+	  "EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API (mounted at /etc/external-ca-cert); repaired when it drifts, "     \
+	  "follows root changes (leader only)")                                                                     \
+	X("istiod-ra-root-secret-name", SG_OPT_STRING, istiod_ra_root_secret_name, "external-ca-cert", 1, 253,     \
+	  NULL, "name of the Secret istiod-ra-root-secret keeps (istiod's Deployment mounts external-ca-cert)")    \
 	X("cert-manager-issuer", SG_OPT_BOOL, cert_manager_issuer, "true", 0, 0, NULL,                            \
 	  "sign cert-manager CertificateRequests for SignetIssuer/SignetClusterIssuer (leader only)")              \
 	X("cert-manager-issuer-workers", SG_OPT_INT, cert_manager_issuer_workers, "4", 1, 16, NULL,               \
@@ -238,10 +248,12 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "more CAs for SignetIssuers' caName: comma-separated name=config-file (as signetctl init writes)")       \
 	X("kube-csr-signer", SG_OPT_BOOL, kube_csr_signer, "true", 0, 0, NULL,                                    \
 	  "sign Kubernetes CSRs for signerName signetclusterissuers.signet.dev/<name> (leader only)")              \
-	X("kube-csr-signer-alias", SG_OPT_STRING, kube_csr_signer_alias, "", 0, 571, NULL,                       \
-	  "one more signerName to sign Kubernetes CSRs for (istiod's K8S_SIGNER); empty: none")                   \
+	X("kube-csr-signer-alias", SG_OPT_STRING, kube_csr_signer_alias, "", 0, 4096, NULL,                      \
+	  "more signerNames to sign Kubernetes CSRs for, comma-separated signerName[=SignetClusterIssuer] (at "  \
+	  "most 16; istiod's K8S_SIGNER, or CERT_SIGNER_DOMAIN/<ISTIO_META_CERT_SIGNER> names such as "          \
+	  "clusterissuers.cert-manager.io/istio-system); empty: none")                                             \
 	X("kube-csr-signer-alias-issuer", SG_OPT_STRING, kube_csr_signer_alias_issuer, "default", 1, 253, NULL,   \
-	  "the SignetClusterIssuer whose CA and limits the alias signerName uses")                                 \
+	  "the SignetClusterIssuer whose CA and limits an alias signerName named without one uses")                \
 	X("issuer-check-interval", SG_OPT_DURATION, issuer_check_interval, "30s", 1, 3600, NULL,                  \
 	  "how often each SignetIssuer/SignetClusterIssuer's CA is checked for its Ready condition")              \
 	X("issuer-enabled", SG_OPT_BOOL, issuer_enabled, "true", 0, 0, NULL,                                      \

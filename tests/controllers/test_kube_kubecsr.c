@@ -10,10 +10,14 @@
  * a missing or not Ready issuer and is signed once it is Ready; the alias
  * signerName is served by its issuer (CA certificates too, where allowed);
  * a stopped signer writes nothing, and a second instance (a restart, or a
- * new leader) signs what came meanwhile and re-signs nothing.
+ * new leader) signs what came meanwhile and re-signs nothing. Issue 30:
+ * several aliases, each with its issuer, signing CSRs shaped exactly as
+ * istiod's RA sends them (t_istiod); a CSR for a namespaced issuer Fails,
+ * saying why (t_namespaced).
  *
  * spec.expirationSeconds arrived in Kubernetes 1.22: this API server
- * drops it, so the duration is tested through the annotation only.
+ * drops it, so the duration is tested through the annotation here, and
+ * the precedence of the two in test_kubesign.c (sg_kubecsr_duration).
  *
  * The SignetClusterIssuer CRD is created here (tolerating one that
  * exists: the API server may be shared), and no issuers controller runs:
@@ -57,6 +61,15 @@
 #define SIGNER_LATE SG_KUBECSR_SIGNER_PREFIX LATE_ISSUER
 #define ALIAS "signet.example/kubecsr"
 #define FOREIGN "example.com/someone-else"
+/* istiod's per-signer names: CERT_SIGNER_DOMAIN "/" the proxy's
+ * ISTIO_META_CERT_SIGNER, as in Istio's cert-manager example */
+#define ISTIO_SIGNER "clusterissuers.cert-manager.io/istio-system"
+#define CANARY_SIGNER "clusterissuers.cert-manager.io/istio-canary"
+#define ISTIO_ISSUER PREFIX "istio"
+/* the main signer's aliases: the old one-alias form (its issuer from
+ * alias_issuer) and two name=issuer pairs, blanks around the items */
+#define ALIASES ALIAS ", " ISTIO_SIGNER "=" MAIN_ISSUER " , " CANARY_SIGNER " = " ISTIO_ISSUER
+#define NAMESPACED SG_KUBECSR_NAMESPACED_PREFIX "default." MAIN_ISSUER
 #define CRD_NAME SG_SIGNETISSUER_CLUSTER_RESOURCE "." SG_SIGNETISSUER_GROUP
 
 static sg_kube *k;
@@ -391,6 +404,9 @@ static void t_start(void)
 	issuer_create(ALIAS_ISSUER,
 	              json_pack("{s:s, s:s, s:b}", "defaultDuration", "2h", "minDuration", "1h", "allowCA", 1));
 	issuer_set_ready(ALIAS_ISSUER, true);
+	/* istio: 5 h by default, at most 48 h (an istio-canary alias) */
+	issuer_create(ISTIO_ISSUER, json_pack("{s:s, s:s}", "defaultDuration", "5h", "maxDuration", "48h"));
+	issuer_set_ready(ISTIO_ISSUER, true);
 }
 
 static void t_options(void)
@@ -399,15 +415,24 @@ static void t_options(void)
 		sg_kubecsr_options o;
 		const char *why;
 	} bad[] = {
-	    {{.alias_signer_name = "noslash"}, "no slash"},
-	    {{.alias_signer_name = "nodot/x"}, "a domain without a dot"},
-	    {{.alias_signer_name = "a.b/"}, "an empty path"},
-	    {{.alias_signer_name = "a.b/x/y"}, "two slashes"},
-	    {{.alias_signer_name = "A.b/x"}, "upper case"},
-	    {{.alias_signer_name = "a.b/x..y"}, "an empty path label"},
-	    {{.alias_signer_name = "a.b/x."}, "a trailing dot"},
-	    {{.alias_signer_name = SG_KUBECSR_SIGNER_PREFIX "x"}, "signet's own prefix"},
-	    {{.alias_signer_name = "a.b/x", .alias_issuer = "Bad_Name"}, "an alias issuer that is no object name"},
+	    {{.aliases = "noslash"}, "no slash"},
+	    {{.aliases = "nodot/x"}, "a domain without a dot"},
+	    {{.aliases = "a.b/"}, "an empty path"},
+	    {{.aliases = "a.b/x/y"}, "two slashes"},
+	    {{.aliases = "A.b/x"}, "upper case"},
+	    {{.aliases = "a.b/x..y"}, "an empty path label"},
+	    {{.aliases = "a.b/x."}, "a trailing dot"},
+	    {{.aliases = SG_KUBECSR_SIGNER_PREFIX "x"}, "signet's own prefix"},
+	    {{.aliases = SG_KUBECSR_NAMESPACED_PREFIX "ns.x"}, "signet's namespaced prefix"},
+	    {{.aliases = "a.b/x", .alias_issuer = "Bad_Name"}, "an alias issuer that is no object name"},
+	    {{.aliases = "a.b/x=Bad_Name"}, "an issuer of its own that is no object name"},
+	    {{.aliases = "a.b/x="}, "an empty issuer"},
+	    {{.aliases = "a.b/x,a.b/y=i,a.b/x=j"}, "a signerName twice"},
+	    {{.aliases = "a.b/x,,a.b/y"}, "an empty item"},
+	    {{.aliases = "a.b/x,"}, "a trailing comma"},
+	    {{.aliases = "a.b/1,a.b/2,a.b/3,a.b/4,a.b/5,a.b/6,a.b/7,a.b/8,a.b/9,a.b/10,a.b/11,a.b/12,a.b/13,a.b/14,"
+	                 "a.b/15,a.b/16,a.b/17"},
+	     "17 aliases"},
 	    {{.workers = SG_CTRL_WORKERS_MAX + 1}, "too many workers"},
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -426,7 +451,7 @@ static void t_options(void)
 	SG_CHECK_RC(sg_kubecsr_new(&c, NULL), SG_EINVAL);
 	/* Good ones, and a life cycle without anything in between. */
 	SG_CHECK_OK(sg_kubecsr_new(
-	    &c, &(sg_kubecsr_options){.kube = k, .cas = cas, .ncas = 1, .alias_signer_name = "example.com/a.b-c.d"}));
+	    &c, &(sg_kubecsr_options){.kube = k, .cas = cas, .ncas = 1, .aliases = "example.com/a.b-c.d"}));
 	sg_ctrl_stop(sg_kubecsr_controller(c));
 	SG_CHECK(strcmp(sg_ctrl_name(sg_kubecsr_controller(c)), "kubecsr") == 0);
 	sg_kubecsr_free(c);
@@ -436,7 +461,7 @@ static void t_options(void)
 static void t_sign(void)
 {
 	sg_kubecsr_options o = {
-	    .kube = k, .cas = cas, .ncas = 1, .alias_signer_name = ALIAS, .alias_issuer = ALIAS_ISSUER, .workers = 1};
+	    .kube = k, .cas = cas, .ncas = 1, .aliases = ALIASES, .alias_issuer = ALIAS_ISSUER, .workers = 1};
 	SG_CHECK_OK(sg_kubecsr_new(&kc, &o));
 	if (!kc)
 		exit(1);
@@ -682,6 +707,143 @@ static void t_alias(void)
 	settle();
 }
 
+/* Issue 30, item 7: CSRs exactly as istiod's RA creates them
+ * (security/pkg/pki/ra/k8s_ra.go, kubernetesSign; chiron's SignCSRK8s):
+ * istio-agent's CSR (empty O=, one critical URI SAN; RSA 2048, its
+ * default, or P-256 with ECC_SIGNATURE_ALGORITHM), the usages digital
+ * signature, key encipherment, server auth, client auth, and the
+ * signerName CERT_SIGNER_DOMAIN "/" ISTIO_META_CERT_SIGNER. Istio 1.19 and
+ * later: generateName csr-workload- and spec.expirationSeconds, the
+ * workload's TTL; 1.12 to 1.18: the name csr-workload-<18 random
+ * characters> and the annotation request-duration in Go's
+ * time.Duration.String() form ("24h0m0s"). istiod approves the CSR
+ * itself, waits for status.certificate and deletes the CSR. Returns the
+ * CSR's PEM (caller frees); its name in name. */
+static char *istiod_csr(bool before_1_19, const char *signer, const char *alg, const char *identity, int64_t ttl,
+                        char name[64])
+{
+	char san[300];
+	snprintf(san, sizeof(san), "critical,URI:%s", identity);
+	csr_opts o = {.alg = alg, .param = strcmp(alg, "RSA") == 0 ? "2048" : "P-256", .san = san};
+	size_t len = 0;
+	char *pem = make_csr(&o, &len);
+	char *req = b64n(pem, len);
+	json_t *meta, *spec = json_pack("{s:s, s:[s, s, s, s], s:s}", "request", req, "usages", "digital signature",
+	                                "key encipherment", "server auth", "client auth", "signerName", signer);
+	if (before_1_19) {
+		static unsigned seq;
+		char dur[32];
+		sg_kubesign_duration_format(ttl, dur, sizeof(dur));
+		snprintf(name, 64, "csr-workload-%018u", ++seq * 7919u); /* 18 characters, as rand.String(18) */
+		meta = json_pack("{s:s, s:{s:s}}", "name", name, "annotations", SG_KUBECSR_ANNOTATION_DURATION, dur);
+	} else {
+		meta = json_pack("{s:s}", "generateName", "csr-workload-");
+		json_object_set_new(spec, "expirationSeconds", json_integer(ttl));
+	}
+	json_t *csr = json_pack("{s:s, s:s, s:o, s:o}", "apiVersion", "certificates.k8s.io/v1", "kind",
+	                        "CertificateSigningRequest", "metadata", meta, "spec", spec);
+	json_t *made = NULL;
+	SG_CHECK_OK(kube_fx_create_out(k, csr_coll, csr, &made));
+	snprintf(name, 64, "%s", made ? sg_kube_meta_str(made, "name") : "?");
+	json_decref(made);
+	free(req);
+	return pem;
+}
+
+/* The leaf's URI SANs, space-separated, in out. */
+static const char *uri_sans(X509 *leaf, char *out, size_t cap)
+{
+	out[0] = 0;
+	GENERAL_NAMES *gens = X509_get_ext_d2i(leaf, NID_subject_alt_name, NULL, NULL);
+	for (int i = 0; gens && i < sk_GENERAL_NAME_num(gens); i++) {
+		const GENERAL_NAME *g = sk_GENERAL_NAME_value(gens, i);
+		if (g->type == GEN_URI)
+			snprintf(out + strlen(out), cap - strlen(out), "%s%s", out[0] ? " " : "",
+			         (const char *)ASN1_STRING_get0_data(g->d.uniformResourceIdentifier));
+		else
+			snprintf(out + strlen(out), cap - strlen(out), "%s<other SAN>", out[0] ? " " : "");
+	}
+	GENERAL_NAMES_free(gens);
+	return out;
+}
+
+static void t_istiod(void)
+{
+	struct {
+		bool old;
+		const char *signer, *alg, *identity;
+		int64_t ttl;
+		int64_t issuer_default; /* what is issued when the API server drops expirationSeconds */
+	} cases[] = {
+	    {false, ISTIO_SIGNER, "RSA", "spiffe://cluster.local/ns/apps/sa/web", 24 * 3600, 3600},
+	    {true, ISTIO_SIGNER, "EC", "spiffe://cluster.local/ns/apps/sa/api", 12 * 3600, 0},
+	    {false, CANARY_SIGNER, "EC", "spiffe://cluster.local/ns/canary/sa/web", 3600, 5 * 3600},
+	    {true, CANARY_SIGNER, "RSA", "spiffe://cluster.local/ns/canary/sa/api", 24 * 3600, 0},
+	};
+	enum { N = sizeof(cases) / sizeof(cases[0]) };
+	char names[N][64];
+	char *pems[N];
+	for (size_t i = 0; i < N; i++) {
+		pems[i] =
+		    istiod_csr(cases[i].old, cases[i].signer, cases[i].alg, cases[i].identity, cases[i].ttl, names[i]);
+		csr_decide(names[i], "Approved");
+	}
+	for (size_t i = 0; i < N; i++) {
+		/* Whether this API server kept spec.expirationSeconds (1.22+). */
+		json_t *csr = csr_get(names[i]);
+		bool kept = json_is_integer(json_object_get(json_object_get(csr, "spec"), "expirationSeconds"));
+		json_decref(csr);
+		expect e = {cases[i].old || kept ? cases[i].ttl : cases[i].issuer_default,
+		            KU_DIGITAL_SIGNATURE | KU_KEY_ENCIPHERMENT, XKU_SSL_SERVER | XKU_SSL_CLIENT, false};
+		char *chain = wait_cert(names[i], 30000);
+		if (!check_chain(chain, pems[i], &e))
+			fprintf(stderr, "istiod case %zu (%s)\n", i, names[i]);
+		SG_CHECK(check_chain(chain, pems[i], &e));
+		STACK_OF(X509) *sk = chain ? certs_of(chain) : NULL;
+		X509 *leaf = sk && sk_X509_num(sk) ? sk_X509_value(sk, 0) : NULL;
+		char uris[600] = "";
+		if (leaf && strcmp(uri_sans(leaf, uris, sizeof(uris)), cases[i].identity) != 0)
+			fprintf(stderr, "SANs %s, want %s\n", uris, cases[i].identity);
+		SG_CHECK(leaf && strcmp(uris, cases[i].identity) == 0);
+		sk_X509_pop_free(sk, X509_free);
+		SG_WAIT_FOR(20000, events_of(names[i], "Issued") == 1);
+		/* istiod deletes the CSR once it has read the certificate */
+		SG_CHECK_OK(kube_fx_delete(k, kube_fx_named(csr_coll, names[i], NULL)));
+		free(chain);
+		free(pems[i]);
+	}
+	want_issued += N;
+	settle();
+}
+
+/* Issue 30, item 5: an approved CSR for a namespaced issuer's signerName
+ * gets a Failed condition that says why (before: never looked at, so it
+ * stayed Approved and empty for ever); one not approved is left alone. */
+static void t_namespaced(void)
+{
+	const char *waits = PREFIX "namespaced-unapproved", *fails = PREFIX "namespaced";
+	free(csr_create(waits, NAMESPACED, usages("digital signature", "client auth"), NULL, false));
+	char *rv = csr_rv(waits);
+	free(csr_create(fails, NAMESPACED, usages("digital signature", "client auth"), NULL, false));
+	csr_decide(fails, "Approved");
+	char *msg = NULL;
+	SG_WAIT_FOR(30000, (msg = failed_message(fails)) != NULL);
+	SG_CHECK(msg && strstr(msg, "namespaced SignetIssuer") && strstr(msg, NAMESPACED) &&
+	         strstr(msg, SG_KUBECSR_SIGNER_PREFIX "<name>"));
+	printf("%s: %s\n", fails, msg ? msg : "-");
+	free(msg);
+	SG_WAIT_FOR(20000, events_of(fails, "Failed") == 1);
+	char *cert = csr_cert(fails);
+	SG_CHECK(cert == NULL);
+	free(cert);
+	want_failed++;
+	settle();
+	/* the unapproved one had its pass before "fails" was decided (one
+	 * worker, FIFO): untouched */
+	SG_CHECK(untouched(waits, rv));
+	free(rv);
+}
+
 /* A CSR for an issuer that does not exist waits (one Warning Event), then
  * for one that is not Ready, and is signed once it is. */
 static void t_not_ready(void)
@@ -764,7 +926,8 @@ static uint64_t ours_in_cluster(void)
 	{
 		const char *s = json_string_value(json_object_get(json_object_get(o, "spec"), "signerName"));
 		n += s && (strncmp(s, SG_KUBECSR_SIGNER_PREFIX, strlen(SG_KUBECSR_SIGNER_PREFIX)) == 0 ||
-		           strcmp(s, ALIAS) == 0);
+		           strncmp(s, SG_KUBECSR_NAMESPACED_PREFIX, strlen(SG_KUBECSR_NAMESPACED_PREFIX)) == 0 ||
+		           strcmp(s, ALIAS) == 0 || strcmp(s, ISTIO_SIGNER) == 0 || strcmp(s, CANARY_SIGNER) == 0);
 	}
 	json_decref(list);
 	return n;
@@ -806,8 +969,7 @@ static void t_stop_restart(void)
 	}
 
 	uint64_t ours = ours_in_cluster();
-	sg_kubecsr_options o = {
-	    .kube = k, .cas = cas, .ncas = 1, .alias_signer_name = ALIAS, .alias_issuer = ALIAS_ISSUER};
+	sg_kubecsr_options o = {.kube = k, .cas = cas, .ncas = 1, .aliases = ALIASES, .alias_issuer = ALIAS_ISSUER};
 	SG_CHECK_OK(sg_kubecsr_new(&next, &o));
 	SG_CHECK_OK(sg_ctrl_start(sg_kubecsr_controller(next)));
 	for (size_t i = 0; i < 3; i++) {
@@ -931,12 +1093,10 @@ static void t_exactly_once(void)
 	           "\"verbs\": [\"create\", \"patch\", \"update\"]}]");
 	sg_kube *uk = kube_fx_user_client();
 	sg_kubecsr *lim = NULL;
-	SG_CHECK_OK(sg_kubecsr_new(&lim, &(sg_kubecsr_options){.kube = uk,
-	                                                       .cas = cas,
-	                                                       .ncas = 1,
-	                                                       .alias_signer_name = ONCE_ALIAS,
-	                                                       .alias_issuer = MAIN_ISSUER,
-	                                                       .workers = 1}));
+	SG_CHECK_OK(sg_kubecsr_new(
+	    &lim,
+	    &(sg_kubecsr_options){
+	        .kube = uk, .cas = cas, .ncas = 1, .aliases = ONCE_ALIAS, .alias_issuer = MAIN_ISSUER, .workers = 1}));
 	if (!uk || !lim)
 		exit(1);
 	SG_CHECK_OK(sg_ctrl_start(sg_kubecsr_controller(lim)));
@@ -990,5 +1150,6 @@ static void t_zz_cleanup(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_options), SG_TEST(t_sign), SG_TEST(t_durations), SG_TEST(t_usages),
-             SG_TEST(t_untouched), SG_TEST(t_failed), SG_TEST(t_alias), SG_TEST(t_not_ready), SG_TEST(t_stop_restart),
-             SG_TEST(t_two_leaders), SG_TEST(t_exactly_once), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_untouched), SG_TEST(t_failed), SG_TEST(t_alias), SG_TEST(t_istiod), SG_TEST(t_namespaced),
+             SG_TEST(t_not_ready), SG_TEST(t_stop_restart), SG_TEST(t_two_leaders), SG_TEST(t_exactly_once),
+             SG_TEST(t_zz_cleanup))

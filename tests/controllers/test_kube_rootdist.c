@@ -11,7 +11,12 @@
  * ca.crt, label signet.dev/ca-roots=true): only in its namespace, which
  * may come later; a rotation's bundle (two roots) and the next one reach
  * it; a deleted one comes back; a ConfigMap of the same name in another
- * namespace is never touched.
+ * namespace is never touched. Then the Secret signetd keeps for istiod's
+ * RA (issue 30, item 6: external-ca-cert, key root-cert.pem, type Opaque,
+ * base64 of the bundle): created, repaired after edits (a wrong value,
+ * an extra key, our label gone) and deletion, following a rotation, an
+ * immutable one with the wrong roots made again; a ConfigMap of that name
+ * beside it is never touched.
  *
  * No kube-controller-manager runs, so a deleted namespace stays
  * Terminating for the rest of the test, as a namespace with a stuck
@@ -28,10 +33,11 @@
  */
 #include "sg_rootdist.h"
 
+#include "kube_pem.h"
+#include "self_signed.h"
 #include "sg_clock.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
-#include "self_signed.h"
 #include "sg_test.h"
 #include "test_kube_fixture.h"
 
@@ -62,10 +68,12 @@ static sg_rootdist *rd;
 static const char *selector;
 static const char *only_ns;
 static const char *cm_name = NAME, *cm_key = KEY, *cm_label = SG_ROOTDIST_LABEL;
+static bool as_secret;                         /* rd keeps a Secret (t_ra_secret) */
+static const char *cm_resource = "configmaps"; /* what rd keeps */
 
 /* ---- fixtures ---- */
 
-#define CM_REF(ns) KUBE_FX_CORE("configmaps", (ns), cm_name)
+#define CM_REF(ns) KUBE_FX_CORE(cm_resource, (ns), cm_name)
 
 static void ns_create(const char *name, bool selected)
 {
@@ -92,14 +100,20 @@ static const char *label(const json_t *obj, const char *key)
 	return json_string_value(json_object_get(json_object_get(json_object_get(obj, "metadata"), "labels"), key));
 }
 
-/* The ConfigMap is exactly ours: one data key holding root, our label. */
+/* The ConfigMap is exactly ours: one data key holding root (in a Secret:
+ * its base64, type Opaque), our label. */
 static bool cm_ok(const json_t *cm, const char *root)
 {
 	json_t *data = json_object_get(cm, "data");
 	const char *v = json_string_value(json_object_get(data, cm_key));
+	char *decoded = as_secret ? unb64(v) : NULL;
+	const char *type = json_string_value(json_object_get(cm, "type"));
+	bool value_ok = as_secret ? decoded && strcmp(decoded, root) == 0 && type && strcmp(type, "Opaque") == 0
+	                          : v && strcmp(v, root) == 0;
+	free(decoded);
 	const char *l = label(cm, cm_label);
 	json_t *bin = json_object_get(cm, "binaryData");
-	return cm && json_object_size(data) == 1 && v && strcmp(v, root) == 0 && l && strcmp(l, "true") == 0 &&
+	return cm && json_object_size(data) == 1 && value_ok && l && strcmp(l, "true") == 0 &&
 	       (!bin || json_object_size(bin) == 0) && !json_is_true(json_object_get(cm, "immutable"));
 }
 
@@ -169,7 +183,7 @@ static bool idle(uint64_t *done, int *looks)
 	sg_ctrl_stats a = ctrl_stats();
 	bool ok = a.queued == 0 && a.active == 0 &&
 	          cache_current(NS_WATCH, "namespaces", NULL, selector, only_ns ? ns_field : NULL) &&
-	          cache_current(CM_WATCH, "configmaps", only_ns, NULL, cm_field);
+	          cache_current(CM_WATCH, cm_resource, only_ns, NULL, cm_field);
 	sg_ctrl_stats b = ctrl_stats();
 	uint64_t n = b.reconciles + b.errors;
 	if (a.queued || b.queued)
@@ -826,6 +840,94 @@ static void t_publish(void)
 	free(other_rv);
 }
 
+/* The Secret signetd keeps for istiod's RA when asked
+ * (--istiod-ra-root-secret): external-ca-cert in istiod's namespace, the
+ * file istiod reads as /etc/external-ca-cert/root-cert.pem. */
+#define RA_NS "rp-istio"
+static void t_ra_secret(void)
+{
+	sg_rootdist_free(rd);
+	rd = NULL;
+	ns_create(RA_NS, false);
+	/* A ConfigMap of the same name beside it: never touched. */
+	sg_kube_ref cms = {.version = "v1", .resource = "configmaps", .ns = RA_NS};
+	json_t *cm = kube_env_configmap(RA_NS, SG_ROOTDIST_RA_SECRET, KEY, "not ours");
+	json_t *made = NULL;
+	SG_CHECK_OK(sg_kube_create(k, &cms, cm, &made));
+	json_decref(cm);
+	char *cm_rv0 =
+	    strdup(sg_kube_meta_str(made, "resourceVersion") ? sg_kube_meta_str(made, "resourceVersion") : "-");
+	json_decref(made);
+
+	selector = NULL;
+	only_ns = RA_NS;
+	cm_name = SG_ROOTDIST_RA_SECRET;
+	cm_key = KEY;
+	cm_label = SG_ROOTDIST_ROOTS_LABEL;
+	as_secret = true;
+	cm_resource = "secrets";
+	sg_rootdist_options o = {
+	    .kube = k,
+	    .ns = RA_NS,
+	    .name = SG_ROOTDIST_RA_SECRET,
+	    .key = KEY,
+	    .label = SG_ROOTDIST_ROOTS_LABEL,
+	    .label_value = "true",
+	    .controller = SG_ROOTDIST_RA_CONTROLLER,
+	    .secret = true,
+	};
+	SG_CHECK_OK(sg_rootdist_new(&rd, &o, root_a, strlen(root_a)));
+	if (!rd)
+		exit(1);
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
+	WAIT_OK(RA_NS, root_a, 30000);
+	WAIT_COUNTED(stats().creates >= 1);
+	WAIT_IDLE(30000);
+	sg_rootdist_stats s0 = stats();
+	SG_CHECK(s0.creates == 1 && s0.updates == 0 && s0.errors == 0);
+
+	/* Drift: a wrong value, an extra key, our label gone: repaired, what
+	 * users add to the metadata kept. */
+	CM_PATCH(RA_NS, json_pack("{s:{s:{s:n, s:s}}, s:{s:s, s:s}}", "metadata", "labels", SG_ROOTDIST_ROOTS_LABEL,
+	                          "team", "mesh", "data", KEY, "dGFtcGVyZWQ=", "extra", "eA=="));
+	WAIT_OK(RA_NS, root_a, 20000);
+	json_t *sec = cm_get(RA_NS);
+	const char *team = label(sec, "team");
+	SG_CHECK(team && strcmp(team, "mesh") == 0);
+	json_decref(sec);
+	/* A rotation: both roots, then the new one alone. */
+	char *both = concat(root_a, root_b);
+	SG_CHECK_OK(sg_rootdist_set_root(rd, both, strlen(both)));
+	WAIT_OK(RA_NS, both, 20000);
+	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
+	WAIT_OK(RA_NS, root_b, 20000);
+	/* Deleted: back. */
+	CM_DELETE(RA_NS);
+	WAIT_OK(RA_NS, root_b, 20000);
+	/* Made again, immutable and stale, while the writer was stopped (a
+	 * leader change): replaced once it runs. */
+	sg_ctrl_stop(sg_rootdist_controller(rd));
+	CM_DELETE(RA_NS);
+	json_t *imm = json_pack("{s:s, s:s, s:{s:s, s:s}, s:s, s:b, s:{s:s}}", "apiVersion", "v1", "kind", "Secret",
+	                        "metadata", "name", SG_ROOTDIST_RA_SECRET, "namespace", RA_NS, "type", "Opaque",
+	                        "immutable", 1, "data", KEY, "c3RhbGU=");
+	SG_CHECK_OK(kube_fx_create(k, KUBE_FX_CORE("secrets", RA_NS, NULL), imm));
+	SG_CHECK_OK(sg_ctrl_start(sg_rootdist_controller(rd)));
+	WAIT_OK(RA_NS, root_b, 20000);
+	WAIT_IDLE(20000);
+	sg_rootdist_stats s1 = stats();
+	printf("istiod RA roots: creates %llu updates %llu unchanged %llu errors %llu\n",
+	       (unsigned long long)s1.creates, (unsigned long long)s1.updates, (unsigned long long)s1.unchanged,
+	       (unsigned long long)s1.errors);
+	SG_CHECK(s1.updates >= 3 && s1.creates >= 2);
+	/* The ConfigMap beside it: as it was. */
+	char *rv = kube_fx_rv(k, KUBE_FX_CORE("configmaps", RA_NS, SG_ROOTDIST_RA_SECRET));
+	SG_CHECK(rv && strcmp(rv, cm_rv0) == 0);
+	free(rv);
+	free(cm_rv0);
+	free(both);
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_rootdist_free(rd);
@@ -837,4 +939,4 @@ static void t_zz_cleanup(void)
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_options), SG_TEST(t_options_one_namespace), SG_TEST(t_selected),
              SG_TEST(t_no_loop), SG_TEST(t_repair), SG_TEST(t_set_root), SG_TEST(t_unselected), SG_TEST(t_terminating),
              SG_TEST(t_stop), SG_TEST(t_every_namespace), SG_TEST(t_apiserver_restart), SG_TEST(t_publish),
-             SG_TEST(t_zz_cleanup))
+             SG_TEST(t_ra_secret), SG_TEST(t_zz_cleanup))

@@ -14,6 +14,9 @@ Python's grpcio as the client and `openssl verify` on every chain.
   - signet-ca-roots in the trust namespace (created after signetd), for
     trust bundles, following a root change;
   - istiod's certificate Secret;
+  - Secret external-ca-cert in istiod's namespace (--istiod-ra-root-secret),
+    the roots istiod's RA reads: made, repaired after edits, following a
+    root change;
   - two replicas: one leader writes; killing it hands over within 20 s;
   - the API server restarted under a running signetd: it recovers;
   - RA mode: a test issuer (a small controller here, signing cert-manager
@@ -21,7 +24,12 @@ Python's grpcio as the client and `openssl verify` on every chain.
     cryptography) answers; chains come back to the gRPC client and verify
     with `openssl verify`; requests are deleted afterwards; a denied
     request is INTERNAL; an issuer that never answers gives the client its
-    deadline error and leaves no request behind.
+    deadline error and leaves no request behind;
+  - the Kubernetes CSR signer with two aliases in istiod's per-signer form
+    (CERT_SIGNER_DOMAIN/ISTIO_META_CERT_SIGNER), each served by its
+    SignetClusterIssuer and CA: CSRs shaped as istiod's RA creates them
+    are signed, and the default CA's chain verifies against the root in
+    external-ca-cert, as istiod checks it.
 
 usage: test_kube_e2e.py SIGNETCTL SIGNETD PROTO_DIR KUBE_SCRIPTS
 """
@@ -60,6 +68,7 @@ from signet_e2e import make_csr, read, spiffe  # noqa: E402
 UNAUTH = grpc.StatusCode.UNAUTHENTICATED
 ROOT_CM = "istio-ca-root-cert"
 ROOTS_CM = "signet-ca-roots"  # --roots-configmap's default, in --trust-namespace (cert-manager)
+RA_SECRET = "external-ca-cert"  # --istiod-ra-root-secret-name's default, in --istiod-cert-namespace
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/istio-system/leases/signet"
 
 
@@ -388,7 +397,7 @@ class Writers(Base):
         cls.d = C.signetd("--configmap-namespace-selector", "istio-injection=enabled",
                           "--root-ca-file", cls.root_file, "--istiod-cert-enabled",
                           "--istiod-cert-key-algorithm", "ECDSA", "--istiod-cert-key-size", "256",
-                          "--istiod-cert-istio-revisions", "default,canary")
+                          "--istiod-cert-istio-revisions", "default,canary", "--istiod-ra-root-secret")
         cls.ch = C.channel(cls.d.port)
         cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
 
@@ -466,6 +475,7 @@ class Writers(Base):
         wait_for("the ConfigMap to carry the new bundle",
                  lambda: (C.kube.configmap("apps") or {}).get("data", {}).get("root-cert.pem") == new.decode())
         wait_for(f"{ROOTS_CM} to carry both roots", lambda: self.roots_published(new.decode()))
+        wait_for(f"{RA_SECRET} to carry both roots", lambda: ra_roots(new))
         tok = C.kube.token("apps", "app1")
         chain = self.call(self.stub, tok, spiffe("apps", "app1"))
         self.assertEqual(chain[-1].encode(), new)  # clients get the new bundle, as one element
@@ -494,6 +504,20 @@ class Writers(Base):
         C.kube.delete("/api/v1/namespaces/istio-system/secrets/istiod-tls")
         wait_for("Secret istiod-tls to come back", secret)
 
+    def test_e_istiod_ra_roots(self):
+        s = wait_for(f"Secret {RA_SECRET}", lambda: ra_roots(read(self.root_file, "rb")))
+        self.assertEqual(s["type"], "Opaque")
+        self.assertEqual(s["metadata"]["labels"].get("signet.dev/ca-roots"), "true")
+        C.kube.ok("PATCH", f"/api/v1/namespaces/istio-system/secrets/{RA_SECRET}",
+                  {"metadata": {"labels": {"team": "mesh"}},
+                   "data": {"root-cert.pem": base64.b64encode(b"tampered").decode(), "extra": "eA=="}},
+                  "application/merge-patch+json")
+        s = wait_for(f"the edited {RA_SECRET} to be repaired", lambda: ra_roots(read(self.root_file, "rb")))
+        self.assertEqual(s["metadata"]["labels"].get("team"), "mesh")
+        C.kube.delete(f"/api/v1/namespaces/istio-system/secrets/{RA_SECRET}")
+        wait_for(f"Secret {RA_SECRET} to come back", lambda: ra_roots(read(self.root_file, "rb")))
+        self.assertGreaterEqual(C.metric(self.d, "signet_istiod_ra_roots_writes_total"), 3)
+
     def test_f_api_server_restart(self):
         wait_for("istio-ca-root-cert in apps", lambda: self.cm_ok("apps"))
         subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "restart-apiserver", C.api_dir], check=True,
@@ -510,6 +534,15 @@ class Writers(Base):
         wait_for("repair after the restart", lambda: self.cm_ok("apps"), timeout=60)
         C.kube.namespace("after-restart", {"istio-injection": "enabled"})
         wait_for("a new namespace served after the restart", lambda: self.cm_ok("after-restart"), timeout=60)
+
+
+def ra_roots(bundle):
+    """Secret external-ca-cert when it holds exactly bundle (bytes) under
+    root-cert.pem, else None."""
+    code, doc = C.kube.req("GET", f"/api/v1/namespaces/istio-system/secrets/{RA_SECRET}")
+    if code != 200 or doc.get("data") != {"root-cert.pem": base64.b64encode(bundle).decode()}:
+        return None
+    return doc
 
 
 class Replicas(Base):
@@ -739,6 +772,10 @@ def apply_crds(path):
             wait_for(f"{plural} served", lambda: C.kube.req("GET", f"/apis/{g}/{v}/{plural}")[0] == 200)
 
 
+ISTIO_SIGNER = "clusterissuers.cert-manager.io/istio-system"
+SECOND_SIGNER = "clusterissuers.cert-manager.io/second-mesh"
+
+
 class IssuerCAs(Base):
     """signetd as a cert-manager issuer with two CAs: its own ("default")
     and a second key in the same token (signetctl init --hsm-module
@@ -760,7 +797,8 @@ class IssuerCAs(Base):
                         "--ca-name", "second CA", "--log-level", "warn"], check=True, env=env,
                        stdout=subprocess.DEVNULL)
         cls.d = C.signetd("--issuer-cas", f"second={cls.second}/signet.conf", "--root-ca-configmap=false",
-                          "--issuer-check-interval", "2s")
+                          "--issuer-check-interval", "2s", "--istiod-ra-root-secret",
+                          f"--kube-csr-signer-alias={ISTIO_SIGNER}=mesh-default, {SECOND_SIGNER}=mesh-second")
 
     @classmethod
     def tearDownClass(cls):
@@ -813,6 +851,64 @@ class IssuerCAs(Base):
             self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
             leaf = x509.load_pem_x509_certificate(chain)
             self.assertEqual(leaf.public_key().public_numbers(), key.public_key().public_numbers())
+
+    def cluster_issuer(self, name, ca):
+        C.kube.ok("POST", "/apis/signet.dev/v1alpha1/signetclusterissuers",
+                  {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetClusterIssuer", "metadata": {"name": name},
+                   "spec": {"caName": ca, "defaultDuration": "1h"}})
+
+        def ready():
+            code, doc = C.kube.req("GET", f"/apis/signet.dev/v1alpha1/signetclusterissuers/{name}")
+            conds = [c for c in (doc.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+            return conds and conds[0]["status"] == "True" and conds[0]
+        return wait_for(f"cluster issuer {name} Ready", ready)
+
+    def test_istiod_ra_csrs_per_signer(self):
+        """Issue 30, items 5 to 7 through signetd's flags: istiod's RA
+        (EXTERNAL_CA=ISTIOD_RA_KUBERNETES_API, CERT_SIGNER_DOMAIN
+        clusterissuers.cert-manager.io, proxies with ISTIO_META_CERT_SIGNER
+        istio-system or second-mesh) creates CSRs as chiron's SignCSRK8s
+        does, approves them itself, reads the certificate, checks it against
+        /etc/external-ca-cert/root-cert.pem and deletes the CSR."""
+        self.cluster_issuer("mesh-default", "default")
+        self.cluster_issuer("mesh-second", "second")
+        secret = wait_for(f"Secret {RA_SECRET}", lambda: ra_roots(C.root))
+        ra_root = os.path.join(C.tmp, "external-ca-cert.pem")
+        with open(ra_root, "wb") as f:
+            f.write(base64.b64decode(secret["data"]["root-cert.pem"]))
+        path = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+        for signer, root, key in ((ISTIO_SIGNER, ra_root, "rsa"),
+                                  (SECOND_SIGNER, os.path.join(self.second, "root-cert.pem"), "ec")):
+            identity = spiffe("apps", "app1")
+            made = C.kube.ok("POST", path, {
+                "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+                "metadata": {"generateName": "csr-workload-"},
+                "spec": {"request": base64.b64encode(make_csr(identity, key=key).encode()).decode(),
+                         "signerName": signer, "expirationSeconds": 3600,
+                         "usages": ["digital signature", "key encipherment", "server auth", "client auth"]}})
+            name = made["metadata"]["name"]
+            made["status"] = {"conditions": [{"type": "Approved", "status": "True", "reason": "approved",
+                                              "message": f"CSR ({name}) for the certificate () is approved"}]}
+            C.kube.ok("PUT", f"{path}/{name}/approval", made)
+
+            def issued():
+                code, doc = C.kube.req("GET", f"{path}/{name}")
+                return (doc.get("status") or {}).get("certificate")
+            chain = base64.b64decode(wait_for(f"{signer}'s certificate", issued))
+            chain_path = os.path.join(C.tmp, f"{name}.pem")
+            with open(chain_path, "wb") as f:
+                f.write(chain)
+            v = subprocess.run(["openssl", "verify", "-CAfile", root, chain_path], capture_output=True, text=True)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            leaf = x509.load_pem_x509_certificate(chain)
+            san = leaf.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+            self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier), [identity])
+            ku = leaf.extensions.get_extension_for_oid(ExtensionOID.KEY_USAGE).value
+            self.assertTrue(ku.digital_signature and ku.key_encipherment)
+            eku = leaf.extensions.get_extension_for_oid(ExtensionOID.EXTENDED_KEY_USAGE).value
+            self.assertEqual(set(eku), {x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                                        x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH})
+            C.kube.delete(f"{path}/{name}")
 
     def test_bad_issuer_cas_refused(self):
         for value, why in (("default=" + C.conf, "own CA"), ("x", "name=config-file"),

@@ -203,6 +203,22 @@ static void t_generic_and_intermediate(void)
 	csr = make_csr(&ca, &len);
 	SG_CHECK_RC(issue(SG_PROFILE_GENERIC, csr, len, NULL, 0, &res), SG_EDENIED);
 	free(csr);
+
+	/* istio-agent's CSR (empty O=, one URI SAN), as istiod's RA forwards
+	 * it to a Kubernetes signer: issued with an empty subject, the empty
+	 * attribute left out (before: refused by the linter). */
+	csr_opts agent = {"RSA", "2048", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
+	csr = make_csr(&agent, &len);
+	SG_CHECK_OK(issue(SG_PROFILE_GENERIC, csr, len, NULL, 3600, &res));
+	leaf = verify_chain(&res, fx.root);
+	SG_CHECK(leaf && X509_NAME_entry_count(X509_get_subject_name(leaf)) == 0);
+	int crit = -1;
+	GENERAL_NAMES *g = leaf ? X509_get_ext_d2i(leaf, NID_subject_alt_name, &crit, NULL) : NULL;
+	SG_CHECK(g && crit == 1); /* subject empty: SAN critical */
+	GENERAL_NAMES_free(g);
+	X509_free(leaf);
+	sg_issue_result_clear(&res);
+	free(csr);
 }
 
 static void t_ttl_rules(void)
