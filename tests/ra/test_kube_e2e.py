@@ -583,6 +583,7 @@ class TestIssuer:
                      .sign(self.key, hashes.SHA256()))
         self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
         self.mode = "sign"
+        self.annotations = {}  # each request's, by name
         self.seen = set()
         self.signed = 0
         self.stop = threading.Event()
@@ -610,6 +611,7 @@ class TestIssuer:
                 if self.mode == "silent":
                     continue
                 self.seen.add(name)
+                self.annotations[name] = cr["metadata"].get("annotations", {})
                 if self.mode == "deny":
                     cond = {"type": "Denied", "status": "True", "reason": "test", "message": "the test says no",
                             "lastTransitionTime": "2026-01-01T00:00:00Z"}
@@ -647,7 +649,10 @@ class RAMode(Base):
             f.write(C.root + cls.issuer.pem)
         cls.d = C.signetd("--issuer-name", "test", "--issuer-kind", "TestIssuer", "--issuer-group", TEST_GROUP,
                           "--certificate-namespace", RA_NS, "--root-ca-file", cls.roots,
-                          "--server-timeout", "3s", "--root-ca-configmap=false")
+                          "--server-timeout", "3s", "--root-ca-configmap=false",
+                          # istio-csr's form: with several '=', one CSV record
+                          "--certificate-request-additional-annotations",
+                          'custom.cert-manager.io/policy-name=istio-csr,"example.com/teams=mesh,edge"')
         cls.ch = C.channel(cls.d.port)
         cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
 
@@ -688,6 +693,20 @@ class RAMode(Base):
         wait_for("the request's deletion", lambda: not self.ours())
         self.assertEqual(C.metric(self.d, "signet_forward_in_flight"), 0)
         self.assertGreaterEqual(C.metric(self.d, "signet_forward_issued_total"), 1)
+
+    def test_additional_annotations(self):
+        """istio-csr's --certificate-request-additional-annotations: on
+        every request, beside the identity annotation."""
+        self.issuer.mode = "sign"
+        before = set(self.issuer.annotations)
+        identity = spiffe("apps", "app1")
+        self.call(self.stub, C.kube.token("apps", "app1"), identity)
+        names = set(self.issuer.annotations) - before
+        self.assertEqual(len(names), 1)
+        self.assertEqual(self.issuer.annotations[names.pop()],
+                         {"istio.cert-manager.io/identities": identity,
+                          "custom.cert-manager.io/policy-name": "istio-csr",
+                          "example.com/teams": "mesh,edge"})
 
     def test_denied(self):
         self.issuer.mode = "deny"
