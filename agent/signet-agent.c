@@ -20,6 +20,16 @@
  * after the first list, the folders a previous run left for service
  * accounts that no longer have pods here.
  *
+ * One writer per folder: the delivery thread (issued, refreshed, dropped)
+ * and the tick (retried writes, the start-up sweep) both change files, so
+ * every change of --output-dir is made under one lock (files_mu), and each
+ * decides under it from what the certificates hold then: a retried write
+ * takes the certificate held at that moment (none: the account was
+ * dropped, nothing is written), and the sweep takes its list of accounts
+ * with pods under the lock too, so no folder written after that list can
+ * be swept by it. One lock for all accounts rather than one per account:
+ * a write is a few small files on a local disk, and the sweep runs once.
+ *
  * No leader election: one agent per node, each the only writer of its
  * node's folder. Probes: /healthz while the process lives; the readiness
  * path once the pods are listed and every service account with pods has
@@ -155,6 +165,9 @@ typedef struct program {
 	sg_ctrl_endpoints *endpoints;
 	sg_ctrl_manager *table; /* none: the agent runs no controller table */
 	atomic_bool started;
+	/* Held across every change of the output folder (see the design
+	 * note); taken before mu, never inside it. */
+	pthread_mutex_t files_mu;
 	/* Written by the delivery thread, read by the tick and readiness. */
 	pthread_mutex_t mu;
 	retry_item *retry;
@@ -248,8 +261,9 @@ static void retry_drop_locked(program *p, const char *identity)
 	}
 }
 
-/* Writes identity's certificate; on failure it is retried by the tick. */
-static void publish(program *p, const char *identity, const sg_wlcert *cert)
+/* Writes identity's certificate; on failure it is retried by the tick.
+ * Called with files_mu held. */
+static void publish_locked(program *p, const char *identity, const sg_wlcert *cert)
 {
 	char ns[64], sa[254];
 	if (!sg_certdir_identity_split(identity, ns, sa))
@@ -280,7 +294,9 @@ static void on_event(const sg_wlcerts_event *ev, void *arg)
 	switch (ev->type) {
 	case SG_WLCERTS_ISSUED:
 	case SG_WLCERTS_REFRESHED:
-		publish(p, ev->identity, ev->cert);
+		pthread_mutex_lock(&p->files_mu);
+		publish_locked(p, ev->identity, ev->cert);
+		pthread_mutex_unlock(&p->files_mu);
 		sg_log(SG_LOG_INFO, ev->type == SG_WLCERTS_ISSUED ? "certificate issued" : "certificate refreshed",
 		       SG_F_STR("namespace", ns), SG_F_STR("service_account", sa), SG_F_STR("serial", ev->cert->serial),
 		       SG_F_INT("not_after", ev->cert->not_after), SG_F_INT("refresh_at", ev->refresh_at_ms / 1000),
@@ -296,10 +312,13 @@ static void on_event(const sg_wlcerts_event *ev, void *arg)
 			       SG_F_INT("refresh_floor", p->s.refresh_floor), SG_F_END);
 		break;
 	case SG_WLCERTS_DROPPED: {
+		pthread_mutex_lock(&p->files_mu);
 		pthread_mutex_lock(&p->mu);
 		retry_drop_locked(p, ev->identity);
 		pthread_mutex_unlock(&p->mu);
-		if (sg_certdir_remove(p->s.output_dir, ns, sa) < 0)
+		int rc = sg_certdir_remove(p->s.output_dir, ns, sa);
+		pthread_mutex_unlock(&p->files_mu);
+		if (rc < 0)
 			sg_log_error_last(SG_LOG_ERROR, "cannot remove a dropped certificate's files");
 		else
 			sg_log(SG_LOG_INFO, "certificate dropped: no pod of the service account left on this node",
@@ -360,13 +379,17 @@ static void sweep_one(const char *ns, const char *sa, void *arg)
  * Runs once, two ticks after the first list, when the list's handlers have
  * set every pod (they run right after the informer says synced). A folder
  * of an account that has pods stays: its files serve until the new
- * certificate replaces them. */
+ * certificate replaces them. The accounts with pods are read under
+ * files_mu, and the folders listed and removed under it: a folder written
+ * since holds an account of that list, or waits until the sweep is done. */
 static void sweep_stale(program *p)
 {
 	sweep w = {.p = p};
+	pthread_mutex_lock(&p->files_mu);
 	sg_wlcerts_each(p->certs, collect, &w);
 	if (sg_certdir_list(p->s.output_dir, sweep_one, &w) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot list the output folder for stale certificates");
+	pthread_mutex_unlock(&p->files_mu);
 	for (size_t i = 0; i < w.n; i++)
 		free(w.held[i]);
 	free(w.held);
@@ -389,9 +412,14 @@ static void tick(void *self)
 	while (list) {
 		retry_item *r = list;
 		list = r->next;
+		/* The certificate held now, looked up under files_mu: a drop
+		 * (which removes the folder under it) either came first, and
+		 * none is held, or waits until this write is done. */
+		pthread_mutex_lock(&p->files_mu);
 		sg_wlcert *c = sg_wlcerts_get(p->certs, r->identity);
 		if (c)
-			publish(p, r->identity, c);
+			publish_locked(p, r->identity, c);
+		pthread_mutex_unlock(&p->files_mu);
 		sg_wlcert_release(c);
 		free(r);
 	}
@@ -479,6 +507,7 @@ static int start(void *self)
 	          "trust-domain \"%s\" is not a DNS name", s->trust_domain);
 	SG_ENSURE(s->retry_initial <= s->retry_max, SG_EINVAL, "retry-initial is longer than retry-max");
 	pthread_mutex_init(&p->mu, NULL);
+	pthread_mutex_init(&p->files_mu, NULL);
 
 	sg_caclient_options co = {
 		.address = s->ca_address,

@@ -22,6 +22,10 @@ one API server, in namespaces of this run:
   - node E: an agent whose token names a pod on node A asks for the
     accounts of node E's pods: signetd refuses them (no pod of that account
     on the caller's node), nothing is written;
+  - node F: one writer per folder, with tests/agent/fshim.c (LD_PRELOAD)
+    holding one file call for seconds so that the other writer comes in
+    the middle: a folder written while the start-up sweep lists cannot be
+    swept, and a drop during a retried write leaves no files behind;
   - the manifests: packaging/kubernetes/agent.yaml passes the API server's
     validation (server-side dry run) and its ServiceAccount may list and
     watch pods.
@@ -60,6 +64,10 @@ NS2 = f"agent2-{RUN}"  # a second one
 AGENT_NS = "signet-system"
 AGENT_SA = "signet-agent"
 TTL = 120  # the main agent's certificates: 2 minutes
+NS_SWEEP = f"agentsw-{RUN}"  # node F's sweep
+NS_RACE = f"agentrm-{RUN}"   # node F's drop during a retried write
+FSHIM = os.environ.get("SIGNET_FSHIM")  # tests/agent/fshim.c, built
+HOLD_MS = 6000  # how long fshim holds a call
 
 
 def node(n):
@@ -157,8 +165,9 @@ class Signetd:
 class Agent:
     """signet-agent for one node, with its own output folder and token."""
 
-    def __init__(self, name, node_name, ca_port, token_pod, *flags):
+    def __init__(self, name, node_name, ca_port, token_pod, *flags, env=None):
         self.name = name
+        self.env = env or {}
         self.dir = os.path.join(C.tmp, name)
         self.out = os.path.join(self.dir, "out")
         os.makedirs(self.out)
@@ -175,6 +184,7 @@ class Agent:
 
     def start(self):
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        env.update(self.env)
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         # Both ports 0: one server answers both (one "metrics endpoint" line).
@@ -240,15 +250,17 @@ class Cluster:
             f.writelines(line for line in src if not line.startswith(("jwt-issuer", "jwt-jwks-file")))
         self.root_file = os.path.join(ca, "root-cert.pem")
         k = self.kube
-        for ns in (AGENT_NS, NS, NS2):
+        for ns in (AGENT_NS, NS, NS2, NS_SWEEP, NS_RACE):
             k.namespace(ns)
         k.service_account(AGENT_NS, AGENT_SA)
         for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign"):
             k.service_account(NS, sa)
         k.service_account(NS2, "web")
+        k.service_account(NS_SWEEP, "fresh")
+        k.service_account(NS_RACE, "gone")
         # The agents' own pods, one per node (their tokens are bound to them).
         self.agent_pods = {}
-        for n in ("a", "c", "d"):
+        for n in ("a", "c", "d", "f"):
             name = f"signet-agent-{node(n)}"
             self.agent_pods[n] = (name, k.pod(AGENT_NS, name, AGENT_SA, node(n)))
         self.signetd = Signetd()
@@ -531,6 +543,74 @@ class NodeAuthorization(Base):
             self.assertFalse(agent.ready())
             self.assertGreaterEqual(agent.metrics()["signet_agent_ca_failures_total"], 1)
         finally:
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
+class Writers(Base):
+    """Node F: one writer per service-account folder. The agent's tick
+    (retried writes, the start-up sweep) and its event thread (writes and
+    removals) both change files; fshim holds one call of one of them for
+    HOLD_MS, so that the other comes in the middle, where it would
+    otherwise come by chance."""
+
+    def arm(self, line):
+        for sfx in (".entered", ".done"):
+            try:
+                os.unlink(self.ctl + sfx)
+            except FileNotFoundError:
+                pass
+        with open(self.ctl + ".tmp", "w") as f:
+            f.write(line + "\n")
+        os.replace(self.ctl + ".tmp", self.ctl)
+
+    @unittest.skipUnless(FSHIM, "SIGNET_FSHIM is not set")
+    def test_writers_never_overlap(self):
+        self.ctl = os.path.join(C.tmp, "fshim-f.ctl")
+        agent = Agent("agent-f", node("f"), C.signetd.port, C.agent_pods["f"], "--retry-initial", "1s",
+                      "--retry-max", "2s", env={"LD_PRELOAD": FSHIM, "SIGNET_FSHIM_CTL": self.ctl})
+        # 1. The start-up sweep is held while it lists (opening NS_SWEEP's
+        # folder, where an earlier run left an account with no pod), and a
+        # new account of that namespace is written meanwhile: the sweep
+        # decided from its list of accounts, which did not hold it.
+        stale = agent.folder(NS_SWEEP, "stale")
+        os.makedirs(stale)
+        os.symlink("..old", os.path.join(stale, "..data"))
+        os.mkdir(os.path.join(stale, "..old"))
+        self.arm(f"openat {NS_SWEEP} delay:{HOLD_MS}")
+        agent.start()
+        try:
+            wait_for("the sweep held", lambda: os.path.exists(self.ctl + ".entered"), timeout=60)
+            C.kube.pod(NS_SWEEP, "fresh-1", "fresh", node("f"))
+            wait_for("the sweep released", lambda: os.path.exists(self.ctl + ".done"), timeout=60)
+            wait_for("the stale folder swept", lambda: not os.path.exists(stale), timeout=30)
+            wait_for("fresh's files", lambda: os.path.exists(
+                os.path.join(agent.folder(NS_SWEEP, "fresh"), "cert-chain.pem")), timeout=30)
+            self.check_folder(agent, NS_SWEEP, "fresh")
+
+            # 2. A write of NS_RACE fails (retried every second by the
+            # tick); one retry is held, and the account's last pod goes
+            # meanwhile: its removal must not come before the held write
+            # and leave that write's files (a key) for an account with no
+            # pods.
+            self.arm(f"mkdirat {NS_RACE} fail")
+            errors = agent.metrics().get("signet_agent_file_errors_total", 0)
+            C.kube.pod(NS_RACE, "gone-1", "gone", node("f"))
+            wait_for("a failed write", lambda: agent.metrics()["signet_agent_file_errors_total"] > errors,
+                     timeout=60)
+            written = agent.metrics()["signet_agent_files_written_total"]
+            self.arm(f"mkdirat {NS_RACE} delay:{HOLD_MS}")
+            wait_for("a retried write held", lambda: os.path.exists(self.ctl + ".entered"), timeout=30)
+            C.kube.delete_pod(NS_RACE, "gone-1")
+            wait_for("the drop", lambda: any(r.get("msg", "").startswith("certificate dropped")
+                                             and r.get("namespace") == NS_RACE for r in agent.records()),
+                     timeout=60)
+            wait_for("the held write done",
+                     lambda: agent.metrics()["signet_agent_files_written_total"] > written, timeout=60)
+            self.assertFalse(os.path.exists(agent.folder(NS_RACE, "gone")),
+                             "a retried write brought back the files of an account with no pods")
+        finally:
+            self.arm("none")
             rc = agent.stop()
         self.assertEqual(rc, 0, agent.text()[-3000:])
 
