@@ -13,7 +13,8 @@ one API server, in namespaces of this run:
     keeps it, deleting both removes it and its folder; a pod updated 100
     times and deleted leaves nothing behind; a stale folder from an
     earlier run is swept at start; the certificates are refreshed at
-    half-life (new serial, new key, the chain verifies);
+    half-life (new serial, new key, the chain verifies); a pod that
+    finishes (Succeeded, Failed) releases its certificate;
   - node C: its CA (a second signetd on a fixed port) is down when a pod
     arrives: requests are retried with growing delays, and the
     certificate arrives soon after the CA is back;
@@ -26,12 +27,17 @@ one API server, in namespaces of this run:
     holding one file call for seconds so that the other writer comes in
     the middle: a folder written while the start-up sweep lists cannot be
     swept, and a drop during a retried write leaves no files behind;
+  - node G: enrolment by namespace label, Kmesh's way (a pod's own label,
+    or its namespace's; a namespace labelled and unlabelled later), from
+    a CA of the test's own (FakeCA) that records what each request
+    carries: the bearer token, clusterid and ImpersonatedIdentity;
   - the manifests: packaging/kubernetes/agent.yaml passes the API server's
     validation (server-side dry run) and its ServiceAccount may list and
     watch pods.
 
 usage: test_agent.py SIGNET_AGENT SIGNETCTL SIGNETD SOURCE_DIR
 """
+import datetime
 import os
 import re
 import shutil
@@ -47,6 +53,10 @@ import urllib.request
 import uuid
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 AGENT, SIGNETCTL, SIGNETD, SOURCE_DIR = sys.argv[1:5]
 del sys.argv[1:5]
@@ -66,6 +76,9 @@ AGENT_SA = "signet-agent"
 TTL = 120  # the main agent's certificates: 2 minutes
 NS_SWEEP = f"agentsw-{RUN}"  # node F's sweep
 NS_RACE = f"agentrm-{RUN}"   # node F's drop during a retried write
+NS_KM = f"agentkm-{RUN}"     # node G: labelled for enrolment from the start
+NS_PLAIN = f"agentpl-{RUN}"  # node G: labelled later, then not
+ENROL = "istio.io/dataplane-mode"  # Kmesh's label (value kmesh)
 FSHIM = os.environ.get("SIGNET_FSHIM")  # tests/agent/fshim.c, built
 HOLD_MS = 6000  # how long fshim holds a call
 
@@ -165,7 +178,7 @@ class Signetd:
 class Agent:
     """signet-agent for one node, with its own output folder and token."""
 
-    def __init__(self, name, node_name, ca_port, token_pod, *flags, env=None):
+    def __init__(self, name, node_name, ca_port, token_pod, *flags, root_file=None, env=None):
         self.name = name
         self.env = env or {}
         self.dir = os.path.join(C.tmp, name)
@@ -177,7 +190,8 @@ class Agent:
         self.log_path = os.path.join(self.dir, "agent.log")
         self.args = [AGENT, "--kubeconfig", C.api.env["KUBECONFIG"], "--node-name", node_name,
                      "--ca-address", f"127.0.0.1:{ca_port}", "--ca-server-name", "localhost",
-                     "--root-ca-file", C.root_file, "--token-file", self.token_file, "--output-dir", self.out,
+                     "--root-ca-file", root_file or C.root_file, "--token-file", self.token_file,
+                     "--output-dir", self.out,
                      "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
                      "--log-format", "json", *flags]
         self.proc = None
@@ -250,17 +264,22 @@ class Cluster:
             f.writelines(line for line in src if not line.startswith(("jwt-issuer", "jwt-jwks-file")))
         self.root_file = os.path.join(ca, "root-cert.pem")
         k = self.kube
-        for ns in (AGENT_NS, NS, NS2, NS_SWEEP, NS_RACE):
+        for ns in (AGENT_NS, NS, NS2, NS_SWEEP, NS_RACE, NS_PLAIN):
             k.namespace(ns)
+        k.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": NS_KM, "labels": {ENROL: "kmesh"}}})
         k.service_account(AGENT_NS, AGENT_SA)
-        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign"):
+        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign", "job"):
             k.service_account(NS, sa)
         k.service_account(NS2, "web")
         k.service_account(NS_SWEEP, "fresh")
         k.service_account(NS_RACE, "gone")
+        k.service_account(NS_KM, "a1")
+        for sa in ("b1", "b2"):
+            k.service_account(NS_PLAIN, sa)
         # The agents' own pods, one per node (their tokens are bound to them).
         self.agent_pods = {}
-        for n in ("a", "c", "d", "f"):
+        for n in ("a", "c", "d", "f", "g"):
             name = f"signet-agent-{node(n)}"
             self.agent_pods[n] = (name, k.pod(AGENT_NS, name, AGENT_SA, node(n)))
         self.signetd = Signetd()
@@ -423,6 +442,20 @@ class NodeA(Base):
         # (seen once under ASan). So the namespace folder is waited for too.
         wait_for("the empty namespace folder removed", lambda: not os.path.exists(os.path.join(self.agent.out, NS2)),
                  timeout=10)
+
+    def test_e_finished_pods_release_their_certificate(self):
+        """A pod that ends (Succeeded, Failed: a Job's) lets its
+        certificate go as a deleted one does, while it still exists."""
+        k = C.kube
+        for phase in ("Succeeded", "Failed"):
+            name = f"job-{phase.lower()}"
+            k.pod(NS, name, "job", node("a"))
+            self.wait_files(NS, "job")
+            k.ok("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": {"phase": phase}},
+                 "application/merge-patch+json")
+            self.wait_gone(NS, "job")
+            self.assertIsNotNone(k.req("GET", f"/api/v1/namespaces/{NS}/pods/{name}")[1].get("metadata"))
+            k.delete_pod(NS, name)
 
     def test_z_refreshed_at_half_life(self):
         """Last (it waits past half of the 2-minute lifetime): web's
@@ -615,13 +648,129 @@ class Writers(Base):
         self.assertEqual(rc, 0, agent.text()[-3000:])
 
 
+class FakeCA:
+    """An Istio certificate service of the test's own, over TLS: records
+    what each call carries (its metadata and the request's metadata
+    Struct) and signs any CSR with a root of its own."""
+
+    def __init__(self):
+        import grpc
+        from concurrent import futures
+        signet_e2e.compile_proto(os.path.join(SOURCE_DIR, "proto"), C.tmp)
+        import ca_pb2
+        import ca_pb2_grpc
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake CA root")])
+        self.root = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                     .not_valid_before(now - datetime.timedelta(minutes=5))
+                     .not_valid_after(now + datetime.timedelta(days=1))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                                    critical=True)
+                     .sign(self.key, hashes.SHA256()))
+        self.root_pem = self.root.public_bytes(serialization.Encoding.PEM)
+        self.root_file = os.path.join(C.tmp, "fake-ca-root.pem")
+        with open(self.root_file, "wb") as f:
+            f.write(self.root_pem)
+        skey = ec.generate_private_key(ec.SECP256R1())
+        serving = self.leaf(skey.public_key(), x509.SubjectAlternativeName([x509.DNSName("localhost")]), 86400)
+        self.calls = []
+        outer = self
+
+        class Servicer(ca_pb2_grpc.IstioCertificateServiceServicer):
+            def CreateCertificate(self, request, context):
+                md = dict(context.invocation_metadata())
+                fields = request.metadata.fields
+                imp = fields["ImpersonatedIdentity"] if "ImpersonatedIdentity" in fields else None
+                csr = x509.load_pem_x509_csr(request.csr.encode())
+                san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+                outer.calls.append({"authorization": md.get("authorization"), "clusterid": md.get("clusterid"),
+                                    "impersonated": imp.string_value if imp else None,
+                                    "uris": san.get_values_for_type(x509.UniformResourceIdentifier)})
+                cert = outer.leaf(csr.public_key(), san, request.validity_duration or 3600)
+                return ca_pb2.IstioCertificateResponse(
+                    cert_chain=[cert.public_bytes(serialization.Encoding.PEM).decode(), outer.root_pem.decode()])
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        ca_pb2_grpc.add_IstioCertificateServiceServicer_to_server(Servicer(), self.server)
+        creds = grpc.ssl_server_credentials([(
+            skey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption()),
+            serving.public_bytes(serialization.Encoding.PEM))])
+        self.port = self.server.add_secure_port("127.0.0.1:0", creds)
+        self.server.start()
+
+    def leaf(self, public_key, san, seconds):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(self.root.subject)
+                .public_key(public_key).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(seconds=30))
+                .not_valid_after(now + datetime.timedelta(seconds=seconds))
+                .add_extension(san, critical=True)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(self.key, hashes.SHA256()))
+
+    def stop(self):
+        self.server.stop(0)
+
+
+class Enrolment(Base):
+    """Node G: pods enrolled Kmesh's way, by their own label or their
+    namespace's (--pod-label-selector and --namespace-label-selector), from
+    FakeCA, which shows what each request carried."""
+
+    def test_namespace_label_and_request_metadata(self):
+        ca = FakeCA()
+        self.addCleanup(ca.stop)
+        k = C.kube
+        agent = Agent("agent-g", node("g"), ca.port, C.agent_pods["g"], "--cluster-id", "cluster-g",
+                      "--pod-label-selector", f"{ENROL}=kmesh", "--namespace-label-selector", f"{ENROL}=kmesh",
+                      root_file=ca.root_file)
+        k.pod(NS_KM, "a1-1", "a1", node("g"))  # its namespace is labelled
+        k.pod(NS_PLAIN, "b1-1", "b1", node("g"))  # neither is
+        k.pod(NS_PLAIN, "b2-1", "b2", node("g"), labels={ENROL: "kmesh"})  # the pod is
+        agent.start()
+        try:
+            def files(ns, sa):
+                return os.path.exists(os.path.join(agent.folder(ns, sa), "cert-chain.pem"))
+            wait_for("a1's and b2's files", lambda: files(NS_KM, "a1") and files(NS_PLAIN, "b2"), timeout=60)
+            wait_for("ready", agent.ready, timeout=60)
+            self.assertFalse(os.path.exists(agent.folder(NS_PLAIN, "b1")), "a pod not enrolled was served")
+            self.assertFalse(os.path.exists(agent.folder(AGENT_NS, AGENT_SA)), "a pod not enrolled was served")
+            # What each request carried: the agent's token, its cluster ID
+            # and the workload it asks for.
+            token = read(agent.token_file).strip()
+            want = f"spiffe://cluster.local/ns/{NS_KM}/sa/a1"
+            call = next(c for c in ca.calls if c["uris"] == [want])
+            self.assertEqual(call, {"authorization": f"Bearer {token}", "clusterid": "cluster-g",
+                                    "impersonated": want, "uris": [want]})
+            # The namespace labelled later: its pods join; unlabelled: they
+            # leave, and a pod enrolled by its own label stays.
+            k.ok("PATCH", f"/api/v1/namespaces/{NS_PLAIN}", {"metadata": {"labels": {ENROL: "kmesh"}}},
+                 "application/merge-patch+json")
+            wait_for("b1's files", lambda: files(NS_PLAIN, "b1"), timeout=60)
+            k.ok("PATCH", f"/api/v1/namespaces/{NS_PLAIN}", {"metadata": {"labels": {ENROL: None}}},
+                 "application/merge-patch+json")
+            wait_for("b1's folder removed", lambda: not os.path.exists(agent.folder(NS_PLAIN, "b1")), timeout=60)
+            self.assertTrue(files(NS_PLAIN, "b2"), "a pod enrolled by its own label left with its namespace")
+            self.assertTrue(files(NS_KM, "a1"))
+        finally:
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
 class Program(Base):
     def test_flags(self):
         h = subprocess.run([AGENT, "--help"], capture_output=True, text=True)
         self.assertEqual(h.returncode, 0)
         for flag in ("--node-name", "--output-dir", "--ca-address", "--cluster-id", "--secret-ttl",
                      "--root-ca-file", "--token-file", "--metrics-port", "--readiness-probe-port",
-                     "--refresh-floor", "--key-type", "--pkcs8-key"):
+                     "--refresh-floor", "--key-type", "--pkcs8-key", "--pod-label-selector",
+                     "--namespace-label-selector"):
             self.assertIn(flag, h.stdout)
         r = subprocess.run([AGENT, "--kubeconfig", C.api.env["KUBECONFIG"]], capture_output=True, text=True,
                            timeout=30)
@@ -633,6 +782,11 @@ class Program(Base):
                             "--kubeconfig", C.api.env["KUBECONFIG"]], capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("/nonexistent/root.pem", r.stderr)
+        for flag in ("--pod-label-selector", "--namespace-label-selector"):
+            r = subprocess.run([AGENT, "--node-name", "n", flag, "a in (b", "--kubeconfig", C.api.env["KUBECONFIG"]],
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(flag[2:], r.stderr)
 
     def test_manifests(self):
         docs = [d for d in yaml.safe_load_all(read(os.path.join(SOURCE_DIR, "packaging", "kubernetes",
@@ -660,11 +814,12 @@ class Program(Base):
                 code, doc = C.kube.req("POST", paths[d["kind"]], d)
                 self.assertIn(code, (201, 409), doc.get("message"))
         user = f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}"
-        for verb in ("list", "watch", "get"):
+        for verb, res in [(v, r) for v in ("list", "watch", "get") for r in ("pods", "namespaces")]:
             sar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                    "spec": {"user": user, "groups": ["system:serviceaccounts"],
-                            "resourceAttributes": {"verb": verb, "resource": "pods", "namespace": NS}}}
-            doc = wait_for(f"{verb} pods allowed", lambda: (lambda r: r if r["status"].get("allowed") else None)(
+                            "resourceAttributes": {"verb": verb, "resource": res,
+                                                   "namespace": NS if res == "pods" else ""}}}
+            doc = wait_for(f"{verb} {res} allowed", lambda: (lambda r: r if r["status"].get("allowed") else None)(
                 C.kube.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar)), timeout=60)
             self.assertTrue(doc["status"]["allowed"])
         sar["spec"]["resourceAttributes"] = {"verb": "delete", "resource": "pods", "namespace": NS}
