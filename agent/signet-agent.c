@@ -20,6 +20,28 @@
  * after the first list, the folders a previous run left for service
  * accounts that no longer have pods here.
  *
+ * Enrolment. Every pod of the node by default; --pod-label-selector
+ * narrows it (the API server filters). --namespace-label-selector enrols
+ * the way Kmesh does (a pod carrying the label, or a pod in a namespace
+ * carrying it): a pod is then served when it matches the pod selector
+ * (when one is given) or its namespace matches the namespace selector, so
+ * the pods are watched unfiltered and matched here, and a second informer
+ * watches the matching namespaces. A namespace that gains or loses the
+ * label re-decides its pods on that informer's thread; both informers'
+ * handlers decide under enrol_mu, reading the other's store (updated
+ * before its handlers run), so neither can undo a later decision of the
+ * other.
+ *
+ * One writer per folder: the delivery thread (issued, refreshed, dropped)
+ * and the tick (retried writes, the start-up sweep) both change files, so
+ * every change of --output-dir is made under one lock (files_mu), and each
+ * decides under it from what the certificates hold then: a retried write
+ * takes the certificate held at that moment (none: the account was
+ * dropped, nothing is written), and the sweep takes its list of accounts
+ * with pods under the lock too, so no folder written after that list can
+ * be swept by it. One lock for all accounts rather than one per account:
+ * a write is a few small files on a local disk, and the sweep runs once.
+ *
  * No leader election: one agent per node, each the only writer of its
  * node's folder. Probes: /healthz while the process lives; the readiness
  * path once the pods are listed and every service account with pods has
@@ -33,6 +55,7 @@
 #include "sg_guard.h"
 #include "sg_kube.h"
 #include "sg_kube_informer.h"
+#include "sg_kube_selector.h"
 #include "sg_log.h"
 #include "sg_metrics.h"
 #include "sg_names.h"
@@ -57,6 +80,7 @@ typedef struct settings {
 	int64_t kube_api_qps, kube_api_burst;
 	char *node_name;
 	char *pod_label_selector;
+	char *namespace_label_selector;
 	char *output_dir;
 	char *ca_address, *ca_server_name;
 	char *cluster_id;
@@ -88,7 +112,13 @@ static const sg_opt opts[] = {
 	 "spec.nodeName through the downward API)",
 	 false},
 	{"pod-label-selector", SG_OPT_STRING, S(pod_label_selector), "", 0, 4096, NULL,
-	 "serve only the pods matching this label selector (empty: every pod of the node)", false},
+	 "serve only the pods matching this label selector (empty: every pod of the node; with "
+	 "namespace-label-selector: pods enrolled by their own labels, empty: none)",
+	 false},
+	{"namespace-label-selector", SG_OPT_STRING, S(namespace_label_selector), "", 0, 4096, NULL,
+	 "also serve the pods of namespaces matching this label selector, as Kmesh enrols (a pod is served when "
+	 "it matches pod-label-selector or its namespace matches this; empty: namespaces do not enrol)",
+	 false},
 	{"output-dir", SG_OPT_PATH, S(output_dir), "/var/run/signet-agent", 1, 4000, NULL,
 	 "folder of the certificates: <namespace>/<service-account>/{cert-chain.pem,key.pem,root-cert.pem}", false},
 	{"ca-address", SG_OPT_STRING, S(ca_address), "istiod.istio-system.svc:15012", 1, 512, NULL,
@@ -149,12 +179,18 @@ typedef struct program {
 	char *selector;
 	sg_kube *kube;
 	sg_kube_informer *pods;
+	sg_kube_informer *namespaces; /* namespace-label-selector's, or NULL */
+	sg_kube_selector *pod_sel, *ns_sel;
+	pthread_mutex_t enrol_mu; /* enrolment decisions (see the design note) */
 	sg_caclient *ca;
 	sg_wlcerts *certs;
 	sg_metrics *metrics;
 	sg_ctrl_endpoints *endpoints;
 	sg_ctrl_manager *table; /* none: the agent runs no controller table */
 	atomic_bool started;
+	/* Held across every change of the output folder (see the design
+	 * note); taken before mu, never inside it. */
+	pthread_mutex_t files_mu;
 	/* Written by the delivery thread, read by the tick and readiness. */
 	pthread_mutex_t mu;
 	retry_item *retry;
@@ -192,18 +228,45 @@ static bool pod_identity(program *p, const json_t *pod, const char **uid, char *
 	return true;
 }
 
-static void pod_seen(json_t *pod, void *arg)
+/* Whether a pod is enrolled. Without namespace-label-selector the pod
+ * informer holds only what the pod selector picks; with it, the pod's own
+ * labels or its namespace decide (the namespace informer holds the
+ * matching namespaces). Called under enrol_mu. */
+static bool pod_enrolled(program *p, const json_t *pod)
 {
-	program *p = arg;
+	if (!p->namespaces)
+		return true;
+	const json_t *labels = json_object_get(json_object_get(pod, "metadata"), "labels");
+	if (!sg_kube_selector_everything(p->pod_sel) && sg_kube_selector_matches(p->pod_sel, labels))
+		return true;
+	const char *ns = sg_kube_meta_str(pod, "namespace");
+	json_t *n = ns ? sg_kube_informer_get(p->namespaces, NULL, ns) : NULL;
+	bool in = n && sg_kube_selector_matches(p->ns_sel, json_object_get(json_object_get(n, "metadata"), "labels"));
+	json_decref(n);
+	return in;
+}
+
+/* Sets or removes one pod by what it is now. Called under enrol_mu. */
+static void pod_apply(program *p, const json_t *pod)
+{
 	const char *uid;
 	char id[SG_WLCERTS_ID_MAX + 1];
-	if (!pod_identity(p, pod, &uid, id, sizeof(id))) {
+	if (!pod_enrolled(p, pod) || !pod_identity(p, pod, &uid, id, sizeof(id))) {
+		uid = sg_kube_meta_str(pod, "uid");
 		if (uid && *uid && strlen(uid) <= SG_WLCERTS_POD_MAX)
 			sg_wlcerts_pod_remove(p->certs, uid);
 		return;
 	}
 	if (sg_wlcerts_pod_set(p->certs, uid, id) < 0)
 		sg_log_error_last(SG_LOG_ERROR, "pod not counted");
+}
+
+static void pod_seen(json_t *pod, void *arg)
+{
+	program *p = arg;
+	pthread_mutex_lock(&p->enrol_mu);
+	pod_apply(p, pod);
+	pthread_mutex_unlock(&p->enrol_mu);
 }
 
 static void pod_updated(json_t *old_obj, json_t *new_obj, void *arg)
@@ -216,8 +279,48 @@ static void pod_gone(json_t *pod, void *arg)
 {
 	program *p = arg;
 	const char *uid = sg_kube_meta_str(pod, "uid");
+	pthread_mutex_lock(&p->enrol_mu);
 	if (uid && *uid && strlen(uid) <= SG_WLCERTS_POD_MAX)
 		sg_wlcerts_pod_remove(p->certs, uid);
+	pthread_mutex_unlock(&p->enrol_mu);
+}
+
+/* A namespace matched, changed or stopped matching: its pods of this node
+ * are decided again, from the pod informer's store. */
+static void namespace_changed(program *p, const json_t *ns_obj)
+{
+	const char *name = sg_kube_meta_str(ns_obj, "name");
+	if (!name)
+		return;
+	pthread_mutex_lock(&p->enrol_mu);
+	json_t *pods = sg_kube_informer_list(p->pods);
+	size_t i;
+	json_t *pod;
+	json_array_foreach(pods, i, pod)
+	{
+		const char *ns = sg_kube_meta_str(pod, "namespace");
+		if (ns && strcmp(ns, name) == 0)
+			pod_apply(p, pod);
+	}
+	json_decref(pods);
+	pthread_mutex_unlock(&p->enrol_mu);
+}
+
+static void ns_seen(json_t *obj, void *arg)
+{
+	namespace_changed(arg, obj);
+}
+
+static void ns_updated(json_t *old_obj, json_t *new_obj, void *arg)
+{
+	(void)old_obj;
+	namespace_changed(arg, new_obj);
+}
+
+/* Both informers have listed once (the namespaces' when there is one). */
+static bool synced(program *p)
+{
+	return sg_kube_informer_has_synced(p->pods) && (!p->namespaces || sg_kube_informer_has_synced(p->namespaces));
 }
 
 /* ---- files ---- */
@@ -248,8 +351,9 @@ static void retry_drop_locked(program *p, const char *identity)
 	}
 }
 
-/* Writes identity's certificate; on failure it is retried by the tick. */
-static void publish(program *p, const char *identity, const sg_wlcert *cert)
+/* Writes identity's certificate; on failure it is retried by the tick.
+ * Called with files_mu held. */
+static void publish_locked(program *p, const char *identity, const sg_wlcert *cert)
 {
 	char ns[64], sa[254];
 	if (!sg_certdir_identity_split(identity, ns, sa))
@@ -280,7 +384,9 @@ static void on_event(const sg_wlcerts_event *ev, void *arg)
 	switch (ev->type) {
 	case SG_WLCERTS_ISSUED:
 	case SG_WLCERTS_REFRESHED:
-		publish(p, ev->identity, ev->cert);
+		pthread_mutex_lock(&p->files_mu);
+		publish_locked(p, ev->identity, ev->cert);
+		pthread_mutex_unlock(&p->files_mu);
 		sg_log(SG_LOG_INFO, ev->type == SG_WLCERTS_ISSUED ? "certificate issued" : "certificate refreshed",
 		       SG_F_STR("namespace", ns), SG_F_STR("service_account", sa), SG_F_STR("serial", ev->cert->serial),
 		       SG_F_INT("not_after", ev->cert->not_after), SG_F_INT("refresh_at", ev->refresh_at_ms / 1000),
@@ -296,10 +402,13 @@ static void on_event(const sg_wlcerts_event *ev, void *arg)
 			       SG_F_INT("refresh_floor", p->s.refresh_floor), SG_F_END);
 		break;
 	case SG_WLCERTS_DROPPED: {
+		pthread_mutex_lock(&p->files_mu);
 		pthread_mutex_lock(&p->mu);
 		retry_drop_locked(p, ev->identity);
 		pthread_mutex_unlock(&p->mu);
-		if (sg_certdir_remove(p->s.output_dir, ns, sa) < 0)
+		int rc = sg_certdir_remove(p->s.output_dir, ns, sa);
+		pthread_mutex_unlock(&p->files_mu);
+		if (rc < 0)
 			sg_log_error_last(SG_LOG_ERROR, "cannot remove a dropped certificate's files");
 		else
 			sg_log(SG_LOG_INFO, "certificate dropped: no pod of the service account left on this node",
@@ -360,13 +469,17 @@ static void sweep_one(const char *ns, const char *sa, void *arg)
  * Runs once, two ticks after the first list, when the list's handlers have
  * set every pod (they run right after the informer says synced). A folder
  * of an account that has pods stays: its files serve until the new
- * certificate replaces them. */
+ * certificate replaces them. The accounts with pods are read under
+ * files_mu, and the folders listed and removed under it: a folder written
+ * since holds an account of that list, or waits until the sweep is done. */
 static void sweep_stale(program *p)
 {
 	sweep w = {.p = p};
+	pthread_mutex_lock(&p->files_mu);
 	sg_wlcerts_each(p->certs, collect, &w);
 	if (sg_certdir_list(p->s.output_dir, sweep_one, &w) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot list the output folder for stale certificates");
+	pthread_mutex_unlock(&p->files_mu);
 	for (size_t i = 0; i < w.n; i++)
 		free(w.held[i]);
 	free(w.held);
@@ -377,7 +490,7 @@ static void tick(void *self)
 	program *p = self;
 	if (!atomic_load(&p->started))
 		return;
-	if (!p->swept_once && sg_kube_informer_has_synced(p->pods) && ++p->synced_ticks >= 2) {
+	if (!p->swept_once && synced(p) && ++p->synced_ticks >= 2) {
 		sweep_stale(p);
 		p->swept_once = true;
 	}
@@ -389,9 +502,14 @@ static void tick(void *self)
 	while (list) {
 		retry_item *r = list;
 		list = r->next;
+		/* The certificate held now, looked up under files_mu: a drop
+		 * (which removes the folder under it) either came first, and
+		 * none is held, or waits until this write is done. */
+		pthread_mutex_lock(&p->files_mu);
 		sg_wlcert *c = sg_wlcerts_get(p->certs, r->identity);
 		if (c)
-			publish(p, r->identity, c);
+			publish_locked(p, r->identity, c);
+		pthread_mutex_unlock(&p->files_mu);
 		sg_wlcert_release(c);
 		free(r);
 	}
@@ -402,7 +520,7 @@ static void tick(void *self)
 static bool ready(void *arg)
 {
 	program *p = arg;
-	if (!atomic_load(&p->started) || !sg_kube_informer_has_synced(p->pods))
+	if (!atomic_load(&p->started) || !synced(p))
 		return false;
 	sg_wlcerts_stats st;
 	sg_wlcerts_stats_get(p->certs, &st);
@@ -478,7 +596,12 @@ static int start(void *self)
 	SG_ENSURE(sg_names_dns_subdomain(s->trust_domain, strlen(s->trust_domain)), SG_EINVAL,
 	          "trust-domain \"%s\" is not a DNS name", s->trust_domain);
 	SG_ENSURE(s->retry_initial <= s->retry_max, SG_EINVAL, "retry-initial is longer than retry-max");
+	SG_TRY(sg_kube_selector_parse(&p->pod_sel, s->pod_label_selector, "pod-label-selector"));
+	SG_TRY(sg_kube_selector_parse(&p->ns_sel, s->namespace_label_selector, "namespace-label-selector"));
+	bool by_ns = !sg_kube_selector_everything(p->ns_sel);
 	pthread_mutex_init(&p->mu, NULL);
+	pthread_mutex_init(&p->files_mu, NULL);
+	pthread_mutex_init(&p->enrol_mu, NULL);
 
 	sg_caclient_options co = {
 		.address = s->ca_address,
@@ -515,12 +638,23 @@ static int start(void *self)
 	SG_ENSURE(p->selector = malloc(n), SG_EINTERNAL, "out of memory");
 	snprintf(p->selector, n, "spec.nodeName=%s", s->node_name);
 	const sg_kube_ref pods = {.version = "v1", .resource = "pods"};
+	/* With namespaces enrolling, a pod outside the pod selector may be
+	 * served: the pods are matched here instead of by the API server. */
 	const sg_kube_informer_opts io = {
 		.field_selector = p->selector,
-		.label_selector = s->pod_label_selector && *s->pod_label_selector ? s->pod_label_selector : NULL,
+		.label_selector =
+		    by_ns || sg_kube_selector_everything(p->pod_sel) ? NULL : sg_kube_selector_string(p->pod_sel),
 	};
 	const sg_kube_handlers h = {.on_add = pod_seen, .on_update = pod_updated, .on_delete = pod_gone, .arg = p};
 	SG_TRY(sg_kube_informer_new(&p->pods, p->kube, &pods, &io, &h));
+	if (by_ns) {
+		const sg_kube_ref nss = {.version = "v1", .resource = "namespaces"};
+		const sg_kube_informer_opts no = {.label_selector = sg_kube_selector_string(p->ns_sel),
+		                                  .metadata_only = true};
+		const sg_kube_handlers nh = {
+		    .on_add = ns_seen, .on_update = ns_updated, .on_delete = ns_seen, .arg = p};
+		SG_TRY(sg_kube_informer_new(&p->namespaces, p->kube, &nss, &no, &nh));
+	}
 
 	SG_TRY(setup_metrics(p));
 	sg_ctrl_endpoints_opts eo = {.address = s->http_address, .metrics_port = s->metrics_port,
@@ -528,6 +662,8 @@ static int start(void *self)
 	                             .metrics = p->metrics, .ready = ready, .arg = p};
 	SG_TRY(sg_ctrl_endpoints_start(&p->endpoints, &eo));
 	atomic_store(&p->started, true);
+	if (p->namespaces)
+		SG_TRY(sg_kube_informer_start(p->namespaces));
 	SG_TRY(sg_kube_informer_start(p->pods));
 	sg_log(SG_LOG_INFO, "signet-agent started", SG_F_STR("node", s->node_name), SG_F_STR("ca", s->ca_address),
 	       SG_F_STR("output_dir", s->output_dir), SG_F_STR("key_type", key_types[s->key_type]), SG_F_END);
@@ -540,13 +676,17 @@ static void stop(void *self)
 	atomic_store(&p->started, false);
 	sg_ctrl_endpoints_stop(p->endpoints);
 	p->endpoints = NULL;
-	/* The informer first: no handler calls into the certificates after. */
+	/* The informers first: no handler calls into the certificates after;
+	 * the namespaces' before the pods', whose store its handlers read. */
+	sg_kube_informer_free(p->namespaces);
 	sg_kube_informer_free(p->pods);
 	sg_wlcerts_free(p->certs); /* no event is delivered after this */
 	sg_caclient_free(p->ca);
 	sg_kube_free(p->kube);
 	sg_metrics_free(p->metrics);
 	free(p->selector);
+	sg_kube_selector_free(p->pod_sel);
+	sg_kube_selector_free(p->ns_sel);
 	while (p->retry) {
 		retry_item *r = p->retry;
 		p->retry = r->next;

@@ -491,6 +491,7 @@ static int make_forward(sg_cluster *c, const sg_cluster_options *o)
 		 * server-timeout), so this bounds nothing signetd sends */
 		.timeout_ms = (unsigned)d->server_timeout * 1000u,
 		.replica_id = stable ? host : NULL,
+		.additional_annotations = d->certificate_request_additional_annotations,
 	};
 	SG_TRY(sg_forward_new(&c->forward, &fo));
 	if (d->preserve_certificate_requests)

@@ -48,6 +48,7 @@
 #include "sg_clock.h"
 #include "sg_cluster.h"
 #include "sg_daemon.h"
+#include "sg_forward.h"
 #include "sg_grpc.h"
 #include "sg_guard.h"
 #include "sg_http.h"
@@ -249,6 +250,7 @@ static int check_settings(const daemon_args *a)
 	          "--issuer-enabled=false is not supported: istio-csr then waits for a runtime issuance ConfigMap, "
 	          "which signetd does not read; signetd signs with its own CA (issuer-name empty) or through the "
 	          "issuer that issuer-name, issuer-kind and issuer-group name");
+	SG_TRY(sg_forward_annotations_check(s->certificate_request_additional_annotations));
 	sg_softkey_type type;
 	unsigned bits;
 	return serving_key(s, &type, &bits);

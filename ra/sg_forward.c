@@ -600,12 +600,20 @@ static json_t *request_body(const sg_forward *f, const char *name, const char *b
 {
 	char duration[32];
 	snprintf(duration, sizeof(duration), "%llds", (long long)ttl);
-	return json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s}}, s:{s:s, s:s, s:b, s:[s, s], s:{s:s, s:s, s:s}}}",
-	                 "apiVersion", api_version, "kind", "CertificateRequest", "metadata", "name", name, "namespace",
-	                 f->ns, "labels", SG_FORWARD_LABEL, f->replica_id, "annotations",
-	                 SG_FORWARD_IDENTITY_ANNOTATION, identity, "spec", "request", b64, "duration", duration, "isCA",
-	                 0, "usages", "client auth", "server auth", "issuerRef", "name", f->issuer_name, "kind",
-	                 f->issuer_kind, "group", f->issuer_group);
+	json_t *body = json_pack(
+	    "{s:s, s:s, s:{s:s, s:s, s:{s:s}, s:{s:s}}, s:{s:s, s:s, s:b, s:[s, s], s:{s:s, s:s, s:s}}}", "apiVersion",
+	    api_version, "kind", "CertificateRequest", "metadata", "name", name, "namespace", f->ns, "labels",
+	    SG_FORWARD_LABEL, f->replica_id, "annotations", SG_FORWARD_IDENTITY_ANNOTATION, identity, "spec", "request",
+	    b64, "duration", duration, "isCA", 0, "usages", "client auth", "server auth", "issuerRef", "name",
+	    f->issuer_name, "kind", f->issuer_kind, "group", f->issuer_group);
+	/* istio-csr copies its additional annotations over the ones it set
+	 * (maps.Copy), so a configured identities key wins too */
+	json_t *ann = json_object_get(json_object_get(body, "metadata"), "annotations");
+	if (body && json_object_update(ann, f->annotations) != 0) {
+		json_decref(body);
+		return NULL;
+	}
+	return body;
 }
 
 static void req_freep(struct req **e)
@@ -821,6 +829,7 @@ static void destroy(sg_forward *f)
 	free(f->issuer_name);
 	free(f->issuer_kind);
 	free(f->issuer_group);
+	json_decref(f->annotations);
 	free(f->replica_id);
 	free(f->selector);
 	pthread_mutex_destroy(&f->mu);
@@ -930,6 +939,7 @@ int sg_forward_new(sg_forward **out, const sg_forward_options *o)
 	                   map_ok && f->scratch && f->workers,
 	               bad, SG_EINTERNAL, "out of memory");
 	snprintf(f->selector, slen, "%s=%s", SG_FORWARD_LABEL, f->replica_id);
+	SG_TRY_GOTO(rc, forward_annotations_parse(o->additional_annotations, &f->annotations), bad);
 	SG_TRY_GOTO(rc, roots_new(&f->roots, o->roots_pem, o->roots_len), bad);
 	SG_TRY_GOTO(rc, start(f), bad);
 	sg_log(SG_LOG_INFO, "certificate forwarding started", SG_F_STR("namespace", f->ns),

@@ -11,7 +11,9 @@
  *   metadata.name         "signet-<32 hex>", chosen here (so the answer can
  *                         be matched before the create returns)
  *   metadata.labels       signet.dev/forwarded-by: <this replica's id>
- *   metadata.annotations  istio.cert-manager.io/identities: <identity>
+ *   metadata.annotations  istio.cert-manager.io/identities: <identity>, then
+ *                         the additional annotations of the options (which,
+ *                         as istio-csr's, replace one of the same key)
  *   spec                  {request: base64(CSR PEM), duration: "<ttl>s",
  *                         isCA: false, usages: [client auth, server auth],
  *                         issuerRef: {name, kind, group}}
@@ -90,6 +92,10 @@ typedef struct sg_forward_options {
 	 * SG_FORWARD_ORPHAN_AGE. Must exceed the longest wait of any replica. */
 	unsigned orphan_age_s;
 	unsigned sweep_interval_ms; /* how often to look for them; 0: SG_FORWARD_SWEEP_MS */
+	/* istio-csr's --certificate-request-additional-annotations, as its
+	 * text: "key=value[,key=value...]" (sg_forward_annotations_check);
+	 * NULL or "": none. */
+	const char *additional_annotations;
 } sg_forward_options;
 
 typedef struct sg_forward_request {
@@ -120,9 +126,17 @@ typedef void (*sg_forward_done_fn)(int rc, const char *chain_pem, size_t len, co
 /* Checks the options and starts the informer and workers (it does not wait
  * for the first list). SG_EINVAL for a missing client, namespace or
  * issuer name, names that are not valid Kubernetes names, a replica id
- * that is not a label value, roots that do not parse (sg_x509_bundle_parse)
- * or limits out of range. Caller frees with sg_forward_free. */
+ * that is not a label value, roots that do not parse (sg_x509_bundle_parse),
+ * additional annotations sg_forward_annotations_check refuses, or limits
+ * out of range. Caller frees with sg_forward_free. */
 SG_API int sg_forward_new(sg_forward **out, const sg_forward_options *o) SG_MUST_CHECK;
+
+/* Whether text is a valid additional-annotations setting, read as
+ * istio-csr reads its flag (pflag's StringToString: with one '=' a single
+ * pair, else one CSV record of key=value fields; apimachinery's annotation
+ * validation: keys qualified names, keys and values at most 256 KiB).
+ * NULL or "" is valid (none). SG_EINVAL naming the setting and the fault. */
+SG_API int sg_forward_annotations_check(const char *text) SG_MUST_CHECK;
 
 /* Queues one request. SG_OK: done will be called exactly once, later, on
  * another thread. SG_EBUSY: max_in_flight requests wait already, or the

@@ -311,13 +311,15 @@ static void on_authenticated(int rc, const sg_caller *caller, const sg_error *er
 /* ---- RA mode ---------------------------------------------------------------- */
 
 /* The certificates of a PEM text, one element each (Istio's cert_chain
- * holds one certificate per element); at most max. */
+ * holds one certificate per element). Returns how many the text holds,
+ * which may be more than max: only the first max are stored, and the
+ * caller refuses such a chain rather than cut it. */
 static size_t pem_split(const char *pem, size_t len, const char **elems, size_t *lens, size_t max)
 {
 	static const char end[] = "-----END CERTIFICATE-----";
 	size_t n = 0;
 	const char *p = pem, *stop = pem + len;
-	while (n < max && p < stop) {
+	while (p < stop) {
 		const char *b = strstr(p, "-----BEGIN CERTIFICATE-----");
 		const char *e = b ? strstr(b, end) : NULL;
 		if (!e || e >= stop)
@@ -325,8 +327,11 @@ static size_t pem_split(const char *pem, size_t len, const char **elems, size_t 
 		e += sizeof(end) - 1;
 		if (e < stop && *e == '\n')
 			e++;
-		elems[n] = b;
-		lens[n++] = (size_t)(e - b);
+		if (n < max) {
+			elems[n] = b;
+			lens[n] = (size_t)(e - b);
+		}
+		n++;
 		p = e;
 	}
 	return n;
@@ -348,6 +353,19 @@ static void on_forwarded(int rc, const char *chain_pem, size_t len, const sg_err
 	const char *elems[MAX_CHAIN + 1];
 	size_t lens[MAX_CHAIN + 1];
 	size_t n = pem_split(chain_pem, len, elems, lens, MAX_CHAIN);
+	if (n > MAX_CHAIN) {
+		/* A chain cut short would not verify for the workload: the
+		 * issuer's answer is refused whole, as a bad answer is. */
+		sg_error e;
+		sg_error_set(SG_EINTERNAL,
+		             "the issuer returned %zu certificates (leaf and intermediates), more than the %d an answer "
+		             "carries before the root bundle",
+		             n, MAX_CHAIN);
+		sg_error_save(&e);
+		sg_series_inc(d->m.sign_err[sign_err_of(SG_EINTERNAL)]);
+		fail(r, SG_EINTERNAL, &e, "failed to sign certificate request");
+		return;
+	}
 	/* the leaf's facts for the audit line (the forwarder has checked the
 	 * chain; an unreadable serial only leaves the field empty) */
 	sg_x509_facts facts = {0};

@@ -88,6 +88,7 @@ typedef struct sg_daemon_settings {
 	char *certificate_namespace;
 	bool preserve_certificate_requests;
 	int64_t forward_max_in_flight;
+	char *certificate_request_additional_annotations;
 	bool approver;
 	int64_t approver_workers;
 	int64_t approver_sar_cache_ttl;
@@ -272,6 +273,10 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "RA mode: keep CertificateRequests once answered (debugging only: they pile up)")                       \
 	X("forward-max-in-flight", SG_OPT_INT, forward_max_in_flight, "1000", 1, 100000, NULL,                    \
 	  "RA mode: CertificateRequests waiting at once; more are answered UNAVAILABLE")                           \
+	X("certificate-request-additional-annotations", SG_OPT_STRING, certificate_request_additional_annotations, \
+	  "", 0, 270336, NULL,                                                                                     \
+	  "RA mode, istio-csr's: annotations put on every CertificateRequest, key=value[,key=value...] (one "      \
+	  "pair keeps commas in its value; several are CSV); keys qualified names, at most 256 KiB in all")       \
 	X("approver", SG_OPT_BOOL, approver, "false", 0, 0, NULL,                                                 \
 	  "approve or deny cert-manager CertificateRequests by CertificateRequestPolicies, as approver-policy "    \
 	  "does (leader only; off: another approver decides)")                                                     \

@@ -10,7 +10,8 @@
  * informer's handlers, the workers, the timer, submit, life; its design
  * comment explains the whole); sg_forward_answer.c, what an issuer's
  * answer says and whether it is one to hand on; sg_forward_sweep.c, the
- * requests a crash left behind.
+ * requests a crash left behind; sg_forward_annotations.c, the additional
+ * annotations' setting.
  */
 #ifndef SG_FORWARD_IMPL_H
 #define SG_FORWARD_IMPL_H
@@ -68,6 +69,7 @@ struct sg_forward {
 	sg_kube *kube;
 	char *ns, *issuer_name, *issuer_kind, *issuer_group, *replica_id, *selector;
 	bool preserve;
+	json_t *annotations; /* the additional annotations (an object, maybe empty) */
 	unsigned max_in_flight, timeout_ms, nworkers;
 	unsigned orphan_age_s, sweep_ms;
 	int64_t born_s; /* wall-clock second this forwarder was made */
@@ -133,6 +135,13 @@ int forward_check_answer(sg_forward *f, const struct req *e, const char *b64, si
 /* The terminal condition of a CertificateRequest, in cert-manager's order:
  * true with *what and *why set, or false. */
 bool forward_terminal(const json_t *status, const char **what, const char **why);
+
+/* ------------------------------------------------------------------ */
+/* Additional annotations (sg_forward_annotations.c)                  */
+
+/* The object of the setting's text (NULL or "": empty); SG_EINVAL with
+ * the reason. Caller owns *out (json_decref). */
+int forward_annotations_parse(const char *text, json_t **out);
 
 /* ------------------------------------------------------------------ */
 /* What a crash left behind (sg_forward_sweep.c)                      */

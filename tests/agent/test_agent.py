@@ -13,7 +13,8 @@ one API server, in namespaces of this run:
     keeps it, deleting both removes it and its folder; a pod updated 100
     times and deleted leaves nothing behind; a stale folder from an
     earlier run is swept at start; the certificates are refreshed at
-    half-life (new serial, new key, the chain verifies);
+    half-life (new serial, new key, the chain verifies); a pod that
+    finishes (Succeeded, Failed) releases its certificate;
   - node C: its CA (a second signetd on a fixed port) is down when a pod
     arrives: requests are retried with growing delays, and the
     certificate arrives soon after the CA is back;
@@ -22,12 +23,21 @@ one API server, in namespaces of this run:
   - node E: an agent whose token names a pod on node A asks for the
     accounts of node E's pods: signetd refuses them (no pod of that account
     on the caller's node), nothing is written;
+  - node F: one writer per folder, with tests/agent/fshim.c (LD_PRELOAD)
+    holding one file call for seconds so that the other writer comes in
+    the middle: a folder written while the start-up sweep lists cannot be
+    swept, and a drop during a retried write leaves no files behind;
+  - node G: enrolment by namespace label, Kmesh's way (a pod's own label,
+    or its namespace's; a namespace labelled and unlabelled later), from
+    a CA of the test's own (FakeCA) that records what each request
+    carries: the bearer token, clusterid and ImpersonatedIdentity;
   - the manifests: packaging/kubernetes/agent.yaml passes the API server's
     validation (server-side dry run) and its ServiceAccount may list and
     watch pods.
 
 usage: test_agent.py SIGNET_AGENT SIGNETCTL SIGNETD SOURCE_DIR
 """
+import datetime
 import os
 import re
 import shutil
@@ -43,6 +53,10 @@ import urllib.request
 import uuid
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 AGENT, SIGNETCTL, SIGNETD, SOURCE_DIR = sys.argv[1:5]
 del sys.argv[1:5]
@@ -60,6 +74,13 @@ NS2 = f"agent2-{RUN}"  # a second one
 AGENT_NS = "signet-system"
 AGENT_SA = "signet-agent"
 TTL = 120  # the main agent's certificates: 2 minutes
+NS_SWEEP = f"agentsw-{RUN}"  # node F's sweep
+NS_RACE = f"agentrm-{RUN}"   # node F's drop during a retried write
+NS_KM = f"agentkm-{RUN}"     # node G: labelled for enrolment from the start
+NS_PLAIN = f"agentpl-{RUN}"  # node G: labelled later, then not
+ENROL = "istio.io/dataplane-mode"  # Kmesh's label (value kmesh)
+FSHIM = os.environ.get("SIGNET_FSHIM")  # tests/agent/fshim.c, built
+HOLD_MS = 6000  # how long fshim holds a call
 
 
 def node(n):
@@ -157,8 +178,9 @@ class Signetd:
 class Agent:
     """signet-agent for one node, with its own output folder and token."""
 
-    def __init__(self, name, node_name, ca_port, token_pod, *flags):
+    def __init__(self, name, node_name, ca_port, token_pod, *flags, root_file=None, env=None):
         self.name = name
+        self.env = env or {}
         self.dir = os.path.join(C.tmp, name)
         self.out = os.path.join(self.dir, "out")
         os.makedirs(self.out)
@@ -168,13 +190,15 @@ class Agent:
         self.log_path = os.path.join(self.dir, "agent.log")
         self.args = [AGENT, "--kubeconfig", C.api.env["KUBECONFIG"], "--node-name", node_name,
                      "--ca-address", f"127.0.0.1:{ca_port}", "--ca-server-name", "localhost",
-                     "--root-ca-file", C.root_file, "--token-file", self.token_file, "--output-dir", self.out,
+                     "--root-ca-file", root_file or C.root_file, "--token-file", self.token_file,
+                     "--output-dir", self.out,
                      "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
                      "--log-format", "json", *flags]
         self.proc = None
 
     def start(self):
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+        env.update(self.env)
         self.log = open(self.log_path, "a")
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT, env=env)
         # Both ports 0: one server answers both (one "metrics endpoint" line).
@@ -240,15 +264,22 @@ class Cluster:
             f.writelines(line for line in src if not line.startswith(("jwt-issuer", "jwt-jwks-file")))
         self.root_file = os.path.join(ca, "root-cert.pem")
         k = self.kube
-        for ns in (AGENT_NS, NS, NS2):
+        for ns in (AGENT_NS, NS, NS2, NS_SWEEP, NS_RACE, NS_PLAIN):
             k.namespace(ns)
+        k.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                        "metadata": {"name": NS_KM, "labels": {ENROL: "kmesh"}}})
         k.service_account(AGENT_NS, AGENT_SA)
-        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign"):
+        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign", "job"):
             k.service_account(NS, sa)
         k.service_account(NS2, "web")
+        k.service_account(NS_SWEEP, "fresh")
+        k.service_account(NS_RACE, "gone")
+        k.service_account(NS_KM, "a1")
+        for sa in ("b1", "b2"):
+            k.service_account(NS_PLAIN, sa)
         # The agents' own pods, one per node (their tokens are bound to them).
         self.agent_pods = {}
-        for n in ("a", "c", "d"):
+        for n in ("a", "c", "d", "f", "g"):
             name = f"signet-agent-{node(n)}"
             self.agent_pods[n] = (name, k.pod(AGENT_NS, name, AGENT_SA, node(n)))
         self.signetd = Signetd()
@@ -412,6 +443,20 @@ class NodeA(Base):
         wait_for("the empty namespace folder removed", lambda: not os.path.exists(os.path.join(self.agent.out, NS2)),
                  timeout=10)
 
+    def test_e_finished_pods_release_their_certificate(self):
+        """A pod that ends (Succeeded, Failed: a Job's) lets its
+        certificate go as a deleted one does, while it still exists."""
+        k = C.kube
+        for phase in ("Succeeded", "Failed"):
+            name = f"job-{phase.lower()}"
+            k.pod(NS, name, "job", node("a"))
+            self.wait_files(NS, "job")
+            k.ok("PATCH", f"/api/v1/namespaces/{NS}/pods/{name}/status", {"status": {"phase": phase}},
+                 "application/merge-patch+json")
+            self.wait_gone(NS, "job")
+            self.assertIsNotNone(k.req("GET", f"/api/v1/namespaces/{NS}/pods/{name}")[1].get("metadata"))
+            k.delete_pod(NS, name)
+
     def test_z_refreshed_at_half_life(self):
         """Last (it waits past half of the 2-minute lifetime): web's
         certificate is replaced, with a new key, and still verifies."""
@@ -535,13 +580,197 @@ class NodeAuthorization(Base):
         self.assertEqual(rc, 0, agent.text()[-3000:])
 
 
+class Writers(Base):
+    """Node F: one writer per service-account folder. The agent's tick
+    (retried writes, the start-up sweep) and its event thread (writes and
+    removals) both change files; fshim holds one call of one of them for
+    HOLD_MS, so that the other comes in the middle, where it would
+    otherwise come by chance."""
+
+    def arm(self, line):
+        for sfx in (".entered", ".done"):
+            try:
+                os.unlink(self.ctl + sfx)
+            except FileNotFoundError:
+                pass
+        with open(self.ctl + ".tmp", "w") as f:
+            f.write(line + "\n")
+        os.replace(self.ctl + ".tmp", self.ctl)
+
+    @unittest.skipUnless(FSHIM, "SIGNET_FSHIM is not set")
+    def test_writers_never_overlap(self):
+        self.ctl = os.path.join(C.tmp, "fshim-f.ctl")
+        agent = Agent("agent-f", node("f"), C.signetd.port, C.agent_pods["f"], "--retry-initial", "1s",
+                      "--retry-max", "2s", env={"LD_PRELOAD": FSHIM, "SIGNET_FSHIM_CTL": self.ctl})
+        # 1. The start-up sweep is held while it lists (opening NS_SWEEP's
+        # folder, where an earlier run left an account with no pod), and a
+        # new account of that namespace is written meanwhile: the sweep
+        # decided from its list of accounts, which did not hold it.
+        stale = agent.folder(NS_SWEEP, "stale")
+        os.makedirs(stale)
+        os.symlink("..old", os.path.join(stale, "..data"))
+        os.mkdir(os.path.join(stale, "..old"))
+        self.arm(f"openat {NS_SWEEP} delay:{HOLD_MS}")
+        agent.start()
+        try:
+            wait_for("the sweep held", lambda: os.path.exists(self.ctl + ".entered"), timeout=60)
+            C.kube.pod(NS_SWEEP, "fresh-1", "fresh", node("f"))
+            wait_for("the sweep released", lambda: os.path.exists(self.ctl + ".done"), timeout=60)
+            wait_for("the stale folder swept", lambda: not os.path.exists(stale), timeout=30)
+            wait_for("fresh's files", lambda: os.path.exists(
+                os.path.join(agent.folder(NS_SWEEP, "fresh"), "cert-chain.pem")), timeout=30)
+            self.check_folder(agent, NS_SWEEP, "fresh")
+
+            # 2. A write of NS_RACE fails (retried every second by the
+            # tick); one retry is held, and the account's last pod goes
+            # meanwhile: its removal must not come before the held write
+            # and leave that write's files (a key) for an account with no
+            # pods.
+            self.arm(f"mkdirat {NS_RACE} fail")
+            errors = agent.metrics().get("signet_agent_file_errors_total", 0)
+            C.kube.pod(NS_RACE, "gone-1", "gone", node("f"))
+            wait_for("a failed write", lambda: agent.metrics()["signet_agent_file_errors_total"] > errors,
+                     timeout=60)
+            written = agent.metrics()["signet_agent_files_written_total"]
+            self.arm(f"mkdirat {NS_RACE} delay:{HOLD_MS}")
+            wait_for("a retried write held", lambda: os.path.exists(self.ctl + ".entered"), timeout=30)
+            C.kube.delete_pod(NS_RACE, "gone-1")
+            wait_for("the drop", lambda: any(r.get("msg", "").startswith("certificate dropped")
+                                             and r.get("namespace") == NS_RACE for r in agent.records()),
+                     timeout=60)
+            wait_for("the held write done",
+                     lambda: agent.metrics()["signet_agent_files_written_total"] > written, timeout=60)
+            self.assertFalse(os.path.exists(agent.folder(NS_RACE, "gone")),
+                             "a retried write brought back the files of an account with no pods")
+        finally:
+            self.arm("none")
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
+class FakeCA:
+    """An Istio certificate service of the test's own, over TLS: records
+    what each call carries (its metadata and the request's metadata
+    Struct) and signs any CSR with a root of its own."""
+
+    def __init__(self):
+        import grpc
+        from concurrent import futures
+        signet_e2e.compile_proto(os.path.join(SOURCE_DIR, "proto"), C.tmp)
+        import ca_pb2
+        import ca_pb2_grpc
+        now = datetime.datetime.now(datetime.timezone.utc)
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake CA root")])
+        self.root = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
+                     .not_valid_before(now - datetime.timedelta(minutes=5))
+                     .not_valid_after(now + datetime.timedelta(days=1))
+                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                     .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                                    critical=True)
+                     .sign(self.key, hashes.SHA256()))
+        self.root_pem = self.root.public_bytes(serialization.Encoding.PEM)
+        self.root_file = os.path.join(C.tmp, "fake-ca-root.pem")
+        with open(self.root_file, "wb") as f:
+            f.write(self.root_pem)
+        skey = ec.generate_private_key(ec.SECP256R1())
+        serving = self.leaf(skey.public_key(), x509.SubjectAlternativeName([x509.DNSName("localhost")]), 86400)
+        self.calls = []
+        outer = self
+
+        class Servicer(ca_pb2_grpc.IstioCertificateServiceServicer):
+            def CreateCertificate(self, request, context):
+                md = dict(context.invocation_metadata())
+                fields = request.metadata.fields
+                imp = fields["ImpersonatedIdentity"] if "ImpersonatedIdentity" in fields else None
+                csr = x509.load_pem_x509_csr(request.csr.encode())
+                san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+                outer.calls.append({"authorization": md.get("authorization"), "clusterid": md.get("clusterid"),
+                                    "impersonated": imp.string_value if imp else None,
+                                    "uris": san.get_values_for_type(x509.UniformResourceIdentifier)})
+                cert = outer.leaf(csr.public_key(), san, request.validity_duration or 3600)
+                return ca_pb2.IstioCertificateResponse(
+                    cert_chain=[cert.public_bytes(serialization.Encoding.PEM).decode(), outer.root_pem.decode()])
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        ca_pb2_grpc.add_IstioCertificateServiceServicer_to_server(Servicer(), self.server)
+        creds = grpc.ssl_server_credentials([(
+            skey.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption()),
+            serving.public_bytes(serialization.Encoding.PEM))])
+        self.port = self.server.add_secure_port("127.0.0.1:0", creds)
+        self.server.start()
+
+    def leaf(self, public_key, san, seconds):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        return (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(self.root.subject)
+                .public_key(public_key).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(seconds=30))
+                .not_valid_after(now + datetime.timedelta(seconds=seconds))
+                .add_extension(san, critical=True)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                      ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+                .sign(self.key, hashes.SHA256()))
+
+    def stop(self):
+        self.server.stop(0)
+
+
+class Enrolment(Base):
+    """Node G: pods enrolled Kmesh's way, by their own label or their
+    namespace's (--pod-label-selector and --namespace-label-selector), from
+    FakeCA, which shows what each request carried."""
+
+    def test_namespace_label_and_request_metadata(self):
+        ca = FakeCA()
+        self.addCleanup(ca.stop)
+        k = C.kube
+        agent = Agent("agent-g", node("g"), ca.port, C.agent_pods["g"], "--cluster-id", "cluster-g",
+                      "--pod-label-selector", f"{ENROL}=kmesh", "--namespace-label-selector", f"{ENROL}=kmesh",
+                      root_file=ca.root_file)
+        k.pod(NS_KM, "a1-1", "a1", node("g"))  # its namespace is labelled
+        k.pod(NS_PLAIN, "b1-1", "b1", node("g"))  # neither is
+        k.pod(NS_PLAIN, "b2-1", "b2", node("g"), labels={ENROL: "kmesh"})  # the pod is
+        agent.start()
+        try:
+            def files(ns, sa):
+                return os.path.exists(os.path.join(agent.folder(ns, sa), "cert-chain.pem"))
+            wait_for("a1's and b2's files", lambda: files(NS_KM, "a1") and files(NS_PLAIN, "b2"), timeout=60)
+            wait_for("ready", agent.ready, timeout=60)
+            self.assertFalse(os.path.exists(agent.folder(NS_PLAIN, "b1")), "a pod not enrolled was served")
+            self.assertFalse(os.path.exists(agent.folder(AGENT_NS, AGENT_SA)), "a pod not enrolled was served")
+            # What each request carried: the agent's token, its cluster ID
+            # and the workload it asks for.
+            token = read(agent.token_file).strip()
+            want = f"spiffe://cluster.local/ns/{NS_KM}/sa/a1"
+            call = next(c for c in ca.calls if c["uris"] == [want])
+            self.assertEqual(call, {"authorization": f"Bearer {token}", "clusterid": "cluster-g",
+                                    "impersonated": want, "uris": [want]})
+            # The namespace labelled later: its pods join; unlabelled: they
+            # leave, and a pod enrolled by its own label stays.
+            k.ok("PATCH", f"/api/v1/namespaces/{NS_PLAIN}", {"metadata": {"labels": {ENROL: "kmesh"}}},
+                 "application/merge-patch+json")
+            wait_for("b1's files", lambda: files(NS_PLAIN, "b1"), timeout=60)
+            k.ok("PATCH", f"/api/v1/namespaces/{NS_PLAIN}", {"metadata": {"labels": {ENROL: None}}},
+                 "application/merge-patch+json")
+            wait_for("b1's folder removed", lambda: not os.path.exists(agent.folder(NS_PLAIN, "b1")), timeout=60)
+            self.assertTrue(files(NS_PLAIN, "b2"), "a pod enrolled by its own label left with its namespace")
+            self.assertTrue(files(NS_KM, "a1"))
+        finally:
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
 class Program(Base):
     def test_flags(self):
         h = subprocess.run([AGENT, "--help"], capture_output=True, text=True)
         self.assertEqual(h.returncode, 0)
         for flag in ("--node-name", "--output-dir", "--ca-address", "--cluster-id", "--secret-ttl",
                      "--root-ca-file", "--token-file", "--metrics-port", "--readiness-probe-port",
-                     "--refresh-floor", "--key-type", "--pkcs8-key"):
+                     "--refresh-floor", "--key-type", "--pkcs8-key", "--pod-label-selector",
+                     "--namespace-label-selector"):
             self.assertIn(flag, h.stdout)
         r = subprocess.run([AGENT, "--kubeconfig", C.api.env["KUBECONFIG"]], capture_output=True, text=True,
                            timeout=30)
@@ -553,6 +782,11 @@ class Program(Base):
                             "--kubeconfig", C.api.env["KUBECONFIG"]], capture_output=True, text=True, timeout=30)
         self.assertEqual(r.returncode, 1, r.stderr)
         self.assertIn("/nonexistent/root.pem", r.stderr)
+        for flag in ("--pod-label-selector", "--namespace-label-selector"):
+            r = subprocess.run([AGENT, "--node-name", "n", flag, "a in (b", "--kubeconfig", C.api.env["KUBECONFIG"]],
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(r.returncode, 0, r.stderr)
+            self.assertIn(flag[2:], r.stderr)
 
     def test_manifests(self):
         docs = [d for d in yaml.safe_load_all(read(os.path.join(SOURCE_DIR, "packaging", "kubernetes",
@@ -580,11 +814,12 @@ class Program(Base):
                 code, doc = C.kube.req("POST", paths[d["kind"]], d)
                 self.assertIn(code, (201, 409), doc.get("message"))
         user = f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}"
-        for verb in ("list", "watch", "get"):
+        for verb, res in [(v, r) for v in ("list", "watch", "get") for r in ("pods", "namespaces")]:
             sar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                    "spec": {"user": user, "groups": ["system:serviceaccounts"],
-                            "resourceAttributes": {"verb": verb, "resource": "pods", "namespace": NS}}}
-            doc = wait_for(f"{verb} pods allowed", lambda: (lambda r: r if r["status"].get("allowed") else None)(
+                            "resourceAttributes": {"verb": verb, "resource": res,
+                                                   "namespace": NS if res == "pods" else ""}}}
+            doc = wait_for(f"{verb} {res} allowed", lambda: (lambda r: r if r["status"].get("allowed") else None)(
                 C.kube.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", sar)), timeout=60)
             self.assertTrue(doc["status"]["allowed"])
         sar["spec"]["resourceAttributes"] = {"verb": "delete", "resource": "pods", "namespace": NS}

@@ -328,6 +328,19 @@ class Args(unittest.TestCase):
             (["--serving-certificate-duration=1.5h"], "--serving-certificate-duration"),
             (["--max-client-certificate-duration=60"], "--max-client-certificate-duration"),
             (["--log-level=1", "--log-level=2"], "--log-level given more than once"),
+            # istio-csr's map flag (pflag StringToString, apimachinery's
+            # annotation keys)
+            (["--certificate-request-additional-annotations=team"], "\"team\" must be formatted as key=value"),
+            (["--certificate-request-additional-annotations=a=b,c,d=e"], "\"c\" must be formatted as key=value"),
+            (["--certificate-request-additional-annotations=Bad Key=v"], "key \"Bad Key\" is not a qualified name"),
+            (["--certificate-request-additional-annotations==v,a=b"], "key \"\" is not a qualified name"),
+            (["--certificate-request-additional-annotations=a=b,\"c=d"], "a quoted field is not closed"),
+            (["--certificate-request-additional-annotations=a=b,c\"d=e"], "bare \" in a field"),
+            # (256 KiB in all, apimachinery's limit, is beyond an argument's
+            # 128 KiB and a config line's 4 KiB: checked, not reachable here)
+            (["--certificate-request-additional-annotations=a=b",
+              "--certificate-request-additional-annotations=c=d"], "given more than once"),
+            (["--certificate-request-additional-annotations=a=b\nc=d"], "control character"),
         ]
         for extra, msg in cases:
             with self.subTest(extra=[a[:40] for a in extra]):

@@ -616,22 +616,46 @@ class TestIssuer:
                      .sign(self.key, hashes.SHA256()))
         self.pem = self.cert.public_bytes(serialization.Encoding.PEM)
         self.mode = "sign"
+        self.intermediates = 0  # CAs between the root and the leaf
+        self.chains = {}
+        self.annotations = {}  # each request's, by name
         self.seen = set()
         self.signed = 0
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
 
+    def chain(self, n):
+        """n intermediate CAs under the root: the last one's key and
+        certificate, and the PEM of all n, nearest to the leaf first."""
+        if n not in self.chains:
+            key, cert, pems = self.key, self.cert, []
+            now = datetime.datetime.now(datetime.timezone.utc)
+            for i in range(n):
+                k = ec.generate_private_key(ec.SECP256R1())
+                name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"test intermediate {i + 1}")])
+                cert = (x509.CertificateBuilder().subject_name(name).issuer_name(cert.subject)
+                        .public_key(k.public_key()).serial_number(x509.random_serial_number())
+                        .not_valid_before(now - datetime.timedelta(minutes=5))
+                        .not_valid_after(now + datetime.timedelta(days=30))
+                        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                        .sign(key, hashes.SHA256()))
+                key = k
+                pems.insert(0, cert.public_bytes(serialization.Encoding.PEM))
+            self.chains[n] = (key, cert, b"".join(pems))
+        return self.chains[n]
+
     def sign(self, csr_pem, seconds):
         csr = x509.load_pem_x509_csr(csr_pem)
         now = datetime.datetime.now(datetime.timezone.utc)
         san = csr.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME)
-        leaf = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(self.cert.subject)
+        key, cert, intermediates = self.chain(self.intermediates)
+        leaf = (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(cert.subject)
                 .public_key(csr.public_key()).serial_number(x509.random_serial_number())
                 .not_valid_before(now).not_valid_after(now + datetime.timedelta(seconds=seconds))
                 .add_extension(san.value, critical=True)
-                .sign(self.key, hashes.SHA256()))
-        return leaf.public_bytes(serialization.Encoding.PEM)
+                .sign(key, hashes.SHA256()))
+        return leaf.public_bytes(serialization.Encoding.PEM) + intermediates
 
     def run(self):
         while not self.stop.is_set():
@@ -643,6 +667,7 @@ class TestIssuer:
                 if self.mode == "silent":
                     continue
                 self.seen.add(name)
+                self.annotations[name] = cr["metadata"].get("annotations", {})
                 if self.mode == "deny":
                     cond = {"type": "Denied", "status": "True", "reason": "test", "message": "the test says no",
                             "lastTransitionTime": "2026-01-01T00:00:00Z"}
@@ -680,7 +705,10 @@ class RAMode(Base):
             f.write(C.root + cls.issuer.pem)
         cls.d = C.signetd("--issuer-name", "test", "--issuer-kind", "TestIssuer", "--issuer-group", TEST_GROUP,
                           "--certificate-namespace", RA_NS, "--root-ca-file", cls.roots,
-                          "--server-timeout", "3s", "--root-ca-configmap=false")
+                          "--server-timeout", "3s", "--root-ca-configmap=false",
+                          # istio-csr's form: with several '=', one CSV record
+                          "--certificate-request-additional-annotations",
+                          'custom.cert-manager.io/policy-name=istio-csr,"example.com/teams=mesh,edge"')
         cls.ch = C.channel(cls.d.port)
         cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
 
@@ -721,6 +749,39 @@ class RAMode(Base):
         wait_for("the request's deletion", lambda: not self.ours())
         self.assertEqual(C.metric(self.d, "signet_forward_in_flight"), 0)
         self.assertGreaterEqual(C.metric(self.d, "signet_forward_issued_total"), 1)
+
+    def test_additional_annotations(self):
+        """istio-csr's --certificate-request-additional-annotations: on
+        every request, beside the identity annotation."""
+        self.issuer.mode = "sign"
+        before = set(self.issuer.annotations)
+        identity = spiffe("apps", "app1")
+        self.call(self.stub, C.kube.token("apps", "app1"), identity)
+        names = set(self.issuer.annotations) - before
+        self.assertEqual(len(names), 1)
+        self.assertEqual(self.issuer.annotations[names.pop()],
+                         {"istio.cert-manager.io/identities": identity,
+                          "custom.cert-manager.io/policy-name": "istio-csr",
+                          "example.com/teams": "mesh,edge"})
+
+    def test_chain_at_and_over_the_limit(self):
+        """An issuer's chain the answer cannot carry whole is an error the
+        caller sees (INTERNAL, as any bad answer), never a chain cut
+        short; one at the limit is carried whole."""
+        self.addCleanup(setattr, self.issuer, "intermediates", 0)
+        self.issuer.mode = "sign"
+        token, identity = C.kube.token("apps", "app1"), spiffe("apps", "app1")
+        self.issuer.intermediates = 11  # leaf + 11 = SG_SERVICE_CHAIN_MAX, then the root bundle
+        chain = self.call(self.stub, token, identity)
+        self.assertEqual(len(chain), 13)
+        want = [b"-----BEGIN" + p for p in self.issuer.chain(11)[2].split(b"-----BEGIN")[1:]]
+        self.assertEqual([x509.load_pem_x509_certificate(c.encode()) for c in chain[1:12]],
+                         [x509.load_pem_x509_certificate(p) for p in want])
+        self.issuer.intermediates = 12
+        details = self.refused(self.stub, token, identity, code=grpc.StatusCode.INTERNAL)
+        self.assertIn("failed to sign certificate request", details)
+        self.assertIn("the issuer returned 13 certificates", details)
+        wait_for("the request's deletion", lambda: not self.ours())
 
     def test_denied(self):
         self.issuer.mode = "deny"
