@@ -32,6 +32,12 @@
  *    MAC, no encryption, no legacy provider, the same bytes whatever the
  *    profile); JKS read back by a parser of the format written here; both
  *    with trust-manager's aliases, JKS entries stamped with notBefore;
+ *  - trust-manager's reasons and order: SourceNotFound before
+ *    SecretTargetsDisabled, includeAllKeys on an object without data,
+ *    a source of the Bundle's own name with includeAllKeys, the selector
+ *    printed as Go sorts it, SyncConfigMapTargetFailed, a failed cleanup
+ *    that leaves the Bundle Synced, and (a third instance with
+ *    --target-namespaces) "all allowed namespaces";
  *  - InvalidSpec for what trust-manager's webhook refuses, nothing written;
  *  - duplicates and order in the input do not change a byte of the output;
  *  - every write is made once: exact counts of applies, cleanups and
@@ -101,7 +107,7 @@
 #define W_TGT_SECRET 5
 
 static sg_kube *k;
-static sg_trust *t_main, *t_second;
+static sg_trust *t_main, *t_second, *t_third;
 static sg_trust *cur;      /* the instance running now */
 static bool cur_secrets;   /* whether it watches Secret targets */
 static sg_trust_package *pkg;
@@ -1082,6 +1088,102 @@ static void t_secret_targets_disabled(void)
 	}
 }
 
+/* A ConfigMap the test owns in namespace ns (not a source): data (stolen),
+ * and immutable when asked. */
+static void cm_put_in(const char *ns, const char *name, json_t *data, bool immutable)
+{
+	json_t *o = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "v1", "kind", "ConfigMap", "metadata",
+	                      "name", name, "namespace", ns, "data", data);
+	if (immutable)
+		json_object_set_new(o, "immutable", json_true());
+	SG_CHECK_OK(kube_fx_apply(k, KUBE_FX_CORE("configmaps", ns, name), o, MANAGER));
+}
+
+/* trust-manager's reasons, messages and order (pkg/bundle/bundle.go,
+ * pkg/bundle/internal/source, pkg/webhook/validation.go). */
+static void t_trust_manager_reasons(void)
+{
+	/* The sources are judged before Secret targets: a missing source is
+	 * SourceNotFound even while Secret targets are disabled. */
+	bundle_put("b-sec-missing", SRC_CM("no-such-src", KEY),
+	           json_pack("{s:{s:s}, s:o}", "secret", "key", KEY, "namespaceSelector", match(SEL_K, SEL_V)));
+	WAIT_COND("b-sec-missing", "False", "SourceNotFound",
+	          "Bundle source was not found: failed to get ConfigMap tt-trust/no-such-src");
+
+	/* includeAllKeys on a ConfigMap without data adds nothing and is no
+	 * error; alone, it leaves the bundle empty. */
+	cm_put("src-nodata", NULL, NULL, NULL);
+	bundle_put("b-nodata", json_pack("[o, o]", SRC_CM("src-nodata", NULL), SRC_INLINE(ca[3])), target_cm());
+	bundle_put("b-nodata-only", SRC_CM("src-nodata", NULL), target_cm());
+	char *want3 = expect_pem(1, ca[3]);
+	WAIT_TARGETS("b-nodata", want3);
+	WAIT_SYNCED("b-nodata");
+	WAIT_COND("b-nodata-only", "False", "SourceNotFound",
+	          "Bundle source was not found: couldn't find any valid certificates in bundle");
+
+	/* A source of the Bundle's own name with includeAllKeys is accepted
+	 * (the webhook compares name and key) and read like any other. */
+	cm_put("b-self-all", NULL, json_pack("{s:s}", "ca.pem", ca[1]), NULL);
+	bundle_put("b-self-all", SRC_CM("b-self-all", NULL), target_cm());
+	char *want1 = expect_pem(1, ca[1]);
+	WAIT_TARGETS("b-self-all", want1);
+	WAIT_SYNCED("b-self-all");
+
+	/* The selector as Go prints it: requirements sorted by key ("a" before
+	 * "a-x"), a DoesNotExist sorted by its key, not by its "!". */
+	json_t *sel = json_pack("{s:{s:s}, s:[{s:s, s:s}]}", "matchLabels", SEL_K, SEL_V, "matchExpressions", "key",
+	                        SEL_K "-x", "operator", "DoesNotExist");
+	bundle_put("b-sel-text", SRC_CM("src-cm", KEY),
+	           json_pack("{s:{s:s}, s:o}", "configMap", "key", KEY, "namespaceSelector", sel));
+	WAIT_COND("b-sel-text", "True", "Synced",
+	          "Successfully synced Bundle to namespaces that match this label selector: " SEL_K "=" SEL_V ",!" SEL_K
+	          "-x");
+
+	/* A target that cannot be written: SyncConfigMapTargetFailed, with
+	 * the kind in the message (an immutable ConfigMap of the Bundle's
+	 * name is in the way). */
+	cm_put_in("tt-a", "b-immut", json_pack("{s:s}", "user", "data"), true);
+	bundle_put("b-immut", SRC_CM("src-cm", KEY), target_cm());
+	WAIT_COND("b-immut", "False", "SyncConfigMapTargetFailed",
+	          "Failed to sync bundle ConfigMap to namespace \"tt-a\": ");
+
+	/* A target no longer wanted that cannot be cleaned (its owner made it
+	 * immutable beside a key of its own) does not fail the Bundle: it is
+	 * logged and counted, the Bundle stays Synced, nothing is retried. */
+	ns_label("tt-c", "tt-cf", "yes");
+	bundle_put("b-cf", SRC_CM("src-cm", KEY), target_cm_sel(KEY, "tt-cf", "yes"));
+	char *want0 = expect_pem(1, ca[0]);
+	WAIT_TARGET(cm_target_is("tt-c", "b-cf", KEY, want0));
+	WAIT_SYNCED("b-cf");
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", "tt-c", "b-cf"),
+	          json_pack("{s:{s:s}, s:b}", "data", "user", "kept", "immutable", 1));
+	bundle_delete("b-immut"); /* retried with backoff: it would keep the queue busy */
+	WAIT_IDLE();
+	sg_trust_stats s0 = stats();
+	ns_label("tt-c", "tt-cf", NULL);
+	WAIT_COUNTED(stats().cleanup_failures >= s0.cleanup_failures + 1);
+	WAIT_IDLE();
+	sg_trust_stats s1 = stats();
+	SG_CHECK(s1.errors == s0.errors && s1.cleanups == s0.cleanups);
+	WAIT_COND("b-cf", "True", "Synced",
+	          "Successfully synced Bundle to namespaces that match this label selector: tt-cf=yes");
+	SG_CHECK(present("configmaps", "tt-c", "b-cf"));
+
+	static const char *const names[] = {"b-sec-missing", "b-nodata",   "b-nodata-only",
+	                                    "b-self-all",    "b-sel-text", "b-cf"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		bundle_delete(names[i]);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		WAIT_TARGET(no_targets(names[i]));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", "tt-a", "b-immut"));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", TNS, "b-self-all"));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", TNS, "src-nodata"));
+	WAIT_IDLE();
+	free(want0);
+	free(want1);
+	free(want3);
+}
+
 /* A bounded reader over a byte string: every read past the end fails
  * (and keeps failing), so a parser needs one check at the end. */
 typedef struct rd {
@@ -1677,8 +1779,40 @@ static void t_second_instance(void)
 	free(only);
 }
 
+/* With --target-namespaces, trust-manager's "allowed" namespaces: a
+ * third instance, after the others, allowed tt-a only. */
+static void t_allowed_namespaces(void)
+{
+	sg_ctrl_stop(sg_trust_controller(t_second));
+	static const char *const allowed[] = {"tt-a"};
+	sg_trust_options o = {
+	    .kube = k, .trust_namespace = TNS, .package = pkg, .target_namespaces = allowed, .ntarget_namespaces = 1};
+	SG_CHECK_OK(sg_trust_new(&t_third, &o));
+	if (!t_third)
+		exit(1);
+	cur = t_third;
+	cur_secrets = false;
+	SG_CHECK_OK(sg_ctrl_start(sg_trust_controller(t_third)));
+	bundle_put("b-allowed-all", SRC_INLINE(ca[0]), json_pack("{s:{s:s}}", "configMap", "key", KEY));
+	bundle_put("b-allowed-sel", SRC_INLINE(ca[0]), target_cm());
+	WAIT_COND("b-allowed-all", "True", "Synced", "Successfully synced Bundle to all allowed namespaces");
+	WAIT_COND("b-allowed-sel", "True", "Synced",
+	          "Successfully synced Bundle to allowed namespaces that match this label selector: " SEL_K "=" SEL_V);
+	char *want = expect_pem(1, ca[0]);
+	SG_CHECK(cm_target_is("tt-a", "b-allowed-all", KEY, want));
+	SG_CHECK(absent("configmaps", "tt-b", "b-allowed-all") && absent("configmaps", "tt-c", "b-allowed-all") &&
+	         absent("configmaps", TNS, "b-allowed-all") && absent("configmaps", "tt-b", "b-allowed-sel"));
+	bundle_delete("b-allowed-all");
+	bundle_delete("b-allowed-sel");
+	WAIT_TARGET(no_targets("b-allowed-all") && no_targets("b-allowed-sel"));
+	WAIT_IDLE();
+	sg_ctrl_stop(sg_trust_controller(t_third));
+	free(want);
+}
+
 static void t_zz_cleanup(void)
 {
+	sg_trust_free(t_third);
 	sg_trust_free(t_second);
 	sg_trust_free(t_main);
 	sg_trust_package_free(pkg);
@@ -1693,5 +1827,6 @@ static void t_zz_cleanup(void)
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crd), SG_TEST(t_controller), SG_TEST(t_sources), SG_TEST(t_targets),
              SG_TEST(t_selector_sources), SG_TEST(t_selector_namespaces), SG_TEST(t_new_namespace_and_source_change),
              SG_TEST(t_repair), SG_TEST(t_bad_pem), SG_TEST(t_missing_source), SG_TEST(t_secret_targets_disabled),
-             SG_TEST(t_formats), SG_TEST(t_invalid_spec), SG_TEST(t_duplicates), SG_TEST(t_quiet),
-             SG_TEST(t_bundle_deleted), SG_TEST(t_second_instance), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_trust_manager_reasons), SG_TEST(t_formats), SG_TEST(t_invalid_spec), SG_TEST(t_duplicates),
+             SG_TEST(t_quiet), SG_TEST(t_bundle_deleted), SG_TEST(t_second_instance), SG_TEST(t_allowed_namespaces),
+             SG_TEST(t_zz_cleanup))
