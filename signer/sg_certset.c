@@ -42,12 +42,20 @@
  * API rather than PKCS12_create, because each certificate bag needs Java's
  * trusted-certificate attribute (Oracle's OID 2.16.840.1.113894.746875.1.1,
  * without a NID before OpenSSL 3.2; Java ignores certificate bags without
- * it). RC2-40, the LegacyRC2 default, lives in OpenSSL 3's legacy
- * provider; it is loaded into a library context of our own, made once per
- * process, so that nothing else in the process starts using legacy
- * algorithms. JKS is written by hand: it is a flat big-endian format
- * (magic 0xFEEDFEED, version 2) closed by a SHA-1 over the password as
- * UTF-16BE, the words "Mighty Aphrodite" and everything before the digest.
+ * it). Both stores are trust-manager's to the byte where they can be
+ * (its go-pkcs12 and keystore-go encoders; tests/signer/data/trust-manager
+ * holds what they wrote): its aliases (sg_certset_alias.c), an empty
+ * password as go-pkcs12's Passwordless (one plain safe, no MAC: a function
+ * of the set, and no legacy algorithm), its MAC iterations and salt
+ * lengths otherwise. RC2-40, the LegacyRC2 profile with a password, lives
+ * in OpenSSL 3's legacy provider; it is loaded into a library context of
+ * our own, made once per process, so that nothing else in the process
+ * starts using legacy algorithms. JKS is written by hand: it is a flat
+ * big-endian format (magic 0xFEEDFEED, version 2), entries in the order of
+ * their aliases and dated by notBefore as keystore-go writes them for
+ * trust-manager, closed by a SHA-1 over the password as UTF-16BE (Java's
+ * reading; keystore-go differs for non-ASCII passwords), the words
+ * "Mighty Aphrodite" and everything before the digest.
  */
 #include "sg_certset.h"
 #include "sg_certset_impl.h"
