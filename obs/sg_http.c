@@ -119,6 +119,7 @@
 #include "sg_http.h"
 #include "sg_clock.h"
 #include "sg_guard.h"
+#include "sg_http_impl.h"
 #include "sg_log.h"
 #include "sg_secret.h"
 
@@ -141,8 +142,6 @@
 #define NS_PER_S 1000000000ull
 #define ALLOW_GET "GET, HEAD"
 #define ALLOW_POST "POST"
-/* TLS 1.2 and 1.3 only, as Go's servers (and so trust-manager's webhook). */
-#define TLS_PRIORITIES "NORMAL:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2"
 #define BODY_FIRST_CAP (16u << 10)
 
 /* The limits of sg_http_options: where each lives, its default (for 0) and
@@ -221,6 +220,9 @@ struct sg_http_server {
 	 * or at stop). */
 	bool tls;
 	char *tls_cert, *tls_key;
+	/* GnuTLS's priorities (sg_http_tls.c): by default TLS 1.2 and 1.3
+	 * only, as Go's servers (and so trust-manager's webhook). */
+	char tls_prio[SG_HTTP_TLS_PRIORITIES_MAX];
 	struct MHD_Daemon *retired;
 	int orphan_fd; /* a listening socket no daemon owns (a failed change), or -1 */
 };
@@ -812,7 +814,7 @@ static struct MHD_Daemon *start_daemon(sg_http_server *s, const addr *a, uint16_
 	if (s->tls) {
 		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cert};
 		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key};
-		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES};
+		extra[n++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)s->tls_prio};
 	}
 	extra[n] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
 	s->start_message[0] = '\0';
@@ -839,7 +841,7 @@ static int check_tls(sg_http_server *s, const char *cert, const char *key)
 	struct MHD_OptionItem tls[] = {
 	    {MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)cert},
 	    {MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)key},
-	    {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)TLS_PRIORITIES},
+	    {MHD_OPTION_HTTPS_PRIORITIES, 0, (void *)s->tls_prio},
 	    {MHD_OPTION_END, 0, NULL},
 	};
 	s->start_message[0] = '\0';
@@ -891,6 +893,9 @@ int sg_http_server_start(sg_http_server **out, const sg_http_options *o)
 	memcpy(s->lim, lim, sizeof(lim));
 	SG_TRY(copy_routes(s, o));
 	if (tls) {
+		if (o->tls_policy)
+			SG_TRY(sg_http_tls_policy_check(o->tls_policy));
+		SG_TRY(sg_http_tls_priorities(o->tls_policy, s->tls_prio, sizeof(s->tls_prio)));
 		SG_TRY(copy_pair(o->tls_cert_pem, o->tls_key_pem, &s->tls_cert, &s->tls_key));
 		SG_TRY(check_tls(s, s->tls_cert, s->tls_key));
 	}

@@ -20,7 +20,7 @@
  * other path is 405 (Allow: GET, HEAD).
  *
  * TLS: with tls_cert_pem and tls_key_pem the server speaks HTTPS only (TLS
- * 1.2 and 1.3, libmicrohttpd's GnuTLS). sg_http_server_set_tls replaces
+ * 1.2 and 1.3, libmicrohttpd's GnuTLS, unless tls_policy says otherwise). sg_http_server_set_tls replaces
  * the certificate while serving: the new one is loaded and checked first
  * (a bad pair changes nothing); then the listening socket moves to a new
  * libmicrohttpd daemon with it, and the old daemon, no longer accepting,
@@ -78,6 +78,7 @@
 
 #include "sg_error.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -138,6 +139,44 @@ typedef struct sg_http_post_route {
 	size_t max_body; /* bytes, 1..SG_HTTP_BODY_MAX */
 } sg_http_post_route;
 
+/* The TLS versions and cipher suites of an HTTPS server, in the words
+ * Kubernetes programs take them (k8s.io/component-base/cli/flag, the
+ * --tls-min-version and --tls-cipher-suites of cert-manager and
+ * trust-manager): versions VersionTLS10..VersionTLS13, suites by Go's
+ * crypto/tls names (and two older names of the CHACHA20 suites). As in
+ * Go, the list names TLS 1.2 and older suites: TLS 1.3 names in it change
+ * nothing. Unlike Go, which keeps TLS 1.3's three suites whatever the
+ * list, TLS 1.3 here uses the AEAD ciphers of the listed suites (GnuTLS
+ * has one cipher set for every version; see sg_http_tls.c).
+ *
+ * GnuTLS (libmicrohttpd's TLS) enables suites by key exchange, cipher and
+ * MAC, not one by one, so a list whose suites do not combine into exactly
+ * themselves (ECDHE-RSA with AES-128-GCM and RSA with AES-256-CBC would
+ * also enable ECDHE-RSA with AES-256-CBC) is refused, naming the suites it
+ * would add, rather than served with more than was asked; so is a suite
+ * this GnuTLS cannot serve, or one the versions cannot use. */
+typedef struct sg_http_tls_policy {
+	uint16_t min_version;          /* IANA: 0x0301 TLS 1.0 .. 0x0304 TLS 1.3; 0: TLS 1.2 (Go's default) */
+	const uint16_t *cipher_suites; /* IANA numbers; NULL/0: GnuTLS's defaults for the versions */
+	size_t ncipher_suites;         /* at most SG_HTTP_TLS_SUITES_MAX */
+} sg_http_tls_policy;
+
+#define SG_HTTP_TLS_SUITES_MAX 64
+
+/* --tls-min-version's value: "" is 0 (the default); otherwise SG_EINVAL
+ * with component-base's words, 'unknown tls version "X"', and the names
+ * accepted. */
+SG_API int sg_http_tls_version_parse(const char *name, uint16_t *out) SG_MUST_CHECK;
+/* --tls-cipher-suites's value: comma-separated names (spaces around them
+ * allowed, "" none) into out (cap entries), *n of them. SG_EINVAL with
+ * component-base's words, "Cipher suite X not supported or doesn't exist",
+ * for a name it does not know, or for more than cap. */
+SG_API int sg_http_tls_suites_parse(const char *list, uint16_t *out, size_t cap, size_t *n) SG_MUST_CHECK;
+/* Whether this GnuTLS serves exactly policy (see above): SG_OK, or
+ * SG_EINVAL saying why not. sg_http_server_start checks it too; a program
+ * calls it at start-up, before any certificate exists. */
+SG_API int sg_http_tls_policy_check(const sg_http_tls_policy *policy) SG_MUST_CHECK;
+
 typedef struct sg_http_options {
 	/* Numeric IPv4 or IPv6 address ("127.0.0.1", "0.0.0.0", "::1", "[::1]");
 	 * "::" listens on IPv6 and IPv4 (dual stack). NULL: "127.0.0.1". */
@@ -153,6 +192,7 @@ typedef struct sg_http_options {
 	 * unencrypted): both for HTTPS, neither for HTTP. Copied. */
 	const char *tls_cert_pem;
 	const char *tls_key_pem;
+	const sg_http_tls_policy *tls_policy; /* NULL: TLS 1.2 and 1.3, GnuTLS's suites; copied */
 	/* The limits described at the top of this file; 0 picks the default. */
 	unsigned max_connections;         /* 0: 128, at most 4096 */
 	unsigned max_connections_per_ip;  /* 0: 8, at most 4096 */

@@ -42,14 +42,23 @@
  * API rather than PKCS12_create, because each certificate bag needs Java's
  * trusted-certificate attribute (Oracle's OID 2.16.840.1.113894.746875.1.1,
  * without a NID before OpenSSL 3.2; Java ignores certificate bags without
- * it). RC2-40, the LegacyRC2 default, lives in OpenSSL 3's legacy
- * provider; it is loaded into a library context of our own, made once per
- * process, so that nothing else in the process starts using legacy
- * algorithms. JKS is written by hand: it is a flat big-endian format
- * (magic 0xFEEDFEED, version 2) closed by a SHA-1 over the password as
- * UTF-16BE, the words "Mighty Aphrodite" and everything before the digest.
+ * it). Both stores are trust-manager's to the byte where they can be
+ * (its go-pkcs12 and keystore-go encoders; tests/signer/data/trust-manager
+ * holds what they wrote): its aliases (sg_certset_alias.c), an empty
+ * password as go-pkcs12's Passwordless (one plain safe, no MAC: a function
+ * of the set, and no legacy algorithm), its MAC iterations and salt
+ * lengths otherwise. RC2-40, the LegacyRC2 profile with a password, lives
+ * in OpenSSL 3's legacy provider; it is loaded into a library context of
+ * our own, made once per process, so that nothing else in the process
+ * starts using legacy algorithms. JKS is written by hand: it is a flat
+ * big-endian format (magic 0xFEEDFEED, version 2), entries in the order of
+ * their aliases and dated by notBefore as keystore-go writes them for
+ * trust-manager, closed by a SHA-1 over the password as UTF-16BE (Java's
+ * reading; keystore-go differs for non-ASCII passwords), the words
+ * "Mighty Aphrodite" and everything before the digest.
  */
 #include "sg_certset.h"
+#include "sg_certset_impl.h"
 
 #include "sg_base64.h"
 #include "sg_clock.h"
@@ -86,6 +95,7 @@ static const char dashes[] = "-----";
 
 typedef struct cert {
 	uint8_t hash[HASH_LEN]; /* SHA-256 of der: identity and order */
+	int64_t not_before;     /* Unix seconds: the JKS entry's creation time */
 	int64_t not_after;      /* Unix seconds */
 	bool is_ca;             /* basicConstraints with cA TRUE */
 	size_t len;
@@ -316,9 +326,10 @@ static int parse_cert(cert *c, size_t line)
 	if (n <= 0)
 		return sg_error_set_ossl(SG_EINVAL, BAD_CERT "the certificate at line %zu does not encode", line);
 	SG_ENSURE(same, SG_EINVAL, BAD_CERT "the certificate at line %zu is not in DER form", line);
-	if (seconds_of(X509_get0_notAfter(x), &c->not_after) != 0)
+	if (seconds_of(X509_get0_notAfter(x), &c->not_after) != 0 ||
+	    seconds_of(X509_get0_notBefore(x), &c->not_before) != 0)
 		return sg_error_set_ossl(SG_EINVAL,
-		                         BAD_CERT "the notAfter of the certificate at line %zu does not decode", line);
+		                         BAD_CERT "the validity of the certificate at line %zu does not decode", line);
 	int crit = -1;
 	BASIC_CONSTRAINTS *bc = X509_get_ext_d2i(x, NID_basic_constraints, &crit, NULL);
 	if (!bc && crit != -1) /* -1 is "absent"; otherwise undecodable or repeated */
@@ -525,29 +536,36 @@ static int check_store(const sg_certset *s, const char *password, const char *wh
 	return SG_OK;
 }
 
-/* Lower-case hex of the SHA-256: the alias of a certificate in both
- * stores. */
-static void alias_of(const cert *c, char out[2 * HASH_LEN + 1])
+/* c as OpenSSL's X509; NULL with the error set. */
+static X509 *x509_of(const cert *c)
 {
-	sg_hex_encode(out, c->hash, HASH_LEN);
+	const unsigned char *p = c->der;
+	X509 *x = d2i_X509(NULL, &p, (long)c->len);
+	if (!x)
+		(void)sg_error_set_ossl(SG_EINTERNAL, "a certificate of the set does not decode");
+	return x;
 }
 
 /* ---- PKCS#12 ---- */
 
-#define P12_ITER 2048 /* PBE and MAC iterations, every profile */
+#define P12_ENC_ITER 2048 /* PBE iterations, every profile */
 #define OID_JDK_TRUSTED_KEY_USAGE "2.16.840.1.113894.746875.1.1"
 
+/* go-pkcs12's encoders (trust-manager's profiles): the MAC's iterations
+ * and the salts' lengths are theirs too. */
 static const struct p12_profile {
 	const char *name;
 	int cert_pbe; /* NID of the certificates' safe encryption */
 	int mac_md;   /* NID of the MAC's digest */
+	int mac_iter; /* iterations of the MAC's key derivation */
+	int salt_len; /* bytes of each salt (encryption and MAC) */
 	bool legacy;  /* needs the legacy provider */
 } p12_profiles[] = {
-    [SG_CERTSET_P12_LEGACY_RC2] = {"LegacyRC2", NID_pbe_WithSHA1And40BitRC2_CBC, NID_sha1, true},
-    [SG_CERTSET_P12_LEGACY_DES] = {"LegacyDES", NID_pbe_WithSHA1And3_Key_TripleDES_CBC, NID_sha1, false},
+    [SG_CERTSET_P12_LEGACY_RC2] = {"LegacyRC2", NID_pbe_WithSHA1And40BitRC2_CBC, NID_sha1, 1, 8, true},
+    [SG_CERTSET_P12_LEGACY_DES] = {"LegacyDES", NID_pbe_WithSHA1And3_Key_TripleDES_CBC, NID_sha1, 1, 8, false},
     /* A cipher's NID means PBES2 with PBKDF2; OpenSSL 3.0's default PRF
      * there is HMAC-SHA256. */
-    [SG_CERTSET_P12_MODERN_2023] = {"Modern2023", NID_aes_256_cbc, NID_sha256, false},
+    [SG_CERTSET_P12_MODERN_2023] = {"Modern2023", NID_aes_256_cbc, NID_sha256, 2048, 16, false},
 };
 #define P12_PROFILES (sizeof(p12_profiles) / sizeof(p12_profiles[0]))
 
@@ -623,20 +641,25 @@ static void bag_freep(PKCS12_SAFEBAG **p)
 	PKCS12_SAFEBAG_free(*p);
 }
 
-/* A certificate bag for c: friendlyName = its alias, and the attribute
- * that makes Java treat it as a trusted certificate for any purpose. */
+/* A certificate bag for c: friendlyName = its alias as a BMPString, and
+ * the attribute that makes Java treat it as a trusted certificate for any
+ * purpose. */
 static int cert_bag(const cert *c, STACK_OF(PKCS12_SAFEBAG) * bags)
 {
-	const unsigned char *p = c->der;
-	X509 *x SG_CLEANUP(x509_freep) = d2i_X509(NULL, &p, (long)c->len);
+	X509 *x SG_CLEANUP(x509_freep) = x509_of(c);
 	if (!x)
-		return sg_error_set_ossl(SG_EINTERNAL, "a certificate of the set does not decode");
+		return sg_error_last()->code;
+	char *alias SG_AUTOFREE = NULL;
+	SG_TRY(sg_certset_alias(x, c->hash, &alias));
+	uint8_t *bmp SG_AUTOFREE = NULL;
+	size_t bmp_len = 0;
+	SG_TRY(sg_certset_alias_bmp(alias, &bmp, &bmp_len));
+	SG_ENSURE(bmp_len <= INT_MAX, SG_EINVAL, "a certificate's alias is too long");
 	PKCS12_SAFEBAG *bag SG_CLEANUP(bag_freep) = PKCS12_SAFEBAG_create_cert(x);
 	if (!bag)
 		return sg_error_set_ossl(SG_EINTERNAL, "cannot make a PKCS#12 certificate bag");
-	char alias[2 * HASH_LEN + 1];
-	alias_of(c, alias);
-	SG_OSSL(PKCS12_add_friendlyname_asc(bag, alias, -1), SG_EINTERNAL, "cannot name a PKCS#12 certificate bag");
+	SG_OSSL(PKCS12_add1_attr_by_NID(bag, NID_friendlyName, V_ASN1_BMPSTRING, bmp, (int)bmp_len), SG_EINTERNAL,
+	        "cannot name a PKCS#12 certificate bag");
 	/* len -1: bytes is an object for the attribute's value, copied. */
 	const ASN1_OBJECT *any_eku = OBJ_nid2obj(NID_anyExtendedKeyUsage);
 	SG_OSSL(
@@ -656,10 +679,14 @@ int sg_certset_pkcs12(const sg_certset *s, const char *password, sg_certset_p12_
 	SG_TRY(check_store(s, password, "PKCS#12 store"));
 	SG_ENSURE((unsigned)profile < P12_PROFILES, SG_EINVAL, "unknown PKCS#12 profile %d", (int)profile);
 	const struct p12_profile *pr = &p12_profiles[profile];
+	/* An empty password is go-pkcs12's Passwordless, whatever the profile
+	 * (trust-manager's choice): no encryption and no MAC, so the bytes are
+	 * a function of the set, and no legacy algorithm is needed. */
+	bool passwordless = password && password[0] == '\0';
 	ERR_clear_error(); /* the first call's p12_init reads the queue */
 	pthread_once(&p12_once, p12_init);
 	SG_ENSURE(p12_ctx && p12_default, SG_EINTERNAL, "OpenSSL's default provider does not load");
-	SG_ENSURE(!pr->legacy || p12_legacy, SG_EINVAL,
+	SG_ENSURE(passwordless || !pr->legacy || p12_legacy, SG_EINVAL,
 	          "PKCS#12 profile %s needs RC2 from OpenSSL's legacy provider, which does not load (%s); "
 	          "use LegacyDES or Modern2023",
 	          pr->name, p12_legacy_why[0] ? p12_legacy_why : "no detail");
@@ -669,16 +696,28 @@ int sg_certset_pkcs12(const sg_certset *s, const char *password, sg_certset_p12_
 		return sg_error_set_ossl(SG_EINTERNAL, "out of memory");
 	for (size_t i = 0; i < s->n; i++)
 		SG_TRY(cert_bag(&s->certs[i], bags));
-	STACK_OF(PKCS7) * safes SG_CLEANUP(safes_freep) = NULL;
-	SG_OSSL(PKCS12_add_safe_ex(&safes, bags, pr->cert_pbe, P12_ITER, password, p12_ctx, NULL), SG_EINTERNAL,
-	        "cannot encrypt the PKCS#12 certificates (%s)", pr->name);
+	STACK_OF(PKCS7) * safes SG_CLEANUP(safes_freep) = sk_PKCS7_new_null();
+	if (!safes)
+		return sg_error_set_ossl(SG_EINTERNAL, "out of memory");
+	PKCS7 *safe = passwordless ? PKCS12_pack_p7data(bags)
+	                           : PKCS12_pack_p7encdata_ex(pr->cert_pbe, password, -1, NULL, pr->salt_len,
+	                                                      P12_ENC_ITER, bags, p12_ctx, NULL);
+	if (!safe)
+		return sg_error_set_ossl(SG_EINTERNAL, "cannot pack the PKCS#12 certificates (%s)",
+		                         passwordless ? "no password" : pr->name);
+	if (sk_PKCS7_push(safes, safe) <= 0) {
+		PKCS7_free(safe);
+		return sg_error_set_ossl(SG_EINTERNAL, "out of memory");
+	}
 	PKCS12 *p12 SG_CLEANUP(p12_freep) = PKCS12_add_safes_ex(safes, NID_pkcs7_data, p12_ctx, NULL);
 	if (!p12)
 		return sg_error_set_ossl(SG_EINTERNAL, "cannot assemble the PKCS#12 store");
-	const EVP_MD *md = EVP_get_digestbynid(pr->mac_md);
-	SG_ENSURE(md, SG_EINTERNAL, "no digest for the PKCS#12 MAC");
-	SG_OSSL(PKCS12_set_mac(p12, password, (int)strlen(password), NULL, 0, P12_ITER, md), SG_EINTERNAL,
-	        "cannot compute the PKCS#12 MAC (%s)", pr->name);
+	if (!passwordless) {
+		const EVP_MD *md = EVP_get_digestbynid(pr->mac_md);
+		SG_ENSURE(md, SG_EINTERNAL, "no digest for the PKCS#12 MAC");
+		SG_OSSL(PKCS12_set_mac(p12, password, (int)strlen(password), NULL, pr->salt_len, pr->mac_iter, md),
+		        SG_EINTERNAL, "cannot compute the PKCS#12 MAC (%s)", pr->name);
+	}
 	int n = i2d_PKCS12(p12, NULL);
 	if (n <= 0)
 		return sg_error_set_ossl(SG_EINTERNAL, "cannot encode the PKCS#12 store");
@@ -697,7 +736,7 @@ int sg_certset_pkcs12(const sg_certset *s, const char *password, sg_certset_p12_
 #define JKS_MAGIC 0xfeedfeedu
 #define JKS_VERSION 2
 #define JKS_TRUSTED_CERT 2
-#define JKS_CERT_TYPE "X.509"
+#define JKS_CERT_TYPE "X509"            /* keystore-go's as trust-manager sets it; Java reads it as X.509 */
 #define JKS_WHITENER "Mighty Aphrodite" /* the JDK's constant, hashed after the password */
 #define JKS_DIGEST_LEN 20               /* SHA-1 */
 
@@ -726,17 +765,84 @@ static void put_be(writer *w, uint64_t v, unsigned bytes)
 	put(w, b, bytes);
 }
 
-/* Java's DataOutput.writeUTF for ASCII text (modified UTF-8 is ASCII for
- * ASCII). */
+/* A string as keystore-go writes it: a 16-bit length and the UTF-8
+ * bytes (Java's modified UTF-8 for everything but NUL and characters
+ * beyond the BMP, which no alias written here holds but the latter).
+ * Callers check the length fits. */
 static void put_utf(writer *w, const char *s)
 {
 	put_be(w, strlen(s), 2);
 	put(w, s, strlen(s));
 }
 
-static size_t jks_entry_len(const cert *c)
+/* One entry of the store: a certificate and its lower-cased alias. */
+typedef struct jks_entry {
+	const cert *c;
+	char *alias;
+	size_t order; /* the certificate's place in the set */
+} jks_entry;
+
+static size_t jks_entry_len(const jks_entry *e)
 {
-	return 4 + (2 + 2 * HASH_LEN) + 8 + (2 + strlen(JKS_CERT_TYPE)) + 4 + c->len;
+	return 4 + (2 + strlen(e->alias)) + 8 + (2 + strlen(JKS_CERT_TYPE)) + 4 + e->c->len;
+}
+
+/* keystore-go's WithOrderedAliases: sort.Strings over the aliases; equal
+ * aliases (a map key in keystore-go) keep the later certificate. */
+static int by_alias(const void *a, const void *b)
+{
+	const jks_entry *x = a, *y = b;
+	int c = strcmp(x->alias, y->alias);
+	return c ? c : (x->order > y->order) - (x->order < y->order);
+}
+
+static void entries_free(jks_entry *e, size_t n)
+{
+	for (size_t i = 0; e && i < n; i++)
+		free(e[i].alias);
+	free(e);
+}
+
+/* The store's entries, sorted and without repeated aliases: *out (n of
+ * them; free with entries_free(*out, all)). */
+static int jks_entries(const sg_certset *s, jks_entry **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	jks_entry *e = calloc(s->n, sizeof(*e));
+	SG_ENSURE(e, SG_EINTERNAL, "out of memory");
+	int rc = SG_OK;
+	for (size_t i = 0; i < s->n && rc == SG_OK; i++) {
+		X509 *x = x509_of(&s->certs[i]);
+		char *alias = NULL;
+		rc = x ? sg_certset_alias(x, s->certs[i].hash, &alias) : sg_error_last()->code;
+		X509_free(x);
+		if (rc == SG_OK) {
+			rc = sg_certset_alias_lower(alias, &e[i].alias);
+			free(alias);
+		}
+		e[i].c = &s->certs[i];
+		e[i].order = i;
+	}
+	if (rc != SG_OK) {
+		entries_free(e, s->n);
+		return rc;
+	}
+	qsort(e, s->n, sizeof(*e), by_alias);
+	size_t k = 0;
+	for (size_t i = 0; i < s->n; i++) {
+		if (i + 1 < s->n && strcmp(e[i].alias, e[i + 1].alias) == 0) {
+			free(e[i].alias); /* the later one of the same alias wins */
+			e[i].alias = NULL;
+			continue;
+		}
+		e[k++] = e[i];
+	}
+	for (size_t i = k; i < s->n; i++)
+		e[i].alias = NULL;
+	*out = e;
+	*n = k;
+	return SG_OK;
 }
 
 /* The password as the JDK hashes it: each UTF-16 code unit, big-endian. */
@@ -762,37 +868,52 @@ static int digest_password(EVP_MD_CTX *md, const char *password)
 	return SG_OK;
 }
 
-int sg_certset_jks(const sg_certset *s, const char *password, int64_t created, uint8_t **out, size_t *len)
+static void jks_freep(jks_entry **e)
+{
+	free(*e);
+}
+
+int sg_certset_jks(const sg_certset *s, const char *password, uint8_t **out, size_t *len)
 {
 	*out = NULL;
 	*len = 0;
 	SG_TRY(check_store(s, password, "JKS store"));
-	SG_ENSURE(created <= INT64_MAX / 1000 && created >= INT64_MIN / 1000, SG_EINVAL,
-	          "JKS creation time %lld is out of range", (long long)created);
+	jks_entry *e SG_CLEANUP(jks_freep) = NULL;
+	size_t ne = 0;
+	SG_TRY(jks_entries(s, &e, &ne));
+	int rc = SG_OK;
 	size_t total = 4 + 4 + 4 + JKS_DIGEST_LEN;
-	for (size_t i = 0; i < s->n; i++) {
-		size_t n = jks_entry_len(&s->certs[i]);
-		SG_ENSURE(s->certs[i].len <= UINT32_MAX && n <= SIZE_MAX - total, SG_EINVAL,
-		          "the JKS store does not fit in memory");
+	for (size_t i = 0; i < ne && rc == SG_OK; i++) {
+		size_t n = jks_entry_len(&e[i]);
+		if (strlen(e[i].alias) > UINT16_MAX)
+			rc = sg_error_set(SG_EINVAL, "a certificate's JKS alias is longer than %u bytes", UINT16_MAX);
+		else if (e[i].c->len > UINT32_MAX || n > SIZE_MAX - total)
+			rc = sg_error_set(SG_EINVAL, "the JKS store does not fit in memory");
 		total += n;
 	}
-	uint8_t *buf SG_AUTOFREE = malloc(total);
-	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
+	uint8_t *buf SG_AUTOFREE = rc == SG_OK ? malloc(total) : NULL;
+	if (rc == SG_OK && !buf)
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
 	writer w = {buf, total, 0};
-	put_be(&w, JKS_MAGIC, 4);
-	put_be(&w, JKS_VERSION, 4);
-	put_be(&w, s->n, 4); /* at most SG_CERTSET_MAX */
-	for (size_t i = 0; i < s->n; i++) {
-		const cert *c = &s->certs[i];
-		char alias[2 * HASH_LEN + 1];
-		alias_of(c, alias);
+	if (rc == SG_OK) {
+		put_be(&w, JKS_MAGIC, 4);
+		put_be(&w, JKS_VERSION, 4);
+		put_be(&w, ne, 4); /* at most SG_CERTSET_MAX */
+	}
+	for (size_t i = 0; i < ne && rc == SG_OK; i++) {
+		const cert *c = e[i].c;
 		put_be(&w, JKS_TRUSTED_CERT, 4);
-		put_utf(&w, alias);
-		put_be(&w, (uint64_t)(created * 1000), 8);
+		put_utf(&w, e[i].alias);
+		/* trust-manager's creation time: the certificate's notBefore
+		 * (time.Time.UnixMilli), so the store is a function of the set. */
+		put_be(&w, (uint64_t)c->not_before * 1000u, 8);
 		put_utf(&w, JKS_CERT_TYPE);
 		put_be(&w, c->len, 4);
 		put(&w, c->der, c->len);
 	}
+	for (size_t i = 0; i < ne; i++)
+		free(e[i].alias);
+	SG_TRY(rc);
 	SG_ENSURE(w.len == total - JKS_DIGEST_LEN, SG_EINTERNAL, "JKS length mismatch");
 
 	const EVP_MD *sha1 = sg_crypto_shared_md(SG_HASH_SHA1);

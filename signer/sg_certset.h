@@ -91,26 +91,36 @@ typedef enum sg_certset_p12_profile {
  * (LegacyRC2). SG_EINVAL names the accepted values. */
 SG_API int sg_certset_p12_profile_parse(const char *name, sg_certset_p12_profile *out) SG_MUST_CHECK;
 
-/* The set as a PKCS#12 trust store: one certificate bag per certificate,
- * in the PEM order, in one encrypted safe, each marked as a trusted
- * certificate for Java (Oracle's trusted-key-usage attribute,
- * anyExtendedKeyUsage) and named (friendlyName) by the hex SHA-256 of its
- * DER, as in the JKS store; no key. Encryption and MAC use 2048
- * iterations. password may be "" (Java reads such a store with an empty
- * password). The output is not deterministic (salts), so callers compare
- * inputs, not outputs. SG_EINVAL for an empty set, a password that is not
- * UTF-8, and LegacyRC2 when OpenSSL's legacy provider (RC2) cannot be
+/* The set as a PKCS#12 trust store as trust-manager writes it with
+ * go-pkcs12: one certificate bag per certificate, in the PEM order, in one
+ * safe, each marked as a trusted certificate for Java (Oracle's
+ * trusted-key-usage attribute, anyExtendedKeyUsage) and named
+ * (friendlyName, a BMPString) by trust-manager's alias: the first 8 hex
+ * digits of the SHA-256 of its DER, "|", and its subject as Go prints it;
+ * no key.
+ * With password "" the store is go-pkcs12's Passwordless whatever the
+ * profile: the safe is not encrypted and there is no MAC (nothing needs
+ * OpenSSL's legacy provider), and the bytes are a function of the set
+ * alone. Otherwise the profile's encryption (2048 iterations) and MAC
+ * (LegacyRC2 and LegacyDES: SHA-1, 1 iteration, 8-byte salts; Modern2023:
+ * SHA-256, 2048 iterations, 16-byte salts), and the output is not
+ * deterministic (salts), so callers compare inputs, not outputs.
+ * SG_EINVAL for an empty set, a password that is not UTF-8, a subject
+ * with a character beyond the BMP (go-pkcs12 refuses it too), and
+ * LegacyRC2 with a password when OpenSSL's legacy provider (RC2) cannot be
  * loaded (the message says so). */
 SG_API int sg_certset_pkcs12(const sg_certset *s, const char *password, sg_certset_p12_profile profile,
                              uint8_t **out, size_t *len) SG_MUST_CHECK;
 
-/* The set as a Java KeyStore (JKS, version 2): one trusted-certificate
- * entry per certificate, in the PEM order, aliased by the lower-case hex
- * SHA-256 of its DER, stamped with created (Unix seconds), and the keyed
- * SHA-1 integrity digest over password (UTF-16BE of its UTF-8 text). The
- * output is a function of the set, password and created. An empty set is
+/* The set as a Java KeyStore (JKS, version 2) as trust-manager writes it
+ * with keystore-go: one trusted-certificate entry (type "X509") per
+ * certificate, aliased by trust-manager's alias (as for PKCS#12) in lower
+ * case, in the order of the aliases (a repeated alias keeps the later
+ * certificate), stamped with the certificate's notBefore, and the keyed
+ * SHA-1 integrity digest over password (UTF-16BE of its UTF-8 text, as
+ * Java checks it; keystore-go differs for a password that is not ASCII).
+ * The output is a function of the set and password. An empty set is
  * SG_EINVAL; a password that is not UTF-8 is SG_EINVAL. */
-SG_API int sg_certset_jks(const sg_certset *s, const char *password, int64_t created, uint8_t **out,
-                          size_t *len) SG_MUST_CHECK;
+SG_API int sg_certset_jks(const sg_certset *s, const char *password, uint8_t **out, size_t *len) SG_MUST_CHECK;
 
 #endif

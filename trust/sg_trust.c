@@ -5,15 +5,18 @@
  * One reconcile per Bundle name, in five steps, each of which may end it:
  *   1. the spec is read into a `spec` (everything trust-manager's webhook
  *      and CRD would refuse is refused here: InvalidSpec, nothing written);
- *   2. Secret targets while they are disabled: SecretTargetsDisabled;
- *   3. the sources are read from the informers' caches into an sg_certset
+ *   2. the sources are read from the informers' caches into an sg_certset
  *      (strict PEM, dedupe, filters); not found: SourceNotFound (no retry,
  *      the next source or Bundle event brings it back), anything else:
  *      SourceBuildError (retried);
+ *   3. Secret targets while they are disabled: SecretTargetsDisabled
+ *      (after the sources, in trust-manager's order);
  *   4. every namespace that should hold a target gets one applied when it
  *      needs it (trust_needs_update); targets that should not exist are
- *      cleaned; a target whose cache does not show our last write of it
- *      yet is left to the pass that write's echo brings ("own writes");
+ *      cleaned (a failed cleanup is logged, not a failure of the Bundle,
+ *      as in trust-manager); a target whose cache does not show our last
+ *      write of it yet is left to the pass that write's echo brings ("own
+ *      writes");
  *   5. the Synced condition, written only when it differs.
  * The caches say what exists; nothing is read from the API server during a
  * reconcile, and writes happen only for a difference, so a reconcile that
@@ -144,19 +147,25 @@ static bool ns_targeted(const sg_trust *t, const spec *s, const json_t *ns)
 	return !s->ns_sel || sg_kube_selector_matches(s->ns_sel, json_object_get(meta, "labels"));
 }
 
+/* trust-manager's words (pkg/bundle/bundle.go): "allowed" namespaces are
+ * those of --target-namespaces. */
 static void synced_message(const sg_trust *t, const spec *s, char *out, size_t cap)
 {
-	const char *where = t->ntarget_ns ? "the namespaces of --target-namespaces" : "all namespaces";
+	const char *allowed = t->ntarget_ns ? "allowed " : "";
 	if (s->ns_sel && !sg_kube_selector_everything(s->ns_sel))
-		snprintf(out, cap, "Successfully synced Bundle to %s that match this label selector: %s",
-		         t->ntarget_ns ? "the namespaces of --target-namespaces" : "namespaces",
-		         sg_kube_selector_string(s->ns_sel));
+		snprintf(out, cap, "Successfully synced Bundle to %snamespaces that match this label selector: %s",
+		         allowed, sg_kube_selector_string(s->ns_sel));
 	else
-		snprintf(out, cap, "Successfully synced Bundle to %s", where);
+		snprintf(out, cap, "Successfully synced Bundle to all %snamespaces", allowed);
 }
 
+/* Writes every target the Bundle wants and cleans those it no longer
+ * wants. A target that cannot be written fails the reconcile (fail_ns and
+ * *fail_secret say which); one that cannot be cleaned does not: as in
+ * trust-manager, the failure is logged and the Bundle is still Synced (the
+ * old target keeps what it held, and its next event tries again). */
 static int sync_all(sg_trust *t, sg_ctrl *c, const json_t *bundle, const char *bname, const spec *s, build *b,
-                    char *fail_ns, size_t fail_cap, bool *deferred)
+                    char *fail_ns, size_t fail_cap, bool *fail_secret, bool *deferred)
 {
 	const char *uid = sg_kube_meta_str(bundle, "uid");
 	SG_ENSURE(uid, SG_EPROTO, "trust: Bundle %s has no uid", bname);
@@ -185,8 +194,10 @@ static int sync_all(sg_trust *t, sg_ctrl *c, const json_t *bundle, const char *b
 			if (!w[k].t->on)
 				continue;
 			rc = trust_sync_target(t, c, bname, uid, name, s, b->set, &w[k], &w[1 - k], deferred);
-			if (rc < 0)
+			if (rc < 0) {
 				snprintf(fail_ns, fail_cap, "%s", name);
+				*fail_secret = w[k].secret;
+			}
 		}
 		if (rc < 0)
 			break;
@@ -215,10 +226,16 @@ static int sync_all(sg_trust *t, sg_ctrl *c, const json_t *bundle, const char *b
 				continue;
 			}
 			rc = trust_cleanup_target(t, c, obj, k == 1, bname, uid);
-			if (rc < 0) {
-				snprintf(fail_ns, fail_cap, "%s", ons);
-				break;
+			if (rc < 0 && !(rc == SG_EBUSY && sg_ctrl_stopping(c))) {
+				sg_log(SG_LOG_WARN, "trust: failed to clean up a Bundle target it no longer wants",
+				       SG_F_STR("bundle", bname), SG_F_STR("namespace", ons),
+				       SG_F_STR("kind", k ? "Secret" : "ConfigMap"),
+				       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+				atomic_fetch_add(&t->cleanup_failures, 1);
+				rc = SG_OK;
 			}
+			if (rc < 0)
+				break; /* stopping */
 		}
 		json_decref(all);
 	}
@@ -260,11 +277,6 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		goto out;
 	}
 	refs_set(t, key, &s);
-	if (s.secret.on && !t->secrets) {
-		rc = trust_set_status(t, c, bundle, false, "SecretTargetsDisabled",
-		                      "Bundle has Secret targets but the feature is disabled", NULL);
-		goto out;
-	}
 	sg_certset_opts co = {.filter_expired = t->filter_expired, .filter_non_ca = t->filter_non_ca};
 	if ((rc = sg_certset_new(&b.set, &co)) < 0)
 		goto out;
@@ -282,17 +294,28 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		rc = sg_error_set(st < 0 ? st : rc, "%s", msg);
 		goto out;
 	}
+	/* After the sources, as trust-manager checks it: a Bundle whose
+	 * sources are missing says so first. */
+	if (s.secret.on && !t->secrets) {
+		rc = trust_set_status(t, c, bundle, false, "SecretTargetsDisabled",
+		                      "Bundle has Secret targets but the feature is disabled", NULL);
+		goto out;
+	}
 	char fail_ns[SG_NAMES_LABEL_MAX + 1] = "";
-	rc = sync_all(t, c, bundle, key, &s, &b, fail_ns, sizeof(fail_ns), &deferred);
+	bool fail_secret = false;
+	rc = sync_all(t, c, bundle, key, &s, &b, fail_ns, sizeof(fail_ns), &fail_secret, &deferred);
 	if (rc < 0) {
 		if (rc == SG_EBUSY && sg_ctrl_stopping(c))
 			goto out;
-		snprintf(msg, sizeof(msg), "Failed to sync bundle to namespace \"%s\": %s", fail_ns,
+		const char *kind = fail_secret ? "Secret" : "ConfigMap";
+		char reason[32];
+		snprintf(reason, sizeof(reason), "Sync%sTargetFailed", kind);
+		snprintf(msg, sizeof(msg), "Failed to sync bundle %s to namespace \"%s\": %s", kind, fail_ns,
 		         sg_error_last()->msg);
 		int saved = rc;
 		sg_error e;
 		sg_error_save(&e);
-		(void)trust_set_status(t, c, bundle, false, "SyncTargetFailed", msg, NULL);
+		(void)trust_set_status(t, c, bundle, false, reason, msg, NULL);
 		sg_error_restore(&e);
 		rc = saved;
 		goto out;
@@ -330,6 +353,8 @@ static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
 	    COUNTER(applies, "signet_trust_target_writes_total", "Targets created or repaired (server-side apply)."),
 	    COUNTER(cleanups, "signet_trust_target_cleanups_total",
 	            "Targets stripped of the bundle's keys (no longer selected)."),
+	    COUNTER(cleanup_failures, "signet_trust_target_cleanup_failures_total",
+	            "Targets no longer selected that could not be cleaned (logged; the Bundle stays Synced)."),
 	    COUNTER(deletes, "signet_trust_target_deletes_total",
 	            "Targets deleted (emptied, orphaned or of a re-created Bundle)."),
 	    COUNTER(status_writes, "signet_trust_status_writes_total", "Bundle status writes."),
@@ -417,13 +442,14 @@ sg_ctrl *sg_trust_controller(sg_trust *t)
 void sg_trust_stats_get(sg_trust *t, sg_trust_stats *out)
 {
 	*out = (sg_trust_stats){
-		.synced = atomic_load(&t->synced),
-		.not_synced = atomic_load(&t->not_synced),
-		.applies = atomic_load(&t->applies),
-		.cleanups = atomic_load(&t->cleanups),
-		.deletes = atomic_load(&t->deletes),
-		.status_writes = atomic_load(&t->status_writes),
-		.errors = atomic_load(&t->errors),
+	    .synced = atomic_load(&t->synced),
+	    .not_synced = atomic_load(&t->not_synced),
+	    .applies = atomic_load(&t->applies),
+	    .cleanups = atomic_load(&t->cleanups),
+	    .cleanup_failures = atomic_load(&t->cleanup_failures),
+	    .deletes = atomic_load(&t->deletes),
+	    .status_writes = atomic_load(&t->status_writes),
+	    .errors = atomic_load(&t->errors),
 	};
 	pthread_mutex_lock(&t->refs_mu);
 	out->bundles = json_object_size(t->refs);

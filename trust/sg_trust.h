@@ -35,16 +35,23 @@
  *
  * Status: condition Synced with trust-manager's reasons and messages
  *   True  Synced                "Successfully synced Bundle to all namespaces" (or "... to
- *                               namespaces that match this label selector: <sel>")
+ *                               namespaces that match this label selector: <sel>", the
+ *                               selector as Go prints it: requirements sorted by key;
+ *                               with --target-namespaces "all allowed namespaces" and
+ *                               "allowed namespaces that match ...")
  *   False SourceNotFound        "Bundle source was not found: ..." (no retry: a change of a
  *                               source or of the Bundle brings it back)
  *   False SourceBuildError      "Failed to build bundle sources: ..." (retried with backoff)
  *   False SecretTargetsDisabled "Bundle has Secret targets but the feature is disabled"
+ *                               (judged after the sources, as trust-manager does)
  *   False InvalidSpec           what trust-manager's webhook refuses, found here since the
  *                               1.20 API server cannot run its CEL rules; nothing is written
- *   False SyncTargetFailed      "Failed to sync bundle to namespace \"<ns>\": ..."
+ *   False SyncConfigMapTargetFailed, SyncSecretTargetFailed
+ *                               "Failed to sync bundle <ConfigMap|Secret> to namespace \"<ns>\": ..."
  * with observedGeneration and status.defaultCAVersion (the default
- * package's id when used). A failure never touches existing targets.
+ * package's id when used). A failure never touches existing targets. A
+ * target no longer wanted that cannot be cleaned does not fail the Bundle
+ * (trust-manager logs it and goes on; so does this, and counts it).
  * Status is written only when it changes, targets only when they need it,
  * Events only on a change of reason or message: a quiet cluster sees no
  * writes at all.
@@ -151,6 +158,7 @@ typedef struct sg_trust_stats {
 	uint64_t not_synced;     /* reconciles that ended Synced=False (any reason) */
 	uint64_t applies;        /* target writes (create or repair) */
 	uint64_t cleanups;       /* targets stripped of our keys */
+	uint64_t cleanup_failures; /* targets no longer wanted that could not be cleaned (logged) */
 	uint64_t deletes;        /* targets deleted */
 	uint64_t status_writes;  /* Bundle status writes */
 	uint64_t errors;         /* failed reconciles (retried) */

@@ -96,8 +96,8 @@ static int add_object(build *b, const json_t *obj, const src *x, const char *ns)
 				keys[n++] = k;
 			}
 		}
-		if (n == 0)
-			return build_fail(b, SG_ENOTFOUND, "no data found in %s %s/%s", kind, ns, name);
+		/* No data: nothing to add, not an error (trust-manager loops over
+		 * nothing); a bundle left empty is SourceNotFound below. */
 		qsort(keys, n, sizeof(keys[0]), trust_cmp_json_str);
 		for (size_t i = 0; i < n; i++) {
 			src one = *x;

@@ -34,12 +34,33 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Sorts the n requirements reqs by their keys, stably: apimachinery's
+ * internalSelector.Add sorts by key alone (sort.Sort(ByKey), an insertion
+ * sort at a selector's sizes), so "a=x" comes before "a-b=y" and "!c"
+ * sits where "c" does, which sorting the printed requirements would not
+ * give. */
+static void sort_by_key(char **reqs, const char **keys, size_t n)
+{
+	for (size_t i = 1; i < n; i++) {
+		char *r = reqs[i];
+		const char *k = keys[i];
+		size_t j = i;
+		for (; j > 0 && strcmp(keys[j - 1], k) > 0; j--) {
+			reqs[j] = reqs[j - 1];
+			keys[j] = keys[j - 1];
+		}
+		reqs[j] = r;
+		keys[j] = k;
+	}
+}
+
 /* A metav1.LabelSelector as the selector string Go prints for it
  * (requirements sorted by key, values sorted), into out. false with why
  * when it is malformed. */
 static bool label_selector_string(const json_t *ls, char *out, size_t cap, char *why, size_t whycap)
 {
 	char *reqs[SG_KUBE_SELECTOR_REQS];
+	const char *keys[SG_KUBE_SELECTOR_REQS];
 	size_t n = 0;
 	bool ok = true;
 	const char *k;
@@ -68,6 +89,7 @@ static bool label_selector_string(const json_t *ls, char *out, size_t cap, char 
 			snprintf(why, whycap, "out of memory");
 			break;
 		}
+		keys[n] = k;
 		snprintf(reqs[n++], len, "%s=%s", k, json_string_value(v));
 	}
 	size_t i;
@@ -118,10 +140,11 @@ static bool label_selector_string(const json_t *ls, char *out, size_t cap, char 
 				at += (size_t)snprintf(r + at, total - at, "%s%s", j ? "," : "", sv[j]);
 			snprintf(r + at, total - at, ")");
 		}
+		keys[n] = key;
 		reqs[n++] = r;
 	}
 	if (ok) {
-		qsort(reqs, n, sizeof(reqs[0]), cmp_str);
+		sort_by_key(reqs, keys, n);
 		size_t at = 0;
 		for (size_t j = 0; j < n && ok; j++) {
 			int w = snprintf(out + at, cap - at, "%s%s", j ? "," : "", reqs[j]);
@@ -365,12 +388,14 @@ bool trust_parse_spec(const json_t *bundle, const char *bname, spec *s, char *wh
 				}
 	}
 	/* A source that is its own target would feed the bundle back into
-	 * itself (trust-manager#830). */
+	 * itself (trust-manager#830). trust-manager's webhook compares the
+	 * name and the key only, so a source of the Bundle's name with
+	 * includeAllKeys (no key) is accepted, and read like any other. */
 	for (size_t k = 0; k < s->nsrcs; k++) {
 		const src *x = &s->srcs[k];
 		const tgt *same = x->kind == SRC_CM ? &s->cm : x->kind == SRC_SECRET ? &s->secret : NULL;
-		if (same && same->on && x->name && strcmp(x->name, bname) == 0 &&
-		    (!x->key || strcmp(x->key, same->key) == 0)) {
+		if (same && same->on && x->name && strcmp(x->name, bname) == 0 && x->key &&
+		    strcmp(x->key, same->key) == 0) {
 			snprintf(why, cap, "spec.sources[%zu]: cannot define the same source as target", k);
 			return false;
 		}

@@ -279,7 +279,7 @@ int trust_make_formats(const spec *s, sg_certset *set, want *w, want *other)
 			w->jks = other->jks;
 			w->jks_len = other->jks_len;
 		} else {
-			SG_TRY(sg_certset_jks(set, s->jks_pw, (int64_t)time(NULL), &w->jks, &w->jks_len));
+			SG_TRY(sg_certset_jks(set, s->jks_pw, &w->jks, &w->jks_len));
 		}
 	}
 	if (s->p12_key && !w->p12) {

@@ -61,6 +61,25 @@
 
 static const char *const formats[] = {"text", "json", NULL};
 
+/* component-base's lists (PreferredTLSCipherNames, InsecureTLSCipherNames),
+ * for the help text; obs/sg_http_tls.c accepts each, which test_webhook.py
+ * shows. */
+#define TLS_PREFERRED                                                                                                  \
+	"TLS_AES_128_GCM_SHA256, TLS_AES_256_GCM_SHA384, TLS_CHACHA20_POLY1305_SHA256, "                               \
+	"TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA, TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, "                              \
+	"TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, "                              \
+	"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305, TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256, "                      \
+	"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA, TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, "                                  \
+	"TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA, TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, "                                  \
+	"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305, TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256, "                          \
+	"TLS_RSA_WITH_AES_128_CBC_SHA, TLS_RSA_WITH_AES_128_GCM_SHA256, TLS_RSA_WITH_AES_256_CBC_SHA, "                 \
+	"TLS_RSA_WITH_AES_256_GCM_SHA384"
+#define TLS_INSECURE                                                                                                   \
+	"TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA256, TLS_ECDHE_ECDSA_WITH_RC4_128_SHA, "                                  \
+	"TLS_ECDHE_RSA_WITH_3DES_EDE_CBC_SHA, TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA256, "                                 \
+	"TLS_ECDHE_RSA_WITH_RC4_128_SHA, TLS_RSA_WITH_3DES_EDE_CBC_SHA, TLS_RSA_WITH_AES_128_CBC_SHA256, "              \
+	"TLS_RSA_WITH_RC4_128_SHA"
+
 typedef struct settings {
 	char *config;
 	char *kubeconfig;
@@ -79,6 +98,7 @@ typedef struct settings {
 	char *webhook_host;
 	int64_t webhook_port;
 	char *webhook_certificate_dir;
+	char *tls_min_version, *tls_cipher_suites;
 	int log_level, log_format;
 } settings;
 
@@ -129,6 +149,19 @@ static const sg_opt opts[] = {
 	 "folder of the webhook's tls.crt and tls.key (reloaded when they change; the webhook starts once both "
 	 "exist); empty: no webhook",
 	 false},
+	/* trust-manager's TLS flags (cert-manager's, from Kubernetes'
+	 * component-base): the values are Go's names (obs/sg_http.h). */
+	{"tls-min-version", SG_OPT_STRING, S(tls_min_version), "", 0, 64, NULL,
+	 "minimum TLS version of the webhook, one of VersionTLS10, VersionTLS11, VersionTLS12, VersionTLS13 (empty: "
+	 "VersionTLS12)",
+	 false},
+	{"tls-cipher-suites", SG_OPT_STRING, S(tls_cipher_suites), "", 0, 4096, NULL,
+	 "comma-separated TLS 1.2 (and older) cipher suites of the webhook, by Go's names (empty: GnuTLS's defaults; "
+	 "TLS 1.3 names change nothing, and TLS 1.3 uses the AEAD ciphers of the listed suites; a list GnuTLS cannot "
+	 "serve exactly, since it enables suites by key exchange, cipher and MAC, is refused at start naming what it "
+	 "would add). Preferred values: " TLS_PREFERRED
+	 ". Insecure values: " TLS_INSECURE ".",
+	 false},
 	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL,
 	 "log level, or a klog verbosity as trust-manager's: 0-1 info, 2-10 debug", false},
 	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
@@ -163,6 +196,8 @@ typedef struct program {
 	sg_metrics *metrics;
 	sg_ctrl_endpoints *endpoints;
 	webhook wh;
+	uint16_t tls_suites[SG_HTTP_TLS_SUITES_MAX];
+	sg_http_tls_policy tls; /* the webhook's, from --tls-min-version and --tls-cipher-suites */
 	atomic_bool started;
 	char *ns_buf;
 } program;
@@ -258,6 +293,7 @@ static int webhook_use(program *p, const char *crt, const char *key)
 		.timeout_seconds = WEBHOOK_TIMEOUT,
 		.tls_cert_pem = crt,
 		.tls_key_pem = key,
+		.tls_policy = &p->tls,
 	};
 	SG_TRY(sg_http_server_start(&p->wh.srv, &o));
 	sg_log(SG_LOG_INFO, "webhook serving", SG_F_STR("address", s->webhook_host),
@@ -350,6 +386,30 @@ static bool numeric_address(const char *a)
 	return inet_pton(AF_INET, host, buf) == 1 || inet_pton(AF_INET6, host, buf) == 1;
 }
 
+/* The error just set, prefixed with the flag it is about. */
+static int flag_error(const char *flag)
+{
+	char why[512];
+	snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+	SG_BAIL(SG_EINVAL, "%s: %s", flag, why);
+}
+
+/* --tls-min-version and --tls-cipher-suites into p->tls, and whether the
+ * webhook can serve exactly that. */
+static int webhook_tls(program *p)
+{
+	const settings *s = &p->s;
+	if (sg_http_tls_version_parse(s->tls_min_version, &p->tls.min_version) < 0)
+		return flag_error("tls-min-version");
+	if (sg_http_tls_suites_parse(s->tls_cipher_suites, p->tls_suites, SG_HTTP_TLS_SUITES_MAX,
+	                             &p->tls.ncipher_suites) < 0)
+		return flag_error("tls-cipher-suites");
+	p->tls.cipher_suites = p->tls_suites;
+	if (sg_http_tls_policy_check(&p->tls) < 0)
+		return flag_error("tls-min-version, tls-cipher-suites");
+	return SG_OK;
+}
+
 static int start(void *self)
 {
 	program *p = self;
@@ -361,6 +421,8 @@ static int start(void *self)
 	          "trust-namespace \"%s\" is not a namespace name", s->trust_namespace);
 	SG_ENSURE(numeric_address(s->webhook_host), SG_EINVAL,
 	          "webhook-host \"%s\" is not a numeric IPv4 or IPv6 address", s->webhook_host);
+	/* The webhook's TLS, checked now: its certificate may come much later. */
+	SG_TRY(webhook_tls(p));
 	if (s->default_package_location && *s->default_package_location) {
 		SG_TRY(sg_trust_package_load(&p->package, s->default_package_location));
 		sg_log(SG_LOG_INFO, "default CA package", SG_F_STR("id", sg_trust_package_id(p->package)), SG_F_END);

@@ -54,6 +54,7 @@ typedef struct tcert {
 	uint8_t *der;
 	size_t len;
 	char *pem; /* OpenSSL's PEM_write: 64 columns, final newline */
+	char *cn;  /* the subject's only attribute */
 } tcert;
 
 enum { BC_NONE, BC_FALSE, BC_TRUE };
@@ -99,7 +100,8 @@ static tcert make_cert(const char *cn, uint32_t n, int64_t not_before, int64_t n
 		abort();
 	c.der = malloc((size_t)len);
 	c.pem = strndup(p, (size_t)plen);
-	if (!c.der || !c.pem)
+	c.cn = strdup(cn);
+	if (!c.der || !c.pem || !c.cn)
 		abort();
 	memcpy(c.der, der, (size_t)len);
 	c.len = (size_t)len;
@@ -118,6 +120,7 @@ static void tcert_free(tcert *c)
 {
 	free(c->der);
 	free(c->pem);
+	free(c->cn);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -206,12 +209,14 @@ static char *expected_pem(tcert **cs, size_t n)
 	return out;
 }
 
-static void hex_alias(const tcert *c, char out[65])
+/* trust-manager's alias of a certificate made here (a CN of lower-case
+ * ASCII without characters Go escapes): 8 hex digits of the SHA-256, "|",
+ * "CN=<cn>"; lower case as in a JKS store when lower. Caller frees. */
+static char *tm_alias(const tcert *c, bool lower)
 {
 	uint8_t h[32];
 	hash_of(c, h);
-	for (int i = 0; i < 32; i++)
-		snprintf(out + 2 * i, 3, "%02x", h[i]);
+	return fmt("%02x%02x%02x%02x|%s=%s", h[0], h[1], h[2], h[3], lower ? "cn" : "CN", c->cn);
 }
 
 static bool msg_is(const char *want)
@@ -252,7 +257,7 @@ static void t_empty(void)
 	SG_CHECK_RC(sg_certset_pkcs12(s, "changeit", SG_CERTSET_P12_MODERN_2023, &out, &len), SG_EINVAL);
 	SG_CHECK_MSG("empty");
 	SG_CHECK(out == NULL && len == 0);
-	SG_CHECK_RC(sg_certset_jks(s, "changeit", T_2020, &out, &len), SG_EINVAL);
+	SG_CHECK_RC(sg_certset_jks(s, "changeit", &out, &len), SG_EINVAL);
 	SG_CHECK_MSG("empty");
 	SG_CHECK(out == NULL && len == 0);
 	sg_certset_free(s);
@@ -737,13 +742,19 @@ static bool has_trusted_attr(const PKCS12_SAFEBAG *bag)
 }
 
 typedef struct p12_want {
-	int pbe;    /* NID of the safe's encryption; NID_pbes2 for PBES2 */
-	int cipher; /* for PBES2 */
-	int mac;    /* NID of the MAC digest */
-	bool rc2;   /* needs the legacy provider to read */
+	int pbe;       /* NID of the safe's encryption; NID_pbes2 for PBES2 */
+	int cipher;    /* for PBES2 */
+	int mac;       /* NID of the MAC digest */
+	long mac_iter; /* go-pkcs12's: 1 for the legacy profiles, 2048 for Modern2023 */
+	int salt_len;  /* go-pkcs12's: 8 for the legacy profiles, 16 for Modern2023 */
+	bool rc2;      /* needs the legacy provider to read */
 } p12_want;
 
-/* Reads the store back and checks it against the certificates, in order. */
+/* The bags of a passwordless store's one plain safe, checked as below. */
+static void check_bags(STACK_OF(PKCS12_SAFEBAG) * bags, tcert **certs, size_t n);
+
+/* Reads the store back and checks it against the certificates, in order.
+ * With pass "" it is go-pkcs12's Passwordless: no MAC, one plain safe. */
 static void check_p12(const uint8_t *der, size_t len, const char *pass, const p12_want *w, tcert **certs, size_t n)
 {
 	const unsigned char *p = der;
@@ -752,14 +763,30 @@ static void check_p12(const uint8_t *der, size_t len, const char *pass, const p1
 	if (!p12)
 		return;
 	int plen = (int)strlen(pass);
+	if (!*pass) {
+		SG_CHECK(!PKCS12_mac_present(p12));
+		STACK_OF(PKCS7) *safes = PKCS12_unpack_authsafes(p12);
+		SG_CHECK(safes && sk_PKCS7_num(safes) == 1);
+		PKCS7 *p7 = safes ? sk_PKCS7_value(safes, 0) : NULL;
+		SG_CHECK(p7 && OBJ_obj2nid(p7->type) == NID_pkcs7_data);
+		STACK_OF(PKCS12_SAFEBAG) *bags = p7 ? PKCS12_unpack_p7data(p7) : NULL;
+		check_bags(bags, certs, n);
+		sk_PKCS12_SAFEBAG_pop_free(bags, PKCS12_SAFEBAG_free);
+		sk_PKCS7_pop_free(safes, PKCS7_free);
+		PKCS12_free(p12);
+		ERR_clear_error();
+		return;
+	}
 	SG_CHECK(PKCS12_verify_mac(p12, pass, plen) == 1);
 	SG_CHECK(PKCS12_verify_mac(p12, "wrong", 5) != 1);
 	ERR_clear_error();
 	const X509_ALGOR *macalg;
 	const ASN1_INTEGER *iter;
-	PKCS12_get0_mac(NULL, &macalg, NULL, &iter, p12);
+	const ASN1_OCTET_STRING *salt;
+	PKCS12_get0_mac(NULL, &macalg, &salt, &iter, p12);
 	SG_CHECK(alg_nid(macalg) == w->mac);
-	SG_CHECK(ASN1_INTEGER_get(iter) == 2048);
+	SG_CHECK((iter ? ASN1_INTEGER_get(iter) : 1) == w->mac_iter); /* DEFAULT 1: absent when 1 */
+	SG_CHECK(salt && ASN1_STRING_length(salt) == w->salt_len);
 
 	STACK_OF(PKCS7) *safes = PKCS12_unpack_authsafes(p12);
 	SG_CHECK(safes && sk_PKCS7_num(safes) == 1);
@@ -780,31 +807,37 @@ static void check_p12(const uint8_t *der, size_t len, const char *pass, const p1
 		if (!bags && w->rc2 && !OSSL_PROVIDER_available(read_ctx(), "legacy")) {
 			ERR_clear_error(); /* cannot read RC2 here; the MAC checked the bytes */
 		} else {
-			SG_CHECK(bags && (size_t)sk_PKCS12_SAFEBAG_num(bags) == n);
-			for (size_t i = 0; bags && i < n && i < (size_t)sk_PKCS12_SAFEBAG_num(bags); i++) {
-				PKCS12_SAFEBAG *bag = sk_PKCS12_SAFEBAG_value(bags, (int)i);
-				SG_CHECK(PKCS12_SAFEBAG_get_nid(bag) == NID_certBag);
-				X509 *x = PKCS12_SAFEBAG_get1_cert(bag);
-				unsigned char *xd = NULL;
-				int xl = x ? i2d_X509(x, &xd) : -1;
-				SG_CHECK(xl > 0 && (size_t)xl == certs[i]->len &&
-				         memcmp(xd, certs[i]->der, certs[i]->len) == 0);
-				OPENSSL_free(xd);
-				X509_free(x);
-				char alias[65];
-				hex_alias(certs[i], alias);
-				char *fn = PKCS12_get_friendlyname(bag);
-				SG_CHECK(fn && strcmp(fn, alias) == 0);
-				OPENSSL_free(fn);
-				SG_CHECK(has_trusted_attr(bag));
-				SG_CHECK(PKCS12_get_attr_gen(PKCS12_SAFEBAG_get0_attrs(bag), NID_localKeyID) == NULL);
-			}
+			check_bags(bags, certs, n);
 			sk_PKCS12_SAFEBAG_pop_free(bags, PKCS12_SAFEBAG_free);
 		}
 	}
 	sk_PKCS7_pop_free(safes, PKCS7_free);
 	PKCS12_free(p12);
 	ERR_clear_error();
+}
+
+static void check_bags(STACK_OF(PKCS12_SAFEBAG) * bags, tcert **certs, size_t n)
+{
+	SG_CHECK(bags && (size_t)sk_PKCS12_SAFEBAG_num(bags) == n);
+	for (size_t i = 0; bags && i < n && i < (size_t)sk_PKCS12_SAFEBAG_num(bags); i++) {
+		PKCS12_SAFEBAG *bag = sk_PKCS12_SAFEBAG_value(bags, (int)i);
+		SG_CHECK(PKCS12_SAFEBAG_get_nid(bag) == NID_certBag);
+		X509 *x = PKCS12_SAFEBAG_get1_cert(bag);
+		unsigned char *xd = NULL;
+		int xl = x ? i2d_X509(x, &xd) : -1;
+		SG_CHECK(xl > 0 && (size_t)xl == certs[i]->len && memcmp(xd, certs[i]->der, certs[i]->len) == 0);
+		OPENSSL_free(xd);
+		X509_free(x);
+		char *alias = tm_alias(certs[i], false);
+		char *fn = PKCS12_get_friendlyname(bag);
+		SG_CHECK(fn && strcmp(fn, alias) == 0);
+		if (fn && strcmp(fn, alias) != 0)
+			fprintf(stderr, "  friendlyName \"%s\", want \"%s\"\n", fn, alias);
+		OPENSSL_free(fn);
+		free(alias);
+		SG_CHECK(has_trusted_attr(bag));
+		SG_CHECK(PKCS12_get_attr_gen(PKCS12_SAFEBAG_get0_attrs(bag), NID_localKeyID) == NULL);
+	}
 }
 
 /* certs sorted as the store must hold them. */
@@ -877,12 +910,18 @@ static void check_p12_openssl(const char *path, const char *pass, bool legacy, s
 {
 	if (!have_tool("openssl"))
 		return;
+	/* A passwordless store needs no legacy provider: none is loadable. */
 	char *cmd =
-	    fmt("openssl pkcs12 -info -nokeys %s -in '%s' -passin 'pass:%s'", legacy ? "-legacy" : "", path, pass);
+	    fmt("%sopenssl pkcs12 -info -nokeys %s -in '%s' -passin 'pass:%s'",
+	        *pass ? "" : "OPENSSL_MODULES=/nonexistent-signet-test ", legacy && *pass ? "-legacy" : "", path, pass);
 	int st;
 	char *out = run(cmd, &st);
 	SG_CHECK(st == 0);
-	SG_CHECK(strstr(out, "MAC verified OK") != NULL || strstr(out, "MAC: ") != NULL);
+	if (*pass)
+		SG_CHECK(strstr(out, "MAC verified OK") != NULL || strstr(out, "MAC: ") != NULL);
+	else
+		SG_CHECK(strstr(out, "MAC is absent") != NULL && strstr(out, "PKCS7 Data") != NULL &&
+		         strstr(out, "PKCS7 Encrypted") == NULL);
 	SG_CHECK(count_of(out, "-----BEGIN CERTIFICATE-----") == n);
 	size_t attrs = count_of(out, "2.16.840.1.113894.746875.1.1") + count_of(out, "Trusted key usage (Oracle)");
 	SG_CHECK(attrs == n);
@@ -897,7 +936,11 @@ static void check_keytool(const char *path, const char *type, const char *pass, 
 {
 	if (!have_tool("keytool"))
 		return;
-	char *cmd = fmt("keytool -list -keystore '%s' -storetype %s -storepass '%s'", path, type, pass);
+	/* A passwordless PKCS#12 store: no password given (keytool's prompt
+	 * reads nothing). */
+	bool none = !*pass && strcmp(type, "PKCS12") == 0;
+	char *cmd = none ? fmt("keytool -list -keystore '%s' -storetype %s </dev/null", path, type)
+	                 : fmt("keytool -list -keystore '%s' -storetype %s -storepass '%s'", path, type, pass);
 	int st;
 	char *out = run(cmd, &st);
 	SG_CHECK(st == 0);
@@ -905,9 +948,9 @@ static void check_keytool(const char *path, const char *type, const char *pass, 
 	SG_CHECK(strstr(out, count) != NULL);
 	SG_CHECK(count_of(out, "trustedCertEntry") == n);
 	for (size_t i = 0; i < n; i++) {
-		char alias[65];
-		hex_alias(certs[i], alias);
+		char *alias = tm_alias(certs[i], true); /* Java lists aliases in lower case */
 		SG_CHECK(strstr(out, alias) != NULL);
+		free(alias);
 	}
 	if (st != 0 || count_of(out, "trustedCertEntry") != n)
 		fprintf(stderr, "%s\n%s\n", cmd, out);
@@ -937,11 +980,13 @@ static void p12_profile_case(sg_certset_p12_profile profile, const p12_want *w, 
 		if (rc != SG_OK)
 			break;
 		check_p12(der, len, passwords[i], w, order, 3);
-		/* Two stores of one set differ (salts), and both read. */
+		/* Two stores of one set differ (salts), and both read; without a
+		 * password they are the same bytes. */
 		uint8_t *der2 = NULL;
 		size_t len2 = 0;
 		SG_CHECK_OK(sg_certset_pkcs12(s, passwords[i], profile, &der2, &len2));
-		SG_CHECK(der2 && (len2 != len || memcmp(der, der2, len) != 0));
+		bool same = der2 && len2 == len && memcmp(der, der2, len) == 0;
+		SG_CHECK(*passwords[i] ? !same : same);
 		free(der2);
 		if (i < 2) { /* "changeit" and "" */
 			char *path = fmt("%s/certset-%s-%d-%zu.p12", tmp_dir(), tag, (int)getpid(), i);
@@ -968,19 +1013,19 @@ static void p12_profile_case(sg_certset_p12_profile profile, const p12_want *w, 
 
 static void t_pkcs12_legacy_rc2(void)
 {
-	p12_want w = {NID_pbe_WithSHA1And40BitRC2_CBC, 0, NID_sha1, true};
+	p12_want w = {NID_pbe_WithSHA1And40BitRC2_CBC, 0, NID_sha1, 1, 8, true};
 	p12_profile_case(SG_CERTSET_P12_LEGACY_RC2, &w, "rc2");
 }
 
 static void t_pkcs12_legacy_des(void)
 {
-	p12_want w = {NID_pbe_WithSHA1And3_Key_TripleDES_CBC, 0, NID_sha1, false};
+	p12_want w = {NID_pbe_WithSHA1And3_Key_TripleDES_CBC, 0, NID_sha1, 1, 8, false};
 	p12_profile_case(SG_CERTSET_P12_LEGACY_DES, &w, "des");
 }
 
 static void t_pkcs12_modern(void)
 {
-	p12_want w = {NID_pbes2, NID_aes_256_cbc, NID_sha256, false};
+	p12_want w = {NID_pbes2, NID_aes_256_cbc, NID_sha256, 2048, 16, false};
 	p12_profile_case(SG_CERTSET_P12_MODERN_2023, &w, "modern");
 }
 
@@ -1007,6 +1052,11 @@ static void t_pkcs12_no_legacy(void)
 			fprintf(stderr, "child: %s\n", sg_error_last()->msg);
 		if (sg_certset_pkcs12(s, "x", SG_CERTSET_P12_LEGACY_DES, &der, &len) != SG_OK)
 			bad |= 4;
+		free(der);
+		der = NULL;
+		/* Without a password, LegacyRC2 is passwordless: no RC2 needed. */
+		if (sg_certset_pkcs12(s, "", SG_CERTSET_P12_LEGACY_RC2, &der, &len) != SG_OK)
+			bad |= 16;
 		free(der);
 		der = NULL;
 		if (sg_certset_pkcs12(s, "x", SG_CERTSET_P12_MODERN_2023, &der, &len) != SG_OK)
@@ -1085,9 +1135,23 @@ static const uint8_t *get_bytes(rd *r, size_t n)
 	return r->p + r->off - n;
 }
 
-static void check_jks(const uint8_t *jks, size_t len, const uint8_t *pw_utf16, size_t pw_len, int64_t created,
-                      tcert **certs, size_t n)
+static int by_jks_alias(const void *a, const void *b)
 {
+	char *x = tm_alias(*(const tcert *const *)a, true), *y = tm_alias(*(const tcert *const *)b, true);
+	int c = strcmp(x, y);
+	free(x);
+	free(y);
+	return c;
+}
+
+/* The entries in the order of their (lower-case) aliases, each stamped
+ * with its certificate's notBefore (every certificate here: not_before). */
+static void check_jks(const uint8_t *jks, size_t len, const uint8_t *pw_utf16, size_t pw_len, int64_t not_before,
+                      tcert **by_hash_order, size_t n)
+{
+	tcert *certs[8];
+	memcpy(certs, by_hash_order, n * sizeof(*certs));
+	qsort(certs, n, sizeof(*certs), by_jks_alias);
 	rd r = {jks, len, 0, false};
 	SG_CHECK(get_be(&r, 4) == 0xfeedfeed);
 	SG_CHECK(get_be(&r, 4) == 2);
@@ -1096,13 +1160,13 @@ static void check_jks(const uint8_t *jks, size_t len, const uint8_t *pw_utf16, s
 		SG_CHECK(get_be(&r, 4) == 2); /* trusted certificate entry */
 		size_t alen = (size_t)get_be(&r, 2);
 		const uint8_t *alias = get_bytes(&r, alen);
-		char want[65];
-		hex_alias(certs[i], want);
-		SG_CHECK(alias && alen == 64 && memcmp(alias, want, 64) == 0);
-		SG_CHECK(get_be(&r, 8) == (uint64_t)(created * 1000));
+		char *want = tm_alias(certs[i], true);
+		SG_CHECK(alias && alen == strlen(want) && memcmp(alias, want, alen) == 0);
+		free(want);
+		SG_CHECK(get_be(&r, 8) == (uint64_t)(not_before * 1000));
 		size_t tlen = (size_t)get_be(&r, 2);
 		const uint8_t *type = get_bytes(&r, tlen);
-		SG_CHECK(type && tlen == 5 && memcmp(type, "X.509", 5) == 0);
+		SG_CHECK(type && tlen == 4 && memcmp(type, "X509", 4) == 0);
 		size_t clen = (size_t)get_be(&r, 4);
 		const uint8_t *der = get_bytes(&r, clen);
 		SG_CHECK(der && clen == certs[i]->len && memcmp(der, certs[i]->der, clen) == 0);
@@ -1132,7 +1196,7 @@ static void t_jks(void)
 	static const uint8_t changeit[] = {0, 'c', 0, 'h', 0, 'a', 0, 'n', 0, 'g', 0, 'e', 0, 'i', 0, 't'};
 	uint8_t *jks = NULL;
 	size_t len = 0;
-	SG_CHECK_OK(sg_certset_jks(s, "changeit", T_2020, &jks, &len));
+	SG_CHECK_OK(sg_certset_jks(s, "changeit", &jks, &len));
 	check_jks(jks, len, changeit, sizeof(changeit), T_2020, order, 3);
 	char *path = fmt("%s/certset-%d.jks", tmp_dir(), (int)getpid());
 	SG_CHECK(write_file(path, jks, len));
@@ -1150,39 +1214,182 @@ static void t_jks(void)
 	/* Deterministic. */
 	uint8_t *again = NULL;
 	size_t alen = 0;
-	SG_CHECK_OK(sg_certset_jks(s, "changeit", T_2020, &again, &alen));
+	SG_CHECK_OK(sg_certset_jks(s, "changeit", &again, &alen));
 	SG_CHECK(alen == len && memcmp(again, jks, len) == 0);
 	free(again);
 	free(jks);
 
-	/* "" and "ä€𝄞" (U+00E4, U+20AC, U+1D11E as a surrogate pair), at a
-	 * time before 1970. */
+	/* "" and "ä€𝄞" (U+00E4, U+20AC, U+1D11E as a surrogate pair). */
 	jks = NULL;
-	SG_CHECK_OK(sg_certset_jks(s, "", -86400, &jks, &len));
-	check_jks(jks, len, NULL, 0, -86400, order, 3);
+	SG_CHECK_OK(sg_certset_jks(s, "", &jks, &len));
+	check_jks(jks, len, NULL, 0, T_2020, order, 3);
 	free(jks);
 	static const uint8_t intl[] = {0x00, 0xe4, 0x20, 0xac, 0xd8, 0x34, 0xdd, 0x1e};
 	jks = NULL;
-	SG_CHECK_OK(sg_certset_jks(s, "\xc3\xa4\xe2\x82\xac\xf0\x9d\x84\x9e", T_2030, &jks, &len));
-	check_jks(jks, len, intl, sizeof(intl), T_2030, order, 3);
+	SG_CHECK_OK(sg_certset_jks(s, "\xc3\xa4\xe2\x82\xac\xf0\x9d\x84\x9e", &jks, &len));
+	check_jks(jks, len, intl, sizeof(intl), T_2020, order, 3);
 	free(jks);
+	/* A notBefore before 1970 is a negative creation time. */
+	tcert old = make_cert("jks-old", 4, -86400, T_2030, BC_TRUE);
+	sg_certset *os = new_set(NULL);
+	SG_CHECK_OK(add(os, old.pem));
+	tcert *one[1] = {&old};
+	jks = NULL;
+	SG_CHECK_OK(sg_certset_jks(os, "changeit", &jks, &len));
+	check_jks(jks, len, changeit, sizeof(changeit), -86400, one, 1);
+	free(jks);
+	sg_certset_free(os);
+	tcert_free(&old);
 
 	/* Refusals. */
 	jks = (uint8_t *)"x";
 	len = 1;
-	SG_CHECK_RC(sg_certset_jks(s, "\xc3\x28", T_2020, &jks, &len), SG_EINVAL);
+	SG_CHECK_RC(sg_certset_jks(s, "\xc3\x28", &jks, &len), SG_EINVAL);
 	SG_CHECK_MSG("not UTF-8");
 	SG_CHECK(jks == NULL && len == 0);
-	SG_CHECK_RC(sg_certset_jks(s, "\xed\xa0\x80", T_2020, &jks, &len), SG_EINVAL); /* a UTF-8 surrogate */
-	SG_CHECK_RC(sg_certset_jks(s, NULL, T_2020, &jks, &len), SG_EINVAL);
-	SG_CHECK_RC(sg_certset_jks(s, "x", INT64_MAX / 999, &jks, &len), SG_EINVAL);
+	SG_CHECK_RC(sg_certset_jks(s, "\xed\xa0\x80", &jks, &len), SG_EINVAL); /* a UTF-8 surrogate */
+	SG_CHECK_RC(sg_certset_jks(s, NULL, &jks, &len), SG_EINVAL);
 	free(all);
 	sg_certset_free(s);
 	for (int i = 0; i < 3; i++)
 		tcert_free(&c[i]);
 }
 
+/* ---- trust-manager's own bytes ---- */
+
+#ifndef SIGNET_TEST_DATA
+#error "SIGNET_TEST_DATA (tests/signer/data) must be defined"
+#endif
+#define TM_DATA SIGNET_TEST_DATA "/trust-manager/"
+
+static uint8_t *read_all(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	SG_CHECK(f != NULL);
+	if (!f)
+		return NULL;
+	size_t cap = 1 << 16, n = 0, got;
+	uint8_t *p = malloc(cap + 1);
+	while (p && (got = fread(p + n, 1, cap - n, f)) > 0)
+		if ((n += got) == cap && !(p = realloc(p, (cap *= 2) + 1)))
+			break;
+	fclose(f);
+	SG_CHECK(p != NULL);
+	if (p)
+		p[n] = 0;
+	*len = n;
+	return p;
+}
+
+static bool same_bytes(const char *what, const uint8_t *have, size_t hlen, const uint8_t *want, size_t wlen)
+{
+	bool same = have && want && hlen == wlen && memcmp(have, want, wlen) == 0;
+	if (!same) {
+		size_t at = 0;
+		while (have && want && at < hlen && at < wlen && have[at] == want[at])
+			at++;
+		fprintf(stderr, "  %s: %zu bytes, trust-manager's %zu; first difference at byte %zu\n", what, hlen,
+		        wlen, at);
+	}
+	return same;
+}
+
+/* The stores of data/trust-manager/certs.pem are trust-manager's, byte for
+ * byte (README.md there says how those were made): the passwordless
+ * PKCS#12 store whatever the profile (aliases with every rule of Go's
+ * subject text, BMPString and T61String values, escapes, #hex), and the
+ * JKS store (lower-case aliases in their order, notBefore as creation
+ * time, one of them before 1970). Then OpenSSL without its legacy
+ * provider and Java's keytool read them, and a subject beyond the BMP is
+ * refused in PKCS#12 as go-pkcs12 refuses it. */
+static void t_trust_manager_stores(void)
+{
+	size_t plen = 0, p12_len = 0, jks_len = 0;
+	char *pem = (char *)read_all(TM_DATA "certs.pem", &plen);
+	uint8_t *want_p12 = read_all(TM_DATA "passwordless.p12", &p12_len);
+	uint8_t *want_jks = read_all(TM_DATA "changeit.jks", &jks_len);
+	sg_certset *s = new_set(NULL);
+	SG_CHECK_OK(sg_certset_add_pem(s, pem, plen));
+	SG_CHECK(sg_certset_count(s) == 4);
+	for (int pr = 0; pr < 3; pr++) {
+		uint8_t *p12 = NULL;
+		size_t len = 0;
+		SG_CHECK_OK(sg_certset_pkcs12(s, "", (sg_certset_p12_profile)pr, &p12, &len));
+		SG_CHECK(same_bytes("passwordless PKCS#12", p12, len, want_p12, p12_len));
+		if (pr == 0) {
+			char *path = fmt("%s/certset-tm-%d.p12", tmp_dir(), (int)getpid());
+			SG_CHECK(write_file(path, p12, len));
+			if (have_tool("openssl")) {
+				char *cmd =
+				    fmt("OPENSSL_MODULES=/nonexistent-signet-test openssl pkcs12 -in '%s' -nokeys "
+				        "-passin pass:",
+				        path);
+				int st;
+				char *out = run(cmd, &st);
+				SG_CHECK(st == 0 && count_of(out, "-----BEGIN CERTIFICATE-----") == 4);
+				SG_CHECK(strstr(out, "friendlyName: 5058e74b|CN=Old CA 1965") != NULL);
+				if (st != 0)
+					fprintf(stderr, "%s\n%s\n", cmd, out);
+				free(out);
+				free(cmd);
+			}
+			if (have_tool("keytool")) {
+				char *cmd = fmt("keytool -list -keystore '%s' -storetype PKCS12 </dev/null", path);
+				int st;
+				char *out = run(cmd, &st);
+				SG_CHECK(st == 0 && strstr(out, "Your keystore contains 4 entries") != NULL &&
+				         count_of(out, "trustedCertEntry") == 4);
+				if (st != 0)
+					fprintf(stderr, "%s\n%s\n", cmd, out);
+				free(out);
+				free(cmd);
+			}
+			unlink(path);
+			free(path);
+		}
+		free(p12);
+	}
+	uint8_t *jks = NULL;
+	size_t len = 0;
+	SG_CHECK_OK(sg_certset_jks(s, "changeit", &jks, &len));
+	SG_CHECK(same_bytes("JKS", jks, len, want_jks, jks_len));
+	if (have_tool("keytool")) {
+		char *path = fmt("%s/certset-tm-%d.jks", tmp_dir(), (int)getpid());
+		SG_CHECK(write_file(path, jks, len));
+		char *cmd = fmt("keytool -list -keystore '%s' -storetype JKS -storepass changeit", path);
+		int st;
+		char *out = run(cmd, &st);
+		SG_CHECK(st == 0 && strstr(out, "Your keystore contains 4 entries") != NULL &&
+		         strstr(out, "5058e74b|cn=old ca 1965, Jan 1, 1965, trustedCertEntry") != NULL);
+		if (st != 0)
+			fprintf(stderr, "%s\n%s\n", cmd, out);
+		free(out);
+		free(cmd);
+		unlink(path);
+		free(path);
+	}
+	free(jks);
+	sg_certset_free(s);
+
+	/* A character beyond the BMP: no PKCS#12 (go-pkcs12's refusal), JKS
+	 * as usual. */
+	char *nb = (char *)read_all(TM_DATA "non-bmp.pem", &plen);
+	s = new_set(NULL);
+	SG_CHECK_OK(sg_certset_add_pem(s, nb, plen));
+	uint8_t *out = (uint8_t *)"x";
+	SG_CHECK_RC(sg_certset_pkcs12(s, "", SG_CERTSET_P12_MODERN_2023, &out, &len), SG_EINVAL);
+	SG_CHECK_MSG("cannot be encoded in UCS-2");
+	SG_CHECK(out == NULL);
+	SG_CHECK_OK(sg_certset_jks(s, "changeit", &out, &len));
+	free(out);
+	sg_certset_free(s);
+	free(nb);
+	free(pem);
+	free(want_p12);
+	free(want_jks);
+}
+
 SG_TEST_MAIN(SG_TEST(t_pkcs12_no_legacy), SG_TEST(t_empty), SG_TEST(t_dedupe), SG_TEST(t_order_independent),
              SG_TEST(t_pem_layout), SG_TEST(t_errors), SG_TEST(t_set_limit), SG_TEST(t_filters),
              SG_TEST(t_p12_profile_parse), SG_TEST(t_pkcs12_threads), SG_TEST(t_pkcs12_legacy_rc2),
-             SG_TEST(t_pkcs12_legacy_des), SG_TEST(t_pkcs12_modern), SG_TEST(t_jks))
+             SG_TEST(t_pkcs12_legacy_des), SG_TEST(t_pkcs12_modern), SG_TEST(t_jks), SG_TEST(t_trust_manager_stores))

@@ -28,7 +28,16 @@
  *    it was; a missing source is SourceNotFound until it exists;
  *  - Secret targets while disabled: SecretTargetsDisabled, nothing written;
  *  - additionalFormats: PKCS#12 (LegacyRC2 and Modern2023) read back with
- *    OpenSSL, JKS read back by a parser of the format written here;
+ *    OpenSSL, without a password trust-manager's passwordless store (no
+ *    MAC, no encryption, no legacy provider, the same bytes whatever the
+ *    profile); JKS read back by a parser of the format written here; both
+ *    with trust-manager's aliases, JKS entries stamped with notBefore;
+ *  - trust-manager's reasons and order: SourceNotFound before
+ *    SecretTargetsDisabled, includeAllKeys on an object without data,
+ *    a source of the Bundle's own name with includeAllKeys, the selector
+ *    printed as Go sorts it, SyncConfigMapTargetFailed, a failed cleanup
+ *    that leaves the Bundle Synced, and (a third instance with
+ *    --target-namespaces) "all allowed namespaces";
  *  - InvalidSpec for what trust-manager's webhook refuses, nothing written;
  *  - duplicates and order in the input do not change a byte of the output;
  *  - every write is made once: exact counts of applies, cleanups and
@@ -98,7 +107,7 @@
 #define W_TGT_SECRET 5
 
 static sg_kube *k;
-static sg_trust *t_main, *t_second;
+static sg_trust *t_main, *t_second, *t_third;
 static sg_trust *cur;      /* the instance running now */
 static bool cur_secrets;   /* whether it watches Secret targets */
 static sg_trust_package *pkg;
@@ -1079,6 +1088,102 @@ static void t_secret_targets_disabled(void)
 	}
 }
 
+/* A ConfigMap the test owns in namespace ns (not a source): data (stolen),
+ * and immutable when asked. */
+static void cm_put_in(const char *ns, const char *name, json_t *data, bool immutable)
+{
+	json_t *o = json_pack("{s:s, s:s, s:{s:s, s:s}, s:o}", "apiVersion", "v1", "kind", "ConfigMap", "metadata",
+	                      "name", name, "namespace", ns, "data", data);
+	if (immutable)
+		json_object_set_new(o, "immutable", json_true());
+	SG_CHECK_OK(kube_fx_apply(k, KUBE_FX_CORE("configmaps", ns, name), o, MANAGER));
+}
+
+/* trust-manager's reasons, messages and order (pkg/bundle/bundle.go,
+ * pkg/bundle/internal/source, pkg/webhook/validation.go). */
+static void t_trust_manager_reasons(void)
+{
+	/* The sources are judged before Secret targets: a missing source is
+	 * SourceNotFound even while Secret targets are disabled. */
+	bundle_put("b-sec-missing", SRC_CM("no-such-src", KEY),
+	           json_pack("{s:{s:s}, s:o}", "secret", "key", KEY, "namespaceSelector", match(SEL_K, SEL_V)));
+	WAIT_COND("b-sec-missing", "False", "SourceNotFound",
+	          "Bundle source was not found: failed to get ConfigMap tt-trust/no-such-src");
+
+	/* includeAllKeys on a ConfigMap without data adds nothing and is no
+	 * error; alone, it leaves the bundle empty. */
+	cm_put("src-nodata", NULL, NULL, NULL);
+	bundle_put("b-nodata", json_pack("[o, o]", SRC_CM("src-nodata", NULL), SRC_INLINE(ca[3])), target_cm());
+	bundle_put("b-nodata-only", SRC_CM("src-nodata", NULL), target_cm());
+	char *want3 = expect_pem(1, ca[3]);
+	WAIT_TARGETS("b-nodata", want3);
+	WAIT_SYNCED("b-nodata");
+	WAIT_COND("b-nodata-only", "False", "SourceNotFound",
+	          "Bundle source was not found: couldn't find any valid certificates in bundle");
+
+	/* A source of the Bundle's own name with includeAllKeys is accepted
+	 * (the webhook compares name and key) and read like any other. */
+	cm_put("b-self-all", NULL, json_pack("{s:s}", "ca.pem", ca[1]), NULL);
+	bundle_put("b-self-all", SRC_CM("b-self-all", NULL), target_cm());
+	char *want1 = expect_pem(1, ca[1]);
+	WAIT_TARGETS("b-self-all", want1);
+	WAIT_SYNCED("b-self-all");
+
+	/* The selector as Go prints it: requirements sorted by key ("a" before
+	 * "a-x"), a DoesNotExist sorted by its key, not by its "!". */
+	json_t *sel = json_pack("{s:{s:s}, s:[{s:s, s:s}]}", "matchLabels", SEL_K, SEL_V, "matchExpressions", "key",
+	                        SEL_K "-x", "operator", "DoesNotExist");
+	bundle_put("b-sel-text", SRC_CM("src-cm", KEY),
+	           json_pack("{s:{s:s}, s:o}", "configMap", "key", KEY, "namespaceSelector", sel));
+	WAIT_COND("b-sel-text", "True", "Synced",
+	          "Successfully synced Bundle to namespaces that match this label selector: " SEL_K "=" SEL_V ",!" SEL_K
+	          "-x");
+
+	/* A target that cannot be written: SyncConfigMapTargetFailed, with
+	 * the kind in the message (an immutable ConfigMap of the Bundle's
+	 * name is in the way). */
+	cm_put_in("tt-a", "b-immut", json_pack("{s:s}", "user", "data"), true);
+	bundle_put("b-immut", SRC_CM("src-cm", KEY), target_cm());
+	WAIT_COND("b-immut", "False", "SyncConfigMapTargetFailed",
+	          "Failed to sync bundle ConfigMap to namespace \"tt-a\": ");
+
+	/* A target no longer wanted that cannot be cleaned (its owner made it
+	 * immutable beside a key of its own) does not fail the Bundle: it is
+	 * logged and counted, the Bundle stays Synced, nothing is retried. */
+	ns_label("tt-c", "tt-cf", "yes");
+	bundle_put("b-cf", SRC_CM("src-cm", KEY), target_cm_sel(KEY, "tt-cf", "yes"));
+	char *want0 = expect_pem(1, ca[0]);
+	WAIT_TARGET(cm_target_is("tt-c", "b-cf", KEY, want0));
+	WAIT_SYNCED("b-cf");
+	OBJ_PATCH(KUBE_FX_CORE("configmaps", "tt-c", "b-cf"),
+	          json_pack("{s:{s:s}, s:b}", "data", "user", "kept", "immutable", 1));
+	bundle_delete("b-immut"); /* retried with backoff: it would keep the queue busy */
+	WAIT_IDLE();
+	sg_trust_stats s0 = stats();
+	ns_label("tt-c", "tt-cf", NULL);
+	WAIT_COUNTED(stats().cleanup_failures >= s0.cleanup_failures + 1);
+	WAIT_IDLE();
+	sg_trust_stats s1 = stats();
+	SG_CHECK(s1.errors == s0.errors && s1.cleanups == s0.cleanups);
+	WAIT_COND("b-cf", "True", "Synced",
+	          "Successfully synced Bundle to namespaces that match this label selector: tt-cf=yes");
+	SG_CHECK(present("configmaps", "tt-c", "b-cf"));
+
+	static const char *const names[] = {"b-sec-missing", "b-nodata",   "b-nodata-only",
+	                                    "b-self-all",    "b-sel-text", "b-cf"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		bundle_delete(names[i]);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		WAIT_TARGET(no_targets(names[i]));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", "tt-a", "b-immut"));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", TNS, "b-self-all"));
+	OBJ_DELETE(KUBE_FX_CORE("configmaps", TNS, "src-nodata"));
+	WAIT_IDLE();
+	free(want0);
+	free(want1);
+	free(want3);
+}
+
 /* A bounded reader over a byte string: every read past the end fails
  * (and keeps failing), so a parser needs one check at the end. */
 typedef struct rd {
@@ -1113,30 +1218,62 @@ static bool rd_is(rd *r, const void *want, size_t len)
 	return b && memcmp(b, want, len) == 0;
 }
 
-/* The JKS (version 2) in p: one trusted-certificate entry per certificate
- * of pem, in its order, aliased by the hex SHA-256 of the DER, then the
- * keyed SHA-1 digest over password. Read with a parser of the format
- * written here, not with the code under test. */
+/* trust-manager's alias of a certificate of this test (a lower-case CN
+ * only, nothing Go escapes): 8 hex digits of the SHA-256 of the DER, "|",
+ * "CN=<cn>"; lower-cased as keystore-go stores it when lower. */
+static void tm_alias(X509 *x, bool lower, char *out, size_t cap)
+{
+	unsigned char *der = NULL;
+	int dlen = i2d_X509(x, &der);
+	unsigned char d[32];
+	SHA256(der, (size_t)dlen, d);
+	OPENSSL_free(der);
+	char cn[256] = "";
+	X509_NAME_get_text_by_NID(X509_get_subject_name(x), NID_commonName, cn, sizeof(cn));
+	snprintf(out, cap, "%02x%02x%02x%02x|%s=", d[0], d[1], d[2], d[3], lower ? "cn" : "CN");
+	for (size_t i = 0, at = strlen(out); cn[i] && at + 1 < cap; i++)
+		out[at++] = lower && cn[i] >= 'A' && cn[i] <= 'Z' ? (char)(cn[i] + 32) : cn[i], out[at] = '\0';
+}
+
+static int by_jks_alias(const X509 *const *a, const X509 *const *b)
+{
+	char x[300], y[300];
+	tm_alias((X509 *)*a, true, x, sizeof(x));
+	tm_alias((X509 *)*b, true, y, sizeof(y));
+	return strcmp(x, y);
+}
+
+/* The JKS (version 2) in p as trust-manager writes it: one
+ * trusted-certificate entry (type "X509") per certificate of pem, in the
+ * order of their lower-cased aliases, stamped with the certificate's
+ * notBefore, then the keyed SHA-1 digest over password. Read with a
+ * parser of the format written here, not with the code under test. */
 static bool jks_check(const unsigned char *p, size_t n, const char *password, const char *pem)
 {
 	rd r = {.p = p, .n = n};
 	STACK_OF(X509) *sk = certs_of(pem);
+	(void)sk_X509_set_cmp_func(sk, by_jks_alias);
+	sk_X509_sort(sk);
 	bool ok = rd_be(&r, 4) == 0xFEEDFEEDu && rd_be(&r, 4) == 2 && rd_be(&r, 4) == (uint64_t)sk_X509_num(sk);
 	for (int i = 0; ok && i < sk_X509_num(sk); i++) {
+		X509 *x = sk_X509_value(sk, i);
 		unsigned char *der = NULL;
-		int dlen = i2d_X509(sk_X509_value(sk, i), &der);
-		unsigned char d[32];
-		char alias[65];
-		SHA256(der, (size_t)dlen, d);
-		for (int j = 0; j < 32; j++)
-			snprintf(alias + 2 * j, 3, "%02x", d[j]);
-		ok = rd_be(&r, 4) == 2 /* trusted certificate */ && rd_be(&r, 2) == 64 && rd_is(&r, alias, 64);
-		(void)rd_be(&r, 8); /* created, ms */
-		ok = ok && rd_be(&r, 2) == 5 && rd_is(&r, "X.509", 5) && rd_be(&r, 4) == (uint64_t)dlen &&
+		int dlen = i2d_X509(x, &der);
+		char alias[300];
+		tm_alias(x, true, alias, sizeof(alias));
+		ok = rd_be(&r, 4) == 2 /* trusted certificate */ && rd_be(&r, 2) == strlen(alias) &&
+		     rd_is(&r, alias, strlen(alias));
+		/* created: notBefore, in ms */
+		int days = 0, secs = 0;
+		ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
+		ok = ok && epoch && ASN1_TIME_diff(&days, &secs, epoch, X509_get0_notBefore(x)) == 1;
+		ASN1_TIME_free(epoch);
+		ok = ok && rd_be(&r, 8) == (uint64_t)((int64_t)days * 86400 + secs) * 1000u;
+		ok = ok && rd_be(&r, 2) == 4 && rd_is(&r, "X509", 4) && rd_be(&r, 4) == (uint64_t)dlen &&
 		     rd_is(&r, der, (size_t)dlen);
 		OPENSSL_free(der);
 		if (!ok)
-			fprintf(stderr, "jks: entry %d differs\n", i);
+			fprintf(stderr, "jks: entry %d (%s) differs\n", i, alias);
 	}
 	size_t body = r.at;
 	const unsigned char *digest = rd_take(&r, 20);
@@ -1169,17 +1306,21 @@ static bool jks_check(const unsigned char *p, size_t n, const char *password, co
 #define ORACLE_TRUSTED_KEY_USAGE "2.16.840.1.113894.746875.1.1"
 
 /* The PKCS#12 in p: its MAC verifies with password, it holds exactly the
- * certificates of pem (no key), each bag marked trusted for Java. */
+ * certificates of pem (no key), each bag marked trusted for Java and named
+ * by trust-manager's alias. With password "" it is trust-manager's
+ * passwordless store: no MAC, nothing encrypted. */
 static bool p12_check(const unsigned char *p, size_t n, const char *password, const char *pem)
 {
 	const unsigned char *q = p;
 	PKCS12 *p12 = d2i_PKCS12(NULL, &q, (long)n);
 	bool ok = p12 && q == p + n;
-	/* An empty password is ambiguous in PKCS#12 (empty string or none). */
 	const char *pw = password;
-	if (ok && PKCS12_verify_mac(p12, pw, -1) != 1) {
-		pw = NULL;
-		ok = !*password && PKCS12_verify_mac(p12, NULL, 0) == 1;
+	if (ok && !*password) {
+		ok = !PKCS12_mac_present(p12);
+		if (!ok)
+			fprintf(stderr, "p12: an empty password, and yet a MAC\n");
+	} else if (ok && PKCS12_verify_mac(p12, pw, -1) != 1) {
+		ok = false;
 	}
 	if (!ok)
 		fprintf(stderr, "p12: not DER, or the MAC does not verify: %s\n", ERR_reason_error_string(ERR_peek_error()));
@@ -1207,13 +1348,26 @@ static bool p12_check(const unsigned char *p, size_t n, const char *password, co
 		STACK_OF(PKCS12_SAFEBAG) *sb = NULL;
 		if (PKCS7_type_is_data(p7))
 			sb = PKCS12_unpack_p7data(p7);
-		else if (PKCS7_type_is_encrypted(p7))
-			sb = PKCS12_unpack_p7encdata(p7, pw, pw ? -1 : 0);
+		else if (PKCS7_type_is_encrypted(p7) && *password)
+			sb = PKCS12_unpack_p7encdata(p7, pw, -1);
+		else
+			bags = -1000; /* an empty password encrypts nothing */
 		for (int j = 0; j < sk_PKCS12_SAFEBAG_num(sb); j++) {
 			const PKCS12_SAFEBAG *bag = sk_PKCS12_SAFEBAG_value(sb, j);
 			if (PKCS12_SAFEBAG_get_nid(bag) != NID_certBag)
 				continue;
 			bags++;
+			X509 *x = PKCS12_SAFEBAG_get1_cert(bag);
+			char alias[300] = "";
+			if (x)
+				tm_alias(x, false, alias, sizeof(alias));
+			X509_free(x);
+			char *fn = PKCS12_get_friendlyname((PKCS12_SAFEBAG *)bag);
+			if (!fn || strcmp(fn, alias) != 0) {
+				fprintf(stderr, "p12: friendlyName \"%s\", want \"%s\"\n", fn ? fn : "(none)", alias);
+				bags = -1000;
+			}
+			OPENSSL_free(fn);
 			const STACK_OF(X509_ATTRIBUTE) *attrs = PKCS12_SAFEBAG_get0_attrs(bag);
 			for (int a = 0; a < sk_X509_ATTRIBUTE_num(attrs); a++) {
 				char oid[64];
@@ -1269,8 +1423,14 @@ static void t_formats(void)
 	bundle_put("b-fmt-modern", SRC_INLINE(c012),
 	           json_pack("{s:{s:s}, s:{s:{s:s, s:s}}, s:o}", "configMap", "key", KEY, "additionalFormats", "pkcs12",
 	                     "key", "ca.p12", "profile", "Modern2023", "namespaceSelector", match(SEL_K, SEL_V)));
+	/* The default profile (LegacyRC2) without a password: passwordless,
+	 * so no RC2 and no legacy provider, to write or to read. */
+	bundle_put("b-fmt-none", SRC_INLINE(c012),
+	           json_pack("{s:{s:s}, s:{s:{s:s}}, s:o}", "configMap", "key", KEY, "additionalFormats", "pkcs12",
+	                     "key", "ca.p12", "namespaceSelector", match(SEL_K, SEL_V)));
 	WAIT_SYNCED("b-fmt");
 	WAIT_SYNCED("b-fmt-modern");
+	WAIT_SYNCED("b-fmt-none");
 	/* The CRD's defaults are in the stored spec. */
 	json_t *b = bundle_get("b-fmt");
 	const char *jpw = json_string_value(json_object_get(
@@ -1288,8 +1448,15 @@ static void t_formats(void)
 		json_decref(cm);
 		size_t len = 0;
 		unsigned char *p12 = bin_of(ns, "b-fmt-modern", "ca.p12", &len);
-		/* Modern2023 needs nothing but OpenSSL's default provider. */
+		/* Without a password: trust-manager's passwordless store, read with
+		 * nothing but OpenSSL's default provider. */
 		SG_CHECK(p12 && p12_check(p12, len, "", want));
+		size_t len2 = 0;
+		unsigned char *p12b = bin_of(ns, "b-fmt-none", "ca.p12", &len2);
+		SG_CHECK(p12b && p12_check(p12b, len2, "", want));
+		/* ... and the same bytes whatever the profile. */
+		SG_CHECK(p12 && p12b && len == len2 && memcmp(p12, p12b, len) == 0);
+		free(p12b);
 		free(p12);
 		unsigned char *jks = bin_of(ns, "b-fmt", "ca.jks", &len);
 		SG_CHECK(jks && len > 4 && memcmp(jks, "\xfe\xed\xfe\xed", 4) == 0);
@@ -1336,7 +1503,8 @@ static void t_formats(void)
 	rvs_free(rv1);
 	bundle_delete("b-fmt");
 	bundle_delete("b-fmt-modern");
-	WAIT_TARGET(no_targets("b-fmt") && no_targets("b-fmt-modern"));
+	bundle_delete("b-fmt-none");
+	WAIT_TARGET(no_targets("b-fmt") && no_targets("b-fmt-modern") && no_targets("b-fmt-none"));
 	free(want);
 	free(c012);
 }
@@ -1611,8 +1779,40 @@ static void t_second_instance(void)
 	free(only);
 }
 
+/* With --target-namespaces, trust-manager's "allowed" namespaces: a
+ * third instance, after the others, allowed tt-a only. */
+static void t_allowed_namespaces(void)
+{
+	sg_ctrl_stop(sg_trust_controller(t_second));
+	static const char *const allowed[] = {"tt-a"};
+	sg_trust_options o = {
+	    .kube = k, .trust_namespace = TNS, .package = pkg, .target_namespaces = allowed, .ntarget_namespaces = 1};
+	SG_CHECK_OK(sg_trust_new(&t_third, &o));
+	if (!t_third)
+		exit(1);
+	cur = t_third;
+	cur_secrets = false;
+	SG_CHECK_OK(sg_ctrl_start(sg_trust_controller(t_third)));
+	bundle_put("b-allowed-all", SRC_INLINE(ca[0]), json_pack("{s:{s:s}}", "configMap", "key", KEY));
+	bundle_put("b-allowed-sel", SRC_INLINE(ca[0]), target_cm());
+	WAIT_COND("b-allowed-all", "True", "Synced", "Successfully synced Bundle to all allowed namespaces");
+	WAIT_COND("b-allowed-sel", "True", "Synced",
+	          "Successfully synced Bundle to allowed namespaces that match this label selector: " SEL_K "=" SEL_V);
+	char *want = expect_pem(1, ca[0]);
+	SG_CHECK(cm_target_is("tt-a", "b-allowed-all", KEY, want));
+	SG_CHECK(absent("configmaps", "tt-b", "b-allowed-all") && absent("configmaps", "tt-c", "b-allowed-all") &&
+	         absent("configmaps", TNS, "b-allowed-all") && absent("configmaps", "tt-b", "b-allowed-sel"));
+	bundle_delete("b-allowed-all");
+	bundle_delete("b-allowed-sel");
+	WAIT_TARGET(no_targets("b-allowed-all") && no_targets("b-allowed-sel"));
+	WAIT_IDLE();
+	sg_ctrl_stop(sg_trust_controller(t_third));
+	free(want);
+}
+
 static void t_zz_cleanup(void)
 {
+	sg_trust_free(t_third);
 	sg_trust_free(t_second);
 	sg_trust_free(t_main);
 	sg_trust_package_free(pkg);
@@ -1627,5 +1827,6 @@ static void t_zz_cleanup(void)
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crd), SG_TEST(t_controller), SG_TEST(t_sources), SG_TEST(t_targets),
              SG_TEST(t_selector_sources), SG_TEST(t_selector_namespaces), SG_TEST(t_new_namespace_and_source_change),
              SG_TEST(t_repair), SG_TEST(t_bad_pem), SG_TEST(t_missing_source), SG_TEST(t_secret_targets_disabled),
-             SG_TEST(t_formats), SG_TEST(t_invalid_spec), SG_TEST(t_duplicates), SG_TEST(t_quiet),
-             SG_TEST(t_bundle_deleted), SG_TEST(t_second_instance), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_trust_manager_reasons), SG_TEST(t_formats), SG_TEST(t_invalid_spec), SG_TEST(t_duplicates),
+             SG_TEST(t_quiet), SG_TEST(t_bundle_deleted), SG_TEST(t_second_instance), SG_TEST(t_allowed_namespaces),
+             SG_TEST(t_zz_cleanup))

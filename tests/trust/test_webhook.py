@@ -24,7 +24,11 @@ Python's ssl (a client signet did not write):
   * the certificate: the webhook waits for tls.crt and tls.key, starts when
     they appear, takes a new pair (a connection opened before the change
     still gets its answer), keeps the old one when the new pair is broken;
-  * the signet_trust_webhook_reviews_total metric.
+  * the signet_trust_webhook_reviews_total metric;
+  * trust-manager's --tls-min-version and --tls-cipher-suites (Kubernetes'
+    component-base names): documented, bad values refused at start-up with
+    its words, and served exactly (a client outside them gets no
+    handshake).
 
 Usage: test_webhook.py SIGNET_TRUST
 """
@@ -214,6 +218,8 @@ class Webhook(unittest.TestCase):
                 "default-package-location": cls.package}
         host.update({k.replace("_", "-"): v for k, v in values.items()})
         args = [f"--{k}={host.get(k, v)}" for k, v in ANCHOR] + ["--kubeconfig", cls.kubeconfig]
+        args += [f"--{k}={v}" for k, v in host.items() if k not in dict(ANCHOR) and not k.startswith("webhook-")
+                 and k not in ("metrics-port", "readiness-probe-port", "default-package-location")]
         return Trust(args, os.path.join(cls.tmp, f"{name}.log"))
 
     @staticmethod
@@ -284,6 +290,68 @@ class Webhook(unittest.TestCase):
         self.assertTrue(self.t.find("default CA package"))
         # --log-level=1 (the CR's default) is info: no debug record.
         self.assertFalse([r for r in recs if r.get("level") == "debug"])
+
+    # ---- trust-manager's TLS flags ------------------------------------------
+
+    def test_help_documents_the_tls_flags(self):
+        out = subprocess.run([TRUST, "--help"], check=True, capture_output=True, text=True).stdout
+        for flag in ("--tls-min-version", "--tls-cipher-suites"):
+            self.assertRegex(out, rf"(?m)^  {flag}[ \[]", flag)
+        for value in ("VersionTLS10", "VersionTLS13", "Preferred values: TLS_AES_128_GCM_SHA256",
+                      "TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "Insecure values:", "TLS_RSA_WITH_RC4_128_SHA"):
+            self.assertIn(value, out)
+
+    def test_tls_flags_refused_values(self):
+        for extra, msg in (
+                (["--tls-min-version=VersionTLS14"], 'tls-min-version: unknown tls version "VersionTLS14"'),
+                (["--tls-min-version=1.2"], 'tls-min-version: unknown tls version "1.2"'),
+                (["--tls-cipher-suites=TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,TLS_BOGUS"],
+                 "tls-cipher-suites: Cipher suite TLS_BOGUS not supported or doesn't exist"),
+                # GnuTLS would add the two suites their parts make.
+                (["--tls-cipher-suites=TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,TLS_RSA_WITH_AES_256_CBC_SHA"],
+                 "would also enable TLS_"),
+        ):
+            with self.subTest(extra=extra):
+                r = subprocess.run([TRUST, *extra, "--kubeconfig", self.kubeconfig, "--webhook-certificate-dir",
+                                    self.tls], capture_output=True, text=True, timeout=30)
+                self.assertEqual(r.returncode, 1, r.stderr)
+                self.assertIn(msg, r.stderr)
+
+    def handshake(self, port, version=None, ciphers=None):
+        """The TLS version and suite a client gets, or None when refused."""
+        c = self.ctx()
+        if version:
+            c.minimum_version = c.maximum_version = version
+        if ciphers:
+            c.set_ciphers(ciphers)
+        try:
+            with c.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10),
+                               server_hostname=HOST) as s:
+                return s.version(), s.cipher()[0]
+        except (ssl.SSLError, ConnectionError):
+            return None
+
+    def test_tls_min_version_and_cipher_suites(self):
+        """The webhook serves exactly what the flags say: TLS 1.3 only, or
+        TLS 1.2 with the listed suites (and TLS 1.3 with their ciphers)."""
+        t13 = self.start(self.tls, "tls13", tls_min_version="VersionTLS13")
+        suites = self.start(self.tls, "suites", tls_cipher_suites=(
+            "TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"))
+        try:
+            p13, ps = self.webhook_port(t13), self.webhook_port(suites)
+            self.assertIsNone(self.handshake(p13, ssl.TLSVersion.TLSv1_2))
+            self.assertEqual(self.handshake(p13, ssl.TLSVersion.TLSv1_3)[0], "TLSv1.3")
+            self.assertIs(self.answer(review(bundle()), port=p13)["response"]["allowed"], True)
+            self.assertEqual(self.handshake(ps, ssl.TLSVersion.TLSv1_2, "ECDHE-ECDSA-AES128-GCM-SHA256"),
+                             ("TLSv1.2", "ECDHE-ECDSA-AES128-GCM-SHA256"))
+            self.assertEqual(self.handshake(ps, ssl.TLSVersion.TLSv1_2, "ECDHE-ECDSA-AES256-GCM-SHA384"),
+                             ("TLSv1.2", "ECDHE-ECDSA-AES256-GCM-SHA384"))
+            for other in ("ECDHE-ECDSA-CHACHA20-POLY1305", "ECDHE-ECDSA-AES128-SHA"):
+                self.assertIsNone(self.handshake(ps, ssl.TLSVersion.TLSv1_2, other), other)
+            self.assertEqual(self.handshake(ps, ssl.TLSVersion.TLSv1_3)[0], "TLSv1.3")
+        finally:
+            self.assertEqual(t13.stop(), 0)
+            self.assertEqual(suites.stop(), 0)
 
     # ---- answers ----------------------------------------------------------
 

@@ -77,7 +77,7 @@ struct sg_trust {
 	pthread_mutex_t pending_mu;
 	json_t *pending;
 
-	_Atomic uint64_t synced, not_synced, applies, cleanups, deletes, status_writes, errors;
+	_Atomic uint64_t synced, not_synced, applies, cleanups, cleanup_failures, deletes, status_writes, errors;
 };
 
 /* ------------------------------------------------------------------ */
