@@ -982,11 +982,22 @@ static void t_stop_restart(void)
 	}
 	/* Every CSR of ours has had its first pass, and the queue is empty. */
 	SG_WAIT_FOR(30000, passes(stats_of(next)) >= ours && stats_of(next).queued == 0);
-	SG_WAIT_FOR(20000, stats_of(next).issued >= 3); /* counted after the write and the Event */
+	SG_WAIT_FOR(20000, stats_of(next).issued >= 3 && stats_of(next).kept == 0); /* counted after the write */
 	sg_kubecsr_stats n1 = stats_of(next);
-	printf("restart: %llu CSRs of ours, issued %llu, skipped %llu, failed %llu\n", (unsigned long long)ours,
-	       (unsigned long long)n1.issued, (unsigned long long)n1.skipped, (unsigned long long)n1.failed);
-	SG_CHECK(n1.issued == 3 && n1.failed == 0 && n1.lost == 0 && n1.errors == 0);
+	printf("restart: %llu CSRs of ours, issued %llu, skipped %llu, failed %llu, signatures %llu, lost %llu, "
+	       "errors %llu\n",
+	       (unsigned long long)ours, (unsigned long long)n1.issued, (unsigned long long)n1.skipped,
+	       (unsigned long long)n1.failed, (unsigned long long)n1.signatures, (unsigned long long)n1.lost,
+	       (unsigned long long)n1.errors);
+	/* Exactly the three written, nothing Failed, and every signature
+	 * accounted for: written, or found done by a live read after a 409.
+	 * Not lost == 0 nor errors == 0: on a loaded machine a key queued again
+	 * while its first pass runs (the start's resync) can be passed over
+	 * before the watch brings our own write into the cache, so it is signed
+	 * again and its write refused (409, then lost, nothing written); and a
+	 * request can fail in transit and be retried. Both end right, which the
+	 * checks below (certificates and resourceVersions) see. */
+	SG_CHECK(n1.issued == 3 && n1.failed == 0 && n1.signatures == n1.issued + n1.lost);
 	for (size_t i = 0; i < nbefore; i++) {
 		json_t *csr = csr_get(before[i].name);
 		const char *cert = json_string_value(json_object_get(json_object_get(csr, "status"), "certificate"));
