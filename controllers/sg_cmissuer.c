@@ -41,6 +41,7 @@
 #include "sg_cmissuer.h"
 
 #include "sg_clock.h"
+#include "sg_goduration.h"
 #include "sg_guard.h"
 #include "sg_kube_informer.h"
 #include "sg_kubekeep.h"
@@ -274,7 +275,7 @@ static int prepare(sg_cmissuer *m, const json_t *cr, const json_t *issuer, prepa
 	const json_t *d = json_object_get(s, "duration");
 	if (d && !json_is_null(d)) {
 		SG_ENSURE(json_is_string(d), SG_EINVAL, "spec.duration is not a string");
-		if (sg_kubesign_duration_parse(json_string_value(d), &p->asked) != SG_OK)
+		if (sg_goduration_parse(json_string_value(d), &p->asked) != SG_OK)
 			SG_BAIL(SG_EINVAL, "spec.duration: %s", sg_error_last()->msg);
 		SG_ENSURE(p->asked > 0, SG_EINVAL, "spec.duration is zero");
 	}
@@ -357,7 +358,7 @@ static void issued_event(sg_ctrl *c, const json_t *cr, const prepared *p, const 
 	char until[32], life[32], note[160];
 	if (!sg_clock_rfc3339(until, sizeof(until), res->not_after))
 		snprintf(until, sizeof(until), "?");
-	sg_kubesign_duration_format(res->not_after - res->not_before, life, sizeof(life));
+	sg_goduration_format(res->not_after - res->not_before, life, sizeof(life));
 	sg_signetissuer_duration_note(&p->spec, p->asked, p->duration, note, sizeof(note));
 	sg_ctrl_event(c, cr, "Normal", "CertificateIssued",
 	              "Certificate fetched from issuer successfully: serial %s, valid until %s (lifetime %s)%s%s",

@@ -44,6 +44,7 @@
 #include "sg_kubecsr.h"
 
 #include "sg_clock.h"
+#include "sg_goduration.h"
 #include "sg_guard.h"
 #include "sg_kube_informer.h"
 #include "sg_kubekeep.h"
@@ -211,7 +212,7 @@ int sg_kubecsr_duration(const json_t *csr, int64_t *out)
 	if (ann) {
 		const char *d = json_string_value(ann);
 		SG_ENSURE(d, SG_EINVAL, "annotation " SG_KUBECSR_ANNOTATION_DURATION ": not a string");
-		if (sg_kubesign_duration_parse(d, out) != SG_OK)
+		if (sg_goduration_parse(d, out) != SG_OK)
 			return prefixed(SG_EINVAL, "annotation " SG_KUBECSR_ANNOTATION_DURATION ": ");
 		return SG_OK;
 	}
@@ -538,7 +539,7 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 		char until[32], life[32], note[160];
 		if (!sg_clock_rfc3339(until, sizeof(until), res.not_after))
 			snprintf(until, sizeof(until), "?");
-		sg_kubesign_duration_format(res.not_after - res.not_before, life, sizeof(life));
+		sg_goduration_format(res.not_after - res.not_before, life, sizeof(life));
 		sg_signetissuer_duration_note(&spec, r_asked, r_duration, note, sizeof(note));
 		char msg[600];
 		snprintf(msg, sizeof(msg),

@@ -14,7 +14,6 @@
 #include "sg_base64.h"
 #include "sg_clock.h"
 #include "sg_csr.h"
-#include "sg_goduration.h"
 #include "sg_guard.h"
 #include "sg_hsm.h"
 #include "sg_issuer.h"
@@ -62,21 +61,6 @@ bool sg_kubesign_ca_usable(const sg_kubesign_ca *ca, int64_t now, char *why, siz
 	}
 	sg_hsm_session_free(s);
 	return true;
-}
-
-/* ---- Go durations ---- */
-
-/* The parser and printer now live in common/ (sg_goduration.h), so that
- * layers below the controllers (policy/) share them; these two remain
- * while callers move to the common names. */
-int sg_kubesign_duration_parse(const char *s, int64_t *seconds)
-{
-	return sg_goduration_parse(s, seconds);
-}
-
-void sg_kubesign_duration_format(int64_t seconds, char *out, size_t cap)
-{
-	sg_goduration_format(seconds, out, cap);
 }
 
 /* ---- usages ---- */

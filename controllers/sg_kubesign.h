@@ -53,12 +53,6 @@ SG_API const sg_kubesign_ca *sg_kubesign_ca_find(const sg_kubesign_ca *cas, size
  * seconds). false with why (cap bytes) saying what is wrong. */
 SG_API bool sg_kubesign_ca_usable(const sg_kubesign_ca *ca, int64_t now, char *why, size_t cap);
 
-/* Go durations: sg_goduration_parse and sg_goduration_format
- * (common/sg_goduration.h), under their former names while callers move
- * to the common ones. */
-SG_API int sg_kubesign_duration_parse(const char *s, int64_t *seconds) SG_MUST_CHECK;
-SG_API void sg_kubesign_duration_format(int64_t seconds, char *out, size_t cap);
-
 /* Turns a JSON array of usage names (cert-manager's KeyUsage and
  * certificates.k8s.io's KeyUsage share them) into SG_KU_* and SG_EKU_*
  * masks; is_ca adds keyCertSign, as cert-manager does. "signing" is

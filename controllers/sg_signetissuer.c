@@ -19,6 +19,7 @@
 #include "sg_signetissuer.h"
 
 #include "sg_clock.h"
+#include "sg_goduration.h"
 #include "sg_guard.h"
 #include "sg_log.h"
 #include "sg_names.h"
@@ -43,7 +44,7 @@ static int duration_field(const json_t *spec, const char *field, int64_t dflt, i
 	if (!v || json_is_null(v) || (json_is_string(v) && json_string_length(v) == 0))
 		return SG_OK;
 	SG_ENSURE(json_is_string(v), SG_EINVAL, "spec.%s is not a string", field);
-	if (sg_kubesign_duration_parse(json_string_value(v), out) != SG_OK)
+	if (sg_goduration_parse(json_string_value(v), out) != SG_OK)
 		SG_BAIL(SG_EINVAL, "spec.%s: %s", field, sg_error_last()->msg);
 	return SG_OK;
 }
@@ -74,8 +75,8 @@ int sg_signetissuer_spec_parse(const json_t *obj, sg_signetissuer_spec *out)
 	SG_ENSURE(out->min_duration >= SG_KUBESIGN_MIN_DURATION, SG_EINVAL, "spec.minDuration is below %lld s",
 		  SG_KUBESIGN_MIN_DURATION);
 	if (out->max_duration) {
-		sg_kubesign_duration_format(out->min_duration, a, sizeof(a));
-		sg_kubesign_duration_format(out->max_duration, b, sizeof(b));
+		sg_goduration_format(out->min_duration, a, sizeof(a));
+		sg_goduration_format(out->max_duration, b, sizeof(b));
 		SG_ENSURE(out->max_duration >= out->min_duration, SG_EINVAL,
 			  "spec.maxDuration (%s) is below spec.minDuration (%s)", b, a);
 	}
@@ -131,9 +132,9 @@ void sg_signetissuer_duration_note(const sg_signetissuer_spec *spec, int64_t req
 	if (requested <= 0 || requested == issued)
 		return;
 	char asked[32], bound[32];
-	sg_kubesign_duration_format(requested, asked, sizeof(asked));
+	sg_goduration_format(requested, asked, sizeof(asked));
 	bool longer = requested > issued;
-	sg_kubesign_duration_format(longer ? spec->max_duration : spec->min_duration, bound, sizeof(bound));
+	sg_goduration_format(longer ? spec->max_duration : spec->min_duration, bound, sizeof(bound));
 	snprintf(out, cap, " (%s asked; the issuer's %s is %s)", asked, longer ? "maxDuration" : "minDuration", bound);
 }
 

@@ -32,14 +32,15 @@
  */
 #include "sg_kubecsr.h"
 
+#include "kube_pem.h"
 #include "sg_clock.h"
+#include "sg_goduration.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_signetissuer.h"
 #include "sg_test.h"
 #include "signer/ca_fixture.h"
 #include "test_kube_fixture.h"
-#include "kube_pem.h"
 
 #include <openssl/err.h>
 #include <openssl/evp.h>
@@ -733,7 +734,7 @@ static char *istiod_csr(bool before_1_19, const char *signer, const char *alg, c
 	if (before_1_19) {
 		static unsigned seq;
 		char dur[32];
-		sg_kubesign_duration_format(ttl, dur, sizeof(dur));
+		sg_goduration_format(ttl, dur, sizeof(dur));
 		snprintf(name, 64, "csr-workload-%018u", ++seq * 7919u); /* 18 characters, as rand.String(18) */
 		meta = json_pack("{s:s, s:{s:s}}", "name", name, "annotations", SG_KUBECSR_ANNOTATION_DURATION, dur);
 	} else {

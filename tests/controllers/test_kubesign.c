@@ -10,6 +10,7 @@
  * or to regenerate the rows). Messages are checked loosely, on a key word,
  * since their wording is ours to change.
  */
+#include "sg_goduration.h"
 #include "sg_kubesign.h"
 
 #include "sg_csr.h"
@@ -107,7 +108,7 @@ static void t_duration_go(void)
 	for (size_t i = 0; i < sizeof(go_cases) / sizeof(go_cases[0]); i++) {
 		const go_case *c = &go_cases[i];
 		int64_t s = -1;
-		int rc = sg_kubesign_duration_parse(c->in, &s);
+		int rc = sg_goduration_parse(c->in, &s);
 		if (c->ok) {
 			SG_CHECK_OK(rc);
 			SG_CHECK(s == c->seconds);
@@ -137,7 +138,7 @@ static void t_duration_go_edges(void)
 	};
 	for (size_t i = 0; i < sizeof(edges) / sizeof(edges[0]); i++) {
 		int64_t s = -1;
-		int rc = sg_kubesign_duration_parse(edges[i].in, &s);
+		int rc = sg_goduration_parse(edges[i].in, &s);
 		SG_CHECK_OK(rc);
 		SG_CHECK(s == edges[i].seconds);
 		if (rc != SG_OK || s != edges[i].seconds)
@@ -149,23 +150,23 @@ static void t_duration_go_edges(void)
 static void t_duration_messages(void)
 {
 	int64_t s;
-	SG_CHECK_RC(sg_kubesign_duration_parse(NULL, &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse(NULL, &s), SG_EINVAL);
 	SG_CHECK_MSG("missing");
-	SG_CHECK_RC(sg_kubesign_duration_parse("", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("", &s), SG_EINVAL);
 	SG_CHECK_MSG("empty");
-	SG_CHECK_RC(sg_kubesign_duration_parse("-1h", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("-1h", &s), SG_EINVAL);
 	SG_CHECK_MSG("negative");
-	SG_CHECK_RC(sg_kubesign_duration_parse("1d", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("1d", &s), SG_EINVAL);
 	SG_CHECK_MSG("unknown unit");
-	SG_CHECK_RC(sg_kubesign_duration_parse("1hh", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("1hh", &s), SG_EINVAL);
 	SG_CHECK_MSG("unknown unit");
-	SG_CHECK_RC(sg_kubesign_duration_parse("90", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("90", &s), SG_EINVAL);
 	SG_CHECK_MSG("unit");
-	SG_CHECK_RC(sg_kubesign_duration_parse("2562048h", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("2562048h", &s), SG_EINVAL);
 	SG_CHECK_MSG("too large");
-	SG_CHECK_RC(sg_kubesign_duration_parse("99999999999999999999h", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("99999999999999999999h", &s), SG_EINVAL);
 	SG_CHECK_MSG("too large");
-	SG_CHECK_RC(sg_kubesign_duration_parse("h", &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse("h", &s), SG_EINVAL);
 	SG_CHECK_MSG("\"h\""); /* the message quotes the input */
 }
 
@@ -181,10 +182,10 @@ static void t_duration_length(void)
 	s65[64] = 'h';
 	s65[65] = 0;
 	int64_t s = -1;
-	SG_CHECK_OK(sg_kubesign_duration_parse(s64, &s));
+	SG_CHECK_OK(sg_goduration_parse(s64, &s));
 	SG_CHECK(s == 0);
 	s = -1;
-	SG_CHECK_RC(sg_kubesign_duration_parse(s65, &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse(s65, &s), SG_EINVAL);
 	SG_CHECK_MSG("64");
 	SG_CHECK(s == 0);
 	SG_CHECK(strstr(sg_error_last()->msg, s65) == NULL);
@@ -198,7 +199,7 @@ static void t_duration_length(void)
 		return;
 	memset(long_s, '1', big);
 	long_s[big] = 0;
-	SG_CHECK_RC(sg_kubesign_duration_parse(long_s, &s), SG_EINVAL);
+	SG_CHECK_RC(sg_goduration_parse(long_s, &s), SG_EINVAL);
 	SG_CHECK_MSG("longer than 64");
 	free(long_s);
 }
@@ -223,24 +224,24 @@ static void t_duration_format(void)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		char out[32];
 		memset(out, 'x', sizeof(out));
-		sg_kubesign_duration_format(cases[i].s, out, sizeof(out));
+		sg_goduration_format(cases[i].s, out, sizeof(out));
 		SG_CHECK(strcmp(out, cases[i].go) == 0);
 		int64_t back = -1;
-		SG_CHECK_OK(sg_kubesign_duration_parse(out, &back));
+		SG_CHECK_OK(sg_goduration_parse(out, &back));
 		SG_CHECK(back == cases[i].s);
 	}
 	/* Negative seconds are no duration we print. */
 	char out[32];
-	sg_kubesign_duration_format(-5, out, sizeof(out));
+	sg_goduration_format(-5, out, sizeof(out));
 	SG_CHECK(strcmp(out, "0s") == 0);
 	/* A short buffer gets a terminated prefix, never an overrun. */
 	char small[5] = {'x', 'x', 'x', 'x', 'Z'};
-	sg_kubesign_duration_format(7776000, small, 4);
+	sg_goduration_format(7776000, small, 4);
 	SG_CHECK(strcmp(small, "216") == 0);
 	SG_CHECK(small[4] == 'Z');
 	/* cap >= 32 is enough for anything a parse returns (its maximum). */
 	char most[32];
-	sg_kubesign_duration_format(INT64_MAX, most, sizeof(most));
+	sg_goduration_format(INT64_MAX, most, sizeof(most));
 	SG_CHECK(strlen(most) < sizeof(most) - 1);
 	SG_CHECK(most[strlen(most) - 1] == 's');
 }
