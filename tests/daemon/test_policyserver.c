@@ -806,6 +806,23 @@ static void t_objects(void)
 	sg_policyserver_resource_clear(ps);
 	SG_CHECK(sg_policyserver_resource_count(ps) == 0);
 	want_error(eval_objects(ps, one, 1, "approve-cleared"), SG_EBUSY, "does not exist");
+	/* SG_POLICYSERVER_RESOURCES_MAX objects at once, and not one more; a
+	 * known one may still change */
+	for (int i = 0; i < SG_POLICYSERVER_RESOURCES_MAX; i++) {
+		char n[32];
+		snprintf(n, sizeof(n), "eps-%d", i);
+		if (sg_policyserver_resource_set(ps, n, "policy.example", NULL, 0, &changed) != SG_OK)
+			SG_CHECK(!"an object up to the limit refused");
+	}
+	SG_CHECK(sg_policyserver_resource_count(ps) == SG_POLICYSERVER_RESOURCES_MAX);
+	SG_CHECK_RC(sg_policyserver_resource_set(ps, "one-more", "policy.example", NULL, 0, &changed), SG_EINVAL);
+	SG_CHECK(strstr(sg_error_last()->msg, "more than 1024 ExternalPolicyServers") != NULL);
+	SG_CHECK(sg_policyserver_resource_count(ps) == SG_POLICYSERVER_RESOURCES_MAX);
+	SG_CHECK_OK(sg_policyserver_resource_set(ps, "eps-7", ep, ca, ca_len, &changed));
+	SG_CHECK(changed);
+	const char *seventh[] = {"eps-7"};
+	want_approved(eval_objects(ps, seventh, 1, "approve-at-limit"));
+	sg_policyserver_resource_clear(ps);
 	free(ca);
 	free(other);
 	sg_policyserver_free(ps);
