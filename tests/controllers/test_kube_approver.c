@@ -477,6 +477,7 @@ static void t_two_approvers(void)
 		exit(1);
 	SG_CHECK_OK(sg_ctrl_start(sg_approver_controller(ap2)));
 	uint64_t before = stats(ap).approved + stats(ap2).approved;
+	uint64_t errors_before = stats(ap).errors + stats(ap2).errors;
 	char name[32];
 	for (int i = 0; i < 20; i++) {
 		snprintf(name, sizeof(name), "many-%02d", i);
@@ -487,8 +488,16 @@ static void t_two_approvers(void)
 		SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, name, "Approved", "True|"));
 		SG_CHECK(cr_condition_count(NS_A, name) == 1);
 	}
-	/* Each written once: the loser of a race finds it decided (or a 409). */
-	SG_WAIT_FOR(WAIT_MS, stats(ap).approved + stats(ap2).approved == before + 20);
+	/* Each written once: the loser of a race finds it decided (or a 409).
+	 * A write counts when its answer says it took; on a loaded machine a
+	 * PUT can time out after the API server committed it, and the next
+	 * pass finds the request decided (a conflict, not an approval). So:
+	 * never more than one count per request, and every request is either
+	 * counted or stood behind a failed pass. */
+	SG_WAIT_FOR(WAIT_MS,
+	            stats(ap).approved + stats(ap2).approved + (stats(ap).errors + stats(ap2).errors - errors_before) >=
+	                before + 20);
+	SG_CHECK(stats(ap).approved + stats(ap2).approved <= before + 20);
 	sg_approver_free(ap2);
 	ap2 = NULL;
 }
