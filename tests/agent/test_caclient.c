@@ -559,7 +559,7 @@ static void t_check_hostile(void)
 
 static struct {
 	char dir[256];
-	char conf[512], root[512], token[512], log[512];
+	char conf[512], root[512], served[512], token[512], log[512];
 	pid_t pid;
 	int port;
 	bool tried;
@@ -650,6 +650,14 @@ static bool fixture_start(void)
 	snprintf(fx.root, sizeof(fx.root), "%s/ca/root-cert.pem", fx.dir);
 	snprintf(fx.token, sizeof(fx.token), "%s/token", fx.dir);
 	snprintf(fx.log, sizeof(fx.log), "%s/signetd.log", fx.dir);
+	/* The roots signetd serves (--root-ca-file, followed while it runs):
+	 * its own root until t_fetch_overlap adds another. */
+	snprintf(fx.served, sizeof(fx.served), "%s/served-roots.pem", fx.dir);
+	char *own = read_text(fx.root);
+	if (!own)
+		return false;
+	write_text(fx.served, own);
+	free(own);
 	atexit(signetd_stop);
 	fx.pid = fork();
 	if (fx.pid == 0) {
@@ -661,7 +669,7 @@ static bool fixture_start(void)
 		unsetenv("KUBERNETES_SERVICE_HOST");
 		execl(SIGNETD, SIGNETD, "--config", fx.conf, "--serving-address", "127.0.0.1:0", "--http-address",
 		      "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0", "--log-format", "json",
-		      "--signer-threads", "2", (char *)NULL);
+		      "--signer-threads", "2", "--root-ca-file", fx.served, (char *)NULL);
 		_exit(127);
 	}
 	if (fx.pid < 0)
@@ -781,6 +789,63 @@ static void t_fetch(void)
 	if (w)
 		check_issued(w, ID, "-----BEGIN EC PRIVATE KEY-----", 256);
 	sg_wlcert_release(w);
+	sg_caclient_free(c);
+}
+
+/* One fetch's root bundle, or NULL. */
+static char *fetched_roots(sg_caclient *c)
+{
+	sg_wlcert *w = NULL;
+	char *roots = sg_caclient_fetch(c, ID, &w) == SG_OK ? strdup(w->root_pem) : NULL;
+	sg_wlcert_release(w);
+	return roots;
+}
+
+static bool roots_are(sg_caclient *c, const char *want)
+{
+	char *got = fetched_roots(c);
+	bool same = got && strcmp(got, want) == 0;
+	free(got);
+	return same;
+}
+
+/* A rotation's overlap from signetd itself: its --root-ca-file gains a
+ * second root (followed within seconds, no restart), its answers carry
+ * both in the last element, and the client takes them, then one again. */
+static void t_fetch_overlap(void)
+{
+	if (!fixture())
+		return;
+	token_for("default", "sleep");
+	pki_init();
+	sg_caclient *c = NULL;
+	SG_CHECK_OK(client_new(&c, fx.root, false, true, 10000));
+	char *own = read_text(fx.root);
+	if (!c || !own) {
+		sg_caclient_free(c);
+		free(own);
+		return;
+	}
+	SG_CHECK(roots_are(c, own));
+	size_t n = strlen(own) + strlen(pki.other_pem) + 1;
+	char *both = malloc(n);
+	snprintf(both, n, "%s%s", own, pki.other_pem);
+	write_text(fx.served, both);
+	SG_WAIT_FOR(30000, roots_are(c, both));
+	sg_wlcert *w = NULL;
+	SG_CHECK_OK(sg_caclient_fetch(c, ID, &w));
+	if (w) {
+		check_issued(w, ID, "-----BEGIN PRIVATE KEY-----", 256);
+		sg_x509_bundle *b = NULL;
+		SG_CHECK_OK(sg_x509_bundle_parse(&b, w->root_pem, strlen(w->root_pem)));
+		SG_CHECK(b && sg_x509_bundle_count(b) == 2);
+		sg_x509_bundle_free(b);
+	}
+	sg_wlcert_release(w);
+	write_text(fx.served, own);
+	SG_WAIT_FOR(30000, roots_are(c, own));
+	free(both);
+	free(own);
 	sg_caclient_free(c);
 }
 
@@ -952,6 +1017,9 @@ static void t_fetch(void)
 {
 	fprintf(stderr, "no SIGNETD/SIGNETCTL: skipped\n");
 }
+static void t_fetch_overlap(void)
+{
+}
 static void t_tokens(void)
 {
 }
@@ -973,4 +1041,5 @@ static void t_cleanup(void)
 
 SG_TEST_MAIN(SG_TEST(t_check_good), SG_TEST(t_check_root_bundle), SG_TEST(t_check_signer_root),
              SG_TEST(t_check_roots_max), SG_TEST(t_check_key_forms), SG_TEST(t_check_hostile), SG_TEST(t_fetch),
-             SG_TEST(t_tokens), SG_TEST(t_root_reload), SG_TEST(t_options), SG_TEST(t_ca_down), SG_TEST(t_cleanup))
+             SG_TEST(t_fetch_overlap), SG_TEST(t_tokens), SG_TEST(t_root_reload), SG_TEST(t_options),
+             SG_TEST(t_ca_down), SG_TEST(t_cleanup))
