@@ -21,6 +21,11 @@
  * quietly keeping the old root: the operator learns at once, and the next
  * fetch looks again.
  *
+ * The same roots judge the answer: a holder carries the roots its channel
+ * was made with, parsed once, so the intermediate an answer may name as
+ * its root (istiod's per-signer mode) is checked against the roots that
+ * authenticated the CA on that very call, not a newer file.
+ *
  * Reconnects: gRPC backs off up to 120 s between attempts to reach a CA
  * that was down; a node agent that retries on its own schedule wants the
  * CA reached within seconds of its return, so the channel's backoff cap
@@ -34,6 +39,7 @@
 #include "sg_istio.h"
 #include "sg_secret.h"
 #include "sg_softkey.h"
+#include "sg_strbuf.h"
 #include "sg_x509.h"
 
 #include <errno.h>
@@ -53,10 +59,11 @@
 #define CLOCK_SKEW_S 300      /* a leaf may start up to 5 minutes in our future */
 #define HOST_MAX 256
 
-/* A channel and the number of its users. */
+/* A channel, the roots it was made with and the number of its users. */
 typedef struct chan_holder {
 	sg_grpc_channel *ch;
-	unsigned refs; /* under the client's lock */
+	sg_x509_bundle *trust; /* NULL when insecure */
+	unsigned refs;         /* under the client's lock */
 } chan_holder;
 
 /* What identifies one version of the root file. */
@@ -85,6 +92,8 @@ struct sg_caclient {
 };
 
 /* ---- options --------------------------------------------------------------- */
+
+static void holder_free(chan_holder *h);
 
 static char *dup_opt(const char *s)
 {
@@ -229,11 +238,8 @@ void sg_caclient_free(sg_caclient *c)
 {
 	if (!c)
 		return;
-	if (c->cur) {
-		/* No call is in flight (the contract), so this is the last user. */
-		sg_grpc_channel_free(c->cur->ch);
-		free(c->cur);
-	}
+	/* No call is in flight (the contract), so this is the last user. */
+	holder_free(c->cur);
 	pthread_mutex_destroy(&c->mu);
 	free(c->address);
 	free(c->server_name);
@@ -266,6 +272,7 @@ static void holder_free(chan_holder *h)
 {
 	if (h) {
 		sg_grpc_channel_free(h->ch);
+		sg_x509_bundle_free(h->trust);
 		free(h);
 	}
 }
@@ -280,9 +287,11 @@ static int holder_new(sg_caclient *c, chan_holder **out)
 	    .server_name = c->insecure ? NULL : c->server_name,
 	    .reconnect_backoff_max_ms = c->backoff_ms,
 	};
-	int rc = sg_grpc_channel_new(&h->ch, &co);
+	int rc = c->insecure ? SG_OK : sg_x509_bundle_parse(&h->trust, c->root_pem, strlen(c->root_pem));
+	if (rc == SG_OK)
+		rc = sg_grpc_channel_new(&h->ch, &co);
 	if (rc < 0) {
-		free(h);
+		holder_free(h);
 		return rc;
 	}
 	h->refs = 1; /* the client's */
@@ -349,6 +358,9 @@ static void channel_put(sg_caclient *c, chan_holder *h, bool retire)
 }
 
 /* ---- one fetch --------------------------------------------------------------- */
+
+static int check_response(const uint8_t *resp, size_t len, const char *identity, const char *key_pem,
+                          const sg_x509_bundle *trust, int64_t now, sg_wlcert **out);
 
 /* "Bearer <token>" from the token file, trailing whitespace dropped; NULL
  * when no token file is configured. The caller wipes and frees it. */
@@ -455,17 +467,15 @@ static int do_fetch(sg_caclient *c, const char *identity, sg_wlcert **out)
 	char msg[256];
 	rc = sg_grpc_unary(h->ch, SG_ISTIO_METHOD, md, nmd, req, req_len, c->timeout_ms * 1000000u, &resp, &resp_len,
 	                   &status, msg, sizeof(msg));
-	channel_put(c, h, rc == SG_OK && status == SG_GRPC_UNAVAILABLE);
+	bool unavailable = rc == SG_OK && status == SG_GRPC_UNAVAILABLE;
 	/* The token is needed no longer than the call. */
 	wipe_free(auth);
 	auth = NULL;
-	if (rc < 0)
-		goto done;
-	if (status != SG_GRPC_OK) {
+	if (rc == SG_OK && status != SG_GRPC_OK)
 		rc = status_error(c, status, msg);
-		goto done;
-	}
-	rc = sg_caclient_check(resp, resp_len, identity, key, (int64_t)time(NULL), out);
+	else if (rc == SG_OK) /* with the roots this call's TLS trusted */
+		rc = check_response(resp, resp_len, identity, key, h->trust, (int64_t)time(NULL), out);
+	channel_put(c, h, unavailable);
 done:
 	wipe_free(auth);
 	wipe_free(key);
@@ -495,7 +505,7 @@ int sg_caclient_fetch_fn(const char *identity, sg_wlcert **out, void *arg)
 typedef struct answer {
 	sg_istio_arena *arena;
 	sg_istio_chain chain;
-	sg_x509_bundle *certs[MAX_CHAIN_ELEMENTS];
+	sg_x509_bundle *certs[MAX_CHAIN_ELEMENTS]; /* one certificate each, but the last: the roots */
 	sg_x509_bundle *path; /* the leaf and the intermediates, for the chain check */
 	char *chain_pem, *root_pem;
 } answer;
@@ -510,40 +520,78 @@ static void answer_clear(answer *a)
 	free(a->root_pem);
 }
 
-/* Elements first..last-1 re-encoded as PEM (each ends in a newline) and
- * joined: what was read, byte for byte as DER, without the text around
- * the blocks. */
+/* The certificates of elements first..end-1 re-encoded as PEM (each ends
+ * in a newline) and joined: what was read, byte for byte as DER, without
+ * the text around the blocks. */
 static int join_pem(answer *a, size_t first, size_t end, char **out)
 {
 	*out = NULL;
-	char *parts[MAX_CHAIN_ELEMENTS] = {0};
-	size_t lens[MAX_CHAIN_ELEMENTS] = {0}, total = 0;
+	sg_strbuf sb = {0};
 	int rc = SG_OK;
-	for (size_t i = first; rc == SG_OK && i < end; i++) {
-		rc = sg_x509_pem(a->certs[i], 0, &parts[i], &lens[i]);
-		total += lens[i];
-	}
-	char *s = rc == SG_OK ? malloc(total + 1) : NULL;
-	if (rc == SG_OK && !s)
-		rc = sg_error_set(SG_EINTERNAL, "out of memory");
-	if (s) {
-		size_t off = 0;
-		for (size_t i = first; i < end; i++) {
-			memcpy(s + off, parts[i], lens[i]);
-			off += lens[i];
+	for (size_t i = first; rc == SG_OK && i < end; i++)
+		for (size_t j = 0; rc == SG_OK && j < sg_x509_bundle_count(a->certs[i]); j++) {
+			char *pem = NULL;
+			size_t n = 0;
+			rc = sg_x509_pem(a->certs[i], j, &pem, &n);
+			if (rc == SG_OK)
+				sg_strbuf_add(&sb, pem, n);
+			free(pem);
 		}
-		s[off] = '\0';
+	char *s = sg_strbuf_take(&sb); /* NULL (and freed) after a refused add */
+	if (rc < 0) {
+		free(s);
+		return rc;
 	}
-	for (size_t i = first; i < end; i++)
-		free(parts[i]);
+	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
 	*out = s;
+	return SG_OK;
+}
+
+/* Certificate i of b alone, as the leaf of a chain check. */
+static int single(const sg_x509_bundle *b, size_t i, sg_x509_bundle **out)
+{
+	char *pem = NULL;
+	size_t n = 0;
+	SG_TRY(sg_x509_pem(b, i, &pem, &n));
+	int rc = sg_x509_bundle_parse(out, pem, n);
+	free(pem);
 	return rc;
+}
+
+/* The roots of the last element (sg_caclient.h): each a self-signed root,
+ * or a CA certificate that chains to the configured roots (or is one of
+ * them) at the time at. A self-signed root needs no more: the CA whose
+ * TLS the configured roots authenticated is the authority on its roots,
+ * as it is for istio-agent. */
+static int check_roots(const sg_x509_bundle *roots, const sg_x509_bundle *trust, int64_t at)
+{
+	for (size_t i = 0; i < sg_x509_bundle_count(roots); i++) {
+		if (sg_x509_self_signed(roots, i))
+			continue;
+		sg_x509_facts f;
+		SG_ENSURE(sg_x509_get_facts(roots, i, &f) == SG_OK && f.is_ca, SG_EINVAL,
+		          "CA answer: root %zu of the last element is neither a self-signed root nor a CA certificate",
+		          i);
+		SG_ENSURE(trust, SG_EINVAL,
+		          "CA answer: root %zu of the last element is not a self-signed root, and no roots are "
+		          "configured to chain it to",
+		          i);
+		sg_x509_bundle *one = NULL;
+		SG_TRY(single(roots, i, &one));
+		bool ok = sg_x509_holds(trust, one, 0) || sg_x509_chains_to_anchors_at(one, trust, at);
+		sg_x509_bundle_free(one);
+		SG_ENSURE(ok, SG_EINVAL,
+		          "CA answer: root %zu of the last element is not a self-signed root and does not chain to the "
+		          "configured roots",
+		          i);
+	}
+	return SG_OK;
 }
 
 /* The checks, in the order of the header; each failure names the check
  * and never quotes the answer. */
 static int check_answer(answer *a, const uint8_t *resp, size_t len, const char *identity, const char *key_pem,
-                        int64_t now, sg_x509_facts *leaf)
+                        const sg_x509_bundle *trust, int64_t now, sg_x509_facts *leaf)
 {
 	SG_TRY(sg_istio_arena_new(&a->arena));
 	int rc = sg_istio_response_decode(a->arena, resp, len, &a->chain);
@@ -560,9 +608,11 @@ static int check_answer(answer *a, const uint8_t *resp, size_t len, const char *
 		if (rc == SG_EINTERNAL)
 			return rc;
 		SG_ENSURE(rc == SG_OK, SG_EINVAL, "CA answer: element %zu is not a PEM certificate", i);
-		SG_ENSURE(sg_x509_bundle_count(a->certs[i]) == 1, SG_EINVAL,
-		          "CA answer: element %zu holds %zu certificates, want exactly one", i,
-		          sg_x509_bundle_count(a->certs[i]));
+		size_t k = sg_x509_bundle_count(a->certs[i]);
+		SG_ENSURE(i == n - 1 || k == 1, SG_EINVAL,
+		          "CA answer: element %zu holds %zu certificates, want exactly one", i, k);
+		SG_ENSURE(k <= SG_CACLIENT_ROOTS_MAX, SG_EINVAL,
+		          "CA answer: the last element holds %zu roots, at most %d", k, SG_CACLIENT_ROOTS_MAX);
 	}
 	SG_ENSURE(sg_x509_names_are(a->certs[0], 0, NULL, NULL, 0, identity), SG_EINVAL,
 	          "CA answer: the leaf's subjectAltName is not exactly the identity as its one URI");
@@ -579,27 +629,28 @@ static int check_answer(answer *a, const uint8_t *resp, size_t len, const char *
 	 * the skew, and the chain verified at the leaf's start then. */
 	SG_ENSURE(leaf->not_before - CLOCK_SKEW_S <= now, SG_EINVAL, "CA answer: the leaf is not valid yet");
 	int64_t at = leaf->not_before > now ? leaf->not_before : now;
-	SG_ENSURE(sg_x509_self_signed(a->certs[n - 1], 0), SG_EINVAL,
-	          "CA answer: the last element is not a self-signed root");
+	SG_TRY(check_roots(a->certs[n - 1], trust, at));
 	SG_TRY(join_pem(a, 0, n - 1, &a->chain_pem));
 	SG_TRY(join_pem(a, n - 1, n, &a->root_pem));
 	rc = sg_x509_bundle_parse(&a->path, a->chain_pem, strlen(a->chain_pem));
 	if (rc < 0)
 		return rc == SG_EINTERNAL ? rc : sg_error_set(SG_EINVAL, "CA answer: the chain does not re-read");
-	SG_ENSURE(sg_x509_chains_to_at(a->path, a->certs[n - 1], at), SG_EINVAL,
-	          "CA answer: the chain does not verify up to the last element");
+	/* Any one root will do: during an overlap the leaf chains to the new
+	 * root or the old, and each of them was checked above. */
+	SG_ENSURE(sg_x509_chains_to_anchors_at(a->path, a->certs[n - 1], at), SG_EINVAL,
+	          "CA answer: the chain does not verify up to a root of the last element");
 	return SG_OK;
 }
 
-int sg_caclient_check(const uint8_t *resp, size_t len, const char *identity, const char *key_pem, int64_t now,
-                      sg_wlcert **out)
+static int check_response(const uint8_t *resp, size_t len, const char *identity, const char *key_pem,
+                          const sg_x509_bundle *trust, int64_t now, sg_wlcert **out)
 {
 	*out = NULL;
 	SG_ENSURE(identity && identity[0] && key_pem && key_pem[0], SG_EINVAL, "CA answer: no identity or no key");
 	SG_ENSURE(resp || len == 0, SG_EINVAL, "CA answer: no bytes");
 	answer a = {0};
 	sg_x509_facts leaf;
-	int rc = check_answer(&a, resp ? resp : (const uint8_t *)"", len, identity, key_pem, now, &leaf);
+	int rc = check_answer(&a, resp ? resp : (const uint8_t *)"", len, identity, key_pem, trust, now, &leaf);
 	if (rc == SG_OK) {
 		char *key = strdup(key_pem);
 		if (!key)
@@ -609,5 +660,21 @@ int sg_caclient_check(const uint8_t *resp, size_t len, const char *identity, con
 			                   leaf.not_after, leaf.serial);
 	}
 	answer_clear(&a);
+	return rc;
+}
+
+int sg_caclient_check(const uint8_t *resp, size_t len, const char *identity, const char *key_pem, const char *trust_pem,
+                      size_t trust_len, int64_t now, sg_wlcert **out)
+{
+	*out = NULL;
+	sg_x509_bundle *trust = NULL;
+	if (trust_pem) {
+		int rc = sg_x509_bundle_parse(&trust, trust_pem, trust_len);
+		if (rc == SG_EINTERNAL)
+			return rc;
+		SG_ENSURE(rc == SG_OK, SG_EINVAL, "caclient: the configured roots hold no usable PEM certificate");
+	}
+	int rc = check_response(resp, len, identity, key_pem, trust, now, out);
+	sg_x509_bundle_free(trust);
 	return rc;
 }

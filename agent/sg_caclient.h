@@ -23,10 +23,20 @@
  * SAN.
  *
  * The answer is hostile input until checked (sg_caclient_check): at least
- * two elements (the leaf and at least the root, which is last), each
- * exactly one certificate; the leaf carries exactly the identity as URI
- * SAN and holds the key that was made; the chain verifies up to the last
- * element, which is self-signed; the leaf is valid now.
+ * two elements, the leaf first and the roots last; every element but the
+ * last exactly one certificate; the leaf carries exactly the identity as
+ * URI SAN and holds the key that was made, and is valid now.
+ *
+ * The last element is the CA's root bundle, as istio-agent and ztunnel
+ * take it: one root, or several while a rotation overlaps old and new
+ * (istiod, istio-csr and signetd send all current roots in that one
+ * element), at most SG_CACLIENT_ROOTS_MAX. Each of them is a self-signed
+ * root, or a CA certificate that chains to the configured roots (the root
+ * file the CA's TLS is verified with): istiod's per-signer mode answers
+ * with the signer's intermediate as the root, to be trusted alone. The
+ * chain (the leaf and the elements between) must verify up to one of
+ * them; all of them are what the workload trusts (root_pem of the
+ * certificate, root-cert.pem on disk), in the CA's order.
  *
  * Errors: SG_EINVAL for a bad option or an answer that fails a check,
  * SG_EAUTH for UNAUTHENTICATED/PERMISSION_DENIED, SG_EBUSY for the
@@ -48,6 +58,10 @@
 #include <stdint.h>
 
 #define SG_CACLIENT_FILE_MAX (64u * 1024u) /* largest token or root file read */
+/* Roots in an answer's last element: a rotation overlaps two, a few
+ * signers' roots side by side make some more; past this is a CA gone
+ * wrong, not a bundle to write into every workload. */
+#define SG_CACLIENT_ROOTS_MAX 16
 
 typedef enum sg_caclient_key {
 	SG_CACLIENT_KEY_EC_P256 = 0,
@@ -87,11 +101,15 @@ SG_API int sg_caclient_fetch_fn(const char *identity, sg_wlcert **out, void *arg
 
 /* The checks of a CA's answer: the serialized IstioCertificateResponse of
  * len bytes, for identity, whose key is key_pem (the caller's, borrowed).
- * now is Unix seconds, for the leaf's validity (the chain is verified at
- * the current time). On success *out gets a new certificate holding a
- * copy of key_pem. Exposed for tests and the fuzz target. */
+ * trust_pem (trust_len bytes, borrowed) is the configured roots that an
+ * intermediate named as the root must chain to; NULL: none, and only
+ * self-signed roots are accepted. now is Unix seconds, for the leaf's
+ * validity (the chain is verified at now, or at the leaf's start when
+ * that is within the skew allowance ahead). On success *out gets a new
+ * certificate holding a copy of key_pem. Exposed for tests and the fuzz
+ * target. */
 SG_API int sg_caclient_check(const uint8_t *resp, size_t len, const char *identity, const char *key_pem,
-                             int64_t now, sg_wlcert **out) SG_MUST_CHECK;
+                             const char *trust_pem, size_t trust_len, int64_t now, sg_wlcert **out) SG_MUST_CHECK;
 
 typedef struct sg_caclient_stats {
 	uint64_t calls, ok, failed;

@@ -3,7 +3,9 @@
  * (a field selector on spec.nodeName), keeps one workload certificate per
  * service account that has pods there, and publishes each under
  * --output-dir as DIR/<namespace>/<service-account>/{cert-chain.pem,
- * key.pem, root-cert.pem} (sg_certdir.h: switched atomically). The
+ * key.pem, root-cert.pem} (sg_certdir.h: switched atomically;
+ * root-cert.pem holds every root of the CA's answer, old and new while a
+ * rotation overlaps them: sg_caclient.h). The
  * certificates come from any Istio-API CA (signetd, istiod, istio-csr)
  * through sg_caclient, asked for as the agent's own service account
  * impersonating each workload's: the CA must list the agent's account in
@@ -132,7 +134,9 @@ static const sg_opt opts[] = {
 	{"secret-ttl", SG_OPT_DURATION, S(secret_ttl), "24h", 60, 365LL * 86400, NULL,
 	 "certificate lifetime asked of the CA (the CA may shorten it)", false},
 	{"root-ca-file", SG_OPT_PATH, S(root_ca_file), "/var/run/secrets/istio/root-cert.pem", 1, 4096, NULL,
-	 "PEM roots that the CA's serving certificate must chain to (re-read when it changes)", false},
+	 "PEM roots that the CA's serving certificate, and an intermediate the CA answers as its root, must chain to "
+	 "(re-read when it changes)",
+	 false},
 	{"token-file", SG_OPT_PATH, S(token_file), "/var/run/secrets/tokens/istio-token", 1, 4096, NULL,
 	 "the agent's service-account token (a projected, pod-bound token); re-read on every call", false},
 	{"key-type", SG_OPT_ENUM, S(key_type), "ec-p256", 0, 0, key_types,

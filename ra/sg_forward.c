@@ -43,7 +43,8 @@
  * Checking an answer (informer thread, no lock held): status.certificate
  * is base64 of PEM; the PEM must parse as certificates (signer/sg_x509),
  * the first one's key must be the CSR's, and the chain must verify against
- * the mesh roots now. The answer handed to done is leaf and intermediates,
+ * one of the mesh roots now (an intermediate among them is an anchor as
+ * it stands, as in istio-csr's Go pool). The answer handed to done is leaf and intermediates,
  * each re-written as PEM from its DER (so text between blocks goes), with
  * any self-signed certificate after the leaf left out: cert-manager says
  * issuers SHOULD omit the root, and the caller appends its own bundle.

@@ -5,7 +5,8 @@
  * Ready False) is a refusal; status.certificate is an answer, checked as
  * cert-manager and istio-csr check it: base64 of PEM that parses as
  * certificates, the leaf's key the CSR's, the chain verifying against
- * the mesh roots now (held here, by reference count); what is handed on
+ * the mesh roots now (any of them, an intermediate among them trusted
+ * as it stands; held here, by reference count); what is handed on
  * is leaf and intermediates re-written as PEM, without a self-signed
  * certificate after the leaf. examine, in sg_forward.c, acts on what
  * these say and ends the request. Apart because these checks are the
@@ -15,6 +16,7 @@
 #include "sg_forward_impl.h"
 
 #include "sg_base64.h"
+#include "sg_clock.h"
 #include "sg_csr.h"
 #include "sg_guard.h"
 
@@ -117,8 +119,11 @@ int forward_check_answer(sg_forward *f, const struct req *e, const char *b64, si
 	          "the CSR no longer parses"); /* it parsed in submit: cannot happen */
 	SG_ENSURE(sg_x509_key_is(b, 0, &csr.key), SG_EPROTO,
 	          "the issuer returned a certificate with a public key that does not match the CSR");
+	/* Any root of the bundle will do (a rotation overlaps two), and one
+	 * that is an intermediate is trusted as it stands: istio-csr's Go
+	 * pool does so, and mesh roots may be a signer's intermediate. */
 	struct roots *r = roots_get(f);
-	bool chains = r && sg_x509_chains_to(b, r->b);
+	bool chains = r && sg_x509_chains_to_anchors_at(b, r->b, sg_wall_seconds());
 	forward_roots_put(r);
 	SG_ENSURE(chains, SG_EPROTO, "the issued certificate chain does not verify against the mesh roots");
 	return chain_text(b, chain, len);

@@ -279,8 +279,11 @@ bool sg_x509_names_are(const sg_x509_bundle *b, size_t i, const char *cn, const 
 
 /* ---- chains ---- */
 
-/* X509_verify_cert of chain against roots, at *at (Unix seconds) or now. */
-static bool verify_chain(const sg_x509_bundle *chain, const sg_x509_bundle *roots, const int64_t *at)
+/* X509_verify_cert of chain against roots, at *at (Unix seconds) or now.
+ * partial: a root need not be self-signed, and the verified path must
+ * then hold more than the leaf (an anchor that is the leaf itself proves
+ * nothing about who issued it). */
+static bool verify_chain(const sg_x509_bundle *chain, const sg_x509_bundle *roots, const int64_t *at, bool partial)
 {
 	if (!cert_at(chain, 0) || !cert_at(roots, 0))
 		return false;
@@ -295,7 +298,10 @@ static bool verify_chain(const sg_x509_bundle *chain, const sg_x509_bundle *root
 	ok = ok && X509_STORE_CTX_init(ctx, st, chain->certs[0], untrusted) == 1;
 	if (ok && at)
 		X509_STORE_CTX_set_time(ctx, 0, (time_t)*at);
+	if (ok && partial)
+		X509_STORE_CTX_set_flags(ctx, X509_V_FLAG_PARTIAL_CHAIN);
 	ok = ok && X509_verify_cert(ctx) == 1;
+	ok = ok && (!partial || sk_X509_num(X509_STORE_CTX_get0_chain(ctx)) >= 2);
 	X509_STORE_CTX_free(ctx);
 	X509_STORE_free(st);
 	sk_X509_free(untrusted);
@@ -305,12 +311,27 @@ static bool verify_chain(const sg_x509_bundle *chain, const sg_x509_bundle *root
 
 bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle *roots)
 {
-	return verify_chain(chain, roots, NULL);
+	return verify_chain(chain, roots, NULL, false);
 }
 
 bool sg_x509_chains_to_at(const sg_x509_bundle *chain, const sg_x509_bundle *roots, int64_t at)
 {
-	return verify_chain(chain, roots, &at);
+	return verify_chain(chain, roots, &at, false);
+}
+
+bool sg_x509_holds(const sg_x509_bundle *set, const sg_x509_bundle *b, size_t i)
+{
+	X509 *x = cert_at(b, i);
+	bool found = false;
+	for (size_t j = 0; x && set && !found && j < set->n; j++)
+		found = X509_cmp(set->certs[j], x) == 0; /* the DER's digests, then the DER */
+	ERR_clear_error();
+	return found;
+}
+
+bool sg_x509_chains_to_anchors_at(const sg_x509_bundle *chain, const sg_x509_bundle *anchors, int64_t at)
+{
+	return verify_chain(chain, anchors, &at, true);
 }
 
 /* ---- public keys and PEM ---- */

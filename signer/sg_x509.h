@@ -94,6 +94,18 @@ SG_API bool sg_x509_chains_to(const sg_x509_bundle *chain, const sg_x509_bundle 
 /* The same check at the time at (Unix seconds) instead of now: a client
  * that allows for clock skew verifies at the moment it accepts. */
 SG_API bool sg_x509_chains_to_at(const sg_x509_bundle *chain, const sg_x509_bundle *roots, int64_t at);
+/*
+ * sg_x509_chains_to_at where a certificate of anchors need not be a
+ * self-signed root: each is trusted as it stands (OpenSSL's partial
+ * chains), as Go's certificate pools trust whatever they hold. For an
+ * answer that names an intermediate as its root (istiod's per-signer
+ * mode); the caller decides first whether that intermediate is to be
+ * trusted. A leaf that is itself one of the anchors does not count.
+ */
+SG_API bool sg_x509_chains_to_anchors_at(const sg_x509_bundle *chain, const sg_x509_bundle *anchors, int64_t at);
+/* Whether set holds certificate i of b: the same DER. False for i out of
+ * range or a NULL set. */
+SG_API bool sg_x509_holds(const sg_x509_bundle *set, const sg_x509_bundle *b, size_t i);
 
 /*
  * Whether certificate i holds the public key k: the same kind and the same

@@ -31,6 +31,12 @@ one API server, in namespaces of this run:
     or its namespace's; a namespace labelled and unlabelled later), from
     a CA of the test's own (FakeCA) that records what each request
     carries: the bearer token, clusterid and ImpersonatedIdentity;
+  - node H: FakeCA answers as CAs do in a root rotation and in istiod's
+    per-signer mode: a bundle of two roots as the last element (both are
+    written to root-cert.pem, and the leaf verifies with it although it
+    is under the root the agent was not configured with); the signer's
+    intermediate as the root (written alone, chains to the configured
+    root); an intermediate under another root (refused, nothing written);
   - the manifests: packaging/kubernetes/agent.yaml passes the API server's
     validation (server-side dry run) and its ServiceAccount may list and
     watch pods.
@@ -269,7 +275,8 @@ class Cluster:
         k.ensure("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                         "metadata": {"name": NS_KM, "labels": {ENROL: "kmesh"}}})
         k.service_account(AGENT_NS, AGENT_SA)
-        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign", "job"):
+        for sa in ("web", "db", "batch", "churn", "other", "late", "short", "foreign", "job", "overlap", "signer",
+                   "stranger"):
             k.service_account(NS, sa)
         k.service_account(NS2, "web")
         k.service_account(NS_SWEEP, "fresh")
@@ -279,7 +286,7 @@ class Cluster:
             k.service_account(NS_PLAIN, sa)
         # The agents' own pods, one per node (their tokens are bound to them).
         self.agent_pods = {}
-        for n in ("a", "c", "d", "f", "g"):
+        for n in ("a", "c", "d", "f", "g", "h"):
             name = f"signet-agent-{node(n)}"
             self.agent_pods[n] = (name, k.pod(AGENT_NS, name, AGENT_SA, node(n)))
         self.signetd = Signetd()
@@ -648,10 +655,18 @@ class Writers(Base):
         self.assertEqual(rc, 0, agent.text()[-3000:])
 
 
+def pem(*certs):
+    return "".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs)
+
+
 class FakeCA:
     """An Istio certificate service of the test's own, over TLS: records
     what each call carries (its metadata and the request's metadata
-    Struct) and signs any CSR with a root of its own."""
+    Struct) and signs any CSR with a root of its own. mode picks the
+    answer: "root" [leaf, root]; "overlap" [leaf under a new root, old +
+    new root]; "signer" [leaf, the signer's intermediate under the root]
+    (istiod's per-signer mode); "stranger" as signer, under another
+    root."""
 
     def __init__(self):
         import grpc
@@ -659,17 +674,12 @@ class FakeCA:
         signet_e2e.compile_proto(os.path.join(SOURCE_DIR, "proto"), C.tmp)
         import ca_pb2
         import ca_pb2_grpc
-        now = datetime.datetime.now(datetime.timezone.utc)
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fake CA root")])
-        self.root = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-                     .public_key(self.key.public_key()).serial_number(x509.random_serial_number())
-                     .not_valid_before(now - datetime.timedelta(minutes=5))
-                     .not_valid_after(now + datetime.timedelta(days=1))
-                     .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-                     .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
-                                    critical=True)
-                     .sign(self.key, hashes.SHA256()))
+        self.key, self.root = self.ca_cert("fake CA root")
+        self.new_key, self.new_root = self.ca_cert("fake CA new root")
+        self.signer_key, self.signer = self.ca_cert("fake CA signer", self.root, self.key)
+        stranger_root_key, stranger_root = self.ca_cert("fake CA stranger root")
+        self.stranger_key, self.stranger = self.ca_cert("fake CA stranger", stranger_root, stranger_root_key)
+        self.mode = "root"
         self.root_pem = self.root.public_bytes(serialization.Encoding.PEM)
         self.root_file = os.path.join(C.tmp, "fake-ca-root.pem")
         with open(self.root_file, "wb") as f:
@@ -689,9 +699,13 @@ class FakeCA:
                 outer.calls.append({"authorization": md.get("authorization"), "clusterid": md.get("clusterid"),
                                     "impersonated": imp.string_value if imp else None,
                                     "uris": san.get_values_for_type(x509.UniformResourceIdentifier)})
-                cert = outer.leaf(csr.public_key(), san, request.validity_duration or 3600)
-                return ca_pb2.IstioCertificateResponse(
-                    cert_chain=[cert.public_bytes(serialization.Encoding.PEM).decode(), outer.root_pem.decode()])
+                issuer, key, last = {
+                    "root": (outer.root, outer.key, [outer.root]),
+                    "overlap": (outer.new_root, outer.new_key, [outer.root, outer.new_root]),
+                    "signer": (outer.signer, outer.signer_key, [outer.signer]),
+                    "stranger": (outer.stranger, outer.stranger_key, [outer.stranger])}[outer.mode]
+                cert = outer.leaf(csr.public_key(), san, request.validity_duration or 3600, issuer, key)
+                return ca_pb2.IstioCertificateResponse(cert_chain=[pem(cert), pem(*last)])
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         ca_pb2_grpc.add_IstioCertificateServiceServicer_to_server(Servicer(), self.server)
@@ -702,9 +716,27 @@ class FakeCA:
         self.port = self.server.add_secure_port("127.0.0.1:0", creds)
         self.server.start()
 
-    def leaf(self, public_key, san, seconds):
+    @staticmethod
+    def ca_cert(cn, issuer=None, issuer_key=None):
+        """A CA key and certificate: a root, or issued by issuer."""
         now = datetime.datetime.now(datetime.timezone.utc)
-        return (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(self.root.subject)
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+        cert = (x509.CertificateBuilder().subject_name(name)
+                .issuer_name(issuer.subject if issuer else name)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now - datetime.timedelta(minutes=5))
+                .not_valid_after(now + datetime.timedelta(days=1))
+                .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                               critical=True)
+                .sign(issuer_key or key, hashes.SHA256()))
+        return key, cert
+
+    def leaf(self, public_key, san, seconds, issuer=None, issuer_key=None):
+        now = datetime.datetime.now(datetime.timezone.utc)
+        issuer, issuer_key = (issuer, issuer_key) if issuer else (self.root, self.key)
+        return (x509.CertificateBuilder().subject_name(x509.Name([])).issuer_name(issuer.subject)
                 .public_key(public_key).serial_number(x509.random_serial_number())
                 .not_valid_before(now - datetime.timedelta(seconds=30))
                 .not_valid_after(now + datetime.timedelta(seconds=seconds))
@@ -712,7 +744,7 @@ class FakeCA:
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
                                                       ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-                .sign(self.key, hashes.SHA256()))
+                .sign(issuer_key, hashes.SHA256()))
 
     def stop(self):
         self.server.stop(0)
@@ -758,6 +790,58 @@ class Enrolment(Base):
             wait_for("b1's folder removed", lambda: not os.path.exists(agent.folder(NS_PLAIN, "b1")), timeout=60)
             self.assertTrue(files(NS_PLAIN, "b2"), "a pod enrolled by its own label left with its namespace")
             self.assertTrue(files(NS_KM, "a1"))
+        finally:
+            rc = agent.stop()
+        self.assertEqual(rc, 0, agent.text()[-3000:])
+
+
+class Overlap(Base):
+    """Node H: the answers of a root rotation and of istiod's per-signer
+    mode, from FakeCA, with the agent configured with the (old) root."""
+
+    def test_root_bundle_and_signer_roots(self):
+        ca = FakeCA()
+        self.addCleanup(ca.stop)
+        k = C.kube
+        agent = Agent("agent-h", node("h"), ca.port, C.agent_pods["h"], root_file=ca.root_file)
+
+        def paths(sa):
+            d = agent.folder(NS, sa)
+            return os.path.join(d, "cert-chain.pem"), os.path.join(d, "root-cert.pem")
+
+        agent.start()
+        try:
+            # Overlap: both roots written; the leaf is under the new one,
+            # which the configured root file does not hold.
+            ca.mode = "overlap"
+            k.pod(NS, "overlap-1", "overlap", node("h"))
+            chain, root = paths("overlap")
+            wait_for("overlap's files", lambda: os.path.exists(chain), timeout=60)
+            self.assertEqual(read(root), pem(ca.root, ca.new_root))
+            v = openssl("verify", "-CAfile", root, chain)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            self.assertNotEqual(openssl("verify", "-CAfile", ca.root_file, chain).returncode, 0)
+
+            # The signer's intermediate as the root: written alone, a
+            # partial-chain anchor, and it chains to the configured root.
+            ca.mode = "signer"
+            k.pod(NS, "signer-1", "signer", node("h"))
+            chain, root = paths("signer")
+            wait_for("signer's files", lambda: os.path.exists(chain), timeout=60)
+            self.assertEqual(read(root), pem(ca.signer))
+            v = openssl("verify", "-partial_chain", "-CAfile", root, chain)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            v = openssl("verify", "-CAfile", ca.root_file, "-untrusted", root, chain)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+
+            # An intermediate under a root the agent does not trust.
+            ca.mode = "stranger"
+            k.pod(NS, "stranger-1", "stranger", node("h"))
+            failed = wait_for("stranger's answer refused", lambda: next(
+                (r for r in agent.records() if r.get("msg") == "certificate request failed"
+                 and r.get("service_account") == "stranger"), None), timeout=60)
+            self.assertIn("does not chain to the configured roots", failed["error"])
+            self.assertFalse(os.path.exists(agent.folder(NS, "stranger")), "a refused answer was written")
         finally:
             rc = agent.stop()
         self.assertEqual(rc, 0, agent.text()[-3000:])

@@ -192,10 +192,10 @@ static char *leaf_pem(EVP_PKEY *key, X509 *issuer, EVP_PKEY *issuer_key, const c
 }
 
 /* The answer is refused with SG_EINVAL and a message holding want. */
-static void refused(const uint8_t *resp, size_t len, const char *key, const char *want, int line)
+static void refused(const uint8_t *resp, size_t len, const char *key, const char *trust, const char *want, int line)
 {
 	sg_wlcert *c = (sg_wlcert *)1;
-	int rc = sg_caclient_check(resp, len, ID, key, (int64_t)time(NULL), &c);
+	int rc = sg_caclient_check(resp, len, ID, key, trust, trust ? strlen(trust) : 0, (int64_t)time(NULL), &c);
 	if (rc != SG_EINVAL || c != NULL || !strstr(sg_error_last()->msg, want)) {
 		fprintf(stderr, "line %d: rc %d, want SG_EINVAL with \"%s\"; got \"%s\"\n", line, rc, want,
 		        sg_error_last()->msg);
@@ -206,7 +206,26 @@ static void refused(const uint8_t *resp, size_t len, const char *key, const char
 	if (rc == SG_OK)
 		sg_wlcert_release(c);
 }
-#define REFUSED(resp, len, key, want) refused((resp), (len), (key), (want), __LINE__)
+#define REFUSED(resp, len, key, want) refused((resp), (len), (key), NULL, (want), __LINE__)
+#define REFUSED_T(resp, len, key, trust, want) refused((resp), (len), (key), (trust), (want), __LINE__)
+
+/* The answer is taken with trust as the configured roots (NULL: none):
+ * its chain is want_chain (NULL: not compared) and its roots want_roots. */
+static void accepted(const uint8_t *resp, size_t len, const char *key, const char *trust, const char *want_chain,
+                     const char *want_roots, int line)
+{
+	sg_wlcert *c = NULL;
+	int rc = sg_caclient_check(resp, len, ID, key, trust, trust ? strlen(trust) : 0, (int64_t)time(NULL), &c);
+	bool ok =
+	    rc == SG_OK && c && (!want_chain || !strcmp(c->chain_pem, want_chain)) && !strcmp(c->root_pem, want_roots);
+	if (!ok)
+		fprintf(stderr, "line %d: rc %d (%s), or not the chain and roots wanted\n", line, rc,
+		        rc == SG_OK ? "" : sg_error_last()->msg);
+	SG_CHECK(ok);
+	sg_wlcert_release(c);
+}
+#define ACCEPTED(resp, len, key, trust, chain, roots)                                                                  \
+	accepted((resp), (len), (key), (trust), (chain), (roots), __LINE__)
 
 static void t_check_good(void)
 {
@@ -218,7 +237,7 @@ static void t_check_good(void)
 	size_t len;
 	uint8_t *resp = response(&len, 2, leaf, pki.root_pem);
 	sg_wlcert *c = NULL;
-	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, (int64_t)time(NULL), &c));
+	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, NULL, 0, (int64_t)time(NULL), &c));
 	if (c) {
 		SG_CHECK(!strcmp(c->key_pem, key) && c->key_pem != key);
 		SG_CHECK(!strcmp(c->chain_pem, leaf));
@@ -237,7 +256,7 @@ static void t_check_good(void)
 	snprintf(around, sizeof(around), "subject=leaf\n%s", leaf2);
 	resp = response(&len, 3, around, pki.inter_pem, pki.root_pem);
 	c = NULL;
-	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, (int64_t)time(NULL), &c));
+	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, NULL, 0, (int64_t)time(NULL), &c));
 	if (c) {
 		char want[8192];
 		snprintf(want, sizeof(want), "%s%s", leaf2, pki.inter_pem);
@@ -249,6 +268,124 @@ static void t_check_good(void)
 
 	free(leaf);
 	free(leaf2);
+	EVP_PKEY_free(k);
+	free(key);
+}
+
+/* A rotation's overlap: the last element is the root bundle, old and new
+ * (what istiod, istio-csr and signetd send while two roots are current).
+ * The leaf verifies against either; all of them reach root-cert.pem, in
+ * the CA's order. */
+static void t_check_root_bundle(void)
+{
+	pki_init();
+	char *key = key_pem_new(false, true);
+	EVP_PKEY *k = key_load(key);
+	char *leaf = leaf_pem(k, NULL, NULL, "URI:" ID, -60, 3600);
+	char bundle[8192];
+	size_t len;
+	uint8_t *resp;
+	/* The issuing root second and first. */
+	const char *firsts[2] = {pki.other_pem, pki.root_pem};
+	const char *seconds[2] = {pki.root_pem, pki.other_pem};
+	for (size_t i = 0; i < 2; i++) {
+		snprintf(bundle, sizeof(bundle), "%s%s", firsts[i], seconds[i]);
+		resp = response(&len, 2, leaf, bundle);
+		ACCEPTED(resp, len, key, NULL, leaf, bundle);
+		free(resp);
+	}
+	/* Under an intermediate, with text between the roots (not kept). */
+	char *leaf2 = leaf_pem(k, pki.inter, pki.inter_key, "URI:" ID, -60, 3600);
+	snprintf(bundle, sizeof(bundle), "# old\n%s# new\n%s", pki.other_pem, pki.root_pem);
+	resp = response(&len, 3, leaf2, pki.inter_pem, bundle);
+	char want[8192];
+	snprintf(want, sizeof(want), "%s%s", pki.other_pem, pki.root_pem);
+	ACCEPTED(resp, len, key, NULL, NULL, want);
+	free(resp);
+	free(leaf);
+	free(leaf2);
+	EVP_PKEY_free(k);
+	free(key);
+}
+
+/* istiod's per-signer mode: the last element is the signer's
+ * intermediate, which the workload is to trust alone. Accepted when it
+ * chains to the configured roots (or is one of them), and written as the
+ * root; refused otherwise. */
+static void t_check_signer_root(void)
+{
+	pki_init();
+	char *key = key_pem_new(false, true);
+	EVP_PKEY *k = key_load(key);
+	char *under_inter = leaf_pem(k, pki.inter, pki.inter_key, "URI:" ID, -60, 3600);
+	char *under_root = leaf_pem(k, NULL, NULL, "URI:" ID, -60, 3600);
+	size_t len;
+	uint8_t *resp = response(&len, 2, under_inter, pki.inter_pem);
+	const char *trusted[3] = {pki.root_pem, pki.inter_pem, NULL};
+	char both[8192];
+	snprintf(both, sizeof(both), "%s%s", pki.other_pem, pki.root_pem);
+	trusted[2] = both;
+	for (size_t i = 0; i < 3; i++)
+		ACCEPTED(resp, len, key, trusted[i], under_inter, pki.inter_pem);
+	/* Configured roots it does not chain to. */
+	REFUSED_T(resp, len, key, pki.other_pem, "does not chain to the configured roots");
+	free(resp);
+
+	/* It chains to the configured roots, but the leaf is not under it. */
+	resp = response(&len, 2, under_root, pki.inter_pem);
+	REFUSED_T(resp, len, key, pki.root_pem, "does not verify up to a root of the last element");
+	free(resp);
+
+	/* A leaf under the configured root posing as the root: not a CA. */
+	resp = response(&len, 2, under_root, under_root);
+	REFUSED_T(resp, len, key, pki.root_pem, "neither a self-signed root nor a CA certificate");
+	free(resp);
+
+	/* An overlap of a root and a signer's intermediate; the leaf under the
+	 * intermediate. Both are what the workload trusts. */
+	char bundle[8192];
+	snprintf(bundle, sizeof(bundle), "%s%s", pki.other_pem, pki.inter_pem);
+	resp = response(&len, 2, under_inter, bundle);
+	ACCEPTED(resp, len, key, pki.root_pem, under_inter, bundle);
+	REFUSED(resp, len, key, "root 1 of the last element is not a self-signed root");
+	free(resp);
+
+	/* Configured roots that are not PEM. */
+	resp = response(&len, 2, under_inter, pki.inter_pem);
+	REFUSED_T(resp, len, key, "junk", "the configured roots hold no usable PEM certificate");
+	free(resp);
+
+	free(under_inter);
+	free(under_root);
+	EVP_PKEY_free(k);
+	free(key);
+}
+
+/* The bound on the roots of the last element. */
+static void t_check_roots_max(void)
+{
+	pki_init();
+	char *key = key_pem_new(false, true);
+	EVP_PKEY *k = key_load(key);
+	char *leaf = leaf_pem(k, NULL, NULL, "URI:" ID, -60, 3600);
+	size_t one = strlen(pki.root_pem) + strlen(pki.other_pem); /* more than either */
+	char *bundle = calloc(SG_CACLIENT_ROOTS_MAX + 1, one + 1);
+	SG_CHECK(bundle != NULL);
+	for (size_t i = 0; bundle && i < SG_CACLIENT_ROOTS_MAX; i++)
+		strcat(bundle, i == SG_CACLIENT_ROOTS_MAX - 1 ? pki.root_pem : pki.other_pem);
+	size_t len;
+	uint8_t *resp = response(&len, 2, leaf, bundle); /* the most there may be */
+	ACCEPTED(resp, len, key, NULL, leaf, bundle);
+	free(resp);
+	strcat(bundle, pki.other_pem); /* one more */
+	resp = response(&len, 2, leaf, bundle);
+	char want[128];
+	snprintf(want, sizeof(want), "the last element holds %d roots, at most %d", SG_CACLIENT_ROOTS_MAX + 1,
+	         SG_CACLIENT_ROOTS_MAX);
+	REFUSED(resp, len, key, want);
+	free(resp);
+	free(bundle);
+	free(leaf);
 	EVP_PKEY_free(k);
 	free(key);
 }
@@ -274,7 +411,7 @@ static void t_check_key_forms(void)
 		size_t len;
 		uint8_t *resp = response(&len, 2, leaf, pki.root_pem);
 		sg_wlcert *c = NULL;
-		SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, (int64_t)time(NULL), &c));
+		SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, NULL, 0, (int64_t)time(NULL), &c));
 		sg_wlcert_release(c);
 		free(resp);
 		free(leaf);
@@ -348,10 +485,11 @@ static void t_check_hostile(void)
 	REFUSED(resp, len, key, "does not hold the key");
 	free(resp);
 
-	/* The last element is an intermediate: no self-signed root. */
+	/* The last element is an intermediate and no roots are configured
+	 * (t_check_signer_root has the rest). */
 	char *under_inter = leaf_pem(k, pki.inter, pki.inter_key, "URI:" ID, -60, 3600);
 	resp = response(&len, 2, under_inter, pki.inter_pem);
-	REFUSED(resp, len, key, "not a self-signed root");
+	REFUSED(resp, len, key, "root 0 of the last element is not a self-signed root, and no roots are configured");
 	free(resp);
 
 	/* A root that did not issue the chain. */
@@ -378,7 +516,7 @@ static void t_check_hostile(void)
 	char *skewed = leaf_pem(k, NULL, NULL, "URI:" ID, 60, 3600);
 	resp = response(&len, 2, skewed, pki.root_pem);
 	sg_wlcert *sc = NULL;
-	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, time(NULL), &sc));
+	SG_CHECK_OK(sg_caclient_check(resp, len, ID, key, NULL, 0, time(NULL), &sc));
 	sg_wlcert_release(sc);
 	free(resp);
 	free(skewed);
@@ -386,10 +524,11 @@ static void t_check_hostile(void)
 	/* Another identity asked for than the leaf names. */
 	resp = response(&len, 2, good, pki.root_pem);
 	sg_wlcert *c = NULL;
-	SG_CHECK_RC(sg_caclient_check(resp, len, "spiffe://cluster.local/ns/default/sa/other", key, time(NULL), &c),
-	            SG_EINVAL);
+	SG_CHECK_RC(
+	    sg_caclient_check(resp, len, "spiffe://cluster.local/ns/default/sa/other", key, NULL, 0, time(NULL), &c),
+	    SG_EINVAL);
 	SG_CHECK_MSG("subjectAltName");
-	SG_CHECK_RC(sg_caclient_check(resp, len, ID, "", time(NULL), &c), SG_EINVAL);
+	SG_CHECK_RC(sg_caclient_check(resp, len, ID, "", NULL, 0, time(NULL), &c), SG_EINVAL);
 	free(resp);
 
 	free(good);
@@ -412,7 +551,7 @@ static void t_check_hostile(void)
 
 static struct {
 	char dir[256];
-	char conf[512], root[512], token[512], log[512];
+	char conf[512], root[512], served[512], token[512], log[512];
 	pid_t pid;
 	int port;
 	bool tried;
@@ -503,6 +642,14 @@ static bool fixture_start(void)
 	snprintf(fx.root, sizeof(fx.root), "%s/ca/root-cert.pem", fx.dir);
 	snprintf(fx.token, sizeof(fx.token), "%s/token", fx.dir);
 	snprintf(fx.log, sizeof(fx.log), "%s/signetd.log", fx.dir);
+	/* The roots signetd serves (--root-ca-file, followed while it runs):
+	 * its own root until t_fetch_overlap adds another. */
+	snprintf(fx.served, sizeof(fx.served), "%s/served-roots.pem", fx.dir);
+	char *own = read_text(fx.root);
+	if (!own)
+		return false;
+	write_text(fx.served, own);
+	free(own);
 	atexit(signetd_stop);
 	fx.pid = fork();
 	if (fx.pid == 0) {
@@ -514,7 +661,7 @@ static bool fixture_start(void)
 		unsetenv("KUBERNETES_SERVICE_HOST");
 		execl(SIGNETD, SIGNETD, "--config", fx.conf, "--serving-address", "127.0.0.1:0", "--http-address",
 		      "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0", "--log-format", "json",
-		      "--signer-threads", "2", (char *)NULL);
+		      "--signer-threads", "2", "--root-ca-file", fx.served, (char *)NULL);
 		_exit(127);
 	}
 	if (fx.pid < 0)
@@ -634,6 +781,63 @@ static void t_fetch(void)
 	if (w)
 		check_issued(w, ID, "-----BEGIN EC PRIVATE KEY-----", 256);
 	sg_wlcert_release(w);
+	sg_caclient_free(c);
+}
+
+/* One fetch's root bundle, or NULL. */
+static char *fetched_roots(sg_caclient *c)
+{
+	sg_wlcert *w = NULL;
+	char *roots = sg_caclient_fetch(c, ID, &w) == SG_OK ? strdup(w->root_pem) : NULL;
+	sg_wlcert_release(w);
+	return roots;
+}
+
+static bool roots_are(sg_caclient *c, const char *want)
+{
+	char *got = fetched_roots(c);
+	bool same = got && strcmp(got, want) == 0;
+	free(got);
+	return same;
+}
+
+/* A rotation's overlap from signetd itself: its --root-ca-file gains a
+ * second root (followed within seconds, no restart), its answers carry
+ * both in the last element, and the client takes them, then one again. */
+static void t_fetch_overlap(void)
+{
+	if (!fixture())
+		return;
+	token_for("default", "sleep");
+	pki_init();
+	sg_caclient *c = NULL;
+	SG_CHECK_OK(client_new(&c, fx.root, false, true, 10000));
+	char *own = read_text(fx.root);
+	if (!c || !own) {
+		sg_caclient_free(c);
+		free(own);
+		return;
+	}
+	SG_CHECK(roots_are(c, own));
+	size_t n = strlen(own) + strlen(pki.other_pem) + 1;
+	char *both = malloc(n);
+	snprintf(both, n, "%s%s", own, pki.other_pem);
+	write_text(fx.served, both);
+	SG_WAIT_FOR(30000, roots_are(c, both));
+	sg_wlcert *w = NULL;
+	SG_CHECK_OK(sg_caclient_fetch(c, ID, &w));
+	if (w) {
+		check_issued(w, ID, "-----BEGIN PRIVATE KEY-----", 256);
+		sg_x509_bundle *b = NULL;
+		SG_CHECK_OK(sg_x509_bundle_parse(&b, w->root_pem, strlen(w->root_pem)));
+		SG_CHECK(b && sg_x509_bundle_count(b) == 2);
+		sg_x509_bundle_free(b);
+	}
+	sg_wlcert_release(w);
+	write_text(fx.served, own);
+	SG_WAIT_FOR(30000, roots_are(c, own));
+	free(both);
+	free(own);
 	sg_caclient_free(c);
 }
 
@@ -805,6 +1009,9 @@ static void t_fetch(void)
 {
 	fprintf(stderr, "no SIGNETD/SIGNETCTL: skipped\n");
 }
+static void t_fetch_overlap(void)
+{
+}
 static void t_tokens(void)
 {
 }
@@ -824,5 +1031,7 @@ static void t_cleanup(void)
 	pki_free();
 }
 
-SG_TEST_MAIN(SG_TEST(t_check_good), SG_TEST(t_check_key_forms), SG_TEST(t_check_hostile), SG_TEST(t_fetch),
-             SG_TEST(t_tokens), SG_TEST(t_root_reload), SG_TEST(t_options), SG_TEST(t_ca_down), SG_TEST(t_cleanup))
+SG_TEST_MAIN(SG_TEST(t_check_good), SG_TEST(t_check_root_bundle), SG_TEST(t_check_signer_root),
+             SG_TEST(t_check_roots_max), SG_TEST(t_check_key_forms), SG_TEST(t_check_hostile), SG_TEST(t_fetch),
+             SG_TEST(t_fetch_overlap), SG_TEST(t_tokens), SG_TEST(t_root_reload), SG_TEST(t_options),
+             SG_TEST(t_ca_down), SG_TEST(t_cleanup))

@@ -1,8 +1,9 @@
 /*
  * sg_rootdist against a real kube-apiserver: the ConfigMap appears in the
  * selected namespaces only, follows a namespace labelled later, a root
- * change, deletions and edits (value, extra keys, binaryData, our label,
- * immutability) while keeping what users added; it is never written when
+ * change (a rotation: both roots, then the new one), deletions and edits
+ * (value, extra keys, binaryData, our label, immutability) while keeping
+ * what users added; it is never written when
  * it already matches (no loop); stop means no writes and start repairs;
  * a Terminating namespace is skipped without errors; an empty selector
  * covers every namespace; an API server restart in the middle (with a
@@ -539,17 +540,36 @@ static void t_repair(void)
 	SG_CHECK(s2.errors == 0);
 }
 
+static char *concat(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	char *s = malloc(la + lb + 1);
+	if (!s)
+		exit(1);
+	memcpy(s, a, la);
+	memcpy(s + la, b, lb + 1);
+	return s;
+}
+
+/* A rotation through istio-ca-root-cert: old and new root together, then
+ * the new one alone, in every selected namespace. */
 static void t_set_root(void)
 {
 	sg_rootdist_stats s0 = stats();
+	char *both = concat(root_a, root_b);
+	SG_CHECK_OK(sg_rootdist_set_root(rd, both, strlen(both)));
+	WAIT_OK("rd-a", both, 20000);
+	WAIT_OK("rd-b", both, 20000);
+	WAIT_OK("rd-c", both, 20000);
+	free(both);
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
 	WAIT_OK("rd-a", root_b, 20000);
 	WAIT_OK("rd-b", root_b, 20000);
 	WAIT_OK("rd-c", root_b, 20000);
-	WAIT_COUNTED(stats().updates >= s0.updates + 3);
+	WAIT_COUNTED(stats().updates >= s0.updates + 6);
 	WAIT_IDLE(20000);
 	sg_rootdist_stats s1 = stats();
-	SG_CHECK(s1.updates == s0.updates + 3 && s1.creates == s0.creates);
+	SG_CHECK(s1.updates == s0.updates + 6 && s1.creates == s0.creates);
 	/* The same bundle again changes nothing: no pass over the namespaces,
 	 * so a poke of one, queued after it, is the only reconcile. */
 	SG_CHECK_OK(sg_rootdist_set_root(rd, root_b, strlen(root_b)));
@@ -750,17 +770,6 @@ static bool pub_only_where_asked(bool want_ours, const char *other_rv)
 	}
 	json_decref(list);
 	return ok;
-}
-
-static char *concat(const char *a, const char *b)
-{
-	size_t la = strlen(a), lb = strlen(b);
-	char *s = malloc(la + lb + 1);
-	if (!s)
-		exit(1);
-	memcpy(s, a, la);
-	memcpy(s + la, b, lb + 1);
-	return s;
 }
 
 /* signetd's publication for trust bundles: one ConfigMap in one namespace,

@@ -12,12 +12,18 @@
  * leaves for the key with the identity as URI SAN, valid 2025-2125,
  * encoded as field 1 strings (valid-leaf-root, valid-leaf-intermediate-
  * root), and variants (one element, an extra SAN, a missing intermediate,
- * a truncated message).
+ * a truncated message). The roots' overlap and istiod's per-signer
+ * answers: valid-leaf-root-bundle (a second, unrelated root before the
+ * root in the last element), valid-signer-intermediate (the intermediate
+ * as the last element) and valid-signer-intermediate-bundle (the second
+ * root and the intermediate). The configured roots are the seeds' root,
+ * below, so the intermediate is accepted by chaining to it.
  *
  * Oracles besides the sanitizers: the check answers SG_OK, SG_EINVAL or
  * SG_EINTERNAL; on SG_OK the certificate has a non-empty chain and root
- * (each holding a PEM certificate), the key given, a serial, and
- * not_before < not_after; on failure nothing is returned.
+ * (each holding a PEM certificate), at most SG_CACLIENT_ROOTS_MAX roots,
+ * the key given, a serial, and not_before < not_after; on failure nothing
+ * is returned.
  */
 #include "sg_caclient.h"
 
@@ -36,6 +42,26 @@ static const char key_pem[] = "-----BEGIN PRIVATE KEY-----\n"
                               "p/2XlsZFJfAiYDjBR5TTQCDoANf2oNcAnpesmPQCvoFfEZyY9ofHLZzA\n"
                               "-----END PRIVATE KEY-----\n";
 
+/* The seeds' root (O=cluster.local), as the configured roots. */
+static const char trust_pem[] = "-----BEGIN CERTIFICATE-----\n"
+                                "MIIBVzCB/aADAgECAhQdu3/XbsShncOwBqsgiwIay6eVgjAKBggqhkjOPQQDAjAY\n"
+                                "MRYwFAYDVQQKDA1jbHVzdGVyLmxvY2FsMCAXDTI1MDEwMTAwMDAwMFoYDzIxMjUw\n"
+                                "MTAxMDAwMDAwWjAYMRYwFAYDVQQKDA1jbHVzdGVyLmxvY2FsMFkwEwYHKoZIzj0C\n"
+                                "AQYIKoZIzj0DAQcDQgAEWDG6i7VivPqWYFUxpv+uXHdloOt53XR8IV5QJoxxsbrz\n"
+                                "Oe/40jxSL7K18VyXmkxNrH/wd7uBSYQ31fDZePyxIKMjMCEwDwYDVR0TAQH/BAUw\n"
+                                "AwEB/zAOBgNVHQ8BAf8EBAMCAQYwCgYIKoZIzj0EAwIDSQAwRgIhAIEY7EkfLVXj\n"
+                                "XwwuJRhHy529u5/gXNS7Sv1FA0kUte14AiEAiBXRelL/0g4ovEolwNh1hvf3lJmH\n"
+                                "HjQuO4kPc8H3RVQ=\n"
+                                "-----END CERTIFICATE-----\n";
+
+static size_t blocks(const char *s)
+{
+	size_t n = 0;
+	for (const char *p = s; (p = strstr(p, "-----BEGIN CERTIFICATE-----")) != NULL; p++)
+		n++;
+	return n;
+}
+
 static void check(int cond)
 {
 	if (!cond)
@@ -45,7 +71,7 @@ static void check(int cond)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	sg_wlcert *c = NULL;
-	int rc = sg_caclient_check(data, size, ID, key_pem, (int64_t)time(NULL), &c);
+	int rc = sg_caclient_check(data, size, ID, key_pem, trust_pem, sizeof(trust_pem) - 1, (int64_t)time(NULL), &c);
 	check(rc == SG_OK || rc == SG_EINVAL || rc == SG_EINTERNAL);
 	if (rc != SG_OK) {
 		check(c == NULL);
@@ -54,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(c != NULL);
 	check(c->chain_pem && strstr(c->chain_pem, "-----BEGIN CERTIFICATE-----") == c->chain_pem);
 	check(c->root_pem && strstr(c->root_pem, "-----BEGIN CERTIFICATE-----") == c->root_pem);
+	check(blocks(c->root_pem) <= SG_CACLIENT_ROOTS_MAX);
 	check(c->key_pem && strcmp(c->key_pem, key_pem) == 0 && c->key_pem != key_pem);
 	check(c->serial[0] != '\0' && c->serial[0] != '-');
 	check(c->not_before < c->not_after);

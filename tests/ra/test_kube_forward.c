@@ -28,7 +28,8 @@
  * normalisation, preserve (the request as created: labels, annotation,
  * spec), denied, failed, invalid, deleted by someone else, the deadline,
  * the default timeout, a cancelled caller, max_in_flight, bad answers
- * (other key, other root, garbage, roots replaced), an API server that
+ * (other key, other root, garbage, roots replaced), mesh roots that are
+ * an intermediate alone (answers under it taken, others not), an API server that
  * refuses (no RBAC rights), a burst of 200 concurrent requests, free()
  * with requests pending (and with creates not yet made), bad arguments;
  * last, nothing of ours is left in the namespace.
@@ -506,6 +507,7 @@ static const char *rid(const char *what, char *buf, size_t cap)
 typedef struct fw_opts {
 	const char *issuer;
 	const char *replica;
+	const char *roots; /* the mesh roots; NULL: root_pem */
 	bool preserve;
 	unsigned max_in_flight, timeout_ms, workers;
 	sg_kube *kube;
@@ -520,8 +522,8 @@ static sg_forward *fw_new(const fw_opts *o)
 	    .issuer_name = o->issuer,
 	    .issuer_kind = ISSUER_KIND,
 	    .issuer_group = ISSUER_GROUP,
-	    .roots_pem = root_pem,
-	    .roots_len = strlen(root_pem),
+	    .roots_pem = o->roots ? o->roots : root_pem,
+	    .roots_len = strlen(o->roots ? o->roots : root_pem),
 	    .preserve = o->preserve,
 	    .max_in_flight = o->max_in_flight,
 	    .timeout_ms = o->timeout_ms,
@@ -587,11 +589,12 @@ static void check_chain(rec *r, EVP_PKEY *key, size_t want)
 	sg_x509_bundle_free(roots);
 }
 
-/* One request through a forwarder of its own; returns after done. */
-static void one(const char *issuer, const char *what, rec *r, EVP_PKEY **key_out)
+/* One request through a forwarder of its own with these mesh roots (NULL:
+ * root_pem); returns after done. */
+static void one_roots(const char *issuer, const char *what, const char *roots, rec *r, EVP_PKEY **key_out)
 {
 	char buf[64];
-	sg_forward *f = fw_new(&(fw_opts){.issuer = issuer, .replica = rid(what, buf, sizeof(buf))});
+	sg_forward *f = fw_new(&(fw_opts){.issuer = issuer, .replica = rid(what, buf, sizeof(buf)), .roots = roots});
 	EVP_PKEY *key = ec_key();
 	char *csr = make_csr(key, SPIFFE_ID);
 	rec_init(r);
@@ -609,6 +612,11 @@ static void one(const char *issuer, const char *what, rec *r, EVP_PKEY **key_out
 		*key_out = key;
 	else
 		EVP_PKEY_free(key);
+}
+
+static void one(const char *issuer, const char *what, rec *r, EVP_PKEY **key_out)
+{
+	one_roots(issuer, what, NULL, r, key_out);
 }
 
 /* ---- setup ---- */
@@ -862,6 +870,27 @@ static void t_bad_certificate(void)
 	sg_forward_free(f);
 	free(csr);
 	EVP_PKEY_free(key);
+}
+
+/* Mesh roots that hold an intermediate, not its root (istiod's per-signer
+ * roots; a CA issuer whose ca.crt is its own intermediate): trusted as it
+ * stands, as istio-csr's Go pool trusts it. A leaf under the root alone
+ * does not verify against it. */
+static void t_signer_roots(void)
+{
+	char *inter_pem = cert_pem(inter);
+	rec r;
+	EVP_PKEY *key = NULL;
+	one_roots("chain", "signer-ok", inter_pem, &r, &key);
+	SG_CHECK_OK(r.rc);
+	check_chain(&r, key, 2); /* leaf + intermediate: the root dropped */
+	rec_clear(&r);
+	EVP_PKEY_free(key);
+	one_roots("sign", "signer-no", inter_pem, &r, NULL);
+	SG_CHECK_RC(r.rc, SG_EPROTO);
+	SG_CHECK(strstr(r.msg, "does not verify against the mesh roots") != NULL);
+	rec_clear(&r);
+	free(inter_pem);
 }
 
 /* Someone else deletes the request while it waits. */
@@ -1351,6 +1380,7 @@ static void t_zz_nothing_left(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_setup), SG_TEST(t_x509_helpers), SG_TEST(t_answered), SG_TEST(t_chain), SG_TEST(t_preserve),
-             SG_TEST(t_denied), SG_TEST(t_failed), SG_TEST(t_invalid), SG_TEST(t_bad_certificate), SG_TEST(t_deleted),
-             SG_TEST(t_deadline), SG_TEST(t_cancelled), SG_TEST(t_max_in_flight), SG_TEST(t_rbac), SG_TEST(t_burst),
-             SG_TEST(t_free_pending), SG_TEST(t_arguments), SG_TEST(t_sweep), SG_TEST(t_zz_nothing_left))
+             SG_TEST(t_denied), SG_TEST(t_failed), SG_TEST(t_invalid), SG_TEST(t_bad_certificate),
+             SG_TEST(t_signer_roots), SG_TEST(t_deleted), SG_TEST(t_deadline), SG_TEST(t_cancelled),
+             SG_TEST(t_max_in_flight), SG_TEST(t_rbac), SG_TEST(t_burst), SG_TEST(t_free_pending), SG_TEST(t_arguments),
+             SG_TEST(t_sweep), SG_TEST(t_zz_nothing_left))

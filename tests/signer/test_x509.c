@@ -469,6 +469,23 @@ static void t_chains(void)
 	SG_CHECK(sg_x509_chains_to_at(chain, roots, (int64_t)time(NULL)));
 	SG_CHECK(!sg_x509_chains_to_at(chain, roots, (int64_t)time(NULL) + 200LL * 365 * 86400));
 	SG_CHECK(!sg_x509_chains_to_at(chain, wrong, (int64_t)time(NULL)));
+	/* An intermediate as the anchor (istiod's per-signer roots): refused
+	 * as a root, trusted as an anchor, and never for itself. */
+	sg_x509_bundle *inter = bundle_list(p.inter, NULL);
+	int64_t t = (int64_t)time(NULL);
+	SG_CHECK(!sg_x509_chains_to_at(leaf_only, inter, t));
+	SG_CHECK(sg_x509_chains_to_anchors_at(leaf_only, inter, t));
+	SG_CHECK(sg_x509_chains_to_anchors_at(chain, roots, t)); /* a root is an anchor too */
+	SG_CHECK(!sg_x509_chains_to_anchors_at(leaf_only, roots, t));
+	SG_CHECK(!sg_x509_chains_to_anchors_at(inter, inter, t));
+	SG_CHECK(!sg_x509_chains_to_anchors_at(leaf_only, wrong, t));
+	SG_CHECK(!sg_x509_chains_to_anchors_at(leaf_only, inter, t + 200LL * 365 * 86400));
+	sg_x509_bundle_free(inter);
+	SG_CHECK(sg_x509_holds(both_roots, roots, 0));
+	SG_CHECK(sg_x509_holds(both_roots, wrong, 0));
+	SG_CHECK(!sg_x509_holds(roots, wrong, 0)); /* the same name, another certificate */
+	SG_CHECK(!sg_x509_holds(roots, roots, 1));
+	SG_CHECK(!sg_x509_holds(NULL, roots, 0));
 	CHECK_DRAINED();
 	sg_x509_bundle_free(chain);
 
