@@ -1831,8 +1831,13 @@ int hsm_session_test_sign(sg_hsm_session *s, uint64_t deadline_ns)
 	bool ec = sg_key_type_is_ec(s->h->type);
 	uint8_t sig[512];
 	size_t n = sizeof(sig);
-	return sg_hsm_sign(s, ec ? SG_HSM_ECDSA : SG_HSM_RSA_PKCS, test_digest_info + (ec ? 19 : 0), ec ? 32 : 51, sig,
-	                   &n, deadline_ns);
+	int rc = sg_hsm_sign(s, ec ? SG_HSM_ECDSA : SG_HSM_RSA_PKCS, test_digest_info + (ec ? 19 : 0), ec ? 32 : 51,
+	                     sig, &n, deadline_ns);
+	/* The token signs: a signer's failed reopen (t->down) is no longer
+	 * its state, and with no traffic no signer would reopen to say so. */
+	if (rc == SG_OK)
+		atomic_store(&s->h->tokens[s->tok].down, false);
+	return rc;
 }
 
 int hsm_session_check(sg_hsm_session *s, const char **fn)

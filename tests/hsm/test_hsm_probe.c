@@ -69,7 +69,7 @@ static unsigned count(told *t, sg_hsm_probe_result r)
 	return atomic_load(&t->n[r]);
 }
 
-static bool open_probed(fx *x, sg_hsm **h, const char *label, told *t)
+static bool open_probed_every(fx *x, sg_hsm **h, const char *label, told *t, unsigned interval_ms)
 {
 	snprintf(control, sizeof(control), "%s/faults", x->dir);
 	snprintf(events, sizeof(events), "%s/fault-events", x->dir);
@@ -78,8 +78,13 @@ static bool open_probed(fx *x, sg_hsm **h, const char *label, told *t)
 	faults("");
 	if (!fx_open_keyed(x, h, HSM_P11_FAULT, label, true, 2))
 		return false;
-	sg_hsm_probe_options o = {.interval_ms = INTERVAL_MS, .timeout_ms = TIMEOUT_MS, .on_probe = on_probe, .arg = t};
+	sg_hsm_probe_options o = {.interval_ms = interval_ms, .timeout_ms = TIMEOUT_MS, .on_probe = on_probe, .arg = t};
 	return sg_hsm_probe_start(*h, &o) == SG_OK;
+}
+
+static bool open_probed(fx *x, sg_hsm **h, const char *label, told *t)
+{
+	return open_probed_every(x, h, label, t, INTERVAL_MS);
 }
 
 /* The longest a health read took, over reads for ms. */
@@ -218,6 +223,36 @@ static void t_free_bounded(void)
 	fx_free(&x);
 }
 
+/* A signer's reopen failed (the token counts as down) and then the fault
+ * went, with no signature asked for after: the probe's test signature on
+ * its own, healthy session brings the token back (before, only a signer's
+ * reopen could, so an idle token stayed down). The probe's first run comes
+ * after the fault is gone (a 2 s interval), so its session never saw it. */
+static void t_signer_down_cleared(void)
+{
+	fx x;
+	fx_init(&x);
+	sg_hsm *h = NULL;
+	told t = {0};
+	SG_CHECK(open_probed_every(&x, &h, "reopenfail", &t, 2000));
+	sg_hsm_session *s = NULL;
+	SG_CHECK_OK(sg_hsm_session_open(&s, h));
+	faults("C_Sign error=CKR_SESSION_HANDLE_INVALID\nC_OpenSession error=CKR_HOST_MEMORY\n");
+	bool ok = false;
+	SG_CHECK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok) < 0);
+	faults("");
+	SG_CHECK(count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_FAILED) == 0); /* no probe yet */
+	SG_CHECK(stats(h).state == SG_HSM_DOWN);
+	/* Not down; degraded until the broken signer session signs again. */
+	SG_WAIT_FOR(30000, stats(h).state != SG_HSM_DOWN);
+	SG_CHECK(count(&t, SG_HSM_PROBE_OK) >= 1);
+	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok));
+	SG_CHECK(ok && stats(h).state == SG_HSM_OK);
+	sg_hsm_session_free(s);
+	sg_hsm_free(h);
+	fx_free(&x);
+}
+
 /* Options checked. */
 static void t_bad_options(void)
 {
@@ -238,4 +273,4 @@ static void t_bad_options(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_idle_hang), SG_TEST(t_idle_error), SG_TEST(t_slow_is_down), SG_TEST(t_free_bounded),
-             SG_TEST(t_bad_options))
+             SG_TEST(t_signer_down_cleared), SG_TEST(t_bad_options))
