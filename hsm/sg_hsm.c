@@ -1699,6 +1699,24 @@ static void reinit_if_uncured(sg_hsm_session *s)
 	sg_error_restore(&saved);
 }
 
+/* A call on s (in its call) failed with rv, a session fault: a handle
+ * found invalid is forgotten, not closed (the number may be another
+ * session's by now), and the module's handles owe a re-check before s
+ * reopens ("Handles" at the top); owed by the session, not by one call, so
+ * that a later call does not reopen before the check either. Any other
+ * fault closes the session. Leaves the call. */
+static void session_drop(sg_hsm_session *s, CK_RV rv)
+{
+	bool lost = rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED;
+	if (lost)
+		session_forget(s);
+	else
+		session_disconnect(s);
+	call_leave(s);
+	if (lost)
+		s->recheck_owed = !sessions_recheck(s->h->mod);
+}
+
 int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t inlen, uint8_t *sig, size_t *siglen,
                 uint64_t deadline_ns)
 {
@@ -1755,16 +1773,7 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 				return last;
 			}
 			session_mark_broken(s);
-			bool lost = rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED;
-			if (lost)
-				session_forget(s); /* the number may be another session's by now */
-			else
-				session_disconnect(s);
-			call_leave(s);
-			/* Owed by the session, not this call: a later call
-			 * must not reopen before the check either. */
-			if (lost)
-				s->recheck_owed = !sessions_recheck(h->mod);
+			session_drop(s, rv);
 		}
 		if (attempt >= h->max_retries) {
 			char fault[sizeof(h->last_fault)];
@@ -1872,14 +1881,7 @@ int hsm_session_check(sg_hsm_session *s, const char **fn)
 		return SG_OK;
 	}
 	int rc = hsm_p11_fail(h, t, *fn, rv);
-	bool lost = rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED;
-	if (lost)
-		session_forget(s); /* the number may be another session's by now */
-	else
-		session_disconnect(s);
-	call_leave(s);
-	if (lost)
-		s->recheck_owed = !sessions_recheck(h->mod);
+	session_drop(s, rv);
 	return rc;
 }
 

@@ -243,6 +243,17 @@ class HsmFaults(unittest.TestCase):
         self.assertEqual(rc, 0, self.text()[-3000:])
         self.no_sanitizer_report()
 
+    def sigterm(self):
+        """SIGTERM: signetd's exit status (None when it did not end within
+        shutdown-grace + the stop's overrun + 10 s) and how long it took."""
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        return rc, time.monotonic() - t
+
     def text(self):
         return read(self.log_path)
 
@@ -550,13 +561,7 @@ class HsmFaults(unittest.TestCase):
         n = self.event_count()
         self.set_faults("C_Sign hang=1\n")
         self.wait_event("hang C_Sign", n)  # a C_Sign is hung from here on
-        t = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        took = time.monotonic() - t
+        rc, took = self.sigterm()
         calls = load.stop()
         self.assertIsNotNone(rc, f"signetd did not stop within {GRACE + STOP_OVERRUN + 10}s with a hung C_Sign:\n"
                              + self.text()[-3000:])
@@ -664,13 +669,7 @@ class HsmFaults(unittest.TestCase):
         self.set_faults("* hang=64\n")
         self.wait_event("hang C_GetSessionInfo", n)
         self.first_status(503, t4)
-        t = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        took = time.monotonic() - t
+        rc, took = self.sigterm()
         print(f"stop with a hung probe: exit {rc} after {took:.2f}s", flush=True)
         self.assertEqual(rc, 0, self.text()[-3000:])
         self.assertLess(took, GRACE + PROBE_SLACK + 2, "the stop waited for the hung probe")

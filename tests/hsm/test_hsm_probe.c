@@ -18,37 +18,6 @@
 #define INTERVAL_MS 200
 #define TIMEOUT_MS 500
 
-static char control[700];
-static char events[700];
-
-/* Replaces the control file and waits past the module's 10 ms re-check
- * (as in test_hsm_failing.c). */
-static void faults(const char *text)
-{
-	char tmp[720];
-	snprintf(tmp, sizeof(tmp), "%s.new", control);
-	FILE *f = fopen(tmp, "w");
-	SG_CHECK(f != NULL);
-	if (!f)
-		return;
-	fputs(text, f);
-	fclose(f);
-	SG_CHECK(rename(tmp, control) == 0);
-	sg_sleep_ms(30);
-}
-
-static bool logged(const char *what)
-{
-	FILE *f = fopen(events, "r");
-	char line[256];
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strncmp(line, what, strlen(what)) == 0;
-	if (f)
-		fclose(f);
-	return found;
-}
-
 /* What on_probe was told, per result. */
 typedef struct told {
 	atomic_uint n[4];
@@ -71,11 +40,7 @@ static unsigned count(told *t, sg_hsm_probe_result r)
 
 static bool open_probed_every(fx *x, sg_hsm **h, const char *label, told *t, unsigned interval_ms)
 {
-	snprintf(control, sizeof(control), "%s/faults", x->dir);
-	snprintf(events, sizeof(events), "%s/fault-events", x->dir);
-	setenv("SIGNET_P11FAULT_CONTROL", control, 1);
-	setenv("SIGNET_P11FAULT_LOG", events, 1);
-	faults("");
+	fx_faults_init(x);
 	if (!fx_open_keyed(x, h, HSM_P11_FAULT, label, true, 2))
 		return false;
 	sg_hsm_probe_options o = {.interval_ms = interval_ms, .timeout_ms = TIMEOUT_MS, .on_probe = on_probe, .arg = t};
@@ -118,7 +83,7 @@ static void t_idle_hang(void)
 	SG_CHECK(stats(h).state == SG_HSM_OK);
 
 	uint64_t t0 = sg_now_ns();
-	faults("* hang=64\n");
+	fx_faults("* hang=64\n");
 	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_DOWN);
 	uint64_t down_ms = (sg_now_ns() - t0) / 1000000u;
 	printf("idle hang: down after %llu ms (interval %d + timeout %d)\n", (unsigned long long)down_ms, INTERVAL_MS,
@@ -126,7 +91,7 @@ static void t_idle_hang(void)
 	/* The bound, with the fault file's 30 ms and a loaded machine's
 	 * scheduling on top. */
 	SG_CHECK(down_ms <= INTERVAL_MS + TIMEOUT_MS + 1500);
-	SG_CHECK(logged("hang C_GetSessionInfo"));
+	SG_CHECK(fx_logged("hang C_GetSessionInfo"));
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_STUCK) == 1);
 	/* Health reads make no call into the hung module. */
 	SG_CHECK(slowest_read_ns(h, 300) < 200000000u);
@@ -134,7 +99,7 @@ static void t_idle_hang(void)
 	SG_CHECK(count(&t, SG_HSM_PROBE_STUCK) == 1); /* once per stuck probe */
 
 	uint64_t t1 = sg_now_ns();
-	faults("");
+	fx_faults("");
 	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_OK);
 	uint64_t back_ms = (sg_now_ns() - t1) / 1000000u;
 	printf("idle hang: OK again %llu ms after the release\n", (unsigned long long)back_ms);
@@ -165,11 +130,11 @@ static void t_idle_error(void)
 	SG_CHECK(open_probed(&x, &h, "idleerr", &t));
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_OK) >= 1);
 	uint64_t sig0 = stats(h).signatures;
-	faults("* error=CKR_DEVICE_ERROR\n");
+	fx_faults("* error=CKR_DEVICE_ERROR\n");
 	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_DOWN);
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_FAILED) >= 2);
 	SG_CHECK(strstr(stats(h).last_fault, "CKR_DEVICE_ERROR") != NULL);
-	faults("");
+	fx_faults("");
 	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_OK);
 	/* Test signatures are not counted as the HSM's signatures. */
 	SG_CHECK(stats(h).signatures == sig0);
@@ -190,10 +155,10 @@ static void t_slow_is_down(void)
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_OK) >= 1);
 	char rule[64];
 	snprintf(rule, sizeof(rule), "* delay_ms=%d\n", TIMEOUT_MS + 300);
-	faults(rule);
+	fx_faults(rule);
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_LATE) >= 1);
 	SG_CHECK(stats(h).state == SG_HSM_DOWN);
-	faults("");
+	fx_faults("");
 	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_OK);
 	sg_hsm_free(h);
 	fx_free(&x);
@@ -211,7 +176,7 @@ static void t_free_bounded(void)
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_OK) >= 1);
 	char rule[64];
 	snprintf(rule, sizeof(rule), "C_GetTokenInfo delay_ms=%d\n", TIMEOUT_MS / 2);
-	faults(rule);
+	fx_faults(rule);
 	unsigned before = count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_LATE);
 	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_LATE) > before);
 	uint64_t t0 = sg_now_ns();
@@ -219,7 +184,7 @@ static void t_free_bounded(void)
 	uint64_t took_ms = (sg_now_ns() - t0) / 1000000u;
 	SG_CHECK(took_ms < TIMEOUT_MS + 1000);
 	SG_CHECK(sg_hsm_threads_left() == 0);
-	faults("");
+	fx_faults("");
 	fx_free(&x);
 }
 
@@ -237,10 +202,10 @@ static void t_signer_down_cleared(void)
 	SG_CHECK(open_probed_every(&x, &h, "reopenfail", &t, 2000));
 	sg_hsm_session *s = NULL;
 	SG_CHECK_OK(sg_hsm_session_open(&s, h));
-	faults("C_Sign error=CKR_SESSION_HANDLE_INVALID\nC_OpenSession error=CKR_HOST_MEMORY\n");
+	fx_faults("C_Sign error=CKR_SESSION_HANDLE_INVALID\nC_OpenSession error=CKR_HOST_MEMORY\n");
 	bool ok = false;
 	SG_CHECK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok) < 0);
-	faults("");
+	fx_faults("");
 	SG_CHECK(count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_FAILED) == 0); /* no probe yet */
 	SG_CHECK(stats(h).state == SG_HSM_DOWN);
 	/* Not down; degraded until the broken signer session signs again. */
