@@ -680,6 +680,31 @@ class HsmFaults(unittest.TestCase):
         self.assertFalse(any(m.startswith("graceful stop did not finish") for m in msgs))
         self.no_sanitizer_report()
 
+    def test_idle_down_limit(self):
+        """An idle replica whose token fails for longer than hsm-down-limit
+        fails /healthz too (the probes see the outage; before them an idle
+        replica never counted its HSM as down), not before the limit, and
+        is alive again once the token answers."""
+        self.start("idledown", "--hsm-probe-interval=1s", "--hsm-probe-timeout=1s", "--hsm-down-limit=2s")
+        self.assertEqual(self.health(), 200)
+        t0 = time.monotonic()
+        self.set_faults("* error=CKR_DEVICE_ERROR\n")
+        unready = self.first_status(503, t0)
+
+        def unhealthy():
+            return self.health() == 503 and time.monotonic()
+        first_503 = self.wait_until("/healthz 503", unhealthy) - t0
+        print(f"idle token down: /readyz 503 after {unready:.2f}s, /healthz 503 after {first_503:.2f}s "
+              f"(hsm-down-limit 2s)", flush=True)
+        # The limit counts from the tick that turned /readyz 503 (sampled every
+        # 50 ms, so seen up to ~0.1 s late).
+        self.assertGreater(first_503, unready + 1.7)
+        self.set_faults("")
+        self.wait_until("/healthz 200 after the cure", lambda: self.health() == 200, RECOVER_S)
+        self.first_status(200, time.monotonic())
+        self.calls_ok(2)
+        self.stop_clean()
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
