@@ -14,7 +14,9 @@
  * reopened one at a time under an internal lock (some modules' C_OpenSession
  * is not thread-safe); a session handle is then used by one thread at a time
  * and different sessions sign concurrently. Health may be read from any
- * thread.
+ * thread. With sg_hsm_probe_start, threads of the sg_hsm's own probe each
+ * token while it is idle, so that health notices a token that went silent
+ * without a signature failing on it (sg_hsm_probe.c).
  *
  * Faults: CKR_SESSION_HANDLE_INVALID/CLOSED, CKR_USER_NOT_LOGGED_IN,
  * CKR_DEVICE_ERROR/REMOVED/MEMORY and CKR_TOKEN_NOT_PRESENT make sg_hsm_sign
