@@ -183,6 +183,78 @@ int signetd_setup_metrics(daemon *d)
 	return SG_OK;
 }
 
+/* A probe's result into its token's series, on the probe's thread. */
+static void on_probe(size_t token, sg_hsm_probe_result result, double seconds, void *arg)
+{
+	daemon_metrics *m = arg;
+	if (token >= m->nprobe)
+		return;
+	probe_series *ps = &m->probe[token];
+	if (result == SG_HSM_PROBE_STUCK) {
+		if (ps->stuck)
+			sg_series_inc(ps->stuck);
+		return;
+	}
+	if ((unsigned)result < 3 && ps->result[result])
+		sg_series_inc(ps->result[result]);
+	if (ps->duration)
+		sg_series_observe(ps->duration, seconds);
+}
+
+/* Labelled by the token's label and serial number: tokens a URI selects by
+ * label share it. A token beyond what the families hold (64 series each:
+ * 21 tokens) is probed all the same, without metrics. */
+static void probe_series_of(daemon_metrics *m, sg_hsm *h, sg_metric *results, sg_metric *duration, sg_metric *stuck)
+{
+	static const char *const result_names[3] = {"ok", "failed", "late"};
+	for (size_t i = 0; i < m->nprobe; i++) {
+		probe_series *ps = &m->probe[i];
+		const char *lv[3] = {sg_hsm_token_label(h, i), sg_hsm_token_serial(h, i), NULL};
+		for (size_t r = 0; r < 3; r++) {
+			lv[2] = result_names[r];
+			if (sg_metric_series(&ps->result[r], results, lv) < 0)
+				ps->result[r] = NULL;
+		}
+		if (sg_metric_series(&ps->duration, duration, lv) < 0)
+			ps->duration = NULL;
+		if (sg_metric_series(&ps->stuck, stuck, lv) < 0)
+			ps->stuck = NULL;
+	}
+}
+
+int signetd_start_hsm_probes(daemon *d)
+{
+	const sg_daemon_settings *s = &d->a.d;
+	if (!s->hsm_probe_interval)
+		return SG_OK;
+	daemon_metrics *m = &d->m;
+	sg_hsm *h = sg_appliance_hsm(d->app);
+	static const char *const labels[] = {"token", "serial", "result"};
+	sg_metric *results, *duration, *stuck;
+	SG_TRY(sg_metrics_counter(&results, m->reg, "signet_hsm_probes_total",
+	                          "Health probes of each HSM token by result: ok, failed (an error, and a test "
+	                          "signature failed too), late (answered after hsm-probe-timeout).",
+	                          labels, 3));
+	SG_TRY(sg_metrics_histogram(&duration, m->reg, "signet_hsm_probe_duration_seconds",
+	                            "How long each HSM token's health probes took.", SG_METRICS_LATENCY_BOUNDS,
+	                            SG_METRICS_LATENCY_NBOUNDS, labels, 2));
+	SG_TRY(sg_metrics_counter(&stuck, m->reg, "signet_hsm_probes_stuck_total",
+	                          "Health probes still inside the PKCS#11 module at hsm-probe-timeout (the token "
+	                          "counted as down; the thread may stay there).",
+	                          labels, 2));
+	m->nprobe = sg_hsm_token_count(h);
+	m->probe = calloc(m->nprobe ? m->nprobe : 1, sizeof(*m->probe));
+	SG_ENSURE(m->probe, SG_EINTERNAL, "out of memory");
+	probe_series_of(m, h, results, duration, stuck);
+	sg_hsm_probe_options po = {
+	    .interval_ms = (unsigned)s->hsm_probe_interval * 1000u,
+	    .timeout_ms = (unsigned)s->hsm_probe_timeout * 1000u,
+	    .on_probe = on_probe,
+	    .arg = m,
+	};
+	return sg_hsm_probe_start(h, &po);
+}
+
 static int serve_metrics(sg_http_response *resp, void *arg)
 {
 	daemon *d = arg;

@@ -72,8 +72,9 @@
  * for any failed reopen); after a failed one (server still away: p11-kit's
  * client then initialises fine but lists no slot) the next waits
  * REINIT_BACKOFF_MS, doubling up to REINIT_MAX_BACKOFF_MS. Signers trigger
- * attempts as their reopens fail; sg_hsm_stats_get, which readiness polls,
- * makes a due one too, so that the module comes back without traffic.
+ * attempts as their reopens fail; the health probes (sg_hsm_probe.c), or
+ * without them sg_hsm_stats_get, which readiness polls, make a due one too,
+ * so that the module comes back without traffic.
  * Every attempt is logged once with its reason and outcome (CKR names and
  * labels, never the PIN) and successes are counted in sg_hsm_stats.reinits.
  * A module someone else initialised (CKR_CRYPTOKI_ALREADY_INITIALIZED) is
@@ -90,6 +91,9 @@
  * sg_hsm_stats_get, which readiness polls, makes a test signature over a
  * fixed input on the token's admin session, at most every PROBE_EVERY_MS
  * and only while the token is failing; one that succeeds brings it back.
+ * With health probes running (sg_hsm_probe.c) their threads make that test
+ * signature instead, on a session of their own, and also notice an idle
+ * token that goes silent or fails; sg_hsm_stats_get then only reads.
  *
  * Handles: a module that lost its sessions behind our back (a device reset,
  * C_CloseAllSessions by someone else, SoftHSM2 finalised and initialised
@@ -116,7 +120,8 @@
  * CKR code only.
  *
  * Files: this one is the adapter's core, all of the above. Apart from it,
- * each with its own design note: sg_hsm_ckr.c (CKR names and categories),
+ * each with its own design note: sg_hsm_probe.c (the health probes'
+ * threads; the calls they make are here), sg_hsm_ckr.c (CKR names and categories),
  * sg_hsm_provision.c (token initialisation and key generation, for
  * signetctl init) and sg_hsm_check.c (signetctl hsm-check). What they share
  * with this file (the types, the hsm_ helpers) is in
@@ -1007,6 +1012,17 @@ int hsm_list_slots(CK_FUNCTION_LIST_PTR f, CK_SLOT_ID **out, CK_ULONG *n)
 	return SG_OK;
 }
 
+/* t->serial as text: space padded like the label, trimmed the same way. */
+static void serial_text(token *t)
+{
+	size_t n = sizeof(t->serial);
+	while (n > 0 && (t->serial[n - 1] == ' ' || t->serial[n - 1] == '\0'))
+		n--;
+	for (size_t i = 0; i < n; i++)
+		t->serial_text[i] = t->serial[i] >= 0x20 && t->serial[i] < 0x7f ? (char)t->serial[i] : '?';
+	t->serial_text[n] = '\0';
+}
+
 /* Fills h->tokens with every initialised token both URIs match. */
 static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char *turi_s)
 {
@@ -1029,6 +1045,7 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		t->slot = slots[i];
 		hsm_trim_label(t->label, ti.label);
 		memcpy(t->serial, ti.serialNumber, sizeof(t->serial));
+		serial_text(t);
 		t->admin = CK_INVALID_HANDLE;
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
@@ -1351,9 +1368,29 @@ static bool module_reinit_due(module *m)
 	return atomic_load(&m->wanted) && atomic_load(&m->owner) && sg_now_ns() >= atomic_load(&m->due_ns);
 }
 
+/* Readiness polling (or a health probe) is what brings the module back
+ * while no signature is asked for. Bounded by the re-init backoff; the
+ * thread that makes the attempt waits for it, another one does not
+ * (module_reinit only tries the lock). The thread's error detail is kept. */
+void hsm_module_reinit_if_due(module *m)
+{
+	if (!module_reinit_due(m))
+		return;
+	sg_error saved;
+	sg_error_save(&saved);
+	(void)module_reinit(m, NULL);
+	sg_error_restore(&saved);
+}
+
 void sg_hsm_free(sg_hsm *h)
 {
 	if (!h)
+		return;
+	/* A probe thread still inside the module may return into h at any
+	 * time: h, its sessions and its module reference are then left as
+	 * they are (no C_CloseSession, no C_Finalize with a call inside the
+	 * module; sg_hsm_probe.c says why), and the process's exit ends them. */
+	if (!hsm_probe_stop(h))
 		return;
 	module *m = h->mod;
 	if (m) { /* no re-init while the handle leaves and its admin sessions close */
@@ -1480,6 +1517,34 @@ static void unlink_locked(sg_hsm_session *s)
 		}
 }
 
+/* A new session on token tok, on its module's list; not connected. */
+static int session_alloc(sg_hsm_session **out, sg_hsm *h, size_t tok, bool probe)
+{
+	sg_hsm_session *s = calloc(1, sizeof(*s));
+	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
+	s->h = h;
+	s->tok = tok;
+	s->probe = probe;
+	s->sh = CK_INVALID_HANDLE;
+	atomic_init(&s->in_call, false);
+	atomic_init(&s->revoked, false);
+	module *m = h->mod;
+	pthread_mutex_lock(&m->users_lock);
+	s->next_on_module = m->sessions;
+	m->sessions = s;
+	pthread_mutex_unlock(&m->users_lock);
+	*out = s;
+	return SG_OK;
+}
+
+static void session_unlink_free(sg_hsm_session *s)
+{
+	pthread_mutex_lock(&s->h->mod->users_lock);
+	unlink_locked(s);
+	pthread_mutex_unlock(&s->h->mod->users_lock);
+	free(s);
+}
+
 int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 {
 	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
@@ -1493,24 +1558,11 @@ int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 			pick = k;
 	}
 	SG_ENSURE(pick < h->ntokens, SG_EAUTH, "no token accepts the PIN any more");
-	sg_hsm_session *s = calloc(1, sizeof(*s));
-	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
-	s->h = h;
-	s->tok = pick;
-	s->sh = CK_INVALID_HANDLE;
-	atomic_init(&s->in_call, false);
-	atomic_init(&s->revoked, false);
-	module *m = h->mod;
-	pthread_mutex_lock(&m->users_lock);
-	s->next_on_module = m->sessions;
-	m->sessions = s;
-	pthread_mutex_unlock(&m->users_lock);
+	sg_hsm_session *s = NULL;
+	SG_TRY(session_alloc(&s, h, pick, false));
 	int rc = session_connect(s);
 	if (rc < 0) {
-		pthread_mutex_lock(&m->users_lock);
-		unlink_locked(s);
-		pthread_mutex_unlock(&m->users_lock);
-		free(s);
+		session_unlink_free(s);
 		return rc;
 	}
 	atomic_fetch_add(&h->sessions, 1);
@@ -1518,22 +1570,50 @@ int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 	return SG_OK;
 }
 
-void sg_hsm_session_free(sg_hsm_session *s)
+int hsm_session_new(sg_hsm_session **out, sg_hsm *h, size_t tok, bool probe)
+{
+	SG_ENSURE(h && h->have_key && tok < h->ntokens, SG_ENOTFOUND, "no key: generate one first");
+	sg_hsm_session *s = NULL;
+	SG_TRY(session_alloc(&s, h, tok, probe));
+	/* A probe's session that cannot connect now is reopened by its
+	 * test signature; a signer's fails its open. */
+	int rc = session_connect(s);
+	if (rc < 0 && !probe) {
+		session_unlink_free(s);
+		return rc;
+	}
+	if (!probe)
+		atomic_fetch_add(&h->sessions, 1);
+	*out = s;
+	return SG_OK;
+}
+
+void hsm_session_release(sg_hsm_session *s, bool wedged)
 {
 	if (!s)
 		return;
 	/* Under the users lock: a re-init either finished before (the handle
-	 * is stale: forget it) or starts after the session has left. */
+	 * is stale: forget it) or starts after the session has left. While a
+	 * call is stuck inside the module (wedged), C_CloseSession could wait
+	 * behind it for good: the handle is forgotten instead, and ends with
+	 * the module's C_Finalize or the process. */
 	module *m = s->h->mod;
 	pthread_mutex_lock(&m->users_lock);
-	if (s->gen != atomic_load(&m->gen) || !atomic_load(&m->live) || atomic_load(&s->revoked))
+	if (wedged || s->gen != atomic_load(&m->gen) || !atomic_load(&m->live) || atomic_load(&s->revoked))
 		session_forget(s);
 	session_disconnect(s);
 	unlink_locked(s);
 	pthread_mutex_unlock(&m->users_lock);
 	session_mark_healthy(s);
-	atomic_fetch_sub(&s->h->sessions, 1);
+	if (!s->probe)
+		atomic_fetch_sub(&s->h->sessions, 1);
 	free(s);
+}
+
+void sg_hsm_session_free(sg_hsm_session *s)
+{
+	if (s)
+		hsm_session_release(s, hsm_probe_wedged(s->h, sg_now_ns()));
 }
 
 bool sg_hsm_session_uses_copy(const sg_hsm_session *s)
@@ -1619,6 +1699,24 @@ static void reinit_if_uncured(sg_hsm_session *s)
 	sg_error_restore(&saved);
 }
 
+/* A call on s (in its call) failed with rv, a session fault: a handle
+ * found invalid is forgotten, not closed (the number may be another
+ * session's by now), and the module's handles owe a re-check before s
+ * reopens ("Handles" at the top); owed by the session, not by one call, so
+ * that a later call does not reopen before the check either. Any other
+ * fault closes the session. Leaves the call. */
+static void session_drop(sg_hsm_session *s, CK_RV rv)
+{
+	bool lost = rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED;
+	if (lost)
+		session_forget(s);
+	else
+		session_disconnect(s);
+	call_leave(s);
+	if (lost)
+		s->recheck_owed = !sessions_recheck(s->h->mod);
+}
+
 int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t inlen, uint8_t *sig, size_t *siglen,
                 uint64_t deadline_ns)
 {
@@ -1639,7 +1737,6 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 	CK_MECHANISM_TYPE m = ec ? CKM_ECDSA : CKM_RSA_PKCS;
 	unsigned attempt = 0;
 	int last = SG_EBUSY;
-	bool recheck_owed = false; /* a lost handle seen, the module's handles not yet checked */
 	for (;;) {
 		if (s->connected && !call_enter(s)) {
 			/* A re-init is draining: wait (below) and look again;
@@ -1653,7 +1750,8 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 			CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, &fn);
 			if (rv == CKR_OK) {
 				call_leave(s);
-				atomic_fetch_add_explicit(&h->signatures, 1, memory_order_relaxed);
+				if (!s->probe)
+					atomic_fetch_add_explicit(&h->signatures, 1, memory_order_relaxed);
 				if (s->broken)
 					session_mark_healthy(s);
 				/* A load first: the token's line is shared by
@@ -1675,14 +1773,7 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 				return last;
 			}
 			session_mark_broken(s);
-			bool lost = rv == CKR_SESSION_HANDLE_INVALID || rv == CKR_SESSION_CLOSED;
-			if (lost)
-				session_forget(s); /* the number may be another session's by now */
-			else
-				session_disconnect(s);
-			call_leave(s);
-			if (lost)
-				recheck_owed = !sessions_recheck(h->mod);
+			session_drop(s, rv);
 		}
 		if (attempt >= h->max_retries) {
 			char fault[sizeof(h->last_fault)];
@@ -1700,7 +1791,7 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 		attempt++;
 		if (s->connected)
 			continue; /* waited out a re-init */
-		if (recheck_owed && (recheck_owed = !sessions_recheck(h->mod))) {
+		if (s->recheck_owed && (s->recheck_owed = !sessions_recheck(h->mod))) {
 			/* Not checked (a call in flight did not leave in time, or
 			 * another check or re-init ran): a session opened now could
 			 * get the number a stale holder still signs with, and two
@@ -1734,6 +1825,66 @@ static bool token_failing(token *t)
 	return atomic_load_explicit(&t->failing, memory_order_relaxed) >= FAILING_DOWN;
 }
 
+bool hsm_token_troubled(token *t)
+{
+	return token_failing(t) || atomic_load(&t->down) || atomic_load(&t->lost);
+}
+
+/* The fixed input of test signatures: 32 zero bytes for ECDSA, a SHA-256
+ * DigestInfo of them for RSA. */
+static const uint8_t test_digest_info[51] = {0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01,
+                                             0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20};
+
+int hsm_session_test_sign(sg_hsm_session *s, uint64_t deadline_ns)
+{
+	bool ec = sg_key_type_is_ec(s->h->type);
+	uint8_t sig[512];
+	size_t n = sizeof(sig);
+	int rc = sg_hsm_sign(s, ec ? SG_HSM_ECDSA : SG_HSM_RSA_PKCS, test_digest_info + (ec ? 19 : 0), ec ? 32 : 51,
+	                     sig, &n, deadline_ns);
+	/* The token signs: a signer's failed reopen (t->down) is no longer
+	 * its state, and with no traffic no signer would reopen to say so. */
+	if (rc == SG_OK)
+		atomic_store(&s->h->tokens[s->tok].down, false);
+	return rc;
+}
+
+int hsm_session_check(sg_hsm_session *s, const char **fn)
+{
+	sg_hsm *h = s->h;
+	token *t = &h->tokens[s->tok];
+	*fn = "C_OpenSession";
+	if (!s->connected)
+		SG_BAIL(SG_EBUSY, "the probe's session on token '%s' is not open", t->label);
+	if (!call_enter(s))
+		SG_BAIL(SG_EBUSY, "PKCS#11 module %s is being re-initialised", h->mod->path);
+	if (session_stale(s)) {
+		session_forget(s);
+		call_leave(s);
+		SG_BAIL(SG_EBUSY, "the probe's session on token '%s' predates a re-initialisation", t->label);
+	}
+	CK_SESSION_INFO si;
+	CK_TOKEN_INFO ti;
+	*fn = "C_GetSessionInfo";
+	CK_RV rv = h->f->C_GetSessionInfo(s->sh, &si);
+	if (rv == CKR_OK && !logged_in(si.state)) {
+		session_disconnect(s); /* the login is gone: a reopen logs in again */
+		call_leave(s);
+		SG_BAIL(SG_EBUSY, "the probe's session on token '%s' is no longer logged in", t->label);
+	}
+	if (rv == CKR_OK) {
+		*fn = "C_GetTokenInfo";
+		rv = h->f->C_GetTokenInfo(t->slot, &ti);
+	}
+	if (rv == CKR_OK) {
+		call_leave(s);
+		return SG_OK;
+	}
+	int rc = hsm_p11_fail(h, t, *fn, rv);
+	session_drop(s, rv);
+	return rc;
+}
+
 /* One test signature on a failing token's admin session (reopened and
  * logged in as needed), over a fixed input of the key's mechanism: 32 zero
  * bytes for ECDSA, a SHA-256 DigestInfo of them for RSA. Clears the failing
@@ -1741,8 +1892,7 @@ static bool token_failing(token *t)
  * login, a re-init) makes this attempt a no-op; the next poll tries again. */
 static void probe_token(sg_hsm *h, token *t)
 {
-	static const uint8_t digest_info[51] = {0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01,
-	                                        0x65, 0x03, 0x04, 0x02, 0x01, 0x05, 0x00, 0x04, 0x20};
+	const uint8_t *digest_info = test_digest_info;
 	uint64_t now = sg_now_ns(), due = atomic_load(&t->probe_due_ns);
 	if (now < due || atomic_load(&t->auth_failed) || !h->have_key || !t->has_key ||
 	    !atomic_compare_exchange_strong(&t->probe_due_ns, &due, now + PROBE_EVERY_MS * 1000000ull))
@@ -1800,6 +1950,16 @@ static void probe_token(sg_hsm *h, token *t)
 	}
 }
 
+const char *sg_hsm_token_label(const sg_hsm *h, size_t i)
+{
+	return h && i < h->ntokens ? h->tokens[i].label : NULL;
+}
+
+const char *sg_hsm_token_serial(const sg_hsm *h, size_t i)
+{
+	return h && i < h->ntokens ? h->tokens[i].serial_text : NULL;
+}
+
 void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -1809,15 +1969,14 @@ void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 	}
 	sg_hsm *mh = (sg_hsm *)h; /* atomics, the fault lock and a due re-init */
 	/* Readiness polls this; with no signature asked for, nothing else would
-	 * notice that a server is back. Cheap unless a re-init is due, and
-	 * bounded by its backoff; the thread that makes the attempt waits for
-	 * it, another one does not (module_reinit only tries the lock). */
-	if (mh->mod && module_reinit_due(mh->mod)) {
-		sg_error saved;
-		sg_error_save(&saved);
-		(void)module_reinit(mh->mod, NULL);
-		sg_error_restore(&saved);
-	}
+	 * notice that a server is back, so without health probes this read
+	 * makes a due re-init attempt and failing tokens' test signatures.
+	 * With probes running they make both on their own threads, and this
+	 * read makes no PKCS#11 call at all: a module that hangs can then never
+	 * hold up the thread that asks for health. */
+	bool probed = atomic_load(&mh->probes) != NULL;
+	if (!probed && mh->mod)
+		hsm_module_reinit_if_due(mh->mod);
 	out->reinits = atomic_load(&mh->reinits);
 	out->signatures = atomic_load(&mh->signatures);
 	out->faults = atomic_load(&mh->faults);
@@ -1828,15 +1987,17 @@ void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 	pthread_mutex_unlock(&mh->fault_lock);
 	size_t usable = 0;
 	bool degraded = false;
+	uint64_t now = sg_now_ns();
 	for (size_t i = 0; i < h->ntokens; i++) {
 		token *t = &h->tokens[i];
-		if (token_failing(t)) {
+		if (!probed && token_failing(t)) {
 			sg_error saved;
 			sg_error_save(&saved);
 			probe_token(mh, t);
 			sg_error_restore(&saved);
 		}
-		bool bad = atomic_load(&t->auth_failed) || atomic_load(&t->down) || token_failing(t);
+		bool bad = atomic_load(&t->auth_failed) || atomic_load(&t->down) || token_failing(t) ||
+		           (probed && hsm_probe_token_down(h, i, now));
 		usable += !bad;
 		degraded |= bad || atomic_load(&t->broken) > 0;
 	}

@@ -14,7 +14,9 @@
  * reopened one at a time under an internal lock (some modules' C_OpenSession
  * is not thread-safe); a session handle is then used by one thread at a time
  * and different sessions sign concurrently. Health may be read from any
- * thread.
+ * thread. With sg_hsm_probe_start, threads of the sg_hsm's own probe each
+ * token while it is idle, so that health notices a token that went silent
+ * without a signature failing on it (sg_hsm_probe.c).
  *
  * Faults: CKR_SESSION_HANDLE_INVALID/CLOSED, CKR_USER_NOT_LOGGED_IN,
  * CKR_DEVICE_ERROR/REMOVED/MEMORY and CKR_TOKEN_NOT_PRESENT make sg_hsm_sign
@@ -92,11 +94,13 @@ typedef struct sg_hsm_options {
  * module failed). Login is process-wide: while another sg_hsm of this
  * process is logged in to a token, modules like SoftHSM2 accept any PIN. */
 SG_API int sg_hsm_open(sg_hsm **out, const sg_hsm_options *opts) SG_MUST_CHECK;
-/* Closes every session (closing the process's last session on a token ends
- * its login; no explicit C_Logout, which would also log out another sg_hsm on
- * the same token) and finalizes the module when the last sg_hsm of that
- * module goes and signet was the one to initialise it. Accepts NULL.
- * Sessions must be freed first. */
+/* Stops the health probes, closes every session (closing the process's last
+ * session on a token ends its login; no explicit C_Logout, which would also
+ * log out another sg_hsm on the same token) and finalizes the module when
+ * the last sg_hsm of that module goes and signet was the one to initialise
+ * it. A probe still inside the module at its timeout is left there, and h
+ * with it: nothing is closed or finalized under it (sg_hsm_threads_left).
+ * Accepts NULL. Sessions must be freed first. */
 SG_API void sg_hsm_free(sg_hsm *h);
 
 /* Type of the key found (or generated). */
@@ -112,6 +116,9 @@ SG_API size_t sg_hsm_token_count(const sg_hsm *h);
 /* Opens a session for one signer thread. Caller frees with
  * sg_hsm_session_free. */
 SG_API int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h) SG_MUST_CHECK;
+/* Closes the session; while a health probe is stuck inside the module it
+ * is forgotten without a call instead (the call could wait behind the stuck
+ * one for good). */
 SG_API void sg_hsm_session_free(sg_hsm_session *s);
 /* Whether this session signs with a session-object copy of the key. */
 SG_API bool sg_hsm_session_uses_copy(const sg_hsm_session *s);
@@ -143,7 +150,9 @@ typedef struct sg_hsm_stats {
 	char last_fault[128]; /* "C_Sign: CKR_SESSION_HANDLE_INVALID", or "" */
 } sg_hsm_stats;
 
-/* Snapshot of health and counters; safe from any thread. When a module
+/* Snapshot of health and counters; safe from any thread. With health
+ * probes running (sg_hsm_probe_start) it only reads state and makes no
+ * PKCS#11 call; what follows is its behaviour without them. When a module
  * re-initialisation is due (see Faults above) the calling thread makes the
  * attempt first: readiness polling is what brings the module back while no
  * signature is asked for. Bounded by the re-init backoff; another caller
@@ -154,6 +163,59 @@ typedef struct sg_hsm_stats {
  * wait for one in flight), and a good one brings it back. The thread's
  * error detail is kept. */
 SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
+
+/* --- health probes (sg_hsm_probe.c) --- */
+
+/* What one health probe of a token found. */
+typedef enum sg_hsm_probe_result {
+	SG_HSM_PROBE_OK = 0, /* the token answered within the timeout */
+	SG_HSM_PROBE_FAILED, /* it answered with an error, and a test signature failed too */
+	SG_HSM_PROBE_LATE,   /* it answered, but after the timeout (counted as down) */
+	SG_HSM_PROBE_STUCK,  /* the probe has been inside the module for the timeout and has not returned */
+} sg_hsm_probe_result;
+
+/* Told each probe's result: token is the index (sg_hsm_token_label),
+ * seconds how long the probe took (STUCK: how long it has been inside).
+ * A STUCK probe is told once when it passes its timeout, and again with
+ * its result (LATE or FAILED) if it ever returns. Called on the probes'
+ * own threads, one call at a time per sg_hsm, never after sg_hsm_free has
+ * returned; it must be quick and must not call into h. */
+typedef void (*sg_hsm_probe_fn)(size_t token, sg_hsm_probe_result result, double seconds, void *arg);
+
+typedef struct sg_hsm_probe_options {
+	unsigned interval_ms;     /* between the end of one probe and the next; > 0 */
+	unsigned timeout_ms;      /* a probe not answered by then counts as down; > 0 */
+	sg_hsm_probe_fn on_probe; /* NULL: not told */
+	void *arg;
+} sg_hsm_probe_options;
+
+/* Starts a health probe per token of h, so that an idle token that goes
+ * silent or fails is noticed without a signature being asked for: every
+ * interval_ms, on a session of its own, a cheap call (C_GetSessionInfo,
+ * C_GetTokenInfo); while the token is failing (its last probe failed, or
+ * signatures or reopens on it fail) a test signature instead, made with
+ * sg_hsm_sign's recovery. The probe's verdict joins sg_hsm_stats_get's
+ * state: a token whose last probe failed or came late, or whose probe has
+ * been inside the module for timeout_ms, is down until a probe answers in
+ * time again (after a late answer the next probe is made at once). Once
+ * probes run, sg_hsm_stats_get makes no PKCS#11 call (the probes make the
+ * due re-init attempts and test signatures), so a hung module cannot hold
+ * up its caller. Call once, before any other thread reads h's health.
+ * Errors: SG_EINVAL (bad options, started twice, no key), SG_EINTERNAL (no
+ * memory or thread). Stopped by sg_hsm_free, which waits for a probe under
+ * way at most until its timeout. */
+SG_API int sg_hsm_probe_start(sg_hsm *h, const sg_hsm_probe_options *o) SG_MUST_CHECK;
+
+/* Token i's label and serial number (trimmed), for logs and metric labels;
+ * NULL when i is out of range. Borrowed until sg_hsm_free. */
+SG_API const char *sg_hsm_token_label(const sg_hsm *h, size_t i);
+SG_API const char *sg_hsm_token_serial(const sg_hsm *h, size_t i);
+
+/* Probe threads sg_hsm_free left behind in this process because their call
+ * was still inside a PKCS#11 module (each logged once). A process with any
+ * should end with _exit rather than exit: a module's destructors would run
+ * under a call still inside it, and could wait for it for good. */
+SG_API unsigned sg_hsm_threads_left(void);
 
 /* What the token says of the CA key (the private key on the first token),
  * read when the key was found or generated. A CA key signet generates is

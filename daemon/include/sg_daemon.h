@@ -44,6 +44,8 @@ typedef struct sg_daemon_settings {
 	int64_t grpc_memory_limit;
 	int64_t shutdown_grace;
 	int64_t hsm_down_limit;
+	int64_t hsm_probe_interval;
+	int64_t hsm_probe_timeout;
 	bool sched_batch;
 	/* Kubernetes */
 	char *kubeconfig;
@@ -172,6 +174,13 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	X("hsm-down-limit", SG_OPT_DURATION, hsm_down_limit, "5m", 0, 7LL * 86400, NULL,                          \
 	  "/healthz fails once the HSM has been down this long without recovering, so that a liveness probe "     \
 	  "restarts signetd (0: never)")                                                                           \
+	X("hsm-probe-interval", SG_OPT_DURATION, hsm_probe_interval, "5s", 0, 3600, NULL,                          \
+	  "how often each HSM token is probed while idle (a cheap call on a session of its own; a test signature " \
+	  "while it is failing), so that a token that goes silent or fails makes the replica unready without a "   \
+	  "request failing on it (0: no probes)")                                                                  \
+	X("hsm-probe-timeout", SG_OPT_DURATION, hsm_probe_timeout, "5s", 1, 600, NULL,                             \
+	  "a probe not answered within this counts the token as down; a silent token makes the replica unready "   \
+	  "within hsm-probe-interval + hsm-probe-timeout")                                                         \
 	X("sched-batch", SG_OPT_BOOL, sched_batch, "true", 0, 0, NULL,                                            \
 	  "run signetd's threads as SCHED_BATCH (CPU-bound work: a thread waking another does not get preempted "   \
 	  "by it; fewer context switches under load)")                                                              \

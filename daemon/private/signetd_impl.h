@@ -41,11 +41,22 @@ typedef struct daemon_args {
 	char *init_dir; /* signetd's alone: the embedded default's state folder */
 } daemon_args;
 
+/* One HSM token's health probe series (NULL when the families are full). */
+typedef struct probe_series {
+	sg_series *result[3]; /* signet_hsm_probes_total: ok, failed, late */
+	sg_series *duration;  /* signet_hsm_probe_duration_seconds */
+	sg_series *stuck;     /* signet_hsm_probes_stuck_total */
+} probe_series;
+
 /* The daemon's own metrics beside the service's (sg_service.h). */
 typedef struct daemon_metrics {
 	sg_metrics *reg;
 	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
 	uint64_t seen_refused_limit, seen_refused_fds;    /* main thread only */
+	/* Per HSM token, by index; set before the probes start, then read by
+	 * their threads only. */
+	probe_series *probe;
+	size_t nprobe;
 } daemon_metrics;
 
 /* What identifies a file's contents cheaply (a change means "re-read"). */
@@ -122,6 +133,9 @@ int signetd_setup_metrics(daemon *d);
 const char *signetd_http_address(const daemon *d);
 /* /metrics, the readiness path and /healthz. */
 int signetd_start_http(daemon *d);
+/* The main HSM's health probes (hsm-probe-interval, hsm-probe-timeout),
+ * with their per-token metrics; nothing when the interval is 0. */
+int signetd_start_hsm_probes(daemon *d);
 
 /* ------------------------------------------------------------------ */
 /* root-ca-file (signetd_root.c)                                      */

@@ -10,7 +10,8 @@
  * and attributes, login and sessions, open and free, module re-init,
  * signing, health; its design comment explains the whole); sg_hsm_ckr.c,
  * CKR names and categories; sg_hsm_provision.c, token initialisation and
- * key generation; sg_hsm_check.c, signetctl hsm-check.
+ * key generation; sg_hsm_check.c, signetctl hsm-check; sg_hsm_probe.c, the
+ * health probes' threads.
  */
 #ifndef SG_HSM_IMPL_H
 #define SG_HSM_IMPL_H
@@ -86,7 +87,10 @@ typedef struct token {
 	_Atomic uint64_t probe_due_ns; /* no test signature before this (CLOCK_MONOTONIC) */
 	atomic_uint probes_failed;     /* test signatures failed in a row */
 	CK_UTF8CHAR serial[16];        /* CK_TOKEN_INFO.serialNumber: with the label, finds it again */
+	char serial_text[17];          /* the same, trimmed, for messages and metric labels */
 } token;
+
+typedef struct hsm_probes hsm_probes; /* sg_hsm_probe.c */
 
 struct sg_hsm {
 	module *mod;
@@ -125,6 +129,8 @@ struct sg_hsm {
 	_Atomic uint64_t recoveries;
 	_Atomic uint64_t reinits;
 	_Atomic uint64_t sessions;
+
+	_Atomic(hsm_probes *) probes; /* the health probes (sg_hsm_probe_start); NULL: none */
 };
 
 struct sg_hsm_session {
@@ -138,6 +144,8 @@ struct sg_hsm_session {
 	bool connected;
 	bool broken; /* counted in token->broken */
 	bool uses_copy;
+	bool probe;        /* a health probe's own session: not counted in sessions or signatures */
+	bool recheck_owed; /* a lost handle seen, the module's handles not yet checked */
 	CK_SESSION_HANDLE sh;
 	CK_OBJECT_HANDLE key; /* what C_SignInit uses: the copy or the token key */
 	CK_RV copy_rv;        /* why the copy was not made, when it was not */
@@ -213,6 +221,44 @@ int hsm_admin_locked(sg_hsm *h, token *t);
 int hsm_check_mechanisms(sg_hsm *h, token *t, const CK_MECHANISM_TYPE *want, const char *const *names, size_t nwant);
 /* The slots with a token present, in a fresh array. */
 int hsm_list_slots(CK_FUNCTION_LIST_PTR f, CK_SLOT_ID **out, CK_ULONG *n);
+
+/* ------------------------------------------------------------------ */
+/* For the health probes (sg_hsm.c, used by sg_hsm_probe.c)           */
+
+/* A session of h pinned to token tok, registered with its module (re-inits
+ * and handle re-checks see it) and connected when the token lets it; a
+ * probe session (probe) is not counted in sg_hsm_stats.sessions nor its
+ * signatures in .signatures. Caller frees with hsm_session_release. */
+int hsm_session_new(sg_hsm_session **out, sg_hsm *h, size_t tok, bool probe);
+/* Closes s (forgets it without a call when wedged: a call is stuck in the
+ * module) and frees it. */
+void hsm_session_release(sg_hsm_session *s, bool wedged);
+/* The cheap probe on s: C_GetSessionInfo (alive, logged in) and
+ * C_GetTokenInfo (the device answers). A session that is not connected,
+ * stale, lost or logged out fails with SG_EBUSY (the caller's test
+ * signature then reopens it); a lost handle is forgotten and the module's
+ * handles re-checked as sg_hsm_sign does. *fn: the call that failed. */
+int hsm_session_check(sg_hsm_session *s, const char **fn);
+/* A fixed test signature on s through sg_hsm_sign (its recovery
+ * included) before deadline_ns. */
+int hsm_session_test_sign(sg_hsm_session *s, uint64_t deadline_ns);
+/* Whether t counts as failing or down from signing and reopening alone
+ * (without the probes' verdict). */
+bool hsm_token_troubled(token *t);
+/* Makes a module re-init that is due (backoff over); what sg_hsm_stats_get
+ * does when no probe runs. */
+void hsm_module_reinit_if_due(module *m);
+
+/* sg_hsm_probe.c: whether token i counts as down by its probe (the last
+ * probe failed, or one has been inside the module past the timeout), and
+ * whether any probe of h is stuck in the module now. Pure reads. */
+bool hsm_probe_token_down(const sg_hsm *h, size_t i, uint64_t now_ns);
+bool hsm_probe_wedged(const sg_hsm *h, uint64_t now_ns);
+/* Stops h's probes, waiting at most until each probe under way reaches its
+ * timeout. True when every probe thread has ended (and its session is
+ * freed); false when one is still inside the module: then h must be left
+ * as it is (the thread may return into it at any time). */
+bool hsm_probe_stop(sg_hsm *h);
 
 /* ------------------------------------------------------------------ */
 /* Key generation (sg_hsm_provision.c)                                */

@@ -1,6 +1,7 @@
 /*
  * hsm_fixture: the SoftHSM2 fixture shared by the sg_hsm test programs
- * (test_hsm.c, test_hsm_faults.c, test_hsm_failing.c, test_hsm_reinit.c).
+ * (test_hsm.c, test_hsm_faults.c, test_hsm_failing.c, test_hsm_reinit.c,
+ * test_hsm_probe.c).
  * Each case gets a private token directory with its own softhsm2.conf, the
  * PINs as sg_secrets, and the module's function list loaded through dlopen,
  * which is the same module instance sg_hsm uses, so a test can inspect or
@@ -153,6 +154,54 @@ static __attribute__((unused)) bool fx_open_keyed(fx *x, sg_hsm **h, const char 
 	if (fx_open_on(x, h, module, turi, kuri, copy, true, backoff_ms) != 0)
 		return false;
 	return sg_hsm_generate_key(*h, SG_KEY_EC_P256) == 0;
+}
+
+/* p11_fault's control file and event log (SIGNET_P11FAULT_CONTROL,
+ * SIGNET_P11FAULT_LOG), in the case's token directory. */
+static char fx_control[700];
+static char fx_events[700];
+
+/* Replaces the control file (write, then rename: the module never reads a
+ * half-written one) and waits past the module's re-check interval: it
+ * stats the file on the first call 10 ms or more after its last look, so
+ * after 30 ms the next call reads the new one, however slow the machine
+ * (a fixed time is exact here, not a guess at a state). */
+static __attribute__((unused)) void fx_faults(const char *text)
+{
+	char tmp[720];
+	snprintf(tmp, sizeof(tmp), "%s.new", fx_control);
+	FILE *f = fopen(tmp, "w");
+	SG_CHECK(f != NULL);
+	if (!f)
+		return;
+	fputs(text, f);
+	fclose(f);
+	SG_CHECK(rename(tmp, fx_control) == 0);
+	sg_sleep_ms(30);
+}
+
+/* Whether the module's event log has a line starting with what. */
+static __attribute__((unused)) bool fx_logged(const char *what)
+{
+	FILE *f = fopen(fx_events, "r");
+	char line[256];
+	bool found = false;
+	while (f && !found && fgets(line, sizeof(line), f))
+		found = strncmp(line, what, strlen(what)) == 0;
+	if (f)
+		fclose(f);
+	return found;
+}
+
+/* Points p11_fault at a control file and event log in x's directory, with
+ * no fault in force. */
+static __attribute__((unused)) void fx_faults_init(fx *x)
+{
+	snprintf(fx_control, sizeof(fx_control), "%s/faults", x->dir);
+	snprintf(fx_events, sizeof(fx_events), "%s/fault-events", x->dir);
+	setenv("SIGNET_P11FAULT_CONTROL", fx_control, 1);
+	setenv("SIGNET_P11FAULT_LOG", fx_events, 1);
+	fx_faults("");
 }
 
 /* h's health and counters, by value (to test one field in an expression). */

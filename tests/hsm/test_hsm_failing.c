@@ -15,50 +15,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-static char control[700];
-static char events[700]; /* the module's event log (SIGNET_P11FAULT_LOG) */
-
-/* Replaces the control file (write, then rename: the module never reads a
- * half-written one) and waits past the module's re-check interval: it
- * stats the file on the first call 10 ms or more after its last look, so
- * after 30 ms the next call reads the new one, however slow the machine
- * (a fixed time is exact here, not a guess at a state). */
-static void faults(const char *text)
-{
-	char tmp[720];
-	snprintf(tmp, sizeof(tmp), "%s.new", control);
-	FILE *f = fopen(tmp, "w");
-	SG_CHECK(f != NULL);
-	if (!f)
-		return;
-	fputs(text, f);
-	fclose(f);
-	SG_CHECK(rename(tmp, control) == 0);
-	sg_sleep_ms(30);
-}
-
-/* Whether the module's event log has a line starting with what. */
-static bool logged(const char *what)
-{
-	FILE *f = fopen(events, "r");
-	char line[256];
-	bool found = false;
-	while (f && !found && fgets(line, sizeof(line), f))
-		found = strncmp(line, what, strlen(what)) == 0;
-	if (f)
-		fclose(f);
-	return found;
-}
-
 /* A token with an EC key, opened through p11_fault; control file and event
  * log beside it. */
 static bool open_faulty(fx *x, sg_hsm **h, const char *label)
 {
-	snprintf(control, sizeof(control), "%s/faults", x->dir);
-	snprintf(events, sizeof(events), "%s/fault-events", x->dir);
-	setenv("SIGNET_P11FAULT_CONTROL", control, 1);
-	setenv("SIGNET_P11FAULT_LOG", events, 1);
-	faults("");
+	fx_faults_init(x);
 	return fx_open_keyed(x, h, HSM_P11_FAULT, label, true, 2);
 }
 
@@ -79,7 +40,7 @@ static void t_sign_failing_is_down(void)
 	SG_CHECK_OK(sign_verify(h, s, 0, &ok));
 	SG_CHECK(ok && stats(h).state == SG_HSM_OK);
 
-	faults("C_Sign error=CKR_DEVICE_ERROR\n");
+	fx_faults("C_Sign error=CKR_DEVICE_ERROR\n");
 	for (int i = 0; i < 3; i++) {
 		int rc = sign_verify(h, s, sg_now_ns() + 3000000000u, &ok);
 		SG_CHECK(rc == SG_EBUSY || rc == SG_ETIMEOUT);
@@ -93,7 +54,7 @@ static void t_sign_failing_is_down(void)
 	SG_CHECK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok) < 0);
 	SG_CHECK(stats(h).state == SG_HSM_DOWN);
 
-	faults("");
+	fx_faults("");
 	SG_WAIT_FOR(30000, stats(h).state != SG_HSM_DOWN);
 	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok));
 	SG_CHECK(ok && stats(h).state == SG_HSM_OK);
@@ -113,7 +74,7 @@ static void t_intermittent_not_down(void)
 	SG_CHECK(open_faulty(&x, &h, "flaky"));
 	sg_hsm_session *s = NULL;
 	SG_CHECK_OK(sg_hsm_session_open(&s, h));
-	faults("C_Sign error=CKR_SESSION_HANDLE_INVALID every=2\n");
+	fx_faults("C_Sign error=CKR_SESSION_HANDLE_INVALID every=2\n");
 	uint64_t rec0 = stats(h).recoveries;
 	for (int i = 0; i < 20; i++) {
 		bool ok = false;
@@ -122,7 +83,7 @@ static void t_intermittent_not_down(void)
 		SG_CHECK(stats(h).state != SG_HSM_DOWN);
 	}
 	SG_CHECK(stats(h).recoveries >= rec0 + 5);
-	faults("");
+	fx_faults("");
 	sg_hsm_session_free(s);
 	sg_hsm_free(h);
 	fx_free(&x);
@@ -156,13 +117,13 @@ static void t_hang_holds_one_session(void)
 	sg_hsm_session *s1 = NULL, *s2 = NULL;
 	SG_CHECK_OK(sg_hsm_session_open(&s1, h));
 	SG_CHECK_OK(sg_hsm_session_open(&s2, h));
-	faults("C_Sign hang=1\n");
+	fx_faults("C_Sign hang=1\n");
 	hung_arg a = {.h = h, .s = s1};
 	pthread_t t;
 	SG_CHECK(pthread_create(&t, NULL, hung_signer, &a) == 0);
 	/* Its C_Sign is the one held (hang=1: the first only), not one of
 	 * those below. */
-	SG_WAIT_FOR(30000, logged("hang C_Sign "));
+	SG_WAIT_FOR(30000, fx_logged("hang C_Sign "));
 	SG_CHECK(!atomic_load(&a.done));
 	for (int i = 0; i < 10; i++) {
 		bool ok = false;
@@ -170,7 +131,7 @@ static void t_hang_holds_one_session(void)
 		SG_CHECK(ok);
 	}
 	SG_CHECK(!atomic_load(&a.done));
-	faults("");
+	fx_faults("");
 	pthread_join(t, NULL);
 	SG_CHECK(a.rc == 0 && a.ok);
 	sg_hsm_session_free(s1);
@@ -213,9 +174,9 @@ static void t_crash_no_aliasing(void)
 	char text[32], line[48];
 	for (int gen = 1; gen <= 12; gen++) {
 		snprintf(text, sizeof(text), "crash %d\n", gen);
-		faults(text);
+		fx_faults(text);
 		snprintf(line, sizeof(line), "crash generation %d\n", gen);
-		SG_WAIT_FOR(30000, logged(line));
+		SG_WAIT_FOR(30000, fx_logged(line));
 		int before = signed_now(a, 4);
 		SG_WAIT_FOR(30000, signed_now(a, 4) > before);
 	}
@@ -228,7 +189,7 @@ static void t_crash_no_aliasing(void)
 	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &good));
 	SG_CHECK(good);
 	sg_hsm_session_free(s);
-	faults("");
+	fx_faults("");
 	sg_hsm_free(h);
 	fx_free(&x);
 }

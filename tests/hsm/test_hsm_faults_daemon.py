@@ -63,6 +63,7 @@ FAULT_S = 3.0 if SANITIZED else 2.5  # how long each fault stays on
 RECOVER_S = 30.0  # longest wait for recovery after a fault is cleared
 WAIT_S = 60.0  # longest wait for any other state: it ends as soon as the state holds, so only a loaded
 # machine (two cores, TSan, other tests beside it) ever uses much of it
+PROBE_SLACK = 3.0 if SANITIZED else 1.5  # scheduling on a loaded machine, on top of a probe's own bound
 UNREADY_SLACK = 10.0  # how long past a fault's hold /readyz may take to turn 503 on such a machine
 CORRUPT_CALLS = 200  # calls under the corrupt-signature fault (a share of them is asserted)
 THREADS = 3  # signer threads: one may hang while the others serve
@@ -241,6 +242,17 @@ class HsmFaults(unittest.TestCase):
         rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
         self.assertEqual(rc, 0, self.text()[-3000:])
         self.no_sanitizer_report()
+
+    def sigterm(self):
+        """SIGTERM: signetd's exit status (None when it did not end within
+        shutdown-grace + the stop's overrun + 10 s) and how long it took."""
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
+        except subprocess.TimeoutExpired:
+            rc = None
+        return rc, time.monotonic() - t
 
     def text(self):
         return read(self.log_path)
@@ -549,13 +561,7 @@ class HsmFaults(unittest.TestCase):
         n = self.event_count()
         self.set_faults("C_Sign hang=1\n")
         self.wait_event("hang C_Sign", n)  # a C_Sign is hung from here on
-        t = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(GRACE + STOP_OVERRUN + 10)
-        except subprocess.TimeoutExpired:
-            rc = None
-        took = time.monotonic() - t
+        rc, took = self.sigterm()
         calls = load.stop()
         self.assertIsNotNone(rc, f"signetd did not stop within {GRACE + STOP_OVERRUN + 10}s with a hung C_Sign:\n"
                              + self.text()[-3000:])
@@ -577,6 +583,127 @@ class HsmFaults(unittest.TestCase):
         # came first, UNAVAILABLE ("server shutting down") when the grace did.
         self.assertTrue(any(c.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
                             for c in calls), "the hung call's answer")
+
+    # ---- idle tokens: the health probes ----------------------------------------
+
+    def first_status(self, status, since, timeout=WAIT_S):
+        """Seconds from since to the first /readyz sample with status."""
+        def seen():
+            return next((t for t, s in list(self.ready.samples) if t >= since and s == status), None)
+        return self.wait_until(f"/readyz {status}", seen, timeout) - since
+
+    def metric_sum(self, name, **labels):
+        """The sum of a family's series (signet_hsm_*) whose labels include these."""
+        want = [f'{k}="{v}"' for k, v in labels.items()]
+        return sum(v for k, v in self.metrics().items()
+                   if k.split("{")[0] == name and all(w in k for w in want))
+
+    def calls_ok(self, n):
+        """n calls one after another, each answered with a certificate that
+        verifies: a ready replica loses none of the requests it accepts."""
+        stub = self.pb_grpc.IstioCertificateServiceStub(self.channel)
+        md = [("authorization", f"Bearer {self.tok}"), ("clusterid", "Kubernetes")]
+        leaves = [stub.CreateCertificate(self.pb.IstioCertificateRequest(csr=self.csrs[i % len(self.csrs)]),
+                                         metadata=md, timeout=SERVER_TIMEOUT + 5).cert_chain[0] for i in range(n)]
+        self.verify(leaves)
+
+    def test_idle_probe(self):
+        """No request is asked for while the token fails (an idle replica):
+        the health probes alone make /readyz 503 within probe-interval +
+        probe-timeout (+ housekeeping's second) when every call hangs, and
+        when every call errors; the hung probe is reported stuck (log,
+        metric) while /healthz stays 200 (hsm-down-limit); released, the
+        replica is ready again within one probe, and every call made while
+        it is ready succeeds. Last, SIGTERM with the probe still hung: the
+        stop does not wait for it (before the probes: the replica stayed
+        ready through both outages)."""
+        interval, timeout = 1, 1
+        bound = interval + timeout + 1 + PROBE_SLACK
+        self.start("idle", f"--hsm-probe-interval={interval}s", f"--hsm-probe-timeout={timeout}s")
+        self.calls_ok(4)
+        self.assertEqual(self.metric_sum("signet_hsm_probes_stuck_total"), 0)
+        self.wait_until("a probe answered", lambda: self.metric_sum("signet_hsm_probes_total", result="ok") > 0)
+
+        # Every call hangs: the probe's own call is what hangs.
+        n = self.event_count()
+        t0 = time.monotonic()
+        self.set_faults("* hang=64\n")
+        unready = self.first_status(503, t0)
+        self.wait_event("hang C_GetSessionInfo", n)
+        self.wait_until("the stuck probe counted", lambda: self.metric_sum("signet_hsm_probes_stuck_total") >= 1)
+        stuck = [r for r in self.records() if r.get("msg", "").startswith("PKCS#11 health probe stuck")]
+        self.assertEqual(len(stuck), 1, self.text()[-3000:])
+        self.assertEqual(self.health(), 200, "an outage shorter than hsm-down-limit failed /healthz")
+        t1 = time.monotonic()
+        self.set_faults("")
+        back = self.first_status(200, t1)
+        print(f"idle hang: /readyz 503 after {unready:.2f}s (bound {bound:.1f}s), 200 {back:.2f}s after the "
+              f"release", flush=True)
+        self.assertLess(unready, bound, self.text()[-3000:])
+        # One probe (the late one returns, the next is made at once) and
+        # one housekeeping tick.
+        self.assertLess(back, timeout + 1 + PROBE_SLACK, self.text()[-3000:])
+        self.calls_ok(4)
+
+        # Every call errors.
+        t2 = time.monotonic()
+        self.set_faults("* error=CKR_DEVICE_ERROR\n")
+        unready_err = self.first_status(503, t2)
+        self.wait_until("a failed probe counted",
+                        lambda: self.metric_sum("signet_hsm_probes_total", result="failed") > 0)
+        t3 = time.monotonic()
+        self.set_faults("")
+        back_err = self.first_status(200, t3, RECOVER_S)
+        print(f"idle errors: /readyz 503 after {unready_err:.2f}s, 200 {back_err:.2f}s after the cure", flush=True)
+        self.assertLess(unready_err, bound, self.text()[-3000:])
+        self.calls_ok(4)
+        HsmFaults.report.append("")
+        HsmFaults.report.append(
+            f"Idle token, probes every {interval} s with a {timeout} s timeout: every call hung, /readyz 503 "
+            f"after {unready:.2f} s, 200 {back:.2f} s after the release; every call CKR_DEVICE_ERROR, 503 after "
+            f"{unready_err:.2f} s, 200 {back_err:.2f} s after the cure")
+
+        # SIGTERM while the probe is hung inside the module.
+        n = self.event_count()
+        t4 = time.monotonic()
+        self.set_faults("* hang=64\n")
+        self.wait_event("hang C_GetSessionInfo", n)
+        self.first_status(503, t4)
+        rc, took = self.sigterm()
+        print(f"stop with a hung probe: exit {rc} after {took:.2f}s", flush=True)
+        self.assertEqual(rc, 0, self.text()[-3000:])
+        self.assertLess(took, GRACE + PROBE_SLACK + 2, "the stop waited for the hung probe")
+        msgs = [r.get("msg", "") for r in self.records()]
+        self.assertTrue(any(m.startswith("PKCS#11 health probe still inside the module at shutdown") for m in msgs),
+                        self.text()[-3000:])
+        self.assertIn("exiting without library destructors: a PKCS#11 call is still inside the module", msgs)
+        self.assertFalse(any(m.startswith("graceful stop did not finish") for m in msgs))
+        self.no_sanitizer_report()
+
+    def test_idle_down_limit(self):
+        """An idle replica whose token fails for longer than hsm-down-limit
+        fails /healthz too (the probes see the outage; before them an idle
+        replica never counted its HSM as down), not before the limit, and
+        is alive again once the token answers."""
+        self.start("idledown", "--hsm-probe-interval=1s", "--hsm-probe-timeout=1s", "--hsm-down-limit=2s")
+        self.assertEqual(self.health(), 200)
+        t0 = time.monotonic()
+        self.set_faults("* error=CKR_DEVICE_ERROR\n")
+        unready = self.first_status(503, t0)
+
+        def unhealthy():
+            return self.health() == 503 and time.monotonic()
+        first_503 = self.wait_until("/healthz 503", unhealthy) - t0
+        print(f"idle token down: /readyz 503 after {unready:.2f}s, /healthz 503 after {first_503:.2f}s "
+              f"(hsm-down-limit 2s)", flush=True)
+        # The limit counts from the tick that turned /readyz 503 (sampled every
+        # 50 ms, so seen up to ~0.1 s late).
+        self.assertGreater(first_503, unready + 1.7)
+        self.set_faults("")
+        self.wait_until("/healthz 200 after the cure", lambda: self.health() == 200, RECOVER_S)
+        self.first_status(200, time.monotonic())
+        self.calls_ok(2)
+        self.stop_clean()
 
 
 if __name__ == "__main__":
