@@ -11,7 +11,7 @@ and that is then re-issued under roots this test makes.
     and A as another, expired one.
   * The CA's own root expiring while signetd runs: one error record,
     not the other-root warning; the metrics say expired and due.
-  * A root near its end: B lives a few minutes. With the default lead (a
+  * A root near its end: B has ten minutes left. With the default lead (a
     third of its validity) the rotation is due at once: the metric says 1
     with the lead, one warning. With --root-rotation-lead set so that the
     crossing comes a few seconds after start: 0 before it, 1 after it, and
@@ -36,27 +36,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from signetd_proc import base_env, read, request_workload_cert, stop, write
+
 SIGNETCTL, SIGNETD = sys.argv[1:3]
 del sys.argv[1:3]
 
 EXPIRED_MSG = "a root of the served bundle has expired; still served, remove it from the bundle"
 DUE_MSG = "the CA's root expires within root-rotation-lead: rotate the CA"
-
-
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
-
-
-def write(path, data, mode=0o644):
-    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-    os.chmod(path, mode)
-
-
-def env():
-    drop = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
-    return {k: v for k, v in os.environ.items() if k not in drop}
 
 
 def now_utc():
@@ -98,7 +84,7 @@ class Signetd:
                 "--metrics-port", "0", "--readiness-probe-port", "0", "--log-format", "json",
                 "--signer-threads", "1", *flags]
         with open(log_path, "w") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=env())
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=base_env())
         self.port = self.metrics_port = None
 
     def records(self, msg=None):
@@ -147,14 +133,7 @@ class Signetd:
             time.sleep(0.05)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop(self.proc)
 
 
 class RootExpiry(unittest.TestCase):
@@ -194,19 +173,7 @@ class RootExpiry(unittest.TestCase):
     def issue(self, d, conf):
         """A workload certificate through CreateCertificate (gRPC over TLS,
         signetctl request); the chain file's path."""
-        tok, csr, out = self.path("token"), self.path("leaf.csr"), self.path("chain.pem")
-        token = subprocess.run([SIGNETCTL, "token", "--config", conf, "--namespace", "default",
-                                "--service-account", "default"], check=True, capture_output=True, text=True).stdout
-        write(tok, token.strip() + "\n", 0o600)
-        key = ec.generate_private_key(ec.SECP256R1())
-        req = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
-               .add_extension(x509.SubjectAlternativeName(
-                   [x509.UniformResourceIdentifier("spiffe://cluster.local/ns/default/sa/default")]), critical=True)
-               .sign(key, hashes.SHA256()))
-        write(csr, req.public_bytes(serialization.Encoding.PEM))
-        p = subprocess.run([SIGNETCTL, "request", "--config", conf, "--addr", f"127.0.0.1:{d.port}",
-                            "--token-file", tok, "--csr", csr, "--out", out], capture_output=True, text=True,
-                           timeout=60)
+        p, out = request_workload_cert(SIGNETCTL, conf, d.port, self.path("workload"))
         self.assertEqual(p.returncode, 0, p.stderr + read(d.log_path))
         return out
 
