@@ -37,12 +37,16 @@ bool sg_kubesign_ca_usable(const sg_kubesign_ca *ca, int64_t now, char *why, siz
 {
 	const sg_ca *c = sg_appliance_ca(ca->app);
 	sg_hsm *h = sg_appliance_hsm(ca->app);
-	if (sg_ca_chain_not_after(c) <= now) {
-		snprintf(why, cap, "the CA certificate or an intermediate of CA \"%s\" has expired", ca->name);
+	/* The root the CA's own chain ends at, not every root it hands out:
+	 * during a rotation's overlap the other root may expire first, and
+	 * the CA's certificates still verify (sg_ca.h). Asked first, since
+	 * the chain's expiry includes the root's. */
+	if (sg_ca_root_not_after(c) <= now) {
+		snprintf(why, cap, "the root of CA \"%s\" (%s) has expired", ca->name, sg_ca_root_subject(c));
 		return false;
 	}
-	if (sg_ca_root_not_after(c) <= now) {
-		snprintf(why, cap, "a root of CA \"%s\" has expired", ca->name);
+	if (sg_ca_chain_not_after(c) <= now) {
+		snprintf(why, cap, "the CA certificate or an intermediate of CA \"%s\" has expired", ca->name);
 		return false;
 	}
 	sg_hsm_stats st;

@@ -49,8 +49,10 @@ typedef struct sg_kubesign_ca {
 SG_API const sg_kubesign_ca *sg_kubesign_ca_find(const sg_kubesign_ca *cas, size_t n, const char *name);
 
 /* Whether ca can sign now: the HSM has a usable token and a session opens,
- * the CA certificate and its chain are inside their validity (at now, Unix
- * seconds). false with why (cap bytes) saying what is wrong. */
+ * the CA certificate, its chain and the root that chain ends at are inside
+ * their validity (at now, Unix seconds); another root of the bundle that
+ * has expired does not count (sg_ca.h). false with why (cap bytes) saying
+ * what is wrong. */
 SG_API bool sg_kubesign_ca_usable(const sg_kubesign_ca *ca, int64_t now, char *why, size_t cap);
 
 /* Turns a JSON array of usage names (cert-manager's KeyUsage and

@@ -325,6 +325,26 @@ static void print_time(const char *label, int64_t t)
 	printf("%-14s %s\n", label, buf);
 }
 
+/* The bundle's roots besides the CA's own (a rotation's overlap): handed
+ * out with it, but their expiry does not end the CA (sg_ca.h). */
+static void print_other_roots(const sg_ca *ca)
+{
+	const char *pem = sg_ca_root_pem(ca);
+	sg_ca_root_info roots[SG_CA_BUNDLE_MAX];
+	size_t n = 0;
+	if (sg_ca_bundle_roots(ca, pem, strlen(pem), roots, SG_CA_BUNDLE_MAX, &n) < 0)
+		return; /* sg_ca_load parsed this very bundle */
+	int64_t now = sg_wall_seconds();
+	for (size_t i = 0; i < n; i++) {
+		if (roots[i].is_ca_root)
+			continue;
+		char t[SG_CLOCK_RFC3339_LEN];
+		(void)sg_clock_rfc3339(t, sizeof(t), roots[i].not_after);
+		printf("%-14s %s not-after %s%s\n", "other-root", roots[i].subject, t,
+		       roots[i].not_after <= now ? " (expired)" : "");
+	}
+}
+
 static int do_status(ctl_args *a)
 {
 	a->s.signer_threads = 1;
@@ -338,7 +358,9 @@ static int do_status(ctl_args *a)
 	printf("%-14s %s\n", "ca", sg_ca_subject(ca));
 	printf("%-14s %s\n", "key", sg_key_type_name(sg_ca_key_type(ca)));
 	print_time("ca-not-after", sg_ca_issuer(ca)->not_after);
+	printf("%-14s %s\n", "root", sg_ca_root_subject(ca));
 	print_time("root-not-after", sg_ca_root_not_after(ca));
+	print_other_roots(ca);
 	printf("%-14s %zu\n", "tokens", sg_hsm_token_count(sg_appliance_hsm(app)));
 	printf("%-14s %s\n", "hsm", states[st.state]);
 	sg_appliance_free(app);

@@ -1,13 +1,14 @@
 /*
  * signetd_health: whether signetd is ready and alive, and what systemd is
  * told. Housekeeping, once a second on the main thread: the serving
- * certificate's renewal, root-ca-file, the gRPC listener's refusals, the
- * HSM's state and how long it has been down (for /healthz), the signer
- * pool's progress, and from them readiness (the flag /readyz reads) and
- * systemd's READY=/STATUS=; the watchdog ping, withheld while the signer
- * pool is wedged; and the SIGHUP reload, which ends with a housekeeping
- * pass. Apart from main so that every reason signetd gives for not being
- * ready, and every word it says to systemd, reads in one place.
+ * certificate's renewal, root-ca-file and the roots' expiry, the gRPC
+ * listener's refusals, the HSM's state and how long it has been down (for
+ * /healthz), the signer pool's progress, and from them readiness (the flag
+ * /readyz reads) and systemd's READY=/STATUS=; the watchdog ping, withheld
+ * while the signer pool is wedged; and the SIGHUP reload, which ends with
+ * a housekeeping pass. Apart from main so that every reason signetd gives
+ * for not being ready, and every word it says to systemd, reads in one
+ * place.
  */
 #include "signetd_impl.h"
 
@@ -158,6 +159,7 @@ void signetd_housekeeping(daemon *d)
 {
 	int64_t now = sg_wall_seconds();
 	(void)signetd_reload_root(d, false); /* logged inside; retried on the next tick */
+	signetd_root_expiry_tick(d, now);
 	sg_cluster_tick(d->cluster);
 	if (sg_serving_tick(d->serving, now) < 0)
 		sg_log_error_last(SG_LOG_WARN, "serving certificate renewal failed; will retry");

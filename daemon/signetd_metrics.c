@@ -39,6 +39,16 @@ static double chain_expiry_seconds(void *arg)
 	return (double)(sg_ca_chain_not_after(((daemon *)arg)->ca) - sg_wall_seconds());
 }
 
+static double rotation_due(void *arg)
+{
+	return signetd_root_rotation_due(arg, sg_wall_seconds());
+}
+
+static double rotation_lead(void *arg)
+{
+	return (double)signetd_root_rotation_lead(arg);
+}
+
 sg_hsm_stats signetd_hsm_stats(daemon *d)
 {
 	sg_hsm_stats st;
@@ -164,6 +174,13 @@ int signetd_setup_metrics(daemon *d)
 	     chain_expiry, false},
 	    {"citadel_server_cert_chain_expiry_seconds", "Seconds until the CA chain expires.", chain_expiry_seconds,
 	     false},
+	    {"signet_ca_root_rotation_due",
+	     "1 when the CA's root expires within signet_ca_root_rotation_lead_seconds: time to rotate the CA.",
+	     rotation_due, false},
+	    {"signet_ca_root_rotation_lead_seconds",
+	     "How long before the CA's root expires its rotation is due (root-rotation-lead; default a third of the "
+	     "root's validity).",
+	     rotation_lead, false},
 	    {"signet_hsm_up", "1 while at least one HSM token is usable.", hsm_up, false},
 	    {"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false},
 	    {"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",

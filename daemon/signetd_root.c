@@ -75,6 +75,7 @@ int signetd_load_root(daemon *d, const char **root, size_t *len, char **own)
 			return rc;
 		}
 		*root = *own;
+		signetd_root_watch(d, *root, *len);
 		return SG_OK;
 	}
 	size_t n;
@@ -84,6 +85,7 @@ int signetd_load_root(daemon *d, const char **root, size_t *len, char **own)
 	SG_ENSURE(n > 0, SG_EINVAL, "the CA has no chain");
 	*root = elems[n - 1];
 	*len = lens[n - 1];
+	signetd_root_watch(d, *root, *len);
 	return SG_OK;
 }
 
@@ -138,6 +140,7 @@ int signetd_reload_root(daemon *d, bool force)
 		return rc;
 	}
 	d->root_file = id;
+	signetd_root_watch(d, root, len);
 	if (sg_serving_set_client_ca(d->serving, root) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot update the client-certificate roots");
 	sg_cluster_set_root(d->cluster, root, len);

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #define MAX_CHAIN 8
+_Static_assert(MAX_CHAIN == SG_CA_BUNDLE_MAX, "sg_ca.h promises the bundle limit");
 #define MAX_PEM_FILE (256 * 1024)
 
 struct sg_ca {
@@ -36,9 +37,15 @@ struct sg_ca {
 	char *cert_pem;     /* the CA certificate, also when it is a root */
 	size_t n_inter;     /* elems[first_inter .. first_inter + n_inter): intermediates */
 	size_t first_inter;
+	/* The root the CA's own chain ends at (its anchor), not every root
+	 * of the bundle: see sg_ca_root_not_after. */
+	uint8_t *root_der;
+	size_t root_der_len;
+	int64_t root_not_before;
 	int64_t root_not_after;
 	int64_t chain_not_after;
 	char subject[256];
+	char root_subject[256];
 };
 
 static void free_certs(STACK_OF(X509) **sk)
@@ -116,7 +123,11 @@ static int check_ca_cert(X509 *cert, const char *path, int64_t now)
 	return SG_OK;
 }
 
-static int verify_chain(X509 *cert, STACK_OF(X509) *chain, STACK_OF(X509) *roots, const char *root_path)
+/* Verifies cert (+ chain) to a root of roots at the current time; *anchor
+ * (when asked for) is the root the verified path ends at, which the
+ * caller frees. */
+static int verify_chain(X509 *cert, STACK_OF(X509) * chain, STACK_OF(X509) * roots, const char *root_path,
+                        X509 **anchor)
 {
 	X509_STORE *store = X509_STORE_new();
 	X509_STORE_CTX *ctx = X509_STORE_CTX_new();
@@ -133,6 +144,12 @@ static int verify_chain(X509 *cert, STACK_OF(X509) *chain, STACK_OF(X509) *roots
 				  X509_verify_cert_error_string(err));
 		goto out;
 	}
+	if (anchor) {
+		STACK_OF(X509) *path = X509_STORE_CTX_get0_chain(ctx);
+		X509 *top = path ? sk_X509_value(path, sk_X509_num(path) - 1) : NULL;
+		SG_ENSURE_GOTO(rc, top && X509_up_ref(top) == 1, out, SG_EINTERNAL, "no verified chain");
+		*anchor = top;
+	}
 	rc = SG_OK;
 out:
 	X509_STORE_CTX_free(ctx);
@@ -148,6 +165,32 @@ static int add_elem(sg_ca *ca, X509 *x)
 	int64_t na = asn1_seconds(X509_get0_notAfter(x));
 	if (ca->chain_not_after == 0 || na < ca->chain_not_after)
 		ca->chain_not_after = na;
+	return SG_OK;
+}
+
+static void free_cert(X509 **x)
+{
+	X509_free(*x);
+}
+
+/* The anchor's expiry is the CA's: every chain it hands out ends there.
+ * Another root of the bundle (the other half of a rotation's overlap)
+ * may expire first without making the CA's certificates unverifiable,
+ * so it does not count here (sg_ca_bundle_roots describes it). */
+static int note_anchor(sg_ca *ca, X509 *anchor)
+{
+	unsigned char *der = NULL;
+	int n = i2d_X509(anchor, &der);
+	SG_ENSURE(n > 0, SG_EINTERNAL, "cannot encode the CA's root");
+	ca->root_der = malloc((size_t)n);
+	if (ca->root_der)
+		memcpy(ca->root_der, der, (size_t)n);
+	OPENSSL_free(der);
+	SG_ENSURE(ca->root_der, SG_EINTERNAL, "out of memory");
+	ca->root_der_len = (size_t)n;
+	ca->root_not_before = asn1_seconds(X509_get0_notBefore(anchor));
+	ca->root_not_after = asn1_seconds(X509_get0_notAfter(anchor));
+	X509_NAME_oneline(X509_get_subject_name(anchor), ca->root_subject, sizeof(ca->root_subject));
 	return SG_OK;
 }
 
@@ -179,7 +222,9 @@ static int build(sg_ca *ca, const sg_ca_files *f, const uint8_t *hsm_spki, size_
 	bool match = n > 0 && (size_t)n == spki_len && memcmp(der, hsm_spki, spki_len) == 0;
 	OPENSSL_free(der);
 	SG_ENSURE(match, SG_EINVAL, "the public key of %s is not the HSM key", f->cert);
-	SG_TRY(verify_chain(cert, chain, roots, f->root));
+	X509 *anchor SG_CLEANUP(free_cert) = NULL;
+	SG_TRY(verify_chain(cert, chain, roots, f->root, &anchor));
+	SG_TRY(note_anchor(ca, anchor));
 
 	/* Plain bytes for the hot path. */
 	n = i2d_X509_NAME(X509_get_subject_name(cert), &ca->name_der);
@@ -231,9 +276,6 @@ static int build(sg_ca *ca, const sg_ca_files *f, const uint8_t *hsm_spki, size_
 		free(pem);
 		ca->root_pem = grown;
 		total += len;
-		int64_t na = asn1_seconds(X509_get0_notAfter(sk_X509_value(roots, i)));
-		if (ca->root_not_after == 0 || na < ca->root_not_after)
-			ca->root_not_after = na;
 	}
 	ca->elems[ca->n_elems] = ca->root_pem;
 	ca->elem_lens[ca->n_elems] = total;
@@ -267,6 +309,7 @@ void sg_ca_free(sg_ca *ca)
 			free(ca->elems[i]);
 	free(ca->root_pem);
 	free(ca->cert_pem);
+	free(ca->root_der);
 	OPENSSL_free(ca->name_der);
 	free(ca->spki);
 	free(ca);
@@ -302,6 +345,16 @@ const char *sg_ca_root_pem(const sg_ca *ca)
 int64_t sg_ca_root_not_after(const sg_ca *ca)
 {
 	return ca->root_not_after;
+}
+
+int64_t sg_ca_root_not_before(const sg_ca *ca)
+{
+	return ca->root_not_before;
+}
+
+const char *sg_ca_root_subject(const sg_ca *ca)
+{
+	return ca->root_subject;
 }
 
 int64_t sg_ca_chain_not_after(const sg_ca *ca)
@@ -340,7 +393,30 @@ int sg_ca_check_bundle(const sg_ca *ca, const char *pem, size_t len, const char 
 		}
 	}
 	if (rc == SG_OK)
-		rc = verify_chain(cert, chain, roots, what);
+		rc = verify_chain(cert, chain, roots, what, NULL);
 	X509_free(cert);
 	return rc;
+}
+
+int sg_ca_bundle_roots(const sg_ca *ca, const char *pem, size_t len, sg_ca_root_info *out, size_t cap, size_t *n)
+{
+	*n = 0;
+	SG_ENSURE(len > 0 && len <= INT32_MAX, SG_EINVAL, "root bundle is empty or too large");
+	BIO *bio = BIO_new_mem_buf(pem, (int)len);
+	SG_ENSURE(bio, SG_EINTERNAL, "out of memory");
+	STACK_OF(X509) * roots SG_CLEANUP(free_certs) = NULL;
+	SG_TRY(read_certs_bio(bio, "root bundle", &roots));
+	for (int i = 0; i < sk_X509_num(roots) && *n < cap; i++) {
+		X509 *x = sk_X509_value(roots, i);
+		sg_ca_root_info *r = &out[(*n)++];
+		r->not_before = asn1_seconds(X509_get0_notBefore(x));
+		r->not_after = asn1_seconds(X509_get0_notAfter(x));
+		X509_NAME_oneline(X509_get_subject_name(x), r->subject, sizeof(r->subject));
+		unsigned char *der = NULL;
+		int dl = i2d_X509(x, &der);
+		SG_ENSURE(dl > 0, SG_EINTERNAL, "cannot encode a root");
+		r->is_ca_root = (size_t)dl == ca->root_der_len && memcmp(der, ca->root_der, ca->root_der_len) == 0;
+		OPENSSL_free(der);
+	}
+	return SG_OK;
 }

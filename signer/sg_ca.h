@@ -11,7 +11,9 @@
  *
  * sg_ca_load checks that cert is a CA certificate whose public key is the
  * HSM key, that it is inside its validity window, and that cert + chain
- * verify to a root of the bundle; any failure refuses to load.
+ * verify to a root of the bundle; any failure refuses to load. The root
+ * that verification ends at is the CA's root (sg_ca_root_not_after); the
+ * bundle's other roots are handed out with it, whatever their expiry.
  *
  * The chain returned with every leaf is [cert (if it is not a root), each
  * chain certificate, root bundle]: istiod's order, root bundle last and
@@ -25,6 +27,7 @@
 #include "sg_hsm.h"
 #include "sg_key.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -48,15 +51,39 @@ SG_API const sg_pubkey *sg_ca_pubkey(const sg_ca *ca);
 SG_API sg_key_type sg_ca_key_type(const sg_ca *ca);
 SG_API void sg_ca_chain(const sg_ca *ca, const char *const **elems, const size_t **lens, size_t *n);
 SG_API const char *sg_ca_root_pem(const sg_ca *ca);
-/* NotAfter of the earliest-expiring root in the bundle / of the chain up to
- * the root (cert and intermediates). */
+/* The CA's root: the root of the bundle that the CA's own chain ends at
+ * (the anchor sg_ca_load's verification found), its validity and subject.
+ * Its expiry is the one that ends the CA: every chain handed out ends
+ * there. Another root of the bundle (the other half of a rotation's
+ * overlap) may expire earlier without making a certificate unverifiable;
+ * sg_ca_bundle_roots describes those. */
 SG_API int64_t sg_ca_root_not_after(const sg_ca *ca);
+SG_API int64_t sg_ca_root_not_before(const sg_ca *ca);
+SG_API const char *sg_ca_root_subject(const sg_ca *ca);
+/* The earliest NotAfter of the chain: the CA certificate, the
+ * intermediates handed out, and the CA's root. */
 SG_API int64_t sg_ca_chain_not_after(const sg_ca *ca);
 /* Checks a candidate root bundle (len bytes of PEM; what names it in
  * messages): every block must be a certificate, and the CA certificate
  * with its intermediates must verify to one of them. SG_EINVAL with the
  * reason otherwise. For a reloaded bundle before it is handed out. */
 SG_API int sg_ca_check_bundle(const sg_ca *ca, const char *pem, size_t len, const char *what) SG_MUST_CHECK;
+
+/* Most certificates a root bundle may hold (as sg_ca_load and
+ * sg_ca_check_bundle accept). */
+#define SG_CA_BUNDLE_MAX 8
+
+typedef struct sg_ca_root_info {
+	int64_t not_before, not_after;
+	bool is_ca_root; /* the CA's root (sg_ca_root_not_after) */
+	char subject[256];
+} sg_ca_root_info;
+
+/* Describes the certificates of a root bundle (len bytes of PEM), in file
+ * order, at most cap of them (*n how many). SG_EINVAL when the bundle
+ * holds no certificate, a broken one or more than SG_CA_BUNDLE_MAX. */
+SG_API int sg_ca_bundle_roots(const sg_ca *ca, const char *pem, size_t len, sg_ca_root_info *out, size_t cap,
+                              size_t *n) SG_MUST_CHECK;
 
 /* Subject of the CA certificate as a one-line string ("CN=...,O=..."). */
 SG_API const char *sg_ca_subject(const sg_ca *ca);

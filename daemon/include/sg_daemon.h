@@ -23,6 +23,7 @@ typedef struct sg_daemon_settings {
 	char *ca_trusted_node_accounts;
 	bool enable_client_cert_authenticator;
 	char *root_ca_file;
+	int64_t root_rotation_lead;
 	char *serving_certificate_dns_names;
 	int64_t serving_certificate_duration;
 	int64_t serving_certificate_key_size;
@@ -126,6 +127,9 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  NULL, "accept the URI SAN of a verified client certificate as the identity")                            \
 	X("root-ca-file", SG_OPT_PATH, root_ca_file, NULL, 0, 0, NULL,                                            \
 	  "root bundle returned to clients and trusted for client certificates (default: root-cert)")             \
+	X("root-rotation-lead", SG_OPT_DURATION, root_rotation_lead, "0s", 0, 100LL * 365 * 86400, NULL,          \
+	  "the CA's root is due for rotation this long before it expires: a warning is logged once and "          \
+	  "signet_ca_root_rotation_due turns 1 (0: a third of the root's validity)")                              \
 	X("serving-certificate-dns-names", SG_OPT_STRING, serving_certificate_dns_names,                         \
 	  "signet.istio-system.svc,localhost", 0, 4096, NULL,                                                      \
 	  "comma-separated DNS SANs of the self-issued serving certificate")                                       \

@@ -9,7 +9,8 @@
  * the whole); signetd_metrics.c, the metrics and the HTTP probes;
  * signetd_root.c, root-ca-file (read at start, followed, reloaded);
  * signetd_health.c, readiness, liveness, the systemd notifications and
- * watchdog, housekeeping and the SIGHUP reload.
+ * watchdog, housekeeping and the SIGHUP reload; signetd_rootexpiry.c,
+ * the CA's root nearing its expiry and the served roots past theirs.
  */
 #ifndef SIGNETD_IMPL_H
 #define SIGNETD_IMPL_H
@@ -119,6 +120,14 @@ typedef struct daemon {
 	 * written by housekeeping, read by /healthz's thread. */
 	_Atomic uint64_t hsm_down_since_ns;
 	bool hsm_down_reported;
+	/* The served bundle's roots and what has been said of them
+	 * (signetd_rootexpiry.c; main thread only). */
+	struct root_watch {
+		sg_ca_root_info roots[SG_CA_BUNDLE_MAX];
+		bool expired_logged[SG_CA_BUNDLE_MAX];
+		size_t n;
+		bool rotation_due; /* as last logged */
+	} root_watch;
 } daemon;
 
 /* ------------------------------------------------------------------ */
@@ -146,6 +155,22 @@ int signetd_load_root(daemon *d, const char **root, size_t *len, char **own);
 /* Follows root-ca-file: a changed file replaces the bundle; force
  * (SIGHUP) reads it whether or not it looks changed. */
 int signetd_reload_root(daemon *d, bool force);
+
+/* ------------------------------------------------------------------ */
+/* The roots' expiry (signetd_rootexpiry.c)                           */
+
+/* The lead time in effect: root-rotation-lead, or a third of the CA's
+ * root's validity when it is 0. */
+int64_t signetd_root_rotation_lead(const daemon *d);
+/* Whether the CA's root expires within that lead at now (wall seconds). */
+bool signetd_root_rotation_due(const daemon *d, int64_t now);
+/* Notes the roots of the bundle now served (pem, len bytes) for
+ * signetd_root_expiry_tick: a new bundle is a new fact, so an expired root
+ * it still holds is reported again. */
+void signetd_root_watch(daemon *d, const char *pem, size_t len);
+/* Housekeeping: logs once when the rotation falls due (and when it no
+ * longer is), and once per root of the served bundle that has expired. */
+void signetd_root_expiry_tick(daemon *d, int64_t now);
 
 /* ------------------------------------------------------------------ */
 /* Health and systemd (signetd_health.c)                              */

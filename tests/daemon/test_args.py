@@ -29,7 +29,6 @@ import json
 import os
 import resource
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -41,6 +40,8 @@ import urllib.request
 
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from signetd_proc import base_env, read, stop
 
 SIGNETCTL, SIGNETD = sys.argv[1:3]
 del sys.argv[1:3]
@@ -88,22 +89,12 @@ ANCHOR = [
 ]
 
 
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
-
-
 def lower_fd_limit():
     """A soft open-files limit below the hard one, so that signetd raises
     it at start and says so in a debug record."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or hard > 1024:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
-
-
-def env():
-    """Standalone: no Kubernetes API."""
-    return {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
 
 
 class Signetd:
@@ -113,7 +104,7 @@ class Signetd:
     def __init__(self, args, log_path):
         self.log_path = log_path
         with open(log_path, "w") as log:
-            self.proc = subprocess.Popen([SIGNETD, *args], stdout=log, stderr=subprocess.STDOUT, env=env(),
+            self.proc = subprocess.Popen([SIGNETD, *args], stdout=log, stderr=subprocess.STDOUT, env=base_env(),
                                          preexec_fn=lower_fd_limit)
         self.serving = None
         deadline = time.time() + 60
@@ -146,14 +137,7 @@ class Signetd:
         return out
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop(self.proc)
 
 
 class Args(unittest.TestCase):
@@ -208,7 +192,7 @@ class Args(unittest.TestCase):
         return False
 
     def refused(self, args):
-        p = subprocess.run([SIGNETD, *args], capture_output=True, text=True, env=env(), timeout=60)
+        p = subprocess.run([SIGNETD, *args], capture_output=True, text=True, env=base_env(), timeout=60)
         return p.returncode, p.stderr
 
     # ---- the tests ------------------------------------------------------

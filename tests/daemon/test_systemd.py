@@ -47,29 +47,10 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 import datetime
 
+from signetd_proc import base_env, read, request_workload_cert, stop, write
+
 SIGNETCTL, SIGNETD = sys.argv[1:3]
 del sys.argv[1:3]
-
-
-def read(path, mode="r"):
-    with open(path, mode) as f:
-        return f.read()
-
-
-def write(path, data, mode=0o600):
-    with open(path, "wb" if isinstance(data, bytes) else "w") as f:
-        f.write(data)
-    os.chmod(path, mode)
-
-
-def base_env(**extra):
-    """Standalone (no Kubernetes API), and no systemd variables of our own
-    environment leaking in."""
-    drop = ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID",
-            "CREDENTIALS_DIRECTORY")
-    env = {k: v for k, v in os.environ.items() if k not in drop}
-    env.update(extra)
-    return env
 
 
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux; also the SCM_ type of its message
@@ -172,14 +153,7 @@ class Signetd:
             return None
 
     def stop(self, sig=signal.SIGTERM):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+        return stop(self.proc, sig)
 
 
 def self_signed(cn):
@@ -242,19 +216,7 @@ class Systemd(unittest.TestCase):
     def issue(self, d, ca_file=None):
         """A workload certificate through signetd's CreateCertificate
         (signetctl request: gRPC over TLS); the chain as PEM text."""
-        tok, csr, out = self.path("token"), self.path("csr.pem"), self.path("chain.pem")
-        token = subprocess.run([SIGNETCTL, "token", "--config", self.conf, "--namespace", "default",
-                                "--service-account", "default"], check=True, capture_output=True, text=True).stdout
-        write(tok, token.strip() + "\n")
-        key = ec.generate_private_key(ec.SECP256R1())
-        req = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
-               .add_extension(x509.SubjectAlternativeName(
-                   [x509.UniformResourceIdentifier("spiffe://cluster.local/ns/default/sa/default")]), critical=True)
-               .sign(key, hashes.SHA256()))
-        write(csr, req.public_bytes(serialization.Encoding.PEM))
-        p = subprocess.run([SIGNETCTL, "request", "--config", self.conf, "--addr", f"127.0.0.1:{d.port}",
-                            "--token-file", tok, "--csr", csr, "--out", out, *(["--ca-file", ca_file] if ca_file else [])],
-                           capture_output=True, text=True, timeout=60)
+        p, out = request_workload_cert(SIGNETCTL, self.conf, d.port, self.path("workload"), ca_file)
         self.assertEqual(p.returncode, 0, p.stderr + read(d.log_path))
         return read(out)
 
