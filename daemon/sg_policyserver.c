@@ -343,7 +343,7 @@ static int channels_open(sg_policyserver *ps)
 		};
 		int rc = sg_grpc_channel_new(&sv->ch, &co);
 		if (rc < 0) {
-			char what[128];
+			char what[sizeof("external policy server ") + sizeof(sv->name)];
 			snprintf(what, sizeof(what), "external policy server %s", sv->name);
 			return with_context(rc, what);
 		}
