@@ -249,14 +249,15 @@ class Base(unittest.TestCase):
         self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier), [identity])
 
 
-class TokenModes:
-    """The same checks in both token modes (mixed into two classes)."""
+class OneSignetd(Base):
+    """One signetd for the class (started with FLAGS), a channel and a
+    stub to it; it must exit cleanly at the end."""
 
-    MODE = None
+    FLAGS = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.d = C.signetd("--token-authenticator", cls.MODE, "--root-ca-configmap=false")
+        cls.d = C.signetd(*cls.FLAGS)
         cls.ch = C.channel(cls.d.port)
         cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
 
@@ -265,6 +266,12 @@ class TokenModes:
         cls.ch.close()
         rc = cls.d.stop()
         assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+
+
+class TokenModes:
+    """The same checks in both token modes (mixed into two classes)."""
+
+    MODE = None
 
     def test_mode_in_use(self):
         logged = [r for r in self.d.records() if r.get("msg") == "token authentication"]
@@ -371,29 +378,19 @@ def expired(token):
     return signing_input + "." + signet_e2e.b64url(sig)
 
 
-class TokenReviewMode(TokenModes, Base):
+class TokenReviewMode(TokenModes, OneSignetd):
     MODE = "tokenreview"
+    FLAGS = ("--token-authenticator", MODE, "--root-ca-configmap=false")
 
 
-class ReviewBudget(Base):
+class ReviewBudget(OneSignetd):
     """TokenReviews have their own budget: the controllers' client limit
     (here 1 request a second, a burst of 1) neither delays them nor is
     eaten by them."""
 
     N = 40
-
-    @classmethod
-    def setUpClass(cls):
-        cls.d = C.signetd("--token-authenticator", "tokenreview", "--kube-api-qps", "1", "--kube-api-burst", "1",
-                          "--configmap-namespace-selector", "signet-budget=on")
-        cls.ch = C.channel(cls.d.port)
-        cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.ch.close()
-        rc = cls.d.stop()
-        assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+    FLAGS = ("--token-authenticator", "tokenreview", "--kube-api-qps", "1", "--kube-api-burst", "1",
+             "--configmap-namespace-selector", "signet-budget=on")
 
     def test_reviews_are_not_held_by_the_controllers_limit(self):
         C.kube.service_account("apps", "mesh")
@@ -453,8 +450,9 @@ class ReviewBudget(Base):
         self.assertGreater(during, 8)  # reviews went on while the controller wrote
 
 
-class JwksMode(TokenModes, Base):
+class JwksMode(TokenModes, OneSignetd):
     MODE = "jwks"
+    FLAGS = ("--token-authenticator", MODE, "--root-ca-configmap=false")
 
 
 def other_root():
