@@ -67,7 +67,8 @@
  *                answer failed a check, or the token expired by its exp.
  *                A review's refusal is remembered negative_ttl seconds.
  *   SG_EBUSY     no verdict about the token, the client should retry: the
- *                API server is unreachable, overloaded (429, 5xx), slow
+ *                API server is unreachable, overloaded (429 or a 5xx with
+ *                Retry-After still after 4 retries; another 5xx), slow
  *                (timeouts), answers something that is not a TokenReview,
  *                or refuses signet itself (401/403 on the TokenReview call:
  *                signet's credentials or its RBAC rights; the message says
