@@ -17,7 +17,8 @@
  * an API call; a revocation is seen once the cache entry ends; sixteen
  * threads presenting one new token cause one review; distinct tokens of
  * one service account presented at once (a mesh restart) are each
- * reviewed exactly once and each answered with its own token's entry;
+ * reviewed exactly once and each answered with its own token's entry,
+ * revoked ones among them (account or bound pod deleted) refused;
  * an API server whose API Priority and Fairness rejects signet's reviews
  * (429) shrinks the review budget, and every token is still accepted
  * after retries; an unreachable API server and a client without RBAC
@@ -623,27 +624,42 @@ static bool own_answers(char **toks, struct result *r, int n)
 }
 
 /* A mesh restart: every pod brings its own token (TokenRequest, each with
- * its own expiration), all at once. */
+ * its own expiration), all at once, and among them revoked ones (their
+ * account deleted; their bound pod deleted): each token gets its own
+ * verdict, from one review of its own. */
 static void t_distinct(void)
 {
-	enum { N = 40 };
-	char *toks[N];
-	struct result r[N];
+	enum { N = 40, R = 4, ALL = N + R };
+	char *toks[ALL];
+	struct result r[ALL];
 	for (int i = 0; i < N; i++)
 		SG_CHECK((toks[i] = mint("app", "istio-ca", NULL, NULL)) != NULL);
+	char uid[64];
+	SG_CHECK(service_account("doomed", NULL, 0));
+	SG_CHECK(pod("doomed-pod", "app", NULL, uid, sizeof(uid)));
+	for (int i = N; i < ALL - 1; i++)
+		SG_CHECK((toks[i] = mint("doomed", "istio-ca", NULL, NULL)) != NULL);
+	SG_CHECK((toks[ALL - 1] = mint("app", "istio-ca", "doomed-pod", uid)) != NULL);
+	SG_CHECK(delete_and_wait("serviceaccounts", "doomed", toks[N]));
+	SG_CHECK(delete_and_wait("pods", "doomed-pod", toks[ALL - 1]));
+
 	sg_authenticator a;
 	SG_CHECK_OK(new_tr(&a, k, NULL));
-	run_all(&a, toks, r, N);
+	run_all(&a, toks, r, ALL);
 	SG_CHECK(own_answers(toks, r, N));
+	for (int i = N; i < ALL; i++)
+		SG_CHECK(r[i].calls == 1 && r[i].rc == SG_EAUTH && strstr(r[i].err.msg, "not authenticated") != NULL);
 	sg_authn_tokenreview_stats st = stats(&a);
-	printf("%d distinct tokens: %llu reviews, %llu coalesced, %llu cache hits, budget %zu\n", N,
-	       (unsigned long long)st.reviews, (unsigned long long)st.coalesced, (unsigned long long)st.cache_hits,
-	       st.budget);
-	SG_CHECK(st.reviews == N && st.coalesced == 0 && st.cached == N && st.in_flight == 0 && st.pending == 0);
-	for (int i = 0; i < N; i++)
+	printf("%d distinct tokens (%d revoked): %llu reviews, %llu refused, %llu coalesced, %llu cache hits, "
+	       "budget %zu\n",
+	       ALL, R, (unsigned long long)st.reviews, (unsigned long long)st.refused, (unsigned long long)st.coalesced,
+	       (unsigned long long)st.cache_hits, st.budget);
+	SG_CHECK(st.reviews == ALL && st.refused == R && st.coalesced == 0 && st.cached == ALL);
+	SG_CHECK(st.in_flight == 0 && st.pending == 0);
+	for (int i = 0; i < ALL; i++)
 		result_destroy(&r[i]);
 
-	/* Again: each from its own entry, inside start(), no review. */
+	/* Again: each accepted one from its own entry, inside start(), no review. */
 	int64_t now = sg_wall_seconds();
 	for (int i = 0; i < N; i++) {
 		result_init(&r[i]);
@@ -652,11 +668,11 @@ static void t_distinct(void)
 		SG_CHECK(r[i].calls == 1 && r[i].inside_start);
 	}
 	SG_CHECK(own_answers(toks, r, N));
-	SG_CHECK(stats(&a).reviews == N && stats(&a).cache_hits == N);
-	for (int i = 0; i < N; i++) {
+	SG_CHECK(stats(&a).reviews == ALL && stats(&a).cache_hits == N);
+	for (int i = 0; i < N; i++)
 		result_destroy(&r[i]);
+	for (int i = 0; i < ALL; i++)
 		free_token(toks[i]);
-	}
 	a.free(a.self);
 }
 
