@@ -112,17 +112,22 @@ static int resolved_mode(const sg_cluster *c)
 }
 
 /* A client of its own per user, so that no user's requests queue behind
- * another's rate limit or timeout. timeout_ms 0: the client's default. */
-static int new_client(const sg_daemon_settings *d, sg_kube **out, long timeout_ms, char *server, size_t cap)
+ * another's rate limit or timeout. timeout_ms 0: the client's default.
+ * reviews: the TokenReview client, whose limit is the authenticator's
+ * adaptive budget (sg_authn_kube.h), not kube-api-qps: no QPS limiter, and
+ * a connection kept for every review the budget may have in flight. */
+static int new_client(const sg_daemon_settings *d, sg_kube **out, long timeout_ms, bool reviews, char *server,
+                      size_t cap)
 {
 	sg_kube_config *cfg = NULL;
 	SG_TRY(sg_kube_config_load(&cfg, d->kubeconfig));
 	snprintf(server, cap, "%s", sg_kube_config_server(cfg));
-	bool unlimited = d->disable_kubernetes_client_rate_limiter;
+	bool unlimited = d->disable_kubernetes_client_rate_limiter || reviews;
 	sg_kube_options ko = {
 		.qps = unlimited ? -1 : (double)d->kube_api_qps,
 		.burst = (int)d->kube_api_burst,
 		.request_timeout_ms = timeout_ms,
+		.idle_handles = reviews ? (unsigned)d->token_review_max_inflight : 0,
 	};
 	return sg_kube_new(out, &cfg, &ko); /* consumes cfg */
 }
@@ -140,14 +145,15 @@ static int make_clients(sg_cluster *c)
 	char server[256];
 	long lease_ms = (long)(d->leader_election_renew_deadline - d->leader_election_retry_period) * 1000;
 	long writers_ms = (long)(d->leader_election_lease_duration - d->leader_election_renew_deadline) * 1000;
-	SG_TRY(new_client(d, &c->kube, 0, server, sizeof(server)));
+	SG_TRY(new_client(d, &c->kube, 0, false, server, sizeof(server)));
 	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW)
-		SG_TRY(new_client(d, &c->kube_reviews, 0, server, sizeof(server)));
+		SG_TRY(new_client(d, &c->kube_reviews, 0, true, server, sizeof(server)));
 	if (any_controller(d)) {
-		SG_TRY(new_client(d, &c->kube_writers, d->leader_election && writers_ms >= 1000 ? writers_ms : 0, server,
-				  sizeof(server)));
+		SG_TRY(new_client(d, &c->kube_writers, d->leader_election && writers_ms >= 1000 ? writers_ms : 0, false,
+				  server, sizeof(server)));
 		if (d->leader_election)
-			SG_TRY(new_client(d, &c->kube_lease, lease_ms >= 1000 ? lease_ms : 1000, server, sizeof(server)));
+			SG_TRY(new_client(d, &c->kube_lease, lease_ms >= 1000 ? lease_ms : 1000, false, server,
+					  sizeof(server)));
 	}
 	sg_log(SG_LOG_INFO, "kubernetes API", SG_F_STR("server", server), SG_F_STR("namespace", sg_kube_namespace(c->kube)),
 	       SG_F_END);
@@ -469,7 +475,7 @@ static int make_forward(sg_cluster *c, const sg_cluster_options *o)
 	if (!d->issuer_name || !*d->issuer_name)
 		return SG_OK;
 	char server[256];
-	SG_TRY(new_client(d, &c->kube_forward, 0, server, sizeof(server)));
+	SG_TRY(new_client(d, &c->kube_forward, 0, false, server, sizeof(server)));
 	/* The pod's name (the host name in a pod) labels this replica's
 	 * requests: a restarted container finds what it left and removes it. */
 	char host[64] = "";
@@ -575,6 +581,7 @@ int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **
 			.n_audiences = c->n_audiences,
 			.trust_domain = c->s->trust_domain,
 			.cache_ttl_max = (int)c->d->token_cache_ttl,
+			.max_inflight = (unsigned)c->d->token_review_max_inflight,
 		};
 		SG_TRY(sg_authn_tokenreview_new(out, &to));
 		c->tokenreview = out->self;
@@ -724,6 +731,15 @@ static const sg_metrics_stat tr_rows[] = {
             "Requests that waited for a review already under way."),
     COUNTER(sg_authn_tokenreview_stats, api_errors, "signet_tokenreview_errors_total",
             "TokenReview calls that got no answer (API unreachable or refusing)."),
+    COUNTER(sg_authn_tokenreview_stats, throttled, "signet_tokenreview_throttled_total",
+            "TokenReview calls the API server answered 429 Too Many Requests."),
+    COUNTER(sg_authn_tokenreview_stats, retries, "signet_tokenreview_retries_total",
+            "Reviews asked again after a 429 (or a 5xx with Retry-After)."),
+    GAUGE(sg_authn_tokenreview_stats, in_flight, "signet_tokenreview_in_flight", "TokenReview calls under way."),
+    GAUGE(sg_authn_tokenreview_stats, budget, "signet_tokenreview_budget",
+          "TokenReview calls the adaptive budget allows in flight (at most token-review-max-inflight)."),
+    COUNTER(sg_authn_tokenreview_stats, budget_cuts, "signet_tokenreview_budget_cuts_total",
+            "Times the TokenReview budget shrank (429, 5xx, timeouts, rising latency)."),
 };
 
 static const sg_metrics_stat rd_rows[] = {

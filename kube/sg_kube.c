@@ -44,7 +44,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#define POOL_IDLE_MAX 8
+#define POOL_IDLE_DEFAULT 8
+#define RETRY_AFTER_MAX 86400 /* a day: more is not a wait anyone means */
 #define FIELD_MANAGER_MAX 128
 #define EVENT_MESSAGE_MAX 1024
 #define WATCH_TIMEOUT_DEFAULT 290
@@ -57,7 +58,7 @@ struct sg_kube {
 	sg_kube_ratelimit *rl;
 
 	pthread_mutex_t pool_mu;
-	CURL *idle[POOL_IDLE_MAX];
+	CURL **idle; /* opt.idle_handles slots */
 	size_t n_idle;
 
 	pthread_mutex_t token_mu;
@@ -246,7 +247,7 @@ static void pool_put(sg_kube *k, CURL *h)
 	if (!h)
 		return;
 	pthread_mutex_lock(&k->pool_mu);
-	if (k->n_idle < POOL_IDLE_MAX) {
+	if (k->n_idle < k->opt.idle_handles) {
 		k->idle[k->n_idle++] = h;
 		h = NULL;
 	}
@@ -422,13 +423,16 @@ static int curl_error(CURLcode cc, const char *method, const char *what, const c
 	return sg_error_set(code, "kube: %s %s: %s", method, what, why);
 }
 
-/* A non-2xx answer: the Status into the thread's record and the detail. */
-static int http_error(long http, const char *body, size_t len, const char *method, const char *what)
+/* A non-2xx answer: the Status into the thread's record and the detail.
+ * retry_after is the Retry-After header's delay in seconds (0: none). */
+static int http_error(long http, long retry_after, const char *body, size_t len, const char *method, const char *what)
 {
 	sg_kube_status st;
 	if (!body || sg_kube_status_parse(&st, body, len) != SG_OK)
 		memset(&st, 0, sizeof(st));
 	st.code = http; /* the HTTP code rules over a Status that disagrees */
+	if (retry_after > 0) /* and the header over details.retryAfterSeconds (APF's 429 has no Status) */
+		st.retry_after = retry_after < RETRY_AFTER_MAX ? retry_after : RETRY_AFTER_MAX;
 	if (!st.reason[0])
 		snprintf(st.reason, sizeof(st.reason), "%s", sg_kube_http_phrase(http));
 	sg_kube_status_set(&st);
@@ -509,7 +513,10 @@ static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct u
 		goto done;
 	}
 	if (http < 200 || http > 299) {
-		rc = http_error(http, rb.p, rb.len, method, what);
+		curl_off_t ra = 0; /* delta-seconds or an HTTP-date, as curl reads it */
+		if (curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &ra) != CURLE_OK || ra < 0)
+			ra = 0;
+		rc = http_error(http, ra > RETRY_AFTER_MAX ? RETRY_AFTER_MAX : (long)ra, rb.p, rb.len, method, what);
 		goto done;
 	}
 	sg_kube_tl_status.code = http;
@@ -863,7 +870,7 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 	if (p.stopped) {
 		rc = sg_error_set(SG_EBUSY, "kube: GET %.200s: stopped", path);
 	} else if (p.http != 0 && (p.http < 200 || p.http > 299)) {
-		rc = http_error(p.http, p.err.p, p.err.len, "GET", path);
+		rc = http_error(p.http, 0, p.err.p, p.err.len, "GET", path);
 	} else if (cc == CURLE_FILESIZE_EXCEEDED || (cc == CURLE_WRITE_ERROR && p.body.overflow)) {
 		rc = sg_error_set(SG_EPROTO, "kube: GET %.200s: response larger than %zu bytes", path, max);
 	} else if (cc == CURLE_WRITE_ERROR) {
@@ -1002,7 +1009,7 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 			rc = sg_error_set(rc, "kube: WATCH %s: %s", what, why);
 		}
 	} else if (w.http != 0 && (w.http < 200 || w.http > 299)) {
-		rc = http_error(w.http, w.err.p, w.err.len, "WATCH", what);
+		rc = http_error(w.http, 0, w.err.p, w.err.len, "WATCH", what);
 	} else if (cc != CURLE_OK) {
 		rc = curl_error(cc, "WATCH", what, errbuf);
 	} else {
@@ -1030,6 +1037,10 @@ int sg_kube_new(sg_kube **out, sg_kube_config **cfg, const sg_kube_options *opt)
 	*cfg = NULL;
 	if (!c)
 		SG_BAIL(SG_EINVAL, "kube: no configuration");
+	if (opt && opt->idle_handles > SG_KUBE_IDLE_HANDLES_MAX) {
+		sg_kube_config_free(c);
+		SG_BAIL(SG_EINVAL, "kube: idle_handles is above %d", SG_KUBE_IDLE_HANDLES_MAX);
+	}
 	pthread_once(&curl_once, curl_init);
 	if (curl_init_rc != CURLE_OK) {
 		sg_kube_config_free(c);
@@ -1053,12 +1064,16 @@ int sg_kube_new(sg_kube **out, sg_kube_config **cfg, const sg_kube_options *opt)
 		k->opt.request_timeout_ms = 30000;
 	if (k->opt.watch_line_max == 0 || k->opt.watch_line_max > SG_KUBE_WATCH_LINE_MAX)
 		k->opt.watch_line_max = SG_KUBE_WATCH_LINE_MAX;
+	if (k->opt.idle_handles == 0)
+		k->opt.idle_handles = POOL_IDLE_DEFAULT;
 	snprintf(k->user_agent, sizeof(k->user_agent), "%s",
 	         opt && opt->user_agent ? opt->user_agent : "signet/0.1 (kube)");
 	k->opt.user_agent = NULL;
 	pthread_mutex_init(&k->pool_mu, NULL);
 	pthread_mutex_init(&k->token_mu, NULL);
-	int rc = sg_kube_ratelimit_new(&k->rl, k->opt.qps, k->opt.burst);
+	k->idle = calloc(k->opt.idle_handles, sizeof(CURL *));
+	int rc = k->idle ? sg_kube_ratelimit_new(&k->rl, k->opt.qps, k->opt.burst)
+	                 : sg_error_set(SG_EINTERNAL, "kube: out of memory");
 	if (rc < 0) {
 		sg_kube_free(k);
 		return rc;
@@ -1073,6 +1088,7 @@ void sg_kube_free(sg_kube *k)
 		return;
 	for (size_t i = 0; i < k->n_idle; i++)
 		curl_easy_cleanup(k->idle[i]);
+	free(k->idle);
 	sg_kube_ratelimit_free(k->rl);
 	sg_secret_free(k->token);
 	sg_kube_config_free(k->cfg);

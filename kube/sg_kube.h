@@ -62,6 +62,7 @@
 #define SG_KUBE_NAME_MAX SG_NAMES_SUBDOMAIN_MAX /* object names (DNS subdomain) */
 #define SG_KUBE_STATUS_REASON_MAX 64
 #define SG_KUBE_STATUS_MESSAGE_MAX 320
+#define SG_KUBE_IDLE_HANDLES_MAX 256 /* sg_kube_options.idle_handles */
 
 /* ---- configuration ---- */
 
@@ -119,6 +120,9 @@ typedef struct sg_kube_options {
 	const char *user_agent;     /* NULL: "signet/<version>" */
 	size_t watch_line_max;      /* 0: SG_KUBE_WATCH_LINE_MAX */
 	bool http1;                 /* force HTTP/1.1 (default: HTTP/2 when offered) */
+	unsigned idle_handles;      /* easy handles (each with its connection) kept between calls;
+	                               0: 8; at most SG_KUBE_IDLE_HANDLES_MAX. A client with more
+	                               calls in flight than this reconnects for the excess. */
 } sg_kube_options;
 
 /* Creates a client. *cfg is consumed (on success and on failure) and set
@@ -153,6 +157,8 @@ typedef struct sg_kube_status {
 	long code;                                   /* HTTP code or Status.code; 0: no answer */
 	char reason[SG_KUBE_STATUS_REASON_MAX];      /* "Conflict", "AlreadyExists", "Expired", ... */
 	char message[SG_KUBE_STATUS_MESSAGE_MAX];    /* sanitised Status.message */
+	long retry_after; /* seconds the server asked us to wait (its Retry-After header, else
+	                     Status.details.retryAfterSeconds); 0: it did not say */
 } sg_kube_status;
 SG_API const sg_kube_status *sg_kube_last_status(void);
 

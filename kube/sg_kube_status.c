@@ -106,6 +106,11 @@ int sg_kube_status_from_json(sg_kube_status *out, const json_t *s)
 	json_t *msg = json_object_get(s, "message");
 	if (json_is_string(msg))
 		sg_kube_sanitize(out->message, sizeof(out->message), json_string_value(msg), json_string_length(msg));
+	/* apimachinery's NewTooManyRequests and NewServerTimeout say how long
+	 * to wait here as well as in the header; a day bounds what we keep. */
+	json_t *ra = json_object_get(json_object_get(s, "details"), "retryAfterSeconds");
+	if (json_is_integer(ra) && json_integer_value(ra) > 0)
+		out->retry_after = json_integer_value(ra) < 86400 ? (long)json_integer_value(ra) : 86400;
 	return SG_OK;
 }
 

@@ -15,10 +15,20 @@
  *               completes inside start(), with no API call and no thread
  *               hop, at the cost of a hash and a short per-shard lock.
  *   coalescing  concurrent requests carrying one token share one review.
- *   queue       distinct reviews wait in a bounded queue served by
- *               `workers` threads, so at most `workers` TokenReview calls
- *               are in flight (and the kube client's rate limit applies to
- *               them); a full queue refuses at once with SG_EBUSY.
+ *   queue       distinct reviews wait in a bounded queue; a full queue
+ *               refuses at once with SG_EBUSY.
+ *   budget      the queue is served by max_inflight threads, of which an
+ *               adaptive budget (sg_review_budget.h: AIMD on the API
+ *               server's answers) lets only so many be in a call: it
+ *               grows while answers come fast, shrinks on 429, 5xx,
+ *               timeouts and rising latency, and a 429's Retry-After holds
+ *               every start until it has passed. A review answered 429 (or
+ *               5xx with Retry-After) is asked again, up to 4 times, before
+ *               its requests get SG_EBUSY. The kube client should be one of
+ *               the authenticator's own, without the controllers' QPS
+ *               limiter (qps < 0) and with idle_handles >= max_inflight so
+ *               that every call in flight keeps its connection: the budget
+ *               is the reviews' limit, and nothing else should be.
  *
  * The token's exp is read from its JWT payload WITHOUT verifying the
  * signature: the API server has just verified it, and the value only
@@ -57,7 +67,8 @@
  *                answer failed a check, or the token expired by its exp.
  *                A review's refusal is remembered negative_ttl seconds.
  *   SG_EBUSY     no verdict about the token, the client should retry: the
- *                API server is unreachable, overloaded (429, 5xx), slow
+ *                API server is unreachable, overloaded (429 or a 5xx with
+ *                Retry-After still after 4 retries; another 5xx), slow
  *                (timeouts), answers something that is not a TokenReview,
  *                or refuses signet itself (401/403 on the TokenReview call:
  *                signet's credentials or its RBAC rights; the message says
@@ -102,8 +113,8 @@
 #define SG_TOKENREVIEW_TTL_NO_EXP 60 /* cap for a token without a readable exp */
 #define SG_TOKENREVIEW_NEGATIVE_TTL_DEFAULT 5
 #define SG_TOKENREVIEW_NEGATIVE_TTL_LIMIT 3600
-#define SG_TOKENREVIEW_WORKERS_DEFAULT 4
-#define SG_TOKENREVIEW_WORKERS_LIMIT 64
+#define SG_TOKENREVIEW_INFLIGHT_DEFAULT 64
+#define SG_TOKENREVIEW_INFLIGHT_LIMIT 256
 #define SG_TOKENREVIEW_QUEUE_DEFAULT 1024
 #define SG_TOKENREVIEW_QUEUE_LIMIT (1u << 20)
 
@@ -115,7 +126,7 @@ typedef struct sg_authn_tokenreview_options {
 	size_t cache_entries;     /* 0: 16384; rounded down to a multiple of 256, at least 256 */
 	int cache_ttl_max;        /* seconds an acceptance is reused at most; 0: 300 */
 	int negative_ttl;         /* seconds a refusal is remembered; 0: 5; < 0: never */
-	unsigned workers;         /* threads making TokenReview calls; 0: 4 */
+	unsigned max_inflight;    /* the ceiling of the review budget (threads making calls); 0: 64 */
 	size_t queue_max;         /* distinct reviews waiting for a worker; 0: 1024 */
 } sg_authn_tokenreview_options;
 
@@ -132,10 +143,15 @@ typedef struct sg_authn_tokenreview_stats {
 	uint64_t cache_hits; /* starts answered from the cache (acceptances and refusals) */
 	uint64_t coalesced;  /* starts that joined a review already queued or in flight */
 	uint64_t refused;    /* refusals decided by a review, or locally (expired, malformed token) */
-	uint64_t api_errors; /* reviews that ended without a verdict (SG_EBUSY/SG_EINTERNAL) */
+	uint64_t api_errors; /* reviews that ended without a verdict (SG_EBUSY/SG_EINTERNAL), after retries */
 	uint64_t rejected;   /* starts refused because queue_max reviews were waiting */
 	size_t cached;       /* cache entries held (a stale one until it is replaced or looked up) */
 	size_t pending;      /* reviews queued or in flight */
+	uint64_t throttled;  /* 429 answers to TokenReview calls */
+	uint64_t retries;    /* reviews asked again after a 429 (or a 5xx with Retry-After) */
+	size_t in_flight;    /* TokenReview calls under way now */
+	size_t budget;       /* calls the adaptive budget allows in flight now (1..max_inflight) */
+	uint64_t budget_cuts; /* times the budget shrank (429, 5xx, timeouts, rising latency) */
 } sg_authn_tokenreview_stats;
 
 /* Counters of a tokenreview authenticator (zeros for any other kind).

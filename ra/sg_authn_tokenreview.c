@@ -30,6 +30,18 @@
  *                looks at the cache again (under the queue lock) when it
  *                finds no review, a token is reviewed once however the
  *                requests interleave with the answer.
+ *   the budget   there are max_inflight workers, but a worker takes a
+ *                review only while the budget (sg_review_budget.h, kept
+ *                under the queue lock) has room and no Retry-After hold is
+ *                running; the worker ending a review reports what the
+ *                answer said of the server's load and wakes as many
+ *                sleepers as the budget now has room for. A throttled
+ *                review goes back to the queue's head, still in the table
+ *                (new requests for its token keep joining it), and its
+ *                waiters hear nothing until it has a verdict or its
+ *                retries run out. The client is the authenticator's own,
+ *                without a QPS limiter: a review waits for the budget,
+ *                never for a limiter meant for the controllers.
  *
  * Lock order: the queue mutex, then a cache shard mutex (start() re-checks
  * the cache under the queue lock; sg_cache takes only its own shard lock and
@@ -41,9 +53,10 @@
  *
  * The token travels in three copies we can reach: the review's own
  * buffer, the JSON string in the request body and the spec.token the API
- * server echoes in its answer. All three are wiped as soon as the call
- * returns. (sg_kube's serialised request body and its response buffer are
- * its own.)
+ * server echoes in its answer. The last two are wiped as soon as the call
+ * returns, the first when the review ends (a throttled review is asked
+ * again with it). (sg_kube's serialised request body and its response
+ * buffer are its own, and wiped by it.)
  */
 #include "sg_authn_kube.h"
 #include "sg_cache.h"
@@ -54,6 +67,7 @@
 #include "sg_jwt.h"
 #include "sg_log.h"
 #include "sg_names.h"
+#include "sg_review_budget.h"
 #include "sg_secret.h"
 #include "sg_spiffe.h"
 
@@ -64,7 +78,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+/* A review the API server throttles (429, or 5xx with Retry-After) is
+ * asked again at most this often; client-go's limit is 10, but each of
+ * ours waits out a Retry-After with its callers' deadlines running. */
+#define RETRIES_MAX 4
 #define AUDIENCE_LEN_MAX 256
 #define NUMERIC_DATE_MAX INT64_C(253402300799) /* 9999-12-31T23:59:59Z */
 #define NAME_SHOWN_MAX 64                      /* a username quoted in a message */
@@ -365,8 +384,9 @@ struct review {
 	struct review *hnext; /* the table's chain */
 	struct review *qnext; /* the queue */
 	struct waiter *waiters, **wtail;
-	bool queued; /* in the queue, not yet taken by a worker */
-	int64_t now; /* the first request's clock */
+	bool queued;       /* in the queue, not yet taken by a worker */
+	unsigned attempts; /* calls made for it that were throttled (its worker's, or under the lock) */
+	int64_t now;       /* the first request's clock */
 	int64_t exp; /* the token's, 0: unknown */
 	size_t len;
 	char token[]; /* len bytes + NUL; wiped before free */
@@ -386,7 +406,9 @@ struct tr {
 
 	sg_cache *cache; /* struct answer under SHA-256 of the token */
 
-	/* The queue and the table of reviews queued or in flight. */
+	/* The queue, the table of reviews queued or in flight, and the budget
+	 * of calls in flight (n_threads workers, at most budget's limit of
+	 * them in a call). cv is on the monotonic clock: a hold is waited out. */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool stopping;
@@ -394,9 +416,11 @@ struct tr {
 	size_t queued;
 	struct review **table;
 	size_t table_mask;
+	sg_review_budget budget;
 
-	atomic_uint_fast64_t reviews, coalesced, refused, api_errors, rejected;
-	atomic_size_t pending;
+	atomic_uint_fast64_t reviews, coalesced, refused, api_errors, rejected, throttled, retries;
+	atomic_size_t pending, in_flight, limit; /* the budget's, copied for stats */
+	atomic_uint_fast64_t cuts;
 	_Atomic uint64_t warn_last_ns;
 	atomic_uint_fast64_t warn_suppressed;
 };
@@ -606,18 +630,54 @@ static json_t *request_body(const struct tr *a, const struct review *r)
 	                 "spec", "token", r->token, r->len, "audiences", aud);
 }
 
-/* Makes the call and parses the answer; the detail goes to *err. */
-static int review_call(struct tr *a, struct review *r, sg_caller *caller, sg_error *err)
+/* What one call said of the API server's load (sg_review_budget.h), and
+ * whether asking again later may pass. */
+struct call_info {
+	sg_review_outcome outcome;
+	uint64_t latency_ns;
+	long http, retry_after;
+};
+
+static void classify(int kube_rc, uint64_t latency_ns, struct call_info *ci)
+{
+	const sg_kube_status *st = sg_kube_last_status();
+	ci->latency_ns = latency_ns;
+	ci->http = st->code;
+	ci->retry_after = st->retry_after;
+	if (st->code == 429)
+		ci->outcome = SG_REVIEW_THROTTLED;
+	else if (st->code >= 500 || kube_rc == SG_ETIMEOUT)
+		ci->outcome = SG_REVIEW_OVERLOADED;
+	else if (kube_rc == SG_OK || st->code > 0)
+		ci->outcome = SG_REVIEW_ANSWERED; /* a verdict, or a quick refusal of our own request */
+	else
+		ci->outcome = SG_REVIEW_NO_SIGNAL;
+}
+
+/* The API server asked us to come back (client-go retries the same: a 429,
+ * or a 5xx that says Retry-After). */
+static bool retryable(const struct call_info *ci)
+{
+	return ci->http == 429 || (ci->http >= 500 && ci->retry_after > 0);
+}
+
+/* Makes the call and parses the answer; the detail goes to *err, what the
+ * call said of the server's load to *ci. The review keeps its token (a
+ * throttled review is asked again); the body's copy is wiped here. */
+static int review_call(struct tr *a, struct review *r, sg_caller *caller, sg_error *err, struct call_info *ci)
 {
 	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
 	json_t *body = request_body(a, r);
 	json_t *answer = NULL;
 	int rc;
+	*ci = (struct call_info){.outcome = SG_REVIEW_NO_SIGNAL};
 	if (!body) {
 		rc = sg_error_set(SG_EINTERNAL, "token review: out of memory");
 	} else {
 		atomic_fetch_add_explicit(&a->reviews, 1, memory_order_relaxed);
+		uint64_t t0 = sg_now_ns();
 		rc = sg_kube_create(a->kube, &ref, body, &answer);
+		classify(rc, sg_now_ns() - t0, ci);
 		wipe_string(json_object_get(json_object_get(body, "spec"), "token"));
 		json_decref(body);
 		if (rc != SG_OK)
@@ -639,22 +699,16 @@ static int review_call(struct tr *a, struct review *r, sg_caller *caller, sg_err
 	if (rc != SG_OK && quotes(err->msg, r->token, r->len))
 		snprintf(err->msg, sizeof(err->msg), "%s",
 		         rc == SG_EAUTH ? "token review: refused" : "token review unavailable");
-	sg_wipe(r->token, r->len);
 	return rc;
 }
 
-/* Reviews r, remembers the answer, and hands it to every waiter. */
-static void complete(struct tr *a, struct review *r)
+/* Remembers the verdict of a finished review, or counts its failure. */
+static void remember(struct tr *a, struct review *r, int rc, sg_caller *caller, const sg_error *err)
 {
-	sg_caller caller;
-	sg_error err;
-	memset(&caller, 0, sizeof(caller));
-	memset(&err, 0, sizeof(err));
-	int rc = review_call(a, r, &caller, &err);
 	if (rc == SG_OK) {
-		caller.expires = r->exp;
+		caller->expires = r->exp;
 		struct who who;
-		who_of(&caller, &who);
+		who_of(caller, &who);
 		int64_t life = r->exp
 		                   ? a->ttl_max
 		                   : (a->ttl_max < SG_TOKENREVIEW_TTL_NO_EXP ? a->ttl_max : SG_TOKENREVIEW_TTL_NO_EXP);
@@ -665,20 +719,88 @@ static void complete(struct tr *a, struct review *r)
 	} else if (rc == SG_EAUTH) {
 		atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);
 		if (a->negative_ttl > 0)
-			insert(a, r->key, r->now, r->now + a->negative_ttl, NULL, 0, err.msg);
+			insert(a, r->key, r->now, r->now + a->negative_ttl, NULL, 0, err->msg);
 	} else {
 		atomic_fetch_add_explicit(&a->api_errors, 1, memory_order_relaxed);
-		warn_api(a, &err);
+		warn_api(a, err);
 	}
+}
+
+/* Under the lock: the budget's numbers for stats, and as many sleeping
+ * workers woken as there are reviews the budget would let start now
+ * beyond the one the caller (a worker about to look again) will take. */
+static void budget_changed(struct tr *a, bool caller_takes_one)
+{
+	atomic_store_explicit(&a->in_flight, a->budget.inflight, memory_order_relaxed);
+	atomic_store_explicit(&a->limit, sg_review_budget_limit(&a->budget), memory_order_relaxed);
+	atomic_store_explicit(&a->cuts, a->budget.cuts, memory_order_relaxed);
+	unsigned room = sg_review_budget_limit(&a->budget);
+	room = room > a->budget.inflight ? room - a->budget.inflight : 0;
+	size_t wake = room < a->queued ? room : a->queued;
+	if (caller_takes_one && wake)
+		wake--;
+	for (size_t i = 0; i < wake; i++)
+		pthread_cond_signal(&a->cv);
+}
+
+/* One call for r (taken from the queue with its ticket): a verdict or a
+ * failure is remembered and handed to every waiter; a throttled review
+ * goes back to the head of the queue, to be asked again once the budget
+ * (and its hold: the server's Retry-After) lets it. Called and returns
+ * without the lock. */
+static void attempt(struct tr *a, struct review *r, uint64_t ticket)
+{
+	sg_caller caller;
+	sg_error err;
+	struct call_info ci;
+	memset(&caller, 0, sizeof(caller));
+	memset(&err, 0, sizeof(err));
+	int rc = review_call(a, r, &caller, &err, &ci);
+	bool again = rc == SG_EBUSY && retryable(&ci) && r->attempts < RETRIES_MAX;
+	if (ci.outcome == SG_REVIEW_THROTTLED)
+		atomic_fetch_add_explicit(&a->throttled, 1, memory_order_relaxed);
+	if (!again)
+		remember(a, r, rc, &caller, &err);
 	/* The answer is in the cache before the review leaves the table. */
 	pthread_mutex_lock(&a->mu);
+	sg_review_budget_end(&a->budget, ticket, sg_now_ns(), ci.outcome, ci.latency_ns, ci.retry_after);
+	if (again && !a->stopping) {
+		r->attempts++;
+		r->queued = true;
+		r->qnext = a->qhead;
+		a->qhead = r;
+		if (!r->qnext)
+			a->qtail = &r->qnext;
+		a->queued++;
+		atomic_fetch_add_explicit(&a->retries, 1, memory_order_relaxed);
+		budget_changed(a, true);
+		pthread_mutex_unlock(&a->mu);
+		return;
+	}
 	unlink_review(a, r);
 	struct waiter *ws = r->waiters;
 	r->waiters = NULL;
 	r->wtail = &r->waiters;
+	budget_changed(a, true);
 	pthread_mutex_unlock(&a->mu);
-	deliver(ws, rc, &caller, &err);
+	deliver(ws, rc, &caller, &err); /* none when free() took them (stopping) */
 	review_free(r);
+}
+
+/* Sleeps until something may have changed: a review queued or ended, a
+ * hold over (wait_ns), or stop. */
+static void wait_for_work(struct tr *a, uint64_t wait_ns)
+{
+	if (wait_ns == UINT64_MAX || !a->qhead) {
+		pthread_cond_wait(&a->cv, &a->mu);
+		return;
+	}
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t ns = (uint64_t)ts.tv_nsec + wait_ns;
+	ts.tv_sec += (time_t)(ns / 1000000000u);
+	ts.tv_nsec = (long)(ns % 1000000000u);
+	pthread_cond_timedwait(&a->cv, &a->mu, &ts);
 }
 
 static void *worker(void *arg)
@@ -686,8 +808,9 @@ static void *worker(void *arg)
 	struct tr *a = arg;
 	pthread_mutex_lock(&a->mu);
 	for (;;) {
-		while (!a->stopping && !a->qhead)
-			pthread_cond_wait(&a->cv, &a->mu);
+		uint64_t wait_ns = UINT64_MAX;
+		while (!a->stopping && !(a->qhead && sg_review_budget_may_start(&a->budget, sg_now_ns(), &wait_ns)))
+			wait_for_work(a, wait_ns);
 		if (a->stopping)
 			break;
 		struct review *r = a->qhead;
@@ -696,8 +819,10 @@ static void *worker(void *arg)
 			a->qtail = &a->qhead;
 		a->queued--;
 		r->queued = false;
+		uint64_t ticket = sg_review_budget_start(&a->budget);
+		budget_changed(a, false);
 		pthread_mutex_unlock(&a->mu);
-		complete(a, r);
+		attempt(a, r, ticket);
 		pthread_mutex_lock(&a->mu);
 	}
 	pthread_mutex_unlock(&a->mu);
@@ -908,8 +1033,8 @@ static int check_options(const sg_authn_tokenreview_options *o)
 	          "cache_ttl_max must be 0..%d seconds", SG_TOKENREVIEW_TTL_LIMIT);
 	SG_ENSURE(o->negative_ttl <= SG_TOKENREVIEW_NEGATIVE_TTL_LIMIT, SG_EINVAL, "negative_ttl is above %d seconds",
 	          SG_TOKENREVIEW_NEGATIVE_TTL_LIMIT);
-	SG_ENSURE(o->workers <= SG_TOKENREVIEW_WORKERS_LIMIT, SG_EINVAL, "workers is above %d",
-	          SG_TOKENREVIEW_WORKERS_LIMIT);
+	SG_ENSURE(o->max_inflight <= SG_TOKENREVIEW_INFLIGHT_LIMIT, SG_EINVAL, "max_inflight is above %d",
+	          SG_TOKENREVIEW_INFLIGHT_LIMIT);
 	SG_ENSURE(o->queue_max <= SG_TOKENREVIEW_QUEUE_LIMIT, SG_EINVAL, "queue_max is above %u",
 	          SG_TOKENREVIEW_QUEUE_LIMIT);
 	return SG_OK;
@@ -921,14 +1046,22 @@ static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
 	struct tr *a = calloc(1, sizeof(*a));
 	SG_ENSURE(a, SG_EINTERNAL, "out of memory");
 	pthread_mutex_init(&a->mu, NULL);
-	pthread_cond_init(&a->cv, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&a->cv, &ca);
+	pthread_condattr_destroy(&ca);
 	a->kube = o->kube;
 	snprintf(a->trust_domain, sizeof(a->trust_domain), "%s", o->trust_domain);
 	a->ttl_max = o->cache_ttl_max ? o->cache_ttl_max : SG_TOKENREVIEW_TTL_DEFAULT;
 	a->negative_ttl =
 	    o->negative_ttl == 0 ? SG_TOKENREVIEW_NEGATIVE_TTL_DEFAULT : (o->negative_ttl < 0 ? 0 : o->negative_ttl);
 	a->queue_max = o->queue_max ? o->queue_max : SG_TOKENREVIEW_QUEUE_DEFAULT;
-	a->n_threads = o->workers ? o->workers : SG_TOKENREVIEW_WORKERS_DEFAULT;
+	/* A thread per review the budget may ever allow: each makes one
+	 * blocking call at a time, and the budget decides how many do. */
+	a->n_threads = o->max_inflight ? o->max_inflight : SG_TOKENREVIEW_INFLIGHT_DEFAULT;
+	sg_review_budget_init(&a->budget, a->n_threads);
+	a->limit = sg_review_budget_limit(&a->budget);
 	/* Every review queued or in flight has a slot; twice that keeps chains short. */
 	size_t slots = 16;
 	while (slots < 2 * (a->queue_max + a->n_threads))
@@ -997,6 +1130,11 @@ void sg_authn_tokenreview_stats_of(const void *self, sg_authn_tokenreview_stats 
 	out->rejected = atomic_load_explicit(&a->rejected, memory_order_relaxed);
 	out->cached = cs.entries;
 	out->pending = atomic_load_explicit(&a->pending, memory_order_relaxed);
+	out->throttled = atomic_load_explicit(&a->throttled, memory_order_relaxed);
+	out->retries = atomic_load_explicit(&a->retries, memory_order_relaxed);
+	out->in_flight = atomic_load_explicit(&a->in_flight, memory_order_relaxed);
+	out->budget = atomic_load_explicit(&a->limit, memory_order_relaxed);
+	out->budget_cuts = atomic_load_explicit(&a->cuts, memory_order_relaxed);
 }
 
 void sg_authn_tokenreview_stats_get(const sg_authenticator *a, sg_authn_tokenreview_stats *out)

@@ -55,6 +55,7 @@ typedef struct sg_daemon_settings {
 	bool disable_kubernetes_client_rate_limiter;
 	int token_authenticator;
 	int64_t token_cache_ttl;
+	int64_t token_review_max_inflight;
 	int64_t jwks_refresh_interval;
 	bool leader_election;
 	char *leader_election_namespace;
@@ -203,6 +204,10 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "(verify locally; keys from jwt-jwks-file or the API server); auto: tokenreview with Kubernetes, else jwks") \
 	X("token-cache-ttl", SG_OPT_DURATION, token_cache_ttl, "5m", 1, 3600, NULL,                               \
 	  "longest time a token review is reused (never beyond the token's expiry)")                               \
+	X("token-review-max-inflight", SG_OPT_INT, token_review_max_inflight, "64", 1, 256, NULL,                 \
+	  "most TokenReviews in flight at once; within it the budget adapts to the API server (halved on 429, "   \
+	  "which is retried after its Retry-After, cut on rising latency, grown while answers are fast); never "   \
+	  "held back by kube-api-qps")                                                                             \
 	X("jwks-refresh-interval", SG_OPT_DURATION, jwks_refresh_interval, "5m", 10, 86400, NULL,                 \
 	  "how often keys discovered from the API server are refreshed (jwks mode without jwt-jwks-file)")         \
 	X("leader-election", SG_OPT_BOOL, leader_election, "true", 0, 0, NULL,                                    \

@@ -311,6 +311,9 @@ class Args(unittest.TestCase):
             (["--log-level=" + "9" * 5000], "is not a log level"),
             (["--serving-certificate-duration=1.5h"], "--serving-certificate-duration"),
             (["--max-client-certificate-duration=60"], "--max-client-certificate-duration"),
+            # threads and connections are made for each: bounded
+            (["--token-review-max-inflight=0"], "--token-review-max-inflight"),
+            (["--token-review-max-inflight=257"], "--token-review-max-inflight"),
             (["--log-level=1", "--log-level=2"], "--log-level given more than once"),
             # istio-csr's map flag (pflag StringToString, apimachinery's
             # annotation keys)

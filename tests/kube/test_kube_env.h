@@ -195,6 +195,8 @@ static inline bool kube_env_ref_of(const json_t *obj, char *buf, size_t cap, sg_
 	    {"CertificateRequestPolicy", "certificaterequestpolicies", false},
 	    {"ExternalPolicyServer", "externalpolicyservers", false},
 	    {"SignetIssuer", "signetissuers", true},
+	    {"FlowSchema", "flowschemas", false},
+	    {"PriorityLevelConfiguration", "prioritylevelconfigurations", false},
 	};
 	const char *api = json_string_value(json_object_get(obj, "apiVersion"));
 	const char *kind = json_string_value(json_object_get(obj, "kind"));

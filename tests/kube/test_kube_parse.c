@@ -335,7 +335,18 @@ static void t_status_parse(void)
 	SG_CHECK(strstr(st.message, "the object has been modified??[31m") != NULL); /* controls replaced */
 	const char *odd = "{\"kind\":\"Status\",\"code\":\"409\",\"reason\":[1],\"message\":7}";
 	SG_CHECK_OK(sg_kube_status_parse(&st, odd, strlen(odd)));
-	SG_CHECK(st.code == 0 && st.reason[0] == 0 && st.message[0] == 0);
+	SG_CHECK(st.code == 0 && st.reason[0] == 0 && st.message[0] == 0 && st.retry_after == 0);
+	/* apimachinery's NewTooManyRequests: details.retryAfterSeconds, bounded to a day. */
+	const char *busy = "{\"kind\":\"Status\",\"status\":\"Failure\",\"reason\":\"TooManyRequests\","
+	                   "\"details\":{\"retryAfterSeconds\":3},\"code\":429}";
+	SG_CHECK_OK(sg_kube_status_parse(&st, busy, strlen(busy)));
+	SG_CHECK(st.code == 429 && st.retry_after == 3);
+	const char *forever = "{\"code\":429,\"details\":{\"retryAfterSeconds\":9999999999}}";
+	SG_CHECK_OK(sg_kube_status_parse(&st, forever, strlen(forever)));
+	SG_CHECK(st.retry_after == 86400);
+	const char *bad_ra = "{\"code\":429,\"details\":{\"retryAfterSeconds\":-5}}";
+	SG_CHECK_OK(sg_kube_status_parse(&st, bad_ra, strlen(bad_ra)));
+	SG_CHECK(st.retry_after == 0);
 	const char *huge = "{\"code\":99999999999999}";
 	SG_CHECK_OK(sg_kube_status_parse(&st, huge, strlen(huge)));
 	SG_CHECK(st.code == 0);
@@ -413,6 +424,19 @@ static void t_refs_checked(void)
 	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EBUSY);
 	SG_CHECK(o == NULL);
 	SG_CHECK(sg_kube_last_status()->code == 0);
+	sg_kube_free(k);
+
+	/* The idle-handle pool: its bound, and a client at it. */
+	const char *text = "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	                   "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n";
+	sg_kube_config *c = NULL;
+	SG_CHECK_OK(sg_kube_config_from_bytes(&c, text, strlen(text), NULL, NULL));
+	SG_CHECK_RC(sg_kube_new(&k, &c, &(sg_kube_options){.idle_handles = SG_KUBE_IDLE_HANDLES_MAX + 1}), SG_EINVAL);
+	SG_CHECK_MSG("idle_handles is above 256");
+	SG_CHECK(c == NULL && k == NULL); /* consumed all the same */
+	SG_CHECK_OK(sg_kube_config_from_bytes(&c, text, strlen(text), NULL, NULL));
+	SG_CHECK_OK(sg_kube_new(&k, &c, &(sg_kube_options){.idle_handles = SG_KUBE_IDLE_HANDLES_MAX}));
+	SG_CHECK_RC(sg_kube_get(k, &r, &o), SG_EBUSY);
 	sg_kube_free(k);
 }
 

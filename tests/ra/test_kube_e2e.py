@@ -9,6 +9,10 @@ Python's grpcio as the client and `openssl verify` on every chain.
     token are refused;
   - node authorization: a trusted node agent impersonates only identities
     of pods on its own node;
+  - TokenReviews are not held back by the controllers' client limit
+    (--kube-api-qps 1): distinct tokens, each reviewed once, faster than
+    that limit could let them through; and a flood of them does not starve
+    the controllers (a new namespace gets its root ConfigMap meanwhile);
   - istio-ca-root-cert ConfigMaps: in selected namespaces only, repaired
     after deletion or edits, following a root change, no write loop;
   - signet-ca-roots in the trust namespace (created after signetd), for
@@ -34,6 +38,7 @@ Python's grpcio as the client and `openssl verify` on every chain.
 usage: test_kube_e2e.py SIGNETCTL SIGNETD PROTO_DIR KUBE_SCRIPTS
 """
 import base64
+import concurrent.futures
 import datetime
 import json
 import os
@@ -244,14 +249,15 @@ class Base(unittest.TestCase):
         self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier), [identity])
 
 
-class TokenModes:
-    """The same checks in both token modes (mixed into two classes)."""
+class OneSignetd(Base):
+    """One signetd for the class (started with FLAGS), a channel and a
+    stub to it; it must exit cleanly at the end."""
 
-    MODE = None
+    FLAGS = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.d = C.signetd("--token-authenticator", cls.MODE, "--root-ca-configmap=false")
+        cls.d = C.signetd(*cls.FLAGS)
         cls.ch = C.channel(cls.d.port)
         cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
 
@@ -260,6 +266,12 @@ class TokenModes:
         cls.ch.close()
         rc = cls.d.stop()
         assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+
+
+class TokenModes:
+    """The same checks in both token modes (mixed into two classes)."""
+
+    MODE = None
 
     def test_mode_in_use(self):
         logged = [r for r in self.d.records() if r.get("msg") == "token authentication"]
@@ -366,12 +378,81 @@ def expired(token):
     return signing_input + "." + signet_e2e.b64url(sig)
 
 
-class TokenReviewMode(TokenModes, Base):
+class TokenReviewMode(TokenModes, OneSignetd):
     MODE = "tokenreview"
+    FLAGS = ("--token-authenticator", MODE, "--root-ca-configmap=false")
 
 
-class JwksMode(TokenModes, Base):
+class ReviewBudget(OneSignetd):
+    """TokenReviews have their own budget: the controllers' client limit
+    (here 1 request a second, a burst of 1) neither delays them nor is
+    eaten by them."""
+
+    N = 40
+    FLAGS = ("--token-authenticator", "tokenreview", "--kube-api-qps", "1", "--kube-api-burst", "1",
+             "--configmap-namespace-selector", "signet-budget=on")
+
+    def test_reviews_are_not_held_by_the_controllers_limit(self):
+        C.kube.service_account("apps", "mesh")
+        # A token per pod: one account, each token with its own expiration.
+        toks = [C.kube.token("apps", "mesh", seconds=600 + i) for i in range(self.N)]
+        self.assertEqual(len(set(toks)), self.N)
+        ident = spiffe("apps", "mesh")
+        before = C.metric(self.d, "signet_tokenreview_requests_total")
+        t0 = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            chains = list(ex.map(lambda t: self.call(self.stub, t, ident), toks))
+        elapsed = time.monotonic() - t0
+        for chain in chains:
+            self.verified(chain, ident)
+        reviews = C.metric(self.d, "signet_tokenreview_requests_total") - before
+        self.assertEqual(reviews, self.N)  # each token reviewed once
+        # A limiter of 1 a second with a burst of 1 lets at most 1 + elapsed
+        # requests through in the time these took: more reviews than that
+        # went through, so none of them waited on it (whatever the load
+        # on this machine made elapsed).
+        self.assertGreater(reviews, 1 + elapsed, f"{reviews} reviews in {elapsed:.1f} s")
+        self.assertEqual(C.metric(self.d, "signet_tokenreview_throttled_total"), 0)
+        self.assertEqual(C.metric(self.d, "signet_tokenreview_in_flight"), 0)
+        budget = C.metric(self.d, "signet_tokenreview_budget")
+        self.assertTrue(1 <= budget <= 64, budget)  # --token-review-max-inflight's default
+
+    def test_review_flood_does_not_starve_the_controllers(self):
+        C.kube.service_account("apps", "flood")
+        ident = spiffe("apps", "flood")
+        stop = threading.Event()
+        answered, errors = [], []
+
+        def flood(base):
+            i = 0
+            while not stop.is_set():
+                try:
+                    self.call(self.stub, C.kube.token("apps", "flood", seconds=base + i), ident)
+                    answered.append(1)
+                except Exception as e:  # noqa: BLE001 (reported below)
+                    errors.append(repr(e))
+                i += 1
+
+        threads = [threading.Thread(target=flood, args=(700 + 1000 * n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        try:
+            wait_for("the flood to be under way", lambda: len(answered) >= 8, timeout=60)
+            C.kube.namespace("budget-ns", {"signet-budget": "on"})
+            wait_for("the root ConfigMap in a new namespace during the flood",
+                     lambda: C.kube.configmap("budget-ns"), timeout=60)
+            during = len(answered)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(during, 8)  # reviews went on while the controller wrote
+
+
+class JwksMode(TokenModes, OneSignetd):
     MODE = "jwks"
+    FLAGS = ("--token-authenticator", MODE, "--root-ca-configmap=false")
 
 
 def other_root():

@@ -15,9 +15,15 @@
  * that are not service accounts are refused; a token that has expired by
  * its own exp is simulated through the request's clock and refused without
  * an API call; a revocation is seen once the cache entry ends; sixteen
- * threads presenting one new token cause one review; an unreachable API
- * server and a client without RBAC rights give SG_EBUSY, never cached;
- * free() right after many starts answers each exactly once.
+ * threads presenting one new token cause one review; distinct tokens of
+ * one service account presented at once (a mesh restart) are each
+ * reviewed exactly once and each answered with its own token's entry,
+ * revoked ones among them (account or bound pod deleted) refused;
+ * an API server whose API Priority and Fairness rejects signet's reviews
+ * (429) shrinks the review budget, and every token is still accepted
+ * after retries; an unreachable API server and a client without RBAC
+ * rights give SG_EBUSY, never cached; free() right after many starts
+ * answers each exactly once.
  */
 #include "sg_authn_kube.h"
 #include "sg_clock.h"
@@ -582,6 +588,258 @@ static void t_coalescing(void)
 	free_token(tok);
 }
 
+/* Starts every token at once and waits for each answer; the results are
+ * initialised here, destroyed by the caller. */
+static void run_all(sg_authenticator *a, char **toks, struct result *r, int n)
+{
+	int64_t now = sg_wall_seconds();
+	for (int i = 0; i < n; i++) {
+		result_init(&r[i]);
+		sg_authn_request req = {.bearer = toks[i], .bearer_len = strlen(toks[i]), .now = now};
+		SG_CHECK_OK(a->start(a->self, &req, on_done, &r[i]));
+	}
+	for (int i = 0; i < n; i++)
+		SG_CHECK(wait_calls(&r[i], 1, 120000) == 1);
+}
+
+/* Whether every result is an acceptance of the app account whose expires
+ * is its own token's exp (an answer from another token's entry would
+ * carry that token's exp: every token here has its own). */
+static bool own_answers(char **toks, struct result *r, int n)
+{
+	bool ok = true;
+	for (int i = 0; i < n; i++) {
+		int64_t exp = 0;
+		bool has = sg_tokenreview_token_exp(toks[i], strlen(toks[i]), &exp);
+		pthread_mutex_lock(&r[i].mu);
+		bool good = r[i].calls == 1 && r[i].rc == SG_OK && has && r[i].caller.expires == exp &&
+		            strcmp(r[i].caller.sa, "app") == 0;
+		if (!good)
+			fprintf(stderr, "token %d: calls %d rc %d exp %lld/%lld: %s\n", i, r[i].calls, r[i].rc,
+			        (long long)r[i].caller.expires, (long long)exp, r[i].err.msg);
+		pthread_mutex_unlock(&r[i].mu);
+		ok &= good;
+	}
+	return ok;
+}
+
+/* A mesh restart: every pod brings its own token (TokenRequest, each with
+ * its own expiration), all at once, and among them revoked ones (their
+ * account deleted; their bound pod deleted): each token gets its own
+ * verdict, from one review of its own. */
+static void t_distinct(void)
+{
+	enum { N = 40, R = 4, ALL = N + R };
+	char *toks[ALL];
+	struct result r[ALL];
+	for (int i = 0; i < N; i++)
+		SG_CHECK((toks[i] = mint("app", "istio-ca", NULL, NULL)) != NULL);
+	char uid[64];
+	SG_CHECK(service_account("doomed", NULL, 0));
+	SG_CHECK(pod("doomed-pod", "app", NULL, uid, sizeof(uid)));
+	for (int i = N; i < ALL - 1; i++)
+		SG_CHECK((toks[i] = mint("doomed", "istio-ca", NULL, NULL)) != NULL);
+	SG_CHECK((toks[ALL - 1] = mint("app", "istio-ca", "doomed-pod", uid)) != NULL);
+	SG_CHECK(delete_and_wait("serviceaccounts", "doomed", toks[N]));
+	SG_CHECK(delete_and_wait("pods", "doomed-pod", toks[ALL - 1]));
+
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, k, NULL));
+	run_all(&a, toks, r, ALL);
+	SG_CHECK(own_answers(toks, r, N));
+	for (int i = N; i < ALL; i++)
+		SG_CHECK(r[i].calls == 1 && r[i].rc == SG_EAUTH && strstr(r[i].err.msg, "not authenticated") != NULL);
+	sg_authn_tokenreview_stats st = stats(&a);
+	printf("%d distinct tokens (%d revoked): %llu reviews, %llu refused, %llu coalesced, %llu cache hits, "
+	       "budget %zu\n",
+	       ALL, R, (unsigned long long)st.reviews, (unsigned long long)st.refused, (unsigned long long)st.coalesced,
+	       (unsigned long long)st.cache_hits, st.budget);
+	SG_CHECK(st.reviews == ALL && st.refused == R && st.coalesced == 0 && st.cached == ALL);
+	SG_CHECK(st.in_flight == 0 && st.pending == 0);
+	for (int i = 0; i < ALL; i++)
+		result_destroy(&r[i]);
+
+	/* Again: each accepted one from its own entry, inside start(), no review. */
+	int64_t now = sg_wall_seconds();
+	for (int i = 0; i < N; i++) {
+		result_init(&r[i]);
+		sg_authn_request req = {.bearer = toks[i], .bearer_len = strlen(toks[i]), .now = now};
+		SG_CHECK_OK(a.start(a.self, &req, on_done, &r[i]));
+		SG_CHECK(r[i].calls == 1 && r[i].inside_start);
+	}
+	SG_CHECK(own_answers(toks, r, N));
+	SG_CHECK(stats(&a).reviews == ALL && stats(&a).cache_hits == N);
+	for (int i = 0; i < N; i++)
+		result_destroy(&r[i]);
+	for (int i = 0; i < ALL; i++)
+		free_token(toks[i]);
+	a.free(a.self);
+}
+
+/* API Priority and Fairness (on by default since 1.20) puts the reviewer
+ * account's TokenReviews in a priority level of its own with the least
+ * share there is (1 of the server's ~600 seats, rounded up: 3) and no
+ * queue: what it cannot run at once it answers 429 with Retry-After. A
+ * real API server, refusing as it refuses a busy client. */
+static const char apf_level[] =
+    "{\"apiVersion\": \"flowcontrol.apiserver.k8s.io/v1beta1\", \"kind\": \"PriorityLevelConfiguration\","
+    " \"metadata\": {\"name\": \"signet-test-reviews\"},"
+    " \"spec\": {\"type\": \"Limited\", \"limited\": {\"assuredConcurrencyShares\": 1,"
+    " \"limitResponse\": {\"type\": \"Reject\"}}}}";
+static const char apf_schema[] =
+    "{\"apiVersion\": \"flowcontrol.apiserver.k8s.io/v1beta1\", \"kind\": \"FlowSchema\","
+    " \"metadata\": {\"name\": \"signet-test-reviews\"},"
+    " \"spec\": {\"priorityLevelConfiguration\": {\"name\": \"signet-test-reviews\"},"
+    " \"matchingPrecedence\": 500, \"distinguisherMethod\": {\"type\": \"ByUser\"},"
+    " \"rules\": [{\"subjects\": [{\"kind\": \"ServiceAccount\","
+    " \"serviceAccount\": {\"namespace\": \"" NS "\", \"name\": \"reviewer\"}}],"
+    " \"resourceRules\": [{\"verbs\": [\"create\"], \"apiGroups\": [\"authentication.k8s.io\"],"
+    " \"resources\": [\"tokenreviews\"], \"clusterScope\": true}]}]}}";
+static const char apf_binding[] =
+    "{\"apiVersion\": \"rbac.authorization.k8s.io/v1\", \"kind\": \"ClusterRoleBinding\","
+    " \"metadata\": {\"name\": \"signet-test-reviewer\"},"
+    " \"roleRef\": {\"apiGroup\": \"rbac.authorization.k8s.io\", \"kind\": \"ClusterRole\","
+    " \"name\": \"system:auth-delegator\"},"
+    " \"subjects\": [{\"kind\": \"ServiceAccount\", \"namespace\": \"" NS "\", \"name\": \"reviewer\"}]}";
+
+/* The API server has taken the FlowSchema in: its configuration
+ * controller writes Dangling=False once the schema's level exists in the
+ * configuration it serves with. */
+static bool apf_in_force(void)
+{
+	sg_kube_ref ref = {.group = "flowcontrol.apiserver.k8s.io",
+	                   .version = "v1beta1",
+	                   .resource = "flowschemas",
+	                   .name = "signet-test-reviews"};
+	json_t *fs = kube_fx_get(k, ref);
+	const char *st = kube_fx_cond_str(fs, "Dangling", "status");
+	bool ok = st && strcmp(st, "False") == 0;
+	json_decref(fs);
+	return ok;
+}
+
+/* A client as the reviewer account (its own TokenRequest token, for the
+ * API server's audience), without a rate limit, a connection per review. */
+static sg_kube *reviewer_client(unsigned handles)
+{
+	char *tok = mint("reviewer", "https://kubernetes.default.svc.cluster.local", NULL, NULL);
+	if (!tok)
+		return NULL;
+	char yaml[4096];
+	int n = snprintf(yaml, sizeof(yaml),
+	                 "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
+	                 "clusters: [{name: c, cluster: {server: '%s', certificate-authority: '%s'}}]\n"
+	                 "users: [{name: u, user: {token: '%s'}}]\n",
+	                 kube_env.server, kube_env.ca_file, tok);
+	free_token(tok);
+	sg_kube *rk = n < (int)sizeof(yaml)
+	                  ? kube_fx_client_yaml(yaml, &(sg_kube_options){.qps = -1, .idle_handles = handles})
+	                  : NULL;
+	sg_wipe(yaml, sizeof(yaml));
+	return rk;
+}
+
+/* Raw TokenReviews at once, as the reviewer, until one is answered 429:
+ * the thread's status then holds the header's Retry-After (APF's 429 has a
+ * plain-text body: no Status to take it from). */
+struct prober {
+	sg_kube *rk;
+	const char *tok;
+	pthread_barrier_t *go;
+	long code, retry_after;
+};
+
+static void *probe(void *arg)
+{
+	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
+	struct prober *p = arg;
+	pthread_barrier_wait(p->go);
+	for (int i = 0; i < 20 && p->code != 429; i++) {
+		json_t *body = json_pack("{s:s, s:s, s:{s:s, s:[s]}}", "apiVersion", "authentication.k8s.io/v1", "kind",
+		                         "TokenReview", "spec", "token", p->tok, "audiences", "istio-ca");
+		int rc = sg_kube_create(p->rk, &ref, body, NULL);
+		json_decref(body);
+		if (rc != SG_OK && sg_kube_last_status()->code == 429) {
+			p->code = 429;
+			p->retry_after = sg_kube_last_status()->retry_after;
+		}
+	}
+	return NULL;
+}
+
+static void t_throttled(void)
+{
+	enum { N = 48, MAX = 32, FLOODS = 6 };
+	SG_CHECK(service_account("reviewer", NULL, 0));
+	SG_CHECK(kube_fx_apply_text(k, apf_binding));
+	SG_CHECK(kube_fx_apply_text(k, apf_level));
+	SG_CHECK(kube_fx_apply_text(k, apf_schema));
+	SG_WAIT_FOR(60000, apf_in_force());
+	sg_kube *rk = reviewer_client(MAX);
+	SG_CHECK(rk != NULL);
+	if (!rk)
+		return;
+
+	enum { P = 16 };
+	char *tok = mint("app", "istio-ca", NULL, NULL);
+	pthread_barrier_t go;
+	pthread_barrier_init(&go, NULL, P);
+	struct prober pr[P];
+	pthread_t th[P];
+	for (int i = 0; i < P; i++) {
+		pr[i] = (struct prober){.rk = rk, .tok = tok, .go = &go};
+		pthread_create(&th[i], NULL, probe, &pr[i]);
+	}
+	long seen = -1;
+	for (int i = 0; i < P; i++) {
+		pthread_join(th[i], NULL);
+		if (pr[i].code == 429)
+			seen = pr[i].retry_after;
+	}
+	pthread_barrier_destroy(&go);
+	free_token(tok);
+	printf("raw reviews as the reviewer: 429 with Retry-After %ld\n", seen);
+	SG_CHECK(seen >= 1); /* a 429 came, and its Retry-After was read */
+
+	sg_authenticator a;
+	SG_CHECK_OK(new_tr(&a, rk, &(sg_authn_tokenreview_options){.max_inflight = MAX}));
+	/* Floods of distinct tokens until the server has refused some: three
+	 * seats are fewer than the budget's slow start reaches at once, but
+	 * how many calls overlap at the server is the scheduler's to say. */
+	int floods = 0;
+	bool all_own = true;
+	while (floods < FLOODS && stats(&a).throttled == 0) {
+		char *toks[N];
+		struct result r[N];
+		for (int i = 0; i < N; i++)
+			SG_CHECK((toks[i] = mint("app", "istio-ca", NULL, NULL)) != NULL);
+		run_all(&a, toks, r, N);
+		all_own &= own_answers(toks, r, N); /* nothing failed that a retry passed */
+		for (int i = 0; i < N; i++) {
+			result_destroy(&r[i]);
+			free_token(toks[i]);
+		}
+		floods++;
+	}
+	sg_authn_tokenreview_stats st = stats(&a);
+	printf("%d floods of %d tokens: %llu reviews, %llu answered 429, %llu retries, %llu budget cuts, budget %zu "
+	       "of %d\n",
+	       floods, N, (unsigned long long)st.reviews, (unsigned long long)st.throttled,
+	       (unsigned long long)st.retries, (unsigned long long)st.budget_cuts, st.budget, MAX);
+	SG_CHECK(all_own);
+	SG_CHECK(st.throttled > 0 && st.retries == st.throttled && st.budget_cuts >= 1);
+	SG_CHECK(st.reviews == (uint64_t)floods * N + st.retries); /* each token once, plus the retries */
+	SG_CHECK(st.api_errors == 0 && st.refused == 0 && st.in_flight == 0 && st.pending == 0);
+	SG_CHECK(st.budget < MAX);
+	a.free(a.self);
+	sg_kube_free(rk);
+	sg_kube_ref fs = {.group = "flowcontrol.apiserver.k8s.io",
+	                  .version = "v1beta1",
+	                  .resource = "flowschemas",
+	                  .name = "signet-test-reviews"};
+	SG_CHECK_OK(kube_fx_delete(k, fs));
+}
+
 static void t_unreachable(void)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
@@ -674,7 +932,7 @@ static void t_free_pending(void)
 	for (int i = 0; i < N; i++)
 		toks[i] = mint("app", "istio-ca", NULL, NULL);
 	sg_authenticator a;
-	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.workers = 1}));
+	SG_CHECK_OK(new_tr(&a, k, &(sg_authn_tokenreview_options){.max_inflight = 1}));
 	struct result r[2 * N];
 	int64_t now = sg_wall_seconds();
 	for (int i = 0; i < 2 * N; i++) {
@@ -704,5 +962,5 @@ static void t_zz_cleanup(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_accepts), SG_TEST(t_audience), SG_TEST(t_revoked), SG_TEST(t_expired),
-             SG_TEST(t_garbage), SG_TEST(t_coalescing), SG_TEST(t_unreachable), SG_TEST(t_rbac),
-             SG_TEST(t_free_pending), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_garbage), SG_TEST(t_coalescing), SG_TEST(t_distinct), SG_TEST(t_throttled),
+             SG_TEST(t_unreachable), SG_TEST(t_rbac), SG_TEST(t_free_pending), SG_TEST(t_zz_cleanup))

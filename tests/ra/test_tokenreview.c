@@ -5,7 +5,8 @@
  * not arrays, huge strings, audiences that do not meet ours), the
  * unverified exp probe, the options' bounds, and the authenticator's
  * behaviour when the API cannot answer: a closed port (SG_EBUSY, never
- * cached), a listener that never answers (timeouts, the bounded queue, and
+ * cached, the review budget unchanged), a listener that never answers
+ * (timeouts, which halve the budget; the bounded queue; and
  * free() completing every pending request exactly once). Everything stays
  * on 127.0.0.1. The real API server's answers are in test_kube_tokenreview.c.
  */
@@ -13,6 +14,7 @@
 #include "sg_authn_kube.h"
 #include "sg_clock.h"
 #include "sg_jwt.h"
+#include "sg_review_budget.h"
 #include "sg_test.h"
 
 #include <arpa/inet.h>
@@ -514,7 +516,7 @@ static void t_options(void)
 	    {{.kube = k, .trust_domain = TD, .cache_ttl_max = -1}, "cache_ttl_max"},
 	    {{.kube = k, .trust_domain = TD, .cache_ttl_max = 86401}, "cache_ttl_max"},
 	    {{.kube = k, .trust_domain = TD, .negative_ttl = 3601}, "negative_ttl"},
-	    {{.kube = k, .trust_domain = TD, .workers = 65}, "workers"},
+	    {{.kube = k, .trust_domain = TD, .max_inflight = 257}, "max_inflight"},
 	    {{.kube = k, .trust_domain = TD, .queue_max = (1u << 20) + 1}, "queue_max"},
 	    {{.kube = k, .trust_domain = TD, .cache_entries = (1u << 22) + 1}, "cache_entries"},
 	};
@@ -528,7 +530,7 @@ static void t_options(void)
 	                                     .cache_entries = 1,
 	                                     .cache_ttl_max = 86400,
 	                                     .negative_ttl = -1,
-	                                     .workers = 1,
+	                                     .max_inflight = 1,
 	                                     .queue_max = 1};
 	SG_CHECK_OK(sg_authn_tokenreview_new(&a, &most));
 	SG_CHECK(strcmp(a.name, "tokenreview") == 0);
@@ -606,6 +608,9 @@ static void t_unreachable(void)
 		sg_authn_tokenreview_stats st = stats(&a);
 		SG_CHECK(st.reviews == (uint64_t)round && st.api_errors == (uint64_t)round && st.cache_hits == 0);
 		SG_CHECK(st.cached == 0 && st.refused == 0);
+		/* A refused connection says nothing of the server's load. */
+		SG_CHECK(st.budget_cuts == 0 && st.budget == SG_REVIEW_BUDGET_INITIAL && st.in_flight == 0);
+		SG_CHECK(st.throttled == 0 && st.retries == 0);
 		result_destroy(&r);
 	}
 	free(t);
@@ -614,7 +619,8 @@ static void t_unreachable(void)
 }
 
 /* A server that never answers: the request times out (SG_EBUSY, not
- * SG_ETIMEOUT: no verdict, retry). */
+ * SG_ETIMEOUT: no verdict, retry), and the review budget halves (a
+ * timeout is the slowest answer there is). */
 static void t_timeout(void)
 {
 	int port;
@@ -627,7 +633,9 @@ static void t_timeout(void)
 	SG_CHECK_OK(start(&a, "opaque-token-1234", NOW, &r));
 	SG_CHECK(wait_calls(&r, 1, 20000) == 1);
 	SG_CHECK(r.rc == SG_EBUSY && strstr(r.err.msg, "token review unavailable") != NULL);
-	SG_CHECK(stats(&a).api_errors == 1);
+	sg_authn_tokenreview_stats st = stats(&a);
+	SG_CHECK(st.api_errors == 1 && st.retries == 0);
+	SG_CHECK(st.budget_cuts == 1 && st.budget == SG_REVIEW_BUDGET_INITIAL / 2 && st.in_flight == 0);
 	a.free(a.self);
 	result_destroy(&r);
 	sg_kube_free(k);
@@ -643,7 +651,7 @@ static void t_queue_and_free(void)
 	sg_kube *k = client_at(port, 1500);
 	sg_authenticator a;
 	SG_CHECK_OK(sg_authn_tokenreview_new(
-	    &a, &(sg_authn_tokenreview_options){.kube = k, .trust_domain = TD, .workers = 1, .queue_max = 2}));
+	    &a, &(sg_authn_tokenreview_options){.kube = k, .trust_domain = TD, .max_inflight = 1, .queue_max = 2}));
 	enum { N = 5 };
 	struct result r[N];
 	for (int i = 0; i < N; i++)
