@@ -67,7 +67,7 @@
 #define OBJ_LEADER "trust-manager:leaderelection"
 #define OBJ_METRICS "trust-manager-metrics"
 #define OBJ_PACKAGE "trust-manager-default-ca-package"
-#define PACKAGE_KEY SG_TRUSTMANAGER_PACKAGE_NAME ".json"
+#define OBJ_INJECTION SG_TRUSTMANAGER_INJECTION_CM
 #define PACKAGE_DIR "/packages"
 #define PACKAGE_VOLUME "packages"
 #define PACKAGE_CM_MAX 1000000u /* a ConfigMap holds at most 1 MiB, metadata included */
@@ -82,7 +82,7 @@
 #define META_MAX 25                    /* controllerConfig labels, annotations */
 #define ANNOTATIONS_BYTES (256u << 10) /* the API server's bound on all annotations */
 #define AUTHORIZED_MAX 1024
-#define WANT_MAX 12
+#define WANT_MAX 16
 
 static const char *const invalid_name_msg = "TrustManager is a singleton, .metadata.name must be 'cluster'";
 
@@ -170,11 +170,21 @@ struct sg_trustmanager {
 	sg_ctrl *ctrl;
 	char *image, *version;
 	char ns[SG_NAMES_LABEL_MAX + 1]; /* the operand's */
-	/* The default CA package, made once by new(): the file's text and
-	 * the SHA-256 (hex) of its PEM, or why there is none. */
+	sg_trustmanager_ca_source ca_source;
+	const char *pkg_name; /* the package's, by source */
+	char pkg_key[64];     /* its file: pkg_name ".json" */
+	/* Source file: the default CA package, made once by new(): the
+	 * file's text and the SHA-256 (hex) of its PEM, or why there is none. */
 	char *pkg_json;
 	char pkg_hash[65];
 	char pkg_error[SG_ERROR_MSG_MAX];
+	/* Source OpenShift: the package made from the injection ConfigMap at
+	 * resourceVersion inj_rv (made again only when that changes). Only
+	 * the pass of key "cluster" touches it, and the runtime hands a key
+	 * to one worker at a time. */
+	char inj_rv[128];
+	char *inj_json;
+	char inj_hash[65];
 	sg_opr_stats st;
 	atomic_uint_fast64_t status_writes;
 	pthread_mutex_t mu;                    /* trust_ns */
@@ -205,6 +215,8 @@ typedef struct pass {
 	const char *accepted_ns; /* status.trustNamespace, or the spec's once checked */
 	json_t *labels;          /* of every object */
 	json_t *owner;           /* ownerReferences */
+	const char *pkg_json;    /* the package's text and hash when enabled (borrowed from t) */
+	const char *pkg_hash;
 } pass;
 
 static bool refuse(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -547,7 +559,22 @@ static json_t *metrics_service(const pass *p)
 
 static json_t *package_configmap(const pass *p)
 {
-	return with(object(p, W_CM, OBJ_PACKAGE, p->t->ns), "data", json_pack("{s:s}", PACKAGE_KEY, p->t->pkg_json));
+	return with(object(p, W_CM, OBJ_PACKAGE, p->t->ns), "data", json_pack("{s:s}", p->t->pkg_key, p->pkg_json));
+}
+
+/* The design's injection ConfigMap: the label only. Its data is the
+ * network operator's (never in our intent, so an apply keeps it). */
+static json_t *injection_configmap(const pass *p)
+{
+	json_t *o = object(p, W_CM, OBJ_INJECTION, p->t->ns);
+	json_t *md = json_object_get(o, "metadata");
+	json_t *labels = json_deep_copy(p->labels); /* meta() shares p->labels */
+	if (!o || !labels || json_object_set_new(labels, SG_TRUSTMANAGER_INJECT_LABEL, json_string("true")) != 0 ||
+	    json_object_set_new(md, "labels", labels) != 0) {
+		json_decref(o);
+		return NULL;
+	}
+	return o;
 }
 
 static int arg(json_t *args, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -587,7 +614,7 @@ static json_t *container_args(const pass *p)
 	if (s->filter_expired)
 		rc |= arg(a, "--filter-expired-certificates=true");
 	if (s->package)
-		rc |= arg(a, "--default-package-location=" PACKAGE_DIR "/" PACKAGE_KEY);
+		rc |= arg(a, "--default-package-location=" PACKAGE_DIR "/%s", p->t->pkg_key);
 	if (rc != 0) {
 		json_decref(a);
 		return NULL;
@@ -636,7 +663,7 @@ static json_t *pod_template(const pass *p)
 	 * new pod template, so the pods roll. */
 	json_t *ann = p->s.annotations ? json_deep_copy(p->s.annotations) : json_object();
 	if (ann && p->s.package)
-		ann = with(ann, SG_TRUSTMANAGER_PACKAGE_HASH, json_string(p->t->pkg_hash));
+		ann = with(ann, SG_TRUSTMANAGER_PACKAGE_HASH, json_string(p->pkg_hash));
 	json_t *md = ann ? json_pack("{s:O}", "labels", p->labels) : NULL;
 	if (md && json_object_size(ann) > 0)
 		md = with(md, "annotations", json_incref(ann));
@@ -676,6 +703,8 @@ static int wants_of(pass *p, want *out, size_t *n, bool bodies)
 	out[i++] = (want){W_ROLE, ns, OBJ_LEADER, bodies ? role(p, OBJ_LEADER, ns, leader_rules, 1) : NULL};
 	out[i++] = (want){W_RB, ns, OBJ_LEADER, bodies ? binding(p, W_RB, OBJ_LEADER, ns, "Role") : NULL};
 	out[i++] = (want){W_SVC, ns, OBJ_METRICS, bodies ? metrics_service(p) : NULL};
+	if (!bodies || (p->s.package && p->t->ca_source == SG_TRUSTMANAGER_CA_OPENSHIFT))
+		out[i++] = (want){W_CM, ns, OBJ_INJECTION, bodies ? injection_configmap(p) : NULL};
 	if (!bodies || p->s.package)
 		out[i++] = (want){W_CM, ns, OBJ_PACKAGE, bodies ? package_configmap(p) : NULL};
 	out[i++] = (want){W_DEPLOY, ns, OBJ, bodies ? deployment(p) : NULL};
@@ -953,6 +982,127 @@ static bool trust_namespace(pass *p, bool *made, char *msg, size_t cap)
 	return false;
 }
 
+/* ---- the default CA package ---- */
+
+/* trust-manager's package file ({name, bundle, version}, as
+ * sg_trust_package_write writes it) from a normalized bundle (strict PEM,
+ * deduplicated, sorted: sg_certset), and checked as signet-trust will read
+ * it: *json (caller frees) and hash, the SHA-256 (hex) of the PEM. version
+ * NULL: derived from that hash. what names the source in messages. */
+static int package_of(const char *pem, size_t plen, const char *name, const char *version, const char *what,
+                      char **json, char hash[65])
+{
+	*json = NULL;
+	uint8_t d[32];
+	SG_TRY(sg_sha256(pem, plen, d));
+	sg_hex_encode(hash, d, sizeof(d));
+	char derived[32];
+	if (!version) {
+		snprintf(derived, sizeof(derived), "sha256-%.16s", hash);
+		version = derived;
+	}
+	char *text = NULL;
+	SG_TRY(sg_trust_package_json(pem, plen, name, version, &text));
+	size_t tlen = strlen(text);
+	sg_trust_package *check = NULL;
+	int rc = tlen > PACKAGE_CM_MAX ? sg_error_set(SG_EINVAL,
+	                                              "%s makes a package of %zu bytes, more than a ConfigMap "
+	                                              "holds",
+	                                              what, tlen)
+	                               : sg_trust_package_parse(&check, text, tlen, name);
+	sg_trust_package_free(check);
+	if (rc < 0) {
+		free(text);
+		return rc;
+	}
+	*json = text;
+	return SG_OK;
+}
+
+/* Source file: the package from a PEM file of CAs, once, at new(). */
+static int package_make(sg_trustmanager *t, const char *path, const char *version)
+{
+	SG_ENSURE(path && *path, SG_EINVAL, "no CA bundle file was configured");
+	char *pem = NULL;
+	size_t plen = 0;
+	SG_TRY(sg_trust_package_normalize(path, &pem, &plen));
+	int rc = package_of(pem, plen, t->pkg_name, version, path, &t->pkg_json, t->pkg_hash);
+	free(pem);
+	return rc;
+}
+
+typedef enum { PKG_READY, PKG_WAITING, PKG_FAILED } pkg_state;
+
+/* Source OpenShift: the package of the bundle injected into the injection
+ * ConfigMap (the cached copy), version its resourceVersion, as the design
+ * formats it; made again only when that changes. PKG_WAITING while the
+ * network operator has not written the bundle, PKG_FAILED when it cannot
+ * be used; msg says which. */
+static pkg_state injected_package(pass *p, char *msg, size_t cap)
+{
+	sg_trustmanager *t = p->t;
+	json_t *cm = sg_kube_informer_get(sg_ctrl_informer(p->c, W_CM), t->ns, OBJ_INJECTION);
+	const char *rv = sg_kube_meta_str(cm, "resourceVersion");
+	const json_t *v = json_object_get(json_object_get(cm, "data"), SG_TRUSTMANAGER_INJECTED_KEY);
+	char what[200];
+	snprintf(what, sizeof(what), "ConfigMap %s/%s (key %s)", t->ns, OBJ_INJECTION, SG_TRUSTMANAGER_INJECTED_KEY);
+	pkg_state st = PKG_FAILED;
+	if (!json_string_length(v)) {
+		refuse(msg, cap,
+		       "waiting for the cluster's trusted CA bundle: OpenShift's network operator injects it into %s, "
+		       "labelled %s=true; off OpenShift, run signet-operator with --default-ca-package-source=file",
+		       what, SG_TRUSTMANAGER_INJECT_LABEL);
+		st = PKG_WAITING;
+	} else if (rv && t->inj_json && strcmp(rv, t->inj_rv) == 0) {
+		st = PKG_READY;
+	} else if (!rv || !*rv || strlen(rv) >= sizeof(t->inj_rv)) {
+		refuse(msg, cap, "%s has no usable resourceVersion", what);
+	} else {
+		char *pem = NULL, *json = NULL;
+		size_t plen = 0;
+		char hash[65];
+		int rc = sg_trust_package_normalize_pem(json_string_value(v), json_string_length(v), what, &pem, &plen);
+		if (rc == SG_OK)
+			rc = package_of(pem, plen, t->pkg_name, rv, what, &json, hash);
+		free(pem);
+		if (rc == SG_OK) {
+			free(t->inj_json);
+			t->inj_json = json;
+			memcpy(t->inj_hash, hash, sizeof(hash));
+			snprintf(t->inj_rv, sizeof(t->inj_rv), "%s", rv);
+			st = PKG_READY;
+		} else {
+			refuse(msg, cap, "the injected CA bundle cannot be used: %s", sg_error_last()->msg);
+		}
+	}
+	json_decref(cm);
+	if (st == PKG_READY) {
+		p->pkg_json = t->inj_json;
+		p->pkg_hash = t->inj_hash;
+	}
+	return st;
+}
+
+/* Until the injected bundle is there (or usable), the injection
+ * ConfigMap is all the pass applies: the design waits for the bundle
+ * before it deploys, and an operand already running keeps its package.
+ * The network operator's write is an event of our ConfigMap informer, so
+ * no requeue is needed. */
+static int await_injection(pass *p, pkg_state st, const char *why)
+{
+	want w = {W_CM, p->t->ns, OBJ_INJECTION, injection_configmap(p)};
+	SG_ENSURE(w.body, SG_EINTERNAL, "trustmanager: out of memory");
+	bool written = false, refused = false;
+	int rc = apply_all(p, &w, 1, &written, &refused);
+	json_decref(w.body);
+	if (rc < 0 || refused)
+		return rc;
+	if (st == PKG_FAILED)
+		return put_failed(p, true, "Failed", why);
+	return put_status(p->t, p->c, p->cr, status_fields_of(p, true),
+	                  sg_opr_conditions(NULL, NULL, SG_OPR_OPERAND_PROGRESSING, why, generation(p->cr)));
+}
+
 static void watch_namespace(sg_trustmanager *t, const char *ns)
 {
 	pthread_mutex_lock(&t->mu);
@@ -976,13 +1126,22 @@ static int reconcile_cluster(pass *p)
 	    (!made && !namespace_ok(p->c, p->s.trust_ns, "trust", msg, sizeof(msg))) ||
 	    !namespace_ok(p->c, t->ns, "operand", msg, sizeof(msg)))
 		return put_failed(p, true, "Failed", msg);
-	if (p->s.package && !t->pkg_json) {
-		snprintf(msg, sizeof(msg), "the default CA package is not available: %s", t->pkg_error);
-		return put_failed(p, true, "Failed", msg);
+	if (p->s.package && t->ca_source == SG_TRUSTMANAGER_CA_FILE) {
+		if (!t->pkg_json) {
+			snprintf(msg, sizeof(msg), "the default CA package is not available: %s", t->pkg_error);
+			return put_failed(p, true, "Failed", msg);
+		}
+		p->pkg_json = t->pkg_json;
+		p->pkg_hash = t->pkg_hash;
 	}
 	p->labels = sg_opr_labels(p->s.labels, APP, t->version, NAME);
 	p->owner = sg_opr_owner_ref(p->cr, K[W_TM].kind);
 	SG_ENSURE(p->labels && p->owner, SG_EINTERNAL, "trustmanager: out of memory");
+	if (p->s.package && t->ca_source == SG_TRUSTMANAGER_CA_OPENSHIFT) {
+		pkg_state st = injected_package(p, msg, sizeof(msg));
+		if (st != PKG_READY)
+			return await_injection(p, st, msg);
+	}
 	want w[WANT_MAX];
 	size_t n = 0;
 	SG_TRY(wants_of(p, w, &n, true));
@@ -1104,51 +1263,6 @@ static void map_namespace(sg_ctrl *c, const json_t *obj, void *arg)
 		sg_ctrl_add(c, NAME);
 }
 
-/* ---- the default CA package ---- */
-
-/* trust-manager's package file ({name, bundle, version}, as
- * sg_trust_package_write writes it) from a PEM file of CAs, normalized
- * (strict PEM, deduplicated, sorted: sg_certset), and checked as
- * signet-trust will read it. */
-static int package_make(sg_trustmanager *t, const char *path, const char *version)
-{
-	SG_ENSURE(path && *path, SG_EINVAL, "no CA bundle file was configured");
-	char *pem = NULL;
-	size_t plen = 0;
-	int rc = sg_trust_package_normalize(path, &pem, &plen);
-	SG_TRY(rc);
-	uint8_t d[32];
-	rc = sg_sha256(pem, plen, d);
-	if (rc < 0) {
-		free(pem);
-		return rc;
-	}
-	sg_hex_encode(t->pkg_hash, d, sizeof(d));
-	char derived[32];
-	if (!version) {
-		snprintf(derived, sizeof(derived), "sha256-%.16s", t->pkg_hash);
-		version = derived;
-	}
-	char *text = NULL;
-	rc = sg_trust_package_json(pem, plen, SG_TRUSTMANAGER_PACKAGE_NAME, version, &text);
-	free(pem);
-	SG_TRY(rc);
-	size_t tlen = strlen(text);
-	sg_trust_package *check = NULL;
-	rc = tlen > PACKAGE_CM_MAX ? sg_error_set(SG_EINVAL,
-	                                          "%s makes a package of %zu bytes, more than a ConfigMap "
-	                                          "holds",
-	                                          path, tlen)
-	                           : sg_trust_package_parse(&check, text, tlen, SG_TRUSTMANAGER_PACKAGE_NAME);
-	sg_trust_package_free(check);
-	if (rc < 0) {
-		free(text);
-		return rc;
-	}
-	t->pkg_json = text;
-	return SG_OK;
-}
-
 /* ---- the module ---- */
 
 static bool printable(const char *s, size_t max)
@@ -1191,14 +1305,21 @@ int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
 	          version);
 	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
 	          "trustmanager: operand namespace \"%s\" is not a namespace name", ns);
+	SG_ENSURE(o->ca_source == SG_TRUSTMANAGER_CA_OPENSHIFT || o->ca_source == SG_TRUSTMANAGER_CA_FILE, SG_EINVAL,
+	          "trustmanager: unknown default CA source %d", (int)o->ca_source);
 	sg_trustmanager *t = calloc(1, sizeof(*t));
 	SG_ENSURE(t, SG_EINTERNAL, "trustmanager: out of memory");
 	pthread_mutex_init(&t->mu, NULL);
+	t->ca_source = o->ca_source;
+	t->pkg_name = t->ca_source == SG_TRUSTMANAGER_CA_FILE ? SG_TRUSTMANAGER_PACKAGE_DEBIAN
+	                                                      : SG_TRUSTMANAGER_PACKAGE_OPENSHIFT;
+	snprintf(t->pkg_key, sizeof(t->pkg_key), "%s.json", t->pkg_name);
 	snprintf(t->ns, sizeof(t->ns), "%s", ns);
 	t->image = strdup(o->image);
 	t->version = strdup(version);
 	int rc = t->image && t->version ? SG_OK : sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
-	if (rc == SG_OK && package_make(t, o->ca_bundle_path, o->ca_bundle_version) < 0) {
+	if (rc == SG_OK && t->ca_source == SG_TRUSTMANAGER_CA_FILE &&
+	    package_make(t, o->ca_bundle_path, o->ca_bundle_version) < 0) {
 		snprintf(t->pkg_error, sizeof(t->pkg_error), "%s", sg_error_last()->msg);
 		sg_log(SG_LOG_WARN, "trustmanager: no default CA package (a TrustManager enabling it is Degraded)",
 		       SG_F_STR("error", t->pkg_error), SG_F_END);
@@ -1254,6 +1375,7 @@ void sg_trustmanager_free(sg_trustmanager *t)
 	sg_ctrl_free(t->ctrl);
 	pthread_mutex_destroy(&t->mu);
 	free(t->pkg_json);
+	free(t->inj_json);
 	free(t->image);
 	free(t->version);
 	free(t);

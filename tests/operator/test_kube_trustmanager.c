@@ -44,7 +44,18 @@
  *    nothing;
  *  - a missing trust namespace is created (the design's goal), the CR
  *    untouched; a new trustNamespace moves the Role and RoleBinding, and
- *    no namespace is deleted.
+ *    no namespace is deleted;
+ *  - the design's default CA package on OpenShift (the reconciler's
+ *    default source; the tests above use source file, Debian's bundle):
+ *    the injection ConfigMap with the network operator's label and no
+ *    data, the CR Progressing "waiting for the cluster's trusted CA
+ *    bundle" with nothing else applied; the test then plays the network
+ *    operator (writes ca-bundle.crt): the package
+ *    cert-manager-package-openshift (version the injection ConfigMap's
+ *    resourceVersion, read back by signet-trust's parser) mounted and
+ *    named by --default-package-location; a new injected bundle is
+ *    formatted again and rolls the pods; one that is not PEM is Failed
+ *    saying so, the operand untouched; deletion takes both ConfigMaps.
  *
  * TM_DEBUG=1 in the environment logs at debug level.
  */
@@ -55,6 +66,7 @@
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_test.h"
+#include "sg_trust.h"
 #include "test_kube_fixture.h"
 
 #include <fcntl.h>
@@ -77,6 +89,8 @@
 #define APP "cert-manager-trust-manager"
 #define PKG_CM "trust-manager-default-ca-package"
 #define PKG_KEY "cert-manager-package-debian.json"
+#define PKG_OS_KEY "cert-manager-package-openshift.json"
+#define INJ_CM "trust-manager-default-ca-injection"
 #define WAIT_MS 30000
 #define QUIET_MS 3000
 
@@ -408,12 +422,13 @@ static void print_stats(const char *when)
 	       (unsigned long long)s.deleted, (unsigned long long)s.status_writes);
 }
 
-static void start_reconciler(const char *bundle)
+static void start_reconciler(sg_trustmanager_ca_source source, const char *bundle)
 {
 	sg_trustmanager_options o = {.kube = k,
 	                             .image = IMAGE,
 	                             .version = VERSION,
 	                             .operand_namespace = NS,
+	                             .ca_source = source,
 	                             .ca_bundle_path = bundle,
 	                             .ca_bundle_version = PKG_VERSION};
 	SG_CHECK_OK(sg_trustmanager_new(&tm, &o));
@@ -578,23 +593,33 @@ static size_t count(const char *hay, const char *needle)
 	return n;
 }
 
-/* The package file in the ConfigMap: parsed, or NULL. */
-static json_t *package_now(void)
+/* The package file key in the ConfigMap: parsed, or NULL. */
+static json_t *package_at(const char *key)
 {
 	json_t *cm = kube_fx_get(k, ref_in(NULL, "configmaps", NS, PKG_CM));
-	const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), PKG_KEY));
+	const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), key));
 	json_t *pkg = text ? json_loads(text, 0, NULL) : NULL;
 	json_decref(cm);
 	return pkg;
 }
 
-/* How many certificates the package in the ConfigMap holds. */
-static size_t package_certs(void)
+static json_t *package_now(void)
 {
-	json_t *pkg = package_now();
+	return package_at(PKG_KEY);
+}
+
+/* How many certificates the package in the ConfigMap holds. */
+static size_t package_certs_at(const char *key)
+{
+	json_t *pkg = package_at(key);
 	size_t n = count(json_string_value(json_object_get(pkg, "bundle")), "-----BEGIN CERTIFICATE-----");
 	json_decref(pkg);
 	return n;
+}
+
+static size_t package_certs(void)
+{
+	return package_certs_at(PKG_KEY);
 }
 
 static void sha256_hex(const char *s, char out[65])
@@ -699,7 +724,7 @@ static void t_start(void)
 	sprintf(text, "%s%s%s%s", ca[0], ca[1], ca[2], ca[3]);
 	write_file(bundle2, text);
 	free(text);
-	start_reconciler(bundle1);
+	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle1);
 	/* What an earlier run against a shared server left: deleted through
 	 * the reconciler (the finalizer). */
 	const char *const crs[] = {"cluster", "other"};
@@ -1115,7 +1140,7 @@ static void t_package_change(void)
 	int64_t dgen = generation_of(DEPLOY());
 	sg_trustmanager_free(tm);
 	tm = NULL;
-	start_reconciler(bundle2);
+	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle2);
 	SG_WAIT_FOR(WAIT_MS, package_certs() == 4);
 	pkg = package_now();
 	char hash[65] = "";
@@ -1229,6 +1254,140 @@ static void t_missing_namespace(void)
 	SG_CHECK(none_exist());
 }
 
+/* The test plays OpenShift's network operator: it writes the cluster's
+ * trusted CA bundle into the injection ConfigMap (another field manager's
+ * merge patch, as the network operator's update would be). */
+static void inject(const char *bundle)
+{
+	PATCH(ref_in(NULL, "configmaps", NS, INJ_CM), json_pack("{s:{s:s}}", "data", "ca-bundle.crt", bundle));
+}
+
+/* The OpenShift package in the ConfigMap is the one for the injection
+ * ConfigMap as it is now: version its resourceVersion, ncerts
+ * certificates, the pod template's hash that of its bundle. */
+static bool openshift_package_is(size_t ncerts)
+{
+	json_t *pkg = package_at(PKG_OS_KEY);
+	char *rv = kube_fx_rv(k, ref_in(NULL, "configmaps", NS, INJ_CM));
+	const char *name = json_string_value(json_object_get(pkg, "name"));
+	const char *ver = json_string_value(json_object_get(pkg, "version"));
+	const char *bundle = json_string_value(json_object_get(pkg, "bundle"));
+	char hash[65] = "";
+	if (bundle)
+		sha256_hex(bundle, hash);
+	bool ok = name && strcmp(name, "cert-manager-package-openshift") == 0 && ver && rv && strcmp(ver, rv) == 0 &&
+	          bundle && count(bundle, "-----BEGIN CERTIFICATE-----") == ncerts;
+	snprintf(seen, sizeof(seen), "package %s version %s (injection ConfigMap at %s), %zu certificates",
+	         name ? name : "(none)", ver ? ver : "-", rv ? rv : "-",
+	         bundle ? count(bundle, "-----BEGIN CERTIFICATE-----") : 0);
+	char why[sizeof(seen)];
+	memcpy(why, seen, sizeof(why));
+	ok = ok && template_hash_is(hash);
+	if (!ok)
+		memcpy(seen, why, sizeof(why));
+	free(rv);
+	json_decref(pkg);
+	return ok;
+}
+
+#define WAIT_OPENSHIFT_PACKAGE(n)                                                                                      \
+	do {                                                                                                           \
+		int f_ = sg_test_failures;                                                                             \
+		SG_WAIT_FOR(WAIT_MS, openshift_package_is(n));                                                         \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  want the package of %d certificates; have %s\n", (n), seen);                \
+	} while (0)
+
+static void t_openshift_package(void)
+{
+	/* The reconciler's default source: OpenShift's injection. */
+	sg_trustmanager_free(tm);
+	tm = NULL;
+	start_reconciler(SG_TRUSTMANAGER_CA_OPENSHIFT, NULL);
+	sg_kube_ref inj = ref_in(NULL, "configmaps", NS, INJ_CM);
+	tm_put("cluster", SAMPLE);
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, inj));
+	json_t *cm = kube_fx_get(k, inj);
+	const char *l = label(cm, "config.openshift.io/inject-trusted-cabundle");
+	SG_CHECK(l && strcmp(l, "true") == 0);
+	SG_CHECK(label(cm, "app") && strcmp(label(cm, "app"), APP) == 0);
+	SG_CHECK(json_object_size(json_object_get(cm, "data")) == 0);
+	json_decref(cm);
+
+	/* Waiting for the injection, said so; nothing else applied. */
+	WAIT_COND("cluster", "Ready", "False", "Progressing", "waiting for the cluster's trusted CA bundle");
+	SG_CHECK(cond_is("cluster", "Progressing", "True", "Progressing", "ca-bundle.crt"));
+	SG_CHECK(cond_is("cluster", "Degraded", "False", "Ready", NULL));
+	WAIT_IDLE();
+	SG_CHECK(!kube_fx_exists(k, DEPLOY()));
+	SG_CHECK(!kube_fx_exists(k, ref_in(NULL, "configmaps", NS, PKG_CM)));
+
+	/* Injected: a comment, three CAs and one twice; the package holds
+	 * three, mounted and named as the design says. */
+	char *text = malloc(strlen(ca[0]) * 5 + 100);
+	if (!text)
+		exit(1);
+	sprintf(text, "# cluster trusted CAs\n%s%s%s%s", ca[0], ca[1], ca[2], ca[1]);
+	inject(text);
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, DEPLOY()));
+	WAIT_OPENSHIFT_PACKAGE(3);
+	WAIT_ARG("--default-package-location=/packages/" PKG_OS_KEY, true);
+	json_t *d = kube_fx_get(k, DEPLOY());
+	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
+	const char *vcm = json_string_value(json_object_get(
+	    json_object_get(json_array_get(json_object_get(pspec, "volumes"), 0), "configMap"), "name"));
+	SG_CHECK(vcm && strcmp(vcm, PKG_CM) == 0);
+	const json_t *mount = json_array_get(json_object_get(container_of(d), "volumeMounts"), 0);
+	SG_CHECK(json_string_value(json_object_get(mount, "mountPath")) &&
+	         strcmp(json_string_value(json_object_get(mount, "mountPath")), "/packages") == 0);
+	check_signet_trust_parses(json_object_get(container_of(d), "args"));
+	json_decref(d);
+	/* signet-trust reads the file as trust-manager would. */
+	json_t *pcm = kube_fx_get(k, ref_in(NULL, "configmaps", NS, PKG_CM));
+	const char *ptext = json_string_value(json_object_get(json_object_get(pcm, "data"), PKG_OS_KEY));
+	sg_trust_package *pkg = NULL;
+	SG_CHECK(ptext && sg_trust_package_parse(&pkg, ptext, strlen(ptext), PKG_OS_KEY) == SG_OK);
+	SG_CHECK(pkg && strncmp(sg_trust_package_id(pkg), "cert-manager-package-openshift-", 31) == 0);
+	sg_trust_package_free(pkg);
+	json_decref(pcm);
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+
+	/* The network operator injects a new bundle: formatted again, and
+	 * the pods roll. */
+	int64_t dgen = generation_of(DEPLOY());
+	sprintf(text, "%s%s%s%s", ca[0], ca[1], ca[2], ca[3]);
+	inject(text);
+	WAIT_OPENSHIFT_PACKAGE(4);
+	SG_CHECK(generation_of(DEPLOY()) > dgen);
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+
+	/* A bundle that is not PEM: Failed, saying why; the operand keeps
+	 * its package. */
+	WAIT_IDLE();
+	char *drv = kube_fx_rv(k, DEPLOY());
+	inject("no certificate here\n");
+	WAIT_COND("cluster", "Degraded", "True", "Failed", "the injected CA bundle cannot be used");
+	WAIT_IDLE();
+	char *drv2 = kube_fx_rv(k, DEPLOY());
+	SG_CHECK(drv && drv2 && strcmp(drv, drv2) == 0);
+	SG_CHECK(package_certs_at(PKG_OS_KEY) == 4);
+	free(drv);
+	free(drv2);
+	inject(text);
+	WAIT_STATE(ready, "cluster");
+	free(text);
+
+	/* Deleted: both ConfigMaps go with the rest. */
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
+	SG_CHECK(!kube_fx_exists(k, inj));
+	SG_CHECK(none_exist());
+}
+
 static void t_metrics(void)
 {
 	sg_metrics *reg = NULL;
@@ -1257,4 +1416,5 @@ static void t_stop(void)
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sample), SG_TEST(t_ready), SG_TEST(t_degraded), SG_TEST(t_spec_change),
              SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_package_change), SG_TEST(t_delete),
-             SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_metrics), SG_TEST(t_stop))
+             SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_openshift_package),
+             SG_TEST(t_metrics), SG_TEST(t_stop))
