@@ -23,6 +23,15 @@
  *   Role and RoleBinding trust-manager:leaderelection (operand namespace:
  *     the Lease; --leader-election-namespace names it)
  *   Service trust-manager-metrics                 (9402)
+ *   Service trust-manager                         (443 -> 6443: the Bundle
+ *     webhook signet-trust serves, trust/sg_trust_webhook.h)
+ *   the webhook's serving certificate, for trust-manager.<ns>.svc:
+ *     with cert-manager's CRDs (watched), the design's Issuer
+ *     trust-manager (selfSigned) and Certificate trust-manager (Secret
+ *     trust-manager-tls, cert-manager's); without, Secret
+ *     trust-manager-tls of our own (a self-signed P-256 certificate for a
+ *     year, made again after two thirds of it; ca.crt the new one and the
+ *     previous one while valid)
  *   ConfigMap trust-manager-default-ca-injection  (defaultCAPackage
  *     Enabled, source OpenShift, the design's: no data of ours, label
  *     config.openshift.io/inject-trusted-cabundle "true", so OpenShift's
@@ -39,7 +48,11 @@
  *     SHA-256 of its PEM, so pods roll when the certificates change)
  *   Deployment trust-manager                      (1 replica, non-root,
  *     read-only root file system, no capabilities, RuntimeDefault seccomp,
- *     probes /readyz and /healthz on 6060)
+ *     probes /readyz and /healthz on 6060; trust-manager-tls at /tls)
+ *   ValidatingWebhookConfiguration trust-manager  (last; trust-manager's:
+ *     webhook trust.cert-manager.io, Bundle CREATE and UPDATE, Fail; its
+ *     caBundle cert-manager's CA injector's (annotation
+ *     cert-manager.io/inject-ca-from) or ours, the Secret's ca.crt)
  * Objects no longer wanted (the package after policy Disabled) are deleted.
  *
  * What the 1.20 API server cannot check (the CRD's CEL rules) is checked
@@ -61,7 +74,8 @@
  * its finalizer.
  *
  * Writes happen only for a difference (sg_opr_apply against the informers'
- * caches), so a quiet cluster sees none; every one is counted.
+ * caches, and with cert-manager a read of its Issuer and Certificate),
+ * so a quiet cluster sees none; every one is counted.
  *
  * Threads: the runtime's workers; ownership as in sg_ctrl.h.
  */

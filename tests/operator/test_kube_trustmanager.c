@@ -38,6 +38,16 @@
  *  - a quiet cluster sees no write: a handled event (the CR relabelled)
  *    and seconds of nothing write nothing;
  *  - an operator restarted with a new CA bundle rolls the pods (the hash);
+ *  - the Bundle webhook is deployed for real (the sample checks its
+ *    ValidatingWebhookConfiguration, Service, and the operator's own
+ *    self-signed certificate for trust-manager.cert-manager.svc, whose
+ *    ca.crt is the caBundle): the API server calls it: signet-trust run
+ *    here with the Secret the operator made, the Service bent into an
+ *    ExternalName of 127.0.0.1 and the webhook's port into the local one
+ *    (the reconciler stopped meanwhile), a Bundle the webhook refuses is
+ *    refused at admission ("admission webhook "trust.cert-manager.io"
+ *    denied the request"), a valid one is created; the operator restarted
+ *    puts its Service and port back;
  *  - deleting the CR deletes every object and then the finalizer, never
  *    the trust namespace or a user Secret; recreating it works;
  *  - a second TrustManager not named "cluster" is InvalidSpec and touches
@@ -55,25 +65,35 @@
  *    resourceVersion, read back by signet-trust's parser) mounted and
  *    named by --default-package-location; a new injected bundle is
  *    formatted again and rolls the pods; one that is not PEM is Failed
- *    saying so, the operand untouched; deletion takes both ConfigMaps.
+ *    saying so, the operand untouched; deletion takes both ConfigMaps;
+ *  - with cert-manager's CRDs (applied loose), the webhook's certificate
+ *    is cert-manager's: the Issuer, the Certificate and the CA injection
+ *    annotation, no Secret of ours; deletion takes them.
  *
  * TM_DEBUG=1 in the environment logs at debug level.
  */
 #include "sg_trustmanager.h"
 
 #include "self_signed.h"
+#include "sg_base64.h"
 #include "sg_clock.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_test.h"
 #include "sg_trust.h"
+#include "sg_x509.h"
 #include "test_kube_fixture.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/sha.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,6 +111,10 @@
 #define PKG_KEY "cert-manager-package-debian.json"
 #define PKG_OS_KEY "cert-manager-package-openshift.json"
 #define INJ_CM "trust-manager-default-ca-injection"
+#define TLS_SECRET "trust-manager-tls"
+#define ADM "admissionregistration.k8s.io"
+#define WEBHOOK_PATH "/validate-trust-cert-manager-io-v1alpha1-bundle"
+#define SVC_DNS "trust-manager." NS ".svc"
 #define WAIT_MS 30000
 #define QUIET_MS 3000
 
@@ -347,6 +371,9 @@ static const char *const sample_args[] = {
     "--leader-election-lease-duration=15s",
     "--leader-election-renew-deadline=10s",
     "--trust-namespace=" NS,
+    "--webhook-host=0.0.0.0",
+    "--webhook-port=6443",
+    "--webhook-certificate-dir=/tls",
     "--filter-expired-certificates=true",
     "--default-package-location=/packages/" PKG_KEY,
 };
@@ -454,8 +481,11 @@ static const made objects[] = {
     {RBAC, "roles", true, "trust-manager:leaderelection"},
     {RBAC, "rolebindings", true, "trust-manager:leaderelection"},
     {NULL, "services", true, "trust-manager-metrics"},
+    {NULL, "services", true, "trust-manager"},
+    {NULL, "secrets", true, TLS_SECRET},
     {NULL, "configmaps", true, PKG_CM},
     {"apps", "deployments", true, "trust-manager"},
+    {ADM, "validatingwebhookconfigurations", false, "trust-manager"},
 };
 #define NOBJECTS (sizeof(objects) / sizeof(objects[0]))
 
@@ -654,6 +684,123 @@ static bool bundle_has(const char *bundle, const char *pem)
 	return ok;
 }
 
+/* ---- the webhook ---- */
+
+/* A Secret's data value, decoded (caller frees), or NULL. */
+static char *secret_value(const char *name, const char *key)
+{
+	json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, name));
+	const char *v = json_string_value(json_object_get(json_object_get(sec, "data"), key));
+	char *out = NULL;
+	size_t n = v ? strlen(v) : 0, len = 0;
+	if (v && (out = malloc(n + 1)) && sg_b64_decode(SG_B64_STD, v, n, (uint8_t *)out, n, &len) == SG_OK)
+		out[len] = '\0';
+	else if (out) {
+		free(out);
+		out = NULL;
+	}
+	json_decref(sec);
+	return out;
+}
+
+/* The ValidatingWebhookConfiguration as trust-manager's, the Service
+ * behind it, and the certificate: with cert-manager, its Issuer,
+ * Certificate and CA injection annotation; without, signet's own Secret,
+ * whose key belongs to its certificate for the Service's name, and whose
+ * ca.crt is the caBundle. */
+static void check_webhook(bool cert_manager)
+{
+	json_t *v = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	SG_CHECK(v != NULL);
+	const json_t *hook = json_array_get(json_object_get(v, "webhooks"), 0);
+	const json_t *cc = json_object_get(hook, "clientConfig");
+	const json_t *svc = json_object_get(cc, "service");
+	const json_t *rule = json_array_get(json_object_get(hook, "rules"), 0);
+	char *rules = json_dumps(rule, JSON_COMPACT | JSON_SORT_KEYS);
+	SG_CHECK(json_array_size(json_object_get(v, "webhooks")) == 1);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(hook, "name"))), "trust.cert-manager.io") == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(svc, "name"))), "trust-manager") == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(svc, "namespace"))), NS) == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(svc, "path"))), WEBHOOK_PATH) == 0);
+	SG_CHECK(json_integer_value(json_object_get(svc, "port")) == 443);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(hook, "failurePolicy"))), "Fail") == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(hook, "sideEffects"))), "None") == 0);
+	SG_CHECK(rules && strcmp(rules, "{\"apiGroups\":[\"trust.cert-manager.io\"],\"apiVersions\":[\"v1alpha1\"],"
+	                                "\"operations\":[\"CREATE\",\"UPDATE\"],\"resources\":[\"bundles\"],"
+	                                "\"scope\":\"*\"}") == 0);
+	if (rules && !strstr(rules, "bundles"))
+		fprintf(stderr, "  rules %s\n", rules);
+	free(rules);
+	const char *inject = annotation(v, "cert-manager.io/inject-ca-from");
+	const char *ca_bundle = json_string_value(json_object_get(cc, "caBundle"));
+	json_t *s = kube_fx_get(k, ref_in(NULL, "services", NS, "trust-manager"));
+	const json_t *port = json_array_get(json_object_get(json_object_get(s, "spec"), "ports"), 0);
+	SG_CHECK(json_integer_value(json_object_get(port, "port")) == 443 &&
+	         json_integer_value(json_object_get(port, "targetPort")) == 6443);
+	json_decref(s);
+	sg_kube_ref iss = {
+	    .group = "cert-manager.io", .version = "v1", .resource = "issuers", .ns = NS, .name = "trust-manager"};
+	sg_kube_ref cert = iss;
+	cert.resource = "certificates";
+	if (cert_manager) {
+		SG_CHECK(inject && strcmp(inject, NS "/trust-manager") == 0);
+		SG_CHECK(ca_bundle == NULL); /* the CA injector's to write */
+		json_t *i = kube_fx_get(k, iss), *c = kube_fx_get(k, cert);
+		SG_CHECK(json_is_object(json_object_get(json_object_get(i, "spec"), "selfSigned")));
+		const json_t *cs = json_object_get(c, "spec");
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(cs, "secretName"))), TLS_SECRET) == 0);
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(cs, "commonName"))), SVC_DNS) == 0);
+		SG_CHECK(strcmp(or_empty(json_string_value(json_array_get(json_object_get(cs, "dnsNames"), 0))),
+		                SVC_DNS) == 0);
+		const json_t *ir = json_object_get(cs, "issuerRef");
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(ir, "name"))), "trust-manager") == 0 &&
+		         strcmp(or_empty(json_string_value(json_object_get(ir, "kind"))), "Issuer") == 0);
+		json_decref(i);
+		json_decref(c);
+	} else {
+		SG_CHECK(inject == NULL);
+		char *crt = secret_value(TLS_SECRET, "tls.crt"), *key = secret_value(TLS_SECRET, "tls.key");
+		char *ca_crt = secret_value(TLS_SECRET, "ca.crt");
+		json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(sec, "type"))), "kubernetes.io/tls") == 0);
+		SG_CHECK(ca_bundle && strcmp(ca_bundle, or_empty(json_string_value(json_object_get(
+		                                            json_object_get(sec, "data"), "ca.crt")))) == 0);
+		json_decref(sec);
+		sg_x509_bundle *b = NULL;
+		sg_x509_keyinfo ki;
+		const char *dns = SVC_DNS;
+		SG_CHECK(crt && sg_x509_bundle_parse(&b, crt, strlen(crt)) == SG_OK);
+		SG_CHECK(b && sg_x509_names_are(b, 0, SVC_DNS, &dns, 1, NULL));
+		SG_CHECK(b && key && sg_x509_key_check(b, 0, key, strlen(key), &ki) == SG_OK);
+		SG_CHECK(b && sg_x509_self_signed(b, 0));
+		SG_CHECK(crt && ca_crt && strstr(ca_crt, crt) == ca_crt); /* the certificate first */
+		sg_x509_bundle_free(b);
+		free(crt);
+		free(key);
+		free(ca_crt);
+		SG_CHECK(!kube_fx_exists(k, iss) && !kube_fx_exists(k, cert));
+	}
+	json_decref(v);
+}
+
+/* The webhook configuration names cert-manager's CA injection. */
+static bool annotation_is_set(void)
+{
+	json_t *v = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	bool ok = annotation(v, "cert-manager.io/inject-ca-from") != NULL;
+	json_decref(v);
+	return ok;
+}
+
+static bool cert_manager_crds(void)
+{
+	sg_kube_ref crd = {.group = "apiextensions.k8s.io", .version = "v1", .resource = "customresourcedefinitions"};
+	crd.name = "certificates.cert-manager.io";
+	bool a = kube_fx_exists(k, crd);
+	crd.name = "issuers.cert-manager.io";
+	return a && kube_fx_exists(k, crd);
+}
+
 /* ---- tests ---- */
 
 static void write_file(const char *path, const char *text)
@@ -844,11 +991,21 @@ static void t_sample(void)
 	SG_CHECK(drop && strcmp(drop, "ALL") == 0);
 	const char *seccomp = json_string_value(json_object_get(json_object_get(sc, "seccompProfile"), "type"));
 	SG_CHECK(seccomp && strcmp(seccomp, "RuntimeDefault") == 0);
-	const json_t *mount = json_array_get(json_object_get(c, "volumeMounts"), 0);
-	SG_CHECK(strcmp(json_string_value(json_object_get(mount, "mountPath")), "/packages") == 0);
-	const json_t *vol = json_array_get(json_object_get(pspec, "volumes"), 0);
-	const char *vcm = json_string_value(json_object_get(json_object_get(vol, "configMap"), "name"));
+	/* The webhook's certificate at /tls, the package at /packages. */
+	const json_t *mounts = json_object_get(c, "volumeMounts");
+	SG_CHECK(json_array_size(mounts) == 2);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(json_array_get(mounts, 0), "mountPath"))), "/tls") ==
+	         0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(json_array_get(mounts, 1), "mountPath"))),
+	                "/packages") == 0);
+	const json_t *vols = json_object_get(pspec, "volumes");
+	const char *vsec =
+	    json_string_value(json_object_get(json_object_get(json_array_get(vols, 0), "secret"), "secretName"));
+	SG_CHECK(vsec && strcmp(vsec, TLS_SECRET) == 0);
+	const char *vcm =
+	    json_string_value(json_object_get(json_object_get(json_array_get(vols, 1), "configMap"), "name"));
 	SG_CHECK(vcm && strcmp(vcm, PKG_CM) == 0);
+	SG_CHECK(json_integer_value(json_object_get(json_array_get(ports, 2), "containerPort")) == 6443);
 	json_decref(d);
 
 	/* Status. */
@@ -857,9 +1014,9 @@ static void t_sample(void)
 	SG_CHECK(strcmp(status_str("cluster", "secretTargetsPolicy"), "Disabled") == 0);
 	SG_CHECK(strcmp(status_str("cluster", "defaultCAPackagePolicy"), "Enabled") == 0);
 	SG_CHECK(strcmp(status_str("cluster", "filterExpiredCertificatesPolicy"), "Enabled") == 0);
-	/* No webhook (signet-trust checks Bundles in its controller). */
-	SG_CHECK(!kube_fx_exists(
-	    k, ref_in("admissionregistration.k8s.io", "validatingwebhookconfigurations", NULL, "trust-manager")));
+	/* The Bundle webhook, with signet's own certificate (cert-manager's
+	 * on a shared server that has its CRDs). */
+	check_webhook(cert_manager_crds());
 	print_stats("sample applied");
 }
 
@@ -978,8 +1135,9 @@ static void t_spec_change(void)
 	SG_CHECK(template_hash_is(NULL));
 	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
-	SG_CHECK(json_object_get(pspec, "volumes") == NULL);
-	SG_CHECK(json_object_get(container_of(d), "volumeMounts") == NULL);
+	/* the webhook's certificate only */
+	SG_CHECK(json_array_size(json_object_get(pspec, "volumes")) == 1);
+	SG_CHECK(json_array_size(json_object_get(container_of(d), "volumeMounts")) == 1);
 	json_decref(d);
 	WAIT_ARG("--secret-targets-enabled=true", false);
 	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES "]");
@@ -1153,6 +1311,211 @@ static void t_package_change(void)
 	WAIT_STATE(progressing, "cluster");
 	deployment_status(true);
 	WAIT_STATE(ready, "cluster");
+}
+
+/* A port free on the loopback now (the kernel's pick). */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t n = sizeof(a);
+	int port = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	                   getsockname(fd, (struct sockaddr *)&a, &n) == 0
+	               ? ntohs(a.sin_port)
+	               : -1;
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static bool port_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {
+	    .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A Bundle of sources (stolen) whose target selects no namespace. */
+static json_t *bundle_obj(const char *name, json_t *sources)
+{
+	return json_pack("{s:s, s:s, s:{s:s}, s:{s:o, s:{s:{s:s}, s:{s:{s:s}}}}}", "apiVersion",
+	                 "trust.cert-manager.io/v1alpha1", "kind", "Bundle", "metadata", "name", name, "spec",
+	                 "sources", sources, "target", "configMap", "key", "ca.crt", "namespaceSelector", "matchLabels",
+	                 "tm-test/none", "none");
+}
+
+static int vwc_port(void)
+{
+	json_t *v = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	const json_t *cc = json_object_get(json_array_get(json_object_get(v, "webhooks"), 0), "clientConfig");
+	int port = (int)json_integer_value(json_object_get(json_object_get(cc, "service"), "port"));
+	json_decref(v);
+	return port;
+}
+
+/* The API server really calls the webhook the operator configured: a
+ * local signet-trust serves it with the Secret the operator made, the
+ * API server checks it against the caBundle the operator wrote, for the
+ * Service's name, and its answer decides. Two things are bent for a
+ * loopback run, with the reconciler stopped: the Service trust-manager
+ * becomes an ExternalName of 127.0.0.1 (no kube-proxy here; the API
+ * server dials an ExternalName directly, still checking the certificate
+ * against trust-manager.cert-manager.svc), and the webhook's port is the
+ * local one. Then the operator, started again, puts both back. */
+static void t_webhook_call(void)
+{
+#ifndef SIGNET_TRUST
+	printf("signet-trust not built: the API server's call of the webhook is not shown\n");
+#else
+	if (cert_manager_crds()) {
+		printf("cert-manager's CRDs are on this server: the webhook's certificate is cert-manager's to issue, "
+		       "and no cert-manager runs here; the API server's call is not shown\n");
+		return;
+	}
+	WAIT_IDLE();
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/trust-crds.yaml"));
+	const char *tmp = getenv("SIGNET_TEST_TMP");
+	char dir[600], path[700], kubeconfig[600] = "";
+	snprintf(dir, sizeof(dir), "%s/tm-webhook-%ld", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+	SG_CHECK(mkdir(dir, 0700) == 0);
+	char *crt = secret_value(TLS_SECRET, "tls.crt"), *key = secret_value(TLS_SECRET, "tls.key");
+	SG_CHECK(crt && key);
+	if (!crt || !key)
+		exit(1);
+	snprintf(path, sizeof(path), "%s/tls.crt", dir);
+	write_file(path, crt);
+	snprintf(path, sizeof(path), "%s/tls.key", dir);
+	write_file(path, key);
+	free(crt);
+	free(key);
+	SG_CHECK(kube_fx_env_value("KUBECONFIG", kubeconfig, sizeof(kubeconfig)) && kubeconfig[0]);
+	int port = free_port();
+	SG_CHECK(port > 0);
+	char a_kc[700], a_port[64], a_dir[700], log[700];
+	snprintf(a_kc, sizeof(a_kc), "--kubeconfig=%s", kubeconfig);
+	snprintf(a_port, sizeof(a_port), "--webhook-port=%d", port);
+	snprintf(a_dir, sizeof(a_dir), "--webhook-certificate-dir=%s", dir);
+	snprintf(log, sizeof(log), "%s/signet-trust.log", dir);
+	pid_t pid = fork();
+	if (pid == 0) {
+		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execl(SIGNET_TRUST, SIGNET_TRUST, a_kc, "--leader-elect=false", "--metrics-port=0",
+		      "--readiness-probe-port=0", "--http-address=127.0.0.1", "--webhook-host=127.0.0.1", a_port, a_dir,
+		      "--trust-namespace=" NS, (char *)NULL);
+		_exit(127);
+	}
+	SG_CHECK(pid > 0);
+	SG_WAIT_FOR(WAIT_MS, port_open(port));
+
+	sg_trustmanager_free(tm);
+	tm = NULL;
+	sg_kube_ref svc = ref_in(NULL, "services", NS, "trust-manager");
+	SG_CHECK_OK(kube_fx_delete(k, svc));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, svc));
+	SG_CHECK_OK(kube_fx_create(k, ref_in(NULL, "services", NS, NULL),
+	                           json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s}}", "apiVersion", "v1", "kind",
+	                                     "Service", "metadata", "name", "trust-manager", "namespace", NS, "spec",
+	                                     "type", "ExternalName", "externalName", "127.0.0.1")));
+	sg_kube_ref vref = ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager");
+	json_t *v = kube_fx_get(k, vref);
+	json_t *service = json_object_get(
+	    json_object_get(json_array_get(json_object_get(v, "webhooks"), 0), "clientConfig"), "service");
+	SG_CHECK(service != NULL);
+	json_object_set_new(service, "port", json_integer(port));
+	SG_CHECK_OK(sg_kube_update(k, &vref, v, NULL));
+	json_decref(v);
+
+	/* Refused at admission by the webhook: two kinds of source in one. */
+	sg_kube_ref bundles = {.group = "trust.cert-manager.io", .version = "v1alpha1", .resource = "bundles"};
+	int rc = kube_fx_create(
+	    k, bundles, bundle_obj("tm-webhook-bad", json_pack("[{s:s, s:b}]", "inLine", ca[0], "useDefaultCAs", 1)));
+	const sg_kube_status *st = sg_kube_last_status();
+	SG_CHECK(rc != SG_OK && st->code == 403 &&
+	         strstr(st->message, "admission webhook \"trust.cert-manager.io\" denied the request"));
+	if (rc == SG_OK || !strstr(st->message, "denied the request"))
+		fprintf(stderr, "  bad Bundle: rc %d, HTTP %ld: %s\n", rc, st->code, st->message);
+	bundles.name = "tm-webhook-bad";
+	SG_CHECK(!kube_fx_exists(k, bundles));
+	/* Allowed by it. */
+	bundles.name = NULL;
+	rc = kube_fx_create(k, bundles, bundle_obj("tm-webhook-good", json_pack("[{s:s}]", "inLine", ca[0])));
+	SG_CHECK_OK(rc);
+	if (rc != SG_OK)
+		fprintf(stderr, "  good Bundle: HTTP %ld: %s\n", sg_kube_last_status()->code,
+		        sg_kube_last_status()->message);
+	bundles.name = "tm-webhook-good";
+	SG_CHECK_OK(kube_fx_delete(k, bundles));
+
+	/* The operator again: it puts its Service and port back. */
+	kill(pid, SIGTERM);
+	int status = 0;
+	SG_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	SG_CHECK_OK(kube_fx_delete(k, svc));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, svc));
+	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle2);
+	SG_WAIT_FOR(WAIT_MS, all_exist());
+	SG_WAIT_FOR(WAIT_MS, vwc_port() == 443);
+	WAIT_IDLE();
+	check_webhook(false);
+	snprintf(path, sizeof(path), "%s/tls.crt", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/tls.key", dir);
+	unlink(path);
+	unlink(log);
+	rmdir(dir);
+#endif
+}
+
+/* With cert-manager's CRDs there, the webhook's certificate is its: the
+ * design's self-signed Issuer and Certificate (Secret trust-manager-tls)
+ * and the CA injection annotation, no Secret of ours. The CRDs are
+ * applied loose (no cert-manager runs); they stay, as on a shared server
+ * another test may hold them. */
+static void t_cert_manager(void)
+{
+	static const char *const crds[] = {"certificates", "Certificate", "issuers", "Issuer"};
+	for (size_t i = 0; i < 4 && !cert_manager_crds(); i += 2) {
+		char text[1200];
+		snprintf(text, sizeof(text),
+		         "{\"apiVersion\": \"apiextensions.k8s.io/v1\", \"kind\": \"CustomResourceDefinition\", "
+		         "\"metadata\": {\"name\": \"%s.cert-manager.io\"}, \"spec\": {\"group\": \"cert-manager.io\", "
+		         "\"names\": {\"kind\": \"%s\", \"plural\": \"%s\"}, \"scope\": \"Namespaced\", \"versions\": "
+		         "[{\"name\": \"v1\", \"served\": true, \"storage\": true, \"subresources\": {\"status\": {}}, "
+		         "\"schema\": {\"openAPIV3Schema\": {\"type\": \"object\", "
+		         "\"x-kubernetes-preserve-unknown-fields\": true}}}]}}",
+		         crds[i], crds[i + 1], crds[i]);
+		json_t *o = json_loads(text, 0, NULL);
+		SG_CHECK(o && kube_env_apply_json(k, o, "loose cert-manager CRD"));
+		json_decref(o);
+	}
+	SG_CHECK(cert_manager_crds());
+	tm_put("cluster", "{\"trustManagerConfig\": {}}");
+	sg_kube_ref cert = {
+	    .group = "cert-manager.io", .version = "v1", .resource = "certificates", .ns = NS, .name = "trust-manager"};
+	sg_kube_ref iss = cert;
+	iss.resource = "issuers";
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, cert) && kube_fx_exists(k, iss));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, DEPLOY()));
+	SG_WAIT_FOR(WAIT_MS, annotation_is_set());
+	WAIT_IDLE();
+	check_webhook(true);
+	SG_CHECK(!kube_fx_exists(k, ref_in(NULL, "secrets", NS, TLS_SECRET)));
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	/* Deleted: the Issuer and Certificate go with the rest. */
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
+	SG_CHECK(!kube_fx_exists(k, cert) && !kube_fx_exists(k, iss));
+	SG_CHECK(!kube_fx_exists(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager")));
 }
 
 static void t_delete(void)
@@ -1335,9 +1698,9 @@ static void t_openshift_package(void)
 	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
 	const char *vcm = json_string_value(json_object_get(
-	    json_object_get(json_array_get(json_object_get(pspec, "volumes"), 0), "configMap"), "name"));
+	    json_object_get(json_array_get(json_object_get(pspec, "volumes"), 1), "configMap"), "name"));
 	SG_CHECK(vcm && strcmp(vcm, PKG_CM) == 0);
-	const json_t *mount = json_array_get(json_object_get(container_of(d), "volumeMounts"), 0);
+	const json_t *mount = json_array_get(json_object_get(container_of(d), "volumeMounts"), 1);
 	SG_CHECK(json_string_value(json_object_get(mount, "mountPath")) &&
 	         strcmp(json_string_value(json_object_get(mount, "mountPath")), "/packages") == 0);
 	check_signet_trust_parses(json_object_get(container_of(d), "args"));
@@ -1415,6 +1778,6 @@ static void t_stop(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sample), SG_TEST(t_ready), SG_TEST(t_degraded), SG_TEST(t_spec_change),
-             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_package_change), SG_TEST(t_delete),
-             SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_openshift_package),
-             SG_TEST(t_metrics), SG_TEST(t_stop))
+             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_package_change), SG_TEST(t_webhook_call),
+             SG_TEST(t_delete), SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace),
+             SG_TEST(t_openshift_package), SG_TEST(t_cert_manager), SG_TEST(t_metrics), SG_TEST(t_stop))
