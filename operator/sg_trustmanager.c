@@ -1349,9 +1349,10 @@ static int own_certificate(pass *p)
 	char *crt = ours(sec) ? b64_value(data, "tls.crt", TLS_PEM_MAX, &clen) : NULL;
 	char *key = crt ? b64_value(data, "tls.key", TLS_PEM_MAX, &klen) : NULL;
 	char *ca = crt ? b64_value(data, "ca.crt", TLS_PEM_MAX, &alen) : NULL;
-	bool valid = false;
+	bool valid = false; /* the Secret's certificate, still valid: kept in the caBundle when replaced */
+	bool current = crt && tls_current(p, crt, clen, key, klen, &valid);
 	int rc = SG_OK;
-	if (crt && ca && strstr(ca, crt) && tls_current(p, crt, clen, key, klen, &valid)) {
+	if (current && ca && strstr(ca, crt)) {
 		for (size_t i = 0; i < 3; i++) {
 			const char *v = json_string_value(json_object_get(data, i == 0   ? "tls.crt"
 			                                                        : i == 1 ? "tls.key"

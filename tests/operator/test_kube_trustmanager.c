@@ -38,6 +38,8 @@
  *  - a quiet cluster sees no write: a handled event (the CR relabelled)
  *    and seconds of nothing write nothing;
  *  - an operator restarted with a new CA bundle rolls the pods (the hash);
+ *  - signet's own webhook certificate is made again when the Secret's
+ *    does not fit, the old one kept in ca.crt (the caBundle) while valid;
  *  - the Bundle webhook is deployed for real (the sample checks its
  *    ValidatingWebhookConfiguration, Service, and the operator's own
  *    self-signed certificate for trust-manager.cert-manager.svc, whose
@@ -1285,6 +1287,54 @@ static void t_quiet(void)
 	free(crv2);
 }
 
+static char *stale_crt, *renewed_seen;
+
+/* The Secret holds a new certificate (neither stale_crt nor before),
+ * first in ca.crt, the stale one after it. */
+static bool renewed(const char *before)
+{
+	char *crt = secret_value(TLS_SECRET, "tls.crt"), *ca_crt = secret_value(TLS_SECRET, "ca.crt");
+	bool ok = crt && ca_crt && strcmp(crt, stale_crt) != 0 && strcmp(crt, or_empty(before)) != 0 &&
+	          strstr(ca_crt, crt) == ca_crt && strstr(ca_crt, stale_crt) != NULL;
+	free(renewed_seen);
+	renewed_seen = ca_crt;
+	free(crt);
+	return ok;
+}
+
+/* signet's own serving certificate is made again when the one in the
+ * Secret does not fit (here one without the Service's name and not of its
+ * key, as a foreign or outdated one would be); the old one stays in
+ * ca.crt while valid, and the caBundle follows. */
+static void t_renew(void)
+{
+	if (cert_manager_crds())
+		return;
+	WAIT_IDLE();
+	char *before = secret_value(TLS_SECRET, "tls.crt");
+	stale_crt = test_cert_pem(SVC_DNS, false, -3600, 86400);
+	SG_CHECK(before && stale_crt);
+	if (!stale_crt)
+		exit(1);
+	size_t n = sg_b64_encoded_len(SG_B64_STD, strlen(stale_crt));
+	char *b64 = malloc(n + 1);
+	SG_CHECK(b64 && sg_b64_encode(SG_B64_STD, (const uint8_t *)stale_crt, strlen(stale_crt), b64, n + 1) == SG_OK);
+	PATCH(ref_in(NULL, "secrets", NS, TLS_SECRET), json_pack("{s:{s:s}}", "data", "tls.crt", b64 ? b64 : ""));
+	free(b64);
+	{
+		int f = sg_test_failures;
+		SG_WAIT_FOR(WAIT_MS, renewed(before));
+		if (f != sg_test_failures)
+			fprintf(stderr, "  ca.crt %s\n", or_empty(renewed_seen));
+	}
+	WAIT_IDLE();
+	check_webhook(false);
+	free(before);
+	free(stale_crt);
+	free(renewed_seen);
+	stale_crt = renewed_seen = NULL;
+}
+
 /* An operator restarted with another CA bundle (a new ca-certificates):
  * the package is rewritten and the pods roll (the hash). */
 static void t_package_change(void)
@@ -1778,6 +1828,7 @@ static void t_stop(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sample), SG_TEST(t_ready), SG_TEST(t_degraded), SG_TEST(t_spec_change),
-             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_package_change), SG_TEST(t_webhook_call),
-             SG_TEST(t_delete), SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace),
-             SG_TEST(t_openshift_package), SG_TEST(t_cert_manager), SG_TEST(t_metrics), SG_TEST(t_stop))
+             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_renew), SG_TEST(t_package_change),
+             SG_TEST(t_webhook_call), SG_TEST(t_delete), SG_TEST(t_recreate), SG_TEST(t_second),
+             SG_TEST(t_missing_namespace), SG_TEST(t_openshift_package), SG_TEST(t_cert_manager), SG_TEST(t_metrics),
+             SG_TEST(t_stop))
