@@ -72,6 +72,21 @@ static bool push_name(GENERAL_NAMES *gens, int type, const char *value)
 	return true;
 }
 
+/* r's names: the subject (its CommonName, if any) and the
+ * subjectAltName's DNS names and URIs. */
+static bool fill_names(const sg_softkey_request *r, X509_NAME *subj, GENERAL_NAMES *gens)
+{
+	bool ok = true;
+	if (r->cn)
+		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)r->cn, -1,
+		                                -1, 0) == 1;
+	for (size_t i = 0; ok && i < r->ndns; i++)
+		ok = push_name(gens, GEN_DNS, r->dns[i]);
+	for (size_t i = 0; ok && i < r->nuris; i++)
+		ok = push_name(gens, GEN_URI, r->uris[i]);
+	return ok;
+}
+
 /* A CSR for r's names, signed by k, as PEM. */
 static int make_csr(const sg_softkey_request *r, EVP_PKEY *k, char **out)
 {
@@ -80,14 +95,7 @@ static int make_csr(const sg_softkey_request *r, EVP_PKEY *k, char **out)
 	GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
 	STACK_OF(X509_EXTENSION) *exts = NULL;
 	BIO *b = BIO_new(BIO_s_mem());
-	bool ok = req && subj && gens && b;
-	if (ok && r->cn)
-		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)r->cn, -1,
-						-1, 0) == 1;
-	for (size_t i = 0; ok && i < r->ndns; i++)
-		ok = push_name(gens, GEN_DNS, r->dns[i]);
-	for (size_t i = 0; ok && i < r->nuris; i++)
-		ok = push_name(gens, GEN_URI, r->uris[i]);
+	bool ok = req && subj && gens && b && fill_names(r, subj, gens);
 	ok = ok && X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 0, X509V3_ADD_DEFAULT) == 1 &&
 	     X509_REQ_set_subject_name(req, subj) == 1 && X509_REQ_set_pubkey(req, k) == 1 &&
 	     X509_REQ_add_extensions(req, exts) == 1 && X509_REQ_sign(req, k, EVP_sha256()) > 0 &&
@@ -257,14 +265,7 @@ int sg_softkey_self_signed(const sg_softkey_request *r, char **key, char **cert)
 	BIO *b = BIO_new(BIO_s_mem());
 	time_t now = (time_t)sg_wall_seconds();
 	bool ok = k && x && subj && gens && sn && b && X509_set_version(x, X509_VERSION_3) == 1 &&
-	          X509_set_serialNumber(x, sn) == 1;
-	if (ok && r->cn)
-		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)r->cn, -1,
-		                                -1, 0) == 1;
-	for (size_t i = 0; ok && i < r->ndns; i++)
-		ok = push_name(gens, GEN_DNS, r->dns[i]);
-	for (size_t i = 0; ok && i < r->nuris; i++)
-		ok = push_name(gens, GEN_URI, r->uris[i]);
+	          X509_set_serialNumber(x, sn) == 1 && fill_names(r, subj, gens);
 	ok = ok && X509_set_subject_name(x, subj) == 1 && X509_set_issuer_name(x, subj) == 1 &&
 	     X509_time_adj_ex(X509_getm_notBefore(x), 0, -300, &now) &&
 	     X509_time_adj_ex(X509_getm_notAfter(x), 0, (long)r->ttl, &now) && X509_set_pubkey(x, k) == 1 &&
