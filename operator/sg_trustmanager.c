@@ -620,8 +620,12 @@ static json_t *injection_configmap(const pass *p)
 	json_t *o = object(p, W_CM, OBJ_INJECTION, p->t->ns);
 	json_t *md = json_object_get(o, "metadata");
 	json_t *labels = json_deep_copy(p->labels); /* meta() shares p->labels */
-	if (!o || !labels || json_object_set_new(labels, SG_TRUSTMANAGER_INJECT_LABEL, json_string("true")) != 0 ||
-	    json_object_set_new(md, "labels", labels) != 0) {
+	if (!o || !labels || json_object_set_new(labels, SG_TRUSTMANAGER_INJECT_LABEL, json_string("true")) != 0) {
+		json_decref(labels);
+		json_decref(o);
+		return NULL;
+	}
+	if (json_object_set_new(md, "labels", labels) != 0) { /* labels taken either way */
 		json_decref(o);
 		return NULL;
 	}
@@ -674,8 +678,12 @@ static json_t *webhook_config(const pass *p)
 		json_t *ann = p->s.annotations ? json_deep_copy(p->s.annotations) : json_object();
 		char from[SG_NAMES_LABEL_MAX + 32];
 		snprintf(from, sizeof(from), "%s/%s", p->t->ns, OBJ);
-		if (!ann || json_object_set_new(ann, INJECT_CA_FROM, json_string(from)) != 0 ||
-		    json_object_set_new(md, "annotations", ann) != 0) {
+		if (!ann || json_object_set_new(ann, INJECT_CA_FROM, json_string(from)) != 0) {
+			json_decref(ann);
+			json_decref(o);
+			return NULL;
+		}
+		if (json_object_set_new(md, "annotations", ann) != 0) { /* ann taken either way */
 			json_decref(o);
 			return NULL;
 		}
