@@ -91,6 +91,7 @@
 #include <netinet/in.h>
 #include <openssl/sha.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -1363,6 +1364,8 @@ static void t_package_change(void)
 	WAIT_STATE(ready, "cluster");
 }
 
+extern char **environ; /* POSIX: the environment, for posix_spawn */
+
 /* A port free on the loopback now (the kernel's pick). */
 static int free_port(void)
 {
@@ -1405,6 +1408,25 @@ static int vwc_port(void)
 	int port = (int)json_integer_value(json_object_get(json_object_get(cc, "service"), "port"));
 	json_decref(v);
 	return port;
+}
+
+static void dump_tail(const char *path, int status)
+{
+	FILE *f = fopen(path, "r");
+	char buf[4096];
+	size_t n = 0;
+	if (f && fseek(f, 0, SEEK_END) == 0) {
+		long end = ftell(f);
+		if (end > (long)sizeof(buf) - 1)
+			fseek(f, end - (long)sizeof(buf) + 1, SEEK_SET);
+		else
+			rewind(f);
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+	}
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+	fprintf(stderr, "  signet-trust ended with status %d; its log ends:\n%s\n", status, buf);
 }
 
 /* The API server really calls the webhook the operator configured: a
@@ -1450,18 +1472,45 @@ static void t_webhook_call(void)
 	snprintf(a_port, sizeof(a_port), "--webhook-port=%d", port);
 	snprintf(a_dir, sizeof(a_dir), "--webhook-certificate-dir=%s", dir);
 	snprintf(log, sizeof(log), "%s/signet-trust.log", dir);
-	pid_t pid = fork();
-	if (pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execl(SIGNET_TRUST, SIGNET_TRUST, a_kc, "--leader-elect=false", "--metrics-port=0",
-		      "--readiness-probe-port=0", "--http-address=127.0.0.1", "--webhook-host=127.0.0.1", a_port, a_dir,
-		      "--trust-namespace=" NS, (char *)NULL);
-		_exit(127);
-	}
+	/* posix_spawn, not fork: this process has threads (the reconciler's,
+	 * the client's), and the child must do nothing before exec. */
+	char *const argv[] = {(char *)SIGNET_TRUST,
+	                      a_kc,
+	                      (char *)"--leader-elect=false",
+	                      (char *)"--metrics-port=0",
+	                      (char *)"--readiness-probe-port=0",
+	                      (char *)"--http-address=127.0.0.1",
+	                      (char *)"--webhook-host=127.0.0.1",
+	                      a_port,
+	                      a_dir,
+	                      (char *)"--trust-namespace=" NS,
+	                      NULL};
+	/* Its environment: ours, with TSan's suppressions for signet-trust
+	 * (tests/trust/tsan.supp: jansson's reference counts; this test
+	 * embeds them for itself, the program needs the file). */
+	size_t nenv = 0;
+	while (environ[nenv])
+		nenv++;
+	char **envp = calloc(nenv + 2, sizeof(*envp));
+	char tsan[1200];
+	const char *have = getenv("TSAN_OPTIONS");
+	snprintf(tsan, sizeof(tsan), "TSAN_OPTIONS=%s%ssuppressions=%s/tests/trust/tsan.supp", have ? have : "",
+	         have && *have ? ":" : "", SOURCE_DIR);
+	size_t m = 0;
+	for (size_t i = 0; envp && i < nenv; i++)
+		if (strncmp(environ[i], "TSAN_OPTIONS=", 13) != 0)
+			envp[m++] = environ[i];
+	if (envp)
+		envp[m] = tsan;
+	SG_CHECK(envp != NULL);
+	posix_spawn_file_actions_t fa;
+	pid_t pid = -1;
+	SG_CHECK(posix_spawn_file_actions_init(&fa) == 0 &&
+	         posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600) == 0 &&
+	         posix_spawn_file_actions_adddup2(&fa, 1, 2) == 0 &&
+	         posix_spawn(&pid, SIGNET_TRUST, &fa, NULL, argv, envp ? envp : environ) == 0);
+	posix_spawn_file_actions_destroy(&fa);
+	free(envp);
 	SG_CHECK(pid > 0);
 	SG_WAIT_FOR(WAIT_MS, port_open(port));
 
@@ -1507,7 +1556,10 @@ static void t_webhook_call(void)
 	/* The operator again: it puts its Service and port back. */
 	kill(pid, SIGTERM);
 	int status = 0;
-	SG_CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	bool clean = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	SG_CHECK(clean);
+	if (!clean) /* what it said, the end of it */
+		dump_tail(log, status);
 	SG_CHECK_OK(kube_fx_delete(k, svc));
 	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, svc));
 	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle2);
