@@ -16,8 +16,11 @@
  *   6. status from the operand's Deployment and pods, written only when
  *      it changes.
  * Everything is read from the informers' caches, so a pass that finds
- * the cluster as it should be makes no request at all. The one read
- * that goes to the server is the Deployment right after we wrote it:
+ * the cluster as it should be makes no request at all, with one
+ * exception: cert-manager's Issuer and Certificate, whose kinds may not
+ * be served (an informer of them would never list), are read from the
+ * server when its CRDs are there. The other read that goes to the
+ * server is the Deployment right after we wrote it:
  * its cached copy is the old one, whose status would speak of the old
  * generation (a Ready=True that is not true yet).
  *
@@ -41,7 +44,9 @@
  */
 #include "sg_trustmanager.h"
 
+#include "sg_base64.h"
 #include "sg_certset.h"
+#include "sg_clock.h"
 #include "sg_crypto.h"
 #include "sg_file.h"
 #include "sg_guard.h"
@@ -50,7 +55,11 @@
 #include "sg_log.h"
 #include "sg_names.h"
 #include "sg_opr.h"
+#include "sg_secret.h"
+#include "sg_softkey.h"
 #include "sg_trust.h"
+#include "sg_trust_webhook.h"
+#include "sg_x509.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -67,7 +76,25 @@
 #define OBJ_LEADER "trust-manager:leaderelection"
 #define OBJ_METRICS "trust-manager-metrics"
 #define OBJ_PACKAGE "trust-manager-default-ca-package"
-#define PACKAGE_KEY SG_TRUSTMANAGER_PACKAGE_NAME ".json"
+#define OBJ_INJECTION SG_TRUSTMANAGER_INJECTION_CM
+#define OBJ_TLS "trust-manager-tls" /* the webhook's serving certificate (Secret) */
+/* The Bundle webhook, as signet-trust serves it (trust/signet-trust.c:
+ * --webhook-host, --webhook-port, --webhook-certificate-dir, path
+ * SG_TRUST_WEBHOOK_PATH) behind Service trust-manager on 443. */
+#define WEBHOOK_NAME "trust.cert-manager.io"
+#define WEBHOOK_PORT 6443
+#define WEBHOOK_SVC_PORT 443
+#define TLS_DIR "/tls"
+#define TLS_VOLUME "tls"
+#define INJECT_CA_FROM "cert-manager.io/inject-ca-from"
+#define CRD_CERTIFICATES "certificates.cert-manager.io"
+#define CRD_ISSUERS "issuers.cert-manager.io"
+/* signet's own serving certificate: a year, made again after two thirds
+ * of it (or when it does not fit); the previous one stays in the
+ * caBundle while it is valid, so the API server trusts the pods that
+ * still serve it until the kubelet has updated their volume. */
+#define TLS_TTL (365 * 86400)
+#define TLS_PEM_MAX (64u << 10)
 #define PACKAGE_DIR "/packages"
 #define PACKAGE_VOLUME "packages"
 #define PACKAGE_CM_MAX 1000000u /* a ConfigMap holds at most 1 MiB, metadata included */
@@ -82,7 +109,7 @@
 #define META_MAX 25                    /* controllerConfig labels, annotations */
 #define ANNOTATIONS_BYTES (256u << 10) /* the API server's bound on all annotations */
 #define AUTHORIZED_MAX 1024
-#define WANT_MAX 12
+#define WANT_MAX 16
 
 static const char *const invalid_name_msg = "TrustManager is a singleton, .metadata.name must be 'cluster'";
 
@@ -95,22 +122,32 @@ enum {
 	W_SA,
 	W_SVC,
 	W_CM,
+	W_SECRET,
 	W_CROLE,
 	W_CRB,
 	W_ROLE,
 	W_RB,
+	W_VWC,
 	W_POD,
-	W_N
+	W_CRD, /* cert-manager's CRDs: whether it is there */
+	W_N,
+	/* cert-manager's kinds: not watched (an informer of a kind the
+	 * server does not serve would never list), read when its CRDs are
+	 * there */
+	W_ISSUER = W_N,
+	W_CERT,
+	W_KINDS
 };
 #define W_MANAGED_FIRST W_DEPLOY
-#define W_MANAGED_LAST W_RB
+#define W_MANAGED_LAST W_VWC
+#define ADM "admissionregistration.k8s.io"
 
 #define RBAC "rbac.authorization.k8s.io"
 static const struct kind {
 	sg_kube_ref ref;
 	const char *api; /* apiVersion */
 	const char *kind;
-} K[W_N] = {
+} K[W_KINDS] = {
     [W_TM] = {{SG_OPR_GROUP, SG_OPR_VERSION, "trustmanagers", NULL, NULL, NULL},
               SG_OPR_GROUP "/" SG_OPR_VERSION,
               "TrustManager"},
@@ -124,6 +161,15 @@ static const struct kind {
     [W_ROLE] = {{RBAC, "v1", "roles", NULL, NULL, NULL}, RBAC "/v1", "Role"},
     [W_RB] = {{RBAC, "v1", "rolebindings", NULL, NULL, NULL}, RBAC "/v1", "RoleBinding"},
     [W_POD] = {{"", "v1", "pods", NULL, NULL, NULL}, "v1", "Pod"},
+    [W_SECRET] = {{"", "v1", "secrets", NULL, NULL, NULL}, "v1", "Secret"},
+    [W_VWC] = {{ADM, "v1", "validatingwebhookconfigurations", NULL, NULL, NULL},
+               ADM "/v1",
+               "ValidatingWebhookConfiguration"},
+    [W_CRD] = {{"apiextensions.k8s.io", "v1", "customresourcedefinitions", NULL, NULL, NULL},
+               "apiextensions.k8s.io/v1",
+               "CustomResourceDefinition"},
+    [W_ISSUER] = {{"cert-manager.io", "v1", "issuers", NULL, NULL, NULL}, "cert-manager.io/v1", "Issuer"},
+    [W_CERT] = {{"cert-manager.io", "v1", "certificates", NULL, NULL, NULL}, "cert-manager.io/v1", "Certificate"},
 };
 
 /* What signet-trust needs (trust/sg_trust.h, packaging/kubernetes/
@@ -170,11 +216,21 @@ struct sg_trustmanager {
 	sg_ctrl *ctrl;
 	char *image, *version;
 	char ns[SG_NAMES_LABEL_MAX + 1]; /* the operand's */
-	/* The default CA package, made once by new(): the file's text and
-	 * the SHA-256 (hex) of its PEM, or why there is none. */
+	sg_trustmanager_ca_source ca_source;
+	const char *pkg_name; /* the package's, by source */
+	char pkg_key[64];     /* its file: pkg_name ".json" */
+	/* Source file: the default CA package, made once by new(): the
+	 * file's text and the SHA-256 (hex) of its PEM, or why there is none. */
 	char *pkg_json;
 	char pkg_hash[65];
 	char pkg_error[SG_ERROR_MSG_MAX];
+	/* Source OpenShift: the package made from the injection ConfigMap at
+	 * resourceVersion inj_rv (made again only when that changes). Only
+	 * the pass of key "cluster" touches it, and the runtime hands a key
+	 * to one worker at a time. */
+	char inj_rv[128];
+	char *inj_json;
+	char inj_hash[65];
 	sg_opr_stats st;
 	atomic_uint_fast64_t status_writes;
 	pthread_mutex_t mu;                    /* trust_ns */
@@ -205,6 +261,13 @@ typedef struct pass {
 	const char *accepted_ns; /* status.trustNamespace, or the spec's once checked */
 	json_t *labels;          /* of every object */
 	json_t *owner;           /* ownerReferences */
+	const char *pkg_json;    /* the package's text and hash when enabled (borrowed from t) */
+	const char *pkg_hash;
+	bool cert_manager;                 /* its CRDs are there: the webhook's certificate is its */
+	char dns[SG_NAMES_LABEL_MAX + 32]; /* trust-manager.<ns>.svc */
+	/* Without cert-manager: the Secret's data, base64 as the API holds
+	 * it (tls.crt, tls.key, ca.crt: the caBundle); owned. */
+	char *tls_b64[3];
 } pass;
 
 static bool refuse(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -547,7 +610,94 @@ static json_t *metrics_service(const pass *p)
 
 static json_t *package_configmap(const pass *p)
 {
-	return with(object(p, W_CM, OBJ_PACKAGE, p->t->ns), "data", json_pack("{s:s}", PACKAGE_KEY, p->t->pkg_json));
+	return with(object(p, W_CM, OBJ_PACKAGE, p->t->ns), "data", json_pack("{s:s}", p->t->pkg_key, p->pkg_json));
+}
+
+/* The design's injection ConfigMap: the label only. Its data is the
+ * network operator's (never in our intent, so an apply keeps it). */
+static json_t *injection_configmap(const pass *p)
+{
+	json_t *o = object(p, W_CM, OBJ_INJECTION, p->t->ns);
+	json_t *md = json_object_get(o, "metadata");
+	json_t *labels = json_deep_copy(p->labels); /* meta() shares p->labels */
+	if (!o || !labels || json_object_set_new(labels, SG_TRUSTMANAGER_INJECT_LABEL, json_string("true")) != 0) {
+		json_decref(labels);
+		json_decref(o);
+		return NULL;
+	}
+	if (json_object_set_new(md, "labels", labels) != 0) { /* labels taken either way */
+		json_decref(o);
+		return NULL;
+	}
+	return o;
+}
+
+/* The webhook's Service, trust-manager's: 443 to signet-trust's 6443. */
+static json_t *webhook_service(const pass *p)
+{
+	return with(object(p, W_SVC, OBJ, p->t->ns), "spec",
+	            json_pack("{s:s, s:{s:s}, s:[{s:s, s:i, s:i, s:s}]}", "type", "ClusterIP", "selector", "app", APP,
+	                      "ports", "name", "webhook", "port", WEBHOOK_SVC_PORT, "targetPort", WEBHOOK_PORT,
+	                      "protocol", "TCP"));
+}
+
+/* Without cert-manager: the serving certificate's Secret, as
+ * cert-manager would write it (kubernetes.io/tls with ca.crt). */
+static json_t *tls_secret(const pass *p)
+{
+	json_t *o = with(object(p, W_SECRET, OBJ_TLS, p->t->ns), "type", json_string("kubernetes.io/tls"));
+	return with(
+	    o, "data",
+	    json_pack("{s:s, s:s, s:s}", "tls.crt", p->tls_b64[0], "tls.key", p->tls_b64[1], "ca.crt", p->tls_b64[2]));
+}
+
+/* With cert-manager: the design's self-signed Issuer and Certificate. */
+static json_t *issuer(const pass *p)
+{
+	return with(object(p, W_ISSUER, OBJ, p->t->ns), "spec", json_pack("{s:{}}", "selfSigned"));
+}
+
+static json_t *certificate(const pass *p)
+{
+	return with(object(p, W_CERT, OBJ, p->t->ns), "spec",
+	            json_pack("{s:s, s:[s], s:s, s:i, s:{s:s, s:s, s:s}}", "commonName", p->dns, "dnsNames", p->dns,
+	                      "secretName", OBJ_TLS, "revisionHistoryLimit", 1, "issuerRef", "name", OBJ, "kind",
+	                      "Issuer", "group", "cert-manager.io"));
+}
+
+/* trust-manager's ValidatingWebhookConfiguration: Bundle CREATE and
+ * UPDATE to the Service's webhook path, failing closed. The CA: cert-
+ * manager's CA injector fills caBundle from the Certificate (the
+ * annotation; our intent leaves the field to it), or ours from the
+ * Secret's ca.crt. */
+static json_t *webhook_config(const pass *p)
+{
+	json_t *o = object(p, W_VWC, OBJ, NULL);
+	if (o && p->cert_manager) {
+		json_t *md = json_object_get(o, "metadata");
+		json_t *ann = p->s.annotations ? json_deep_copy(p->s.annotations) : json_object();
+		char from[SG_NAMES_LABEL_MAX + 32];
+		snprintf(from, sizeof(from), "%s/%s", p->t->ns, OBJ);
+		if (!ann || json_object_set_new(ann, INJECT_CA_FROM, json_string(from)) != 0) {
+			json_decref(ann);
+			json_decref(o);
+			return NULL;
+		}
+		if (json_object_set_new(md, "annotations", ann) != 0) { /* ann taken either way */
+			json_decref(o);
+			return NULL;
+		}
+	}
+	json_t *cc = json_pack("{s:{s:s, s:s, s:s, s:i}}", "service", "name", OBJ, "namespace", p->t->ns, "path",
+	                       SG_TRUST_WEBHOOK_PATH, "port", WEBHOOK_SVC_PORT);
+	if (cc && !p->cert_manager)
+		cc = with(cc, "caBundle", json_string(p->tls_b64[2]));
+	json_t *hook =
+	    json_pack("{s:s, s:o, s:[{s:[s], s:[s], s:[s, s], s:[s]}], s:[s], s:s, s:s, s:i}", "name", WEBHOOK_NAME,
+	              "clientConfig", cc, "rules", "apiGroups", SG_TRUST_GROUP, "apiVersions", SG_TRUST_VERSION,
+	              "operations", "CREATE", "UPDATE", "resources", "bundles", "admissionReviewVersions", "v1",
+	              "sideEffects", "None", "failurePolicy", "Fail", "timeoutSeconds", 5);
+	return with(o, "webhooks", hook ? json_pack("[o]", hook) : NULL);
 }
 
 static int arg(json_t *args, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -563,8 +713,7 @@ static int arg(json_t *args, const char *fmt, ...)
 	return json_array_append_new(args, json_string(buf));
 }
 
-/* trust-manager's arguments as the anchor writes them, less the webhook's
- * (signet-trust checks Bundles in its controller), plus the Lease's
+/* trust-manager's arguments as the anchor writes them, plus the Lease's
  * namespace: signet-trust, like trust-manager, would elect in the trust
  * namespace, where the leader-election Role is not. */
 static json_t *container_args(const pass *p)
@@ -582,12 +731,15 @@ static json_t *container_args(const pass *p)
 	rc |= arg(a, "--leader-election-lease-duration=15s");
 	rc |= arg(a, "--leader-election-renew-deadline=10s");
 	rc |= arg(a, "--trust-namespace=%s", s->trust_ns);
+	rc |= arg(a, "--webhook-host=0.0.0.0");
+	rc |= arg(a, "--webhook-port=%d", WEBHOOK_PORT);
+	rc |= arg(a, "--webhook-certificate-dir=" TLS_DIR);
 	if (s->secrets)
 		rc |= arg(a, "--secret-targets-enabled=true");
 	if (s->filter_expired)
 		rc |= arg(a, "--filter-expired-certificates=true");
 	if (s->package)
-		rc |= arg(a, "--default-package-location=" PACKAGE_DIR "/" PACKAGE_KEY);
+		rc |= arg(a, "--default-package-location=" PACKAGE_DIR "/%s", p->t->pkg_key);
 	if (rc != 0) {
 		json_decref(a);
 		return NULL;
@@ -598,24 +750,31 @@ static json_t *container_args(const pass *p)
 static json_t *container(const pass *p)
 {
 	json_t *c =
-	    json_pack("{s:s, s:s, s:s, s:o, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}], s:{s:{s:s, s:i}, s:i, s:i}, "
+	    json_pack("{s:s, s:s, s:s, s:o, s:[{s:s, s:i, s:s}, {s:s, s:i, s:s}, {s:s, s:i, s:s}], "
+	              "s:{s:{s:s, s:i}, s:i, s:i}, "
 	              "s:{s:{s:s, s:i}, s:i, s:i}, s:{s:b, s:b, s:b, s:{s:[s]}, s:{s:s}}}",
 	              "name", OBJ, "image", p->t->image, "imagePullPolicy", "IfNotPresent", "args", container_args(p),
 	              "ports", "name", "metrics", "containerPort", METRICS_PORT, "protocol", "TCP", "name", "probes",
-	              "containerPort", PROBE_PORT, "protocol", "TCP", "readinessProbe", "httpGet", "path", "/readyz",
-	              "port", PROBE_PORT, "initialDelaySeconds", 3, "periodSeconds", 7, "livenessProbe", "httpGet",
-	              "path", "/healthz", "port", PROBE_PORT, "initialDelaySeconds", 15, "periodSeconds", 20,
-	              "securityContext", "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1,
-	              "capabilities", "drop", "ALL", "seccompProfile", "type", "RuntimeDefault");
+	              "containerPort", PROBE_PORT, "protocol", "TCP", "name", "webhook", "containerPort", WEBHOOK_PORT,
+	              "protocol", "TCP", "readinessProbe", "httpGet", "path", "/readyz", "port", PROBE_PORT,
+	              "initialDelaySeconds", 3, "periodSeconds", 7, "livenessProbe", "httpGet", "path", "/healthz",
+	              "port", PROBE_PORT, "initialDelaySeconds", 15, "periodSeconds", 20, "securityContext",
+	              "allowPrivilegeEscalation", 0, "readOnlyRootFilesystem", 1, "runAsNonRoot", 1, "capabilities",
+	              "drop", "ALL", "seccompProfile", "type", "RuntimeDefault");
 	if (c)
 		c = with(c, "terminationMessagePolicy", json_string("FallbackToLogsOnError"));
 	if (c && p->s.resources)
 		c = with(c, "resources", json_deep_copy(p->s.resources));
-	if (c && p->s.package)
-		c = with(
-		    c, "volumeMounts",
-		    json_pack("[{s:s, s:s, s:b}]", "name", PACKAGE_VOLUME, "mountPath", PACKAGE_DIR, "readOnly", 1));
-	return c;
+	/* The webhook's certificate (signet-trust waits for it and follows
+	 * its changes), then the package. */
+	json_t *mounts = json_pack("[{s:s, s:s, s:b}]", "name", TLS_VOLUME, "mountPath", TLS_DIR, "readOnly", 1);
+	if (mounts && p->s.package &&
+	    json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", PACKAGE_VOLUME, "mountPath", PACKAGE_DIR,
+	                                            "readOnly", 1)) != 0) {
+		json_decref(mounts);
+		mounts = NULL;
+	}
+	return c ? with(c, "volumeMounts", mounts) : (json_decref(mounts), NULL);
 }
 
 static json_t *pod_template(const pass *p)
@@ -623,9 +782,14 @@ static json_t *pod_template(const pass *p)
 	json_t *spec =
 	    json_pack("{s:s, s:{s:b, s:{s:s}}, s:[o]}", "serviceAccountName", OBJ, "securityContext", "runAsNonRoot", 1,
 	              "seccompProfile", "type", "RuntimeDefault", "containers", container(p));
-	if (spec && p->s.package)
-		spec = with(spec, "volumes",
-		            json_pack("[{s:s, s:{s:s}}]", "name", PACKAGE_VOLUME, "configMap", "name", OBJ_PACKAGE));
+	json_t *vols = json_pack("[{s:s, s:{s:s}}]", "name", TLS_VOLUME, "secret", "secretName", OBJ_TLS);
+	if (vols && p->s.package &&
+	    json_array_append_new(
+	        vols, json_pack("{s:s, s:{s:s}}", "name", PACKAGE_VOLUME, "configMap", "name", OBJ_PACKAGE)) != 0) {
+		json_decref(vols);
+		vols = NULL;
+	}
+	spec = spec ? with(spec, "volumes", vols) : (json_decref(vols), NULL);
 	if (spec && p->s.node_selector)
 		spec = with(spec, "nodeSelector", json_deep_copy(p->s.node_selector));
 	if (spec && p->s.affinity)
@@ -636,7 +800,7 @@ static json_t *pod_template(const pass *p)
 	 * new pod template, so the pods roll. */
 	json_t *ann = p->s.annotations ? json_deep_copy(p->s.annotations) : json_object();
 	if (ann && p->s.package)
-		ann = with(ann, SG_TRUSTMANAGER_PACKAGE_HASH, json_string(p->t->pkg_hash));
+		ann = with(ann, SG_TRUSTMANAGER_PACKAGE_HASH, json_string(p->pkg_hash));
 	json_t *md = ann ? json_pack("{s:O}", "labels", p->labels) : NULL;
 	if (md && json_object_size(ann) > 0)
 		md = with(md, "annotations", json_incref(ann));
@@ -676,9 +840,21 @@ static int wants_of(pass *p, want *out, size_t *n, bool bodies)
 	out[i++] = (want){W_ROLE, ns, OBJ_LEADER, bodies ? role(p, OBJ_LEADER, ns, leader_rules, 1) : NULL};
 	out[i++] = (want){W_RB, ns, OBJ_LEADER, bodies ? binding(p, W_RB, OBJ_LEADER, ns, "Role") : NULL};
 	out[i++] = (want){W_SVC, ns, OBJ_METRICS, bodies ? metrics_service(p) : NULL};
+	out[i++] = (want){W_SVC, ns, OBJ, bodies ? webhook_service(p) : NULL};
+	if (!bodies || p->cert_manager) {
+		out[i++] = (want){W_ISSUER, ns, OBJ, bodies ? issuer(p) : NULL};
+		out[i++] = (want){W_CERT, ns, OBJ, bodies ? certificate(p) : NULL};
+	}
+	if (!bodies || !p->cert_manager)
+		out[i++] = (want){W_SECRET, ns, OBJ_TLS, bodies ? tls_secret(p) : NULL};
+	if (!bodies || (p->s.package && p->t->ca_source == SG_TRUSTMANAGER_CA_OPENSHIFT))
+		out[i++] = (want){W_CM, ns, OBJ_INJECTION, bodies ? injection_configmap(p) : NULL};
 	if (!bodies || p->s.package)
 		out[i++] = (want){W_CM, ns, OBJ_PACKAGE, bodies ? package_configmap(p) : NULL};
 	out[i++] = (want){W_DEPLOY, ns, OBJ, bodies ? deployment(p) : NULL};
+	/* Last: the webhook fails closed, so it is configured once what
+	 * serves it is in place. */
+	out[i++] = (want){W_VWC, NULL, OBJ, bodies ? webhook_config(p) : NULL};
 	*n = i;
 	for (size_t j = 0; bodies && j < i; j++) {
 		if (!out[j].body) {
@@ -819,6 +995,11 @@ static json_t *operand_pods(sg_trustmanager *t, sg_ctrl *c)
 
 static void pass_free(pass *p)
 {
+	for (size_t i = 0; i < 3; i++) {
+		if (p->tls_b64[i])
+			sg_wipe(p->tls_b64[i], strlen(p->tls_b64[i]));
+		free(p->tls_b64[i]);
+	}
 	json_decref(p->s.authorized);
 	json_decref(p->labels);
 	json_decref(p->owner);
@@ -840,6 +1021,20 @@ static bool namespace_ok(sg_ctrl *c, const char *name, const char *role, char *m
 	return ok;
 }
 
+/* The live object w names: from our informer's cache, or (cert-manager's
+ * kinds, not watched) from the server; *out NULL when absent. */
+static int live_of(pass *p, const want *w, json_t **out)
+{
+	*out = NULL;
+	if (w->w < W_N) {
+		*out = sg_kube_informer_get(sg_ctrl_informer(p->c, (size_t)w->w), w->ns, w->name);
+		return SG_OK;
+	}
+	sg_kube_ref ref = ref_of(w);
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &ref, out);
+	return rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404) ? SG_OK : rc;
+}
+
 /* Applies every wanted object; on a failure the API server will not take
  * back by itself (an invalid object, no permission) the status says so. */
 static int apply_all(pass *p, want *w, size_t n, bool *deployment_written, bool *refused)
@@ -848,7 +1043,8 @@ static int apply_all(pass *p, want *w, size_t n, bool *deployment_written, bool 
 	*refused = false;
 	for (size_t i = 0; i < n; i++) {
 		sg_kube_ref ref = ref_of(&w[i]);
-		json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, w[i].w), w[i].ns, w[i].name);
+		json_t *live = NULL;
+		SG_TRY(live_of(p, &w[i], &live));
 		bool changes = !live || !sg_ctrl_object_holds(p->c, w[i].body, live);
 		int rc = sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live);
 		json_decref(live);
@@ -953,6 +1149,270 @@ static bool trust_namespace(pass *p, bool *made, char *msg, size_t cap)
 	return false;
 }
 
+/* ---- the default CA package ---- */
+
+/* trust-manager's package file ({name, bundle, version}, as
+ * sg_trust_package_write writes it) from a normalized bundle (strict PEM,
+ * deduplicated, sorted: sg_certset), and checked as signet-trust will read
+ * it: *json (caller frees) and hash, the SHA-256 (hex) of the PEM. version
+ * NULL: derived from that hash. what names the source in messages. */
+static int package_of(const char *pem, size_t plen, const char *name, const char *version, const char *what,
+                      char **json, char hash[65])
+{
+	*json = NULL;
+	uint8_t d[32];
+	SG_TRY(sg_sha256(pem, plen, d));
+	sg_hex_encode(hash, d, sizeof(d));
+	char derived[32];
+	if (!version) {
+		snprintf(derived, sizeof(derived), "sha256-%.16s", hash);
+		version = derived;
+	}
+	char *text = NULL;
+	SG_TRY(sg_trust_package_json(pem, plen, name, version, &text));
+	size_t tlen = strlen(text);
+	sg_trust_package *check = NULL;
+	int rc = tlen > PACKAGE_CM_MAX ? sg_error_set(SG_EINVAL,
+	                                              "%s makes a package of %zu bytes, more than a ConfigMap "
+	                                              "holds",
+	                                              what, tlen)
+	                               : sg_trust_package_parse(&check, text, tlen, name);
+	sg_trust_package_free(check);
+	if (rc < 0) {
+		free(text);
+		return rc;
+	}
+	*json = text;
+	return SG_OK;
+}
+
+/* Source file: the package from a PEM file of CAs, once, at new(). */
+static int package_make(sg_trustmanager *t, const char *path, const char *version)
+{
+	SG_ENSURE(path && *path, SG_EINVAL, "no CA bundle file was configured");
+	char *pem = NULL;
+	size_t plen = 0;
+	SG_TRY(sg_trust_package_normalize(path, &pem, &plen));
+	int rc = package_of(pem, plen, t->pkg_name, version, path, &t->pkg_json, t->pkg_hash);
+	free(pem);
+	return rc;
+}
+
+typedef enum { PKG_READY, PKG_WAITING, PKG_FAILED } pkg_state;
+
+/* Source OpenShift: the package of the bundle injected into the injection
+ * ConfigMap (the cached copy), version its resourceVersion, as the design
+ * formats it; made again only when that changes. PKG_WAITING while the
+ * network operator has not written the bundle, PKG_FAILED when it cannot
+ * be used; msg says which. */
+static pkg_state injected_package(pass *p, char *msg, size_t cap)
+{
+	sg_trustmanager *t = p->t;
+	json_t *cm = sg_kube_informer_get(sg_ctrl_informer(p->c, W_CM), t->ns, OBJ_INJECTION);
+	const char *rv = sg_kube_meta_str(cm, "resourceVersion");
+	const json_t *v = json_object_get(json_object_get(cm, "data"), SG_TRUSTMANAGER_INJECTED_KEY);
+	char what[200];
+	snprintf(what, sizeof(what), "ConfigMap %s/%s (key %s)", t->ns, OBJ_INJECTION, SG_TRUSTMANAGER_INJECTED_KEY);
+	pkg_state st = PKG_FAILED;
+	if (!json_string_length(v)) {
+		refuse(msg, cap,
+		       "waiting for the cluster's trusted CA bundle: OpenShift's network operator injects it into %s, "
+		       "labelled %s=true; off OpenShift, run signet-operator with --default-ca-package-source=file",
+		       what, SG_TRUSTMANAGER_INJECT_LABEL);
+		st = PKG_WAITING;
+	} else if (rv && t->inj_json && strcmp(rv, t->inj_rv) == 0) {
+		st = PKG_READY;
+	} else if (!rv || !*rv || strlen(rv) >= sizeof(t->inj_rv)) {
+		refuse(msg, cap, "%s has no usable resourceVersion", what);
+	} else {
+		char *pem = NULL, *json = NULL;
+		size_t plen = 0;
+		char hash[65];
+		int rc = sg_trust_package_normalize_pem(json_string_value(v), json_string_length(v), what, &pem, &plen);
+		if (rc == SG_OK)
+			rc = package_of(pem, plen, t->pkg_name, rv, what, &json, hash);
+		free(pem);
+		if (rc == SG_OK) {
+			free(t->inj_json);
+			t->inj_json = json;
+			memcpy(t->inj_hash, hash, sizeof(hash));
+			snprintf(t->inj_rv, sizeof(t->inj_rv), "%s", rv);
+			st = PKG_READY;
+		} else {
+			refuse(msg, cap, "the injected CA bundle cannot be used: %s", sg_error_last()->msg);
+		}
+	}
+	json_decref(cm);
+	if (st == PKG_READY) {
+		p->pkg_json = t->inj_json;
+		p->pkg_hash = t->inj_hash;
+	}
+	return st;
+}
+
+/* Until the injected bundle is there (or usable), the injection
+ * ConfigMap is all the pass applies: the design waits for the bundle
+ * before it deploys, and an operand already running keeps its package.
+ * The network operator's write is an event of our ConfigMap informer, so
+ * no requeue is needed. */
+static int await_injection(pass *p, pkg_state st, const char *why)
+{
+	want w = {W_CM, p->t->ns, OBJ_INJECTION, injection_configmap(p)};
+	SG_ENSURE(w.body, SG_EINTERNAL, "trustmanager: out of memory");
+	bool written = false, refused = false;
+	int rc = apply_all(p, &w, 1, &written, &refused);
+	json_decref(w.body);
+	if (rc < 0 || refused)
+		return rc;
+	if (st == PKG_FAILED)
+		return put_failed(p, true, "Failed", why);
+	return put_status(p->t, p->c, p->cr, status_fields_of(p, true),
+	                  sg_opr_conditions(NULL, NULL, SG_OPR_OPERAND_PROGRESSING, why, generation(p->cr)));
+}
+
+/* Whether o (a cached or fetched object) is one we made for NAME. */
+static bool ours(const json_t *o)
+{
+	const json_t *l = json_object_get(json_object_get(o, "metadata"), "labels");
+	const char *owner = json_string_value(json_object_get(l, SG_OPR_OWNER_LABEL));
+	const char *app = json_string_value(json_object_get(l, "app"));
+	return owner && app && strcmp(owner, NAME) == 0 && strcmp(app, APP) == 0;
+}
+
+/* ---- the webhook's serving certificate ---- */
+
+/* Whether cert-manager's Issuer and Certificate kinds are served (their
+ * CRDs are in our cache). */
+static bool cert_manager_present(sg_ctrl *c)
+{
+	sg_kube_informer *inf = sg_ctrl_informer(c, W_CRD);
+	json_t *a = sg_kube_informer_get(inf, NULL, CRD_CERTIFICATES);
+	json_t *b = sg_kube_informer_get(inf, NULL, CRD_ISSUERS);
+	bool both = a && b;
+	json_decref(a);
+	json_decref(b);
+	return both;
+}
+
+/* A Secret data value (base64) decoded into a NUL-terminated buffer;
+ * NULL when absent, not base64 or over max. Caller frees (wiping a key). */
+static char *b64_value(const json_t *data, const char *key, size_t max, size_t *len)
+{
+	const char *v = json_string_value(json_object_get(data, key));
+	size_t n = v ? strlen(v) : 0;
+	if (!n || n / 4 * 3 > max)
+		return NULL;
+	char *out = malloc(n / 4 * 3 + 1);
+	if (out && sg_b64_decode(SG_B64_STD, v, n, (uint8_t *)out, n / 4 * 3, len) != SG_OK) {
+		free(out);
+		return NULL;
+	}
+	if (out)
+		out[*len] = '\0';
+	return out;
+}
+
+static char *b64_of(const char *text)
+{
+	size_t n = sg_b64_encoded_len(SG_B64_STD, strlen(text));
+	char *out = malloc(n + 1);
+	if (out && sg_b64_encode(SG_B64_STD, (const uint8_t *)text, strlen(text), out, n + 1) != SG_OK) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* Whether crt (PEM) is a certificate for dns that key belongs to, and
+ * not yet in the last third of its life (*valid: not expired). */
+static bool tls_current(const pass *p, const char *crt, size_t crt_len, const char *key, size_t key_len, bool *valid)
+{
+	*valid = false;
+	sg_x509_bundle *b = NULL;
+	if (sg_x509_bundle_parse(&b, crt, crt_len) != SG_OK)
+		return false;
+	sg_x509_facts f;
+	sg_x509_keyinfo ki;
+	const char *dns = p->dns;
+	int64_t now = sg_wall_seconds();
+	bool ok = sg_x509_bundle_count(b) == 1 && sg_x509_get_facts(b, 0, &f) == SG_OK;
+	*valid = ok && now >= f.not_before && now < f.not_after;
+	ok = *valid && sg_x509_names_are(b, 0, dns, &dns, 1, NULL) &&
+	     now < f.not_before + (f.not_after - f.not_before) / 3 * 2 && key &&
+	     sg_x509_key_check(b, 0, key, key_len, &ki) == SG_OK;
+	sg_x509_bundle_free(b);
+	return ok;
+}
+
+/* Without cert-manager: the webhook's certificate, signet's own. The
+ * Secret's pair is kept while it is ours, fits the Service's name and is
+ * in the first two thirds of its life; otherwise a new self-signed pair
+ * is made (sg_softkey), and the caBundle is the new certificate followed
+ * by the old one while that is valid. Sets p->tls_b64. */
+static int own_certificate(pass *p)
+{
+	json_t *sec = sg_kube_informer_get(sg_ctrl_informer(p->c, W_SECRET), p->t->ns, OBJ_TLS);
+	const json_t *data = json_object_get(sec, "data");
+	size_t clen = 0, klen = 0, alen = 0;
+	char *crt = ours(sec) ? b64_value(data, "tls.crt", TLS_PEM_MAX, &clen) : NULL;
+	char *key = crt ? b64_value(data, "tls.key", TLS_PEM_MAX, &klen) : NULL;
+	char *ca = crt ? b64_value(data, "ca.crt", TLS_PEM_MAX, &alen) : NULL;
+	bool valid = false; /* the Secret's certificate, still valid: kept in the caBundle when replaced */
+	bool current = crt && tls_current(p, crt, clen, key, klen, &valid);
+	int rc = SG_OK;
+	if (current && ca && strstr(ca, crt)) {
+		for (size_t i = 0; i < 3; i++) {
+			const char *v = json_string_value(json_object_get(data, i == 0   ? "tls.crt"
+			                                                        : i == 1 ? "tls.key"
+			                                                                 : "ca.crt"));
+			p->tls_b64[i] = strdup(v);
+			if (!p->tls_b64[i])
+				rc = sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
+		}
+	} else {
+		const char *dns = p->dns;
+		sg_softkey_request r = {.type = SG_SOFTKEY_EC_P256,
+		                        .cn = dns,
+		                        .dns = &dns,
+		                        .ndns = 1,
+		                        .ttl = TLS_TTL,
+		                        .ext_key_usage = SG_EKU_SERVER_AUTH};
+		char *nkey = NULL, *ncrt = NULL;
+		rc = sg_softkey_self_signed(&r, &nkey, &ncrt);
+		char *bundle = NULL;
+		if (rc == SG_OK) {
+			/* the old certificate stays trusted while pods may serve it */
+			bool keep_old = crt && valid;
+			size_t n = strlen(ncrt) + (keep_old ? clen : 0) + 1;
+			bundle = malloc(n);
+			if (bundle)
+				snprintf(bundle, n, "%s%s", ncrt, keep_old ? crt : "");
+			p->tls_b64[0] = b64_of(ncrt);
+			p->tls_b64[1] = b64_of(nkey);
+			p->tls_b64[2] = bundle ? b64_of(bundle) : NULL;
+			if (!p->tls_b64[0] || !p->tls_b64[1] || !p->tls_b64[2])
+				rc = sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
+			else
+				sg_log(SG_LOG_INFO, "trustmanager: a new serving certificate for the webhook",
+				       SG_F_STR("name", p->dns), SG_F_END);
+		}
+		if (nkey) {
+			sg_wipe(nkey, strlen(nkey));
+			free(nkey);
+		}
+		free(ncrt);
+		free(bundle);
+	}
+	if (key) {
+		sg_wipe(key, klen);
+		free(key);
+	}
+	free(crt);
+	free(ca);
+	json_decref(sec);
+	return rc;
+}
+
 static void watch_namespace(sg_trustmanager *t, const char *ns)
 {
 	pthread_mutex_lock(&t->mu);
@@ -976,13 +1436,26 @@ static int reconcile_cluster(pass *p)
 	    (!made && !namespace_ok(p->c, p->s.trust_ns, "trust", msg, sizeof(msg))) ||
 	    !namespace_ok(p->c, t->ns, "operand", msg, sizeof(msg)))
 		return put_failed(p, true, "Failed", msg);
-	if (p->s.package && !t->pkg_json) {
-		snprintf(msg, sizeof(msg), "the default CA package is not available: %s", t->pkg_error);
-		return put_failed(p, true, "Failed", msg);
+	if (p->s.package && t->ca_source == SG_TRUSTMANAGER_CA_FILE) {
+		if (!t->pkg_json) {
+			snprintf(msg, sizeof(msg), "the default CA package is not available: %s", t->pkg_error);
+			return put_failed(p, true, "Failed", msg);
+		}
+		p->pkg_json = t->pkg_json;
+		p->pkg_hash = t->pkg_hash;
 	}
 	p->labels = sg_opr_labels(p->s.labels, APP, t->version, NAME);
 	p->owner = sg_opr_owner_ref(p->cr, K[W_TM].kind);
 	SG_ENSURE(p->labels && p->owner, SG_EINTERNAL, "trustmanager: out of memory");
+	if (p->s.package && t->ca_source == SG_TRUSTMANAGER_CA_OPENSHIFT) {
+		pkg_state st = injected_package(p, msg, sizeof(msg));
+		if (st != PKG_READY)
+			return await_injection(p, st, msg);
+	}
+	p->cert_manager = cert_manager_present(p->c);
+	snprintf(p->dns, sizeof(p->dns), "%s.%s.svc", OBJ, t->ns);
+	if (!p->cert_manager)
+		SG_TRY(own_certificate(p));
 	want w[WANT_MAX];
 	size_t n = 0;
 	SG_TRY(wants_of(p, w, &n, true));
@@ -993,15 +1466,6 @@ static int reconcile_cluster(pass *p)
 	wants_free(w, n);
 	SG_TRY(rc);
 	return refused ? SG_OK : operand_status(p, written);
-}
-
-/* Whether o (a cached or fetched object) is one we made for NAME. */
-static bool ours(const json_t *o)
-{
-	const json_t *l = json_object_get(json_object_get(o, "metadata"), "labels");
-	const char *owner = json_string_value(json_object_get(l, SG_OPR_OWNER_LABEL));
-	const char *app = json_string_value(json_object_get(l, "app"));
-	return owner && app && strcmp(owner, NAME) == 0 && strcmp(app, APP) == 0;
 }
 
 /* The CR is being deleted: everything we made goes (found by name, also
@@ -1024,8 +1488,11 @@ static int finalize(pass *p)
 	/* The operand first: it stops before its permissions go. */
 	for (size_t i = n; i-- > 0;) {
 		sg_kube_ref ref = ref_of(&w[i]);
-		json_t *o = sg_kube_informer_get(sg_ctrl_informer(p->c, w[i].w), w[i].ns, w[i].name);
-		if (!o) {
+		if (w[i].w >= W_N && !cert_manager_present(p->c))
+			continue; /* its kinds are not served: nothing of them to delete */
+		json_t *o = NULL;
+		SG_TRY(live_of(p, &w[i], &o));
+		if (!o && w[i].w < W_N) {
 			int rc = sg_kube_get(sg_ctrl_kube(p->c), &ref, &o);
 			if (rc < 0 && rc != SG_ENOTFOUND)
 				return rc;
@@ -1089,6 +1556,15 @@ static void map_owned(sg_ctrl *c, const json_t *obj, void *arg)
 	sg_ctrl_add_after(c, NAME, ECHO_DELAY_MS);
 }
 
+/* cert-manager's CRDs coming or going switch the webhook's certificate. */
+static void map_crd(sg_ctrl *c, const json_t *obj, void *arg)
+{
+	(void)arg;
+	const char *name = sg_kube_meta_str(obj, "name");
+	if (name && (strcmp(name, CRD_CERTIFICATES) == 0 || strcmp(name, CRD_ISSUERS) == 0))
+		sg_ctrl_add(c, NAME);
+}
+
 /* A namespace matters when it is the trust namespace of the last pass or
  * the operand's; before the first pass every one does. */
 static void map_namespace(sg_ctrl *c, const json_t *obj, void *arg)
@@ -1102,51 +1578,6 @@ static void map_namespace(sg_ctrl *c, const json_t *obj, void *arg)
 	pthread_mutex_unlock(&t->mu);
 	if (matters)
 		sg_ctrl_add(c, NAME);
-}
-
-/* ---- the default CA package ---- */
-
-/* trust-manager's package file ({name, bundle, version}, as
- * sg_trust_package_write writes it) from a PEM file of CAs, normalized
- * (strict PEM, deduplicated, sorted: sg_certset), and checked as
- * signet-trust will read it. */
-static int package_make(sg_trustmanager *t, const char *path, const char *version)
-{
-	SG_ENSURE(path && *path, SG_EINVAL, "no CA bundle file was configured");
-	char *pem = NULL;
-	size_t plen = 0;
-	int rc = sg_trust_package_normalize(path, &pem, &plen);
-	SG_TRY(rc);
-	uint8_t d[32];
-	rc = sg_sha256(pem, plen, d);
-	if (rc < 0) {
-		free(pem);
-		return rc;
-	}
-	sg_hex_encode(t->pkg_hash, d, sizeof(d));
-	char derived[32];
-	if (!version) {
-		snprintf(derived, sizeof(derived), "sha256-%.16s", t->pkg_hash);
-		version = derived;
-	}
-	char *text = NULL;
-	rc = sg_trust_package_json(pem, plen, SG_TRUSTMANAGER_PACKAGE_NAME, version, &text);
-	free(pem);
-	SG_TRY(rc);
-	size_t tlen = strlen(text);
-	sg_trust_package *check = NULL;
-	rc = tlen > PACKAGE_CM_MAX ? sg_error_set(SG_EINVAL,
-	                                          "%s makes a package of %zu bytes, more than a ConfigMap "
-	                                          "holds",
-	                                          path, tlen)
-	                           : sg_trust_package_parse(&check, text, tlen, SG_TRUSTMANAGER_PACKAGE_NAME);
-	sg_trust_package_free(check);
-	if (rc < 0) {
-		free(text);
-		return rc;
-	}
-	t->pkg_json = text;
-	return SG_OK;
 }
 
 /* ---- the module ---- */
@@ -1191,14 +1622,21 @@ int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
 	          version);
 	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
 	          "trustmanager: operand namespace \"%s\" is not a namespace name", ns);
+	SG_ENSURE(o->ca_source == SG_TRUSTMANAGER_CA_OPENSHIFT || o->ca_source == SG_TRUSTMANAGER_CA_FILE, SG_EINVAL,
+	          "trustmanager: unknown default CA source %d", (int)o->ca_source);
 	sg_trustmanager *t = calloc(1, sizeof(*t));
 	SG_ENSURE(t, SG_EINTERNAL, "trustmanager: out of memory");
 	pthread_mutex_init(&t->mu, NULL);
+	t->ca_source = o->ca_source;
+	t->pkg_name = t->ca_source == SG_TRUSTMANAGER_CA_FILE ? SG_TRUSTMANAGER_PACKAGE_DEBIAN
+	                                                      : SG_TRUSTMANAGER_PACKAGE_OPENSHIFT;
+	snprintf(t->pkg_key, sizeof(t->pkg_key), "%s.json", t->pkg_name);
 	snprintf(t->ns, sizeof(t->ns), "%s", ns);
 	t->image = strdup(o->image);
 	t->version = strdup(version);
 	int rc = t->image && t->version ? SG_OK : sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
-	if (rc == SG_OK && package_make(t, o->ca_bundle_path, o->ca_bundle_version) < 0) {
+	if (rc == SG_OK && t->ca_source == SG_TRUSTMANAGER_CA_FILE &&
+	    package_make(t, o->ca_bundle_path, o->ca_bundle_version) < 0) {
 		snprintf(t->pkg_error, sizeof(t->pkg_error), "%s", sg_error_last()->msg);
 		sg_log(SG_LOG_WARN, "trustmanager: no default CA package (a TrustManager enabling it is Degraded)",
 		       SG_F_STR("error", t->pkg_error), SG_F_END);
@@ -1211,6 +1649,9 @@ int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
 	w[W_POD].ref.ns = t->ns;
 	for (int k = W_MANAGED_FIRST; k <= W_MANAGED_LAST; k++)
 		w[k] = (sg_ctrl_watch){.ref = K[k].ref, .label_selector = SELECTOR, .map = map_owned};
+	/* Secrets of ours in the operand namespace only (the webhook's key) */
+	w[W_SECRET].ref.ns = t->ns;
+	w[W_CRD] = (sg_ctrl_watch){.ref = K[W_CRD].ref, .map = map_crd, .metadata_only = true};
 	sg_ctrl_def def = {
 	    .name = "trustmanager",
 	    .kube = o->kube,
@@ -1254,6 +1695,7 @@ void sg_trustmanager_free(sg_trustmanager *t)
 	sg_ctrl_free(t->ctrl);
 	pthread_mutex_destroy(&t->mu);
 	free(t->pkg_json);
+	free(t->inj_json);
 	free(t->image);
 	free(t->version);
 	free(t);

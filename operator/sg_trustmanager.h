@@ -23,14 +23,36 @@
  *   Role and RoleBinding trust-manager:leaderelection (operand namespace:
  *     the Lease; --leader-election-namespace names it)
  *   Service trust-manager-metrics                 (9402)
+ *   Service trust-manager                         (443 -> 6443: the Bundle
+ *     webhook signet-trust serves, trust/sg_trust_webhook.h)
+ *   the webhook's serving certificate, for trust-manager.<ns>.svc:
+ *     with cert-manager's CRDs (watched), the design's Issuer
+ *     trust-manager (selfSigned) and Certificate trust-manager (Secret
+ *     trust-manager-tls, cert-manager's); without, Secret
+ *     trust-manager-tls of our own (a self-signed P-256 certificate for a
+ *     year, made again after two thirds of it; ca.crt the new one and the
+ *     previous one while valid)
+ *   ConfigMap trust-manager-default-ca-injection  (defaultCAPackage
+ *     Enabled, source OpenShift, the design's: no data of ours, label
+ *     config.openshift.io/inject-trusted-cabundle "true", so OpenShift's
+ *     network operator writes the cluster's trusted CA bundle into its key
+ *     ca-bundle.crt; until it has, the CR is Ready=False/Progressing
+ *     saying so, and nothing else is applied)
  *   ConfigMap trust-manager-default-ca-package    (defaultCAPackage
- *     Enabled: the package file cert-manager-package-debian.json made from
- *     the options' CA bundle, mounted at /packages; the pod template's
+ *     Enabled: the package file, mounted at /packages, made from the
+ *     injected bundle (cert-manager-package-openshift.json, version the
+ *     injection ConfigMap's resourceVersion, so it is made again whenever
+ *     that changes) or, with source file, from the options' CA bundle
+ *     (cert-manager-package-debian.json, Debian's); the pod template's
  *     operator.openshift.io/default-ca-package-hash annotation is the
- *     SHA-256 of its PEM, so pods roll when it changes)
+ *     SHA-256 of its PEM, so pods roll when the certificates change)
  *   Deployment trust-manager                      (1 replica, non-root,
  *     read-only root file system, no capabilities, RuntimeDefault seccomp,
- *     probes /readyz and /healthz on 6060)
+ *     probes /readyz and /healthz on 6060; trust-manager-tls at /tls)
+ *   ValidatingWebhookConfiguration trust-manager  (last; trust-manager's:
+ *     webhook trust.cert-manager.io, Bundle CREATE and UPDATE, Fail; its
+ *     caBundle cert-manager's CA injector's (annotation
+ *     cert-manager.io/inject-ca-from) or ours, the Secret's ca.crt)
  * Objects no longer wanted (the package after policy Disabled) are deleted.
  *
  * What the 1.20 API server cannot check (the CRD's CEL rules) is checked
@@ -52,7 +74,8 @@
  * its finalizer.
  *
  * Writes happen only for a difference (sg_opr_apply against the informers'
- * caches), so a quiet cluster sees none; every one is counted.
+ * caches, and with cert-manager a read of its Issuer and Certificate),
+ * so a quiet cluster sees none; every one is counted.
  *
  * Threads: the runtime's workers; ownership as in sg_ctrl.h.
  */
@@ -69,18 +92,36 @@
 #define SG_TRUSTMANAGER_NAME "cluster"
 #define SG_TRUSTMANAGER_FINALIZER "trustmanager.openshift.operator.io/cert-manager-trust-manager-controller"
 #define SG_TRUSTMANAGER_APP "cert-manager-trust-manager"
-#define SG_TRUSTMANAGER_PACKAGE_NAME "cert-manager-package-debian"
+/* The default CA package's name (and file name, with ".json") by source. */
+#define SG_TRUSTMANAGER_PACKAGE_OPENSHIFT "cert-manager-package-openshift"
+#define SG_TRUSTMANAGER_PACKAGE_DEBIAN "cert-manager-package-debian"
+/* OpenShift's trusted CA bundle injection (the Cluster Network Operator's
+ * contract): a ConfigMap with the label gets the bundle in the key. */
+#define SG_TRUSTMANAGER_INJECTION_CM "trust-manager-default-ca-injection"
+#define SG_TRUSTMANAGER_INJECT_LABEL "config.openshift.io/inject-trusted-cabundle"
+#define SG_TRUSTMANAGER_INJECTED_KEY "ca-bundle.crt"
 #define SG_TRUSTMANAGER_PACKAGE_HASH "operator.openshift.io/default-ca-package-hash"
 
 typedef struct sg_trustmanager sg_trustmanager;
+
+/* Where the default CA package's certificates come from. */
+typedef enum sg_trustmanager_ca_source {
+	SG_TRUSTMANAGER_CA_OPENSHIFT, /* the cluster's trusted CA bundle, injected (the design's) */
+	SG_TRUSTMANAGER_CA_FILE,      /* ca_bundle_path: Debian's bundle, off OpenShift */
+} sg_trustmanager_ca_source;
 
 typedef struct sg_trustmanager_options {
 	sg_kube *kube;                 /* borrowed; must outlive the reconciler */
 	const char *image;             /* signet-trust image (RELATED_IMAGE_SIGNET_TRUST); required */
 	const char *version;           /* app.kubernetes.io/version label value; NULL: "unknown" */
 	const char *operand_namespace; /* where signet-trust runs; NULL: "cert-manager" */
-	const char *ca_bundle_path;    /* PEM of the default CAs (Debian's /etc/ssl/certs/ca-certificates.crt) */
-	const char *ca_bundle_version; /* the package's version (e.g. ca-certificates'); NULL: from its SHA-256 */
+	/* The default CA package's source (0: OpenShift's injection); with
+	 * source file, the PEM of the default CAs (Debian's
+	 * /etc/ssl/certs/ca-certificates.crt) and the package's version (e.g.
+	 * ca-certificates'; NULL: from its SHA-256). */
+	sg_trustmanager_ca_source ca_source;
+	const char *ca_bundle_path;
+	const char *ca_bundle_version;
 	unsigned workers;              /* 0: 1 */
 } sg_trustmanager_options;
 
@@ -93,8 +134,9 @@ typedef struct sg_trustmanager_stats {
 } sg_trustmanager_stats;
 
 /* Checks the options, makes the default CA package from ca_bundle_path
- * (a missing or bad file is not an error here: a TrustManager that
- * enables the package is then Degraded saying why) and creates the
+ * with source file (a missing or bad file is not an error here: a
+ * TrustManager that enables the package is then Degraded saying why; an
+ * injected bundle that cannot be used is reported alike) and creates the
  * stopped controller "trustmanager" (field manager "signet-operator").
  * Caller frees with sg_trustmanager_free. */
 SG_API int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o) SG_MUST_CHECK;

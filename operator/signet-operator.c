@@ -44,6 +44,8 @@
 #define SA_NAMESPACE_FILE "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 static const char *const formats[] = {"text", "json", NULL};
+/* In sg_trustmanager_ca_source's order. */
+static const char *const ca_sources[] = {"openshift", "file", NULL};
 
 typedef struct settings {
 	char *config;
@@ -53,6 +55,7 @@ typedef struct settings {
 	bool istiocsr, trustmanager;
 	char *hsm_secret;
 	char *trust_manager_namespace, *default_ca_bundle, *default_ca_bundle_version;
+	int default_ca_source;
 	bool leader_elect;
 	char *leader_election_namespace, *leader_election_lease_name;
 	int64_t lease_duration, renew_deadline, retry_period;
@@ -84,8 +87,14 @@ static const sg_opt opts[] = {
 	 "Secret in each IstioCSR's namespace with signetd.conf and the HSM material it names", false},
 	{"trust-manager-namespace", SG_OPT_STRING, S(trust_manager_namespace), "cert-manager", 1, 63, NULL,
 	 "namespace signet-trust runs in", false},
+	{"default-ca-package-source", SG_OPT_ENUM, S(default_ca_source), "openshift", 0, 0, ca_sources,
+	 "where the TrustManager's default CA package (defaultCAPackage Enabled) comes from: openshift, the cluster's "
+	 "trusted CA bundle that OpenShift's network operator injects into ConfigMap "
+	 "trust-manager-default-ca-injection (package cert-manager-package-openshift); file, --default-ca-bundle "
+	 "(Debian's, package cert-manager-package-debian), off OpenShift",
+	 false},
 	{"default-ca-bundle", SG_OPT_PATH, S(default_ca_bundle), "/etc/ssl/certs/ca-certificates.crt", 0, 4096, NULL,
-	 "PEM of the public CAs for the TrustManager's default CA package", false},
+	 "PEM of the public CAs for the default CA package with --default-ca-package-source=file", false},
 	{"default-ca-bundle-version", SG_OPT_STRING, S(default_ca_bundle_version), "", 0, 128, NULL,
 	 "version of that bundle in the package (empty: derived from its content)", false},
 	{"leader-elect", SG_OPT_BOOL, S(leader_elect), "true", 0, 0, NULL, "elect a leader among replicas (Lease)", false},
@@ -192,6 +201,7 @@ static int start(void *self)
 			.image = trust_image,
 			.version = s->operand_version,
 			.operand_namespace = s->trust_manager_namespace,
+			.ca_source = (sg_trustmanager_ca_source)s->default_ca_source,
 			.ca_bundle_path = s->default_ca_bundle,
 			.ca_bundle_version = *s->default_ca_bundle_version ? s->default_ca_bundle_version : NULL,
 			.workers = (unsigned)s->workers,

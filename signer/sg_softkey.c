@@ -6,11 +6,13 @@
 #include "sg_softkey.h"
 
 #include "sg_clock.h"
+#include "sg_crypto.h"
 #include "sg_guard.h"
 #include "sg_ossl.h"
 #include "sg_secret.h"
 
 #include <openssl/bio.h>
+#include <openssl/bn.h>
 #include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
@@ -70,6 +72,21 @@ static bool push_name(GENERAL_NAMES *gens, int type, const char *value)
 	return true;
 }
 
+/* r's names: the subject (its CommonName, if any) and the
+ * subjectAltName's DNS names and URIs. */
+static bool fill_names(const sg_softkey_request *r, X509_NAME *subj, GENERAL_NAMES *gens)
+{
+	bool ok = true;
+	if (r->cn)
+		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)r->cn, -1,
+		                                -1, 0) == 1;
+	for (size_t i = 0; ok && i < r->ndns; i++)
+		ok = push_name(gens, GEN_DNS, r->dns[i]);
+	for (size_t i = 0; ok && i < r->nuris; i++)
+		ok = push_name(gens, GEN_URI, r->uris[i]);
+	return ok;
+}
+
 /* A CSR for r's names, signed by k, as PEM. */
 static int make_csr(const sg_softkey_request *r, EVP_PKEY *k, char **out)
 {
@@ -78,14 +95,7 @@ static int make_csr(const sg_softkey_request *r, EVP_PKEY *k, char **out)
 	GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
 	STACK_OF(X509_EXTENSION) *exts = NULL;
 	BIO *b = BIO_new(BIO_s_mem());
-	bool ok = req && subj && gens && b;
-	if (ok && r->cn)
-		ok = X509_NAME_add_entry_by_NID(subj, NID_commonName, MBSTRING_UTF8, (const unsigned char *)r->cn, -1,
-						-1, 0) == 1;
-	for (size_t i = 0; ok && i < r->ndns; i++)
-		ok = push_name(gens, GEN_DNS, r->dns[i]);
-	for (size_t i = 0; ok && i < r->nuris; i++)
-		ok = push_name(gens, GEN_URI, r->uris[i]);
+	bool ok = req && subj && gens && b && fill_names(r, subj, gens);
 	ok = ok && X509V3_add1_i2d(&exts, NID_subject_alt_name, gens, 0, X509V3_ADD_DEFAULT) == 1 &&
 	     X509_REQ_set_subject_name(req, subj) == 1 && X509_REQ_set_pubkey(req, k) == 1 &&
 	     X509_REQ_add_extensions(req, exts) == 1 && X509_REQ_sign(req, k, EVP_sha256()) > 0 &&
@@ -199,6 +209,84 @@ int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *r, sg_softkey_resu
 	}
 	out->key_pem = key;
 	return SG_OK;
+}
+
+/* The extensions of a self-signed serving certificate (see the header). */
+static bool self_signed_extensions(X509 *x, const sg_softkey_request *r, EVP_PKEY *k, GENERAL_NAMES *gens)
+{
+	X509V3_CTX ctx;
+	X509V3_set_ctx_nodb(&ctx);
+	X509V3_set_ctx(&ctx, x, x, NULL, NULL, 0);
+	const char *ku =
+	    EVP_PKEY_is_a(k, "RSA") ? "critical,digitalSignature,keyEncipherment" : "critical,digitalSignature";
+	char eku[64] = "";
+	if (r->ext_key_usage & SG_EKU_SERVER_AUTH)
+		strcat(eku, "serverAuth");
+	if (r->ext_key_usage & SG_EKU_CLIENT_AUTH)
+		strcat(eku, eku[0] ? ",clientAuth" : "clientAuth");
+	const struct {
+		int nid;
+		const char *value;
+	} exts[] = {
+	    {NID_basic_constraints, "critical,CA:FALSE"},
+	    {NID_key_usage, ku},
+	    {NID_ext_key_usage, eku},
+	    {NID_subject_key_identifier, "hash"},
+	};
+	for (size_t i = 0; i < sizeof(exts) / sizeof(exts[0]); i++) {
+		if (!exts[i].value[0])
+			continue;
+		X509_EXTENSION *e = X509V3_EXT_conf_nid(NULL, &ctx, exts[i].nid, exts[i].value);
+		bool ok = e && X509_add_ext(x, e, -1) == 1;
+		X509_EXTENSION_free(e);
+		if (!ok)
+			return false;
+	}
+	return X509_add1_ext_i2d(x, NID_subject_alt_name, gens, 0, X509V3_ADD_DEFAULT) == 1;
+}
+
+int sg_softkey_self_signed(const sg_softkey_request *r, char **key, char **cert)
+{
+	*key = *cert = NULL;
+	SG_TRY(check_request(r));
+	SG_ENSURE(r->ttl > 0 && r->ttl <= 10 * 366 * 86400, SG_EINVAL,
+	          "a self-signed certificate's ttl must be 1 s to 10 years");
+	uint8_t serial[16];
+	SG_TRY(sg_crypto_random(serial, sizeof(serial)));
+	serial[0] &= 0x7f; /* positive, as RFC 5280 4.1.2.2 asks */
+	serial[0] |= 0x40; /* and of the full 16 bytes */
+	ERR_clear_error();
+	EVP_PKEY *k = make_key(r);
+	X509 *x = X509_new();
+	X509_NAME *subj = X509_NAME_new();
+	GENERAL_NAMES *gens = sk_GENERAL_NAME_new_null();
+	BIGNUM *bn = BN_bin2bn(serial, sizeof(serial), NULL);
+	ASN1_INTEGER *sn = bn ? BN_to_ASN1_INTEGER(bn, NULL) : NULL;
+	BIO *b = BIO_new(BIO_s_mem());
+	time_t now = (time_t)sg_wall_seconds();
+	bool ok = k && x && subj && gens && sn && b && X509_set_version(x, X509_VERSION_3) == 1 &&
+	          X509_set_serialNumber(x, sn) == 1 && fill_names(r, subj, gens);
+	ok = ok && X509_set_subject_name(x, subj) == 1 && X509_set_issuer_name(x, subj) == 1 &&
+	     X509_time_adj_ex(X509_getm_notBefore(x), 0, -300, &now) &&
+	     X509_time_adj_ex(X509_getm_notAfter(x), 0, (long)r->ttl, &now) && X509_set_pubkey(x, k) == 1 &&
+	     self_signed_extensions(x, r, k, gens) && X509_sign(x, k, EVP_sha256()) > 0 &&
+	     PEM_write_bio_X509(b, x) == 1;
+	*cert = ok ? bio_string(b) : NULL;
+	int rc = *cert ? SG_OK : sg_error_set_ossl(SG_EINTERNAL, "cannot make a self-signed certificate");
+	if (rc == SG_OK)
+		rc = key_pem(k, true, key);
+	if (rc < 0) {
+		free(*cert);
+		*cert = NULL;
+	}
+	BIO_free(b);
+	ASN1_INTEGER_free(sn);
+	BN_free(bn);
+	GENERAL_NAMES_free(gens);
+	X509_NAME_free(subj);
+	X509_free(x);
+	EVP_PKEY_free(k);
+	return rc;
 }
 
 void sg_softkey_result_clear(sg_softkey_result *r)

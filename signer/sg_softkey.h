@@ -63,6 +63,16 @@ SG_API int sg_softkey_issue(sg_pool *pool, const sg_softkey_request *req, sg_sof
  * OpenSSL's secure memory. On success the caller frees *key_pem (after
  * sg_wipe) and *csr_pem with free(); on failure both are NULL. */
 SG_API int sg_softkey_csr(const sg_softkey_request *r, bool pkcs8, char **key_pem, char **csr_pem) SG_MUST_CHECK;
+/* Makes the key and a self-signed certificate for r's names, with no CA
+ * and no HSM: for a serving certificate that its relying party pins
+ * whole (signet-operator's webhook certificate, the API server's
+ * caBundle). Valid from five minutes before now (clocks differ) for ttl
+ * seconds; basicConstraints CA:FALSE, digitalSignature (plus
+ * keyEncipherment for RSA), the EKUs of ext_key_usage, a random 16-byte
+ * serial. The names are checked as for sg_softkey_issue; timeout_ns is
+ * not used. The key is PKCS#8 PEM; on success the caller frees *key_pem
+ * (after sg_wipe) and *cert_pem with free(); on failure both are NULL. */
+SG_API int sg_softkey_self_signed(const sg_softkey_request *r, char **key_pem, char **cert_pem) SG_MUST_CHECK;
 /* Frees (wiping the key) and zeroes; accepts a zeroed result. */
 SG_API void sg_softkey_result_clear(sg_softkey_result *r);
 

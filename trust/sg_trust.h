@@ -115,6 +115,11 @@ SG_API const char *sg_trust_package_bundle(const sg_trust_package *p, size_t *le
  * PEM, sorted, deduplicated) into *pem (caller frees) of *len bytes: a
  * package's bundle. SG_EINVAL names the file and what is wrong. */
 SG_API int sg_trust_package_normalize(const char *pem_path, char **pem, size_t *len) SG_MUST_CHECK;
+/* The same for len bytes of PEM text already read (at most
+ * SG_CERTSET_PEM_MAX; need not be NUL-terminated), such as a ConfigMap's
+ * value; what names them in messages. */
+SG_API int sg_trust_package_normalize_pem(const char *text, size_t len, const char *what, char **pem,
+                                          size_t *pem_len) SG_MUST_CHECK;
 /* The package document {name, bundle, version} for a normalized bundle,
  * as text (caller frees). */
 SG_API int sg_trust_package_json(const char *pem, size_t len, const char *name, const char *version,

@@ -144,6 +144,25 @@ const char *sg_trust_package_bundle(const sg_trust_package *p, size_t *len)
 	return p->bundle;
 }
 
+int sg_trust_package_normalize_pem(const char *text, size_t len, const char *what, char **pem_out, size_t *len_out)
+{
+	*pem_out = NULL;
+	*len_out = 0;
+	SG_ENSURE(len <= SG_CERTSET_PEM_MAX, SG_EINVAL, "package: %s: more than %u bytes of PEM", what,
+	          SG_CERTSET_PEM_MAX);
+	sg_certset *set = NULL;
+	SG_TRY(sg_certset_new(&set, NULL));
+	int rc = sg_certset_add_pem(set, text, len);
+	if (rc < 0)
+		rc = sg_error_set(rc, "package: %s: %s", what, sg_error_last()->msg);
+	if (rc == SG_OK && sg_certset_count(set) == 0)
+		rc = sg_error_set(SG_EINVAL, "package: %s holds no certificate", what);
+	if (rc == SG_OK)
+		rc = sg_certset_pem(set, pem_out, len_out);
+	sg_certset_free(set);
+	return rc;
+}
+
 int sg_trust_package_normalize(const char *pem_path, char **pem_out, size_t *len_out)
 {
 	*pem_out = NULL;
@@ -151,17 +170,7 @@ int sg_trust_package_normalize(const char *pem_path, char **pem_out, size_t *len
 	uint8_t *raw SG_AUTOFREE = NULL;
 	size_t len = 0;
 	SG_TRY(sg_file_read(pem_path, SG_CERTSET_PEM_MAX, &raw, &len));
-	sg_certset *set = NULL;
-	SG_TRY(sg_certset_new(&set, NULL));
-	int rc = sg_certset_add_pem(set, (const char *)raw, len);
-	if (rc < 0)
-		rc = sg_error_set(rc, "package: %s: %s", pem_path, sg_error_last()->msg);
-	if (rc == SG_OK && sg_certset_count(set) == 0)
-		rc = sg_error_set(SG_EINVAL, "package: %s holds no certificate", pem_path);
-	if (rc == SG_OK)
-		rc = sg_certset_pem(set, pem_out, len_out);
-	sg_certset_free(set);
-	return rc;
+	return sg_trust_package_normalize_pem((const char *)raw, len, pem_path, pem_out, len_out);
 }
 
 int sg_trust_package_json(const char *pem, size_t len, const char *name, const char *version, char **out)

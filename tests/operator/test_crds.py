@@ -855,8 +855,14 @@ class Operator(unittest.TestCase):
                                  ("networking.k8s.io", ["networkpolicies"]),
                                  ("rbac.authorization.k8s.io", ["roles", "rolebindings", "clusterroles",
                                                                 "clusterrolebindings"]),
-                                 ("cert-manager.io", ["certificates"])):
+                                 ("cert-manager.io", ["certificates", "issuers"]),
+                                 # signet-trust's Bundle webhook and, without
+                                 # cert-manager, its certificate's Secret
+                                 ("admissionregistration.k8s.io", ["validatingwebhookconfigurations"]),
+                                 ("", ["secrets"])):
             cases += [(v, group, r, None) for r in resources for v in full]
+        # whether cert-manager's CRDs are there
+        cases += [(v, "apiextensions.k8s.io", "customresourcedefinitions", None) for v in ("get", "list", "watch")]
         for group, resources in (("", ["namespaces", "secrets", "pods"]),
                                  ("cert-manager.io", ["issuers", "clusterissuers"]),
                                  ("signet.dev", ["signetissuers", "signetclusterissuers"]),
@@ -885,8 +891,8 @@ class Operator(unittest.TestCase):
                  ("get", "", "nodes", None),
                  ("create", "", "serviceaccounts", "token"),
                  ("create", "apiextensions.k8s.io", "customresourcedefinitions", None),
-                 ("create", "admissionregistration.k8s.io", "validatingwebhookconfigurations", None),
-                 ("update", "cert-manager.io", "issuers", None),
+                 ("create", "admissionregistration.k8s.io", "mutatingwebhookconfigurations", None),
+                 ("update", "cert-manager.io", "clusterissuers", None),
                  ("approve", "certificates.k8s.io", "signers", None)]
         for verb, group, res, sub in cases:
             with self.subTest(f"{verb} {group}/{res}{'/' + sub if sub else ''}"):

@@ -38,30 +38,65 @@
  *  - a quiet cluster sees no write: a handled event (the CR relabelled)
  *    and seconds of nothing write nothing;
  *  - an operator restarted with a new CA bundle rolls the pods (the hash);
+ *  - signet's own webhook certificate is made again when the Secret's
+ *    does not fit, the old one kept in ca.crt (the caBundle) while valid;
+ *  - the Bundle webhook is deployed for real (the sample checks its
+ *    ValidatingWebhookConfiguration, Service, and the operator's own
+ *    self-signed certificate for trust-manager.cert-manager.svc, whose
+ *    ca.crt is the caBundle): the API server calls it: signet-trust run
+ *    here with the Secret the operator made, the Service bent into an
+ *    ExternalName of 127.0.0.1 and the webhook's port into the local one
+ *    (the reconciler stopped meanwhile), a Bundle the webhook refuses is
+ *    refused at admission ("admission webhook "trust.cert-manager.io"
+ *    denied the request"), a valid one is created; the operator restarted
+ *    puts its Service and port back;
  *  - deleting the CR deletes every object and then the finalizer, never
  *    the trust namespace or a user Secret; recreating it works;
  *  - a second TrustManager not named "cluster" is InvalidSpec and touches
  *    nothing;
  *  - a missing trust namespace is created (the design's goal), the CR
  *    untouched; a new trustNamespace moves the Role and RoleBinding, and
- *    no namespace is deleted.
+ *    no namespace is deleted;
+ *  - the design's default CA package on OpenShift (the reconciler's
+ *    default source; the tests above use source file, Debian's bundle):
+ *    the injection ConfigMap with the network operator's label and no
+ *    data, the CR Progressing "waiting for the cluster's trusted CA
+ *    bundle" with nothing else applied; the test then plays the network
+ *    operator (writes ca-bundle.crt): the package
+ *    cert-manager-package-openshift (version the injection ConfigMap's
+ *    resourceVersion, read back by signet-trust's parser) mounted and
+ *    named by --default-package-location; a new injected bundle is
+ *    formatted again and rolls the pods; one that is not PEM is Failed
+ *    saying so, the operand untouched; deletion takes both ConfigMaps;
+ *  - with cert-manager's CRDs (applied loose), the webhook's certificate
+ *    is cert-manager's: the Issuer, the Certificate and the CA injection
+ *    annotation, no Secret of ours; deletion takes them.
  *
  * TM_DEBUG=1 in the environment logs at debug level.
  */
 #include "sg_trustmanager.h"
 
 #include "self_signed.h"
+#include "sg_base64.h"
 #include "sg_clock.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
 #include "sg_test.h"
+#include "sg_trust.h"
+#include "sg_x509.h"
 #include "test_kube_fixture.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/sha.h>
+#include <signal.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,6 +112,12 @@
 #define APP "cert-manager-trust-manager"
 #define PKG_CM "trust-manager-default-ca-package"
 #define PKG_KEY "cert-manager-package-debian.json"
+#define PKG_OS_KEY "cert-manager-package-openshift.json"
+#define INJ_CM "trust-manager-default-ca-injection"
+#define TLS_SECRET "trust-manager-tls"
+#define ADM "admissionregistration.k8s.io"
+#define WEBHOOK_PATH "/validate-trust-cert-manager-io-v1alpha1-bundle"
+#define SVC_DNS "trust-manager." NS ".svc"
 #define WAIT_MS 30000
 #define QUIET_MS 3000
 
@@ -333,6 +374,9 @@ static const char *const sample_args[] = {
     "--leader-election-lease-duration=15s",
     "--leader-election-renew-deadline=10s",
     "--trust-namespace=" NS,
+    "--webhook-host=0.0.0.0",
+    "--webhook-port=6443",
+    "--webhook-certificate-dir=/tls",
     "--filter-expired-certificates=true",
     "--default-package-location=/packages/" PKG_KEY,
 };
@@ -408,12 +452,13 @@ static void print_stats(const char *when)
 	       (unsigned long long)s.deleted, (unsigned long long)s.status_writes);
 }
 
-static void start_reconciler(const char *bundle)
+static void start_reconciler(sg_trustmanager_ca_source source, const char *bundle)
 {
 	sg_trustmanager_options o = {.kube = k,
 	                             .image = IMAGE,
 	                             .version = VERSION,
 	                             .operand_namespace = NS,
+	                             .ca_source = source,
 	                             .ca_bundle_path = bundle,
 	                             .ca_bundle_version = PKG_VERSION};
 	SG_CHECK_OK(sg_trustmanager_new(&tm, &o));
@@ -439,8 +484,11 @@ static const made objects[] = {
     {RBAC, "roles", true, "trust-manager:leaderelection"},
     {RBAC, "rolebindings", true, "trust-manager:leaderelection"},
     {NULL, "services", true, "trust-manager-metrics"},
+    {NULL, "services", true, "trust-manager"},
+    {NULL, "secrets", true, TLS_SECRET},
     {NULL, "configmaps", true, PKG_CM},
     {"apps", "deployments", true, "trust-manager"},
+    {ADM, "validatingwebhookconfigurations", false, "trust-manager"},
 };
 #define NOBJECTS (sizeof(objects) / sizeof(objects[0]))
 
@@ -578,23 +626,33 @@ static size_t count(const char *hay, const char *needle)
 	return n;
 }
 
-/* The package file in the ConfigMap: parsed, or NULL. */
-static json_t *package_now(void)
+/* The package file key in the ConfigMap: parsed, or NULL. */
+static json_t *package_at(const char *key)
 {
 	json_t *cm = kube_fx_get(k, ref_in(NULL, "configmaps", NS, PKG_CM));
-	const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), PKG_KEY));
+	const char *text = json_string_value(json_object_get(json_object_get(cm, "data"), key));
 	json_t *pkg = text ? json_loads(text, 0, NULL) : NULL;
 	json_decref(cm);
 	return pkg;
 }
 
-/* How many certificates the package in the ConfigMap holds. */
-static size_t package_certs(void)
+static json_t *package_now(void)
 {
-	json_t *pkg = package_now();
+	return package_at(PKG_KEY);
+}
+
+/* How many certificates the package in the ConfigMap holds. */
+static size_t package_certs_at(const char *key)
+{
+	json_t *pkg = package_at(key);
 	size_t n = count(json_string_value(json_object_get(pkg, "bundle")), "-----BEGIN CERTIFICATE-----");
 	json_decref(pkg);
 	return n;
+}
+
+static size_t package_certs(void)
+{
+	return package_certs_at(PKG_KEY);
 }
 
 static void sha256_hex(const char *s, char out[65])
@@ -627,6 +685,123 @@ static bool bundle_has(const char *bundle, const char *pem)
 	bool ok = t && strstr(bundle, t) != NULL;
 	free(t);
 	return ok;
+}
+
+/* ---- the webhook ---- */
+
+/* A Secret's data value, decoded (caller frees), or NULL. */
+static char *secret_value(const char *name, const char *key)
+{
+	json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, name));
+	const char *v = json_string_value(json_object_get(json_object_get(sec, "data"), key));
+	char *out = NULL;
+	size_t n = v ? strlen(v) : 0, len = 0;
+	if (v && (out = malloc(n + 1)) && sg_b64_decode(SG_B64_STD, v, n, (uint8_t *)out, n, &len) == SG_OK)
+		out[len] = '\0';
+	else if (out) {
+		free(out);
+		out = NULL;
+	}
+	json_decref(sec);
+	return out;
+}
+
+/* The ValidatingWebhookConfiguration as trust-manager's, the Service
+ * behind it, and the certificate: with cert-manager, its Issuer,
+ * Certificate and CA injection annotation; without, signet's own Secret,
+ * whose key belongs to its certificate for the Service's name, and whose
+ * ca.crt is the caBundle. */
+static void check_webhook(bool cert_manager)
+{
+	json_t *v = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	SG_CHECK(v != NULL);
+	const json_t *hook = json_array_get(json_object_get(v, "webhooks"), 0);
+	const json_t *cc = json_object_get(hook, "clientConfig");
+	const json_t *svc = json_object_get(cc, "service");
+	const json_t *rule = json_array_get(json_object_get(hook, "rules"), 0);
+	char *rules = json_dumps(rule, JSON_COMPACT | JSON_SORT_KEYS);
+	SG_CHECK(json_array_size(json_object_get(v, "webhooks")) == 1);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(hook, "name"))), "trust.cert-manager.io") == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(svc, "name"))), "trust-manager") == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(svc, "namespace"))), NS) == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(svc, "path"))), WEBHOOK_PATH) == 0);
+	SG_CHECK(json_integer_value(json_object_get(svc, "port")) == 443);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(hook, "failurePolicy"))), "Fail") == 0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(hook, "sideEffects"))), "None") == 0);
+	SG_CHECK(rules && strcmp(rules, "{\"apiGroups\":[\"trust.cert-manager.io\"],\"apiVersions\":[\"v1alpha1\"],"
+	                                "\"operations\":[\"CREATE\",\"UPDATE\"],\"resources\":[\"bundles\"],"
+	                                "\"scope\":\"*\"}") == 0);
+	if (rules && !strstr(rules, "bundles"))
+		fprintf(stderr, "  rules %s\n", rules);
+	free(rules);
+	const char *inject = annotation(v, "cert-manager.io/inject-ca-from");
+	const char *ca_bundle = json_string_value(json_object_get(cc, "caBundle"));
+	json_t *s = kube_fx_get(k, ref_in(NULL, "services", NS, "trust-manager"));
+	const json_t *port = json_array_get(json_object_get(json_object_get(s, "spec"), "ports"), 0);
+	SG_CHECK(json_integer_value(json_object_get(port, "port")) == 443 &&
+	         json_integer_value(json_object_get(port, "targetPort")) == 6443);
+	json_decref(s);
+	sg_kube_ref iss = {
+	    .group = "cert-manager.io", .version = "v1", .resource = "issuers", .ns = NS, .name = "trust-manager"};
+	sg_kube_ref cert = iss;
+	cert.resource = "certificates";
+	if (cert_manager) {
+		SG_CHECK(inject && strcmp(inject, NS "/trust-manager") == 0);
+		SG_CHECK(ca_bundle == NULL); /* the CA injector's to write */
+		json_t *i = kube_fx_get(k, iss), *c = kube_fx_get(k, cert);
+		SG_CHECK(json_is_object(json_object_get(json_object_get(i, "spec"), "selfSigned")));
+		const json_t *cs = json_object_get(c, "spec");
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(cs, "secretName"))), TLS_SECRET) == 0);
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(cs, "commonName"))), SVC_DNS) == 0);
+		SG_CHECK(strcmp(or_empty(json_string_value(json_array_get(json_object_get(cs, "dnsNames"), 0))),
+		                SVC_DNS) == 0);
+		const json_t *ir = json_object_get(cs, "issuerRef");
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(ir, "name"))), "trust-manager") == 0 &&
+		         strcmp(or_empty(json_string_value(json_object_get(ir, "kind"))), "Issuer") == 0);
+		json_decref(i);
+		json_decref(c);
+	} else {
+		SG_CHECK(inject == NULL);
+		char *crt = secret_value(TLS_SECRET, "tls.crt"), *key = secret_value(TLS_SECRET, "tls.key");
+		char *ca_crt = secret_value(TLS_SECRET, "ca.crt");
+		json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+		SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(sec, "type"))), "kubernetes.io/tls") == 0);
+		SG_CHECK(ca_bundle && strcmp(ca_bundle, or_empty(json_string_value(json_object_get(
+		                                            json_object_get(sec, "data"), "ca.crt")))) == 0);
+		json_decref(sec);
+		sg_x509_bundle *b = NULL;
+		sg_x509_keyinfo ki;
+		const char *dns = SVC_DNS;
+		SG_CHECK(crt && sg_x509_bundle_parse(&b, crt, strlen(crt)) == SG_OK);
+		SG_CHECK(b && sg_x509_names_are(b, 0, SVC_DNS, &dns, 1, NULL));
+		SG_CHECK(b && key && sg_x509_key_check(b, 0, key, strlen(key), &ki) == SG_OK);
+		SG_CHECK(b && sg_x509_self_signed(b, 0));
+		SG_CHECK(crt && ca_crt && strstr(ca_crt, crt) == ca_crt); /* the certificate first */
+		sg_x509_bundle_free(b);
+		free(crt);
+		free(key);
+		free(ca_crt);
+		SG_CHECK(!kube_fx_exists(k, iss) && !kube_fx_exists(k, cert));
+	}
+	json_decref(v);
+}
+
+/* The webhook configuration names cert-manager's CA injection. */
+static bool annotation_is_set(void)
+{
+	json_t *v = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	bool ok = annotation(v, "cert-manager.io/inject-ca-from") != NULL;
+	json_decref(v);
+	return ok;
+}
+
+static bool cert_manager_crds(void)
+{
+	sg_kube_ref crd = {.group = "apiextensions.k8s.io", .version = "v1", .resource = "customresourcedefinitions"};
+	crd.name = "certificates.cert-manager.io";
+	bool a = kube_fx_exists(k, crd);
+	crd.name = "issuers.cert-manager.io";
+	return a && kube_fx_exists(k, crd);
 }
 
 /* ---- tests ---- */
@@ -699,7 +874,7 @@ static void t_start(void)
 	sprintf(text, "%s%s%s%s", ca[0], ca[1], ca[2], ca[3]);
 	write_file(bundle2, text);
 	free(text);
-	start_reconciler(bundle1);
+	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle1);
 	/* What an earlier run against a shared server left: deleted through
 	 * the reconciler (the finalizer). */
 	const char *const crs[] = {"cluster", "other"};
@@ -819,11 +994,21 @@ static void t_sample(void)
 	SG_CHECK(drop && strcmp(drop, "ALL") == 0);
 	const char *seccomp = json_string_value(json_object_get(json_object_get(sc, "seccompProfile"), "type"));
 	SG_CHECK(seccomp && strcmp(seccomp, "RuntimeDefault") == 0);
-	const json_t *mount = json_array_get(json_object_get(c, "volumeMounts"), 0);
-	SG_CHECK(strcmp(json_string_value(json_object_get(mount, "mountPath")), "/packages") == 0);
-	const json_t *vol = json_array_get(json_object_get(pspec, "volumes"), 0);
-	const char *vcm = json_string_value(json_object_get(json_object_get(vol, "configMap"), "name"));
+	/* The webhook's certificate at /tls, the package at /packages. */
+	const json_t *mounts = json_object_get(c, "volumeMounts");
+	SG_CHECK(json_array_size(mounts) == 2);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(json_array_get(mounts, 0), "mountPath"))), "/tls") ==
+	         0);
+	SG_CHECK(strcmp(or_empty(json_string_value(json_object_get(json_array_get(mounts, 1), "mountPath"))),
+	                "/packages") == 0);
+	const json_t *vols = json_object_get(pspec, "volumes");
+	const char *vsec =
+	    json_string_value(json_object_get(json_object_get(json_array_get(vols, 0), "secret"), "secretName"));
+	SG_CHECK(vsec && strcmp(vsec, TLS_SECRET) == 0);
+	const char *vcm =
+	    json_string_value(json_object_get(json_object_get(json_array_get(vols, 1), "configMap"), "name"));
 	SG_CHECK(vcm && strcmp(vcm, PKG_CM) == 0);
+	SG_CHECK(json_integer_value(json_object_get(json_array_get(ports, 2), "containerPort")) == 6443);
 	json_decref(d);
 
 	/* Status. */
@@ -832,9 +1017,9 @@ static void t_sample(void)
 	SG_CHECK(strcmp(status_str("cluster", "secretTargetsPolicy"), "Disabled") == 0);
 	SG_CHECK(strcmp(status_str("cluster", "defaultCAPackagePolicy"), "Enabled") == 0);
 	SG_CHECK(strcmp(status_str("cluster", "filterExpiredCertificatesPolicy"), "Enabled") == 0);
-	/* No webhook (signet-trust checks Bundles in its controller). */
-	SG_CHECK(!kube_fx_exists(
-	    k, ref_in("admissionregistration.k8s.io", "validatingwebhookconfigurations", NULL, "trust-manager")));
+	/* The Bundle webhook, with signet's own certificate (cert-manager's
+	 * on a shared server that has its CRDs). */
+	check_webhook(cert_manager_crds());
 	print_stats("sample applied");
 }
 
@@ -953,8 +1138,9 @@ static void t_spec_change(void)
 	SG_CHECK(template_hash_is(NULL));
 	json_t *d = kube_fx_get(k, DEPLOY());
 	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
-	SG_CHECK(json_object_get(pspec, "volumes") == NULL);
-	SG_CHECK(json_object_get(container_of(d), "volumeMounts") == NULL);
+	/* the webhook's certificate only */
+	SG_CHECK(json_array_size(json_object_get(pspec, "volumes")) == 1);
+	SG_CHECK(json_array_size(json_object_get(container_of(d), "volumeMounts")) == 1);
 	json_decref(d);
 	WAIT_ARG("--secret-targets-enabled=true", false);
 	WAIT_RULES(ref_in(RBAC, "clusterroles", NULL, "trust-manager"), "[" CLUSTER_RULES "]");
@@ -1102,6 +1288,54 @@ static void t_quiet(void)
 	free(crv2);
 }
 
+static char *stale_crt, *renewed_seen;
+
+/* The Secret holds a new certificate (neither stale_crt nor before),
+ * first in ca.crt, the stale one after it. */
+static bool renewed(const char *before)
+{
+	char *crt = secret_value(TLS_SECRET, "tls.crt"), *ca_crt = secret_value(TLS_SECRET, "ca.crt");
+	bool ok = crt && ca_crt && strcmp(crt, stale_crt) != 0 && strcmp(crt, or_empty(before)) != 0 &&
+	          strstr(ca_crt, crt) == ca_crt && strstr(ca_crt, stale_crt) != NULL;
+	free(renewed_seen);
+	renewed_seen = ca_crt;
+	free(crt);
+	return ok;
+}
+
+/* signet's own serving certificate is made again when the one in the
+ * Secret does not fit (here one without the Service's name and not of its
+ * key, as a foreign or outdated one would be); the old one stays in
+ * ca.crt while valid, and the caBundle follows. */
+static void t_renew(void)
+{
+	if (cert_manager_crds())
+		return;
+	WAIT_IDLE();
+	char *before = secret_value(TLS_SECRET, "tls.crt");
+	stale_crt = test_cert_pem(SVC_DNS, false, -3600, 86400);
+	SG_CHECK(before && stale_crt);
+	if (!stale_crt)
+		exit(1);
+	size_t n = sg_b64_encoded_len(SG_B64_STD, strlen(stale_crt));
+	char *b64 = malloc(n + 1);
+	SG_CHECK(b64 && sg_b64_encode(SG_B64_STD, (const uint8_t *)stale_crt, strlen(stale_crt), b64, n + 1) == SG_OK);
+	PATCH(ref_in(NULL, "secrets", NS, TLS_SECRET), json_pack("{s:{s:s}}", "data", "tls.crt", b64 ? b64 : ""));
+	free(b64);
+	{
+		int f = sg_test_failures;
+		SG_WAIT_FOR(WAIT_MS, renewed(before));
+		if (f != sg_test_failures)
+			fprintf(stderr, "  ca.crt %s\n", or_empty(renewed_seen));
+	}
+	WAIT_IDLE();
+	check_webhook(false);
+	free(before);
+	free(stale_crt);
+	free(renewed_seen);
+	stale_crt = renewed_seen = NULL;
+}
+
 /* An operator restarted with another CA bundle (a new ca-certificates):
  * the package is rewritten and the pods roll (the hash). */
 static void t_package_change(void)
@@ -1115,7 +1349,7 @@ static void t_package_change(void)
 	int64_t dgen = generation_of(DEPLOY());
 	sg_trustmanager_free(tm);
 	tm = NULL;
-	start_reconciler(bundle2);
+	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle2);
 	SG_WAIT_FOR(WAIT_MS, package_certs() == 4);
 	pkg = package_now();
 	char hash[65] = "";
@@ -1128,6 +1362,262 @@ static void t_package_change(void)
 	WAIT_STATE(progressing, "cluster");
 	deployment_status(true);
 	WAIT_STATE(ready, "cluster");
+}
+
+extern char **environ; /* POSIX: the environment, for posix_spawn */
+
+/* A port free on the loopback now (the kernel's pick). */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t n = sizeof(a);
+	int port = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	                   getsockname(fd, (struct sockaddr *)&a, &n) == 0
+	               ? ntohs(a.sin_port)
+	               : -1;
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+static bool port_open(int port)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {
+	    .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	bool ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	if (fd >= 0)
+		close(fd);
+	return ok;
+}
+
+/* A Bundle of sources (stolen) whose target selects no namespace. */
+static json_t *bundle_obj(const char *name, json_t *sources)
+{
+	return json_pack("{s:s, s:s, s:{s:s}, s:{s:o, s:{s:{s:s}, s:{s:{s:s}}}}}", "apiVersion",
+	                 "trust.cert-manager.io/v1alpha1", "kind", "Bundle", "metadata", "name", name, "spec",
+	                 "sources", sources, "target", "configMap", "key", "ca.crt", "namespaceSelector", "matchLabels",
+	                 "tm-test/none", "none");
+}
+
+static int vwc_port(void)
+{
+	json_t *v = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	const json_t *cc = json_object_get(json_array_get(json_object_get(v, "webhooks"), 0), "clientConfig");
+	int port = (int)json_integer_value(json_object_get(json_object_get(cc, "service"), "port"));
+	json_decref(v);
+	return port;
+}
+
+static void dump_tail(const char *path, int status)
+{
+	FILE *f = fopen(path, "r");
+	char buf[4096];
+	size_t n = 0;
+	if (f && fseek(f, 0, SEEK_END) == 0) {
+		long end = ftell(f);
+		if (end > (long)sizeof(buf) - 1)
+			fseek(f, end - (long)sizeof(buf) + 1, SEEK_SET);
+		else
+			rewind(f);
+		n = fread(buf, 1, sizeof(buf) - 1, f);
+	}
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+	fprintf(stderr, "  signet-trust ended with status %d; its log ends:\n%s\n", status, buf);
+}
+
+/* The API server really calls the webhook the operator configured: a
+ * local signet-trust serves it with the Secret the operator made, the
+ * API server checks it against the caBundle the operator wrote, for the
+ * Service's name, and its answer decides. Two things are bent for a
+ * loopback run, with the reconciler stopped: the Service trust-manager
+ * becomes an ExternalName of 127.0.0.1 (no kube-proxy here; the API
+ * server dials an ExternalName directly, still checking the certificate
+ * against trust-manager.cert-manager.svc), and the webhook's port is the
+ * local one. Then the operator, started again, puts both back. */
+static void t_webhook_call(void)
+{
+#ifndef SIGNET_TRUST
+	printf("signet-trust not built: the API server's call of the webhook is not shown\n");
+#else
+	if (cert_manager_crds()) {
+		printf("cert-manager's CRDs are on this server: the webhook's certificate is cert-manager's to issue, "
+		       "and no cert-manager runs here; the API server's call is not shown\n");
+		return;
+	}
+	WAIT_IDLE();
+	SG_CHECK(kube_env_apply_file(k, SOURCE_DIR "/packaging/kubernetes/base/trust-crds.yaml"));
+	const char *tmp = getenv("SIGNET_TEST_TMP");
+	char dir[600], path[700], kubeconfig[600] = "";
+	snprintf(dir, sizeof(dir), "%s/tm-webhook-%ld", tmp && *tmp ? tmp : "/tmp", (long)getpid());
+	SG_CHECK(mkdir(dir, 0700) == 0);
+	char *crt = secret_value(TLS_SECRET, "tls.crt"), *key = secret_value(TLS_SECRET, "tls.key");
+	SG_CHECK(crt && key);
+	if (!crt || !key)
+		exit(1);
+	snprintf(path, sizeof(path), "%s/tls.crt", dir);
+	write_file(path, crt);
+	snprintf(path, sizeof(path), "%s/tls.key", dir);
+	write_file(path, key);
+	free(crt);
+	free(key);
+	SG_CHECK(kube_fx_env_value("KUBECONFIG", kubeconfig, sizeof(kubeconfig)) && kubeconfig[0]);
+	int port = free_port();
+	SG_CHECK(port > 0);
+	char a_kc[700], a_port[64], a_dir[700], log[700];
+	snprintf(a_kc, sizeof(a_kc), "--kubeconfig=%s", kubeconfig);
+	snprintf(a_port, sizeof(a_port), "--webhook-port=%d", port);
+	snprintf(a_dir, sizeof(a_dir), "--webhook-certificate-dir=%s", dir);
+	snprintf(log, sizeof(log), "%s/signet-trust.log", dir);
+	/* posix_spawn, not fork: this process has threads (the reconciler's,
+	 * the client's), and the child must do nothing before exec. */
+	char *const argv[] = {(char *)SIGNET_TRUST,
+	                      a_kc,
+	                      (char *)"--leader-elect=false",
+	                      (char *)"--metrics-port=0",
+	                      (char *)"--readiness-probe-port=0",
+	                      (char *)"--http-address=127.0.0.1",
+	                      (char *)"--webhook-host=127.0.0.1",
+	                      a_port,
+	                      a_dir,
+	                      (char *)"--trust-namespace=" NS,
+	                      NULL};
+	/* Its environment: ours, with TSan's suppressions for signet-trust
+	 * (tests/trust/tsan.supp: jansson's reference counts; this test
+	 * embeds them for itself, the program needs the file). */
+	size_t nenv = 0;
+	while (environ[nenv])
+		nenv++;
+	char **envp = calloc(nenv + 2, sizeof(*envp));
+	char tsan[1200];
+	const char *have = getenv("TSAN_OPTIONS");
+	snprintf(tsan, sizeof(tsan), "TSAN_OPTIONS=%s%ssuppressions=%s/tests/trust/tsan.supp", have ? have : "",
+	         have && *have ? ":" : "", SOURCE_DIR);
+	size_t m = 0;
+	for (size_t i = 0; envp && i < nenv; i++)
+		if (strncmp(environ[i], "TSAN_OPTIONS=", 13) != 0)
+			envp[m++] = environ[i];
+	if (envp)
+		envp[m] = tsan;
+	SG_CHECK(envp != NULL);
+	posix_spawn_file_actions_t fa;
+	pid_t pid = -1;
+	SG_CHECK(posix_spawn_file_actions_init(&fa) == 0 &&
+	         posix_spawn_file_actions_addopen(&fa, 1, log, O_WRONLY | O_CREAT | O_TRUNC, 0600) == 0 &&
+	         posix_spawn_file_actions_adddup2(&fa, 1, 2) == 0 &&
+	         posix_spawn(&pid, SIGNET_TRUST, &fa, NULL, argv, envp ? envp : environ) == 0);
+	posix_spawn_file_actions_destroy(&fa);
+	free(envp);
+	SG_CHECK(pid > 0);
+	SG_WAIT_FOR(WAIT_MS, port_open(port));
+
+	sg_trustmanager_free(tm);
+	tm = NULL;
+	sg_kube_ref svc = ref_in(NULL, "services", NS, "trust-manager");
+	SG_CHECK_OK(kube_fx_delete(k, svc));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, svc));
+	SG_CHECK_OK(kube_fx_create(k, ref_in(NULL, "services", NS, NULL),
+	                           json_pack("{s:s, s:s, s:{s:s, s:s}, s:{s:s, s:s}}", "apiVersion", "v1", "kind",
+	                                     "Service", "metadata", "name", "trust-manager", "namespace", NS, "spec",
+	                                     "type", "ExternalName", "externalName", "127.0.0.1")));
+	sg_kube_ref vref = ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager");
+	json_t *v = kube_fx_get(k, vref);
+	json_t *service = json_object_get(
+	    json_object_get(json_array_get(json_object_get(v, "webhooks"), 0), "clientConfig"), "service");
+	SG_CHECK(service != NULL);
+	json_object_set_new(service, "port", json_integer(port));
+	SG_CHECK_OK(sg_kube_update(k, &vref, v, NULL));
+	json_decref(v);
+
+	/* Refused at admission by the webhook: two kinds of source in one. */
+	sg_kube_ref bundles = {.group = "trust.cert-manager.io", .version = "v1alpha1", .resource = "bundles"};
+	int rc = kube_fx_create(
+	    k, bundles, bundle_obj("tm-webhook-bad", json_pack("[{s:s, s:b}]", "inLine", ca[0], "useDefaultCAs", 1)));
+	const sg_kube_status *st = sg_kube_last_status();
+	SG_CHECK(rc != SG_OK && st->code == 403 &&
+	         strstr(st->message, "admission webhook \"trust.cert-manager.io\" denied the request"));
+	if (rc == SG_OK || !strstr(st->message, "denied the request"))
+		fprintf(stderr, "  bad Bundle: rc %d, HTTP %ld: %s\n", rc, st->code, st->message);
+	bundles.name = "tm-webhook-bad";
+	SG_CHECK(!kube_fx_exists(k, bundles));
+	/* Allowed by it. */
+	bundles.name = NULL;
+	rc = kube_fx_create(k, bundles, bundle_obj("tm-webhook-good", json_pack("[{s:s}]", "inLine", ca[0])));
+	SG_CHECK_OK(rc);
+	if (rc != SG_OK)
+		fprintf(stderr, "  good Bundle: HTTP %ld: %s\n", sg_kube_last_status()->code,
+		        sg_kube_last_status()->message);
+	bundles.name = "tm-webhook-good";
+	SG_CHECK_OK(kube_fx_delete(k, bundles));
+
+	/* The operator again: it puts its Service and port back. */
+	kill(pid, SIGTERM);
+	int status = 0;
+	bool clean = waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+	SG_CHECK(clean);
+	if (!clean) /* what it said, the end of it */
+		dump_tail(log, status);
+	SG_CHECK_OK(kube_fx_delete(k, svc));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, svc));
+	start_reconciler(SG_TRUSTMANAGER_CA_FILE, bundle2);
+	SG_WAIT_FOR(WAIT_MS, all_exist());
+	SG_WAIT_FOR(WAIT_MS, vwc_port() == 443);
+	WAIT_IDLE();
+	check_webhook(false);
+	snprintf(path, sizeof(path), "%s/tls.crt", dir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/tls.key", dir);
+	unlink(path);
+	unlink(log);
+	rmdir(dir);
+#endif
+}
+
+/* With cert-manager's CRDs there, the webhook's certificate is its: the
+ * design's self-signed Issuer and Certificate (Secret trust-manager-tls)
+ * and the CA injection annotation, no Secret of ours. The CRDs are
+ * applied loose (no cert-manager runs); they stay, as on a shared server
+ * another test may hold them. */
+static void t_cert_manager(void)
+{
+	static const char *const crds[] = {"certificates", "Certificate", "issuers", "Issuer"};
+	for (size_t i = 0; i < 4 && !cert_manager_crds(); i += 2) {
+		char text[1200];
+		snprintf(text, sizeof(text),
+		         "{\"apiVersion\": \"apiextensions.k8s.io/v1\", \"kind\": \"CustomResourceDefinition\", "
+		         "\"metadata\": {\"name\": \"%s.cert-manager.io\"}, \"spec\": {\"group\": \"cert-manager.io\", "
+		         "\"names\": {\"kind\": \"%s\", \"plural\": \"%s\"}, \"scope\": \"Namespaced\", \"versions\": "
+		         "[{\"name\": \"v1\", \"served\": true, \"storage\": true, \"subresources\": {\"status\": {}}, "
+		         "\"schema\": {\"openAPIV3Schema\": {\"type\": \"object\", "
+		         "\"x-kubernetes-preserve-unknown-fields\": true}}}]}}",
+		         crds[i], crds[i + 1], crds[i]);
+		json_t *o = json_loads(text, 0, NULL);
+		SG_CHECK(o && kube_env_apply_json(k, o, "loose cert-manager CRD"));
+		json_decref(o);
+	}
+	SG_CHECK(cert_manager_crds());
+	tm_put("cluster", "{\"trustManagerConfig\": {}}");
+	sg_kube_ref cert = {
+	    .group = "cert-manager.io", .version = "v1", .resource = "certificates", .ns = NS, .name = "trust-manager"};
+	sg_kube_ref iss = cert;
+	iss.resource = "issuers";
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, cert) && kube_fx_exists(k, iss));
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, DEPLOY()));
+	SG_WAIT_FOR(WAIT_MS, annotation_is_set());
+	WAIT_IDLE();
+	check_webhook(true);
+	SG_CHECK(!kube_fx_exists(k, ref_in(NULL, "secrets", NS, TLS_SECRET)));
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	/* Deleted: the Issuer and Certificate go with the rest. */
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
+	SG_CHECK(!kube_fx_exists(k, cert) && !kube_fx_exists(k, iss));
+	SG_CHECK(!kube_fx_exists(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager")));
 }
 
 static void t_delete(void)
@@ -1229,6 +1719,140 @@ static void t_missing_namespace(void)
 	SG_CHECK(none_exist());
 }
 
+/* The test plays OpenShift's network operator: it writes the cluster's
+ * trusted CA bundle into the injection ConfigMap (another field manager's
+ * merge patch, as the network operator's update would be). */
+static void inject(const char *bundle)
+{
+	PATCH(ref_in(NULL, "configmaps", NS, INJ_CM), json_pack("{s:{s:s}}", "data", "ca-bundle.crt", bundle));
+}
+
+/* The OpenShift package in the ConfigMap is the one for the injection
+ * ConfigMap as it is now: version its resourceVersion, ncerts
+ * certificates, the pod template's hash that of its bundle. */
+static bool openshift_package_is(size_t ncerts)
+{
+	json_t *pkg = package_at(PKG_OS_KEY);
+	char *rv = kube_fx_rv(k, ref_in(NULL, "configmaps", NS, INJ_CM));
+	const char *name = json_string_value(json_object_get(pkg, "name"));
+	const char *ver = json_string_value(json_object_get(pkg, "version"));
+	const char *bundle = json_string_value(json_object_get(pkg, "bundle"));
+	char hash[65] = "";
+	if (bundle)
+		sha256_hex(bundle, hash);
+	bool ok = name && strcmp(name, "cert-manager-package-openshift") == 0 && ver && rv && strcmp(ver, rv) == 0 &&
+	          bundle && count(bundle, "-----BEGIN CERTIFICATE-----") == ncerts;
+	snprintf(seen, sizeof(seen), "package %s version %s (injection ConfigMap at %s), %zu certificates",
+	         name ? name : "(none)", ver ? ver : "-", rv ? rv : "-",
+	         bundle ? count(bundle, "-----BEGIN CERTIFICATE-----") : 0);
+	char why[sizeof(seen)];
+	memcpy(why, seen, sizeof(why));
+	ok = ok && template_hash_is(hash);
+	if (!ok)
+		memcpy(seen, why, sizeof(why));
+	free(rv);
+	json_decref(pkg);
+	return ok;
+}
+
+#define WAIT_OPENSHIFT_PACKAGE(n)                                                                                      \
+	do {                                                                                                           \
+		int f_ = sg_test_failures;                                                                             \
+		SG_WAIT_FOR(WAIT_MS, openshift_package_is(n));                                                         \
+		if (sg_test_failures != f_)                                                                            \
+			fprintf(stderr, "  want the package of %d certificates; have %s\n", (n), seen);                \
+	} while (0)
+
+static void t_openshift_package(void)
+{
+	/* The reconciler's default source: OpenShift's injection. */
+	sg_trustmanager_free(tm);
+	tm = NULL;
+	start_reconciler(SG_TRUSTMANAGER_CA_OPENSHIFT, NULL);
+	sg_kube_ref inj = ref_in(NULL, "configmaps", NS, INJ_CM);
+	tm_put("cluster", SAMPLE);
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, inj));
+	json_t *cm = kube_fx_get(k, inj);
+	const char *l = label(cm, "config.openshift.io/inject-trusted-cabundle");
+	SG_CHECK(l && strcmp(l, "true") == 0);
+	SG_CHECK(label(cm, "app") && strcmp(label(cm, "app"), APP) == 0);
+	SG_CHECK(json_object_size(json_object_get(cm, "data")) == 0);
+	json_decref(cm);
+
+	/* Waiting for the injection, said so; nothing else applied. */
+	WAIT_COND("cluster", "Ready", "False", "Progressing", "waiting for the cluster's trusted CA bundle");
+	SG_CHECK(cond_is("cluster", "Progressing", "True", "Progressing", "ca-bundle.crt"));
+	SG_CHECK(cond_is("cluster", "Degraded", "False", "Ready", NULL));
+	WAIT_IDLE();
+	SG_CHECK(!kube_fx_exists(k, DEPLOY()));
+	SG_CHECK(!kube_fx_exists(k, ref_in(NULL, "configmaps", NS, PKG_CM)));
+
+	/* Injected: a comment, three CAs and one twice; the package holds
+	 * three, mounted and named as the design says. */
+	char *text = malloc(strlen(ca[0]) * 5 + 100);
+	if (!text)
+		exit(1);
+	sprintf(text, "# cluster trusted CAs\n%s%s%s%s", ca[0], ca[1], ca[2], ca[1]);
+	inject(text);
+	SG_WAIT_FOR(WAIT_MS, kube_fx_exists(k, DEPLOY()));
+	WAIT_OPENSHIFT_PACKAGE(3);
+	WAIT_ARG("--default-package-location=/packages/" PKG_OS_KEY, true);
+	json_t *d = kube_fx_get(k, DEPLOY());
+	const json_t *pspec = json_object_get(json_object_get(json_object_get(d, "spec"), "template"), "spec");
+	const char *vcm = json_string_value(json_object_get(
+	    json_object_get(json_array_get(json_object_get(pspec, "volumes"), 1), "configMap"), "name"));
+	SG_CHECK(vcm && strcmp(vcm, PKG_CM) == 0);
+	const json_t *mount = json_array_get(json_object_get(container_of(d), "volumeMounts"), 1);
+	SG_CHECK(json_string_value(json_object_get(mount, "mountPath")) &&
+	         strcmp(json_string_value(json_object_get(mount, "mountPath")), "/packages") == 0);
+	check_signet_trust_parses(json_object_get(container_of(d), "args"));
+	json_decref(d);
+	/* signet-trust reads the file as trust-manager would. */
+	json_t *pcm = kube_fx_get(k, ref_in(NULL, "configmaps", NS, PKG_CM));
+	const char *ptext = json_string_value(json_object_get(json_object_get(pcm, "data"), PKG_OS_KEY));
+	sg_trust_package *pkg = NULL;
+	SG_CHECK(ptext && sg_trust_package_parse(&pkg, ptext, strlen(ptext), PKG_OS_KEY) == SG_OK);
+	SG_CHECK(pkg && strncmp(sg_trust_package_id(pkg), "cert-manager-package-openshift-", 31) == 0);
+	sg_trust_package_free(pkg);
+	json_decref(pcm);
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+
+	/* The network operator injects a new bundle: formatted again, and
+	 * the pods roll. */
+	int64_t dgen = generation_of(DEPLOY());
+	sprintf(text, "%s%s%s%s", ca[0], ca[1], ca[2], ca[3]);
+	inject(text);
+	WAIT_OPENSHIFT_PACKAGE(4);
+	SG_CHECK(generation_of(DEPLOY()) > dgen);
+	WAIT_STATE(progressing, "cluster");
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+
+	/* A bundle that is not PEM: Failed, saying why; the operand keeps
+	 * its package. */
+	WAIT_IDLE();
+	char *drv = kube_fx_rv(k, DEPLOY());
+	inject("no certificate here\n");
+	WAIT_COND("cluster", "Degraded", "True", "Failed", "the injected CA bundle cannot be used");
+	WAIT_IDLE();
+	char *drv2 = kube_fx_rv(k, DEPLOY());
+	SG_CHECK(drv && drv2 && strcmp(drv, drv2) == 0);
+	SG_CHECK(package_certs_at(PKG_OS_KEY) == 4);
+	free(drv);
+	free(drv2);
+	inject(text);
+	WAIT_STATE(ready, "cluster");
+	free(text);
+
+	/* Deleted: both ConfigMaps go with the rest. */
+	SG_CHECK_OK(kube_fx_delete(k, tm_ref("cluster")));
+	SG_WAIT_FOR(WAIT_MS, !kube_fx_exists(k, tm_ref("cluster")));
+	SG_CHECK(!kube_fx_exists(k, inj));
+	SG_CHECK(none_exist());
+}
+
 static void t_metrics(void)
 {
 	sg_metrics *reg = NULL;
@@ -1256,5 +1880,7 @@ static void t_stop(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sample), SG_TEST(t_ready), SG_TEST(t_degraded), SG_TEST(t_spec_change),
-             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_package_change), SG_TEST(t_delete),
-             SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_metrics), SG_TEST(t_stop))
+             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_renew), SG_TEST(t_package_change),
+             SG_TEST(t_webhook_call), SG_TEST(t_delete), SG_TEST(t_recreate), SG_TEST(t_second),
+             SG_TEST(t_missing_namespace), SG_TEST(t_openshift_package), SG_TEST(t_cert_manager), SG_TEST(t_metrics),
+             SG_TEST(t_stop))
