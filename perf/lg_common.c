@@ -737,6 +737,12 @@ int lg_tokens_load(lg_tokens **out, const char *dir, const char *trust_domain)
 	return SG_OK;
 }
 
+void lg_tokens_wipe(lg_tokens *p)
+{
+	if (p && p->map)
+		sg_wipe(p->map, p->map_len);
+}
+
 void lg_tokens_free(lg_tokens *p)
 {
 	if (!p)
@@ -766,6 +772,11 @@ const char *lg_tokens_take(lg_tokens *p, size_t i)
 	return p->map + p->off[k];
 }
 
+const char *lg_tokens_again(const lg_tokens *p, size_t i)
+{
+	return p->map + p->off[i % p->n];
+}
+
 void lg_tokens_idset(const lg_tokens *p, lg_idset *out)
 {
 	*out = (lg_idset){(const char *const *)p->names, p->n_names, p->ident, p->n};
@@ -781,4 +792,34 @@ void lg_tokens_usage(const lg_tokens *p, size_t *distinct, uint64_t *max_uses)
 		if (u > *max_uses)
 			*max_uses = u;
 	}
+}
+
+lg_token_use lg_token_use_of(const lg_tokens *pool, bool one_token)
+{
+	lg_token_use u = {.source = pool ? "pool" : one_token ? "file" : "none"};
+	if (pool) {
+		u.pool = pool->n;
+		lg_tokens_usage(pool, &u.distinct, &u.max_uses);
+	}
+	return u;
+}
+
+void lg_token_use_print(const lg_token_use *u)
+{
+	if (strcmp(u->source, "file") == 0)
+		printf("  tokens  one (--token-file), reused by every request: a verification or review cache "
+		       "answers all but the first\n");
+	else if (strcmp(u->source, "pool") == 0)
+		printf("  tokens  pool of %zu (--token-dir): %zu distinct used over the whole run; most uses of one "
+		       "token %llu, so the pool wrapped %llu times%s\n",
+		       u->pool, u->distinct, (unsigned long long)u->max_uses,
+		       (unsigned long long)(u->max_uses ? u->max_uses - 1 : 0),
+		       u->max_uses > 1 ? " (reused tokens: a cache may answer those)" : "");
+}
+
+json_t *lg_token_use_json(const lg_token_use *u)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I}", "source", u->source, "pool", (json_int_t)u->pool, "distinct",
+	                 (json_int_t)u->distinct, "max_uses", (json_int_t)u->max_uses, "wraps",
+	                 (json_int_t)(u->max_uses ? u->max_uses - 1 : 0));
 }

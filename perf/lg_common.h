@@ -18,6 +18,7 @@
 #include "sg_error.h"
 #include "sg_secret.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -108,14 +109,35 @@ typedef struct lg_tokens lg_tokens;
  * in one mapping left out of core dumps and wiped by lg_tokens_free. */
 int lg_tokens_load(lg_tokens **out, const char *dir, const char *trust_domain) SG_MUST_CHECK;
 void lg_tokens_free(lg_tokens *p);
+/* Wipes the tokens but keeps the identities (for answers still in flight
+ * when the pool cannot be freed); accepts NULL. */
+void lg_tokens_wipe(lg_tokens *p);
 size_t lg_tokens_count(const lg_tokens *p);
 /* "Bearer <token>" for request i (token i mod count), counting the use;
- * any thread. */
+ * any thread. lg_tokens_again: the same without counting, for a retry of
+ * request i (a pod that retries presents its token again). */
 const char *lg_tokens_take(lg_tokens *p, size_t i);
+const char *lg_tokens_again(const lg_tokens *p, size_t i);
 /* The identities of the pool's tokens, for lg_items_make_ids: CSR i then
  * names the identity of request i's token. */
 void lg_tokens_idset(const lg_tokens *p, lg_idset *out);
 /* How many tokens were used at least once, and the most uses of one. */
 void lg_tokens_usage(const lg_tokens *p, size_t *distinct, uint64_t *max_uses);
+
+/* Which tokens a run sent: none, one reused (--token-file), or a pool's,
+ * with how many of them were used and the most uses of one (1: no token
+ * sent twice; k: the pool wrapped k - 1 times). */
+typedef struct lg_token_use {
+	const char *source; /* "none", "file", "pool" */
+	size_t pool, distinct;
+	uint64_t max_uses;
+} lg_token_use;
+
+lg_token_use lg_token_use_of(const lg_tokens *pool, bool one_token);
+/* One report line (nothing for "none"). */
+void lg_token_use_print(const lg_token_use *u);
+/* {"source", "pool", "distinct", "max_uses", "wraps"}; NULL when out of
+ * memory. The caller owns the reference. */
+json_t *lg_token_use_json(const lg_token_use *u);
 
 #endif

@@ -907,36 +907,9 @@ static lg_pauses pauses_of(lg_pause_watch *w, const lg_phase *ph)
 	return r;
 }
 
-/* Which tokens the run sent (warm-up included): none, one reused, or a
- * pool's, with how many of them were used and how often the most used one
- * was (1: no token sent twice; k: the pool wrapped k - 1 times). */
-typedef struct lg_token_use {
-	const char *source; /* "none", "file", "pool" */
-	size_t pool, distinct;
-	uint64_t max_uses;
-} lg_token_use;
-
 static lg_token_use token_use_of(const lg_creds *cr)
 {
-	lg_token_use u = {.source = cr->pool ? "pool" : cr->auth ? "file" : "none"};
-	if (cr->pool) {
-		u.pool = lg_tokens_count(cr->pool);
-		lg_tokens_usage(cr->pool, &u.distinct, &u.max_uses);
-	}
-	return u;
-}
-
-static void print_token_use(const lg_token_use *u)
-{
-	if (strcmp(u->source, "file") == 0)
-		printf("  tokens  one (--token-file), reused by every request: a verification or review cache "
-		       "answers all but the first\n");
-	else if (strcmp(u->source, "pool") == 0)
-		printf("  tokens  pool of %zu (--token-dir): %zu distinct used, warm-up included; most uses of one "
-		       "token %llu, so the pool wrapped %llu times%s\n",
-		       u->pool, u->distinct, (unsigned long long)u->max_uses,
-		       (unsigned long long)(u->max_uses ? u->max_uses - 1 : 0),
-		       u->max_uses > 1 ? " (reused tokens: a cache may answer those)" : "");
+	return lg_token_use_of(cr->pool, cr->auth != NULL);
 }
 
 /* Throughput is OK responses over the time from the phase's start to its
@@ -962,9 +935,7 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		                                     (json_int_t)pz->clean_n, "untouched_p99_ms", pz->clean_p99,
 		                                     "untouched_p999_ms", pz->clean_p999)
 		                         : json_null();
-		json_t *tj = json_pack("{s:s, s:I, s:I, s:I, s:I}", "source", tu->source, "pool", (json_int_t)tu->pool,
-		                       "distinct", (json_int_t)tu->distinct, "max_uses", (json_int_t)tu->max_uses,
-		                       "wraps", (json_int_t)(tu->max_uses ? tu->max_uses - 1 : 0));
+		json_t *tj = lg_token_use_json(tu);
 		json_t *o = json_pack(
 		    "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, "
 		    "s:o, s:o, s:o, s:o}",
@@ -996,7 +967,7 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		       ds.p99, ds.p999, ds.max);
 		printf("  starts more than 1 ms behind schedule: %zu\n", atomic_load(&ph->n_late));
 	}
-	print_token_use(tu);
+	lg_token_use_print(tu);
 	if (pz->watched) {
 		printf("  machine pauses (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, %.1f ms in all, "
 		       "longest %.1f ms%s\n",
@@ -1129,7 +1100,14 @@ static int run(lg_args *a)
 		lg_pause_free(pw);
 	}
 	lg_token_use tu = token_use_of(&cr);
-	creds_clear(&cr); /* calls copy their metadata: safe even after a timeout */
+	if (rc == SG_ETIMEOUT) {
+		/* Calls in flight copied their metadata, so the tokens can go,
+		 * but their answers are checked against identities the pool
+		 * holds: it stays (as items and phases do) until exit. */
+		lg_tokens_wipe(cr.pool);
+		cr.pool = NULL;
+	}
+	creds_clear(&cr);
 	if (rc == SG_OK && a->latency_file)
 		rc = write_latencies(a->latency_file, &phases[1]);
 	if (rc == SG_OK) {
