@@ -54,7 +54,13 @@
  *   certificate (and the ceiling run had no failure).
  *
  * The bearer token comes from a file (never argv) readable only by its
- * owner, is held in an sg_secret and is sent only over TLS.
+ * owner, is held in an sg_secret and is sent only over TLS. With
+ * --token-dir (a pool, lg_common.h) each client is a pod with a token of
+ * its own: item i (ceiling requests first, then the clients) presents
+ * token i mod the pool's size and its CSR names that token's identity; a
+ * client's retries present its token again (counted once: a pod retrying is
+ * still one pod), so a pool of ceiling-requests + clients tokens sends no
+ * token twice but for retries.
  */
 #include "lg_common.h"
 #include "sg_clock.h"
@@ -96,6 +102,8 @@ typedef struct hd_args {
 	int64_t csr_threads;
 	int64_t server_pid;
 	char *token_file;
+	char *token_dir;
+	char *trust_domain;
 	char *ca_file;
 	char *server_name;
 	char *identity;
@@ -141,11 +149,18 @@ static const sg_opt opts[] = {
     ROW("server-pid", SG_OPT_INT, server_pid, "0", 0, 4194304,
         "sample this process's memory (/proc/PID/status VmRSS, VmHWM) through the run (0: none)"),
     ROW("token-file", SG_OPT_PATH, token_file, NULL, 0, 0,
-        "file (mode 0600) holding the bearer token; never pass a token in argv"),
+        "file (mode 0600) holding ONE bearer token every client sends (a server's verification or review "
+        "cache answers all but the first; see --token-dir); never pass a token in argv"),
+    ROW("token-dir", SG_OPT_PATH, token_dir, NULL, 0, 0,
+        "a pool, one token per file (as loadgen's --token-dir; perf/tokenpool.py): ceiling request i, then "
+        "client c, sends token (i or ceiling-requests + c) mod the pool's size, retries the same one; each CSR "
+        "names its token's identity from the token's claims (--identity is then unused)"),
+    ROW("trust-domain", SG_OPT_STRING, trust_domain, "cluster.local", 1, 253,
+        "with --token-dir: the trust domain of the identities, spiffe://DOMAIN/ns/NS/sa/SA"),
     ROW("ca-file", SG_OPT_PATH, ca_file, NULL, 0, 0, "roots to verify the server with (TLS); without it, plaintext"),
     ROW("server-name", SG_OPT_STRING, server_name, "localhost", 0, 253, "TLS name to verify"),
     ROW("identity", SG_OPT_STRING, identity, "spiffe://cluster.local/ns/default/sa/default", 0, 1024,
-        "URI SAN of the CSRs (must be the token's identity)"),
+        "URI SAN of the CSRs (must be the token's identity; not with --token-dir)"),
     ROW("cluster-id", SG_OPT_STRING, cluster_id, "Kubernetes", 0, 253, "clusterid header (empty: none)"),
     ROW("json", SG_OPT_BOOL, json, "false", 0, 0, "print the result as one JSON line"),
 };
@@ -180,6 +195,7 @@ typedef struct hd_client {
 	hd_cq *q;
 	hd_chan *chan;
 	size_t idx;         /* its CSR */
+	bool presented;     /* its token was sent once (the pool counts first uses) */
 	unsigned attempt;   /* calls made in the current inner loop */
 	unsigned rounds;    /* inner loops that failed */
 	bool reconnect;     /* re-dial before the next attempt */
@@ -205,8 +221,11 @@ struct hd {
 	const hd_args *a;
 	lg_item *items;
 	size_t nitems;
-	sg_grpc_md md[2];
+	size_t item_off;  /* items is advanced this far into the CSRs for the herd */
+	sg_grpc_md md[2]; /* md[0] is the authorization, per call with a pool */
 	size_t nmd;
+	lg_tokens *pool; /* or NULL */
+	bool one_token;  /* --token-file */
 	const char *root;
 	char addr[96];
 	hd_cq *qs;
@@ -470,10 +489,17 @@ static void attempt_start(hd_client *c)
 		c->reconnect = false;
 	}
 	const lg_item *it = &h->items[c->idx];
+	sg_grpc_md md[2];
+	memcpy(md, h->md, sizeof(md));
+	if (h->pool) { /* copied by the call */
+		size_t i = h->item_off + c->idx;
+		md[0].value = c->presented ? lg_tokens_again(h->pool, i) : lg_tokens_take(h->pool, i);
+		c->presented = true;
+	}
 	c->attempt++;
 	atomic_fetch_add(&h->c.requests, 1);
 	atomic_fetch_add(&h->in_flight, 1);
-	if (sg_grpc_call_start(c->q->client, c->chan->ch, SG_ISTIO_METHOD, h->md, h->nmd, it->body, it->body_len,
+	if (sg_grpc_call_start(c->q->client, c->chan->ch, SG_ISTIO_METHOD, md, h->nmd, it->body, it->body_len,
 	                       (uint64_t)h->a->timeout * NS_PER_S, on_herd_reply, c) < 0)
 		on_herd_reply(CODE_START_FAILED, sg_error_last()->msg, NULL, 0, c);
 }
@@ -526,7 +552,8 @@ static const char *check_answer(hd *h, hd_cq *q, size_t idx, const uint8_t *resp
 		return "undecodable";
 	if (chain.n < 2)
 		return "chain shorter than 2";
-	return lg_check_leaf(chain.elems[0], chain.lens[0], &h->items[idx], h->a->identity, q->der, sizeof(q->der));
+	return lg_check_leaf(chain.elems[0], chain.lens[0], &h->items[idx], h->items[idx].identity, q->der,
+	                     sizeof(q->der));
 }
 
 /* The first message of each kind of failure, once, on stderr. */
@@ -607,8 +634,12 @@ static void ceil_start(hd_slot *s)
 		return;
 	s->idx = i;
 	const lg_item *it = &h->items[i];
+	sg_grpc_md md[2];
+	memcpy(md, h->md, sizeof(md));
+	if (h->pool)
+		md[0].value = lg_tokens_take(h->pool, i); /* the ceiling runs before the shift */
 	atomic_fetch_add(&h->ceil_c.requests, 1);
-	if (sg_grpc_call_start(s->q->client, s->chan->ch, SG_ISTIO_METHOD, h->md, h->nmd, it->body, it->body_len,
+	if (sg_grpc_call_start(s->q->client, s->chan->ch, SG_ISTIO_METHOD, md, h->nmd, it->body, it->body_len,
 	                       (uint64_t)h->a->timeout * NS_PER_S, on_ceil_reply, s) < 0)
 		on_ceil_reply(CODE_START_FAILED, sg_error_last()->msg, NULL, 0, s);
 }
@@ -764,6 +795,8 @@ static void report(const hd *h, const hd_result *r)
 		    r->served_p50_ms, "served_p99_ms", r->served_p99_ms, "served_max_ms", r->served_max_ms, "codes",
 		    codes ? codes : json_null());
 		if (o) {
+			lg_token_use tu = lg_token_use_of(h->pool, h->one_token);
+			json_object_set_new(o, "tokens", lg_token_use_json(&tu));
 			json_object_set_new(o, "vmhwm_kb", json_integer((json_int_t)r->hwm_kb));
 			json_object_set_new(o, "rss_after_kb", json_integer((json_int_t)r->rss_after_kb));
 			json_object_set_new(o, "server_cpu_s", json_real(r->server_cpu_s));
@@ -792,6 +825,8 @@ static void report(const hd *h, const hd_result *r)
 	       (unsigned long long)atomic_load(&h->c.outer_retries), (unsigned long long)atomic_load(&h->c.reconnects),
 	       r->chans_peak);
 	printf("  CPU from the release to the end: server %.2f s, herd %.2f s\n", r->server_cpu_s, r->herd_cpu_s);
+	lg_token_use tu = lg_token_use_of(h->pool, h->one_token);
+	lg_token_use_print(&tu);
 	printf("  answers:");
 	for (int k = 0; k <= MAX_CODE; k++) {
 		uint64_t v = atomic_load(&h->c.by_code[k]);
@@ -923,8 +958,11 @@ static int run(const hd_args *a)
 	lg_target t;
 	SG_TRY(lg_parse_target(a->target, &t));
 	SG_ENSURE(t.kind == LG_GRPC, SG_EINVAL, "--target must be grpc://");
-	SG_ENSURE(!a->token_file || a->ca_file, SG_EINVAL,
-	          "--token-file needs --ca-file: a bearer token is sent only over TLS");
+	SG_ENSURE(!(a->token_file && a->token_dir), SG_EINVAL, "--token-file and --token-dir exclude each other");
+	SG_ENSURE((!a->token_file && !a->token_dir) || a->ca_file, SG_EINVAL,
+	          "--token-file and --token-dir need --ca-file: a bearer token is sent only over TLS");
+	SG_ENSURE(!strchr(a->trust_domain, '/') && !strchr(a->trust_domain, ':'), SG_EINVAL,
+	          "--trust-domain is a name, without scheme or path");
 	size_t nclients = (size_t)a->connections * (size_t)a->calls_per_connection;
 	SG_ENSURE(nclients <= 2000000, SG_EINVAL, "%zu clients (max 2000000)", nclients);
 	/* Proxies from the environment would take requests off loopback. */
@@ -945,9 +983,14 @@ static int run(const hd_args *a)
 	int rc = a->ca_file ? lg_read_file(a->ca_file, 1 << 20, &root) : SG_OK;
 	if (rc == SG_OK && a->token_file)
 		rc = lg_bearer(a->token_file, &auth);
+	if (rc == SG_OK && a->token_dir)
+		rc = lg_tokens_load(&h->pool, a->token_dir, a->trust_domain);
 	h->root = root;
+	h->one_token = auth != NULL;
 	if (auth)
 		h->md[h->nmd++] = (sg_grpc_md){"authorization", sg_secret_cstr(auth)};
+	else if (h->pool)
+		h->md[h->nmd++] = (sg_grpc_md){"authorization", NULL}; /* set per call */
 	if (a->cluster_id && a->cluster_id[0])
 		h->md[h->nmd++] = (sg_grpc_md){"clusterid", a->cluster_id};
 
@@ -956,8 +999,20 @@ static int run(const hd_args *a)
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned threads = a->csr_threads ? (unsigned)a->csr_threads : (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1);
 	uint64_t t0 = sg_now_ns();
-	if (rc == SG_OK)
+	if (rc == SG_OK && h->pool) {
+		/* CSR i names the identity of the token item i sends. */
+		lg_idset ids;
+		lg_tokens_idset(h->pool, &ids);
+		if (!a->json)
+			printf("herd: %zu tokens in %s, %zu identities from their claims; %zu ceiling requests + %zu "
+			       "clients: %s\n",
+			       lg_tokens_count(h->pool), a->token_dir, ids.n_names, nceil, nclients,
+			       h->nitems > lg_tokens_count(h->pool) ? "the pool will wrap (tokens reused)"
+			                                            : "no token sent twice but for retries");
+		rc = lg_items_make_ids(&h->items, h->nitems, threads, LG_GRPC, &ids, 3600);
+	} else if (rc == SG_OK) {
 		rc = lg_items_make(&h->items, h->nitems, threads, LG_GRPC, a->identity, 3600);
+	}
 	if (rc == SG_OK && !a->json)
 		printf("herd: %zu distinct P-256 CSRs made in %.1f s on %u threads\n", h->nitems,
 		       (double)(sg_now_ns() - t0) / 1e9, threads);
@@ -984,8 +1039,10 @@ static int run(const hd_args *a)
 	if (rc == SG_OK) {
 		r.ideal_s = r.ceiling > 0 ? (double)nclients / r.ceiling : 0;
 		h->items += nceil; /* the herd's CSRs follow the ceiling's */
+		h->item_off = nceil;
 		rc = run_herd(h, &mem, &r);
 		h->items -= nceil;
+		h->item_off = 0;
 	}
 	if (mem.running) {
 		atomic_store(&mem.stop, true);
@@ -1000,8 +1057,10 @@ static int run(const hd_args *a)
 	}
 	if (rc == SG_ETIMEOUT) {
 		/* Calls are still in flight: freeing their state would be a use
-		 * after free. Report and let exit() take the process down. */
+		 * after free. Report and let exit() take the process down. The
+		 * pool's identities check their answers: only its tokens go. */
 		sg_secret_free(auth);
+		lg_tokens_wipe(h->pool);
 		return rc;
 	}
 	sg_error e;
@@ -1010,6 +1069,7 @@ static int run(const hd_args *a)
 	lg_items_free(h->items, h->nitems);
 	free(root);
 	sg_secret_free(auth);
+	lg_tokens_free(h->pool);
 	pthread_mutex_destroy(&h->mu);
 	pthread_cond_destroy(&h->cv);
 	pthread_cond_destroy(&h->done_cv);

@@ -8,9 +8,15 @@
  * template is made once by OpenSSL and each CSR patches its point in and
  * signs the bytes. The first CSR of every thread is checked by OpenSSL's
  * X509_REQ_verify (and the server verifies every one).
+ *
+ * The token pool (a directory of token files, one per simulated pod) is
+ * described where it is read, below. MAP_ANONYMOUS and MADV_DONTDUMP are
+ * beyond POSIX, hence _DEFAULT_SOURCE (as in common/sg_secret.c).
  */
+#define _DEFAULT_SOURCE
 #include "lg_common.h"
 
+#include "sg_base64.h"
 #include "sg_csr.h"
 #include "sg_der.h"
 #include "sg_guard.h"
@@ -19,6 +25,7 @@
 #include "sg_ossl.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <openssl/core_names.h>
@@ -26,9 +33,12 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 
 /* ---- the target --------------------------------------------------------- */
 
@@ -112,7 +122,8 @@ typedef struct csr_job {
 	lg_item *items;
 	size_t from, to;
 	lg_kind kind;
-	const csr_template *tpl;
+	const csr_template *tpls; /* one per identity of ids */
+	const lg_idset *ids;
 	int64_t ttl;
 	sg_error err;
 	int rc;
@@ -307,7 +318,9 @@ static int csr_range(csr_job *j)
 	for (size_t i = j->from; i < j->to && rc == SG_OK; i++) {
 		char *pem = NULL;
 		size_t pem_len = 0;
-		rc = make_csr(kctx, j->tpl, &pem, &pem_len, &j->items[i]);
+		size_t k = j->ids->of ? j->ids->of[i % j->ids->n_of] : 0;
+		j->items[i].identity = j->ids->names[k];
+		rc = make_csr(kctx, &j->tpls[k], &pem, &pem_len, &j->items[i]);
 		if (rc == SG_OK && i == j->from)
 			rc = check_csr(pem, pem_len);
 		if (rc == SG_OK)
@@ -327,17 +340,23 @@ static void *csr_thread(void *p)
 }
 
 /* Makes n distinct CSRs on `threads` threads (key generation dominates and
- * the run has not started, so all CPUs may be used). */
-int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const char *identity, int64_t ttl)
+ * the run has not started, so all CPUs may be used), from a template per
+ * identity. */
+int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids, int64_t ttl)
 {
+	*out = NULL;
+	SG_ENSURE(ids->n_names >= 1 && ids->n_names <= LG_TOKENS_IDENTITIES_MAX && (!ids->of || ids->n_of >= 1),
+	          SG_EINVAL, "%zu identities for the CSRs (1 to %d)", ids->n_names, LG_TOKENS_IDENTITIES_MAX);
 	lg_item *items = calloc(n, sizeof(*items));
 	SG_ENSURE(items, SG_EINTERNAL, "out of memory for %zu requests", n);
 	*out = items;
-	csr_template tpl;
+	csr_template *tpls SG_AUTOFREE = calloc(ids->n_names, sizeof(*tpls));
+	SG_ENSURE(tpls, SG_EINTERNAL, "out of memory for %zu CSR templates", ids->n_names);
 	{
 		EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
 		SG_TRY(p256_keygen(&kctx));
-		SG_TRY(make_template(kctx, identity, &tpl));
+		for (size_t k = 0; k < ids->n_names; k++)
+			SG_TRY(make_template(kctx, ids->names[k], &tpls[k]));
 	}
 	if (threads > n)
 		threads = (unsigned)n;
@@ -345,7 +364,7 @@ int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const
 	pthread_t tids[64];
 	unsigned started = 0;
 	for (unsigned t = 0; t < threads; t++) {
-		jobs[t] = (csr_job){items, n * t / threads, n * (t + 1) / threads, kind, &tpl, ttl, {0}, 0};
+		jobs[t] = (csr_job){items, n * t / threads, n * (t + 1) / threads, kind, tpls, ids, ttl, {0}, 0};
 		if (pthread_create(&tids[t], NULL, csr_thread, &jobs[t]) != 0)
 			break;
 		started++;
@@ -359,6 +378,13 @@ int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const
 		}
 	}
 	return rc;
+}
+
+int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const char *identity, int64_t ttl)
+{
+	const char *names[] = {identity};
+	lg_idset ids = {names, 1, NULL, 0};
+	return lg_items_make_ids(out, n, threads, kind, &ids, ttl);
 }
 
 void lg_items_free(lg_item *items, size_t n)
@@ -428,4 +454,372 @@ int lg_bearer(const char *path, sg_secret **out)
 	sg_wipe(v, cap);
 	free(v);
 	return rc;
+}
+/* ---- the token pool ------------------------------------------------------
+ *
+ * Loaded in three steps so that nothing is allocated past a limit: the
+ * directory's names are listed (at most LG_TOKENS_MAX), their sizes summed
+ * from stat (at most LG_TOKENS_BYTES_MAX), then one mapping of that size
+ * is made and each file is read into it through sg_secret_from_file, the
+ * same owner-only check --token-file has. The mapping is left out of core
+ * dumps (as sg_secret's pages are) and wiped on free; it is not locked, as
+ * a pool may be megabytes and RLIMIT_MEMLOCK is small.
+ *
+ * The identity comes from the token's own claims, read without verifying
+ * the signature: the server verifies it, and a wrong identity only makes
+ * its requests fail, which the run reports. Holding identities beside the
+ * tokens (a side file) would be one more thing to keep in step. */
+
+struct lg_tokens {
+	char *map; /* "Bearer <token>\0" one after another */
+	size_t map_len;
+	size_t *off;     /* token k's value at map + off[k] */
+	uint32_t *ident; /* token k's identity: names[ident[k]] */
+	char **names;
+	size_t n, n_names;
+	_Atomic uint64_t *uses;
+};
+
+typedef struct tok_name {
+	char *name;
+	size_t size; /* bytes by stat */
+} tok_name;
+
+static int cmp_tok_name(const void *a, const void *b)
+{
+	return strcmp(((const tok_name *)a)->name, ((const tok_name *)b)->name);
+}
+
+static void tok_names_free(tok_name *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		free(v[i].name);
+	free(v);
+}
+
+/* The non-hidden names of dir, sorted, with their sizes. */
+static int list_tokens(const char *dir, tok_name **out, size_t *count, size_t *bytes)
+{
+	DIR *d = opendir(dir);
+	SG_ENSURE(d, errno == ENOENT ? SG_ENOTFOUND : SG_EINVAL, "--token-dir %s: %s", dir, strerror(errno));
+	tok_name *v = NULL;
+	size_t n = 0, cap = 0, sum = 0;
+	int rc = SG_OK;
+	struct dirent *e;
+	while (rc == SG_OK && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue; /* ".", "..", and a kubelet volume's ..data links */
+		if (n == LG_TOKENS_MAX) {
+			rc = sg_error_set(SG_EINVAL, "--token-dir %s holds more than %d tokens", dir, LG_TOKENS_MAX);
+			break;
+		}
+		struct stat st;
+		if (fstatat(dirfd(d), e->d_name, &st, 0) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+		    st.st_size > SG_SECRET_MAX) {
+			rc = sg_error_set(SG_EINVAL, "--token-dir: %s/%s is not a regular file of 1 to %d bytes", dir,
+			                  e->d_name, SG_SECRET_MAX);
+			break;
+		}
+		sum += (size_t)st.st_size + 8; /* "Bearer " and the NUL */
+		if (sum > LG_TOKENS_BYTES_MAX) {
+			rc = sg_error_set(SG_EINVAL, "--token-dir %s holds more than %u bytes of tokens", dir,
+			                  LG_TOKENS_BYTES_MAX);
+			break;
+		}
+		if (n == cap) {
+			size_t ncap = cap ? 2 * cap : 256;
+			tok_name *nv = realloc(v, ncap * sizeof(*v));
+			if (!nv) {
+				rc = sg_error_set(SG_EINTERNAL, "out of memory listing %s", dir);
+				break;
+			}
+			v = nv;
+			cap = ncap;
+		}
+		v[n].size = (size_t)st.st_size;
+		v[n].name = strdup(e->d_name);
+		if (!v[n].name)
+			rc = sg_error_set(SG_EINTERNAL, "out of memory listing %s", dir);
+		else
+			n++;
+	}
+	closedir(d);
+	if (rc == SG_OK && n == 0)
+		rc = sg_error_set(SG_EINVAL, "--token-dir %s holds no token files", dir);
+	if (rc < 0) {
+		tok_names_free(v, n);
+		return rc;
+	}
+	qsort(v, n, sizeof(*v), cmp_tok_name);
+	*out = v;
+	*count = n;
+	*bytes = sum;
+	return SG_OK;
+}
+
+/* A Kubernetes namespace or service account name: DNS-1123 characters. */
+static bool k8s_name(const char *s)
+{
+	size_t n = s ? strlen(s) : 0;
+	if (n == 0 || n > 253)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= '0' && s[i] <= '9') || s[i] == '-' || s[i] == '.'))
+			return false;
+	return true;
+}
+
+/* spiffe://<td>/ns/<ns>/sa/<sa> from the token's payload claims. */
+static int token_identity(const char *tok, size_t len, const char *td, char *out, size_t cap)
+{
+	const char *dot1 = memchr(tok, '.', len);
+	const char *dot2 = dot1 ? memchr(dot1 + 1, '.', len - (size_t)(dot1 + 1 - tok)) : NULL;
+	SG_ENSURE(dot2, SG_EINVAL, "not a JWT (header.payload.signature)");
+	uint8_t payload[SG_SECRET_MAX];
+	size_t plen = 0;
+	int rc = sg_b64_decode(SG_B64_URL, dot1 + 1, (size_t)(dot2 - dot1 - 1), payload, sizeof(payload), &plen);
+	json_t *c = rc == SG_OK ? json_loadb((const char *)payload, plen, 0, NULL) : NULL;
+	sg_wipe(payload, sizeof(payload));
+	SG_ENSURE(c, SG_EINVAL, "its payload is not base64url JSON");
+	char ns[254] = "", sa[254] = "";
+	json_t *k8s = json_object_get(c, "kubernetes.io");
+	const char *kns = json_string_value(json_object_get(k8s, "namespace"));
+	const char *ksa = json_string_value(json_object_get(json_object_get(k8s, "serviceaccount"), "name"));
+	const char *sub = json_string_value(json_object_get(c, "sub"));
+	static const char prefix[] = "system:serviceaccount:";
+	if (kns && ksa) {
+		snprintf(ns, sizeof(ns), "%s", kns);
+		snprintf(sa, sizeof(sa), "%s", ksa);
+	} else if (sub && strncmp(sub, prefix, sizeof(prefix) - 1) == 0 && strchr(sub + sizeof(prefix) - 1, ':')) {
+		const char *rest = sub + sizeof(prefix) - 1, *colon = strchr(rest, ':');
+		snprintf(ns, sizeof(ns), "%.*s", (int)(colon - rest), rest);
+		snprintf(sa, sizeof(sa), "%s", colon + 1);
+	}
+	json_decref(c);
+	SG_ENSURE(k8s_name(ns) && k8s_name(sa), SG_EINVAL,
+	          "its claims name no service account (kubernetes.io or sub system:serviceaccount:NS:SA)");
+	int n = snprintf(out, cap, "spiffe://%s/ns/%s/sa/%s", td, ns, sa);
+	SG_ENSURE(n > 0 && (size_t)n < cap, SG_EINVAL, "its identity is too long");
+	return SG_OK;
+}
+
+typedef struct tok_ident {
+	char *uri;
+	uint32_t tok;
+} tok_ident;
+
+static int cmp_tok_ident(const void *a, const void *b)
+{
+	return strcmp(((const tok_ident *)a)->uri, ((const tok_ident *)b)->uri);
+}
+
+/* Reads token k of the listing into the mapping at *at; its identity into
+ * ids[k]. */
+static int read_token(lg_tokens *p, const char *dir, const tok_name *tn, size_t k, size_t *at, const char *td,
+                      tok_ident *ids)
+{
+	char path[4096];
+	int pn = snprintf(path, sizeof(path), "%s/%s", dir, tn->name);
+	SG_ENSURE(pn > 0 && (size_t)pn < sizeof(path), SG_EINVAL, "--token-dir: path of %s too long", tn->name);
+	sg_secret *s SG_CLEANUP(sg_secret_freep) = NULL;
+	SG_TRY(sg_secret_from_file(&s, path));
+	size_t len = sg_secret_len(s);
+	/* The size came from stat; a file that grew since does not fit. */
+	SG_ENSURE(len <= tn->size && *at + len + 8 <= p->map_len, SG_EINVAL, "--token-dir: %s changed while read",
+	          path);
+	char uri[1024];
+	if (token_identity(sg_secret_cstr(s), len, td, uri, sizeof(uri)) < 0) {
+		char why[sizeof(sg_error_last()->msg)]; /* copied out: the new error overwrites the record */
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		SG_BAIL(SG_EINVAL, "--token-dir: the token in %s: %s", path, why);
+	}
+	ids[k].uri = strdup(uri);
+	ids[k].tok = (uint32_t)k;
+	SG_ENSURE(ids[k].uri, SG_EINTERNAL, "out of memory");
+	p->off[k] = *at;
+	memcpy(p->map + *at, "Bearer ", 7);
+	memcpy(p->map + *at + 7, sg_secret_data(s), len);
+	p->map[*at + 7 + len] = '\0';
+	*at += len + 8;
+	return SG_OK;
+}
+
+/* Gives each distinct identity one name, and each token its index. */
+static int index_identities(lg_tokens *p, tok_ident *ids)
+{
+	qsort(ids, p->n, sizeof(*ids), cmp_tok_ident);
+	size_t d = 0;
+	for (size_t k = 0; k < p->n; k++)
+		if (k == 0 || strcmp(ids[k].uri, ids[k - 1].uri) != 0)
+			d++;
+	SG_ENSURE(d <= LG_TOKENS_IDENTITIES_MAX, SG_EINVAL,
+	          "--token-dir: the tokens name %zu service accounts (at most %d: each is a CSR template)", d,
+	          LG_TOKENS_IDENTITIES_MAX);
+	p->names = calloc(d, sizeof(*p->names));
+	SG_ENSURE(p->names, SG_EINTERNAL, "out of memory");
+	for (size_t k = 0; k < p->n; k++) {
+		if (p->n_names == 0 || strcmp(ids[k].uri, p->names[p->n_names - 1]) != 0)
+			p->names[p->n_names++] = SG_MOVE(ids[k].uri);
+		p->ident[ids[k].tok] = (uint32_t)(p->n_names - 1);
+	}
+	return SG_OK;
+}
+
+/* qsort has no argument: the pool being checked, for cmp_token. */
+static const lg_tokens *sorting;
+
+static int cmp_token(const void *a, const void *b)
+{
+	return strcmp(sorting->map + sorting->off[*(const size_t *)a], sorting->map + sorting->off[*(const size_t *)b]);
+}
+
+/* A pool that holds one token twice would send it twice and let a cache
+ * answer: refused, naming the files. */
+static int check_distinct(const lg_tokens *p, const char *dir, const tok_name *names)
+{
+	size_t *order SG_AUTOFREE = calloc(p->n, sizeof(*order));
+	SG_ENSURE(order, SG_EINTERNAL, "out of memory");
+	for (size_t k = 0; k < p->n; k++)
+		order[k] = k;
+	sorting = p;
+	qsort(order, p->n, sizeof(*order), cmp_token);
+	sorting = NULL;
+	for (size_t k = 1; k < p->n; k++)
+		SG_ENSURE(strcmp(p->map + p->off[order[k]], p->map + p->off[order[k - 1]]) != 0, SG_EINVAL,
+		          "--token-dir %s: %s and %s hold the same token (each pod's must be its own)", dir,
+		          names[order[k - 1]].name, names[order[k]].name);
+	return SG_OK;
+}
+
+static int tokens_fill(lg_tokens *p, const char *dir, const tok_name *names, const char *td, tok_ident *ids)
+{
+	size_t at = 0;
+	for (size_t k = 0; k < p->n; k++)
+		SG_TRY(read_token(p, dir, &names[k], k, &at, td, ids));
+	SG_TRY(check_distinct(p, dir, names));
+	return index_identities(p, ids);
+}
+
+int lg_tokens_load(lg_tokens **out, const char *dir, const char *trust_domain)
+{
+	tok_name *names = NULL;
+	size_t n = 0, bytes = 0;
+	SG_TRY(list_tokens(dir, &names, &n, &bytes));
+	lg_tokens *p = calloc(1, sizeof(*p));
+	tok_ident *ids = calloc(n, sizeof(*ids));
+	int rc = p && ids ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory for %zu tokens", n);
+	if (rc == SG_OK) {
+		p->n = n;
+		p->off = calloc(n, sizeof(*p->off));
+		p->ident = calloc(n, sizeof(*p->ident));
+		p->uses = calloc(n, sizeof(*p->uses));
+		p->map_len = bytes;
+		p->map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p->map == MAP_FAILED)
+			p->map = NULL;
+		if (!p->off || !p->ident || !p->uses || !p->map)
+			rc = sg_error_set(SG_EINTERNAL, "out of memory for %zu tokens", n);
+		else if (madvise(p->map, bytes, MADV_DONTDUMP) != 0)
+			rc = sg_error_set(SG_EINTERNAL, "cannot exclude the tokens from core dumps: %s",
+			                  strerror(errno));
+	}
+	if (rc == SG_OK)
+		rc = tokens_fill(p, dir, names, trust_domain, ids);
+	for (size_t k = 0; ids && k < n; k++)
+		free(ids[k].uri);
+	free(ids);
+	tok_names_free(names, n);
+	if (rc < 0) {
+		lg_tokens_free(p);
+		return rc;
+	}
+	*out = p;
+	return SG_OK;
+}
+
+void lg_tokens_wipe(lg_tokens *p)
+{
+	if (p && p->map)
+		sg_wipe(p->map, p->map_len);
+}
+
+void lg_tokens_free(lg_tokens *p)
+{
+	if (!p)
+		return;
+	if (p->map) {
+		sg_wipe(p->map, p->map_len);
+		munmap(p->map, p->map_len);
+	}
+	for (size_t k = 0; k < p->n_names; k++)
+		free(p->names[k]);
+	free(p->names);
+	free(p->off);
+	free(p->ident);
+	free(p->uses);
+	free(p);
+}
+
+size_t lg_tokens_count(const lg_tokens *p)
+{
+	return p->n;
+}
+
+const char *lg_tokens_take(lg_tokens *p, size_t i)
+{
+	size_t k = i % p->n;
+	atomic_fetch_add_explicit(&p->uses[k], 1, memory_order_relaxed);
+	return p->map + p->off[k];
+}
+
+const char *lg_tokens_again(const lg_tokens *p, size_t i)
+{
+	return p->map + p->off[i % p->n];
+}
+
+void lg_tokens_idset(const lg_tokens *p, lg_idset *out)
+{
+	*out = (lg_idset){(const char *const *)p->names, p->n_names, p->ident, p->n};
+}
+
+void lg_tokens_usage(const lg_tokens *p, size_t *distinct, uint64_t *max_uses)
+{
+	*distinct = 0;
+	*max_uses = 0;
+	for (size_t k = 0; k < p->n; k++) {
+		uint64_t u = atomic_load_explicit(&p->uses[k], memory_order_relaxed);
+		*distinct += u > 0;
+		if (u > *max_uses)
+			*max_uses = u;
+	}
+}
+
+lg_token_use lg_token_use_of(const lg_tokens *pool, bool one_token)
+{
+	lg_token_use u = {.source = pool ? "pool" : one_token ? "file" : "none"};
+	if (pool) {
+		u.pool = pool->n;
+		lg_tokens_usage(pool, &u.distinct, &u.max_uses);
+	}
+	return u;
+}
+
+void lg_token_use_print(const lg_token_use *u)
+{
+	if (strcmp(u->source, "file") == 0)
+		printf("  tokens  one (--token-file), reused by every request: a verification or review cache "
+		       "answers all but the first\n");
+	else if (strcmp(u->source, "pool") == 0)
+		printf("  tokens  pool of %zu (--token-dir): %zu distinct used over the whole run; most uses of one "
+		       "token %llu, so the pool wrapped %llu times%s\n",
+		       u->pool, u->distinct, (unsigned long long)u->max_uses,
+		       (unsigned long long)(u->max_uses ? u->max_uses - 1 : 0),
+		       u->max_uses > 1 ? " (reused tokens: a cache may answer those)" : "");
+}
+
+json_t *lg_token_use_json(const lg_token_use *u)
+{
+	return json_pack("{s:s, s:I, s:I, s:I, s:I}", "source", u->source, "pool", (json_int_t)u->pool, "distinct",
+	                 (json_int_t)u->distinct, "max_uses", (json_int_t)u->max_uses, "wraps",
+	                 (json_int_t)(u->max_uses ? u->max_uses - 1 : 0));
 }

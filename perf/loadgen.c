@@ -7,6 +7,7 @@
  *
  *   loadgen --target grpc://127.0.0.1:PORT --token-file T --ca-file ROOT \
  *           --connections 4 --concurrency 16 --requests 20000 --duration 20s
+ *   loadgen --target grpc://127.0.0.1:PORT --token-dir POOL --ca-file ROOT ...
  *   loadgen --target http://127.0.0.1:PORT --connections 4 --concurrency 16 ...
  *
  * Design notes.
@@ -50,6 +51,17 @@
  *
  * The bearer token comes from a file (never argv) readable only by its
  * owner, is held in an sg_secret and is sent only over TLS.
+ *
+ * Tokens as a mesh sends them (--token-dir): each pod presents its own
+ * token, once per certificate lifetime, so one token reused for every
+ * request measures the server's verification or review cache rather than
+ * what a token costs. With a pool, request i (warm-up included) presents
+ * token i mod pool size and its CSR names that token's identity, so no
+ * token is sent twice until the pool is exhausted; the run counts each
+ * token's uses and reports how many were distinct and how often the pool
+ * wrapped (a wrapped pool is reused tokens again). Per request rather than
+ * per connection or slot: a slot is a stream of requests, not a pod, and a
+ * pod asks once, so a token per slot would be the reuse again.
  */
 #include "lg_common.h"
 #include "lg_pause.h"
@@ -87,6 +99,8 @@ typedef struct lg_args {
 	int64_t csr_threads;
 	int64_t client_threads;
 	char *token_file;
+	char *token_dir;
+	char *trust_domain;
 	char *ca_file;
 	char *server_name;
 	char *identity;
@@ -120,12 +134,21 @@ static const sg_opt opts[] = {
     ROW("client-threads", SG_OPT_INT, client_threads, "1", 1, 64,
         "gRPC: completion threads shared by the connections (the client shares the CPUs with the server)"),
     ROW("token-file", SG_OPT_PATH, token_file, NULL, 0, 0,
-        "gRPC: file (mode 0600) holding the bearer token; never pass a token in argv"),
+        "gRPC: file (mode 0600) holding ONE bearer token reused by every request (a server's verification "
+        "or review cache answers all but the first; see --token-dir); never pass a token in argv"),
+    ROW("token-dir", SG_OPT_PATH, token_dir, NULL, 0, 0,
+        "gRPC: a pool, one token per file (each mode 0600, names not starting with '.', read in name order, "
+        "at most 100000): request i sends token i mod the pool's size, as each pod of a mesh sends its own "
+        "token once; each CSR names its token's identity, taken from the token's claims (--identity is "
+        "then unused); the run prints the distinct tokens used and how often the pool wrapped. "
+        "Make one with perf/tokenpool.py"),
+    ROW("trust-domain", SG_OPT_STRING, trust_domain, "cluster.local", 1, 253,
+        "with --token-dir: the trust domain of the identities, spiffe://DOMAIN/ns/NS/sa/SA"),
     ROW("ca-file", SG_OPT_PATH, ca_file, NULL, 0, 0,
         "gRPC: roots to verify the server with (TLS); without it, plaintext"),
     ROW("server-name", SG_OPT_STRING, server_name, "localhost", 0, 253, "gRPC: TLS name to verify"),
     ROW("identity", SG_OPT_STRING, identity, "spiffe://cluster.local/ns/default/sa/default", 0, 1024,
-        "URI SAN of the CSRs (signet: must be the token's identity)"),
+        "URI SAN of the CSRs (signet: must be the token's identity; not with --token-dir)"),
     ROW("cluster-id", SG_OPT_STRING, cluster_id, "Kubernetes", 0, 253, "gRPC: clusterid header (empty: none)"),
     ROW("latency-file", SG_OPT_PATH, latency_file, NULL, 0, 0,
         "write each measured request (completed at, latency; ms) to this file, to see when slow ones happen"),
@@ -259,8 +282,9 @@ struct lg_grpc {
 	lg_slot *slots;
 	size_t nslots;
 	lg_slot *free_slots; /* open loop, under ph->mu */
-	sg_grpc_md md[2];
+	sg_grpc_md md[2];    /* md[0] is the authorization, per request with a pool */
 	size_t nmd;
+	lg_tokens *pool; /* or NULL */
 	uint64_t timeout_ns;
 };
 
@@ -271,8 +295,12 @@ static void on_reply(int status, const char *msg, const uint8_t *resp, size_t le
 static bool slot_start(lg_grpc *g, lg_slot *s)
 {
 	const lg_item *it = &g->items[s->idx];
-	if (sg_grpc_call_start(s->conn->client, s->conn->channel, SG_ISTIO_METHOD, g->md, g->nmd, it->body,
-	                       it->body_len, g->timeout_ns, on_reply, s) == SG_OK)
+	sg_grpc_md md[2];
+	memcpy(md, g->md, sizeof(md));
+	if (g->pool)
+		md[0].value = lg_tokens_take(g->pool, s->idx); /* copied by the call */
+	if (sg_grpc_call_start(s->conn->client, s->conn->channel, SG_ISTIO_METHOD, md, g->nmd, it->body, it->body_len,
+	                       g->timeout_ns, on_reply, s) == SG_OK)
 		return true;
 	phase_fail(g->ph, "start failed", sg_error_last()->msg);
 	phase_done(g->ph, sg_now_ns());
@@ -308,8 +336,8 @@ static void check_grpc(lg_conn *c, lg_slot *s, int status, const char *msg, cons
 	else if (chain.n < 2)
 		bad = "bad response: chain shorter than 2";
 	else
-		bad = lg_check_leaf(chain.elems[0], chain.lens[0], &g->items[s->idx], g->a->identity, c->der,
-		                 sizeof(c->der));
+		bad = lg_check_leaf(chain.elems[0], chain.lens[0], &g->items[s->idx], g->items[s->idx].identity, c->der,
+		                    sizeof(c->der));
 	if (bad)
 		phase_fail(g->ph, bad, bad);
 	else
@@ -447,21 +475,26 @@ static void grpc_teardown(lg_grpc *g)
 typedef struct lg_creds {
 	char *root;      /* PEM roots, or NULL: plaintext */
 	sg_secret *auth; /* "Bearer <token>", or NULL */
+	lg_tokens *pool; /* --token-dir, or NULL */
 } lg_creds;
 
 static int creds_read(const lg_args *a, lg_kind kind, lg_creds *c)
 {
 	if (kind == LG_HTTP) {
-		SG_ENSURE(!a->token_file && !a->ca_file, SG_EINVAL,
-		          "--token-file and --ca-file are for gRPC targets (cfssl is driven over plain HTTP)");
+		SG_ENSURE(!a->token_file && !a->token_dir && !a->ca_file, SG_EINVAL,
+		          "--token-file, --token-dir and --ca-file are for gRPC targets (cfssl is driven over plain "
+		          "HTTP)");
 		return SG_OK;
 	}
-	SG_ENSURE(!a->token_file || a->ca_file, SG_EINVAL,
-	          "--token-file needs --ca-file: a bearer token is sent only over TLS");
+	SG_ENSURE(!(a->token_file && a->token_dir), SG_EINVAL, "--token-file and --token-dir exclude each other");
+	SG_ENSURE((!a->token_file && !a->token_dir) || a->ca_file, SG_EINVAL,
+	          "--token-file and --token-dir need --ca-file: a bearer token is sent only over TLS");
 	if (a->ca_file)
 		SG_TRY(lg_read_file(a->ca_file, 1 << 20, &c->root));
 	if (a->token_file)
 		SG_TRY(lg_bearer(a->token_file, &c->auth));
+	if (a->token_dir)
+		SG_TRY(lg_tokens_load(&c->pool, a->token_dir, a->trust_domain));
 	return SG_OK;
 }
 
@@ -469,8 +502,10 @@ static void creds_clear(lg_creds *c)
 {
 	free(c->root);
 	sg_secret_free(c->auth);
+	lg_tokens_free(c->pool);
 	c->root = NULL;
 	c->auth = NULL;
+	c->pool = NULL;
 }
 
 static int grpc_run(const lg_args *a, const lg_target *t, const lg_creds *cr, lg_item *items, lg_phase *phases,
@@ -481,9 +516,11 @@ static int grpc_run(const lg_args *a, const lg_target *t, const lg_creds *cr, lg
 	char addr[96];
 	snprintf(addr, sizeof(addr), "%s:%u", t->host, t->port);
 
-	lg_grpc g = {.a = a, .items = items, .timeout_ns = (uint64_t)a->timeout * NS_PER_S};
+	lg_grpc g = {.a = a, .items = items, .pool = cr->pool, .timeout_ns = (uint64_t)a->timeout * NS_PER_S};
 	if (auth)
 		g.md[g.nmd++] = (sg_grpc_md){"authorization", sg_secret_cstr(auth)};
+	else if (g.pool)
+		g.md[g.nmd++] = (sg_grpc_md){"authorization", NULL}; /* set per request */
 	if (a->cluster_id && a->cluster_id[0])
 		g.md[g.nmd++] = (sg_grpc_md){"clusterid", a->cluster_id};
 	g.nconns = (size_t)a->connections;
@@ -870,11 +907,17 @@ static lg_pauses pauses_of(lg_pause_watch *w, const lg_phase *ph)
 	return r;
 }
 
+static lg_token_use token_use_of(const lg_creds *cr)
+{
+	return lg_token_use_of(cr->pool, cr->auth != NULL);
+}
+
 /* Throughput is OK responses over the time from the phase's start to its
  * last completion. Open loop reports latency from the scheduled start (the
  * number that matters) and, beside it, from the actual start, so client
  * side delays show as the difference. */
-static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t warmup_ok, const lg_pauses *pz)
+static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t warmup_ok, const lg_pauses *pz,
+                   const lg_token_use *tu)
 {
 	size_t ok = atomic_load(&ph->n_ok);
 	lg_dist d = dist_of(ph->lat, ok);
@@ -892,16 +935,17 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		                                     (json_int_t)pz->clean_n, "untouched_p99_ms", pz->clean_p99,
 		                                     "untouched_p999_ms", pz->clean_p999)
 		                         : json_null();
+		json_t *tj = lg_token_use_json(tu);
 		json_t *o = json_pack(
 		    "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, "
-		    "s:o, s:o, s:o}",
+		    "s:o, s:o, s:o, s:o}",
 		    "target", a->target, "kind", t->kind == LG_GRPC ? "grpc" : "http", "connections",
 		    (json_int_t)a->connections, "concurrency", (json_int_t)a->concurrency, "rate", (json_int_t)a->rate,
 		    "warmup_ok", (json_int_t)warmup_ok, "sent", (json_int_t)atomic_load(&ph->n_done), "ok",
 		    (json_int_t)ok, "failed", (json_int_t)ph->n_failed, "late_starts",
 		    (json_int_t)atomic_load(&ph->n_late), "elapsed_s", secs, "certs_per_s", rate, "p50_ms", d.p50,
 		    "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max, "from_actual_start", dist_json(ds), "failures",
-		    fails ? fails : json_null(), "pauses", pj ? pj : json_null());
+		    fails ? fails : json_null(), "pauses", pj ? pj : json_null(), "tokens", tj ? tj : json_null());
 		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 		if (text)
 			printf("%s\n", text);
@@ -923,6 +967,7 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		       ds.p99, ds.p999, ds.max);
 		printf("  starts more than 1 ms behind schedule: %zu\n", atomic_load(&ph->n_late));
 	}
+	lg_token_use_print(tu);
 	if (pz->watched) {
 		printf("  machine pauses (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, %.1f ms in all, "
 		       "longest %.1f ms%s\n",
@@ -997,6 +1042,8 @@ static int run(lg_args *a)
 		return watch_idle(a);
 	SG_ENSURE(a->target, SG_EINVAL, "--target is required");
 	SG_ENSURE(strncmp(a->identity, "spiffe://", 9) == 0, SG_EINVAL, "--identity must be a spiffe:// URI");
+	SG_ENSURE(!strchr(a->trust_domain, '/') && !strchr(a->trust_domain, ':'), SG_EINVAL,
+	          "--trust-domain is a name, without scheme or path");
 	lg_target t;
 	SG_TRY(lg_parse_target(a->target, &t));
 	SG_ENSURE(a->connections * a->concurrency <= 4096, SG_EINVAL,
@@ -1018,7 +1065,19 @@ static int run(lg_args *a)
 	unsigned threads = a->csr_threads ? (unsigned)a->csr_threads : (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1);
 	lg_item *items = NULL;
 	uint64_t t0 = sg_now_ns();
-	rc = lg_items_make(&items, warm + n, threads, t.kind, a->identity, a->ttl);
+	if (cr.pool) {
+		/* CSR i names the identity of the token request i sends. */
+		lg_idset ids;
+		lg_tokens_idset(cr.pool, &ids);
+		if (!a->json)
+			printf("loadgen: %zu tokens in %s, %zu identities from their claims; %zu requests: %s\n",
+			       lg_tokens_count(cr.pool), a->token_dir, ids.n_names, warm + n,
+			       warm + n > lg_tokens_count(cr.pool) ? "the pool will wrap (tokens reused)"
+			                                           : "no token sent twice");
+		rc = lg_items_make_ids(&items, warm + n, threads, t.kind, &ids, a->ttl);
+	} else {
+		rc = lg_items_make(&items, warm + n, threads, t.kind, a->identity, a->ttl);
+	}
 	if (rc == SG_OK && !a->json)
 		printf("loadgen: %zu distinct P-256 CSRs made in %.1f s on %u threads\n", warm + n,
 		       (double)(sg_now_ns() - t0) / 1e9, threads);
@@ -1040,11 +1099,19 @@ static int run(lg_args *a)
 			pz = pauses_of(pw, &phases[1]);
 		lg_pause_free(pw);
 	}
-	creds_clear(&cr); /* calls copy their metadata: safe even after a timeout */
+	lg_token_use tu = token_use_of(&cr);
+	if (rc == SG_ETIMEOUT) {
+		/* Calls in flight copied their metadata, so the tokens can go,
+		 * but their answers are checked against identities the pool
+		 * holds: it stays (as items and phases do) until exit. */
+		lg_tokens_wipe(cr.pool);
+		cr.pool = NULL;
+	}
+	creds_clear(&cr);
 	if (rc == SG_OK && a->latency_file)
 		rc = write_latencies(a->latency_file, &phases[1]);
 	if (rc == SG_OK) {
-		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok), &pz);
+		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok), &pz, &tu);
 		if (phases[0].n_failed || phases[1].n_failed || atomic_load(&phases[1].n_ok) == 0)
 			rc = sg_error_set(SG_EPROTO, "%llu of %zu requests failed (warm-up included)",
 			                  (unsigned long long)(phases[0].n_failed + phases[1].n_failed),
@@ -1073,7 +1140,8 @@ int main(int argc, char **argv)
 		if (rc == SG_OK) {
 			printf("usage: loadgen --target grpc://127.0.0.1:PORT|http://127.0.0.1:PORT [options]\n\n"
 			       "Drives signetd (gRPC) or cfssl serve (HTTP) with distinct CSRs and prints\n"
-			       "certificates/s and latency percentiles.\n\n");
+			       "certificates/s and latency percentiles. Tokens: --token-file sends one token\n"
+			       "with every request; --token-dir sends each request its own, as a mesh does.\n\n");
 			sg_opt_usage(opts, N(opts), stdout);
 		} else {
 			fprintf(stderr, "loadgen: %s\n", sg_error_last()->msg);

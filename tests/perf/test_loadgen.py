@@ -5,7 +5,8 @@ loadgen is how signet's throughput and latency are measured, so what it
 reports has to be right: closed and open loop runs complete and report
 every request, the latency file holds one line per request, the pause
 watcher's report is consistent, a response for the wrong identity counts
-as a failure, and bad flags are refused.
+as a failure, a token pool (--token-dir, made by perf/tokenpool.py) sends
+each token once and says so, and bad flags and bad pools are refused.
 
 usage: test_loadgen.py SIGNETCTL SIGNETD LOADGEN TESTS_RA_DIR
 """
@@ -22,6 +23,8 @@ del sys.argv[1:5]
 sys.path.insert(0, RA_DIR)
 import signet_e2e  # noqa: E402
 
+TOKENPOOL = os.path.join(RA_DIR, "..", "..", "perf", "tokenpool.py")
+
 
 class Loadgen(unittest.TestCase):
     @classmethod
@@ -37,10 +40,18 @@ class Loadgen(unittest.TestCase):
         assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def run_loadgen(self, *flags):
-        return subprocess.run([LOADGEN, "--target", f"grpc://127.0.0.1:{self.d.port}", "--token-file", self.token,
+    def run_loadgen(self, *flags, token=None):
+        token = token or ["--token-file", self.token]
+        return subprocess.run([LOADGEN, "--target", f"grpc://127.0.0.1:{self.d.port}", *token,
                                "--ca-file", self.root, "--connections", "2", "--concurrency", "4", "--timeout", "30s",
                                *flags], capture_output=True, text=True, timeout=300)
+
+    def make_pool(self, name, count, accounts):
+        out = os.path.join(self.tmp, name)
+        subprocess.run([sys.executable, TOKENPOOL, "jwt", "--signetctl", SIGNETCTL, "--config", self.conf,
+                        "--out", out, "--count", str(count), "--service-accounts", str(accounts)],
+                       check=True, capture_output=True, timeout=300)
+        return out
 
     def read_latencies(self, path):
         began, rows = None, []
@@ -108,6 +119,78 @@ class Loadgen(unittest.TestCase):
         self.assertEqual((r["ok"], r["failed"]), (0, 10))
         self.assertEqual(list(r["failures"]), ["UNAUTHENTICATED"])
 
+    def test_token_pool(self):
+        # 40 tokens over 2 service accounts: 5 + 30 requests use 35 of them
+        # once each, every leaf checked for its own token's identity.
+        pool = self.make_pool("pool", 40, 2)
+        self.assertEqual(len(os.listdir(pool)), 40)
+        for f in os.listdir(pool):
+            self.assertEqual(os.stat(os.path.join(pool, f)).st_mode & 0o777, 0o600)
+        p = self.run_loadgen("--requests", "30", "--warmup", "5", "--json", token=["--token-dir", pool])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual((r["ok"], r["failed"], r["warmup_ok"]), (30, 0, 5))
+        self.assertEqual(r["tokens"], {"source": "pool", "pool": 40, "distinct": 35, "max_uses": 1, "wraps": 0})
+        # 60 requests: every token used, the pool wrapped once, and said so.
+        p = self.run_loadgen("--requests", "60", "--warmup", "0", token=["--token-dir", pool])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("40 tokens in", p.stdout)
+        self.assertIn("2 identities from their claims", p.stdout)
+        self.assertIn("pool of 40 (--token-dir): 40 distinct used", p.stdout)
+        self.assertIn("the pool wrapped 1 times (reused tokens", p.stdout)
+        # Another trust domain: identities the tokens do not carry, refused.
+        p = self.run_loadgen("--requests", "4", "--warmup", "0", "--json", "--trust-domain", "example.org",
+                             token=["--token-dir", pool])
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["failures"], {"UNAUTHENTICATED": 4})
+        # One token reused is labelled as such.
+        p = self.run_loadgen("--requests", "5", "--warmup", "0", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["tokens"]["source"], "file")
+
+    def test_bad_pools(self):
+        pool = self.make_pool("src", 3, 1)
+        names = sorted(os.listdir(pool))
+        with open(os.path.join(pool, names[0])) as f:
+            secret = f.read().strip()
+
+        def pool_of(name, files):
+            d = os.path.join(self.tmp, name)
+            os.mkdir(d, 0o700)
+            for dst, (src, mode) in files.items():
+                shutil.copyfile(os.path.join(pool, src), os.path.join(d, dst))
+                os.chmod(os.path.join(d, dst), mode)
+            return d
+
+        def refused(d, msg, *flags):
+            p = self.run_loadgen("--requests", "3", "--warmup", "0", *flags, token=["--token-dir", d])
+            self.assertEqual(p.returncode, 1, p.stdout)
+            self.assertIn(msg, p.stderr)
+            self.assertNotIn(secret, p.stdout + p.stderr)
+            self.assertNotIn(secret[-40:], p.stdout + p.stderr)
+
+        refused(pool_of("dup", {"a": (names[0], 0o600), "b": (names[1], 0o600), "c": (names[0], 0o600)}),
+                "a and c hold the same token")
+        refused(pool_of("open", {"a": (names[0], 0o600), "b": (names[1], 0o644)}), "chmod 600")
+        d = pool_of("notjwt", {"a": (names[0], 0o600)})
+        fd = os.open(os.path.join(d, "b"), os.O_WRONLY | os.O_CREAT, 0o600)
+        os.write(fd, b"opaque-token\n")
+        os.close(fd)
+        refused(d, "/b: not a JWT")
+        empty = os.path.join(self.tmp, "empty")
+        os.mkdir(empty, 0o700)
+        refused(empty, "holds no token files")
+        refused(pool, "exclude each other", "--token-file", self.token)
+        p = subprocess.run([LOADGEN, "--target", f"grpc://127.0.0.1:{self.d.port}", "--token-dir", pool,
+                            "--requests", "1"], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("need --ca-file", p.stderr)
+        # The hidden entries of a kubelet volume are skipped.
+        d = pool_of("hidden", {"a": (names[0], 0o600), "..data": (names[0], 0o600)})
+        p = self.run_loadgen("--requests", "1", "--warmup", "0", "--json", token=["--token-dir", d])
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["tokens"]["pool"], 1)
+
     def test_watch_idle(self):
         p = subprocess.run([LOADGEN, "--watch-idle", "1s", "--json"], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0, p.stderr)
@@ -130,7 +213,7 @@ class Loadgen(unittest.TestCase):
         self.assertIn("watch-pauses", p.stderr)
         p = subprocess.run([LOADGEN, "--help"], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0)
-        for flag in ("--latency-file", "--watch-pauses", "--rate"):
+        for flag in ("--latency-file", "--watch-pauses", "--rate", "--token-dir", "--trust-domain"):
             self.assertIn(flag, p.stdout)
 
 

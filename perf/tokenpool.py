@@ -1,0 +1,146 @@
+#!/usr/bin/python3
+"""Makes a token pool for loadgen --token-dir: N distinct service-account
+tokens, one per file (mode 0600, named 000000.jwt, 000001.jwt, ... so that
+name order is minting order), as a mesh's pods would present them.
+
+  perf/tokenpool.py jwt --signetctl build/ctl/signetctl --config CA/signet.conf \\
+      --out DIR --count 5000 [--namespace default] [--service-accounts 1]
+  perf/tokenpool.py tokenrequest --out DIR --count 3000 [--namespace bench] \\
+      [--service-account bench] [--service-accounts 1]   (apiserver.sh env in the environment)
+
+jwt: each token is minted by `signetctl token` from the development issuer
+that `signetctl init` writes into signet.conf (jwt-signing-key, jwt-issuer;
+the signetd started with that config trusts it through jwt-jwks-file), the
+same way perf/ab.sh and perf/compare.sh mint their one token. Tokens are
+made distinct by their expiry: token i lives --ttl plus i seconds, so no two
+share an `exp` (sg_jwt_mint writes no `jti`; the ES256 signature differs
+anyway, but distinct claims keep them distinct under any signer).
+
+tokenrequest: each token is a TokenRequest to the real API server
+(POST .../serviceaccounts/SA/token, audience istio-ca) with
+expirationSeconds --ttl plus i, so again no two share an `exp`; the
+namespace and service accounts are created when missing. The API server is
+the one of tests/kube/apiserver.sh: KUBE_APISERVER, KUBE_TOKEN_FILE and
+KUBE_CA_FILE from its env file (`. DIR/env`), as tests/kube/kube_rest.py
+reads them; only a loopback API server is accepted.
+
+--service-accounts K spreads the tokens over K accounts (SA-0 .. SA-K-1,
+token i to SA-(i mod K)); loadgen takes each token's identity from its own
+claims, so its CSRs follow. Tokens never pass through argv or a log; they go
+from the minting process's stdout (or the API server's answer) straight
+into their 0600 files. DIR must not exist yet, or be empty.
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import urllib.parse
+
+MAX_COUNT = 100000  # loadgen's LG_TOKENS_MAX
+
+
+def account(args, i):
+    return args.service_account if args.service_accounts == 1 else f"{args.service_account}-{i % args.service_accounts}"
+
+
+def write_token(out, i, token):
+    """token (bytes, no newline) to out/NNNNNN.jwt, a new file of mode 0600."""
+    fd = os.open(os.path.join(out, f"{i:06d}.jwt"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(token + b"\n")
+
+
+def mint_jwt(args, i):
+    p = subprocess.run([args.signetctl, "token", "--config", args.config, "--namespace", args.namespace,
+                        "--service-account", account(args, i), "--audience", args.audience,
+                        "--ttl", f"{args.ttl + i}s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if p.returncode != 0:
+        raise RuntimeError(f"signetctl token failed: {p.stderr.decode(errors='replace').strip()}")
+    write_token(args.out, i, p.stdout.strip())
+
+
+def kube(args):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "kube"))
+    import kube_rest  # noqa: E402  (the tests' REST client: admin token from its file, CA checked)
+    env = {k: os.environ.get(k) for k in ("KUBE_APISERVER", "KUBE_TOKEN_FILE", "KUBE_CA_FILE")}
+    if not all(env.values()):
+        sys.exit("tokenpool.py: KUBE_APISERVER, KUBE_TOKEN_FILE and KUBE_CA_FILE must be set (. APIDIR/env)")
+    host = urllib.parse.urlsplit(env["KUBE_APISERVER"]).hostname
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        sys.exit(f"tokenpool.py: the API server {host} is not on loopback")
+    return kube_rest.Kube(env)
+
+
+def ensure(k, path, body):
+    code, doc = k.req("POST", path, body)
+    if code not in (201, 409):
+        raise RuntimeError(f"POST {path}: {code} {doc.get('message')}")
+
+
+def prepare_tokenrequest(args):
+    k = kube(args)
+    ensure(k, "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": args.namespace}})
+    for j in range(args.service_accounts):
+        ensure(k, f"/api/v1/namespaces/{args.namespace}/serviceaccounts",
+               {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account(args, j)}})
+    return k
+
+
+def mint_tokenrequest(args, k, i):
+    doc = k.ok("POST", f"/api/v1/namespaces/{args.namespace}/serviceaccounts/{account(args, i)}/token",
+               {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"audiences": [args.audience], "expirationSeconds": args.ttl + i}})
+    write_token(args.out, i, doc["status"]["token"].encode())
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Make a pool of distinct service-account tokens for loadgen --token-dir.")
+    ap.add_argument("mode", choices=("jwt", "tokenrequest"),
+                    help="jwt: signetctl's development issuer; tokenrequest: the test API server's TokenRequest")
+    ap.add_argument("--out", required=True, help="directory to create (or an empty one)")
+    ap.add_argument("--count", type=int, required=True, help=f"tokens to make (1 to {MAX_COUNT})")
+    ap.add_argument("--namespace", default=None, help="namespace of the accounts (jwt: default; tokenrequest: bench)")
+    ap.add_argument("--service-account", default=None,
+                    help="account name, or prefix with --service-accounts > 1 (jwt: default; tokenrequest: bench)")
+    ap.add_argument("--service-accounts", type=int, default=1, help="spread the tokens over this many accounts")
+    ap.add_argument("--audience", default="istio-ca", help="token audience")
+    ap.add_argument("--ttl", type=int, default=3600,
+                    help="lifetime of token 0 in seconds; token i lives this plus i (distinct exp)")
+    ap.add_argument("--jobs", type=int, default=2, help="tokens minted at once")
+    ap.add_argument("--signetctl", help="jwt: the signetctl binary")
+    ap.add_argument("--config", help="jwt: the signet.conf of `signetctl init` (its development issuer)")
+    args = ap.parse_args()
+    if not 1 <= args.count <= MAX_COUNT:
+        ap.error(f"--count must be 1 to {MAX_COUNT}")
+    if not 1 <= args.service_accounts <= min(args.count, 4096):
+        ap.error("--service-accounts must be 1 to min(--count, 4096)")
+    if args.mode == "tokenrequest" and args.ttl < 600:
+        ap.error("tokenrequest: --ttl must be at least 600 (the API server's minimum)")
+    if not 1 <= args.jobs <= 64:
+        ap.error("--jobs must be 1 to 64")
+    if args.mode == "jwt" and not (args.signetctl and args.config):
+        ap.error("jwt needs --signetctl and --config")
+    if args.mode == "jwt" and not (60 <= args.ttl and args.ttl + args.count - 1 <= 48 * 3600):
+        ap.error("jwt: --ttl + --count must stay within signetctl token's 60 s .. 48 h")
+    default = "default" if args.mode == "jwt" else "bench"
+    args.namespace = args.namespace or default
+    args.service_account = args.service_account or default
+    os.makedirs(args.out, mode=0o700, exist_ok=True)
+    if os.listdir(args.out):
+        sys.exit(f"tokenpool.py: {args.out} is not empty")
+    if args.mode == "jwt":
+        work = lambda i: mint_jwt(args, i)  # noqa: E731
+    else:
+        k = prepare_tokenrequest(args)
+        work = lambda i: mint_tokenrequest(args, k, i)  # noqa: E731
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
+        for _ in ex.map(work, range(args.count)):
+            pass
+    print(json.dumps({"out": args.out, "mode": args.mode, "count": args.count, "namespace": args.namespace,
+                      "service_accounts": args.service_accounts}))
+
+
+if __name__ == "__main__":
+    main()
