@@ -54,6 +54,11 @@ CALLS = 120 if SANITIZED else 400  # under load, per phase
 RECOVER_S = 60.0  # longest wait for service after a backend restart
 DOWN_LIMIT = 15  # signetd's --hsm-down-limit, seconds: /healthz fails past it
 CALL_TIMEOUT = 30 if SANITIZED else 10  # a TPM under ASan signs a few dozen a second
+# signetd caps every call's deadline at its --server-timeout (10 s by
+# default), so a client's longer deadline alone changes nothing: the flake
+# hunter saw a TPM call answered DEADLINE_EXCEEDED at 10.0 s under ASan on a
+# loaded machine while the client would have waited 30. Both move together.
+SIGNETD_FLAGS = (f"--hsm-down-limit={DOWN_LIMIT}s", f"--server-timeout={CALL_TIMEOUT}s")
 ID = signet_e2e.spiffe("default", "default")
 
 
@@ -249,7 +254,7 @@ class Modules(unittest.TestCase):
         with open(root, "rb") as f:
             self.root = f.read()
         self.tok = signet_e2e.mint_token(SIGNETCTL, conf)
-        d = signet_e2e.Signetd(SIGNETD, conf, f"--hsm-down-limit={DOWN_LIMIT}s", threads=4, env=self.env)
+        d = signet_e2e.Signetd(SIGNETD, conf, *SIGNETD_FLAGS, threads=4, env=self.env)
         restarted = False
         try:
             creds = grpc.ssl_channel_credentials(root_certificates=self.root)
@@ -315,7 +320,7 @@ class Modules(unittest.TestCase):
                         time.sleep(0.1)
                     d.stop(signal.SIGKILL)
                     t = time.monotonic()
-                    d = signet_e2e.Signetd(SIGNETD, conf, f"--hsm-down-limit={DOWN_LIMIT}s", threads=4,
+                    d = signet_e2e.Signetd(SIGNETD, conf, *SIGNETD_FLAGS, threads=4,
                                            env=self.env)
                     restarted = True
                     self.channel.close()
