@@ -366,6 +366,39 @@ int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *toke
 	return SG_OK;
 }
 
+/* ---- routing ---- */
+
+/* The payload is decoded and parsed before any signature check here, which
+ * sg_jwt_verify never does: that is why the answer may only choose a
+ * verifier. The limits are sg_jwt_verify's, so nothing larger is parsed. */
+int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap)
+{
+	SG_ENSURE(cap > 0, SG_EINVAL, "no room for the issuer");
+	iss[0] = 0;
+	SG_ENSURE(token && len > 0 && len <= SG_JWT_TOKEN_MAX, SG_EAUTH, "token is empty or too large");
+	sg_reader r = sg_reader_of((sg_slice){(const uint8_t *)token, len});
+	sg_slice hs, ps, dot;
+	sg_reader_until(&r, '.', &hs);
+	bool dots = sg_reader_bytes(&r, 1, &dot) == SG_OK;
+	sg_reader_until(&r, '.', &ps);
+	dots = dots && sg_reader_bytes(&r, 1, &dot) == SG_OK;
+	SG_ENSURE(dots, SG_EAUTH, "token has fewer than 3 parts");
+	SG_ENSURE(b64_decoded_len(ps.len) <= SG_JWT_PAYLOAD_MAX, SG_EAUTH, "token payload is larger than %d bytes",
+	          SG_JWT_PAYLOAD_MAX);
+	uint8_t *pbuf SG_AUTOFREE = malloc(SG_JWT_PAYLOAD_MAX);
+	size_t plen;
+	SG_ENSURE(pbuf, SG_EINTERNAL, "out of memory");
+	SG_TRY(decode_part("payload", ps, pbuf, SG_JWT_PAYLOAD_MAX, &plen));
+	json_t *payload SG_CLEANUP(json_decrefp) = NULL;
+	SG_TRY(parse_object("payload", pbuf, plen, &payload));
+	const char *v;
+	SG_TRY(string_member(payload, "iss", &v));
+	SG_ENSURE(v && is_printable(v, cap - 1), SG_EAUTH, "token has no printable issuer of at most %zu bytes",
+	          cap - 1);
+	snprintf(iss, cap, "%s", v);
+	return SG_OK;
+}
+
 /* ---- identity ---- */
 
 int sg_jwt_identity(char *out, size_t cap, const char *trust_domain, const char *ns, const char *sa)
