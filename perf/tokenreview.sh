@@ -215,19 +215,17 @@ plain = [rate("plain", r, "reviews_per_s") for r in rs]
 got = {m: [rate(m, r, "certs_per_s") for r in rs] for m in modes}
 def share(a, b):
     return f"{a / b:.2f}" if b else "n/a"
-for i, r in enumerate(rs):
-    line = f"   round {r}: API server alone {plain[i]:.1f} reviews/s"
+def line(label, i):
+    pick = (lambda xs: max(xs)) if i is None else (lambda xs: xs[i])
+    text = f"   {label}: API server alone {pick(plain):.1f} reviews/s"
     for m in modes:
-        line += f", {m} {got[m][i]:.1f} certs/s"
+        text += f", {m} {pick(got[m]):.1f} certs/s"
     if "tokenreview" in got:
-        line += f"; tokenreview / API server = {share(got['tokenreview'][i], plain[i])}"
-    print(line)
-best = f"   best: API server alone {max(plain):.1f} reviews/s"
-for m in modes:
-    best += f", {m} {max(got[m]):.1f} certs/s"
-if "tokenreview" in got:
-    best += f"; tokenreview / API server = {share(max(got['tokenreview']), max(plain))}"
-print(best)
+        text += f"; tokenreview / API server = {share(pick(got['tokenreview']), pick(plain))}"
+    print(text)
+for i, r in enumerate(rs):
+    line(f"round {r}", i)
+line("best", None)
 EOF
 for m in "${MODES[@]}"; do
   echo "   $m: TokenReviews sent to the API server: $(metric "$m" signet_tokenreview_requests_total)," \
