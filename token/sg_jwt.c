@@ -340,6 +340,17 @@ static int split_token(const char *token, size_t len, sg_slice *hs, sg_slice *ps
 	return SG_OK;
 }
 
+/* The payload part, decoded (at most SG_JWT_PAYLOAD_MAX bytes) and parsed
+ * into *out (the caller releases it). */
+static int load_payload(sg_slice ps, json_t **out)
+{
+	uint8_t *pbuf SG_AUTOFREE = malloc(SG_JWT_PAYLOAD_MAX);
+	size_t plen;
+	SG_ENSURE(pbuf, SG_EINTERNAL, "out of memory");
+	SG_TRY(decode_part("payload", ps, pbuf, SG_JWT_PAYLOAD_MAX, &plen));
+	return parse_object("payload", pbuf, plen, out);
+}
+
 int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *token, size_t len, int64_t now,
                   sg_jwt_claims *out)
 {
@@ -360,12 +371,8 @@ int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *toke
 	/* RFC 7515 §5.2: the signing input is the encoded header.payload. */
 	SG_TRY(sg_jwks_verify(keys, alg, kid, (const uint8_t *)token, hs.len + 1 + ps.len, sig, siglen));
 
-	uint8_t *pbuf SG_AUTOFREE = malloc(SG_JWT_PAYLOAD_MAX);
-	size_t plen;
-	SG_ENSURE(pbuf, SG_EINTERNAL, "out of memory");
-	SG_TRY(decode_part("payload", ps, pbuf, SG_JWT_PAYLOAD_MAX, &plen));
 	json_t *payload SG_CLEANUP(json_decrefp) = NULL;
-	SG_TRY(parse_object("payload", pbuf, plen, &payload));
+	SG_TRY(load_payload(ps, &payload));
 	sg_jwt_claims c;
 	memset(&c, 0, sizeof(c));
 	SG_TRY(check_claims(payload, o, now, &c));
@@ -384,12 +391,8 @@ int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap)
 	iss[0] = 0;
 	sg_slice hs, ps, ss;
 	SG_TRY(split_token(token, len, &hs, &ps, &ss));
-	uint8_t *pbuf SG_AUTOFREE = malloc(SG_JWT_PAYLOAD_MAX);
-	size_t plen;
-	SG_ENSURE(pbuf, SG_EINTERNAL, "out of memory");
-	SG_TRY(decode_part("payload", ps, pbuf, SG_JWT_PAYLOAD_MAX, &plen));
 	json_t *payload SG_CLEANUP(json_decrefp) = NULL;
-	SG_TRY(parse_object("payload", pbuf, plen, &payload));
+	SG_TRY(load_payload(ps, &payload));
 	const char *v;
 	SG_TRY(string_member(payload, "iss", &v));
 	SG_ENSURE(v && is_printable(v, cap - 1), SG_EAUTH, "token has no printable issuer of at most %zu bytes",
