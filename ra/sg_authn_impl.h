@@ -63,9 +63,10 @@ SG_API int sg_authn_chain_new(sg_authenticator *out, const sg_authenticator *lis
 
 /* The "auto" token authenticator of a cluster (sg_authn_route.c): a token
  * whose "iss" (read unverified, only to choose) equals issuer goes to
- * local (the jwt authenticator with the bound-object check), any other
- * readable token (a legacy Secret token, another issuer) to remote (the
- * tokenreview authenticator); an unreadable one to local. The chosen
+ * local (the jwt authenticator with the bound-object check) unless it is
+ * bound to a Secret; a Secret-bound one and any other readable token (a
+ * legacy Secret token, another issuer) to remote (the tokenreview
+ * authenticator); an unreadable one to local. The chosen
  * member completes the request exactly as it would alone. Named "jwt" (it
  * consumes the bearer token, for sg_authn_chain_new). Takes ownership of
  * both members (freed with it, also when this call fails); issuer is

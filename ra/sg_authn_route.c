@@ -13,6 +13,12 @@
  * OIDC authenticator) cannot be judged locally, so it is asked of the API
  * server as before.
  *
+ * A Secret-bound token of the discovered issuer goes to a TokenReview too:
+ * the informer holds pods and service accounts, not Secrets (watching every
+ * Secret would need a read right on all of them), so only the API server
+ * can tell that its Secret is gone. Such tokens are rare (kubelets bind to
+ * pods); a wrong guess costs a review, never a wrong answer.
+ *
  * The issuer is read from the token unverified (sg_jwt_peek_issuer). That
  * only chooses the judge, and both judges verify the whole token: forging
  * "iss" sends a token to the JWKS verifier, which refuses it, or to the API
@@ -47,9 +53,10 @@ static int route_start(void *self, const sg_authn_request *req, sg_authn_done_fn
 	/* A token too odd to peek at (or with an issuer of more than
 	 * SG_AUTHN_ROUTE_ISSUER_MAX bytes, which cannot be ours) is the local
 	 * verifier's to refuse: only a readable foreign issuer costs a review. */
+	bool secret_bound = false;
 	if (req->bearer && req->bearer_len > 0 &&
-	    sg_jwt_peek_issuer(req->bearer, req->bearer_len, iss, sizeof(iss)) == SG_OK)
-		local = strcmp(iss, r->issuer) == 0;
+	    sg_jwt_peek_issuer(req->bearer, req->bearer_len, iss, sizeof(iss), &secret_bound) == SG_OK)
+		local = strcmp(iss, r->issuer) == 0 && !secret_bound;
 	sg_error_clear();
 	const sg_authenticator *a = local ? &r->local : &r->remote;
 	atomic_fetch_add_explicit(local ? &r->n_local : &r->n_remote, 1, memory_order_relaxed);

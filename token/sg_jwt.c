@@ -385,8 +385,11 @@ int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *toke
 /* The payload is decoded and parsed before any signature check here, which
  * sg_jwt_verify never does: that is why the answer may only choose a
  * verifier. The limits are sg_jwt_verify's, so nothing larger is parsed. */
-int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap)
+int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap, bool *secret_bound)
 {
+	bool ignored;
+	bool *sb = secret_bound ? secret_bound : &ignored;
+	*sb = false;
 	SG_ENSURE(cap > 0, SG_EINVAL, "no room for the issuer");
 	iss[0] = 0;
 	sg_slice hs, ps, ss;
@@ -398,6 +401,8 @@ int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap)
 	SG_ENSURE(v && is_printable(v, cap - 1), SG_EAUTH, "token has no printable issuer of at most %zu bytes",
 	          cap - 1);
 	snprintf(iss, cap, "%s", v);
+	json_t *k8s = json_object_get(payload, "kubernetes.io");
+	*sb = json_is_object(k8s) && json_object_get(k8s, "secret");
 	return SG_OK;
 }
 

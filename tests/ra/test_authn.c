@@ -379,6 +379,15 @@ static void t_route(void)
 	remote_self.done(SG_OK, &c, NULL, remote_self.arg);
 	SG_CHECK(r.calls == 1 && r.rc == SG_OK && strcmp(r.caller.method, "tokenreview") == 0);
 
+	/* Our issuer, bound to a Secret (the informer holds none): reviewed. */
+	static const char sb[] = "{\"iss\":\"signet-dev\",\"kubernetes.io\":{\"secret\":{\"name\":\"s\"}}}";
+	SG_CHECK_OK(sg_b64url_encode((const uint8_t *)sb, strlen(sb), p, sizeof(p)));
+	snprintf(legacy, sizeof(legacy), "%s.%s.AAAA", h, p);
+	SG_CHECK_OK(run(&route, legacy, NULL, &r));
+	SG_CHECK(remote_self.started == 2 && r.calls == 0);
+	remote_self.done(SG_OK, &c, NULL, remote_self.arg);
+	SG_CHECK(r.calls == 1 && r.rc == SG_OK);
+
 	/* Our issuer with a bad signature: refused locally, never reviewed. */
 	char *bad = strdup(tok);
 	bad[strlen(bad) - 3] = bad[strlen(bad) - 3] == 'A' ? 'B' : 'A';
@@ -386,9 +395,9 @@ static void t_route(void)
 	/* Garbage and no token: local, refused, never reviewed. */
 	SG_CHECK_RC(run(&route, "not-a-token", NULL, &r), SG_EAUTH);
 	SG_CHECK_RC(run(&route, NULL, NULL, &r), SG_EAUTH);
-	SG_CHECK(remote_self.started == 1);
+	SG_CHECK(remote_self.started == 2);
 	sg_authn_route_counts(route.self, &nl, &nr);
-	SG_CHECK(nl == 4 && nr == 1);
+	SG_CHECK(nl == 4 && nr == 2);
 	route.free(route.self);
 	free(bad);
 	free(tok);

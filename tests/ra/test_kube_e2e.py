@@ -546,6 +546,27 @@ class AutoMode(TokenModes, OneSignetd):
         self.refused(self.stub, forged, ident)
         self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 2)
 
+    def test_secret_bound_token_goes_to_tokenreview(self):
+        """signet's informer holds no Secrets: a token bound to one is the
+        API server's to judge, so that a deleted Secret is refused."""
+        def secret_token(name):
+            uid = C.kube.ok("POST", "/api/v1/namespaces/apps/secrets",
+                            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}})["metadata"]["uid"]
+            doc = C.kube.ok("POST", "/api/v1/namespaces/apps/serviceaccounts/app2/token",
+                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                             "spec": {"audiences": ["istio-ca"], "expirationSeconds": 600,
+                                      "boundObjectRef": {"kind": "Secret", "apiVersion": "v1", "name": name,
+                                                         "uid": uid}}})
+            return doc["status"]["token"]
+        ident = spiffe("apps", "app2")
+        routed = C.metric(self.d, "signet_token_auto_review_total")
+        self.verified(self.call(self.stub, secret_token("bound-live"), ident), ident)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 1)
+        tok = secret_token("bound-gone")
+        C.kube.delete("/api/v1/namespaces/apps/secrets/bound-gone")
+        self.refused(self.stub, tok, ident)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 2)
+
     def test_legacy_token_of_a_deleted_secret_is_refused(self):
         tok = legacy_token("apps", "app2", "app2-legacy-gone")
         C.kube.delete("/api/v1/namespaces/apps/secrets/app2-legacy-gone")

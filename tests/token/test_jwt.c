@@ -1020,23 +1020,32 @@ static void t_peek_issuer(void)
 	b64("{\"alg\":\"RS256\"}", 15, h, sizeof(h));
 	b64("{\"iss\":\"kubernetes/serviceaccount\"}", 35, p, sizeof(p));
 	snprintf(tok, sizeof(tok), "%s.%s.AAAA", h, p);
-	SG_CHECK_OK(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss)));
+	SG_CHECK_OK(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL));
 	SG_CHECK(strcmp(iss, "kubernetes/serviceaccount") == 0);
+	bool sb = true;
+	SG_CHECK_OK(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), &sb));
+	SG_CHECK(!sb);
+	static const char secret[] = "{\"iss\":\"x\",\"kubernetes.io\":{\"secret\":{\"name\":\"s\",\"uid\":\"u\"}}}";
+	b64(secret, strlen(secret), p, sizeof(p));
+	char bound[512];
+	snprintf(bound, sizeof(bound), "%s.%s.AAAA", h, p);
+	SG_CHECK_OK(sg_jwt_peek_issuer(bound, strlen(bound), iss, sizeof(iss), &sb));
+	SG_CHECK(sb && strcmp(iss, "x") == 0);
 	/* an issuer that does not fit is refused, not cut */
-	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, 8), SG_EAUTH);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, 8, NULL), SG_EAUTH);
 	SG_CHECK(iss[0] == 0);
 	static const char *const bad[] = {"", "abc", "a.b", "..", "%%%.%%%.x"};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
-		SG_CHECK_RC(sg_jwt_peek_issuer(bad[i], strlen(bad[i]), iss, sizeof(iss)), SG_EAUTH);
+		SG_CHECK_RC(sg_jwt_peek_issuer(bad[i], strlen(bad[i]), iss, sizeof(iss), NULL), SG_EAUTH);
 	b64("[1]", 3, p, sizeof(p)); /* not an object */
 	snprintf(tok, sizeof(tok), "%s.%s.x", h, p);
-	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss)), SG_EAUTH);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL), SG_EAUTH);
 	b64("{\"iss\":7}", 9, p, sizeof(p)); /* not a string */
 	snprintf(tok, sizeof(tok), "%s.%s.x", h, p);
-	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss)), SG_EAUTH);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL), SG_EAUTH);
 	b64("{\"sub\":\"x\"}", 11, p, sizeof(p)); /* no issuer */
 	snprintf(tok, sizeof(tok), "%s.%s.x", h, p);
-	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss)), SG_EAUTH);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL), SG_EAUTH);
 }
 
 static void setup(void)
