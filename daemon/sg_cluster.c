@@ -63,6 +63,9 @@ struct sg_cluster {
 	sg_workload *workload;     /* pods (node authorization) and/or service accounts (bound tokens) */
 	sg_jwks_kube *jwks;        /* jwks mode without a file */
 	void *tokenreview;         /* the tokenreview authenticator's self, for stats (owned by the caller) */
+	void *route;               /* auto with discovery: the router's self, for stats (owned by the caller) */
+	int mode;                  /* SG_TOKEN_AUTH_*: auto until decide_auto has run */
+	bool split;                /* auto chose jwks for the API server's tokens, tokenreview for the rest */
 	sg_rootdist *rootdist;
 	sg_rootdist *rootpub;      /* roots-configmap in trust-namespace */
 	sg_rootdist *raroots;      /* istiod-ra-root-secret-name in istiod-cert-namespace */
@@ -108,7 +111,7 @@ static int make_identity(char *out, size_t cap)
 
 static int resolved_mode(const sg_cluster *c)
 {
-	return c->d->token_authenticator == SG_TOKEN_AUTH_AUTO ? SG_TOKEN_AUTH_TOKENREVIEW : c->d->token_authenticator;
+	return c->mode;
 }
 
 /* A client of its own per user, so that no user's requests queue behind
@@ -146,7 +149,8 @@ static int make_clients(sg_cluster *c)
 	long lease_ms = (long)(d->leader_election_renew_deadline - d->leader_election_retry_period) * 1000;
 	long writers_ms = (long)(d->leader_election_lease_duration - d->leader_election_renew_deadline) * 1000;
 	SG_TRY(new_client(d, &c->kube, 0, false, server, sizeof(server)));
-	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW)
+	/* auto may fall back to reviews, for some tokens or for all */
+	if (resolved_mode(c) != SG_TOKEN_AUTH_JWKS)
 		SG_TRY(new_client(d, &c->kube_reviews, 0, true, server, sizeof(server)));
 	if (any_controller(d)) {
 		SG_TRY(new_client(d, &c->kube_writers, d->leader_election && writers_ms >= 1000 ? writers_ms : 0, false,
@@ -519,15 +523,51 @@ static bool need_pods(const sg_cluster *c)
 	return c->d->ca_trusted_node_accounts && *c->d->ca_trusted_node_accounts;
 }
 
+/* What "auto" means in a cluster, decided once at start: when the API
+ * server's OIDC discovery answers (issuer and keys), the API server's own
+ * tokens are verified locally and their bound service account and pod
+ * checked against the informer (sg_authn_bound_new), and every other token
+ * (legacy Secret tokens, other issuers) goes to a TokenReview; when it
+ * does not, every token goes to a TokenReview, as in tokenreview mode. One
+ * log line says which and why. A discovery that fails at start is not
+ * retried: the process keeps reviewing (restart to re-decide), which is
+ * slower but never less safe. */
+static void decide_auto(sg_cluster *c)
+{
+	const sg_daemon_settings *d = c->d;
+	sg_jwks_kube_options jo = {.kube = c->kube, .refresh_seconds = (int)d->jwks_refresh_interval};
+	if (sg_jwks_kube_new(&c->jwks, &jo) < 0) {
+		char why[SG_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		c->mode = SG_TOKEN_AUTH_TOKENREVIEW;
+		sg_log(SG_LOG_WARN,
+		       "token-authenticator auto: tokenreview for every token (the API server's OIDC "
+		       "discovery failed; restart signetd to try again)",
+		       SG_F_STR("reason", why), SG_F_END);
+		return;
+	}
+	const char *issuer = c->s->jwt_issuer ? c->s->jwt_issuer : sg_jwks_kube_issuer(c->jwks);
+	sg_jwks_kube_stats st;
+	sg_jwks_kube_stats_get(c->jwks, &st);
+	c->mode = SG_TOKEN_AUTH_JWKS;
+	c->split = true;
+	sg_log(SG_LOG_INFO,
+	       "token-authenticator auto: jwks for the API server's tokens (OIDC discovery answered), "
+	       "tokenreview for legacy and other issuers' tokens",
+	       SG_F_STR("issuer", issuer), SG_F_INT("keys", st.keys), SG_F_END);
+}
+
 static int make_parts(sg_cluster *c, const sg_cluster_options *o)
 {
 	const sg_daemon_settings *d = c->d;
+	if (c->mode == SG_TOKEN_AUTH_AUTO)
+		decide_auto(c);
 	bool jwks = resolved_mode(c) == SG_TOKEN_AUTH_JWKS;
 	if (need_pods(c) || jwks) {
 		sg_workload_options wo = {.kube = c->kube, .pods = true, .service_accounts = jwks};
 		SG_TRY(sg_workload_new(&c->workload, &wo));
 	}
-	if (jwks && !c->s->jwt_jwks_file) {
+	if (jwks && !c->jwks && !c->s->jwt_jwks_file) {
 		sg_jwks_kube_options jo = {.kube = c->kube, .refresh_seconds = (int)d->jwks_refresh_interval};
 		SG_TRY(sg_jwks_kube_new(&c->jwks, &jo));
 	}
@@ -546,6 +586,7 @@ int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
 	c->s = o->settings;
 	c->d = o->daemon;
+	c->mode = o->daemon->token_authenticator;
 	c->cas[0] = (sg_kubesign_ca){.name = "default", .app = o->app};
 	c->ncas = 1;
 	for (size_t i = 0; i < o->n_extra_cas; i++)
@@ -571,21 +612,44 @@ int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
 
 /* ---- the request path -------------------------------------------------------- */
 
+static int make_tokenreview(sg_cluster *c, sg_authenticator *out)
+{
+	const char *const *aud = (const char *const *)c->audiences;
+	sg_authn_tokenreview_options to = {
+	    .kube = c->kube_reviews,
+	    .audiences = aud,
+	    .n_audiences = c->n_audiences,
+	    .trust_domain = c->s->trust_domain,
+	    .cache_ttl_max = (int)c->d->token_cache_ttl,
+	    .max_inflight = (unsigned)c->d->token_review_max_inflight,
+	};
+	SG_TRY(sg_authn_tokenreview_new(out, &to));
+	c->tokenreview = out->self;
+	return SG_OK;
+}
+
+/* auto with discovery: the jwks authenticator (local) and a tokenreview
+ * one for every token of another issuer, behind the router. */
+static int make_split(sg_cluster *c, sg_authenticator local, const char *issuer, sg_authenticator *out)
+{
+	sg_authenticator remote;
+	int rc = make_tokenreview(c, &remote);
+	if (rc < 0) {
+		local.free(local.self);
+		return rc;
+	}
+	SG_TRY(sg_authn_route_new(out, local, remote, issuer)); /* owns both, also on failure */
+	c->route = out->self;
+	return SG_OK;
+}
+
 int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **method)
 {
 	const char *const *aud = (const char *const *)c->audiences;
 	if (resolved_mode(c) == SG_TOKEN_AUTH_TOKENREVIEW) {
-		sg_authn_tokenreview_options to = {
-			.kube = c->kube_reviews,
-			.audiences = aud,
-			.n_audiences = c->n_audiences,
-			.trust_domain = c->s->trust_domain,
-			.cache_ttl_max = (int)c->d->token_cache_ttl,
-			.max_inflight = (unsigned)c->d->token_review_max_inflight,
-		};
-		SG_TRY(sg_authn_tokenreview_new(out, &to));
-		c->tokenreview = out->self;
-		*method = "tokenreview";
+		SG_TRY(make_tokenreview(c, out));
+		*method = c->d->token_authenticator == SG_TOKEN_AUTH_AUTO ? "tokenreview (auto: no OIDC discovery)"
+		                                                          : "tokenreview";
 		return SG_OK;
 	}
 	/* jwks: keys from the file when one is named, else from the API server;
@@ -606,8 +670,15 @@ int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **
 	};
 	sg_authenticator inner;
 	SG_TRY(sg_authn_jwt_new(&inner, &jo));
-	SG_TRY(sg_authn_bound_new(out, inner, c->workload)); /* owns inner, also on failure */
-	*method = c->jwks ? "jwks (keys from the API server)" : "jwks (keys from jwt-jwks-file)";
+	if (!c->split) {
+		SG_TRY(sg_authn_bound_new(out, inner, c->workload)); /* owns inner, also on failure */
+		*method = c->jwks ? "jwks (keys from the API server)" : "jwks (keys from jwt-jwks-file)";
+		return SG_OK;
+	}
+	sg_authenticator local;
+	SG_TRY(sg_authn_bound_new(&local, inner, c->workload));
+	SG_TRY(make_split(c, local, issuer, out));
+	*method = "jwks (auto: keys from the API server; tokenreview for other issuers)";
 	return SG_OK;
 }
 
@@ -666,6 +737,26 @@ void sg_cluster_tick(sg_cluster *c)
 static double leader_gauge(void *arg)
 {
 	return sg_cluster_is_leader(arg);
+}
+
+static double local_gauge(void *arg)
+{
+	const sg_cluster *c = arg;
+	return resolved_mode(c) == SG_TOKEN_AUTH_JWKS;
+}
+
+static double routed_local(void *arg)
+{
+	uint64_t l, r;
+	sg_authn_route_counts(((sg_cluster *)arg)->route, &l, &r);
+	return (double)l;
+}
+
+static double routed_review(void *arg)
+{
+	uint64_t l, r;
+	sg_authn_route_counts(((sg_cluster *)arg)->route, &l, &r);
+	return (double)r;
 }
 
 /* Each part's stats for the registry's tables (the registry hands a zeroed
@@ -804,6 +895,15 @@ int sg_cluster_metrics(sg_cluster *c, sg_metrics *reg)
 	SG_TRY(sg_metrics_gauge_fn(reg, "signet_leader",
 	                           "1 while this replica holds the leader-election Lease and runs the writers.",
 	                           leader_gauge, c));
+	SG_TRY(sg_metrics_gauge_fn(reg, "signet_token_authenticator_jwks",
+	                           "1 when the API server's tokens are verified locally (jwks, or auto with OIDC "
+	                           "discovery); 0 when every token goes to a TokenReview.",
+	                           local_gauge, c));
+	SG_TRY(sg_metrics_counter_fn(reg, "signet_token_auto_local_total",
+	                             "auto: tokens of the API server's issuer, verified locally.", routed_local, c));
+	SG_TRY(sg_metrics_counter_fn(reg, "signet_token_auto_review_total",
+	                             "auto: tokens of another issuer (legacy Secret tokens), sent to a TokenReview.",
+	                             routed_review, c));
 	if (c->forward)
 		SG_TRY(sg_metrics_stats(reg, TABLE(fw_rows, fw_of, sg_forward_stats), c));
 	SG_TRY(sg_metrics_stats(reg, TABLE(tr_rows, tr_of, sg_authn_tokenreview_stats), c));

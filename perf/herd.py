@@ -3,12 +3,21 @@
 
 For each size: makes a CA (signetctl init, SoftHSM2), starts signetd on
 127.0.0.1 with enough descriptors and --max-connections for the herd
-(prlimit), mints a token, runs perf/herd with --server-pid, prints herd's
-report and the exact command lines, and stops signetd. Sizes are
-CONNECTIONSxCALLS (calls per connection):
+(prlimit), mints a pool of tokens (perf/tokenpool.py jwt, the CA's
+development issuer: one per simulated pod plus one per request of herd's
+ceiling run, so no token is sent twice but for a pod's own retries), runs
+perf/herd with --token-dir and --server-pid, prints herd's report and the
+exact command lines, and stops signetd. Sizes are CONNECTIONSxCALLS (calls
+per connection):
 
   perf/herd.py --build build-perf 1000x1 5000x1 5000x10 10000x1 [--herd-args "..."]
-               [--signetd-args "..."] [--json]
+               [--signetd-args "..."] [--json] [--one-token]
+
+--one-token sends one token from every pod instead (the figures before
+issue 33): signetd's JWT cache then answers all but the first, which no
+mesh does; label such figures "one token reused". Minting costs about
+20 ms a token here, two at once (a 10,000-pod pool takes minutes, before
+the clock starts).
 
 Loopback only; every run is bounded by herd's own --duration and timeouts.
 """
@@ -41,7 +50,29 @@ def machine():
     return {"nproc": os.cpu_count(), "cpu": model, "kernel": os.uname().release, "loadavg": load}
 
 
-def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False):
+def ceiling_requests(herd_args):
+    """herd's --ceiling-requests in herd_args, else its default (2000)."""
+    words = shlex.split(herd_args)
+    for i, w in enumerate(words):
+        if w == "--ceiling-requests" and i + 1 < len(words):
+            return int(words[i + 1])
+        if w.startswith("--ceiling-requests="):
+            return int(w.split("=", 1)[1])
+    return 2000
+
+
+def token_pool(signetctl, conf, out, count):
+    """count distinct tokens of the CA's development issuer in out."""
+    cmd = [sys.executable, os.path.join(HERE, "tokenpool.py"), "jwt", "--signetctl", signetctl, "--config", conf,
+           "--out", out, "--count", str(count), "--jobs", "2"]
+    print("# " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    t0 = time.monotonic()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, timeout=3600)
+    print(f"# {count} tokens minted in {time.monotonic() - t0:.1f} s", flush=True)
+    return out
+
+
+def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False, one_token=False):
     tmp = tempfile.mkdtemp(prefix="herd.", dir=os.environ.get("SIGNET_TEST_TMP"))
     signetctl = os.path.join(build, "ctl", "signetctl")
     signetd = os.path.join(build, "daemon", "signetd")
@@ -49,7 +80,11 @@ def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False):
     d = None
     try:
         conf, root = signet_e2e.init_ca(signetctl, os.path.join(tmp, "ca"))
-        token = signet_e2e.mint_token_file(signetctl, conf, os.path.join(tmp, "token"))
+        if one_token:
+            creds = ["--token-file", signet_e2e.mint_token_file(signetctl, conf, os.path.join(tmp, "token"))]
+        else:
+            pool = token_pool(signetctl, conf, os.path.join(tmp, "pool"), ceiling_requests(herd_args) + conns * calls)
+            creds = ["--token-dir", pool]
         # Descriptors: every connection, and the reconnections' overlap.
         # (at most the hard limit: the container may not raise it)
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -62,7 +97,7 @@ def one(build, conns, calls, herd_args, signetd_args, as_json, auto_cap=False):
         os.chmod(wrapper, 0o755)
         flags = ([] if auto_cap else ["--max-connections", str(nofile - 512)]) + shlex.split(signetd_args)
         d = signet_e2e.Signetd(wrapper, conf, *flags)
-        cmd = [herd, "--target", f"grpc://127.0.0.1:{d.port}", "--token-file", token, "--ca-file", root,
+        cmd = [herd, "--target", f"grpc://127.0.0.1:{d.port}"] + creds + ["--ca-file", root,
                "--connections", str(conns), "--calls-per-connection", str(calls), "--server-pid",
                str(d.proc.pid)] + shlex.split(herd_args)
         if as_json:
@@ -105,6 +140,8 @@ def main():
     ap.add_argument("--json", action="store_true", help="herd prints one JSON line")
     ap.add_argument("--auto-max-connections", action="store_true",
                     help="leave signetd's --max-connections to its default (open files, memory limit)")
+    ap.add_argument("--one-token", action="store_true",
+                    help="one token for every pod (the JWT cache answers all but the first; not a mesh)")
     a = ap.parse_args()
     m = machine()
     print(f"# machine: nproc={m['nproc']} cpu=\"{m['cpu']}\" kernel={m['kernel']} load average {m['loadavg']}")
@@ -112,7 +149,7 @@ def main():
     for s in a.sizes:
         conns, _, calls = s.partition("x")
         worst = max(worst, one(a.build, int(conns), int(calls or 1), a.herd_args, a.signetd_args, a.json,
-                               a.auto_max_connections))
+                               a.auto_max_connections, a.one_token))
     return worst
 
 

@@ -1,43 +1,59 @@
 #!/usr/bin/env bash
-# Authenticated issuance in TokenReview mode against JWKS mode, side by side,
-# in one run on one machine, with tokens a real API server minted.
+# Authenticated issuance in TokenReview mode, auto mode (the default) and JWKS
+# mode, side by side, in one run on one machine, with a distinct token per
+# simulated pod that a real API server minted, beside the API server's own
+# TokenReview rate from a plain client.
 #
-#   perf/tokenreview.sh        (from anywhere; about 2 minutes after the build)
+#   perf/tokenreview.sh        (from anywhere; a few minutes after the build)
 #
 # What it does, printing every command line it runs:
 #   1. builds release with jemalloc (build-perf: signetd, signetctl, loadgen)
 #      and the test API server (tests/kube/build-apiserver.sh, cached);
-#   2. starts etcd + kube-apiserver on 127.0.0.1 (tests/kube/apiserver.sh),
-#      creates namespace and ServiceAccount "bench", and has the API server
-#      mint one istio-ca token (TokenRequest, 1h) into a 0600 file;
-#   3. makes a signet CA (P-256 key in SoftHSM2) and starts two signetd on
-#      127.0.0.1 with the same CA: one with --token-authenticator
-#      tokenreview, one with jwks (keys discovered from the API server, plus
-#      the bound-token check); neither writes to the cluster;
-#   4. drives them alternately with the same loadgen settings (closed loop,
-#      one token repeated -- as an istio-agent does for an hour --, distinct
-#      CSRs) and prints each run, the ratio tokenreview/jwks, and how many
+#   2. starts etcd + kube-apiserver on 127.0.0.1 (tests/kube/apiserver.sh)
+#      and has it mint token pools (perf/tokenpool.py tokenrequest, namespace
+#      and ServiceAccount "bench"): one pool of WARMUP+REQUESTS distinct
+#      tokens per mode and round, and one per round for the plain client --
+#      signetd's caches (and the API server's own token cache) outlive a
+#      round, so no token is ever sent twice;
+#   3. makes a signet CA (P-256 key in SoftHSM2) and starts one signetd per
+#      mode on 127.0.0.1 with the same CA: --token-authenticator tokenreview,
+#      auto (the default: jwks for the API server's tokens when its OIDC
+#      discovery answers) and jwks (keys discovered from the API server, plus
+#      the bound-token check); none writes to the cluster;
+#   4. each round: the API server's own TokenReview rate, from a plain
+#      Python client (16 threads, keep-alive connections, one review per
+#      token of its pool), then the modes alternately with the same loadgen
+#      settings (closed loop, a token per request through --token-dir, the
+#      CSR naming the token's identity); prints each run, signetd's
+#      tokenreview rate as a share of the plain client's, and how many
 #      TokenReviews the API server got for all those certificates.
 #
 # Bounds: every loadgen run has a maximum count and time; every wait is
 # bounded; the exit trap stops what was started (by pid) and the API server.
 # Knobs: SIGNET_TR_CONNECTIONS [4], SIGNET_TR_CONCURRENCY [16],
-# SIGNET_TR_REQUESTS [20000], SIGNET_TR_DURATION [15s], SIGNET_TR_WARMUP [500],
-# SIGNET_TR_ROUNDS [2].
+# SIGNET_TR_REQUESTS [3000], SIGNET_TR_DURATION [15s], SIGNET_TR_WARMUP [200],
+# SIGNET_TR_ROUNDS [2], SIGNET_TR_MODES ["tokenreview auto jwks"],
+# SIGNET_TR_PLAIN_THREADS [16]. A pool costs WARMUP+REQUESTS TokenRequests
+# (made before any measurement), so REQUESTS is smaller than with one token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 C=${SIGNET_TR_CONNECTIONS:-4}
 M=${SIGNET_TR_CONCURRENCY:-16}
-N=${SIGNET_TR_REQUESTS:-20000}
+N=${SIGNET_TR_REQUESTS:-3000}
 D=${SIGNET_TR_DURATION:-15s}
-W=${SIGNET_TR_WARMUP:-500}
+W=${SIGNET_TR_WARMUP:-200}
 ROUNDS=${SIGNET_TR_ROUNDS:-2}
+read -r -a MODES <<<"${SIGNET_TR_MODES:-tokenreview auto jwks}"
+PLAIN_THREADS=${SIGNET_TR_PLAIN_THREADS:-16}
 
 die() { echo "tokenreview.sh: $*" >&2; exit 1; }
-show() { printf '+'; printf ' %q' "$@"; printf '\n'; }
+show() { { printf '+'; printf ' %q' "$@"; printf '\n'; } >&2; } # stderr: a command's stdout may be redirected
 run() { show "$@"; "$@"; }
+for m in "${MODES[@]}"; do
+  case $m in tokenreview | auto | jwks) ;; *) die "SIGNET_TR_MODES: unknown mode $m" ;; esac
+done
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-tokenreview.XXXXXX")
 pids=()
@@ -61,7 +77,7 @@ machine() {
   echo "         kernel=$(uname -r)  load average=$(cut -d' ' -f1-3 /proc/loadavg)  ($1)"
 }
 
-echo "== TokenReview vs JWKS: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "== TokenReview, auto and JWKS, a token per request: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 machine "before the build"
 
 # ---- 1. build ------------------------------------------------------------
@@ -73,26 +89,30 @@ SIGNETCTL=$repo/build-perf/ctl/signetctl
 LOADGEN=$repo/build-perf/perf/loadgen
 run tests/kube/build-apiserver.sh >/dev/null
 
-# ---- 2. the API server, an account, a token -------------------------------
+# ---- 2. the API server and the token pools ---------------------------------
 echo "== kube-apiserver"
 mkdir "$tmp/api"
 run tests/kube/apiserver.sh start "$tmp/api" >/dev/null
 # shellcheck disable=SC1091
 . "$tmp/api/env"
-api() { # METHOD PATH [BODY]: the admin token comes from its file, not argv
-  curl -sS --fail-with-body --cacert "$KUBE_CA_FILE" -H @<(printf 'Authorization: Bearer %s\n' "$(cat "$KUBE_TOKEN_FILE")") \
-    -H 'Content-Type: application/json' -X "$1" "$KUBE_APISERVER$2" ${3:+-d "$3"}
-}
-api POST /api/v1/namespaces '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"bench"}}' >/dev/null
-api POST /api/v1/namespaces/bench/serviceaccounts \
-  '{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"bench"}}' >/dev/null
-echo "+ TokenRequest bench/bench (audience istio-ca, 1h) > $tmp/token (mode 0600)"
-(umask 077 && api POST /api/v1/namespaces/bench/serviceaccounts/bench/token \
-  '{"apiVersion":"authentication.k8s.io/v1","kind":"TokenRequest","spec":{"audiences":["istio-ca"],"expirationSeconds":3600}}' |
-  python3 -c 'import json, sys; print(json.load(sys.stdin)["status"]["token"])' >"$tmp/token")
+export KUBE_APISERVER KUBE_TOKEN_FILE KUBE_CA_FILE
+# One pool per mode and round, and one per round for the plain client. Each
+# pool's --ttl starts past the previous pool's last expiry, so no two tokens
+# of the whole run share an exp (TokenRequest tokens carry no jti: two made
+# in the same second with the same exp would be the same token).
+POOL=$((W + N))
+echo "== token pools: $POOL TokenRequest tokens each, bench/bench"
+k=0
+for r in $(seq "$ROUNDS"); do
+  for m in plain "${MODES[@]}"; do
+    run /usr/bin/python3 perf/tokenpool.py tokenrequest --out "$tmp/pool.$m.$r" --count "$POOL" \
+      --namespace bench --service-account bench --ttl $((3600 + k * POOL)) --jobs 2 >/dev/null
+    k=$((k + 1))
+  done
+done
 
 # ---- 3. two signetd ----------------------------------------------------------
-echo "== signet CA and two signetd"
+echo "== signet CA and a signetd per mode"
 run "$SIGNETCTL" init --dir "$tmp/signet" --key-type ecdsa-p256 --log-level warn >/dev/null
 # Without init's development token issuer: here the tokens are the API server's.
 conf=$tmp/signet/kube.conf
@@ -130,8 +150,7 @@ EOF
   metrics[$mode]=${p#* }
   echo "signetd ($mode) serving on 127.0.0.1:${port[$mode]} (pid ${pid[$mode]})"
 }
-start_signetd tokenreview
-start_signetd jwks
+for m in "${MODES[@]}"; do start_signetd "$m"; done
 
 metric() { # MODE NAME
   curl -s "http://127.0.0.1:${metrics[$1]}/metrics" | awk -v n="$2" '$1 == n {print $2}'
@@ -139,12 +158,27 @@ metric() { # MODE NAME
 
 # ---- 4. closed loop, alternating ------------------------------------------
 status=0
+# The API server's own TokenReview rate: perf/apireviews.py, a plain client
+# (PLAIN_THREADS threads, a keep-alive connection each, one review per token
+# of the round's own pool, every answer checked).
+plain() { # ROUND
+  local out=$tmp/plain.$1.json
+  echo "== round $1: the API server alone, $PLAIN_THREADS threads  (load average $(cut -d' ' -f1 /proc/loadavg))"
+  run /usr/bin/python3 perf/apireviews.py --pool "$tmp/pool.plain.$1" --threads "$PLAIN_THREADS" >"$out" || status=1
+  python3 - "$out" <<'EOF'
+import json, sys
+text = open(sys.argv[1]).read().strip()
+if text:
+    r = json.loads(text.splitlines()[-1])
+    print(f"   {r['ok']} reviews ok, {r['failed']} failed, {r['elapsed_s']:.2f} s -> {r['reviews_per_s']:.1f} reviews/s")
+EOF
+}
 loadgen() { # MODE ROUND
   local mode=$1 out=$tmp/$1.$2.json
   echo "== round $2: $mode  (load average $(cut -d' ' -f1 /proc/loadavg))"
-  local cmd=("$LOADGEN" --target "grpc://127.0.0.1:${port[$mode]}" --token-file "$tmp/token"
+  local cmd=("$LOADGEN" --target "grpc://127.0.0.1:${port[$mode]}" --token-dir "$tmp/pool.$mode.$2"
              --ca-file "$tmp/signet/root-cert.pem" --server-name localhost
-             --identity spiffe://cluster.local/ns/bench/sa/bench --connections "$C" --concurrency "$M"
+             --connections "$C" --concurrency "$M"
              --requests "$N" --duration "$D" --warmup "$W" --json)
   show "${cmd[@]}"
   if ! "${cmd[@]}" >"$out" 2>"$out.err"; then
@@ -156,33 +190,47 @@ import json, sys
 text = open(sys.argv[1]).read().strip()
 if text:
     r = json.loads(text.splitlines()[-1])
+    t = r.get("tokens", {})
     print(f"   {r['ok']} ok, {r['failed']} failed, {r['elapsed_s']:.2f} s -> {r['certs_per_s']:.1f} certs/s;"
-          f" latency ms p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} p99.9 {r['p999_ms']:.3f}")
+          f" latency ms p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} p99.9 {r['p999_ms']:.3f};"
+          f" tokens {t.get('distinct')} distinct, pool wrapped {t.get('wraps')} times")
 EOF
 }
 for r in $(seq "$ROUNDS"); do
-  loadgen tokenreview "$r"
-  loadgen jwks "$r"
+  plain "$r"
+  for m in "${MODES[@]}"; do loadgen "$m" "$r"; done
 done
 
 echo "== summary (best of $ROUNDS rounds)"
-python3 - "$tmp" "$ROUNDS" <<'EOF'
+python3 - "$tmp" "$ROUNDS" "${MODES[@]}" <<'EOF'
 import json, sys
-tmp, rounds = sys.argv[1], int(sys.argv[2])
-def cps(mode, r):
+tmp, rounds, modes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def rate(name, r, key):
     try:
-        return json.loads(open(f"{tmp}/{mode}.{r}.json").read().strip().splitlines()[-1])["certs_per_s"]
+        return json.loads(open(f"{tmp}/{name}.{r}.json").read().strip().splitlines()[-1])[key]
     except (OSError, ValueError, IndexError, KeyError):
         return 0.0
-t = [cps("tokenreview", r) for r in range(1, rounds + 1)]
-j = [cps("jwks", r) for r in range(1, rounds + 1)]
-for r in range(rounds):
-    print(f"   round {r + 1}: tokenreview {t[r]:.1f} certs/s, jwks {j[r]:.1f} certs/s, ratio "
-          + (f"{t[r] / j[r]:.2f}" if j[r] else "n/a"))
-print(f"   best: tokenreview {max(t):.1f} / jwks {max(j):.1f} = " + (f"{max(t) / max(j):.2f}" if max(j) else "n/a"))
+rs = range(1, rounds + 1)
+plain = [rate("plain", r, "reviews_per_s") for r in rs]
+got = {m: [rate(m, r, "certs_per_s") for r in rs] for m in modes}
+def share(a, b):
+    return f"{a / b:.2f}" if b else "n/a"
+def line(label, i):
+    pick = (lambda xs: max(xs)) if i is None else (lambda xs: xs[i])
+    text = f"   {label}: API server alone {pick(plain):.1f} reviews/s"
+    for m in modes:
+        text += f", {m} {pick(got[m]):.1f} certs/s"
+    if "tokenreview" in got:
+        text += f"; tokenreview / API server = {share(pick(got['tokenreview']), pick(plain))}"
+    print(text)
+for i, r in enumerate(rs):
+    line(f"round {r}", i)
+line("best", None)
 EOF
-echo "   TokenReviews sent to the API server: $(metric tokenreview signet_tokenreview_requests_total)," \
-     "cache hits: $(metric tokenreview signet_tokenreview_cache_hits_total)," \
-     "certificates: $(metric tokenreview citadel_server_success_cert_issuance_count)"
+for m in "${MODES[@]}"; do
+  echo "   $m: TokenReviews sent to the API server: $(metric "$m" signet_tokenreview_requests_total)," \
+       "cache hits: $(metric "$m" signet_tokenreview_cache_hits_total)," \
+       "certificates: $(metric "$m" citadel_server_success_cert_issuance_count)"
+done
 machine "after the runs"
 exit "$status"

@@ -61,4 +61,20 @@ SG_API int sg_authn_mtls_new(sg_authenticator *out, const char *trust_domain) SG
  * identity), or else the last member's. */
 SG_API int sg_authn_chain_new(sg_authenticator *out, const sg_authenticator *list, size_t n) SG_MUST_CHECK;
 
+/* The "auto" token authenticator of a cluster (sg_authn_route.c): a token
+ * whose "iss" (read unverified, only to choose) equals issuer goes to
+ * local (the jwt authenticator with the bound-object check) unless it is
+ * bound to a Secret; a Secret-bound one and any other readable token (a
+ * legacy Secret token, another issuer) to remote (the tokenreview
+ * authenticator); an unreadable one to local. The chosen
+ * member completes the request exactly as it would alone. Named "jwt" (it
+ * consumes the bearer token, for sg_authn_chain_new). Takes ownership of
+ * both members (freed with it, also when this call fails); issuer is
+ * copied. SG_EINVAL for an empty issuer or one longer than
+ * SG_AUTHN_ROUTE_ISSUER_MAX. */
+#define SG_AUTHN_ROUTE_ISSUER_MAX 1024
+SG_API int sg_authn_route_new(sg_authenticator *out, sg_authenticator local, sg_authenticator remote,
+                              const char *issuer) SG_MUST_CHECK;
+/* Requests sent to each member so far (self: the route's out->self). */
+SG_API void sg_authn_route_counts(void *self, uint64_t *local, uint64_t *remote);
 #endif

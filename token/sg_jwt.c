@@ -317,29 +317,47 @@ static int check_claims(json_t *p, const sg_jwt_options *o, int64_t now, sg_jwt_
 
 /* ---- the token (RFC 7515 §7.1, §5.2) ---- */
 
-int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *token, size_t len, int64_t now,
-                  sg_jwt_claims *out)
+/* The compact serialization's three parts: exactly two dots, within the
+ * token and payload limits (tighter limits before authentication). */
+static int split_token(const char *token, size_t len, sg_slice *hs, sg_slice *ps, sg_slice *ss)
 {
-	memset(out, 0, sizeof(*out));
 	SG_ENSURE(token && len > 0, SG_EAUTH, "token is empty");
 	SG_ENSURE(len <= SG_JWT_TOKEN_MAX, SG_EAUTH, "token is %zu bytes, more than %d", len, SG_JWT_TOKEN_MAX);
-	SG_ENSURE(o && o->issuer, SG_EINVAL, "no token issuer configured");
 	size_t dots = 0;
 	for (size_t i = 0; i < len; i++)
 		dots += token[i] == '.';
 	SG_ENSURE(dots == 2, SG_EAUTH, "token has %zu parts, a compact JWS has 3", dots + 1);
-
 	sg_reader r = sg_reader_of((sg_slice){(const uint8_t *)token, len});
-	sg_slice hs, ps, ss, dot;
-	sg_reader_until(&r, '.', &hs);
+	sg_slice dot;
+	sg_reader_until(&r, '.', hs);
 	SG_TRY(sg_reader_bytes(&r, 1, &dot));
-	sg_reader_until(&r, '.', &ps);
+	sg_reader_until(&r, '.', ps);
 	SG_TRY(sg_reader_bytes(&r, 1, &dot));
-	sg_reader_until(&r, '.', &ss);
+	sg_reader_until(&r, '.', ss);
 	SG_ENSURE(sg_reader_done(&r), SG_EAUTH, "token has trailing data");
-	/* Tighter limits before authentication: the payload is only sized now. */
-	SG_ENSURE(b64_decoded_len(ps.len) <= SG_JWT_PAYLOAD_MAX, SG_EAUTH, "token payload is larger than %d bytes",
+	SG_ENSURE(b64_decoded_len(ps->len) <= SG_JWT_PAYLOAD_MAX, SG_EAUTH, "token payload is larger than %d bytes",
 	          SG_JWT_PAYLOAD_MAX);
+	return SG_OK;
+}
+
+/* The payload part, decoded (at most SG_JWT_PAYLOAD_MAX bytes) and parsed
+ * into *out (the caller releases it). */
+static int load_payload(sg_slice ps, json_t **out)
+{
+	uint8_t *pbuf SG_AUTOFREE = malloc(SG_JWT_PAYLOAD_MAX);
+	size_t plen;
+	SG_ENSURE(pbuf, SG_EINTERNAL, "out of memory");
+	SG_TRY(decode_part("payload", ps, pbuf, SG_JWT_PAYLOAD_MAX, &plen));
+	return parse_object("payload", pbuf, plen, out);
+}
+
+int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *token, size_t len, int64_t now,
+                  sg_jwt_claims *out)
+{
+	memset(out, 0, sizeof(*out));
+	SG_ENSURE(o && o->issuer, SG_EINVAL, "no token issuer configured");
+	sg_slice hs, ps, ss;
+	SG_TRY(split_token(token, len, &hs, &ps, &ss));
 
 	uint8_t hbuf[SG_JWT_HEADER_MAX], sig[SG_JWT_SIG_MAX];
 	size_t hlen, siglen;
@@ -353,16 +371,38 @@ int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *toke
 	/* RFC 7515 §5.2: the signing input is the encoded header.payload. */
 	SG_TRY(sg_jwks_verify(keys, alg, kid, (const uint8_t *)token, hs.len + 1 + ps.len, sig, siglen));
 
-	uint8_t *pbuf SG_AUTOFREE = malloc(SG_JWT_PAYLOAD_MAX);
-	size_t plen;
-	SG_ENSURE(pbuf, SG_EINTERNAL, "out of memory");
-	SG_TRY(decode_part("payload", ps, pbuf, SG_JWT_PAYLOAD_MAX, &plen));
 	json_t *payload SG_CLEANUP(json_decrefp) = NULL;
-	SG_TRY(parse_object("payload", pbuf, plen, &payload));
+	SG_TRY(load_payload(ps, &payload));
 	sg_jwt_claims c;
 	memset(&c, 0, sizeof(c));
 	SG_TRY(check_claims(payload, o, now, &c));
 	*out = c;
+	return SG_OK;
+}
+
+/* ---- routing ---- */
+
+/* The payload is decoded and parsed before any signature check here, which
+ * sg_jwt_verify never does: that is why the answer may only choose a
+ * verifier. The limits are sg_jwt_verify's, so nothing larger is parsed. */
+int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap, bool *secret_bound)
+{
+	bool ignored;
+	bool *sb = secret_bound ? secret_bound : &ignored;
+	*sb = false;
+	SG_ENSURE(cap > 0, SG_EINVAL, "no room for the issuer");
+	iss[0] = 0;
+	sg_slice hs, ps, ss;
+	SG_TRY(split_token(token, len, &hs, &ps, &ss));
+	json_t *payload SG_CLEANUP(json_decrefp) = NULL;
+	SG_TRY(load_payload(ps, &payload));
+	const char *v;
+	SG_TRY(string_member(payload, "iss", &v));
+	SG_ENSURE(v && is_printable(v, cap - 1), SG_EAUTH, "token has no printable issuer of at most %zu bytes",
+	          cap - 1);
+	snprintf(iss, cap, "%s", v);
+	json_t *k8s = json_object_get(payload, "kubernetes.io");
+	*sb = json_is_object(k8s) && json_object_get(k8s, "secret");
 	return SG_OK;
 }
 

@@ -175,6 +175,17 @@ typedef struct sg_jwt_options {
 SG_API int sg_jwt_verify(const sg_jwks *keys, const sg_jwt_options *o, const char *token, size_t len, int64_t now,
                          sg_jwt_claims *out) SG_MUST_CHECK;
 
+/* Reads the "iss" of a compact JWS WITHOUT verifying anything, into iss
+ * (capacity cap, NUL-terminated), and whether the token is bound to a
+ * Secret (a "kubernetes.io" object with a "secret" member) into
+ * *secret_bound (when not NULL). For routing only (which authenticator
+ * should judge a token), never for an answer: whoever is chosen verifies
+ * the whole token. The same structure and size limits as sg_jwt_verify
+ * apply. SG_EAUTH when the token is not three parts, its payload is not a
+ * JSON object, or it has no printable "iss" string that fits; iss is ""
+ * and *secret_bound false then. */
+SG_API int sg_jwt_peek_issuer(const char *token, size_t len, char *iss, size_t cap, bool *secret_bound) SG_MUST_CHECK;
+
 typedef struct sg_jwt_verifier sg_jwt_verifier;
 
 /* A verifier over a key source, file or pushed (borrowed: it must outlive

@@ -103,8 +103,10 @@ typedef struct sg_daemon_settings {
 } sg_daemon_settings;
 
 extern const char *const sg_daemon_policy_names[]; /* "istio-csr", "istiod", NULL */
-/* "auto" (tokenreview when a Kubernetes API is configured, else jwks),
- * "tokenreview", "jwks" */
+/* "auto" (with a Kubernetes API: jwks for the API server's own tokens when
+ * its OIDC discovery answers at start, tokenreview for other tokens, and
+ * for all of them when discovery fails; without one: jwks), "tokenreview",
+ * "jwks" */
 extern const char *const sg_daemon_token_authenticator_names[];
 enum { SG_TOKEN_AUTH_AUTO, SG_TOKEN_AUTH_TOKENREVIEW, SG_TOKEN_AUTH_JWKS };
 extern const char *const sg_daemon_key_algorithm_names[]; /* "RSA", "ECDSA", NULL */
@@ -201,7 +203,9 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	X("token-authenticator", SG_OPT_ENUM, token_authenticator, "auto", 0, 0,                                  \
 	  sg_daemon_token_authenticator_names,                                                                      \
 	  "how service-account tokens are checked: tokenreview (ask the API server, results cached), jwks "        \
-	  "(verify locally; keys from jwt-jwks-file or the API server); auto: tokenreview with Kubernetes, else jwks") \
+	  "(verify locally; keys from jwt-jwks-file or the API server); auto: with Kubernetes, jwks for the API "  \
+	  "server's tokens when its OIDC discovery answers, tokenreview for legacy/other tokens or when it does "  \
+	  "not; else jwks")                                                                                        \
 	X("token-cache-ttl", SG_OPT_DURATION, token_cache_ttl, "5m", 1, 3600, NULL,                               \
 	  "longest time a token review is reused (never beyond the token's expiry)")                               \
 	X("token-review-max-inflight", SG_OPT_INT, token_review_max_inflight, "64", 1, 256, NULL,                 \

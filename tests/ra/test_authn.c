@@ -345,6 +345,68 @@ static void t_chain(void)
 	free(tok);
 }
 
+/* auto's router: the discovered issuer's tokens to the local member, a
+ * readable token of any other issuer to the remote one, garbage local;
+ * the chosen member completes the request as it would alone. */
+static void t_route(void)
+{
+	setup();
+	static struct later remote_self;
+	memset(&remote_self, 0, sizeof(remote_self));
+	sg_authenticator local,
+	    remote = {.name = "tokenreview", .start = later_start, .free = later_free, .self = &remote_self};
+	SG_CHECK_OK(jwt_new(&local, "cluster.local"));
+	sg_authenticator route;
+	SG_CHECK_OK(sg_authn_route_new(&route, local, remote, "signet-dev"));
+	SG_CHECK(strcmp(route.name, "jwt") == 0);
+	struct result r;
+	uint64_t nl, nr;
+
+	char *tok = mint("default", "sleep", 3600);
+	SG_CHECK_OK(run(&route, tok, NULL, &r)); /* verified locally, at once */
+	SG_CHECK(r.calls == 1 && r.rc == SG_OK && strcmp(r.caller.method, "jwt") == 0);
+	SG_CHECK(remote_self.started == 0);
+
+	/* A legacy-shaped token (another issuer, no exp): the remote member
+	 * has it, and answers later. */
+	char h[64], p[256], legacy[512];
+	SG_CHECK_OK(sg_b64url_encode((const uint8_t *)"{\"alg\":\"RS256\"}", 15, h, sizeof(h)));
+	SG_CHECK_OK(sg_b64url_encode((const uint8_t *)"{\"iss\":\"kubernetes/serviceaccount\"}", 35, p, sizeof(p)));
+	snprintf(legacy, sizeof(legacy), "%s.%s.AAAA", h, p);
+	SG_CHECK_OK(run(&route, legacy, NULL, &r));
+	SG_CHECK(remote_self.started == 1 && r.calls == 0);
+	sg_caller c = {.method = "tokenreview"};
+	remote_self.done(SG_OK, &c, NULL, remote_self.arg);
+	SG_CHECK(r.calls == 1 && r.rc == SG_OK && strcmp(r.caller.method, "tokenreview") == 0);
+
+	/* Our issuer, bound to a Secret (the informer holds none): reviewed. */
+	static const char sb[] = "{\"iss\":\"signet-dev\",\"kubernetes.io\":{\"secret\":{\"name\":\"s\"}}}";
+	SG_CHECK_OK(sg_b64url_encode((const uint8_t *)sb, strlen(sb), p, sizeof(p)));
+	snprintf(legacy, sizeof(legacy), "%s.%s.AAAA", h, p);
+	SG_CHECK_OK(run(&route, legacy, NULL, &r));
+	SG_CHECK(remote_self.started == 2 && r.calls == 0);
+	remote_self.done(SG_OK, &c, NULL, remote_self.arg);
+	SG_CHECK(r.calls == 1 && r.rc == SG_OK);
+
+	/* Our issuer with a bad signature: refused locally, never reviewed. */
+	char *bad = strdup(tok);
+	bad[strlen(bad) - 3] = bad[strlen(bad) - 3] == 'A' ? 'B' : 'A';
+	SG_CHECK_RC(run(&route, bad, NULL, &r), SG_EAUTH);
+	/* Garbage and no token: local, refused, never reviewed. */
+	SG_CHECK_RC(run(&route, "not-a-token", NULL, &r), SG_EAUTH);
+	SG_CHECK_RC(run(&route, NULL, NULL, &r), SG_EAUTH);
+	SG_CHECK(remote_self.started == 2);
+	sg_authn_route_counts(route.self, &nl, &nr);
+	SG_CHECK(nl == 4 && nr == 2);
+	route.free(route.self);
+	free(bad);
+	free(tok);
+
+	/* Bad issuer: both members are freed by the failed constructor. */
+	SG_CHECK_OK(jwt_new(&local, "cluster.local"));
+	SG_CHECK_RC(sg_authn_route_new(&route, local, remote, ""), SG_EINVAL);
+}
+
 static void t_teardown(void)
 {
 	setup();
@@ -353,4 +415,5 @@ static void t_teardown(void)
 	SG_CHECK(system(cmd) == 0);
 }
 
-SG_TEST_MAIN(SG_TEST(t_jwt), SG_TEST(t_jwt_source), SG_TEST(t_mtls), SG_TEST(t_chain), SG_TEST(t_teardown))
+SG_TEST_MAIN(SG_TEST(t_jwt), SG_TEST(t_jwt_source), SG_TEST(t_mtls), SG_TEST(t_chain), SG_TEST(t_route),
+             SG_TEST(t_teardown))

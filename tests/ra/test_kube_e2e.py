@@ -298,8 +298,35 @@ class TokenModes:
         tok = C.kube.token("apps", "app1")
         self.refused(self.stub, tok, spiffe("apps", "app2"))
 
+    def test_deleted_bound_pod_is_refused(self):
+        name = f"doomed-{type(self).__name__.lower()}"
+        pod = (name, C.kube.pod("apps", name, "app1", "n1"))
+        tok = C.kube.token("apps", "app1", pod=pod)
+        ident = spiffe("apps", "app1")
+        # Accepted first where the answer is not cached for token-cache-ttl
+        # (a TokenReview answer is: its revocation is as fresh as that TTL),
+        # so that the refusal below is a revocation, not a first refusal.
+        if self.MODE != "tokenreview":
+            self.verified(self.call(self.stub, tok, ident), ident)
+        # At once (grace period 0): no kubelet runs here to end a graceful
+        # deletion, which would leave the pod with a deletionTimestamp, and
+        # both the API server and signet refuse only 60 s after that.
+        C.kube.delete(f"/api/v1/namespaces/apps/pods/{name}?gracePeriodSeconds=0")
+
+        def refused():
+            try:
+                self.call(self.stub, tok, ident)
+                return None
+            except grpc.RpcError as e:
+                return e.details() if e.code() == UNAUTH else None
+        msg = wait_for("the deleted pod's token to be refused", refused, timeout=60)
+        self.assertTrue(any(w in msg for w in ("no longer exists", "not found", "invalidated")), msg)
+        # A token bound to a pod that still exists is fine.
+        live = C.kube.token("apps", "app1", pod=C.app1_pod)
+        self.verified(self.call(self.stub, live, ident), ident)
+
     def test_deleted_service_account_is_refused(self):
-        sa = f"gone-{self.MODE}"
+        sa = f"gone-{type(self).__name__.lower()}"
         C.kube.service_account("apps", sa)
         tok = C.kube.token("apps", sa)
         C.kube.delete(f"/api/v1/namespaces/apps/serviceaccounts/{sa}")
@@ -319,7 +346,7 @@ class TokenModes:
                       spiffe("apps", "app2"))
 
     def test_recreated_service_account_does_not_revive_old_tokens(self):
-        sa = f"again-{self.MODE}"
+        sa = f"again-{type(self).__name__.lower()}"
         C.kube.service_account("apps", sa)
         tok = C.kube.token("apps", sa)
         C.kube.delete(f"/api/v1/namespaces/apps/serviceaccounts/{sa}")
@@ -453,6 +480,147 @@ class ReviewBudget(OneSignetd):
 class JwksMode(TokenModes, OneSignetd):
     MODE = "jwks"
     FLAGS = ("--token-authenticator", MODE, "--root-ca-configmap=false")
+
+
+def legacy_token(ns, sa, secret):
+    """A legacy Secret-based token as the token controller makes them (no
+    controller runs here): iss kubernetes/serviceaccount, no exp, no aud,
+    signed with the API server's service-account key, and the Secret that
+    holds it (the API server compares the token with the Secret's)."""
+    uid = C.kube.get(f"/api/v1/namespaces/{ns}/serviceaccounts/{sa}")["metadata"]["uid"]
+    head = C.kube.token(ns, sa).split(".")[0]  # the same alg and kid
+    claims = {"iss": "kubernetes/serviceaccount",
+              "kubernetes.io/serviceaccount/namespace": ns,
+              "kubernetes.io/serviceaccount/secret.name": secret,
+              "kubernetes.io/serviceaccount/service-account.name": sa,
+              "kubernetes.io/serviceaccount/service-account.uid": uid,
+              "sub": f"system:serviceaccount:{ns}:{sa}"}
+    key = serialization.load_pem_private_key(read(os.path.join(C.api_dir, "sa.key"), "rb"), None)
+    signing_input = head + "." + signet_e2e.b64url(json.dumps(claims).encode())
+    sig = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    tok = signing_input + "." + signet_e2e.b64url(sig)
+    C.kube.ok("POST", f"/api/v1/namespaces/{ns}/secrets",
+              {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+               "metadata": {"name": secret, "annotations": {"kubernetes.io/service-account.name": sa,
+                                                            "kubernetes.io/service-account.uid": uid}},
+               "data": {"token": base64.b64encode(tok.encode()).decode()}})
+    return tok
+
+
+class AutoMode(TokenModes, OneSignetd):
+    """The default: where the API server's OIDC discovery answers, its own
+    tokens are verified locally (and their bound objects checked against
+    the informer), and any other token goes to a TokenReview."""
+
+    MODE = "jwks"  # what auto chose: the method's log line starts with it
+    FLAGS = ("--root-ca-configmap=false",)  # no --token-authenticator: auto
+
+    def test_auto_chose_jwks_and_says_why(self):
+        logged = [r for r in self.d.records() if r.get("msg", "").startswith("token-authenticator auto:")]
+        self.assertEqual(len(logged), 1, logged)
+        self.assertIn("jwks for the API server's tokens", logged[0]["msg"])
+        self.assertEqual(logged[0].get("issuer"), C.env["KUBE_SA_ISSUER"])
+        self.assertEqual(C.metric(self.d, "signet_token_authenticator_jwks"), 1)
+
+    def test_bound_tokens_are_verified_locally(self):
+        reviews = C.metric(self.d, "signet_tokenreview_requests_total")
+        local = C.metric(self.d, "signet_token_auto_local_total")
+        ident = spiffe("apps", "app2")
+        for i in range(3):  # distinct tokens: none is a cache hit
+            self.verified(self.call(self.stub, C.kube.token("apps", "app2", seconds=700 + i), ident), ident)
+        self.assertEqual(C.metric(self.d, "signet_tokenreview_requests_total"), reviews)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_local_total"), local + 3)
+
+    def test_legacy_token_goes_to_tokenreview(self):
+        tok = legacy_token("apps", "app2", "app2-legacy")
+        reviews = C.metric(self.d, "signet_tokenreview_requests_total")
+        routed = C.metric(self.d, "signet_token_auto_review_total")
+        ident = spiffe("apps", "app2")
+        self.verified(self.call(self.stub, tok, ident), ident)
+        self.assertEqual(C.metric(self.d, "signet_tokenreview_requests_total"), reviews + 1)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 1)
+        # A forged legacy token (another key) is asked of the API server too,
+        # which refuses it: routing by the unverified issuer trusts nothing.
+        head, body, _ = tok.split(".")
+        forged = head + "." + body + "." + signet_e2e.b64url(b"\0" * 256)
+        self.refused(self.stub, forged, ident)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 2)
+
+    def test_secret_bound_token_goes_to_tokenreview(self):
+        """signet's informer holds no Secrets: a token bound to one is the
+        API server's to judge, so that a deleted Secret is refused."""
+        def secret_token(name):
+            uid = C.kube.ok("POST", "/api/v1/namespaces/apps/secrets",
+                            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}})["metadata"]["uid"]
+            doc = C.kube.ok("POST", "/api/v1/namespaces/apps/serviceaccounts/app2/token",
+                            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                             "spec": {"audiences": ["istio-ca"], "expirationSeconds": 600,
+                                      "boundObjectRef": {"kind": "Secret", "apiVersion": "v1", "name": name,
+                                                         "uid": uid}}})
+            return doc["status"]["token"]
+        ident = spiffe("apps", "app2")
+        routed = C.metric(self.d, "signet_token_auto_review_total")
+        self.verified(self.call(self.stub, secret_token("bound-live"), ident), ident)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 1)
+        tok = secret_token("bound-gone")
+        C.kube.delete("/api/v1/namespaces/apps/secrets/bound-gone")
+        self.refused(self.stub, tok, ident)
+        self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 2)
+
+    def test_legacy_token_of_a_deleted_secret_is_refused(self):
+        tok = legacy_token("apps", "app2", "app2-legacy-gone")
+        C.kube.delete("/api/v1/namespaces/apps/secrets/app2-legacy-gone")
+        self.refused(self.stub, tok, spiffe("apps", "app2"))
+
+
+class AutoWithoutDiscovery(OneSignetd):
+    """auto where the API server's OIDC discovery does not answer (here: a
+    user RBAC does not let read it, 403): every token goes to a TokenReview,
+    and the log line and the metric say so."""
+
+    FLAGS = ("--root-ca-configmap=false",)
+
+    @classmethod
+    def setUpClass(cls):
+        k = C.kube
+        k.ok("POST", "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+              "metadata": {"name": "signet-nodisc"},
+              "rules": [{"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+                         "verbs": ["create"]},
+                        {"apiGroups": [""], "resources": ["pods", "serviceaccounts", "configmaps", "namespaces"],
+                         "verbs": ["get", "list", "watch"]},
+                        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                         "verbs": ["get", "list", "watch", "create", "update"]}]})
+        k.ok("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+             {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+              "metadata": {"name": "signet-nodisc"},
+              "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "signet-nodisc"},
+              "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "signet-user"}]})
+        # The admin kubeconfig with the unprivileged user's token.
+        cfg = yaml.safe_load(read(C.env["KUBECONFIG"]))
+        cfg["users"][0]["user"]["token"] = read(C.env["KUBE_USER_TOKEN_FILE"]).strip()
+        path = os.path.join(C.tmp, "nodisc.kubeconfig")
+        with open(path, "w") as f:
+            yaml.safe_dump(cfg, f)
+        os.chmod(path, 0o600)
+        env = dict(os.environ)
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        cls.d = signet_e2e.Signetd(SIGNETD, C.conf, "--kubeconfig", path, "--ca-trusted-node-accounts",
+                                   "istio-system/ztunnel", *cls.FLAGS, env=env)
+        cls.ch = C.channel(cls.d.port)
+        cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
+
+    def test_falls_back_to_tokenreview(self):
+        logged = [r for r in self.d.records() if r.get("msg", "").startswith("token-authenticator auto:")]
+        self.assertEqual(len(logged), 1, logged)
+        self.assertIn("tokenreview for every token", logged[0]["msg"])
+        self.assertIn("reason", logged[0])
+        self.assertEqual(C.metric(self.d, "signet_token_authenticator_jwks"), 0)
+        reviews = C.metric(self.d, "signet_tokenreview_requests_total")
+        ident = spiffe("apps", "app2")
+        self.verified(self.call(self.stub, C.kube.token("apps", "app2"), ident), ident)
+        self.assertEqual(C.metric(self.d, "signet_tokenreview_requests_total"), reviews + 1)
 
 
 def other_root():

@@ -1012,6 +1012,42 @@ static void t_cost(void)
 	sg_jwks_file_free(f);
 }
 
+/* The router's peek: the issuer of a well-formed token, nothing of a
+ * malformed one, and no trust in anything (the signature is garbage). */
+static void t_peek_issuer(void)
+{
+	char tok[512], h[64], p[256], iss[64];
+	b64("{\"alg\":\"RS256\"}", 15, h, sizeof(h));
+	b64("{\"iss\":\"kubernetes/serviceaccount\"}", 35, p, sizeof(p));
+	snprintf(tok, sizeof(tok), "%s.%s.AAAA", h, p);
+	SG_CHECK_OK(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL));
+	SG_CHECK(strcmp(iss, "kubernetes/serviceaccount") == 0);
+	bool sb = true;
+	SG_CHECK_OK(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), &sb));
+	SG_CHECK(!sb);
+	static const char secret[] = "{\"iss\":\"x\",\"kubernetes.io\":{\"secret\":{\"name\":\"s\",\"uid\":\"u\"}}}";
+	b64(secret, strlen(secret), p, sizeof(p));
+	char bound[512];
+	snprintf(bound, sizeof(bound), "%s.%s.AAAA", h, p);
+	SG_CHECK_OK(sg_jwt_peek_issuer(bound, strlen(bound), iss, sizeof(iss), &sb));
+	SG_CHECK(sb && strcmp(iss, "x") == 0);
+	/* an issuer that does not fit is refused, not cut */
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, 8, NULL), SG_EAUTH);
+	SG_CHECK(iss[0] == 0);
+	static const char *const bad[] = {"", "abc", "a.b", "..", "%%%.%%%.x"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		SG_CHECK_RC(sg_jwt_peek_issuer(bad[i], strlen(bad[i]), iss, sizeof(iss), NULL), SG_EAUTH);
+	b64("[1]", 3, p, sizeof(p)); /* not an object */
+	snprintf(tok, sizeof(tok), "%s.%s.x", h, p);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL), SG_EAUTH);
+	b64("{\"iss\":7}", 9, p, sizeof(p)); /* not a string */
+	snprintf(tok, sizeof(tok), "%s.%s.x", h, p);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL), SG_EAUTH);
+	b64("{\"sub\":\"x\"}", 11, p, sizeof(p)); /* no issuer */
+	snprintf(tok, sizeof(tok), "%s.%s.x", h, p);
+	SG_CHECK_RC(sg_jwt_peek_issuer(tok, strlen(tok), iss, sizeof(iss), NULL), SG_EAUTH);
+}
+
 static void setup(void)
 {
 	snprintf(dir, sizeof(dir), "/tmp/sg_jwt_test.XXXXXX");
@@ -1038,4 +1074,4 @@ static void t_teardown(void)
 SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_valid), SG_TEST(t_claims_refused),
              SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload), SG_TEST(t_concurrent),
              SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer), SG_TEST(t_identity),
-             SG_TEST(t_cost), SG_TEST(t_teardown))
+             SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
