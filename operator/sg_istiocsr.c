@@ -760,6 +760,65 @@ static int ca_copy(pass *p)
 	return put(p, W_CM, p->v.ns, cm);
 }
 
+/* Whether list (of objects with a "name") holds a name that ours does
+ * not. */
+static bool has_foreign(const json_t *list, const json_t *ours)
+{
+	size_t i, j;
+	json_t *a, *b;
+	json_array_foreach(list, i, a)
+	{
+		const char *n = json_string_value(json_object_get(a, "name"));
+		bool found = false;
+		json_array_foreach(ours, j, b) found = found || (n && strcmp(n, nz(str_at(b, "name", NULL))) == 0);
+		if (!found)
+			return true;
+	}
+	return false;
+}
+
+/* A Deployment of this name that another operator made (OpenShift's
+ * cert-manager-operator runs container cert-manager-istio-csr) keeps its
+ * containers and volumes through our server-side apply, which merges
+ * lists by name: istio-csr would run beside signetd. The pod template's
+ * lists are replaced whole by a merge patch (RFC 7386 replaces arrays),
+ * conditional on the version seen, before the apply takes the fields. */
+static int replace_foreign(pass *p, const json_t *body)
+{
+	json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, W_DEPLOY), p->v.ns, APP);
+	const json_t *have = at(live, "spec.template.spec"), *want = at(body, "spec.template.spec");
+	bool foreign = live && (has_foreign(json_object_get(have, "containers"), json_object_get(want, "containers")) ||
+	                        has_foreign(json_object_get(have, "volumes"), json_object_get(want, "volumes")) ||
+	                        json_array_size(json_object_get(have, "initContainers")) > 0);
+	if (!foreign) {
+		json_decref(live);
+		return SG_OK;
+	}
+	json_t *patch = json_pack("{s:{s:O}, s:{s:{s:{s:O, s:O, s:n}}}}", "metadata", "resourceVersion",
+	                          at(live, "metadata.resourceVersion"), "spec", "template", "spec", "containers",
+	                          json_object_get(want, "containers"), "volumes", json_object_get(want, "volumes"),
+	                          "initContainers");
+	json_decref(live);
+	SG_ENSURE(patch, SG_EINTERNAL, "out of memory");
+	sg_kube_ref r = REFS[W_DEPLOY];
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sg_ctrl_stopping(p->c) ? sg_error_set(SG_EBUSY, "stopping")
+	                                : sg_kube_merge_patch(sg_ctrl_kube(p->c), &r, patch, NULL);
+	json_decref(patch);
+	SG_TRY(rc);
+	atomic_fetch_add(&p->t->st.writes, 1);
+	atomic_fetch_add(&p->t->st.repaired, 1);
+	p->deploy_written = true;
+	sg_ctrl_event(
+	    p->c, p->cr, "Normal", "Applied",
+	    "Deployment %s/%s: containers and volumes another manager left (istio-csr's) replaced by signetd's",
+	    p->v.ns, APP);
+	sg_log(SG_LOG_INFO, "foreign pod template replaced", SG_F_STR("namespace", p->v.ns), SG_F_STR("name", APP),
+	       SG_F_END);
+	return SG_OK;
+}
+
 static int deployment(pass *p)
 {
 	const json_t *cfg = p->v.cfg, *tls = at(cfg, "istiodTLSConfig");
@@ -883,6 +942,11 @@ static int deployment(pass *p)
 	if (d && !json_object_get(d, "spec")) {
 		json_decref(d);
 		d = NULL;
+	}
+	int frc = d ? replace_foreign(p, d) : SG_OK;
+	if (frc < 0) {
+		json_decref(d);
+		return frc;
 	}
 	return put(p, W_DEPLOY, p->v.ns, d);
 }

@@ -774,6 +774,40 @@ class IstioCSR(Operand, unittest.TestCase):
         self.assertIsNone(self.get(f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/certificates/istiod"))
         k.ok("DELETE", f"/api/v1/namespaces/{ISTIO}/secrets/istiod-tls")  # cert-manager's, not ours
 
+    def test_9c_openshift_operators_deployment_is_taken_over(self):
+        """A Deployment OpenShift's cert-manager-operator left (the seed's,
+        its own field manager): signetd replaces istio-csr in the pod
+        template; no cert-manager-istio-csr container or volume of its
+        stays beside signetd."""
+        k = self.k
+        labels = {"app": APP, "app.kubernetes.io/name": APP, "app.kubernetes.io/instance": APP,
+                  "app.kubernetes.io/version": "v0.14.2", "app.kubernetes.io/managed-by": "cert-manager-operator",
+                  "app.kubernetes.io/part-of": "cert-manager-operator"}
+        k.ok("POST", f"/apis/apps/v1/namespaces/{NS}/deployments?fieldManager=cert-manager-operator",
+             {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "labels": labels},
+              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": APP}},
+                       "template": {"metadata": {"labels": labels}, "spec": {
+                           "serviceAccountName": APP,
+                           "containers": [{"name": APP, "image": "quay.io/jetstack/cert-manager-istio-csr:v0.14.2",
+                                           "args": ["--log-level=1", "--issuer-name=istio-ca"],
+                                           "volumeMounts": [{"name": "root-ca", "mountPath": "/var/run/root"}]}],
+                           "volumes": [{"name": "root-ca", "configMap": {"name": "istio-ca-root"}}]}}}})
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+
+        def taken_over():
+            d = self.deployment()
+            pod = d["spec"]["template"]["spec"]
+            return d if [c["name"] for c in pod["containers"]] == ["signetd"] else None
+        d = wait_for("only signetd in the pod template", taken_over)
+        pod = d["spec"]["template"]["spec"]
+        self.assertEqual(sorted(v["name"] for v in pod["volumes"]), ["hsm", "tmp"])
+        self.assertEqual(d["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        self.assertIsNone(self.deployment())
+
 
 class RestrictedOperator(Operand, unittest.TestCase):
     """signet-operator as a ServiceAccount holding the ClusterRoles of
