@@ -92,6 +92,7 @@ static const char *const KINDS[W_N] = {
 	[W_RB] = "RoleBinding",     [W_CROLE] = "ClusterRole",   [W_CRB] = "ClusterRoleBinding",
 };
 static const sg_kube_ref REF_CERT = {"cert-manager.io", "v1", "certificates", NULL, NULL, NULL};
+static const sg_kube_ref REF_MONITOR = {"monitoring.coreos.com", "v1", "servicemonitors", NULL, NULL, NULL};
 
 struct sg_istiocsr {
 	sg_ctrl *ctrl;
@@ -752,6 +753,88 @@ static int drop_istiod_certificate(pass *p)
 	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "Certificate") : SG_OK;
 }
 
+/* Whether the API server serves ServiceMonitors (the Prometheus
+ * operator's CRD is installed), from its discovery document of
+ * monitoring.coreos.com/v1 (readable by every account). */
+static int monitor_served(pass *p, bool *served)
+{
+	*served = false;
+	uint8_t *body = NULL;
+	size_t len = 0;
+	int rc = sg_kube_get_path(sg_ctrl_kube(p->c), "/apis/monitoring.coreos.com/v1", NULL, &body, &len);
+	if (rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404))
+		return SG_OK;
+	SG_TRY(rc);
+	json_t *doc = json_loadb((const char *)body, len, 0, NULL);
+	free(body);
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(doc, "resources"), i, r)
+	{
+		*served = *served || strcmp(str_at(r, "name", ""), "servicemonitors") == 0;
+	}
+	json_decref(doc);
+	return SG_OK;
+}
+
+/* The live ServiceMonitor of ours (*live, may stay NULL: absent), and
+ * whether its kind is served at all. Not watched: the CRD may come and
+ * go. */
+static int get_monitor(pass *p, json_t **live, bool *served)
+{
+	*live = NULL;
+	SG_TRY(monitor_served(p, served));
+	if (!*served)
+		return SG_OK;
+	sg_kube_ref r = REF_MONITOR;
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &r, live);
+	return rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404) ? SG_OK : rc;
+}
+
+/* The design's ServiceMonitor for the metrics Service, when the
+ * Prometheus operator's CRD exists: port "metrics" of the Services
+ * labelled app=cert-manager-istio-csr in the IstioCSR's namespace. */
+static int service_monitor(pass *p)
+{
+	json_t *live = NULL;
+	bool served = true;
+	SG_TRY(get_monitor(p, &live, &served));
+	if (!served)
+		return SG_OK;
+	json_t *sm = object(p, "monitoring.coreos.com/v1", "ServiceMonitor", APP, p->v.ns);
+	if (sm)
+		json_object_set_new(sm, "spec",
+		                    json_pack("{s:s, s:[{s:s, s:s, s:s, s:s}], s:{s:[s]}, s:{s:{s:s}}}", "jobLabel",
+		                              "app", "endpoints", "port", "metrics", "path", "/metrics", "scheme",
+		                              "http", "interval", "30s", "namespaceSelector", "matchNames", p->v.ns,
+		                              "selector", "matchLabels", "app", APP));
+	sg_kube_ref r = REF_MONITOR;
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sm && json_object_get(sm, "spec")
+	             ? sg_opr_apply(p->c, &p->t->st, p->cr, &r, "ServiceMonitor", sm, live)
+	             : sg_error_set(SG_EINTERNAL, "out of memory");
+	json_decref(sm);
+	json_decref(live);
+	return rc;
+}
+
+/* The ServiceMonitor goes with the IstioCSR (ours only). */
+static int drop_service_monitor(pass *p)
+{
+	json_t *live = NULL;
+	bool served = true;
+	SG_TRY(get_monitor(p, &live, &served));
+	bool ours = live && strcmp(nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0;
+	json_decref(live);
+	sg_kube_ref r = REF_MONITOR;
+	r.ns = p->v.ns;
+	r.name = APP;
+	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "ServiceMonitor") : SG_OK;
+}
+
 static int ca_copy(pass *p)
 {
 	json_t *cm = object(p, "v1", "ConfigMap", CA_COPY, p->v.ns);
@@ -1057,6 +1140,7 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	}
 	if (p->v.istio_ns)
 		SG_TRY(drop_istiod_certificate(p));
+	SG_TRY(drop_service_monitor(p));
 	sg_ctrl_event(p->c, p->cr, "Normal", "Removed", "%s/%s: every object made for it is deleted", p->v.ns,
 	              p->v.name);
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
@@ -1185,6 +1269,7 @@ static int accepted(pass *p, sg_ctrl_result *res, char *msg, size_t cap, char *o
 	 * known. */
 	SG_TRY(put(p, W_SA, ns, object(p, "v1", "ServiceAccount", APP, ns)));
 	SG_TRY(services(p));
+	SG_TRY(service_monitor(p));
 	SG_TRY(network_policies(p));
 	SG_TRY(rbac(p));
 	SG_TRY(p->ra ? istiod_certificate(p) : drop_istiod_certificate(p));

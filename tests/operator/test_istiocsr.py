@@ -94,10 +94,10 @@ def cond(obj, ctype):
 
 # Minimal cert-manager CRDs: the reconciler reads Issuers and writes a
 # Certificate; their schemas are cert-manager's business.
-def loose_crd(plural, kind, scope):
+def loose_crd(plural, kind, scope, group="cert-manager.io"):
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.cert-manager.io"},
-            "spec": {"group": "cert-manager.io", "scope": scope,
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": scope,
                      "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": kind + "List"},
                      "versions": [{"name": "v1", "served": True, "storage": True,
                                    "schema": {"openAPIV3Schema": {"type": "object",
@@ -807,6 +807,35 @@ class IstioCSR(Operand, unittest.TestCase):
         k.ok("DELETE", CR)
         wait_for("gone", lambda: self.cr() is None)
         self.assertIsNone(self.deployment())
+
+    def test_9d_service_monitor_when_its_crd_exists(self):
+        """The design's ServiceMonitor for the metrics Service, once the
+        Prometheus operator's CRD is served (every step before ran without
+        it, and made none); it goes with the IstioCSR."""
+        k = self.k
+        path = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/servicemonitors/{APP}"
+        code, out = k.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                          loose_crd("servicemonitors", "ServiceMonitor", "Namespaced", "monitoring.coreos.com"))
+        assert code in (201, 409), out
+        wait_for("servicemonitors served",
+                 lambda: k.get(f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/servicemonitors") is not None)
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        sm = wait_for("the ServiceMonitor", lambda: self.get(path))
+        self.assertEqual(sm["spec"]["endpoints"], [{"port": "metrics", "path": "/metrics", "scheme": "http",
+                                                    "interval": "30s"}])
+        self.assertEqual(sm["spec"]["selector"], {"matchLabels": {"app": APP}})
+        self.assertEqual(sm["spec"]["namespaceSelector"], {"matchNames": [NS]})
+        self.assertEqual(sm["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        self.assertEqual(sm["metadata"]["ownerReferences"][0]["kind"], "IstioCSR")
+        metrics = self.get(f"/api/v1/namespaces/{NS}/services/{APP}-metrics")
+        self.assertIn("metrics", [p["name"] for p in metrics["spec"]["ports"]])
+        # Drift is put back (read live at every pass; a spec edit brings one).
+        k.ok("PATCH", path, {"spec": {"endpoints": [{"port": "other"}]}}, "application/merge-patch+json")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 2}}}, "application/merge-patch+json")
+        wait_for("the ServiceMonitor back", lambda: self.get(path)["spec"]["endpoints"][0]["port"] == "metrics")
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        self.assertIsNone(self.get(path))
 
 
 class RestrictedOperator(Operand, unittest.TestCase):
