@@ -1100,8 +1100,11 @@ static int write_status(pass *p, const char *failed, const char *reason, bool ap
 		json_t *o;
 		json_array_foreach(all, i, o)
 		{
+			/* A terminating pod is on its way out (a rollout's old
+			 * one, a drained node's): its failure is not the operand's. */
 			if (strcmp(str_at(o, "metadata.namespace", ""), p->v.ns) == 0 &&
-			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0)
+			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0 &&
+			    !at(o, "metadata.deletionTimestamp"))
 				json_array_append(pods, o);
 		}
 		st = sg_opr_operand_state(d, pods, opmsg, 1024);

@@ -837,6 +837,34 @@ class IstioCSR(Operand, unittest.TestCase):
         wait_for("gone", lambda: self.cr() is None)
         self.assertIsNone(self.get(path))
 
+    def test_9e_terminating_pod_is_no_operand_failure(self):
+        """A crashing pod that is being deleted (held here by a finalizer,
+        as a drained node's or a rollout's old pod lingers) no longer
+        makes the operand Degraded."""
+        k = self.k
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        d = wait_for("the Deployment", self.deployment)
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        pod = f"/api/v1/namespaces/{NS}/pods/{APP}-old"
+        k.ok("POST", f"/api/v1/namespaces/{NS}/pods",
+             {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": f"{APP}-old", "labels": d["spec"]["template"]["metadata"]["labels"],
+                           "finalizers": ["test.signet.dev/hold"]},
+              "spec": {"containers": [{"name": "signetd", "image": IMAGE}]}})
+        k.ok("PATCH", f"{pod}/status", {"status": {"phase": "Running", "containerStatuses": [
+            {"name": "signetd", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 2,
+             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}},
+             "application/merge-patch+json")
+        self.ready("False", "OperandFailed", part="CrashLoopBackOff")
+        k.ok("DELETE", pod)
+        self.assertIsNotNone(self.get(pod)["metadata"].get("deletionTimestamp"))
+        self.ready("True", "Ready")
+        k.ok("PATCH", pod, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+        wait_for("the pod gone", lambda: self.get(pod) is None)
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+
 
 class RestrictedOperator(Operand, unittest.TestCase):
     """signet-operator as a ServiceAccount holding the ClusterRoles of
