@@ -12,8 +12,16 @@
  *   4. inputs: the istio namespace, the HSM Secret, the issuer, the CA
  *      (each missing one is a Ready=False message and a retry);
  *   5. the objects, each applied only when its cached copy differs; ones
- *      no longer wanted deleted;
- *   6. status from the operand Deployment and its pods.
+ *      no longer wanted deleted. In RA mode through an issuer that is no
+ *      CA issuer, the CA is istiod-tls's ca.crt, which exists only once
+ *      the istiod Certificate is issued: the Certificate is applied
+ *      first, the CA read after it, and the CA copy and Deployment wait
+ *      (Progressing, saying so) until it is there;
+ *   6. status from the operand Deployment (read fresh when this pass
+ *      wrote it: the cached copy would speak of the old generation) and
+ *      its pods. A pass that fails (an API error, 403 or 5xx) says so in
+ *      the conditions; the status fields keep what is in effect; a
+ *      Warning Event marks a change of the Ready reason to a failure.
  *
  * Inputs that are not watched (the issuer, the user's CA ConfigMap, the
  * CA Secret) are read live and looked at again every 30 s while they
@@ -41,6 +49,7 @@
 #define HSM_MOUNT "/etc/signet/hsm"
 #define ROOT_MOUNT "/var/run/configmaps/istio-csr"
 #define RETRY_MS 30000u
+#define ISSUE_WAIT_MS 5000u   /* while istiod's Certificate is being issued */
 #define SIGNET_FS_GROUP 65532 /* the image's non-root user and group */
 #define SELECTOR "app=" APP ",app.kubernetes.io/managed-by=" SG_OPR_MANAGED_BY
 
@@ -83,6 +92,7 @@ static const char *const KINDS[W_N] = {
 	[W_RB] = "RoleBinding",     [W_CROLE] = "ClusterRole",   [W_CRB] = "ClusterRoleBinding",
 };
 static const sg_kube_ref REF_CERT = {"cert-manager.io", "v1", "certificates", NULL, NULL, NULL};
+static const sg_kube_ref REF_MONITOR = {"monitoring.coreos.com", "v1", "servicemonitors", NULL, NULL, NULL};
 
 struct sg_istiocsr {
 	sg_ctrl *ctrl;
@@ -495,7 +505,16 @@ typedef struct pass {
 	char owner_label[128], crole[128];
 	bool ra;        /* a cert-manager issuer signs; signetd forwards */
 	char *ca_copy;  /* the CA copy's ca.crt, or NULL: none wanted */
-	const json_t *hsm;
+	json_t *hsm;    /* the HSM Secret, from the cache */
+	/* The Deployment was applied this pass: the cache still holds the one
+	 * before the write, whose status speaks of the old generation. */
+	bool deploy_written;
+	/* Why the pass stopped short without a failure (the CA is not issued
+	 * yet): Ready=False/Progressing with these words. */
+	const char *waiting;
+	bool reported;  /* the status of this pass's outcome was written (or tried) */
+	char *root;     /* signet's root (the HSM Secret's root.crt), RA mode */
+	json_t *issuer; /* the issuer, as read this pass */
 } pass;
 
 static json_t *meta(const pass *p, const char *name, const char *ns)
@@ -525,6 +544,10 @@ static int put(pass *p, int w, const char *ns, json_t *body)
 	sg_kube_ref r = REFS[w];
 	r.ns = ns;
 	r.name = name;
+	/* The same test sg_opr_apply makes (it applies exactly when the
+	 * cached object does not hold the body). */
+	if (w == W_DEPLOY && !(live && sg_ctrl_object_holds(p->c, body, live)))
+		p->deploy_written = true;
 	int rc = sg_opr_apply(p->c, &p->t->st, p->cr, &r, KINDS[w], body, live);
 	json_decref(live);
 	json_decref(body);
@@ -730,12 +753,153 @@ static int drop_istiod_certificate(pass *p)
 	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "Certificate") : SG_OK;
 }
 
+/* Whether the API server serves ServiceMonitors (the Prometheus
+ * operator's CRD is installed), from its discovery document of
+ * monitoring.coreos.com/v1 (readable by every account). */
+static int monitor_served(pass *p, bool *served)
+{
+	*served = false;
+	uint8_t *body = NULL;
+	size_t len = 0;
+	int rc = sg_kube_get_path(sg_ctrl_kube(p->c), "/apis/monitoring.coreos.com/v1", NULL, &body, &len);
+	if (rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404))
+		return SG_OK;
+	SG_TRY(rc);
+	json_t *doc = json_loadb((const char *)body, len, 0, NULL);
+	free(body);
+	size_t i;
+	json_t *r;
+	json_array_foreach(json_object_get(doc, "resources"), i, r)
+	{
+		*served = *served || strcmp(str_at(r, "name", ""), "servicemonitors") == 0;
+	}
+	json_decref(doc);
+	return SG_OK;
+}
+
+/* The live ServiceMonitor of ours (*live, may stay NULL: absent), and
+ * whether its kind is served at all. Not watched: the CRD may come and
+ * go. */
+static int get_monitor(pass *p, json_t **live, bool *served)
+{
+	*live = NULL;
+	SG_TRY(monitor_served(p, served));
+	if (!*served)
+		return SG_OK;
+	sg_kube_ref r = REF_MONITOR;
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &r, live);
+	return rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404) ? SG_OK : rc;
+}
+
+/* The design's ServiceMonitor for the metrics Service, when the
+ * Prometheus operator's CRD exists: port "metrics" of the Services
+ * labelled app=cert-manager-istio-csr in the IstioCSR's namespace. */
+static int service_monitor(pass *p)
+{
+	json_t *live = NULL;
+	bool served = true;
+	SG_TRY(get_monitor(p, &live, &served));
+	if (!served)
+		return SG_OK;
+	json_t *sm = object(p, "monitoring.coreos.com/v1", "ServiceMonitor", APP, p->v.ns);
+	if (sm)
+		json_object_set_new(sm, "spec",
+		                    json_pack("{s:s, s:[{s:s, s:s, s:s, s:s}], s:{s:[s]}, s:{s:{s:s}}}", "jobLabel",
+		                              "app", "endpoints", "port", "metrics", "path", "/metrics", "scheme",
+		                              "http", "interval", "30s", "namespaceSelector", "matchNames", p->v.ns,
+		                              "selector", "matchLabels", "app", APP));
+	sg_kube_ref r = REF_MONITOR;
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sm && json_object_get(sm, "spec")
+	             ? sg_opr_apply(p->c, &p->t->st, p->cr, &r, "ServiceMonitor", sm, live)
+	             : sg_error_set(SG_EINTERNAL, "out of memory");
+	json_decref(sm);
+	json_decref(live);
+	return rc;
+}
+
+/* The ServiceMonitor goes with the IstioCSR (ours only). */
+static int drop_service_monitor(pass *p)
+{
+	json_t *live = NULL;
+	bool served = true;
+	SG_TRY(get_monitor(p, &live, &served));
+	bool ours = live && strcmp(nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0;
+	json_decref(live);
+	sg_kube_ref r = REF_MONITOR;
+	r.ns = p->v.ns;
+	r.name = APP;
+	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "ServiceMonitor") : SG_OK;
+}
+
 static int ca_copy(pass *p)
 {
 	json_t *cm = object(p, "v1", "ConfigMap", CA_COPY, p->v.ns);
 	if (cm)
 		json_object_set_new(cm, "data", json_pack("{s:s}", "ca.crt", p->ca_copy));
 	return put(p, W_CM, p->v.ns, cm);
+}
+
+/* Whether list (of objects with a "name") holds a name that ours does
+ * not. */
+static bool has_foreign(const json_t *list, const json_t *ours)
+{
+	size_t i, j;
+	json_t *a, *b;
+	json_array_foreach(list, i, a)
+	{
+		const char *n = json_string_value(json_object_get(a, "name"));
+		bool found = false;
+		json_array_foreach(ours, j, b) found = found || (n && strcmp(n, nz(str_at(b, "name", NULL))) == 0);
+		if (!found)
+			return true;
+	}
+	return false;
+}
+
+/* A Deployment of this name that another operator made (OpenShift's
+ * cert-manager-operator runs container cert-manager-istio-csr) keeps its
+ * containers and volumes through our server-side apply, which merges
+ * lists by name: istio-csr would run beside signetd. The pod template's
+ * lists are replaced whole by a merge patch (RFC 7386 replaces arrays),
+ * conditional on the version seen, before the apply takes the fields. */
+static int replace_foreign(pass *p, const json_t *body)
+{
+	json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, W_DEPLOY), p->v.ns, APP);
+	const json_t *have = at(live, "spec.template.spec"), *want = at(body, "spec.template.spec");
+	bool foreign = live && (has_foreign(json_object_get(have, "containers"), json_object_get(want, "containers")) ||
+	                        has_foreign(json_object_get(have, "volumes"), json_object_get(want, "volumes")) ||
+	                        json_array_size(json_object_get(have, "initContainers")) > 0);
+	if (!foreign) {
+		json_decref(live);
+		return SG_OK;
+	}
+	json_t *patch = json_pack("{s:{s:O}, s:{s:{s:{s:O, s:O, s:n}}}}", "metadata", "resourceVersion",
+	                          at(live, "metadata.resourceVersion"), "spec", "template", "spec", "containers",
+	                          json_object_get(want, "containers"), "volumes", json_object_get(want, "volumes"),
+	                          "initContainers");
+	json_decref(live);
+	SG_ENSURE(patch, SG_EINTERNAL, "out of memory");
+	sg_kube_ref r = REFS[W_DEPLOY];
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sg_ctrl_stopping(p->c) ? sg_error_set(SG_EBUSY, "stopping")
+	                                : sg_kube_merge_patch(sg_ctrl_kube(p->c), &r, patch, NULL);
+	json_decref(patch);
+	SG_TRY(rc);
+	atomic_fetch_add(&p->t->st.writes, 1);
+	atomic_fetch_add(&p->t->st.repaired, 1);
+	p->deploy_written = true;
+	sg_ctrl_event(
+	    p->c, p->cr, "Normal", "Applied",
+	    "Deployment %s/%s: containers and volumes another manager left (istio-csr's) replaced by signetd's",
+	    p->v.ns, APP);
+	sg_log(SG_LOG_INFO, "foreign pod template replaced", SG_F_STR("namespace", p->v.ns), SG_F_STR("name", APP),
+	       SG_F_END);
+	return SG_OK;
 }
 
 static int deployment(pass *p)
@@ -862,24 +1026,85 @@ static int deployment(pass *p)
 		json_decref(d);
 		d = NULL;
 	}
+	int frc = d ? replace_foreign(p, d) : SG_OK;
+	if (frc < 0) {
+		json_decref(d);
+		return frc;
+	}
 	return put(p, W_DEPLOY, p->v.ns, d);
 }
 
 /* ---- the pass ---- */
 
+/* The operand's Deployment for the status: from the cache, or fresh from
+ * the API server when this pass wrote it (the cached copy is the one
+ * before the write; its status, current for the old generation, would
+ * read as Ready=True for a spec the pods do not run yet). *d may be NULL:
+ * absent. */
+static int operand_deployment(pass *p, json_t **d)
+{
+	*d = NULL;
+	if (!p->deploy_written) {
+		*d = sg_kube_informer_get(sg_ctrl_informer(p->c, W_DEPLOY), p->v.ns, APP);
+		return SG_OK;
+	}
+	sg_kube_ref r = REFS[W_DEPLOY];
+	r.ns = p->v.ns;
+	r.name = APP;
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &r, d);
+	return rc == SG_ENOTFOUND ? SG_OK : rc;
+}
+
+static const char *const STATUS_FIELDS[] = {"istioCSRGRPCEndpoint", "istioCSRImage", "serviceAccount", "clusterRole",
+                                            "clusterRoleBinding"};
+
+/* The status fields besides conditions: what this pass made (applied),
+ * else what the status said, so a pass that fails or is refused does not
+ * take back what is still in effect. */
+static int status_fields(const pass *p, bool applied, json_t *status)
+{
+	if (!applied) {
+		const json_t *have = json_object_get(p->cr, "status");
+		for (size_t i = 0; i < sizeof(STATUS_FIELDS) / sizeof(STATUS_FIELDS[0]); i++) {
+			json_t *v = json_object_get(have, STATUS_FIELDS[i]);
+			if (json_is_string(v) && json_object_set(status, STATUS_FIELDS[i], v) != 0)
+				SG_BAIL(SG_EINTERNAL, "out of memory");
+		}
+		return SG_OK;
+	}
+	char ep[400];
+	snprintf(ep, sizeof(ep), APP ".%s.svc:%lld", p->v.ns, (long long)p->v.port);
+	const char *values[] = {ep, p->t->image, APP, p->crole, p->crole};
+	for (size_t i = 0; i < sizeof(STATUS_FIELDS) / sizeof(STATUS_FIELDS[0]); i++)
+		SG_ENSURE(json_object_set_new(status, STATUS_FIELDS[i], json_string(values[i])) == 0, SG_EINTERNAL,
+		          "out of memory");
+	return SG_OK;
+}
+
+/* Writes the status: a failure or refusal (failed, with its reason), the
+ * wait of p->waiting, or the operand's state. An error reading the
+ * Deployment is returned unwritten (the caller reports it as a failure).
+ * A Warning Event when the Ready reason changes to a failure, not at
+ * every pass that rewrites a message. */
 static int write_status(pass *p, const char *failed, const char *reason, bool applied, char *opmsg)
 {
 	sg_ctrl *c = p->c;
 	sg_opr_operand st = SG_OPR_OPERAND_PROGRESSING;
-	if (!failed) {
-		json_t *d = sg_kube_informer_get(sg_ctrl_informer(c, W_DEPLOY), p->v.ns, APP);
+	if (!failed && p->waiting) {
+		snprintf(opmsg, 1024, "%s", p->waiting);
+	} else if (!failed) {
+		json_t *d = NULL;
+		SG_TRY(operand_deployment(p, &d));
 		json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, W_POD)), *pods = json_array();
 		size_t i;
 		json_t *o;
 		json_array_foreach(all, i, o)
 		{
+			/* A terminating pod is on its way out (a rollout's old
+			 * one, a drained node's): its failure is not the operand's. */
 			if (strcmp(str_at(o, "metadata.namespace", ""), p->v.ns) == 0 &&
-			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0)
+			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0 &&
+			    !at(o, "metadata.deletionTimestamp"))
 				json_array_append(pods, o);
 		}
 		st = sg_opr_operand_state(d, pods, opmsg, 1024);
@@ -890,26 +1115,20 @@ static int write_status(pass *p, const char *failed, const char *reason, bool ap
 	json_int_t gen = int_at(p->cr, "metadata.generation", 0);
 	json_t *status = json_pack("{s:o}", "conditions", sg_opr_conditions(failed, reason, st, opmsg, gen));
 	SG_ENSURE(status, SG_EINTERNAL, "out of memory");
-	if (applied) {
-		char ep[400];
-		snprintf(ep, sizeof(ep), APP ".%s.svc:%lld", p->v.ns, (long long)p->v.port);
-		json_object_set_new(status, "istioCSRGRPCEndpoint", json_string(ep));
-		json_object_set_new(status, "istioCSRImage", json_string(p->t->image));
-		json_object_set_new(status, "serviceAccount", json_string(APP));
-		json_object_set_new(status, "clusterRole", json_string(p->crole));
-		json_object_set_new(status, "clusterRoleBinding", json_string(p->crole));
-	}
+	int rc = status_fields(p, applied, status);
 	sg_kube_ref r = REF_CR;
 	r.ns = p->v.ns;
 	r.name = str_at(p->cr, "metadata.name", "");
 	bool written = false;
-	int rc = sg_opr_status(c, &p->t->st, &r, "IstioCSR", p->cr, status, &written);
+	if (rc == SG_OK) {
+		p->reported = true;
+		rc = sg_opr_status(c, &p->t->st, &r, "IstioCSR", p->cr, status, &written);
+	}
 	json_decref(status);
-	/* One Event per change of verdict, not per pass. */
-	if (rc == SG_OK && written && failed)
-		sg_ctrl_event(c, p->cr, "Warning", reason, "%s", failed);
-	else if (rc == SG_OK && written && st == SG_OPR_OPERAND_FAILING)
-		sg_ctrl_event(c, p->cr, "Warning", "OperandFailed", "%s", opmsg);
+	const char *now = failed ? reason : st == SG_OPR_OPERAND_FAILING ? "OperandFailed" : NULL;
+	const char *was = json_string_value(json_object_get(sg_ctrl_condition_find(p->cr, "Ready"), "reason"));
+	if (rc == SG_OK && written && now && (!was || strcmp(was, now) != 0))
+		sg_ctrl_event(c, p->cr, "Warning", now, "%s", failed ? failed : opmsg);
 	return rc;
 }
 
@@ -924,6 +1143,7 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	}
 	if (p->v.istio_ns)
 		SG_TRY(drop_istiod_certificate(p));
+	SG_TRY(drop_service_monitor(p));
 	sg_ctrl_event(p->c, p->cr, "Normal", "Removed", "%s/%s: every object made for it is deleted", p->v.ns,
 	              p->v.name);
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
@@ -935,8 +1155,12 @@ static bool hsm_ok(pass *p, char **root, char *msg, size_t cap)
 	*root = NULL;
 	const json_t *data = json_object_get(p->hsm, "data");
 	if (!p->hsm) {
-		snprintf(msg, cap, "Secret %s/%s (signetd.conf and the HSM material it names) does not exist", p->v.ns,
-		         p->t->hsm_secret);
+		snprintf(
+		    msg, cap, "Secret %s/%s (signetd.conf and the HSM material it names) does not exist%s", p->v.ns,
+		    p->t->hsm_secret,
+		    p->ra ? " (a cert-manager issuer signs, but signetd still signs its own serving certificate with "
+		            "the HSM key and trusts root.crt beside the issuer's CA)"
+		          : "");
 		return false;
 	}
 	if (!json_string_value(json_object_get(data, "signetd.conf"))) {
@@ -980,6 +1204,107 @@ static int get_issuer(pass *p, json_t **out, char *msg, size_t cap)
 	return rc;
 }
 
+/* The CA copy's text: the issuer's CA (issuer_ca) followed by signet's
+ * root. SG_OK with p->ca_copy NULL when the CA is not there (yet): msg
+ * says what is missing, *invalid whether it is there but unusable. */
+static int resolve_ca(pass *p, char *msg, size_t cap, bool *invalid)
+{
+	char *ca = NULL;
+	SG_TRY(issuer_ca(p->t, &p->v, p->issuer, &ca, msg, cap, invalid));
+	if (!ca)
+		return SG_OK;
+	size_t a = strlen(ca), b = p->root ? strlen(p->root) : 0;
+	p->ca_copy = malloc(a + b + 2);
+	if (p->ca_copy)
+		snprintf(p->ca_copy, a + b + 2, "%s%s%s", ca, a && ca[a - 1] != '\n' && b ? "\n" : "",
+		         p->root ? p->root : "");
+	free(ca);
+	SG_ENSURE(p->ca_copy, SG_EINTERNAL, "out of memory");
+	return SG_OK;
+}
+
+/* Whether the CA comes from istiod's own certificate: RA mode through an
+ * issuer that is no CA issuer (Vault, Venafi, an external issuer) and no
+ * istioCACertificate. That Secret exists only once the istiod
+ * Certificate we apply is issued, so it is read after the apply, as the
+ * design orders it; reading it first would wait for ever. */
+static bool ca_from_istiod(const pass *p)
+{
+	return p->ra && !json_is_object(at(p->v.cfg, "certManager.istioCACertificate")) &&
+	       !str_at(p->issuer, "spec.ca.secretName", NULL);
+}
+
+/* A pass over an accepted IstioCSR (finalizer and immutable record in
+ * place): inputs, objects, status. A refusal or wait is written here
+ * (p->reported); an API error is returned for the caller to report. */
+static int accepted(pass *p, sg_ctrl_result *res, char *msg, size_t cap, char *opmsg)
+{
+	sg_ctrl *c = p->c;
+	sg_istiocsr *t = p->t;
+	const char *ns = p->v.ns;
+	json_t *nsobj = sg_kube_informer_get(sg_ctrl_informer(c, W_NS), NULL, p->v.istio_ns);
+	bool ns_ok = nsobj && !at(nsobj, "metadata.deletionTimestamp");
+	json_decref(nsobj);
+	if (!ns_ok) {
+		snprintf(msg, cap, "istio namespace \"%s\" does not exist", p->v.istio_ns);
+		return write_status(p, msg, "Failed", false, opmsg);
+	}
+	p->hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
+	if (!hsm_ok(p, &p->root, msg, cap))
+		return write_status(p, msg, "Failed", false, opmsg);
+	res->requeue_after_ms = RETRY_MS; /* the issuer is not watched */
+	SG_TRY(get_issuer(p, &p->issuer, msg, cap));
+	if (!p->issuer)
+		return write_status(p, msg, "Failed", false, opmsg);
+	if (!p->v.signet_issuer && json_object_get(json_object_get(p->issuer, "spec"), "acme")) {
+		snprintf(msg, cap, "spec.istioCSRConfig.certManager.issuerRef uses unsupported ACME issuer");
+		return write_status(p, msg, "InvalidSpec", false, opmsg);
+	}
+	bool late_ca = ca_from_istiod(p), invalid = false;
+	if (!late_ca && (p->ra || at(p->v.cfg, "certManager.istioCACertificate"))) {
+		SG_TRY(resolve_ca(p, msg, cap, &invalid));
+		if (!p->ca_copy)
+			return write_status(p, msg, invalid ? "InvalidSpec" : "Failed", false, opmsg);
+	} else if (!p->ra && !at(p->v.cfg, "certManager.istioCACertificate")) {
+		res->requeue_after_ms = 0; /* nothing unwatched matters */
+	}
+	/* The objects: what signetd runs with comes last, once the CA is
+	 * known. */
+	SG_TRY(put(p, W_SA, ns, object(p, "v1", "ServiceAccount", APP, ns)));
+	SG_TRY(services(p));
+	SG_TRY(service_monitor(p));
+	SG_TRY(network_policies(p));
+	SG_TRY(rbac(p));
+	SG_TRY(p->ra ? istiod_certificate(p) : drop_istiod_certificate(p));
+	if (late_ca) {
+		SG_TRY(resolve_ca(p, msg, cap, &invalid));
+		if (invalid)
+			return write_status(p, msg, "InvalidSpec", true, opmsg);
+		if (!p->ca_copy) {
+			/* cert-manager issues in seconds; the Secret is not
+			 * watched (it holds istiod's key), so look again soon. */
+			res->requeue_after_ms = ISSUE_WAIT_MS;
+			char wait[1024];
+			snprintf(
+			    wait, sizeof(wait),
+			    "waiting for cert-manager to issue Certificate %s/istiod: the issuer's CA is read from its "
+			    "Secret %s/istiod-tls (key ca.crt) once it holds one; an issuer that writes no ca.crt "
+			    "needs "
+			    "spec.istioCSRConfig.certManager.istioCACertificate",
+			    p->v.istio_ns, p->v.istio_ns);
+			p->waiting = wait;
+			return write_status(p, NULL, NULL, true, opmsg);
+		}
+	}
+	if (p->ca_copy)
+		SG_TRY(ca_copy(p));
+	SG_TRY(deployment(p));
+	if (!p->ca_copy) /* the only ConfigMap we make */
+		SG_TRY(sg_opr_delete_owned(c, &t->st, p->cr, sg_ctrl_informer(c, W_CM), &REFS[W_CM], p->owner_label,
+		                           NULL, 0, NULL));
+	return write_status(p, NULL, NULL, true, opmsg);
+}
+
 static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg)
 {
 	sg_istiocsr *t = arg;
@@ -991,8 +1316,7 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		return SG_OK;
 	pass p = {.t = t, .c = c, .cr = cr};
 	char msg[1024] = "", opmsg[1024] = "";
-	char *root = NULL;
-	json_t *issuer = NULL, *imm = NULL;
+	json_t *imm = NULL;
 	int rc = SG_OK;
 	sg_kube_ref cr_ref = REF_CR;
 	cr_ref.ns = ns;
@@ -1039,97 +1363,32 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		rc = ann ? sg_opr_set_finalizer(c, &t->st, &cr_ref, cr, FINALIZER, true, ann)
 		         : sg_error_set(SG_EINTERNAL, "out of memory");
 		json_decref(ann);
-		goto out; /* the patch's own event brings the next pass */
-	}
-	free(text);
-	/* Inputs. */
-	json_t *nsobj = sg_kube_informer_get(sg_ctrl_informer(c, W_NS), NULL, p.v.istio_ns);
-	bool ns_ok = nsobj && !at(nsobj, "metadata.deletionTimestamp");
-	json_decref(nsobj);
-	if (!ns_ok) {
-		snprintf(msg, sizeof(msg), "istio namespace \"%s\" does not exist", p.v.istio_ns);
-		rc = write_status(&p, msg, "Failed", false, opmsg);
-		goto out;
-	}
-	json_t *hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
-	p.hsm = hsm;
-	bool hsm_good = hsm_ok(&p, &root, msg, sizeof(msg));
-	if (!hsm_good) {
-		rc = write_status(&p, msg, "Failed", false, opmsg);
-		json_decref(hsm);
-		goto out;
-	}
-	if ((rc = get_issuer(&p, &issuer, msg, sizeof(msg))) < 0 || !issuer) {
-		if (rc == SG_OK)
-			rc = write_status(&p, msg, "Failed", false, opmsg);
-		res->requeue_after_ms = RETRY_MS;
-		json_decref(hsm);
-		goto out;
-	}
-	if (!p.v.signet_issuer && json_object_get(json_object_get(issuer, "spec"), "acme")) {
-		snprintf(msg, sizeof(msg), "spec.istioCSRConfig.certManager.issuerRef uses unsupported ACME issuer");
-		rc = write_status(&p, msg, "InvalidSpec", false, opmsg);
-		json_decref(hsm);
-		goto out;
-	}
-	if (p.ra || at(p.v.cfg, "certManager.istioCACertificate")) {
-		bool invalid = false;
-		char *ca = NULL;
-		if ((rc = issuer_ca(t, &p.v, issuer, &ca, msg, sizeof(msg), &invalid)) < 0 || !ca) {
-			if (rc == SG_OK)
-				rc = write_status(&p, msg, invalid ? "InvalidSpec" : "Failed", false, opmsg);
-			res->requeue_after_ms = RETRY_MS;
-			json_decref(hsm);
+		/* The patch's own event brings the next pass; a conflict (the
+		 * CR changed meanwhile) is retried without a word. */
+		if (rc == SG_OK || (rc == SG_EBUSY && sg_kube_last_status()->code == 409))
 			goto out;
-		}
-		size_t a = strlen(ca), b = root ? strlen(root) : 0;
-		p.ca_copy = malloc(a + b + 2);
-		if (p.ca_copy)
-			snprintf(p.ca_copy, a + b + 2, "%s%s%s", ca, a && ca[a - 1] != '\n' && b ? "\n" : "", root ? root : "");
-		free(ca);
-		if (!p.ca_copy) {
-			rc = sg_error_set(SG_EINTERNAL, "out of memory");
-			json_decref(hsm);
-			goto out;
-		}
-		/* Unwatched inputs: look again in a while. */
-		res->requeue_after_ms = RETRY_MS;
+	} else {
+		free(text);
+		rc = accepted(&p, res, msg, sizeof(msg), opmsg);
 	}
-	/* The objects. */
-	json_t *sa = object(&p, "v1", "ServiceAccount", APP, ns);
-	rc = put(&p, W_SA, ns, sa);
-	if (rc == SG_OK)
-		rc = services(&p);
-	if (rc == SG_OK)
-		rc = network_policies(&p);
-	if (rc == SG_OK)
-		rc = rbac(&p);
-	if (rc == SG_OK && p.ca_copy)
-		rc = ca_copy(&p);
-	if (rc == SG_OK)
-		rc = p.ra ? istiod_certificate(&p) : drop_istiod_certificate(&p);
-	if (rc == SG_OK)
-		rc = deployment(&p);
-	json_decref(hsm);
-	p.hsm = NULL;
-	if (rc == SG_OK && !p.ca_copy) /* the only ConfigMap we make */
-		rc = sg_opr_delete_owned(c, &t->st, cr, sg_ctrl_informer(c, W_CM), &REFS[W_CM], p.owner_label, NULL, 0,
-		                         NULL);
-	if (rc < 0) {
+	/* An API error (403, 5xx, a conflict) on the way: said in the
+	 * conditions, with the current generation, instead of leaving the
+	 * last pass's verdict (a Ready=True of an older spec) standing; the
+	 * error goes back to the runtime, which retries with backoff. */
+	if (rc < 0 && !p.reported && !sg_ctrl_stopping(c)) {
 		sg_error e;
 		sg_error_save(&e);
 		snprintf(msg, sizeof(msg), "reconciliation failed, retrying: %s", e.msg);
 		(void)write_status(&p, msg, "Failed", false, opmsg);
 		sg_error_restore(&e);
-		goto out;
 	}
-	rc = write_status(&p, NULL, NULL, true, opmsg);
 out:
 	sg_log(SG_LOG_DEBUG, "istiocsr pass", SG_F_STR("key", key), SG_F_INT("rc", rc),
 	       SG_F_STR("refused", msg), SG_F_STR("operand", opmsg), SG_F_END);
-	free(root);
+	free(p.root);
 	free(p.ca_copy);
-	json_decref(issuer);
+	json_decref(p.issuer);
+	json_decref(p.hsm);
 	json_decref(imm);
 	json_decref(p.labels);
 	json_decref(p.owner);

@@ -25,7 +25,15 @@ a pod's status), which is all the reconciler reads. What is shown:
   arguments;
 - a second IstioCSR is refused while the first exists and accepted once it
   is deleted; its missing istio namespace is picked up when created;
-- deleting an IstioCSR deletes every object made for it and nothing else.
+- deleting an IstioCSR deletes every object made for it and nothing else;
+- RA mode through a Vault-style issuer without istioCACertificate: the
+  istiod Certificate first, Progressing (saying what it waits for) until
+  istiod-tls holds ca.crt, then the CA copy and signetd;
+- a refusal keeps the status fields and is one Warning Event per reason;
+- as a ServiceAccount with the operator's own ClusterRoles: a Deployment
+  cache made stale (its watch forbidden, the API server restarted) is no
+  Ready=True after a spec change, and a read forbidden mid-run (403) shows
+  in the conditions at the current generation.
 
 Usage: test_istiocsr.py SIGNET_OPERATOR SOURCE_DIR
 """
@@ -37,6 +45,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 import urllib.error
@@ -85,10 +94,10 @@ def cond(obj, ctype):
 
 # Minimal cert-manager CRDs: the reconciler reads Issuers and writes a
 # Certificate; their schemas are cert-manager's business.
-def loose_crd(plural, kind, scope):
+def loose_crd(plural, kind, scope, group="cert-manager.io"):
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.cert-manager.io"},
-            "spec": {"group": "cert-manager.io", "scope": scope,
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": scope,
                      "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": kind + "List"},
                      "versions": [{"name": "v1", "served": True, "storage": True,
                                    "schema": {"openAPIV3Schema": {"type": "object",
@@ -142,9 +151,10 @@ class Env:
                                             "root.crt": b64(self.root), "ca.crt": b64(self.root)}})
         assert code in (201, 409), out
 
-    def run(self, name, *extra):
+    def run(self, name, *extra, kubeconfig=None):
         path = os.path.join(self.tmp, f"{name}.log")
-        args = [OPERATOR, "--kubeconfig", self.env["KUBECONFIG"], "--signetd-image", IMAGE, "--trustmanager=false",
+        args = [OPERATOR, "--kubeconfig", kubeconfig or self.env["KUBECONFIG"], "--signetd-image", IMAGE,
+                "--trustmanager=false",
                 "--metrics-port=0", "--readiness-probe-port=0", "--log-format=json", "--leader-elect=false",
                 "--log-level", os.environ.get("OPERATOR_LOG_LEVEL", "info"), *extra]
         with open(path, "w") as log:
@@ -212,6 +222,50 @@ def sample(ns=NS, issuer=("mesh", "SignetIssuer", "signet.dev"), istio_ns=ISTIO)
                 "istio": {"namespace": istio_ns}}}}
 
 
+STATUS_FIELDS = ("istioCSRGRPCEndpoint", "istioCSRImage", "serviceAccount", "clusterRole", "clusterRoleBinding")
+
+
+class Watch:
+    """Every version of the objects under a collection path that the API
+    server sends from resourceVersion rv on, gathered on a thread for
+    `seconds` (the server ends the watch then): a watch, not a poll, so a
+    state that held for a moment is seen too. It is not closed early: an
+    http.client response read on one thread cannot be closed from another
+    without waiting for the read."""
+
+    def __init__(self, kube, path, rv=None, seconds=90):
+        if rv is None:  # from now: the list's own version (an object's may predate a restarted server's cache)
+            rv = kube.ok("GET", path)["metadata"]["resourceVersion"]
+        url = f"{kube.server}{path}?watch=1&resourceVersion={rv}&timeoutSeconds={seconds}"
+        r = urllib.request.Request(url, headers={"Authorization": f"Bearer {kube.admin_token}"})
+        self.resp = urllib.request.urlopen(r, context=kube.ctx, timeout=seconds + 30)
+        self.objects = []
+        self.errors = []  # ERROR events (a Status: the watch ended early, e.g. its version expired)
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        try:
+            for line in self.resp:
+                ev = json.loads(line)
+                (self.errors if ev["type"] == "ERROR" else self.objects).append(ev["object"])
+        except (OSError, ValueError):
+            pass
+        self.resp.close()
+
+
+def ready_of(obj):
+    c = cond(obj, "Ready") or {}
+    return c.get("status"), c.get("reason"), c.get("observedGeneration")
+
+
+def warnings(kube, ns, reason, part):
+    """The Warning Events about the IstioCSR with reason whose message
+    holds part."""
+    return [e for e in kube.ok("GET", f"/api/v1/namespaces/{ns}/events")["items"]
+            if e["involvedObject"].get("kind") == "IstioCSR" and e["type"] == "Warning" and e["reason"] == reason
+            and part in e.get("message", "")]
+
+
 def args_of(dep):
     return dep["spec"]["template"]["spec"]["containers"][0]["args"]
 
@@ -250,19 +304,13 @@ class CommandLine(unittest.TestCase):
         self.assertIn('hsm-secret "Not_A_Name"', r.stderr)
 
 
-class IstioCSR(unittest.TestCase):
-    """One scenario, in order: each step starts from the last one's state."""
+class Operand:
+    """What a scenario reads and plays: the IstioCSR, its Deployment, the
+    deployment controller's status writes. self.k and self.port are the
+    class's client and its operator's metrics port."""
 
     k = None
-
-    @classmethod
-    def setUpClass(cls):
-        cls.k = E.kube
-        cls.proc, cls.port, cls.log = E.run("operator")
-        code, out = cls.k.req("POST", f"/apis/signet.dev/v1alpha1/namespaces/{ISTIO}/signetissuers",
-                              {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetIssuer",
-                               "metadata": {"name": "mesh"}, "spec": {}})
-        assert code in (201, 409), out
+    port = None
 
     def get(self, path):
         return self.k.get(path)
@@ -314,6 +362,26 @@ class IstioCSR(unittest.TestCase):
         (before,) = wait_for("the operator's writes counted", settled)
         time.sleep(seconds)  # no write for that long: an absence, so a fixed time
         self.assertEqual(self.writes(), before, "writes on a quiet cluster")
+
+
+class IstioCSR(Operand, unittest.TestCase):
+    """One scenario, in order: each step starts from the last one's state."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.k = E.kube
+        cls.proc, cls.port, cls.log = E.run("operator")
+        code, out = cls.k.req("POST", f"/apis/signet.dev/v1alpha1/namespaces/{ISTIO}/signetissuers",
+                              {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetIssuer",
+                               "metadata": {"name": "mesh"}, "spec": {}})
+        assert code in (201, 409), out
+
+    @classmethod
+    def tearDownClass(cls):
+        # The next class runs an operator of its own: two would both
+        # reconcile every IstioCSR.
+        cls.proc.send_signal(signal.SIGTERM)
+        cls.proc.wait(timeout=30)
 
     def test_1_sample_reconciles(self):
         k = self.k
@@ -639,6 +707,291 @@ class IstioCSR(unittest.TestCase):
         self.assertIsNone(self.get(f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy"))
         self.assertIsNotNone(self.get(f"/api/v1/namespaces/{NS}/configmaps/user-ca"))
         self.assertIsNotNone(self.get(f"/api/v1/namespaces/{ISTIO}/secrets/mesh-ca"))
+
+    def test_8_vault_issuer_ca_from_istiod_tls(self):
+        """RA mode through an issuer that is no CA issuer (Vault-style) and
+        no istioCACertificate: the CA is istiod-tls's ca.crt, which exists
+        only once the istiod Certificate is applied and issued. The
+        Certificate comes first, the wait is Progressing and says what it
+        waits for, and signetd starts once the CA is known."""
+        k = self.k
+        k.ok("POST", f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/issuers",
+             {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "vault"},
+              "spec": {"vault": {"server": "https://vault.invalid:8200", "path": "pki_int/sign/istio-ca",
+                                 "auth": {"kubernetes": {"role": "istio-csr", "mountPath": "/v1/auth/kubernetes",
+                                                         "secretRef": {"name": "vault-token", "key": "token"}}}}}})
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs",
+             sample(issuer=("vault", "Issuer", "cert-manager.io")))
+        o = self.ready("False", "Progressing", part=f"Secret {ISTIO}/istiod-tls")
+        self.assertIn(f"waiting for cert-manager to issue Certificate {ISTIO}/istiod", cond(o, "Ready")["message"])
+        self.assertEqual(cond(o, "Progressing")["status"], "True")
+        self.assertEqual(cond(o, "Degraded")["status"], "False")
+        self.assertEqual(o["status"]["istioCSRGRPCEndpoint"], f"{APP}.{NS}.svc:443")
+        cert = self.get(f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/certificates/istiod")
+        self.assertIsNotNone(cert, "the istiod Certificate is applied before its Secret is looked for")
+        self.assertEqual(cert["spec"]["issuerRef"], {"name": "vault", "kind": "Issuer", "group": "cert-manager.io"})
+        self.assertEqual(cert["spec"]["secretName"], "istiod-tls")
+        # signetd does not start on a CA it does not know yet.
+        self.assertIsNone(self.deployment())
+        self.assertIsNone(self.get(f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy"))
+        # cert-manager issues: the Secret as it writes it, the CA in ca.crt.
+        k.ok("POST", f"/api/v1/namespaces/{ISTIO}/secrets",
+             {"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls", "metadata": {"name": "istiod-tls"},
+              "data": {"ca.crt": b64(E.issuer_ca), "tls.crt": b64(E.leaf),
+                       "tls.key": b64(read(os.path.join(E.tmp, "leaf.key")))}})
+        cm = wait_for("the CA copy", lambda: self.get(
+            f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy"))
+        self.assertEqual(cm["data"]["ca.crt"], E.issuer_ca.rstrip("\n") + "\n" + E.root)
+        d = wait_for("the Deployment", self.deployment)
+        for want in ("--issuer-name=vault", "--issuer-kind=Issuer", "--issuer-group=cert-manager.io",
+                     "--istiod-cert-enabled=false", "--root-ca-file=/var/run/configmaps/istio-csr/ca.crt"):
+            self.assertIn(want, args_of(d))
+        self.ready("False", "Progressing", part="generation")
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+
+    def test_9b_failures_keep_status_fields_and_warn_once(self):
+        """A refused pass keeps the status fields of what is in effect;
+        a second refusal of the same reason (another message) is no second
+        Warning Event."""
+        k = self.k
+        merge = "application/merge-patch+json"
+        o = self.ready("True", "Ready")
+        fields = {f: o["status"][f] for f in STATUS_FIELDS}
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istiodTLSConfig": {"privateKeySize": 256}}}}, merge)
+        o = self.ready("False", "InvalidSpec", part="(RSA 256)")
+        self.assertEqual({f: o["status"].get(f) for f in STATUS_FIELDS}, fields)
+        wait_for("the Warning Event", lambda: warnings(k, NS, "InvalidSpec", "(RSA 256)"))
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istiodTLSConfig": {"privateKeySize": 384}}}}, merge)
+        o = self.ready("False", "InvalidSpec", part="(RSA 384)")
+        self.assertEqual({f: o["status"].get(f) for f in STATUS_FIELDS}, fields)
+        # The next pass (one worker: after the last one's Event, if any).
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"istiodTLSConfig": {"privateKeySize": 2048}}}}, merge)
+        self.ready("True", "Ready")
+        self.assertEqual(warnings(k, NS, "InvalidSpec", "(RSA 384)"), [])
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        self.assertIsNone(self.get(f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/certificates/istiod"))
+        k.ok("DELETE", f"/api/v1/namespaces/{ISTIO}/secrets/istiod-tls")  # cert-manager's, not ours
+
+    def test_9c_openshift_operators_deployment_is_taken_over(self):
+        """A Deployment OpenShift's cert-manager-operator left (the seed's,
+        its own field manager): signetd replaces istio-csr in the pod
+        template; no cert-manager-istio-csr container or volume of its
+        stays beside signetd."""
+        k = self.k
+        labels = {"app": APP, "app.kubernetes.io/name": APP, "app.kubernetes.io/instance": APP,
+                  "app.kubernetes.io/version": "v0.14.2", "app.kubernetes.io/managed-by": "cert-manager-operator",
+                  "app.kubernetes.io/part-of": "cert-manager-operator"}
+        k.ok("POST", f"/apis/apps/v1/namespaces/{NS}/deployments?fieldManager=cert-manager-operator",
+             {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": APP, "labels": labels},
+              "spec": {"replicas": 1, "selector": {"matchLabels": {"app": APP}},
+                       "template": {"metadata": {"labels": labels}, "spec": {
+                           "serviceAccountName": APP,
+                           "containers": [{"name": APP, "image": "quay.io/jetstack/cert-manager-istio-csr:v0.14.2",
+                                           "args": ["--log-level=1", "--issuer-name=istio-ca"],
+                                           "volumeMounts": [{"name": "root-ca", "mountPath": "/var/run/root"}]}],
+                           "volumes": [{"name": "root-ca", "configMap": {"name": "istio-ca-root"}}]}}}})
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+
+        def taken_over():
+            d = self.deployment()
+            pod = d["spec"]["template"]["spec"]
+            return d if [c["name"] for c in pod["containers"]] == ["signetd"] else None
+        d = wait_for("only signetd in the pod template", taken_over)
+        pod = d["spec"]["template"]["spec"]
+        self.assertEqual(sorted(v["name"] for v in pod["volumes"]), ["hsm", "tmp"])
+        self.assertEqual(d["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        self.assertIsNone(self.deployment())
+
+    def test_9d_service_monitor_when_its_crd_exists(self):
+        """The design's ServiceMonitor for the metrics Service, once the
+        Prometheus operator's CRD is served (every step before ran without
+        it, and made none); it goes with the IstioCSR."""
+        k = self.k
+        path = f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/servicemonitors/{APP}"
+        code, out = k.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+                          loose_crd("servicemonitors", "ServiceMonitor", "Namespaced", "monitoring.coreos.com"))
+        assert code in (201, 409), out
+        wait_for("servicemonitors served",
+                 lambda: k.get(f"/apis/monitoring.coreos.com/v1/namespaces/{NS}/servicemonitors") is not None)
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        sm = wait_for("the ServiceMonitor", lambda: self.get(path))
+        self.assertEqual(sm["spec"]["endpoints"], [{"port": "metrics", "path": "/metrics", "scheme": "http",
+                                                    "interval": "30s"}])
+        self.assertEqual(sm["spec"]["selector"], {"matchLabels": {"app": APP}})
+        self.assertEqual(sm["spec"]["namespaceSelector"], {"matchNames": [NS]})
+        self.assertEqual(sm["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        self.assertEqual(sm["metadata"]["ownerReferences"][0]["kind"], "IstioCSR")
+        metrics = self.get(f"/api/v1/namespaces/{NS}/services/{APP}-metrics")
+        self.assertIn("metrics", [p["name"] for p in metrics["spec"]["ports"]])
+        # Drift is put back (read live at every pass; a spec edit brings one).
+        k.ok("PATCH", path, {"spec": {"endpoints": [{"port": "other"}]}}, "application/merge-patch+json")
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 2}}}, "application/merge-patch+json")
+        wait_for("the ServiceMonitor back", lambda: self.get(path)["spec"]["endpoints"][0]["port"] == "metrics")
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        self.assertIsNone(self.get(path))
+
+    def test_9e_terminating_pod_is_no_operand_failure(self):
+        """A crashing pod that is being deleted (held here by a finalizer,
+        as a drained node's or a rollout's old pod lingers) no longer
+        makes the operand Degraded."""
+        k = self.k
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        d = wait_for("the Deployment", self.deployment)
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        pod = f"/api/v1/namespaces/{NS}/pods/{APP}-old"
+        k.ok("POST", f"/api/v1/namespaces/{NS}/pods",
+             {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": f"{APP}-old", "labels": d["spec"]["template"]["metadata"]["labels"],
+                           "finalizers": ["test.signet.dev/hold"]},
+              "spec": {"containers": [{"name": "signetd", "image": IMAGE}]}})
+        k.ok("PATCH", f"{pod}/status", {"status": {"phase": "Running", "containerStatuses": [
+            {"name": "signetd", "image": IMAGE, "imageID": "", "ready": False, "restartCount": 2,
+             "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}},
+             "application/merge-patch+json")
+        self.ready("False", "OperandFailed", part="CrashLoopBackOff")
+        k.ok("DELETE", pod)
+        self.assertIsNotNone(self.get(pod)["metadata"].get("deletionTimestamp"))
+        self.ready("True", "Ready")
+        k.ok("PATCH", pod, {"metadata": {"finalizers": None}}, "application/merge-patch+json")
+        wait_for("the pod gone", lambda: self.get(pod) is None)
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+
+
+class RestrictedOperator(Operand, unittest.TestCase):
+    """signet-operator as a ServiceAccount holding the ClusterRoles of
+    packaging/kubernetes/operator.yaml, with its read of SignetIssuers
+    bound apart so the test can take it away: an API error (403) on the
+    way shows in the conditions at the current generation, not a stale
+    Ready=True, and the status fields stay."""
+
+    SA = "restricted-operator"
+
+    @classmethod
+    def setUpClass(cls):
+        k = cls.k = E.kube
+        rbac = "/apis/rbac.authorization.k8s.io/v1"
+        code, out = k.req("POST", f"/apis/signet.dev/v1alpha1/namespaces/{ISTIO}/signetissuers",
+                          {"apiVersion": "signet.dev/v1alpha1", "kind": "SignetIssuer", "metadata": {"name": "mesh"},
+                           "spec": {}})
+        assert code in (201, 409), out
+        k.ok("POST", f"/api/v1/namespaces/{NS}/serviceaccounts",
+             {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": cls.SA}})
+        with open(os.path.join(MANIFESTS, "operator.yaml")) as f:
+            roles = [d for d in yaml.safe_load_all(f) if d and d.get("kind") == "ClusterRole"]
+        rules = [r for role in roles for r in role["rules"] if "signetissuers" not in r.get("resources", [])]
+        for r in rules:
+            if r["resources"] == ["deployments"]:
+                r["verbs"] = [v for v in r["verbs"] if v not in ("list", "watch")]
+        issuers = [{"apiGroups": ["signet.dev"], "resources": ["signetissuers", "signetclusterissuers"],
+                    "verbs": ["get", "list", "watch"]}]
+        watch = [{"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["list", "watch"]}]
+        cls.bindings = []
+        for name, rs in (("istiocsr-test-operator", rules), ("istiocsr-test-issuers", issuers),
+                         ("istiocsr-test-deployment-watch", watch)):
+            k.ok("POST", f"{rbac}/clusterroles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                                                  "metadata": {"name": name}, "rules": rs})
+            cls.bindings.append(cls.binding(name))
+            k.ok("POST", f"{rbac}/clusterrolebindings", cls.bindings[-1])
+        token = k.ok("POST", f"/api/v1/namespaces/{NS}/serviceaccounts/{cls.SA}/token",
+                     {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                      "spec": {"expirationSeconds": 3600}})["status"]["token"]
+        kubeconfig = os.path.join(E.tmp, "restricted.kubeconfig")
+        with open(kubeconfig, "w") as f:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config",
+                            "clusters": [{"name": "t", "cluster": {"server": E.env["KUBE_APISERVER"],
+                                                                   "certificate-authority": E.env["KUBE_CA_FILE"]}}],
+                            "users": [{"name": "t", "user": {"token": token}}],
+                            "contexts": [{"name": "t", "context": {"cluster": "t", "user": "t"}}],
+                            "current-context": "t"}, f)
+        cls.proc, cls.port, cls.log = E.run("restricted", kubeconfig=kubeconfig)
+
+    @classmethod
+    def binding(cls, role):
+        return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": role},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                "subjects": [{"kind": "ServiceAccount", "name": cls.SA, "namespace": NS}]}
+
+    def may(self, group, resource, verb):
+        review = self.k.ok("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                           {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                            "spec": {"user": f"system:serviceaccount:{NS}:{self.SA}",
+                                     "resourceAttributes": {"group": group, "resource": resource, "verb": verb,
+                                                            "namespace": NS}}})
+        return review["status"].get("allowed", False)
+
+    def test_1_stale_cache_is_no_ready(self):
+        """The pass that rolls the Deployment judges it from a fresh read,
+        not from the cache, whose copy is the one before the write (current
+        and available for the old generation). Made certain here: the
+        operator may no longer watch Deployments, and the API server's
+        restart ends the watch it had, so the cache keeps the old
+        Deployment for as long as the test wants."""
+        if not E.own:
+            self.skipTest("a shared API server is not restarted")
+        k = self.k
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        wait_for("the Deployment", self.deployment)
+        self.play_deployment_controller()
+        o = self.ready("True", "Ready")
+        k.ok("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/istiocsr-test-deployment-watch")
+        wait_for("the operator's account refused watching Deployments",
+                 lambda: not self.may("apps", "deployments", "watch"))
+        subprocess.run([os.path.join(KUBE_SCRIPTS, "apiserver.sh"), "restart-apiserver", E.api_dir], check=True,
+                       stdout=subprocess.DEVNULL)
+        wait_for("the API server back", lambda: self.cr(), timeout=120)
+        w = Watch(k, f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs")
+        gen = k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 3}}},
+                   "application/merge-patch+json")["metadata"]["generation"]
+        wait_for("the new args", lambda: "--log-level=3" in args_of(self.deployment()))
+        self.ready("False", "Progressing", part="not yet observed")
+        wait_for("Progressing at the new generation, as watched",
+                 lambda: ("False", "Progressing", gen) in [ready_of(x) for x in w.objects] or w.errors)
+        self.assertEqual(w.errors, [])
+        self.assertNotIn(("True", "Ready", gen), [ready_of(x) for x in w.objects],
+                         "Ready=True for a spec the Deployment does not run yet")
+        # The watch back: the cache catches up, and the operand with it.
+        k.ok("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", self.bindings[2])
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        self.assertEqual(self.proc.poll(), None, "the operator survived the API server's restart")
+
+    def test_2_forbidden_read_shows_in_the_conditions(self):
+        k = self.k
+        merge = "application/merge-patch+json"
+        if not self.cr():  # test_1 skipped
+            k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+            wait_for("the Deployment", self.deployment)
+            self.play_deployment_controller()
+        o = self.ready("True", "Ready")
+        fields = {f: o["status"][f] for f in STATUS_FIELDS}
+        k.ok("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/istiocsr-test-issuers")
+        wait_for("the operator's account refused SignetIssuers", lambda: not self.may("signet.dev", "signetissuers",
+                                                                                   "get"))
+        k.ok("PATCH", CR, {"spec": {"istioCSRConfig": {"logLevel": 2}}}, merge)
+        o = self.ready("False", "Failed", part="forbidden")
+        self.assertIn("reconciliation failed, retrying", cond(o, "Ready")["message"])
+        self.assertEqual(cond(o, "Degraded")["status"], "True")
+        self.assertEqual({f: o["status"].get(f) for f in STATUS_FIELDS}, fields)
+        wait_for("one Warning Event", lambda: warnings(k, NS, "Failed", "forbidden"))
+        # The permission back: the retry (backoff) carries the change out.
+        k.ok("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", self.bindings[1])
+        wait_for("the new args", lambda: "--log-level=2" in args_of(self.deployment()), timeout=90)
+        self.ready("False", "Progressing")
+        self.play_deployment_controller()
+        self.ready("True", "Ready")
+        self.assertEqual(len(warnings(k, NS, "Failed", "forbidden")), 1)
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None, timeout=90)
 
 
 if __name__ == "__main__":
