@@ -5,6 +5,8 @@
  */
 #include "sg_base64.h"
 
+#include <stdlib.h>
+
 #include "sg_guard.h"
 
 static const char std_alphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -101,6 +103,32 @@ int sg_b64_decode(sg_b64 alphabet, const char *in, size_t n, uint8_t *out, size_
 	sg_b64_decoder_init(&d, alphabet, out, cap);
 	SG_TRY(sg_b64_decoder_feed(&d, (const uint8_t *)in, n));
 	return sg_b64_decoder_finish(&d, out_len);
+}
+
+int sg_b64_decode_new(sg_b64 alphabet, const char *what, const char *in, size_t n, size_t max, char **out,
+                      size_t *out_len)
+{
+	*out = NULL;
+	*out_len = 0;
+	/* The largest output n characters can give: whole quanta of 3 bytes,
+	 * and for base64url 1 or 2 more from a partial one; '=' decodes to
+	 * nothing. The bound is checked before anything is allocated. */
+	size_t pad = alphabet == SG_B64_STD ? (n >= 1 && in[n - 1] == '=') + (n >= 2 && in[n - 2] == '=') : 0;
+	size_t most = n / 4 * 3 + (n % 4 > 1 ? n % 4 - 1 : 0) - (n % 4 == 0 ? pad : 0);
+	SG_ENSURE(most <= max, SG_EINVAL, "%s is larger than %zu bytes", what, max);
+	size_t cap = most + 1;
+	char *buf = malloc(cap);
+	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
+	size_t got = 0;
+	int rc = sg_b64_decode(alphabet, in, n, (uint8_t *)buf, most, &got);
+	if (rc != SG_OK) {
+		free(buf);
+		SG_BAIL(SG_EINVAL, "%s is not base64: %s", what, sg_error_last()->msg);
+	}
+	buf[got] = 0;
+	*out = buf;
+	*out_len = got;
+	return SG_OK;
 }
 
 size_t sg_b64_encoded_len(sg_b64 alphabet, size_t n)

@@ -6,7 +6,8 @@
  * only in base64 and only where it belongs, nothing follows it, and a
  * character of the other alphabet is named as such in the error.
  *
- * Ownership: output buffers are the caller's; nothing here allocates.
+ * Ownership: output buffers are the caller's; only sg_b64_decode_new
+ * allocates (a buffer the caller frees).
  */
 #ifndef SG_BASE64_H
 #define SG_BASE64_H
@@ -45,6 +46,15 @@ SG_API int sg_b64_decoder_finish(sg_b64_decoder *d, size_t *out_len) SG_MUST_CHE
 /* Decodes a whole string (n characters, no line breaks). */
 SG_API int sg_b64_decode(sg_b64 alphabet, const char *in, size_t n, uint8_t *out, size_t cap,
 			 size_t *out_len) SG_MUST_CHECK;
+/* Decodes a whole string of untrusted size (a []byte field of a
+ * Kubernetes object, say) into a new buffer: refused before allocating
+ * when n characters could decode to more than max bytes (padding counts
+ * for nothing), then decoded strictly and NUL-terminated (not counted in
+ * *out_len), so text can be read as a string. what names the value in the
+ * errors ("<what> is larger than <max> bytes", "<what> is not base64: ...",
+ * SG_EINVAL). On failure *out is NULL and *out_len 0. */
+SG_API int sg_b64_decode_new(sg_b64 alphabet, const char *what, const char *in, size_t n, size_t max, char **out,
+                             size_t *out_len) SG_MUST_CHECK;
 /* Characters sg_b64_encode writes for n bytes (the NUL not counted). */
 SG_API size_t sg_b64_encoded_len(sg_b64 alphabet, size_t n);
 /* Encodes n bytes and a terminating NUL into out (cap bytes);

@@ -82,21 +82,7 @@ static int bytes_field(const json_t *obj, const char *field, size_t max, char **
 	SG_ENSURE(s, SG_EINVAL, "%s is not a string", field);
 	size_t n = json_string_length(v);
 	SG_ENSURE(n > 0, SG_EINVAL, "%s is empty", field);
-	/* What n characters decode to at most: padding counts for nothing. */
-	size_t pad = (n >= 1 && s[n - 1] == '=') + (n >= 2 && s[n - 2] == '=');
-	SG_ENSURE(n / 4 * 3 - (n % 4 == 0 ? pad : 0) <= max, SG_EINVAL, "%s is larger than %zu bytes", field, max);
-	char *buf = malloc(n / 4 * 3 + 4);
-	SG_ENSURE(buf, SG_EINTERNAL, "out of memory");
-	size_t got = 0;
-	int rc = sg_b64_decode(SG_B64_STD, s, n, (uint8_t *)buf, n / 4 * 3 + 3, &got);
-	if (rc != SG_OK) {
-		free(buf);
-		SG_BAIL(SG_EINVAL, "%s is not base64: %s", field, sg_error_last()->msg);
-	}
-	buf[got] = 0;
-	*out = buf;
-	*len = got;
-	return SG_OK;
+	return sg_b64_decode_new(SG_B64_STD, field, s, n, max, out, len);
 }
 
 int sg_crpolicy_cr_csr(sg_crpolicy_cr *q, const json_t *cr)
