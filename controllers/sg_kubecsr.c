@@ -86,6 +86,8 @@ struct sg_kubecsr {
 	sg_kubecsr_stats stats;
 	char warned[SG_KUBECSR_WARNED_MAX][UID_MAX]; /* CSRs told IssuerNotReady (a ring) */
 	size_t warned_next;
+	char written[SG_KUBECSR_WRITTEN_MAX][UID_MAX]; /* CSRs whose certificate we wrote (a ring) */
+	size_t written_next;
 };
 
 typedef enum outcome {
@@ -295,6 +297,44 @@ static bool first_wait(sg_kubecsr *k, const json_t *csr)
 	return first;
 }
 
+/* ---- our own writes, until the cache shows them ---- */
+
+/* The slot of uid in the ring of written CSRs, or -1. Under k->mu. */
+static long written_slot(const sg_kubecsr *k, const char *uid)
+{
+	for (size_t i = 0; i < SG_KUBECSR_WRITTEN_MAX; i++)
+		if (strcmp(k->written[i], uid) == 0)
+			return (long)i;
+	return -1;
+}
+
+static void remember_written(sg_kubecsr *k, const char *uid)
+{
+	if (!uid || !*uid || strlen(uid) >= UID_MAX)
+		return;
+	pthread_mutex_lock(&k->mu);
+	if (written_slot(k, uid) < 0) {
+		snprintf(k->written[k->written_next], UID_MAX, "%s", uid);
+		k->written_next = (k->written_next + 1) % SG_KUBECSR_WRITTEN_MAX;
+	}
+	pthread_mutex_unlock(&k->mu);
+}
+
+/* True when we wrote csr's certificate; done: the cache shows it now, so
+ * the entry is let go. */
+static bool written_by_us(sg_kubecsr *k, const json_t *csr, bool done)
+{
+	const char *uid = sg_kube_meta_str(csr, "uid");
+	if (!uid || !*uid || strlen(uid) >= UID_MAX)
+		return false;
+	pthread_mutex_lock(&k->mu);
+	long i = written_slot(k, uid);
+	if (i >= 0 && done)
+		k->written[i][0] = '\0';
+	pthread_mutex_unlock(&k->mu);
+	return i >= 0;
+}
+
 /* ---- status writes ---- */
 
 static void rfc3339_now(char out[32])
@@ -409,6 +449,15 @@ static int write_status(sg_kubecsr *k, const char *name, json_t **csr, const sta
 			return SG_OK;
 		}
 		SG_TRY(rc);
+		if (w->certificate && has_certificate(*csr)) {
+			/* Ours, if it is the very chain we sent: the write took and
+			 * its answer was lost (a connection cut after the API server
+			 * committed it). */
+			const char *live_cert =
+			    json_string_value(json_object_get(json_object_get(*csr, "status"), "certificate"));
+			*out = live_cert && strcmp(live_cert, w->certificate) == 0 ? done_out : lost_out;
+			return SG_OK;
+		}
 		if (!wants_signature(*csr)) {
 			*out = lost_out;
 			return SG_OK;
@@ -534,6 +583,7 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 	if (rc == SG_OK && *out != OUT_NONE)
 		sg_kubekeep_drop(k->keep, kept_uid);
 	if (rc == SG_OK && *out == OUT_ISSUED) {
+		remember_written(k, kept_uid);
 		if (reused)
 			count(k, &k->stats.reused);
 		char until[32], life[32], note[160];
@@ -586,6 +636,16 @@ static int reconcile_csr(sg_kubecsr *k, const char *name, sg_ctrl_result *res, o
 		return SG_OK; /* not ours: the map does not queue these */
 	}
 	int rc = SG_OK;
+	bool wants = wants_signature(csr);
+	if (written_by_us(k, csr, !wants) && wants) {
+		/* The cache is behind our own write: signing again would only
+		 * meet a 409. Its event is on the way. */
+		count(k, &k->stats.behind);
+		*out = OUT_NONE;
+		res->requeue_after_ms = SG_KUBECSR_BEHIND_MS;
+		json_decref(csr);
+		return SG_OK;
+	}
 	if (wants_signature(csr) && kind == SIGNER_NAMESPACED)
 		rc = fail_namespaced(k, name, &csr, out);
 	else if (wants_signature(csr))

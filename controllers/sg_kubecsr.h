@@ -45,6 +45,15 @@
  *   - retryable problems (HSM busy or failing, signer queue full, the
  *     API server): nothing written, retried with the runtime's per-key
  *     backoff;
+ *   - a pass over a CSR whose certificate this signer has written but
+ *     whose cached copy does not show it yet (the watch behind our own
+ *     write; a certificate, once set, never changes in Kubernetes): nothing
+ *     signed, looked at again after SG_KUBECSR_BEHIND_MS (the write's own
+ *     event comes first, as a rule); remembered for the last
+ *     SG_KUBECSR_WRITTEN_MAX writes;
+ *   - a status write refused with 409 whose live object already holds the
+ *     very certificate it carried (our write took; its answer was lost on
+ *     the way): issued, not lost;
  *   - success: status.certificate = the leaf then the intermediates (PEM;
  *     base64 in JSON), as issuer-lib writes it: Kubernetes calls it "the
  *     issued certificate chain", and the root is the trust anchor that
@@ -137,6 +146,8 @@
 #define SG_KUBECSR_SIGN_TIMEOUT_MS 30000u
 #define SG_KUBECSR_RECHECK_MS 60000u   /* a CSR waiting for its issuer is looked at again after this */
 #define SG_KUBECSR_WARNED_MAX 512      /* CSRs whose IssuerNotReady Event is remembered */
+#define SG_KUBECSR_WRITTEN_MAX 256     /* CSRs whose certificate this signer wrote, remembered (a ring) */
+#define SG_KUBECSR_BEHIND_MS 1000u     /* a CSR seen before our own write reached the cache: again after this */
 #define SG_KUBECSR_SIGNER_NAME_MAX 571 /* Kubernetes: 253 (domain) + 1 + 317 (path) */
 
 typedef struct sg_kubecsr sg_kubecsr;
@@ -168,6 +179,7 @@ typedef struct sg_kubecsr_stats {
 	uint64_t lost;    /* signed, then found done by someone else before our write: not written */
 	uint64_t signatures; /* certificates signed (one per CSR, however often its write is retried) */
 	uint64_t reused;     /* certificates written that were kept from an earlier, failed write */
+	uint64_t behind;     /* passes that found a CSR as it was before our own write (the watch behind): not signed */
 	uint64_t kept;       /* now: signed and not yet written (sg_kubekeep.h) */
 	uint64_t errors;  /* failed reconciles (each retried with backoff) */
 	uint64_t queued;  /* CSRs waiting now, including those backing off or waiting for an issuer */
