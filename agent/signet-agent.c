@@ -78,8 +78,7 @@ static const char *const key_types[] = {"ec-p256", "rsa", NULL};
 
 typedef struct settings {
 	char *config;
-	char *kubeconfig;
-	int64_t kube_api_qps, kube_api_burst;
+	sg_ctrl_common c; /* no leader election: every node's agent runs */
 	char *node_name;
 	char *pod_label_selector;
 	char *namespace_label_selector;
@@ -95,20 +94,15 @@ typedef struct settings {
 	int64_t refresh_percent, refresh_jitter_percent, refresh_floor;
 	int64_t retry_initial, retry_max;
 	int64_t max_concurrent, request_timeout;
-	char *http_address;
-	int64_t metrics_port, readiness_probe_port;
-	char *readiness_probe_path;
 	int log_level, log_format;
 } settings;
 
 #define S(f) offsetof(settings, f)
+/* clang-format off: the table keeps its one-row-per-flag layout */
 static const sg_opt opts[] = {
 	{"config", SG_OPT_PATH, S(config), NULL, 0, 4096, NULL, "config file of \"name = value\" lines (flags override it)",
 	 true},
-	{"kubeconfig", SG_OPT_PATH, S(kubeconfig), NULL, 0, 4096, NULL,
-	 "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)", false},
-	{"kube-api-qps", SG_OPT_INT, S(kube_api_qps), "5", 1, 10000, NULL, "Kubernetes API requests per second", false},
-	{"kube-api-burst", SG_OPT_INT, S(kube_api_burst), "10", 1, 10000, NULL, "Kubernetes API request burst", false},
+	SG_CTRL_OPTS_CLIENT(settings, c, "5", "10"),
 	{"node-name", SG_OPT_STRING, S(node_name), NULL, 1, 253, NULL,
 	 "this node's name: the pods with spec.nodeName equal to it are served (required; a DaemonSet passes "
 	 "spec.nodeName through the downward API)",
@@ -159,17 +153,11 @@ static const sg_opt opts[] = {
 	 "requests to the CA in flight at most", false},
 	{"ca-request-timeout", SG_OPT_DURATION, S(request_timeout), "30s", 1, 600, NULL,
 	 "deadline of one request to the CA", false},
-	{"http-address", SG_OPT_STRING, S(http_address), "", 0, 256, NULL,
-	 "address of the metrics and probe endpoints (default: 0.0.0.0 in a pod, else 127.0.0.1)", false},
-	{"metrics-port", SG_OPT_INT, S(metrics_port), "9402", 0, 65535, NULL, "Prometheus /metrics port (0: any)", false},
-	{"readiness-probe-port", SG_OPT_INT, S(readiness_probe_port), "6060", 0, 65535, NULL,
-	 "readiness and health probe port (0: any; may equal metrics-port)", false},
-	{"readiness-probe-path", SG_OPT_STRING, S(readiness_probe_path), "/readyz", 1, 256, NULL,
-	 "readiness probe path (/healthz is served beside it)", false},
-	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL, "log level (or a klog verbosity 0-10)",
-	 false},
+	SG_CTRL_OPTS_ENDPOINTS(settings, c),
+	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL, "log level (or a klog verbosity 0-10)", false},
 	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
 };
+/* clang-format on */
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
 /* Identities whose files could not be written: retried by the tick. */
@@ -181,7 +169,8 @@ typedef struct retry_item {
 typedef struct program {
 	settings s;
 	char *selector;
-	sg_kube *kube;
+	sg_ctrl_common_run run; /* the client (no Lease) */
+	sg_kube *kube;          /* run.kube */
 	sg_kube_informer *pods;
 	sg_kube_informer *namespaces; /* namespace-label-selector's, or NULL */
 	sg_kube_selector *pod_sel, *ns_sel;
@@ -637,7 +626,8 @@ static int start(void *self)
 	};
 	SG_TRY(sg_wlcerts_new(&p->certs, &wo));
 
-	SG_TRY(sg_ctrl_client_new(&p->kube, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, 0));
+	SG_TRY(sg_ctrl_common_clients(&s->c, "signet-agent", NULL, &p->run));
+	p->kube = p->run.kube;
 	size_t n = strlen("spec.nodeName=") + strlen(s->node_name) + 1;
 	SG_ENSURE(p->selector = malloc(n), SG_EINTERNAL, "out of memory");
 	snprintf(p->selector, n, "spec.nodeName=%s", s->node_name);
@@ -661,10 +651,7 @@ static int start(void *self)
 	}
 
 	SG_TRY(setup_metrics(p));
-	sg_ctrl_endpoints_opts eo = {.address = s->http_address, .metrics_port = s->metrics_port,
-	                             .probe_port = s->readiness_probe_port, .probe_path = s->readiness_probe_path,
-	                             .metrics = p->metrics, .ready = ready, .arg = p};
-	SG_TRY(sg_ctrl_endpoints_start(&p->endpoints, &eo));
+	SG_TRY(sg_ctrl_common_endpoints(&s->c, p->metrics, ready, p, &p->endpoints));
 	atomic_store(&p->started, true);
 	if (p->namespaces)
 		SG_TRY(sg_kube_informer_start(p->namespaces));
@@ -686,7 +673,8 @@ static void stop(void *self)
 	sg_kube_informer_free(p->pods);
 	sg_wlcerts_free(p->certs); /* no event is delivered after this */
 	sg_caclient_free(p->ca);
-	sg_kube_free(p->kube);
+	sg_ctrl_common_free(&p->run);
+	p->kube = NULL;
 	sg_metrics_free(p->metrics);
 	free(p->selector);
 	sg_kube_selector_free(p->pod_sel);

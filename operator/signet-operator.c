@@ -49,31 +49,22 @@ static const char *const ca_sources[] = {"openshift", "file", NULL};
 
 typedef struct settings {
 	char *config;
-	char *kubeconfig;
-	int64_t kube_api_qps, kube_api_burst;
+	sg_ctrl_common c;
 	char *signetd_image, *signet_trust_image, *operand_version;
 	bool istiocsr, trustmanager;
 	char *hsm_secret;
 	char *trust_manager_namespace, *default_ca_bundle, *default_ca_bundle_version;
 	int default_ca_source;
-	bool leader_elect;
-	char *leader_election_namespace, *leader_election_lease_name;
-	int64_t lease_duration, renew_deadline, retry_period;
-	char *http_address;
-	int64_t metrics_port, readiness_probe_port;
-	char *readiness_probe_path;
 	int64_t workers;
 	int log_level, log_format;
 } settings;
 
 #define S(f) offsetof(settings, f)
+/* clang-format off: the table keeps its one-row-per-flag layout */
 static const sg_opt opts[] = {
 	{"config", SG_OPT_PATH, S(config), NULL, 0, 4096, NULL, "config file of \"name = value\" lines (flags override it)",
 	 true},
-	{"kubeconfig", SG_OPT_PATH, S(kubeconfig), NULL, 0, 4096, NULL,
-	 "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)", false},
-	{"kube-api-qps", SG_OPT_INT, S(kube_api_qps), "50", 1, 10000, NULL, "Kubernetes API requests per second", false},
-	{"kube-api-burst", SG_OPT_INT, S(kube_api_burst), "100", 1, 10000, NULL, "Kubernetes API request burst", false},
+	SG_CTRL_OPTS_CLIENT(settings, c, "50", "100"),
 	{"signetd-image", SG_OPT_STRING, S(signetd_image), "", 0, 1024, NULL,
 	 "signetd's image for IstioCSR Deployments (default: $RELATED_IMAGE_SIGNETD)", false},
 	{"signet-trust-image", SG_OPT_STRING, S(signet_trust_image), "", 0, 1024, NULL,
@@ -97,42 +88,29 @@ static const sg_opt opts[] = {
 	 "PEM of the public CAs for the default CA package with --default-ca-package-source=file", false},
 	{"default-ca-bundle-version", SG_OPT_STRING, S(default_ca_bundle_version), "", 0, 128, NULL,
 	 "version of that bundle in the package (empty: derived from its content)", false},
-	{"leader-elect", SG_OPT_BOOL, S(leader_elect), "true", 0, 0, NULL, "elect a leader among replicas (Lease)", false},
-	{"leader-election-namespace", SG_OPT_STRING, S(leader_election_namespace), "", 0, 63, NULL,
-	 "namespace of the Lease (empty: the pod's own namespace, else signet-operator)", false},
-	{"leader-election-lease-name", SG_OPT_STRING, S(leader_election_lease_name), "signet-operator-leader-election",
-	 1, 253, NULL, "name of the Lease", false},
-	{"leader-election-lease-duration", SG_OPT_DURATION, S(lease_duration), "15s", 2, 3600, NULL,
-	 "how long a Lease holds without renewal", false},
-	{"leader-election-renew-deadline", SG_OPT_DURATION, S(renew_deadline), "10s", 1, 3600, NULL,
-	 "how long the leader tries to renew before it steps down", false},
-	{"leader-election-retry-period", SG_OPT_DURATION, S(retry_period), "2s", 1, 3600, NULL,
-	 "time between election attempts", false},
-	{"http-address", SG_OPT_STRING, S(http_address), "", 0, 256, NULL,
-	 "address of the metrics and probe endpoints (default: 0.0.0.0 in a pod, else 127.0.0.1)", false},
-	{"metrics-port", SG_OPT_INT, S(metrics_port), "9402", 0, 65535, NULL, "Prometheus /metrics port (0: any)", false},
-	{"readiness-probe-port", SG_OPT_INT, S(readiness_probe_port), "6060", 0, 65535, NULL,
-	 "readiness and health probe port (0: any; may equal metrics-port)", false},
-	{"readiness-probe-path", SG_OPT_STRING, S(readiness_probe_path), "/readyz", 1, 256, NULL,
-	 "readiness probe path (/healthz is served beside it)", false},
+	SG_CTRL_OPTS_LEASE(settings, c, "signet-operator-leader-election",
+	                   "namespace of the Lease (empty: the pod's own namespace, else signet-operator)",
+	                   "name of the Lease"),
+	SG_CTRL_OPTS_ENDPOINTS(settings, c),
 	{"workers", SG_OPT_INT, S(workers), "2", 1, SG_CTRL_WORKERS_MAX, NULL, "resources reconciled at once, per kind",
 	 false},
 	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL,
 	 "log level, or a klog verbosity as the anchor operator's: 0-1 info, 2-10 debug", false},
 	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
 };
+/* clang-format on */
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
 typedef struct program {
 	settings s;
-	sg_kube *kube, *kube_lease;
+	sg_ctrl_common_run run; /* the clients and the Lease */
+	sg_kube *kube;          /* run.kube */
 	sg_istiocsr *istiocsr;
 	sg_trustmanager *trustmanager;
 	sg_ctrl_manager *table;
 	sg_metrics *metrics;
 	sg_ctrl_endpoints *endpoints;
 	atomic_bool started;
-	char lease_ns[64];
 } program;
 
 /* Leader: ready while every reconciler runs. Standby: ready to take over. */
@@ -141,7 +119,7 @@ static bool ready(void *arg)
 	program *p = arg;
 	if (!atomic_load(&p->started))
 		return false;
-	bool leads = !p->s.leader_elect || sg_ctrl_manager_leading(p->table);
+	bool leads = !p->s.c.leader_elect || sg_ctrl_manager_leading(p->table);
 	if (!leads)
 		return true;
 	return (!p->istiocsr || sg_ctrl_running(sg_istiocsr_controller(p->istiocsr))) &&
@@ -150,34 +128,26 @@ static bool ready(void *arg)
 
 /* ---- start and stop ---- */
 
-/* The Lease's namespace: the flag, else the pod's own namespace, else
- * signet-operator (the manifests' namespace). */
-static int lease_namespace(program *p)
+/* The Lease's namespace when the flag leaves it empty: the pod's own,
+ * else signet-operator (the manifests' namespace). */
+static void pod_namespace(char *buf, size_t cap)
 {
-	const char *ns = p->s.leader_election_namespace;
-	char buf[128] = "";
-	if (!ns || !*ns) {
-		FILE *f = fopen(SA_NAMESPACE_FILE, "r");
-		if (f) {
-			if (!fgets(buf, sizeof(buf), f))
-				buf[0] = '\0';
-			fclose(f);
-			buf[strcspn(buf, "\r\n")] = '\0';
-		}
-		ns = *buf ? buf : "signet-operator";
+	buf[0] = '\0';
+	FILE *f = fopen(SA_NAMESPACE_FILE, "r");
+	if (f) {
+		if (!fgets(buf, (int)cap, f))
+			buf[0] = '\0';
+		fclose(f);
+		buf[strcspn(buf, "\r\n")] = '\0';
 	}
-	SG_ENSURE(sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
-	          "leader-election-namespace \"%s\" is not a namespace name", ns);
-	snprintf(p->lease_ns, sizeof(p->lease_ns), "%.63s", ns);
-	return SG_OK;
+	if (!*buf)
+		snprintf(buf, cap, "signet-operator");
 }
 
 static int start(void *self)
 {
 	program *p = self;
 	settings *s = &p->s;
-	SG_ENSURE(s->lease_duration > s->renew_deadline && s->renew_deadline * 10 > s->retry_period * 12, SG_EINVAL,
-	          "leader election: lease duration > renew deadline > 1.2 x retry period is required");
 	SG_ENSURE(s->istiocsr || s->trustmanager, SG_EINVAL, "both --istiocsr and --trustmanager are off: nothing to do");
 	const char *signetd_image = *s->signetd_image ? s->signetd_image : getenv("RELATED_IMAGE_SIGNETD");
 	const char *trust_image = *s->signet_trust_image ? s->signet_trust_image : getenv("RELATED_IMAGE_SIGNET_TRUST");
@@ -187,9 +157,10 @@ static int start(void *self)
 	          "signet-trust's image: set RELATED_IMAGE_SIGNET_TRUST or --signet-trust-image (or --trustmanager=false)");
 	SG_ENSURE(sg_names_label_value(s->operand_version), SG_EINVAL,
 	          "operand-version \"%s\" is not a label value", s->operand_version);
-	long writers_ms = (long)(s->lease_duration - s->renew_deadline) * 1000;
-	long lease_ms = (long)(s->renew_deadline - s->retry_period) * 1000;
-	SG_TRY(sg_ctrl_client_new(&p->kube, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
+	char own_ns[128];
+	pod_namespace(own_ns, sizeof(own_ns));
+	SG_TRY(sg_ctrl_common_clients(&s->c, "signet-operator", own_ns, &p->run));
+	p->kube = p->run.kube;
 	if (s->istiocsr) {
 		sg_istiocsr_options o = {.kube = p->kube, .image = signetd_image, .version = s->operand_version,
 		                         .hsm_secret = s->hsm_secret, .workers = (unsigned)s->workers};
@@ -208,23 +179,7 @@ static int start(void *self)
 		};
 		SG_TRY(sg_trustmanager_new(&p->trustmanager, &o));
 	}
-	char identity[300];
-	sg_ctrl_manager_opts mo = {0};
-	if (s->leader_elect) {
-		SG_TRY(lease_namespace(p));
-		SG_TRY(sg_ctrl_client_new(&p->kube_lease, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, lease_ms >= 1000 ? lease_ms : 1000));
-		sg_ctrl_identity(identity, sizeof(identity), "signet-operator");
-		mo.lease_kube = p->kube_lease;
-		mo.lease = (sg_lease_opts){
-			.ns = p->lease_ns,
-			.name = s->leader_election_lease_name,
-			.identity = identity,
-			.lease_duration_ms = (unsigned)s->lease_duration * 1000u,
-			.renew_deadline_ms = (unsigned)s->renew_deadline * 1000u,
-			.retry_period_ms = (unsigned)s->retry_period * 1000u,
-		};
-	}
-	SG_TRY(sg_ctrl_manager_new(&p->table, &mo));
+	SG_TRY(sg_ctrl_manager_new(&p->table, &p->run.mo));
 	if (p->istiocsr) {
 		sg_ctrl_row row = {.ctrl = sg_istiocsr_controller(p->istiocsr), .leader_only = true};
 		SG_TRY(sg_ctrl_manager_add(p->table, &row));
@@ -235,15 +190,12 @@ static int start(void *self)
 	}
 	SG_TRY(sg_metrics_new(&p->metrics));
 	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));
-	sg_ctrl_endpoints_opts eo = {.address = s->http_address, .metrics_port = s->metrics_port,
-	                             .probe_port = s->readiness_probe_port, .probe_path = s->readiness_probe_path,
-	                             .metrics = p->metrics, .ready = ready, .arg = p};
-	SG_TRY(sg_ctrl_endpoints_start(&p->endpoints, &eo));
+	SG_TRY(sg_ctrl_common_endpoints(&s->c, p->metrics, ready, p, &p->endpoints));
 	SG_TRY(sg_ctrl_manager_start(p->table));
 	atomic_store(&p->started, true);
 	sg_log(SG_LOG_INFO, "signet-operator started", SG_F_STR("istiocsr", s->istiocsr ? "on" : "off"),
 	       SG_F_STR("trustmanager", s->trustmanager ? "on" : "off"),
-	       SG_F_STR("leader_election", s->leader_elect ? "on" : "off"), SG_F_END);
+	       SG_F_STR("leader_election", s->c.leader_elect ? "on" : "off"), SG_F_END);
 	return SG_OK;
 }
 
@@ -257,8 +209,8 @@ static void stop(void *self)
 	sg_istiocsr_free(p->istiocsr);
 	sg_trustmanager_free(p->trustmanager);
 	sg_metrics_free(p->metrics);
-	sg_kube_free(p->kube_lease);
-	sg_kube_free(p->kube);
+	sg_ctrl_common_free(&p->run);
+	p->kube = NULL;
 }
 
 int main(int argc, char **argv)

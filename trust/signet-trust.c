@@ -82,18 +82,11 @@ static const char *const formats[] = {"text", "json", NULL};
 
 typedef struct settings {
 	char *config;
-	char *kubeconfig;
-	int64_t kube_api_qps, kube_api_burst;
+	sg_ctrl_common c;
 	char *trust_namespace;
 	char *default_package_location;
 	bool secret_targets_enabled, filter_expired, filter_non_ca;
 	char *target_namespaces;
-	bool leader_elect;
-	char *leader_election_namespace, *leader_election_lease_name;
-	int64_t lease_duration, renew_deadline, retry_period;
-	char *http_address;
-	int64_t metrics_port, readiness_probe_port;
-	char *readiness_probe_path;
 	int64_t workers;
 	char *webhook_host;
 	int64_t webhook_port;
@@ -103,13 +96,11 @@ typedef struct settings {
 } settings;
 
 #define S(f) offsetof(settings, f)
+/* clang-format off: the table keeps its one-row-per-flag layout */
 static const sg_opt opts[] = {
 	{"config", SG_OPT_PATH, S(config), NULL, 0, 4096, NULL, "config file of \"name = value\" lines (flags override it)",
 	 true},
-	{"kubeconfig", SG_OPT_PATH, S(kubeconfig), NULL, 0, 4096, NULL,
-	 "kubeconfig file (default: $KUBECONFIG, then the in-cluster service account, then ~/.kube/config)", false},
-	{"kube-api-qps", SG_OPT_INT, S(kube_api_qps), "50", 1, 10000, NULL, "Kubernetes API requests per second", false},
-	{"kube-api-burst", SG_OPT_INT, S(kube_api_burst), "100", 1, 10000, NULL, "Kubernetes API request burst", false},
+	SG_CTRL_OPTS_CLIENT(settings, c, "50", "100"),
 	{"trust-namespace", SG_OPT_STRING, S(trust_namespace), "cert-manager", 0, 63, NULL,
 	 "the only namespace Bundle sources (ConfigMaps, Secrets) are read from", false},
 	{"default-package-location", SG_OPT_STRING, S(default_package_location), "", 0, 4096, NULL,
@@ -122,24 +113,10 @@ static const sg_opt opts[] = {
 	 "leave certificates that are not CAs out of every bundle", false},
 	{"target-namespaces", SG_OPT_STRING, S(target_namespaces), "", 0, 65536, NULL,
 	 "comma-separated namespaces that may get targets (empty: any namespace a Bundle selects)", false},
-	{"leader-elect", SG_OPT_BOOL, S(leader_elect), "true", 0, 0, NULL, "elect a leader among replicas (Lease)", false},
-	{"leader-election-namespace", SG_OPT_STRING, S(leader_election_namespace), "", 0, 63, NULL,
-	 "namespace of the Lease (empty: the trust namespace)", false},
-	{"leader-election-lease-name", SG_OPT_STRING, S(leader_election_lease_name), "trust-manager-leader-election", 1,
-	 253, NULL, "name of the Lease (trust-manager's, so the two never write at once)", false},
-	{"leader-election-lease-duration", SG_OPT_DURATION, S(lease_duration), "15s", 2, 3600, NULL,
-	 "how long a Lease holds without renewal", false},
-	{"leader-election-renew-deadline", SG_OPT_DURATION, S(renew_deadline), "10s", 1, 3600, NULL,
-	 "how long the leader tries to renew before it steps down", false},
-	{"leader-election-retry-period", SG_OPT_DURATION, S(retry_period), "2s", 1, 3600, NULL,
-	 "time between election attempts", false},
-	{"http-address", SG_OPT_STRING, S(http_address), "", 0, 256, NULL,
-	 "address of the metrics and probe endpoints (default: 0.0.0.0 in a pod, else 127.0.0.1)", false},
-	{"metrics-port", SG_OPT_INT, S(metrics_port), "9402", 0, 65535, NULL, "Prometheus /metrics port (0: any)", false},
-	{"readiness-probe-port", SG_OPT_INT, S(readiness_probe_port), "6060", 0, 65535, NULL,
-	 "readiness and health probe port (0: any; may equal metrics-port)", false},
-	{"readiness-probe-path", SG_OPT_STRING, S(readiness_probe_path), "/readyz", 1, 256, NULL,
-	 "readiness probe path (/healthz is served beside it)", false},
+	SG_CTRL_OPTS_LEASE(settings, c, "trust-manager-leader-election",
+	                   "namespace of the Lease (empty: the trust namespace)",
+	                   "name of the Lease (trust-manager's, so the two never write at once)"),
+	SG_CTRL_OPTS_ENDPOINTS(settings, c),
 	{"workers", SG_OPT_INT, S(workers), "2", 1, SG_CTRL_WORKERS_MAX, NULL, "Bundles reconciled at once", false},
 	{"webhook-host", SG_OPT_STRING, S(webhook_host), "0.0.0.0", 1, 64, NULL,
 	 "numeric address the Bundle validating webhook listens on (HTTPS)", false},
@@ -159,13 +136,13 @@ static const sg_opt opts[] = {
 	 "comma-separated TLS 1.2 (and older) cipher suites of the webhook, by Go's names (empty: GnuTLS's defaults; "
 	 "TLS 1.3 names change nothing, and TLS 1.3 uses the AEAD ciphers of the listed suites; a list GnuTLS cannot "
 	 "serve exactly, since it enables suites by key exchange, cipher and MAC, is refused at start naming what it "
-	 "would add). Preferred values: " TLS_PREFERRED
-	 ". Insecure values: " TLS_INSECURE ".",
+	 "would add). Preferred values: " TLS_PREFERRED ". Insecure values: " TLS_INSECURE ".",
 	 false},
 	{"log-level", SG_OPT_LOG_LEVEL, S(log_level), "info", 0, 0, NULL,
 	 "log level, or a klog verbosity as trust-manager's: 0-1 info, 2-10 debug", false},
 	{"log-format", SG_OPT_ENUM, S(log_format), "text", 0, 0, formats, "log format", false},
 };
+/* clang-format on */
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
 /* What identifies a file's contents cheaply (a change means "re-read"). */
@@ -189,7 +166,8 @@ typedef struct webhook {
 
 typedef struct program {
 	settings s;
-	sg_kube *kube, *kube_lease;
+	sg_ctrl_common_run run; /* the clients and the Lease */
+	sg_kube *kube;          /* run.kube */
 	sg_trust_package *package;
 	sg_trust *trust;
 	sg_ctrl_manager *table;
@@ -210,7 +188,7 @@ static bool ready(void *arg)
 	if (!atomic_load(&p->started))
 		return false;
 	/* Leader: only while the controller runs. Standby: ready to lead. */
-	bool leads = !p->s.leader_elect || sg_ctrl_manager_leading(p->table);
+	bool leads = !p->s.c.leader_elect || sg_ctrl_manager_leading(p->table);
 	return !leads || sg_ctrl_running(sg_trust_controller(p->trust));
 }
 
@@ -414,8 +392,6 @@ static int start(void *self)
 {
 	program *p = self;
 	settings *s = &p->s;
-	SG_ENSURE(s->lease_duration > s->renew_deadline && s->renew_deadline * 10 > s->retry_period * 12, SG_EINVAL,
-	          "leader election: lease duration > renew deadline > 1.2 x retry period is required");
 	/* Settings first, so a typo is named before any connection is tried. */
 	SG_ENSURE(sg_names_dns_label(s->trust_namespace, strlen(s->trust_namespace), SG_NAMES_LABEL_MAX), SG_EINVAL,
 	          "trust-namespace \"%s\" is not a namespace name", s->trust_namespace);
@@ -433,11 +409,8 @@ static int start(void *self)
 		SG_ENSURE(p->ns_buf = strdup(s->target_namespaces), SG_EINTERNAL, "out of memory");
 		SG_TRY(sg_opt_split_list(p->ns_buf, nss, SG_TRUST_TARGET_NAMESPACES_MAX, &nns, "target-namespaces"));
 	}
-	/* Writers stop before a successor can lead (sg_cluster.c has the
-	 * reasoning): a write may take lease - renew deadline. */
-	long writers_ms = (long)(s->lease_duration - s->renew_deadline) * 1000;
-	long lease_ms = (long)(s->renew_deadline - s->retry_period) * 1000;
-	SG_TRY(sg_ctrl_client_new(&p->kube, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, s->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
+	SG_TRY(sg_ctrl_common_clients(&s->c, "signet-trust", s->trust_namespace, &p->run));
+	p->kube = p->run.kube;
 	sg_trust_options to = {
 		.kube = p->kube,
 		.trust_namespace = s->trust_namespace,
@@ -451,40 +424,18 @@ static int start(void *self)
 	};
 	SG_TRY(sg_trust_new(&p->trust, &to));
 
-	char identity[300];
-	sg_ctrl_manager_opts mo = {0};
-	if (s->leader_elect) {
-		SG_TRY(sg_ctrl_client_new(&p->kube_lease, s->kubeconfig, s->kube_api_qps, s->kube_api_burst, lease_ms >= 1000 ? lease_ms : 1000));
-		sg_ctrl_identity(identity, sizeof(identity), "signet-trust");
-		const char *lns = s->leader_election_namespace && *s->leader_election_namespace ? s->leader_election_namespace
-		                                                                               : s->trust_namespace;
-		SG_ENSURE(sg_names_dns_label(lns, strlen(lns), SG_NAMES_LABEL_MAX), SG_EINVAL,
-		          "leader-election-namespace \"%s\" is not a namespace name", lns);
-		mo.lease_kube = p->kube_lease;
-		mo.lease = (sg_lease_opts){
-			.ns = lns,
-			.name = s->leader_election_lease_name,
-			.identity = identity,
-			.lease_duration_ms = (unsigned)s->lease_duration * 1000u,
-			.renew_deadline_ms = (unsigned)s->renew_deadline * 1000u,
-			.retry_period_ms = (unsigned)s->retry_period * 1000u,
-		};
-	}
-	SG_TRY(sg_ctrl_manager_new(&p->table, &mo));
+	SG_TRY(sg_ctrl_manager_new(&p->table, &p->run.mo));
 	sg_ctrl_row row = {.ctrl = sg_trust_controller(p->trust), .leader_only = true};
 	SG_TRY(sg_ctrl_manager_add(p->table, &row));
 	SG_TRY(sg_metrics_new(&p->metrics));
 	SG_TRY(sg_ctrl_manager_metrics(p->table, p->metrics));
 	SG_TRY(webhook_metrics(p));
-	sg_ctrl_endpoints_opts eo = {.address = s->http_address, .metrics_port = s->metrics_port,
-	                             .probe_port = s->readiness_probe_port, .probe_path = s->readiness_probe_path,
-	                             .metrics = p->metrics, .ready = ready, .arg = p};
-	SG_TRY(sg_ctrl_endpoints_start(&p->endpoints, &eo));
+	SG_TRY(sg_ctrl_common_endpoints(&s->c, p->metrics, ready, p, &p->endpoints));
 	webhook_tick(p);
 	SG_TRY(sg_ctrl_manager_start(p->table));
 	atomic_store(&p->started, true);
 	sg_log(SG_LOG_INFO, "signet-trust started", SG_F_STR("trust_namespace", s->trust_namespace),
-	       SG_F_STR("leader_election", s->leader_elect ? "on" : "off"),
+	       SG_F_STR("leader_election", s->c.leader_elect ? "on" : "off"),
 	       SG_F_STR("secret_targets", s->secret_targets_enabled ? "enabled" : "disabled"), SG_F_END);
 	return SG_OK;
 }
@@ -499,8 +450,8 @@ static void stop(void *self)
 	sg_ctrl_manager_free(p->table); /* leadership ends and the Lease is released */
 	sg_trust_free(p->trust);
 	sg_metrics_free(p->metrics);
-	sg_kube_free(p->kube_lease);
-	sg_kube_free(p->kube);
+	sg_ctrl_common_free(&p->run);
+	p->kube = NULL;
 	sg_trust_package_free(p->package);
 	free(p->ns_buf);
 }

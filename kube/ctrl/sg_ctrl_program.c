@@ -6,6 +6,7 @@
 #include "sg_ctrl_program.h"
 #include "sg_guard.h"
 #include "sg_log.h"
+#include "sg_names.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +32,69 @@ void sg_ctrl_identity(char *out, size_t cap, const char *program)
 	host[sizeof(host) - 1] = '\0';
 	unsigned r = (unsigned)time(NULL) ^ ((unsigned)getpid() << 16);
 	snprintf(out, cap, "%.200s_%08x", host, r);
+}
+
+int sg_ctrl_common_clients(const sg_ctrl_common *c, const char *program, const char *lease_ns_default,
+                           sg_ctrl_common_run *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (c->leader_elect) {
+		SG_ENSURE(c->lease_duration > c->renew_deadline && c->renew_deadline * 10 > c->retry_period * 12,
+		          SG_EINVAL,
+		          "leader election: lease duration > renew deadline > 1.2 x retry period is required");
+		const char *ns = c->leader_election_namespace && *c->leader_election_namespace
+		                     ? c->leader_election_namespace
+		                     : lease_ns_default;
+		SG_ENSURE(ns && sg_names_dns_label(ns, strlen(ns), SG_NAMES_LABEL_MAX), SG_EINVAL,
+		          "leader-election-namespace \"%s\" is not a namespace name", ns ? ns : "");
+		snprintf(out->lease_ns, sizeof(out->lease_ns), "%s", ns);
+	}
+	/* Writers stop before a successor can lead (sg_cluster.c has the
+	 * reasoning): a write may take lease duration - renew deadline. */
+	long writers_ms = (long)(c->lease_duration - c->renew_deadline) * 1000;
+	long lease_ms = (long)(c->renew_deadline - c->retry_period) * 1000;
+	SG_TRY(sg_ctrl_client_new(&out->kube, c->kubeconfig, c->kube_api_qps, c->kube_api_burst,
+	                          c->leader_elect && writers_ms >= 1000 ? writers_ms : 0));
+	if (!c->leader_elect)
+		return SG_OK;
+	int rc = sg_ctrl_client_new(&out->kube_lease, c->kubeconfig, c->kube_api_qps, c->kube_api_burst,
+	                            lease_ms >= 1000 ? lease_ms : 1000);
+	if (rc != SG_OK) {
+		sg_ctrl_common_free(out);
+		return rc;
+	}
+	sg_ctrl_identity(out->identity, sizeof(out->identity), program);
+	out->mo.lease_kube = out->kube_lease;
+	out->mo.lease = (sg_lease_opts){
+	    .ns = out->lease_ns,
+	    .name = c->leader_election_lease_name,
+	    .identity = out->identity,
+	    .lease_duration_ms = (unsigned)c->lease_duration * 1000u,
+	    .renew_deadline_ms = (unsigned)c->renew_deadline * 1000u,
+	    .retry_period_ms = (unsigned)c->retry_period * 1000u,
+	};
+	return SG_OK;
+}
+
+void sg_ctrl_common_free(sg_ctrl_common_run *r)
+{
+	sg_kube_free(r->kube_lease);
+	sg_kube_free(r->kube);
+	r->kube = r->kube_lease = NULL;
+	r->mo.lease_kube = NULL;
+}
+
+int sg_ctrl_common_endpoints(const sg_ctrl_common *c, sg_metrics *metrics, bool (*ready)(void *arg), void *arg,
+                             sg_ctrl_endpoints **out)
+{
+	sg_ctrl_endpoints_opts eo = {.address = c->http_address,
+	                             .metrics_port = c->metrics_port,
+	                             .probe_port = c->readiness_probe_port,
+	                             .probe_path = c->readiness_probe_path,
+	                             .metrics = metrics,
+	                             .ready = ready,
+	                             .arg = arg};
+	return sg_ctrl_endpoints_start(out, &eo);
 }
 
 struct sg_ctrl_endpoints {
