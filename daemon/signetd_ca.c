@@ -14,7 +14,8 @@
  * start keeps it: flags win over the file, as at start), and hands them to
  * sg_appliance_reload, which opens and checks the new key and CA before
  * the pool signs with them. The service's chain and root bundle, the
- * serving certificate's client roots, the cluster's root ConfigMaps
+ * serving certificate (issued again) and its client roots, the cluster's
+ * root ConfigMaps
  * (hence signet-ca-roots and trust bundles) and the root-expiry watch then
  * follow. A change that cannot be used keeps everything as it was and is
  * reported once per change (the next change, or SIGHUP, tries again).
@@ -141,6 +142,10 @@ static int follow_root(daemon *d)
 	if (sg_serving_set_client_ca(d->serving, root) < 0)
 		sg_log_error_last(SG_LOG_WARN, "cannot update the client-certificate roots");
 	sg_cluster_set_root(d->cluster, root, len);
+	/* A self-issued serving certificate moves to the new key too, or a
+	 * peer that only knows the new root could not connect after finish. */
+	if (sg_serving_renew(d->serving) < 0)
+		sg_log_error_last(SG_LOG_WARN, "cannot issue the serving certificate again; renewal will retry");
 	return SG_OK;
 }
 
