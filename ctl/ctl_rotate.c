@@ -795,8 +795,12 @@ int ctl_rotate(int argc, char **argv)
 		return 2;
 	}
 	sg_settings_apply_log(&a.s);
+	/* A SoftHSM2 token.object emptied by a process killed while logging
+	 * in is put back before the module reads it (sg_init.h). */
+	rc = sg_init_softhsm_repair(a.s.softhsm2_conf);
 	ctx *c SG_AUTOFREE = calloc(1, sizeof(*c));
-	rc = c ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK && !c)
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
 	if (rc == SG_OK) {
 		c->a = &a;
 		if (!realpath(a.s.config, c->config))
