@@ -2,8 +2,9 @@
 """A CA rotation (signetctl rotate) as a running signetd follows it, and
 each step killed and run again.
 
-  * Under load: signetd serves CreateCertificate to a few gRPC clients
-    (Debian's python3-grpcio) that ask without pause; begin, activate and
+  * Under load: two signetd replicas on the same files serve
+    CreateCertificate to a few gRPC clients (Debian's python3-grpcio)
+    that ask without pause; begin, activate and
     finish run meanwhile. No call fails. Every leaf verifies (openssl
     verify) against the root bundle its client held when it asked (the
     bundle of its previous answer; the init root at first), with the
@@ -117,9 +118,9 @@ class Client(threading.Thread):
     the bundle it holds (reopened when that changes), as a workload's
     istio-agent trusts the root-cert.pem of its last answer."""
 
-    def __init__(self, test, n):
+    def __init__(self, test, n, d):
         super().__init__(daemon=True)
-        self.t, self.n = test, n
+        self.t, self.n, self.d = test, n, d
         self.held = test.init_root
         self.answers, self.failures = [], []
         self.stop_flag = threading.Event()
@@ -135,7 +136,7 @@ class Client(threading.Thread):
 
     def channel(self):
         creds = grpc.ssl_channel_credentials(root_certificates=self.held.encode())
-        return grpc.secure_channel(f"127.0.0.1:{self.t.d.port}", creds,
+        return grpc.secure_channel(f"127.0.0.1:{self.d.port}", creds,
                                    options=[("grpc.ssl_target_name_override", "localhost")])
 
     def run(self):
@@ -201,9 +202,13 @@ class Rotate(unittest.TestCase):
         d, self.conf = self.init("load")
         self.init_root = read(os.path.join(d, "root-cert.pem"))
         old_root = certs_of(self.init_root)[0]
+        # Two replicas reading the same files, as a Deployment's pods do:
+        # both must follow every step.
         self.d = Signetd(self.conf, self.path("load.log"))
         self.addCleanup(stop, self.d.proc)
-        clients = [Client(self, i) for i in range(CLIENTS)]
+        self.d2 = Signetd(self.conf, self.path("load2.log"))
+        self.addCleanup(stop, self.d2.proc)
+        clients = [Client(self, i, self.d if i else self.d2) for i in range(CLIENTS)]
         for c in clients:
             c.start()
 
@@ -274,7 +279,8 @@ class Rotate(unittest.TestCase):
         for chain in last:
             self.assertEqual(chain[-1], new_root_pem)
             self.assertEqual(len(chain), 2, "after finish the chain is the leaf and the new root")
-        self.assertGreaterEqual(len(self.d.records("CA reloaded")), 3, read(self.d.log_path))
+        for d in (self.d, self.d2):
+            self.assertGreaterEqual(len(d.records("CA reloaded")), 3, read(d.log_path))
         # SIGHUP re-reads the CA settings at once, whether or not they changed.
         self.d.proc.send_signal(signal.SIGHUP)
         wait_for("the SIGHUP reload", lambda: any("ca" in r.get("reread", "").split(",")
@@ -282,7 +288,8 @@ class Rotate(unittest.TestCase):
         print(f"{len(answers)} answers, {by_new_with_cross} by the new key with the cross-signed certificate",
               file=sys.stderr)
         # A clean stop (the sanitizers' exit status included).
-        self.assertEqual(stop(self.d.proc), 0, read(self.d.log_path))
+        for d in (self.d, self.d2):
+            self.assertEqual(stop(d.proc), 0, read(d.log_path))
 
     def test_killed_at_every_point_then_run_again(self):
         d, conf = self.init("crash")
