@@ -108,6 +108,23 @@ static const sg_opt opts[] = {
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
 
+int signetd_parse_config(const char *path, daemon_args *out)
+{
+	char *argv[] = {"--config", (char *)path};
+	char *pos[2];
+	sg_opt_result res = {.argv = pos};
+	memset(out, 0, sizeof(*out));
+	int rc = sg_opt_parse(opts, NOPTS, out, 2, argv, &res);
+	if (rc < 0)
+		sg_opt_free(opts, NOPTS, out);
+	return rc;
+}
+
+void signetd_free_args(daemon_args *a)
+{
+	sg_opt_free(opts, NOPTS, a);
+}
+
 /* The settings of an issuer-cas CA's file (extra_ca_args). */
 static const sg_opt extra_ca_opts[] = {SG_SETTINGS_ROWS(extra_ca_args, s, "info")};
 #define N_EXTRA_CA_OPTS (sizeof(extra_ca_opts) / sizeof(extra_ca_opts[0]))

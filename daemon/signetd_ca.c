@@ -9,7 +9,8 @@
  *
  * Housekeeping looks once a second at the identity of the config file and
  * of the CA files it names (ca-cert, ca-chain, root-cert); SIGHUP looks
- * whatever their identity. A change re-reads the config file alone, takes
+ * whatever their identity. A change re-reads the config file alone (with
+ * signetd's whole table: the file may hold any setting), takes
  * from it the CA settings that no flag overrode (a flag that set one at
  * start keeps it: flags win over the file, as at start), and hands them to
  * sg_appliance_reload, which opens and checks the new key and CA before
@@ -33,10 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The config file alone, parsed as issuer-cas files are. */
-static const sg_opt conf_opts[] = {SG_SETTINGS_ROWS(extra_ca_args, s, "info")};
-#define N_CONF_OPTS (sizeof(conf_opts) / sizeof(conf_opts[0]))
-
 /* The followed settings, in this order everywhere below. */
 enum { F_TOKEN, F_KEY, F_CERT, F_CHAIN, F_ROOT, F_COUNT };
 
@@ -59,18 +56,6 @@ static char **field(sg_settings *s, int i)
 static bool same_str(const char *a, const char *b)
 {
 	return (!a && !b) || (a && b && strcmp(a, b) == 0);
-}
-
-static int parse_config(const char *path, extra_ca_args *out)
-{
-	char *argv[] = {"--config", (char *)path};
-	char *pos[2];
-	sg_opt_result res = {.argv = pos};
-	memset(out, 0, sizeof(*out));
-	int rc = sg_opt_parse(conf_opts, N_CONF_OPTS, out, 2, argv, &res);
-	if (rc < 0)
-		sg_opt_free(conf_opts, N_CONF_OPTS, out);
-	return rc;
 }
 
 static void note_id(struct file_id *id, const char *path)
@@ -106,12 +91,13 @@ int signetd_ca_follow_start(daemon *d)
 	*f = (struct ca_follow){0};
 	if (!d->a.s.config)
 		return SG_OK; /* flags only: nothing to follow */
-	extra_ca_args base;
-	SG_TRY(parse_config(d->a.s.config, &base));
+	daemon_args *base SG_AUTOFREE = malloc(sizeof(*base));
+	SG_ENSURE(base, SG_EINTERNAL, "out of memory");
+	SG_TRY(signetd_parse_config(d->a.s.config, base));
 	/* A setting the file gave is followed; one a flag overrode is not. */
 	for (int i = 0; i < F_COUNT; i++)
-		f->follow[i] = same_str(*field(&d->a.s, i), *field(&base.s, i));
-	sg_opt_free(conf_opts, N_CONF_OPTS, &base);
+		f->follow[i] = same_str(*field(&d->a.s, i), *field(&base->s, i));
+	signetd_free_args(base);
 	note_ids(d, f->ids);
 	f->on = true;
 	return SG_OK;
@@ -164,8 +150,8 @@ int signetd_ca_follow(daemon *d, bool force)
 	/* Noted before the attempt: a change that cannot be used is reported
 	 * once, not every second. */
 	memcpy(f->ids, now, sizeof(now));
-	extra_ca_args fresh;
-	int rc = parse_config(d->a.s.config, &fresh);
+	daemon_args *fresh SG_AUTOFREE = malloc(sizeof(*fresh));
+	int rc = fresh ? signetd_parse_config(d->a.s.config, fresh) : sg_error_set(SG_EINTERNAL, "out of memory");
 	if (rc < 0) {
 		sg_log_error_last(force ? SG_LOG_ERROR : SG_LOG_WARN,
 		                  "the config file changed but cannot be read; the CA stays as it was");
@@ -174,7 +160,7 @@ int signetd_ca_follow(daemon *d, bool force)
 	sg_settings next = d->a.s;
 	for (int i = 0; i < F_COUNT; i++)
 		if (f->follow[i])
-			*field(&next, i) = *field(&fresh.s, i);
+			*field(&next, i) = *field(&fresh->s, i);
 	bool moved = false;
 	rc = sg_appliance_reload(d->app, &next, &moved);
 	if (rc == SG_OK) {
@@ -184,12 +170,12 @@ int signetd_ca_follow(daemon *d, bool force)
 			if (!f->follow[i])
 				continue;
 			free(*field(&d->a.s, i));
-			*field(&d->a.s, i) = *field(&fresh.s, i);
-			*field(&fresh.s, i) = NULL;
+			*field(&d->a.s, i) = *field(&fresh->s, i);
+			*field(&fresh->s, i) = NULL;
 		}
 		note_ids(d, f->ids); /* the CA files the settings name now */
 	}
-	sg_opt_free(conf_opts, N_CONF_OPTS, &fresh);
+	signetd_free_args(fresh);
 	if (rc < 0) {
 		sg_log_error_last(force ? SG_LOG_ERROR : SG_LOG_WARN,
 		                  "the CA settings changed but cannot be used; signing stays as it was");

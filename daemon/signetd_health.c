@@ -225,9 +225,9 @@ void signetd_reload(daemon *d)
 	}
 	if (d->ca_follow.on) {
 		if (signetd_ca_follow(d, true) < 0)
-			note(failed, sizeof(failed), "ca");
+			note(failed, sizeof(failed), "config");
 		else
-			note(done, sizeof(done), "ca");
+			note(done, sizeof(done), "config");
 	}
 	if (d->a.d.root_ca_file) {
 		if (signetd_reload_root(d, true) < 0)

@@ -168,6 +168,10 @@ int signetd_reload_root(daemon *d, bool force);
 /* ------------------------------------------------------------------ */
 /* The config file's CA settings (signetd_ca.c)                       */
 
+/* The config file alone, read with signetd's whole table (signetd.c; a
+ * config file may hold any of its settings). Free with signetd_free_args. */
+int signetd_parse_config(const char *path, daemon_args *out);
+void signetd_free_args(daemon_args *a);
 /* Notes which CA settings come from the config file (not a flag) and the
  * files' identities; at start, after the service exists. */
 int signetd_ca_follow_start(daemon *d);

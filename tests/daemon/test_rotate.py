@@ -283,7 +283,7 @@ class Rotate(unittest.TestCase):
             self.assertGreaterEqual(len(d.records("CA reloaded")), 3, read(d.log_path))
         # SIGHUP re-reads the CA settings at once, whether or not they changed.
         self.d.proc.send_signal(signal.SIGHUP)
-        wait_for("the SIGHUP reload", lambda: any("ca" in r.get("reread", "").split(",")
+        wait_for("the SIGHUP reload", lambda: any("config" in r.get("reread", "").split(",")
                                                   for r in self.d.records("reloaded")), log=self.d.log_path)
         print(f"{len(answers)} answers, {by_new_with_cross} by the new key with the cross-signed certificate",
               file=sys.stderr)
