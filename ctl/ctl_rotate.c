@@ -51,6 +51,7 @@
 #include "sg_ca.h"
 #include "sg_clock.h"
 #include "sg_crypto.h"
+#include "sg_daemon.h"
 #include "sg_file.h"
 #include "sg_guard.h"
 #include "sg_hex.h"
@@ -89,10 +90,12 @@ typedef struct rotate_args {
 
 static const char *const key_types[] = {"same", "ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096", NULL};
 
+/* The appliance settings, and signetd's as foreign rows: the config file
+ * serves both programs. */
 static const sg_opt rotate_opts[] = {
     SG_SETTINGS_ROWS(rotate_args, s, "info"),
-    {"key-type", SG_OPT_ENUM, offsetof(rotate_args, key_type), "same", 0, 0, key_types,
-     "begin: the new key's type (same: the old key's)", true},
+    SG_DAEMON_FOREIGN_ROWS{"key-type", SG_OPT_ENUM, offsetof(rotate_args, key_type), "same", 0, 0, key_types,
+                           "begin: the new key's type (same: the old key's)", true},
     {"key-label", SG_OPT_STRING, offsetof(rotate_args, key_label), NULL, 0, SG_INIT_LABEL_MAX, NULL,
      "begin: the new key's label (default: " SG_INIT_DEFAULT_KEY_LABEL "-<8 hex digits of its random CKA_ID>)", true},
     {"ca-name", SG_OPT_STRING, offsetof(rotate_args, ca_name), NULL, 0, SG_INIT_CA_NAME_MAX, NULL,
