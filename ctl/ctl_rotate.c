@@ -41,9 +41,15 @@
  * fingerprints, never a PIN) and appended to rotation-audit.log beside the
  * config, one fsync'ed line per event.
  *
- * Not here yet: a CA whose certificate is an intermediate under an
- * external root (a CSR for the next intermediate and `rotate import`);
- * begin refuses such a CA.
+ * An intermediate under an external root (a CA made with csr and import)
+ * rotates the same way, but its next certificate comes from that root's
+ * owner: begin makes the key and a CSR (ca-gN.csr, --subject) and stops in
+ * phase "awaiting-import"; `rotate import --cert C [--chain CH] [--root R]`
+ * checks the signed certificate against the new key and installs it
+ * (ca-cert-gN.pem, chain-gN.pem); when R is a new root the bundle becomes
+ * old + new (roots-gN.pem; root-cert-gN.pem is R alone, which finish
+ * serves). Cross-signing a new external root is its owner's business: a
+ * certificate the owner cross-signed comes in through --chain.
  */
 #define _XOPEN_SOURCE 700 /* realpath, strtok_r */
 #include "ctl.h"
@@ -86,6 +92,8 @@ typedef struct rotate_args {
 	int64_t workload_lifetime;
 	int64_t skew;
 	bool keep_old_key;
+	char *subject;             /* intermediate begin: the next CSR's subject */
+	char *cert, *chain, *root; /* import */
 } rotate_args;
 
 static const char *const key_types[] = {"same", "ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096", NULL};
@@ -111,6 +119,14 @@ static const sg_opt rotate_opts[] = {
      "activate: clock skew allowed for on top of --workload-lifetime", true},
     {"keep-old-key", SG_OPT_BOOL, offsetof(rotate_args, keep_old_key), "false", 0, 0, NULL,
      "finish: leave the old key in the token (default: destroy it)", true},
+    {"subject", SG_OPT_STRING, offsetof(rotate_args, subject), NULL, 0, 1024, NULL,
+     "begin, intermediate CA: the subject of the next intermediate's CSR (\"O=example,CN=issuing CA 2\")", true},
+    {"cert", SG_OPT_PATH, offsetof(rotate_args, cert), NULL, 0, 0, NULL,
+     "import: the next intermediate, signed from the CSR begin wrote", true},
+    {"chain", SG_OPT_PATH, offsetof(rotate_args, chain), NULL, 0, 0, NULL,
+     "import: the certificates between it and its root, nearest first", true},
+    {"root", SG_OPT_PATH, offsetof(rotate_args, root), NULL, 0, 0, NULL,
+     "import: its root, when that is a new one (it joins the bundle; finish serves it alone)", true},
 };
 #define N_ROTATE_OPTS (sizeof(rotate_opts) / sizeof(rotate_opts[0]))
 
@@ -127,6 +143,10 @@ typedef struct rstate {
 	int64_t since; /* when the phase was entered */
 	int64_t activated_at, wait;
 	int64_t keep_old_key;
+	int64_t intermediate; /* an intermediate under an external root (import brings its next certificate) */
+	int64_t has_chain;    /* import brought a chain (chain-gN.pem) */
+	int64_t new_root;     /* import brought a new root (root-cert-gN.pem) */
+	char subject[1024];   /* an intermediate's next CSR subject */
 } rstate;
 
 typedef struct ctx {
@@ -175,15 +195,17 @@ static int write_durable(const ctx *c, const char *name, const void *data, size_
 static int state_write(ctx *c)
 {
 	const rstate *s = &c->st;
-	char text[4 * PATH_MAX + 2 * URI_MAX + 1024];
-	int n = snprintf(text, sizeof(text),
-	                 "# signetctl rotate's record of the CA rotation (do not edit; see signetctl rotate status).\n"
-	                 "phase = %s\ngeneration = %" PRId64 "\nold-key = %s\nnew-key = %s\nold-cert = %s\n"
-	                 "old-root-cert = %s\nkey-type = %" PRId64 "\nca-name = %s\nca-ttl = %" PRId64 "\n"
-	                 "since = %" PRId64 "\nactivated-at = %" PRId64 "\nwait = %" PRId64 "\nkeep-old-key = %" PRId64
-	                 "\n",
-	                 s->phase, s->gen, s->old_key, s->new_key, s->old_cert, s->old_root_conf, s->key_type,
-	                 s->ca_name, s->ca_ttl, s->since, s->activated_at, s->wait, s->keep_old_key);
+	char text[4 * PATH_MAX + 2 * URI_MAX + 2048];
+	int n =
+	    snprintf(text, sizeof(text),
+	             "# signetctl rotate's record of the CA rotation (do not edit; see signetctl rotate status).\n"
+	             "phase = %s\ngeneration = %" PRId64 "\nold-key = %s\nnew-key = %s\nold-cert = %s\n"
+	             "old-root-cert = %s\nkey-type = %" PRId64 "\nca-name = %s\nca-ttl = %" PRId64 "\n"
+	             "since = %" PRId64 "\nactivated-at = %" PRId64 "\nwait = %" PRId64 "\nkeep-old-key = %" PRId64
+	             "\nintermediate = %" PRId64 "\nhas-chain = %" PRId64 "\nnew-root = %" PRId64 "\nsubject = %s\n",
+	             s->phase, s->gen, s->old_key, s->new_key, s->old_cert, s->old_root_conf, s->key_type, s->ca_name,
+	             s->ca_ttl, s->since, s->activated_at, s->wait, s->keep_old_key, s->intermediate, s->has_chain,
+	             s->new_root, s->subject);
 	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "rotation state too long");
 	return write_durable(c, STATE_NAME, text, (size_t)n, 0644);
 }
@@ -227,6 +249,8 @@ static int state_read(ctx *c)
 			copy_value(s->old_cert, sizeof(s->old_cert), v, vl);
 		else if (strcmp(line, "old-root-cert") == 0)
 			copy_value(s->old_root_conf, sizeof(s->old_root_conf), v, vl);
+		else if (strcmp(line, "subject") == 0)
+			copy_value(s->subject, sizeof(s->subject), v, vl);
 		else if (strcmp(line, "ca-name") == 0)
 			copy_value(s->ca_name, sizeof(s->ca_name), v, vl);
 		else {
@@ -237,6 +261,9 @@ static int state_read(ctx *c)
 			               : strcmp(line, "activated-at") == 0 ? &s->activated_at
 			               : strcmp(line, "wait") == 0         ? &s->wait
 			               : strcmp(line, "keep-old-key") == 0 ? &s->keep_old_key
+			               : strcmp(line, "intermediate") == 0 ? &s->intermediate
+			               : strcmp(line, "has-chain") == 0    ? &s->has_chain
+			               : strcmp(line, "new-root") == 0     ? &s->new_root
 			                                                   : NULL;
 			if (num)
 				*num = strtoll(v, NULL, 10);
@@ -334,12 +361,12 @@ static int open_key(const sg_settings *s, const char *key_uri, bool allow_missin
 
 /* Loads files as a CA for the key of hsm: the check that signetd will
  * make, made before signetd is pointed at them. */
-static int check_ca(sg_hsm *hsm, const char *cert, const char *root, sg_ca **out)
+static int check_ca_chain(sg_hsm *hsm, const char *cert, const char *chain, const char *root, sg_ca **out)
 {
 	uint8_t *spki SG_AUTOFREE = NULL;
 	size_t spki_len;
 	SG_TRY(sg_hsm_public_key(hsm, &spki, &spki_len));
-	sg_ca_files files = {cert, NULL, root};
+	sg_ca_files files = {cert, chain, root};
 	sg_ca *ca = NULL;
 	SG_TRY(sg_ca_load(&ca, &files, spki, spki_len, sg_wall_seconds()));
 	if (out)
@@ -347,6 +374,11 @@ static int check_ca(sg_hsm *hsm, const char *cert, const char *root, sg_ca **out
 	else
 		sg_ca_free(ca);
 	return SG_OK;
+}
+
+static int check_ca(sg_hsm *hsm, const char *cert, const char *root, sg_ca **out)
+{
+	return check_ca_chain(hsm, cert, NULL, root, out);
 }
 
 /* ---- audit ------------------------------------------------------------------------------- */
@@ -387,18 +419,22 @@ static void audit(const ctx *c, const char *event, const char *detail)
 
 static const char *next_step(const char *phase)
 {
-	return strcmp(phase, "beginning") == 0    ? "begin"
-	       : strcmp(phase, "begun") == 0      ? "activate"
-	       : strcmp(phase, "activating") == 0 ? "activate"
-	       : strcmp(phase, "active") == 0     ? "finish"
-	       : strcmp(phase, "finishing") == 0  ? "finish"
-	                                          : "begin";
+	return strcmp(phase, "beginning") == 0         ? "begin"
+	       : strcmp(phase, "awaiting-import") == 0 ? "import"
+	       : strcmp(phase, "begun") == 0           ? "activate"
+	       : strcmp(phase, "activating") == 0      ? "activate"
+	       : strcmp(phase, "active") == 0          ? "finish"
+	       : strcmp(phase, "finishing") == 0       ? "finish"
+	                                               : "begin";
 }
 
 /* The files of generation gen, absolute. */
 typedef struct gen_files {
 	char root[PATH_MAX], cross[PATH_MAX], bundle[PATH_MAX];
 	char root_name[64], cross_name[64], bundle_name[64];
+	/* an intermediate's: its next certificate, chain and CSR */
+	char cert[PATH_MAX], chain[PATH_MAX], csr[PATH_MAX];
+	char cert_name[64], chain_name[64], csr_name[64];
 } gen_files;
 
 static int files_of(const ctx *c, gen_files *g)
@@ -406,8 +442,14 @@ static int files_of(const ctx *c, gen_files *g)
 	gen_name(g->root_name, sizeof(g->root_name), "root-cert", c->st.gen);
 	gen_name(g->cross_name, sizeof(g->cross_name), "cross", c->st.gen);
 	gen_name(g->bundle_name, sizeof(g->bundle_name), "roots", c->st.gen);
+	gen_name(g->cert_name, sizeof(g->cert_name), "ca-cert", c->st.gen);
+	gen_name(g->chain_name, sizeof(g->chain_name), "chain", c->st.gen);
+	snprintf(g->csr_name, sizeof(g->csr_name), "ca-g%" PRId64 ".csr", c->st.gen);
 	SG_TRY(path_in(c, g->root_name, g->root));
 	SG_TRY(path_in(c, g->cross_name, g->cross));
+	SG_TRY(path_in(c, g->cert_name, g->cert));
+	SG_TRY(path_in(c, g->chain_name, g->chain));
+	SG_TRY(path_in(c, g->csr_name, g->csr));
 	return path_in(c, g->bundle_name, g->bundle);
 }
 
@@ -419,9 +461,6 @@ static int plan_begin(ctx *c)
 	SG_ENSURE(a->s.hsm_token && a->s.hsm_key && a->s.ca_cert && a->s.root_cert, SG_EINVAL,
 	          "%s does not name hsm-token, hsm-key, ca-cert and root-cert (a CA signetctl init made does)",
 	          c->config);
-	SG_ENSURE(!a->s.ca_chain, SG_EINVAL,
-	          "this CA has an intermediate chain (ca-chain): rotating an intermediate under an external root is "
-	          "not supported yet; make a CSR with signetctl csr and install it with signetctl import");
 	uint8_t *pem SG_AUTOFREE = NULL;
 	size_t len;
 	SG_TRY(sg_file_read(a->s.ca_cert, 1 << 20, &pem, &len));
@@ -429,15 +468,19 @@ static int plan_begin(ctx *c)
 	SG_TRY(sg_x509_bundle_parse(&b, (char *)pem, len));
 	bool root = sg_x509_self_signed(b, 0);
 	sg_x509_bundle_free(b);
-	SG_ENSURE(root, SG_EINVAL,
-	          "the CA certificate %s is not a self-signed root: rotating an intermediate under an external root "
-	          "is not supported yet",
+	SG_ENSURE(root || a->subject, SG_EINVAL,
+	          "the CA certificate %s is an intermediate under an external root: begin needs --subject for the "
+	          "next intermediate's CSR",
 	          a->s.ca_cert);
+	SG_ENSURE(root || strlen(a->subject) < sizeof(c->st.subject), SG_EINVAL, "--subject is too long");
 	SG_ENSURE(strlen(a->s.hsm_key) < URI_MAX && strlen(a->s.ca_cert) < PATH_MAX, SG_EINVAL, "settings too long");
 
 	rstate *s = &c->st;
 	memset(s, 0, sizeof(*s));
 	s->gen = prev.gen ? prev.gen + 1 : 2;
+	s->intermediate = !root;
+	if (!root)
+		snprintf(s->subject, sizeof(s->subject), "%s", a->subject);
 	snprintf(s->old_key, sizeof(s->old_key), "%s", a->s.hsm_key);
 	/* Absolute: the config's relative paths resolve against its folder,
 	 * and the record outlives this working directory. */
@@ -480,13 +523,167 @@ static int plan_begin(ctx *c)
 	return set_phase(c, "beginning");
 }
 
+/* The key's CSR for the next intermediate (PEM; caller frees). */
+static int make_csr(sg_hsm *hsm, const char *subject_text, char **pem, size_t *pem_len)
+{
+	char *subject SG_AUTOFREE = strdup(subject_text);
+	SG_ENSURE(subject, SG_EINTERNAL, "out of memory");
+	sg_rdn rdns[SG_CSR_MAX_RDNS];
+	size_t n;
+	SG_TRY(ctl_parse_subject(subject, rdns, SG_CSR_MAX_RDNS, &n));
+	SG_ENSURE(n > 0, SG_EINVAL, "--subject is empty");
+	uint8_t *spki SG_AUTOFREE = NULL;
+	size_t spki_len;
+	SG_TRY(sg_hsm_public_key(hsm, &spki, &spki_len));
+	sg_pubkey key;
+	SG_TRY(sg_pubkey_parse(&key, spki, spki_len));
+	sg_key_type type;
+	SG_TRY(sg_hsm_key_type(hsm, &type));
+	uint8_t *info SG_AUTOFREE = malloc(SG_CSR_MAX_DER);
+	uint8_t *out SG_AUTOFREE = malloc(SG_CSR_MAX_DER + 1200);
+	SG_ENSURE(info && out, SG_EINTERNAL, "out of memory");
+	sg_der_writer iw, ow;
+	sg_der_writer_init(&iw, info, SG_CSR_MAX_DER);
+	SG_TRY(sg_csr_encode_info(&iw, rdns, n, &key));
+	sg_issuer *is = NULL;
+	SG_TRY(sg_issuer_new(&is, NULL, hsm, NULL));
+	sg_der_writer_init(&ow, out, SG_CSR_MAX_DER + 1200);
+	int rc = sg_issuer_sign_tbs(is, sg_sigalg_for_ca(type), iw.buf, iw.len, sg_now_ns() + 30ull * 1000000000u, &ow);
+	sg_issuer_free(is);
+	SG_TRY(rc);
+	return sg_pem_encode("CERTIFICATE REQUEST", ow.buf, ow.len, pem, pem_len);
+}
+
+/* begin for an intermediate under an external root: the new key and its
+ * CSR; the root's owner signs it, import installs it. Nothing signetd
+ * reads changes. */
+static int begin_intermediate(ctx *c, bool resumed)
+{
+	rstate *s = &c->st;
+	gen_files g;
+	SG_TRY(files_of(c, &g));
+	sg_hsm *nw = NULL;
+	SG_TRY(open_key(&c->a->s, s->new_key, true, &nw));
+	sg_key_type t;
+	int rc = SG_OK;
+	if (sg_hsm_key_type(nw, &t) < 0) {
+		sg_error_clear();
+		rc = sg_hsm_generate_key(nw, (sg_key_type)s->key_type);
+		if (rc == SG_OK)
+			kill_point("begin-key");
+	}
+	char *csr = NULL;
+	size_t csr_len = 0;
+	if (rc == SG_OK)
+		rc = make_csr(nw, s->subject, &csr, &csr_len);
+	if (rc == SG_OK)
+		rc = write_durable(c, g.csr_name, csr, csr_len, 0644);
+	free(csr);
+	sg_hsm_free(nw);
+	SG_TRY(rc);
+	SG_TRY(set_phase(c, "awaiting-import"));
+	audit(c, "begin",
+	      resumed ? "intermediate: CSR written; completed an interrupted begin" : "intermediate: CSR written");
+	printf("begun rotation to generation %" PRId64 ": new key %s; the CSR for the next intermediate is %s.\n"
+	       "Next: have it signed by your root (CA:TRUE, keyCertSign), then signetctl rotate import --cert CERT "
+	       "[--chain CHAIN] [--root ROOT, when the root is a new one]\n",
+	       s->gen, s->new_key, g.csr);
+	return SG_OK;
+}
+
+/* Whether the PEM bundle at path holds certificate 0 of b. */
+static bool bundle_holds(const char *pem, size_t len, const sg_x509_bundle *b)
+{
+	sg_x509_bundle *set = NULL;
+	bool yes = sg_x509_bundle_parse(&set, pem, len) == SG_OK && sg_x509_holds(set, b, 0);
+	sg_x509_bundle_free(set);
+	sg_error_clear();
+	return yes;
+}
+
+static int copy_in(ctx *c, const char *from, const char *name)
+{
+	uint8_t *data SG_AUTOFREE = NULL;
+	size_t len;
+	SG_TRY(ctl_read_file(from, 1 << 20, &data, &len));
+	return write_durable(c, name, data, len, 0644);
+}
+
+/* import: the signed next intermediate, checked against the new key and
+ * the bundle it will be served with, then installed; the bundle becomes
+ * old + new when it comes with a new root. Every action can be repeated:
+ * a killed import is completed by running it again. */
+static int do_import(ctx *c)
+{
+	rstate *s = &c->st;
+	rotate_args *a = c->a;
+	const char *p = s->phase;
+	SG_ENSURE(strcmp(p, "awaiting-import") == 0, SG_EINVAL,
+	          *p ? "the rotation is in phase %s; run signetctl rotate %s"
+	             : "no rotation of an intermediate has begun%s%s; run signetctl rotate begin --subject ...",
+	          p, *p ? next_step(p) : "");
+	SG_ENSURE(a->cert, SG_EINVAL, "import needs --cert (the next intermediate, signed from the CSR begin wrote)");
+	gen_files g;
+	SG_TRY(files_of(c, &g));
+	uint8_t *bundle SG_AUTOFREE = NULL, *root SG_AUTOFREE = NULL;
+	size_t blen, rlen = 0;
+	/* The bundle as it was at begin, not as the config names it now: an
+	 * import killed after its config rewrite must decide the same way. */
+	SG_TRY(sg_file_read(s->old_root_conf, 1 << 20, &bundle, &blen));
+	sg_x509_bundle *rb = NULL;
+	bool new_root = false;
+	if (a->root) {
+		SG_TRY(ctl_read_file(a->root, 1 << 20, &root, &rlen));
+		SG_TRY(sg_x509_bundle_parse(&rb, (char *)root, rlen));
+		SG_ENSURE(sg_x509_self_signed(rb, 0), SG_EINVAL, "--root %s is not a self-signed root", a->root);
+		new_root = !bundle_holds((char *)bundle, blen, rb);
+		sg_x509_bundle_free(rb);
+	}
+	/* The files first (new names), checked, then the config. */
+	SG_TRY(copy_in(c, a->cert, g.cert_name));
+	if (a->chain)
+		SG_TRY(copy_in(c, a->chain, g.chain_name));
+	if (new_root) {
+		SG_TRY(write_durable(c, g.root_name, root, rlen, 0644));
+		size_t n = blen + rlen + 2;
+		char *both SG_AUTOFREE = malloc(n);
+		SG_ENSURE(both, SG_EINTERNAL, "out of memory");
+		int m = snprintf(both, n, "%s%s%s", (char *)bundle, blen && bundle[blen - 1] != '\n' ? "\n" : "",
+		                 (char *)root);
+		SG_TRY(write_durable(c, g.bundle_name, both, (size_t)m, 0644));
+	} else {
+		SG_TRY(write_durable(c, g.bundle_name, bundle, blen, 0644));
+	}
+	sg_hsm *nw = NULL;
+	SG_TRY(open_key(&a->s, s->new_key, false, &nw));
+	int rc = check_ca_chain(nw, g.cert, a->chain ? g.chain : NULL, g.bundle, NULL);
+	if (rc == SG_OK && new_root)
+		rc = check_ca_chain(nw, g.cert, a->chain ? g.chain : NULL, g.root, NULL);
+	sg_hsm_free(nw);
+	SG_TRY(rc);
+	kill_point("import-certs");
+	const char *names[] = {"root-cert"};
+	const char *values[] = {g.bundle_name};
+	SG_TRY(ctl_update_config(c->config, names, values, 1));
+	SG_TRY(sg_file_sync_dir(c->dir));
+	kill_point("import-config");
+	s->has_chain = a->chain != NULL;
+	s->new_root = new_root;
+	SG_TRY(set_phase(c, "begun"));
+	audit(c, "import", new_root ? "next intermediate under a new root" : "next intermediate");
+	printf("imported the next intermediate %s%s; the root bundle %s is served.\nNext, once every consumer "
+	       "trusts the bundle: signetctl rotate activate\n",
+	       g.cert, new_root ? " under a new root" : "", g.bundle);
+	return SG_OK;
+}
+
 static int do_begin(ctx *c)
 {
 	rstate *s = &c->st;
 	const char *p = s->phase;
-	if (strcmp(p, "begun") == 0) {
-		printf("rotation to generation %" PRId64 " has begun already; next: signetctl rotate activate\n",
-		       s->gen);
+	if (strcmp(p, "begun") == 0 || strcmp(p, "awaiting-import") == 0) {
+		printf("rotation to generation %" PRId64 " has begun already; next: signetctl rotate %s\n", s->gen,
+		       next_step(p));
 		return SG_OK;
 	}
 	SG_ENSURE(!*p || strcmp(p, "finished") == 0 || strcmp(p, "beginning") == 0, SG_EINVAL,
@@ -495,6 +692,8 @@ static int do_begin(ctx *c)
 	if (!resumed)
 		SG_TRY(plan_begin(c));
 	kill_point("begin-planned");
+	if (s->intermediate)
+		return begin_intermediate(c, resumed);
 	gen_files g;
 	SG_TRY(files_of(c, &g));
 	rotate_args *a = c->a;
@@ -611,14 +810,18 @@ static int do_activate(ctx *c)
 	kill_point("activate-planned");
 	gen_files g;
 	SG_TRY(files_of(c, &g));
+	/* An intermediate signs under the certificate import installed; a
+	 * root under its cross-signed certificate. */
+	const char *cert = s->intermediate ? g.cert : g.cross, *chain = s->has_chain ? g.chain : NULL;
 	sg_hsm *nw = NULL;
 	SG_TRY(open_key(&c->a->s, s->new_key, false, &nw));
-	int rc = check_ca(nw, g.cross, g.bundle, NULL);
+	int rc = check_ca_chain(nw, cert, chain, g.bundle, NULL);
 	sg_hsm_free(nw);
 	SG_TRY(rc);
-	const char *names[] = {"hsm-key", "ca-cert", "root-cert"};
-	const char *values[] = {s->new_key, g.cross_name, g.bundle_name};
-	SG_TRY(ctl_update_config(c->config, names, values, 3));
+	const char *names[] = {"hsm-key", "ca-cert", "ca-chain", "root-cert"};
+	const char *values[] = {s->new_key, s->intermediate ? g.cert_name : g.cross_name,
+	                        s->has_chain ? g.chain_name : NULL, g.bundle_name};
+	SG_TRY(ctl_update_config(c->config, names, values, 4));
 	SG_TRY(sg_file_sync_dir(c->dir));
 	kill_point("activate-config");
 	SG_TRY(set_phase(c, "active"));
@@ -627,7 +830,7 @@ static int do_activate(ctx *c)
 	(void)sg_clock_rfc3339(when, sizeof(when), s->activated_at + s->wait);
 	printf("activated generation %" PRId64 ": signing moves to %s, chains carry %s.\nNext, after %s (the longest "
 	       "workload lifetime + skew, %" PRId64 " s): signetctl rotate finish\n",
-	       s->gen, s->new_key, g.cross, when, s->wait);
+	       s->gen, s->new_key, cert, when, s->wait);
 	return SG_OK;
 }
 
@@ -663,14 +866,21 @@ static int do_finish(ctx *c)
 	kill_point("finish-planned");
 	gen_files g;
 	SG_TRY(files_of(c, &g));
+	/* A root: the new root alone signs and is served. An intermediate:
+	 * its certificate stays; the bundle loses the old root when import
+	 * brought a new one. */
+	const char *cert = s->intermediate ? g.cert : g.root, *chain = s->has_chain ? g.chain : NULL;
+	const char *root = s->intermediate && !s->new_root ? g.bundle : g.root;
 	sg_hsm *nw = NULL;
 	SG_TRY(open_key(&c->a->s, s->new_key, false, &nw));
-	int rc = check_ca(nw, g.root, g.root, NULL);
+	int rc = check_ca_chain(nw, cert, chain, root, NULL);
 	sg_hsm_free(nw);
 	SG_TRY(rc);
-	const char *names[] = {"hsm-key", "ca-cert", "root-cert"};
-	const char *values[] = {s->new_key, g.root_name, g.root_name};
-	SG_TRY(ctl_update_config(c->config, names, values, 3));
+	const char *names[] = {"hsm-key", "ca-cert", "ca-chain", "root-cert"};
+	const char *values[] = {s->new_key, s->intermediate ? g.cert_name : g.root_name,
+	                        s->has_chain ? g.chain_name : NULL,
+	                        s->intermediate && !s->new_root ? g.bundle_name : g.root_name};
+	SG_TRY(ctl_update_config(c->config, names, values, 4));
 	SG_TRY(sg_file_sync_dir(c->dir));
 	kill_point("finish-config");
 	unsigned destroyed = 0;
@@ -687,7 +897,7 @@ static int do_finish(ctx *c)
 	snprintf(detail, sizeof(detail), "%s%s", s->keep_old_key ? "old key kept" : "old key destroyed",
 	         resumed ? "; completed an interrupted finish" : "");
 	audit(c, "finish", detail);
-	printf("finished: only the generation %" PRId64 " root %s is served; the old key %s %s\n", s->gen, g.root,
+	printf("finished: generation %" PRId64 " alone is served (root bundle %s); the old key %s %s\n", s->gen, root,
 	       s->old_key, s->keep_old_key ? "is kept in the token (--keep-old-key)" : "is destroyed");
 	return SG_OK;
 }
@@ -721,11 +931,22 @@ static int do_status(ctx *c)
 	(void)sg_clock_rfc3339(when, sizeof(when), s->since);
 	printf("%-14s %s\n%-14s %" PRId64 "\n%-14s %s\n", "phase", s->phase, "generation", s->gen, "since", when);
 	printf("%-14s %s\n%-14s %s\n", "old key", s->old_key, "new key", s->new_key);
-	print_root("old root", s->old_cert);
-	print_root("new root", g.root);
+	if (s->intermediate) {
+		print_root("old CA", s->old_cert);
+		print_root("new CA", g.cert);
+		if (s->new_root)
+			print_root("new root", g.root);
+	} else {
+		print_root("old root", s->old_cert);
+		print_root("new root", g.root);
+	}
 	const char *p = s->phase;
 	int64_t now = sg_wall_seconds();
-	if (strcmp(p, "begun") == 0) {
+	if (strcmp(p, "awaiting-import") == 0) {
+		printf("%-14s have %s signed by your root, then signetctl rotate import --cert CERT [--chain CHAIN] "
+		       "[--root ROOT]\n",
+		       "next", g.csr);
+	} else if (strcmp(p, "begun") == 0) {
 		printf("%-14s signetctl rotate activate, once every consumer trusts the new root (the bundle old + new "
 		       "is served since %s)\n",
 		       "next", when);
@@ -749,7 +970,7 @@ static int do_status(ctx *c)
 
 static void usage(void)
 {
-	printf("usage: signetctl rotate {begin|activate|finish|status} --config DIR/signet.conf [options]\n\n"
+	printf("usage: signetctl rotate {begin|import|activate|finish|status} --config DIR/signet.conf [options]\n\n"
 	       "Rotates the CA that signetctl init made, in steps that a running signetd follows\n"
 	       "(within a second, or at once on SIGHUP):\n"
 	       "  begin     new key in the same token, new root, the new root cross-signed by\n"
@@ -757,7 +978,10 @@ static void usage(void)
 	       "  activate  signing moves to the new key; chains carry the cross-signed certificate\n"
 	       "  finish    after the longest workload lifetime + skew since activate: only the new\n"
 	       "            root is served; the old key is destroyed unless --keep-old-key\n"
-	       "  status    phase, both roots' fingerprints and expiry, what the next step waits for\n\n"
+	       "  status    phase, both roots' fingerprints and expiry, what the next step waits for\n"
+	       "An intermediate under an external root: begin --subject S writes a CSR for the next\n"
+	       "intermediate; import --cert C [--chain CH] [--root R] installs it signed (the bundle\n"
+	       "becomes old + new when R is a new root); then activate and finish as above.\n\n"
 	       "A step killed at any point is completed by running the same command again.\n"
 	       "Every step is logged and appended to rotation-audit.log beside the config.\n\n");
 	sg_opt_usage(rotate_opts, N_ROTATE_OPTS, stdout);
@@ -783,9 +1007,10 @@ int ctl_rotate(int argc, char **argv)
 		       : strcmp(name, "activate") == 0 ? do_activate
 		       : strcmp(name, "finish") == 0   ? do_finish
 		       : strcmp(name, "status") == 0   ? do_status
+		       : strcmp(name, "import") == 0   ? do_import
 		                                       : NULL;
 		if (!step)
-			rc = sg_error_set(SG_EINVAL, "%s: say begin, activate, finish or status",
+			rc = sg_error_set(SG_EINVAL, "%s: say begin, import, activate, finish or status",
 			                  res.argc ? "unknown step" : "no step");
 		else if (res.argc > 1)
 			rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[1]);

@@ -20,6 +20,11 @@ each step killed and run again.
     to run, another step is refused saying which, and running the same
     command again completes it. The CA then loads (signetctl status), the
     old key is gone from the token and the audit log holds each step.
+  * An intermediate under an external root: begin writes a CSR for the
+    next intermediate, import (killed once, run again) installs it signed
+    by a new external root and serves old + new roots, activate and
+    finish: signetctl issues under the new intermediate, verified against
+    the new root alone, which is all the bundle holds.
 
 usage: test_rotate.py SIGNETCTL SIGNETD
 """
@@ -35,8 +40,11 @@ import threading
 import time
 import unittest
 
+import datetime
+
 import grpc
 from cryptography import x509
+from cryptography.x509.oid import NameOID
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -347,6 +355,83 @@ class Rotate(unittest.TestCase):
         chain = PEM_RE.findall(read(leaf + ".pem"))
         self.assertIsNone(self.verify("crash-v", chain[0], chain[1:-1],
                                       read(os.path.join(d, "root-cert-g2.pem"))))
+
+    def test_intermediate_under_an_external_root(self):
+        d, conf = self.init("inter")
+        now = datetime.datetime.now(datetime.timezone.utc)
+
+        def root(cn):
+            key = ec.generate_private_key(ec.SECP256R1())
+            name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
+            cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+                    .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+                    .not_valid_after(now + datetime.timedelta(days=30))
+                    .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                    .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), True)
+                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+                    .sign(key, hashes.SHA256()))
+            return cert, key
+
+        def sign(csr_path, cert, key, out):
+            csr = x509.load_pem_x509_csr(read(csr_path, "rb"))
+            c = (x509.CertificateBuilder().subject_name(csr.subject).issuer_name(cert.subject)
+                 .public_key(csr.public_key()).serial_number(x509.random_serial_number())
+                 .not_valid_before(now - datetime.timedelta(minutes=30))
+                 .not_valid_after(now + datetime.timedelta(days=20))
+                 .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                 .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), True)
+                 .add_extension(x509.SubjectKeyIdentifier.from_public_key(csr.public_key()), critical=False)
+                 .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
+                 .sign(key, hashes.SHA256()))
+            write(out, pem(c), 0o644)
+
+        r1, k1 = root("external root 1")
+        r2, k2 = root("external root 2")
+        write(self.path("r1.pem"), pem(r1), 0o644)
+        write(self.path("r2.pem"), pem(r2), 0o644)
+        # The CA as csr and import make it: an intermediate under root 1.
+        subprocess.run([SIGNETCTL, "csr", "--config", conf, "--subject", "O=signet test,CN=issuing CA",
+                        "--out", self.path("i1.csr")], check=True)
+        sign(self.path("i1.csr"), r1, k1, self.path("i1.pem"))
+        subprocess.run([SIGNETCTL, "import", "--config", conf, "--cert", self.path("i1.pem"), "--root",
+                        self.path("r1.pem")], check=True, stdout=subprocess.DEVNULL)
+
+        p = rotate(conf, "begin")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("--subject", p.stderr)
+        p = rotate(conf, "begin", "--subject", "O=signet test,CN=issuing CA 2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertRegex(rotate(conf, "status").stdout, r"phase\s+awaiting-import")
+        o = rotate(conf, "activate")
+        self.assertIn("signetctl rotate import", o.stderr)
+        sign(os.path.join(d, "ca-g2.csr"), r2, k2, self.path("i2.pem"))
+        imp = ["--cert", self.path("i2.pem"), "--root", self.path("r2.pem")]
+        p = rotate(conf, "import", *imp, kill="import-config")
+        self.assertEqual(p.returncode, -9, p.stderr)
+        p = rotate(conf, "import", *imp)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(len(certs_of(read(os.path.join(d, "roots-g2.pem")))), 2)
+        p = rotate(conf, "activate", "--workload-lifetime", "1s", "--skew", "0s")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        st = subprocess.run([SIGNETCTL, "status", "--config", conf], capture_output=True, text=True)
+        self.assertEqual(st.returncode, 0, st.stderr)
+        self.assertIn("issuing CA 2", st.stdout)
+        wait_for("finish", lambda: rotate(conf, "finish").returncode == 0, timeout=60)
+        bundle = [l.split(" = ", 1)[1] for l in read(conf).splitlines() if l.startswith("root-cert = ")][0]
+        self.assertEqual(certs_of(read(os.path.join(d, bundle))), [r2])
+        leaf = self.path("inter-leaf")
+        key = ec.generate_private_key(ec.SECP256R1())
+        csr = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+               .add_extension(x509.SubjectAlternativeName(
+                   [x509.UniformResourceIdentifier("spiffe://cluster.local/ns/default/sa/default")]), critical=True)
+               .sign(key, hashes.SHA256()))
+        write(leaf + ".csr", csr.public_bytes(serialization.Encoding.PEM))
+        p = subprocess.run([SIGNETCTL, "issue", "--config", conf, "--csr", leaf + ".csr", "--out", leaf + ".pem"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        chain = PEM_RE.findall(read(leaf + ".pem"))
+        self.assertIsNone(self.verify("inter-v", chain[0], chain[1:-1], pem(r2)))
+        self.assertIsNotNone(self.verify("inter-o", chain[0], chain[1:-1], pem(r1)))
 
 
 if __name__ == "__main__":
