@@ -17,6 +17,11 @@ int ctl_write_file(const char *path, const void *data, size_t len, unsigned mode
 /* Reads a whole file of at most max bytes (NUL-terminated); "-" reads stdin.
  * Caller frees *out. */
 int ctl_read_file(const char *path, size_t max, uint8_t **out, size_t *len) SG_MUST_CHECK;
+/* Rewrites the config file at path (atomically) with names[i] = values[i]:
+ * a line setting names[i] is replaced (the first; later ones dropped), a
+ * NULL value drops it, a name without a line is appended. Comments and
+ * other lines stay as they are. */
+int ctl_update_config(const char *path, const char *const *names, const char *const *values, size_t n) SG_MUST_CHECK;
 /* path joined to dir; caller frees. */
 char *ctl_join(const char *dir, const char *name);
 /* Parses "CN=x,O=y" (attributes CN, O, OU, C, L, ST, serialNumber) into rdns
@@ -40,5 +45,9 @@ int ctl_cel(int argc, char **argv);
  * error, 3 not applicable (not selected, or NotReady), 4 no verdict
  * offline (plugins, an evaluation error). */
 int ctl_policy(int argc, char **argv);
+/* signetctl rotate (ctl_rotate.c): begin, activate, finish, status of a CA
+ * rotation. Returns the exit status: 0 done, 1 failed or refused (with
+ * what to do), 2 a usage error. */
+int ctl_rotate(int argc, char **argv);
 
 #endif

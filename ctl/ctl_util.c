@@ -10,9 +10,12 @@
 #include "sg_file.h"
 #include "sg_guard.h"
 #include "sg_issuer.h"
+#include "sg_opt.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,4 +103,40 @@ int ctl_parse_subject(char *buf, sg_rdn *rdns, size_t max, size_t *n)
 		(*n)++;
 	}
 	return SG_OK;
+}
+
+int ctl_update_config(const char *path, const char *const *names, const char *const *values, size_t n)
+{
+	uint8_t *old SG_AUTOFREE = NULL;
+	size_t len;
+	SG_TRY(ctl_read_file(path, SG_OPT_FILE_MAX, &old, &len));
+	size_t cap = len + n * (PATH_MAX + 64) + 1;
+	char *text SG_AUTOFREE = malloc(cap);
+	SG_ENSURE(text, SG_EINTERNAL, "out of memory");
+	size_t used = 0;
+	bool done[8] = {false};
+	char *save = NULL;
+	for (char *line = strtok_r((char *)old, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		const char *p = line;
+		while (*p == ' ' || *p == '\t')
+			p++;
+		size_t i = 0;
+		for (; i < n; i++) {
+			size_t k = strlen(names[i]);
+			if (strncmp(p, names[i], k) == 0 && (p[k] == ' ' || p[k] == '\t' || p[k] == '='))
+				break;
+		}
+		if (i < n) {
+			if (!done[i] && values[i])
+				used += (size_t)snprintf(text + used, cap - used, "%s = %s\n", names[i], values[i]);
+			done[i] = true;
+		} else {
+			used += (size_t)snprintf(text + used, cap - used, "%s\n", line);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!done[i] && values[i])
+			used += (size_t)snprintf(text + used, cap - used, "%s = %s\n", names[i], values[i]);
+	SG_ENSURE(used < cap, SG_EINTERNAL, "config too long");
+	return ctl_write_file(path, text, used, 0644, 0);
 }

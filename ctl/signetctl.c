@@ -6,6 +6,7 @@
  *   csr      make a CSR for the HSM key (to have it signed by an offline root)
  *   import   install a CA certificate and chain for the HSM key
  *   status   show the CA and the HSM's health
+ *   rotate   rotate the CA: begin, activate, finish, status (ctl_rotate.c)
  *   token    mint a service-account token from the development issuer
  *   request  call signetd's CreateCertificate and print the chain
  *   hsm-check  tell whether signet will work with a PKCS#11 module and token
@@ -243,42 +244,6 @@ static int do_csr(ctl_args *a)
 }
 
 /* Replaces (or appends) "name = value" lines of the config file. */
-static int update_config(const char *path, const char *const *names, const char *const *values, size_t n)
-{
-	uint8_t *old SG_AUTOFREE = NULL;
-	size_t len;
-	SG_TRY(ctl_read_file(path, SG_OPT_FILE_MAX, &old, &len));
-	size_t cap = len + n * (PATH_MAX + 64) + 1;
-	char *text SG_AUTOFREE = malloc(cap);
-	SG_ENSURE(text, SG_EINTERNAL, "out of memory");
-	size_t used = 0;
-	bool done[8] = {false};
-	char *save = NULL;
-	for (char *line = strtok_r((char *)old, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		const char *p = line;
-		while (*p == ' ' || *p == '\t')
-			p++;
-		size_t i = 0;
-		for (; i < n; i++) {
-			size_t k = strlen(names[i]);
-			if (strncmp(p, names[i], k) == 0 && (p[k] == ' ' || p[k] == '\t' || p[k] == '='))
-				break;
-		}
-		if (i < n) {
-			if (!done[i] && values[i])
-				used += (size_t)snprintf(text + used, cap - used, "%s = %s\n", names[i], values[i]);
-			done[i] = true;
-		} else {
-			used += (size_t)snprintf(text + used, cap - used, "%s\n", line);
-		}
-	}
-	for (size_t i = 0; i < n; i++)
-		if (!done[i] && values[i])
-			used += (size_t)snprintf(text + used, cap - used, "%s = %s\n", names[i], values[i]);
-	SG_ENSURE(used < cap, SG_EINTERNAL, "config too long");
-	return ctl_write_file(path, text, used, 0644, 0);
-}
-
 static int do_import(ctl_args *a)
 {
 	SG_ENSURE(a->s.config, SG_EINVAL, "--config is required");
@@ -313,7 +278,7 @@ static int do_import(ctl_args *a)
 	}
 	const char *names[] = {"ca-cert", "ca-chain", "root-cert"};
 	const char *values[] = {dst[0], a->chain ? dst[1] : NULL, dst[2]};
-	SG_TRY(update_config(a->s.config, names, values, 3));
+	SG_TRY(ctl_update_config(a->s.config, names, values, 3));
 	printf("imported CA certificate into %s\n", a->s.config);
 	return SG_OK;
 }
@@ -484,7 +449,8 @@ static void usage(FILE *fp)
 	            "  init     create a CA: key generated in a PKCS#11 token, self-signed root, config\n"
 	            "  hsm-check  tell whether signet will work with a PKCS#11 module and token\n"
 	            "  cel      evaluate a CEL expression as a CertificateRequestPolicy's validations rule\n"
-	            "  policy check  a CertificateRequestPolicy's verdict on a CertificateRequest, offline\n");
+	            "  policy check  a CertificateRequestPolicy's verdict on a CertificateRequest, offline\n"
+	            "  rotate   rotate the CA a signetctl init made: begin, activate, finish, status\n");
 	for (size_t i = 0; i < N(commands); i++)
 		fprintf(fp, "  %-8s %s\n", commands[i].name, commands[i].summary);
 }
@@ -511,6 +477,8 @@ int main(int argc, char **argv)
 		return ctl_cel(argc - 2, argv + 2);
 	if (strcmp(argv[1], "policy") == 0)
 		return ctl_policy(argc - 2, argv + 2);
+	if (strcmp(argv[1], "rotate") == 0)
+		return ctl_rotate(argc - 2, argv + 2);
 	const command *cmd = NULL;
 	for (size_t i = 0; i < N(commands); i++)
 		if (strcmp(argv[1], commands[i].name) == 0)

@@ -216,6 +216,11 @@ int sg_serving_tick(sg_serving *s, int64_t now)
 	return now >= renew_at ? issue(s) : SG_OK;
 }
 
+int sg_serving_renew(sg_serving *s)
+{
+	return s->o.cert_file ? SG_OK : issue(s);
+}
+
 int sg_serving_reload(sg_serving *s, bool *reread)
 {
 	*reread = s->o.cert_file != NULL;

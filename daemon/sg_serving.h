@@ -53,6 +53,13 @@ SG_API int sg_serving_tick(sg_serving *s, int64_t now) SG_MUST_CHECK;
  * and sets the detail. */
 SG_API int sg_serving_reload(sg_serving *s, bool *reread) SG_MUST_CHECK;
 
+/* A self-issued certificate is issued again now (the CA it came from was
+ * rotated: the next one is signed by the current key and carries the
+ * current chain, which peers that know either root verify); files are
+ * left alone. A failure keeps the current certificate (the tick renews it
+ * later anyway) and sets the detail. */
+SG_API int sg_serving_renew(sg_serving *s) SG_MUST_CHECK;
+
 /* Copies of the current chain, key and client CA PEM (caller frees each;
  * the key copy should be wiped: use sg_serving_wipe_free) and its version. */
 SG_API int sg_serving_get(sg_serving *s, char **chain, char **key, char **client_ca, uint64_t *version) SG_MUST_CHECK;

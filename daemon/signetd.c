@@ -19,8 +19,9 @@
  * stop accepting, let in-flight requests finish within shutdown-grace, stop
  * the cluster writers (the Lease is released), drain the signer pool.
  * SIGHUP reloads the files signetd serves from (serving certificate and
- * key, root-ca-file, jwt-jwks-file), keeping what it has when a file
- * cannot be used.
+ * key, root-ca-file, jwt-jwks-file, the config file's CA settings: key, CA
+ * certificate and root bundle), keeping what it has when a file cannot be
+ * used; housekeeping follows the CA settings once a second too.
  *
  * The graceful stop is bounded: a thread started at SIGTERM gives it
  * shutdown-grace plus STOP_OVERRUN_NS, and when a stage still has not
@@ -37,8 +38,9 @@
  * signer pool make progress.
  *
  * The files: this one holds main, start and stop; the metrics and probes
- * are signetd_metrics.c, root-ca-file signetd_root.c, readiness, liveness
- * and systemd signetd_health.c, sharing private/signetd_impl.h.
+ * are signetd_metrics.c, root-ca-file signetd_root.c, the config file's CA
+ * settings (followed through a CA rotation) signetd_ca.c, readiness,
+ * liveness and systemd signetd_health.c, sharing private/signetd_impl.h.
  */
 #include "signetd_impl.h"
 
@@ -105,6 +107,23 @@ static const sg_opt opts[] = {
 	 true},
 };
 #define NOPTS (sizeof(opts) / sizeof(opts[0]))
+
+int signetd_parse_config(const char *path, daemon_args *out)
+{
+	char *argv[] = {"--config", (char *)path};
+	char *pos[2];
+	sg_opt_result res = {.argv = pos};
+	memset(out, 0, sizeof(*out));
+	int rc = sg_opt_parse(opts, NOPTS, out, 2, argv, &res);
+	if (rc < 0)
+		sg_opt_free(opts, NOPTS, out);
+	return rc;
+}
+
+void signetd_free_args(daemon_args *a)
+{
+	sg_opt_free(opts, NOPTS, a);
+}
 
 /* The settings of an issuer-cas CA's file (extra_ca_args). */
 static const sg_opt extra_ca_opts[] = {SG_SETTINGS_ROWS(extra_ca_args, s, "info")};
@@ -329,6 +348,7 @@ static int start(daemon *d)
 	SG_ENSURE(!(s->issuer_name && *s->issuer_name) || vo.forward, SG_EINVAL,
 	          "issuer-name (RA mode) needs a Kubernetes API (kubeconfig, KUBECONFIG or in-cluster)");
 	SG_TRY(sg_service_new(&d->svc, &vo));
+	SG_TRY(signetd_ca_follow_start(d));
 	SG_TRY(signetd_setup_metrics(d));
 	SG_TRY(signetd_start_hsm_probes(d));
 	if (d->cluster)

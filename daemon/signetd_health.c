@@ -158,6 +158,7 @@ static void track_hsm_down(daemon *d, bool down)
 void signetd_housekeeping(daemon *d)
 {
 	int64_t now = sg_wall_seconds();
+	(void)signetd_ca_follow(d, false);   /* logged inside; a change that fails waits for the next one */
 	(void)signetd_reload_root(d, false); /* logged inside; retried on the next tick */
 	signetd_root_expiry_tick(d, now);
 	sg_cluster_tick(d->cluster);
@@ -221,6 +222,12 @@ void signetd_reload(daemon *d)
 		note(failed, sizeof(failed), "serving-certificate-file");
 	} else if (files) {
 		note(done, sizeof(done), "serving-certificate-file");
+	}
+	if (d->ca_follow.on) {
+		if (signetd_ca_follow(d, true) < 0)
+			note(failed, sizeof(failed), "config");
+		else
+			note(done, sizeof(done), "config");
 	}
 	if (d->a.d.root_ca_file) {
 		if (signetd_reload_root(d, true) < 0)

@@ -263,6 +263,15 @@ SG_API int sg_hsm_init_token(const char *module_path, const char *softhsm_conf, 
  * to sign. */
 SG_API int sg_hsm_generate_key(sg_hsm *h, sg_key_type type) SG_MUST_CHECK;
 
+/* Destroys the key pair of the key URI given to sg_hsm_open (private and
+ * public key objects, on every token of h): the end of a CA rotation
+ * (signetctl rotate finish), once nothing signs with it. Sessions of h must
+ * be freed first (a session's copy of the key would outlive it until the
+ * session closes). An object already gone is not an error, so a rerun
+ * after a kill completes; *destroyed counts the objects destroyed now.
+ * SG_EHSM when the module refuses (the key stays). */
+SG_API int sg_hsm_destroy_key(sg_hsm *h, unsigned *destroyed) SG_MUST_CHECK;
+
 /* --- hsm-check (signetctl hsm-check; not for the hot path) --- */
 
 /* sg_hsm_check answers "will signet work with this module and token?" by

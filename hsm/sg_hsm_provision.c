@@ -6,7 +6,9 @@
  * uses that core (module loading, login, key reading) and the core never
  * calls back into it. The key-pair template and its generation
  * (hsm_generate_pair) are shared with sg_hsm_check (sg_hsm_check.c), which
- * makes the same pair as session objects.
+ * makes the same pair as session objects. sg_hsm_destroy_key is the
+ * other end of a key's life (a rotation's finish), here for the same
+ * reason.
  */
 #include "sg_guard.h"
 #include "sg_hsm_impl.h"
@@ -308,4 +310,43 @@ int sg_hsm_generate_key(sg_hsm *h, sg_key_type type)
 unlock:
 	pthread_mutex_unlock(&t->lock);
 	return rc;
+}
+
+int sg_hsm_destroy_key(sg_hsm *h, unsigned *destroyed)
+{
+	SG_ENSURE(h && destroyed, SG_EINVAL, "sg_hsm_destroy_key: bad arguments");
+	SG_ENSURE(h->key_id || h->key_label, SG_EINVAL, "destroying a key needs id= or object= in the key URI");
+	*destroyed = 0;
+	for (size_t i = 0; i < h->ntokens; i++) {
+		token *t = &h->tokens[i];
+		int rc = SG_OK;
+		pthread_mutex_lock(&t->lock);
+		rc = hsm_admin_locked(h, t);
+		/* Private key first: once it is gone nothing can sign, whatever
+		 * happens to the public half. */
+		static const CK_OBJECT_CLASS classes[2] = {CKO_PRIVATE_KEY, CKO_PUBLIC_KEY};
+		for (int c = 0; rc == SG_OK && c < 2; c++) {
+			CK_OBJECT_HANDLE o;
+			int frc = hsm_find_object(h, t, t->admin, classes[c], &o, SG_ENOTFOUND);
+			if (frc == SG_ENOTFOUND) {
+				sg_error_clear();
+				continue;
+			}
+			rc = frc;
+			if (rc < 0)
+				break;
+			CK_RV rv = h->f->C_DestroyObject(t->admin, o);
+			if (rv != CKR_OK)
+				rc = hsm_p11_fail(h, t, "C_DestroyObject", rv);
+			else
+				(*destroyed)++;
+		}
+		if (rc == SG_OK) {
+			t->has_key = false;
+			h->have_key = false;
+		}
+		pthread_mutex_unlock(&t->lock);
+		SG_TRY(rc);
+	}
+	return SG_OK;
 }

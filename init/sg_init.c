@@ -517,51 +517,68 @@ static int make_softhsm(const plan *a, const char *abs_dir, sg_secret **pin, sg_
 	return sg_hsm_init_token(NULL, conf, NULL, a->token_label, *so, *pin);
 }
 
-static int make_root(const plan *a, sg_hsm *hsm, sg_key_type type, char **pem, size_t *pem_len)
+int sg_init_ca_cert(sg_hsm *subject, sg_hsm *signer, const sg_cert_issuer *issuer, const char *trust_domain,
+                    const char *ca_name, int64_t ttl, char **pem, size_t *pem_len)
 {
+	SG_ENSURE(subject && (!issuer || signer) && trust_domain && ca_name && ttl > 0, SG_EINVAL,
+	          "sg_init_ca_cert: bad arguments");
+	if (!issuer)
+		signer = subject;
 	uint8_t *spki SG_AUTOFREE = NULL;
 	size_t spki_len;
-	SG_TRY(sg_hsm_public_key(hsm, &spki, &spki_len));
+	SG_TRY(sg_hsm_public_key(subject, &spki, &spki_len));
 	sg_pubkey key;
 	SG_TRY(sg_pubkey_parse(&key, spki, spki_len));
+	sg_key_type type;
+	SG_TRY(sg_hsm_key_type(signer, &type));
 
 	sg_issuer *is = NULL;
-	SG_TRY(sg_issuer_new(&is, NULL, hsm, NULL));
+	SG_TRY(sg_issuer_new(&is, NULL, signer, NULL));
 	int rc;
-	sg_rdn subject[2] = {
-		{SG_NAME_O, SG_DER_UTF8STRING, {(const uint8_t *)a->trust_domain, strlen(a->trust_domain)}},
-		{SG_NAME_CN, SG_DER_UTF8STRING, {(const uint8_t *)a->ca_name, strlen(a->ca_name)}},
+	sg_rdn rdns[2] = {
+	    {SG_NAME_O, SG_DER_UTF8STRING, {(const uint8_t *)trust_domain, strlen(trust_domain)}},
+	    {SG_NAME_CN, SG_DER_UTF8STRING, {(const uint8_t *)ca_name, strlen(ca_name)}},
 	};
 	uint8_t name[1024], key_id[20], tbs[SG_CERT_MAX_DER], cert[SG_CERT_MAX_DER + 1200];
 	sg_der_writer nw, tw, cw;
 	sg_der_writer_init(&nw, name, sizeof(name));
-	sg_name_encode(&nw, subject, 2);
+	sg_name_encode(&nw, rdns, 2);
 	SG_TRY_GOTO(rc, sg_der_writer_status(&nw), out);
 	SG_TRY_GOTO(rc, sg_key_id(sg_issuer_crypto(is), &key, key_id), out);
 
 	int64_t now = sg_wall_seconds();
 	/* Backdated a little so that clients with a slow clock accept it. */
-	sg_cert_issuer self = {{name, nw.len}, {key_id, 20}, sg_sigalg_for_ca(type), now - 300, now + a->ca_ttl};
+	sg_cert_issuer self = {{name, nw.len}, {key_id, 20}, sg_sigalg_for_ca(type), now - 300, now + ttl};
+	sg_cert_issuer by = issuer ? *issuer : self;
 	sg_cert_spec spec = {
-		.not_before = self.not_before,
-		.not_after = self.not_after,
-		.subject = subject,
-		.subject_len = 2,
-		.key = &key,
-		.key_usage = SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN | SG_KU_DIGITAL_SIGNATURE,
-		.is_ca = true,
-		.path_len = -1,
+	    .not_before = self.not_before,
+	    .not_after = self.not_after,
+	    .subject = rdns,
+	    .subject_len = 2,
+	    .key = &key,
+	    .key_usage = SG_KU_KEY_CERT_SIGN | SG_KU_CRL_SIGN | SG_KU_DIGITAL_SIGNATURE,
+	    .is_ca = true,
+	    .path_len = -1,
 	};
+	/* A certificate does not outlive its issuer's. */
+	if (issuer && spec.not_after > issuer->not_after)
+		spec.not_after = issuer->not_after;
+	SG_ENSURE_GOTO(rc, spec.not_after > now, out, SG_EINVAL, "the issuing CA has expired");
 	SG_TRY_GOTO(rc, sg_cert_serial(&spec), out);
 	sg_der_writer_init(&tw, tbs, sizeof(tbs));
-	SG_TRY_GOTO(rc, sg_cert_encode_tbs(&tw, &spec, &self, sg_issuer_crypto(is)), out);
-	SG_TRY_GOTO(rc, sg_cert_lint_tbs(tw.buf, tw.len, &self, SG_LINT_CA), out);
+	SG_TRY_GOTO(rc, sg_cert_encode_tbs(&tw, &spec, &by, sg_issuer_crypto(is)), out);
+	SG_TRY_GOTO(rc, sg_cert_lint_tbs(tw.buf, tw.len, &by, SG_LINT_CA), out);
 	sg_der_writer_init(&cw, cert, sizeof(cert));
-	SG_TRY_GOTO(rc, sg_issuer_sign_tbs(is, self.sigalg, tw.buf, tw.len, sg_now_ns() + 30ull * 1000000000u, &cw), out);
+	SG_TRY_GOTO(rc, sg_issuer_sign_tbs(is, by.sigalg, tw.buf, tw.len, sg_now_ns() + 30ull * 1000000000u, &cw), out);
 	rc = sg_pem_encode("CERTIFICATE", cw.buf, cw.len, pem, pem_len);
 out:
 	sg_issuer_free(is);
 	return rc;
+}
+
+static int make_root(const plan *a, sg_hsm *hsm, char **pem, size_t *pem_len)
+{
+	return sg_init_ca_cert(hsm, NULL, NULL, a->trust_domain, a->ca_name, a->ca_ttl, pem, pem_len);
 }
 
 static int write_config(const plan *a, const char *abs_dir, const char *token_uri, const char *key_uri,
@@ -760,7 +777,7 @@ static int run_init(const plan *a, const char *abs_dir, const char *so_path, boo
 	char *jwks SG_AUTOFREE = join(abs_dir, "jwks.json");
 	SG_ENSURE_GOTO(rc, root_path && jwt_key && jwks, out, SG_EINTERNAL, "out of memory");
 	SG_TRY_GOTO(rc, sg_hsm_generate_key(hsm, type), out);
-	SG_TRY_GOTO(rc, make_root(a, hsm, type, &pem, &pem_len), out);
+	SG_TRY_GOTO(rc, make_root(a, hsm, &pem, &pem_len), out);
 	SG_TRY_GOTO(rc, sg_file_write_new(root_path, pem, pem_len, 0644), out);
 	SG_TRY_GOTO(rc, sg_jwt_dev_issuer_create(jwt_key, jwks, NULL), out);
 	if (!a->hsm_module) {

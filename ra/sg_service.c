@@ -229,9 +229,21 @@ static void on_issued(int rc, sg_issue_result *res, const sg_error *err, void *a
 	elems[n] = res->leaf_pem;
 	lens[n++] = res->leaf_pem_len;
 	chain_snap *cs = chain_get(d);
-	for (size_t i = 0; i < cs->n; i++) {
-		elems[n] = cs->elems[i];
-		lens[n++] = cs->lens[i];
+	/* The intermediates of the CA that signed this leaf (a rotation may
+	 * have moved the service's chain since), then the bundle handed out
+	 * now. */
+	if (res->chain_len > 0 && res->chain_len <= MAX_CHAIN) {
+		for (size_t i = 0; i + 1 < res->chain_len; i++) {
+			elems[n] = res->chain[i];
+			lens[n++] = res->chain_lens[i];
+		}
+		elems[n] = cs->elems[cs->n - 1];
+		lens[n++] = cs->lens[cs->n - 1];
+	} else {
+		for (size_t i = 0; i < cs->n; i++) {
+			elems[n] = cs->elems[i];
+			lens[n++] = cs->lens[i];
+		}
 	}
 	uint8_t *out = NULL;
 	size_t out_len = 0;
@@ -536,10 +548,26 @@ static int chain_new(const sg_ca *ca, const char *root, size_t root_len, chain_s
 	return SG_OK;
 }
 
+int sg_service_set_ca(sg_service *s, const sg_ca *ca, const char *root, size_t len)
+{
+	chain_snap *next = NULL;
+	SG_TRY(chain_new(ca, root, len, &next));
+	pthread_mutex_lock(&s->chain_lock);
+	s->ca = ca;
+	chain_snap *old = s->chain;
+	s->chain = next;
+	pthread_mutex_unlock(&s->chain_lock);
+	chain_put(old);
+	return SG_OK;
+}
+
 int sg_service_set_root(sg_service *s, const char *pem, size_t len)
 {
 	chain_snap *next = NULL;
-	SG_TRY(chain_new(s->ca, pem, len, &next));
+	pthread_mutex_lock(&s->chain_lock);
+	const sg_ca *ca = s->ca; /* set_ca's, which only ever borrows CAs that live as long as s */
+	pthread_mutex_unlock(&s->chain_lock);
+	SG_TRY(chain_new(ca, pem, len, &next));
 	pthread_mutex_lock(&s->chain_lock);
 	chain_snap *old = s->chain;
 	s->chain = next;

@@ -76,6 +76,14 @@ SG_API void sg_service_stop_accepting(sg_service *s);
 /* Replaces the root bundle returned after the leaf (copied; the caller has
  * checked it against the CA). Any thread. */
 SG_API int sg_service_set_root(sg_service *s, const char *pem, size_t len) SG_MUST_CHECK;
+/* Follows a CA rotation: the chain returned after the leaf becomes ca's
+ * (borrowed for the service's life: answers in flight may still hold an
+ * earlier one) with root (copied; NULL: ca's own bundle) as the bundle.
+ * Leaves carry the intermediates of the CA that signed them whichever is
+ * current when they are answered (sg_issue_result.chain), so a leaf the
+ * previous key signed during the switch is never sent with the next key's
+ * intermediates. Any thread. */
+SG_API int sg_service_set_ca(sg_service *s, const sg_ca *ca, const char *root, size_t len) SG_MUST_CHECK;
 /* Whether pem is the root bundle returned now. */
 SG_API bool sg_service_root_is(sg_service *s, const char *pem, size_t len);
 /* A copy of the root bundle returned now (NUL-terminated; caller frees). */

@@ -4,6 +4,12 @@
  * loaded so that the CA certificate can be checked against the key the HSM
  * actually holds (fail closed on a mismatch); the pool opens its sessions one
  * at a time.
+ *
+ * A reload (sg_appliance_reload) makes the same checks on the new key and
+ * files before the pool is told; what it replaces is retired, not freed,
+ * because answers in flight borrow the old CA's chain and a worker may
+ * hold an old session until its next request. Rotations are rare, so the
+ * retired list is small and bounded.
  */
 #include "sg_appliance.h"
 #include "sg_clock.h"
@@ -11,6 +17,7 @@
 #include "sg_log.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +25,61 @@
 const char *const sg_log_level_names[] = {"debug", "info", "warn", "error", NULL};
 const char *const sg_log_format_names[] = {"text", "json", NULL};
 
-struct sg_appliance {
-	sg_hsm *hsm;
+typedef struct retired {
+	sg_hsm *hsm; /* NULL when a reload kept the HSM handle */
 	sg_ca *ca;
+} retired;
+
+struct sg_appliance {
+	_Atomic(sg_hsm *) hsm;
+	_Atomic(sg_ca *) ca;
 	sg_pool *pool;
+	char *hsm_token, *hsm_key; /* what hsm was opened with, to tell a new key */
+	retired old[SG_APPLIANCE_RELOADS];
+	size_t nold;
 };
+
+static bool same_str(const char *a, const char *b)
+{
+	return (!a && !b) || (a && b && strcmp(a, b) == 0);
+}
+
+/* Opens the HSM key of s (the PIN read and wiped here). */
+static int open_hsm(const sg_settings *s, sg_hsm **out)
+{
+	SG_ENSURE(s->hsm_token && s->hsm_key, SG_EINVAL, "hsm-token and hsm-key are required (see signetctl init)");
+	SG_ENSURE(s->ca_cert && s->root_cert, SG_EINVAL, "ca-cert and root-cert are required (see signetctl init)");
+	sg_secret *pin SG_CLEANUP(sg_secret_freep) = NULL;
+	SG_TRY(sg_settings_pin(s, &pin));
+	sg_hsm_options ho;
+	sg_settings_hsm_options(s, pin, &ho);
+	return sg_hsm_open(out, &ho);
+}
+
+static int load_ca(const sg_settings *s, sg_hsm *hsm, sg_ca **out)
+{
+	uint8_t *spki SG_AUTOFREE = NULL;
+	size_t spki_len;
+	SG_TRY(sg_hsm_public_key(hsm, &spki, &spki_len));
+	sg_ca_files files = {s->ca_cert, s->ca_chain, s->root_cert};
+	return sg_ca_load(out, &files, spki, spki_len, sg_wall_seconds());
+}
+
+/* Whether two CAs hand out the same chain and bundle. */
+static bool same_chain(const sg_ca *x, const sg_ca *y)
+{
+	const char *const *ex, *const *ey;
+	const size_t *lx, *ly;
+	size_t nx, ny;
+	sg_ca_chain(x, &ex, &lx, &nx);
+	sg_ca_chain(y, &ey, &ly, &ny);
+	if (nx != ny)
+		return false;
+	for (size_t i = 0; i < nx; i++)
+		if (lx[i] != ly[i] || memcmp(ex[i], ey[i], lx[i]) != 0)
+			return false;
+	return true;
+}
 
 void sg_settings_apply_log(const sg_settings *s)
 {
@@ -100,31 +157,27 @@ void sg_settings_hsm_options(const sg_settings *s, const sg_secret *pin, sg_hsm_
 
 static int open_all(sg_appliance *a, const sg_settings *s)
 {
-	SG_ENSURE(s->hsm_token && s->hsm_key, SG_EINVAL, "hsm-token and hsm-key are required (see signetctl init)");
-	SG_ENSURE(s->ca_cert && s->root_cert, SG_EINVAL, "ca-cert and root-cert are required (see signetctl init)");
-	sg_secret *pin SG_CLEANUP(sg_secret_freep) = NULL;
-	SG_TRY(sg_settings_pin(s, &pin));
-	sg_hsm_options ho;
-	sg_settings_hsm_options(s, pin, &ho);
-	SG_TRY(sg_hsm_open(&a->hsm, &ho));
-
-	uint8_t *spki SG_AUTOFREE = NULL;
-	size_t spki_len;
-	SG_TRY(sg_hsm_public_key(a->hsm, &spki, &spki_len));
-	sg_ca_files files = {s->ca_cert, s->ca_chain, s->root_cert};
-	SG_TRY(sg_ca_load(&a->ca, &files, spki, spki_len, sg_wall_seconds()));
+	sg_hsm *hsm = NULL;
+	sg_ca *ca = NULL;
+	SG_TRY(open_hsm(s, &hsm));
+	atomic_store(&a->hsm, hsm);
+	a->hsm_token = strdup(s->hsm_token);
+	a->hsm_key = strdup(s->hsm_key);
+	SG_ENSURE(a->hsm_token && a->hsm_key, SG_EINTERNAL, "out of memory");
+	SG_TRY(load_ca(s, hsm, &ca));
+	atomic_store(&a->ca, ca);
 
 	sg_pool_options po = {
 		.threads = (unsigned)s->signer_threads,
 		.queue_capacity = (unsigned)s->signer_queue,
 		.issuer = {.verify_issued = s->verify_issued},
 	};
-	SG_TRY(sg_pool_new(&a->pool, a->ca, a->hsm, &po));
+	SG_TRY(sg_pool_new(&a->pool, ca, hsm, &po));
 	sg_pool_stats st;
 	sg_pool_stats_get(a->pool, &st);
-	sg_log(SG_LOG_INFO, "signer ready", SG_F_STR("ca", sg_ca_subject(a->ca)),
-	       SG_F_STR("key", sg_key_type_name(sg_ca_key_type(a->ca))), SG_F_INT("threads", st.threads),
-	       SG_F_INT("queue", st.queue_capacity), SG_F_INT("tokens", sg_hsm_token_count(a->hsm)), SG_F_END);
+	sg_log(SG_LOG_INFO, "signer ready", SG_F_STR("ca", sg_ca_subject(ca)),
+	       SG_F_STR("key", sg_key_type_name(sg_ca_key_type(ca))), SG_F_INT("threads", st.threads),
+	       SG_F_INT("queue", st.queue_capacity), SG_F_INT("tokens", sg_hsm_token_count(hsm)), SG_F_END);
 	return SG_OK;
 }
 
@@ -149,20 +202,77 @@ void sg_appliance_free(sg_appliance *a)
 {
 	if (!a)
 		return;
-	sg_pool_free(a->pool);
-	sg_ca_free(a->ca);
-	sg_hsm_free(a->hsm);
+	sg_pool_free(a->pool); /* first: its workers hold sessions of every HSM handle below */
+	sg_ca_free(atomic_load(&a->ca));
+	sg_hsm_free(atomic_load(&a->hsm));
+	for (size_t i = 0; i < a->nold; i++) {
+		sg_ca_free(a->old[i].ca);
+		sg_hsm_free(a->old[i].hsm);
+	}
+	free(a->hsm_token);
+	free(a->hsm_key);
 	free(a);
+}
+
+int sg_appliance_reload(sg_appliance *a, const sg_settings *s, bool *changed)
+{
+	*changed = false;
+	SG_ENSURE(a->pool, SG_EINVAL, "the appliance has no signer to reload");
+	SG_ENSURE(s->hsm_token && s->hsm_key, SG_EINVAL, "hsm-token and hsm-key are required (see signetctl init)");
+	bool new_key = !same_str(s->hsm_token, a->hsm_token) || !same_str(s->hsm_key, a->hsm_key);
+	sg_hsm *cur_hsm = atomic_load(&a->hsm);
+	sg_ca *cur_ca = atomic_load(&a->ca);
+	sg_hsm *hsm = cur_hsm;
+	if (new_key)
+		SG_TRY(open_hsm(s, &hsm));
+	sg_ca *ca = NULL;
+	char *token = NULL, *key = NULL;
+	int rc = load_ca(s, hsm, &ca);
+	if (rc == SG_OK && !new_key && same_chain(ca, cur_ca)) {
+		sg_ca_free(ca);
+		return SG_OK;
+	}
+	if (rc == SG_OK && a->nold == SG_APPLIANCE_RELOADS)
+		rc = sg_error_set(SG_EBUSY, "this process has changed its CA %d times; restart it to change again",
+		                  SG_APPLIANCE_RELOADS);
+	if (rc == SG_OK && new_key && (!(token = strdup(s->hsm_token)) || !(key = strdup(s->hsm_key))))
+		rc = sg_error_set(SG_EINTERNAL, "out of memory");
+	if (rc == SG_OK)
+		rc = sg_pool_set_signer(a->pool, ca, hsm);
+	if (rc < 0) {
+		sg_error e;
+		sg_error_save(&e);
+		free(token);
+		free(key);
+		sg_ca_free(ca);
+		if (new_key)
+			sg_hsm_free(hsm);
+		sg_error_restore(&e);
+		return rc;
+	}
+	a->old[a->nold++] = (retired){.hsm = new_key ? cur_hsm : NULL, .ca = cur_ca};
+	atomic_store(&a->ca, ca);
+	if (new_key) {
+		atomic_store(&a->hsm, hsm);
+		free(a->hsm_token);
+		free(a->hsm_key);
+		a->hsm_token = token;
+		a->hsm_key = key;
+	}
+	*changed = true;
+	sg_log(SG_LOG_INFO, "signer follows a changed CA", SG_F_STR("ca", sg_ca_subject(ca)),
+	       SG_F_STR("key", sg_key_type_name(sg_ca_key_type(ca))), SG_F_INT("new_key", new_key), SG_F_END);
+	return SG_OK;
 }
 
 sg_hsm *sg_appliance_hsm(sg_appliance *a)
 {
-	return a->hsm;
+	return atomic_load(&a->hsm);
 }
 
 const sg_ca *sg_appliance_ca(sg_appliance *a)
 {
-	return a->ca;
+	return atomic_load(&a->ca);
 }
 
 sg_pool *sg_appliance_pool(sg_appliance *a)

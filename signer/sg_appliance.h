@@ -111,7 +111,23 @@ typedef struct sg_appliance sg_appliance;
 SG_API int sg_appliance_open(sg_appliance **out, const sg_settings *s) SG_MUST_CHECK;
 SG_API void sg_appliance_free(sg_appliance *a);
 
-/* Borrowed until sg_appliance_free. */
+/* Follows changed CA settings without a restart (a CA rotation's steps,
+ * signetd's reload): opens the key s names (a new HSM handle when hsm-key
+ * or hsm-token changed, else the current one), loads and checks s's CA
+ * files against it, and when the key or the chain or root bundle differ
+ * from the current ones moves the pool's signing to them
+ * (sg_pool_set_signer). *changed says whether anything moved. On any
+ * failure the appliance signs as before (fail closed: a CA that does not
+ * match its key is never used). The previous HSM handle and CA stay
+ * alive until sg_appliance_free (in-flight answers borrow the CA's
+ * chain); at most SG_APPLIANCE_RELOADS changes per process, then SG_EBUSY
+ * (restart to go on). Called from one thread at a time; sg_appliance_ca
+ * and sg_appliance_hsm may be read meanwhile from any thread. */
+#define SG_APPLIANCE_RELOADS 32
+SG_API int sg_appliance_reload(sg_appliance *a, const sg_settings *s, bool *changed) SG_MUST_CHECK;
+
+/* Borrowed until sg_appliance_free; the current ones (after a reload, the
+ * new ones). */
 SG_API sg_hsm *sg_appliance_hsm(sg_appliance *a);
 SG_API const sg_ca *sg_appliance_ca(sg_appliance *a);
 SG_API sg_pool *sg_appliance_pool(sg_appliance *a);

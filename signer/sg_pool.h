@@ -65,6 +65,17 @@ SG_API int sg_pool_submit(sg_pool *p, const sg_issue_request *req, sg_pool_done_
  * (release with sg_issue_result_clear). */
 SG_API int sg_pool_issue(sg_pool *p, const sg_issue_request *req, sg_issue_result *res) SG_MUST_CHECK;
 
+/* Moves signing to another CA and key (a CA rotation's activate, followed
+ * by signetd without a restart): one new session per worker is opened
+ * here, on the caller's thread, before anything changes, so a failure
+ * leaves the pool signing as before. Each worker then takes its new
+ * issuer before the next request it signs; a request already being signed
+ * finishes with the old one. ca and hsm are borrowed for the pool's life,
+ * and so are the previous ones (a worker may still hold them until its
+ * next request, and sg_pool_free frees what it holds). Called from one
+ * thread at a time. */
+SG_API int sg_pool_set_signer(sg_pool *p, const sg_ca *ca, sg_hsm *hsm) SG_MUST_CHECK;
+
 /* Counters, summed over the workers' private shards. */
 /* One counter per error category of sg_error.h (SG_EINVAL .. SG_ELINT). */
 #define SG_POOL_ERRORS 11

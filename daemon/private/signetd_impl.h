@@ -80,6 +80,14 @@ typedef struct extra_ca {
 	sg_appliance *app;
 } extra_ca;
 
+/* What signetd_ca.c follows of the config file. */
+#define SIGNETD_CA_FILES 4 /* the config file, ca-cert, ca-chain, root-cert */
+struct ca_follow {
+	bool on;        /* a config file is read */
+	bool follow[5]; /* hsm-token, hsm-key, ca-cert, ca-chain, root-cert: the file's (no flag overrode) */
+	struct file_id ids[SIGNETD_CA_FILES];
+};
+
 typedef struct daemon {
 	daemon_args a;
 	sg_appliance *app;
@@ -102,6 +110,7 @@ typedef struct daemon {
 	sg_http_server *http_metrics, *http_probe;
 	daemon_metrics m;
 	struct file_id root_file;
+	struct ca_follow ca_follow; /* main thread only */
 	atomic_bool ready, stopping;
 	/* Standalone JWT authentication's key source (jwt-jwks-file), owned
 	 * here so that SIGHUP can re-read it; NULL otherwise. */
@@ -155,6 +164,22 @@ int signetd_load_root(daemon *d, const char **root, size_t *len, char **own);
 /* Follows root-ca-file: a changed file replaces the bundle; force
  * (SIGHUP) reads it whether or not it looks changed. */
 int signetd_reload_root(daemon *d, bool force);
+
+/* ------------------------------------------------------------------ */
+/* The config file's CA settings (signetd_ca.c)                       */
+
+/* The config file alone, read with signetd's whole table (signetd.c; a
+ * config file may hold any of its settings). Free with signetd_free_args. */
+int signetd_parse_config(const char *path, daemon_args *out);
+void signetd_free_args(daemon_args *a);
+/* Notes which CA settings come from the config file (not a flag) and the
+ * files' identities; at start, after the service exists. */
+int signetd_ca_follow_start(daemon *d);
+/* Follows a changed config file or CA file (force: SIGHUP, whatever the
+ * identities): a new key or CA is checked, then signed with and served;
+ * one that cannot be used keeps the current one (logged, and the error
+ * returned). */
+int signetd_ca_follow(daemon *d, bool force);
 
 /* ------------------------------------------------------------------ */
 /* The roots' expiry (signetd_rootexpiry.c)                           */

@@ -366,7 +366,7 @@ class Systemd(unittest.TestCase):
         self.assertNotIn(extra_a, chain)
         rec = [x for x in d.records() if x.get("msg") == "reloaded"]
         self.assertEqual(len(rec), 1, rec)
-        self.assertEqual(rec[0]["reread"], "serving-certificate-file,root-ca-file,jwt-jwks-file")
+        self.assertEqual(rec[0]["reread"], "serving-certificate-file,config,root-ca-file,jwt-jwks-file")
         self.assertEqual(rec[0]["failed"], "")
 
         # A broken file keeps what was loaded, with an error saying why;

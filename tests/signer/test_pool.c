@@ -2,7 +2,8 @@
  * The signer pool against a real SoftHSM2 CA: issuance through every
  * profile checked field by field with OpenSSL's parser and verifier,
  * backpressure, deadlines, drain on shutdown, concurrency and recovery from
- * sessions closed under the signers.
+ * sessions closed under the signers, and a CA rotation followed by a
+ * running pool (last: it rotates the fixture's CA).
  */
 #include "ca_fixture.h"
 #include "sg_clock.h"
@@ -550,6 +551,94 @@ static void t_logged_out(void)
 	free(csr);
 }
 
+/* A CA rotation moves a running pool to the new key (sg_appliance_reload,
+ * sg_pool_set_signer): every request made meanwhile succeeds; leaves after
+ * activate are signed by the new key and, through the cross-signed
+ * certificate in their chain, verify against the old root; files that do
+ * not match the key are refused and signing goes on as before. */
+typedef struct spin {
+	const char *csr;
+	size_t len;
+	atomic_bool stop;
+	atomic_int ok, failed;
+} spin;
+
+static void *spinner(void *arg)
+{
+	spin *sp = arg;
+	while (!atomic_load(&sp->stop)) {
+		sg_issue_result res;
+		if (issue(SG_PROFILE_ISTIO, sp->csr, sp->len, NULL, 0, &res) == SG_OK) {
+			atomic_fetch_add(&sp->ok, 1);
+			sg_issue_result_clear(&res);
+		} else {
+			fprintf(stderr, "issue failed: %s\n", sg_error_last()->msg);
+			atomic_fetch_add(&sp->failed, 1);
+		}
+	}
+	return NULL;
+}
+
+/* Runs a rotate step on the fixture's CA and reloads the appliance from
+ * the rewritten config; whether the signer moved. */
+static bool rotate_step(const char *step)
+{
+	char cmd[1400];
+	snprintf(cmd, sizeof(cmd),
+	         "'%s' rotate %s --config '%s' --workload-lifetime 1s --skew 0s --log-level warn "
+	         ">/dev/null",
+	         SIGNETCTL, step, fx.conf);
+	SG_CHECK(system(cmd) == 0);
+	fixture_args next = {0};
+	char *argv[] = {"--config", fx.conf, "--log-level", "warn"};
+	char *pos[4];
+	sg_opt_result r = {.argv = pos};
+	SG_CHECK_OK(sg_opt_parse(fixture_opts, sizeof(fixture_opts) / sizeof(fixture_opts[0]), &next, 4, argv, &r));
+	bool changed = false;
+	SG_CHECK_OK(sg_appliance_reload(app, &next.s, &changed));
+	if (changed) {
+		/* The same key with files for another: refused, nothing moves. */
+		sg_settings bad = next.s;
+		bad.ca_cert = fx.root;
+		bad.root_cert = fx.root;
+		bool moved = true;
+		if (strcmp(step, "activate") == 0)
+			SG_CHECK(sg_appliance_reload(app, &bad, &moved) < 0 && !moved);
+	}
+	sg_opt_free(fixture_opts, sizeof(fixture_opts) / sizeof(fixture_opts[0]), &next);
+	return changed;
+}
+
+static void t_reload_moves_signing(void)
+{
+	size_t len;
+	csr_opts o = {"EC", "P-256", "critical,URI:spiffe://cluster.local/ns/x/sa/y", NULL, false, NULL, false};
+	spin sp = {.csr = make_csr(&o, &len)};
+	sp.len = len;
+	const char *before = sg_ca_subject(sg_appliance_ca(app));
+	char was[256];
+	snprintf(was, sizeof(was), "%s", before);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, spinner, &sp);
+	SG_CHECK(rotate_step("begin"));    /* the bundle grows */
+	SG_CHECK(rotate_step("activate")); /* the key moves */
+	atomic_store(&sp.stop, true);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	SG_CHECK(atomic_load(&sp.failed) == 0);
+	SG_CHECK(atomic_load(&sp.ok) > 0);
+	SG_CHECK(strcmp(was, sg_ca_subject(sg_appliance_ca(app))) != 0);
+	sg_issue_result res;
+	SG_CHECK_OK(issue(SG_PROFILE_ISTIO, sp.csr, sp.len, NULL, 0, &res));
+	SG_CHECK(res.chain_len == 2); /* the cross-signed certificate, the bundle */
+	X509 *leaf = verify_chain(&res, fx.root);
+	SG_CHECK(leaf != NULL);
+	X509_free(leaf);
+	sg_issue_result_clear(&res);
+	free((char *)sp.csr);
+}
+
 static void setup(void)
 {
 	SG_CHECK_OK(fixture_ca(&fx, "ecdsa-p256"));
@@ -563,6 +652,6 @@ static void teardown(void)
 }
 
 SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_istio_profile), SG_TEST(t_istio_identity_is_stamped), SG_TEST(t_istio_strict),
-	     SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bundle_check), SG_TEST(t_bad_csrs),
-	     SG_TEST(t_backpressure_and_drain), SG_TEST(t_admission_by_deadline),
-	     SG_TEST(t_concurrent_with_faults), SG_TEST(t_logged_out), SG_TEST(teardown))
+             SG_TEST(t_generic_and_intermediate), SG_TEST(t_ttl_rules), SG_TEST(t_bundle_check), SG_TEST(t_bad_csrs),
+             SG_TEST(t_backpressure_and_drain), SG_TEST(t_admission_by_deadline), SG_TEST(t_concurrent_with_faults),
+             SG_TEST(t_logged_out), SG_TEST(t_reload_moves_signing), SG_TEST(teardown))
