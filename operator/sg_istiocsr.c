@@ -9,8 +9,9 @@
  *      IstioCSR event re-queues every IstioCSR), or a spec the CRD's CEL
  *      rules would refuse (InvalidSpec);
  *   3. the finalizer and the immutable-field record, one patch;
- *   4. inputs: the istio namespace, the HSM Secret, the issuer, the CA
- *      (each missing one is a Ready=False message and a retry);
+ *   4. inputs: the istio namespace, the HSM Secret (signet mode only: in
+ *      RA mode signetd runs with --hsm=false and needs none), the issuer,
+ *      the CA (each missing one is a Ready=False message and a retry);
  *   5. the objects, each applied only when its cached copy differs; ones
  *      no longer wanted deleted. In RA mode through an issuer that is no
  *      CA issuer, the CA is istiod-tls's ca.crt, which exists only once
@@ -505,7 +506,7 @@ typedef struct pass {
 	char owner_label[128], crole[128];
 	bool ra;        /* a cert-manager issuer signs; signetd forwards */
 	char *ca_copy;  /* the CA copy's ca.crt, or NULL: none wanted */
-	json_t *hsm;    /* the HSM Secret, from the cache */
+	json_t *hsm;    /* the HSM Secret, from the cache (signet mode) */
 	/* The Deployment was applied this pass: the cache still holds the one
 	 * before the write, whose status speaks of the old generation. */
 	bool deploy_written;
@@ -513,7 +514,6 @@ typedef struct pass {
 	 * yet): Ready=False/Progressing with these words. */
 	const char *waiting;
 	bool reported;  /* the status of this pass's outcome was written (or tried) */
-	char *root;     /* signet's root (the HSM Secret's root.crt), RA mode */
 	json_t *issuer; /* the issuer, as read this pass */
 } pass;
 
@@ -914,8 +914,14 @@ static int deployment(pass *p)
 		if (rc == SG_OK)                \
 			rc = push(args, __VA_ARGS__); \
 	} while (0)
-	/* The HSM settings first: every flag after it overrides the file. */
-	A("--config=" HSM_MOUNT "/signetd.conf");
+	/* The HSM settings first: every flag after it overrides the file. In
+	 * RA mode there are none: signetd holds no CA key, forwards every CSR
+	 * and gets its serving certificate from the issuer too, as istio-csr
+	 * does, so an IstioCSR as the seed writes it needs no HSM Secret. */
+	if (p->ra)
+		A("--hsm=false");
+	else
+		A("--config=" HSM_MOUNT "/signetd.conf");
 	A("--log-level=%lld", (long long)int_at(cfg, "logLevel", 1));
 	A("--log-format=%s", str_at(cfg, "logFormat", "text"));
 	A("--metrics-port=9402");
@@ -963,10 +969,15 @@ static int deployment(pass *p)
 		json_decref(args);
 		return rc;
 	}
-	json_t *mounts = json_pack("[{s:s, s:s, s:b}, {s:s, s:s}]", "name", "hsm", "mountPath", HSM_MOUNT, "readOnly", 1,
-	                           "name", "tmp", "mountPath", "/tmp");
-	json_t *volumes = json_pack("[{s:s, s:{s:s, s:I}}, {s:s, s:{}}]", "name", "hsm", "secret", "secretName",
-	                            p->t->hsm_secret, "defaultMode", (json_int_t)0440, "name", "tmp", "emptyDir");
+	json_t *mounts = json_pack("[{s:s, s:s}]", "name", "tmp", "mountPath", "/tmp");
+	json_t *volumes = json_pack("[{s:s, s:{}}]", "name", "tmp", "emptyDir");
+	if (!p->ra && mounts && volumes) {
+		json_array_insert_new(
+		    mounts, 0, json_pack("{s:s, s:s, s:b}", "name", "hsm", "mountPath", HSM_MOUNT, "readOnly", 1));
+		json_array_insert_new(volumes, 0,
+		                      json_pack("{s:s, s:{s:s, s:I}}", "name", "hsm", "secret", "secretName",
+		                                p->t->hsm_secret, "defaultMode", (json_int_t)0440));
+	}
 	if (p->ca_copy && mounts && volumes) {
 		json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "root-ca", "mountPath", ROOT_MOUNT,
 		                                        "readOnly", 1));
@@ -996,9 +1007,11 @@ static int deployment(pass *p)
 		json_object_set_new(container, "terminationMessagePolicy", json_string("FallbackToLogsOnError"));
 	/* A new HSM Secret (PIN, token, CA) takes a restart: signetd reads it
 	 * at start. The root copy needs none (signetd follows the file). */
-	json_t *pod_meta = json_pack("{s:O, s:{s:s}}", "labels", p->labels, "annotations",
-	                             "operator.signet.dev/hsm-secret-version",
-	                             str_at(p->hsm, "metadata.resourceVersion", ""));
+	json_t *pod_meta = json_pack("{s:O}", "labels", p->labels);
+	if (pod_meta && !p->ra)
+		json_object_set_new(pod_meta, "annotations",
+		                    json_pack("{s:s}", "operator.signet.dev/hsm-secret-version",
+		                              str_at(p->hsm, "metadata.resourceVersion", "")));
 	/* fsGroup: the kubelet gives the HSM Secret's files this group
 	 * (mode 0440) and the container this supplementary group, which is how
 	 * a non-root signetd reads its PIN (sg_secret accepts a group of its
@@ -1149,41 +1162,20 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
 }
 
-/* The HSM Secret must hold signetd.conf; in RA mode also root.crt. */
-static bool hsm_ok(pass *p, char **root, char *msg, size_t cap)
+/* The HSM Secret must hold signetd.conf (signet mode: RA mode reads none). */
+static bool hsm_ok(pass *p, char *msg, size_t cap)
 {
-	*root = NULL;
-	const json_t *data = json_object_get(p->hsm, "data");
 	if (!p->hsm) {
-		snprintf(
-		    msg, cap, "Secret %s/%s (signetd.conf and the HSM material it names) does not exist%s", p->v.ns,
-		    p->t->hsm_secret,
-		    p->ra ? " (a cert-manager issuer signs, but signetd still signs its own serving certificate with "
-		            "the HSM key and trusts root.crt beside the issuer's CA)"
-		          : "");
+		snprintf(msg, cap,
+		         "Secret %s/%s (signetd.conf and the HSM material it names) does not exist; signet's own "
+		         "issuer signs with the HSM key (a cert-manager issuer needs none)",
+		         p->v.ns, p->t->hsm_secret);
 		return false;
 	}
-	if (!json_string_value(json_object_get(data, "signetd.conf"))) {
+	if (!json_string_value(json_object_get(json_object_get(p->hsm, "data"), "signetd.conf"))) {
 		snprintf(msg, cap, "Secret %s/%s has no key signetd.conf", p->v.ns, p->t->hsm_secret);
 		return false;
 	}
-	if (!p->ra)
-		return true;
-	const char *b64 = json_string_value(json_object_get(data, "root.crt"));
-	size_t blen = b64 ? strlen(b64) : 0, n = 0;
-	if (!b64 || blen > 1u << 20) {
-		snprintf(msg, cap, "Secret %s/%s needs root.crt (signet's own root, trusted beside the issuer's) when a "
-		         "cert-manager issuer signs", p->v.ns, p->t->hsm_secret);
-		return false;
-	}
-	char *s = malloc(blen / 4 * 3 + 4);
-	if (!s || sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)s, blen / 4 * 3 + 3, &n) < 0) {
-		free(s);
-		snprintf(msg, cap, "Secret %s/%s key root.crt is not base64", p->v.ns, p->t->hsm_secret);
-		return false;
-	}
-	s[n] = '\0';
-	*root = s;
 	return true;
 }
 
@@ -1204,23 +1196,14 @@ static int get_issuer(pass *p, json_t **out, char *msg, size_t cap)
 	return rc;
 }
 
-/* The CA copy's text: the issuer's CA (issuer_ca) followed by signet's
- * root. SG_OK with p->ca_copy NULL when the CA is not there (yet): msg
- * says what is missing, *invalid whether it is there but unusable. */
+/* The CA copy's text: the issuer's CA (issuer_ca), all the mesh trusts:
+ * in RA mode the issuer signs the workloads' certificates and signetd's
+ * own serving certificate alike. SG_OK with p->ca_copy NULL when the CA
+ * is not there (yet): msg says what is missing, *invalid whether it is
+ * there but unusable. */
 static int resolve_ca(pass *p, char *msg, size_t cap, bool *invalid)
 {
-	char *ca = NULL;
-	SG_TRY(issuer_ca(p->t, &p->v, p->issuer, &ca, msg, cap, invalid));
-	if (!ca)
-		return SG_OK;
-	size_t a = strlen(ca), b = p->root ? strlen(p->root) : 0;
-	p->ca_copy = malloc(a + b + 2);
-	if (p->ca_copy)
-		snprintf(p->ca_copy, a + b + 2, "%s%s%s", ca, a && ca[a - 1] != '\n' && b ? "\n" : "",
-		         p->root ? p->root : "");
-	free(ca);
-	SG_ENSURE(p->ca_copy, SG_EINTERNAL, "out of memory");
-	return SG_OK;
+	return issuer_ca(p->t, &p->v, p->issuer, &p->ca_copy, msg, cap, invalid);
 }
 
 /* Whether the CA comes from istiod's own certificate: RA mode through an
@@ -1249,9 +1232,11 @@ static int accepted(pass *p, sg_ctrl_result *res, char *msg, size_t cap, char *o
 		snprintf(msg, cap, "istio namespace \"%s\" does not exist", p->v.istio_ns);
 		return write_status(p, msg, "Failed", false, opmsg);
 	}
-	p->hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
-	if (!hsm_ok(p, &p->root, msg, cap))
-		return write_status(p, msg, "Failed", false, opmsg);
+	if (!p->ra) {
+		p->hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
+		if (!hsm_ok(p, msg, cap))
+			return write_status(p, msg, "Failed", false, opmsg);
+	}
 	res->requeue_after_ms = RETRY_MS; /* the issuer is not watched */
 	SG_TRY(get_issuer(p, &p->issuer, msg, cap));
 	if (!p->issuer)
@@ -1383,9 +1368,8 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		sg_error_restore(&e);
 	}
 out:
-	sg_log(SG_LOG_DEBUG, "istiocsr pass", SG_F_STR("key", key), SG_F_INT("rc", rc),
-	       SG_F_STR("refused", msg), SG_F_STR("operand", opmsg), SG_F_END);
-	free(p.root);
+	sg_log(SG_LOG_DEBUG, "istiocsr pass", SG_F_STR("key", key), SG_F_INT("rc", rc), SG_F_STR("refused", msg),
+	       SG_F_STR("operand", opmsg), SG_F_END);
 	free(p.ca_copy);
 	json_decref(p.issuer);
 	json_decref(p.hsm);
