@@ -749,8 +749,11 @@ static int drop_istiod_certificate(pass *p)
 	SG_TRY(rc);
 	const char *o = nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL));
 	bool ours = strcmp(o, p->owner_label) == 0;
+	/* Only the copy just read as ours: another owner's made since stays. */
+	rc = ours ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &r, "Certificate", str_at(live, "metadata.uid", NULL))
+	          : SG_OK;
 	json_decref(live);
-	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "Certificate") : SG_OK;
+	return rc;
 }
 
 /* Whether the API server serves ServiceMonitors (the Prometheus
@@ -828,11 +831,14 @@ static int drop_service_monitor(pass *p)
 	bool served = true;
 	SG_TRY(get_monitor(p, &live, &served));
 	bool ours = live && strcmp(nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0;
-	json_decref(live);
 	sg_kube_ref r = REF_MONITOR;
 	r.ns = p->v.ns;
 	r.name = APP;
-	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "ServiceMonitor") : SG_OK;
+	int rc =
+	    ours ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &r, "ServiceMonitor", str_at(live, "metadata.uid", NULL))
+	         : SG_OK;
+	json_decref(live);
+	return rc;
 }
 
 static int ca_copy(pass *p)
@@ -1113,11 +1119,10 @@ static int write_status(pass *p, const char *failed, const char *reason, bool ap
 		json_t *o;
 		json_array_foreach(all, i, o)
 		{
-			/* A terminating pod is on its way out (a rollout's old
-			 * one, a drained node's): its failure is not the operand's. */
+			/* Terminating pods too: sg_opr_operand_state passes over
+			 * them. */
 			if (strcmp(str_at(o, "metadata.namespace", ""), p->v.ns) == 0 &&
-			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0 &&
-			    !at(o, "metadata.deletionTimestamp"))
+			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0)
 				json_array_append(pods, o);
 		}
 		st = sg_opr_operand_state(d, pods, opmsg, 1024);
