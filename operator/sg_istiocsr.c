@@ -37,6 +37,7 @@
 #include "sg_opr.h"
 #include "sg_x509.h"
 
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +49,10 @@
 #define IMMUTABLE_ANNOTATION "operator.signet.dev/istiocsr-immutable"
 #define CA_COPY "cert-manager-istio-csr-issuer-ca-copy"
 #define HSM_MOUNT "/etc/signet/hsm"
+/* The HSM Secret's key naming a network HSM's addresses (see hsm_egress). */
+#define HSM_EGRESS_KEY "hsm-egress"
+#define HSM_EGRESS_MAX 4096 /* bytes of its value */
+#define HSM_EGRESS_POLICY "istio-csr-allow-egress-to-hsm"
 #define ROOT_MOUNT "/var/run/configmaps/istio-csr"
 #define RETRY_MS 30000u
 #define ISSUE_WAIT_MS 5000u   /* while istiod's Certificate is being issued */
@@ -507,6 +512,7 @@ typedef struct pass {
 	bool ra;        /* a cert-manager issuer signs; signetd forwards */
 	char *ca_copy;  /* the CA copy's ca.crt, or NULL: none wanted */
 	json_t *hsm;    /* the HSM Secret, from the cache (signet mode) */
+	json_t *hsm_egress; /* its hsm-egress as NetworkPolicy egress rules, or NULL: none */
 	/* The Deployment was applied this pass: the cache still holds the one
 	 * before the write, whose status speaks of the old generation. */
 	bool deploy_written;
@@ -592,6 +598,33 @@ static int services(pass *p)
 	return rc < 0 ? rc : rc2;
 }
 
+/* The egress to a network HSM that the HSM Secret's hsm-egress names
+ * (signet mode only), else none: a policy of ours left from before is
+ * deleted (that copy only), so removing the key closes the way again. */
+static int hsm_policy(pass *p)
+{
+	if (!p->hsm_egress) {
+		json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, W_NETPOL), p->v.ns, HSM_EGRESS_POLICY);
+		bool ours = live && strcmp(nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0;
+		sg_kube_ref r = REFS[W_NETPOL];
+		r.ns = p->v.ns;
+		r.name = HSM_EGRESS_POLICY;
+		int rc = ours ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &r, "NetworkPolicy",
+		                                  str_at(live, "metadata.uid", NULL))
+		              : SG_OK;
+		json_decref(live);
+		return rc;
+	}
+	json_t *np = object(p, "networking.k8s.io/v1", "NetworkPolicy", HSM_EGRESS_POLICY, p->v.ns);
+	SG_ENSURE(np, SG_EINTERNAL, "out of memory");
+	json_object_set_new(json_object_get(json_object_get(np, "metadata"), "labels"),
+	                    "istiocsr.operator.openshift.io/owned-by", json_string("istio-csr"));
+	json_object_set_new(np, "spec",
+	                    json_pack("{s:{s:{s:s}}, s:[s], s:O}", "podSelector", "matchLabels", "app", APP,
+	                              "policyTypes", "Egress", "egress", p->hsm_egress));
+	return put(p, W_NETPOL, p->v.ns, np);
+}
+
 static int network_policies(pass *p)
 {
 	static const char *const names[] = {"istio-csr-deny-all", "istio-csr-allow-egress-to-api-server",
@@ -625,7 +658,7 @@ static int network_policies(pass *p)
 		json_object_set_new(np, "spec", spec);
 		SG_TRY(put(p, W_NETPOL, p->v.ns, np));
 	}
-	return SG_OK;
+	return hsm_policy(p);
 }
 
 static int rbac(pass *p)
@@ -1167,6 +1200,95 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
 }
 
+/* One address of hsm-egress: "IPv4[/len]:port" or "[IPv6[/len]]:port"
+ * (brackets because an IPv6 address holds colons). A host without a
+ * length is one address (/32, /128). The CIDR is written into cidr. */
+static bool egress_entry(const char *e, size_t len, char *cidr, size_t cap, long *port)
+{
+	char buf[128];
+	if (len == 0 || len >= sizeof(buf))
+		return false;
+	memcpy(buf, e, len);
+	buf[len] = '\0';
+	char *addr = buf, *colon;
+	bool v6 = buf[0] == '[';
+	if (v6) {
+		char *close = strchr(buf, ']');
+		if (!close || close[1] != ':')
+			return false;
+		*close = '\0';
+		addr = buf + 1;
+		colon = close + 1;
+	} else {
+		colon = strrchr(buf, ':');
+		if (!colon)
+			return false;
+		*colon = '\0';
+	}
+	char *end;
+	*port = strtol(colon + 1, &end, 10);
+	if (!colon[1] || *end || *port < 1 || *port > 65535)
+		return false;
+	long bits = v6 ? 128 : 32;
+	char *slash = strchr(addr, '/');
+	if (slash) {
+		*slash = '\0';
+		long l = strtol(slash + 1, &end, 10);
+		if (!slash[1] || *end || l < 0 || l > bits)
+			return false;
+		bits = l;
+	}
+	unsigned char raw[16];
+	if (inet_pton(v6 ? AF_INET6 : AF_INET, addr, raw) != 1)
+		return false;
+	int w = snprintf(cidr, cap, "%s/%ld", addr, bits);
+	return w > 0 && (size_t)w < cap;
+}
+
+/* hsm-egress: the network HSM's addresses, comma-separated entries of
+ * egress_entry's form (e.g. "10.0.8.20:1792,[fd00::20]:1792"). A
+ * NetworkPolicy can only name addresses (ipBlock), not host names: the
+ * Secret that says how to reach the HSM (signetd.conf) is where its
+ * addresses belong too. The egress rules (one per entry, TCP), or NULL
+ * with why set (why empty: out of memory). */
+static json_t *hsm_egress(const char *text, char *why, size_t cap)
+{
+	json_t *rules = json_array();
+	if (!rules)
+		return NULL;
+	const char *s = text;
+	while (*s) {
+		while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t')
+			s++;
+		size_t n = strcspn(s, ", \n\t");
+		if (!n)
+			break;
+		char cidr[80];
+		long port = 0;
+		if (!egress_entry(s, n, cidr, sizeof(cidr), &port)) {
+			snprintf(why, cap,
+			         "\"%.*s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "
+			         "NetworkPolicy names addresses, not host names)",
+			         (int)(n > 100 ? 100 : n), s);
+			json_decref(rules);
+			return NULL;
+		}
+		if (json_array_append_new(rules,
+		                          json_pack("{s:[{s:{s:s}}], s:[{s:s, s:I}]}", "to", "ipBlock", "cidr", cidr,
+		                                    "ports", "protocol", "TCP", "port", (json_int_t)port)) != 0) {
+			json_decref(rules);
+			return NULL;
+		}
+		s += n;
+	}
+	if (json_array_size(rules) == 0) {
+		snprintf(why, cap, "names no address");
+		json_decref(rules);
+		return NULL;
+	}
+	return rules;
+}
+
 /* The HSM Secret must hold signetd.conf (signet mode: RA mode reads none). */
 static bool hsm_ok(pass *p, char *msg, size_t cap)
 {
@@ -1179,6 +1301,23 @@ static bool hsm_ok(pass *p, char *msg, size_t cap)
 	}
 	if (!json_string_value(json_object_get(json_object_get(p->hsm, "data"), "signetd.conf"))) {
 		snprintf(msg, cap, "Secret %s/%s has no key signetd.conf", p->v.ns, p->t->hsm_secret);
+		return false;
+	}
+	const char *b64 = json_string_value(json_object_get(json_object_get(p->hsm, "data"), HSM_EGRESS_KEY));
+	if (!b64)
+		return true;
+	char text[HSM_EGRESS_MAX + 1];
+	size_t n = 0, blen = strlen(b64);
+	char why[256] = "";
+	if (blen > (HSM_EGRESS_MAX + 2) / 3 * 4 ||
+	    sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)text, HSM_EGRESS_MAX, &n) < 0)
+		snprintf(why, sizeof(why), "not base64 of at most %d bytes", HSM_EGRESS_MAX);
+	else
+		text[n] = '\0';
+	if (!*why && !(p->hsm_egress = hsm_egress(text, why, sizeof(why))) && !*why)
+		snprintf(why, sizeof(why), "out of memory");
+	if (*why) {
+		snprintf(msg, cap, "Secret %s/%s key " HSM_EGRESS_KEY ": %s", p->v.ns, p->t->hsm_secret, why);
 		return false;
 	}
 	return true;
@@ -1378,6 +1517,7 @@ out:
 	free(p.ca_copy);
 	json_decref(p.issuer);
 	json_decref(p.hsm);
+	json_decref(p.hsm_egress);
 	json_decref(imm);
 	json_decref(p.labels);
 	json_decref(p.owner);

@@ -9,8 +9,10 @@
  * namespace, owned by the CR:
  *   ServiceAccount, Services (gRPC spec.port -> 6443, metrics 9402), four
  *   NetworkPolicies (deny all; egress to the API server; ingress to gRPC
- *   and metrics), a ClusterRole and ClusterRoleBinding
- *   (cert-manager-istio-csr-<namespace>), Roles and RoleBindings in the
+ *   and metrics) and a fifth, egress to a network HSM, when the HSM
+ *   Secret's key hsm-egress names its addresses (signet mode), a
+ *   ClusterRole and ClusterRoleBinding (cert-manager-istio-csr-<namespace>),
+ *   Roles and RoleBindings in the
  *   istio namespace (leases and events; CertificateRequests when a
  *   cert-manager issuer signs; istiod's Secret when signetd issues it),
  *   istiod's certificate (a cert-manager Certificate "istiod" when a

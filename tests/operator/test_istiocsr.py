@@ -31,6 +31,8 @@ a pod's status), which is all the reconciler reads. What is shown:
   istiod Certificate first, Progressing (saying what it waits for) until
   istiod-tls holds ca.crt, then the CA copy and signetd;
 - a refusal keeps the status fields and is one Warning Event per reason;
+- the HSM Secret's hsm-egress (a network HSM's addresses) opens an egress
+  NetworkPolicy beside deny-all; a host name is refused; removed, it goes;
 - as a ServiceAccount with the operator's own ClusterRoles: a Deployment
   cache made stale (its watch forbidden, the API server restarted) is no
   Ready=True after a spec change, and a read forbidden mid-run (403) shows
@@ -885,6 +887,37 @@ class IstioCSR(Operand, unittest.TestCase):
         k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
         self.ready("False", "Failed", part=f"Secret {NS}/signet-hsm")
         self.assertIsNone(self.deployment())
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+
+    def test_9g_egress_to_a_network_hsm(self):
+        """The HSM Secret's hsm-egress names a network HSM's addresses: the
+        deny-all NetworkPolicy gets a companion letting signetd's pods reach
+        them (TCP, each entry its own rule); a value that is no address is
+        refused saying so; without the key the policy goes again."""
+        k = self.k
+        merge = "application/merge-patch+json"
+        secret = f"/api/v1/namespaces/{NS}/secrets/signet-hsm"
+        path = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/istio-csr-allow-egress-to-hsm"
+        self.addCleanup(k.req, "PATCH", secret, {"data": {"hsm-egress": None}}, merge)
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        wait_for("the Deployment", self.deployment)
+        self.assertIsNone(self.get(path))
+        k.ok("PATCH", secret, {"data": {"hsm-egress": b64("10.0.8.20:1792, [fd00::20]:1792,192.168.4.0/24:2223")}},
+             merge)
+        np = wait_for("the HSM egress policy", lambda: self.get(path))
+        self.assertEqual(np["spec"]["podSelector"], {"matchLabels": {"app": APP}})
+        self.assertEqual(np["spec"]["policyTypes"], ["Egress"])
+        self.assertEqual([(r["to"][0]["ipBlock"]["cidr"], r["ports"][0]["port"], r["ports"][0]["protocol"])
+                          for r in np["spec"]["egress"]],
+                         [("10.0.8.20/32", 1792, "TCP"), ("fd00::20/128", 1792, "TCP"),
+                          ("192.168.4.0/24", 2223, "TCP")])
+        self.assertEqual(np["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        self.assertEqual(np["metadata"]["ownerReferences"][0]["kind"], "IstioCSR")
+        k.ok("PATCH", secret, {"data": {"hsm-egress": b64("hsm.example.com:1792")}}, merge)
+        self.ready("False", "Failed", part='key hsm-egress: "hsm.example.com:1792" is not an address and port')
+        k.ok("PATCH", secret, {"data": {"hsm-egress": None}}, merge)
+        wait_for("the HSM egress policy gone", lambda: self.get(path) is None)
         k.ok("DELETE", CR)
         wait_for("gone", lambda: self.cr() is None)
 
