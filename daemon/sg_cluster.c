@@ -581,6 +581,8 @@ int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o)
 	SG_ENSURE(sg_cluster_configured(o->daemon), SG_EINVAL, "no Kubernetes API is configured");
 	SG_ENSURE(o->app || !(o->daemon->cert_manager_issuer || o->daemon->kube_csr_signer), SG_EINVAL,
 	          "the cert-manager issuer and the CSR signer need the appliance's CA");
+	SG_ENSURE(o->pool || !o->daemon->istiod_cert_enabled, SG_EINVAL,
+	          "istiod's certificate is issued through the signer pool, which a daemon without an HSM has not");
 	SG_ENSURE(o->n_extra_cas < SG_CLUSTER_CAS_MAX, SG_EINVAL, "at most %d CAs", SG_CLUSTER_CAS_MAX);
 	sg_cluster *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");

@@ -45,8 +45,9 @@ typedef struct sg_cluster sg_cluster;
 typedef struct sg_cluster_options {
 	const sg_settings *settings;      /* borrowed for the cluster's life */
 	const sg_daemon_settings *daemon; /* borrowed for the cluster's life */
-	sg_pool *pool;                    /* signs istiod's certificate */
-	sg_appliance *app;                /* the CA "default": signs for SignetIssuers and Kubernetes CSRs */
+	sg_pool *pool;                    /* signs istiod's certificate (NULL without an HSM) */
+	sg_appliance *app;                /* the CA "default": signs for SignetIssuers and Kubernetes CSRs
+	                                   * (NULL without an HSM: then those writers must be off) */
 	const sg_kubesign_ca *extra_cas;  /* more CAs issuers may name (issuer-cas); borrowed, copied */
 	size_t n_extra_cas;
 	const char *root_pem;             /* the root bundle now (copied) */

@@ -6,15 +6,23 @@
  * in the HSM and audited like the rest. Key and CSR are made by the
  * signer (sg_softkey.h); served files are checked by it too (sg_x509.h),
  * so no OpenSSL is called from here.
+ *
+ * Without a pool (an RA without an HSM) the CSR goes to the forwarder
+ * instead. One request at most is out at a time (pending), its key kept
+ * here until the answer: the answer comes on the forwarder's thread and is
+ * installed under the lock, so renewal costs the housekeeping thread one
+ * submit. Only the first certificate is waited for (cond), since nothing
+ * can be served without one.
  */
 #include "sg_serving.h"
-#include "sg_softkey.h"
 #include "sg_clock.h"
+#include "sg_forward.h"
 #include "sg_guard.h"
 #include "sg_issuer.h"
 #include "sg_log.h"
 #include "sg_opt.h"
 #include "sg_secret.h"
+#include "sg_softkey.h"
 #include "sg_x509.h"
 
 #include <pthread.h>
@@ -24,6 +32,8 @@
 #include <sys/stat.h>
 
 #define MAX_FILE (1 << 20)
+/* A forwarded request that failed is asked again this much later. */
+#define FORWARD_RETRY_S 10
 
 struct sg_serving {
 	sg_serving_options o;
@@ -35,6 +45,16 @@ struct sg_serving {
 	uint64_t version;
 	int64_t not_before, not_after;
 	struct timespec cert_mtime, key_mtime;
+	/* Forwarded issuance (under lock): the key of the request that is out,
+	 * whether one is, when a failed one may be asked again, and the
+	 * first answer's outcome for sg_serving_new. */
+	pthread_cond_t answered;
+	char *pending_key;
+	bool pending;
+	int64_t retry_at;
+	bool first_wait; /* sg_serving_new waits for the first answer */
+	int first_rc;
+	char first_err[SG_ERROR_MSG_MAX];
 };
 
 void sg_serving_wipe_free(char *pem)
@@ -106,6 +126,111 @@ static int issue(sg_serving *s)
 	return SG_OK;
 }
 
+/* The chain's first certificate and the key belong together; its facts. */
+static int check_pair(const char *chain, const char *key, sg_x509_facts *facts);
+
+/* The issuer's answer to the request that is out (the forwarder's thread):
+ * installed when its leaf holds our key, else a failure retried later. */
+static void on_forwarded(int rc, const char *chain_pem, size_t len, const sg_error *err, void *arg)
+{
+	(void)len;
+	sg_serving *s = arg;
+	pthread_mutex_lock(&s->lock);
+	char *key = s->pending_key;
+	s->pending_key = NULL;
+	pthread_mutex_unlock(&s->lock);
+	char why[SG_ERROR_MSG_MAX] = "";
+	sg_x509_facts facts = {0};
+	char *chain = NULL;
+	if (rc == SG_OK) {
+		chain = strdup(chain_pem);
+		rc = chain ? check_pair(chain, key, &facts) : sg_error_set(SG_EINTERNAL, "out of memory");
+		if (rc < 0)
+			snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+	} else {
+		snprintf(why, sizeof(why), "%s", err ? err->msg : "unknown");
+	}
+	if (rc == SG_OK) {
+		install(s, chain, key, facts.not_before, facts.not_after); /* takes both */
+		sg_log(SG_LOG_INFO, "serving certificate issued", SG_F_STR("serial", facts.serial),
+		       SG_F_STR("dns", s->dns_names), SG_F_STR("by", "cert-manager issuer"),
+		       SG_F_STR("key", key_name(s->o.key_type)), SG_F_INT("key_bits", key_bits(&s->o)),
+		       SG_F_INT("not_after", facts.not_after), SG_F_END);
+	} else {
+		free(chain);
+		sg_serving_wipe_free(key);
+		sg_log(SG_LOG_WARN, "the issuer did not issue the serving certificate; asking again later",
+		       SG_F_STR("reason", why), SG_F_INT("retry_s", FORWARD_RETRY_S), SG_F_END);
+	}
+	pthread_mutex_lock(&s->lock);
+	if (s->first_wait) {
+		s->first_wait = false;
+		s->first_rc = rc;
+		snprintf(s->first_err, sizeof(s->first_err), "%s", why);
+	}
+	s->retry_at = rc == SG_OK ? 0 : sg_wall_seconds() + FORWARD_RETRY_S;
+	s->pending = false;
+	pthread_cond_broadcast(&s->answered);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* A key and CSR for the DNS names, sent to the issuer; the answer comes to
+ * on_forwarded. Nothing is sent while a request is out. */
+static int ask_issuer(sg_serving *s)
+{
+	char *list SG_AUTOFREE = strdup(s->dns_names);
+	SG_ENSURE(list, SG_EINTERNAL, "out of memory");
+	const char *dns[SG_SOFTKEY_MAX_NAMES];
+	size_t ndns = 0;
+	SG_TRY(sg_opt_split_list(list, dns, SG_SOFTKEY_MAX_NAMES, &ndns, "serving certificate DNS names"));
+	sg_softkey_request req = {.type = s->o.key_type, .rsa_bits = s->o.rsa_bits, .dns = dns, .ndns = ndns};
+	char *key = NULL, *csr SG_AUTOFREE = NULL;
+	SG_TRY(sg_softkey_csr(&req, true, &key, &csr));
+	pthread_mutex_lock(&s->lock);
+	bool busy = s->pending;
+	if (!busy) {
+		s->pending = true;
+		s->pending_key = key;
+	}
+	pthread_mutex_unlock(&s->lock);
+	if (busy) {
+		sg_serving_wipe_free(key);
+		return SG_OK;
+	}
+	/* The identity annotation says what is asked for: the DNS names, as
+	 * an approver reading istio.cert-manager.io/identities sees them. */
+	sg_forward_request fr = {
+	    .csr_pem = csr, .csr_len = strlen(csr), .identity = s->dns_names, .ttl = s->o.duration};
+	int rc = sg_forward_submit(s->o.forward, &fr, on_forwarded, s);
+	if (rc < 0) {
+		pthread_mutex_lock(&s->lock);
+		s->pending = false;
+		s->pending_key = NULL;
+		s->retry_at = sg_wall_seconds() + FORWARD_RETRY_S;
+		pthread_mutex_unlock(&s->lock);
+		sg_serving_wipe_free(key);
+	}
+	return rc;
+}
+
+/* The first certificate through the forwarder: asked, then waited for (the
+ * forwarder answers every request by its deadline). */
+static int first_from_issuer(sg_serving *s)
+{
+	pthread_mutex_lock(&s->lock);
+	s->first_wait = true;
+	pthread_mutex_unlock(&s->lock);
+	SG_TRY(ask_issuer(s));
+	pthread_mutex_lock(&s->lock);
+	while (s->first_wait)
+		pthread_cond_wait(&s->answered, &s->lock);
+	int rc = s->first_rc;
+	pthread_mutex_unlock(&s->lock);
+	SG_ENSURE(rc == SG_OK, rc, "the issuer did not issue the serving certificate (%s): %s", s->dns_names,
+	          s->first_err);
+	return SG_OK;
+}
+
 static int read_text(const char *path, char **out)
 {
 	FILE *f = fopen(path, "re");
@@ -128,7 +253,6 @@ static bool same_time(struct timespec a, struct timespec b)
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
-/* The chain's first certificate and the key belong together; its facts. */
 static int check_pair(const char *chain, const char *key, sg_x509_facts *facts)
 {
 	sg_x509_bundle *b = NULL;
@@ -177,15 +301,18 @@ int sg_serving_new(sg_serving **out, const sg_serving_options *o)
 {
 	SG_ENSURE(!o->cert_file == !o->key_file, SG_EINVAL,
 		  "serving-certificate-file and serving-key-file go together");
+	SG_ENSURE(o->cert_file || o->pool || o->forward, SG_EINVAL,
+	          "the serving certificate needs a signer pool, an issuer to forward to, or files");
 	sg_serving *s = calloc(1, sizeof(*s));
 	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
 	pthread_mutex_init(&s->lock, NULL);
+	pthread_cond_init(&s->answered, NULL);
 	s->o = *o;
 	s->dns_names = strdup(o->dns_names ? o->dns_names : "");
 	s->client_ca = strdup(o->client_ca_pem ? o->client_ca_pem : "");
 	int rc = s->dns_names && s->client_ca ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
 	if (rc == SG_OK)
-		rc = o->cert_file ? load_files(s, true) : issue(s);
+		rc = o->cert_file ? load_files(s, true) : o->pool ? issue(s) : first_from_issuer(s);
 	if (rc < 0) {
 		sg_serving_free(s);
 		return rc;
@@ -202,6 +329,8 @@ void sg_serving_free(sg_serving *s)
 	sg_serving_wipe_free(s->key);
 	free(s->dns_names);
 	free(s->client_ca);
+	sg_serving_wipe_free(s->pending_key);
+	pthread_cond_destroy(&s->answered);
 	pthread_mutex_destroy(&s->lock);
 	free(s);
 }
@@ -212,8 +341,11 @@ int sg_serving_tick(sg_serving *s, int64_t now)
 		return load_files(s, false);
 	pthread_mutex_lock(&s->lock);
 	int64_t renew_at = s->not_before + (s->not_after - s->not_before) * 2 / 3;
+	bool wait = s->pending || now < s->retry_at;
 	pthread_mutex_unlock(&s->lock);
-	return now >= renew_at ? issue(s) : SG_OK;
+	if (now < renew_at || (!s->o.pool && wait))
+		return SG_OK;
+	return s->o.pool ? issue(s) : ask_issuer(s);
 }
 
 int sg_serving_renew(sg_serving *s)

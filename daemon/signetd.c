@@ -259,6 +259,36 @@ static int serving_key(const sg_daemon_settings *s, sg_softkey_type *type, unsig
 	return SG_OK;
 }
 
+/* --hsm=false: a pure RA. Everything that would sign with signet's own CA
+ * is refused by name rather than silently not done, and so is what the RA
+ * cannot work without: the issuer and the roots the mesh trusts (with no
+ * CA there is no root of our own to fall back on). */
+static int check_no_hsm(const daemon_args *a)
+{
+	const sg_daemon_settings *s = &a->d;
+	SG_ENSURE(s->issuer_name && *s->issuer_name, SG_EINVAL,
+	          "--hsm=false needs issuer-name: without an HSM signetd only forwards (RA mode)");
+	SG_ENSURE(s->root_ca_file, SG_EINVAL,
+	          "--hsm=false needs root-ca-file: the issuer's CA, the roots the mesh trusts (there is no CA of "
+	          "signet's own to take them from)");
+	static const struct {
+		size_t off;
+		const char *name;
+	} signs[] = {
+	    {offsetof(sg_daemon_settings, istiod_cert_enabled), "istiod-cert-enabled"},
+	    {offsetof(sg_daemon_settings, cert_manager_issuer), "cert-manager-issuer"},
+	    {offsetof(sg_daemon_settings, kube_csr_signer), "kube-csr-signer"},
+	};
+	for (size_t i = 0; i < sizeof(signs) / sizeof(signs[0]); i++)
+		SG_ENSURE(!*(const bool *)((const char *)s + signs[i].off), SG_EINVAL,
+		          "--hsm=false: %s signs with signet's CA, which an RA without an HSM does not have; set "
+		          "--%s=false",
+		          signs[i].name, signs[i].name);
+	SG_ENSURE(!s->issuer_cas || !*s->issuer_cas, SG_EINVAL,
+	          "--hsm=false: issuer-cas names CAs in an HSM; leave it empty");
+	return SG_OK;
+}
+
 /* What the table's bounds cannot say: combinations, and istio-csr flag
  * values signetd has no meaning for. Checked before anything starts, so
  * a Deployment's mistake exits at once with status 2, as a bad flag does. */
@@ -270,6 +300,8 @@ static int check_settings(const daemon_args *a)
 	          "which signetd does not read; signetd signs with its own CA (issuer-name empty) or through the "
 	          "issuer that issuer-name, issuer-kind and issuer-group name");
 	SG_TRY(sg_forward_annotations_check(s->certificate_request_additional_annotations));
+	if (!s->hsm)
+		SG_TRY(check_no_hsm(a));
 	sg_softkey_type type;
 	unsigned bits;
 	return serving_key(s, &type, &bits);
@@ -281,11 +313,19 @@ static int start(daemon *d)
 	/* A SoftHSM2 token.object emptied by a kill during a login (SoftHSM2
 	 * rewrites it in place) is put back before the module reads it: a
 	 * restart after kill -9 must find the same CA (sg_init.h). */
-	SG_TRY(sg_init_softhsm_repair(d->a.s.softhsm2_conf));
-	SG_TRY(sg_appliance_open(&d->app, &d->a.s));
-	SG_TRY(open_extra_cas(d));
-	d->pool = sg_appliance_pool(d->app);
-	d->ca = sg_appliance_ca(d->app);
+	if (s->hsm) {
+		SG_TRY(sg_init_softhsm_repair(d->a.s.softhsm2_conf));
+		SG_TRY(sg_appliance_open(&d->app, &d->a.s));
+		SG_TRY(open_extra_cas(d));
+		d->pool = sg_appliance_pool(d->app);
+		d->ca = sg_appliance_ca(d->app);
+	} else {
+		/* No appliance, pool or CA: every certificate, our serving one
+		 * included, comes from the issuer (check_no_hsm made sure nothing
+		 * else would need them). */
+		sg_log(SG_LOG_INFO, "no HSM (hsm=false): a pure RA; the HSM and CA settings are not read",
+		       SG_F_STR("issuer", s->issuer_name), SG_F_STR("root_ca_file", s->root_ca_file), SG_F_END);
+	}
 	const char *root = NULL;
 	size_t root_len = 0;
 	char *root_own SG_AUTOFREE = NULL;
@@ -324,29 +364,30 @@ static int start(daemon *d)
 		.authorize_arg = d->cluster,
 	};
 	SG_TRY(sg_policy_new(&d->policy, &po));
+	SG_ENSURE(!(s->issuer_name && *s->issuer_name) || sg_cluster_forwarder(d->cluster), SG_EINVAL,
+	          "issuer-name (RA mode) needs a Kubernetes API (kubeconfig, KUBECONFIG or in-cluster)");
 	sg_serving_options so = {
-		.pool = d->pool,
-		.dns_names = s->serving_certificate_dns_names,
-		.duration = s->serving_certificate_duration,
-		.cert_file = s->serving_certificate_file,
-		.key_file = s->serving_key_file,
-		.client_ca_pem = root,
+	    .pool = d->pool,
+	    .forward = d->pool ? NULL : sg_cluster_forwarder(d->cluster),
+	    .dns_names = s->serving_certificate_dns_names,
+	    .duration = s->serving_certificate_duration,
+	    .cert_file = s->serving_certificate_file,
+	    .key_file = s->serving_key_file,
+	    .client_ca_pem = root,
 	};
 	SG_TRY(serving_key(s, &so.key_type, &so.rsa_bits));
 	SG_TRY(sg_serving_new(&d->serving, &so));
 	SG_TRY(sg_metrics_new(&d->m.reg));
 	sg_service_options vo = {
-		.pool = d->pool,
-		.ca = d->ca,
-		.auth = &d->auth,
-		.policy = d->policy,
-		.metrics = d->m.reg,
-		.root_pem = root_own,
-		.root_len = root_len,
-		.forward = sg_cluster_forwarder(d->cluster),
+	    .pool = d->pool,
+	    .ca = d->ca,
+	    .auth = &d->auth,
+	    .policy = d->policy,
+	    .metrics = d->m.reg,
+	    .root_pem = root_own,
+	    .root_len = root_len,
+	    .forward = sg_cluster_forwarder(d->cluster),
 	};
-	SG_ENSURE(!(s->issuer_name && *s->issuer_name) || vo.forward, SG_EINVAL,
-	          "issuer-name (RA mode) needs a Kubernetes API (kubeconfig, KUBECONFIG or in-cluster)");
 	SG_TRY(sg_service_new(&d->svc, &vo));
 	SG_TRY(signetd_ca_follow_start(d));
 	SG_TRY(signetd_setup_metrics(d));
@@ -538,8 +579,11 @@ static void set_sched_batch(bool on)
 
 static void usage(void)
 {
-	printf("usage: signetd {--config FILE | --init-dir DIR} [options]\n\n"
-	       "Serves istio.v1.auth.IstioCertificateService/CreateCertificate with CA keys in a PKCS#11 token.\n"
+	printf("usage: signetd {--config FILE | --init-dir DIR} [options]\n"
+	       "       signetd --hsm=false --issuer-name NAME --root-ca-file FILE [options]\n\n"
+	       "Serves istio.v1.auth.IstioCertificateService/CreateCertificate with CA keys in a PKCS#11 token,\n"
+	       "or, with --hsm=false, as a pure RA that forwards every CSR (its own serving certificate's too)\n"
+	       "to a cert-manager issuer.\n"
 	       "Every option may also be a line \"name = value\" in the config file; options override it.\n\n");
 	sg_opt_usage(opts, NOPTS, stdout);
 }
@@ -586,6 +630,9 @@ int main(int argc, char **argv)
 		return 1;
 	sg_opt_result res = {.argv = pos};
 	int rc = sg_opt_parse(opts, NOPTS, &d.a, argc - 1, argv + 1, &res);
+	/* Before init-dir would make (or open) a CA for nothing. */
+	if (rc == SG_OK && !res.help && d.a.init_dir && !d.a.d.hsm)
+		rc = sg_error_set(SG_EINVAL, "--hsm=false: init-dir makes a CA in an HSM; leave it out");
 	if (rc == SG_OK && !res.help && d.a.init_dir && use_init_dir(&d.a, argc, argv, &res) < 0) {
 		/* Not a usage error: the folder or the token failed. */
 		fprintf(stderr, "signetd: %s\n", sg_error_last()->msg);

@@ -59,8 +59,9 @@ static void notify_state(daemon *d, const char *why_not)
  * outstanding (0 while it completes work or is idle); main thread only. */
 static uint64_t pool_stalled_ns(daemon *d, uint64_t now_ns)
 {
-	sg_pool_stats st;
-	sg_pool_stats_get(d->pool, &st);
+	sg_pool_stats st = {0};
+	if (d->pool) /* an RA without an HSM has none: always idle */
+		sg_pool_stats_get(d->pool, &st);
 	if (st.completed != d->pool_completed || st.submitted == st.completed) {
 		d->pool_completed = st.completed;
 		d->pool_progress_ns = now_ns;
@@ -101,7 +102,7 @@ static bool pool_progressing(daemon *d, uint64_t now_ns)
 	if (pool_stalled_ns(d, now_ns) < POOL_WEDGED_NS)
 		return true;
 	sg_pool_stats st;
-	sg_pool_stats_get(d->pool, &st);
+	sg_pool_stats_get(d->pool, &st); /* stalled: there is a pool */
 	if (!d->pool_wedged_logged)
 		sg_log(SG_LOG_ERROR, "signer pool makes no progress; withholding the systemd watchdog ping",
 		       SG_F_INT("outstanding", (int64_t)(st.submitted - st.completed)),

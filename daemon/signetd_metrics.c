@@ -51,8 +51,9 @@ static double rotation_lead(void *arg)
 
 sg_hsm_stats signetd_hsm_stats(daemon *d)
 {
-	sg_hsm_stats st;
-	sg_hsm_stats_get(sg_appliance_hsm(d->app), &st);
+	sg_hsm_stats st = {.state = SG_HSM_OK, .last_fault = ""};
+	if (d->app) /* else no HSM: never down */
+		sg_hsm_stats_get(sg_appliance_hsm(d->app), &st);
 	return st;
 }
 
@@ -165,36 +166,43 @@ int signetd_setup_metrics(daemon *d)
 		const char *name, *help;
 		sg_metrics_value_fn fn;
 		bool counter;
+		bool ca; /* of the CA, the HSM or the pool */
 	} fns[] = {
 	    {"citadel_server_root_cert_expiry_timestamp", "The unix timestamp when the root CA expires.", root_expiry,
-	     false},
+	     false, true},
 	    {"citadel_server_root_cert_expiry_seconds", "Seconds until the root CA expires.", root_expiry_seconds,
-	     false},
+	     false, true},
 	    {"citadel_server_cert_chain_expiry_timestamp", "The unix timestamp when the CA chain expires.",
-	     chain_expiry, false},
+	     chain_expiry, false, true},
 	    {"citadel_server_cert_chain_expiry_seconds", "Seconds until the CA chain expires.", chain_expiry_seconds,
-	     false},
+	     false, true},
 	    {"signet_ca_root_rotation_due",
 	     "1 when the CA's root expires within signet_ca_root_rotation_lead_seconds: time to rotate the CA.",
-	     rotation_due, false},
+	     rotation_due, false, true},
 	    {"signet_ca_root_rotation_lead_seconds",
 	     "How long before the CA's root expires its rotation is due (root-rotation-lead; default a third of the "
 	     "root's validity).",
-	     rotation_lead, false},
-	    {"signet_hsm_up", "1 while at least one HSM token is usable.", hsm_up, false},
-	    {"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false},
+	     rotation_lead, false, true},
+	    {"signet_hsm_up", "1 while at least one HSM token is usable.", hsm_up, false, true},
+	    {"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false, true},
 	    {"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",
-	     signer_service_seconds, false},
+	     signer_service_seconds, false, true},
 	    {"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
-	     serving_expiry, false},
-	    {"signet_ready", "1 when signet is ready to serve.", ready_gauge, false},
+	     serving_expiry, false, false},
+	    {"signet_ready", "1 when signet is ready to serve.", ready_gauge, false, false},
 	};
+	/* An RA without an HSM (no appliance) has no CA, HSM or signer pool:
+	 * their series are left out rather than shown as zeros that read as
+	 * "expired" or "down". */
 	for (size_t i = 0; i < sizeof(fns) / sizeof(fns[0]); i++)
-		SG_TRY(fns[i].counter ? sg_metrics_counter_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d)
-		                      : sg_metrics_gauge_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d));
+		if (d->app || !fns[i].ca)
+			SG_TRY(fns[i].counter ? sg_metrics_counter_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d)
+			                      : sg_metrics_gauge_fn(m->reg, fns[i].name, fns[i].help, fns[i].fn, d));
 #define TABLE(rows, get, type) rows, sizeof(rows) / sizeof(rows[0]), get, sizeof(type)
-	SG_TRY(sg_metrics_stats(m->reg, TABLE(hsm_rows, hsm_of, sg_hsm_stats), d));
-	SG_TRY(sg_metrics_stats(m->reg, TABLE(pool_rows, pool_of, sg_pool_stats), d));
+	if (d->app) {
+		SG_TRY(sg_metrics_stats(m->reg, TABLE(hsm_rows, hsm_of, sg_hsm_stats), d));
+		SG_TRY(sg_metrics_stats(m->reg, TABLE(pool_rows, pool_of, sg_pool_stats), d));
+	}
 	SG_TRY(sg_metrics_stats(m->reg, TABLE(grpc_rows, grpc_of, sg_grpc_server_stats), d));
 #undef TABLE
 	return SG_OK;
@@ -242,7 +250,7 @@ static void probe_series_of(daemon_metrics *m, sg_hsm *h, sg_metric *results, sg
 int signetd_start_hsm_probes(daemon *d)
 {
 	const sg_daemon_settings *s = &d->a.d;
-	if (!s->hsm_probe_interval)
+	if (!s->hsm_probe_interval || !d->app)
 		return SG_OK;
 	daemon_metrics *m = &d->m;
 	sg_hsm *h = sg_appliance_hsm(d->app);

@@ -34,12 +34,18 @@ int64_t signetd_root_rotation_lead(const daemon *d)
 {
 	if (d->a.d.root_rotation_lead > 0)
 		return d->a.d.root_rotation_lead;
+	if (!d->ca)
+		return 0;
 	int64_t validity = sg_ca_root_not_after(d->ca) - sg_ca_root_not_before(d->ca);
 	return validity > 0 ? validity / 3 : 0;
 }
 
 bool signetd_root_rotation_due(const daemon *d, int64_t now)
 {
+	/* An RA without an HSM has no CA to rotate: the issuer's CA is the
+	 * issuer's business (its expiry in the served bundle is still watched). */
+	if (!d->ca)
+		return false;
 	return now >= sg_ca_root_not_after(d->ca) - signetd_root_rotation_lead(d);
 }
 

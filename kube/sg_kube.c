@@ -651,6 +651,22 @@ int sg_kube_delete(sg_kube *k, const sg_kube_ref *ref, json_t **out)
 	return call(k, "DELETE", ref, &u, NULL, NULL, out);
 }
 
+int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out)
+{
+	if (out)
+		*out = NULL;
+	SG_ENSURE(uid && *uid, SG_EINVAL, "kube: delete with a precondition needs a uid");
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: delete needs a name");
+	json_t *opts =
+	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions", "uid", uid);
+	SG_ENSURE(opts, SG_EINTERNAL, "kube: out of memory");
+	int rc = call(k, "DELETE", ref, &u, "application/json", opts, out);
+	json_decref(opts);
+	return rc;
+}
+
 int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out)
 {
 	struct url u;

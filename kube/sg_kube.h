@@ -197,6 +197,12 @@ SG_API int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body
 SG_API int sg_kube_update(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out) SG_MUST_CHECK;
 /* DELETE; *out is the deleted object or a Status. */
 SG_API int sg_kube_delete(sg_kube *k, const sg_kube_ref *ref, json_t **out) SG_MUST_CHECK;
+/* DELETE of the object named by ref only while its metadata.uid is uid
+ * (DeleteOptions preconditions.uid): an object of the same name made
+ * since (another owner's) is left alone, and the API server answers 409
+ * Conflict (SG_EBUSY; sg_kube_last_status()->code 409), as for any other
+ * precondition. SG_EINVAL for an empty uid. */
+SG_API int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out) SG_MUST_CHECK;
 /* PATCH with application/merge-patch+json (RFC 7386). */
 SG_API int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out) SG_MUST_CHECK;
 /* Server-side apply: PATCH application/apply-patch+yaml with the JSON body

@@ -9,8 +9,9 @@
  *      IstioCSR event re-queues every IstioCSR), or a spec the CRD's CEL
  *      rules would refuse (InvalidSpec);
  *   3. the finalizer and the immutable-field record, one patch;
- *   4. inputs: the istio namespace, the HSM Secret, the issuer, the CA
- *      (each missing one is a Ready=False message and a retry);
+ *   4. inputs: the istio namespace, the HSM Secret (signet mode only: in
+ *      RA mode signetd runs with --hsm=false and needs none), the issuer,
+ *      the CA (each missing one is a Ready=False message and a retry);
  *   5. the objects, each applied only when its cached copy differs; ones
  *      no longer wanted deleted. In RA mode through an issuer that is no
  *      CA issuer, the CA is istiod-tls's ca.crt, which exists only once
@@ -36,6 +37,7 @@
 #include "sg_opr.h"
 #include "sg_x509.h"
 
+#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,10 @@
 #define IMMUTABLE_ANNOTATION "operator.signet.dev/istiocsr-immutable"
 #define CA_COPY "cert-manager-istio-csr-issuer-ca-copy"
 #define HSM_MOUNT "/etc/signet/hsm"
+/* The HSM Secret's key naming a network HSM's addresses (see hsm_egress). */
+#define HSM_EGRESS_KEY "hsm-egress"
+#define HSM_EGRESS_MAX 4096 /* bytes of its value */
+#define HSM_EGRESS_POLICY "istio-csr-allow-egress-to-hsm"
 #define ROOT_MOUNT "/var/run/configmaps/istio-csr"
 #define RETRY_MS 30000u
 #define ISSUE_WAIT_MS 5000u   /* while istiod's Certificate is being issued */
@@ -505,7 +511,8 @@ typedef struct pass {
 	char owner_label[128], crole[128];
 	bool ra;        /* a cert-manager issuer signs; signetd forwards */
 	char *ca_copy;  /* the CA copy's ca.crt, or NULL: none wanted */
-	json_t *hsm;    /* the HSM Secret, from the cache */
+	json_t *hsm;    /* the HSM Secret, from the cache (signet mode) */
+	json_t *hsm_egress; /* its hsm-egress as NetworkPolicy egress rules, or NULL: none */
 	/* The Deployment was applied this pass: the cache still holds the one
 	 * before the write, whose status speaks of the old generation. */
 	bool deploy_written;
@@ -513,7 +520,6 @@ typedef struct pass {
 	 * yet): Ready=False/Progressing with these words. */
 	const char *waiting;
 	bool reported;  /* the status of this pass's outcome was written (or tried) */
-	char *root;     /* signet's root (the HSM Secret's root.crt), RA mode */
 	json_t *issuer; /* the issuer, as read this pass */
 } pass;
 
@@ -592,6 +598,33 @@ static int services(pass *p)
 	return rc < 0 ? rc : rc2;
 }
 
+/* The egress to a network HSM that the HSM Secret's hsm-egress names
+ * (signet mode only), else none: a policy of ours left from before is
+ * deleted (that copy only), so removing the key closes the way again. */
+static int hsm_policy(pass *p)
+{
+	if (!p->hsm_egress) {
+		json_t *live = sg_kube_informer_get(sg_ctrl_informer(p->c, W_NETPOL), p->v.ns, HSM_EGRESS_POLICY);
+		bool ours = live && strcmp(nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0;
+		sg_kube_ref r = REFS[W_NETPOL];
+		r.ns = p->v.ns;
+		r.name = HSM_EGRESS_POLICY;
+		int rc = ours ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &r, "NetworkPolicy",
+		                                  str_at(live, "metadata.uid", NULL))
+		              : SG_OK;
+		json_decref(live);
+		return rc;
+	}
+	json_t *np = object(p, "networking.k8s.io/v1", "NetworkPolicy", HSM_EGRESS_POLICY, p->v.ns);
+	SG_ENSURE(np, SG_EINTERNAL, "out of memory");
+	json_object_set_new(json_object_get(json_object_get(np, "metadata"), "labels"),
+	                    "istiocsr.operator.openshift.io/owned-by", json_string("istio-csr"));
+	json_object_set_new(np, "spec",
+	                    json_pack("{s:{s:{s:s}}, s:[s], s:O}", "podSelector", "matchLabels", "app", APP,
+	                              "policyTypes", "Egress", "egress", p->hsm_egress));
+	return put(p, W_NETPOL, p->v.ns, np);
+}
+
 static int network_policies(pass *p)
 {
 	static const char *const names[] = {"istio-csr-deny-all", "istio-csr-allow-egress-to-api-server",
@@ -625,7 +658,7 @@ static int network_policies(pass *p)
 		json_object_set_new(np, "spec", spec);
 		SG_TRY(put(p, W_NETPOL, p->v.ns, np));
 	}
-	return SG_OK;
+	return hsm_policy(p);
 }
 
 static int rbac(pass *p)
@@ -749,8 +782,11 @@ static int drop_istiod_certificate(pass *p)
 	SG_TRY(rc);
 	const char *o = nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL));
 	bool ours = strcmp(o, p->owner_label) == 0;
+	/* Only the copy just read as ours: another owner's made since stays. */
+	rc = ours ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &r, "Certificate", str_at(live, "metadata.uid", NULL))
+	          : SG_OK;
 	json_decref(live);
-	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "Certificate") : SG_OK;
+	return rc;
 }
 
 /* Whether the API server serves ServiceMonitors (the Prometheus
@@ -828,11 +864,14 @@ static int drop_service_monitor(pass *p)
 	bool served = true;
 	SG_TRY(get_monitor(p, &live, &served));
 	bool ours = live && strcmp(nz(meta_str(live, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0;
-	json_decref(live);
 	sg_kube_ref r = REF_MONITOR;
 	r.ns = p->v.ns;
 	r.name = APP;
-	return ours ? sg_opr_delete(p->c, &p->t->st, p->cr, &r, "ServiceMonitor") : SG_OK;
+	int rc =
+	    ours ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &r, "ServiceMonitor", str_at(live, "metadata.uid", NULL))
+	         : SG_OK;
+	json_decref(live);
+	return rc;
 }
 
 static int ca_copy(pass *p)
@@ -914,8 +953,14 @@ static int deployment(pass *p)
 		if (rc == SG_OK)                \
 			rc = push(args, __VA_ARGS__); \
 	} while (0)
-	/* The HSM settings first: every flag after it overrides the file. */
-	A("--config=" HSM_MOUNT "/signetd.conf");
+	/* The HSM settings first: every flag after it overrides the file. In
+	 * RA mode there are none: signetd holds no CA key, forwards every CSR
+	 * and gets its serving certificate from the issuer too, as istio-csr
+	 * does, so an IstioCSR as the seed writes it needs no HSM Secret. */
+	if (p->ra)
+		A("--hsm=false");
+	else
+		A("--config=" HSM_MOUNT "/signetd.conf");
 	A("--log-level=%lld", (long long)int_at(cfg, "logLevel", 1));
 	A("--log-format=%s", str_at(cfg, "logFormat", "text"));
 	A("--metrics-port=9402");
@@ -963,10 +1008,15 @@ static int deployment(pass *p)
 		json_decref(args);
 		return rc;
 	}
-	json_t *mounts = json_pack("[{s:s, s:s, s:b}, {s:s, s:s}]", "name", "hsm", "mountPath", HSM_MOUNT, "readOnly", 1,
-	                           "name", "tmp", "mountPath", "/tmp");
-	json_t *volumes = json_pack("[{s:s, s:{s:s, s:I}}, {s:s, s:{}}]", "name", "hsm", "secret", "secretName",
-	                            p->t->hsm_secret, "defaultMode", (json_int_t)0440, "name", "tmp", "emptyDir");
+	json_t *mounts = json_pack("[{s:s, s:s}]", "name", "tmp", "mountPath", "/tmp");
+	json_t *volumes = json_pack("[{s:s, s:{}}]", "name", "tmp", "emptyDir");
+	if (!p->ra && mounts && volumes) {
+		json_array_insert_new(
+		    mounts, 0, json_pack("{s:s, s:s, s:b}", "name", "hsm", "mountPath", HSM_MOUNT, "readOnly", 1));
+		json_array_insert_new(volumes, 0,
+		                      json_pack("{s:s, s:{s:s, s:I}}", "name", "hsm", "secret", "secretName",
+		                                p->t->hsm_secret, "defaultMode", (json_int_t)0440));
+	}
 	if (p->ca_copy && mounts && volumes) {
 		json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "root-ca", "mountPath", ROOT_MOUNT,
 		                                        "readOnly", 1));
@@ -996,9 +1046,11 @@ static int deployment(pass *p)
 		json_object_set_new(container, "terminationMessagePolicy", json_string("FallbackToLogsOnError"));
 	/* A new HSM Secret (PIN, token, CA) takes a restart: signetd reads it
 	 * at start. The root copy needs none (signetd follows the file). */
-	json_t *pod_meta = json_pack("{s:O, s:{s:s}}", "labels", p->labels, "annotations",
-	                             "operator.signet.dev/hsm-secret-version",
-	                             str_at(p->hsm, "metadata.resourceVersion", ""));
+	json_t *pod_meta = json_pack("{s:O}", "labels", p->labels);
+	if (pod_meta && !p->ra)
+		json_object_set_new(pod_meta, "annotations",
+		                    json_pack("{s:s}", "operator.signet.dev/hsm-secret-version",
+		                              str_at(p->hsm, "metadata.resourceVersion", "")));
 	/* fsGroup: the kubelet gives the HSM Secret's files this group
 	 * (mode 0440) and the container this supplementary group, which is how
 	 * a non-root signetd reads its PIN (sg_secret accepts a group of its
@@ -1100,11 +1152,10 @@ static int write_status(pass *p, const char *failed, const char *reason, bool ap
 		json_t *o;
 		json_array_foreach(all, i, o)
 		{
-			/* A terminating pod is on its way out (a rollout's old
-			 * one, a drained node's): its failure is not the operand's. */
+			/* Terminating pods too: sg_opr_operand_state passes over
+			 * them. */
 			if (strcmp(str_at(o, "metadata.namespace", ""), p->v.ns) == 0 &&
-			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0 &&
-			    !at(o, "metadata.deletionTimestamp"))
+			    strcmp(nz(meta_str(o, "labels", SG_OPR_OWNER_LABEL)), p->owner_label) == 0)
 				json_array_append(pods, o);
 		}
 		st = sg_opr_operand_state(d, pods, opmsg, 1024);
@@ -1149,41 +1200,126 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
 }
 
-/* The HSM Secret must hold signetd.conf; in RA mode also root.crt. */
-static bool hsm_ok(pass *p, char **root, char *msg, size_t cap)
+/* One address of hsm-egress: "IPv4[/len]:port" or "[IPv6[/len]]:port"
+ * (brackets because an IPv6 address holds colons). A host without a
+ * length is one address (/32, /128). The CIDR is written into cidr. */
+static bool egress_entry(const char *e, size_t len, char *cidr, size_t cap, long *port)
 {
-	*root = NULL;
-	const json_t *data = json_object_get(p->hsm, "data");
+	char buf[128];
+	if (len == 0 || len >= sizeof(buf))
+		return false;
+	memcpy(buf, e, len);
+	buf[len] = '\0';
+	char *addr = buf, *colon;
+	bool v6 = buf[0] == '[';
+	if (v6) {
+		char *close = strchr(buf, ']');
+		if (!close || close[1] != ':')
+			return false;
+		*close = '\0';
+		addr = buf + 1;
+		colon = close + 1;
+	} else {
+		colon = strrchr(buf, ':');
+		if (!colon)
+			return false;
+		*colon = '\0';
+	}
+	char *end;
+	*port = strtol(colon + 1, &end, 10);
+	if (!colon[1] || *end || *port < 1 || *port > 65535)
+		return false;
+	long bits = v6 ? 128 : 32;
+	char *slash = strchr(addr, '/');
+	if (slash) {
+		*slash = '\0';
+		long l = strtol(slash + 1, &end, 10);
+		if (!slash[1] || *end || l < 0 || l > bits)
+			return false;
+		bits = l;
+	}
+	unsigned char raw[16];
+	if (inet_pton(v6 ? AF_INET6 : AF_INET, addr, raw) != 1)
+		return false;
+	int w = snprintf(cidr, cap, "%s/%ld", addr, bits);
+	return w > 0 && (size_t)w < cap;
+}
+
+/* hsm-egress: the network HSM's addresses, comma-separated entries of
+ * egress_entry's form (e.g. "10.0.8.20:1792,[fd00::20]:1792"). A
+ * NetworkPolicy can only name addresses (ipBlock), not host names: the
+ * Secret that says how to reach the HSM (signetd.conf) is where its
+ * addresses belong too. The egress rules (one per entry, TCP), or NULL
+ * with why set (why empty: out of memory). */
+static json_t *hsm_egress(const char *text, char *why, size_t cap)
+{
+	json_t *rules = json_array();
+	if (!rules)
+		return NULL;
+	const char *s = text;
+	while (*s) {
+		while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t')
+			s++;
+		size_t n = strcspn(s, ", \n\t");
+		if (!n)
+			break;
+		char cidr[80];
+		long port = 0;
+		if (!egress_entry(s, n, cidr, sizeof(cidr), &port)) {
+			snprintf(why, cap,
+			         "\"%.*s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "
+			         "NetworkPolicy names addresses, not host names)",
+			         (int)(n > 100 ? 100 : n), s);
+			json_decref(rules);
+			return NULL;
+		}
+		if (json_array_append_new(rules,
+		                          json_pack("{s:[{s:{s:s}}], s:[{s:s, s:I}]}", "to", "ipBlock", "cidr", cidr,
+		                                    "ports", "protocol", "TCP", "port", (json_int_t)port)) != 0) {
+			json_decref(rules);
+			return NULL;
+		}
+		s += n;
+	}
+	if (json_array_size(rules) == 0) {
+		snprintf(why, cap, "names no address");
+		json_decref(rules);
+		return NULL;
+	}
+	return rules;
+}
+
+/* The HSM Secret must hold signetd.conf (signet mode: RA mode reads none). */
+static bool hsm_ok(pass *p, char *msg, size_t cap)
+{
 	if (!p->hsm) {
-		snprintf(
-		    msg, cap, "Secret %s/%s (signetd.conf and the HSM material it names) does not exist%s", p->v.ns,
-		    p->t->hsm_secret,
-		    p->ra ? " (a cert-manager issuer signs, but signetd still signs its own serving certificate with "
-		            "the HSM key and trusts root.crt beside the issuer's CA)"
-		          : "");
+		snprintf(msg, cap,
+		         "Secret %s/%s (signetd.conf and the HSM material it names) does not exist; signet's own "
+		         "issuer signs with the HSM key (a cert-manager issuer needs none)",
+		         p->v.ns, p->t->hsm_secret);
 		return false;
 	}
-	if (!json_string_value(json_object_get(data, "signetd.conf"))) {
+	if (!json_string_value(json_object_get(json_object_get(p->hsm, "data"), "signetd.conf"))) {
 		snprintf(msg, cap, "Secret %s/%s has no key signetd.conf", p->v.ns, p->t->hsm_secret);
 		return false;
 	}
-	if (!p->ra)
+	const char *b64 = json_string_value(json_object_get(json_object_get(p->hsm, "data"), HSM_EGRESS_KEY));
+	if (!b64)
 		return true;
-	const char *b64 = json_string_value(json_object_get(data, "root.crt"));
-	size_t blen = b64 ? strlen(b64) : 0, n = 0;
-	if (!b64 || blen > 1u << 20) {
-		snprintf(msg, cap, "Secret %s/%s needs root.crt (signet's own root, trusted beside the issuer's) when a "
-		         "cert-manager issuer signs", p->v.ns, p->t->hsm_secret);
+	char text[HSM_EGRESS_MAX + 1];
+	size_t n = 0, blen = strlen(b64);
+	char why[256] = "";
+	if (blen > (HSM_EGRESS_MAX + 2) / 3 * 4 ||
+	    sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)text, HSM_EGRESS_MAX, &n) < 0)
+		snprintf(why, sizeof(why), "not base64 of at most %d bytes", HSM_EGRESS_MAX);
+	else
+		text[n] = '\0';
+	if (!*why && !(p->hsm_egress = hsm_egress(text, why, sizeof(why))) && !*why)
+		snprintf(why, sizeof(why), "out of memory");
+	if (*why) {
+		snprintf(msg, cap, "Secret %s/%s key " HSM_EGRESS_KEY ": %s", p->v.ns, p->t->hsm_secret, why);
 		return false;
 	}
-	char *s = malloc(blen / 4 * 3 + 4);
-	if (!s || sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)s, blen / 4 * 3 + 3, &n) < 0) {
-		free(s);
-		snprintf(msg, cap, "Secret %s/%s key root.crt is not base64", p->v.ns, p->t->hsm_secret);
-		return false;
-	}
-	s[n] = '\0';
-	*root = s;
 	return true;
 }
 
@@ -1204,23 +1340,14 @@ static int get_issuer(pass *p, json_t **out, char *msg, size_t cap)
 	return rc;
 }
 
-/* The CA copy's text: the issuer's CA (issuer_ca) followed by signet's
- * root. SG_OK with p->ca_copy NULL when the CA is not there (yet): msg
- * says what is missing, *invalid whether it is there but unusable. */
+/* The CA copy's text: the issuer's CA (issuer_ca), all the mesh trusts:
+ * in RA mode the issuer signs the workloads' certificates and signetd's
+ * own serving certificate alike. SG_OK with p->ca_copy NULL when the CA
+ * is not there (yet): msg says what is missing, *invalid whether it is
+ * there but unusable. */
 static int resolve_ca(pass *p, char *msg, size_t cap, bool *invalid)
 {
-	char *ca = NULL;
-	SG_TRY(issuer_ca(p->t, &p->v, p->issuer, &ca, msg, cap, invalid));
-	if (!ca)
-		return SG_OK;
-	size_t a = strlen(ca), b = p->root ? strlen(p->root) : 0;
-	p->ca_copy = malloc(a + b + 2);
-	if (p->ca_copy)
-		snprintf(p->ca_copy, a + b + 2, "%s%s%s", ca, a && ca[a - 1] != '\n' && b ? "\n" : "",
-		         p->root ? p->root : "");
-	free(ca);
-	SG_ENSURE(p->ca_copy, SG_EINTERNAL, "out of memory");
-	return SG_OK;
+	return issuer_ca(p->t, &p->v, p->issuer, &p->ca_copy, msg, cap, invalid);
 }
 
 /* Whether the CA comes from istiod's own certificate: RA mode through an
@@ -1249,9 +1376,11 @@ static int accepted(pass *p, sg_ctrl_result *res, char *msg, size_t cap, char *o
 		snprintf(msg, cap, "istio namespace \"%s\" does not exist", p->v.istio_ns);
 		return write_status(p, msg, "Failed", false, opmsg);
 	}
-	p->hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
-	if (!hsm_ok(p, &p->root, msg, cap))
-		return write_status(p, msg, "Failed", false, opmsg);
+	if (!p->ra) {
+		p->hsm = sg_kube_informer_get(sg_ctrl_informer(c, W_SECRET), ns, t->hsm_secret);
+		if (!hsm_ok(p, msg, cap))
+			return write_status(p, msg, "Failed", false, opmsg);
+	}
 	res->requeue_after_ms = RETRY_MS; /* the issuer is not watched */
 	SG_TRY(get_issuer(p, &p->issuer, msg, cap));
 	if (!p->issuer)
@@ -1383,12 +1512,12 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		sg_error_restore(&e);
 	}
 out:
-	sg_log(SG_LOG_DEBUG, "istiocsr pass", SG_F_STR("key", key), SG_F_INT("rc", rc),
-	       SG_F_STR("refused", msg), SG_F_STR("operand", opmsg), SG_F_END);
-	free(p.root);
+	sg_log(SG_LOG_DEBUG, "istiocsr pass", SG_F_STR("key", key), SG_F_INT("rc", rc), SG_F_STR("refused", msg),
+	       SG_F_STR("operand", opmsg), SG_F_END);
 	free(p.ca_copy);
 	json_decref(p.issuer);
 	json_decref(p.hsm);
+	json_decref(p.hsm_egress);
 	json_decref(imm);
 	json_decref(p.labels);
 	json_decref(p.owner);

@@ -9,8 +9,10 @@
  * namespace, owned by the CR:
  *   ServiceAccount, Services (gRPC spec.port -> 6443, metrics 9402), four
  *   NetworkPolicies (deny all; egress to the API server; ingress to gRPC
- *   and metrics), a ClusterRole and ClusterRoleBinding
- *   (cert-manager-istio-csr-<namespace>), Roles and RoleBindings in the
+ *   and metrics) and a fifth, egress to a network HSM, when the HSM
+ *   Secret's key hsm-egress names its addresses (signet mode), a
+ *   ClusterRole and ClusterRoleBinding (cert-manager-istio-csr-<namespace>),
+ *   Roles and RoleBindings in the
  *   istio namespace (leases and events; CertificateRequests when a
  *   cert-manager issuer signs; istiod's Secret when signetd issues it),
  *   istiod's certificate (a cert-manager Certificate "istiod" when a
@@ -18,14 +20,15 @@
  *   the CA copy ConfigMap (cert-manager-istio-csr-issuer-ca-copy) and the
  *   Deployment cert-manager-istio-csr.
  *
- * HSM and CA material: a Secret in the IstioCSR's namespace (options
- * hsm_secret, default "signet-hsm") holds signetd.conf (hsm-module,
- * hsm-token, hsm-key, pin-file, ca-cert, ... with paths under
- * /etc/signet/hsm/) and the files it names; it is mounted read-only there
- * and named by --config, so no PIN is ever an argument or an environment
- * value. When a cert-manager issuer signs (RA mode), the Secret's root.crt
- * (signet's own root, which signs its serving certificate) is appended to
- * the issuer's CA in the CA copy, which becomes --root-ca-file.
+ * HSM and CA material, when signet's own issuer signs: a Secret in the
+ * IstioCSR's namespace (options hsm_secret, default "signet-hsm") holds
+ * signetd.conf (hsm-module, hsm-token, hsm-key, pin-file, ca-cert, ...
+ * with paths under /etc/signet/hsm/) and the files it names; it is
+ * mounted read-only there and named by --config, so no PIN is ever an
+ * argument or an environment value. When a cert-manager issuer signs (RA
+ * mode) no Secret is read: signetd runs with --hsm=false, a pure RA whose
+ * serving certificate is the issuer's too, and the issuer's CA alone is
+ * the CA copy, which becomes --root-ca-file.
  *
  * Validation the CRD cannot express on every API server (its CEL rules)
  * is done here and reported as Ready=False/InvalidSpec; immutable fields

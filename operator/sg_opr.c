@@ -101,12 +101,28 @@ int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_r
 
 int sg_opr_delete(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what)
 {
+	return sg_opr_delete_uid(c, st, cr, ref, what, NULL);
+}
+
+int sg_opr_delete_uid(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
+                      const char *uid)
+{
 	if (sg_ctrl_stopping(c))
 		return sg_error_set(SG_EBUSY, "stopping");
-	int rc = sg_kube_delete(sg_ctrl_kube(c), ref, NULL);
+	int rc = uid ? sg_kube_delete_uid(sg_ctrl_kube(c), ref, uid, NULL) : sg_kube_delete(sg_ctrl_kube(c), ref, NULL);
 	if (rc == SG_ENOTFOUND)
 		return SG_OK;
 	atomic_fetch_add(&st->writes, 1);
+	if (rc < 0 && uid && sg_kube_last_status()->code == 409) {
+		/* The name is another object's now (a handover: the next
+		 * IstioCSR made its own since our copy was read): not ours to
+		 * delete. */
+		sg_log(SG_LOG_INFO, "object not deleted: the name now belongs to another object",
+		       SG_F_STR("controller", sg_ctrl_name(c)), SG_F_STR("kind", what),
+		       SG_F_STR("namespace", ref->ns ? ref->ns : ""), SG_F_STR("name", ref->name), SG_F_STR("uid", uid),
+		       SG_F_END);
+		return SG_OK;
+	}
 	if (rc < 0) {
 		sg_error e;
 		sg_error_save(&e);
@@ -148,7 +164,10 @@ int sg_opr_delete_owned(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, sg_kube_
 		sg_kube_ref r = *ref;
 		r.ns = json_string_value(json_object_get(md, "namespace"));
 		r.name = json_string_value(json_object_get(md, "name"));
-		if ((rc = sg_opr_delete(c, st, cr, &r, ref->resource)) < 0)
+		/* The uid of the copy that carries our label: the cache may be
+		 * behind an object another owner made under the same name. */
+		const char *uid = json_string_value(json_object_get(md, "uid"));
+		if ((rc = sg_opr_delete_uid(c, st, cr, &r, ref->resource, uid && *uid ? uid : NULL)) < 0)
 			break;
 		if (n)
 			(*n)++;
@@ -280,6 +299,11 @@ sg_opr_operand sg_opr_operand_state(const json_t *d, const json_t *pods, char *m
 	json_t *p;
 	json_array_foreach(pods, i, p)
 	{
+		/* A terminating pod is on its way out (a rollout's old one, a
+		 * drained node's): its failure is not the operand's. Here, so
+		 * that every reconciler's pods are judged alike. */
+		if (json_object_get(json_object_get(p, "metadata"), "deletionTimestamp"))
+			continue;
 		if (pod_failure(p, msg, cap))
 			return SG_OPR_OPERAND_FAILING;
 	}

@@ -22,7 +22,7 @@
  *                observedGeneration is current and its available replicas
  *                reach the desired count; Degraded carries the operand's
  *                own failure (a container's waiting or terminated reason
- *                and message) from its pods.
+ *                and message) from its pods that are not terminating.
  *
  * Ownership: every json_t passed in is borrowed; out parameters are the
  * caller's to decref. Threads: called from the reconcilers' workers; the
@@ -80,11 +80,21 @@ SG_API int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg
 /* Deletes the object ref names (absent is fine), counting it. */
 SG_API int sg_opr_delete(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref,
                          const char *what) SG_MUST_CHECK;
+/* The same, only while the object's uid is uid (NULL: any): the copy the
+ * caller read and found its own. An object of that name with another uid
+ * (made since, by another owner: a handover between two instances) is
+ * left alone, logged, and SG_OK returned. */
+SG_API int sg_opr_delete_uid(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
+                             const char *uid) SG_MUST_CHECK;
 
 /* Deletes every object of informer inf (a watch of one managed kind,
  * group/version/resource as in ref) that carries owner in the owner label,
- * except those named in keep ("ns/name" or "name" keys, may be NULL).
- * Returns how many it deleted through *n (may be NULL). */
+ * except those named in keep ("ns/name" or "name" keys, may be NULL),
+ * each conditional on the uid of the cached copy that carries the label
+ * (sg_opr_delete_uid): a stale cache never deletes what another owner
+ * has made under the same name since. Returns how many it deleted through
+ * *n (may be NULL; conditional deletes that found another object do not
+ * count). */
 SG_API int sg_opr_delete_owned(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, sg_kube_informer *inf,
                                const sg_kube_ref *ref, const char *owner, const char *const *keep, size_t nkeep,
                                size_t *n) SG_MUST_CHECK;
@@ -99,7 +109,9 @@ SG_API int sg_opr_set_finalizer(sg_ctrl *c, sg_opr_stats *st, const sg_kube_ref 
                                 const char *finalizer, bool add, const json_t *extra_annotations) SG_MUST_CHECK;
 
 /* The operand's state from its Deployment (may be NULL: not made yet) and
- * the pods it selects (an array, may be NULL). */
+ * the pods it selects (an array, may be NULL; pods being deleted, with a
+ * metadata.deletionTimestamp, are passed over: a rollout's old pod or a
+ * drained node's is no failure of the operand). */
 typedef enum sg_opr_operand {
 	SG_OPR_OPERAND_AVAILABLE,   /* current and every desired replica available */
 	SG_OPR_OPERAND_PROGRESSING, /* rolling out, pods starting */

@@ -974,7 +974,8 @@ static bool deleting(const json_t *o)
 	return sg_kube_meta_str(o, "deletionTimestamp") != NULL;
 }
 
-/* The operand's pods that are not on their way out (a new array). */
+/* The operand's pods (a new array); sg_opr_operand_state passes over
+ * those on their way out. */
 static json_t *operand_pods(sg_trustmanager *t, sg_ctrl *c)
 {
 	json_t *all = sg_kube_informer_list(sg_ctrl_informer(c, W_POD));
@@ -984,7 +985,7 @@ static json_t *operand_pods(sg_trustmanager *t, sg_ctrl *c)
 	json_array_foreach(all, i, pod)
 	{
 		const char *ns = sg_kube_meta_str(pod, "namespace");
-		if (out && ns && strcmp(ns, t->ns) == 0 && !deleting(pod))
+		if (out && ns && strcmp(ns, t->ns) == 0)
 			json_array_append(out, pod);
 	}
 	json_decref(all);

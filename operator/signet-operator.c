@@ -75,7 +75,10 @@ static const sg_opt opts[] = {
 	{"trustmanager", SG_OPT_BOOL, S(trustmanager), "true", 0, 0, NULL,
 	 "reconcile the TrustManager resource (deploy signet-trust)", false},
 	{"hsm-secret", SG_OPT_STRING, S(hsm_secret), "signet-hsm", 1, 253, NULL,
-	 "Secret in each IstioCSR's namespace with signetd.conf and the HSM material it names", false},
+	 "Secret in each IstioCSR's namespace with signetd.conf and the HSM material it names, and optionally "
+	 "hsm-egress (a network HSM's addresses, for the NetworkPolicy); read when a SignetIssuer signs (an "
+	 "IstioCSR with a cert-manager issuer runs signetd --hsm=false and needs none)",
+	 false},
 	{"trust-manager-namespace", SG_OPT_STRING, S(trust_manager_namespace), "cert-manager", 1, 63, NULL,
 	 "namespace signet-trust runs in", false},
 	{"default-ca-package-source", SG_OPT_ENUM, S(default_ca_source), "openshift", 0, 0, ca_sources,

@@ -516,18 +516,23 @@ void sg_service_on_call(sg_grpc_call *call, const sg_grpc_request *gr, void *arg
 
 /* ---- the chain snapshot ---------------------------------------------------- */
 
-/* A new chain: the CA's, with root (copied, may be NULL) as the bundle. */
+/* A new chain: the CA's, with root (copied, may be NULL) as the bundle.
+ * Without a CA (an RA without an HSM) the root bundle alone: forwarded
+ * answers only ever take the last element. */
 static int chain_new(const sg_ca *ca, const char *root, size_t root_len, chain_snap **out)
 {
-	size_t n;
-	const char *const *elems;
-	const size_t *lens;
-	sg_ca_chain(ca, &elems, &lens, &n);
+	size_t n = 1;
+	const char *const *elems = NULL;
+	const size_t *lens = NULL;
+	if (ca)
+		sg_ca_chain(ca, &elems, &lens, &n);
+	else
+		SG_ENSURE(root, SG_EINVAL, "service: without a CA the root bundle must be given");
 	SG_ENSURE(n > 0 && n <= MAX_CHAIN, SG_EINVAL, "CA chain has %zu elements", n);
 	chain_snap *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory");
 	atomic_init(&c->refs, 1);
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; elems && i < n; i++) {
 		c->elems[i] = elems[i];
 		c->lens[i] = lens[i];
 	}
@@ -655,8 +660,10 @@ void sg_service_counts_get(sg_service *s, sg_service_counts *out)
 int sg_service_new(sg_service **out, const sg_service_options *o)
 {
 	*out = NULL;
-	SG_ENSURE(o && o->pool && o->ca && o->auth && o->policy && o->metrics, SG_EINVAL,
-	          "service: needs a pool, a CA, an authenticator, a policy and a metrics registry");
+	SG_ENSURE(o && o->auth && o->policy && o->metrics, SG_EINVAL,
+	          "service: needs an authenticator, a policy and a metrics registry");
+	SG_ENSURE((o->pool && o->ca) || (o->forward && !o->pool && !o->ca && o->root_pem), SG_EINVAL,
+	          "service: needs a pool and a CA, or (RA without an HSM) a forwarder and a root bundle only");
 	sg_service *s = calloc(1, sizeof(*s));
 	SG_ENSURE(s, SG_EINTERNAL, "out of memory");
 	s->pool = o->pool;

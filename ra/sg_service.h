@@ -58,7 +58,9 @@ typedef struct sg_service_options {
 	/* RA mode (NULL: sign with the pool): each CSR that passes
 	 * authentication, policy and the signer's CSR checks is forwarded to a
 	 * cert-manager issuer; the answer is the issuer's leaf and
-	 * intermediates, then the root bundle above. */
+	 * intermediates, then the root bundle above. An RA without an HSM
+	 * gives a forwarder and root_pem with neither pool nor ca (then
+	 * set_root needs no CA either). */
 	sg_forward *forward;
 } sg_service_options;
 

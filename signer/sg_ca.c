@@ -382,6 +382,8 @@ int sg_ca_check_bundle(const sg_ca *ca, const char *pem, size_t len, const char 
 	SG_ENSURE(bio, SG_EINTERNAL, "out of memory");
 	STACK_OF(X509) *roots SG_CLEANUP(free_certs) = NULL;
 	SG_TRY(read_certs_bio(bio, what, &roots));
+	if (!ca)
+		return SG_OK; /* no CA of our own (an RA without an HSM): nothing must chain to it */
 	STACK_OF(X509) *chain SG_CLEANUP(free_certs) = sk_X509_new_null();
 	X509 *cert = cert_of_pem(ca->cert_pem);
 	int rc = chain && cert ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
@@ -415,7 +417,8 @@ int sg_ca_bundle_roots(const sg_ca *ca, const char *pem, size_t len, sg_ca_root_
 		unsigned char *der = NULL;
 		int dl = i2d_X509(x, &der);
 		SG_ENSURE(dl > 0, SG_EINTERNAL, "cannot encode a root");
-		r->is_ca_root = (size_t)dl == ca->root_der_len && memcmp(der, ca->root_der, ca->root_der_len) == 0;
+		r->is_ca_root =
+		    ca && (size_t)dl == ca->root_der_len && memcmp(der, ca->root_der, ca->root_der_len) == 0;
 		OPENSSL_free(der);
 	}
 	return SG_OK;

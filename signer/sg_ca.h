@@ -65,8 +65,10 @@ SG_API const char *sg_ca_root_subject(const sg_ca *ca);
 SG_API int64_t sg_ca_chain_not_after(const sg_ca *ca);
 /* Checks a candidate root bundle (len bytes of PEM; what names it in
  * messages): every block must be a certificate, and the CA certificate
- * with its intermediates must verify to one of them. SG_EINVAL with the
- * reason otherwise. For a reloaded bundle before it is handed out. */
+ * with its intermediates must verify to one of them (ca NULL: a daemon
+ * with no CA of its own, an RA without an HSM; only the first part).
+ * SG_EINVAL with the reason otherwise. For a reloaded bundle before it is
+ * handed out. */
 SG_API int sg_ca_check_bundle(const sg_ca *ca, const char *pem, size_t len, const char *what) SG_MUST_CHECK;
 
 /* Most certificates a root bundle may hold (as sg_ca_load and
@@ -80,8 +82,9 @@ typedef struct sg_ca_root_info {
 } sg_ca_root_info;
 
 /* Describes the certificates of a root bundle (len bytes of PEM), in file
- * order, at most cap of them (*n how many). SG_EINVAL when the bundle
- * holds no certificate, a broken one or more than SG_CA_BUNDLE_MAX. */
+ * order, at most cap of them (*n how many; with ca NULL none is the CA's
+ * root). SG_EINVAL when the bundle holds no certificate, a broken one or
+ * more than SG_CA_BUNDLE_MAX. */
 SG_API int sg_ca_bundle_roots(const sg_ca *ca, const char *pem, size_t len, sg_ca_root_info *out, size_t cap,
                               size_t *n) SG_MUST_CHECK;
 

@@ -44,6 +44,7 @@ typedef struct sg_daemon_settings {
 	int64_t max_connection_age_grace;
 	int64_t grpc_memory_limit;
 	int64_t shutdown_grace;
+	bool hsm; /* false: a pure RA, no HSM and no CA of signet's own */
 	int64_t hsm_down_limit;
 	int64_t hsm_probe_interval;
 	int64_t hsm_probe_timeout;
@@ -178,6 +179,12 @@ enum { SG_DAEMON_KEY_RSA, SG_DAEMON_KEY_ECDSA };
 	  "closed and streams reset")   \
 	X("shutdown-grace", SG_OPT_DURATION, shutdown_grace, "15s", 0, 600, NULL,                                 \
 	  "time in-flight requests get to finish on SIGTERM")                                                      \
+	X("hsm", SG_OPT_BOOL, hsm, "true", 0, 0, NULL,                                                            \
+	  "open the HSM and the CA of the config file (hsm-*, pin-*, ca-cert, root-cert); false: a pure RA that "  \
+	  "holds no CA key: needs issuer-name (RA mode) and root-ca-file (the issuer's CA, the roots the mesh "   \
+	  "trusts); the serving certificate is the issuer's too (a CertificateRequest, as istio-csr gets its own) " \
+	  "unless serving-certificate-file is set; the HSM settings are not read, and what signs with signet's "   \
+	  "CA must be off (istiod-cert-enabled, cert-manager-issuer, kube-csr-signer, issuer-cas, init-dir)")      \
 	X("hsm-down-limit", SG_OPT_DURATION, hsm_down_limit, "5m", 0, 7LL * 86400, NULL,                          \
 	  "/healthz fails once the HSM has been down this long without recovering, so that a liveness probe "     \
 	  "restarts signetd (0: never)")                                                                           \

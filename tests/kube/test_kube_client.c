@@ -1,6 +1,6 @@
 /*
  * sg_kube against a real kube-apiserver (test_kube_env.h): CRUD and the
- * error details, pagination, watches (order, bookmarks, 410), server-side
+ * error details, a delete conditional on the uid, pagination, watches (order, bookmarks, 410), server-side
  * apply conflicts, the status subresource of a CRD, Events, authentication
  * failures and token-file rotation, TLS verification, the rate limiter, and
  * the GET of non-resource paths (the OIDC discovery endpoints).
@@ -78,6 +78,30 @@ static void t_crud(void)
 	json_decref(updated);
 	json_decref(patch);
 	json_decref(patched);
+}
+
+/* Delete with a UID precondition: another object of the same name (made
+ * after the one whose uid is given) stays; the right uid deletes. */
+static void t_delete_uid(void)
+{
+	sg_kube_ref coll = cm_ref(NULL), one = cm_ref("by-uid");
+	json_t *cm = kube_env_configmap("default", "by-uid", "k", "v1");
+	json_t *first = NULL, *second = NULL;
+	SG_CHECK_OK(sg_kube_create(k, &coll, cm, &first));
+	char old_uid[64];
+	snprintf(old_uid, sizeof(old_uid), "%s", first ? sg_kube_meta_str(first, "uid") : "");
+	SG_CHECK_OK(sg_kube_delete_uid(k, &one, old_uid, NULL));
+	SG_CHECK_RC(sg_kube_get(k, &one, NULL), SG_ENOTFOUND);
+	SG_CHECK_OK(sg_kube_create(k, &coll, cm, &second));
+	SG_CHECK_RC(sg_kube_delete_uid(k, &one, old_uid, NULL), SG_EBUSY);
+	SG_CHECK(sg_kube_last_status()->code == 409);
+	SG_CHECK_OK(sg_kube_get(k, &one, NULL));
+	SG_CHECK_RC(sg_kube_delete_uid(k, &one, "", NULL), SG_EINVAL);
+	SG_CHECK_OK(sg_kube_delete_uid(k, &one, second ? sg_kube_meta_str(second, "uid") : "x", NULL));
+	SG_CHECK_RC(sg_kube_delete_uid(k, &one, old_uid, NULL), SG_ENOTFOUND);
+	json_decref(cm);
+	json_decref(first);
+	json_decref(second);
 }
 
 static void t_pagination(void)
@@ -609,7 +633,7 @@ static void t_start(void)
 		exit(1);
 }
 
-SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crud), SG_TEST(t_pagination), SG_TEST(t_watch_order),
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crud), SG_TEST(t_delete_uid), SG_TEST(t_pagination), SG_TEST(t_watch_order),
              SG_TEST(t_watch_bookmarks), SG_TEST(t_apply), SG_TEST(t_status_subresource), SG_TEST(t_watch_expired),
              SG_TEST(t_event), SG_TEST(t_auth_and_rotation), SG_TEST(t_rate_limit), SG_TEST(t_get_path),
              SG_TEST(t_zz_cleanup))

@@ -21,8 +21,9 @@ a pod's status), which is all the reconciler reads. What is shown:
 - what the CRD's CEL rules refuse is refused with Ready=False/InvalidSpec,
   immutable fields included; an ACME issuer is refused;
 - a cert-manager issuer (RA mode): the istiod Certificate, the CA copy
-  (the issuer's CA and signet's root), --root-ca-file and the --issuer-*
-  arguments;
+  (the issuer's CA), --hsm=false, --root-ca-file and the --issuer-*
+  arguments; an IstioCSR as the seed writes it, with a cert-manager
+  issuer and no Secret signet-hsm, reaches Ready with no HSM volume;
 - a second IstioCSR is refused while the first exists and accepted once it
   is deleted; its missing istio namespace is picked up when created;
 - deleting an IstioCSR deletes every object made for it and nothing else;
@@ -30,6 +31,8 @@ a pod's status), which is all the reconciler reads. What is shown:
   istiod Certificate first, Progressing (saying what it waits for) until
   istiod-tls holds ca.crt, then the CA copy and signetd;
 - a refusal keeps the status fields and is one Warning Event per reason;
+- the HSM Secret's hsm-egress (a network HSM's addresses) opens an egress
+  NetworkPolicy beside deny-all; a host name is refused; removed, it goes;
 - as a ServiceAccount with the operator's own ClusterRoles: a Deployment
   cache made stale (its watch forbidden, the API server restarted) is no
   Ready=True after a spec change, and a read forbidden mid-run (403) shows
@@ -660,7 +663,9 @@ class IstioCSR(Operand, unittest.TestCase):
         self.ready("False", "InvalidSpec", part="unsupported ACME issuer")
         k.ok("DELETE", CR)
         wait_for("gone", lambda: self.cr() is None)
-        # A CA issuer: its Secret's ca.crt and signet's root become the roots.
+        # A CA issuer: its Secret's ca.crt becomes the roots (signetd holds
+        # no CA of its own in RA mode: the issuer signs its serving
+        # certificate too).
         k.ok("POST", f"/api/v1/namespaces/{ISTIO}/secrets",
              {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "mesh-ca"},
               "data": {"ca.crt": b64(E.issuer_ca), "tls.crt": b64(E.issuer_ca)}})
@@ -682,9 +687,10 @@ class IstioCSR(Operand, unittest.TestCase):
         self.assertEqual(spec["issuerRef"], {"name": "istio-csr-issuer", "kind": "Issuer", "group": "cert-manager.io"})
         self.assertEqual((spec["privateKey"]["algorithm"], spec["privateKey"]["size"]), ("RSA", 2048))
         cm = self.get(f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy")
-        self.assertIn(E.issuer_ca.strip(), cm["data"]["ca.crt"])
-        self.assertIn(E.root.strip(), cm["data"]["ca.crt"])
+        self.assertEqual(cm["data"]["ca.crt"].strip(), E.issuer_ca.strip())
         a = args_of(self.deployment())
+        self.assertEqual(a[0], "--hsm=false")
+        self.assertFalse([x for x in a if x.startswith("--config")], a)
         for want in ("--issuer-name=istio-csr-issuer", "--issuer-kind=Issuer", "--issuer-group=cert-manager.io",
                      f"--certificate-namespace={ISTIO}", "--istiod-cert-enabled=false",
                      "--root-ca-file=/var/run/configmaps/istio-csr/ca.crt"):
@@ -741,7 +747,7 @@ class IstioCSR(Operand, unittest.TestCase):
                        "tls.key": b64(read(os.path.join(E.tmp, "leaf.key")))}})
         cm = wait_for("the CA copy", lambda: self.get(
             f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy"))
-        self.assertEqual(cm["data"]["ca.crt"], E.issuer_ca.rstrip("\n") + "\n" + E.root)
+        self.assertEqual(cm["data"]["ca.crt"].strip(), E.issuer_ca.strip())
         d = wait_for("the Deployment", self.deployment)
         for want in ("--issuer-name=vault", "--issuer-kind=Issuer", "--issuer-group=cert-manager.io",
                      "--istiod-cert-enabled=false", "--root-ca-file=/var/run/configmaps/istio-csr/ca.crt"):
@@ -836,6 +842,84 @@ class IstioCSR(Operand, unittest.TestCase):
         k.ok("DELETE", CR)
         wait_for("gone", lambda: self.cr() is None)
         self.assertIsNone(self.get(path))
+
+    def test_9f_ra_mode_needs_no_hsm_secret(self):
+        """An IstioCSR as the seed writes it, pointing at a cert-manager
+        issuer, in a namespace without Secret signet-hsm: signetd runs as a
+        pure RA (--hsm=false), with no HSM volume, argument or annotation,
+        and the IstioCSR reaches Ready; a SignetIssuer (signet signs with
+        the HSM) in the same place still says the Secret is missing."""
+        k = self.k
+        k.ok("DELETE", f"/api/v1/namespaces/{NS}/secrets/signet-hsm")
+        self.addCleanup(E.hsm_secret, NS)
+        code, out = k.req("POST", f"/api/v1/namespaces/{ISTIO}/secrets",
+                          {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "istio-ca"},
+                           "data": {"ca.crt": b64(E.issuer_ca), "tls.crt": b64(E.issuer_ca)}})
+        assert code in (201, 409), out
+        code, out = k.req("POST", f"/apis/cert-manager.io/v1/namespaces/{ISTIO}/issuers",
+                          {"apiVersion": "cert-manager.io/v1", "kind": "Issuer", "metadata": {"name": "istio-ca"},
+                           "spec": {"ca": {"secretName": "istio-ca"}}})
+        assert code in (201, 409), out
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs",
+             sample(issuer=("istio-ca", "Issuer", "cert-manager.io")))
+        d = wait_for("the Deployment", self.deployment)
+        a = args_of(d)
+        self.assertEqual(a[0], "--hsm=false")
+        self.assertFalse([x for x in a if "/etc/signet/hsm" in x], a)
+        for want in ("--issuer-name=istio-ca", "--issuer-kind=Issuer", "--issuer-group=cert-manager.io",
+                     "--root-ca-file=/var/run/configmaps/istio-csr/ca.crt", "--istiod-cert-enabled=false",
+                     "--cert-manager-issuer=false", "--kube-csr-signer=false",
+                     f"--serving-certificate-dns-names={APP}.{NS}.svc"):
+            self.assertIn(want, a)
+        pod = d["spec"]["template"]["spec"]
+        self.assertEqual(sorted(v["name"] for v in pod["volumes"]), ["root-ca", "tmp"])
+        self.assertEqual(sorted(m["mountPath"] for m in pod["containers"][0]["volumeMounts"]),
+                         ["/tmp", "/var/run/configmaps/istio-csr"])
+        self.assertNotIn("annotations", d["spec"]["template"]["metadata"])
+        cm = self.get(f"/api/v1/namespaces/{NS}/configmaps/cert-manager-istio-csr-issuer-ca-copy")
+        self.assertEqual(cm["data"]["ca.crt"].strip(), E.issuer_ca.strip())
+        self.play_deployment_controller()
+        o = self.ready("True", "Ready")
+        self.assertNotIn("signet-hsm", json.dumps(o["status"]))
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+        # signet mode still needs it, and says so
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        self.ready("False", "Failed", part=f"Secret {NS}/signet-hsm")
+        self.assertIsNone(self.deployment())
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
+
+    def test_9g_egress_to_a_network_hsm(self):
+        """The HSM Secret's hsm-egress names a network HSM's addresses: the
+        deny-all NetworkPolicy gets a companion letting signetd's pods reach
+        them (TCP, each entry its own rule); a value that is no address is
+        refused saying so; without the key the policy goes again."""
+        k = self.k
+        merge = "application/merge-patch+json"
+        secret = f"/api/v1/namespaces/{NS}/secrets/signet-hsm"
+        path = f"/apis/networking.k8s.io/v1/namespaces/{NS}/networkpolicies/istio-csr-allow-egress-to-hsm"
+        self.addCleanup(k.req, "PATCH", secret, {"data": {"hsm-egress": None}}, merge)
+        k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
+        wait_for("the Deployment", self.deployment)
+        self.assertIsNone(self.get(path))
+        k.ok("PATCH", secret, {"data": {"hsm-egress": b64("10.0.8.20:1792, [fd00::20]:1792,192.168.4.0/24:2223")}},
+             merge)
+        np = wait_for("the HSM egress policy", lambda: self.get(path))
+        self.assertEqual(np["spec"]["podSelector"], {"matchLabels": {"app": APP}})
+        self.assertEqual(np["spec"]["policyTypes"], ["Egress"])
+        self.assertEqual([(r["to"][0]["ipBlock"]["cidr"], r["ports"][0]["port"], r["ports"][0]["protocol"])
+                          for r in np["spec"]["egress"]],
+                         [("10.0.8.20/32", 1792, "TCP"), ("fd00::20/128", 1792, "TCP"),
+                          ("192.168.4.0/24", 2223, "TCP")])
+        self.assertEqual(np["metadata"]["labels"]["operator.signet.dev/owner"], NS)
+        self.assertEqual(np["metadata"]["ownerReferences"][0]["kind"], "IstioCSR")
+        k.ok("PATCH", secret, {"data": {"hsm-egress": b64("hsm.example.com:1792")}}, merge)
+        self.ready("False", "Failed", part='key hsm-egress: "hsm.example.com:1792" is not an address and port')
+        k.ok("PATCH", secret, {"data": {"hsm-egress": None}}, merge)
+        wait_for("the HSM egress policy gone", lambda: self.get(path) is None)
+        k.ok("DELETE", CR)
+        wait_for("gone", lambda: self.cr() is None)
 
     def test_9e_terminating_pod_is_no_operand_failure(self):
         """A crashing pod that is being deleted (held here by a finalizer,

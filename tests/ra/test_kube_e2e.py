@@ -23,6 +23,10 @@ Python's grpcio as the client and `openssl verify` on every chain.
     root change;
   - two replicas: one leader writes; killing it hands over within 20 s;
   - the API server restarted under a running signetd: it recovers;
+  - RA mode without an HSM (--hsm=false, from a config file): the serving
+    certificate comes from the issuer, clients trusting only the issuer's
+    CA connect and get workload certificates; no CA, HSM or pool metrics;
+    settings that would need signet's CA are refused by name;
   - RA mode: a test issuer (a small controller here, signing cert-manager
     CertificateRequests of its own issuer group with Python's
     cryptography) answers; chains come back to the gRPC client and verify
@@ -889,6 +893,7 @@ class TestIssuer:
         self.intermediates = 0  # CAs between the root and the leaf
         self.chains = {}
         self.annotations = {}  # each request's, by name
+        self.lifetimes = {}  # seconds to issue for, by identity annotation, whatever the request asks
         self.seen = set()
         self.signed = 0
         self.stop = threading.Event()
@@ -945,6 +950,7 @@ class TestIssuer:
                                "application/merge-patch+json")
                     continue
                 seconds = int(cr["spec"]["duration"].rstrip("s"))
+                seconds = self.lifetimes.get(self.annotations[name].get("istio.cert-manager.io/identities"), seconds)
                 leaf = self.sign(base64.b64decode(cr["spec"]["request"]), seconds)
                 self.signed += 1  # before the answer can reach anyone
                 cond = {"type": "Ready", "status": "True", "reason": "Issued", "message": "signed by the test",
@@ -955,18 +961,29 @@ class TestIssuer:
             self.stop.wait(0.02)
 
 
+RA_READY = []
+
+
+def ra_cluster():
+    """The CertificateRequest API and RA_NS, once for the RA classes."""
+    if RA_READY:
+        return
+    with open(os.path.join(os.path.dirname(KUBE_SCRIPTS), "controllers", "fixtures",
+                           "certificaterequests.crd.yaml")) as f:
+        crd = yaml.safe_load(f)
+    code, doc = C.kube.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+    assert code in (201, 409), f"CRD: {code} {doc.get('message')}"
+    wait_for("the CertificateRequest API", lambda: C.kube.req("GET", CR_PATH.replace(RA_NS, "default"))[0] == 200)
+    C.kube.namespace(RA_NS)
+    RA_READY.append(True)
+
+
 class RAMode(Base):
     """signetd forwarding to a cert-manager issuer (istio-csr's mode)."""
 
     @classmethod
     def setUpClass(cls):
-        with open(os.path.join(os.path.dirname(KUBE_SCRIPTS), "controllers", "fixtures",
-                               "certificaterequests.crd.yaml")) as f:
-            crd = yaml.safe_load(f)
-        code, doc = C.kube.req("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-        assert code in (201, 409), f"CRD: {code} {doc.get('message')}"
-        wait_for("the CertificateRequest API", lambda: C.kube.req("GET", CR_PATH.replace(RA_NS, "default"))[0] == 200)
-        C.kube.namespace(RA_NS)
+        ra_cluster()
         cls.issuer = TestIssuer()
         # The mesh roots: the issuer's root (workload certificates) and
         # signet's own (its serving certificate).
@@ -1089,6 +1106,135 @@ class RAMode(Base):
         self.assertEqual(cm.exception.code(), grpc.StatusCode.DEADLINE_EXCEEDED, cm.exception.details())
         self.assertLess(time.time() - t0, 8)
         wait_for("the request's deletion", lambda: not self.ours(), timeout=60)
+
+
+class RANoHSM(Base):
+    """signetd --hsm=false: a pure RA with no HSM and no CA of its own, as
+    the operator runs it for an IstioCSR that names a cert-manager issuer.
+    Its settings come from a config file that names no HSM (hsm = false
+    and the issuer there, flags beside them); its serving certificate is
+    the issuer's (a CertificateRequest whose identity annotation is the
+    DNS names), so a client that trusts only the issuer's CA connects;
+    workload certificates come back with the issuer's CA as the root
+    bundle; nothing of a CA, HSM or signer pool shows in the metrics; what
+    would need signet's own CA is refused by name at start."""
+
+    @classmethod
+    def setUpClass(cls):
+        ra_cluster()
+        cls.issuer = TestIssuer()
+        # Its serving certificate lives 30 s, whatever signetd asks (at
+        # least 5 minutes): renewed at 20 s, within the class.
+        cls.issuer.lifetimes["localhost"] = 30
+        cls.roots = os.path.join(C.tmp, "no-hsm-roots.pem")
+        with open(cls.roots, "wb") as f:
+            f.write(cls.issuer.pem)
+        cls.conf = os.path.join(C.tmp, "no-hsm.conf")
+        with open(cls.conf, "w") as f:
+            f.write(f"hsm = false\nissuer-name = test\nissuer-kind = TestIssuer\nissuer-group = {TEST_GROUP}\n"
+                    f"certificate-namespace = {RA_NS}\nroot-ca-file = {cls.roots}\n"
+                    "cert-manager-issuer = false\nkube-csr-signer = false\n")
+        env = dict(os.environ)
+        env.pop("KUBERNETES_SERVICE_HOST", None)
+        cls.d = signet_e2e.Signetd(SIGNETD, cls.conf, "--kubeconfig", C.env["KUBECONFIG"],
+                                   "--serving-certificate-dns-names", "localhost", "--root-ca-configmap=false",
+                                   "--server-timeout", "5s", env=env)
+        creds = grpc.ssl_channel_credentials(root_certificates=cls.issuer.pem)  # the issuer's CA, nothing else
+        cls.ch = grpc.secure_channel(f"127.0.0.1:{cls.d.port}", creds,
+                                     options=[("grpc.ssl_target_name_override", "localhost")])
+        cls.stub = C.pb_grpc.IstioCertificateServiceStub(cls.ch)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.issuer.stop.set()
+        cls.issuer.thread.join()
+        cls.ch.close()
+        rc = cls.d.stop()
+        assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
+
+    def ours(self):
+        code, doc = C.kube.req("GET", CR_PATH)
+        return [i for i in doc.get("items", []) if i["metadata"]["name"].startswith("signet-")]
+
+    def test_serving_certificate_from_the_issuer(self):
+        recs = [r for r in self.d.records() if r.get("msg") == "serving certificate issued"]
+        self.assertGreaterEqual(len(recs), 1, self.d.text())
+        self.assertEqual((recs[0].get("by"), recs[0].get("dns")), ("cert-manager issuer", "localhost"))
+        self.assertTrue(any(r.get("msg", "").startswith("no HSM (hsm=false)") for r in self.d.records()))
+        self.assertIn("localhost", [a.get("istio.cert-manager.io/identities")
+                                    for a in self.issuer.annotations.values()])
+        wait_for("the serving certificate's request deleted", lambda: not self.ours())
+
+    def test_workload_certificate(self):
+        identity = spiffe("apps", "app1")
+        chain = self.call(self.stub, C.kube.token("apps", "app1"), identity)
+        self.assertEqual(len(chain), 2)  # the issuer's leaf, then the root bundle: the issuer's CA
+        self.assertEqual(chain[-1].encode(), self.issuer.pem)
+        path = os.path.join(C.tmp, f"no-hsm-chain.{time.time_ns()}.pem")
+        with open(path, "w") as f:
+            f.write(chain[0])
+        v = subprocess.run(["openssl", "verify", "-CAfile", self.roots, path], capture_output=True, text=True)
+        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+        leaf = x509.load_pem_x509_certificate(chain[0].encode())
+        san = leaf.extensions.get_extension_for_oid(ExtensionOID.SUBJECT_ALTERNATIVE_NAME).value
+        self.assertEqual(san.get_values_for_type(x509.UniformResourceIdentifier), [identity])
+        wait_for("the request's deletion", lambda: not self.ours())
+        # another identity than the token's: refused before anything is sent
+        self.refused(self.stub, C.kube.token("apps", "app1"), spiffe("apps", "app2"))
+
+    def test_metrics_and_readiness_without_an_hsm(self):
+        self.assertEqual(C.metric(self.d, "signet_ready"), 1)
+        for name in ("signet_hsm_up", "signet_hsm_state", "signet_hsm_signatures_total",
+                     "citadel_server_root_cert_expiry_timestamp", "signet_signer_service_seconds"):
+            self.assertIsNone(C.metric(self.d, name), name)
+        self.assertGreater(C.metric(self.d, "signet_serving_cert_expiry_timestamp"), time.time())
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.d.probe_port}/healthz", timeout=10) as r:
+            self.assertEqual(r.status, 200)
+
+    def test_serving_certificate_renewed_through_the_issuer(self):
+        """At two thirds of its life the serving certificate is asked of the
+        issuer again; the new one serves new connections, and signetd
+        stays ready throughout."""
+        def renewed():
+            recs = [r for r in self.d.records() if r.get("msg") == "serving certificate issued"]
+            return recs if len(recs) >= 2 else None
+        recs = wait_for("a renewed serving certificate", renewed, timeout=90)
+        self.assertNotEqual(recs[0]["serial"], recs[1]["serial"])
+        self.assertGreater(recs[1]["not_after"], recs[0]["not_after"])
+        self.assertEqual(C.metric(self.d, "signet_ready"), 1)
+        served = C.metric(self.d, "signet_serving_cert_expiry_timestamp")  # a later renewal may have come
+        self.assertIn(served, [r["not_after"] for r in self.d.records() if r.get("msg") == "serving certificate issued"])
+        creds = grpc.ssl_channel_credentials(root_certificates=self.issuer.pem)
+        with grpc.secure_channel(f"127.0.0.1:{self.d.port}", creds,
+                                 options=[("grpc.ssl_target_name_override", "localhost")]) as ch:
+            stub = C.pb_grpc.IstioCertificateServiceStub(ch)
+            identity = spiffe("apps", "app1")
+            chain = self.call(stub, C.kube.token("apps", "app1"), identity)
+            self.assertEqual(chain[-1].encode(), self.issuer.pem)
+        self.assertFalse([r for r in self.d.records() if r.get("msg", "").startswith("the issuer did not issue")])
+
+    def test_what_needs_a_ca_is_refused(self):
+        base = [SIGNETD, "--config", self.conf, "--kubeconfig", C.env["KUBECONFIG"], "--serving-address",
+                "127.0.0.1:0", "--metrics-port", "0", "--readiness-probe-port", "0"]
+        for extra, why in ((["--istiod-cert-enabled"], "istiod-cert-enabled signs with signet's CA"),
+                           (["--kube-csr-signer=true"], "set --kube-csr-signer=false"),
+                           (["--issuer-cas", f"second={C.conf}"], "issuer-cas names CAs in an HSM"),
+                           (["--issuer-name="], "--hsm=false needs issuer-name"),
+                           (["--init-dir", os.path.join(C.tmp, "no-init")], "init-dir makes a CA in an HSM")):
+            p = subprocess.run(base + extra, capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn(why, p.stderr)
+        conf = os.path.join(C.tmp, "no-hsm-no-roots.conf")
+        with open(conf, "w") as f:
+            f.write("hsm = false\nissuer-name = test\ncert-manager-issuer = false\nkube-csr-signer = false\n")
+        p = subprocess.run([SIGNETD, "--config", conf], capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--hsm=false needs root-ca-file", p.stderr)
+        # flags override the file: --hsm=true reads the HSM settings again (none here)
+        p = subprocess.run(base + ["--hsm=true", "--cert-manager-issuer=false"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertNotEqual(p.returncode, 0)
+        self.assertNotIn("no HSM (hsm=false)", p.stdout + p.stderr)
 
 
 def apply_crds(path):
