@@ -91,6 +91,8 @@ int signetd_ca_follow_start(daemon *d)
 	*f = (struct ca_follow){0};
 	if (!d->a.s.config)
 		return SG_OK; /* flags only: nothing to follow */
+	if (!d->a.d.hsm)
+		return SG_OK; /* hsm=false: no CA of ours; the issuer's is root-ca-file's, followed there */
 	daemon_args *base SG_AUTOFREE = malloc(sizeof(*base));
 	SG_ENSURE(base, SG_EINTERNAL, "out of memory");
 	SG_TRY(signetd_parse_config(d->a.s.config, base));
