@@ -116,6 +116,20 @@
  * at the price of that signature's retries (stress run under ASan: a
  * skipped check let SoftHSM2 crash in C_Sign).
  *
+ * Signing load: each signing call (C_SignInit + C_Sign) is timed twice,
+ * by the monotonic clock and by the calling thread's CPU clock. The wall
+ * time is the token's latency (the per-token histogram, sg_hsm_on_sign);
+ * the difference is how long the thread waited off CPU for the token,
+ * which is what tells a latency-bound token (a network HSM: the thread
+ * sleeps in a socket read) from a compute-bound one (SoftHSM2 signs on the
+ * caller's CPU), whatever the absolute times. The signer pool sizes itself
+ * from it (sg_pool.c). Two CPU-clock reads per signature cost well under a
+ * microsecond. Per token, the signer sessions are capped by what
+ * C_GetTokenInfo states (ulMaxSessionCount less two, kept for the admin
+ * session and a health probe's; CK_EFFECTIVELY_INFINITE and
+ * CK_UNAVAILABLE_INFORMATION state no limit): sg_hsm_session_open skips a
+ * token at its cap, and answers SG_EBUSY when every token is.
+ *
  * No PIN ever reaches a message: errors name the function, token label and
  * CKR code only.
  *
@@ -143,6 +157,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define DEFAULT_RETRIES 5
 #define DEFAULT_BACKOFF_MS 20
@@ -155,6 +170,7 @@
 #define FAILING_DOWN 3       /* signatures given up in a row on a token before it counts as down */
 #define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
 #define PROBES_BEFORE_REINIT 5 /* failed test signatures in a row before the module is re-initialised */
+#define RESERVED_SESSIONS 2    /* of a token's ulMaxSessionCount: the admin session and a probe's */
 #define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
 
 /* ------------------------------------------------------------------ */
@@ -1047,6 +1063,18 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		memcpy(t->serial, ti.serialNumber, sizeof(t->serial));
 		serial_text(t);
 		t->admin = CK_INVALID_HANDLE;
+		/* A count of 0 (CK_EFFECTIVELY_INFINITE) or ~0
+		 * (CK_UNAVAILABLE_INFORMATION) states no limit. */
+		CK_ULONG max = ti.ulMaxSessionCount;
+		if (max != CK_EFFECTIVELY_INFINITE && max != CK_UNAVAILABLE_INFORMATION)
+			t->max_signing = max > RESERVED_SESSIONS + 1u
+			                     ? (unsigned)(max > 65536 ? 65536 : max) - RESERVED_SESSIONS
+			                     : 1u;
+		atomic_init(&t->signing, 0);
+		atomic_init(&t->in_flight, 0);
+		atomic_init(&t->sign_calls, 0);
+		atomic_init(&t->sign_ns, 0);
+		atomic_init(&t->sign_wait_ns, 0);
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
 		atomic_init(&t->auth_failed, false);
@@ -1548,21 +1576,31 @@ static void session_unlink_free(sg_hsm_session *s)
 int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 {
 	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
-	/* Round robin over the tokens that hold the key and still accept
-	 * our PIN. */
+	/* Round robin over the tokens that hold the key, still accept our
+	 * PIN and are below their session cap (a place taken before the
+	 * session opens, so that concurrent opens cannot overshoot it). */
 	size_t pick = h->ntokens;
+	bool usable = false;
 	for (size_t i = 0; i < h->ntokens && pick == h->ntokens; i++) {
 		size_t k = atomic_fetch_add(&h->rr, 1) % h->ntokens;
 		token *t = &h->tokens[k];
-		if (t->has_key && !atomic_load(&t->auth_failed))
+		if (!t->has_key || atomic_load(&t->auth_failed))
+			continue;
+		usable = true;
+		unsigned n = atomic_fetch_add(&t->signing, 1);
+		if (t->max_signing && n >= t->max_signing)
+			atomic_fetch_sub(&t->signing, 1);
+		else
 			pick = k;
 	}
-	SG_ENSURE(pick < h->ntokens, SG_EAUTH, "no token accepts the PIN any more");
+	SG_ENSURE(usable, SG_EAUTH, "no token accepts the PIN any more");
+	SG_ENSURE(pick < h->ntokens, SG_EBUSY, "every token is at its session limit (ulMaxSessionCount)");
 	sg_hsm_session *s = NULL;
-	SG_TRY(session_alloc(&s, h, pick, false));
-	int rc = session_connect(s);
-	if (rc < 0) {
+	int rc = session_alloc(&s, h, pick, false);
+	if (rc == SG_OK && (rc = session_connect(s)) < 0)
 		session_unlink_free(s);
+	if (rc < 0) {
+		atomic_fetch_sub(&h->tokens[pick].signing, 1);
 		return rc;
 	}
 	atomic_fetch_add(&h->sessions, 1);
@@ -1575,6 +1613,7 @@ int hsm_session_new(sg_hsm_session **out, sg_hsm *h, size_t tok, bool probe)
 	SG_ENSURE(h && h->have_key && tok < h->ntokens, SG_ENOTFOUND, "no key: generate one first");
 	sg_hsm_session *s = NULL;
 	SG_TRY(session_alloc(&s, h, tok, probe));
+	s->unplaced = true; /* not one of the token's signer sessions */
 	/* A probe's session that cannot connect now is reopened by its
 	 * test signature; a signer's fails its open. */
 	int rc = session_connect(s);
@@ -1607,6 +1646,8 @@ void hsm_session_release(sg_hsm_session *s, bool wedged)
 	session_mark_healthy(s);
 	if (!s->probe)
 		atomic_fetch_sub(&s->h->sessions, 1);
+	if (!s->probe && !s->unplaced)
+		atomic_fetch_sub(&s->h->tokens[s->tok].signing, 1);
 	free(s);
 }
 
@@ -1641,6 +1682,34 @@ static CK_RV sign_once(sg_hsm_session *s, CK_MECHANISM_TYPE m, const uint8_t *in
 	*fn = "C_Sign";
 	if (rv == CKR_OK)
 		*siglen = n;
+	return rv;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* sign_once, counted in t's load and told to the observer ("Signing load"
+ * above). */
+static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const uint8_t *in, size_t inlen, uint8_t *sig,
+                        size_t *siglen, const char **fn)
+{
+	atomic_fetch_add_explicit(&t->in_flight, 1, memory_order_relaxed);
+	uint64_t w0 = sg_now_ns(), c0 = thread_cpu_ns();
+	CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, fn);
+	uint64_t c1 = thread_cpu_ns(), w1 = sg_now_ns();
+	atomic_fetch_sub_explicit(&t->in_flight, 1, memory_order_relaxed);
+	uint64_t wall = w1 - w0, cpu = c1 >= c0 ? c1 - c0 : 0;
+	atomic_fetch_add_explicit(&t->sign_calls, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&t->sign_ns, wall, memory_order_relaxed);
+	atomic_fetch_add_explicit(&t->sign_wait_ns, wall > cpu ? wall - cpu : 0, memory_order_relaxed);
+	sg_hsm_sign_fn cb = atomic_load_explicit(&s->h->on_sign, memory_order_acquire);
+	if (cb)
+		cb(s->tok, (double)wall / 1e9, atomic_load_explicit(&s->h->on_sign_arg, memory_order_relaxed));
 	return rv;
 }
 
@@ -1747,7 +1816,8 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 			call_leave(s);
 		} else if (s->connected) {
 			const char *fn = "C_Sign";
-			CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, &fn);
+			CK_RV rv = s->probe ? sign_once(s, m, in, inlen, sig, siglen, &fn)
+			                    : sign_timed(s, t, m, in, inlen, sig, siglen, &fn);
 			if (rv == CKR_OK) {
 				call_leave(s);
 				if (!s->probe)
@@ -2002,4 +2072,47 @@ void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 		degraded |= bad || atomic_load(&t->broken) > 0;
 	}
 	out->state = usable == 0 ? SG_HSM_DOWN : degraded ? SG_HSM_DEGRADED : SG_HSM_OK;
+}
+
+void sg_hsm_token_load(const sg_hsm *h, size_t i, sg_hsm_load *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!h || i >= h->ntokens)
+		return;
+	token *t = &h->tokens[i];
+	out->calls = atomic_load_explicit(&t->sign_calls, memory_order_relaxed);
+	out->call_ns = atomic_load_explicit(&t->sign_ns, memory_order_relaxed);
+	out->wait_ns = atomic_load_explicit(&t->sign_wait_ns, memory_order_relaxed);
+	out->in_flight = atomic_load_explicit(&t->in_flight, memory_order_relaxed);
+	out->sessions = atomic_load_explicit(&t->signing, memory_order_relaxed);
+	out->max_sessions = t->max_signing;
+}
+
+void sg_hsm_load_get(const sg_hsm *h, sg_hsm_load *out)
+{
+	memset(out, 0, sizeof(*out));
+	bool limited = true;
+	for (size_t i = 0; h && i < h->ntokens; i++) {
+		sg_hsm_load l;
+		sg_hsm_token_load(h, i, &l);
+		out->calls += l.calls;
+		out->call_ns += l.call_ns;
+		out->wait_ns += l.wait_ns;
+		out->in_flight += l.in_flight;
+		out->sessions += l.sessions;
+		/* Only tokens that can sign take sessions. */
+		if (!h->tokens[i].has_key || atomic_load(&h->tokens[i].auth_failed))
+			continue;
+		if (!l.max_sessions)
+			limited = false;
+		out->max_sessions += l.max_sessions;
+	}
+	if (!limited)
+		out->max_sessions = 0;
+}
+
+void sg_hsm_on_sign(sg_hsm *h, sg_hsm_sign_fn fn, void *arg)
+{
+	atomic_store_explicit(&h->on_sign_arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&h->on_sign, fn, memory_order_release);
 }
