@@ -170,7 +170,9 @@ SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
 typedef struct sg_hsm_load {
 	uint64_t calls;        /* signing calls (C_SignInit + C_Sign) made on signer sessions, failed ones too */
 	uint64_t call_ns;      /* their wall time, summed */
-	uint64_t wait_ns;      /* of that, the time the calling threads spent off CPU: waiting for the token */
+	uint64_t wait_samples; /* calls whose wait was measured (one in a few) */
+	uint64_t wait_ns;      /* their time asleep in the module (wall time less on a CPU and runnable): waiting
+	                        * for the token */
 	unsigned in_flight;    /* signing calls inside the module now */
 	unsigned sessions;     /* signer sessions open (or opening) */
 	unsigned max_sessions; /* signer sessions allowed: the token's ulMaxSessionCount less 2 (its admin

@@ -32,8 +32,8 @@
  * less the time its thread waited for the token), so
  *     target = base x service / (service - wait)
  * where service is the moving average of one certificate's signing time and
- * wait the recent mean time a signature waited off CPU in the module
- * (sg_hsm_load: wall minus the thread's CPU clock over C_SignInit+C_Sign).
+ * wait the recent mean time a signature's thread slept in the module
+ * (sg_hsm_load: wall time less time on a CPU or runnable, sampled).
  * For a token that computes on our CPU, wait is near zero and target is the
  * base: no change from a CPU-sized pool. A wait under half the service time
  * is treated as zero, so that a fast token on a busy machine (preempted now
@@ -75,7 +75,7 @@
 
 #define BATCH 8
 #define TICK_MS 20           /* the manager's period while the pool has work */
-#define MIN_SAMPLE 16        /* signatures before a new wait estimate is taken */
+#define MIN_SAMPLE 4         /* measured signatures (sg_hsm_load.wait_samples) before a new wait estimate */
 #define GROW_BACKOFF_MS 5000 /* no growth after an open failed */
 
 enum { SLOT_EMPTY = 0, SLOT_RUNNING, SLOT_RETIRED };
@@ -120,7 +120,7 @@ struct sg_pool {
 	pthread_t manager;
 	bool manager_started;
 	/* The manager's own (its thread only). */
-	uint64_t last_calls, last_wait_ns;
+	uint64_t last_samples, last_wait_ns;
 	uint64_t grow_after_ns;
 	bool warned;
 	_Atomic uint64_t wait_ns; /* recent mean off-CPU wait per signature, for stats */
@@ -259,10 +259,10 @@ static unsigned size_target(sg_pool *p)
 	sg_hsm_load l;
 	sg_hsm_load_get(p->hsm, &l);
 	uint64_t wait = atomic_load_explicit(&p->wait_ns, memory_order_relaxed);
-	if (l.calls - p->last_calls >= MIN_SAMPLE) {
-		wait = (l.wait_ns - p->last_wait_ns) / (l.calls - p->last_calls);
+	if (l.wait_samples - p->last_samples >= MIN_SAMPLE) {
+		wait = (l.wait_ns - p->last_wait_ns) / (l.wait_samples - p->last_samples);
 		atomic_store_explicit(&p->wait_ns, wait, memory_order_relaxed);
-		p->last_calls = l.calls;
+		p->last_samples = l.wait_samples;
 		p->last_wait_ns = l.wait_ns;
 	}
 	uint64_t service = atomic_load_explicit(&p->service_ns, memory_order_relaxed);

@@ -193,7 +193,7 @@ static void t_latency_grows_and_shrinks(void)
 	SG_WAIT_FOR(10000, (sg_hsm_load_get(sg_appliance_hsm(app), &hl),
 	                    hl.sessions == BASE + pool_stats(sg_appliance_pool(app)).threads));
 	SG_CHECK(hl.in_flight == 0);
-	SG_CHECK(hl.calls > 0 && hl.wait_ns > 0);
+	SG_CHECK(hl.calls > 0 && hl.wait_samples > 0 && hl.wait_ns > 0);
 	sg_pool_free(p);
 	sg_appliance_free(app);
 	faults("");
