@@ -1081,6 +1081,7 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		atomic_init(&t->sign_ns, 0);
 		atomic_init(&t->sign_wait_ns, 0);
 		atomic_init(&t->wait_samples, 0);
+		atomic_init(&t->asleep_samples, 0);
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
 		atomic_init(&t->auth_failed, false);
@@ -1742,6 +1743,8 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 		uint64_t busy = (r1 - r0) + (q1 - q0);
 		atomic_fetch_add_explicit(&t->wait_samples, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&t->sign_wait_ns, wall > busy ? wall - busy : 0, memory_order_relaxed);
+		if (wall > 2 * busy)
+			atomic_fetch_add_explicit(&t->asleep_samples, 1, memory_order_relaxed);
 	}
 	atomic_fetch_add_explicit(&t->sign_ns, wall, memory_order_relaxed);
 	sg_hsm_sign_fn cb = atomic_load_explicit(&s->h->on_sign, memory_order_acquire);
@@ -2121,6 +2124,7 @@ void sg_hsm_token_load(const sg_hsm *h, size_t i, sg_hsm_load *out)
 	out->call_ns = atomic_load_explicit(&t->sign_ns, memory_order_relaxed);
 	out->wait_ns = atomic_load_explicit(&t->sign_wait_ns, memory_order_relaxed);
 	out->wait_samples = atomic_load_explicit(&t->wait_samples, memory_order_relaxed);
+	out->asleep = atomic_load_explicit(&t->asleep_samples, memory_order_relaxed);
 	out->in_flight = atomic_load_explicit(&t->in_flight, memory_order_relaxed);
 	out->sessions = atomic_load_explicit(&t->signing, memory_order_relaxed);
 	out->max_sessions = t->max_signing;
@@ -2137,6 +2141,7 @@ void sg_hsm_load_get(const sg_hsm *h, sg_hsm_load *out)
 		out->call_ns += l.call_ns;
 		out->wait_ns += l.wait_ns;
 		out->wait_samples += l.wait_samples;
+		out->asleep += l.asleep;
 		out->in_flight += l.in_flight;
 		out->sessions += l.sessions;
 		/* Only tokens that can sign take sessions. */

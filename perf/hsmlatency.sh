@@ -67,6 +67,7 @@ start() {
     printf 'C_Sign delay_ms=%s\n' "$delay" >"$dir/p11fault.control"
     extra=(--hsm-module "$FAULT")
   fi
+  : >"$dir/signetd.log" # read below before the server may have opened it
   SIGNET_P11FAULT_CONTROL=$dir/p11fault.control \
     "$SIGNETD" --config "$dir/signet.conf" "${extra[@]}" --serving-address 127.0.0.1:0 \
     --http-address 127.0.0.1 --metrics-port 0 --readiness-probe-port 0 --log-format json \

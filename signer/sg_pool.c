@@ -30,10 +30,15 @@
  * busy are rate x time-per-certificate; the rate the CPUs allow is
  * base / (service - wait) (a certificate's CPU time is its signing time
  * less the time its thread waited for the token), so
- *     target = base x service / (service - wait)
+ *     target = HEADROOM x base x service / (service - wait)
  * where service is the moving average of one certificate's signing time and
  * wait the recent mean time a signature's thread slept in the module
  * (sg_hsm_load: wall time less time on a CPU or runnable, sampled).
+ * HEADROOM (2) is slack over the mean: the law keeps the CPUs busy only if
+ * every thread is back exactly when a CPU frees, and the latency and the
+ * scheduler vary (on a busy two-CPU host, 1x kept a 2 ms token at 0.74 of
+ * the undelayed rate, 2x at 0.86; perf/README.md). Extra threads cost a
+ * stack and a session each, and growth is capped by demand anyway.
  * For a token that computes on our CPU, wait is near zero and target is the
  * base: no change from a CPU-sized pool. A wait under half the service time
  * is treated as zero, so that a fast token on a busy machine (preempted now
@@ -43,7 +48,11 @@
  * GROW_BACKOFF_MS), and growth follows demand: workers are added only while
  * requests wait in the queue and every worker is busy, at most as many as
  * are waiting. A grown worker idle for idle_ms retires (closing its
- * session), so an idle replica holds no more sessions than the base.
+ * session), so an idle replica holds no more sessions than the base, and
+ * so does one finding the pool a quarter above the target (the latency
+ * fell). Only a wait most signatures share counts: contention inside the
+ * module (a lock holder preempted on a busy host) makes a few calls wait
+ * long, and more threads would only feed it (sg_hsm_load.asleep).
  *
  * Why grow the workers rather than keep a CPU pool that hands C_Sign to a
  * separate pool of session threads: a worker is already one session and
@@ -75,6 +84,7 @@
 
 #define BATCH 8
 #define TICK_MS 20           /* the manager's period while the pool has work */
+#define HEADROOM 2u          /* x the Little's-law figure: slack for latency and scheduling jitter */
 #define MIN_SAMPLE 4         /* measured signatures (sg_hsm_load.wait_samples) before a new wait estimate */
 #define GROW_BACKOFF_MS 5000 /* no growth after an open failed */
 
@@ -120,7 +130,7 @@ struct sg_pool {
 	pthread_t manager;
 	bool manager_started;
 	/* The manager's own (its thread only). */
-	uint64_t last_samples, last_wait_ns;
+	uint64_t last_samples, last_asleep, last_wait_ns;
 	uint64_t grow_after_ns;
 	bool warned;
 	_Atomic uint64_t wait_ns; /* recent mean off-CPU wait per signature, for stats */
@@ -176,10 +186,26 @@ static void deadline_in(struct timespec *ts, unsigned ms)
 	}
 }
 
-/* Waits for work; false when this worker should retire instead (it was
- * idle for idle_ms while more than the base run). Lock held. */
+/* This worker leaves the pool (its thread returns after the call; the
+ * manager joins it and closes its session). Lock held. */
+static void retire_locked(sg_pool *p, worker *w)
+{
+	w->state = SLOT_RETIRED;
+	p->nactive--;
+	p->retired++;
+	p->unreaped++;
+	pthread_cond_signal(&p->manager_cv);
+}
+
+/* Waits for work; false when this worker should retire instead: more than
+ * the base run and it was idle for idle_ms, or the pool is well above what
+ * the sizing asks for now (a quarter over, against churn). Lock held. */
 static bool await_work(sg_pool *p, worker *w)
 {
+	if (!p->stopping && p->nactive > p->base && p->nactive > p->target + p->target / 4 + 1) {
+		retire_locked(p, w);
+		return false;
+	}
 	struct timespec until;
 	bool timed = false;
 	while (p->count == 0 && !p->stopping) {
@@ -194,11 +220,7 @@ static bool await_work(sg_pool *p, worker *w)
 		}
 		if (pthread_cond_timedwait(&p->nonempty, &p->lock, &until) == ETIMEDOUT && p->count == 0 &&
 		    !p->stopping && p->nactive > p->base) {
-			w->state = SLOT_RETIRED;
-			p->nactive--;
-			p->retired++;
-			p->unreaped++;
-			pthread_cond_signal(&p->manager_cv);
+			retire_locked(p, w);
 			return false;
 		}
 	}
@@ -259,10 +281,16 @@ static unsigned size_target(sg_pool *p)
 	sg_hsm_load l;
 	sg_hsm_load_get(p->hsm, &l);
 	uint64_t wait = atomic_load_explicit(&p->wait_ns, memory_order_relaxed);
-	if (l.wait_samples - p->last_samples >= MIN_SAMPLE) {
-		wait = (l.wait_ns - p->last_wait_ns) / (l.wait_samples - p->last_samples);
+	uint64_t n = l.wait_samples - p->last_samples;
+	if (n >= MIN_SAMPLE) {
+		/* A wait counts only when most calls were asleep: a slow token
+		 * makes every call wait, while contention inside the module
+		 * (a lock holder preempted on a busy host) makes a few wait
+		 * long, and more threads would only add to it. */
+		wait = 2 * (l.asleep - p->last_asleep) >= n ? (l.wait_ns - p->last_wait_ns) / n : 0;
 		atomic_store_explicit(&p->wait_ns, wait, memory_order_relaxed);
 		p->last_samples = l.wait_samples;
+		p->last_asleep = l.asleep;
 		p->last_wait_ns = l.wait_ns;
 	}
 	uint64_t service = atomic_load_explicit(&p->service_ns, memory_order_relaxed);
@@ -273,7 +301,7 @@ static unsigned size_target(sg_pool *p)
 	uint64_t cpu = service > wait ? service - wait : 0;
 	if (cpu < service / 64)
 		cpu = service / 64 + 1;
-	uint64_t t = ((uint64_t)p->base * service + cpu - 1) / cpu;
+	uint64_t t = (HEADROOM * p->base * service + cpu - 1) / cpu;
 	return t > p->max ? p->max : t < p->base ? p->base : (unsigned)t;
 }
 

@@ -93,7 +93,7 @@ typedef struct token {
 	unsigned max_signing;  /* signer sessions allowed (from ulMaxSessionCount); 0: no limit stated */
 	atomic_uint signing;   /* signer sessions open or being opened */
 	atomic_uint in_flight; /* signing calls inside the module now */
-	_Atomic uint64_t sign_calls, sign_ns, sign_wait_ns, wait_samples;
+	_Atomic uint64_t sign_calls, sign_ns, sign_wait_ns, wait_samples, asleep_samples;
 } token;
 
 typedef struct hsm_probes hsm_probes; /* sg_hsm_probe.c */
