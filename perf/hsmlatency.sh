@@ -15,7 +15,8 @@
 # Knobs: SIGNET_HL_CONNECTIONS [4], SIGNET_HL_CONCURRENCY [16],
 # SIGNET_HL_REQUESTS [20000], SIGNET_HL_DURATION [15s], SIGNET_HL_WARMUP
 # [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["2 10"] (ms; one server
-# each). Every run is bounded in count and time; every server binds
+# each), SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
+# "--hsm-max-sessions 2" for the CPU-sized pool of before #32). Every run is bounded in count and time; every server binds
 # 127.0.0.1 and is stopped by the exit trap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,6 +28,7 @@ D=${SIGNET_HL_DURATION:-15s}
 W=${SIGNET_HL_WARMUP:-1000}
 ROUNDS=${SIGNET_HL_ROUNDS:-3}
 read -ra DELAYS <<<"${SIGNET_HL_DELAYS:-2 10}"
+read -ra FLAGS <<<"${SIGNET_HL_FLAGS:-}"
 
 SIGNETD=$BUILD/daemon/signetd
 CTL=$BUILD/ctl/signetctl
@@ -54,6 +56,7 @@ trap 'exit 130' INT TERM
 echo "== HSM latency $(date -u +%Y-%m-%dT%H:%M:%SZ): nproc=$(nproc)" \
   "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "   signetd=$SIGNETD ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "   flags: ${FLAGS[*]:-(defaults)}"
 echo "   loadgen: $C connections x $M in flight, at most $N requests or $D per run, $ROUNDS rounds"
 
 # start NAME DELAY_MS: a CA, signetd (0: SoftHSM2 directly; else through
@@ -69,7 +72,7 @@ start() {
   fi
   : >"$dir/signetd.log" # read below before the server may have opened it
   SIGNET_P11FAULT_CONTROL=$dir/p11fault.control \
-    "$SIGNETD" --config "$dir/signet.conf" "${extra[@]}" --serving-address 127.0.0.1:0 \
+    "$SIGNETD" --config "$dir/signet.conf" "${extra[@]}" "${FLAGS[@]}" --serving-address 127.0.0.1:0 \
     --http-address 127.0.0.1 --metrics-port 0 --readiness-probe-port 0 --log-format json \
     >"$dir/signetd.log" 2>&1 &
   pid[$name]=$!
