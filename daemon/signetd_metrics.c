@@ -144,7 +144,7 @@ static const sg_metrics_stat pool_rows[] = {
     COUNTER(sg_pool_stats, threads_started, "signet_signer_threads_started_total",
             "Signer threads started beyond the base because the HSM was slow to answer and requests waited."),
     COUNTER(sg_pool_stats, threads_retired, "signet_signer_threads_retired_total",
-            "Signer threads beyond the base retired after being idle."),
+            "Signer threads beyond the base retired: idle, or well above the target once the HSM answered faster."),
     COUNTER(sg_pool_stats, rejected, "signet_signer_rejected_total",
             "Requests refused at once: the signer queue was full, or held more work than their deadline left time "
             "for."),

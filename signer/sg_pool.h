@@ -7,7 +7,8 @@
  * on the host's CPU) and grows, up to `max_threads` and the token's session
  * limit, while requests queue and the workers spend most of their time
  * waiting for the token (a latency-bound token: a network HSM); workers
- * grown beyond `threads` retire after idle_ms without work. The sizing rule
+ * grown beyond `threads` retire after idle_ms without work, or when the
+ * latency falls and the pool is well above its target. The sizing rule
  * and why it is this one are in sg_pool.c's design note. Submission never
  * blocks: a full queue answers SG_EBUSY at once (the caller turns that into a
  * retryable status), so overload is never queued without bound; so does a
@@ -88,7 +89,7 @@ typedef struct sg_pool_stats {
 	uint64_t threads_max;     /* the bound: max_threads and the tokens' session limits */
 	uint64_t threads_target;  /* what the sizing asks for at the measured latency (base .. max) */
 	uint64_t threads_started; /* workers started beyond the base, ever */
-	uint64_t threads_retired; /* of those, retired after idle_ms without work */
+	uint64_t threads_retired; /* of those, retired: idle for idle_ms, or well above the target */
 	uint64_t busy;            /* workers signing now */
 	uint64_t hsm_wait_ns;     /* recent mean time a signature waited off CPU for the token */
 	unsigned queue_capacity;

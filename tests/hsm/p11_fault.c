@@ -12,7 +12,7 @@
  *                   [delay_ms=N] [spike_ms=N spike_prob=P]
  *                   [hang=N] [corrupt=P]
  *   crash <generation>
- *   sessions max=N
+ *   sessions max=N | sessions unavailable
  *
  *   error     the call answers this code instead of being made; always, with
  *             probability prob, or on every Nth call of that function
@@ -25,7 +25,9 @@
  *             flipped, with probability P (what verify-issued must catch)
  *   sessions  a token session limit: C_GetTokenInfo states ulMaxSessionCount
  *             N, and C_OpenSession answers CKR_SESSION_COUNT while N
- *             sessions are open (counted across slots: the tests use one)
+ *             sessions are open (counted across slots: the tests use one);
+ *             "unavailable" states CK_UNAVAILABLE_INFORMATION instead, and
+ *             limits nothing
  *   crash     whenever the generation differs from the last one applied,
  *             the wrapped SoftHSM2 is finalised and initialised again with
  *             the caller's arguments: every session, login and object handle
@@ -124,7 +126,8 @@ static long crash_applied; /* generation last applied */
 static struct stat file_seen;
 static bool file_known;
 static _Atomic uint64_t next_check_ns;
-static atomic_uint sessions_max; /* "sessions max=N"; 0: no limit */
+static atomic_uint sessions_max;         /* "sessions max=N"; 0: no limit */
+static atomic_bool sessions_unavailable; /* "sessions unavailable" */
 
 /* Sessions and signatures, for the session limit and p11_fault_peaks. */
 static atomic_uint sessions_open, sessions_peak, signs_in, signs_peak, sessions_refused;
@@ -285,6 +288,7 @@ static void parse_file(FILE *f)
 	memset(fresh, 0, sizeof(fresh));
 	long crash = crash_wanted;
 	unsigned max_sessions = 0;
+	bool unavailable = false;
 	char line[MAX_LINE];
 	while (fgets(line, sizeof(line), f)) {
 		char *hash = strchr(line, '#');
@@ -298,6 +302,8 @@ static void parse_file(FILE *f)
 			char *kv = strtok_r(NULL, " \t\r\n", &save);
 			if (kv && strncmp(kv, "max=", 4) == 0)
 				max_sessions = (unsigned)strtoul(kv + 4, NULL, 10);
+			else if (kv && strcmp(kv, "unavailable") == 0)
+				unavailable = true;
 			else
 				fprintf(stderr, "p11_fault: bad sessions line\n");
 			continue;
@@ -326,6 +332,7 @@ static void parse_file(FILE *f)
 	memcpy(rules, fresh, sizeof(rules));
 	crash_wanted = crash;
 	atomic_store(&sessions_max, max_sessions);
+	atomic_store(&sessions_unavailable, unavailable);
 }
 
 static void crash_now(long gen);
@@ -493,6 +500,8 @@ static CK_RV w_GetTokenInfo(CK_SLOT_ID s, CK_TOKEN_INFO_PTR i)
 	if (rv == CKR_OK && max) {
 		i->ulMaxSessionCount = max;
 		i->ulSessionCount = atomic_load(&sessions_open);
+	} else if (rv == CKR_OK && atomic_load(&sessions_unavailable)) {
+		i->ulMaxSessionCount = CK_UNAVAILABLE_INFORMATION;
 	}
 	return rv;
 }

@@ -5,7 +5,8 @@
  * two threads, and gives the extra sessions back when idle; latency spikes
  * are ridden through without errors; a token session limit lower than the
  * pool would grow to is never passed (no open refused, no error), nor is
- * hsm-max-sessions; a fast token keeps the CPU-sized pool.
+ * hsm-max-sessions; a token that does not state its limit has none; a fast
+ * token keeps the CPU-sized pool.
  *
  * Everything is asserted on observable state (pool and HSM counters, and
  * p11_fault's own peaks), never on throughput or timing ratios; waits are
@@ -256,6 +257,22 @@ static void t_token_session_limit(void)
 	faults("");
 }
 
+/* A token that does not say how many sessions it allows
+ * (CK_UNAVAILABLE_INFORMATION) is taken as stating no limit, as SoftHSM2's
+ * CK_EFFECTIVELY_INFINITE is (t_latency_grows_and_shrinks). */
+static void t_token_limit_unavailable(void)
+{
+	faults("sessions unavailable\n");
+	sg_appliance *app = open_app(BASE, 0);
+	sg_hsm_load hl;
+	sg_hsm_load_get(sg_appliance_hsm(app), &hl);
+	SG_CHECK(hl.max_sessions == 0);
+	SG_CHECK(pool_stats(sg_appliance_pool(app)).threads_max == SG_POOL_MAX_THREADS);
+	SG_CHECK(pool_stats(sg_appliance_pool(app)).threads == BASE);
+	sg_appliance_free(app);
+	faults("");
+}
+
 /* hsm-max-sessions bounds the growth below what the token would allow. */
 static void t_max_sessions_setting(void)
 {
@@ -317,5 +334,5 @@ static void teardown(void)
 }
 
 SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_latency_grows_and_shrinks), SG_TEST(t_latency_spikes),
-             SG_TEST(t_token_session_limit), SG_TEST(t_max_sessions_setting), SG_TEST(t_fast_token_keeps_base),
-             SG_TEST(teardown))
+             SG_TEST(t_token_session_limit), SG_TEST(t_token_limit_unavailable), SG_TEST(t_max_sessions_setting),
+             SG_TEST(t_fast_token_keeps_base), SG_TEST(teardown))
