@@ -40,9 +40,12 @@
  * the undelayed rate, 2x at 0.86; perf/README.md). Extra threads cost a
  * stack and a session each, and growth is capped by demand anyway.
  * For a token that computes on our CPU, wait is near zero and target is the
- * base: no change from a CPU-sized pool. A wait under half the service time
- * is treated as zero, so that a fast token on a busy machine (preempted now
- * and then inside C_Sign) never grows the pool. The target is bounded by
+ * base: no change from a CPU-sized pool. A wait under an eighth of the
+ * service time is treated as zero (a token whose waits are a small part of
+ * a certificate is not what holds the CPUs back), and so is one that most
+ * calls do not share (below). Not half: on a slow CPU path (a sanitizer
+ * build, a loaded host) a 2 ms token's wait was under half the service and
+ * the pool stayed at its base. The target is bounded by
  * max_threads and by what the tokens allow (ulMaxSessionCount, through
  * sg_hsm_load.max_sessions; an open refused anyway stops growth for
  * GROW_BACKOFF_MS), and growth follows demand: workers are added only while
@@ -294,7 +297,7 @@ static unsigned size_target(sg_pool *p)
 		p->last_wait_ns = l.wait_ns;
 	}
 	uint64_t service = atomic_load_explicit(&p->service_ns, memory_order_relaxed);
-	if (!service || 2 * wait < service)
+	if (!service || 8 * wait < service)
 		return p->base;
 	/* service - wait is the CPU time per certificate; a floor of 1/64 of
 	 * the service keeps the ratio finite (max bounds it anyway). */
