@@ -181,7 +181,8 @@ static void t_latency_grows_and_shrinks(void)
 	SG_CHECK(signs >= 3 * BASE + 2);
 	SG_CHECK(atomic_load(&l.most_threads) > BASE);
 	SG_CHECK(st.threads_started > 0);
-	SG_CHECK(st.threads_target > BASE);
+	/* Not st.threads_target: a live decision, which the last few samples
+	 * of a run on a loaded host may already have moved back to the base. */
 	SG_CHECK(st.threads_max == SG_POOL_MAX_THREADS); /* SoftHSM2 states no session limit */
 	SG_CHECK(st.by_error[-SG_EBUSY] == 0 && st.rejected == 0);
 	SG_CHECK(refused == 0);
