@@ -391,6 +391,7 @@ static int start(daemon *d)
 	SG_TRY(sg_service_new(&d->svc, &vo));
 	SG_TRY(signetd_ca_follow_start(d));
 	SG_TRY(signetd_setup_metrics(d));
+	SG_TRY(signetd_setup_token_metrics(d));
 	SG_TRY(signetd_start_hsm_probes(d));
 	if (d->cluster)
 		SG_TRY(sg_cluster_metrics(d->cluster, d->m.reg));
@@ -473,6 +474,7 @@ static void stop(daemon *d)
 	sg_policy_free(d->policy);
 	sg_metrics_free(d->m.reg);
 	free(d->m.probe);
+	free(d->m.tok);
 }
 
 /* How long a graceful stop may run beyond shutdown-grace: gRPC's drain

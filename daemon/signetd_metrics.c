@@ -79,6 +79,16 @@ static double signer_service_seconds(void *arg)
 	return (double)pool_stats(arg).service_ns / 1e9;
 }
 
+static double signer_threads(void *arg)
+{
+	return (double)pool_stats(arg).threads;
+}
+
+static double signer_hsm_wait_seconds(void *arg)
+{
+	return (double)pool_stats(arg).hsm_wait_ns / 1e9;
+}
+
 static double serving_expiry(void *arg)
 {
 	return (double)sg_serving_not_after(((daemon *)arg)->serving);
@@ -124,6 +134,18 @@ static const sg_metrics_stat hsm_rows[] = {
 
 static const sg_metrics_stat pool_rows[] = {
     GAUGE(sg_pool_stats, queued, "signet_signer_queue_depth", "Requests waiting for a signer thread."),
+    GAUGE(sg_pool_stats, busy, "signet_signer_busy", "Signer threads signing now."),
+    GAUGE(sg_pool_stats, threads_base, "signet_signer_threads_base",
+          "Signer threads always running (signer-threads; one per CPU by default)."),
+    GAUGE(sg_pool_stats, threads_max, "signet_signer_threads_max",
+          "Signer threads (one HSM session each) at most: hsm-max-sessions and the tokens' session limits."),
+    GAUGE(sg_pool_stats, threads_target, "signet_signer_threads_target",
+          "Signer threads the measured HSM latency asks for while requests wait (base when the token signs on "
+          "the host's CPU)."),
+    COUNTER(sg_pool_stats, threads_started, "signet_signer_threads_started_total",
+            "Signer threads started beyond the base because the HSM was slow to answer and requests waited."),
+    COUNTER(sg_pool_stats, threads_retired, "signet_signer_threads_retired_total",
+            "Signer threads beyond the base retired: idle, or well above the target once the HSM answered faster."),
     COUNTER(sg_pool_stats, rejected, "signet_signer_rejected_total",
             "Requests refused at once: the signer queue was full, or held more work than their deadline left time "
             "for."),
@@ -187,6 +209,11 @@ int signetd_setup_metrics(daemon *d)
 	    {"signet_hsm_state", "HSM health: 0 ok, 1 degraded, 2 down.", hsm_state, false, true},
 	    {"signet_signer_service_seconds", "Moving average of one certificate's signing time in the signer pool.",
 	     signer_service_seconds, false, true},
+	    {"signet_signer_threads", "Signer threads running, each with its HSM session.", signer_threads, false, true},
+	    {"signet_signer_hsm_wait_seconds",
+	     "Recent mean time a signature kept its thread waiting off CPU inside the PKCS#11 module (what grows the "
+	     "signer pool).",
+	     signer_hsm_wait_seconds, false, true},
 	    {"signet_serving_cert_expiry_timestamp", "The unix timestamp when the serving certificate expires.",
 	     serving_expiry, false, false},
 	    {"signet_ready", "1 when signet is ready to serve.", ready_gauge, false, false},
@@ -206,6 +233,75 @@ int signetd_setup_metrics(daemon *d)
 	SG_TRY(sg_metrics_stats(m->reg, TABLE(grpc_rows, grpc_of, sg_grpc_server_stats), d));
 #undef TABLE
 	return SG_OK;
+}
+
+/* Each signing call's latency into its token's histogram, on the signing
+ * thread. */
+static void on_sign(size_t token, double seconds, void *arg)
+{
+	daemon_metrics *m = arg;
+	if (token < m->ntok && m->tok[token].sign)
+		sg_series_observe(m->tok[token].sign, seconds);
+}
+
+/* C_SignInit + C_Sign latency, 50 us (a local software token) to 10 s. */
+static const double sign_bounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                     0.05,    0.1,    0.25,    0.5,    1,     2.5,    5,     10};
+
+/* Per token: signing calls in flight, signer sessions, the session cap and
+ * the signing latency, labelled as the probes' series. */
+int signetd_setup_token_metrics(daemon *d)
+{
+	daemon_metrics *m = &d->m;
+	sg_hsm *h = sg_appliance_hsm(d->app);
+	static const char *const labels[] = {"token", "serial"};
+	sg_metric *in_flight, *sessions, *max_sessions, *sign;
+	SG_TRY(sg_metrics_gauge(&in_flight, m->reg, "signet_hsm_token_in_flight",
+	                        "Signing calls (C_SignInit + C_Sign) inside each HSM token now.", labels, 2));
+	SG_TRY(sg_metrics_gauge(&sessions, m->reg, "signet_hsm_token_sessions",
+	                        "Signer sessions open on each HSM token.", labels, 2));
+	SG_TRY(sg_metrics_gauge(&max_sessions, m->reg, "signet_hsm_token_max_sessions",
+	                        "Signer sessions each HSM token allows (its ulMaxSessionCount less the admin and probe "
+	                        "sessions); 0: no limit stated.",
+	                        labels, 2));
+	SG_TRY(sg_metrics_histogram(&sign, m->reg, "signet_hsm_sign_duration_seconds",
+	                            "How long each HSM token took to sign (C_SignInit + C_Sign).", sign_bounds,
+	                            sizeof(sign_bounds) / sizeof(sign_bounds[0]), labels, 2));
+	m->ntok = sg_hsm_token_count(h);
+	m->tok = calloc(m->ntok ? m->ntok : 1, sizeof(*m->tok));
+	SG_ENSURE(m->tok, SG_EINTERNAL, "out of memory");
+	for (size_t i = 0; i < m->ntok; i++) {
+		const char *lv[2] = {sg_hsm_token_label(h, i), sg_hsm_token_serial(h, i)};
+		token_series *ts = &m->tok[i];
+		if (sg_metric_series(&ts->in_flight, in_flight, lv) < 0)
+			ts->in_flight = NULL;
+		if (sg_metric_series(&ts->sessions, sessions, lv) < 0)
+			ts->sessions = NULL;
+		if (sg_metric_series(&ts->max_sessions, max_sessions, lv) < 0)
+			ts->max_sessions = NULL;
+		if (sg_metric_series(&ts->sign, sign, lv) < 0)
+			ts->sign = NULL;
+	}
+	signetd_refresh_token_metrics(d);
+	sg_hsm_on_sign(h, on_sign, m);
+	return SG_OK;
+}
+
+void signetd_refresh_token_metrics(daemon *d)
+{
+	daemon_metrics *m = &d->m;
+	sg_hsm *h = sg_appliance_hsm(d->app);
+	for (size_t i = 0; i < m->ntok; i++) {
+		sg_hsm_load l;
+		sg_hsm_token_load(h, i, &l);
+		token_series *ts = &m->tok[i];
+		if (ts->in_flight)
+			sg_series_set(ts->in_flight, l.in_flight);
+		if (ts->sessions)
+			sg_series_set(ts->sessions, l.sessions);
+		if (ts->max_sessions)
+			sg_series_set(ts->max_sessions, l.max_sessions);
+	}
 }
 
 /* A probe's result into its token's series, on the probe's thread. */
@@ -285,6 +381,8 @@ static int serve_metrics(sg_http_response *resp, void *arg)
 	daemon *d = arg;
 	char *text;
 	size_t len;
+	/* Gauges read from the HSM layer's counters at the scrape. */
+	signetd_refresh_token_metrics(d);
 	SG_TRY(sg_metrics_render(d->m.reg, &text, &len));
 	resp->content_type = SG_METRICS_CONTENT_TYPE;
 	sg_http_response_take(resp, text, len);

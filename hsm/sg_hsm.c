@@ -116,6 +116,22 @@
  * at the price of that signature's retries (stress run under ASan: a
  * skipped check let SoftHSM2 crash in C_Sign).
  *
+ * Signing load: each signing call (C_SignInit + C_Sign) is timed by the
+ * monotonic clock: the token's latency (the per-token histogram,
+ * sg_hsm_on_sign). One call in WAIT_SAMPLE also reads the calling thread's
+ * scheduler times around it (its CPU clock, and its time runnable in a
+ * queue from /proc/thread-self/schedstat): the wall time less both is how long the thread
+ * slept waiting for the token, which is what tells a latency-bound token
+ * (a network HSM: the thread sleeps in a socket read) from a compute-bound
+ * one (SoftHSM2 signs on the caller's CPU), whatever the absolute times and
+ * however busy the host (the thread CPU clock alone would count preemption
+ * by signet's other threads as waiting, and a saturated pool would grow
+ * itself further). The signer pool sizes itself from it (sg_pool.c). The
+ * sampling keeps the two small reads of a proc file off most signatures. Per token, the signer sessions are capped by
+ * what C_GetTokenInfo states (ulMaxSessionCount less two, kept for the admin session and a health probe's;
+ * CK_EFFECTIVELY_INFINITE and CK_UNAVAILABLE_INFORMATION state no limit): sg_hsm_session_open skips a token at its cap,
+ * and answers SG_EBUSY when every token is.
+ *
  * No PIN ever reaches a message: errors name the function, token label and
  * CKR code only.
  *
@@ -136,6 +152,7 @@
 #include "sg_log.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <p11-kit/pkcs11.h>
 #include <p11-kit/uri.h>
 #include <pthread.h>
@@ -143,6 +160,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #define DEFAULT_RETRIES 5
 #define DEFAULT_BACKOFF_MS 20
@@ -155,6 +174,8 @@
 #define FAILING_DOWN 3       /* signatures given up in a row on a token before it counts as down */
 #define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
 #define PROBES_BEFORE_REINIT 5 /* failed test signatures in a row before the module is re-initialised */
+#define WAIT_SAMPLE 8          /* signing calls per one whose wait for the token is measured */
+#define RESERVED_SESSIONS 2    /* of a token's ulMaxSessionCount: the admin session and a probe's */
 #define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
 
 /* ------------------------------------------------------------------ */
@@ -1047,6 +1068,20 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		memcpy(t->serial, ti.serialNumber, sizeof(t->serial));
 		serial_text(t);
 		t->admin = CK_INVALID_HANDLE;
+		/* A count of 0 (CK_EFFECTIVELY_INFINITE) or ~0
+		 * (CK_UNAVAILABLE_INFORMATION) states no limit. */
+		CK_ULONG max = ti.ulMaxSessionCount;
+		if (max != CK_EFFECTIVELY_INFINITE && max != CK_UNAVAILABLE_INFORMATION)
+			t->max_signing = max > RESERVED_SESSIONS + 1u
+			                     ? (unsigned)(max > 65536 ? 65536 : max) - RESERVED_SESSIONS
+			                     : 1u;
+		atomic_init(&t->signing, 0);
+		atomic_init(&t->in_flight, 0);
+		atomic_init(&t->sign_calls, 0);
+		atomic_init(&t->sign_ns, 0);
+		atomic_init(&t->sign_wait_ns, 0);
+		atomic_init(&t->wait_samples, 0);
+		atomic_init(&t->asleep_samples, 0);
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
 		atomic_init(&t->auth_failed, false);
@@ -1548,21 +1583,31 @@ static void session_unlink_free(sg_hsm_session *s)
 int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h)
 {
 	SG_ENSURE(h && h->have_key, SG_ENOTFOUND, "no key: generate one first");
-	/* Round robin over the tokens that hold the key and still accept
-	 * our PIN. */
+	/* Round robin over the tokens that hold the key, still accept our
+	 * PIN and are below their session cap (a place taken before the
+	 * session opens, so that concurrent opens cannot overshoot it). */
 	size_t pick = h->ntokens;
+	bool usable = false;
 	for (size_t i = 0; i < h->ntokens && pick == h->ntokens; i++) {
 		size_t k = atomic_fetch_add(&h->rr, 1) % h->ntokens;
 		token *t = &h->tokens[k];
-		if (t->has_key && !atomic_load(&t->auth_failed))
+		if (!t->has_key || atomic_load(&t->auth_failed))
+			continue;
+		usable = true;
+		unsigned n = atomic_fetch_add(&t->signing, 1);
+		if (t->max_signing && n >= t->max_signing)
+			atomic_fetch_sub(&t->signing, 1);
+		else
 			pick = k;
 	}
-	SG_ENSURE(pick < h->ntokens, SG_EAUTH, "no token accepts the PIN any more");
+	SG_ENSURE(usable, SG_EAUTH, "no token accepts the PIN any more");
+	SG_ENSURE(pick < h->ntokens, SG_EBUSY, "every token is at its session limit (ulMaxSessionCount)");
 	sg_hsm_session *s = NULL;
-	SG_TRY(session_alloc(&s, h, pick, false));
-	int rc = session_connect(s);
-	if (rc < 0) {
+	int rc = session_alloc(&s, h, pick, false);
+	if (rc == SG_OK && (rc = session_connect(s)) < 0)
 		session_unlink_free(s);
+	if (rc < 0) {
+		atomic_fetch_sub(&h->tokens[pick].signing, 1);
 		return rc;
 	}
 	atomic_fetch_add(&h->sessions, 1);
@@ -1575,6 +1620,7 @@ int hsm_session_new(sg_hsm_session **out, sg_hsm *h, size_t tok, bool probe)
 	SG_ENSURE(h && h->have_key && tok < h->ntokens, SG_ENOTFOUND, "no key: generate one first");
 	sg_hsm_session *s = NULL;
 	SG_TRY(session_alloc(&s, h, tok, probe));
+	s->unplaced = true; /* not one of the token's signer sessions */
 	/* A probe's session that cannot connect now is reopened by its
 	 * test signature; a signer's fails its open. */
 	int rc = session_connect(s);
@@ -1607,6 +1653,8 @@ void hsm_session_release(sg_hsm_session *s, bool wedged)
 	session_mark_healthy(s);
 	if (!s->probe)
 		atomic_fetch_sub(&s->h->sessions, 1);
+	if (!s->probe && !s->unplaced)
+		atomic_fetch_sub(&s->h->tokens[s->tok].signing, 1);
 	free(s);
 }
 
@@ -1641,6 +1689,67 @@ static CK_RV sign_once(sg_hsm_session *s, CK_MECHANISM_TYPE m, const uint8_t *in
 	*fn = "C_Sign";
 	if (rv == CKR_OK)
 		*siglen = n;
+	return rv;
+}
+
+/* This thread's time on a CPU and runnable in a queue waiting for one, in
+ * ns; false when the kernel does not say. The CPU time from the thread's
+ * CPU clock, which is exact at any moment; the queue time from
+ * /proc/thread-self/schedstat, whose first field (the same CPU time) lags
+ * by up to a scheduler tick for a running thread while the second is
+ * brought up to date each time the thread gets a CPU, which is what
+ * counts here: a thread preempted during the call has been given a CPU
+ * again before it reads. */
+static bool thread_sched_ns(uint64_t *run, uint64_t *queued)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+		return false;
+	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	char buf[96];
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	unsigned long long r, q;
+	if (sscanf(buf, "%llu %llu", &r, &q) != 2)
+		return false;
+	*run = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+	*queued = q;
+	return true;
+}
+
+/* sign_once, counted in t's load and told to the observer ("Signing load"
+ * above). Every WAIT_SAMPLE-th call also reads the thread's scheduler
+ * times around the call: its wait for the token is the wall time less the
+ * time on a CPU and in a run queue (preempted by other threads of a busy
+ * host, which is no sign of a slow token). */
+static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const uint8_t *in, size_t inlen, uint8_t *sig,
+                        size_t *siglen, const char **fn)
+{
+	bool sample = atomic_fetch_add_explicit(&t->sign_calls, 1, memory_order_relaxed) % WAIT_SAMPLE == 0;
+	uint64_t r0 = 0, q0 = 0, r1 = 0, q1 = 0;
+	if (sample)
+		sample = thread_sched_ns(&r0, &q0);
+	atomic_fetch_add_explicit(&t->in_flight, 1, memory_order_relaxed);
+	uint64_t w0 = sg_now_ns();
+	CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, fn);
+	uint64_t wall = sg_now_ns() - w0;
+	atomic_fetch_sub_explicit(&t->in_flight, 1, memory_order_relaxed);
+	if (sample && thread_sched_ns(&r1, &q1)) {
+		uint64_t busy = (r1 - r0) + (q1 - q0);
+		atomic_fetch_add_explicit(&t->wait_samples, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&t->sign_wait_ns, wall > busy ? wall - busy : 0, memory_order_relaxed);
+		if (wall > 2 * busy)
+			atomic_fetch_add_explicit(&t->asleep_samples, 1, memory_order_relaxed);
+	}
+	atomic_fetch_add_explicit(&t->sign_ns, wall, memory_order_relaxed);
+	sg_hsm_sign_fn cb = atomic_load_explicit(&s->h->on_sign, memory_order_acquire);
+	if (cb)
+		cb(s->tok, (double)wall / 1e9, atomic_load_explicit(&s->h->on_sign_arg, memory_order_relaxed));
 	return rv;
 }
 
@@ -1747,7 +1856,8 @@ int sg_hsm_sign(sg_hsm_session *s, sg_hsm_mech mech, const uint8_t *in, size_t i
 			call_leave(s);
 		} else if (s->connected) {
 			const char *fn = "C_Sign";
-			CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, &fn);
+			CK_RV rv = s->probe ? sign_once(s, m, in, inlen, sig, siglen, &fn)
+			                    : sign_timed(s, t, m, in, inlen, sig, siglen, &fn);
 			if (rv == CKR_OK) {
 				call_leave(s);
 				if (!s->probe)
@@ -2002,4 +2112,51 @@ void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out)
 		degraded |= bad || atomic_load(&t->broken) > 0;
 	}
 	out->state = usable == 0 ? SG_HSM_DOWN : degraded ? SG_HSM_DEGRADED : SG_HSM_OK;
+}
+
+void sg_hsm_token_load(const sg_hsm *h, size_t i, sg_hsm_load *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!h || i >= h->ntokens)
+		return;
+	token *t = &h->tokens[i];
+	out->calls = atomic_load_explicit(&t->sign_calls, memory_order_relaxed);
+	out->call_ns = atomic_load_explicit(&t->sign_ns, memory_order_relaxed);
+	out->wait_ns = atomic_load_explicit(&t->sign_wait_ns, memory_order_relaxed);
+	out->wait_samples = atomic_load_explicit(&t->wait_samples, memory_order_relaxed);
+	out->asleep = atomic_load_explicit(&t->asleep_samples, memory_order_relaxed);
+	out->in_flight = atomic_load_explicit(&t->in_flight, memory_order_relaxed);
+	out->sessions = atomic_load_explicit(&t->signing, memory_order_relaxed);
+	out->max_sessions = t->max_signing;
+}
+
+void sg_hsm_load_get(const sg_hsm *h, sg_hsm_load *out)
+{
+	memset(out, 0, sizeof(*out));
+	bool limited = true;
+	for (size_t i = 0; h && i < h->ntokens; i++) {
+		sg_hsm_load l;
+		sg_hsm_token_load(h, i, &l);
+		out->calls += l.calls;
+		out->call_ns += l.call_ns;
+		out->wait_ns += l.wait_ns;
+		out->wait_samples += l.wait_samples;
+		out->asleep += l.asleep;
+		out->in_flight += l.in_flight;
+		out->sessions += l.sessions;
+		/* Only tokens that can sign take sessions. */
+		if (!h->tokens[i].has_key || atomic_load(&h->tokens[i].auth_failed))
+			continue;
+		if (!l.max_sessions)
+			limited = false;
+		out->max_sessions += l.max_sessions;
+	}
+	if (!limited)
+		out->max_sessions = 0;
+}
+
+void sg_hsm_on_sign(sg_hsm *h, sg_hsm_sign_fn fn, void *arg)
+{
+	atomic_store_explicit(&h->on_sign_arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&h->on_sign, fn, memory_order_release);
 }

@@ -113,8 +113,9 @@ SG_API int sg_hsm_public_key(const sg_hsm *h, uint8_t **der, size_t *len) SG_MUS
 /* How many tokens are in use. */
 SG_API size_t sg_hsm_token_count(const sg_hsm *h);
 
-/* Opens a session for one signer thread. Caller frees with
- * sg_hsm_session_free. */
+/* Opens a session for one signer thread, on the next token (round robin)
+ * below its session cap (sg_hsm_load.max_sessions). Caller frees with
+ * sg_hsm_session_free. SG_EBUSY: every token is at its cap. */
 SG_API int sg_hsm_session_open(sg_hsm_session **out, sg_hsm *h) SG_MUST_CHECK;
 /* Closes the session; while a health probe is stuck inside the module it
  * is forgotten without a call instead (the call could wait behind the stuck
@@ -163,6 +164,37 @@ typedef struct sg_hsm_stats {
  * wait for one in flight), and a good one brings it back. The thread's
  * error detail is kept. */
 SG_API void sg_hsm_stats_get(const sg_hsm *h, sg_hsm_stats *out);
+
+/* --- signing load (for the signer pool's sizing and for metrics) --- */
+
+typedef struct sg_hsm_load {
+	uint64_t calls;        /* signing calls (C_SignInit + C_Sign) made on signer sessions, failed ones too */
+	uint64_t call_ns;      /* their wall time, summed */
+	uint64_t wait_samples; /* calls whose wait was measured (one in a few) */
+	uint64_t asleep;       /* of those, calls asleep for most of their time (a slow token makes every
+	                        * call one; contention inside the module, a few) */
+	uint64_t wait_ns;      /* their time asleep in the module (wall time less on a CPU and runnable): waiting
+	                        * for the token */
+	unsigned in_flight;    /* signing calls inside the module now */
+	unsigned sessions;     /* signer sessions open (or opening) */
+	unsigned max_sessions; /* signer sessions allowed: the token's ulMaxSessionCount less 2 (its admin
+	                        * session and a health probe's); 0: the token states no limit */
+} sg_hsm_load;
+
+/* Token i's load (zeros when i is out of range); lock-free, makes no
+ * PKCS#11 call, safe from any thread. */
+SG_API void sg_hsm_token_load(const sg_hsm *h, size_t i, sg_hsm_load *out);
+/* Summed over the tokens; max_sessions over those that can sign, 0 when
+ * any of them states no limit. */
+SG_API void sg_hsm_load_get(const sg_hsm *h, sg_hsm_load *out);
+
+/* Told the wall time of each signing call on a signer session, on the
+ * signing thread, right after the call: token is the index
+ * (sg_hsm_token_label). Must be quick, lock-free and must not call into h.
+ * Set once (before signatures start, or later: a call already under way
+ * may miss it); fn NULL stops it. */
+typedef void (*sg_hsm_sign_fn)(size_t token, double seconds, void *arg);
+SG_API void sg_hsm_on_sign(sg_hsm *h, sg_hsm_sign_fn fn, void *arg);
 
 /* --- health probes (sg_hsm_probe.c) --- */
 

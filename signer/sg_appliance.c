@@ -168,16 +168,18 @@ static int open_all(sg_appliance *a, const sg_settings *s)
 	atomic_store(&a->ca, ca);
 
 	sg_pool_options po = {
-		.threads = (unsigned)s->signer_threads,
-		.queue_capacity = (unsigned)s->signer_queue,
-		.issuer = {.verify_issued = s->verify_issued},
+	    .threads = (unsigned)s->signer_threads,
+	    .max_threads = (unsigned)s->hsm_max_sessions,
+	    .queue_capacity = (unsigned)s->signer_queue,
+	    .issuer = {.verify_issued = s->verify_issued},
 	};
 	SG_TRY(sg_pool_new(&a->pool, ca, hsm, &po));
 	sg_pool_stats st;
 	sg_pool_stats_get(a->pool, &st);
 	sg_log(SG_LOG_INFO, "signer ready", SG_F_STR("ca", sg_ca_subject(ca)),
 	       SG_F_STR("key", sg_key_type_name(sg_ca_key_type(ca))), SG_F_INT("threads", st.threads),
-	       SG_F_INT("queue", st.queue_capacity), SG_F_INT("tokens", sg_hsm_token_count(hsm)), SG_F_END);
+	       SG_F_INT("max_sessions", st.threads_max), SG_F_INT("queue", st.queue_capacity),
+	       SG_F_INT("tokens", sg_hsm_token_count(hsm)), SG_F_END);
 	return SG_OK;
 }
 

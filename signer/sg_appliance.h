@@ -37,6 +37,7 @@ typedef struct sg_settings {
 	char *root_cert;
 	char *trust_domain;
 	int64_t signer_threads;
+	int64_t hsm_max_sessions;
 	int64_t signer_queue;
 	bool verify_issued;
 	char *jwt_issuer;      /* iss of accepted service-account tokens */
@@ -85,7 +86,11 @@ extern const char *const sg_log_format_names[];
 	{"trust-domain", SG_OPT_STRING, offsetof(T, m.trust_domain), "cluster.local", 0, 253, NULL,               \
 	 "SPIFFE trust domain", false},                                                                             \
 	{"signer-threads", SG_OPT_INT, offsetof(T, m.signer_threads), "0", 0, SG_POOL_MAX_THREADS, NULL,          \
-	 "signer threads (0: one per CPU)", false},                                                                 \
+	 "signer threads always running (0: one per CPU); more are started, one HSM session each, while the "     \
+	 "token is slow to answer and requests wait (see hsm-max-sessions)", false},                               \
+	{"hsm-max-sessions", SG_OPT_INT, offsetof(T, m.hsm_max_sessions), "0", 0, SG_POOL_MAX_THREADS, NULL,      \
+	 "HSM signing sessions (signer threads) at most, when the token's latency asks for more than signer-"     \
+	 "threads (0: the token's own limit, ulMaxSessionCount, at most 256)", false},                             \
 	{"signer-queue", SG_OPT_INT, offsetof(T, m.signer_queue), "0", 0, SG_POOL_MAX_QUEUE, NULL,                \
 	 "signer queue capacity (0: 1024 per thread, at most 16384); a request that would wait past its deadline is refused at once", false},                                                        \
 	{"verify-issued", SG_OPT_BOOL, offsetof(T, m.verify_issued), "false", 0, 0, NULL,                         \

@@ -1,8 +1,15 @@
 /*
  * sg_pool: the multithreaded signer pool.
  *
- * N worker threads, each with its own sg_issuer (OpenSSL context + HSM
- * session), take requests from one bounded FIFO queue. Submission never
+ * Worker threads, each with its own sg_issuer (OpenSSL context + HSM
+ * session), take requests from one bounded FIFO queue. The pool starts with
+ * `threads` workers (one per CPU by default: enough for a token that signs
+ * on the host's CPU) and grows, up to `max_threads` and the token's session
+ * limit, while requests queue and the workers spend most of their time
+ * waiting for the token (a latency-bound token: a network HSM); workers
+ * grown beyond `threads` retire after idle_ms without work, or when the
+ * latency falls and the pool is well above its target. The sizing rule
+ * and why it is this one are in sg_pool.c's design note. Submission never
  * blocks: a full queue answers SG_EBUSY at once (the caller turns that into a
  * retryable status), so overload is never queued without bound; so does a
  * request whose estimated wait (queue depth x recent signing time / threads)
@@ -41,17 +48,24 @@
 
 typedef struct sg_pool sg_pool;
 
+/* A grown worker with no work for this long retires (default). */
+#define SG_POOL_IDLE_MS 2000u
+
 typedef struct sg_pool_options {
-	unsigned threads;        /* 0: one per online CPU */
+	unsigned threads;        /* workers always running; 0: one per online CPU */
+	unsigned max_threads;    /* workers (each one HSM session) at most while the token is latency-bound; 0:
+	                          * SG_POOL_MAX_THREADS. Also capped by the tokens' session limits
+	                          * (sg_hsm_load.max_sessions); below threads, it lowers threads. */
+	unsigned idle_ms;        /* 0: SG_POOL_IDLE_MS */
 	unsigned queue_capacity; /* 0: SG_POOL_QUEUE_PER_THREAD per thread, at most SG_POOL_DEFAULT_QUEUE_MAX */
 	sg_issuer_options issuer;
 } sg_pool_options;
 
 typedef void (*sg_pool_done_fn)(int rc, sg_issue_result *res, const sg_error *err, void *arg);
 
-/* Opens one HSM session per worker (one at a time) and starts the workers.
- * ca and hsm are borrowed for the pool's life. Caller frees with
- * sg_pool_free. */
+/* Opens one HSM session per initial worker (one at a time) and starts the
+ * workers, and the thread that grows and shrinks them. ca and hsm are
+ * borrowed for the pool's life. Caller frees with sg_pool_free. */
 SG_API int sg_pool_new(sg_pool **out, const sg_ca *ca, sg_hsm *hsm, const sg_pool_options *opts) SG_MUST_CHECK;
 
 /* Queues a request. SG_OK: done will be called exactly once, later, on a
@@ -66,14 +80,16 @@ SG_API int sg_pool_submit(sg_pool *p, const sg_issue_request *req, sg_pool_done_
 SG_API int sg_pool_issue(sg_pool *p, const sg_issue_request *req, sg_issue_result *res) SG_MUST_CHECK;
 
 /* Moves signing to another CA and key (a CA rotation's activate, followed
- * by signetd without a restart): one new session per worker is opened
- * here, on the caller's thread, before anything changes, so a failure
- * leaves the pool signing as before. Each worker then takes its new
- * issuer before the next request it signs; a request already being signed
- * finishes with the old one. ca and hsm are borrowed for the pool's life,
- * and so are the previous ones (a worker may still hold them until its
- * next request, and sg_pool_free frees what it holds). Called from one
- * thread at a time. */
+ * by signetd without a restart). One issuer for the new pair is made here,
+ * on the caller's thread, before anything changes, so a pair that cannot
+ * sign (no session, a key the token refuses) leaves the pool signing as
+ * before. Then every worker, the grown ones included, and every worker
+ * started later, opens its own new session before the next request it
+ * signs; a request already being signed finishes with the old one, and a
+ * worker whose open fails keeps signing with the old pair, retries each
+ * second and logs once. ca and hsm are borrowed for the pool's life, and
+ * so are the previous ones (a worker may still hold them until its next
+ * request). Called from one thread at a time. */
 SG_API int sg_pool_set_signer(sg_pool *p, const sg_ca *ca, sg_hsm *hsm) SG_MUST_CHECK;
 
 /* Counters, summed over the workers' private shards. */
@@ -81,7 +97,14 @@ SG_API int sg_pool_set_signer(sg_pool *p, const sg_ca *ca, sg_hsm *hsm) SG_MUST_
 #define SG_POOL_ERRORS 11
 
 typedef struct sg_pool_stats {
-	unsigned threads;
+	unsigned threads;         /* workers running now (each holds one HSM session) */
+	uint64_t threads_base;    /* always running (options.threads, capped by max) */
+	uint64_t threads_max;     /* the bound: max_threads and the tokens' session limits */
+	uint64_t threads_target;  /* what the sizing asks for at the measured latency (base .. max) */
+	uint64_t threads_started; /* workers started beyond the base, ever */
+	uint64_t threads_retired; /* of those, retired: idle for idle_ms, or well above the target */
+	uint64_t busy;            /* workers signing now */
+	uint64_t hsm_wait_ns;     /* recent mean time a signature waited off CPU for the token */
 	unsigned queue_capacity;
 	uint64_t queued;          /* in the queue now */
 	uint64_t submitted;       /* accepted by sg_pool_submit */

@@ -49,6 +49,14 @@ typedef struct probe_series {
 	sg_series *stuck;     /* signet_hsm_probes_stuck_total */
 } probe_series;
 
+/* One HSM token's signing series (NULL when the families are full). */
+typedef struct token_series {
+	sg_series *in_flight;    /* signet_hsm_token_in_flight */
+	sg_series *sessions;     /* signet_hsm_token_sessions */
+	sg_series *max_sessions; /* signet_hsm_token_max_sessions */
+	sg_series *sign;         /* signet_hsm_sign_duration_seconds */
+} token_series;
+
 /* The daemon's own metrics beside the service's (sg_service.h). */
 typedef struct daemon_metrics {
 	sg_metrics *reg;
@@ -58,6 +66,10 @@ typedef struct daemon_metrics {
 	 * their threads only. */
 	probe_series *probe;
 	size_t nprobe;
+	/* Per HSM token, by index; set before signatures are told to
+	 * on_sign (signing threads) and refreshed by the scraper. */
+	token_series *tok;
+	size_t ntok;
 } daemon_metrics;
 
 /* What identifies a file's contents cheaply (a change means "re-read"). */
@@ -154,6 +166,11 @@ int signetd_start_http(daemon *d);
 /* The main HSM's health probes (hsm-probe-interval, hsm-probe-timeout),
  * with their per-token metrics; nothing when the interval is 0. */
 int signetd_start_hsm_probes(daemon *d);
+/* The per-token signing series (signet_hsm_token_*, the signing latency
+ * histogram), told each signature by the HSM layer; and their gauges read
+ * again from its counters (at each scrape). */
+int signetd_setup_token_metrics(daemon *d);
+void signetd_refresh_token_metrics(daemon *d);
 
 /* ------------------------------------------------------------------ */
 /* root-ca-file (signetd_root.c)                                      */

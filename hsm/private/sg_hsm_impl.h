@@ -88,6 +88,12 @@ typedef struct token {
 	atomic_uint probes_failed;     /* test signatures failed in a row */
 	CK_UTF8CHAR serial[16];        /* CK_TOKEN_INFO.serialNumber: with the label, finds it again */
 	char serial_text[17];          /* the same, trimmed, for messages and metric labels */
+	/* Signing load (sg_hsm_load): written by the signing threads with
+	 * relaxed atomics, read by the signer pool's sizing and by metrics. */
+	unsigned max_signing;  /* signer sessions allowed (from ulMaxSessionCount); 0: no limit stated */
+	atomic_uint signing;   /* signer sessions open or being opened */
+	atomic_uint in_flight; /* signing calls inside the module now */
+	_Atomic uint64_t sign_calls, sign_ns, sign_wait_ns, wait_samples, asleep_samples;
 } token;
 
 typedef struct hsm_probes hsm_probes; /* sg_hsm_probe.c */
@@ -131,6 +137,10 @@ struct sg_hsm {
 	_Atomic uint64_t sessions;
 
 	_Atomic(hsm_probes *) probes; /* the health probes (sg_hsm_probe_start); NULL: none */
+
+	/* sg_hsm_on_sign: arg is stored before fn, read after it. */
+	_Atomic(sg_hsm_sign_fn) on_sign;
+	_Atomic(void *) on_sign_arg;
 };
 
 struct sg_hsm_session {
@@ -145,6 +155,7 @@ struct sg_hsm_session {
 	bool broken; /* counted in token->broken */
 	bool uses_copy;
 	bool probe;        /* a health probe's own session: not counted in sessions or signatures */
+	bool unplaced;     /* not counted in its token's signer sessions (hsm_session_new) */
 	bool recheck_owed; /* a lost handle seen, the module's handles not yet checked */
 	CK_SESSION_HANDLE sh;
 	CK_OBJECT_HANDLE key; /* what C_SignInit uses: the copy or the token key */

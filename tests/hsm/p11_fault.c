@@ -12,6 +12,7 @@
  *                   [delay_ms=N] [spike_ms=N spike_prob=P]
  *                   [hang=N] [corrupt=P]
  *   crash <generation>
+ *   sessions max=N | sessions unavailable
  *
  *   error     the call answers this code instead of being made; always, with
  *             probability prob, or on every Nth call of that function
@@ -22,6 +23,11 @@
  *             released". The hung thread itself polls the file.
  *   corrupt   C_Sign only: a successful signature comes back with one bit
  *             flipped, with probability P (what verify-issued must catch)
+ *   sessions  a token session limit: C_GetTokenInfo states ulMaxSessionCount
+ *             N, and C_OpenSession answers CKR_SESSION_COUNT while N
+ *             sessions are open (counted across slots: the tests use one);
+ *             "unavailable" states CK_UNAVAILABLE_INFORMATION instead, and
+ *             limits nothing
  *   crash     whenever the generation differs from the last one applied,
  *             the wrapped SoftHSM2 is finalised and initialised again with
  *             the caller's arguments: every session, login and object handle
@@ -35,6 +41,10 @@
  * Events (a hang entered or released, a crash, a re-read) are appended, one
  * line each, to SIGNET_P11FAULT_LOG when set, so that a test can tell when a
  * fault took effect. Injected errors are not logged (there may be thousands).
+ *
+ * For in-process tests, p11_fault_peaks() (found with dlsym) tells the most
+ * sessions open and C_Sign calls inside at once, and the opens refused,
+ * since its last call (each call starts them afresh from the present).
  *
  * Calls into SoftHSM2 run under a read lock and a crash under the write lock:
  * SoftHSM2 must not be finalised while another thread is inside it (a real
@@ -116,6 +126,26 @@ static long crash_applied; /* generation last applied */
 static struct stat file_seen;
 static bool file_known;
 static _Atomic uint64_t next_check_ns;
+static atomic_uint sessions_max;         /* "sessions max=N"; 0: no limit */
+static atomic_bool sessions_unavailable; /* "sessions unavailable" */
+
+/* Sessions and signatures, for the session limit and p11_fault_peaks. */
+static atomic_uint sessions_open, sessions_peak, signs_in, signs_peak, sessions_refused;
+
+__attribute__((visibility("default"))) void p11_fault_peaks(unsigned *sessions, unsigned *signs, unsigned *refused);
+__attribute__((visibility("default"))) void p11_fault_peaks(unsigned *sessions, unsigned *signs, unsigned *refused)
+{
+	*sessions = atomic_exchange(&sessions_peak, atomic_load(&sessions_open));
+	*signs = atomic_exchange(&signs_peak, atomic_load(&signs_in));
+	*refused = atomic_exchange(&sessions_refused, 0);
+}
+
+static void raise_peak(atomic_uint *peak, unsigned v)
+{
+	unsigned old = atomic_load(peak);
+	while (v > old && !atomic_compare_exchange_weak(peak, &old, v))
+		;
+}
 
 /* The wrapped module's state: calls share it, a crash owns it. */
 static pthread_rwlock_t state_lock = PTHREAD_RWLOCK_INITIALIZER;
@@ -257,6 +287,8 @@ static void parse_file(FILE *f)
 	rule fresh[F_COUNT + 1];
 	memset(fresh, 0, sizeof(fresh));
 	long crash = crash_wanted;
+	unsigned max_sessions = 0;
+	bool unavailable = false;
 	char line[MAX_LINE];
 	while (fgets(line, sizeof(line), f)) {
 		char *hash = strchr(line, '#');
@@ -266,6 +298,16 @@ static void parse_file(FILE *f)
 		char *word = strtok_r(line, " \t\r\n", &save);
 		if (!word)
 			continue;
+		if (strcmp(word, "sessions") == 0) {
+			char *kv = strtok_r(NULL, " \t\r\n", &save);
+			if (kv && strncmp(kv, "max=", 4) == 0)
+				max_sessions = (unsigned)strtoul(kv + 4, NULL, 10);
+			else if (kv && strcmp(kv, "unavailable") == 0)
+				unavailable = true;
+			else
+				fprintf(stderr, "p11_fault: bad sessions line\n");
+			continue;
+		}
 		if (strcmp(word, "crash") == 0) {
 			char *g = strtok_r(NULL, " \t\r\n", &save);
 			if (g)
@@ -289,6 +331,8 @@ static void parse_file(FILE *f)
 	}
 	memcpy(rules, fresh, sizeof(rules));
 	crash_wanted = crash;
+	atomic_store(&sessions_max, max_sessions);
+	atomic_store(&sessions_unavailable, unavailable);
 }
 
 static void crash_now(long gen);
@@ -342,6 +386,7 @@ static void crash_now(long gen)
 	pthread_rwlock_wrlock(&state_lock);
 	if (initialised) {
 		real->C_Finalize(NULL);
+		atomic_store(&sessions_open, 0);
 		CK_RV rv = real->C_Initialize(init_args_null ? NULL : &init_args);
 		initialised = rv == CKR_OK;
 	}
@@ -420,12 +465,8 @@ static void leave_state(void)
 
 P11F_WRAP(GetSlotList, (CK_BBOOL p, CK_SLOT_ID_PTR l, CK_ULONG_PTR c), (p, l, c))
 P11F_WRAP(GetSlotInfo, (CK_SLOT_ID s, CK_SLOT_INFO_PTR i), (s, i))
-P11F_WRAP(GetTokenInfo, (CK_SLOT_ID s, CK_TOKEN_INFO_PTR i), (s, i))
 P11F_WRAP(GetMechanismList, (CK_SLOT_ID s, CK_MECHANISM_TYPE_PTR l, CK_ULONG_PTR c), (s, l, c))
 P11F_WRAP(GetMechanismInfo, (CK_SLOT_ID s, CK_MECHANISM_TYPE t, CK_MECHANISM_INFO_PTR i), (s, t, i))
-P11F_WRAP(OpenSession, (CK_SLOT_ID s, CK_FLAGS f, CK_VOID_PTR a, CK_NOTIFY n, CK_SESSION_HANDLE_PTR h), (s, f, a, n, h))
-P11F_WRAP(CloseSession, (CK_SESSION_HANDLE h), (h))
-P11F_WRAP(CloseAllSessions, (CK_SLOT_ID s), (s))
 P11F_WRAP(GetSessionInfo, (CK_SESSION_HANDLE h, CK_SESSION_INFO_PTR i), (h, i))
 P11F_WRAP(Login, (CK_SESSION_HANDLE h, CK_USER_TYPE u, CK_UTF8CHAR_PTR p, CK_ULONG l), (h, u, p, l))
 P11F_WRAP(Logout, (CK_SESSION_HANDLE h), (h))
@@ -444,16 +485,95 @@ P11F_WRAP(GenerateKeyPair,
 P11F_WRAP(InitToken, (CK_SLOT_ID s, CK_UTF8CHAR_PTR p, CK_ULONG l, CK_UTF8CHAR_PTR label), (s, p, l, label))
 P11F_WRAP(InitPIN, (CK_SESSION_HANDLE h, CK_UTF8CHAR_PTR p, CK_ULONG l), (h, p, l))
 
-/* C_Sign by hand: a corrupt rule flips one bit of a good signature. */
+/* The session limit ("sessions max=N") by hand: the token states it, an
+ * open beyond it is refused, closes count down. */
+static CK_RV w_GetTokenInfo(CK_SLOT_ID s, CK_TOKEN_INFO_PTR i)
+{
+	CK_RV rv;
+	double corrupt;
+	if (before_call(F_GetTokenInfo, &rv, &corrupt))
+		return rv;
+	enter_state();
+	rv = real->C_GetTokenInfo(s, i);
+	leave_state();
+	unsigned max = atomic_load(&sessions_max);
+	if (rv == CKR_OK && max) {
+		i->ulMaxSessionCount = max;
+		i->ulSessionCount = atomic_load(&sessions_open);
+	} else if (rv == CKR_OK && atomic_load(&sessions_unavailable)) {
+		i->ulMaxSessionCount = CK_UNAVAILABLE_INFORMATION;
+	}
+	return rv;
+}
+
+static CK_RV w_OpenSession(CK_SLOT_ID s, CK_FLAGS f, CK_VOID_PTR a, CK_NOTIFY n, CK_SESSION_HANDLE_PTR h)
+{
+	CK_RV rv;
+	double corrupt;
+	if (before_call(F_OpenSession, &rv, &corrupt))
+		return rv;
+	/* A place first, so that concurrent opens cannot pass the limit. */
+	unsigned max = atomic_load(&sessions_max), open = atomic_fetch_add(&sessions_open, 1) + 1;
+	if (max && open > max) {
+		atomic_fetch_sub(&sessions_open, 1);
+		atomic_fetch_add(&sessions_refused, 1);
+		event("session_count", "C_OpenSession", (long)max);
+		return CKR_SESSION_COUNT;
+	}
+	enter_state();
+	rv = real->C_OpenSession(s, f, a, n, h);
+	leave_state();
+	if (rv == CKR_OK)
+		raise_peak(&sessions_peak, open);
+	else
+		atomic_fetch_sub(&sessions_open, 1);
+	return rv;
+}
+
+static CK_RV w_CloseSession(CK_SESSION_HANDLE h)
+{
+	CK_RV rv;
+	double corrupt;
+	if (before_call(F_CloseSession, &rv, &corrupt))
+		return rv;
+	enter_state();
+	rv = real->C_CloseSession(h);
+	leave_state();
+	if (rv == CKR_OK)
+		atomic_fetch_sub(&sessions_open, 1);
+	return rv;
+}
+
+static CK_RV w_CloseAllSessions(CK_SLOT_ID s)
+{
+	CK_RV rv;
+	double corrupt;
+	if (before_call(F_CloseAllSessions, &rv, &corrupt))
+		return rv;
+	enter_state();
+	rv = real->C_CloseAllSessions(s);
+	leave_state();
+	if (rv == CKR_OK)
+		atomic_store(&sessions_open, 0);
+	return rv;
+}
+
+/* C_Sign by hand: a corrupt rule flips one bit of a good signature; calls
+ * inside at once (the delay included) are counted for p11_fault_peaks. */
 static CK_RV w_Sign(CK_SESSION_HANDLE h, CK_BYTE_PTR in, CK_ULONG inlen, CK_BYTE_PTR sig, CK_ULONG_PTR siglen)
 {
 	CK_RV rv;
 	double corrupt;
-	if (before_call(F_Sign, &rv, &corrupt))
+	raise_peak(&signs_peak, atomic_fetch_add(&signs_in, 1) + 1);
+	bool injected = before_call(F_Sign, &rv, &corrupt);
+	if (!injected) {
+		enter_state();
+		rv = real->C_Sign(h, in, inlen, sig, siglen);
+		leave_state();
+	}
+	atomic_fetch_sub(&signs_in, 1);
+	if (injected)
 		return rv;
-	enter_state();
-	rv = real->C_Sign(h, in, inlen, sig, siglen);
-	leave_state();
 	if (rv == CKR_OK && sig && siglen && *siglen > 0 && corrupt > 0 && uniform() < corrupt)
 		sig[*siglen / 2] ^= 0x01;
 	return rv;
@@ -479,6 +599,7 @@ static CK_RV w_Finalize(CK_VOID_PTR r)
 	pthread_rwlock_wrlock(&state_lock);
 	CK_RV rv = real->C_Finalize(r);
 	initialised = false;
+	atomic_store(&sessions_open, 0); /* C_Finalize closed them all */
 	pthread_rwlock_unlock(&state_lock);
 	return rv;
 }

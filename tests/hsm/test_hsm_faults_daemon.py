@@ -66,7 +66,10 @@ WAIT_S = 60.0  # longest wait for any other state: it ends as soon as the state 
 PROBE_SLACK = 3.0 if SANITIZED else 1.5  # scheduling on a loaded machine, on top of a probe's own bound
 UNREADY_SLACK = 10.0  # how long past a fault's hold /readyz may take to turn 503 on such a machine
 CORRUPT_CALLS = 200  # calls under the corrupt-signature fault (a share of them is asserted)
-THREADS = 3  # signer threads: one may hang while the others serve
+# Signer threads: one may hang while the others serve. Fixed (hsm-max-sessions
+# too): the pool would otherwise grow under the latency phases, and the
+# hang phase needs every session of the pool hung.
+THREADS = 3
 GRACE = 2  # shutdown-grace, seconds
 STOP_OVERRUN = 10  # signetd's STOP_OVERRUN_NS: how long a stop may run past the grace
 PACE = 0.05 if SANITIZED else 0.02  # each client's pause between calls: every leaf is verified
@@ -205,7 +208,8 @@ class HsmFaults(unittest.TestCase):
         self.proc = subprocess.Popen(
             [SIGNETD, "--config", self.conf, "--hsm-module", FAULT_SO, "--serving-address", "127.0.0.1:0",
              "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
-             "--log-format", "json", "--signer-threads", str(THREADS), "--server-timeout", f"{SERVER_TIMEOUT}s",
+             "--log-format", "json", "--signer-threads", str(THREADS), "--hsm-max-sessions", str(THREADS),
+             "--server-timeout", f"{SERVER_TIMEOUT}s",
              "--shutdown-grace", f"{GRACE}s", *flags],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.addCleanup(self.kill)

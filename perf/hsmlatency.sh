@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# signetd on a slow token against the same signetd on a fast one, side by
+# side in one run (#32): three servers, each on its own fresh P-256 CA and
+# with default settings: one on SoftHSM2 directly, two through p11_fault
+# (tests/hsm/p11_fault.c) delaying every C_Sign by 2 ms and by 10 ms. The
+# same loadgen settings (default 4 connections x 16 calls = 64 in flight)
+# drive them in alternating rounds; prints each run, each server's CPU per
+# certificate and signer threads (signet_signer_threads, read right after
+# the run, before the grown threads retire) and the ratio of each delayed
+# server's best round to the undelayed one's.
+#
+#   perf/hsmlatency.sh [BUILD_DIR]    (default: build; needs signetd,
+#                                      signetctl, perf/loadgen, hsm_p11_fault)
+#
+# Knobs: SIGNET_HL_CONNECTIONS [4], SIGNET_HL_CONCURRENCY [16],
+# SIGNET_HL_REQUESTS [20000], SIGNET_HL_DURATION [15s], SIGNET_HL_WARMUP
+# [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["2 10"] (ms; one server
+# each), SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
+# "--hsm-max-sessions 2" for the CPU-sized pool of before #32). Every run is bounded in count and time; every server binds
+# 127.0.0.1 and is stopped by the exit trap.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=$(realpath "${1:-build}")
+C=${SIGNET_HL_CONNECTIONS:-4}
+M=${SIGNET_HL_CONCURRENCY:-16}
+N=${SIGNET_HL_REQUESTS:-20000}
+D=${SIGNET_HL_DURATION:-15s}
+W=${SIGNET_HL_WARMUP:-1000}
+ROUNDS=${SIGNET_HL_ROUNDS:-3}
+read -ra DELAYS <<<"${SIGNET_HL_DELAYS:-2 10}"
+read -ra FLAGS <<<"${SIGNET_HL_FLAGS:-}"
+
+SIGNETD=$BUILD/daemon/signetd
+CTL=$BUILD/ctl/signetctl
+LOADGEN=$BUILD/perf/loadgen
+FAULT=$BUILD/tests/hsm/hsm_p11_fault.so
+for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT"; do
+  [ -e "$f" ] || { echo "missing $f (build with -DSIGNET_BUILD_PERF=ON)" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-hl.XXXXXX")
+pids=()
+# shellcheck disable=SC2317  # called by the trap
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do
+    for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+echo "== HSM latency $(date -u +%Y-%m-%dT%H:%M:%SZ): nproc=$(nproc)" \
+  "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "   signetd=$SIGNETD ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+echo "   flags: ${FLAGS[*]:-(defaults)}"
+echo "   loadgen: $C connections x $M in flight, at most $N requests or $D per run, $ROUNDS rounds"
+
+# start NAME DELAY_MS: a CA, signetd (0: SoftHSM2 directly; else through
+# p11_fault with that C_Sign delay), a token.
+declare -A port mport pid
+start() {
+  local name=$1 delay=$2 dir=$tmp/$1
+  "$CTL" init --dir "$dir" --key-type ecdsa-p256 --log-level warn >/dev/null
+  local extra=()
+  if [ "$delay" != 0 ]; then
+    printf 'C_Sign delay_ms=%s\n' "$delay" >"$dir/p11fault.control"
+    extra=(--hsm-module "$FAULT")
+  fi
+  : >"$dir/signetd.log" # read below before the server may have opened it
+  SIGNET_P11FAULT_CONTROL=$dir/p11fault.control \
+    "$SIGNETD" --config "$dir/signet.conf" "${extra[@]}" "${FLAGS[@]}" --serving-address 127.0.0.1:0 \
+    --http-address 127.0.0.1 --metrics-port 0 --readiness-probe-port 0 --log-format json \
+    >"$dir/signetd.log" 2>&1 &
+  pid[$name]=$!
+  pids+=($!)
+  for _ in $(seq 600); do
+    port[$name]=$(sed -n 's/.*"msg":"signetd serving".*"port":\([0-9]*\).*/\1/p' "$dir/signetd.log" | head -1)
+    mport[$name]=$(sed -n 's/.*"msg":"signetd serving".*"metrics_port":\([0-9]*\).*/\1/p' "$dir/signetd.log" | head -1)
+    [ -n "${port[$name]}" ] && break
+    kill -0 "${pid[$name]}" 2>/dev/null || { cat "$dir/signetd.log" >&2; exit 1; }
+    sleep 0.1
+  done
+  [ -n "${port[$name]}" ] || { echo "signetd $name did not start" >&2; exit 1; }
+  (umask 077 && "$CTL" token --config "$dir/signet.conf" --namespace default --service-account default >"$dir/token")
+}
+names=(d0)
+start d0 0
+for d in "${DELAYS[@]}"; do
+  names+=("d$d")
+  start "d$d" "$d"
+done
+
+# threads NAME: signet_signer_threads from /metrics ("?" when not found).
+threads() {
+  local p=${mport[$1]:-}
+  [ -n "$p" ] || { echo "?"; return; }
+  python3 - "$p" <<'EOF'
+import sys, urllib.request
+try:
+    text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
+except OSError:
+    print("?"); sys.exit()
+vals = [l.split()[-1] for l in text.splitlines() if l.startswith("signet_signer_threads ")]
+print(int(float(vals[0])) if vals else "?")
+EOF
+}
+
+ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }
+declare -A best
+for name in "${names[@]}"; do best[$name]=0; done
+for r in $(seq "$ROUNDS"); do
+  for name in "${names[@]}"; do
+    dir=$tmp/$name
+    c0=$(ticks "${pid[$name]}")
+    out=$("$LOADGEN" --target "grpc://127.0.0.1:${port[$name]}" --token-file "$dir/token" \
+      --ca-file "$dir/root-cert.pem" --connections "$C" --concurrency "$M" --requests "$N" \
+      --duration "$D" --warmup "$W" --json | tail -1)
+    c1=$(ticks "${pid[$name]}")
+    th=$(threads "$name")
+    read -r rate line < <(python3 - "$out" "$((c1 - c0))" "$(getconf CLK_TCK)" <<'EOF'
+import json, sys
+r = json.loads(sys.argv[1])
+cpu = int(sys.argv[2]) / float(sys.argv[3])
+done = r["ok"] + r["warmup_ok"]
+if r["failed"]:
+    sys.exit(f"{r['failed']} requests failed")
+print(f"{r['certs_per_s']:.1f} {r['ok']} ok, {r['certs_per_s']:.1f} certs/s, p50 {r['p50_ms']:.2f} ms,"
+      f" p99 {r['p99_ms']:.2f} ms, server CPU {1000 * cpu / max(done, 1):.3f} ms/cert")
+EOF
+)
+    label=${name#d}
+    echo "round $r C_Sign +${label} ms (load $(cut -d' ' -f1 /proc/loadavg)): $line, signer threads $th"
+    best[$name]=$(python3 -c "print(max(${best[$name]}, $rate))")
+  done
+done
+for name in "${names[@]}"; do
+  [ "$name" = d0 ] && continue
+  python3 -c "print(f'best of $ROUNDS: +${name#d} ms {${best[$name]}:.1f}/s against undelayed {${best[d0]}:.1f}/s = {${best[$name]} / ${best[d0]}:.3f}')"
+done
