@@ -186,6 +186,7 @@ int signetd_ca_follow(daemon *d, bool force)
 	if (!moved)
 		return SG_OK;
 	d->ca = sg_appliance_ca(d->app);
+	signetd_follow_token_metrics(d);
 	rc = follow_root(d);
 	if (rc < 0) {
 		sg_log_error_last(SG_LOG_ERROR, "the CA changed but its root bundle cannot be served");

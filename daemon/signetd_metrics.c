@@ -253,6 +253,8 @@ static const double sign_bounds[] = {0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.
 int signetd_setup_token_metrics(daemon *d)
 {
 	daemon_metrics *m = &d->m;
+	if (!d->app)
+		return SG_OK; /* hsm=false: no token */
 	sg_hsm *h = sg_appliance_hsm(d->app);
 	static const char *const labels[] = {"token", "serial"};
 	sg_metric *in_flight, *sessions, *max_sessions, *sign;
@@ -287,9 +289,19 @@ int signetd_setup_token_metrics(daemon *d)
 	return SG_OK;
 }
 
+/* A rotation's new HSM handle (same tokens, another key) reports its
+ * signing calls to the same series. */
+void signetd_follow_token_metrics(daemon *d)
+{
+	if (d->app && d->m.ntok)
+		sg_hsm_on_sign(sg_appliance_hsm(d->app), on_sign, &d->m);
+}
+
 void signetd_refresh_token_metrics(daemon *d)
 {
 	daemon_metrics *m = &d->m;
+	if (!d->app || !m->ntok)
+		return;
 	sg_hsm *h = sg_appliance_hsm(d->app);
 	for (size_t i = 0; i < m->ntok; i++) {
 		sg_hsm_load l;

@@ -171,6 +171,7 @@ int signetd_start_hsm_probes(daemon *d);
  * again from its counters (at each scrape). */
 int signetd_setup_token_metrics(daemon *d);
 void signetd_refresh_token_metrics(daemon *d);
+void signetd_follow_token_metrics(daemon *d);
 
 /* ------------------------------------------------------------------ */
 /* root-ca-file (signetd_root.c)                                      */
