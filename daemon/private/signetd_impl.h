@@ -54,8 +54,11 @@ typedef struct daemon_metrics {
 	sg_metrics *reg;
 	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
 	uint64_t seen_refused_limit, seen_refused_fds;    /* main thread only */
-	/* Per HSM token, by index; set before the probes start, then read by
-	 * their threads only. */
+	/* The probe families (NULL: no probes), and per token of the HSM
+	 * handle probed now, by index: set before its probes start, then
+	 * read by their threads only (replaced, after those of the previous
+	 * handle have stopped, when a CA rotation moves to a new key). */
+	sg_metric *probe_results, *probe_duration, *probe_stuck;
 	probe_series *probe;
 	size_t nprobe;
 } daemon_metrics;
@@ -154,6 +157,13 @@ int signetd_start_http(daemon *d);
 /* The main HSM's health probes (hsm-probe-interval, hsm-probe-timeout),
  * with their per-token metrics; nothing when the interval is 0. */
 int signetd_start_hsm_probes(daemon *d);
+/* After a reload moved signing to another HSM handle (a new key): stops
+ * the probes of old, which was signing until now, and probes the current
+ * handle instead, with the per-token series of its tokens (the same series
+ * when the token is the same). Nothing when probes are off or the handle
+ * did not change. May wait up to hsm-probe-timeout for a probe inside the
+ * module. */
+int signetd_follow_hsm_probes(daemon *d, sg_hsm *old);
 
 /* ------------------------------------------------------------------ */
 /* root-ca-file (signetd_root.c)                                      */
