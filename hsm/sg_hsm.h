@@ -200,7 +200,11 @@ typedef struct sg_hsm_probe_options {
  * time again (after a late answer the next probe is made at once). Once
  * probes run, sg_hsm_stats_get makes no PKCS#11 call (the probes make the
  * due re-init attempts and test signatures), so a hung module cannot hold
- * up its caller. Call once, before any other thread reads h's health.
+ * up its caller. Call once. Other threads may be reading h's health
+ * meanwhile (signetd starts probes on the handle a rotation moved to while
+ * its metrics are read): a read that found no probes yet makes its calls
+ * as without them (on the token's admin session, under its lock), beside
+ * the probes' calls on their own sessions.
  * Errors: SG_EINVAL (bad options, started twice, no key), SG_EINTERNAL (no
  * memory or thread). Stopped by sg_hsm_free, which waits for a probe under
  * way at most until its timeout. */
