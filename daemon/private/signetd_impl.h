@@ -98,7 +98,11 @@ typedef struct daemon {
 	sg_kubesign_ca extra_cas[SG_CLUSTER_CAS_MAX - 1];
 	size_t nextra;
 	sg_pool *pool;
-	const sg_ca *ca;
+	/* The CA signing now: replaced by the main thread when a rotation's
+	 * step is followed (signetd_ca.c), read by /metrics' thread too, hence
+	 * atomic. A replaced CA stays alive (sg_appliance_reload retires it),
+	 * so a reader holding the previous one is safe. */
+	_Atomic(const sg_ca *) ca;
 	sg_authenticator auth;
 	bool auth_ready;
 	sg_cluster *cluster; /* NULL when no Kubernetes API is configured */
