@@ -266,7 +266,18 @@ class RotateInCluster(unittest.TestCase):
                  lambda: len([r for r in self.signetd.records() if r.get("msg") == "CA reloaded"]) >= 2)
         self.all_hold(self.old | self.new, "after activate (old + new)")
 
-        wait_for("finish", lambda: self.rotate("finish").returncode == 0)
+        # finish is refused until --workload-lifetime + --skew (1 s) has
+        # passed since activate; the last refusal is kept for the message.
+        last = {}
+
+        def finished():
+            p = self.rotate("finish")
+            last["stderr"] = p.stderr
+            return p.returncode == 0
+        try:
+            wait_for("finish", finished)
+        except AssertionError:
+            raise AssertionError("rotate finish kept failing: " + last.get("stderr", ""))
         self.all_hold(self.new, "after finish (new)")
         # The agent still gets certificates (its folder's chain refreshed
         # under the new root) after the old key is gone.
