@@ -14,7 +14,8 @@
  * from it the CA settings that no flag overrode (a flag that set one at
  * start keeps it: flags win over the file, as at start), and hands them to
  * sg_appliance_reload, which opens and checks the new key and CA before
- * the pool signs with them. The service's chain and root bundle, the
+ * the pool signs with them. The HSM health probes (and their per-token
+ * metrics) move to a new key's handle, the service's chain and root bundle, the
  * serving certificate (issued again) and its client roots, the cluster's
  * root ConfigMaps
  * (hence signet-ca-roots and trust bundles) and the root-expiry watch then
@@ -164,6 +165,7 @@ int signetd_ca_follow(daemon *d, bool force)
 		if (f->follow[i])
 			*field(&next, i) = *field(&fresh->s, i);
 	bool moved = false;
+	sg_hsm *before = sg_appliance_hsm(d->app);
 	rc = sg_appliance_reload(d->app, &next, &moved);
 	if (rc == SG_OK) {
 		/* The followed settings are now the file's (owned by d->a from
@@ -187,6 +189,11 @@ int signetd_ca_follow(daemon *d, bool force)
 		return SG_OK;
 	d->ca = sg_appliance_ca(d->app);
 	signetd_follow_token_metrics(d);
+	/* Probes that stay on the retired handle would report, and judge, a
+	 * key nobody signs with (destroyed at finish); the new handle would
+	 * be read without them (PKCS#11 calls on the reader's thread). */
+	if (signetd_follow_hsm_probes(d, before) < 0)
+		sg_log_error_last(SG_LOG_ERROR, "cannot start the HSM health probes of the new key");
 	rc = follow_root(d);
 	if (rc < 0) {
 		sg_log_error_last(SG_LOG_ERROR, "the CA changed but its root bundle cannot be served");

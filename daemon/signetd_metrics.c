@@ -14,6 +14,7 @@
 
 #include "sg_clock.h"
 #include "sg_guard.h"
+#include "sg_log.h"
 
 #include <stdlib.h>
 
@@ -336,23 +337,46 @@ static void on_probe(size_t token, sg_hsm_probe_result result, double seconds, v
 
 /* Labelled by the token's label and serial number: tokens a URI selects by
  * label share it. A token beyond what the families hold (64 series each:
- * 21 tokens) is probed all the same, without metrics. */
-static void probe_series_of(daemon_metrics *m, sg_hsm *h, sg_metric *results, sg_metric *duration, sg_metric *stuck)
+ * 21 tokens) is probed all the same, without metrics. A token already
+ * labelled (a new key in the same token) gets its series back, so its
+ * counts go on rising across a rotation. */
+static int probe_series_of(daemon_metrics *m, sg_hsm *h)
 {
 	static const char *const result_names[3] = {"ok", "failed", "late"};
-	for (size_t i = 0; i < m->nprobe; i++) {
-		probe_series *ps = &m->probe[i];
+	size_t n = sg_hsm_token_count(h);
+	probe_series *series = calloc(n ? n : 1, sizeof(*series));
+	SG_ENSURE(series, SG_EINTERNAL, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		probe_series *ps = &series[i];
 		const char *lv[3] = {sg_hsm_token_label(h, i), sg_hsm_token_serial(h, i), NULL};
 		for (size_t r = 0; r < 3; r++) {
 			lv[2] = result_names[r];
-			if (sg_metric_series(&ps->result[r], results, lv) < 0)
+			if (sg_metric_series(&ps->result[r], m->probe_results, lv) < 0)
 				ps->result[r] = NULL;
 		}
-		if (sg_metric_series(&ps->duration, duration, lv) < 0)
+		if (sg_metric_series(&ps->duration, m->probe_duration, lv) < 0)
 			ps->duration = NULL;
-		if (sg_metric_series(&ps->stuck, stuck, lv) < 0)
+		if (sg_metric_series(&ps->stuck, m->probe_stuck, lv) < 0)
 			ps->stuck = NULL;
 	}
+	free(m->probe); /* no probe thread reads it any more */
+	m->probe = series;
+	m->nprobe = n;
+	return SG_OK;
+}
+
+/* Probes h, told into its tokens' series. */
+static int probe_hsm(daemon *d, sg_hsm *h)
+{
+	const sg_daemon_settings *s = &d->a.d;
+	SG_TRY(probe_series_of(&d->m, h));
+	sg_hsm_probe_options po = {
+	    .interval_ms = (unsigned)s->hsm_probe_interval * 1000u,
+	    .timeout_ms = (unsigned)s->hsm_probe_timeout * 1000u,
+	    .on_probe = on_probe,
+	    .arg = &d->m,
+	};
+	return sg_hsm_probe_start(h, &po);
 }
 
 int signetd_start_hsm_probes(daemon *d)
@@ -361,31 +385,36 @@ int signetd_start_hsm_probes(daemon *d)
 	if (!s->hsm_probe_interval || !d->app)
 		return SG_OK;
 	daemon_metrics *m = &d->m;
-	sg_hsm *h = sg_appliance_hsm(d->app);
 	static const char *const labels[] = {"token", "serial", "result"};
-	sg_metric *results, *duration, *stuck;
-	SG_TRY(sg_metrics_counter(&results, m->reg, "signet_hsm_probes_total",
+	SG_TRY(sg_metrics_counter(&m->probe_results, m->reg, "signet_hsm_probes_total",
 	                          "Health probes of each HSM token by result: ok, failed (an error, and a test "
 	                          "signature failed too), late (answered after hsm-probe-timeout).",
 	                          labels, 3));
-	SG_TRY(sg_metrics_histogram(&duration, m->reg, "signet_hsm_probe_duration_seconds",
+	SG_TRY(sg_metrics_histogram(&m->probe_duration, m->reg, "signet_hsm_probe_duration_seconds",
 	                            "How long each HSM token's health probes took.", SG_METRICS_LATENCY_BOUNDS,
 	                            SG_METRICS_LATENCY_NBOUNDS, labels, 2));
-	SG_TRY(sg_metrics_counter(&stuck, m->reg, "signet_hsm_probes_stuck_total",
+	SG_TRY(sg_metrics_counter(&m->probe_stuck, m->reg, "signet_hsm_probes_stuck_total",
 	                          "Health probes still inside the PKCS#11 module at hsm-probe-timeout (the token "
 	                          "counted as down; the thread may stay there).",
 	                          labels, 2));
-	m->nprobe = sg_hsm_token_count(h);
-	m->probe = calloc(m->nprobe ? m->nprobe : 1, sizeof(*m->probe));
-	SG_ENSURE(m->probe, SG_EINTERNAL, "out of memory");
-	probe_series_of(m, h, results, duration, stuck);
-	sg_hsm_probe_options po = {
-	    .interval_ms = (unsigned)s->hsm_probe_interval * 1000u,
-	    .timeout_ms = (unsigned)s->hsm_probe_timeout * 1000u,
-	    .on_probe = on_probe,
-	    .arg = m,
-	};
-	return sg_hsm_probe_start(h, &po);
+	return probe_hsm(d, sg_appliance_hsm(d->app));
+}
+
+int signetd_follow_hsm_probes(daemon *d, sg_hsm *old)
+{
+	sg_hsm *h = sg_appliance_hsm(d->app);
+	if (!d->m.probe_results || h == old)
+		return SG_OK;
+	/* The retired handle's probes first: they tell on_probe through
+	 * m->probe, which is replaced below, and after finish they would test
+	 * a key no longer in the token. Its stats stay as they are; nothing
+	 * reads them for readiness any more (signetd_hsm_stats reads the
+	 * current handle). */
+	if (!sg_hsm_probe_stop(old))
+		sg_log(SG_LOG_WARN, "a health probe of the previous HSM key was left inside the module", SG_F_END);
+	SG_TRY(probe_hsm(d, h));
+	sg_log(SG_LOG_INFO, "HSM health probes follow the new key", SG_F_INT("tokens", (int64_t)d->m.nprobe), SG_F_END);
+	return SG_OK;
 }
 
 static int serve_metrics(sg_http_response *resp, void *arg)

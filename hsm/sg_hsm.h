@@ -232,11 +232,27 @@ typedef struct sg_hsm_probe_options {
  * time again (after a late answer the next probe is made at once). Once
  * probes run, sg_hsm_stats_get makes no PKCS#11 call (the probes make the
  * due re-init attempts and test signatures), so a hung module cannot hold
- * up its caller. Call once, before any other thread reads h's health.
+ * up its caller. Call once. Other threads may be reading h's health
+ * meanwhile (signetd starts probes on the handle a rotation moved to while
+ * its metrics are read): a read that found no probes yet makes its calls
+ * as without them (on the token's admin session, under its lock), beside
+ * the probes' calls on their own sessions.
  * Errors: SG_EINVAL (bad options, started twice, no key), SG_EINTERNAL (no
  * memory or thread). Stopped by sg_hsm_free, which waits for a probe under
  * way at most until its timeout. */
 SG_API int sg_hsm_probe_start(sg_hsm *h, const sg_hsm_probe_options *o) SG_MUST_CHECK;
+
+/* Stops h's health probes before sg_hsm_free (a handle a CA rotation has
+ * retired: its probes would go on testing a key that may be destroyed, and
+ * telling on_probe about it). Waits like sg_hsm_free, at most until each
+ * probe under way reaches its timeout; on_probe is not called once this
+ * returns. h's health then stays as the last probes left it, without
+ * PKCS#11 calls. True when every probe thread has ended, false when one
+ * was left inside the module (logged; sg_hsm_free will then leave h as
+ * it is). Nothing to stop (no probes, or stopped already): true, or the
+ * first stop's answer. Not concurrently with sg_hsm_probe_start or
+ * sg_hsm_free on h. */
+SG_API bool sg_hsm_probe_stop(sg_hsm *h);
 
 /* Token i's label and serial number (trimmed), for logs and metric labels;
  * NULL when i is out of range. Borrowed until sg_hsm_free. */

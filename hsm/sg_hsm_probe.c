@@ -44,8 +44,14 @@
  * under the stuck call either. Signer sessions freed while a probe is
  * stuck are forgotten rather than closed, for the same reason.
  *
+ * Stopping before the free (sg_hsm_probe_stop, a handle a CA rotation
+ * retired): the same wait, but ps itself stays in place until sg_hsm_free
+ * (halted), because another thread may be reading the handle's health
+ * through it at that moment (hsm_probe_token_down); only the threads end.
+ * sg_hsm_free then finds them halted and does not wait or join again.
+ *
  * on_probe is called under the probes' mutex, so calls never overlap and
- * none comes after sg_hsm_free has given up on a worker (abandoned).
+ * none comes after a stop has given up on a worker (abandoned) or ended.
  */
 #include "sg_hsm.h"
 
@@ -78,7 +84,8 @@ struct hsm_probes {
 	pthread_mutex_t mu;
 	pthread_cond_t cv; /* CLOCK_MONOTONIC; stop, a probe started or ended */
 	bool stop;         /* under mu */
-	bool abandoned;    /* under mu: sg_hsm_free left a worker inside the module */
+	bool abandoned;    /* under mu: a stop left a worker inside the module */
+	bool halted;       /* under mu: the threads were stopped (joined or left) once */
 	uint64_t interval_ns, timeout_ns;
 	sg_hsm_probe_fn fn;
 	void *arg;
@@ -304,12 +311,18 @@ static uint64_t stop_limit(const hsm_probes *ps, uint64_t stop_ns)
 	return limit;
 }
 
-bool hsm_probe_stop(sg_hsm *h)
+/* Ends ps's threads, once: later calls only repeat the first one's
+ * answer (a thread is joined or detached exactly once). True when every
+ * thread has ended. */
+static bool probes_halt(sg_hsm *h, hsm_probes *ps)
 {
-	hsm_probes *ps = atomic_load(&h->probes);
-	if (!ps)
-		return true;
 	pthread_mutex_lock(&ps->mu);
+	if (ps->halted) {
+		bool ended = !ps->abandoned;
+		pthread_mutex_unlock(&ps->mu);
+		return ended;
+	}
+	ps->halted = true;
 	ps->stop = true;
 	pthread_cond_broadcast(&ps->cv);
 	uint64_t limit = stop_limit(ps, sg_now_ns());
@@ -347,11 +360,25 @@ bool hsm_probe_stop(sg_hsm *h)
 		    SG_F_STR("call", step ? step : "?"), SG_F_END);
 		atomic_fetch_add(&threads_left, 1);
 	}
-	if (left)
+	return !left;
+}
+
+bool hsm_probe_stop(sg_hsm *h)
+{
+	hsm_probes *ps = atomic_load(&h->probes);
+	if (!ps)
+		return true;
+	if (!probes_halt(h, ps))
 		return false;
 	atomic_store(&h->probes, NULL);
 	probes_free(ps);
 	return true;
+}
+
+bool sg_hsm_probe_stop(sg_hsm *h)
+{
+	hsm_probes *ps = h ? atomic_load(&h->probes) : NULL;
+	return !ps || probes_halt(h, ps);
 }
 
 int sg_hsm_probe_start(sg_hsm *h, const sg_hsm_probe_options *o)

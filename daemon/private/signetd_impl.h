@@ -62,8 +62,11 @@ typedef struct daemon_metrics {
 	sg_metrics *reg;
 	sg_series *conn_refused_limit, *conn_refused_fds; /* signet_grpc_connections_refused_total */
 	uint64_t seen_refused_limit, seen_refused_fds;    /* main thread only */
-	/* Per HSM token, by index; set before the probes start, then read by
-	 * their threads only. */
+	/* The probe families (NULL: no probes), and per token of the HSM
+	 * handle probed now, by index: set before its probes start, then
+	 * read by their threads only (replaced, after those of the previous
+	 * handle have stopped, when a CA rotation moves to a new key). */
+	sg_metric *probe_results, *probe_duration, *probe_stuck;
 	probe_series *probe;
 	size_t nprobe;
 	/* Per HSM token, by index; set before signatures are told to
@@ -107,7 +110,11 @@ typedef struct daemon {
 	sg_kubesign_ca extra_cas[SG_CLUSTER_CAS_MAX - 1];
 	size_t nextra;
 	sg_pool *pool;
-	const sg_ca *ca;
+	/* The CA signing now: replaced by the main thread when a rotation's
+	 * step is followed (signetd_ca.c), read by /metrics' thread too, hence
+	 * atomic. A replaced CA stays alive (sg_appliance_reload retires it),
+	 * so a reader holding the previous one is safe. */
+	_Atomic(const sg_ca *) ca;
 	sg_authenticator auth;
 	bool auth_ready;
 	sg_cluster *cluster; /* NULL when no Kubernetes API is configured */
@@ -172,6 +179,13 @@ int signetd_start_hsm_probes(daemon *d);
 int signetd_setup_token_metrics(daemon *d);
 void signetd_refresh_token_metrics(daemon *d);
 void signetd_follow_token_metrics(daemon *d);
+/* After a reload moved signing to another HSM handle (a new key): stops
+ * the probes of old, which was signing until now, and probes the current
+ * handle instead, with the per-token series of its tokens (the same series
+ * when the token is the same). Nothing when probes are off or the handle
+ * did not change. May wait up to hsm-probe-timeout for a probe inside the
+ * module. */
+int signetd_follow_hsm_probes(daemon *d, sg_hsm *old);
 
 /* ------------------------------------------------------------------ */
 /* root-ca-file (signetd_root.c)                                      */

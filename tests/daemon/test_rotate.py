@@ -20,6 +20,10 @@ each step killed and run again.
     to run, another step is refused saying which, and running the same
     command again completes it. The CA then loads (signetctl status), the
     old key is gone from the token and the audit log holds each step.
+  * The HSM health probes follow the key: with a 1 s probe interval the
+    probes move to the new key's handle at activate, and after finish
+    (the old key destroyed) the replica stays ready and
+    signet_hsm_probes_total{result="ok"} keeps rising, none failed.
   * An intermediate under an external root: begin writes a CSR for the
     next intermediate, import (killed once, run again) installs it signed
     by a new external root and serves old + new roots, activate and
@@ -39,6 +43,8 @@ import tempfile
 import threading
 import time
 import unittest
+import urllib.error
+import urllib.request
 
 import datetime
 
@@ -91,11 +97,11 @@ def wait_for(what, pred, timeout=WAIT, log=None):
 class Signetd:
     """signetd on loopback, ports from its JSON log."""
 
-    def __init__(self, conf, log_path):
+    def __init__(self, conf, log_path, *extra):
         self.log_path = log_path
         args = [SIGNETD, "--config", conf, "--serving-address", "127.0.0.1:0", "--http-address", "127.0.0.1",
                 "--metrics-port", "0", "--readiness-probe-port", "0", "--log-format", "json",
-                "--signer-threads", "2"]
+                "--signer-threads", "2", *extra]
         with open(log_path, "w") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, env=base_env())
         rec = wait_for("signetd serving", lambda: self.proc.poll() is not None or self.record("signetd serving"),
@@ -103,6 +109,21 @@ class Signetd:
         if self.proc.poll() is not None:
             raise RuntimeError(f"signetd exited {self.proc.returncode}:\n{read(log_path)}")
         self.port = rec["port"]
+        self.metrics_port, self.probe_port = rec["metrics_port"], rec["probe_port"]
+
+    def get(self, port, path):
+        """(status, body) of an HTTP GET on loopback."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
+
+    def probes(self, result):
+        """signet_hsm_probes_total of result, summed over the tokens."""
+        _, text = self.get(self.metrics_port, "/metrics")
+        pat = re.compile(r'^signet_hsm_probes_total\{[^}]*result="%s"[^}]*\} (\S+)$' % result, re.M)
+        return sum(float(v) for v in pat.findall(text))
 
     def records(self, msg):
         out = []
@@ -298,6 +319,37 @@ class Rotate(unittest.TestCase):
         # A clean stop (the sanitizers' exit status included).
         for d in (self.d, self.d2):
             self.assertEqual(stop(d.proc), 0, read(d.log_path))
+
+    def test_probes_follow_the_key(self):
+        _, conf = self.init("probes")
+        d = Signetd(conf, self.path("probes.log"), "--hsm-probe-interval", "1s",
+                    "--hsm-probe-timeout", "60s")  # slow boxes: late is not the point
+        self.addCleanup(stop, d.proc)
+        wait_for("probes before the rotation", lambda: d.probes("ok") >= 2, log=d.log_path)
+        reloads = 0
+        for step, flags in (("begin", ()), ("activate", ("--workload-lifetime", "1s", "--skew", "0s"))):
+            p = rotate(conf, step, *flags)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            reloads += 1
+            wait_for(f"the reload of {step}", lambda: len(d.records("CA reloaded")) >= reloads, log=d.log_path)
+        # activate opened the new key: its handle is probed from then on.
+        wait_for("the probes on the new key", lambda: d.record("HSM health probes follow the new key"),
+                 log=d.log_path)
+        wait_for("finish", lambda: rotate(conf, "finish").returncode == 0)
+        wait_for("the reload of finish", lambda: len(d.records("CA reloaded")) >= 3, log=d.log_path)
+        # The old key is gone from the token now. Probes after that answer
+        # ok (they run on the new key's handle), and readiness holds.
+        ok = d.probes("ok")
+        deadline = time.time() + WAIT
+        while d.probes("ok") < ok + 3:
+            self.assertEqual(d.get(d.probe_port, "/readyz")[0], 200, read(d.log_path))
+            self.assertLess(time.time(), deadline, "probes stopped after finish:\n" + read(d.log_path))
+            time.sleep(0.2)
+        self.assertEqual(d.get(d.probe_port, "/readyz")[0], 200, read(d.log_path))
+        self.assertEqual(d.probes("failed"), 0, read(d.log_path))
+        self.assertEqual(d.probes("late"), 0, read(d.log_path))
+        self.assertEqual(d.records("PKCS#11 token failed its health probe; counted as down"), [])
+        self.assertEqual(stop(d.proc), 0, read(d.log_path))
 
     def test_killed_at_every_point_then_run_again(self):
         d, conf = self.init("crash")

@@ -5,7 +5,8 @@
  * reads never wait on the hung module, and released it is back with the
  * next probe; a token that answers errors is down and back once cured; a
  * probe that only answers late counts as down; sg_hsm_free with a probe
- * under way waits for it, but not past its timeout.
+ * under way waits for it, but not past its timeout; probes stopped before
+ * the free (sg_hsm_probe_stop) tell nothing more and leave health readable.
  */
 #include "hsm_fixture.h"
 #include "sg_clock.h"
@@ -218,6 +219,37 @@ static void t_signer_down_cleared(void)
 	fx_free(&x);
 }
 
+/* sg_hsm_probe_stop before the free (a handle a CA rotation retired):
+ * the probes end and tell nothing more, health stays readable without a
+ * call into the module, a second stop gives the first one's answer, and
+ * sg_hsm_free afterwards neither waits nor joins again. */
+static void t_stop_before_free(void)
+{
+	fx x;
+	fx_init(&x);
+	sg_hsm *h = NULL;
+	told t = {0};
+	SG_CHECK(open_probed(&x, &h, "stopfirst", &t));
+	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_OK) >= 1);
+	SG_CHECK(sg_hsm_probe_stop(h));
+	unsigned told_then = count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_FAILED);
+	/* The module hangs from now on: a probe, or a health read that made
+	 * a call, would be seen stuck. */
+	fx_faults("* hang=64\n");
+	SG_CHECK(slowest_read_ns(h, 3 * INTERVAL_MS) < 200000000u);
+	SG_CHECK(stats(h).state == SG_HSM_OK);
+	SG_CHECK(count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_FAILED) == told_then);
+	SG_CHECK(count(&t, SG_HSM_PROBE_STUCK) == 0);
+	fx_faults("");
+	SG_CHECK(sg_hsm_probe_stop(h)); /* again: the first answer */
+	SG_CHECK(sg_hsm_probe_stop(NULL));
+	uint64_t t0 = sg_now_ns();
+	sg_hsm_free(h);
+	SG_CHECK((sg_now_ns() - t0) / 1000000u < TIMEOUT_MS);
+	SG_CHECK(sg_hsm_threads_left() == 0);
+	fx_free(&x);
+}
+
 /* Options checked. */
 static void t_bad_options(void)
 {
@@ -238,4 +270,4 @@ static void t_bad_options(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_idle_hang), SG_TEST(t_idle_error), SG_TEST(t_slow_is_down), SG_TEST(t_free_bounded),
-             SG_TEST(t_signer_down_cleared), SG_TEST(t_bad_options))
+             SG_TEST(t_signer_down_cleared), SG_TEST(t_stop_before_free), SG_TEST(t_bad_options))
