@@ -279,6 +279,17 @@ class OneSignetd(Base):
         assert rc == 0, f"signetd exited {rc}:\n{cls.d.text()}"
 
 
+def api_server_refuses(tok):
+    """Where signet's verdict is the API server's (TokenReview mode, and
+    auto's legacy and Secret-bound tokens), its answer is cached for
+    token-cache-ttl, and the API server checks the account, pod or Secret
+    in its own informer caches, which on a loaded machine may not have seen
+    a deletion yet: a "yes" given then would stand for minutes. So a test
+    of a revoked token calls signet once the API server itself says no
+    (the revocation is then as fresh as signet can make it)."""
+    wait_for("the API server to refuse the token", lambda: not C.kube.authenticates(tok) or None, timeout=60)
+
+
 class TokenModes:
     """The same checks in both token modes (mixed into two classes)."""
 
@@ -310,16 +321,8 @@ class TokenModes:
         self.refused(self.stub, tok, spiffe("apps", "app2"))
 
     def api_server_refuses(self, tok):
-        """In TokenReview mode, signet's verdict is the API server's, and
-        its answer is cached for token-cache-ttl: the API server checks the
-        account and pod in its own informer caches, which on a loaded
-        machine may not have seen a deletion yet, and a "yes" given then
-        would stand for minutes. So the first call waits until the API
-        server itself says no (the revocation is then as fresh as signet
-        can make it)."""
         if self.MODE == "tokenreview":
-            wait_for("the API server to refuse the token", lambda: not C.kube.authenticates(tok) or None,
-                     timeout=60)
+            api_server_refuses(tok)
 
     def test_deleted_bound_pod_is_refused(self):
         name = f"doomed-{type(self).__name__.lower()}"
@@ -589,12 +592,14 @@ class AutoMode(TokenModes, OneSignetd):
         self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 1)
         tok = secret_token("bound-gone")
         C.kube.delete("/api/v1/namespaces/apps/secrets/bound-gone")
+        api_server_refuses(tok)
         self.refused(self.stub, tok, ident)
         self.assertEqual(C.metric(self.d, "signet_token_auto_review_total"), routed + 2)
 
     def test_legacy_token_of_a_deleted_secret_is_refused(self):
         tok = legacy_token("apps", "app2", "app2-legacy-gone")
         C.kube.delete("/api/v1/namespaces/apps/secrets/app2-legacy-gone")
+        api_server_refuses(tok)
         self.refused(self.stub, tok, spiffe("apps", "app2"))
 
 
