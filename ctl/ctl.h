@@ -5,8 +5,9 @@
 #ifndef CTL_H
 #define CTL_H
 
-#include "sg_error.h"
 #include "sg_csr.h"
+#include "sg_error.h"
+#include "sg_hsm.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -27,6 +28,11 @@ char *ctl_join(const char *dir, const char *name);
 /* Parses "CN=x,O=y" (attributes CN, O, OU, C, L, ST, serialNumber) into rdns
  * that borrow buf, which is modified. */
 int ctl_parse_subject(char *buf, sg_rdn *rdns, size_t max, size_t *n) SG_MUST_CHECK;
+/* A CSR for the CA key in hsm, subject from "O=...,CN=..." text
+ * (ctl_parse_subject), signed in the HSM with the CA's signature
+ * algorithm: signetctl csr's, and rotate begin --subject's for the next
+ * intermediate. PEM into *pem (caller frees). */
+int ctl_ca_csr(sg_hsm *hsm, const char *subject, char **pem, size_t *pem_len) SG_MUST_CHECK;
 
 /* signetctl init (ctl_init.c): the command line of sg_init_ca. Returns the
  * exit status. */

@@ -140,3 +140,33 @@ int ctl_update_config(const char *path, const char *const *names, const char *co
 	SG_ENSURE(used < cap, SG_EINTERNAL, "config too long");
 	return ctl_write_file(path, text, used, 0644, 0);
 }
+
+int ctl_ca_csr(sg_hsm *hsm, const char *subject_text, char **pem, size_t *pem_len)
+{
+	char *subject SG_AUTOFREE = strdup(subject_text);
+	SG_ENSURE(subject, SG_EINTERNAL, "out of memory");
+	sg_rdn rdns[SG_CSR_MAX_RDNS];
+	size_t n;
+	SG_TRY(ctl_parse_subject(subject, rdns, SG_CSR_MAX_RDNS, &n));
+	SG_ENSURE(n > 0, SG_EINVAL, "--subject is empty");
+	uint8_t *spki SG_AUTOFREE = NULL;
+	size_t spki_len;
+	SG_TRY(sg_hsm_public_key(hsm, &spki, &spki_len));
+	sg_pubkey key;
+	SG_TRY(sg_pubkey_parse(&key, spki, spki_len));
+	sg_key_type type;
+	SG_TRY(sg_hsm_key_type(hsm, &type));
+	uint8_t *info SG_AUTOFREE = malloc(SG_CSR_MAX_DER);
+	uint8_t *out SG_AUTOFREE = malloc(SG_CSR_MAX_DER + 1200);
+	SG_ENSURE(info && out, SG_EINTERNAL, "out of memory");
+	sg_der_writer iw, ow;
+	sg_der_writer_init(&iw, info, SG_CSR_MAX_DER);
+	SG_TRY(sg_csr_encode_info(&iw, rdns, n, &key));
+	sg_issuer *is = NULL;
+	SG_TRY(sg_issuer_new(&is, NULL, hsm, NULL));
+	sg_der_writer_init(&ow, out, SG_CSR_MAX_DER + 1200);
+	int rc = sg_issuer_sign_tbs(is, sg_sigalg_for_ca(type), iw.buf, iw.len, sg_now_ns() + 30ull * 1000000000u, &ow);
+	sg_issuer_free(is);
+	SG_TRY(rc);
+	return sg_pem_encode("CERTIFICATE REQUEST", ow.buf, ow.len, pem, pem_len);
+}
