@@ -20,8 +20,10 @@
  * reviewed exactly once and each answered with its own token's entry,
  * revoked ones among them (account or bound pod deleted) refused;
  * an API server whose API Priority and Fairness rejects signet's reviews
- * (429) shrinks the review budget, and every token is still accepted
- * after retries; an unreachable API server and a client without RBAC
+ * (429: the test holds every seat of its level with requests whose
+ * bodies have not come) shrinks the review budget, and every token is
+ * still accepted after retries once the seats are released; an
+ * unreachable API server and a client without RBAC
  * rights give SG_EBUSY, never cached; free() right after many starts
  * answers each exactly once.
  */
@@ -33,7 +35,10 @@
 #include "test_kube_fixture.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <openssl/ssl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -739,96 +744,227 @@ static sg_kube *reviewer_client(unsigned handles)
 	return rk;
 }
 
-/* Raw TokenReviews at once, as the reviewer, until one is answered 429:
- * the thread's status then holds the header's Retry-After (APF's 429 has a
- * plain-text body: no Status to take it from). */
-struct prober {
-	sg_kube *rk;
-	const char *tok;
-	pthread_barrier_t *go;
-	long code, retry_after;
+/* Seats held at the API server: TokenReview POSTs as the reviewer that
+ * ask "Expect: 100-continue" and send no body until released. API
+ * Priority and Fairness gives a request its seat before the handler reads
+ * the body, and the server says "100 Continue" when the handler first
+ * reads it: a request so answered holds a seat until its body comes.
+ * Connections are opened one at a time until one is answered 429 instead
+ * (the level rejects, no queues): every seat was taken then, and only held
+ * requests take the level's seats (its FlowSchema matches the reviewer
+ * alone), so every request of the level is refused until release. How many
+ * seats the level has (the server's share arithmetic) does not matter, and
+ * nothing waits on a timer: each answer is awaited. (Without the Expect
+ * header a refusal would not come either: Go's server reads a small unread
+ * body before it answers.) */
+enum { HOLD_MAX = 64 };
+struct hold {
+	SSL_CTX *ctx;
+	int n;
+	SSL *ssl[HOLD_MAX];
+	int fd[HOLD_MAX];
+	char body[512];
 };
 
-static void *probe(void *arg)
+static SSL *tls_open(struct hold *h, int *fd_out)
 {
-	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
-	struct prober *p = arg;
-	pthread_barrier_wait(p->go);
-	for (int i = 0; i < 20 && p->code != 429; i++) {
-		json_t *body = json_pack("{s:s, s:s, s:{s:s, s:[s]}}", "apiVersion", "authentication.k8s.io/v1", "kind",
-		                         "TokenReview", "spec", "token", p->tok, "audiences", "istio-ca");
-		int rc = sg_kube_create(p->rk, &ref, body, NULL);
-		json_decref(body);
-		if (rc != SG_OK && sg_kube_last_status()->code == 429) {
-			p->code = 429;
-			p->retry_after = sg_kube_last_status()->retry_after;
+	int port = 0;
+	if (sscanf(kube_env.server, "https://127.0.0.1:%d", &port) != 1)
+		return NULL;
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {
+	    .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	SSL *ssl = fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? SSL_new(h->ctx) : NULL;
+	if (!ssl || !SSL_set_fd(ssl, fd) || SSL_connect(ssl) != 1) {
+		SSL_free(ssl);
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	*fd_out = fd;
+	return ssl;
+}
+
+/* The socket is non-blocking (a TLS 1.3 server's session tickets make it
+ * readable with no answer yet): SSL calls are retried as it says, until
+ * the deadline. */
+static bool tls_wait(SSL *ssl, int fd, int rc, uint64_t until)
+{
+	int e = SSL_get_error(ssl, rc);
+	uint64_t now = sg_now_ns();
+	if ((e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) || now >= until)
+		return false;
+	struct pollfd p = {.fd = fd, .events = e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT};
+	poll(&p, 1, (int)((until - now) / 1000000u) + 1);
+	return true;
+}
+
+static bool tls_write(SSL *ssl, int fd, const char *data, int len)
+{
+	uint64_t until = sg_now_ns() + 10000 * 1000000ull;
+	int rc;
+	while ((rc = SSL_write(ssl, data, len)) <= 0)
+		if (!tls_wait(ssl, fd, rc, until))
+			return false;
+	return rc == len;
+}
+
+/* The response's status, its head read within ms (0 when none came);
+ * *retry_after from its Retry-After header. */
+static int tls_status(SSL *ssl, int fd, int ms, long *retry_after)
+{
+	char buf[4096] = "";
+	size_t got = 0;
+	uint64_t until = sg_now_ns() + (uint64_t)ms * 1000000u;
+	while (got < sizeof(buf) - 1 && !strstr(buf, "\r\n\r\n")) {
+		int n = SSL_read(ssl, buf + got, (int)(sizeof(buf) - 1 - got));
+		if (n > 0) {
+			got += (size_t)n;
+			buf[got] = '\0';
+		} else if (!tls_wait(ssl, fd, n, until)) {
+			break;
 		}
 	}
-	return NULL;
+	int code = 0;
+	if (sscanf(buf, "HTTP/1.1 %d", &code) != 1)
+		return 0;
+	const char *ra = strstr(buf, "\r\nRetry-After:"); /* Go's canonical spelling */
+	*retry_after = ra ? strtol(ra + 14, NULL, 10) : -1;
+	return code;
+}
+
+/* Holds every seat of the reviewer's level; the refusal's Retry-After in
+ * *retry_after. False when no connection was refused. */
+static bool hold_seats(struct hold *h, const char *reviewer_tok, long *retry_after)
+{
+	memset(h, 0, sizeof(*h));
+	snprintf(h->body, sizeof(h->body),
+	         "{\"apiVersion\": \"authentication.k8s.io/v1\", \"kind\": \"TokenReview\","
+	         " \"spec\": {\"token\": \"not-a-token\", \"audiences\": [\"istio-ca\"]}}");
+	h->ctx = SSL_CTX_new(TLS_client_method());
+	if (!h->ctx || SSL_CTX_load_verify_locations(h->ctx, kube_env.ca_file, NULL) != 1)
+		return false;
+	SSL_CTX_set_verify(h->ctx, SSL_VERIFY_PEER, NULL);
+	char head[2048];
+	int hn = snprintf(head, sizeof(head),
+	                  "POST /apis/authentication.k8s.io/v1/tokenreviews HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+	                  "Authorization: Bearer %s\r\nContent-Type: application/json\r\nExpect: 100-continue\r\n"
+	                  "Content-Length: %zu\r\n\r\n",
+	                  reviewer_tok, strlen(h->body));
+	bool refused = false;
+	while (h->n < HOLD_MAX && !refused) {
+		int fd;
+		SSL *ssl = tls_open(h, &fd);
+		if (!ssl)
+			break;
+		if (hn >= (int)sizeof(head) || !tls_write(ssl, fd, head, hn)) {
+			SSL_free(ssl);
+			close(fd);
+			break;
+		}
+		int code = tls_status(ssl, fd, 30000, retry_after);
+		if (code == 100) { /* in a seat, waiting for its body */
+			h->ssl[h->n] = ssl;
+			h->fd[h->n++] = fd;
+			continue;
+		}
+		refused = code == 429;
+		SSL_free(ssl);
+		close(fd);
+		if (!refused) {
+			fprintf(stderr, "a review to hold a seat was answered %d\n", code);
+			break;
+		}
+	}
+	sg_wipe(head, sizeof(head));
+	return refused;
+}
+
+/* Sends each held request its body and reads its answer: the seats are
+ * free once every answer came. The number of 201s. */
+static int hold_release(struct hold *h)
+{
+	int answered = 0;
+	for (int i = 0; i < h->n; i++) {
+		long ra;
+		int len = (int)strlen(h->body);
+		if (tls_write(h->ssl[i], h->fd[i], h->body, len) && tls_status(h->ssl[i], h->fd[i], 30000, &ra) == 201)
+			answered++;
+		SSL_free(h->ssl[i]);
+		close(h->fd[i]);
+	}
+	SSL_CTX_free(h->ctx);
+	return answered;
 }
 
 static void t_throttled(void)
 {
-	enum { N = 48, MAX = 32, FLOODS = 6 };
+	enum { N = 48, MAX = 32 };
 	SG_CHECK(service_account("reviewer", NULL, 0));
 	SG_CHECK(kube_fx_apply_text(k, apf_binding));
 	SG_CHECK(kube_fx_apply_text(k, apf_level));
 	SG_CHECK(kube_fx_apply_text(k, apf_schema));
 	SG_WAIT_FOR(60000, apf_in_force());
 	sg_kube *rk = reviewer_client(MAX);
-	SG_CHECK(rk != NULL);
-	if (!rk)
+	char *rtok = mint("reviewer", "https://kubernetes.default.svc.cluster.local", NULL, NULL);
+	SG_CHECK(rk != NULL && rtok != NULL);
+	if (!rk || !rtok) {
+		sg_kube_free(rk);
+		free_token(rtok);
 		return;
+	}
+	struct hold h;
+	long raw_ra = -1;
+	bool full = hold_seats(&h, rtok, &raw_ra);
+	free_token(rtok);
+	printf("%d seats held; the next review: 429 with Retry-After %ld\n", h.n, raw_ra);
+	SG_CHECK(full && h.n >= 1 && raw_ra >= 1);
 
-	enum { P = 16 };
+	/* Our client reads the refusal: its status holds the header's
+	 * Retry-After (APF's 429 has a plain-text body: no Status to take it
+	 * from). */
+	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
 	char *tok = mint("app", "istio-ca", NULL, NULL);
-	pthread_barrier_t go;
-	pthread_barrier_init(&go, NULL, P);
-	struct prober pr[P];
-	pthread_t th[P];
-	for (int i = 0; i < P; i++) {
-		pr[i] = (struct prober){.rk = rk, .tok = tok, .go = &go};
-		pthread_create(&th[i], NULL, probe, &pr[i]);
-	}
-	long seen = -1;
-	for (int i = 0; i < P; i++) {
-		pthread_join(th[i], NULL);
-		if (pr[i].code == 429)
-			seen = pr[i].retry_after;
-	}
-	pthread_barrier_destroy(&go);
+	json_t *body = json_pack("{s:s, s:s, s:{s:s, s:[s]}}", "apiVersion", "authentication.k8s.io/v1", "kind",
+	                         "TokenReview", "spec", "token", tok ? tok : "", "audiences", "istio-ca");
+	SG_CHECK(sg_kube_create(rk, &ref, body, NULL) != SG_OK && sg_kube_last_status()->code == 429 &&
+	         sg_kube_last_status()->retry_after >= 1);
+	json_decref(body);
 	free_token(tok);
-	printf("raw reviews as the reviewer: 429 with Retry-After %ld\n", seen);
-	SG_CHECK(seen >= 1); /* a 429 came, and its Retry-After was read */
 
+	/* A flood of distinct tokens meets the full level: the first reviews
+	 * are refused, the budget is cut, and once the seats are released
+	 * (well inside the Retry-After hold) every token is answered with its
+	 * own entry, nothing failing that a retry passed. */
 	sg_authenticator a;
 	SG_CHECK_OK(new_tr(&a, rk, &(sg_authn_tokenreview_options){.max_inflight = MAX}));
-	/* Floods of distinct tokens until the server has refused some: three
-	 * seats are fewer than the budget's slow start reaches at once, but
-	 * how many calls overlap at the server is the scheduler's to say. */
-	int floods = 0;
-	bool all_own = true;
-	while (floods < FLOODS && stats(&a).throttled == 0) {
-		char *toks[N];
-		struct result r[N];
-		for (int i = 0; i < N; i++)
-			SG_CHECK((toks[i] = mint("app", "istio-ca", NULL, NULL)) != NULL);
-		run_all(&a, toks, r, N);
-		all_own &= own_answers(toks, r, N); /* nothing failed that a retry passed */
-		for (int i = 0; i < N; i++) {
-			result_destroy(&r[i]);
-			free_token(toks[i]);
-		}
-		floods++;
+	char *toks[N];
+	struct result r[N];
+	for (int i = 0; i < N; i++)
+		SG_CHECK((toks[i] = mint("app", "istio-ca", NULL, NULL)) != NULL);
+	int64_t now = sg_wall_seconds();
+	for (int i = 0; i < N; i++) {
+		result_init(&r[i]);
+		sg_authn_request req = {.bearer = toks[i], .bearer_len = strlen(toks[i]), .now = now};
+		SG_CHECK_OK(a.start(a.self, &req, on_done, &r[i]));
+	}
+	SG_WAIT_FOR(60000, stats(&a).throttled > 0);
+	int released = hold_release(&h);
+	SG_CHECK(released == h.n);
+	for (int i = 0; i < N; i++)
+		SG_CHECK(wait_calls(&r[i], 1, 120000) == 1);
+	SG_CHECK(own_answers(toks, r, N));
+	for (int i = 0; i < N; i++) {
+		result_destroy(&r[i]);
+		free_token(toks[i]);
 	}
 	sg_authn_tokenreview_stats st = stats(&a);
-	printf("%d floods of %d tokens: %llu reviews, %llu answered 429, %llu retries, %llu budget cuts, budget %zu "
-	       "of %d\n",
-	       floods, N, (unsigned long long)st.reviews, (unsigned long long)st.throttled,
-	       (unsigned long long)st.retries, (unsigned long long)st.budget_cuts, st.budget, MAX);
-	SG_CHECK(all_own);
+	printf("%d tokens: %llu reviews, %llu answered 429, %llu retries, %llu budget cuts, budget %zu of %d\n", N,
+	       (unsigned long long)st.reviews, (unsigned long long)st.throttled, (unsigned long long)st.retries,
+	       (unsigned long long)st.budget_cuts, st.budget, MAX);
 	SG_CHECK(st.throttled > 0 && st.retries == st.throttled && st.budget_cuts >= 1);
-	SG_CHECK(st.reviews == (uint64_t)floods * N + st.retries); /* each token once, plus the retries */
+	SG_CHECK(st.reviews == (uint64_t)N + st.retries); /* each token once, plus the retries */
 	SG_CHECK(st.api_errors == 0 && st.refused == 0 && st.in_flight == 0 && st.pending == 0);
 	SG_CHECK(st.budget < MAX);
 	a.free(a.self);
