@@ -83,6 +83,9 @@ typedef struct sg_test_case {
 #define SG_TEST_MAIN(...)                                                              \
 	int main(int argc, char **argv)                                                    \
 	{                                                                                  \
+		/* Line by line: a test ctest kills at its TIMEOUT still shows               \
+		 * which cases passed and what the hung one printed. */                      \
+		setvbuf(stdout, NULL, _IOLBF, 0);                                            \
 		static const sg_test_case cases[] = {__VA_ARGS__};                           \
 		size_t ncases = sizeof(cases) / sizeof(cases[0]);                            \
 		for (size_t i = 0; i < ncases; i++) {                                        \
