@@ -16,6 +16,7 @@
 #ifndef HSM_FIXTURE_H
 #define HSM_FIXTURE_H
 
+#include "p11_fault_control.h"
 #include "sg_clock.h"
 #include "sg_error.h"
 #include "sg_hsm.h"
@@ -161,23 +162,10 @@ static __attribute__((unused)) bool fx_open_keyed(fx *x, sg_hsm **h, const char 
 static char fx_control[700];
 static char fx_events[700];
 
-/* Replaces the control file (write, then rename: the module never reads a
- * half-written one) and waits past the module's re-check interval: it
- * stats the file on the first call 10 ms or more after its last look, so
- * after 30 ms the next call reads the new one, however slow the machine
- * (a fixed time is exact here, not a guess at a state). */
+/* Replaces the control file (p11_fault_control.h). */
 static __attribute__((unused)) void fx_faults(const char *text)
 {
-	char tmp[720];
-	snprintf(tmp, sizeof(tmp), "%s.new", fx_control);
-	FILE *f = fopen(tmp, "w");
-	SG_CHECK(f != NULL);
-	if (!f)
-		return;
-	fputs(text, f);
-	fclose(f);
-	SG_CHECK(rename(tmp, fx_control) == 0);
-	sg_sleep_ms(30);
+	p11_fault_control(fx_control, text);
 }
 
 /* Whether the module's event log has a line starting with what. */

@@ -15,6 +15,7 @@
  * certificates each at most.
  */
 #include "ca_fixture.h"
+#include "p11_fault_control.h"
 #include "sg_clock.h"
 #include "sg_hsm.h"
 #include "sg_issuer.h"
@@ -31,20 +32,9 @@
 static fixture fx;
 static char control[700];
 
-/* Writes p11_fault's control file (a new file renamed over the old: the
- * module re-reads it within 10 ms). */
 static void faults(const char *text)
 {
-	char tmp[720];
-	snprintf(tmp, sizeof(tmp), "%s.new", control);
-	FILE *f = fopen(tmp, "w");
-	SG_CHECK(f != NULL);
-	if (!f)
-		return;
-	fputs(text, f);
-	fclose(f);
-	SG_CHECK(rename(tmp, control) == 0);
-	sg_sleep_ms(50);
+	p11_fault_control(control, text);
 }
 
 typedef void (*peaks_fn)(unsigned *, unsigned *, unsigned *);
