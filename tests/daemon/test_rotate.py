@@ -214,6 +214,20 @@ class Rotate(unittest.TestCase):
         subprocess.run([SIGNETCTL, "init", "--dir", d, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
         return d, os.path.join(d, "signet.conf")
 
+    def issue(self, conf, name):
+        """A leaf for default/default from the CA conf names (signetctl issue): its chain's PEM blocks."""
+        leaf = self.path(name)
+        key = ec.generate_private_key(ec.SECP256R1())
+        csr = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
+               .add_extension(x509.SubjectAlternativeName(
+                   [x509.UniformResourceIdentifier("spiffe://cluster.local/ns/default/sa/default")]), critical=True)
+               .sign(key, hashes.SHA256()))
+        write(leaf + ".csr", csr.public_bytes(serialization.Encoding.PEM))
+        p = subprocess.run([SIGNETCTL, "issue", "--config", conf, "--csr", leaf + ".csr", "--out", leaf + ".pem"],
+                           capture_output=True, text=True)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return PEM_RE.findall(read(leaf + ".pem"))
+
     def verify(self, tag, leaf, intermediates, anchors):
         """openssl verify of leaf (PEM) under anchors (PEM) with the
         intermediates (list of PEM); the failure text or None."""
@@ -340,11 +354,12 @@ class Rotate(unittest.TestCase):
         # The old key is gone from the token now. Probes after that answer
         # ok (they run on the new key's handle), and readiness holds.
         ok = d.probes("ok")
-        deadline = time.time() + WAIT
-        while d.probes("ok") < ok + 3:
+
+        def ready_and_probed():
             self.assertEqual(d.get(d.probe_port, "/readyz")[0], 200, read(d.log_path))
-            self.assertLess(time.time(), deadline, "probes stopped after finish:\n" + read(d.log_path))
-            time.sleep(0.2)
+            return d.probes("ok") >= ok + 3
+
+        wait_for("three probes after finish", ready_and_probed, log=d.log_path)
         self.assertEqual(d.get(d.probe_port, "/readyz")[0], 200, read(d.log_path))
         self.assertEqual(d.probes("failed"), 0, read(d.log_path))
         self.assertEqual(d.probes("late"), 0, read(d.log_path))
@@ -394,17 +409,7 @@ class Rotate(unittest.TestCase):
         for event in ("begin", "activate", "finish"):
             self.assertRegex(log, rf"event={event} phase=")
         # Issued by the new CA: the chain verifies against the new root.
-        leaf = self.path("crash-leaf")
-        key = ec.generate_private_key(ec.SECP256R1())
-        csr = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
-               .add_extension(x509.SubjectAlternativeName(
-                   [x509.UniformResourceIdentifier("spiffe://cluster.local/ns/default/sa/default")]), critical=True)
-               .sign(key, hashes.SHA256()))
-        write(leaf + ".csr", csr.public_bytes(serialization.Encoding.PEM))
-        p = subprocess.run([SIGNETCTL, "issue", "--config", conf, "--csr", leaf + ".csr", "--out", leaf + ".pem"],
-                           capture_output=True, text=True)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        chain = PEM_RE.findall(read(leaf + ".pem"))
+        chain = self.issue(conf, "crash-leaf")
         self.assertIsNone(self.verify("crash-v", chain[0], chain[1:-1],
                                       read(os.path.join(d, "root-cert-g2.pem"))))
 
@@ -471,17 +476,7 @@ class Rotate(unittest.TestCase):
         wait_for("finish", lambda: rotate(conf, "finish").returncode == 0, timeout=60)
         bundle = [l.split(" = ", 1)[1] for l in read(conf).splitlines() if l.startswith("root-cert = ")][0]
         self.assertEqual(certs_of(read(os.path.join(d, bundle))), [r2])
-        leaf = self.path("inter-leaf")
-        key = ec.generate_private_key(ec.SECP256R1())
-        csr = (x509.CertificateSigningRequestBuilder().subject_name(x509.Name([]))
-               .add_extension(x509.SubjectAlternativeName(
-                   [x509.UniformResourceIdentifier("spiffe://cluster.local/ns/default/sa/default")]), critical=True)
-               .sign(key, hashes.SHA256()))
-        write(leaf + ".csr", csr.public_bytes(serialization.Encoding.PEM))
-        p = subprocess.run([SIGNETCTL, "issue", "--config", conf, "--csr", leaf + ".csr", "--out", leaf + ".pem"],
-                           capture_output=True, text=True)
-        self.assertEqual(p.returncode, 0, p.stderr)
-        chain = PEM_RE.findall(read(leaf + ".pem"))
+        chain = self.issue(conf, "inter-leaf")
         self.assertIsNone(self.verify("inter-v", chain[0], chain[1:-1], pem(r2)))
         self.assertIsNotNone(self.verify("inter-o", chain[0], chain[1:-1], pem(r1)))
 
