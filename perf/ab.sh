@@ -32,6 +32,8 @@ cmake -S . -B build-perf -DCMAKE_BUILD_TYPE=Release -DSIGNET_BUILD_PERF=ON -DSIG
 cmake --build build-perf -j"$(nproc)" --target signetctl loadgen >/dev/null
 CTL=build-perf/ctl/signetctl
 LOADGEN=build-perf/perf/loadgen
+# shellcheck source=perf/lib.sh
+. perf/lib.sh
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-ab.XXXXXX")
 pids=()
@@ -73,28 +75,11 @@ start() {
 start A "$A"
 start B "$B"
 
-ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }
 best_A=0
 best_B=0
 for r in $(seq "$ROUNDS"); do
   for name in A B; do
-    dir=$tmp/$name
-    c0=$(ticks "${pid[$name]}")
-    out=$("$LOADGEN" --target "grpc://127.0.0.1:${port[$name]}" --token-file "$dir/token" \
-      --ca-file "$dir/root-cert.pem" --connections "$C" --concurrency "$M" --requests "$N" \
-      --duration "$D" --warmup "$W" --json | tail -1)
-    c1=$(ticks "${pid[$name]}")
-    read -r rate line < <(python3 - "$out" "$((c1 - c0))" "$(getconf CLK_TCK)" <<'EOF'
-import json, sys
-r = json.loads(sys.argv[1])
-cpu = int(sys.argv[2]) / float(sys.argv[3])
-done = r["ok"] + r["warmup_ok"]
-if r["failed"]:
-    sys.exit(f"{r['failed']} requests failed")
-print(f"{r['certs_per_s']:.1f} {r['ok']} ok, {r['certs_per_s']:.1f} certs/s, p50 {r['p50_ms']:.2f} ms,"
-      f" p99 {r['p99_ms']:.2f} ms, server CPU {1000 * cpu / max(done, 1):.3f} ms/cert")
-EOF
-)
+    read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name")
     echo "round $r $name (load $(cut -d' ' -f1 /proc/loadavg)): $line"
     if [ "$name" = A ]; then
       best_A=$(python3 -c "print(max($best_A, $rate))")

@@ -33,6 +33,8 @@ read -ra FLAGS <<<"${SIGNET_HL_FLAGS:-}"
 SIGNETD=$BUILD/daemon/signetd
 CTL=$BUILD/ctl/signetctl
 LOADGEN=$BUILD/perf/loadgen
+# shellcheck source=perf/lib.sh
+. perf/lib.sh
 FAULT=$BUILD/tests/hsm/hsm_p11_fault.so
 for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT"; do
   [ -e "$f" ] || { echo "missing $f (build with -DSIGNET_BUILD_PERF=ON)" >&2; exit 2; }
@@ -109,29 +111,12 @@ print(int(float(vals[0])) if vals else "?")
 EOF
 }
 
-ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }
 declare -A best
 for name in "${names[@]}"; do best[$name]=0; done
 for r in $(seq "$ROUNDS"); do
   for name in "${names[@]}"; do
-    dir=$tmp/$name
-    c0=$(ticks "${pid[$name]}")
-    out=$("$LOADGEN" --target "grpc://127.0.0.1:${port[$name]}" --token-file "$dir/token" \
-      --ca-file "$dir/root-cert.pem" --connections "$C" --concurrency "$M" --requests "$N" \
-      --duration "$D" --warmup "$W" --json | tail -1)
-    c1=$(ticks "${pid[$name]}")
+    read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name")
     th=$(threads "$name")
-    read -r rate line < <(python3 - "$out" "$((c1 - c0))" "$(getconf CLK_TCK)" <<'EOF'
-import json, sys
-r = json.loads(sys.argv[1])
-cpu = int(sys.argv[2]) / float(sys.argv[3])
-done = r["ok"] + r["warmup_ok"]
-if r["failed"]:
-    sys.exit(f"{r['failed']} requests failed")
-print(f"{r['certs_per_s']:.1f} {r['ok']} ok, {r['certs_per_s']:.1f} certs/s, p50 {r['p50_ms']:.2f} ms,"
-      f" p99 {r['p99_ms']:.2f} ms, server CPU {1000 * cpu / max(done, 1):.3f} ms/cert")
-EOF
-)
     label=${name#d}
     echo "round $r C_Sign +${label} ms (load $(cut -d' ' -f1 /proc/loadavg)): $line, signer threads $th"
     best[$name]=$(python3 -c "print(max(${best[$name]}, $rate))")
