@@ -118,19 +118,27 @@
  *
  * Signing load: each signing call (C_SignInit + C_Sign) is timed by the
  * monotonic clock: the token's latency (the per-token histogram,
- * sg_hsm_on_sign). One call in WAIT_SAMPLE also reads the calling thread's
- * scheduler times around it (its CPU clock, and its time runnable in a
- * queue from /proc/thread-self/schedstat): the wall time less both is how long the thread
- * slept waiting for the token, which is what tells a latency-bound token
- * (a network HSM: the thread sleeps in a socket read) from a compute-bound
- * one (SoftHSM2 signs on the caller's CPU), whatever the absolute times and
- * however busy the host (the thread CPU clock alone would count preemption
- * by signet's other threads as waiting, and a saturated pool would grow
- * itself further). The signer pool sizes itself from it (sg_pool.c). The
- * sampling keeps the two small reads of a proc file off most signatures. Per token, the signer sessions are capped by
- * what C_GetTokenInfo states (ulMaxSessionCount less two, kept for the admin session and a health probe's;
- * CK_EFFECTIVELY_INFINITE and CK_UNAVAILABLE_INFORMATION state no limit): sg_hsm_session_open skips a token at its cap,
- * and answers SG_EBUSY when every token is.
+ * sg_hsm_on_sign). At most one call per token in WAIT_SAMPLE_GAP_NS also
+ * reads the calling thread's scheduler times around it (its CPU clock,
+ * and its time runnable in a queue from /proc/thread-self/schedstat): the
+ * wall time less both is how long the thread slept waiting for the token,
+ * which is what tells a latency-bound token (a network HSM: the thread
+ * sleeps in a socket read) from a compute-bound one (SoftHSM2 signs on the
+ * caller's CPU), whatever the absolute times and however busy the host
+ * (the thread CPU clock alone would count preemption by signet's other
+ * threads as waiting, and a saturated pool would grow itself further).
+ * The signer pool sizes itself from it (sg_pool.c). The sampling is by
+ * time, not by count: one call in eight, on a fast token signing 10,000
+ * times a second, cost 5 % of the server's CPU per certificate
+ * (perf/README.md section 4); a hundred samples a second are more than the
+ * pool's estimate needs, and a slow token, with few calls, still has many
+ * of them measured.
+ *
+ * Per token, the signer sessions are capped by what C_GetTokenInfo states
+ * (ulMaxSessionCount less two, kept for the admin session and a health
+ * probe's; CK_EFFECTIVELY_INFINITE and CK_UNAVAILABLE_INFORMATION state no
+ * limit): sg_hsm_session_open skips a token at its cap, and answers
+ * SG_EBUSY when every token is.
  *
  * No PIN ever reaches a message: errors name the function, token label and
  * CKR code only.
@@ -174,7 +182,7 @@
 #define FAILING_DOWN 3       /* signatures given up in a row on a token before it counts as down */
 #define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
 #define PROBES_BEFORE_REINIT 5 /* failed test signatures in a row before the module is re-initialised */
-#define WAIT_SAMPLE 8          /* signing calls per one whose wait for the token is measured */
+#define WAIT_SAMPLE_GAP_NS 10000000ull /* at most one signing call per token per 10 ms has its wait measured */
 #define RESERVED_SESSIONS 2    /* of a token's ulMaxSessionCount: the admin session and a probe's */
 #define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
 
@@ -1082,6 +1090,7 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		atomic_init(&t->sign_wait_ns, 0);
 		atomic_init(&t->wait_samples, 0);
 		atomic_init(&t->asleep_samples, 0);
+		atomic_init(&t->next_sample_ns, 0);
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
 		atomic_init(&t->auth_failed, false);
@@ -1723,14 +1732,19 @@ static bool thread_sched_ns(uint64_t *run, uint64_t *queued)
 }
 
 /* sign_once, counted in t's load and told to the observer ("Signing load"
- * above). Every WAIT_SAMPLE-th call also reads the thread's scheduler
- * times around the call: its wait for the token is the wall time less the
+ * above). The first call on the token WAIT_SAMPLE_GAP_NS or more after the
+ * last measured one also reads the thread's scheduler times around the
+ * call: its wait for the token is the wall time less the
  * time on a CPU and in a run queue (preempted by other threads of a busy
  * host, which is no sign of a slow token). */
 static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const uint8_t *in, size_t inlen, uint8_t *sig,
                         size_t *siglen, const char **fn)
 {
-	bool sample = atomic_fetch_add_explicit(&t->sign_calls, 1, memory_order_relaxed) % WAIT_SAMPLE == 0;
+	atomic_fetch_add_explicit(&t->sign_calls, 1, memory_order_relaxed);
+	uint64_t now = sg_now_ns(), next = atomic_load_explicit(&t->next_sample_ns, memory_order_relaxed);
+	bool sample = now >= next && atomic_compare_exchange_strong_explicit(&t->next_sample_ns, &next,
+	                                                                     now + WAIT_SAMPLE_GAP_NS,
+	                                                                     memory_order_relaxed, memory_order_relaxed);
 	uint64_t r0 = 0, q0 = 0, r1 = 0, q1 = 0;
 	if (sample)
 		sample = thread_sched_ns(&r0, &q0);

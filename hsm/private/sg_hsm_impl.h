@@ -94,6 +94,7 @@ typedef struct token {
 	atomic_uint signing;   /* signer sessions open or being opened */
 	atomic_uint in_flight; /* signing calls inside the module now */
 	_Atomic uint64_t sign_calls, sign_ns, sign_wait_ns, wait_samples, asleep_samples;
+	_Atomic uint64_t next_sample_ns; /* the next call at or after it has its wait measured */
 } token;
 
 typedef struct hsm_probes hsm_probes; /* sg_hsm_probe.c */
