@@ -197,6 +197,7 @@ static inline bool kube_env_ref_of(const json_t *obj, char *buf, size_t cap, sg_
 	    {"SignetIssuer", "signetissuers", true},
 	    {"FlowSchema", "flowschemas", false},
 	    {"PriorityLevelConfiguration", "prioritylevelconfigurations", false},
+	    {"ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false},
 	};
 	const char *api = json_string_value(json_object_get(obj, "apiVersion"));
 	const char *kind = json_string_value(json_object_get(obj, "kind"));

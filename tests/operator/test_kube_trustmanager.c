@@ -41,9 +41,11 @@
  *  - signet's own webhook certificate is made again when the Secret's
  *    does not fit, the old one kept in ca.crt (the caBundle) while valid;
  *  - the Bundle webhook is deployed for real (the sample checks its
- *    ValidatingWebhookConfiguration, Service, and the operator's own
- *    self-signed certificate for trust-manager.cert-manager.svc, whose
- *    ca.crt is the caBundle): the API server calls it: signet-trust run
+ *    ValidatingWebhookConfiguration, taken over from one trust-manager's
+ *    own installation left pointing at a webhook now gone; its Service;
+ *    and the operator's own self-signed certificate for
+ *    trust-manager.cert-manager.svc, whose ca.crt is the caBundle): the
+ *    API server calls it: signet-trust run
  *    here with the Secret the operator made, the Service bent into an
  *    ExternalName of 127.0.0.1 and the webhook's port into the local one
  *    (the reconciler stopped meanwhile), a Bundle the webhook refuses is
@@ -886,8 +888,25 @@ static void t_start(void)
 		SG_CHECK(sg_kube_last_status()->code == 404);
 }
 
+/* A configuration left by trust-manager's own installation under the same
+ * name, pointing at a webhook that is gone (failurePolicy Fail: it would
+ * refuse every Bundle write), with another field manager's fields. */
+static const char leftover_webhook[] =
+    "{\"apiVersion\": \"admissionregistration.k8s.io/v1\", \"kind\": \"ValidatingWebhookConfiguration\","
+    " \"metadata\": {\"name\": \"trust-manager\"},"
+    " \"webhooks\": [{\"name\": \"trust.cert-manager.io\", \"admissionReviewVersions\": [\"v1\"],"
+    " \"sideEffects\": \"None\", \"failurePolicy\": \"Fail\", \"timeoutSeconds\": 30,"
+    " \"clientConfig\": {\"service\": {\"name\": \"trust-manager-old\", \"namespace\": \"" NS "\","
+    " \"path\": \"/old\", \"port\": 9443}},"
+    " \"rules\": [{\"apiGroups\": [\"trust.cert-manager.io\"], \"apiVersions\": [\"v1alpha1\"],"
+    " \"operations\": [\"CREATE\", \"UPDATE\"], \"resources\": [\"bundles\"]}]}]}";
+
 static void t_sample(void)
 {
+	/* Migrating from trust-manager's own installation: its webhook
+	 * configuration is there first, and is taken over (check_webhook
+	 * below: our Service, path, port; timeoutSeconds ours too). */
+	SG_CHECK(kube_fx_apply_text(k, leftover_webhook));
 	tm_put("cluster", SAMPLE);
 	SG_WAIT_FOR(WAIT_MS, has_finalizer("cluster"));
 	{
@@ -1020,6 +1039,10 @@ static void t_sample(void)
 	/* The Bundle webhook, with signet's own certificate (cert-manager's
 	 * on a shared server that has its CRDs). */
 	check_webhook(cert_manager_crds());
+	json_t *vwc = kube_fx_get(k, ref_in(ADM, "validatingwebhookconfigurations", NULL, "trust-manager"));
+	SG_CHECK(json_integer_value(json_object_get(json_array_get(json_object_get(vwc, "webhooks"), 0),
+	                                            "timeoutSeconds")) == 5);
+	json_decref(vwc);
 	print_stats("sample applied");
 }
 
