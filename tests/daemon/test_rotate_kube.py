@@ -15,6 +15,8 @@ new root alone after finish:
   - signet-ca-roots (ca.crt) in the trust namespace;
   - a trust Bundle's target ConfigMap, signet-trust reading signet-ca-roots
     as its source;
+  - istiod-tls's ca.crt (signetd issues istiod's serving certificate,
+    --istiod-cert-enabled);
   - the root-cert.pem signet-agent writes for a workload on its node. The
     agent asks for 60-second certificates refreshed every few seconds, so
     each step reaches its files soon; its --root-ca-file is written by the
@@ -28,13 +30,13 @@ sanitizers' exit status included).
 
 usage: test_rotate_kube.py SIGNETCTL SIGNETD SIGNET_TRUST SIGNET_AGENT SOURCE_DIR
 """
+import base64
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 from cryptography import x509
@@ -50,6 +52,13 @@ from signet_e2e import read  # noqa: E402
 
 # Generous deadlines: a loaded 2-core box, ASan and TSan builds.
 WAIT = 240
+def secret_data(k, ns, name, key):
+    """A Secret's key, decoded; None while the Secret or the key is missing."""
+    o = k.get(f"/api/v1/namespaces/{ns}/secrets/{name}")
+    v = ((o or {}).get("data") or {}).get(key)
+    return base64.b64decode(v).decode() if v else None
+
+
 PEM_RE = re.compile(r"-----BEGIN CERTIFICATE-----.*?-----END CERTIFICATE-----", re.S)
 MESH_NS, PLAIN_NS, TRUST_NS = "rk-mesh", "rk-plain", "cert-manager"
 AGENT_NS, AGENT_SA, NODE, WORKLOAD_SA = "rk-agent", "signet-agent", "rk-node", "web"
@@ -155,6 +164,7 @@ class RotateInCluster(unittest.TestCase):
             "signet-ca-roots": k.data(TRUST_NS, "signet-ca-roots", "ca.crt"),
             "the Bundle's target": k.data(MESH_NS, BUNDLE, "ca.crt"),
             "the agent's root-cert.pem": read(wl) if os.path.exists(wl) else None,
+            "istiod-tls ca.crt": secret_data(k, "istio-system", "istiod-tls", "ca.crt"),
         }
 
     def all_hold(self, want, stage):
@@ -215,7 +225,8 @@ class RotateInCluster(unittest.TestCase):
         self.signetd = signet_e2e.Signetd(
             SIGNETD, self.conf, "--kubeconfig", kubeconfig, "--token-authenticator", "tokenreview",
             "--ca-trusted-node-accounts", f"{AGENT_NS}/{AGENT_SA}",
-            "--configmap-namespace-selector", "istio-injection=enabled", "--trust-namespace", TRUST_NS, env=env)
+            "--configmap-namespace-selector", "istio-injection=enabled", "--trust-namespace", TRUST_NS,
+            "--istiod-cert-enabled", "--istiod-cert-namespace", "istio-system", env=env)
         self.addCleanup(lambda: self.signetd.proc.poll() is not None or self.signetd.stop())
 
         trust = Proc("trust", [TRUST, "--kubeconfig", kubeconfig, "--trust-namespace", TRUST_NS,
