@@ -889,13 +889,16 @@ static void t_start(void)
 }
 
 /* A configuration left by trust-manager's own installation under the same
- * name, pointing at a webhook that is gone (failurePolicy Fail: it would
- * refuse every Bundle write), with another field manager's fields. */
+ * name, pointing at a webhook that is gone, with another field manager's
+ * fields. trust-manager's says failurePolicy Fail (every Bundle write
+ * refused); this one says Ignore, so that on a shared API server
+ * (SIGNET_KUBE_ENV) it refuses no other test's Bundle while it lasts, and
+ * the Fail that check_webhook finds is ours. */
 static const char leftover_webhook[] =
     "{\"apiVersion\": \"admissionregistration.k8s.io/v1\", \"kind\": \"ValidatingWebhookConfiguration\","
     " \"metadata\": {\"name\": \"trust-manager\"},"
     " \"webhooks\": [{\"name\": \"trust.cert-manager.io\", \"admissionReviewVersions\": [\"v1\"],"
-    " \"sideEffects\": \"None\", \"failurePolicy\": \"Fail\", \"timeoutSeconds\": 30,"
+    " \"sideEffects\": \"None\", \"failurePolicy\": \"Ignore\", \"timeoutSeconds\": 30,"
     " \"clientConfig\": {\"service\": {\"name\": \"trust-manager-old\", \"namespace\": \"" NS "\","
     " \"path\": \"/old\", \"port\": 9443}},"
     " \"rules\": [{\"apiGroups\": [\"trust.cert-manager.io\"], \"apiVersions\": [\"v1alpha1\"],"
@@ -905,7 +908,8 @@ static void t_sample(void)
 {
 	/* Migrating from trust-manager's own installation: its webhook
 	 * configuration is there first, and is taken over (check_webhook
-	 * below: our Service, path, port; timeoutSeconds ours too). */
+	 * below: our Service, path, port and failurePolicy; timeoutSeconds
+	 * ours too). */
 	SG_CHECK(kube_fx_apply_text(k, leftover_webhook));
 	tm_put("cluster", SAMPLE);
 	SG_WAIT_FOR(WAIT_MS, has_finalizer("cluster"));
