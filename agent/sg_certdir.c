@@ -16,7 +16,9 @@
  *   DIR/ns/sa/<file> -> ..data/<file>
  *
  * A version folder is complete and fsync'ed before "..data" points at it,
- * and "..data" is switched by rename(2) of a fresh link "..data_tmp", so a
+ * the file-name links exist before "..data" does (so the first version's
+ * three files appear together), and "..data" is switched by rename(2) of
+ * a fresh link "..data_tmp", so a
  * reader that opens "DIR/ns/sa/key.pem" and "DIR/ns/sa/cert-chain.pem"
  * through the links sees one version or the other, never a mix (it may
  * see two versions across two opens; readers that care resolve "..data"
@@ -390,6 +392,13 @@ int sg_certdir_write(const char *dir, const char *ns, const char *sa, const sg_w
 		return rc;
 	}
 
+	/* The file names first: on the first write they dangle until
+	 * "..data" exists, so that all three appear at the switch's one
+	 * rename. Made after it, one at a time, a reader waiting for
+	 * cert-chain.pem could open it before key.pem existed (agent_e2e
+	 * saw exactly that under load). Later writes find them in place. */
+	for (int i = 0; i < 3; i++)
+		SG_TRY(ensure_link(safd, file_names[i], sapath));
 	/* The switch: a fresh link renamed over "..data" (rename is atomic;
 	 * a stale "..data_tmp" from a crash is replaced). */
 	if (symlinkat(vname, safd, DATA_TMP) < 0) {
@@ -398,8 +407,6 @@ int sg_certdir_write(const char *dir, const char *ns, const char *sa, const sg_w
 	}
 	if (renameat(safd, DATA_TMP, safd, DATA_LINK) < 0)
 		return fs_fail("cannot switch " DATA_LINK " in", sapath, errno);
-	for (int i = 0; i < 3; i++)
-		SG_TRY(ensure_link(safd, file_names[i], sapath));
 	if (fsync(safd) < 0)
 		return fs_fail("cannot sync", sapath, errno);
 	/* Readers now follow the new version; the previous one (and any a

@@ -168,6 +168,41 @@ static void t_write_and_rewrite(void)
 	sg_wlcert_release(b);
 }
 
+/* The first write's three files appear at once, at the "..data" switch:
+ * their names are made before it (dangling until then). Seen through a
+ * switch that cannot happen (a folder where "..data_tmp" goes): the
+ * names are there and none of them opens; once the obstacle is gone,
+ * all three open. Made after the switch, a reader could find
+ * cert-chain.pem without key.pem. */
+static void t_first_write_appears_whole(void)
+{
+	fresh_base("whole");
+	char dir[640], p[1024];
+	path_of(dir, sizeof(dir), "d");
+	snprintf(p, sizeof(p), "%s", dir);
+	SG_CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/ns", dir);
+	SG_CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/ns/sa", dir);
+	SG_CHECK(mkdir(p, 0755) == 0);
+	snprintf(p, sizeof(p), "%s/ns/sa/..data_tmp", dir);
+	SG_CHECK(mkdir(p, 0755) == 0);
+	sg_wlcert *a = cert_of("one", "01");
+	SG_CHECK(sg_certdir_write(dir, "ns", "sa", a) < 0);
+	static const char *const names[3] = {"cert-chain.pem", "key.pem", "root-cert.pem"};
+	for (int i = 0; i < 3; i++) {
+		struct stat st;
+		snprintf(p, sizeof(p), "%s/ns/sa/%s", dir, names[i]);
+		SG_CHECK(lstat(p, &st) == 0 && S_ISLNK(st.st_mode)); /* the name is there */
+		SG_CHECK(stat(p, &st) < 0 && errno == ENOENT);       /* and opens nothing yet */
+	}
+	snprintf(p, sizeof(p), "%s/ns/sa/..data_tmp", dir);
+	SG_CHECK(rmdir(p) == 0);
+	SG_CHECK_OK(sg_certdir_write(dir, "ns", "sa", a));
+	check_account(dir, "ns", "sa", "one", "01");
+	sg_wlcert_release(a);
+}
+
 static void t_crash_leftovers(void)
 {
 	fresh_base("crash");
@@ -388,5 +423,5 @@ static void t_identity_split(void)
 	}
 }
 
-SG_TEST_MAIN(SG_TEST(t_write_and_rewrite), SG_TEST(t_crash_leftovers), SG_TEST(t_remove), SG_TEST(t_list),
+SG_TEST_MAIN(SG_TEST(t_write_and_rewrite), SG_TEST(t_first_write_appears_whole), SG_TEST(t_crash_leftovers), SG_TEST(t_remove), SG_TEST(t_list),
              SG_TEST(t_hostile_names), SG_TEST(t_identity_split))
