@@ -1044,7 +1044,7 @@ class RestrictedOperator(Operand, unittest.TestCase):
         k.ok("POST", f"/apis/operator.openshift.io/v1alpha1/namespaces/{NS}/istiocsrs", sample())
         wait_for("the Deployment", self.deployment)
         self.play_deployment_controller()
-        o = self.ready("True", "Ready")
+        self.ready("True", "Ready")
         k.ok("DELETE", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings/istiocsr-test-deployment-watch")
         wait_for("the operator's account refused watching Deployments",
                  lambda: not self.may("apps", "deployments", "watch"))
