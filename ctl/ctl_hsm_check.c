@@ -26,7 +26,7 @@
 #include "ctl.h"
 #include "sg_appliance.h"
 #include "sg_crypto.h"
-#include "sg_daemon.h"
+#include "sg_daemon_settings.h"
 #include "sg_der.h"
 #include "sg_guard.h"
 #include "sg_hsm.h"

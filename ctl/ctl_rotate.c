@@ -57,7 +57,7 @@
 #include "sg_ca.h"
 #include "sg_clock.h"
 #include "sg_crypto.h"
-#include "sg_daemon.h"
+#include "sg_daemon_settings.h"
 #include "sg_file.h"
 #include "sg_guard.h"
 #include "sg_hex.h"

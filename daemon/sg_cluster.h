@@ -28,7 +28,7 @@
 
 #include "sg_appliance.h"
 #include "sg_authn.h"
-#include "sg_daemon.h"
+#include "sg_daemon_settings.h"
 #include "sg_error.h"
 #include "sg_forward.h"
 #include "sg_kubesign.h"
@@ -69,7 +69,7 @@ SG_API int sg_cluster_new(sg_cluster **out, const sg_cluster_options *o) SG_MUST
  * cluster, which must outlive it. method names what was chosen. */
 SG_API int sg_cluster_authenticator(sg_cluster *c, sg_authenticator *out, const char **method) SG_MUST_CHECK;
 
-/* The policy's impersonation hook (sg_policy_options.authorize_impersonation
+/* The grant's impersonation hook (sg_grant_options.authorize_impersonation
  * with arg = the cluster): node authorization against the pod index. */
 SG_API int sg_cluster_authorize_impersonation(void *cluster, const sg_caller *caller, const char *target_ns,
 					      const char *target_sa);

@@ -49,8 +49,9 @@
 #include "sg_authn_impl.h"
 #include "sg_clock.h"
 #include "sg_cluster.h"
-#include "sg_daemon.h"
+#include "sg_daemon_settings.h"
 #include "sg_forward.h"
+#include "sg_grant.h"
 #include "sg_grpc.h"
 #include "sg_guard.h"
 #include "sg_http.h"
@@ -58,13 +59,12 @@
 #include "sg_istio.h"
 #include "sg_jwt.h"
 #include "sg_log.h"
-#include "sg_names.h"
 #include "sg_metrics.h"
+#include "sg_names.h"
 #include "sg_notify.h"
-#include "sg_policy.h"
 #include "sg_secret.h"
-#include "sg_serving.h"
 #include "sg_service.h"
+#include "sg_serving.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -353,17 +353,17 @@ static int start(daemon *d)
 	}
 	SG_TRY(setup_auth(d, aud, naud));
 	bool node_authz = d->cluster && s->ca_trusted_node_accounts && *s->ca_trusted_node_accounts;
-	sg_policy_options po = {
-		.mode = (sg_policy_mode)s->policy,
-		.max_ttl = s->max_client_certificate_duration,
-		.default_ttl = s->default_certificate_duration,
-		.cluster_id = s->cluster_id,
-		.trust_domain = d->a.s.trust_domain,
-		.trusted_node_accounts = s->ca_trusted_node_accounts,
-		.authorize_impersonation = node_authz ? sg_cluster_authorize_impersonation : NULL,
-		.authorize_arg = d->cluster,
+	sg_grant_options po = {
+	    .mode = (sg_grant_mode)s->policy,
+	    .max_ttl = s->max_client_certificate_duration,
+	    .default_ttl = s->default_certificate_duration,
+	    .cluster_id = s->cluster_id,
+	    .trust_domain = d->a.s.trust_domain,
+	    .trusted_node_accounts = s->ca_trusted_node_accounts,
+	    .authorize_impersonation = node_authz ? sg_cluster_authorize_impersonation : NULL,
+	    .authorize_arg = d->cluster,
 	};
-	SG_TRY(sg_policy_new(&d->policy, &po));
+	SG_TRY(sg_grant_new(&d->grant, &po));
 	SG_ENSURE(!(s->issuer_name && *s->issuer_name) || sg_cluster_forwarder(d->cluster), SG_EINVAL,
 	          "issuer-name (RA mode) needs a Kubernetes API (kubeconfig, KUBECONFIG or in-cluster)");
 	sg_serving_options so = {
@@ -382,7 +382,7 @@ static int start(daemon *d)
 	    .pool = d->pool,
 	    .ca = d->ca,
 	    .auth = &d->auth,
-	    .policy = d->policy,
+	    .grant = d->grant,
 	    .metrics = d->m.reg,
 	    .root_pem = root_own,
 	    .root_len = root_len,
@@ -471,7 +471,7 @@ static void stop(daemon *d)
 	}
 	sg_service_free(d->svc); /* the pool has drained: no call refers to it */
 	sg_serving_free(d->serving);
-	sg_policy_free(d->policy);
+	sg_grant_free(d->grant);
 	sg_metrics_free(d->m.reg);
 	free(d->m.probe);
 	free(d->m.tok);

@@ -4,7 +4,7 @@
  * A call is an `rpc` that moves from thread to thread by callback: the
  * transport thread decodes it and starts authentication; the
  * authenticator's callback (on its thread, or at once when cached) applies
- * the policy and submits to the pool; the pool's callback on a signer
+ * the grant and submits to the pool; the pool's callback on a signer
  * thread encodes the answer, writes the audit line and finishes the call.
  * Whoever finishes frees. No thread waits for another on a call's behalf.
  *
@@ -37,7 +37,7 @@
 
 enum { ERR_CA_NOT_READY, ERR_CSR, ERR_TTL, ERR_CERT_GEN, ERR_LINT, ERR_UNKNOWN, ERR_COUNT };
 /* istiod's labels, and "lint": a certificate our own checks refused to
- * sign (a bug in policy or the encoder, reported on its own). */
+ * sign (a bug in the grant or the encoder, reported on its own). */
 static const char *const sign_err_names[ERR_COUNT] = {"CA_NOT_READY", "CSR_ERROR", "TTL_ERROR", "CERT_GEN_ERROR",
                                                        "lint", "UNKNOWN"};
 
@@ -58,7 +58,7 @@ struct sg_service {
 	pthread_key_t crypto_key; /* RA mode: each thread's context for CSR checks */
 	const sg_ca *ca;
 	const sg_authenticator *auth;
-	sg_policy *policy;
+	sg_grant *grant;
 	atomic_bool stopping;
 	pthread_mutex_t chain_lock;
 	chain_snap *chain;
@@ -106,7 +106,7 @@ typedef struct rpc {
 	char cluster_id[256];
 	bool has_cluster_id;
 	char peer[128];
-	sg_policy_decision decision;
+	sg_grant_decision decision;
 	char caller_method[16];
 	sg_issue_request issue;
 } rpc;
@@ -278,13 +278,13 @@ static void on_authenticated(int rc, const sg_caller *caller, const sg_error *er
 	if (abandoned(r))
 		return;
 	snprintf(r->caller_method, sizeof(r->caller_method), "%s", caller->method ? caller->method : "");
-	sg_policy_input in = {
-		.caller = caller,
-		.cluster_id = r->has_cluster_id ? r->cluster_id : NULL,
-		.requested_ttl = r->req.validity_seconds,
-		.impersonated_identity = r->req.impersonated_identity,
+	sg_grant_input in = {
+	    .caller = caller,
+	    .cluster_id = r->has_cluster_id ? r->cluster_id : NULL,
+	    .requested_ttl = r->req.validity_seconds,
+	    .impersonated_identity = r->req.impersonated_identity,
 	};
-	int prc = sg_policy_decide(d->policy, &in, &r->decision);
+	int prc = sg_grant_decide(d->grant, &in, &r->decision);
 	if (prc < 0) {
 		sg_error e;
 		sg_error_save(&e);
@@ -660,8 +660,8 @@ void sg_service_counts_get(sg_service *s, sg_service_counts *out)
 int sg_service_new(sg_service **out, const sg_service_options *o)
 {
 	*out = NULL;
-	SG_ENSURE(o && o->auth && o->policy && o->metrics, SG_EINVAL,
-	          "service: needs an authenticator, a policy and a metrics registry");
+	SG_ENSURE(o && o->auth && o->grant && o->metrics, SG_EINVAL,
+	          "service: needs an authenticator, a grant and a metrics registry");
 	SG_ENSURE((o->pool && o->ca) || (o->forward && !o->pool && !o->ca && o->root_pem), SG_EINVAL,
 	          "service: needs a pool and a CA, or (RA without an HSM) a forwarder and a root bundle only");
 	sg_service *s = calloc(1, sizeof(*s));
@@ -669,7 +669,7 @@ int sg_service_new(sg_service **out, const sg_service_options *o)
 	s->pool = o->pool;
 	s->ca = o->ca;
 	s->auth = o->auth;
-	s->policy = o->policy;
+	s->grant = o->grant;
 	pthread_mutex_init(&s->chain_lock, NULL);
 	int rc = SG_OK;
 	if (o->forward) {

@@ -4,7 +4,7 @@
  * back. It is what istio-agent, ztunnel and node agents talk to.
  *
  *   transport thread:  decode (sg_istio) -> authenticate (sg_authn) ->
- *                      policy (sg_policy) -> sg_pool_submit, or an error
+ *                      grant (sg_grant) -> sg_pool_submit, or an error
  *                      (RA mode: the CSR checks, then sg_forward_submit;
  *                      a cert-manager issuer signs, see sg_forward.h)
  *   signer thread:     parse, verify, profile, lint, C_Sign (sg_issuer) ->
@@ -36,9 +36,9 @@
 #include "sg_ca.h"
 #include "sg_error.h"
 #include "sg_forward.h"
+#include "sg_grant.h"
 #include "sg_grpc.h"
 #include "sg_metrics.h"
-#include "sg_policy.h"
 #include "sg_pool.h"
 
 #include <stddef.h>
@@ -51,7 +51,7 @@ typedef struct sg_service_options {
 	sg_pool *pool;
 	const sg_ca *ca;
 	const sg_authenticator *auth;
-	sg_policy *policy;
+	sg_grant *grant;
 	sg_metrics *metrics;  /* the service's families are registered here */
 	const char *root_pem; /* root bundle to return instead of the CA's (copied); NULL: the CA's */
 	size_t root_len;

@@ -18,13 +18,13 @@
 #include "sg_appliance.h"
 #include "sg_authn.h"
 #include "sg_cluster.h"
-#include "sg_daemon.h"
+#include "sg_daemon_settings.h"
+#include "sg_grant.h"
 #include "sg_grpc.h"
 #include "sg_http.h"
 #include "sg_jwt.h"
 #include "sg_metrics.h"
 #include "sg_notify.h"
-#include "sg_policy.h"
 #include "sg_service.h"
 #include "sg_serving.h"
 
@@ -118,7 +118,7 @@ typedef struct daemon {
 	sg_authenticator auth;
 	bool auth_ready;
 	sg_cluster *cluster; /* NULL when no Kubernetes API is configured */
-	sg_policy *policy;
+	sg_grant *grant;
 	sg_serving *serving;
 	sg_service *svc;
 	sg_grpc_server *grpc;

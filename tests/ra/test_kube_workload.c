@@ -8,7 +8,7 @@
  *                       service account with a pod on n1, not one whose pods
  *                       run on n2 only or have finished; uid, service-account
  *                       and node mismatches, no pod claim, deletions seen
- *                       through the watch; the policy hook end to end;
+ *                       through the watch; the grant's hook end to end;
  *   bound tokens        cache hits (synchronous), informer deletes (the
  *                       deleted-uid memory), a re-created service account,
  *                       a marked-for-deletion one past the leeway, objects
@@ -21,8 +21,8 @@
  */
 #include "sg_authn_impl.h"
 #include "sg_clock.h"
+#include "sg_grant.h"
 #include "sg_jwt.h"
-#include "sg_policy.h"
 #include "sg_test.h"
 #include "sg_workload.h"
 #include "test_kube_fixture.h"
@@ -553,32 +553,32 @@ static int hook(void *arg, const sg_caller *caller, const char *target_ns, const
 	return sg_workload_authorize_impersonation(arg, caller, target_ns, target_sa);
 }
 
-static void t_policy_hook(void)
+static void t_grant_hook(void)
 {
 	char trusted[128];
 	snprintf(trusted, sizeof(trusted), "%s/ztunnel", ns_sys);
-	sg_policy_options po = {.mode = SG_POLICY_ISTIO_CSR,
-	                        .max_ttl = 3600,
-	                        .trust_domain = "cluster.local",
-	                        .trusted_node_accounts = trusted,
-	                        .authorize_impersonation = hook,
-	                        .authorize_arg = w};
-	sg_policy *p = NULL;
-	SG_CHECK_OK(sg_policy_new(&p, &po));
+	sg_grant_options po = {.mode = SG_GRANT_ISTIO_CSR,
+	                       .max_ttl = 3600,
+	                       .trust_domain = "cluster.local",
+	                       .trusted_node_accounts = trusted,
+	                       .authorize_impersonation = hook,
+	                       .authorize_arg = w};
+	sg_grant *p = NULL;
+	SG_CHECK_OK(sg_grant_new(&p, &po));
 	sg_caller c = mk_caller(ns_sys, "ztunnel", uid_zt, "zt-n1", uid_zt_n1);
 	char id[256];
 	snprintf(id, sizeof(id), "spiffe://cluster.local/ns/%s/sa/app1", ns_app);
-	sg_policy_input in = {.caller = &c, .impersonated_identity = id};
-	sg_policy_decision d;
-	SG_CHECK_OK(sg_policy_decide(p, &in, &d));
+	sg_grant_input in = {.caller = &c, .impersonated_identity = id};
+	sg_grant_decision d;
+	SG_CHECK_OK(sg_grant_decide(p, &in, &d));
 	SG_CHECK(d.impersonated && strcmp(d.identity, id) == 0);
 	snprintf(id, sizeof(id), "spiffe://cluster.local/ns/%s/sa/app2", ns_app);
-	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EAUTH);
+	SG_CHECK_RC(sg_grant_decide(p, &in, &d), SG_EAUTH);
 	SG_CHECK_MSG("runs on node n1");
 	/* Not of the ns/sa form: refused before the index is asked. */
 	snprintf(id, sizeof(id), "spiffe://cluster.local/ns/%s/sa/app1/extra", ns_app);
-	SG_CHECK_RC(sg_policy_decide(p, &in, &d), SG_EDENIED);
-	sg_policy_free(p);
+	SG_CHECK_RC(sg_grant_decide(p, &in, &d), SG_EDENIED);
+	sg_grant_free(p);
 }
 
 /* ---- bound tokens: the caches ---- */
@@ -1065,6 +1065,6 @@ static void t_teardown(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_index_hostile), SG_TEST(t_setup), SG_TEST(t_impersonation),
-             SG_TEST(t_impersonation_follows_changes), SG_TEST(t_policy_hook), SG_TEST(t_bound_cached),
+             SG_TEST(t_impersonation_follows_changes), SG_TEST(t_grant_hook), SG_TEST(t_bound_cached),
              SG_TEST(t_bound_inner), SG_TEST(t_bound_deleted), SG_TEST(t_bound_live), SG_TEST(t_bound_unreachable),
              SG_TEST(t_bound_queue_and_shutdown), SG_TEST(t_real_tokens), SG_TEST(t_teardown))

@@ -1,12 +1,12 @@
 /*
- * sg_daemon: signetd's own settings. They are listed once, as an X-macro,
- * and expanded two ways: as real rows in signetd's table, and as foreign
- * rows in signetctl's, so both programs can read one config file that
- * holds all of them (a foreign row is accepted in the file and ignored).
- * Names follow istio-csr's flags where they exist.
+ * sg_daemon_settings: signetd's own settings. They are listed once, as an
+ * X-macro, and expanded two ways: as real rows in signetd's table, and as
+ * foreign rows in signetctl's, so both programs can read one config file
+ * that holds all of them (a foreign row is accepted in the file and
+ * ignored). Names follow istio-csr's flags where they exist.
  */
-#ifndef SG_DAEMON_H
-#define SG_DAEMON_H
+#ifndef SG_DAEMON_SETTINGS_H
+#define SG_DAEMON_SETTINGS_H
 
 #include "sg_opt.h"
 

@@ -1,7 +1,10 @@
 /*
- * sg_policy: what a caller may have, decided before any signing work.
+ * sg_grant: what a caller may have, decided before any signing work.
+ * (The word "policy" belongs to approver-policy's CertificateRequestPolicy,
+ * policy/; this is the request path's grant.)
  *
- * Two modes, matching the servers signet replaces:
+ * Two modes (signetd's --policy values), matching the servers signet
+ * replaces:
  *   istio-csr (default)  the CSR must ask for exactly the caller's identity
  *                        (checked by the signer, sg_issue_request.strict_csr);
  *                        TTL = min(requested, or the max when none, max).
@@ -20,10 +23,10 @@
  * front end answers with UNAUTHENTICATED; a hook may also answer SG_EBUSY
  * (it cannot tell yet: the client retries).
  *
- * An sg_policy is immutable after sg_policy_new and shared by all threads.
+ * An sg_grant is immutable after sg_grant_new and shared by all threads.
  */
-#ifndef SG_POLICY_H
-#define SG_POLICY_H
+#ifndef SG_GRANT_H
+#define SG_GRANT_H
 
 #include "sg_authn.h"
 #include "sg_error.h"
@@ -32,19 +35,19 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum sg_policy_mode {
-	SG_POLICY_ISTIO_CSR = 0,
-	SG_POLICY_ISTIOD = 1,
-} sg_policy_mode;
+typedef enum sg_grant_mode {
+	SG_GRANT_ISTIO_CSR = 0,
+	SG_GRANT_ISTIOD = 1,
+} sg_grant_mode;
 
-extern const char *const sg_policy_mode_names[]; /* "istio-csr", "istiod", NULL */
+extern const char *const sg_grant_mode_names[]; /* "istio-csr", "istiod", NULL */
 
-typedef struct sg_policy_options {
-	sg_policy_mode mode;
-	int64_t max_ttl;          /* seconds; > 0 */
-	int64_t default_ttl;      /* istiod mode, for requests without a TTL */
-	const char *cluster_id;   /* "Kubernetes" */
-	const char *trust_domain; /* "cluster.local" */
+typedef struct sg_grant_options {
+	sg_grant_mode mode;
+	int64_t max_ttl;                   /* seconds; > 0 */
+	int64_t default_ttl;               /* istiod mode, for requests without a TTL */
+	const char *cluster_id;            /* "Kubernetes" */
+	const char *trust_domain;          /* "cluster.local" */
 	const char *trusted_node_accounts; /* comma-separated "ns/sa" list, or NULL */
 	/* Optional node authorization of impersonation, called (on the
 	 * deciding thread, so it must not block) after the caller was found
@@ -56,33 +59,33 @@ typedef struct sg_policy_options {
 	 * method of the object it names (sg_workload_authorize_impersonation
 	 * has this shape). */
 	int (*authorize_impersonation)(void *arg, const sg_caller *caller, const char *target_ns,
-				       const char *target_sa);
-	void *authorize_arg; /* borrowed; must outlive the policy */
-} sg_policy_options;
+	                               const char *target_sa);
+	void *authorize_arg; /* borrowed; must outlive the grant */
+} sg_grant_options;
 
-typedef struct sg_policy sg_policy;
+typedef struct sg_grant sg_grant;
 
-typedef struct sg_policy_input {
+typedef struct sg_grant_input {
 	const sg_caller *caller;
 	const char *cluster_id;            /* clusterid header, or NULL */
 	int64_t requested_ttl;             /* validity_duration, seconds */
 	const char *impersonated_identity; /* or NULL */
-} sg_policy_input;
+} sg_grant_input;
 
-typedef struct sg_policy_decision {
+typedef struct sg_grant_decision {
 	char identity[SG_ID_MAX]; /* the SPIFFE ID to certify */
 	int64_t ttl;              /* seconds */
 	bool strict_csr;          /* the signer enforces istio-csr's CSR checks */
 	bool impersonated;
-} sg_policy_decision;
+} sg_grant_decision;
 
-/* Caller frees with sg_policy_free. Validates the options (bad node
+/* Caller frees with sg_grant_free. Validates the options (bad node
  * account entries are SG_EINVAL naming the entry). */
-SG_API int sg_policy_new(sg_policy **out, const sg_policy_options *o) SG_MUST_CHECK;
-SG_API void sg_policy_free(sg_policy *p);
-SG_API sg_policy_mode sg_policy_get_mode(const sg_policy *p);
+SG_API int sg_grant_new(sg_grant **out, const sg_grant_options *o) SG_MUST_CHECK;
+SG_API void sg_grant_free(sg_grant *p);
+SG_API sg_grant_mode sg_grant_get_mode(const sg_grant *p);
 
-/* Thread-safe (the policy is immutable; the hook must be thread-safe). */
-SG_API int sg_policy_decide(const sg_policy *p, const sg_policy_input *in, sg_policy_decision *out) SG_MUST_CHECK;
+/* Thread-safe (the grant is immutable; the hook must be thread-safe). */
+SG_API int sg_grant_decide(const sg_grant *p, const sg_grant_input *in, sg_grant_decision *out) SG_MUST_CHECK;
 
 #endif
