@@ -173,27 +173,34 @@ if text:
     print(f"   {r['ok']} reviews ok, {r['failed']} failed, {r['elapsed_s']:.2f} s -> {r['reviews_per_s']:.1f} reviews/s")
 EOF
 }
+# signetd's CPU time in clock ticks (utime + stime of /proc/PID/stat).
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 loadgen() { # MODE ROUND
-  local mode=$1 out=$tmp/$1.$2.json
+  local mode=$1 out=$tmp/$1.$2.json t0 t1
   echo "== round $2: $mode  (load average $(cut -d' ' -f1 /proc/loadavg))"
   local cmd=("$LOADGEN" --target "grpc://127.0.0.1:${port[$mode]}" --token-dir "$tmp/pool.$mode.$2"
              --ca-file "$tmp/signet/root-cert.pem" --server-name localhost
              --connections "$C" --concurrency "$M"
              --requests "$N" --duration "$D" --warmup "$W" --json)
   show "${cmd[@]}"
+  t0=$(cpu_ticks "${pid[$mode]}")
   if ! "${cmd[@]}" >"$out" 2>"$out.err"; then
     status=1
     echo "   loadgen FAILED: $(tail -1 "$out.err")"
   fi
-  python3 - "$out" <<'EOF'
+  t1=$(cpu_ticks "${pid[$mode]}")
+  python3 - "$out" "$((t1 - t0))" "$(getconf CLK_TCK)" <<'EOF'
 import json, sys
 text = open(sys.argv[1]).read().strip()
 if text:
     r = json.loads(text.splitlines()[-1])
     t = r.get("tokens", {})
+    n = r["sent"] + r["warmup_ok"]
+    cpu = int(sys.argv[2]) / int(sys.argv[3])
     print(f"   {r['ok']} ok, {r['failed']} failed, {r['elapsed_s']:.2f} s -> {r['certs_per_s']:.1f} certs/s;"
           f" latency ms p50 {r['p50_ms']:.3f} p99 {r['p99_ms']:.3f} p99.9 {r['p999_ms']:.3f};"
-          f" tokens {t.get('distinct')} distinct, pool wrapped {t.get('wraps')} times")
+          f" tokens {t.get('distinct')} distinct, pool wrapped {t.get('wraps')} times;"
+          f" signetd CPU {cpu:.2f} s, {1000 * cpu / n:.3f} ms per request (warm-up included)")
 EOF
 }
 for r in $(seq "$ROUNDS"); do
