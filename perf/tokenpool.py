@@ -8,13 +8,15 @@ name order is minting order), as a mesh's pods would present them.
   perf/tokenpool.py tokenrequest --out DIR --count 3000 [--namespace bench] \\
       [--service-account bench] [--service-accounts 1]   (apiserver.sh env in the environment)
 
-jwt: each token is minted by `signetctl token` from the development issuer
-that `signetctl init` writes into signet.conf (jwt-signing-key, jwt-issuer;
-the signetd started with that config trusts it through jwt-jwks-file), the
-same way perf/ab.sh and perf/compare.sh mint their one token. Tokens are
-made distinct by their expiry: token i lives --ttl plus i seconds, so no two
-share an `exp` (sg_jwt_mint writes no `jti`; the ES256 signature differs
-anyway, but distinct claims keep them distinct under any signer).
+jwt: the tokens are minted by `signetctl token --count` (one process per
+account and job, not per token) from the development issuer that
+`signetctl init` writes into signet.conf (jwt-signing-key, jwt-issuer; the
+signetd started with that config trusts it through jwt-jwks-file), the
+issuer perf/ab.sh and perf/compare.sh mint with. Tokens are made distinct
+by their expiry: an account's n-th token lives --ttl plus n seconds, so no
+two of an account share an `exp` (sg_jwt_mint writes no `jti`; the ES256
+signature differs anyway, but distinct claims keep them distinct under any
+signer).
 
 tokenrequest: each token is a TokenRequest to the real API server
 (POST .../serviceaccounts/SA/token, audience istio-ca) with
@@ -52,13 +54,34 @@ def write_token(out, i, token):
         f.write(token + b"\n")
 
 
-def mint_jwt(args, i):
+def mint_jwt(args, acct, first, count):
+    """Tokens of account acct from one `signetctl token --count`: its n-th
+    lives --ttl plus first plus n seconds and goes to file acct + n * K
+    (K accounts, token i to account i mod K)."""
     p = subprocess.run([args.signetctl, "token", "--config", args.config, "--namespace", args.namespace,
-                        "--service-account", account(args, i), "--audience", args.audience,
-                        "--ttl", f"{args.ttl + i}s"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                        "--service-account", account(args, acct), "--audience", args.audience,
+                        "--ttl", f"{args.ttl + first}s", "--count", str(count)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     if p.returncode != 0:
         raise RuntimeError(f"signetctl token failed: {p.stderr.decode(errors='replace').strip()}")
-    write_token(args.out, i, p.stdout.strip())
+    tokens = p.stdout.split()
+    if len(tokens) != count:
+        raise RuntimeError(f"signetctl token --count {count} printed {len(tokens)} tokens")
+    k = args.service_accounts
+    for n, token in enumerate(tokens):
+        write_token(args.out, acct + (first + n) * k, token)
+
+
+def jwt_runs(args):
+    """(account, first, count) for each signetctl run: each account's tokens
+    in --jobs runs or fewer."""
+    k = args.service_accounts
+    runs = []
+    for acct in range(k):
+        mine = len(range(acct, args.count, k))
+        step = max(1, -(-mine // args.jobs)) if k < args.jobs else mine
+        runs += [(acct, a, min(step, mine - a)) for a in range(0, mine, step)]
+    return runs
 
 
 def kube(args):
@@ -131,12 +154,12 @@ def main():
     if os.listdir(args.out):
         sys.exit(f"tokenpool.py: {args.out} is not empty")
     if args.mode == "jwt":
-        work = lambda i: mint_jwt(args, i)  # noqa: E731
+        items, work = jwt_runs(args), lambda r: mint_jwt(args, *r)  # noqa: E731
     else:
         k = prepare_tokenrequest(args)
-        work = lambda i: mint_tokenrequest(args, k, i)  # noqa: E731
+        items, work = range(args.count), lambda i: mint_tokenrequest(args, k, i)  # noqa: E731
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as ex:
-        for _ in ex.map(work, range(args.count)):
+        for _ in ex.map(work, items):
             pass
     print(json.dumps({"out": args.out, "mode": args.mode, "count": args.count, "namespace": args.namespace,
                       "service_accounts": args.service_accounts}))

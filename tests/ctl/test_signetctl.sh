@@ -391,5 +391,24 @@ expect "policy: --policy and --request are required" pc_err "are required" -- --
 expect "policy: --help documents the exit codes; signetctl --help lists the command" bash -c \
   "'$ctl' policy check --help | grep -q '  4  no verdict offline' && '$ctl' --help | grep -q '  policy check '"
 
+# --- token --count: a load test's pool from one process --------------------
+tc=$tmp/ecdsa-p256/signet.conf
+(umask 077 && "$ctl" token --config "$tc" --namespace bench --service-account pod --ttl 1h --count 5 >"$tmp/pool")
+expect "token --count 5: five lines" test "$(wc -l <"$tmp/pool")" = 5
+expect "token --count 5: five distinct tokens" test "$(sort -u "$tmp/pool" | wc -l)" = 5
+# The n-th lives 1h plus n seconds; all name the same account.
+expect "token --count 5: token n lives 1h + n s, each for bench/pod" $py - "$tmp/pool" <<'EOF'
+import base64, json, sys
+lives, subs = [], set()
+for line in open(sys.argv[1]):
+    part = line.strip().split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+    lives.append(claims["exp"] - claims["iat"])
+    subs.add(claims["sub"])
+sys.exit(0 if lives == [3600 + n for n in range(5)] and subs == {"system:serviceaccount:bench:pod"} else 1)
+EOF
+expect "token --count 0: exit 2" one_line_error 2 "--count: 0 is out of range" -- "$ctl" token --config "$tc" --namespace a --service-account b --count 0
+expect "token --count past 48 h of life: exit 1" one_line_error 1 "goes past the 48h" -- "$ctl" token --config "$tc" --namespace a --service-account b --ttl 47h --count 3602
+
 echo "$failures failed"
 [ "$failures" = 0 ]
