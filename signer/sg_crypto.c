@@ -236,6 +236,89 @@ int sg_crypto_verify(sg_crypto *c, const sg_pubkey *k, sg_sigalg alg, const uint
 	return rc;
 }
 
+/* ---- legacy keys built once (sg_crypto_impl.h) ---- */
+
+struct sg_verify_key {
+	EC_KEY *ec;
+	RSA *rsa;
+};
+
+void sg_verify_key_free(sg_verify_key *k)
+{
+	if (!k)
+		return;
+	EC_KEY_free(k->ec);
+	RSA_free(k->rsa);
+	free(k);
+}
+
+int sg_verify_key_ec(sg_verify_key **out, int nid, const uint8_t *point, size_t len)
+{
+	*out = NULL;
+	sg_verify_key *k = calloc(1, sizeof(*k));
+	SG_ENSURE(k, SG_EINTERNAL, "out of memory");
+	k->ec = EC_KEY_new_by_curve_name(nid);
+	if (!k->ec) {
+		sg_verify_key_free(k);
+		return sg_error_set_ossl(SG_EINTERNAL, "cannot create EC group %d", nid);
+	}
+	if (EC_KEY_oct2key(k->ec, point, len, NULL) != 1) {
+		sg_verify_key_free(k);
+		return sg_error_set_ossl(SG_EINVAL, "EC public key is not a point on its curve");
+	}
+	*out = k;
+	return SG_OK;
+}
+
+int sg_verify_key_rsa(sg_verify_key **out, const BIGNUM *n, const BIGNUM *e)
+{
+	*out = NULL;
+	sg_verify_key *k = calloc(1, sizeof(*k));
+	SG_ENSURE(k, SG_EINTERNAL, "out of memory");
+	BIGNUM *bn = BN_dup(n), *be = BN_dup(e);
+	k->rsa = RSA_new();
+	if (!bn || !be || !k->rsa || RSA_set0_key(k->rsa, bn, be, NULL) != 1) {
+		BN_free(bn);
+		BN_free(be);
+		sg_verify_key_free(k);
+		return sg_error_set_ossl(SG_EINTERNAL, "out of memory");
+	}
+	*out = k;
+	return SG_OK;
+}
+
+int sg_verify_key_check(const sg_verify_key *k, sg_hash h, const uint8_t *dg, size_t dglen, const uint8_t *sig,
+                        size_t siglen)
+{
+	SG_ENSURE((unsigned)h < SG_HASH_COUNT && siglen > 0 && siglen <= INT_MAX && dglen <= INT_MAX, SG_EINVAL,
+	          "bad verification arguments");
+	ERR_clear_error();
+	int ok;
+	if (k->rsa) {
+		ok = RSA_verify(md_nids[h], dg, (unsigned)dglen, sig, (unsigned)siglen, k->rsa);
+	} else {
+		SG_ENSURE(siglen % 2 == 0, SG_EAUTH, "signature does not verify");
+		ECDSA_SIG *es SG_CLEANUP(ecdsa_sig_cleanup) = ECDSA_SIG_new();
+		BIGNUM *br = BN_bin2bn(sig, (int)(siglen / 2), NULL);
+		BIGNUM *bs = BN_bin2bn(sig + siglen / 2, (int)(siglen / 2), NULL);
+		if (!es || !br || !bs || ECDSA_SIG_set0(es, br, bs) != 1) {
+			BN_free(br);
+			BN_free(bs);
+			return sg_error_set_ossl(SG_EINTERNAL, "out of memory");
+		}
+		/* Reads the key only (the group's tables are its own). A zero
+		 * r or s, or one past the order, is 0: does not verify. */
+		ok = ECDSA_do_verify(dg, (int)dglen, es, k->ec);
+	}
+	if (ok == 1)
+		return SG_OK;
+	if (ok == 0 || k->rsa) {
+		ERR_clear_error();
+		SG_BAIL(SG_EAUTH, "signature does not verify");
+	}
+	return sg_error_set_ossl(SG_EINTERNAL, "ECDSA verification failed");
+}
+
 /* Process-wide digests, fetched once, for callers without an sg_crypto:
  * EVP_Digest with an implicit EVP_sha256() would fetch on every call and
  * take the provider store's lock. */

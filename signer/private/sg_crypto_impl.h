@@ -17,6 +17,26 @@
  * borrowed for the life of the process. NULL when the provider lacks it. */
 const EVP_MD *sg_crypto_shared_md(sg_hash h);
 
+/* A public key in OpenSSL's legacy form (EC_KEY or RSA, see sg_crypto.c
+ * for why), built once and then verified with by any number of threads at
+ * once: verification only reads it. For keys that live long and verify
+ * often, such as a JWKS's, where EVP_DigestVerifyInit would set up a
+ * provider context per signature and take the provider store's locks. */
+typedef struct sg_verify_key sg_verify_key;
+
+/* nid: NID_X9_62_prime256v1, NID_secp384r1 or NID_secp521r1; point: SEC 1
+ * uncompressed. SG_EINVAL when the point is not on the curve. */
+int sg_verify_key_ec(sg_verify_key **out, int nid, const uint8_t *point, size_t len);
+/* n and e are copied. */
+int sg_verify_key_rsa(sg_verify_key **out, const BIGNUM *n, const BIGNUM *e);
+void sg_verify_key_free(sg_verify_key *k);
+/* Verifies a signature over the digest dg (of hash h): an EC key's as r || s
+ * (two halves of equal length), an RSA key's as PKCS#1 v1.5. SG_EAUTH when
+ * it does not verify (OpenSSL's error queue cleared); SG_EINTERNAL when
+ * OpenSSL fails. */
+int sg_verify_key_check(const sg_verify_key *k, sg_hash h, const uint8_t *dg, size_t dglen, const uint8_t *sig,
+                        size_t siglen);
+
 /* Scope-bound cleanup of OpenSSL handles (sg_guard.h's SG_CLEANUP):
  * `BIO *b SG_CLEANUP(sg_ossl_bio_freep) = BIO_new(...)`. Each accepts a
  * NULL handle, as the OpenSSL free functions do. */

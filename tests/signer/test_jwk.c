@@ -156,6 +156,16 @@ static void t_ec(void)
 		SG_CHECK_RC(sg_jwk_verify(j, SG_JWK_ECDSA, curves[c].h, msg, MSG_LEN, zero, 2 * curves[c].size),
 		            SG_EAUTH);
 		SG_CHECK_MSG("does not verify");
+		/* r and s past the group's order; then a real r with s zero. */
+		uint8_t big[2 * 66], sig[2 * 66];
+		memset(big, 0xff, sizeof(big));
+		SG_CHECK_RC(sg_jwk_verify(j, SG_JWK_ECDSA, curves[c].h, msg, MSG_LEN, big, 2 * curves[c].size),
+		            SG_EAUTH);
+		SG_CHECK_MSG("does not verify");
+		size_t len = sign(k, SG_JWK_ECDSA, curves[c].h, 0, sig);
+		memset(sig + len / 2, 0, len / 2);
+		SG_CHECK_RC(sg_jwk_verify(j, SG_JWK_ECDSA, curves[c].h, msg, MSG_LEN, sig, len), SG_EAUTH);
+		SG_CHECK(ERR_peek_error() == 0);
 		SG_CHECK_RC(sg_jwk_verify(j, SG_JWK_RSA_PKCS1, curves[c].h, msg, MSG_LEN, zero, curves[c].size),
 		            SG_EAUTH);
 		SG_CHECK(ERR_peek_error() == 0);
