@@ -12,10 +12,17 @@
 #   git worktree add /tmp/base <commit> && cmake -S /tmp/base -B /tmp/base/build \
 #     -DCMAKE_BUILD_TYPE=Release -DSIGNET_BUILD_TESTS=OFF && cmake --build /tmp/base/build --target signetd
 #
+# Tokens: by default every request carries its own token, as a mesh's pods
+# send them (a pool per server and round from the server's development
+# issuer, perf/tokenpool.py jwt, so no token is sent twice);
+# SIGNET_AB_TOKENS=one reuses one token, which signetd's verification
+# cache answers after the first request.
+#
 # Knobs: SIGNET_AB_CONNECTIONS [4], SIGNET_AB_CONCURRENCY [16],
 # SIGNET_AB_REQUESTS [20000], SIGNET_AB_DURATION [20s], SIGNET_AB_WARMUP
-# [1000], SIGNET_AB_ROUNDS [3]. Every run is bounded in count and time;
-# both servers bind 127.0.0.1 and are stopped by the exit trap.
+# [1000], SIGNET_AB_ROUNDS [3], SIGNET_AB_TOKENS [pool|one]. Every run is
+# bounded in count and time; both servers bind 127.0.0.1 and are stopped by
+# the exit trap.
 set -euo pipefail
 [ $# -eq 2 ] || { echo "usage: perf/ab.sh SIGNETD_A SIGNETD_B" >&2; exit 2; }
 A=$(realpath "$1")
@@ -27,6 +34,8 @@ N=${SIGNET_AB_REQUESTS:-20000}
 D=${SIGNET_AB_DURATION:-20s}
 W=${SIGNET_AB_WARMUP:-1000}
 ROUNDS=${SIGNET_AB_ROUNDS:-3}
+TOKENS=${SIGNET_AB_TOKENS:-pool}
+case $TOKENS in pool | one) ;; *) echo "SIGNET_AB_TOKENS: pool or one, not $TOKENS" >&2; exit 2 ;; esac
 
 cmake -S . -B build-perf -DCMAKE_BUILD_TYPE=Release -DSIGNET_BUILD_PERF=ON -DSIGNET_BUILD_TESTS=OFF >/dev/null
 cmake --build build-perf -j"$(nproc)" --target signetctl loadgen >/dev/null
@@ -53,6 +62,7 @@ trap 'exit 130' INT TERM
 echo "== A/B $(date -u +%Y-%m-%dT%H:%M:%SZ): nproc=$(nproc) cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "   A=$A"
 echo "   B=$B"
+echo "   tokens: $([ "$TOKENS" = pool ] && echo "a token per request" || echo "ONE token reused")"
 
 # start NAME BINARY: a CA, signetd on an ephemeral port, a token (0600 file).
 declare -A port pid
@@ -71,6 +81,13 @@ start() {
   done
   [ -n "${port[$name]}" ] || { echo "signetd $name did not start" >&2; exit 1; }
   (umask 077 && "$CTL" token --config "$dir/signet.conf" --namespace default --service-account default >"$dir/token")
+  # A pool per round; each pool's tokens live past the previous one's.
+  if [ "$TOKENS" = pool ]; then
+    for r in $(seq "$ROUNDS"); do
+      /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$CTL" --config "$dir/signet.conf" --out "$dir/pool.$r" \
+        --count $((W + N)) --ttl $((3600 + (r - 1) * (W + N))) >/dev/null
+    done
+  fi
 }
 start A "$A"
 start B "$B"
@@ -79,7 +96,9 @@ best_A=0
 best_B=0
 for r in $(seq "$ROUNDS"); do
   for name in A B; do
-    read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name")
+    pool=
+    [ "$TOKENS" = pool ] && pool=$tmp/$name/pool.$r
+    read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name" "$pool")
     echo "round $r $name (load $(cut -d' ' -f1 /proc/loadavg)): $line"
     if [ "$name" = A ]; then
       best_A=$(python3 -c "print(max($best_A, $rate))")

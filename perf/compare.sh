@@ -6,7 +6,11 @@
 # What it does, in order, printing every command line it runs:
 #   1. builds release with jemalloc (build-perf: signetd, signetctl, loadgen);
 #   2. makes a fresh signet CA (P-256 key in a SoftHSM2 token) and starts
-#      signetd on 127.0.0.1 (TLS, JWT authentication), mints a token;
+#      signetd on 127.0.0.1 (TLS, JWT authentication), mints its tokens:
+#      by default a pool per run with a distinct token for every request
+#      (perf/tokenpool.py jwt, ES256 from the CA's development issuer), as a
+#      mesh's pods send them; SIGNET_CMP_TOKENS=one reuses one token, which
+#      signetd's verification cache answers after the first request;
 #   3. makes a cfssl software P-256 CA and a 1h signing profile, starts
 #      `cfssl serve` on 127.0.0.1;
 #   4. drives both with the same loadgen settings (closed loop, distinct
@@ -27,7 +31,8 @@
 # Environment knobs (defaults in brackets): SIGNET_CMP_CONNECTIONS [4],
 # SIGNET_CMP_CONCURRENCY [16], SIGNET_CMP_REQUESTS [20000],
 # SIGNET_CMP_DURATION [20s], SIGNET_CMP_WARMUP [1000],
-# SIGNET_CMP_OPEN_SECONDS [10], SIGNET_CMP_ROUNDS [2].
+# SIGNET_CMP_OPEN_SECONDS [10], SIGNET_CMP_ROUNDS [2],
+# SIGNET_CMP_TOKENS [pool: a token per request | one: one token reused].
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -39,11 +44,13 @@ D=${SIGNET_CMP_DURATION:-20s}
 W=${SIGNET_CMP_WARMUP:-1000}
 OPEN_S=${SIGNET_CMP_OPEN_SECONDS:-10}
 ROUNDS=${SIGNET_CMP_ROUNDS:-2}
+TOKENS=${SIGNET_CMP_TOKENS:-pool}
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 show() { printf '+'; printf ' %q' "$@"; printf '\n'; }
 run() { show "$@"; "$@"; }
 
+case $TOKENS in pool | one) ;; *) die "SIGNET_CMP_TOKENS: pool or one, not $TOKENS" ;; esac
 for tool in cmake cfssl cfssljson python3; do
   command -v "$tool" >/dev/null || die "$tool is not installed (cfssl: apt-get install golang-cfssl)"
 done
@@ -122,6 +129,26 @@ echo "signetd serving on 127.0.0.1:$port (pid $signetd_pid)"
 # The token goes to a 0600 file, never to argv or the screen.
 echo "+ (umask 077 && $SIGNETCTL token --config $conf --namespace default --service-account default > $tmp/token)"
 (umask 077 && "$SIGNETCTL" token --config "$conf" --namespace default --service-account default >"$tmp/token")
+# A token per request: one pool per run, WARMUP + REQUESTS tokens, so that
+# no token is sent twice in the whole script (signetd's verification cache
+# outlives a run); each pool's --ttl starts past the previous one's last
+# expiry (all within the 48 h a development token may live).
+tflag=--token-dir
+[ "$TOKENS" = one ] && tflag=--token-file
+tpath() { if [ "$TOKENS" = one ]; then echo "$tmp/token"; else echo "$tmp/pool.$1"; fi; }
+next_ttl=3600
+make_pool() { # NAME COUNT (at most loadgen's 100,000; a longer run wraps, and says so)
+  [ "$TOKENS" = pool ] || return 0
+  local n=$(($2 > 100000 ? 100000 : $2))
+  run /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$SIGNETCTL" --config "$conf" --out "$tmp/pool.$1" \
+    --count "$n" --ttl "$next_ttl" --jobs 2 >/dev/null
+  next_ttl=$((next_ttl + n))
+}
+if [ "$TOKENS" = pool ]; then
+  echo "== tokens: a pool of distinct tokens per run (a token per request)"
+else
+  echo "== tokens: ONE token reused for every request (measures signetd's verification cache)"
+fi
 
 # ---- 3. cfssl ------------------------------------------------------------
 echo "== cfssl CA and cfssl serve"
@@ -201,15 +228,19 @@ if p:
     print(f"   machine pauses{rt}: {p['count']} >= 2 ms, {p['over_5ms']} >= 5 ms, {p['total_ms']:.0f} ms in all,"
           f" longest {p['max_ms']:.1f} ms; requests no pause touched: {p['untouched']},"
           f" their p99 {p['untouched_p99_ms']:.3f} ms")
+t = r.get("tokens")
+if t and t.get("distinct"):
+    print(f"   tokens: {t.get('distinct')} distinct, the pool wrapped {t.get('wraps')} times")
 for k, v in r["failures"].items():
     print(f"   failed {k}: {v}")
 EOF
 }
 
 common=(--connections "$C" --concurrency "$M" --requests "$N" --duration "$D" --warmup "$W")
+for r in $(seq "$ROUNDS"); do make_pool "closed.$r" $((W + N)); done
 for r in $(seq "$ROUNDS"); do
-  loadgen "round $r: signet, closed loop (gRPC, TLS, JWT)" "$tmp/signet.$r.json" "$signetd_pid" \
-    --target "grpc://127.0.0.1:$port" --token-file "$tmp/token" --ca-file "$tmp/signet/root-cert.pem" \
+  loadgen "round $r: signet, closed loop (gRPC, TLS, JWT, tokens: $TOKENS)" "$tmp/signet.$r.json" "$signetd_pid" \
+    --target "grpc://127.0.0.1:$port" "$tflag" "$(tpath "closed.$r")" --ca-file "$tmp/signet/root-cert.pem" \
     --server-name localhost "${common[@]}"
   loadgen "round $r: cfssl, closed loop (HTTP/1.1, keep-alive)" "$tmp/cfssl.$r.json" "$cfssl_pid" \
     --target "http://127.0.0.1:$cport" "${common[@]}"
@@ -253,9 +284,10 @@ read -r s_cps c_cps <<<"$s_cps"
 half=$(python3 -c "import sys; print(int(float(sys.argv[1]) / 2))" "$s_cps")
 chalf=$(python3 -c "import sys; print(int(float(sys.argv[1]) / 2))" "$c_cps")
 if [ "$half" -ge 1 ] && [ "$chalf" -ge 1 ]; then
+  for r in $(seq "$ROUNDS"); do make_pool "open.$r" $((W + half * OPEN_S)); done
   for r in $(seq "$ROUNDS"); do
     loadgen "round $r: signet, open loop at half of its maximum: $half/s for ${OPEN_S}s" "$tmp/open.signet.$r.json" \
-      "$signetd_pid" --target "grpc://127.0.0.1:$port" --token-file "$tmp/token" \
+      "$signetd_pid" --target "grpc://127.0.0.1:$port" "$tflag" "$(tpath "open.$r")" \
       --ca-file "$tmp/signet/root-cert.pem" --server-name localhost --connections "$C" --concurrency "$M" \
       --rate "$half" --requests "$((half * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses
     loadgen "round $r: cfssl, open loop at half of its maximum: $chalf/s for ${OPEN_S}s" "$tmp/open.cfssl.$r.json" \

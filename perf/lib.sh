@@ -7,15 +7,17 @@
 # perf_ticks PID: the process's user + system CPU so far, in clock ticks.
 perf_ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }
 
-# perf_run PID PORT DIR: one closed-loop loadgen run against the signetd
-# PID listening on PORT, with DIR/token and DIR/root-cert.pem. Prints its
+# perf_run PID PORT DIR [POOL]: one closed-loop loadgen run against the
+# signetd PID listening on PORT, with DIR/root-cert.pem and DIR/token, or a
+# token per request from the token pool POOL (loadgen --token-dir). Prints its
 # certificates/s, then a line for people: count, rate, p50, p99 and the
 # server's CPU per certificate (warm-up included: the CPU is counted over
 # the whole run). Fails when a request failed.
 perf_run() {
-  local pid=$1 port=$2 dir=$3 c0 c1 out
+  local pid=$1 port=$2 dir=$3 c0 c1 out tokens=(--token-file "$3/token")
+  [ -n "${4:-}" ] && tokens=(--token-dir "$4")
   c0=$(perf_ticks "$pid")
-  out=$("$LOADGEN" --target "grpc://127.0.0.1:$port" --token-file "$dir/token" --ca-file "$dir/root-cert.pem" \
+  out=$("$LOADGEN" --target "grpc://127.0.0.1:$port" "${tokens[@]}" --ca-file "$dir/root-cert.pem" \
     --connections "$C" --concurrency "$M" --requests "$N" --duration "$D" --warmup "$W" --json | tail -1)
   c1=$(perf_ticks "$pid")
   python3 - "$out" "$((c1 - c0))" "$(getconf CLK_TCK)" <<'PY'
