@@ -1749,7 +1749,9 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 	if (sample)
 		sample = thread_sched_ns(&r0, &q0);
 	atomic_fetch_add_explicit(&t->in_flight, 1, memory_order_relaxed);
-	uint64_t w0 = sg_now_ns();
+	/* The clock read above starts the call unless the scheduler's
+	 * times were read after it. */
+	uint64_t w0 = sample ? sg_now_ns() : now;
 	CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, fn);
 	uint64_t wall = sg_now_ns() - w0;
 	atomic_fetch_sub_explicit(&t->in_flight, 1, memory_order_relaxed);

@@ -32,11 +32,6 @@
 static fixture fx;
 static char control[700];
 
-static void faults(const char *text)
-{
-	p11_fault_control(control, text);
-}
-
 typedef void (*peaks_fn)(unsigned *, unsigned *, unsigned *);
 
 static unsigned pk_sessions, pk_signs, pk_refused;
@@ -144,7 +139,7 @@ static void load_stop(load *l, pthread_t *th)
  * once idle the grown workers retire and their sessions close. */
 static void t_latency_grows_and_shrinks(void)
 {
-	faults("C_Sign delay_ms=2\n");
+	p11_fault_control(control, "C_Sign delay_ms=2\n");
 	sg_appliance *app = open_app(1, 0);
 	sg_pool_options po = {.threads = BASE, .idle_ms = 300};
 	sg_pool *p = NULL;
@@ -188,13 +183,13 @@ static void t_latency_grows_and_shrinks(void)
 	SG_CHECK(hl.calls > 0 && hl.wait_samples > 0 && hl.wait_ns > 0);
 	sg_pool_free(p);
 	sg_appliance_free(app);
-	faults("");
+	p11_fault_control(control, "");
 }
 
 /* Spikes on top of a small delay: every request issued, the pool grew. */
 static void t_latency_spikes(void)
 {
-	faults("C_Sign delay_ms=1 spike_ms=30 spike_prob=0.1\n");
+	p11_fault_control(control, "C_Sign delay_ms=1 spike_ms=30 spike_prob=0.1\n");
 	sg_appliance *app = open_app(BASE, 0);
 	sg_pool *p = sg_appliance_pool(app);
 	load l;
@@ -212,7 +207,7 @@ static void t_latency_spikes(void)
 	SG_CHECK(st.threads_started > 0);
 	SG_CHECK(st.completed == st.issued);
 	sg_appliance_free(app);
-	faults("");
+	p11_fault_control(control, "");
 }
 
 /* The token allows 6 sessions (4 for signing: its admin session and a
@@ -220,7 +215,7 @@ static void t_latency_spikes(void)
  * open nor sees more than 6 at once; nothing fails. */
 static void t_token_session_limit(void)
 {
-	faults("sessions max=6\nC_Sign delay_ms=3\n");
+	p11_fault_control(control, "sessions max=6\nC_Sign delay_ms=3\n");
 	sg_appliance *app = open_app(BASE, 0);
 	sg_pool *p = sg_appliance_pool(app);
 	sg_hsm_load hl;
@@ -245,7 +240,7 @@ static void t_token_session_limit(void)
 	SG_CHECK(sessions <= 6);
 	SG_CHECK(refused == 0);
 	sg_appliance_free(app);
-	faults("");
+	p11_fault_control(control, "");
 }
 
 /* A token that does not say how many sessions it allows
@@ -253,7 +248,7 @@ static void t_token_session_limit(void)
  * CK_EFFECTIVELY_INFINITE is (t_latency_grows_and_shrinks). */
 static void t_token_limit_unavailable(void)
 {
-	faults("sessions unavailable\n");
+	p11_fault_control(control, "sessions unavailable\n");
 	sg_appliance *app = open_app(BASE, 0);
 	sg_hsm_load hl;
 	sg_hsm_load_get(sg_appliance_hsm(app), &hl);
@@ -261,13 +256,13 @@ static void t_token_limit_unavailable(void)
 	SG_CHECK(pool_stats(sg_appliance_pool(app)).threads_max == SG_POOL_MAX_THREADS);
 	SG_CHECK(pool_stats(sg_appliance_pool(app)).threads == BASE);
 	sg_appliance_free(app);
-	faults("");
+	p11_fault_control(control, "");
 }
 
 /* hsm-max-sessions bounds the growth below what the token would allow. */
 static void t_max_sessions_setting(void)
 {
-	faults("C_Sign delay_ms=3\n");
+	p11_fault_control(control, "C_Sign delay_ms=3\n");
 	sg_appliance *app = open_app(BASE, 3);
 	sg_pool *p = sg_appliance_pool(app);
 	load l;
@@ -293,7 +288,7 @@ static void t_max_sessions_setting(void)
  * many requests queue. */
 static void t_fast_token_keeps_base(void)
 {
-	faults("");
+	p11_fault_control(control, "");
 	sg_appliance *app = open_app(BASE, 0);
 	sg_pool *p = sg_appliance_pool(app);
 	load l;
