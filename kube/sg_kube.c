@@ -461,78 +461,164 @@ static void payload_free(char **p)
 	}
 }
 
+/* One request on a pooled easy handle: prepared, performed (here or by a
+ * loop, sg_kube_loop.c), finished into an answer or an error, released. */
+struct sg_kube_xfer {
+	sg_kube *k;
+	CURL *h;
+	struct curl_slist *hdrs;
+	sg_strbuf rb;
+	char *payload;
+	const char *method;
+	char what[320];
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+static void xfer_release(struct sg_kube_xfer *x)
+{
+	pool_put(x->k, x->h);
+	x->h = NULL;
+	free_headersp(&x->hdrs);
+	rbuf_free(&x->rb);
+	payload_free(&x->payload);
+}
+
+/* Everything up to the perform; on failure x holds nothing. body may be
+ * NULL. */
+static int xfer_prepare(struct sg_kube_xfer *x, sg_kube *k, const char *method, const sg_kube_ref *ref, struct url *u,
+                        const char *ctype, const json_t *body)
+{
+	*x = (struct sg_kube_xfer){.k = k, .method = method, .rb = {.max = SG_KUBE_RESPONSE_MAX, .first = RBUF_FIRST}};
+	sg_kube_status_reset();
+	describe(ref, x->what, sizeof(x->what));
+	SG_ENSURE(!u->overflow, SG_EINVAL, "kube: %s %s: URL longer than %d bytes", method, x->what, SG_KUBE_URL_MAX);
+	if (body) {
+		x->payload = json_dumps(body, JSON_COMPACT);
+		SG_ENSURE(x->payload, SG_EINVAL, "kube: %s %s: the body cannot be encoded", method, x->what);
+	}
+	sg_kube_ratelimit_wait(k->rl);
+	x->h = pool_get(k);
+	int rc = x->h ? setup(k, x->h, u->s, &x->hdrs, ctype, NULL, x->errbuf)
+	              : sg_error_set(SG_EINTERNAL, "kube: out of memory");
+	if (rc < 0) {
+		xfer_release(x);
+		return rc;
+	}
+	CURL *h = x->h;
+	int bad = 0;
+	bad |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, k->opt.request_timeout_ms);
+	bad |= curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_body);
+	bad |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &x->rb);
+	if (x->payload) {
+		bad |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, x->payload);
+		bad |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(x->payload));
+	}
+	if (strcmp(method, "GET") == 0)
+		bad |= curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+	else
+		bad |= curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+	if (bad) {
+		xfer_release(x);
+		SG_BAIL(SG_EINTERNAL, "kube: libcurl refused an option");
+	}
+	return SG_OK;
+}
+
+/* The transfer ended with cc: the answer (out may be NULL), or the error
+ * and this thread's Status. */
+static int xfer_finish(struct sg_kube_xfer *x, CURLcode cc, json_t **out)
+{
+	if (out)
+		*out = NULL;
+	sg_kube_status_reset();
+	long http = 0;
+	curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &http);
+	if (cc == CURLE_WRITE_ERROR && x->rb.overflow)
+		SG_BAIL(SG_EPROTO, "kube: %s %s: response larger than %u bytes", x->method, x->what,
+		        SG_KUBE_RESPONSE_MAX);
+	if (cc != CURLE_OK)
+		return curl_error(cc, x->method, x->what, x->errbuf);
+	if (http < 200 || http > 299) {
+		curl_off_t ra = 0; /* delta-seconds or an HTTP-date, as curl reads it */
+		if (curl_easy_getinfo(x->h, CURLINFO_RETRY_AFTER, &ra) != CURLE_OK || ra < 0)
+			ra = 0;
+		return http_error(http, ra > RETRY_AFTER_MAX ? RETRY_AFTER_MAX : (long)ra, x->rb.p, x->rb.len, x->method,
+		                  x->what);
+	}
+	sg_kube_tl_status.code = http;
+	if (out) {
+		json_error_t jerr;
+		json_t *j = x->rb.len ? json_loadb(x->rb.p, x->rb.len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
+		if (!json_is_object(j)) {
+			json_decref(j);
+			SG_BAIL(SG_EPROTO, "kube: %s %s: the answer is not a JSON object", x->method, x->what);
+		}
+		*out = j;
+	}
+	return SG_OK;
+}
+
 /* One request/response. body may be NULL; out may be NULL. */
 static int call(sg_kube *k, const char *method, const sg_kube_ref *ref, struct url *u, const char *ctype,
                 const json_t *body, json_t **out)
 {
 	if (out)
 		*out = NULL;
-	sg_kube_status_reset();
-	char what[320];
-	describe(ref, what, sizeof(what));
-	SG_ENSURE(!u->overflow, SG_EINVAL, "kube: %s %s: URL longer than %d bytes", method, what, SG_KUBE_URL_MAX);
-	char *payload SG_CLEANUP(payload_free) = NULL;
-	if (body) {
-		payload = json_dumps(body, JSON_COMPACT);
-		SG_ENSURE(payload, SG_EINVAL, "kube: %s %s: the body cannot be encoded", method, what);
-	}
-	sg_kube_ratelimit_wait(k->rl);
-	CURL *h = pool_get(k);
-	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
-	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
-	sg_strbuf rb SG_CLEANUP(rbuf_free) = {.max = SG_KUBE_RESPONSE_MAX, .first = RBUF_FIRST};
-	char errbuf[CURL_ERROR_SIZE] = "";
-	int rc = setup(k, h, u->s, &hdrs, ctype, NULL, errbuf);
-	if (rc < 0)
-		goto done;
-	int bad = 0;
-	bad |= curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, k->opt.request_timeout_ms);
-	bad |= curl_easy_setopt(h, CURLOPT_ACCEPT_ENCODING, "");
-	bad |= curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, write_body);
-	bad |= curl_easy_setopt(h, CURLOPT_WRITEDATA, &rb);
-	if (payload) {
-		bad |= curl_easy_setopt(h, CURLOPT_POSTFIELDS, payload);
-		bad |= curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)strlen(payload));
-	}
-	if (strcmp(method, "GET") == 0)
-		bad |= curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
-	else
-		bad |= curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-	SG_ENSURE_GOTO(rc, !bad, done, SG_EINTERNAL, "kube: libcurl refused an option");
+	struct sg_kube_xfer x;
+	SG_TRY(xfer_prepare(&x, k, method, ref, u, ctype, body));
+	int rc = xfer_finish(&x, curl_easy_perform(x.h), out);
+	xfer_release(&x);
+	return rc;
+}
 
-	CURLcode cc = curl_easy_perform(h);
-	long http = 0;
-	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
-	if (cc == CURLE_WRITE_ERROR && rb.overflow) {
-		rc = sg_error_set(SG_EPROTO, "kube: %s %s: response larger than %u bytes", method, what,
-		                  SG_KUBE_RESPONSE_MAX);
-		goto done;
+static int create_url(sg_kube *k, const sg_kube_ref *ref, const json_t *body, struct url *u)
+{
+	SG_TRY(build_url(k, ref, u));
+	/* A name only with a subresource: POST to serviceaccounts/<name>/token
+	 * (TokenRequest) or pods/<name>/eviction creates something under an
+	 * existing object. A new object's own name is in its body. */
+	SG_ENSURE(!ref->name || (ref->subresource && *ref->subresource), SG_EINVAL,
+	          "kube: create takes no name (it is in the body) unless it posts to a subresource");
+	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: create needs an object");
+	return SG_OK;
+}
+
+/* ---- transfers for a loop (sg_kube_impl.h) ---- */
+
+int sg_kube_xfer_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, sg_kube_xfer **out)
+{
+	*out = NULL;
+	struct url u;
+	SG_TRY(create_url(k, ref, body, &u));
+	struct sg_kube_xfer *x = malloc(sizeof(*x));
+	SG_ENSURE(x, SG_EINTERNAL, "kube: out of memory");
+	int rc = xfer_prepare(x, k, "POST", ref, &u, "application/json", body);
+	/* Many at once on one connection: wait for HTTP/2 to multiplex
+	 * rather than open a connection per transfer while the first is
+	 * still being set up. */
+	if (rc == SG_OK && curl_easy_setopt(x->h, CURLOPT_PIPEWAIT, 1L) != CURLE_OK) {
+		xfer_release(x);
+		rc = sg_error_set(SG_EINTERNAL, "kube: libcurl refused an option");
 	}
-	if (cc != CURLE_OK) {
-		rc = curl_error(cc, method, what, errbuf);
-		goto done;
+	if (rc < 0) {
+		free(x);
+		return rc;
 	}
-	if (http < 200 || http > 299) {
-		curl_off_t ra = 0; /* delta-seconds or an HTTP-date, as curl reads it */
-		if (curl_easy_getinfo(h, CURLINFO_RETRY_AFTER, &ra) != CURLE_OK || ra < 0)
-			ra = 0;
-		rc = http_error(http, ra > RETRY_AFTER_MAX ? RETRY_AFTER_MAX : (long)ra, rb.p, rb.len, method, what);
-		goto done;
-	}
-	sg_kube_tl_status.code = http;
-	if (out) {
-		json_error_t jerr;
-		json_t *j = rb.len ? json_loadb(rb.p, rb.len, JSON_REJECT_DUPLICATES, &jerr) : NULL;
-		if (!json_is_object(j)) {
-			json_decref(j);
-			rc = sg_error_set(SG_EPROTO, "kube: %s %s: the answer is not a JSON object", method, what);
-			goto done;
-		}
-		*out = j;
-	}
-	rc = SG_OK;
-done:
-	pool_put(k, h);
+	*out = x;
+	return SG_OK;
+}
+
+void *sg_kube_xfer_handle(sg_kube_xfer *x)
+{
+	return x->h;
+}
+
+int sg_kube_xfer_end(sg_kube_xfer *x, int curl_code, json_t **out)
+{
+	int rc = xfer_finish(x, (CURLcode)curl_code, out);
+	xfer_release(x);
+	free(x);
 	return rc;
 }
 
@@ -624,13 +710,7 @@ int sg_kube_list_all(sg_kube *k, const sg_kube_ref *ref, const sg_kube_list_opts
 int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out)
 {
 	struct url u;
-	SG_TRY(build_url(k, ref, &u));
-	/* A name only with a subresource: POST to serviceaccounts/<name>/token
-	 * (TokenRequest) or pods/<name>/eviction creates something under an
-	 * existing object. A new object's own name is in its body. */
-	SG_ENSURE(!ref->name || (ref->subresource && *ref->subresource), SG_EINVAL,
-	          "kube: create takes no name (it is in the body) unless it posts to a subresource");
-	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: create needs an object");
+	SG_TRY(create_url(k, ref, body, &u));
 	return call(k, "POST", ref, &u, "application/json", body, out);
 }
 

@@ -191,6 +191,35 @@ SG_API int sg_kube_list_all(sg_kube *k, const sg_kube_ref *ref, const sg_kube_li
  * subresource of a named object (ref->name and ref->subresource, e.g.
  * serviceaccounts/<name>/token for a TokenRequest). */
 SG_API int sg_kube_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, json_t **out) SG_MUST_CHECK;
+/* ---- many requests at once, on one thread ----
+ *
+ * A loop is a thread of its own running libcurl's multi interface over one
+ * client: the requests given to it are in flight together, multiplexed on
+ * HTTP/2 connections, and a thread that has many calls in flight needs no
+ * thread per call (the TokenReview authenticator). The client's options,
+ * authentication, rate limit and errors are sg_kube_create's. */
+typedef struct sg_kube_loop sg_kube_loop;
+
+/* Called once per request, on the loop's thread, when it ends: rc and
+ * *answer as sg_kube_create's (answer is the callee's to json_decref; NULL
+ * when rc < 0); on failure sg_error_last() and sg_kube_last_status() hold
+ * the detail on that thread for the call. It must not block: every other
+ * request of the loop waits for it. */
+typedef void (*sg_kube_done_fn)(int rc, json_t *answer, void *arg);
+
+/* k is borrowed and must outlive the loop. */
+SG_API int sg_kube_loop_new(sg_kube_loop **out, sg_kube *k) SG_MUST_CHECK;
+/* Ends every request still in flight with SG_EBUSY ("stopping"), each
+ * callback run before it returns, stops the thread and frees. Accepts
+ * NULL. Not from the loop's own thread. */
+SG_API void sg_kube_loop_free(sg_kube_loop *l);
+/* POSTs body (serialised before it returns; the caller keeps it) as
+ * sg_kube_create does. On SG_OK done will be called exactly once; on an
+ * error (a bad reference, no memory, the loop stopping) it never is.
+ * Thread-safe; waits for the client's rate limiter when it has one. */
+SG_API int sg_kube_loop_create(sg_kube_loop *l, const sg_kube_ref *ref, const json_t *body, sg_kube_done_fn done,
+                               void *arg) SG_MUST_CHECK;
+
 /* PUT (replace). Optimistic concurrency: a metadata.resourceVersion in the
  * body makes a stale update fail with 409 Conflict. ref->subresource
  * "status" writes the status subresource. */

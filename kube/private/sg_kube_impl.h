@@ -44,6 +44,18 @@ extern _Thread_local sg_kube_status sg_kube_tl_status;
 /* The reason phrase of an HTTP code, for a Status the server did not send
  * ("Error" for codes without one). */
 const char *sg_kube_http_phrase(long code);
+/* A POST to create (sg_kube_create's checks and request), prepared on one
+ * of k's pooled easy handles but not performed: for a loop that performs
+ * many at once (sg_kube_loop.c). sg_kube_xfer_handle is the CURL easy
+ * handle to add to a multi handle; once libcurl says it is done (or it was
+ * never added: pass CURLE_ABORTED_BY_CALLBACK), sg_kube_xfer_end gives what
+ * sg_kube_create would return, leaves the same error detail and Status on
+ * the calling thread, and frees x. */
+typedef struct sg_kube_xfer sg_kube_xfer;
+int sg_kube_xfer_create(sg_kube *k, const sg_kube_ref *ref, const json_t *body, sg_kube_xfer **out) SG_MUST_CHECK;
+void *sg_kube_xfer_handle(sg_kube_xfer *x);
+int sg_kube_xfer_end(sg_kube_xfer *x, int curl_code, json_t **out);
+
 /* A failed answer's body is read as a Status up to this many bytes. */
 #define ERRBODY_MAX (64u << 10)
 

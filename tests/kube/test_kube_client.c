@@ -2,8 +2,9 @@
  * sg_kube against a real kube-apiserver (test_kube_env.h): CRUD and the
  * error details, a delete conditional on the uid, pagination, watches (order, bookmarks, 410), server-side
  * apply conflicts, the status subresource of a CRD, Events, authentication
- * failures and token-file rotation, TLS verification, the rate limiter, and
- * the GET of non-resource paths (the OIDC discovery endpoints).
+ * failures and token-file rotation, TLS verification, the rate limiter,
+ * the GET of non-resource paths (the OIDC discovery endpoints), and the
+ * request loop (many creates in flight on one thread, and its stop).
  */
 #include "sg_clock.h"
 #include "sg_kube.h"
@@ -605,6 +606,146 @@ static void t_get_path(void)
 	}
 }
 
+/* ---- the request loop (sg_kube_loop) ---- */
+
+#define LOOP_MANY 40
+
+struct loop_seen {
+	pthread_mutex_t mu;
+	int calls, ok, conflict, invalid, stopped, other;
+	int names_right;
+	bool one_thread;
+	pthread_t thread;
+	bool have_thread;
+};
+
+struct loop_req {
+	struct loop_seen *seen;
+	char name[32];
+};
+
+static void loop_done(int rc, json_t *answer, void *arg)
+{
+	struct loop_req *r = arg;
+	struct loop_seen *s = r->seen;
+	const sg_kube_status *st = sg_kube_last_status();
+	const char *msg = sg_error_last()->msg;
+	pthread_mutex_lock(&s->mu);
+	if (!s->have_thread) {
+		s->thread = pthread_self();
+		s->have_thread = true;
+	}
+	s->one_thread &= pthread_equal(s->thread, pthread_self()) != 0;
+	s->calls++;
+	if (rc == SG_OK && st->code == 201) {
+		s->ok++;
+		const char *name = sg_kube_meta_str(answer, "name");
+		s->names_right += name && strcmp(name, r->name) == 0;
+	} else if (rc == SG_EBUSY && st->code == 409 && strcmp(st->reason, "AlreadyExists") == 0 &&
+	           strstr(msg, "409 AlreadyExists: configmaps \"loop-dup\" already exists")) {
+		s->conflict++;
+	} else if (rc == SG_EINVAL && st->code == 422) {
+		s->invalid++;
+	} else if (rc == SG_EBUSY && strstr(msg, "loop is stopping")) {
+		s->stopped++;
+	} else {
+		s->other++;
+		fprintf(stderr, "loop: %s: rc %d, HTTP %ld: %s\n", r->name, rc, st->code, msg);
+	}
+	pthread_mutex_unlock(&s->mu);
+	json_decref(answer);
+	free(r);
+}
+
+static int loop_submit(sg_kube_loop *l, struct loop_seen *s, const char *name)
+{
+	struct loop_req *r = calloc(1, sizeof(*r));
+	if (!r)
+		abort();
+	r->seen = s;
+	snprintf(r->name, sizeof(r->name), "%s", name);
+	sg_kube_ref coll = cm_ref(NULL);
+	json_t *cm = kube_env_configmap("default", name, "k", "v");
+	int rc = sg_kube_loop_create(l, &coll, cm, loop_done, r);
+	json_decref(cm);
+	if (rc != SG_OK)
+		free(r);
+	return rc;
+}
+
+static int loop_calls(struct loop_seen *s)
+{
+	pthread_mutex_lock(&s->mu);
+	int n = s->calls;
+	pthread_mutex_unlock(&s->mu);
+	return n;
+}
+
+/* Many creates at once on one loop: each answered once, on the loop's one
+ * thread (not the caller's), with the answer or the error detail and the
+ * Status a blocking create gives; a loop freed with creates in flight ends
+ * each of them before free returns. */
+static void t_loop(void)
+{
+	sg_kube_ref coll = cm_ref(NULL);
+	json_t *dup = kube_env_configmap("default", "loop-dup", "k", "v");
+	SG_CHECK_OK(sg_kube_create(k, &coll, dup, NULL));
+	json_decref(dup);
+
+	struct loop_seen s = {.mu = PTHREAD_MUTEX_INITIALIZER, .one_thread = true};
+	sg_kube_loop *l = NULL;
+	SG_CHECK_OK(sg_kube_loop_new(&l, k));
+	if (!l)
+		return;
+	char name[32];
+	for (int i = 0; i < LOOP_MANY; i++) {
+		snprintf(name, sizeof(name), "loop-%d", i);
+		SG_CHECK_OK(loop_submit(l, &s, name));
+	}
+	SG_CHECK_OK(loop_submit(l, &s, "loop-dup"));
+	SG_CHECK_OK(loop_submit(l, &s, "Loop_Not_A_Name"));
+	/* A reference a create refuses: an error at once, no callback. */
+	sg_kube_ref named = cm_ref("x");
+	json_t *cm = kube_env_configmap("default", "x", "k", "v");
+	SG_CHECK_RC(sg_kube_loop_create(l, &named, cm, loop_done, NULL), SG_EINVAL);
+	json_decref(cm);
+	SG_WAIT_FOR(30000, loop_calls(&s) == LOOP_MANY + 2);
+	SG_CHECK(s.ok == LOOP_MANY && s.names_right == LOOP_MANY);
+	SG_CHECK(s.conflict == 1 && s.invalid == 1 && s.other == 0 && s.stopped == 0);
+	SG_CHECK(s.one_thread && s.have_thread && !pthread_equal(s.thread, pthread_self()));
+	for (int i = 0; i < LOOP_MANY; i++) {
+		snprintf(name, sizeof(name), "loop-%d", i);
+		sg_kube_ref one = cm_ref(name);
+		SG_CHECK_OK(sg_kube_get(k, &one, NULL));
+	}
+
+	/* Freed at once: every create ends before free returns, answered or
+	 * stopped, exactly once. */
+	struct loop_seen t = {.mu = PTHREAD_MUTEX_INITIALIZER, .one_thread = true};
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "loop-late-%d", i);
+		SG_CHECK_OK(loop_submit(l, &t, name));
+	}
+	sg_kube_loop_free(l);
+	SG_CHECK(t.calls == 20 && t.ok + t.stopped == 20 && t.other == 0);
+	printf("loop freed with 20 creates in flight: %d answered, %d stopped\n", t.ok, t.stopped);
+	sg_kube_loop_free(NULL);
+
+	for (int i = 0; i < LOOP_MANY; i++) {
+		snprintf(name, sizeof(name), "loop-%d", i);
+		sg_kube_ref one = cm_ref(name);
+		SG_CHECK_OK(sg_kube_delete(k, &one, NULL));
+	}
+	for (int i = 0; i < 20; i++) {
+		snprintf(name, sizeof(name), "loop-late-%d", i);
+		sg_kube_ref one = cm_ref(name);
+		int rc = sg_kube_delete(k, &one, NULL);
+		SG_CHECK(rc == SG_OK || rc == SG_ENOTFOUND);
+	}
+	sg_kube_ref d = cm_ref("loop-dup");
+	SG_CHECK_OK(sg_kube_delete(k, &d, NULL));
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_kube_ref coll = cm_ref(NULL);
@@ -636,4 +777,4 @@ static void t_start(void)
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crud), SG_TEST(t_delete_uid), SG_TEST(t_pagination), SG_TEST(t_watch_order),
              SG_TEST(t_watch_bookmarks), SG_TEST(t_apply), SG_TEST(t_status_subresource), SG_TEST(t_watch_expired),
              SG_TEST(t_event), SG_TEST(t_auth_and_rotation), SG_TEST(t_rate_limit), SG_TEST(t_get_path),
-             SG_TEST(t_zz_cleanup))
+             SG_TEST(t_loop), SG_TEST(t_zz_cleanup))
