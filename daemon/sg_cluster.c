@@ -118,7 +118,7 @@ static int resolved_mode(const sg_cluster *c)
  * another's rate limit or timeout. timeout_ms 0: the client's default.
  * reviews: the TokenReview client, whose limit is the authenticator's
  * adaptive budget (sg_authn_kube.h), not kube-api-qps: no QPS limiter, and
- * a connection kept for every review the budget may have in flight. */
+ * an easy handle kept for every review the budget may have in flight. */
 static int new_client(const sg_daemon_settings *d, sg_kube **out, long timeout_ms, bool reviews, char *server,
                       size_t cap)
 {

@@ -17,18 +17,21 @@
  *   coalescing  concurrent requests carrying one token share one review.
  *   queue       distinct reviews wait in a bounded queue; a full queue
  *               refuses at once with SG_EBUSY.
- *   budget      the queue is served by max_inflight threads, of which an
- *               adaptive budget (sg_review_budget.h: AIMD on the API
- *               server's answers) lets only so many be in a call: it
- *               grows while answers come fast, shrinks on 429, 5xx,
- *               timeouts and rising latency, and a 429's Retry-After holds
+ *   budget      the queue's calls are made by one request loop
+ *               (sg_kube_loop, one thread for every call in flight), at
+ *               most max_inflight at once, and an adaptive budget
+ *               (sg_review_budget.h: AIMD on the API server's answers)
+ *               lets only so many be in flight: it grows while answers
+ *               come fast, shrinks on 429, 5xx, timeouts and rising
+ *               latency, and a 429's Retry-After holds
  *               every start until it has passed. A review answered 429 (or
  *               5xx with Retry-After) is asked again, up to 4 times, before
  *               its requests get SG_EBUSY. The kube client should be one of
  *               the authenticator's own, without the controllers' QPS
  *               limiter (qps < 0) and with idle_handles >= max_inflight so
- *               that every call in flight keeps its connection: the budget
- *               is the reviews' limit, and nothing else should be.
+ *               that every call in flight keeps its easy handle between
+ *               calls: the budget is the reviews' limit, and nothing else
+ *               should be.
  *
  * The token's exp is read from its JWT payload WITHOUT verifying the
  * signature: the API server has just verified it, and the value only
@@ -50,8 +53,10 @@
  *     down): start() returns the error with the detail set; done is never
  *     called;
  *   - otherwise start() returns SG_OK and done is called exactly once
- *     later, from one of the authenticator's worker threads (or from the
- *     thread calling free(), see below), with none of its locks held.
+ *     later, from the authenticator's request loop thread (or its pump
+ *     thread, for a call that could not start, or the thread calling
+ *     free(), see below), with none of its locks held. done must not
+ *     block: the answers of every other review wait for it.
  * start() keeps no pointer into req once it returns (the token is copied,
  * and the copy is wiped when the review is over), so the request may live
  * on the caller's stack.
@@ -81,11 +86,10 @@
  *
  * Thread safety: start() may be called from any number of threads at once.
  * free() must not run concurrently with start(), nor from inside a done
- * callback (it joins the workers). It completes every review still queued
- * or in flight with SG_EBUSY "token review: signet is shutting down",
- * calling those done callbacks on its own thread, then waits for the
- * workers, so it may block for as long as one TokenReview call can take
- * (the kube client's request timeout).
+ * callback (it joins the pump and the loop). It completes every review
+ * still queued or in flight with SG_EBUSY "token review: signet is
+ * shutting down", calling those done callbacks on its own thread, then
+ * stops the loop, which ends the calls still in flight at once.
  */
 #ifndef SG_AUTHN_KUBE_H
 #define SG_AUTHN_KUBE_H
@@ -126,7 +130,7 @@ typedef struct sg_authn_tokenreview_options {
 	size_t cache_entries;     /* 0: 16384; rounded down to a multiple of 256, at least 256 */
 	int cache_ttl_max;        /* seconds an acceptance is reused at most; 0: 300 */
 	int negative_ttl;         /* seconds a refusal is remembered; 0: 5; < 0: never */
-	unsigned max_inflight;    /* the ceiling of the review budget (threads making calls); 0: 64 */
+	unsigned max_inflight;    /* the ceiling of the review budget (calls in flight); 0: 64 */
 	size_t queue_max;         /* distinct reviews waiting for a worker; 0: 1024 */
 } sg_authn_tokenreview_options;
 

@@ -19,34 +19,39 @@
  *                uids, pod) or why it was refused; the identity string is
  *                rebuilt on a hit rather than stored, to keep entries
  *                under 800 bytes.
- *   the queue    one mutex guards a FIFO of reviews waiting for a worker
+ *   the queue    one mutex guards a FIFO of reviews waiting for a call
  *                and a hash table of every review queued or in flight, so
  *                that a second request with the same token becomes one
- *                more waiter on the first one's review. Workers take a
- *                review, make the blocking sg_kube_create call with no
- *                lock held, store the answer in the cache, and only then
- *                unlink the review and call its waiters. Because the cache
- *                is filled before the review leaves the table, and start()
- *                looks at the cache again (under the queue lock) when it
- *                finds no review, a token is reviewed once however the
- *                requests interleave with the answer.
- *   the budget   there are max_inflight workers, but a worker takes a
- *                review only while the budget (sg_review_budget.h, kept
- *                under the queue lock) has room and no Retry-After hold is
- *                running; the worker ending a review reports what the
- *                answer said of the server's load and wakes as many
- *                sleepers as the budget now has room for. A throttled
- *                review goes back to the queue's head, still in the table
- *                (new requests for its token keep joining it), and its
- *                waiters hear nothing until it has a verdict or its
- *                retries run out. The client is the authenticator's own,
- *                without a QPS limiter: a review waits for the budget,
- *                never for a limiter meant for the controllers.
+ *                more waiter on the first one's review. The pump (one
+ *                thread) takes a review and, with no lock held, hands its
+ *                call to the client's request loop (sg_kube_loop: one
+ *                thread drives every call in flight, multiplexed on
+ *                HTTP/2, so answers that arrive together cost one
+ *                wake-up, not a blocked thread each). The loop's callback
+ *                stores the answer in the cache, and only then unlinks the
+ *                review and calls its waiters. Because the cache is filled
+ *                before the review leaves the table, and start() looks at
+ *                the cache again (under the queue lock) when it finds no
+ *                review, a token is reviewed once however the requests
+ *                interleave with the answer.
+ *   the budget   the pump starts a call only while the budget
+ *                (sg_review_budget.h, kept under the queue lock) has room
+ *                and no Retry-After hold is running; a review's end
+ *                reports what the answer said of the server's load and
+ *                wakes the pump when something queued may start. A
+ *                throttled review goes back to the queue's head, still in
+ *                the table (new requests for its token keep joining it),
+ *                and its waiters hear nothing until it has a verdict or
+ *                its retries run out. The client is the authenticator's
+ *                own, without a QPS limiter: a review waits for the
+ *                budget, never for a limiter meant for the controllers.
  *
  * Lock order: the queue mutex, then a cache shard mutex (start() re-checks
  * the cache under the queue lock; sg_cache takes only its own shard lock and
- * never calls out, which is what makes that safe); workers never hold both.
- * done callbacks are never called with a lock held.
+ * never calls out, which is what makes that safe); the pump and the loop's
+ * callback never hold both. done callbacks are never called with a lock
+ * held; they run on the loop's thread (or the pump's, for a call that
+ * could not start), so they must not block: sg_authn's contract.
  *
  * The Kubernetes client (sg_kube.h, through sg_authn_kube.h) is here for
  * the TokenReview call itself; names are checked by common/sg_names.h.
@@ -384,8 +389,8 @@ struct review {
 	struct review *hnext; /* the table's chain */
 	struct review *qnext; /* the queue */
 	struct waiter *waiters, **wtail;
-	bool queued;       /* in the queue, not yet taken by a worker */
-	unsigned attempts; /* calls made for it that were throttled (its worker's, or under the lock) */
+	bool queued;       /* in the queue, not yet taken by the pump */
+	unsigned attempts; /* calls made for it that were throttled */
 	int64_t now;       /* the first request's clock */
 	int64_t exp; /* the token's, 0: unknown */
 	size_t len;
@@ -401,17 +406,20 @@ struct tr {
 	sg_tokenreview_expect expect;
 	int64_t ttl_max, negative_ttl; /* negative_ttl 0: refusals are not kept */
 	size_t queue_max;
-	unsigned n_threads;
-	pthread_t *threads;
+	unsigned max_inflight; /* the budget's ceiling */
+	sg_kube_loop *loop;    /* every call in flight, on its thread */
+	pthread_t pump;
+	bool pump_started;
 
 	sg_cache *cache; /* struct answer under SHA-256 of the token */
 
 	/* The queue, the table of reviews queued or in flight, and the budget
-	 * of calls in flight (n_threads workers, at most budget's limit of
-	 * them in a call). cv is on the monotonic clock: a hold is waited out. */
+	 * of calls in flight (at most its limit on the loop). cv wakes the
+	 * pump; it is on the monotonic clock: a hold is waited out. */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool stopping;
+	atomic_bool quitting; /* stopping, as the loop's callbacks may read it */
 	struct review *qhead, **qtail;
 	size_t queued;
 	struct review **table;
@@ -661,28 +669,17 @@ static bool retryable(const struct call_info *ci)
 	return ci->http == 429 || (ci->http >= 500 && ci->retry_after > 0);
 }
 
-/* Makes the call and parses the answer; the detail goes to *err, what the
- * call said of the server's load to *ci. The review keeps its token (a
- * throttled review is asked again); the body's copy is wiped here. */
-static int review_call(struct tr *a, struct review *r, sg_caller *caller, sg_error *err, struct call_info *ci)
+/* What the call for r ended with (kube_rc and answer, as sg_kube_create
+ * returns them; the kube detail still this thread's) made into the
+ * review's result: the caller, or the detail in *err; what the call said
+ * of the server's load goes to *ci. The review keeps its token (a
+ * throttled review is asked again); the answer's echo of it is wiped
+ * here, and the answer freed. */
+static int review_result(struct tr *a, struct review *r, int kube_rc, json_t *answer, uint64_t latency_ns,
+                         sg_caller *caller, sg_error *err, struct call_info *ci)
 {
-	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
-	json_t *body = request_body(a, r);
-	json_t *answer = NULL;
-	int rc;
-	*ci = (struct call_info){.outcome = SG_REVIEW_NO_SIGNAL};
-	if (!body) {
-		rc = sg_error_set(SG_EINTERNAL, "token review: out of memory");
-	} else {
-		atomic_fetch_add_explicit(&a->reviews, 1, memory_order_relaxed);
-		uint64_t t0 = sg_now_ns();
-		rc = sg_kube_create(a->kube, &ref, body, &answer);
-		classify(rc, sg_now_ns() - t0, ci);
-		wipe_string(json_object_get(json_object_get(body, "spec"), "token"));
-		json_decref(body);
-		if (rc != SG_OK)
-			rc = api_failure(rc);
-	}
+	classify(kube_rc, latency_ns, ci);
+	int rc = kube_rc == SG_OK ? SG_OK : api_failure(kube_rc);
 	if (rc == SG_OK) {
 		rc = sg_tokenreview_parse(answer, &a->expect, caller);
 		if (rc == SG_EPROTO) {
@@ -720,50 +717,50 @@ static void remember(struct tr *a, struct review *r, int rc, sg_caller *caller, 
 		atomic_fetch_add_explicit(&a->refused, 1, memory_order_relaxed);
 		if (a->negative_ttl > 0)
 			insert(a, r->key, r->now, r->now + a->negative_ttl, NULL, 0, err->msg);
-	} else {
+	} else if (!atomic_load_explicit(&a->quitting, memory_order_relaxed)) {
+		/* (the calls free() ends are no fault of the API server's) */
 		atomic_fetch_add_explicit(&a->api_errors, 1, memory_order_relaxed);
 		warn_api(a, err);
 	}
 }
 
-/* Under the lock: the budget's numbers for stats, and as many sleeping
- * workers woken as there are reviews the budget would let start now
- * beyond the one the caller (a worker about to look again) will take. */
-static void budget_changed(struct tr *a, bool caller_takes_one)
+/* Under the lock, from a review's end: the budget's numbers for stats, and
+ * the pump woken when the budget would let a queued review start (or a
+ * hold now runs that it should time). */
+static void budget_changed(struct tr *a)
 {
 	atomic_store_explicit(&a->in_flight, a->budget.inflight, memory_order_relaxed);
 	atomic_store_explicit(&a->limit, sg_review_budget_limit(&a->budget), memory_order_relaxed);
 	atomic_store_explicit(&a->cuts, a->budget.cuts, memory_order_relaxed);
-	unsigned room = sg_review_budget_limit(&a->budget);
-	room = room > a->budget.inflight ? room - a->budget.inflight : 0;
-	size_t wake = room < a->queued ? room : a->queued;
-	if (caller_takes_one && wake)
-		wake--;
-	for (size_t i = 0; i < wake; i++)
+	if (a->queued)
 		pthread_cond_signal(&a->cv);
 }
 
-/* One call for r (taken from the queue with its ticket): a verdict or a
- * failure is remembered and handed to every waiter; a throttled review
- * goes back to the head of the queue, to be asked again once the budget
- * (and its hold: the server's Retry-After) lets it. Called and returns
- * without the lock. */
-static void attempt(struct tr *a, struct review *r, uint64_t ticket)
+/* The same numbers, from the pump (which is awake). */
+static void budget_shown(struct tr *a)
 {
-	sg_caller caller;
-	sg_error err;
-	struct call_info ci;
-	memset(&caller, 0, sizeof(caller));
-	memset(&err, 0, sizeof(err));
-	int rc = review_call(a, r, &caller, &err, &ci);
-	bool again = rc == SG_EBUSY && retryable(&ci) && r->attempts < RETRIES_MAX;
-	if (ci.outcome == SG_REVIEW_THROTTLED)
+	atomic_store_explicit(&a->in_flight, a->budget.inflight, memory_order_relaxed);
+	atomic_store_explicit(&a->limit, sg_review_budget_limit(&a->budget), memory_order_relaxed);
+	atomic_store_explicit(&a->cuts, a->budget.cuts, memory_order_relaxed);
+}
+
+/* The end of one call for r (taken from the queue with its ticket): a
+ * verdict or a failure is remembered and handed to every waiter; a
+ * throttled review goes back to the head of the queue, to be asked again
+ * once the budget (and its hold: the server's Retry-After) lets it.
+ * Called, and returns, without the lock: on the loop's thread, or on the
+ * pump's when the call could not be made. */
+static void attempt_end(struct tr *a, struct review *r, uint64_t ticket, int rc, sg_caller *caller,
+                        const sg_error *err, const struct call_info *ci)
+{
+	bool again = rc == SG_EBUSY && retryable(ci) && r->attempts < RETRIES_MAX;
+	if (ci->outcome == SG_REVIEW_THROTTLED)
 		atomic_fetch_add_explicit(&a->throttled, 1, memory_order_relaxed);
 	if (!again)
-		remember(a, r, rc, &caller, &err);
+		remember(a, r, rc, caller, err);
 	/* The answer is in the cache before the review leaves the table. */
 	pthread_mutex_lock(&a->mu);
-	sg_review_budget_end(&a->budget, ticket, sg_now_ns(), ci.outcome, ci.latency_ns, ci.retry_after);
+	sg_review_budget_end(&a->budget, ticket, sg_now_ns(), ci->outcome, ci->latency_ns, ci->retry_after);
 	if (again && !a->stopping) {
 		r->attempts++;
 		r->queued = true;
@@ -773,7 +770,7 @@ static void attempt(struct tr *a, struct review *r, uint64_t ticket)
 			a->qtail = &r->qnext;
 		a->queued++;
 		atomic_fetch_add_explicit(&a->retries, 1, memory_order_relaxed);
-		budget_changed(a, true);
+		budget_changed(a);
 		pthread_mutex_unlock(&a->mu);
 		return;
 	}
@@ -781,10 +778,69 @@ static void attempt(struct tr *a, struct review *r, uint64_t ticket)
 	struct waiter *ws = r->waiters;
 	r->waiters = NULL;
 	r->wtail = &r->waiters;
-	budget_changed(a, true);
+	budget_changed(a);
 	pthread_mutex_unlock(&a->mu);
-	deliver(ws, rc, &caller, &err); /* none when free() took them (stopping) */
+	deliver(ws, rc, caller, err); /* none when free() took them (stopping) */
 	review_free(r);
+}
+
+/* One call in flight: what its answer needs. */
+struct call {
+	struct tr *a;
+	struct review *r;
+	uint64_t ticket, t0;
+};
+
+/* The loop's callback: the API server answered, or the call failed. */
+static void on_answer(int kube_rc, json_t *answer, void *arg)
+{
+	struct call c = *(struct call *)arg;
+	free(arg);
+	sg_caller caller;
+	sg_error err;
+	struct call_info ci;
+	memset(&caller, 0, sizeof(caller));
+	memset(&err, 0, sizeof(err));
+	int rc = review_result(c.a, c.r, kube_rc, answer, sg_now_ns() - c.t0, &caller, &err, &ci);
+	attempt_end(c.a, c.r, c.ticket, rc, &caller, &err, &ci);
+	sg_wipe(&caller, sizeof(caller));
+}
+
+/* Starts the call for r on the loop (without the lock); a call that
+ * cannot start ends here, as a failed one. */
+static void submit(struct tr *a, struct review *r, uint64_t ticket)
+{
+	static const sg_kube_ref ref = {.group = "authentication.k8s.io", .version = "v1", .resource = "tokenreviews"};
+	json_t *body = request_body(a, r);
+	struct call *c = malloc(sizeof(*c));
+	int rc;
+	if (!body || !c) {
+		rc = sg_error_set(SG_EINTERNAL, "token review: out of memory");
+	} else {
+		*c = (struct call){.a = a, .r = r, .ticket = ticket, .t0 = sg_now_ns()};
+		atomic_fetch_add_explicit(&a->reviews, 1, memory_order_relaxed);
+		rc = sg_kube_loop_create(a->loop, &ref, body, on_answer, c);
+		if (rc == SG_OK)
+			c = NULL; /* on_answer's now */
+	}
+	if (body) {
+		wipe_string(json_object_get(json_object_get(body, "spec"), "token"));
+		json_decref(body);
+	}
+	free(c);
+	if (rc == SG_OK)
+		return;
+	/* No call was made: nothing said about the server's load. */
+	char why[SG_ERROR_MSG_MAX];
+	snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+	rc = sg_error_set(rc == SG_EINTERNAL ? SG_EINTERNAL : SG_EBUSY, "token review unavailable: %s", why);
+	sg_caller caller;
+	sg_error err;
+	struct call_info ci = {.outcome = SG_REVIEW_NO_SIGNAL};
+	memset(&caller, 0, sizeof(caller));
+	sg_error_save(&err);
+	err.code = rc;
+	attempt_end(a, r, ticket, rc, &caller, &err, &ci);
 }
 
 /* Sleeps until something may have changed: a review queued or ended, a
@@ -803,7 +859,9 @@ static void wait_for_work(struct tr *a, uint64_t wait_ns)
 	pthread_cond_timedwait(&a->cv, &a->mu, &ts);
 }
 
-static void *worker(void *arg)
+/* The pump: starts every queued review the budget lets start, on the loop,
+ * and sleeps until that changes. */
+static void *pump(void *arg)
 {
 	struct tr *a = arg;
 	pthread_mutex_lock(&a->mu);
@@ -820,9 +878,9 @@ static void *worker(void *arg)
 		a->queued--;
 		r->queued = false;
 		uint64_t ticket = sg_review_budget_start(&a->budget);
-		budget_changed(a, false);
+		budget_shown(a);
 		pthread_mutex_unlock(&a->mu);
-		attempt(a, r, ticket);
+		submit(a, r, ticket);
 		pthread_mutex_lock(&a->mu);
 	}
 	pthread_mutex_unlock(&a->mu);
@@ -954,21 +1012,21 @@ static void tr_destroy(struct tr *a)
 		free(a->aud[i]);
 	free(a->aud);
 	free(a->table);
-	free(a->threads);
 	pthread_mutex_destroy(&a->mu);
 	pthread_cond_destroy(&a->cv);
 	free(a);
 }
 
-/* Stops the workers: every waiter not yet answered gets "shutting down"
- * now; reviews still queued are dropped, those in flight end in their
- * worker, which finds no one left to tell. */
-static void tr_stop(struct tr *a, unsigned started)
+/* Stops the pump and the loop: every waiter not yet answered gets
+ * "shutting down" now; reviews still queued are dropped, those in flight
+ * end when the loop stops (SG_EBUSY), with no one left to tell. */
+static void tr_stop(struct tr *a)
 {
 	struct waiter *orphans = NULL, **otail = &orphans;
 	struct review *dropped = NULL;
 	pthread_mutex_lock(&a->mu);
 	a->stopping = true;
+	atomic_store_explicit(&a->quitting, true, memory_order_relaxed);
 	for (size_t i = 0; a->table && i <= a->table_mask; i++) {
 		struct review **p = &a->table[i];
 		while (*p) {
@@ -1002,8 +1060,10 @@ static void tr_stop(struct tr *a, unsigned started)
 		dropped = r->hnext;
 		review_free(r);
 	}
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(a->threads[i], NULL);
+	if (a->pump_started)
+		pthread_join(a->pump, NULL);
+	sg_kube_loop_free(a->loop); /* after the pump: nothing adds to it now */
+	a->loop = NULL;
 }
 
 static void tr_free(void *self)
@@ -1011,7 +1071,7 @@ static void tr_free(void *self)
 	struct tr *a = self;
 	if (!a)
 		return;
-	tr_stop(a, a->n_threads);
+	tr_stop(a);
 	tr_destroy(a);
 }
 
@@ -1057,14 +1117,12 @@ static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
 	a->negative_ttl =
 	    o->negative_ttl == 0 ? SG_TOKENREVIEW_NEGATIVE_TTL_DEFAULT : (o->negative_ttl < 0 ? 0 : o->negative_ttl);
 	a->queue_max = o->queue_max ? o->queue_max : SG_TOKENREVIEW_QUEUE_DEFAULT;
-	/* A thread per review the budget may ever allow: each makes one
-	 * blocking call at a time, and the budget decides how many do. */
-	a->n_threads = o->max_inflight ? o->max_inflight : SG_TOKENREVIEW_INFLIGHT_DEFAULT;
-	sg_review_budget_init(&a->budget, a->n_threads);
+	a->max_inflight = o->max_inflight ? o->max_inflight : SG_TOKENREVIEW_INFLIGHT_DEFAULT;
+	sg_review_budget_init(&a->budget, a->max_inflight);
 	a->limit = sg_review_budget_limit(&a->budget);
 	/* Every review queued or in flight has a slot; twice that keeps chains short. */
 	size_t slots = 16;
-	while (slots < 2 * (a->queue_max + a->n_threads))
+	while (slots < 2 * (a->queue_max + a->max_inflight))
 		slots *= 2;
 	a->table_mask = slots - 1;
 	a->qtail = &a->qhead;
@@ -1073,8 +1131,7 @@ static int tr_alloc(struct tr **out, const sg_authn_tokenreview_options *o)
 	a->n_aud = o->audiences ? o->n_audiences : 1;
 	a->aud = calloc(a->n_aud, sizeof(char *));
 	a->table = calloc(slots, sizeof(struct review *));
-	a->threads = calloc(a->n_threads, sizeof(pthread_t));
-	bool ok = a->aud && a->table && a->threads;
+	bool ok = a->aud && a->table;
 	for (size_t i = 0; ok && i < a->n_aud; i++)
 		ok = (a->aud[i] = strdup(aud[i])) != NULL;
 	int rc = ok ? SG_OK : sg_error_set(SG_EINTERNAL, "out of memory");
@@ -1097,13 +1154,14 @@ int sg_authn_tokenreview_new(sg_authenticator *out, const sg_authn_tokenreview_o
 	SG_TRY(check_options(o));
 	struct tr *a = NULL;
 	SG_TRY(tr_alloc(&a, o));
-	for (unsigned i = 0; i < a->n_threads; i++) {
-		if (pthread_create(&a->threads[i], NULL, worker, a) != 0) {
-			unsigned n = a->n_threads; /* a is gone before the message is made */
-			tr_stop(a, i);
-			tr_destroy(a);
-			SG_BAIL(SG_EINTERNAL, "cannot start token review worker %u of %u", i + 1, n);
-		}
+	int rc = sg_kube_loop_new(&a->loop, a->kube);
+	if (rc == SG_OK && pthread_create(&a->pump, NULL, pump, a) != 0)
+		rc = sg_error_set(SG_EINTERNAL, "cannot start the token review pump");
+	a->pump_started = rc == SG_OK;
+	if (rc != SG_OK) {
+		tr_stop(a);
+		tr_destroy(a);
+		return rc;
 	}
 	out->name = "tokenreview";
 	out->start = tr_start;
