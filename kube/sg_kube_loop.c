@@ -82,7 +82,7 @@ static void end(struct req *r, CURLcode cc)
 static void end_unsent(struct req *r)
 {
 	sg_kube_xfer_end(r->x, CURLE_ABORTED_BY_CALLBACK, NULL);
-	sg_error_set(SG_EBUSY, "kube: the request's loop is stopping");
+	sg_error_set(SG_EBUSY, "kube: the request loop is stopping");
 	r->done(SG_EBUSY, NULL, r->arg);
 	free(r);
 }

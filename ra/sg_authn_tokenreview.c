@@ -724,24 +724,22 @@ static void remember(struct tr *a, struct review *r, int rc, sg_caller *caller, 
 	}
 }
 
-/* Under the lock, from a review's end: the budget's numbers for stats, and
- * the pump woken when the budget would let a queued review start (or a
- * hold now runs that it should time). */
-static void budget_changed(struct tr *a)
-{
-	atomic_store_explicit(&a->in_flight, a->budget.inflight, memory_order_relaxed);
-	atomic_store_explicit(&a->limit, sg_review_budget_limit(&a->budget), memory_order_relaxed);
-	atomic_store_explicit(&a->cuts, a->budget.cuts, memory_order_relaxed);
-	if (a->queued)
-		pthread_cond_signal(&a->cv);
-}
-
-/* The same numbers, from the pump (which is awake). */
+/* Under the lock: the budget's numbers, copied for stats. */
 static void budget_shown(struct tr *a)
 {
 	atomic_store_explicit(&a->in_flight, a->budget.inflight, memory_order_relaxed);
 	atomic_store_explicit(&a->limit, sg_review_budget_limit(&a->budget), memory_order_relaxed);
 	atomic_store_explicit(&a->cuts, a->budget.cuts, memory_order_relaxed);
+}
+
+/* Under the lock, from a review's end: the numbers, and the pump woken
+ * when something is queued (the budget may let it start now, or a hold
+ * now runs that the pump should time). */
+static void budget_changed(struct tr *a)
+{
+	budget_shown(a);
+	if (a->queued)
+		pthread_cond_signal(&a->cv);
 }
 
 /* The end of one call for r (taken from the queue with its ticket): a
