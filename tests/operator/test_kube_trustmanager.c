@@ -1453,13 +1453,17 @@ static int create_through_webhook(const char *name, json_t *sources)
 	sg_kube_ref bundles = {.group = "trust.cert-manager.io", .version = "v1alpha1", .resource = "bundles"};
 	uint64_t deadline = sg_now_ns() + (uint64_t)WAIT_MS * 1000000u;
 	int rc;
+	unsigned failed_calls = 0;
 	for (;;) {
 		rc = kube_fx_create(k, bundles, bundle_obj(name, json_deep_copy(sources)));
 		const char *msg = rc == SG_OK ? NULL : sg_kube_last_status()->message;
 		if (!msg || !strstr(msg, "failed calling webhook") || sg_now_ns() >= deadline)
 			break;
+		failed_calls++;
 		sg_sleep_ms(SG_TEST_POLL_MS);
 	}
+	if (failed_calls) /* so a run shows when the lag was there */
+		printf("%s: the API server's call of the webhook failed %u times first\n", name, failed_calls);
 	json_decref(sources);
 	return rc;
 }
