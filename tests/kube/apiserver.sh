@@ -35,8 +35,8 @@
 #                  start and restart so that clients and data stay valid
 #   etcd/          etcd's data; apiserver.log, etcd.log, controller-manager.log
 #
-# The ports are chosen free at the first start (the kernel picks them:
-# python3 binds port 0). Each daemon runs in its own session under
+# The ports are chosen free at the first start, below the kernel's
+# ephemeral range (free_ports). Each daemon runs in its own session under
 # `timeout KUBE_LIFETIME` (default 7200 s), so a test that dies without
 # calling stop leaves nothing running for long.
 #
@@ -228,14 +228,27 @@ spawn() {
 
 # --- files -------------------------------------------------------------------
 
+# N free ports below the kernel's ephemeral range. A port in that range
+# that is free when chosen can be taken by any outgoing connection on the
+# machine before the daemon binds it (the API server binds seconds later,
+# after etcd is up); one was, once, in a stress run ("bind: address already
+# in use"). Below the range only another deliberate choice can take it.
+# Each candidate is bound to prove it free, and all are held until all are
+# chosen.
 free_ports() {
   /usr/bin/python3 - "$1" <<'EOF'
-import socket, sys
+import random, socket, sys
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+first = max(1024, low - 16384)
 socks = []
-for _ in range(int(sys.argv[1])):
+while len(socks) < int(sys.argv[1]):
     s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
+    try:
+        s.bind(("127.0.0.1", random.randrange(first, low) if low - first >= 1024 else 0))
+        socks.append(s)
+    except OSError:
+        s.close()
 print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
 }
