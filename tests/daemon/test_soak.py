@@ -137,40 +137,34 @@ class Verdict(unittest.TestCase):
         rows[-1]["grpc_threads"] -= 1  # the same total: still a failure
         self.assertEqual(self.failing(rows), ["threads"])
 
+    @staticmethod
+    def grow(rows, workers, threads=0, sessions=0):
+        """The signer pool `workers` above its base in rows, and `threads`
+        and `sessions` more than those workers account for."""
+        for r in rows:
+            r["signer"] += workers
+            r["threads"] += workers + threads
+            r["sessions"] += workers + sessions
+
     def test_signer_pool_is_elastic_but_bounded(self):
         # The signer pool grows a worker (a thread and an HSM session) while
         # requests queue and signatures wait off CPU: the suite at -j4 grew
         # it from 2 to 3 at 50 s of the two-minute run (issue 34's stress
         # runs). That passes, growing and shrinking, up to the pool's maximum...
         rows = flat_rows()
-        for r in rows[5:9]:
-            r["threads"] += 1
-            r["sessions"] += 1
-            r["signer"] += 1
-        for r in rows[9:]:
-            r["threads"] += 6
-            r["sessions"] += 6
-            r["signer"] += 6
+        self.grow(rows[5:9], 1)
+        self.grow(rows[9:], 6)
         self.assertEqual(self.failing(rows), [])
         # ...past it, it fails on its own;
-        for r in rows[9:]:
-            r["threads"] += 1
-            r["sessions"] += 1
-            r["signer"] += 1
+        self.grow(rows[9:], 1)
         self.assertEqual(self.failing(rows), ["signer_threads"])
         # and a thread or a session more than the pool accounts for is
         # still a leak.
         rows = flat_rows()
-        for r in rows[6:]:
-            r["threads"] += 2
-            r["sessions"] += 1
-            r["signer"] += 1
+        self.grow(rows[6:], 1, threads=1)
         self.assertEqual(self.failing(rows), ["threads"])
         rows = flat_rows()
-        for r in rows[6:]:
-            r["threads"] += 1
-            r["sessions"] += 2
-            r["signer"] += 1
+        self.grow(rows[6:], 1, sessions=1)
         self.assertEqual(self.failing(rows), ["sessions"])
 
     def test_warmup_is_left_out(self):
