@@ -52,8 +52,12 @@
  * requests wait in the queue and every worker is busy, at most as many as
  * are waiting. A grown worker idle for idle_ms retires (closing its
  * session), so an idle replica holds no more sessions than the base, and
- * so does one finding the pool a quarter above the target (the latency
- * fell). Only a wait most signatures share counts: contention inside the
+ * so does one finding the pool a quarter above the highest target of the
+ * last idle_ms (the latency fell). The target is the median of the last
+ * few ticks' estimates, and retirement compares with its recent highest,
+ * not its latest: a pool that retired on every dip of a noisy estimate and
+ * grew on every rise started and closed a thread and a session for one
+ * certificate in eight on a 2 ms token. Only a wait most signatures share counts: contention inside the
  * module (a lock holder preempted on a busy host) makes a few calls wait
  * long, and more threads would only feed it (sg_hsm_load.asleep).
  *
@@ -97,6 +101,7 @@
 #define HEADROOM 2u          /* x the Little's-law figure: slack for latency and scheduling jitter */
 #define MIN_SAMPLE 4         /* measured signatures (sg_hsm_load.wait_samples) before a new wait estimate */
 #define GROW_BACKOFF_MS 5000 /* no growth after an open failed */
+#define RECENT 7             /* the target is the median of this many ticks' estimates */
 
 enum { SLOT_EMPTY = 0, SLOT_RUNNING, SLOT_RETIRED };
 
@@ -131,6 +136,7 @@ struct sg_pool {
 	unsigned nactive; /* workers RUNNING */
 	unsigned busy;    /* of those, signing */
 	unsigned base, max, target;
+	unsigned shrink_to; /* the highest target of the last idle_ms: what retirement above the target compares with */
 	bool manager_asleep; /* waiting for work without a timeout: a submit wakes it */
 	uint64_t started, retired;
 	unsigned unreaped; /* retired workers not yet joined */
@@ -147,6 +153,9 @@ struct sg_pool {
 	uint64_t last_samples, last_asleep, last_wait_ns;
 	sg_hsm *load_hsm; /* the HSM handle last_* were read from */
 	uint64_t grow_after_ns;
+	unsigned recent[RECENT], nrecent, recent_pos; /* the last RECENT ticks' estimates */
+	unsigned win_cur, win_prev; /* the highest target in this half of idle_ms and in the one before */
+	uint64_t win_end_ns;
 	bool warned;
 	_Atomic uint64_t wait_ns; /* recent mean off-CPU wait per signature, for stats */
 	char pad[64];
@@ -214,10 +223,11 @@ static void retire_locked(sg_pool *p, worker *w)
 
 /* Waits for work; false when this worker should retire instead: more than
  * the base run and it was idle for idle_ms, or the pool is well above what
- * the sizing asks for now (a quarter over, against churn). Lock held. */
+ * the sizing has asked for lately (shrink_to, and a quarter over it).
+ * Lock held. */
 static bool await_work(sg_pool *p, worker *w)
 {
-	if (!p->stopping && p->nactive > p->base && p->nactive > p->target + p->target / 4 + 1) {
+	if (!p->stopping && p->nactive > p->base && p->nactive > p->shrink_to + p->shrink_to / 4 + 1) {
 		retire_locked(p, w);
 		return false;
 	}
@@ -366,6 +376,52 @@ static unsigned size_target(sg_pool *p)
 	return t > p->max ? p->max : t < p->base ? p->base : (unsigned)t;
 }
 
+/* The median of the last RECENT ticks' estimates (fewer while a busy
+ * period starts). One tick's estimate divides by service - wait, the
+ * difference of two noisy means that are nearly equal on a slow token: on
+ * a 2 ms token it read 10, 20, 12, 256 (the floor: a wait sample above the
+ * service average), 10 in five ticks. A median ignores the outliers that
+ * would grow the pool to four times what it needs and still follows a real
+ * change within RECENT / 2 ticks. Manager thread. */
+static unsigned median_target(sg_pool *p, unsigned t)
+{
+	p->recent[p->recent_pos] = t;
+	p->recent_pos = (p->recent_pos + 1) % RECENT;
+	if (p->nrecent < RECENT)
+		p->nrecent++;
+	unsigned v[RECENT];
+	memcpy(v, p->recent, sizeof(v));
+	/* Insertion sort of at most RECENT values; until the window is full
+	 * the filled slots are the first nrecent. */
+	unsigned n = p->nrecent;
+	for (unsigned i = 1; i < n; i++)
+		for (unsigned j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			unsigned x = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = x;
+		}
+	return v[n / 2];
+}
+
+/* Keeps shrink_to at the highest target of the last half to whole idle_ms
+ * (two half windows). The target is a live estimate that moves with every
+ * few samples; retiring workers whenever it dipped and growing them back
+ * when it rose cost a thread and a session per swing (hundreds a second
+ * on a 2 ms token, a third more CPU per certificate: perf/README.md, 13).
+ * Growth still follows the live target at once. Manager thread, lock held. */
+static void note_target(sg_pool *p, unsigned target)
+{
+	uint64_t now = sg_now_ns();
+	if (now >= p->win_end_ns) {
+		p->win_prev = p->win_cur;
+		p->win_cur = target;
+		p->win_end_ns = now + (uint64_t)p->idle_ms * 1000000ull / 2;
+	} else if (target > p->win_cur) {
+		p->win_cur = target;
+	}
+	p->shrink_to = p->win_cur > p->win_prev ? p->win_cur : p->win_prev;
+}
+
 /* Opens a session for an empty slot and starts its worker. Manager thread
  * (or sg_pool_new before it starts); the lock not held. */
 static int start_worker(sg_pool *p)
@@ -469,9 +525,10 @@ static void *manager_main(void *arg)
 		}
 		pthread_mutex_unlock(&p->lock);
 		reap(p);
-		unsigned target = size_target(p);
+		unsigned target = median_target(p, size_target(p));
 		pthread_mutex_lock(&p->lock);
 		p->target = target;
+		note_target(p, target);
 		unsigned want = 0;
 		if (p->count > 0 && p->busy == p->nactive && p->nactive < target && sg_now_ns() >= p->grow_after_ns) {
 			want = target - p->nactive;
@@ -530,6 +587,7 @@ int sg_pool_new(sg_pool **out, const sg_ca *ca, sg_hsm *hsm, const sg_pool_optio
 	p->base = o.threads;
 	p->max = o.max_threads;
 	p->target = o.threads;
+	p->shrink_to = o.threads;
 	p->idle_ms = o.idle_ms ? o.idle_ms : SG_POOL_IDLE_MS;
 	p->ca = ca;
 	p->hsm = hsm;
