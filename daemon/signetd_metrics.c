@@ -141,8 +141,8 @@ static const sg_metrics_stat pool_rows[] = {
     GAUGE(sg_pool_stats, threads_max, "signet_signer_threads_max",
           "Signer threads (one HSM session each) at most: hsm-max-sessions and the tokens' session limits."),
     GAUGE(sg_pool_stats, threads_target, "signet_signer_threads_target",
-          "Signer threads the measured HSM latency asks for while requests wait (base when the token signs on "
-          "the host's CPU)."),
+          "Signer threads the measured HSM latency asks for while requests wait (the median of the last seven "
+          "estimates; base when the token signs on the host's CPU)."),
     COUNTER(sg_pool_stats, threads_started, "signet_signer_threads_started_total",
             "Signer threads started beyond the base because the HSM was slow to answer and requests waited."),
     COUNTER(sg_pool_stats, threads_retired, "signet_signer_threads_retired_total",
