@@ -32,7 +32,15 @@
 # SIGNET_CMP_CONCURRENCY [16], SIGNET_CMP_REQUESTS [20000],
 # SIGNET_CMP_DURATION [20s], SIGNET_CMP_WARMUP [1000],
 # SIGNET_CMP_OPEN_SECONDS [10], SIGNET_CMP_ROUNDS [2],
-# SIGNET_CMP_TOKENS [pool: a token per request | one: one token reused].
+# SIGNET_CMP_TOKENS [pool: a token per request | one: one token reused],
+# SIGNET_CMP_TOKEN_ALG [es256: the development issuer's | rs256: an RSA-2048
+# issuer's, as a Kubernetes API server with its default key signs them:
+# perf/tokenpool.py rs256, verified through a JWKS file],
+# SIGNET_CMP_CSR_KEY [p256 | rsa2048: istio-agent's default key], and
+# SIGNET_CMP_CSR_KEYS [64]: with rsa2048 each loadgen run makes that many
+# RSA keys, and the tokens (and cfssl's CSRs, loadgen --identities) are
+# spread over enough service accounts that no identity gets more CSRs than
+# there are keys, so every CSR stays distinct (perf/LOADGEN.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -45,12 +53,21 @@ W=${SIGNET_CMP_WARMUP:-1000}
 OPEN_S=${SIGNET_CMP_OPEN_SECONDS:-10}
 ROUNDS=${SIGNET_CMP_ROUNDS:-2}
 TOKENS=${SIGNET_CMP_TOKENS:-pool}
+TOKEN_ALG=${SIGNET_CMP_TOKEN_ALG:-es256}
+CSR_KEY=${SIGNET_CMP_CSR_KEY:-p256}
+CSR_KEYS=${SIGNET_CMP_CSR_KEYS:-64}
 
 die() { echo "compare.sh: $*" >&2; exit 1; }
 show() { printf '+'; printf ' %q' "$@"; printf '\n'; }
 run() { show "$@"; "$@"; }
 
 case $TOKENS in pool | one) ;; *) die "SIGNET_CMP_TOKENS: pool or one, not $TOKENS" ;; esac
+case $TOKEN_ALG in es256 | rs256) ;; *) die "SIGNET_CMP_TOKEN_ALG: es256 or rs256, not $TOKEN_ALG" ;; esac
+case $CSR_KEY in p256 | rsa2048) ;; *) die "SIGNET_CMP_CSR_KEY: p256 or rsa2048, not $CSR_KEY" ;; esac
+[[ $CSR_KEYS =~ ^[1-9][0-9]*$ ]] || die "SIGNET_CMP_CSR_KEYS: a positive number, not $CSR_KEYS"
+if [ "$CSR_KEY" = rsa2048 ] && [ "$TOKENS" = one ]; then
+  die "SIGNET_CMP_CSR_KEY=rsa2048 needs SIGNET_CMP_TOKENS=pool (one token is one identity: its CSRs would repeat)"
+fi
 for tool in cmake cfssl cfssljson python3; do
   command -v "$tool" >/dev/null || die "$tool is not installed (cfssl: apt-get install golang-cfssl)"
 done
@@ -100,7 +117,15 @@ run "$LOADGEN" --watch-idle 5s
 echo "== signet CA and signetd"
 run "$SIGNETCTL" init --dir "$tmp/signet" --key-type ecdsa-p256 --log-level warn >/dev/null
 conf=$tmp/signet/signet.conf
-signetd_cmd=("$SIGNETD" --config "$conf" --serving-address 127.0.0.1:0 --http-address 127.0.0.1
+issuer=$(sed -n 's/^jwt-issuer *= *//p' "$conf")
+jwks=()
+if [ "$TOKEN_ALG" = rs256 ]; then
+  # The RSA issuer's key and JWKS, and one token (SIGNET_CMP_TOKENS=one).
+  run /usr/bin/python3 perf/tokenpool.py rs256 --key "$tmp/rs256.key" --issuer "$issuer" \
+    --jwks-out "$tmp/rs256.jwks" --out "$tmp/rs256.one" --count 1 >/dev/null
+  jwks=(--jwt-jwks-file "$tmp/rs256.jwks")
+fi
+signetd_cmd=("$SIGNETD" --config "$conf" "${jwks[@]}" --serving-address 127.0.0.1:0 --http-address 127.0.0.1
              --metrics-port 0 --readiness-probe-port 0 --log-format json)
 show "${signetd_cmd[@]}"
 "${signetd_cmd[@]}" >"$tmp/signetd.log" 2>&1 &
@@ -128,7 +153,11 @@ done
 echo "signetd serving on 127.0.0.1:$port (pid $signetd_pid)"
 # The token goes to a 0600 file, never to argv or the screen.
 echo "+ (umask 077 && $SIGNETCTL token --config $conf --namespace default --service-account default > $tmp/token)"
-(umask 077 && "$SIGNETCTL" token --config "$conf" --namespace default --service-account default >"$tmp/token")
+if [ "$TOKEN_ALG" = rs256 ]; then
+  cp "$tmp/rs256.one/000000.jwt" "$tmp/token" # mode 0600 kept
+else
+  (umask 077 && "$SIGNETCTL" token --config "$conf" --namespace default --service-account default >"$tmp/token")
+fi
 # A token per request: one pool per run, WARMUP + REQUESTS tokens, so that
 # no token is sent twice in the whole script (signetd's verification cache
 # outlives a run); each pool's --ttl starts past the previous one's last
@@ -137,13 +166,26 @@ tflag=--token-dir
 [ "$TOKENS" = one ] && tflag=--token-file
 tpath() { if [ "$TOKENS" = one ]; then echo "$tmp/token"; else echo "$tmp/pool.$1"; fi; }
 next_ttl=3600
+# accounts COUNT: the service accounts COUNT requests are spread over: 1
+# with P-256 CSRs; with RSA ones, enough that none gets more than CSR_KEYS.
+accounts() {
+  if [ "$CSR_KEY" = rsa2048 ]; then echo $((($1 + CSR_KEYS - 1) / CSR_KEYS)); else echo 1; fi
+}
+csr_args=(--csr-key "$CSR_KEY" --csr-keys "$CSR_KEYS")
 make_pool() { # NAME COUNT (at most loadgen's 100,000; a longer run wraps, and says so)
   [ "$TOKENS" = pool ] || return 0
-  local n=$(($2 > 100000 ? 100000 : $2))
-  run /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$SIGNETCTL" --config "$conf" --out "$tmp/pool.$1" \
-    --count "$n" --ttl "$next_ttl" --jobs 2 >/dev/null
+  local n=$(($2 > 100000 ? 100000 : $2)) k
+  k=$(accounts "$n")
+  if [ "$TOKEN_ALG" = rs256 ]; then
+    run /usr/bin/python3 perf/tokenpool.py rs256 --key "$tmp/rs256.key" --issuer "$issuer" --out "$tmp/pool.$1" \
+      --count "$n" --ttl "$next_ttl" --service-accounts "$k" >/dev/null
+  else
+    run /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$SIGNETCTL" --config "$conf" --out "$tmp/pool.$1" \
+      --count "$n" --ttl "$next_ttl" --jobs 2 --service-accounts "$k" >/dev/null
+  fi
   next_ttl=$((next_ttl + n))
 }
+echo "== CSRs: $CSR_KEY$([ "$CSR_KEY" = rsa2048 ] && echo " ($CSR_KEYS keys per run)"); tokens signed $TOKEN_ALG"
 if [ "$TOKENS" = pool ]; then
   echo "== tokens: a pool of distinct tokens per run (a token per request)"
 else
@@ -241,9 +283,9 @@ for r in $(seq "$ROUNDS"); do make_pool "closed.$r" $((W + N)); done
 for r in $(seq "$ROUNDS"); do
   loadgen "round $r: signet, closed loop (gRPC, TLS, JWT, tokens: $TOKENS)" "$tmp/signet.$r.json" "$signetd_pid" \
     --target "grpc://127.0.0.1:$port" "$tflag" "$(tpath "closed.$r")" --ca-file "$tmp/signet/root-cert.pem" \
-    --server-name localhost "${common[@]}"
+    --server-name localhost "${common[@]}" "${csr_args[@]}"
   loadgen "round $r: cfssl, closed loop (HTTP/1.1, keep-alive)" "$tmp/cfssl.$r.json" "$cfssl_pid" \
-    --target "http://127.0.0.1:$cport" "${common[@]}"
+    --target "http://127.0.0.1:$cport" "${common[@]}" "${csr_args[@]}" --identities "$(accounts $((W + N)))"
 done
 
 echo "== summary (best of $ROUNDS rounds: background load only ever lowers throughput)"
@@ -289,10 +331,12 @@ if [ "$half" -ge 1 ] && [ "$chalf" -ge 1 ]; then
     loadgen "round $r: signet, open loop at half of its maximum: $half/s for ${OPEN_S}s" "$tmp/open.signet.$r.json" \
       "$signetd_pid" --target "grpc://127.0.0.1:$port" "$tflag" "$(tpath "open.$r")" \
       --ca-file "$tmp/signet/root-cert.pem" --server-name localhost --connections "$C" --concurrency "$M" \
-      --rate "$half" --requests "$((half * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses
+      --rate "$half" --requests "$((half * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses \
+      "${csr_args[@]}"
     loadgen "round $r: cfssl, open loop at half of its maximum: $chalf/s for ${OPEN_S}s" "$tmp/open.cfssl.$r.json" \
       "$cfssl_pid" --target "http://127.0.0.1:$cport" --connections "$C" --concurrency "$M" \
-      --rate "$chalf" --requests "$((chalf * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses
+      --rate "$chalf" --requests "$((chalf * OPEN_S))" --duration "${OPEN_S}s" --warmup "$W" --watch-pauses \
+      "${csr_args[@]}" --identities "$(accounts $((W + chalf * OPEN_S)))"
   done
   python3 - "$tmp" "$ROUNDS" <<'EOF'
 import json, sys

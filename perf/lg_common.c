@@ -118,6 +118,8 @@ const uint8_t *lg_find_bytes(const uint8_t *hay, size_t n, const uint8_t *needle
 
 typedef struct csr_template csr_template;
 
+typedef struct rsa_keys rsa_keys;
+
 typedef struct csr_job {
 	lg_item *items;
 	size_t from, to;
@@ -125,6 +127,7 @@ typedef struct csr_job {
 	const csr_template *tpls; /* one per identity of ids */
 	const lg_idset *ids;
 	int64_t ttl;
+	const rsa_keys *rsa; /* NULL: a new P-256 key per CSR */
 	sg_error err;
 	int rc;
 } csr_job;
@@ -177,10 +180,8 @@ static int pub_point(EVP_PKEY *key, uint8_t point[P256_POINT])
 
 /* The template, as istio-agent's CSRs are: subject O="" and a critical
  * subjectAltName holding one URI. */
-static int make_template(EVP_PKEY_CTX *kctx, const char *identity, csr_template *t)
+static int make_template(EVP_PKEY *key, const char *identity, csr_template *t)
 {
-	EVP_PKEY *key SG_CLEANUP(evp_pkey_freep) = NULL;
-	SG_OSSL(EVP_PKEY_keygen(kctx, &key), SG_EINTERNAL, "P-256 key generation failed");
 	X509_REQ *req SG_CLEANUP(x509_req_freep) = X509_REQ_new();
 	SG_ENSURE(req, SG_EINTERNAL, "out of memory for a CSR");
 	/* O="" as Go's encoder writes it (PrintableString). Not through
@@ -213,6 +214,8 @@ static int make_template(EVP_PKEY_CTX *kctx, const char *identity, csr_template 
 	uint8_t *p = t->info;
 	i2d_re_X509_REQ_tbs(req, &p);
 	t->len = (size_t)n;
+	if (EVP_PKEY_get_base_id(key) == EVP_PKEY_RSA)
+		return SG_OK; /* rsa_template finds the SPKI */
 	uint8_t point[P256_POINT];
 	SG_TRY(pub_point(key, point));
 	const uint8_t *at = lg_find_bytes(t->info, t->len, point, sizeof(point));
@@ -256,6 +259,151 @@ static int make_csr(EVP_PKEY_CTX *kctx, const csr_template *t, char **pem, size_
 	size_t mark = sg_der_begin(&w, 0x30);
 	sg_der_raw(&w, info, t->len);
 	sg_sigalg_encode(&w, SG_SIG_ECDSA_SHA256);
+	sg_der_bits(&w, sig, sig_len);
+	sg_der_end(&w, mark);
+	SG_TRY(sg_der_writer_status(&w));
+	return sg_pem_encode("CERTIFICATE REQUEST", w.buf, w.len, pem, pem_len);
+}
+
+/* RSA-2048 CSRs, istio-agent's default key (WORKLOAD_RSA_KEY_SIZE 2048,
+ * SHA256WithRSA). Generating a 2048-bit key takes 0.1-0.2 s here, so a
+ * run's CSRs share a set of keys made for that run, and a CSR is distinct
+ * from every other by its (identity, key) pair: the k-th CSR naming an
+ * identity takes key k mod the set's size, and lg_items_make_opts refuses
+ * a set smaller than the most CSRs one identity gets. Neither server keeps
+ * anything per key, so sharing keys changes nothing they compute; an
+ * identical CSR sent twice would (PKCS#1 v1.5 signatures are
+ * deterministic), which is what the pairing rules out. */
+struct rsa_keys {
+	EVP_PKEY **keys;
+	uint8_t (*spki)[LG_SPKI_MAX];
+	size_t spki_len; /* the same for every key: 2048-bit modulus, e 65537 */
+	size_t n;
+	uint32_t *key_of; /* CSR i signs with keys[key_of[i]] */
+};
+
+static void rsa_keys_clear(rsa_keys *r)
+{
+	for (size_t i = 0; r->keys && i < r->n; i++)
+		EVP_PKEY_free(r->keys[i]);
+	free(r->keys);
+	free(r->spki);
+	free(r->key_of);
+}
+
+typedef struct rsa_gen_job {
+	rsa_keys *r;
+	size_t from, to;
+	sg_error err;
+	int rc;
+} rsa_gen_job;
+
+static int rsa_gen_range(rsa_gen_job *j)
+{
+	for (size_t i = j->from; i < j->to; i++) {
+		EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
+		SG_ENSURE(k, SG_EINTERNAL, "RSA-2048 key generation failed");
+		j->r->keys[i] = k;
+		int len = i2d_PUBKEY(k, NULL);
+		SG_ENSURE(len > 0 && (size_t)len <= LG_SPKI_MAX, SG_EINTERNAL, "RSA SPKI of %d bytes", len);
+		uint8_t *p = j->r->spki[i];
+		i2d_PUBKEY(k, &p);
+		SG_ENSURE(i == 0 || (size_t)len == j->r->spki_len, SG_EINTERNAL,
+		          "RSA-2048 SPKIs of different lengths (%d, %zu)", len, j->r->spki_len);
+		if (i == 0)
+			j->r->spki_len = (size_t)len;
+	}
+	return SG_OK;
+}
+
+static void *rsa_gen_thread(void *p)
+{
+	rsa_gen_job *j = p;
+	j->rc = rsa_gen_range(j);
+	if (j->rc < 0)
+		sg_error_save(&j->err);
+	return NULL;
+}
+
+/* The set of nkeys keys on `threads` threads and each CSR's key; fails
+ * when some identity would get more CSRs than there are keys. */
+static int rsa_keys_make(rsa_keys *r, size_t nkeys, unsigned threads, size_t n, const lg_idset *ids)
+{
+	memset(r, 0, sizeof(*r));
+	SG_ENSURE(nkeys >= 1 && nkeys <= LG_RSA_KEYS_MAX, SG_EINVAL, "%zu RSA keys (1 to %d)", nkeys, LG_RSA_KEYS_MAX);
+	r->key_of = calloc(n ? n : 1, sizeof(*r->key_of));
+	size_t *per_id SG_AUTOFREE = calloc(ids->n_names, sizeof(size_t));
+	SG_ENSURE(r->key_of && per_id, SG_EINTERNAL, "out of memory for %zu CSRs' keys", n);
+	for (size_t i = 0; i < n; i++) {
+		size_t k = ids->of ? ids->of[i % ids->n_of] : 0;
+		SG_ENSURE(per_id[k] < nkeys, SG_EINVAL,
+		          "RSA CSRs: more than %zu CSRs name %s, and a CSR is distinct only by its identity and key: "
+		          "make more keys (--csr-keys) or spread the tokens over more service accounts",
+		          nkeys, ids->names[k]);
+		r->key_of[i] = (uint32_t)per_id[k]++;
+	}
+	r->keys = calloc(nkeys, sizeof(*r->keys));
+	r->spki = calloc(nkeys, sizeof(*r->spki));
+	SG_ENSURE(r->keys && r->spki, SG_EINTERNAL, "out of memory for %zu RSA keys", nkeys);
+	r->n = nkeys;
+	/* The first key alone: it fixes spki_len, which the others check. */
+	rsa_gen_job first = {r, 0, 1, {0}, 0};
+	SG_TRY(rsa_gen_range(&first));
+	if (threads > nkeys - 1)
+		threads = (unsigned)(nkeys - 1);
+	rsa_gen_job jobs[64];
+	pthread_t tids[64];
+	unsigned started = 0;
+	for (unsigned t = 0; t < threads && t < 64; t++) {
+		jobs[t] = (rsa_gen_job){r, 1 + (nkeys - 1) * t / threads, 1 + (nkeys - 1) * (t + 1) / threads, {0}, 0};
+		if (pthread_create(&tids[t], NULL, rsa_gen_thread, &jobs[t]) != 0)
+			break;
+		started++;
+	}
+	int rc = started == threads ? SG_OK : sg_error_set(SG_EINTERNAL, "cannot start the key threads");
+	for (unsigned t = 0; t < started; t++) {
+		pthread_join(tids[t], NULL);
+		if (jobs[t].rc < 0 && rc == SG_OK) {
+			sg_error_restore(&jobs[t].err);
+			rc = jobs[t].rc;
+		}
+	}
+	return rc;
+}
+
+/* Where the template (made with keys[0]) holds that key's SPKI. */
+static int rsa_template(const rsa_keys *r, csr_template *t)
+{
+	const uint8_t *at = lg_find_bytes(t->info, t->len, r->spki[0], r->spki_len);
+	SG_ENSURE(at, SG_EINTERNAL, "the CSR template does not hold its key's SPKI");
+	t->point_off = (size_t)(at - t->info);
+	return SG_OK;
+}
+
+/* CSR i: the template with key key_of[i]'s SPKI, signed with it. */
+static int make_rsa_csr(const rsa_keys *r, size_t i, const csr_template *t, char **pem, size_t *pem_len, lg_item *it)
+{
+	uint32_t k = r->key_of[i];
+	uint8_t info[sizeof(t->info)];
+	memcpy(info, t->info, t->len);
+	memcpy(info + t->point_off, r->spki[k], r->spki_len);
+	memcpy(it->spki, r->spki[k], r->spki_len);
+	it->spki_len = r->spki_len;
+
+	EVP_MD_CTX *md SG_CLEANUP(md_ctx_freep) = EVP_MD_CTX_new();
+	SG_ENSURE(md, SG_EINTERNAL, "out of memory for a digest");
+	uint8_t sig[256];
+	size_t sig_len = sizeof(sig);
+	SG_OSSL(EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, NULL, r->keys[k], NULL), SG_EINTERNAL,
+	        "cannot start the CSR signature");
+	SG_OSSL(EVP_DigestSign(md, sig, &sig_len, info, t->len), SG_EINTERNAL, "cannot sign the CSR");
+
+	uint8_t der[sizeof(t->info) + 320];
+	sg_der_writer w;
+	sg_der_writer_init(&w, der, sizeof(der));
+	size_t mark = sg_der_begin(&w, 0x30);
+	sg_der_raw(&w, info, t->len);
+	sg_sigalg_encode(&w, SG_SIG_RSA_SHA256);
 	sg_der_bits(&w, sig, sig_len);
 	sg_der_end(&w, mark);
 	SG_TRY(sg_der_writer_status(&w));
@@ -313,14 +461,16 @@ static int p256_keygen(EVP_PKEY_CTX **out)
 static int csr_range(csr_job *j)
 {
 	EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
-	SG_TRY(p256_keygen(&kctx));
+	if (!j->rsa)
+		SG_TRY(p256_keygen(&kctx));
 	int rc = SG_OK;
 	for (size_t i = j->from; i < j->to && rc == SG_OK; i++) {
 		char *pem = NULL;
 		size_t pem_len = 0;
 		size_t k = j->ids->of ? j->ids->of[i % j->ids->n_of] : 0;
 		j->items[i].identity = j->ids->names[k];
-		rc = make_csr(kctx, &j->tpls[k], &pem, &pem_len, &j->items[i]);
+		rc = j->rsa ? make_rsa_csr(j->rsa, i, &j->tpls[k], &pem, &pem_len, &j->items[i])
+		            : make_csr(kctx, &j->tpls[k], &pem, &pem_len, &j->items[i]);
 		if (rc == SG_OK && i == j->from)
 			rc = check_csr(pem, pem_len);
 		if (rc == SG_OK)
@@ -342,7 +492,8 @@ static void *csr_thread(void *p)
 /* Makes n distinct CSRs on `threads` threads (key generation dominates and
  * the run has not started, so all CPUs may be used), from a template per
  * identity. */
-int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids, int64_t ttl)
+int lg_items_make_opts(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids, int64_t ttl,
+                       const lg_csr_opts *o)
 {
 	*out = NULL;
 	SG_ENSURE(ids->n_names >= 1 && ids->n_names <= LG_TOKENS_IDENTITIES_MAX && (!ids->of || ids->n_of >= 1),
@@ -352,11 +503,22 @@ int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, c
 	*out = items;
 	csr_template *tpls SG_AUTOFREE = calloc(ids->n_names, sizeof(*tpls));
 	SG_ENSURE(tpls, SG_EINTERNAL, "out of memory for %zu CSR templates", ids->n_names);
-	{
+	bool rsa = o && o->key == LG_CSR_RSA2048;
+	rsa_keys keys SG_CLEANUP(rsa_keys_clear) = {0};
+	if (rsa) {
+		SG_TRY(rsa_keys_make(&keys, o->rsa_keys, threads, n, ids));
+		for (size_t k = 0; k < ids->n_names; k++) {
+			SG_TRY(make_template(keys.keys[0], ids->names[k], &tpls[k]));
+			SG_TRY(rsa_template(&keys, &tpls[k]));
+		}
+	} else {
 		EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
 		SG_TRY(p256_keygen(&kctx));
-		for (size_t k = 0; k < ids->n_names; k++)
-			SG_TRY(make_template(kctx, ids->names[k], &tpls[k]));
+		for (size_t k = 0; k < ids->n_names; k++) {
+			EVP_PKEY *key SG_CLEANUP(evp_pkey_freep) = NULL;
+			SG_OSSL(EVP_PKEY_keygen(kctx, &key), SG_EINTERNAL, "P-256 key generation failed");
+			SG_TRY(make_template(key, ids->names[k], &tpls[k]));
+		}
 	}
 	if (threads > n)
 		threads = (unsigned)n;
@@ -364,7 +526,8 @@ int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, c
 	pthread_t tids[64];
 	unsigned started = 0;
 	for (unsigned t = 0; t < threads; t++) {
-		jobs[t] = (csr_job){items, n * t / threads, n * (t + 1) / threads, kind, tpls, ids, ttl, {0}, 0};
+		jobs[t] = (csr_job){
+		    items, n * t / threads, n * (t + 1) / threads, kind, tpls, ids, ttl, rsa ? &keys : NULL, {0}, 0};
 		if (pthread_create(&tids[t], NULL, csr_thread, &jobs[t]) != 0)
 			break;
 		started++;
@@ -378,6 +541,11 @@ int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, c
 		}
 	}
 	return rc;
+}
+
+int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids, int64_t ttl)
+{
+	return lg_items_make_opts(out, n, threads, kind, ids, ttl, NULL);
 }
 
 int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const char *identity, int64_t ttl)

@@ -36,12 +36,14 @@ typedef struct lg_target {
  * to 127.0.0.1, never resolved). */
 int lg_parse_target(const char *s, lg_target *t) SG_MUST_CHECK;
 
+#define LG_SPKI_MAX 320 /* an RSA-2048 SPKI is 294 bytes, P-256's 91 */
+
 /* One request's material: what is sent, and the SPKI bytes and URI the
  * issued certificate must contain. */
 typedef struct lg_item {
 	uint8_t *body; /* serialized IstioCertificateRequest, or the JSON text */
 	size_t body_len;
-	uint8_t spki[128];
+	uint8_t spki[LG_SPKI_MAX];
 	size_t spki_len;
 	const char *identity; /* the CSR's URI SAN; borrowed from the lg_idset */
 } lg_item;
@@ -65,6 +67,21 @@ int lg_items_make(lg_item **out, size_t n, unsigned threads, lg_kind kind, const
  * distinct name, so names should be few: LG_TOKENS_IDENTITIES_MAX). */
 int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids,
                       int64_t ttl) SG_MUST_CHECK;
+/* The CSRs' keys: a new P-256 key per CSR (the default), or RSA-2048,
+ * istio-agent's default, from a set of rsa_keys keys made for the call
+ * (a 2048-bit key takes 0.1-0.2 s): the k-th CSR naming an identity uses
+ * key k mod rsa_keys, so CSRs stay distinct by their (identity, key) pair,
+ * and the call fails (SG_EINVAL) when an identity would get more CSRs than
+ * there are keys. */
+typedef enum lg_csr_key { LG_CSR_P256 = 0, LG_CSR_RSA2048 } lg_csr_key;
+#define LG_RSA_KEYS_MAX 100000
+typedef struct lg_csr_opts {
+	lg_csr_key key;
+	size_t rsa_keys;
+} lg_csr_opts;
+/* lg_items_make_ids with the CSRs' keys chosen (o NULL: P-256). */
+int lg_items_make_opts(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids, int64_t ttl,
+                       const lg_csr_opts *o) SG_MUST_CHECK;
 void lg_items_free(lg_item *items, size_t n);
 
 /* The first occurrence of needle in hay, or NULL. */

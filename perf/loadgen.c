@@ -97,6 +97,9 @@ typedef struct lg_args {
 	int64_t timeout;
 	int64_t ttl;
 	int64_t csr_threads;
+	char *csr_key;
+	int64_t csr_keys;
+	int64_t identities;
 	int64_t client_threads;
 	char *token_file;
 	char *token_dir;
@@ -131,6 +134,15 @@ static const sg_opt opts[] = {
     ROW("timeout", SG_OPT_DURATION, timeout, "10s", 1, 600, "deadline of each request"),
     ROW("ttl", SG_OPT_DURATION, ttl, "1h", 0, 86400, "gRPC: validity_duration asked for (0s: none)"),
     ROW("csr-threads", SG_OPT_INT, csr_threads, "0", 0, 64, "threads making the CSRs before the run (0: one per CPU)"),
+    ROW("csr-key", SG_OPT_STRING, csr_key, "p256", 1, 16,
+        "the CSRs' keys: p256 (a new P-256 key per CSR) or rsa2048 (istio-agent's default: RSA-2048 keys from a "
+        "set of --csr-keys made for the run, the k-th CSR of an identity taking key k mod the set, so that each "
+        "CSR is distinct by its identity and key; refused when an identity would get more CSRs than keys)"),
+    ROW("csr-keys", SG_OPT_INT, csr_keys, "64", 1, 100000,
+        "with --csr-key rsa2048: RSA keys made for the run (0.1-0.2 s each, on the CSR threads)"),
+    ROW("identities", SG_OPT_INT, identities, "1", 1, 4096,
+        "without --token-dir: CSR i names IDENTITY-k, k = i mod this (IDENTITY itself when 1), as a mesh's "
+        "service accounts; with --csr-key rsa2048 spread the CSRs so that none gets more than --csr-keys"),
     ROW("client-threads", SG_OPT_INT, client_threads, "1", 1, 64,
         "gRPC: completion threads shared by the connections (the client shares the CPUs with the server)"),
     ROW("token-file", SG_OPT_PATH, token_file, NULL, 0, 0,
@@ -1065,7 +1077,37 @@ static int run(lg_args *a)
 	unsigned threads = a->csr_threads ? (unsigned)a->csr_threads : (unsigned)(cpus > 0 && cpus < 64 ? cpus : 1);
 	lg_item *items = NULL;
 	uint64_t t0 = sg_now_ns();
-	if (cr.pool) {
+	lg_csr_opts co = {LG_CSR_P256, (size_t)a->csr_keys};
+	if (strcmp(a->csr_key, "rsa2048") == 0)
+		co.key = LG_CSR_RSA2048;
+	else if (strcmp(a->csr_key, "p256") != 0)
+		rc = sg_error_set(SG_EINVAL, "--csr-key: p256 or rsa2048, not \"%s\"", a->csr_key);
+	/* --identities N: the names IDENTITY-0 .. IDENTITY-(N-1), CSR i the
+	 * (i mod N)-th. */
+	char **names = NULL;
+	uint32_t *of = NULL;
+	if (rc == SG_OK && cr.pool && a->identities > 1)
+		rc = sg_error_set(SG_EINVAL, "--identities is for runs without --token-dir (each token's claims name "
+		                             "its CSR's identity)");
+	if (rc == SG_OK && !cr.pool && a->identities > 1) {
+		size_t ni = (size_t)a->identities;
+		names = calloc(ni, sizeof(*names));
+		of = calloc(ni, sizeof(*of));
+		if (!names || !of)
+			rc = sg_error_set(SG_EINTERNAL, "out of memory for %zu identities", ni);
+		for (size_t k = 0; rc == SG_OK && k < ni; k++) {
+			of[k] = (uint32_t)k;
+			size_t len = strlen(a->identity) + 24;
+			names[k] = malloc(len);
+			if (!names[k])
+				rc = sg_error_set(SG_EINTERNAL, "out of memory for identity %zu", k);
+			else
+				snprintf(names[k], len, "%s-%zu", a->identity, k);
+		}
+	}
+	if (rc < 0) {
+		/* nothing made yet */
+	} else if (cr.pool) {
 		/* CSR i names the identity of the token request i sends. */
 		lg_idset ids;
 		lg_tokens_idset(cr.pool, &ids);
@@ -1074,13 +1116,23 @@ static int run(lg_args *a)
 			       lg_tokens_count(cr.pool), a->token_dir, ids.n_names, warm + n,
 			       warm + n > lg_tokens_count(cr.pool) ? "the pool will wrap (tokens reused)"
 			                                           : "no token sent twice");
-		rc = lg_items_make_ids(&items, warm + n, threads, t.kind, &ids, a->ttl);
+		rc = lg_items_make_opts(&items, warm + n, threads, t.kind, &ids, a->ttl, &co);
+	} else if (names) {
+		lg_idset ids = {(const char *const *)names, (size_t)a->identities, of, (size_t)a->identities};
+		rc = lg_items_make_opts(&items, warm + n, threads, t.kind, &ids, a->ttl, &co);
 	} else {
-		rc = lg_items_make(&items, warm + n, threads, t.kind, a->identity, a->ttl);
+		const char *one[] = {a->identity};
+		lg_idset ids = {one, 1, NULL, 0};
+		rc = lg_items_make_opts(&items, warm + n, threads, t.kind, &ids, a->ttl, &co);
 	}
-	if (rc == SG_OK && !a->json)
-		printf("loadgen: %zu distinct P-256 CSRs made in %.1f s on %u threads\n", warm + n,
-		       (double)(sg_now_ns() - t0) / 1e9, threads);
+	if (rc == SG_OK && !a->json) {
+		if (co.key == LG_CSR_RSA2048)
+			printf("loadgen: %zu distinct RSA-2048 CSRs (%lld keys) made in %.1f s on %u threads\n",
+			       warm + n, (long long)a->csr_keys, (double)(sg_now_ns() - t0) / 1e9, threads);
+		else
+			printf("loadgen: %zu distinct P-256 CSRs made in %.1f s on %u threads\n", warm + n,
+			       (double)(sg_now_ns() - t0) / 1e9, threads);
+	}
 	lg_phase phases[2];
 	memset(phases, 0, sizeof(phases));
 	if (rc == SG_OK)
@@ -1125,6 +1177,10 @@ static int run(lg_args *a)
 		free(phases[p].done_at);
 	}
 	lg_items_free(items, warm + n);
+	for (size_t k = 0; names && k < (size_t)a->identities; k++)
+		free(names[k]);
+	free(names);
+	free(of);
 	return rc;
 }
 

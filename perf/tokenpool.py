@@ -5,6 +5,8 @@ name order is minting order), as a mesh's pods would present them.
 
   perf/tokenpool.py jwt --signetctl build/ctl/signetctl --config CA/signet.conf \\
       --out DIR --count 5000 [--namespace default] [--service-accounts 1]
+  perf/tokenpool.py rs256 --key KEY --issuer ISSUER [--jwks-out JWKS] --out DIR \\
+      --count 5000 [--namespace default] [--service-accounts 1]
   perf/tokenpool.py tokenrequest --out DIR --count 3000 [--namespace bench] \\
       [--service-account bench] [--service-accounts 1]   (apiserver.sh env in the environment)
 
@@ -17,6 +19,16 @@ by their expiry: an account's n-th token lives --ttl plus n seconds, so no
 two of an account share an `exp` (sg_jwt_mint writes no `jti`; the ES256
 signature differs anyway, but distinct claims keep them distinct under any
 signer).
+
+rs256: the tokens are signed here with an RSA-2048 key (RS256), the
+algorithm of a Kubernetes API server's service-account tokens with its
+default key (an RSA `sa.key`), where the jwt mode's development issuer signs
+ES256; a signetd verifies them through --jwt-jwks-file JWKS (written with
+--jwks-out) and --jwt-issuer ISSUER. --key is the issuer's private key,
+made (mode 0600) when the file does not exist, so that several pools share
+one issuer; the claims are those `signetctl token` writes (iss, sub, aud,
+exp, iat, nbf, kubernetes.io namespace and service account), exp distinct
+as in jwt mode.
 
 tokenrequest: each token is a TokenRequest to the real API server
 (POST .../serviceaccounts/SA/token, audience istio-ca) with
@@ -33,9 +45,12 @@ from the minting process's stdout (or the API server's answer) straight
 into their 0600 files. DIR must not exist yet, or be empty.
 """
 import argparse
+import base64
 import concurrent.futures
+import hashlib
 import json
 import os
+import time
 import subprocess
 import sys
 import urllib.parse
@@ -84,6 +99,57 @@ def jwt_runs(args):
     return runs
 
 
+def b64url(b):
+    return base64.urlsafe_b64encode(b).rstrip(b"=")
+
+
+def rs256_issuer(args):
+    """The RSA key of --key (made, mode 0600, when missing), its kid and,
+    with --jwks-out, its JWKS written there."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    if os.path.exists(args.key):
+        with open(args.key, "rb") as f:
+            key = serialization.load_pem_private_key(f.read(), password=None)
+        if not isinstance(key, rsa.RSAPrivateKey) or key.key_size != 2048:
+            sys.exit(f"tokenpool.py: {args.key} is not an RSA-2048 private key")
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+        fd = os.open(args.key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(pem)
+    pub = key.public_key()
+    der = pub.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    kid = b64url(hashlib.sha256(der).digest()).decode()
+    if args.jwks_out:
+        nums = pub.public_numbers()
+        jwk = {"use": "sig", "kty": "RSA", "kid": kid, "alg": "RS256",
+               "n": b64url(nums.n.to_bytes(256, "big")).decode(),
+               "e": b64url(nums.e.to_bytes((nums.e.bit_length() + 7) // 8, "big")).decode()}
+        with open(args.jwks_out, "w") as f:
+            json.dump({"keys": [jwk]}, f, indent=2)
+            f.write("\n")
+    return key, kid
+
+
+def mint_rs256(args, key, kid, i):
+    """Token i: account i mod K, living --ttl plus i seconds."""
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+    now = int(time.time())
+    sa = account(args, i)
+    header = {"alg": "RS256", "kid": kid}
+    claims = {"iss": args.issuer, "sub": f"system:serviceaccount:{args.namespace}:{sa}", "aud": [args.audience],
+              "exp": now + args.ttl + i, "iat": now, "nbf": now,
+              "kubernetes.io": {"namespace": args.namespace, "serviceaccount": {"name": sa}}}
+    signing = b64url(json.dumps(header, separators=(",", ":")).encode()) + b"." + \
+        b64url(json.dumps(claims, separators=(",", ":")).encode())
+    sig = key.sign(signing, padding.PKCS1v15(), hashes.SHA256())
+    write_token(args.out, i, signing + b"." + b64url(sig))
+
+
 def kube(args):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "kube"))
     import kube_rest  # noqa: E402  (the tests' REST client: admin token from its file, CA checked)
@@ -120,8 +186,9 @@ def mint_tokenrequest(args, k, i):
 
 def main():
     ap = argparse.ArgumentParser(description="Make a pool of distinct service-account tokens for loadgen --token-dir.")
-    ap.add_argument("mode", choices=("jwt", "tokenrequest"),
-                    help="jwt: signetctl's development issuer; tokenrequest: the test API server's TokenRequest")
+    ap.add_argument("mode", choices=("jwt", "rs256", "tokenrequest"),
+                    help="jwt: signetctl's development issuer (ES256); rs256: signed here with an RSA-2048 key, "
+                         "as an API server's default key signs; tokenrequest: the test API server's TokenRequest")
     ap.add_argument("--out", required=True, help="directory to create (or an empty one)")
     ap.add_argument("--count", type=int, required=True, help=f"tokens to make (1 to {MAX_COUNT})")
     ap.add_argument("--namespace", default=None, help="namespace of the accounts (jwt: default; tokenrequest: bench)")
@@ -134,6 +201,9 @@ def main():
     ap.add_argument("--jobs", type=int, default=2, help="tokens minted at once")
     ap.add_argument("--signetctl", help="jwt: the signetctl binary")
     ap.add_argument("--config", help="jwt: the signet.conf of `signetctl init` (its development issuer)")
+    ap.add_argument("--key", help="rs256: the issuer's RSA-2048 private key (PEM; made, mode 0600, when missing)")
+    ap.add_argument("--issuer", help="rs256: the tokens' iss (signetd's jwt-issuer)")
+    ap.add_argument("--jwks-out", help="rs256: write the issuer's JWKS (public key) here, for --jwt-jwks-file")
     args = ap.parse_args()
     if not 1 <= args.count <= MAX_COUNT:
         ap.error(f"--count must be 1 to {MAX_COUNT}")
@@ -145,9 +215,11 @@ def main():
         ap.error("--jobs must be 1 to 64")
     if args.mode == "jwt" and not (args.signetctl and args.config):
         ap.error("jwt needs --signetctl and --config")
+    if args.mode == "rs256" and not (args.key and args.issuer):
+        ap.error("rs256 needs --key and --issuer")
     if args.mode == "jwt" and not (60 <= args.ttl and args.ttl + args.count - 1 <= 48 * 3600):
         ap.error("jwt: --ttl + --count must stay within signetctl token's 60 s .. 48 h")
-    default = "default" if args.mode == "jwt" else "bench"
+    default = "bench" if args.mode == "tokenrequest" else "default"
     args.namespace = args.namespace or default
     args.service_account = args.service_account or default
     os.makedirs(args.out, mode=0o700, exist_ok=True)
@@ -155,6 +227,9 @@ def main():
         sys.exit(f"tokenpool.py: {args.out} is not empty")
     if args.mode == "jwt":
         items, work = jwt_runs(args), lambda r: mint_jwt(args, *r)  # noqa: E731
+    elif args.mode == "rs256":
+        key, kid = rs256_issuer(args)
+        items, work = range(args.count), lambda i: mint_rs256(args, key, kid, i)  # noqa: E731
     else:
         k = prepare_tokenrequest(args)
         items, work = range(args.count), lambda i: mint_tokenrequest(args, k, i)  # noqa: E731

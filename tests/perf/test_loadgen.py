@@ -6,10 +6,13 @@ reports has to be right: closed and open loop runs complete and report
 every request, the latency file holds one line per request, the pause
 watcher's report is consistent, a response for the wrong identity counts
 as a failure, a token pool (--token-dir, made by perf/tokenpool.py) sends
-each token once and says so, and bad flags and bad pools are refused.
+each token once and says so, RSA-2048 CSRs (istio-agent's default key)
+with RS256 tokens (an API server's default) are issued and every CSR is
+distinct, and bad flags and bad pools are refused.
 
 usage: test_loadgen.py SIGNETCTL SIGNETD LOADGEN TESTS_RA_DIR
 """
+import base64
 import json
 import os
 import shutil
@@ -148,6 +151,60 @@ class Loadgen(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["tokens"]["source"], "file")
 
+    def test_rsa_csrs_and_rs256_tokens(self):
+        # An RS256 issuer (perf/tokenpool.py rs256) that a second signetd
+        # trusts through its JWKS; 32 RSA CSRs over 4 service accounts from
+        # 8 keys: each identity's 8 CSRs take the 8 keys, none repeats.
+        key, jwks = os.path.join(self.tmp, "rs.key"), os.path.join(self.tmp, "rs.jwks")
+        with open(self.conf) as f:
+            issuer = next(line.split("=", 1)[1].strip() for line in f if line.startswith("jwt-issuer"))
+        pool = os.path.join(self.tmp, "rs256")
+        subprocess.run([sys.executable, TOKENPOOL, "rs256", "--key", key, "--issuer", issuer, "--jwks-out", jwks,
+                        "--out", pool, "--count", "32", "--service-accounts", "4"],
+                       check=True, capture_output=True, timeout=300)
+        self.assertEqual(os.stat(key).st_mode & 0o777, 0o600)
+        with open(os.path.join(pool, "000000.jwt")) as f:
+            part = f.read().split(".")[0]
+        header = json.loads(base64.urlsafe_b64decode(part + "=" * (-len(part) % 4)))
+        self.assertEqual(header["alg"], "RS256")
+        d = signet_e2e.Signetd(SIGNETD, self.conf, "--jwt-jwks-file", jwks)
+        try:
+            def run(*flags):
+                return subprocess.run([LOADGEN, "--target", f"grpc://127.0.0.1:{d.port}", "--token-dir", pool,
+                                       "--ca-file", self.root, "--connections", "2", "--concurrency", "4",
+                                       "--timeout", "30s", "--requests", "30", "--warmup", "2", "--csr-key",
+                                       "rsa2048", *flags], capture_output=True, text=True, timeout=300)
+            p = run("--csr-keys", "8")
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertIn("32 distinct RSA-2048 CSRs (8 keys)", p.stdout)
+            self.assertIn("requests 30  ok 30  failed 0", p.stdout)
+            # 7 keys cannot make 8 distinct CSRs for one identity: refused
+            # before anything is sent.
+            p = run("--csr-keys", "7")
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("more than 7 CSRs name spiffe://cluster.local/ns/default/sa/default-", p.stderr)
+            self.assertNotIn("requests 30", p.stdout)
+        finally:
+            rc = d.stop()
+            self.assertEqual(rc, 0, d.text())
+        # The first signetd trusts only the development issuer (ES256):
+        # these tokens are refused there, so the second one verified them.
+        p = self.run_loadgen("--requests", "4", "--warmup", "0", "--json", "--csr-key", "rsa2048", "--csr-keys",
+                             "1", token=["--token-dir", pool])
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["failures"], {"UNAUTHENTICATED": 4})
+
+    def test_identities(self):
+        # CSR i names IDENTITY-(i mod N): none is the token's identity, so
+        # signetd refuses them all, which shows the names are sent.
+        p = self.run_loadgen("--requests", "6", "--warmup", "0", "--json", "--identities", "3")
+        self.assertEqual(p.returncode, 1)
+        self.assertEqual(json.loads(p.stdout.strip().splitlines()[-1])["failures"], {"UNAUTHENTICATED": 6})
+        pool = self.make_pool("ids", 4, 1)
+        p = self.run_loadgen("--requests", "2", "--warmup", "0", "--identities", "2", token=["--token-dir", pool])
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--identities is for runs without --token-dir", p.stderr)
+
     def test_bad_pools(self):
         pool = self.make_pool("src", 3, 1)
         names = sorted(os.listdir(pool))
@@ -211,9 +268,13 @@ class Loadgen(unittest.TestCase):
         p = self.run_loadgen("--watch-pauses=maybe")
         self.assertEqual(p.returncode, 2)
         self.assertIn("watch-pauses", p.stderr)
+        p = self.run_loadgen("--requests", "1", "--warmup", "0", "--csr-key", "rsa4096")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("--csr-key: p256 or rsa2048", p.stderr)
         p = subprocess.run([LOADGEN, "--help"], capture_output=True, text=True, timeout=60)
         self.assertEqual(p.returncode, 0)
-        for flag in ("--latency-file", "--watch-pauses", "--rate", "--token-dir", "--trust-domain"):
+        for flag in ("--latency-file", "--watch-pauses", "--rate", "--token-dir", "--trust-domain", "--csr-key",
+                     "--csr-keys", "--identities"):
             self.assertIn(flag, p.stdout)
 
 
