@@ -120,17 +120,66 @@ typedef struct csr_template csr_template;
 
 typedef struct rsa_keys rsa_keys;
 
-typedef struct csr_job {
+/* What every CSR thread shares. */
+typedef struct csr_ctx {
 	lg_item *items;
-	size_t from, to;
 	lg_kind kind;
 	const csr_template *tpls; /* one per identity of ids */
 	const lg_idset *ids;
 	int64_t ttl;
 	const rsa_keys *rsa; /* NULL: a new P-256 key per CSR */
+} csr_ctx;
+
+/* ---- work split over threads ------------------------------------------- */
+
+typedef int (*range_fn)(void *ctx, size_t from, size_t to);
+
+typedef struct range_job {
+	range_fn fn;
+	void *ctx;
+	size_t from, to;
 	sg_error err;
 	int rc;
-} csr_job;
+} range_job;
+
+static void *range_thread(void *p)
+{
+	range_job *j = p;
+	j->rc = j->fn(j->ctx, j->from, j->to);
+	if (j->rc < 0)
+		sg_error_save(&j->err);
+	return NULL;
+}
+
+/* fn over [from, to), split evenly over `threads` threads (1 to 64); the
+ * first thread's error is the result. Before a run's clock starts only:
+ * all CPUs may be used. */
+static int run_split(range_fn fn, void *ctx, size_t from, size_t to, unsigned threads)
+{
+	size_t n = to - from;
+	if (threads > n)
+		threads = (unsigned)n;
+	if (threads > 64)
+		threads = 64;
+	range_job jobs[64];
+	pthread_t tids[64];
+	unsigned started = 0;
+	for (unsigned t = 0; t < threads; t++) {
+		jobs[t] = (range_job){fn, ctx, from + n * t / threads, from + n * (t + 1) / threads, {0}, 0};
+		if (pthread_create(&tids[t], NULL, range_thread, &jobs[t]) != 0)
+			break;
+		started++;
+	}
+	int rc = started == threads ? SG_OK : sg_error_set(SG_EINTERNAL, "cannot start %u threads", threads);
+	for (unsigned t = 0; t < started; t++) {
+		pthread_join(tids[t], NULL);
+		if (jobs[t].rc < 0 && rc == SG_OK) {
+			sg_error_restore(&jobs[t].err);
+			rc = jobs[t].rc;
+		}
+	}
+	return rc;
+}
 
 static void x509_req_freep(X509_REQ **r)
 {
@@ -231,6 +280,29 @@ static void md_ctx_freep(EVP_MD_CTX **c)
 	EVP_MD_CTX_free(*c);
 }
 
+/* The CSR of info signed by key (SHA-256 with its algorithm, sigalg), as
+ * PEM. */
+static int sign_csr(EVP_PKEY *key, sg_sigalg sigalg, const uint8_t *info, size_t len, char **pem, size_t *pem_len)
+{
+	EVP_MD_CTX *md SG_CLEANUP(md_ctx_freep) = EVP_MD_CTX_new();
+	SG_ENSURE(md, SG_EINTERNAL, "out of memory for a digest");
+	uint8_t sig[256]; /* RSA-2048; a P-256 DER signature is at most 72 */
+	size_t sig_len = sizeof(sig);
+	SG_OSSL(EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, NULL, key, NULL), SG_EINTERNAL,
+	        "cannot start the CSR signature");
+	SG_OSSL(EVP_DigestSign(md, sig, &sig_len, info, len), SG_EINTERNAL, "cannot sign the CSR");
+	uint8_t der[sizeof(((csr_template *)0)->info) + 320];
+	sg_der_writer w;
+	sg_der_writer_init(&w, der, sizeof(der));
+	size_t mark = sg_der_begin(&w, 0x30);
+	sg_der_raw(&w, info, len);
+	sg_sigalg_encode(&w, sigalg);
+	sg_der_bits(&w, sig, sig_len);
+	sg_der_end(&w, mark);
+	SG_TRY(sg_der_writer_status(&w));
+	return sg_pem_encode("CERTIFICATE REQUEST", w.buf, w.len, pem, pem_len);
+}
+
 /* One CSR (RFC 2986): the template with a new key's point, signed with that
  * key (ECDSA with SHA-256), as PEM; it->spki is the key's SPKI. */
 static int make_csr(EVP_PKEY_CTX *kctx, const csr_template *t, char **pem, size_t *pem_len, lg_item *it)
@@ -245,24 +317,7 @@ static int make_csr(EVP_PKEY_CTX *kctx, const csr_template *t, char **pem, size_
 	memcpy(it->spki + sizeof(p256_spki_prefix), point, sizeof(point));
 	it->spki_len = sizeof(p256_spki_prefix) + sizeof(point);
 
-	EVP_MD_CTX *md SG_CLEANUP(md_ctx_freep) = EVP_MD_CTX_new();
-	SG_ENSURE(md, SG_EINTERNAL, "out of memory for a digest");
-	uint8_t sig[80];
-	size_t sig_len = sizeof(sig);
-	SG_OSSL(EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, NULL, key, NULL), SG_EINTERNAL,
-	        "cannot start the CSR signature");
-	SG_OSSL(EVP_DigestSign(md, sig, &sig_len, info, t->len), SG_EINTERNAL, "cannot sign the CSR");
-
-	uint8_t der[sizeof(t->info) + 128];
-	sg_der_writer w;
-	sg_der_writer_init(&w, der, sizeof(der));
-	size_t mark = sg_der_begin(&w, 0x30);
-	sg_der_raw(&w, info, t->len);
-	sg_sigalg_encode(&w, SG_SIG_ECDSA_SHA256);
-	sg_der_bits(&w, sig, sig_len);
-	sg_der_end(&w, mark);
-	SG_TRY(sg_der_writer_status(&w));
-	return sg_pem_encode("CERTIFICATE REQUEST", w.buf, w.len, pem, pem_len);
+	return sign_csr(key, SG_SIG_ECDSA_SHA256, info, t->len, pem, pem_len);
 }
 
 /* RSA-2048 CSRs, istio-agent's default key (WORKLOAD_RSA_KEY_SIZE 2048,
@@ -291,38 +346,24 @@ static void rsa_keys_clear(rsa_keys *r)
 	free(r->key_of);
 }
 
-typedef struct rsa_gen_job {
-	rsa_keys *r;
-	size_t from, to;
-	sg_error err;
-	int rc;
-} rsa_gen_job;
-
-static int rsa_gen_range(rsa_gen_job *j)
+/* Keys [from, to) of the set (ctx: the rsa_keys). */
+static int rsa_gen_range(void *ctx, size_t from, size_t to)
 {
-	for (size_t i = j->from; i < j->to; i++) {
+	rsa_keys *r = ctx;
+	for (size_t i = from; i < to; i++) {
 		EVP_PKEY *k = EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)2048);
 		SG_ENSURE(k, SG_EINTERNAL, "RSA-2048 key generation failed");
-		j->r->keys[i] = k;
+		r->keys[i] = k;
 		int len = i2d_PUBKEY(k, NULL);
 		SG_ENSURE(len > 0 && (size_t)len <= LG_SPKI_MAX, SG_EINTERNAL, "RSA SPKI of %d bytes", len);
-		uint8_t *p = j->r->spki[i];
+		uint8_t *p = r->spki[i];
 		i2d_PUBKEY(k, &p);
-		SG_ENSURE(i == 0 || (size_t)len == j->r->spki_len, SG_EINTERNAL,
-		          "RSA-2048 SPKIs of different lengths (%d, %zu)", len, j->r->spki_len);
+		SG_ENSURE(i == 0 || (size_t)len == r->spki_len, SG_EINTERNAL,
+		          "RSA-2048 SPKIs of different lengths (%d, %zu)", len, r->spki_len);
 		if (i == 0)
-			j->r->spki_len = (size_t)len;
+			r->spki_len = (size_t)len;
 	}
 	return SG_OK;
-}
-
-static void *rsa_gen_thread(void *p)
-{
-	rsa_gen_job *j = p;
-	j->rc = rsa_gen_range(j);
-	if (j->rc < 0)
-		sg_error_save(&j->err);
-	return NULL;
 }
 
 /* The set of nkeys keys on `threads` threads and each CSR's key; fails
@@ -347,28 +388,8 @@ static int rsa_keys_make(rsa_keys *r, size_t nkeys, unsigned threads, size_t n, 
 	SG_ENSURE(r->keys && r->spki, SG_EINTERNAL, "out of memory for %zu RSA keys", nkeys);
 	r->n = nkeys;
 	/* The first key alone: it fixes spki_len, which the others check. */
-	rsa_gen_job first = {r, 0, 1, {0}, 0};
-	SG_TRY(rsa_gen_range(&first));
-	if (threads > nkeys - 1)
-		threads = (unsigned)(nkeys - 1);
-	rsa_gen_job jobs[64];
-	pthread_t tids[64];
-	unsigned started = 0;
-	for (unsigned t = 0; t < threads && t < 64; t++) {
-		jobs[t] = (rsa_gen_job){r, 1 + (nkeys - 1) * t / threads, 1 + (nkeys - 1) * (t + 1) / threads, {0}, 0};
-		if (pthread_create(&tids[t], NULL, rsa_gen_thread, &jobs[t]) != 0)
-			break;
-		started++;
-	}
-	int rc = started == threads ? SG_OK : sg_error_set(SG_EINTERNAL, "cannot start the key threads");
-	for (unsigned t = 0; t < started; t++) {
-		pthread_join(tids[t], NULL);
-		if (jobs[t].rc < 0 && rc == SG_OK) {
-			sg_error_restore(&jobs[t].err);
-			rc = jobs[t].rc;
-		}
-	}
-	return rc;
+	SG_TRY(rsa_gen_range(r, 0, 1));
+	return nkeys > 1 ? run_split(rsa_gen_range, r, 1, nkeys, threads) : SG_OK;
 }
 
 /* Where the template (made with keys[0]) holds that key's SPKI. */
@@ -390,24 +411,7 @@ static int make_rsa_csr(const rsa_keys *r, size_t i, const csr_template *t, char
 	memcpy(it->spki, r->spki[k], r->spki_len);
 	it->spki_len = r->spki_len;
 
-	EVP_MD_CTX *md SG_CLEANUP(md_ctx_freep) = EVP_MD_CTX_new();
-	SG_ENSURE(md, SG_EINTERNAL, "out of memory for a digest");
-	uint8_t sig[256];
-	size_t sig_len = sizeof(sig);
-	SG_OSSL(EVP_DigestSignInit_ex(md, NULL, "SHA256", NULL, NULL, r->keys[k], NULL), SG_EINTERNAL,
-	        "cannot start the CSR signature");
-	SG_OSSL(EVP_DigestSign(md, sig, &sig_len, info, t->len), SG_EINTERNAL, "cannot sign the CSR");
-
-	uint8_t der[sizeof(t->info) + 320];
-	sg_der_writer w;
-	sg_der_writer_init(&w, der, sizeof(der));
-	size_t mark = sg_der_begin(&w, 0x30);
-	sg_der_raw(&w, info, t->len);
-	sg_sigalg_encode(&w, SG_SIG_RSA_SHA256);
-	sg_der_bits(&w, sig, sig_len);
-	sg_der_end(&w, mark);
-	SG_TRY(sg_der_writer_status(&w));
-	return sg_pem_encode("CERTIFICATE REQUEST", w.buf, w.len, pem, pem_len);
+	return sign_csr(r->keys[k], SG_SIG_RSA_SHA256, info, t->len, pem, pem_len);
 }
 
 /* OpenSSL's own verdict on one CSR of each thread: the template path must
@@ -458,35 +462,27 @@ static int p256_keygen(EVP_PKEY_CTX **out)
 	return SG_OK;
 }
 
-static int csr_range(csr_job *j)
+static int csr_range(void *ctx, size_t from, size_t to)
 {
+	const csr_ctx *j = ctx;
 	EVP_PKEY_CTX *kctx SG_CLEANUP(pkey_ctx_freep) = NULL;
 	if (!j->rsa)
 		SG_TRY(p256_keygen(&kctx));
 	int rc = SG_OK;
-	for (size_t i = j->from; i < j->to && rc == SG_OK; i++) {
+	for (size_t i = from; i < to && rc == SG_OK; i++) {
 		char *pem = NULL;
 		size_t pem_len = 0;
 		size_t k = j->ids->of ? j->ids->of[i % j->ids->n_of] : 0;
 		j->items[i].identity = j->ids->names[k];
 		rc = j->rsa ? make_rsa_csr(j->rsa, i, &j->tpls[k], &pem, &pem_len, &j->items[i])
 		            : make_csr(kctx, &j->tpls[k], &pem, &pem_len, &j->items[i]);
-		if (rc == SG_OK && i == j->from)
+		if (rc == SG_OK && i == from)
 			rc = check_csr(pem, pem_len);
 		if (rc == SG_OK)
 			rc = make_body(j->kind, pem, pem_len, j->ttl, &j->items[i]);
 		free(pem);
 	}
 	return rc;
-}
-
-static void *csr_thread(void *p)
-{
-	csr_job *j = p;
-	j->rc = csr_range(j);
-	if (j->rc < 0)
-		sg_error_save(&j->err);
-	return NULL;
 }
 
 /* Makes n distinct CSRs on `threads` threads (key generation dominates and
@@ -520,27 +516,8 @@ int lg_items_make_opts(lg_item **out, size_t n, unsigned threads, lg_kind kind, 
 			SG_TRY(make_template(key, ids->names[k], &tpls[k]));
 		}
 	}
-	if (threads > n)
-		threads = (unsigned)n;
-	csr_job jobs[64];
-	pthread_t tids[64];
-	unsigned started = 0;
-	for (unsigned t = 0; t < threads; t++) {
-		jobs[t] = (csr_job){
-		    items, n * t / threads, n * (t + 1) / threads, kind, tpls, ids, ttl, rsa ? &keys : NULL, {0}, 0};
-		if (pthread_create(&tids[t], NULL, csr_thread, &jobs[t]) != 0)
-			break;
-		started++;
-	}
-	int rc = started == threads ? SG_OK : sg_error_set(SG_EINTERNAL, "cannot start the CSR threads");
-	for (unsigned t = 0; t < started; t++) {
-		pthread_join(tids[t], NULL);
-		if (jobs[t].rc < 0 && rc == SG_OK) {
-			sg_error_restore(&jobs[t].err);
-			rc = jobs[t].rc;
-		}
-	}
-	return rc;
+	csr_ctx c = {items, kind, tpls, ids, ttl, rsa ? &keys : NULL};
+	return run_split(csr_range, &c, 0, n, threads ? threads : 1);
 }
 
 int lg_items_make_ids(lg_item **out, size_t n, unsigned threads, lg_kind kind, const lg_idset *ids, int64_t ttl)

@@ -145,20 +145,34 @@ static void load_stop(load *l, pthread_t *th)
 	free(l->csr);
 }
 
+/* A 2 ms token (every C_Sign) and a pool of its own on an appliance
+ * whose own pool is one thread: base BASE, and grown workers retire after
+ * 300 ms idle (a test need not wait signetd's 2 s). NULL (a failed check,
+ * nothing left open) when it cannot be made. */
+static sg_pool *slow_pool(sg_appliance **app)
+{
+	p11_fault_control(control, "C_Sign delay_ms=2\n");
+	*app = open_app(1, 0);
+	sg_pool_options po = {.threads = BASE, .idle_ms = 300};
+	sg_pool *p = NULL;
+	if (*app)
+		SG_CHECK_OK(sg_pool_new(&p, sg_appliance_ca(*app), sg_appliance_hsm(*app), &po));
+	if (!p) {
+		sg_appliance_free(*app);
+		*app = NULL;
+	}
+	return p;
+}
+
 /* 2 ms in every C_Sign: the pool grows past its base of 2 while requests
  * queue, the module sees far more than 2 signatures at once, nothing fails;
  * once idle the grown workers retire and their sessions close. */
 static void t_latency_grows_and_shrinks(void)
 {
-	p11_fault_control(control, "C_Sign delay_ms=2\n");
-	sg_appliance *app = open_app(1, 0);
-	sg_pool_options po = {.threads = BASE, .idle_ms = 300};
-	sg_pool *p = NULL;
-	SG_CHECK_OK(sg_pool_new(&p, sg_appliance_ca(app), sg_appliance_hsm(app), &po));
-	if (!p) {
-		sg_appliance_free(app);
+	sg_appliance *app = NULL;
+	sg_pool *p = slow_pool(&app);
+	if (!p)
 		return;
-	}
 	peaks_reset();
 	load l;
 	pthread_t th[CLIENTS];
@@ -245,15 +259,10 @@ static void t_steady_latency_keeps_workers(void)
  * the slow period have left its window (idle_ms). */
 static void t_latency_falls_under_load(void)
 {
-	p11_fault_control(control, "C_Sign delay_ms=2\n");
-	sg_appliance *app = open_app(1, 0);
-	sg_pool_options po = {.threads = BASE, .idle_ms = 300};
-	sg_pool *p = NULL;
-	SG_CHECK_OK(sg_pool_new(&p, sg_appliance_ca(app), sg_appliance_hsm(app), &po));
-	if (!p) {
-		sg_appliance_free(app);
+	sg_appliance *app = NULL;
+	sg_pool *p = slow_pool(&app);
+	if (!p)
 		return;
-	}
 	load l;
 	pthread_t th[CLIENTS];
 	load_start(&l, th, p);
