@@ -160,12 +160,14 @@ else
 fi
 # A token per request: one pool per run, WARMUP + REQUESTS tokens, so that
 # no token is sent twice in the whole script (signetd's verification cache
-# outlives a run); each pool's --ttl starts past the previous one's last
-# expiry (all within the 48 h a development token may live).
+# outlives a run): each pool's tokens are for accounts of a namespace of
+# their own (bench-1, bench-2, ...), and within a pool no two share an
+# expiry. (Earlier pools followed each other's expiries, and six pools of a
+# fast run passed the 48 h a development token may live.)
 tflag=--token-dir
 [ "$TOKENS" = one ] && tflag=--token-file
 tpath() { if [ "$TOKENS" = one ]; then echo "$tmp/token"; else echo "$tmp/pool.$1"; fi; }
-next_ttl=3600
+pool_no=0
 # accounts COUNT: the service accounts COUNT requests are spread over: 1
 # with P-256 CSRs; with RSA ones, enough that none gets more than CSR_KEYS.
 accounts() {
@@ -176,14 +178,14 @@ make_pool() { # NAME COUNT (at most loadgen's 100,000; a longer run wraps, and s
   [ "$TOKENS" = pool ] || return 0
   local n=$(($2 > 100000 ? 100000 : $2)) k
   k=$(accounts "$n")
+  pool_no=$((pool_no + 1))
   if [ "$TOKEN_ALG" = rs256 ]; then
     run /usr/bin/python3 perf/tokenpool.py rs256 --key "$tmp/rs256.key" --issuer "$issuer" --out "$tmp/pool.$1" \
-      --count "$n" --ttl "$next_ttl" --service-accounts "$k" >/dev/null
+      --count "$n" --namespace "bench-$pool_no" --service-accounts "$k" >/dev/null
   else
     run /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$SIGNETCTL" --config "$conf" --out "$tmp/pool.$1" \
-      --count "$n" --ttl "$next_ttl" --jobs 2 --service-accounts "$k" >/dev/null
+      --count "$n" --namespace "bench-$pool_no" --jobs 2 --service-accounts "$k" >/dev/null
   fi
-  next_ttl=$((next_ttl + n))
 }
 echo "== CSRs: $CSR_KEY$([ "$CSR_KEY" = rsa2048 ] && echo " ($CSR_KEYS keys per run)"); tokens signed $TOKEN_ALG"
 if [ "$TOKENS" = pool ]; then
