@@ -14,7 +14,9 @@
  *
  * - Every request carries its own CSR. All warmup + requests CSRs (a new
  *   P-256 key each, istio-agent's shape: empty O=, one critical URI SAN,
- *   self-signed with ECDSA-SHA256) are made before the clock starts, so no
+ *   self-signed with ECDSA-SHA256; or with --csr-key rsa2048, istio-agent's
+ *   default key, from a per-run set of RSA keys, each CSR distinct by its
+ *   identity and key: lg_common.h) are made before the clock starts, so no
  *   server-side cache keyed by request content can short-cut the work and
  *   the client spends no CPU on keys while measuring (it shares the
  *   machine with the server). The request info is a template made once by
