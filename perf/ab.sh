@@ -44,7 +44,7 @@ LOADGEN=build-perf/perf/loadgen
 # shellcheck source=perf/lib.sh
 . perf/lib.sh
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-ab.XXXXXX")
+tmp=$(perf_tmpdir signet-ab)
 pids=()
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {

@@ -73,7 +73,9 @@ for tool in cmake cfssl cfssljson python3; do
 done
 
 # ---- cleanup: only the processes started here, by their ids -------------
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-compare.XXXXXX")
+# shellcheck source=perf/lib.sh
+. perf/lib.sh
+tmp=$(perf_tmpdir signet-compare)
 pids=()
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {

@@ -40,7 +40,7 @@ for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT"; do
   [ -e "$f" ] || { echo "missing $f (build with -DSIGNET_BUILD_PERF=ON)" >&2; exit 2; }
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-hl.XXXXXX")
+tmp=$(perf_tmpdir signet-hl)
 pids=()
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {

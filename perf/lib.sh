@@ -2,7 +2,33 @@
 # Shell pieces the side-by-side scripts share (perf/ab.sh,
 # perf/hsmlatency.sh), sourced after they set LOADGEN and the loadgen
 # settings C (connections), M (concurrency per connection), N (requests),
-# D (duration) and W (warm-up requests).
+# D (duration) and W (warm-up requests); perf/compare.sh and
+# perf/tokenreview.sh source it for perf_tmpdir alone.
+
+# perf_tmpdir NAME: makes a private directory (mode 0700) for a run's CA,
+# logs and token pools and prints its path: under TMPDIR when that is set,
+# else on /dev/shm when it is a writable RAM file system with 2 GiB free,
+# else under /tmp. Why not simply /tmp: where /tmp is on disk, the kernel's
+# flusher thread writes the tens of thousands of token files a run makes
+# (and the access times loadgen's reading of them sets) back to disk some
+# 30 s later, in the middle of a measured run, and takes a vCPU for tens of
+# milliseconds at a time: on a 2-vCPU machine each 10 s open-loop run had
+# one such stall, which made signet's p99 at 5,000/s 27-47 ms instead of
+# 5 (perf/README.md, section 2). Says on stderr which file system it took.
+perf_tmpdir() {
+  local base=${TMPDIR:-} free
+  if [ -z "$base" ]; then
+    base=/tmp
+    free=$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 { print $4 }')
+    if [ "$(stat -f -c %T /dev/shm 2>/dev/null)" = tmpfs ] && [ -w /dev/shm ] && [ "${free:-0}" -ge 2097152 ]; then
+      base=/dev/shm
+    else
+      echo "perf: /dev/shm is not a writable tmpfs with 2 GiB free; files under /tmp" \
+        "(on disk, its write-back can stall measured runs; set TMPDIR to a RAM file system)" >&2
+    fi
+  fi
+  mktemp -d "$base/$1.XXXXXX"
+}
 
 # perf_ticks PID: the process's user + system CPU so far, in clock ticks.
 perf_ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }

@@ -55,7 +55,9 @@ for m in "${MODES[@]}"; do
   case $m in tokenreview | auto | jwks) ;; *) die "SIGNET_TR_MODES: unknown mode $m" ;; esac
 done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/signet-tokenreview.XXXXXX")
+# shellcheck source=perf/lib.sh
+. perf/lib.sh
+tmp=$(perf_tmpdir signet-tokenreview)
 pids=()
 # shellcheck disable=SC2317  # called by the trap
 cleanup() {
