@@ -10,11 +10,11 @@
 # else on /dev/shm when it is a writable RAM file system with 2 GiB free,
 # else under /tmp. Why not simply /tmp: where /tmp is on disk, the kernel's
 # flusher thread writes the tens of thousands of token files a run makes
-# (and the access times loadgen's reading of them sets) back to disk some
-# 30 s later, in the middle of a measured run, and takes a vCPU for tens of
-# milliseconds at a time: on a 2-vCPU machine each 10 s open-loop run had
-# one such stall, which made signet's p99 at 5,000/s 27-47 ms instead of
-# 5 (perf/README.md, section 2). Says on stderr which file system it took.
+# back to disk some 30 s later (the default expiry of dirty pages), in the
+# middle of a measured run, and takes a vCPU for tens of milliseconds at a
+# time: on a 2-vCPU machine each 10 s open-loop run had such a stall, and
+# signet's p99 at 5,000/s was 57-868 ms instead of 4.5-13 (perf/README.md,
+# section 2). Says so on stderr when it falls back to /tmp.
 perf_tmpdir() {
   local base=${TMPDIR:-} free
   if [ -z "$base" ]; then
