@@ -72,6 +72,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 
 #define REAPER_TICK_MS 20
@@ -728,6 +729,7 @@ typedef struct cq_arg {
 
 static void *cq_thread(void *p)
 {
+	prctl(PR_SET_NAME, "sg-grpc-cq"); /* top -H, perf and /proc tell the transport threads apart */
 	cq_arg a = *(cq_arg *)p;
 	free(p);
 	grpc_completion_queue *cq = a.srv->cqs[a.i];

@@ -93,6 +93,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -288,6 +289,7 @@ static void refresh_signer(worker *w)
 
 static void *worker_main(void *arg)
 {
+	prctl(PR_SET_NAME, "sg-signer"); /* top -H, perf and /proc tell the pool's threads apart */
 	worker *w = arg;
 	sg_pool *p = w->pool;
 	job batch[BATCH];
@@ -513,6 +515,7 @@ static void grow(sg_pool *p, unsigned n)
 
 static void *manager_main(void *arg)
 {
+	prctl(PR_SET_NAME, "sg-pool-mgr");
 	sg_pool *p = arg;
 	pthread_mutex_lock(&p->lock);
 	while (!p->stopping) {
