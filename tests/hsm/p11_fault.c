@@ -17,7 +17,9 @@
  *   error     the call answers this code instead of being made; always, with
  *             probability prob, or on every Nth call of that function
  *   delay_ms  fixed latency before the call; spike_ms with probability
- *             spike_prob on top (random spikes)
+ *             spike_prob on top (random spikes). Fractions are kept to the
+ *             microsecond (delay_ms=0.02: a thread that sleeps 20 us in
+ *             every call, the cost of a blocking call without the wait)
  *   hang      up to N calls of the function at a time block before the call
  *             until a re-read finds the rule's hang gone (or 0): "hung until
  *             released". The hung thread itself polls the file.
@@ -104,8 +106,8 @@ typedef struct rule {
 	CK_RV error;    /* CKR_OK: none */
 	double prob;    /* of the error; 0 with every == 0: always */
 	unsigned every; /* error on every Nth call */
-	unsigned delay_ms;
-	unsigned spike_ms;
+	unsigned delay_us;
+	unsigned spike_us;
 	double spike_prob;
 	unsigned hang;  /* calls that may hang at once */
 	double corrupt; /* C_Sign: flip a bit with this probability */
@@ -161,9 +163,9 @@ static uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static void sleep_ms(unsigned ms)
+static void sleep_us(unsigned us)
 {
-	struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+	struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
 }
@@ -265,10 +267,10 @@ static bool parse_setting(rule *r, const char *kv)
 		r->prob = d;
 	else if (strcmp(key, "every") == 0)
 		r->every = (unsigned)d;
-	else if (strcmp(key, "delay_ms") == 0)
-		r->delay_ms = (unsigned)d;
-	else if (strcmp(key, "spike_ms") == 0)
-		r->spike_ms = (unsigned)d;
+	else if (strcmp(key, "delay_ms") == 0 && d < 1e6)
+		r->delay_us = (unsigned)(d * 1000 + 0.5);
+	else if (strcmp(key, "spike_ms") == 0 && d < 1e6)
+		r->spike_us = (unsigned)(d * 1000 + 0.5);
 	else if (strcmp(key, "spike_prob") == 0)
 		r->spike_prob = d;
 	else if (strcmp(key, "hang") == 0)
@@ -408,7 +410,7 @@ static bool before_call(int fi, CK_RV *rv, double *corrupt)
 		pthread_mutex_unlock(&rules_mu);
 		event("hang", func_names[fi], (long)n);
 		for (;;) {
-			sleep_ms(RECHECK_MS);
+			sleep_us(RECHECK_MS * 1000u);
 			maybe_reload();
 			pthread_mutex_lock(&rules_mu);
 			rule now = rules[fi].set ? rules[fi] : rules[F_ANY];
@@ -421,11 +423,11 @@ static bool before_call(int fi, CK_RV *rv, double *corrupt)
 		event("release", func_names[fi], (long)n);
 	}
 	pthread_mutex_unlock(&rules_mu);
-	unsigned wait = r.delay_ms;
-	if (r.spike_ms && uniform() < r.spike_prob)
-		wait += r.spike_ms;
+	unsigned wait = r.delay_us;
+	if (r.spike_us && uniform() < r.spike_prob)
+		wait += r.spike_us;
 	if (wait)
-		sleep_ms(wait);
+		sleep_us(wait);
 	*corrupt = r.corrupt;
 	if (r.error == CKR_OK)
 		return false;
@@ -438,7 +440,7 @@ static bool before_call(int fi, CK_RV *rv, double *corrupt)
 static void enter_state(void)
 {
 	while (atomic_load(&crashing))
-		sleep_ms(1);
+		sleep_us(1000);
 	pthread_rwlock_rdlock(&state_lock);
 }
 
