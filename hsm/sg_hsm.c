@@ -183,6 +183,7 @@
 #define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
 #define PROBES_BEFORE_REINIT 5 /* failed test signatures in a row before the module is re-initialised */
 #define WAIT_SAMPLE_GAP_NS 10000000ull /* at most one signing call per token per 10 ms has its wait measured */
+#define SLEPT_MIN_NS 20000u            /* a measured call that slept this long waited for the token */
 #define RESERVED_SESSIONS 2    /* of a token's ulMaxSessionCount: the admin session and a probe's */
 #define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
 
@@ -1708,11 +1709,15 @@ static CK_RV sign_once(sg_hsm_session *s, CK_MECHANISM_TYPE m, const uint8_t *in
  * by up to a scheduler tick for a running thread while the second is
  * brought up to date each time the thread gets a CPU, which is what
  * counts here: a thread preempted during the call has been given a CPU
- * again before it reads. */
-static bool thread_sched_ns(uint64_t *run, uint64_t *queued)
+ * again before it reads. The clock is read on the call's side of the file
+ * (after it before the call, before it after): the open and read of a
+ * proc file cost tens of microseconds on a virtual machine, as much as a
+ * fast token's signature, and counted as the call's CPU time they hid a
+ * short wait. */
+static bool thread_sched_ns(uint64_t *run, uint64_t *queued, bool before_call)
 {
 	struct timespec ts;
-	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
+	if (!before_call && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
 		return false;
 	int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -1725,6 +1730,8 @@ static bool thread_sched_ns(uint64_t *run, uint64_t *queued)
 	buf[n] = '\0';
 	unsigned long long r, q;
 	if (sscanf(buf, "%llu %llu", &r, &q) != 2)
+		return false;
+	if (before_call && clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0)
 		return false;
 	*run = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 	*queued = q;
@@ -1747,7 +1754,7 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 	                                                                     memory_order_relaxed, memory_order_relaxed);
 	uint64_t r0 = 0, q0 = 0, r1 = 0, q1 = 0;
 	if (sample)
-		sample = thread_sched_ns(&r0, &q0);
+		sample = thread_sched_ns(&r0, &q0, true);
 	atomic_fetch_add_explicit(&t->in_flight, 1, memory_order_relaxed);
 	/* The clock read above starts the call unless the scheduler's
 	 * times were read after it. */
@@ -1755,11 +1762,18 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 	CK_RV rv = sign_once(s, m, in, inlen, sig, siglen, fn);
 	uint64_t wall = sg_now_ns() - w0;
 	atomic_fetch_sub_explicit(&t->in_flight, 1, memory_order_relaxed);
-	if (sample && thread_sched_ns(&r1, &q1)) {
-		uint64_t busy = (r1 - r0) + (q1 - q0);
+	if (sample && thread_sched_ns(&r1, &q1, false)) {
+		uint64_t run = r1 - r0, busy = run + (q1 - q0), slept = wall > busy ? wall - busy : 0;
 		atomic_fetch_add_explicit(&t->wait_samples, 1, memory_order_relaxed);
-		atomic_fetch_add_explicit(&t->sign_wait_ns, wall > busy ? wall - busy : 0, memory_order_relaxed);
-		if (wall > 2 * busy)
+		atomic_fetch_add_explicit(&t->sign_wait_ns, slept, memory_order_relaxed);
+		/* Asleep: it slept at all (SLEPT_MIN_NS, above the clocks'
+		 * disagreement). Not "asleep for most of its wall time", nor
+		 * "longer than it ran": on a busy host a thread woken by a token
+		 * that answers in 0.1 ms waits longer than that for a CPU, and
+		 * its own time on a CPU (the module's, and these readings')
+		 * is of the same order; such a token was taken for a fast one
+		 * and the pool stayed at its base (perf/README.md section 13). */
+		if (slept >= SLEPT_MIN_NS)
 			atomic_fetch_add_explicit(&t->asleep_samples, 1, memory_order_relaxed);
 	}
 	atomic_fetch_add_explicit(&t->sign_ns, wall, memory_order_relaxed);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # signetd on a slow token against the same signetd on a fast one, side by
-# side in one run (#32): three servers, each on its own fresh P-256 CA and
-# with default settings: one on SoftHSM2 directly, two through p11_fault
-# (tests/hsm/p11_fault.c) delaying every C_Sign by 2 ms and by 10 ms. The
+# side in one run (#32): four servers, each on its own fresh P-256 CA and
+# with default settings: one on SoftHSM2 directly, three through p11_fault
+# (tests/hsm/p11_fault.c) delaying every C_Sign by 0.1 ms (a token on the
+# host's bus, or its own thread asleep for a moment), 2 ms and 10 ms. The
 # same loadgen settings (default 4 connections x 16 calls = 64 in flight)
 # drive them in alternating rounds; prints each run, each server's CPU per
 # certificate and signer threads (signet_signer_threads, read right after
@@ -12,9 +13,16 @@
 #   perf/hsmlatency.sh [BUILD_DIR]    (default: build; needs signetd,
 #                                      signetctl, perf/loadgen, hsm_p11_fault)
 #
+# A change's effect on slow tokens: SIGNET_HL_BASELINE=path/to/signetd (an
+# earlier commit's build, as for perf/ab.sh) starts that signetd too at
+# every delay, the two builds' servers taking turns to run first from round
+# to round (the second of two back-to-back runs here measured a few per
+# cent lower), and prints each delay's best rounds, this build against the
+# baseline, as well.
+#
 # Knobs: SIGNET_HL_CONNECTIONS [4], SIGNET_HL_CONCURRENCY [16],
 # SIGNET_HL_REQUESTS [20000], SIGNET_HL_DURATION [15s], SIGNET_HL_WARMUP
-# [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["2 10"] (ms; one server
+# [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["0.1 2 10"] (ms; one server
 # each), SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
 # "--hsm-max-sessions 2" for the CPU-sized pool of before #32). Every run is bounded in count and time; every server binds
 # 127.0.0.1 and is stopped by the exit trap.
@@ -27,8 +35,9 @@ N=${SIGNET_HL_REQUESTS:-20000}
 D=${SIGNET_HL_DURATION:-15s}
 W=${SIGNET_HL_WARMUP:-1000}
 ROUNDS=${SIGNET_HL_ROUNDS:-3}
-read -ra DELAYS <<<"${SIGNET_HL_DELAYS:-2 10}"
+read -ra DELAYS <<<"${SIGNET_HL_DELAYS:-0.1 2 10}"
 read -ra FLAGS <<<"${SIGNET_HL_FLAGS:-}"
+BASELINE=${SIGNET_HL_BASELINE:-}
 
 SIGNETD=$BUILD/daemon/signetd
 CTL=$BUILD/ctl/signetctl
@@ -36,7 +45,7 @@ LOADGEN=$BUILD/perf/loadgen
 # shellcheck source=perf/lib.sh
 . perf/lib.sh
 FAULT=$BUILD/tests/hsm/hsm_p11_fault.so
-for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT"; do
+for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT" ${BASELINE:+"$BASELINE"}; do
   [ -e "$f" ] || { echo "missing $f (build with -DSIGNET_BUILD_PERF=ON)" >&2; exit 2; }
 done
 
@@ -58,14 +67,15 @@ trap 'exit 130' INT TERM
 echo "== HSM latency $(date -u +%Y-%m-%dT%H:%M:%SZ): nproc=$(nproc)" \
   "cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "   signetd=$SIGNETD ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+[ -z "$BASELINE" ] || echo "   baseline=$BASELINE (servers b*)"
 echo "   flags: ${FLAGS[*]:-(defaults)}"
 echo "   loadgen: $C connections x $M in flight, at most $N requests or $D per run, $ROUNDS rounds"
 
-# start NAME DELAY_MS: a CA, signetd (0: SoftHSM2 directly; else through
-# p11_fault with that C_Sign delay), a token.
+# start NAME DELAY_MS [SIGNETD]: a CA, signetd (0: SoftHSM2 directly; else
+# through p11_fault with that C_Sign delay), a token.
 declare -A port mport pid
 start() {
-  local name=$1 delay=$2 dir=$tmp/$1
+  local name=$1 delay=$2 dir=$tmp/$1 bin=${3:-$SIGNETD}
   "$CTL" init --dir "$dir" --key-type ecdsa-p256 --log-level warn >/dev/null
   local extra=()
   if [ "$delay" != 0 ]; then
@@ -74,7 +84,7 @@ start() {
   fi
   : >"$dir/signetd.log" # read below before the server may have opened it
   SIGNET_P11FAULT_CONTROL=$dir/p11fault.control \
-    "$SIGNETD" --config "$dir/signet.conf" "${extra[@]}" "${FLAGS[@]}" --serving-address 127.0.0.1:0 \
+    "$bin" --config "$dir/signet.conf" "${extra[@]}" "${FLAGS[@]}" --serving-address 127.0.0.1:0 \
     --http-address 127.0.0.1 --metrics-port 0 --readiness-probe-port 0 --log-format json \
     >"$dir/signetd.log" 2>&1 &
   pid[$name]=$!
@@ -91,9 +101,11 @@ start() {
 }
 names=(d0)
 start d0 0
+[ -z "$BASELINE" ] || { names+=(b0); start b0 0 "$BASELINE"; }
 for d in "${DELAYS[@]}"; do
   names+=("d$d")
   start "d$d" "$d"
+  [ -z "$BASELINE" ] || { names+=("b$d"); start "b$d" "$d" "$BASELINE"; }
 done
 
 # threads NAME: signet_signer_threads from /metrics ("?" when not found).
@@ -114,15 +126,26 @@ EOF
 declare -A best
 for name in "${names[@]}"; do best[$name]=0; done
 for r in $(seq "$ROUNDS"); do
-  for name in "${names[@]}"; do
+  order=("${names[@]}")
+  if [ -n "$BASELINE" ] && [ $((r % 2)) = 0 ]; then # the baseline first
+    order=()
+    for ((i = 0; i < ${#names[@]}; i += 2)); do order+=("${names[i + 1]}" "${names[i]}"); done
+  fi
+  for name in "${order[@]}"; do
     read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name")
     th=$(threads "$name")
-    label=${name#d}
-    echo "round $r C_Sign +${label} ms (load $(cut -d' ' -f1 /proc/loadavg)): $line, signer threads $th"
+    label="C_Sign +${name#?} ms"
+    [ "${name:0:1}" = b ] && label="baseline, $label"
+    echo "round $r $label (load $(cut -d' ' -f1 /proc/loadavg)): $line, signer threads $th"
     best[$name]=$(python3 -c "print(max(${best[$name]}, $rate))")
   done
 done
 for name in "${names[@]}"; do
-  [ "$name" = d0 ] && continue
-  python3 -c "print(f'best of $ROUNDS: +${name#d} ms {${best[$name]}:.1f}/s against undelayed {${best[d0]}:.1f}/s = {${best[$name]} / ${best[d0]}:.3f}')"
+  case $name in d0 | b0) continue ;; esac
+  build=${name:0:1} who=""
+  [ "$build" = b ] && who="baseline, "
+  python3 -c "print(f'best of $ROUNDS: ${who}+${name#?} ms {${best[$name]}:.1f}/s against undelayed {${best[${build}0]}:.1f}/s = {${best[$name]} / ${best[${build}0]}:.3f}')"
+done
+[ -z "$BASELINE" ] || for d in 0 "${DELAYS[@]}"; do
+  python3 -c "print(f'best of $ROUNDS: +$d ms, this build against the baseline: {${best[d$d]}:.1f}/s against {${best[b$d]}:.1f}/s = {${best[d$d]} / ${best[b$d]}:.3f}')"
 done

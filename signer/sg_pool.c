@@ -39,13 +39,17 @@
  * scheduler vary (on a busy two-CPU host, 1x kept a 2 ms token at 0.74 of
  * the undelayed rate, 2x at 0.86; perf/README.md). Extra threads cost a
  * stack and a session each, and growth is capped by demand anyway.
- * For a token that computes on our CPU, wait is near zero and target is the
- * base: no change from a CPU-sized pool. A wait under an eighth of the
- * service time is treated as zero (a token whose waits are a small part of
- * a certificate is not what holds the CPUs back), and so is one that most
- * calls do not share (below). Not half: on a slow CPU path (a sanitizer
- * build, a loaded host) a 2 ms token's wait was under half the service and
- * the pool stayed at its base. The target is bounded by
+ * For a token that computes on our CPU, most calls do not sleep at all,
+ * the wait counts as zero (below) and target is the base: no change from a
+ * CPU-sized pool. A token that makes most calls sleep, however briefly,
+ * gets at least HEADROOM x base. Not only a wait that is a large part of
+ * the service: a token answering in 20-100 us was treated as a fast one
+ * while its wait was under an eighth of the service (which counts the
+ * time a woken thread queues for a CPU, large on a busy host), and a
+ * CPU-sized pool whose threads each sleep once per certificate, with no
+ * other signer to take the CPU meanwhile, signed up to a quarter fewer
+ * certificates than one grown to 5-7 threads (perf/README.md section 13).
+ * The target is bounded by
  * max_threads and by what the tokens allow (ulMaxSessionCount, through
  * sg_hsm_load.max_sessions; an open refused anyway stops growth for
  * GROW_BACKOFF_MS), and growth follows demand: workers are added only while
@@ -367,7 +371,7 @@ static unsigned size_target(sg_pool *p)
 		p->last_wait_ns = l.wait_ns;
 	}
 	uint64_t service = atomic_load_explicit(&p->service_ns, memory_order_relaxed);
-	if (!service || 8 * wait < service)
+	if (!service || wait == 0)
 		return p->base;
 	/* service - wait is the CPU time per certificate; a floor of 1/64 of
 	 * the service keeps the ratio finite (max bounds it anyway). */

@@ -8,8 +8,9 @@
  * loaded once the token is fast again; latency spikes
  * are ridden through without errors; a token session limit lower than the
  * pool would grow to is never passed (no open refused, no error), nor is
- * hsm-max-sessions; a token that does not state its limit has none; a fast
- * token keeps the CPU-sized pool.
+ * hsm-max-sessions; a token that does not state its limit has none; a token
+ * answering in 0.1 ms grows the pool too; a fast token keeps the CPU-sized
+ * pool.
  *
  * Everything is asserted on observable state (pool and HSM counters, and
  * p11_fault's own peaks), never on throughput or timing ratios; waits are
@@ -380,6 +381,37 @@ static void t_max_sessions_setting(void)
 	sg_appliance_free(app);
 }
 
+/* A token that answers in 0.1 ms (every C_Sign): most calls sleep, if
+ * briefly, and the pool grows past its base while requests queue. A wait
+ * this short is a small part of a certificate's time in the pool (which
+ * counts the woken thread's wait for a CPU), and the sizing used to take
+ * such a token for a fast one: each of the base's threads then slept once
+ * per certificate with nothing to take its CPU (perf/README.md, 13). */
+static void t_short_latency_grows(void)
+{
+	p11_fault_control(control, "C_Sign delay_ms=0.1\n");
+	sg_appliance *app = open_app(BASE, 0);
+	sg_pool *p = sg_appliance_pool(app);
+	load l;
+	pthread_t th[CLIENTS];
+	load_start(&l, th, p);
+	SG_WAIT_FOR(120000, pool_stats(p).threads_started > 0 ||
+	                        atomic_load(&l.ok) + atomic_load(&l.failed) >= CLIENTS * PER_CLIENT);
+	load_stop(&l, th);
+	sg_pool_stats st = pool_stats(p);
+	sg_hsm_load hl;
+	sg_hsm_load_get(sg_appliance_hsm(app), &hl);
+	fprintf(stderr, "0.1 ms: %d issued, most threads %u, wait %llu us, service %llu us, asleep %llu of %llu\n",
+	        atomic_load(&l.ok), atomic_load(&l.most_threads), (unsigned long long)st.hsm_wait_ns / 1000,
+	        (unsigned long long)st.service_ns / 1000, (unsigned long long)hl.asleep,
+	        (unsigned long long)hl.wait_samples);
+	SG_CHECK(atomic_load(&l.failed) == 0);
+	SG_CHECK(2 * hl.asleep >= hl.wait_samples && hl.wait_samples > 0);
+	SG_CHECK(st.threads_started > 0);
+	sg_appliance_free(app);
+	p11_fault_control(control, "");
+}
+
 /* No delay: the token signs on our CPU, so the pool keeps its base however
  * many requests queue. */
 static void t_fast_token_keeps_base(void)
@@ -417,5 +449,6 @@ static void teardown(void)
 
 SG_TEST_MAIN(SG_TEST(setup), SG_TEST(t_latency_grows_and_shrinks), SG_TEST(t_steady_latency_keeps_workers),
              SG_TEST(t_latency_falls_under_load), SG_TEST(t_latency_spikes), SG_TEST(t_token_session_limit),
-             SG_TEST(t_token_limit_unavailable), SG_TEST(t_max_sessions_setting), SG_TEST(t_fast_token_keeps_base),
+             SG_TEST(t_token_limit_unavailable), SG_TEST(t_max_sessions_setting), SG_TEST(t_short_latency_grows),
+             SG_TEST(t_fast_token_keeps_base),
              SG_TEST(teardown))
