@@ -41,8 +41,8 @@
  * stack and a session each, and growth is capped by demand anyway.
  * For a token that computes on our CPU, most calls do not sleep at all,
  * the wait counts as zero (below) and target is the base: no change from a
- * CPU-sized pool. A token that makes most calls sleep, however briefly,
- * gets at least HEADROOM x base. Not only a wait that is a large part of
+ * CPU-sized pool. A token that makes three calls in four sleep, however
+ * briefly, gets at least HEADROOM x base. Not only a wait that is a large part of
  * the service: a token answering in 20-100 us was treated as a fast one
  * while its wait was under an eighth of the service (which counts the
  * time a woken thread queues for a CPU, large on a busy host), and a
@@ -104,7 +104,7 @@
 #define BATCH 8
 #define TICK_MS 20           /* the manager's period while the pool has work */
 #define HEADROOM 2u          /* x the Little's-law figure: slack for latency and scheduling jitter */
-#define MIN_SAMPLE 4         /* measured signatures (sg_hsm_load.wait_samples) before a new wait estimate */
+#define MIN_SAMPLE 16        /* measured signatures (sg_hsm_load.wait_samples) before a new wait estimate */
 #define GROW_BACKOFF_MS 5000 /* no growth after an open failed */
 #define RECENT 7             /* the target is the median of this many ticks' estimates */
 
@@ -360,11 +360,15 @@ static unsigned size_target(sg_pool *p)
 	uint64_t wait = atomic_load_explicit(&p->wait_ns, memory_order_relaxed);
 	uint64_t n = l.wait_samples - p->last_samples;
 	if (n >= MIN_SAMPLE) {
-		/* A wait counts only when most calls were asleep: a slow token
-		 * makes every call wait, while contention inside the module
-		 * (a lock holder preempted on a busy host) makes a few wait
-		 * long, and more threads would only add to it. */
-		wait = 2 * (l.asleep - p->last_asleep) >= n ? (l.wait_ns - p->last_wait_ns) / n : 0;
+		/* A wait counts only when three calls in four were asleep: a
+		 * slow token makes every call wait (0.1 ms: 9 in 10 on a busy
+		 * host), while contention inside the module (a lock holder
+		 * preempted on a busy host) makes a few wait, and more threads
+		 * would only add to it. Under ASan a fast token's calls slept
+		 * 20 us or more one time in five: of four samples, two did now
+		 * and then, and the pool grew; twelve of sixteen happen by
+		 * chance about three times in a million windows. */
+		wait = 4 * (l.asleep - p->last_asleep) >= 3 * n ? (l.wait_ns - p->last_wait_ns) / n : 0;
 		atomic_store_explicit(&p->wait_ns, wait, memory_order_relaxed);
 		p->last_samples = l.wait_samples;
 		p->last_asleep = l.asleep;

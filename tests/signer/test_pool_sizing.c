@@ -283,17 +283,27 @@ static void t_latency_falls_under_load(void)
 	sg_appliance_free(app);
 }
 
+/* CLIENTS clients on an appliance whose pool has BASE threads, over a
+ * token with these p11_fault rules; returns once the pool has started a
+ * worker or every request is done. The caller stops the load. */
+static sg_appliance *load_until_grown(const char *rules, load *l, pthread_t *th)
+{
+	p11_fault_control(control, rules);
+	sg_appliance *app = open_app(BASE, 0);
+	sg_pool *p = sg_appliance_pool(app);
+	load_start(l, th, p);
+	SG_WAIT_FOR(120000, pool_stats(p).threads_started > 0 ||
+	                        atomic_load(&l->ok) + atomic_load(&l->failed) >= CLIENTS * PER_CLIENT);
+	return app;
+}
+
 /* Spikes on top of a small delay: every request issued, the pool grew. */
 static void t_latency_spikes(void)
 {
-	p11_fault_control(control, "C_Sign delay_ms=1 spike_ms=30 spike_prob=0.1\n");
-	sg_appliance *app = open_app(BASE, 0);
-	sg_pool *p = sg_appliance_pool(app);
 	load l;
 	pthread_t th[CLIENTS];
-	load_start(&l, th, p);
-	SG_WAIT_FOR(120000, pool_stats(p).threads_started > 0 ||
-	                        atomic_load(&l.ok) + atomic_load(&l.failed) >= CLIENTS * PER_CLIENT);
+	sg_appliance *app = load_until_grown("C_Sign delay_ms=1 spike_ms=30 spike_prob=0.1\n", &l, th);
+	sg_pool *p = sg_appliance_pool(app);
 	/* Some more under the spikes after growing. */
 	int after = atomic_load(&l.ok) + 200;
 	SG_WAIT_FOR(120000,
@@ -389,14 +399,10 @@ static void t_max_sessions_setting(void)
  * per certificate with nothing to take its CPU (perf/README.md, 13). */
 static void t_short_latency_grows(void)
 {
-	p11_fault_control(control, "C_Sign delay_ms=0.1\n");
-	sg_appliance *app = open_app(BASE, 0);
-	sg_pool *p = sg_appliance_pool(app);
 	load l;
 	pthread_t th[CLIENTS];
-	load_start(&l, th, p);
-	SG_WAIT_FOR(120000, pool_stats(p).threads_started > 0 ||
-	                        atomic_load(&l.ok) + atomic_load(&l.failed) >= CLIENTS * PER_CLIENT);
+	sg_appliance *app = load_until_grown("C_Sign delay_ms=0.1\n", &l, th);
+	sg_pool *p = sg_appliance_pool(app);
 	load_stop(&l, th);
 	sg_pool_stats st = pool_stats(p);
 	sg_hsm_load hl;
