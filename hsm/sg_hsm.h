@@ -171,8 +171,8 @@ typedef struct sg_hsm_load {
 	uint64_t calls;        /* signing calls (C_SignInit + C_Sign) made on signer sessions, failed ones too */
 	uint64_t call_ns;      /* their wall time, summed */
 	uint64_t wait_samples; /* calls whose wait was measured (one in a few) */
-	uint64_t asleep;       /* of those, calls that slept longer than they ran (a slow token makes every
-	                        * call one; contention inside the module, a few) */
+	uint64_t asleep;       /* of those, calls that slept 20 us or more (a slow token makes every call
+	                        * one; contention inside the module, a few) */
 	uint64_t wait_ns;      /* their time asleep in the module (wall time less on a CPU and runnable): waiting
 	                        * for the token */
 	unsigned in_flight;    /* signing calls inside the module now */

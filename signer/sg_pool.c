@@ -42,8 +42,8 @@
  * For a token that computes on our CPU, most calls do not sleep at all,
  * the wait counts as zero (below) and target is the base: no change from a
  * CPU-sized pool. A token that makes three calls in four sleep, however
- * briefly, gets at least HEADROOM x base. Not only a wait that is a large part of
- * the service: a token answering in 20-100 us was treated as a fast one
+ * briefly, gets at least HEADROOM x base. Not only a wait that is a large
+ * part of the service: a token answering in 20-100 us was treated as a fast one
  * while its wait was under an eighth of the service (which counts the
  * time a woken thread queues for a CPU, large on a busy host), and a
  * CPU-sized pool whose threads each sleep once per certificate, with no
@@ -61,7 +61,7 @@
  * few ticks' estimates, and retirement compares with its recent highest,
  * not its latest: a pool that retired on every dip of a noisy estimate and
  * grew on every rise started and closed a thread and a session for one
- * certificate in eight on a 2 ms token. Only a wait most signatures share counts: contention inside the
+ * certificate in eight on a 2 ms token. Only a wait three signatures in four share counts: contention inside the
  * module (a lock holder preempted on a busy host) makes a few calls wait
  * long, and more threads would only feed it (sg_hsm_load.asleep).
  *

@@ -391,8 +391,8 @@ static void t_max_sessions_setting(void)
 	sg_appliance_free(app);
 }
 
-/* A token that answers in 0.1 ms (every C_Sign): most calls sleep, if
- * briefly, and the pool grows past its base while requests queue. A wait
+/* A token that answers in 0.1 ms (every C_Sign): three calls in four (or
+ * more) sleep, if briefly, and the pool grows past its base while requests queue. A wait
  * this short is a small part of a certificate's time in the pool (which
  * counts the woken thread's wait for a CPU), and the sizing used to take
  * such a token for a fast one: each of the base's threads then slept once
@@ -412,7 +412,7 @@ static void t_short_latency_grows(void)
 	        (unsigned long long)st.service_ns / 1000, (unsigned long long)hl.asleep,
 	        (unsigned long long)hl.wait_samples);
 	SG_CHECK(atomic_load(&l.failed) == 0);
-	SG_CHECK(2 * hl.asleep >= hl.wait_samples && hl.wait_samples > 0);
+	SG_CHECK(4 * hl.asleep >= 3 * hl.wait_samples && hl.wait_samples > 0); /* the pool's rule */
 	SG_CHECK(st.threads_started > 0);
 	sg_appliance_free(app);
 	p11_fault_control(control, "");
