@@ -10,6 +10,17 @@
 # the run, before the grown threads retire) and the ratio of each delayed
 # server's best round to the undelayed one's.
 #
+# The host's ceiling, measured in the same run: every signature on a slow
+# token puts a thread to sleep, and what a sleep and its wake-up cost in CPU
+# is the host's (a few us on bare metal, tens on some virtual machines).
+# After each round perf/wakecost measures that cost at each delay; at the
+# end, with the undelayed server's CPU per certificate u and a sleep's cost
+# s (medians), u / (u + s) is the best any server sleeping once per
+# certificate could reach here; and no server can have more than the
+# requests in flight waiting on the token (Little's law: in flight / delay
+# per second). The lower of the two is printed beside each delayed
+# server's ratio.
+#
 #   perf/hsmlatency.sh [BUILD_DIR]    (default: build; needs signetd,
 #                                      signetctl, perf/loadgen, hsm_p11_fault)
 #
@@ -24,8 +35,9 @@
 # SIGNET_HL_REQUESTS [20000], SIGNET_HL_DURATION [15s], SIGNET_HL_WARMUP
 # [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["0.1 2 10"] (ms; one server
 # each), SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
-# "--hsm-max-sessions 2" for the CPU-sized pool of before #32). Every run is bounded in count and time; every server binds
-# 127.0.0.1 and is stopped by the exit trap.
+# "--hsm-max-sessions 2" for the CPU-sized pool of before #32),
+# SIGNET_HL_WAKECOST [1] (0: no ceiling). Every run is bounded in count and
+# time; every server binds 127.0.0.1 and is stopped by the exit trap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=$(realpath "${1:-build}")
@@ -38,6 +50,7 @@ ROUNDS=${SIGNET_HL_ROUNDS:-3}
 read -ra DELAYS <<<"${SIGNET_HL_DELAYS:-0.1 2 10}"
 read -ra FLAGS <<<"${SIGNET_HL_FLAGS:-}"
 BASELINE=${SIGNET_HL_BASELINE:-}
+WAKE=${SIGNET_HL_WAKECOST:-1}
 
 SIGNETD=$BUILD/daemon/signetd
 CTL=$BUILD/ctl/signetctl
@@ -45,7 +58,9 @@ LOADGEN=$BUILD/perf/loadgen
 # shellcheck source=perf/lib.sh
 . perf/lib.sh
 FAULT=$BUILD/tests/hsm/hsm_p11_fault.so
-for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT" ${BASELINE:+"$BASELINE"}; do
+WAKECOST=$BUILD/perf/wakecost
+[ "$WAKE" = 0 ] && WAKECOST=
+for f in "$SIGNETD" "$CTL" "$LOADGEN" "$FAULT" ${BASELINE:+"$BASELINE"} ${WAKECOST:+"$WAKECOST"}; do
   [ -e "$f" ] || { echo "missing $f (build with -DSIGNET_BUILD_PERF=ON)" >&2; exit 2; }
 done
 
@@ -123,8 +138,9 @@ print(int(float(vals[0])) if vals else "?")
 EOF
 }
 
-declare -A best
+declare -A best sleeps
 for name in "${names[@]}"; do best[$name]=0; done
+u0=() # the undelayed server's CPU per certificate, ms, one per round
 for r in $(seq "$ROUNDS"); do
   order=("${names[@]}")
   if [ -n "$BASELINE" ] && [ $((r % 2)) = 0 ]; then # the baseline first
@@ -138,6 +154,15 @@ for r in $(seq "$ROUNDS"); do
     [ "${name:0:1}" = b ] && label="baseline, $label"
     echo "round $r $label (load $(cut -d' ' -f1 /proc/loadavg)): $line, signer threads $th"
     best[$name]=$(python3 -c "print(max(${best[$name]}, $rate))")
+    [ "$name" = d0 ] && u0+=("$(sed -n 's/.*server CPU \([0-9.]*\) ms\/cert.*/\1/p' <<<"$line")")
+  done
+  [ -n "$WAKECOST" ] || continue
+  for d in "${DELAYS[@]}"; do
+    out=$("$WAKECOST" --sleep-us "$(python3 -c "print(max(1, round($d * 1000)))")" --max-threads $((C * M)) \
+      --rounds 1 --seconds 2 --json)
+    read -r cost threads < <(python3 -c "import json,sys; r=json.loads(sys.argv[1]); print(r['cost_us_per_sleep'], r['threads'])" "$out")
+    echo "round $r host (wakecost): a sleep of $d ms costs $cost us of CPU ($threads threads)"
+    sleeps[$d]="${sleeps[$d]:-} $cost"
   done
 done
 for name in "${names[@]}"; do
@@ -145,6 +170,22 @@ for name in "${names[@]}"; do
   build=${name:0:1} who=""
   [ "$build" = b ] && who="baseline, "
   python3 -c "print(f'best of $ROUNDS: ${who}+${name#?} ms {${best[$name]}:.1f}/s against undelayed {${best[${build}0]}:.1f}/s = {${best[$name]} / ${best[${build}0]}:.3f}')"
+done
+[ -z "$WAKECOST" ] || for d in "${DELAYS[@]}"; do
+  python3 - "$d" "${best[d$d]}" "${best[d0]}" "${u0[*]}" "${sleeps[$d]}" $((C * M)) <<'EOF'
+import statistics, sys
+d, rate, rate0, inflight = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[6])
+u = statistics.median(float(x) for x in sys.argv[4].split())
+s = statistics.median(float(x) for x in sys.argv[5].split()) / 1000
+cpu = u / (u + s)
+# Little's law: no more than `inflight` signatures wait d ms at once.
+flight = inflight / (float(d) / 1000) / rate0
+ceiling = min(cpu, flight)
+why = "the CPU a sleep costs" if cpu <= flight else f"{inflight} requests in flight"
+print(f"host ceiling, +{d} ms: {ceiling:.3f} ({why}; one sleep per certificate at {u:.3f} ms of CPU per "
+      f"certificate undelayed and {1000 * s:.1f} us per sleep, medians: {cpu:.3f}; {inflight} in flight "
+      f"/ {d} ms: {flight:.3f}); this build {rate / rate0:.3f}, {rate / rate0 / ceiling:.2f} of the ceiling")
+EOF
 done
 [ -z "$BASELINE" ] || for d in 0 "${DELAYS[@]}"; do
   python3 -c "print(f'best of $ROUNDS: +$d ms, this build against the baseline: {${best[d$d]}:.1f}/s against {${best[b$d]}:.1f}/s = {${best[d$d]} / ${best[b$d]}:.3f}')"
