@@ -568,6 +568,28 @@ void sg_opt_usage(const sg_opt *table, size_t n, void *fp)
 		fprintf(f, "  --help  print this help and exit\n");
 }
 
+bool sg_opt_program(const char *name, const char *about, const sg_opt *table, size_t n, void *target, int argc,
+                    char **argv, int (*check)(void *target), int *status)
+{
+	sg_opt_result res = {0};
+	int rc = sg_opt_parse(table, n, target, argc - 1, argv + 1, &res);
+	if (rc == SG_OK && res.argc > 0)
+		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
+	if (rc == SG_OK && !res.help && check)
+		rc = check(target);
+	if (rc == SG_OK && !res.help)
+		return true;
+	if (rc == SG_OK) {
+		fputs(about, stdout);
+		sg_opt_usage(table, n, stdout);
+	} else {
+		fprintf(stderr, "%s: %s\n", name, sg_error_last()->msg);
+	}
+	sg_opt_free(table, n, target);
+	*status = rc < 0 ? 2 : 0;
+	return false;
+}
+
 void sg_opt_free(const sg_opt *table, size_t n, void *target)
 {
 	for (size_t i = 0; i < n; i++) {

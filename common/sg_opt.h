@@ -141,6 +141,19 @@ SG_API int sg_opt_parse_duration(const char *s, int64_t *out) SG_MUST_CHECK;
  * FILE *), VALUE showing the type, bounds or choices, then --help. */
 SG_API void sg_opt_usage(const sg_opt *table, size_t n, void *fp);
 
+/* The command line of a program with one table and no positional
+ * arguments (the perf tools), in one call: sg_opt_parse of argv[1..argc),
+ * a positional argument refused, then check(target) (may be NULL) for what
+ * one row cannot say, such as a required flag; check runs only when
+ * parsing succeeded and --help was not given. On --help prints `about`
+ * (the program's own usage lines, ending in a blank line) and the table's
+ * usage to stdout; on an error "name: message" to stderr. Returns true
+ * when the program should go on, with target filled (the caller frees it
+ * with sg_opt_free); false when it should exit with *status (0 after
+ * --help, 2 after an error), target already freed. */
+SG_API bool sg_opt_program(const char *name, const char *about, const sg_opt *table, size_t n, void *target, int argc,
+                           char **argv, int (*check)(void *target), int *status);
+
 /* Splits a comma-separated setting ("a, b,,c") in place into at most max
  * items (pointers into list), each without leading spaces; empty items are
  * skipped. SG_EINVAL names `what` when there are more than max, or none. */

@@ -601,36 +601,34 @@ out:
 	return rc;
 }
 
+/* What one row of the table cannot say. */
+static int check_args(void *target)
+{
+	const args *a = target;
+	if (!a->kubeconfig)
+		return sg_error_set(SG_EINVAL, "--kubeconfig is required");
+	for (const char *c = a->configs; c && *c; c++)
+		if (*c < 'A' || *c >= 'A' + (int)N(configs) || strchr(c + 1, *c))
+			return sg_error_set(SG_EINVAL, "--configs: letters A to D, each at most once");
+	if (!a->configs || !*a->configs)
+		return sg_error_set(SG_EINVAL, "--configs: at least one of A to D");
+	return SG_OK;
+}
+
 int main(int argc, char **argv)
 {
 	args a;
 	memset(&a, 0, sizeof(a));
-	sg_opt_result res = {0};
-	int rc = sg_opt_parse(opts, N(opts), &a, argc - 1, argv + 1, &res);
-	if (rc == SG_OK && res.argc > 0)
-		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
-	if (rc == SG_OK && !res.help && !a.kubeconfig)
-		rc = sg_error_set(SG_EINVAL, "--kubeconfig is required");
-	for (const char *c = a.configs; rc == SG_OK && c && *c; c++)
-		if (*c < 'A' || *c >= 'A' + (int)N(configs) || strchr(c + 1, *c))
-			rc = sg_error_set(SG_EINVAL, "--configs: letters A to D, each at most once");
-	if (rc == SG_OK && !res.help && (!a.configs || !*a.configs))
-		rc = sg_error_set(SG_EINVAL, "--configs: at least one of A to D");
-	if (rc < 0 || res.help) {
-		if (rc == SG_OK) {
-			printf("usage: approverbench --kubeconfig FILE [options]\n\n"
-			       "Measures how fast signet's CertificateRequest policy approver decides a burst\n"
-			       "against a real (loopback) API server: signet's defaults (A) and\n"
-			       "approver-policy's one worker without a SubjectAccessReview cache (B).\n\n");
-			sg_opt_usage(opts, N(opts), stdout);
-		} else {
-			fprintf(stderr, "approverbench: %s\n", sg_error_last()->msg);
-		}
-		sg_opt_free(opts, N(opts), &a);
-		return rc < 0 ? 2 : 0;
-	}
+	int status;
+	if (!sg_opt_program("approverbench",
+	                    "usage: approverbench --kubeconfig FILE [options]\n\n"
+	                    "Measures how fast signet's CertificateRequest policy approver decides a burst\n"
+	                    "against a real (loopback) API server: signet's defaults (A) and\n"
+	                    "approver-policy's one worker without a SubjectAccessReview cache (B).\n\n",
+	                    opts, N(opts), &a, argc, argv, check_args, &status))
+		return status;
 	sg_log_configure((sg_log_level)a.log_level, SG_LOG_TEXT);
-	rc = bench(&a);
+	int rc = bench(&a);
 	if (rc < 0)
 		fprintf(stderr, "approverbench: %s\n", sg_error_last()->msg);
 	sg_opt_free(opts, N(opts), &a);

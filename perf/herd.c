@@ -1082,25 +1082,15 @@ int main(int argc, char **argv)
 {
 	hd_args a;
 	memset(&a, 0, sizeof(a));
-	sg_opt_result res = {0};
-	int rc = sg_opt_parse(opts, N(opts), &a, argc - 1, argv + 1, &res);
-	if (rc == SG_OK && res.argc > 0)
-		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
-	if (rc < 0 || res.help) {
-		if (rc == SG_OK) {
-			printf(
-			    "usage: herd --target grpc://127.0.0.1:PORT --token-file T --ca-file ROOT [options]\n\n"
-			    "A mesh restart: N clients connect, call CreateCertificate at the same instant and\n"
-			    "retry as istio-agent does until each holds a verified certificate; prints the\n"
-			    "answers, retries, time to all served against the server's ceiling, and its memory.\n\n");
-			sg_opt_usage(opts, N(opts), stdout);
-		} else {
-			fprintf(stderr, "herd: %s\n", sg_error_last()->msg);
-		}
-		sg_opt_free(opts, N(opts), &a);
-		return rc < 0 ? 2 : 0;
-	}
-	rc = run(&a);
+	int status;
+	if (!sg_opt_program("herd",
+	                    "usage: herd --target grpc://127.0.0.1:PORT --token-file T --ca-file ROOT [options]\n\n"
+	                    "A mesh restart: N clients connect, call CreateCertificate at the same instant and\n"
+	                    "retry as istio-agent does until each holds a verified certificate; prints the\n"
+	                    "answers, retries, time to all served against the server's ceiling, and its memory.\n\n",
+	                    opts, N(opts), &a, argc, argv, NULL, &status))
+		return status;
+	int rc = run(&a);
 	fflush(stdout);
 	if (rc < 0)
 		fprintf(stderr, "herd: %s\n", sg_error_last()->msg);

@@ -551,30 +551,25 @@ static int run(args *a)
 	return finished - failed == b.n ? SG_OK : sg_error_set(SG_ETIMEOUT, "%d of %d certificates", finished - failed, b.n);
 }
 
+static int check_args(void *target)
+{
+	const args *a = target;
+	return a->kubeconfig ? SG_OK : sg_error_set(SG_EINVAL, "--kubeconfig is required");
+}
+
 int main(int argc, char **argv)
 {
 	args a;
 	memset(&a, 0, sizeof(a));
-	sg_opt_result res = {0};
-	int rc = sg_opt_parse(opts, N(opts), &a, argc - 1, argv + 1, &res);
-	if (rc == SG_OK && res.argc > 0)
-		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
-	if (rc == SG_OK && !res.help && !a.kubeconfig)
-		rc = sg_error_set(SG_EINVAL, "--kubeconfig is required");
-	if (rc < 0 || res.help) {
-		if (rc == SG_OK) {
-			printf("usage: kubebench --kubeconfig FILE --config signet.conf --mode cr|csr|ra [options]\n\n"
-			       "Measures how fast signet's cert-manager issuer, CSR signer or RA mode clear\n"
-			       "a burst of requests against a real API server.\n\n");
-			sg_opt_usage(opts, N(opts), stdout);
-		} else {
-			fprintf(stderr, "kubebench: %s\n", sg_error_last()->msg);
-		}
-		sg_opt_free(opts, N(opts), &a);
-		return rc < 0 ? 2 : 0;
-	}
+	int status;
+	if (!sg_opt_program("kubebench",
+	                    "usage: kubebench --kubeconfig FILE --config signet.conf --mode cr|csr|ra [options]\n\n"
+	                    "Measures how fast signet's cert-manager issuer, CSR signer or RA mode clear\n"
+	                    "a burst of requests against a real API server.\n\n",
+	                    opts, N(opts), &a, argc, argv, check_args, &status))
+		return status;
 	sg_settings_apply_log(&a.s);
-	rc = run(&a);
+	int rc = run(&a);
 	if (rc < 0)
 		fprintf(stderr, "kubebench: %s\n", sg_error_last()->msg);
 	sg_opt_free(opts, N(opts), &a);

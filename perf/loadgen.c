@@ -1190,24 +1190,15 @@ int main(int argc, char **argv)
 {
 	lg_args a;
 	memset(&a, 0, sizeof(a));
-	sg_opt_result res = {0};
-	int rc = sg_opt_parse(opts, N(opts), &a, argc - 1, argv + 1, &res);
-	if (rc == SG_OK && res.argc > 0)
-		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
-	if (rc < 0 || res.help) {
-		if (rc == SG_OK) {
-			printf("usage: loadgen --target grpc://127.0.0.1:PORT|http://127.0.0.1:PORT [options]\n\n"
-			       "Drives signetd (gRPC) or cfssl serve (HTTP) with distinct CSRs and prints\n"
-			       "certificates/s and latency percentiles. Tokens: --token-file sends one token\n"
-			       "with every request; --token-dir sends each request its own, as a mesh does.\n\n");
-			sg_opt_usage(opts, N(opts), stdout);
-		} else {
-			fprintf(stderr, "loadgen: %s\n", sg_error_last()->msg);
-		}
-		sg_opt_free(opts, N(opts), &a);
-		return rc < 0 ? 2 : 0;
-	}
-	rc = run(&a);
+	int status;
+	if (!sg_opt_program("loadgen",
+	                    "usage: loadgen --target grpc://127.0.0.1:PORT|http://127.0.0.1:PORT [options]\n\n"
+	                    "Drives signetd (gRPC) or cfssl serve (HTTP) with distinct CSRs and prints\n"
+	                    "certificates/s and latency percentiles. Tokens: --token-file sends one token\n"
+	                    "with every request; --token-dir sends each request its own, as a mesh does.\n\n",
+	                    opts, N(opts), &a, argc, argv, NULL, &status))
+		return status;
+	int rc = run(&a);
 	fflush(stdout);
 	if (rc < 0)
 		fprintf(stderr, "loadgen: %s\n", sg_error_last()->msg);

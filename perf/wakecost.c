@@ -244,24 +244,15 @@ int main(int argc, char **argv)
 {
 	wc_args a;
 	memset(&a, 0, sizeof(a));
-	sg_opt_result res = {0};
-	int rc = sg_opt_parse(opts, N(opts), &a, argc - 1, argv + 1, &res);
-	if (rc == SG_OK && res.argc > 0)
-		rc = sg_error_set(SG_EINVAL, "unexpected argument \"%s\"", res.argv[0]);
-	if (rc < 0 || res.help) {
-		if (rc == SG_OK) {
-			printf("usage: wakecost [options]\n\n"
-			       "What one sleep and wake-up costs this host in CPU: units of work (an ECDSA P-256\n"
-			       "signature and its verification) with no sleep, against enough threads that each\n"
-			       "sleep --sleep-us after every unit to keep the CPUs busy; the phases alternate.\n\n");
-			sg_opt_usage(opts, N(opts), stdout);
-		} else {
-			fprintf(stderr, "wakecost: %s\n", sg_error_last()->msg);
-		}
-		sg_opt_free(opts, N(opts), &a);
-		return rc < 0 ? 2 : 0;
-	}
-	rc = run(&a);
+	int status;
+	if (!sg_opt_program("wakecost",
+	                    "usage: wakecost [options]\n\n"
+	                    "What one sleep and wake-up costs this host in CPU: units of work (an ECDSA P-256\n"
+	                    "signature and its verification) with no sleep, against enough threads that each\n"
+	                    "sleep --sleep-us after every unit to keep the CPUs busy; the phases alternate.\n\n",
+	                    opts, N(opts), &a, argc, argv, NULL, &status))
+		return status;
+	int rc = run(&a);
 	fflush(stdout);
 	if (rc < 0)
 		fprintf(stderr, "wakecost: %s\n", sg_error_last()->msg);

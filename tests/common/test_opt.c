@@ -2,8 +2,9 @@
  * Tests for sg_opt: GNU command-line forms, every value type with its
  * bounds, durations, the config file reader (limits, hostile bytes, errors
  * naming file and line), precedence (defaults < file < flags), log levels
- * (names and klog verbosities) and string ownership (run under ASan: every
- * test ends with sg_opt_free).
+ * (names and klog verbosities), string ownership (run under ASan: every
+ * test ends with sg_opt_free) and sg_opt_program, a tool's command line in
+ * one call.
  */
 #include "sg_log.h"
 #include "sg_opt.h"
@@ -762,8 +763,88 @@ static void t_split_list(void)
 	SG_CHECK(strstr(sg_error_last()->msg, "no names") != NULL && n == 0);
 }
 
-SG_TEST_MAIN(SG_TEST(t_defaults), SG_TEST(t_gnu_forms), SG_TEST(t_errors), SG_TEST(t_positionals),
-	     SG_TEST(t_help), SG_TEST(t_bounds), SG_TEST(t_durations), SG_TEST(t_file_basic),
-	     SG_TEST(t_file_errors), SG_TEST(t_file_limits), SG_TEST(t_config_precedence),
-	     SG_TEST(t_strings_owned), SG_TEST(t_usage), SG_TEST(t_log_level), SG_TEST(t_foreign),
-	     SG_TEST(t_split_list))
+/* sg_opt_program's check: refuses a config without a label. */
+static int checks;
+static int need_label(void *target)
+{
+	checks++;
+	const cfg *c = target;
+	return c->label ? SG_OK : sg_error_set(SG_EINVAL, "--label is required");
+}
+
+/* Runs sg_opt_program on a NULL-terminated argument list (argv[0] is the
+ * program) with stdout and stderr caught into out and err. */
+static bool program(cfg *c, const char **args, int (*check)(void *), int *status, char *out, char *err, size_t room)
+{
+	int argc = 0;
+	while (args[argc])
+		argc++;
+	memset(c, 0, sizeof(*c));
+	fflush(stdout);
+	fflush(stderr);
+	FILE *fo = tmpfile(), *fe = tmpfile();
+	SG_CHECK(fo && fe);
+	int so = dup(1), se = dup(2);
+	dup2(fileno(fo), 1);
+	dup2(fileno(fe), 2);
+	*status = -1;
+	bool go = sg_opt_program("prog", "usage: prog [options]\n\n", table, NT, c, argc, (char **)args, check, status);
+	fflush(stdout);
+	fflush(stderr);
+	dup2(so, 1);
+	dup2(se, 2);
+	close(so);
+	close(se);
+	FILE *fs[2] = {fo, fe};
+	char *bufs[2] = {out, err};
+	for (int i = 0; i < 2; i++) {
+		rewind(fs[i]);
+		size_t n = fread(bufs[i], 1, room - 1, fs[i]);
+		bufs[i][n] = 0;
+		fclose(fs[i]);
+	}
+	return go;
+}
+
+/* A tool's command line in one call: go on with the settings; --help
+ * prints the program's lines and the table and exits 0 without the check;
+ * a bad flag, a positional argument or a failed check print "prog: why"
+ * and exit 2, the settings freed. */
+static void t_program(void)
+{
+	cfg c;
+	int status;
+	char out[4096], err[1024];
+	checks = 0;
+	const char *ok[] = {"prog", "--label", "x", "--workers=8", NULL};
+	SG_CHECK(program(&c, ok, need_label, &status, out, err, sizeof(out)));
+	SG_CHECK(checks == 1 && c.workers == 8 && c.label && strcmp(c.label, "x") == 0 && !out[0] && !err[0]);
+	sg_opt_free(table, NT, &c);
+
+	const char *help[] = {"prog", "--help", NULL};
+	SG_CHECK(!program(&c, help, need_label, &status, out, err, sizeof(out)));
+	SG_CHECK(status == 0 && checks == 1 && !err[0]);
+	SG_CHECK(strncmp(out, "usage: prog [options]\n\n", 23) == 0 && strstr(out, "--workers N (1..64)") != NULL);
+	SG_CHECK(c.name == NULL); /* freed */
+
+	const char *pos[] = {"prog", "--label", "x", "extra", NULL};
+	SG_CHECK(!program(&c, pos, need_label, &status, out, err, sizeof(out)));
+	SG_CHECK(status == 2 && checks == 1 && !out[0] && strcmp(err, "prog: unexpected argument \"extra\"\n") == 0);
+	SG_CHECK(c.name == NULL && c.label == NULL);
+
+	const char *bad[] = {"prog", "--workers", "65", NULL};
+	SG_CHECK(!program(&c, bad, need_label, &status, out, err, sizeof(out)));
+	SG_CHECK(status == 2 && checks == 1 && strncmp(err, "prog: ", 6) == 0 && strstr(err, "workers") != NULL);
+
+	const char *unchecked[] = {"prog", NULL};
+	SG_CHECK(!program(&c, unchecked, need_label, &status, out, err, sizeof(out)));
+	SG_CHECK(status == 2 && checks == 2 && strcmp(err, "prog: --label is required\n") == 0);
+	SG_CHECK(program(&c, unchecked, NULL, &status, out, err, sizeof(out)));
+	SG_CHECK(c.name && strcmp(c.name, "signet") == 0);
+	sg_opt_free(table, NT, &c);
+}
+
+SG_TEST_MAIN(SG_TEST(t_defaults), SG_TEST(t_gnu_forms), SG_TEST(t_errors), SG_TEST(t_positionals), SG_TEST(t_help),
+             SG_TEST(t_bounds), SG_TEST(t_durations), SG_TEST(t_file_basic), SG_TEST(t_file_errors),
+             SG_TEST(t_file_limits), SG_TEST(t_config_precedence), SG_TEST(t_strings_owned), SG_TEST(t_usage),
+             SG_TEST(t_log_level), SG_TEST(t_foreign), SG_TEST(t_split_list), SG_TEST(t_program))
