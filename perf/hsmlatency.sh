@@ -12,7 +12,8 @@
 #
 # The host's ceiling, measured in the same run: every signature on a slow
 # token puts a thread to sleep, and what a sleep and its wake-up cost in CPU
-# is the host's (a few us on bare metal, tens on some virtual machines).
+# is the host's: its timers and interrupts (25-40 us on the 2-vCPU guest of
+# perf/README.md section 13, where they go through the hypervisor).
 # After each round perf/wakecost measures that cost at each delay; at the
 # end, with the undelayed server's CPU per certificate u and a sleep's cost
 # s (medians), u / (u + s) is the best any server sleeping once per

@@ -6,9 +6,9 @@
  * Why: a token that answers C_Sign after a wait (a network HSM) puts the
  * signing thread to sleep once per certificate; nothing in user space
  * removes that sleep, because PKCS#11 has no asynchronous call. What the
- * sleep costs is the host's: on bare metal a few microseconds, on a
- * virtual machine whose timer and wake-up go through the hypervisor many
- * times that. perf/hsmlatency.sh compares signetd on a delayed token with
+ * sleep costs is the host's, its timer and its interrupt: 25-40 us of
+ * CPU on the two-vCPU guest of perf/README.md section 13, where both go
+ * through the hypervisor. perf/hsmlatency.sh compares signetd on a delayed token with
  * the same signetd undelayed; this program measures, beside it, what any
  * program pays here for one sleep per unit of work, so the ratio can be
  * read against the host's ceiling rather than against 1.
