@@ -33,8 +33,11 @@
 # Knobs: SIGNET_TR_CONNECTIONS [4], SIGNET_TR_CONCURRENCY [16],
 # SIGNET_TR_REQUESTS [3000], SIGNET_TR_DURATION [15s], SIGNET_TR_WARMUP [200],
 # SIGNET_TR_ROUNDS [2], SIGNET_TR_MODES ["tokenreview auto jwks"],
-# SIGNET_TR_PLAIN_THREADS [16]. A pool costs WARMUP+REQUESTS TokenRequests
-# (made before any measurement), so REQUESTS is smaller than with one token.
+# SIGNET_TR_PLAIN_THREADS [16], SIGNET_TR_SIGNETD [build-perf's] (another
+# build's signetd, e.g. an earlier commit's, run the same way: two runs of the
+# script then compare builds, though not side by side in one run). A pool
+# costs WARMUP+REQUESTS TokenRequests (made before any measurement), so
+# REQUESTS is smaller than with one token.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
@@ -86,7 +89,9 @@ machine "before the build"
 echo "== build"
 run cmake -S . -B build-perf -DCMAKE_BUILD_TYPE=Release -DSIGNET_BUILD_PERF=ON -DSIGNET_BUILD_TESTS=OFF >/dev/null
 run cmake --build build-perf -j"$(nproc)" --target signetd signetctl loadgen >/dev/null
-SIGNETD=$repo/build-perf/daemon/signetd
+SIGNETD=${SIGNET_TR_SIGNETD:-$repo/build-perf/daemon/signetd}
+[ -x "$SIGNETD" ] || { echo "SIGNET_TR_SIGNETD: no program at $SIGNETD" >&2; exit 2; }
+echo "   signetd: $SIGNETD"
 SIGNETCTL=$repo/build-perf/ctl/signetctl
 LOADGEN=$repo/build-perf/perf/loadgen
 run tests/kube/build-apiserver.sh >/dev/null
