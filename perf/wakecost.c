@@ -73,12 +73,12 @@ static const sg_opt opts[] = {
     ROW("threads", SG_OPT_INT, threads, "0", 0, 1024,
         "threads of the asleep phase (0: twice what keeps the CPUs busy, from the awake phase's unit time)"),
     ROW("max-threads", SG_OPT_INT, max_threads, "1024", 1, 1024,
-        "at most this many asleep threads (a server has no more signatures in flight than requests)"),
+        "with --threads 0, at most this many asleep threads (a server has no more signatures in flight than requests)"),
     ROW("json", SG_OPT_BOOL, json, "false", 0, 0, "print the result as one JSON line"),
 };
 
 #define N(t) (sizeof(t) / sizeof((t)[0]))
-#define WARMUP_NS 300000000ull /* threads started and caches warm before the window opens */
+#define WARMUP_MS 300 /* threads started and caches warm before the window opens */
 #define MAX_ROUNDS 20
 
 typedef struct phase {
@@ -124,19 +124,12 @@ static uint64_t cpu_ns(void)
 	       ((uint64_t)r.ru_utime.tv_usec + (uint64_t)r.ru_stime.tv_usec) * 1000ull;
 }
 
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec t = {(time_t)(ns / 1000000000u), (long)(ns % 1000000000u)};
-	while (nanosleep(&t, &t) != 0)
-		;
-}
-
 typedef struct measured {
 	double units_per_s, cpu_us_per_unit;
 } measured;
 
-/* One phase: `threads` threads for WARMUP_NS, then a window of `window_ns`. */
-static int run_phase(EVP_PKEY *key, unsigned threads, uint64_t sleep, uint64_t window_ns, measured *m)
+/* One phase: `threads` threads for WARMUP_MS, then a window of `window_ms`. */
+static int run_phase(EVP_PKEY *key, unsigned threads, uint64_t sleep, unsigned window_ms, measured *m)
 {
 	phase ph = {.key = key, .sleep_ns = sleep};
 	pthread_t *th = calloc(threads, sizeof(*th));
@@ -149,9 +142,9 @@ static int run_phase(EVP_PKEY *key, unsigned threads, uint64_t sleep, uint64_t w
 	if (started < threads) {
 		rc = sg_error_set(SG_EINTERNAL, "could start only %u of %u threads", started, threads);
 	} else {
-		sleep_ns(WARMUP_NS);
+		sg_sleep_ms(WARMUP_MS);
 		uint64_t u0 = atomic_load(&ph.units), c0 = cpu_ns(), t0 = sg_now_ns();
-		sleep_ns(window_ns);
+		sg_sleep_ms(window_ms);
 		uint64_t u1 = atomic_load(&ph.units), c1 = cpu_ns(), t1 = sg_now_ns();
 		if (u1 == u0)
 			rc = sg_error_set(SG_EINTERNAL, "no unit of work finished in the window");
@@ -187,7 +180,8 @@ static int run(const wc_args *a)
 	unsigned cpus = ncpu > 0 ? (unsigned)ncpu : 1;
 	EVP_PKEY *key = EVP_EC_gen("P-256");
 	SG_ENSURE(key, SG_EINTERNAL, "cannot make a P-256 key");
-	uint64_t window = (uint64_t)a->seconds * 1000000000ull, sleep = (uint64_t)a->sleep_us * 1000u;
+	unsigned window = (unsigned)a->seconds * 1000u;
+	uint64_t sleep = (uint64_t)a->sleep_us * 1000u;
 	int rounds = (int)a->rounds;
 	double awake_cpu[MAX_ROUNDS], asleep_cpu[MAX_ROUNDS], best_awake = 0, best_asleep = 0;
 	unsigned threads = (unsigned)a->threads;
@@ -203,7 +197,7 @@ static int run(const wc_args *a)
 			 * keep the CPUs busy; twice that, as the signer pool. */
 			double unit_us = aw.cpu_us_per_unit;
 			double t = 2.0 * cpus * (unit_us + (double)a->sleep_us) / unit_us;
-			threads = t > (double)a->max_threads ? (unsigned)a->max_threads : (unsigned)t + 1;
+			threads = t + 1 >= (double)a->max_threads ? (unsigned)a->max_threads : (unsigned)t + 1;
 		}
 		rc = run_phase(key, threads, sleep, window, &as);
 		if (rc != SG_OK)
