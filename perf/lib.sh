@@ -36,9 +36,13 @@ perf_ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }
 # perf_run PID PORT DIR [POOL]: one closed-loop loadgen run against the
 # signetd PID listening on PORT, with DIR/root-cert.pem and DIR/token, or a
 # token per request from the token pool POOL (loadgen --token-dir). Prints its
-# certificates/s, then a line for people: count, rate, p50, p99 and the
-# server's CPU per certificate (warm-up included: the CPU is counted over
-# the whole run). Fails when a request failed.
+# certificates/s, then a line for people: count, rate, p50, p99, the
+# server's CPU per certificate and loadgen's (warm-up included: the CPU is
+# counted over the whole run; loadgen's from its own report, without the
+# CSRs it makes before it sends). loadgen shares the host's CPUs with the
+# server, so a change in its CPU per certificate moves the rate too
+# (perf/hsmlatency.sh counts it in the host's ceiling). Fails when a
+# request failed.
 perf_run() {
   local pid=$1 port=$2 dir=$3 c0 c1 out tokens=(--token-file "$3/token")
   [ -n "${4:-}" ] && tokens=(--token-dir "$4")
@@ -54,6 +58,7 @@ done = r["ok"] + r["warmup_ok"]
 if r["failed"]:
     sys.exit(f"{r['failed']} requests failed")
 print(f"{r['certs_per_s']:.1f} {r['ok']} ok, {r['certs_per_s']:.1f} certs/s, p50 {r['p50_ms']:.2f} ms,"
-      f" p99 {r['p99_ms']:.2f} ms, server CPU {1000 * cpu / max(done, 1):.3f} ms/cert")
+      f" p99 {r['p99_ms']:.2f} ms, server CPU {1000 * cpu / max(done, 1):.3f} ms/cert,"
+      f" loadgen CPU {1000 * r['cpu_s'] / max(done, 1):.3f} ms/cert")
 PY
 }

@@ -47,6 +47,11 @@
  *   (which is sent to 127.0.0.1 without asking a resolver), and proxies
  *   from the environment are ignored (gRPC's and libcurl's alike), so no
  *   request can leave the machine.
+ * - loadgen reports its own CPU while it sends (cpu_s: user and system,
+ *   warm-up included, the CSRs made before it not), because on one machine
+ *   it shares the CPUs with the server: the benchmarks that compare two
+ *   servers' rates on this host (perf/hsmlatency.sh) count it as part of
+ *   what a certificate costs.
  * - Failures are counted by kind (gRPC status name, HTTP status, transport
  *   error, bad response) with the first message of each kind. The exit
  *   status is 0 only when every request succeeded and was checked.
@@ -83,6 +88,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -926,12 +932,22 @@ static lg_token_use token_use_of(const lg_creds *cr)
 	return lg_token_use_of(cr->pool, cr->auth != NULL);
 }
 
+/* The process's user and system CPU so far, in seconds. */
+static double process_cpu_s(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 /* Throughput is OK responses over the time from the phase's start to its
  * last completion. Open loop reports latency from the scheduled start (the
  * number that matters) and, beside it, from the actual start, so client
  * side delays show as the difference. */
 static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t warmup_ok, const lg_pauses *pz,
-                   const lg_token_use *tu)
+                   const lg_token_use *tu, double cpu_s)
 {
 	size_t ok = atomic_load(&ph->n_ok);
 	lg_dist d = dist_of(ph->lat, ok);
@@ -951,15 +967,16 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		                         : json_null();
 		json_t *tj = lg_token_use_json(tu);
 		json_t *o = json_pack(
-		    "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, "
+		    "{s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, "
 		    "s:o, s:o, s:o, s:o}",
 		    "target", a->target, "kind", t->kind == LG_GRPC ? "grpc" : "http", "connections",
 		    (json_int_t)a->connections, "concurrency", (json_int_t)a->concurrency, "rate", (json_int_t)a->rate,
 		    "warmup_ok", (json_int_t)warmup_ok, "sent", (json_int_t)atomic_load(&ph->n_done), "ok",
 		    (json_int_t)ok, "failed", (json_int_t)ph->n_failed, "late_starts",
 		    (json_int_t)atomic_load(&ph->n_late), "elapsed_s", secs, "certs_per_s", rate, "p50_ms", d.p50,
-		    "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max, "from_actual_start", dist_json(ds), "failures",
-		    fails ? fails : json_null(), "pauses", pj ? pj : json_null(), "tokens", tj ? tj : json_null());
+		    "p99_ms", d.p99, "p999_ms", d.p999, "max_ms", d.max, "cpu_s", cpu_s, "from_actual_start",
+		    dist_json(ds), "failures", fails ? fails : json_null(), "pauses", pj ? pj : json_null(), "tokens",
+		    tj ? tj : json_null());
 		char *text = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
 		if (text)
 			printf("%s\n", text);
@@ -981,6 +998,8 @@ static void report(const lg_args *a, const lg_target *t, lg_phase *ph, size_t wa
 		       ds.p99, ds.p999, ds.max);
 		printf("  starts more than 1 ms behind schedule: %zu\n", atomic_load(&ph->n_late));
 	}
+	printf("  loadgen's own CPU: %.2f s, %.3f ms per request (warm-up included)\n", cpu_s,
+	       ok + warmup_ok ? 1000 * cpu_s / (double)(ok + warmup_ok) : 0.0);
 	lg_token_use_print(tu);
 	if (pz->watched) {
 		printf("  machine pauses (>= 2 ms, all CPUs merged%s): %zu, %zu of them >= 5 ms, %.1f ms in all, "
@@ -1144,8 +1163,12 @@ static int run(lg_args *a)
 	lg_pause_watch *pw = NULL;
 	if (rc == SG_OK && a->watch_pauses)
 		rc = lg_pause_start(&pw, LG_PAUSE_TICK_NS, LG_PAUSE_MIN_NS);
+	/* loadgen's own CPU while it sends (CSRs made before it): on a host
+	 * it shares with the server it is part of what bounds the rate. */
+	double cpu0 = process_cpu_s();
 	if (rc == SG_OK)
 		rc = t.kind == LG_GRPC ? grpc_run(a, &t, &cr, items, phases, 2) : http_run(a, &t, items, phases, 2);
+	double cpu_s = process_cpu_s() - cpu0;
 	lg_pauses pz = {0};
 	if (pw) {
 		lg_pause_stop(pw);
@@ -1165,7 +1188,7 @@ static int run(lg_args *a)
 	if (rc == SG_OK && a->latency_file)
 		rc = write_latencies(a->latency_file, &phases[1]);
 	if (rc == SG_OK) {
-		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok), &pz, &tu);
+		report(a, &t, &phases[1], atomic_load(&phases[0].n_ok), &pz, &tu, cpu_s);
 		if (phases[0].n_failed || phases[1].n_failed || atomic_load(&phases[1].n_ok) == 0)
 			rc = sg_error_set(SG_EPROTO, "%llu of %zu requests failed (warm-up included)",
 			                  (unsigned long long)(phases[0].n_failed + phases[1].n_failed),

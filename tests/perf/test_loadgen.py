@@ -15,6 +15,7 @@ usage: test_loadgen.py SIGNETCTL SIGNETD LOADGEN TESTS_RA_DIR
 import base64
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -68,10 +69,17 @@ class Loadgen(unittest.TestCase):
 
     def test_closed_loop_and_latency_file(self):
         path = os.path.join(self.tmp, "closed.lat")
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         p = self.run_loadgen("--requests", "300", "--warmup", "20", "--json", "--latency-file", path)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
         self.assertEqual(p.returncode, 0, p.stderr)
         r = json.loads(p.stdout.strip().splitlines()[-1])
         self.assertEqual((r["ok"], r["failed"], r["warmup_ok"], r["rate"]), (300, 0, 20, 0))
+        # Its CPU while sending: some, and within the whole process's
+        # (which also made the 320 CSRs before the clock started).
+        whole = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        self.assertGreater(r["cpu_s"], 0)
+        self.assertLess(r["cpu_s"], whole)
         self.assertGreater(r["certs_per_s"], 0)
         self.assertLessEqual(r["p50_ms"], r["p99_ms"])
         self.assertLessEqual(r["p99_ms"], r["max_ms"])
