@@ -5,22 +5,32 @@
 # (tests/hsm/p11_fault.c) delaying every C_Sign by 0.1 ms (a token on the
 # host's bus, or its own thread asleep for a moment), 2 ms and 10 ms. The
 # same loadgen settings (default 4 connections x 16 calls = 64 in flight)
-# drive them in alternating rounds; prints each run, each server's CPU per
-# certificate and signer threads (signet_signer_threads, read right after
-# the run, before the grown threads retire) and the ratio of each delayed
-# server's best round to the undelayed one's.
+# drive them in alternating rounds; prints each run, each server's and
+# loadgen's CPU per certificate, the signer threads (signet_signer_threads,
+# read right after the run, before the grown threads retire) and the ratio
+# of each delayed server's best round to the undelayed one's.
+#
+# Tokens: by default every request carries its own token, as a mesh's pods
+# send them (a pool per server and round from the server's development
+# issuer, perf/tokenpool.py jwt, all minted before the first round, as
+# perf/ab.sh does, each removed after its run); SIGNET_HL_TOKENS=one reuses
+# one token, which signetd's verification cache answers after the first:
+# less CPU per certificate, so a sleep is a larger share of it (perf/README.md
+# section 13's figures before "A token per request" were taken that way).
 #
 # The host's ceiling, measured in the same run: every signature on a slow
 # token puts a thread to sleep, and what a sleep and its wake-up cost in CPU
 # is the host's: its timers and interrupts (25-40 us on the 2-vCPU guest of
 # perf/README.md section 13, where they go through the hypervisor).
-# After each round perf/wakecost measures that cost at each delay; at the
-# end, with the undelayed server's CPU per certificate u and a sleep's cost
-# s (medians), u / (u + s) is the best any server sleeping once per
+# After each round perf/wakecost measures that cost at each delay. loadgen
+# runs on the same CPUs, so what a certificate costs the host undelayed is
+# the server's CPU u and loadgen's l; at the end, with s a sleep's cost
+# (medians), (u + l) / (u + l + s) is the best any server sleeping once per
 # certificate could reach here; and no server can have more than the
 # requests in flight waiting on the token (Little's law: in flight / delay
 # per second). The lower of the two is printed beside each delayed
-# server's ratio.
+# server's ratio, with what the delayed server and loadgen each spent per
+# certificate above the undelayed run, against s.
 #
 #   perf/hsmlatency.sh [BUILD_DIR]    (default: build; needs signetd,
 #                                      signetctl, perf/loadgen, hsm_p11_fault)
@@ -35,7 +45,7 @@
 # Knobs: SIGNET_HL_CONNECTIONS [4], SIGNET_HL_CONCURRENCY [16],
 # SIGNET_HL_REQUESTS [20000], SIGNET_HL_DURATION [15s], SIGNET_HL_WARMUP
 # [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["0.1 2 10"] (ms; one server
-# each), SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
+# each), SIGNET_HL_TOKENS [pool|one], SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
 # "--hsm-max-sessions 2" for the CPU-sized pool of before #32),
 # SIGNET_HL_WAKECOST [1] (0: no ceiling). Every run is bounded in count and
 # time; every server binds 127.0.0.1 and is stopped by the exit trap.
@@ -52,6 +62,8 @@ read -ra DELAYS <<<"${SIGNET_HL_DELAYS:-0.1 2 10}"
 read -ra FLAGS <<<"${SIGNET_HL_FLAGS:-}"
 BASELINE=${SIGNET_HL_BASELINE:-}
 WAKE=${SIGNET_HL_WAKECOST:-1}
+TOKENS=${SIGNET_HL_TOKENS:-pool}
+case $TOKENS in pool | one) ;; *) echo "SIGNET_HL_TOKENS: pool or one, not $TOKENS" >&2; exit 2 ;; esac
 
 SIGNETD=$BUILD/daemon/signetd
 CTL=$BUILD/ctl/signetctl
@@ -85,7 +97,8 @@ echo "== HSM latency $(date -u +%Y-%m-%dT%H:%M:%SZ): nproc=$(nproc)" \
 echo "   signetd=$SIGNETD ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
 [ -z "$BASELINE" ] || echo "   baseline=$BASELINE (servers b*)"
 echo "   flags: ${FLAGS[*]:-(defaults)}"
-echo "   loadgen: $C connections x $M in flight, at most $N requests or $D per run, $ROUNDS rounds"
+echo "   loadgen: $C connections x $M in flight, at most $N requests or $D per run, $ROUNDS rounds;" \
+  "$([ "$TOKENS" = pool ] && echo "a token per request" || echo "ONE token reused")"
 
 # start NAME DELAY_MS [SIGNETD]: a CA, signetd (0: SoftHSM2 directly; else
 # through p11_fault with that C_Sign delay), a token.
@@ -114,6 +127,14 @@ start() {
   done
   [ -n "${port[$name]}" ] || { echo "signetd $name did not start" >&2; exit 1; }
   (umask 077 && "$CTL" token --config "$dir/signet.conf" --namespace default --service-account default >"$dir/token")
+  # A pool per round; each pool's tokens live past the previous one's, so
+  # no token is sent twice to a server.
+  if [ "$TOKENS" = pool ]; then
+    for r in $(seq "$ROUNDS"); do
+      /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$CTL" --config "$dir/signet.conf" --out "$dir/pool.$r" \
+        --count $((W + N)) --ttl $((3600 + (r - 1) * (W + N))) >/dev/null
+    done
+  fi
 }
 names=(d0)
 start d0 0
@@ -139,9 +160,8 @@ print(int(float(vals[0])) if vals else "?")
 EOF
 }
 
-declare -A best sleeps
+declare -A best sleeps server client
 for name in "${names[@]}"; do best[$name]=0; done
-u0=() # the undelayed server's CPU per certificate, ms, one per round
 for r in $(seq "$ROUNDS"); do
   order=("${names[@]}")
   if [ -n "$BASELINE" ] && [ $((r % 2)) = 0 ]; then # the baseline first
@@ -149,13 +169,17 @@ for r in $(seq "$ROUNDS"); do
     for ((i = 0; i < ${#names[@]}; i += 2)); do order+=("${names[i + 1]}" "${names[i]}"); done
   fi
   for name in "${order[@]}"; do
-    read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name")
+    pool=
+    [ "$TOKENS" = pool ] && pool=$tmp/$name/pool.$r
+    read -r rate line < <(perf_run "${pid[$name]}" "${port[$name]}" "$tmp/$name" "$pool")
+    [ -z "$pool" ] || rm -rf "$pool"
     th=$(threads "$name")
     label="C_Sign +${name#?} ms"
     [ "${name:0:1}" = b ] && label="baseline, $label"
     echo "round $r $label (load $(cut -d' ' -f1 /proc/loadavg)): $line, signer threads $th"
     best[$name]=$(python3 -c "print(max(${best[$name]}, $rate))")
-    [ "$name" = d0 ] && u0+=("$(sed -n 's/.*server CPU \([0-9.]*\) ms\/cert.*/\1/p' <<<"$line")")
+    server[$name]="${server[$name]:-} $(sed -n 's/.*server CPU \([0-9.]*\) ms\/cert.*/\1/p' <<<"$line")"
+    client[$name]="${client[$name]:-} $(sed -n 's/.*loadgen CPU \([0-9.]*\) ms\/cert.*/\1/p' <<<"$line")"
   done
   [ -n "$WAKECOST" ] || continue
   for d in "${DELAYS[@]}"; do
@@ -173,19 +197,25 @@ for name in "${names[@]}"; do
   python3 -c "print(f'best of $ROUNDS: ${who}+${name#?} ms {${best[$name]}:.1f}/s against undelayed {${best[${build}0]}:.1f}/s = {${best[$name]} / ${best[${build}0]}:.3f}')"
 done
 [ -z "$WAKECOST" ] || for d in "${DELAYS[@]}"; do
-  python3 - "$d" "${best[d$d]}" "${best[d0]}" "${u0[*]}" "${sleeps[$d]}" $((C * M)) <<'EOF'
+  python3 - "$d" "${best[d$d]}" "${best[d0]}" "${server[d0]}" "${client[d0]}" "${sleeps[$d]}" $((C * M)) \
+    "${server[d$d]}" "${client[d$d]}" <<'EOF'
 import statistics, sys
-d, rate, rate0, inflight = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[6])
-u = statistics.median(float(x) for x in sys.argv[4].split())
-s = statistics.median(float(x) for x in sys.argv[5].split()) / 1000
-cpu = u / (u + s)
+d, rate, rate0, inflight = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[7])
+med = lambda arg: statistics.median(float(x) for x in arg.split())
+u, l, s = med(sys.argv[4]), med(sys.argv[5]), med(sys.argv[6]) / 1000
+ud, ld = med(sys.argv[8]), med(sys.argv[9])
+# The server and loadgen share the CPUs: a certificate costs the host
+# u + l undelayed, and at least s more when the server sleeps once for it.
+cpu = (u + l) / (u + l + s)
 # Little's law: no more than `inflight` signatures wait d ms at once.
 flight = inflight / (float(d) / 1000) / rate0
 ceiling = min(cpu, flight)
 why = "the CPU a sleep costs" if cpu <= flight else f"{inflight} requests in flight"
-print(f"host ceiling, +{d} ms: {ceiling:.3f} ({why}; one sleep per certificate at {u:.3f} ms of CPU per "
-      f"certificate undelayed and {1000 * s:.1f} us per sleep, medians: {cpu:.3f}; {inflight} in flight "
-      f"/ {d} ms: {flight:.3f}); this build {rate / rate0:.3f}, {rate / rate0 / ceiling:.2f} of the ceiling")
+print(f"host ceiling, +{d} ms: {ceiling:.3f} ({why}; one sleep per certificate at {u:.3f} ms of server and "
+      f"{l:.3f} ms of loadgen CPU per certificate undelayed and {1000 * s:.1f} us per sleep, medians: {cpu:.3f}; "
+      f"{inflight} in flight / {d} ms: {flight:.3f}); this build {rate / rate0:.3f}, "
+      f"{rate / rate0 / ceiling:.2f} of the ceiling; per certificate above the undelayed run, medians: "
+      f"server {1000 * (ud - u):+.1f} us, loadgen {1000 * (ld - l):+.1f} us (a sleep {1000 * s:.1f} us)")
 EOF
 done
 [ -z "$BASELINE" ] || for d in 0 "${DELAYS[@]}"; do
