@@ -391,12 +391,13 @@ static void t_max_sessions_setting(void)
 	sg_appliance_free(app);
 }
 
-/* A token that answers in 0.1 ms (every C_Sign): three calls in four (or
- * more) sleep, if briefly, and the pool grows past its base while requests queue. A wait
- * this short is a small part of a certificate's time in the pool (which
- * counts the woken thread's wait for a CPU), and the sizing used to take
- * such a token for a fast one: each of the base's threads then slept once
- * per certificate with nothing to take its CPU (perf/README.md, 13). */
+/* A token that answers in 0.1 ms (every C_Sign): three sampled calls in
+ * four (or more) sleep, if briefly, in a window of the sizing's, and the
+ * pool grows past its base while requests queue. A wait this short is a
+ * small part of a certificate's time in the pool (which counts the woken
+ * thread's wait for a CPU), and the sizing used to take such a token for a
+ * fast one: each of the base's threads then slept once per certificate
+ * with nothing to take its CPU (perf/README.md, 13). */
 static void t_short_latency_grows(void)
 {
 	load l;
@@ -412,8 +413,12 @@ static void t_short_latency_grows(void)
 	        (unsigned long long)st.service_ns / 1000, (unsigned long long)hl.asleep,
 	        (unsigned long long)hl.wait_samples);
 	SG_CHECK(atomic_load(&l.failed) == 0);
-	SG_CHECK(4 * hl.asleep >= 3 * hl.wait_samples && hl.wait_samples > 0); /* the pool's rule */
 	SG_CHECK(st.threads_started > 0);
+	/* Growth means some window of at least MIN_SAMPLE (16) sampled calls
+	 * had three in four asleep, so the token counted at least 12. Not the
+	 * ratio over the whole run: the pool's rule is per window, and under
+	 * TSan a run that grew had 30 of 41 asleep overall. */
+	SG_CHECK(hl.asleep >= 12);
 	sg_appliance_free(app);
 	p11_fault_control(control, "");
 }
