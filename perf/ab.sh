@@ -81,13 +81,7 @@ start() {
   done
   [ -n "${port[$name]}" ] || { echo "signetd $name did not start" >&2; exit 1; }
   (umask 077 && "$CTL" token --config "$dir/signet.conf" --namespace default --service-account default >"$dir/token")
-  # A pool per round; each pool's tokens live past the previous one's.
-  if [ "$TOKENS" = pool ]; then
-    for r in $(seq "$ROUNDS"); do
-      /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$CTL" --config "$dir/signet.conf" --out "$dir/pool.$r" \
-        --count $((W + N)) --ttl $((3600 + (r - 1) * (W + N))) >/dev/null
-    done
-  fi
+  if [ "$TOKENS" = pool ]; then perf_token_pools "$dir"; fi
 }
 start A "$A"
 start B "$B"

@@ -77,7 +77,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -293,14 +292,6 @@ static double proc_cpu(long pid)
 	if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		return 0;
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
-static double self_cpu(void)
-{
-	struct rusage ru;
-	getrusage(RUSAGE_SELF, &ru);
-	return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
-	       (double)ru.ru_stime.tv_usec / 1e6;
 }
 
 /* VmRSS and VmHWM of pid, kB; false when unreadable. */
@@ -872,7 +863,7 @@ static int run_herd(hd *h, hd_mem *mem, hd_result *r)
 	atomic_store(&h->active, h->nclients);
 	SG_ENSURE(pthread_create(&h->timer, NULL, timer_thread, h) == 0, SG_EINTERNAL, "cannot start the timer");
 
-	double cpu0 = mem->pid ? proc_cpu(mem->pid) : 0, self0 = self_cpu();
+	double cpu0 = mem->pid ? proc_cpu(mem->pid) : 0, self0 = (double)sg_process_cpu_ns() / 1e9;
 	h->t_release = sg_now_ns();
 	h->t_end = h->t_release + (uint64_t)a->duration * NS_PER_S;
 	atomic_store(&h->t_last_ok, h->t_release);
@@ -900,7 +891,7 @@ static int run_herd(hd *h, hd_mem *mem, hd_result *r)
 	          atomic_load(&h->active), atomic_load(&h->in_flight), waiting, next_s);
 
 	r->server_cpu_s = mem->pid ? proc_cpu(mem->pid) - cpu0 : 0;
-	r->herd_cpu_s = self_cpu() - self0;
+	r->herd_cpu_s = (double)sg_process_cpu_ns() / 1e9 - self0;
 	r->served = atomic_load(&h->c.ok);
 	r->bad = atomic_load(&h->c.bad_cert);
 	r->lost = h->nclients - r->served;

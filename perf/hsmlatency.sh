@@ -45,8 +45,9 @@
 # Knobs: SIGNET_HL_CONNECTIONS [4], SIGNET_HL_CONCURRENCY [16],
 # SIGNET_HL_REQUESTS [20000], SIGNET_HL_DURATION [15s], SIGNET_HL_WARMUP
 # [1000], SIGNET_HL_ROUNDS [3], SIGNET_HL_DELAYS ["0.1 2 10"] (ms; one server
-# each), SIGNET_HL_TOKENS [pool|one], SIGNET_HL_FLAGS [""] (more signetd flags for every server, e.g.
-# "--hsm-max-sessions 2" for the CPU-sized pool of before #32),
+# each), SIGNET_HL_TOKENS [pool|one], SIGNET_HL_FLAGS [""] (more signetd
+# flags for every server, e.g. "--hsm-max-sessions 2" for the CPU-sized
+# pool of before #32),
 # SIGNET_HL_WAKECOST [1] (0: no ceiling). Every run is bounded in count and
 # time; every server binds 127.0.0.1 and is stopped by the exit trap.
 set -euo pipefail
@@ -127,14 +128,7 @@ start() {
   done
   [ -n "${port[$name]}" ] || { echo "signetd $name did not start" >&2; exit 1; }
   (umask 077 && "$CTL" token --config "$dir/signet.conf" --namespace default --service-account default >"$dir/token")
-  # A pool per round; each pool's tokens live past the previous one's, so
-  # no token is sent twice to a server.
-  if [ "$TOKENS" = pool ]; then
-    for r in $(seq "$ROUNDS"); do
-      /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$CTL" --config "$dir/signet.conf" --out "$dir/pool.$r" \
-        --count $((W + N)) --ttl $((3600 + (r - 1) * (W + N))) >/dev/null
-    done
-  fi
+  if [ "$TOKENS" = pool ]; then perf_token_pools "$dir"; fi
 }
 names=(d0)
 start d0 0

@@ -1,9 +1,9 @@
 # shellcheck shell=bash
 # Shell pieces the side-by-side scripts share (perf/ab.sh,
-# perf/hsmlatency.sh), sourced after they set LOADGEN and the loadgen
-# settings C (connections), M (concurrency per connection), N (requests),
-# D (duration) and W (warm-up requests); perf/compare.sh and
-# perf/tokenreview.sh source it for perf_tmpdir alone.
+# perf/hsmlatency.sh), sourced after they set LOADGEN, CTL (signetctl),
+# ROUNDS and the loadgen settings C (connections), M (concurrency per
+# connection), N (requests), D (duration) and W (warm-up requests);
+# perf/compare.sh and perf/tokenreview.sh source it for perf_tmpdir alone.
 
 # perf_tmpdir NAME: makes a private directory (mode 0700) for a run's CA,
 # logs and token pools and prints its path: under TMPDIR when that is set,
@@ -32,6 +32,18 @@ perf_tmpdir() {
 
 # perf_ticks PID: the process's user + system CPU so far, in clock ticks.
 perf_ticks() { local f; read -ra f <"/proc/$1/stat"; echo $((f[13] + f[14])); }
+
+# perf_token_pools DIR: DIR/pool.1 .. DIR/pool.ROUNDS, W + N tokens each
+# from the development issuer of DIR/signet.conf (perf/tokenpool.py jwt),
+# one pool per round. Each pool's tokens live past the previous one's, so
+# no token is sent twice to the server of DIR.
+perf_token_pools() {
+  local r
+  for r in $(seq "$ROUNDS"); do
+    /usr/bin/python3 perf/tokenpool.py jwt --signetctl "$CTL" --config "$1/signet.conf" --out "$1/pool.$r" \
+      --count $((W + N)) --ttl $((3600 + (r - 1) * (W + N))) >/dev/null
+  done
+}
 
 # perf_run PID PORT DIR [POOL]: one closed-loop loadgen run against the
 # signetd PID listening on PORT, with DIR/root-cert.pem and DIR/token, or a

@@ -88,7 +88,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -932,16 +931,6 @@ static lg_token_use token_use_of(const lg_creds *cr)
 	return lg_token_use_of(cr->pool, cr->auth != NULL);
 }
 
-/* The process's user and system CPU so far, in seconds. */
-static double process_cpu_s(void)
-{
-	struct rusage ru;
-	if (getrusage(RUSAGE_SELF, &ru) != 0)
-		return 0;
-	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-	       (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-}
-
 /* Throughput is OK responses over the time from the phase's start to its
  * last completion. Open loop reports latency from the scheduled start (the
  * number that matters) and, beside it, from the actual start, so client
@@ -1165,10 +1154,10 @@ static int run(lg_args *a)
 		rc = lg_pause_start(&pw, LG_PAUSE_TICK_NS, LG_PAUSE_MIN_NS);
 	/* loadgen's own CPU while it sends (CSRs made before it): on a host
 	 * it shares with the server it is part of what bounds the rate. */
-	double cpu0 = process_cpu_s();
+	uint64_t cpu0 = sg_process_cpu_ns();
 	if (rc == SG_OK)
 		rc = t.kind == LG_GRPC ? grpc_run(a, &t, &cr, items, phases, 2) : http_run(a, &t, items, phases, 2);
-	double cpu_s = process_cpu_s() - cpu0;
+	double cpu_s = (double)(sg_process_cpu_ns() - cpu0) / 1e9;
 	lg_pauses pz = {0};
 	if (pw) {
 		lg_pause_stop(pw);

@@ -24,7 +24,7 @@
  *     sleep costs. (Bounded below what keeps them busy, as a server with
  *     few requests in flight on a slow token is, the cost also counts the
  *     CPUs' idle entries and exits.)
- * The process's CPU time (getrusage: user and system, all threads) over
+ * The process's CPU time (its CPU clock: user and system, all threads) over
  * the measured window divided by the units done gives each phase's CPU per
  * unit; the difference of the medians is the cost of one sleep. The units
  * per second of the best round of each phase give the throughput ratio;
@@ -48,7 +48,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -116,14 +115,6 @@ static void *unit_loop(void *arg)
 	return NULL;
 }
 
-static uint64_t cpu_ns(void)
-{
-	struct rusage r;
-	getrusage(RUSAGE_SELF, &r);
-	return ((uint64_t)r.ru_utime.tv_sec + (uint64_t)r.ru_stime.tv_sec) * 1000000000ull +
-	       ((uint64_t)r.ru_utime.tv_usec + (uint64_t)r.ru_stime.tv_usec) * 1000ull;
-}
-
 typedef struct measured {
 	double units_per_s, cpu_us_per_unit;
 } measured;
@@ -143,9 +134,9 @@ static int run_phase(EVP_PKEY *key, unsigned threads, uint64_t sleep, unsigned w
 		rc = sg_error_set(SG_EINTERNAL, "could start only %u of %u threads", started, threads);
 	} else {
 		sg_sleep_ms(WARMUP_MS);
-		uint64_t u0 = atomic_load(&ph.units), c0 = cpu_ns(), t0 = sg_now_ns();
+		uint64_t u0 = atomic_load(&ph.units), c0 = sg_process_cpu_ns(), t0 = sg_now_ns();
 		sg_sleep_ms(window_ms);
-		uint64_t u1 = atomic_load(&ph.units), c1 = cpu_ns(), t1 = sg_now_ns();
+		uint64_t u1 = atomic_load(&ph.units), c1 = sg_process_cpu_ns(), t1 = sg_now_ns();
 		if (u1 == u0)
 			rc = sg_error_set(SG_EINTERNAL, "no unit of work finished in the window");
 		else {
