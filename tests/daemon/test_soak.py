@@ -177,6 +177,18 @@ class Verdict(unittest.TestCase):
         self.assertEqual(self.failing(flat_rows(), idle_after={"fds": 12, "fds_base": 12, "conns": 0}),
                          ["fds_idle"])
 
+    def test_a_descriptor_that_differs_is_named(self):
+        rows = flat_rows()
+        base = ["/dev/null", "anon_inode:[eventfd]", "tcp:4000:listen"]
+        for r in rows:
+            r["rest_fds"], r["fds_base"] = list(base), len(base)
+        rows[7]["rest_fds"].append("/var/lib/signet/leaked")
+        rows[7]["fds_base"] += 1
+        checks = {c["check"]: c for c in soak.verdict(self.a, rows, segments(), self.idle, self.idle,
+                                                         sum(s["ok"] for s in segments()), [])}
+        self.assertFalse(checks["fds_base"]["ok"])
+        self.assertIn("t=70s +/var/lib/signet/leaked", checks["fds_base"]["detail"])
+
     def test_requests(self):
         segs = segments()
         segs[2] = dict(segs[2], ok=999, failed=1, exit=1)
@@ -190,6 +202,33 @@ class Verdict(unittest.TestCase):
         checks = soak.verdict(self.a, flat_rows(5), segments(), self.idle, self.idle, 4000, [])
         self.assertEqual([(c["check"], c["ok"]) for c in checks], [("samples", False)])
         self.assertEqual(self.failing(flat_rows(), errors=["20.0s: gone"]), ["samples"])
+
+
+class Census(unittest.TestCase):
+    """soak.fd_census on this process: a descriptor closed between the
+    listings is transient, one open throughout is resident."""
+
+    def test_transient_and_resident(self):
+        with tempfile.TemporaryDirectory(dir=os.environ.get("SIGNET_TEST_TMP")) as t:
+            kept, passing = os.path.join(t, "kept"), os.path.join(t, "passing")
+            fk, fp = open(kept, "w"), open(passing, "w")
+            waits = []
+
+            def wait(gap):
+                waits.append(gap)
+                if not fp.closed:
+                    fp.close()
+
+            try:
+                grpc, http, rest, transient = soak.fd_census(os.getpid(), -1, (), reads=3, gap=0.01, wait=wait)
+            finally:
+                fk.close()
+                fp.close()
+        self.assertEqual(waits, [0.01, 0.01])
+        self.assertIn(kept, rest)
+        self.assertNotIn(passing, rest)
+        self.assertEqual(transient, [passing])
+        self.assertEqual((grpc, http), (0, 0))
 
 
 class Soak(unittest.TestCase):
