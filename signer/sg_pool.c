@@ -534,8 +534,13 @@ static void *manager_main(void *arg)
 			p->manager_asleep = false;
 			continue;
 		}
+		/* Most ticks have nothing to join: a scan of every slot took
+		 * and released the lock the workers share once per slot (256
+		 * by default), fifty times a second. */
+		bool to_reap = p->unreaped > 0;
 		pthread_mutex_unlock(&p->lock);
-		reap(p);
+		if (to_reap)
+			reap(p);
 		unsigned target = median_target(p, size_target(p));
 		pthread_mutex_lock(&p->lock);
 		p->target = target;
