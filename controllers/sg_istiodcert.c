@@ -462,14 +462,25 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 			sg_log(SG_LOG_WARN, "istiodcert: replacing a Secret of the wrong type or immutable",
 			       SG_F_STR("namespace", c->ns), SG_F_STR("secret", c->name), SG_F_STR("type", type),
 			       SG_F_END);
-			rc = sg_kube_delete(c->kube, ref, NULL);
-			if (rc == SG_OK || rc == SG_ENOTFOUND) {
+			/* Only the object seen, by its uid: the informer's copy can
+			 * be behind our own replacement (a second pass 24 ms after
+			 * the first saw the old Opaque Secret again, and a delete by
+			 * name removed the new one and recreated it). A newer
+			 * object of the name answers 409: look at it instead. */
+			const char *uid = sg_kube_meta_str(*secret, "uid");
+			rc = uid && *uid ? sg_kube_delete_uid(c->kube, ref, uid, NULL)
+			                 : sg_kube_delete(c->kube, ref, NULL);
+			if (rc == SG_OK) {
 				pthread_mutex_lock(&c->mu);
 				c->stats.recreates++;
 				pthread_mutex_unlock(&c->mu);
+			}
+			if (rc == SG_OK || rc == SG_ENOTFOUND) {
 				json_decref(*secret);
 				*secret = NULL;
 				rc = SG_OK;
+			} else if (conflict(rc)) {
+				rc = reread(c, ref, secret);
 			}
 			return rc;
 		}

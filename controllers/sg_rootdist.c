@@ -240,12 +240,18 @@ static int create(sg_rootdist *r, const sg_kube_ref *ref, json_t *root, json_t *
 }
 
 /* An immutable ConfigMap or Secret cannot have its data replaced: delete
- * it, so the next attempt creates it. */
+ * it, so the next attempt creates it. Only the object seen, by its uid: the
+ * cache can be behind our own replacement, and a delete by name would
+ * remove the new one (a 409 says the name holds a newer object: look at
+ * that instead). */
 static int recreate(sg_rootdist *r, const sg_kube_ref *ref, json_t **cm)
 {
 	sg_log(SG_LOG_WARN, "rootdist: replacing an immutable object with the wrong data", SG_F_STR("kind", r->kind),
 	       SG_F_STR("namespace", ref->ns), SG_F_STR("name", ref->name), SG_F_END);
-	int rc = sg_kube_delete(r->kube, ref, NULL);
+	const char *uid = sg_kube_meta_str(*cm, "uid");
+	int rc = uid && *uid ? sg_kube_delete_uid(r->kube, ref, uid, NULL) : sg_kube_delete(r->kube, ref, NULL);
+	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409)
+		return reread(r, ref, cm);
 	if (rc < 0 && rc != SG_ENOTFOUND)
 		return rc;
 	json_decref(*cm);
