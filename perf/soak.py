@@ -49,8 +49,8 @@ when the daemon has issued millions of certificates. This tool:
        * descriptors: those other than accepted gRPC and HTTP connections
          (each connection is one socket, and a segment opens its own),
          counting those open in three listings 50 ms apart (signetd opens
-         some for microseconds; see fd_census), constant, and with no connection open, the same before the soak
-         and after it;
+         some for microseconds; see fd_census), constant, and with no
+         connection open, the same before the soak and after it;
        * signetd's own threads and HSM sessions: constant, apart from the
          signer pool's grown workers (a thread and a session each). The
          pool adds workers while requests queue behind busy ones and the
@@ -435,8 +435,9 @@ def fd_census(pid, grpc_port, http_ports, reads=3, gap=0.05, wait=time.sleep):
     /proc/thread-self/schedstat (hsm/sg_hsm.c), and an accepted connection
     that its client reset is out of the TCP tables ("socket:?") until the
     server closes it. A listing that caught one of those counted it as
-    resident: two samples of a suite run showed 12 instead of 11, and
-    fdwatch-style polling every 5 ms found both kinds. A leaked descriptor
+    resident: one sample of a suite run showed 12 instead of 11, and
+    listing signetd's descriptors every 5 ms through a soak found both
+    kinds. A leaked descriptor
     stays open and is in every listing. The connection counts are the
     first listing's. (`wait` lets a test act between the listings.)"""
     grpc, http, rest = fd_census_once(pid, grpc_port, http_ports)
