@@ -3,7 +3,8 @@
  * algorithm against signatures OpenSSL makes here, keys that must not
  * build (weak, even exponent, off the curve, wrong sizes), signatures that
  * must not verify (altered, wrong length, wrong scheme, wrong PSS salt,
- * zero r and s), and one key shared by threads verifying at once.
+ * zero r and s), one key shared by threads verifying at once, and
+ * Project Wycheproof's P-256 vectors.
  */
 #include "key_fixture.h"
 #include "sg_jwk.h"
@@ -16,6 +17,7 @@
 #include <openssl/evp.h>
 #include <openssl/rsa.h>
 #include <pthread.h>
+#include <stdio.h>
 
 static const uint8_t msg[] = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJ0ZXN0In0";
 #define MSG_LEN (sizeof(msg) - 1)
@@ -245,4 +247,70 @@ static void t_threads(void)
 	sg_jwk_free(rsa);
 }
 
-SG_TEST_MAIN(SG_TEST(t_rsa), SG_TEST(t_ec), SG_TEST(t_bad_keys), SG_TEST(t_threads))
+/* ---- conformance: Project Wycheproof ---- */
+
+#ifndef SIGNET_TEST_DATA
+#error "SIGNET_TEST_DATA (tests/signer/data) must be defined"
+#endif
+
+static size_t unhex(const char *h, uint8_t *out, size_t cap)
+{
+	if (strcmp(h, "-") == 0)
+		return 0;
+	size_t n = strlen(h) / 2;
+	if (strlen(h) % 2 || n > cap)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1)
+			abort();
+		out[i] = (uint8_t)v;
+	}
+	return n;
+}
+
+/* Every vector: "valid" verifies, "invalid" does not, and is an answer
+ * (SG_EAUTH), never a fault. The file has no "acceptable" vectors. */
+static void t_wycheproof(void)
+{
+	FILE *f = fopen(SIGNET_TEST_DATA "/ecdsa_p256_sha256_p1363.txt", "r");
+	SG_CHECK(f != NULL);
+	if (!f)
+		return;
+	char line[4096], cur_x[80] = "", cur_y[80] = "";
+	sg_jwk *plain = NULL;
+	int valid = 0, invalid = 0, keys = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (line[0] == '#')
+			continue;
+		int id;
+		char result[16], x[80], y[80], m[2100], sh[600];
+		if (sscanf(line, "%d %15s %79s %79s %2099s %599s", &id, result, x, y, m, sh) != 6)
+			abort();
+		if (strcmp(x, cur_x) != 0 || strcmp(y, cur_y) != 0) {
+			sg_jwk_free(plain);
+			uint8_t bx[32], by[32];
+			SG_CHECK(unhex(x, bx, 32) == 32 && unhex(y, by, 32) == 32);
+			SG_CHECK_OK(sg_jwk_new_ec(&plain, "P-256", bx, 32, by, 32));
+			memcpy(cur_x, x, sizeof(cur_x));
+			memcpy(cur_y, y, sizeof(cur_y));
+			keys++;
+		}
+		uint8_t mb[1050], sb[300];
+		size_t ml = unhex(m, mb, sizeof(mb)), sl = unhex(sh, sb, sizeof(sb));
+		int a = sg_jwk_verify(plain, SG_JWK_ECDSA, SG_HASH_SHA256, mb, ml, sb, sl);
+		bool want = strcmp(result, "valid") == 0;
+		SG_CHECK(want || strcmp(result, "invalid") == 0);
+		if (a != (want ? SG_OK : SG_EAUTH))
+			fprintf(stderr, "tcId %d (%s): %d\n", id, result, a);
+		SG_CHECK(a == (want ? SG_OK : SG_EAUTH));
+		SG_CHECK(ERR_peek_error() == 0);
+		*(want ? &valid : &invalid) += 1;
+	}
+	fclose(f);
+	sg_jwk_free(plain);
+	/* The whole file was read: its header's counts. */
+	SG_CHECK(valid == 173 && invalid == 89 && keys == 112);
+}
+
+SG_TEST_MAIN(SG_TEST(t_rsa), SG_TEST(t_ec), SG_TEST(t_bad_keys), SG_TEST(t_threads), SG_TEST(t_wycheproof))

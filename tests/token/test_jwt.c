@@ -256,6 +256,44 @@ static int parse(const char *j)
 	return rc;
 }
 
+/* A signature whose R = u1·G + u2·Q is the point at infinity. With the
+ * key's private scalar d, r = -e/d (mod n) makes it (e + r·d)/s·G = O for
+ * any s. OpenSSL reports that as a fault; for us it is a signature that
+ * does not verify (SG_EAUTH, not SG_EINTERNAL). */
+static void t_signature_at_infinity(void)
+{
+	ENSURE_SETUP();
+	const char *header = "{\"alg\":\"ES256\",\"kid\":\"ec1\"}";
+	char h64[128], p64[2048], tok[4096];
+	b64(header, strlen(header), h64, sizeof(h64));
+	const char *payload = claims("[\"istio-ca\"]", NOW + 3600, K8S);
+	b64(payload, strlen(payload), p64, sizeof(p64));
+	int off = snprintf(tok, sizeof(tok), "%s.%s", h64, p64);
+	uint8_t dg[32], sig[64];
+	SG_CHECK(EVP_Digest(tok, (size_t)off, dg, NULL, EVP_sha256(), NULL) == 1);
+	BIGNUM *d = NULL, *n = NULL, *r = BN_new(), *e = BN_bin2bn(dg, 32, NULL), *s = BN_new();
+	BN_CTX *ctx = BN_CTX_new();
+	SG_CHECK(EVP_PKEY_get_bn_param(ec_key, OSSL_PKEY_PARAM_PRIV_KEY, &d) == 1);
+	SG_CHECK(BN_hex2bn(&n, "FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551") > 0);
+	SG_CHECK(BN_mod_inverse(r, d, n, ctx) && BN_mod_mul(r, r, e, n, ctx) && BN_sub(r, n, r));
+	SG_CHECK(BN_set_word(s, 12345) && !BN_is_zero(r));
+	SG_CHECK(BN_bn2binpad(r, sig, 32) == 32 && BN_bn2binpad(s, sig + 32, 32) == 32);
+	tok[off++] = '.';
+	b64(sig, sizeof(sig), tok + off, sizeof(tok) - (size_t)off);
+
+	sg_jwks *plain = std_set();
+	sg_jwt_claims c;
+	SG_CHECK_RC(sg_jwt_verify(plain, &opts, tok, strlen(tok), NOW, &c), SG_EAUTH);
+	SG_CHECK_MSG("token signature does not verify");
+	sg_jwks_release(plain);
+	BN_free(d);
+	BN_free(n);
+	BN_free(r);
+	BN_free(e);
+	BN_free(s);
+	BN_CTX_free(ctx);
+}
+
 static void t_jwks(void)
 {
 	ENSURE_SETUP();
@@ -1071,7 +1109,7 @@ static void t_teardown(void)
 	EVP_PKEY_free(rsa_key);
 }
 
-SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_valid), SG_TEST(t_claims_refused),
-             SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload), SG_TEST(t_concurrent),
-             SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer), SG_TEST(t_identity),
-             SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
+SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_signature_at_infinity), SG_TEST(t_valid),
+             SG_TEST(t_claims_refused), SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload),
+             SG_TEST(t_concurrent), SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer),
+             SG_TEST(t_identity), SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
