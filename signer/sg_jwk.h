@@ -66,6 +66,17 @@ SG_API int sg_jwk_new_ec(sg_jwk **out, const char *crv, const uint8_t *x, size_t
 /* Borrowed; valid as long as the key. */
 SG_API const sg_jwk_info *sg_jwk_get_info(const sg_jwk *k);
 
+/* For a key that will verify many signatures (a key set's, in service):
+ * a P-256 key's point multiples are computed once, ~15 ms and ~150 KiB,
+ * which takes about 40 % off each ES256 verification after it. Nothing is
+ * done for other keys, or where OpenSSL's P-256 is not its specialised
+ * implementation. SG_EINTERNAL when OpenSSL fails: the key is unchanged
+ * and verifies as before. Not thread-safe: call it before the key is
+ * shared. */
+SG_API int sg_jwk_prepare(sg_jwk *k) SG_MUST_CHECK;
+/* Whether sg_jwk_prepare made the key cheaper to verify with. */
+SG_API bool sg_jwk_prepared(const sg_jwk *k);
+
 /* Verifies sig over msg (hashed here with h: SHA-256, SHA-384 or SHA-512).
  * SG_OK; SG_EAUTH when the signature does not verify, has the wrong length
  * for the key, or the scheme does not suit the key's kind (an ECDSA scheme

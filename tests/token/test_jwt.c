@@ -1110,6 +1110,7 @@ static void t_teardown(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_signature_at_infinity), SG_TEST(t_valid),
-             SG_TEST(t_claims_refused), SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload),
-             SG_TEST(t_concurrent), SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer),
-             SG_TEST(t_identity), SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
+             SG_TEST(t_claims_refused),
+             SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload), SG_TEST(t_concurrent),
+             SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer), SG_TEST(t_identity),
+             SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
