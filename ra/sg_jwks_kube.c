@@ -179,6 +179,7 @@ static int fetch_jwks(sg_jwks_kube *d, bool *changed)
 	rc = sg_jwks_parse(&k, body, len);
 	if (rc < 0)
 		return annotate(rc, "JWKS discovery: the API server's " SG_JWKS_KUBE_JWKS_PATH " is unusable");
+	(void)sg_jwks_prepare(k); /* before the source shares it */
 	rc = d->keys ? sg_jwks_file_set(d->keys, k) : sg_jwks_file_new_pushed(&d->keys, k);
 	size_t n = sg_jwks_count(k);
 	sg_jwks_release(k); /* the source holds its own reference */

@@ -42,6 +42,7 @@
 #define SG_JWT_SIG_MAX 1024     /* decoded signature (RSA-8192) */
 #define SG_JWKS_MAX (1u << 20)  /* JWKS document, bytes */
 #define SG_JWKS_KEYS_MAX 64     /* entries in "keys" */
+#define SG_JWKS_PREPARED_MAX 4  /* P-256 keys a set in service precomputes for */
 #define SG_JWT_KID_MAX 256
 #define SG_JWT_LEEWAY_DEFAULT 60
 #define SG_JWT_CACHE_DEFAULT 16384
@@ -71,6 +72,15 @@ SG_API size_t sg_jwks_count(const sg_jwks *k);
 SG_API size_t sg_jwks_ignored(const sg_jwks *k);
 /* A process-unique, increasing number identifying this parsed set. */
 SG_API uint64_t sg_jwks_generation(const sg_jwks *k);
+/* Readies a set for service: its first SG_JWKS_PREPARED_MAX P-256 keys get
+ * their point's multiples computed (sg_jwk_prepare: ~15 ms and ~150 KiB
+ * each), which takes about 40 % off each ES256 verification with them.
+ * The bound keeps a set of 64 keys from costing a second and 10 MiB; API
+ * servers publish one or two. A key that cannot be prepared (OpenSSL out
+ * of memory) verifies as before. Returns how many keys are prepared. Call
+ * it before the set is shared; the file source does, for every set it
+ * loads, and so does the API-server discovery (ra/sg_jwks_kube.c). */
+SG_API size_t sg_jwks_prepare(sg_jwks *k);
 
 /* JWS algorithms we accept (RFC 7518 §3.1); everything else is refused. */
 typedef enum sg_jws_alg {

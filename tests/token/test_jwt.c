@@ -259,7 +259,8 @@ static int parse(const char *j)
 /* A signature whose R = u1·G + u2·Q is the point at infinity. With the
  * key's private scalar d, r = -e/d (mod n) makes it (e + r·d)/s·G = O for
  * any s. OpenSSL reports that as a fault; for us it is a signature that
- * does not verify (SG_EAUTH, not SG_EINTERNAL). */
+ * does not verify (SG_EAUTH, not SG_EINTERNAL), through a set as parsed
+ * and through one prepared for service (sg_jwks_prepare). */
 static void t_signature_at_infinity(void)
 {
 	ENSURE_SETUP();
@@ -281,17 +282,49 @@ static void t_signature_at_infinity(void)
 	tok[off++] = '.';
 	b64(sig, sizeof(sig), tok + off, sizeof(tok) - (size_t)off);
 
-	sg_jwks *plain = std_set();
+	sg_jwks *plain = std_set(), *ready = std_set();
+	SG_CHECK(sg_jwks_prepare(ready) == 1); /* the EC key; the RSA one needs nothing */
 	sg_jwt_claims c;
 	SG_CHECK_RC(sg_jwt_verify(plain, &opts, tok, strlen(tok), NOW, &c), SG_EAUTH);
 	SG_CHECK_MSG("token signature does not verify");
+	SG_CHECK_RC(sg_jwt_verify(ready, &opts, tok, strlen(tok), NOW, &c), SG_EAUTH);
+	SG_CHECK_MSG("token signature does not verify");
+	/* The prepared set still takes what the key signed. */
+	char *good = es_token(claims("[\"istio-ca\"]", NOW + 3600, K8S));
+	SG_CHECK_OK(sg_jwt_verify(ready, &opts, good, strlen(good), NOW, &c));
 	sg_jwks_release(plain);
+	sg_jwks_release(ready);
 	BN_free(d);
 	BN_free(n);
 	BN_free(r);
 	BN_free(e);
 	BN_free(s);
 	BN_CTX_free(ctx);
+}
+
+/* Only the first SG_JWKS_PREPARED_MAX P-256 keys of a set are prepared. */
+static void t_prepare_bound(void)
+{
+	ENSURE_SETUP();
+	char buf[16384], one[512], rsa[2048];
+	jwk_rsa(rsa_key, "r", rsa, sizeof(rsa));
+	int off = snprintf(buf, sizeof(buf), "{\"keys\":[%s", rsa);
+	for (int i = 0; i < SG_JWKS_PREPARED_MAX + 2; i++) {
+		char kid[8];
+		snprintf(kid, sizeof(kid), "e%d", i);
+		jwk_ec(i % 2 ? ec_key2 : ec_key, kid, one, sizeof(one));
+		off += snprintf(buf + off, sizeof(buf) - (size_t)off, ",%s", one);
+	}
+	snprintf(buf + off, sizeof(buf) - (size_t)off, "]}");
+	sg_jwks *k = NULL;
+	SG_CHECK_OK(sg_jwks_parse(&k, buf, strlen(buf)));
+	SG_CHECK(sg_jwks_prepare(k) == SG_JWKS_PREPARED_MAX);
+	/* A key past the bound verifies as before. */
+	char *tok = sign_json("ES256", ec_key2, "{\"alg\":\"ES256\",\"kid\":\"e5\"}",
+	                      claims("[\"istio-ca\"]", NOW + 3600, K8S));
+	sg_jwt_claims c;
+	SG_CHECK_OK(sg_jwt_verify(k, &opts, tok, strlen(tok), NOW, &c));
+	sg_jwks_release(k);
 }
 
 static void t_jwks(void)
@@ -1109,8 +1142,7 @@ static void t_teardown(void)
 	EVP_PKEY_free(rsa_key);
 }
 
-SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_signature_at_infinity), SG_TEST(t_valid),
-             SG_TEST(t_claims_refused),
-             SG_TEST(t_structure_refused), SG_TEST(t_cache), SG_TEST(t_reload), SG_TEST(t_concurrent),
-             SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent), SG_TEST(t_dev_issuer), SG_TEST(t_identity),
-             SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
+SG_TEST_MAIN(SG_TEST(t_b64url), SG_TEST(t_jwks), SG_TEST(t_signature_at_infinity), SG_TEST(t_prepare_bound),
+             SG_TEST(t_valid), SG_TEST(t_claims_refused), SG_TEST(t_structure_refused), SG_TEST(t_cache),
+             SG_TEST(t_reload), SG_TEST(t_concurrent), SG_TEST(t_pushed), SG_TEST(t_pushed_concurrent),
+             SG_TEST(t_dev_issuer), SG_TEST(t_identity), SG_TEST(t_peek_issuer), SG_TEST(t_cost), SG_TEST(t_teardown))
