@@ -1,6 +1,7 @@
 /*
  * signet benchmarks: each stage of the issuance path, the whole path, the
- * signer pool at 1..4 threads, and - measured in the same process on the
+ * signer pool at 1..4 threads, an ES256 token's verification with a JWKS
+ * key as parsed and as prepared for service, and - measured in the same process on the
  * same token - the ceilings they are compared with: raw C_Sign through the
  * module's own function list, and OpenSSL's own sign and verify.
  *
@@ -19,10 +20,13 @@
 #include "sg_crypto.h"
 #include "sg_csr.h"
 #include "sg_issuer.h"
+#include "sg_jwk.h"
 #include "sg_opt.h"
 #include "sg_pool.h"
 
 #include <dlfcn.h>
+#include <openssl/core_names.h>
+#include <openssl/ecdsa.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <openssl/x509.h>
@@ -215,6 +219,58 @@ static void bm_openssl_verify(sg_bench_state *st, void *arg)
 			return sg_bench_fail(st, "EVP_PKEY_verify");
 	sg_bench_items(st, sg_bench_iterations(st));
 	EVP_PKEY_CTX_free(ctx);
+}
+
+/* ---- a JWKS key: ES256 tokens as the authenticator verifies them -------- */
+
+#define JWS_N 64
+#define JWS_LEN 600 /* about a projected service-account token's header.payload */
+
+static struct {
+	sg_jwk *plain, *prepared;
+	uint8_t msg[JWS_N][JWS_LEN];
+	uint8_t sig[JWS_N][64];
+} jws;
+
+/* Distinct messages, each signed with the software P-256 key, and the key
+ * twice: as parsed, and prepared for service (sg_jwk_prepare). */
+static void make_jws(void)
+{
+	uint8_t pub[65];
+	size_t n = 0;
+	if (EVP_PKEY_get_octet_string_param(g.soft_p256, OSSL_PKEY_PARAM_PUB_KEY, pub, sizeof(pub), &n) != 1 ||
+	    n != 65 || sg_jwk_new_ec(&jws.plain, "P-256", pub + 1, 32, pub + 33, 32) != 0 ||
+	    sg_jwk_new_ec(&jws.prepared, "P-256", pub + 1, 32, pub + 33, 32) != 0 || sg_jwk_prepare(jws.prepared) != 0)
+		die("JWS keys");
+	for (int i = 0; i < JWS_N; i++) {
+		for (int j = 0; j < JWS_LEN; j++)
+			jws.msg[i][j] = (uint8_t)('A' + (i * 7 + j * 13) % 26);
+		uint8_t der[80];
+		size_t dlen = sizeof(der);
+		EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+		if (!ctx || EVP_DigestSignInit(ctx, NULL, EVP_sha256(), NULL, g.soft_p256) != 1 ||
+		    EVP_DigestSign(ctx, der, &dlen, jws.msg[i], JWS_LEN) != 1)
+			die("JWS signature");
+		EVP_MD_CTX_free(ctx);
+		const uint8_t *p = der;
+		ECDSA_SIG *es = d2i_ECDSA_SIG(NULL, &p, (long)dlen);
+		if (!es || BN_bn2binpad(ECDSA_SIG_get0_r(es), jws.sig[i], 32) != 32 ||
+		    BN_bn2binpad(ECDSA_SIG_get0_s(es), jws.sig[i] + 32, 32) != 32)
+			die("JWS signature");
+		ECDSA_SIG_free(es);
+	}
+}
+
+static void bm_jwk_verify(sg_bench_state *st, void *arg)
+{
+	const sg_jwk *k = *(sg_jwk *const *)arg;
+	size_t i = 0;
+	while (sg_bench_next(st)) {
+		if (sg_jwk_verify(k, SG_JWK_ECDSA, SG_HASH_SHA256, jws.msg[i], JWS_LEN, jws.sig[i], 64) != 0)
+			return sg_bench_fail(st, "sg_jwk_verify");
+		i = (i + 1) % JWS_N;
+	}
+	sg_bench_items(st, sg_bench_iterations(st));
 }
 
 /* ---- the HSM: raw C_Sign ceiling and our layer -------------------------- */
@@ -461,6 +517,7 @@ static void setup(void)
 	g.soft_ca = strcmp(g.ca_type, "ecdsa-p256") == 0 ? g.soft_p256
 		    : strcmp(g.ca_type, "ecdsa-p384") == 0 ? EVP_PKEY_Q_keygen(NULL, NULL, "EC", "P-384")
 		    : EVP_PKEY_Q_keygen(NULL, NULL, "RSA", (size_t)(atoi(g.ca_type + 4)));
+	make_jws();
 }
 
 int main(int argc, char **argv)
@@ -478,6 +535,8 @@ int main(int argc, char **argv)
 	sg_bench_register("openssl_d2i_req_verify/p256", bm_openssl_req_verify, &g.p256, two, 2, false);
 	REG("cert_build/ca:%s", bm_cert_build, &g.p256, one, 1, false);
 	sg_bench_register("openssl_verify/p256", bm_openssl_verify, g.soft_p256, one, 1, false);
+	sg_bench_register("jwk_verify/es256", bm_jwk_verify, &jws.plain, two, 2, false);
+	sg_bench_register("jwk_verify/es256/prepared", bm_jwk_verify, &jws.prepared, two, 2, false);
 	REG("openssl_sign/%s", bm_openssl_sign, g.soft_ca, one, 1, false);
 	REG("raw_csign/%s", bm_raw_csign, NULL, two, 2, true);
 	REG("hsm_sign/%s", bm_hsm_sign, NULL, two, 2, true);
