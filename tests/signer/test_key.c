@@ -1,6 +1,8 @@
 /*
  * Tests for sg_key (SPKI, AlgorithmIdentifier, DigestInfo, ECDSA DER) and
- * sg_crypto (digest, verify), against keys and signatures made by OpenSSL.
+ * sg_crypto (digest, verify), against keys and signatures made by OpenSSL
+ * and against Project Wycheproof's vectors (DER ECDSA on P-256 and P-384,
+ * RSA-2048 PKCS#1 v1.5), which is how a CSR's signature is checked.
  */
 #include "key_fixture.h"
 #include "sg_crypto.h"
@@ -9,8 +11,10 @@
 
 #include <openssl/core_names.h>
 #include <openssl/ec.h>
+#include <openssl/err.h>
 #include <openssl/evp.h>
 #include <openssl/x509.h>
+#include <stdio.h>
 
 static size_t spki_of(EVP_PKEY *k, uint8_t *buf)
 {
@@ -367,6 +371,94 @@ static void t_verify_bad_point(void)
 	sg_crypto_free(c);
 }
 
+/* ---- conformance: Project Wycheproof ---- */
+
+#ifndef SIGNET_TEST_DATA
+#error "SIGNET_TEST_DATA (tests/signer/data) must be defined"
+#endif
+
+static size_t unhex(const char *h, uint8_t *out, size_t cap)
+{
+	if (strcmp(h, "-") == 0)
+		return 0;
+	size_t n = strlen(h) / 2;
+	if (strlen(h) % 2 || n > cap)
+		abort();
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+		if (sscanf(h + 2 * i, "%2x", &v) != 1)
+			abort();
+		out[i] = (uint8_t)v;
+	}
+	return n;
+}
+
+/* Every vector of one file through sg_pubkey_parse and sg_crypto_verify:
+ * "valid" verifies; "invalid" is refused as a bad signature (SG_EAUTH) or
+ * a malformed one (SG_EINVAL), never a fault; "acceptable" (legacy forms
+ * the standard leaves open) may go either way, but not as a fault. The
+ * totals are the file header's. */
+static void check_vectors(const char *file, sg_sigalg alg, int want_valid, int want_invalid, int want_acceptable)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", SIGNET_TEST_DATA, file);
+	FILE *f = fopen(path, "r");
+	SG_CHECK(f != NULL);
+	if (!f)
+		return;
+	sg_crypto *c = NULL;
+	SG_CHECK_OK(sg_crypto_new(&c));
+	static char line[70000];
+	static uint8_t spki[2048], msg[16384], sig[8192];
+	sg_pubkey pk;
+	bool have_key = false;
+	int valid = 0, invalid = 0, acceptable = 0;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		if (line[0] == '#')
+			continue;
+		if (strncmp(line, "key ", 4) == 0) {
+			size_t n = unhex(line + 4, spki, sizeof(spki));
+			SG_CHECK_OK(sg_pubkey_parse(&pk, spki, n));
+			have_key = true;
+			continue;
+		}
+		SG_CHECK(have_key);
+		char *save = NULL, *id = strtok_r(line, " ", &save), *result = strtok_r(NULL, " ", &save);
+		char *m = strtok_r(NULL, " ", &save), *sh = strtok_r(NULL, " ", &save);
+		if (!id || !result || !m || !sh)
+			abort();
+		size_t ml = unhex(m, msg, sizeof(msg)), sl = unhex(sh, sig, sizeof(sig));
+		/* An empty signature is refused before any parsing. */
+		int rc = sl ? sg_crypto_verify(c, &pk, alg, msg, ml, sig, sl) : SG_EINVAL;
+		bool ok;
+		if (strcmp(result, "valid") == 0) {
+			ok = rc == SG_OK;
+			valid++;
+		} else if (strcmp(result, "invalid") == 0) {
+			ok = rc == SG_EAUTH || rc == SG_EINVAL;
+			invalid++;
+		} else {
+			ok = rc == SG_OK || rc == SG_EAUTH || rc == SG_EINVAL;
+			acceptable++;
+		}
+		if (!ok)
+			fprintf(stderr, "%s tcId %s (%s): %d %s\n", file, id, result, rc, sg_error_last()->msg);
+		SG_CHECK(ok);
+		SG_CHECK(ERR_peek_error() == 0);
+	}
+	fclose(f);
+	sg_crypto_free(c);
+	SG_CHECK(valid == want_valid && invalid == want_invalid && acceptable == want_acceptable);
+}
+
+static void t_wycheproof(void)
+{
+	check_vectors("ecdsa_p256_sha256_der.txt", SG_SIG_ECDSA_SHA256, 174, 310, 0);
+	check_vectors("ecdsa_p384_sha384_der.txt", SG_SIG_ECDSA_SHA384, 194, 310, 0);
+	check_vectors("rsa2048_sha256_pkcs1.txt", SG_SIG_RSA_SHA256, 9, 249, 1);
+}
+
 static void t_digest_random(void)
 {
 	sg_crypto *c = NULL;
@@ -401,5 +493,5 @@ static void t_oid_format(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_spki_roundtrip), SG_TEST(t_spki_reject), SG_TEST(t_ca_type), SG_TEST(t_sigalg),
-	     SG_TEST(t_digestinfo), SG_TEST(t_ecdsa_raw_to_der), SG_TEST(t_verify), SG_TEST(t_verify_bad_point),
-	     SG_TEST(t_digest_random), SG_TEST(t_oid_format))
+             SG_TEST(t_digestinfo), SG_TEST(t_ecdsa_raw_to_der), SG_TEST(t_verify), SG_TEST(t_verify_bad_point),
+             SG_TEST(t_wycheproof), SG_TEST(t_digest_random), SG_TEST(t_oid_format))
