@@ -327,13 +327,34 @@ class Base(unittest.TestCase):
             RESULTS.append(result)
         return result
 
+    def snapshot(self, d, into):
+        """Copies one version's three files into the folder into and
+        returns key.pem's mode. "..data" is resolved once, as the agent's
+        layout asks of a reader that needs the files to match
+        (agent/sg_certdir.c): the name links may move to the next version
+        between two opens. A version removed while it is read (replaced)
+        is read again from the new "..data"."""
+        for _ in range(20):
+            try:
+                version = os.path.join(d, os.readlink(os.path.join(d, "..data")))
+                mode = stat.S_IMODE(os.stat(os.path.join(version, "key.pem")).st_mode)
+                for f in ("cert-chain.pem", "key.pem", "root-cert.pem"):
+                    shutil.copyfile(os.path.join(version, f), os.path.join(into, f))
+                return mode
+            except FileNotFoundError:
+                continue
+        self.fail(f"{d}: no version could be read whole in 20 tries")
+
     def check_folder(self, agent, ns, sa):
-        """The three files: the chain verifies to the root, the leaf names
-        the account and holds key.pem's key, key.pem is 0600. Returns
-        (serial, key text)."""
-        d = agent.folder(ns, sa)
-        chain, key, root = (os.path.join(d, f) for f in ("cert-chain.pem", "key.pem", "root-cert.pem"))
-        self.assertEqual(stat.S_IMODE(os.stat(key).st_mode), 0o600)
+        """The three files of one version: the chain verifies to the root,
+        the leaf names the account and holds key.pem's key, key.pem is
+        0600. Returns (serial, key text)."""
+        with tempfile.TemporaryDirectory(dir=C.tmp) as into:
+            return self.check_version(agent.folder(ns, sa), into, ns, sa)
+
+    def check_version(self, d, into, ns, sa):
+        self.assertEqual(self.snapshot(d, into), 0o600)
+        chain, key, root = (os.path.join(into, f) for f in ("cert-chain.pem", "key.pem", "root-cert.pem"))
         v = openssl("verify", "-CAfile", root, "-untrusted", chain, chain)
         self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
         self.assertEqual(read(root).strip(), read(C.root_file).strip())
