@@ -10,6 +10,7 @@
 #include "key_fixture.h"
 #include "sg_jwk.h"
 #include "sg_test.h"
+#include "vector_fixture.h"
 
 #include <openssl/bn.h>
 #include <openssl/core_names.h>
@@ -254,22 +255,6 @@ static void t_threads(void)
 #error "SIGNET_TEST_DATA (tests/signer/data) must be defined"
 #endif
 
-static size_t unhex(const char *h, uint8_t *out, size_t cap)
-{
-	if (strcmp(h, "-") == 0)
-		return 0;
-	size_t n = strlen(h) / 2;
-	if (strlen(h) % 2 || n > cap)
-		abort();
-	for (size_t i = 0; i < n; i++) {
-		unsigned v;
-		if (sscanf(h + 2 * i, "%2x", &v) != 1)
-			abort();
-		out[i] = (uint8_t)v;
-	}
-	return n;
-}
-
 /* Every vector through two keys built from the same point, one prepared:
  * "valid" verifies with both, "invalid" with neither, and the two always
  * answer alike. The file has no "acceptable" vectors. */
@@ -293,7 +278,7 @@ static void t_wycheproof(void)
 			sg_jwk_free(plain);
 			sg_jwk_free(prepared);
 			uint8_t bx[32], by[32];
-			SG_CHECK(unhex(x, bx, 32) == 32 && unhex(y, by, 32) == 32);
+			SG_CHECK(vector_unhex(x, bx, 32) == 32 && vector_unhex(y, by, 32) == 32);
 			SG_CHECK_OK(sg_jwk_new_ec(&plain, "P-256", bx, 32, by, 32));
 			SG_CHECK_OK(sg_jwk_new_ec(&prepared, "P-256", bx, 32, by, 32));
 			SG_CHECK(!sg_jwk_prepared(prepared));
@@ -306,7 +291,7 @@ static void t_wycheproof(void)
 			keys++;
 		}
 		uint8_t mb[1050], sb[300];
-		size_t ml = unhex(m, mb, sizeof(mb)), sl = unhex(sh, sb, sizeof(sb));
+		size_t ml = vector_unhex(m, mb, sizeof(mb)), sl = vector_unhex(sh, sb, sizeof(sb));
 		int a = sg_jwk_verify(plain, SG_JWK_ECDSA, SG_HASH_SHA256, mb, ml, sb, sl);
 		int b = sg_jwk_verify(prepared, SG_JWK_ECDSA, SG_HASH_SHA256, mb, ml, sb, sl);
 		bool want = strcmp(result, "valid") == 0;

@@ -8,6 +8,7 @@
 #include "sg_crypto.h"
 #include "sg_key.h"
 #include "sg_test.h"
+#include "vector_fixture.h"
 
 #include <openssl/core_names.h>
 #include <openssl/ec.h>
@@ -377,22 +378,6 @@ static void t_verify_bad_point(void)
 #error "SIGNET_TEST_DATA (tests/signer/data) must be defined"
 #endif
 
-static size_t unhex(const char *h, uint8_t *out, size_t cap)
-{
-	if (strcmp(h, "-") == 0)
-		return 0;
-	size_t n = strlen(h) / 2;
-	if (strlen(h) % 2 || n > cap)
-		abort();
-	for (size_t i = 0; i < n; i++) {
-		unsigned v;
-		if (sscanf(h + 2 * i, "%2x", &v) != 1)
-			abort();
-		out[i] = (uint8_t)v;
-	}
-	return n;
-}
-
 /* Every vector of one file through sg_pubkey_parse and sg_crypto_verify:
  * "valid" verifies; "invalid" is refused as a bad signature (SG_EAUTH) or
  * a malformed one (SG_EINVAL), never a fault; "acceptable" (legacy forms
@@ -418,7 +403,7 @@ static void check_vectors(const char *file, sg_sigalg alg, int want_valid, int w
 		if (line[0] == '#')
 			continue;
 		if (strncmp(line, "key ", 4) == 0) {
-			size_t n = unhex(line + 4, spki, sizeof(spki));
+			size_t n = vector_unhex(line + 4, spki, sizeof(spki));
 			SG_CHECK_OK(sg_pubkey_parse(&pk, spki, n));
 			have_key = true;
 			continue;
@@ -428,7 +413,7 @@ static void check_vectors(const char *file, sg_sigalg alg, int want_valid, int w
 		char *m = strtok_r(NULL, " ", &save), *sh = strtok_r(NULL, " ", &save);
 		if (!id || !result || !m || !sh)
 			abort();
-		size_t ml = unhex(m, msg, sizeof(msg)), sl = unhex(sh, sig, sizeof(sig));
+		size_t ml = vector_unhex(m, msg, sizeof(msg)), sl = vector_unhex(sh, sig, sizeof(sig));
 		/* An empty signature is refused before any parsing. */
 		int rc = sl ? sg_crypto_verify(c, &pk, alg, msg, ml, sig, sl) : SG_EINVAL;
 		bool ok;
