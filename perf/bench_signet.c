@@ -1,9 +1,10 @@
 /*
  * signet benchmarks: each stage of the issuance path, the whole path, the
  * signer pool at 1..4 threads, an ES256 token's verification with a JWKS
- * key as parsed and as prepared for service, and - measured in the same process on the
- * same token - the ceilings they are compared with: raw C_Sign through the
- * module's own function list, and OpenSSL's own sign and verify.
+ * key as parsed and as prepared for service, and - measured in the same
+ * process on the same token - the ceilings they are compared with: raw
+ * C_Sign through the module's own function list, and OpenSSL's own sign
+ * and verify.
  *
  * One CA per process, because SoftHSM2 reads its configuration once per
  * process: SIGNET_BENCH_CA=ecdsa-p256 (default) or rsa-2048 selects it. The

@@ -10,11 +10,11 @@
  * count. A request therefore pays only the verification. A set that goes
  * into service is also prepared (sg_jwks_prepare: a table per P-256 key,
  * ~15 ms each, for cheaper ES256 verifications); sg_jwks_parse alone does
- * not, so that parsing stays cheap for those who only check a document. A set is strict
- * about what it cannot use safely: a malformed or weak key of a type we
- * support fails the whole set (an operator error worth surfacing; on reload
- * the old keys stay), while keys meant for something else (use != "sig",
- * unknown kty/alg) are skipped.
+ * not, so that parsing stays cheap for those who only check a document.
+ * A set is strict about what it cannot use safely: a malformed or weak key
+ * of a type we support fails the whole set (an operator error worth
+ * surfacing; on reload the old keys stay), while keys meant for something
+ * else (use != "sig", unknown kty/alg) are skipped.
  *
  * The file source answers sg_jwks_file_get with one atomic load of a
  * timestamp; once per second one caller (the one that wins a CAS on the

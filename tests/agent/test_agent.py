@@ -350,21 +350,18 @@ class Base(unittest.TestCase):
         the leaf names the account and holds key.pem's key, key.pem is
         0600. Returns (serial, key text)."""
         with tempfile.TemporaryDirectory(dir=C.tmp) as into:
-            return self.check_version(agent.folder(ns, sa), into, ns, sa)
-
-    def check_version(self, d, into, ns, sa):
-        self.assertEqual(self.snapshot(d, into), 0o600)
-        chain, key, root = (os.path.join(into, f) for f in ("cert-chain.pem", "key.pem", "root-cert.pem"))
-        v = openssl("verify", "-CAfile", root, "-untrusted", chain, chain)
-        self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
-        self.assertEqual(read(root).strip(), read(C.root_file).strip())
-        text = openssl("x509", "-in", chain, "-noout", "-text", "-serial").stdout
-        self.assertIn(f"URI:spiffe://cluster.local/ns/{ns}/sa/{sa}", text)
-        cert_pub = openssl("x509", "-in", chain, "-noout", "-pubkey").stdout
-        key_pub = openssl("pkey", "-in", key, "-pubout").stdout
-        self.assertTrue(cert_pub and cert_pub == key_pub, "key.pem does not hold the leaf's key")
-        serial = re.search(r"serial=([0-9A-F]+)", text).group(1)
-        return serial, read(key)
+            self.assertEqual(self.snapshot(agent.folder(ns, sa), into), 0o600)
+            chain, key, root = (os.path.join(into, f) for f in ("cert-chain.pem", "key.pem", "root-cert.pem"))
+            v = openssl("verify", "-CAfile", root, "-untrusted", chain, chain)
+            self.assertEqual(v.returncode, 0, v.stdout + v.stderr)
+            self.assertEqual(read(root).strip(), read(C.root_file).strip())
+            text = openssl("x509", "-in", chain, "-noout", "-text", "-serial").stdout
+            self.assertIn(f"URI:spiffe://cluster.local/ns/{ns}/sa/{sa}", text)
+            cert_pub = openssl("x509", "-in", chain, "-noout", "-pubkey").stdout
+            key_pub = openssl("pkey", "-in", key, "-pubout").stdout
+            self.assertTrue(cert_pub and cert_pub == key_pub, "key.pem does not hold the leaf's key")
+            serial = re.search(r"serial=([0-9A-F]+)", text).group(1)
+            return serial, read(key)
 
 
 class NodeA(Base):
