@@ -3,8 +3,9 @@
  * they give, least-recently-used eviction within a set (and the preference
  * for free and stale slots over it), the validity window (until, from),
  * generation invalidation, one entry per key, the counters, wiping of
- * dropped and evicted values, and readers and writers in many threads at
- * once (the TSan build runs this too).
+ * dropped and evicted values, the memory resident from creation, and
+ * readers and writers in many threads at once (the TSan build runs this
+ * too).
  *
  * Keys are built by hand here so that the tests can aim at one set: the
  * first byte picks the shard and bytes 8..15 the set, so keys that share
@@ -15,7 +16,9 @@
 
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NOW 1700000000
 
@@ -291,6 +294,32 @@ static void *hammer(void *arg)
 	return NULL;
 }
 
+/* This process's resident bytes (/proc/self/statm). */
+static size_t resident(void)
+{
+	FILE *f = fopen("/proc/self/statm", "r");
+	SG_CHECK(f != NULL);
+	unsigned long size = 0, pages = 0;
+	SG_CHECK(fscanf(f, "%lu %lu", &size, &pages) == 2);
+	fclose(f);
+	return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Every page is resident once sg_cache_new returns, before the first put:
+ * no request pays the page faults of an empty cache. 32,768 values of
+ * 2,000 bytes are 64 MiB and more, far above what the allocator could
+ * have had resident and free. */
+static void t_resident(void)
+{
+	size_t before = resident();
+	sg_cache *c = NULL;
+	SG_CHECK_OK(sg_cache_new(&c, 32768, 2000));
+	size_t after = resident();
+	SG_CHECK(after > before && after - before >= (size_t)32768 * 2000);
+	SG_CHECK(stats(c).entries == 0);
+	sg_cache_free(c);
+}
+
 static void t_concurrent(void)
 {
 	sg_cache *c = NULL;
@@ -319,4 +348,4 @@ static void t_concurrent(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_limits), SG_TEST(t_roundtrip), SG_TEST(t_window), SG_TEST(t_generation), SG_TEST(t_eviction),
-             SG_TEST(t_wipe), SG_TEST(t_concurrent))
+             SG_TEST(t_wipe), SG_TEST(t_resident), SG_TEST(t_concurrent))
