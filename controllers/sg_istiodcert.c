@@ -467,9 +467,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 			 * the first saw the old Opaque Secret again, and a delete by
 			 * name removed the new one and recreated it). A newer
 			 * object of the name answers 409: look at it instead. */
-			const char *uid = sg_kube_meta_str(*secret, "uid");
-			rc = uid && *uid ? sg_kube_delete_uid(c->kube, ref, uid, NULL)
-			                 : sg_kube_delete(c->kube, ref, NULL);
+			rc = sg_kube_delete_seen(c->kube, ref, sg_kube_meta_str(*secret, "uid"), NULL);
 			if (rc == SG_OK) {
 				pthread_mutex_lock(&c->mu);
 				c->stats.recreates++;

@@ -248,8 +248,7 @@ static int recreate(sg_rootdist *r, const sg_kube_ref *ref, json_t **cm)
 {
 	sg_log(SG_LOG_WARN, "rootdist: replacing an immutable object with the wrong data", SG_F_STR("kind", r->kind),
 	       SG_F_STR("namespace", ref->ns), SG_F_STR("name", ref->name), SG_F_END);
-	const char *uid = sg_kube_meta_str(*cm, "uid");
-	int rc = uid && *uid ? sg_kube_delete_uid(r->kube, ref, uid, NULL) : sg_kube_delete(r->kube, ref, NULL);
+	int rc = sg_kube_delete_seen(r->kube, ref, sg_kube_meta_str(*cm, "uid"), NULL);
 	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409)
 		return reread(r, ref, cm);
 	if (rc < 0 && rc != SG_ENOTFOUND)

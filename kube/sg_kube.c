@@ -747,6 +747,11 @@ int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json
 	return rc;
 }
 
+int sg_kube_delete_seen(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out)
+{
+	return uid && *uid ? sg_kube_delete_uid(k, ref, uid, out) : sg_kube_delete(k, ref, out);
+}
+
 int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out)
 {
 	struct url u;

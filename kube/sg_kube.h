@@ -232,6 +232,12 @@ SG_API int sg_kube_delete(sg_kube *k, const sg_kube_ref *ref, json_t **out) SG_M
  * Conflict (SG_EBUSY; sg_kube_last_status()->code 409), as for any other
  * precondition. SG_EINVAL for an empty uid. */
 SG_API int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out) SG_MUST_CHECK;
+/* DELETE of the object as the caller last saw it: sg_kube_delete_uid with
+ * the uid it was seen with, or by name when it was seen without one (uid
+ * NULL or ""). What a controller uses to replace or remove an object it read
+ * from a cache that may be behind the API server: a 409 (SG_EBUSY) says the
+ * name holds a newer object, to be looked at instead. */
+SG_API int sg_kube_delete_seen(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out) SG_MUST_CHECK;
 /* PATCH with application/merge-patch+json (RFC 7386). */
 SG_API int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out) SG_MUST_CHECK;
 /* Server-side apply: PATCH application/apply-patch+yaml with the JSON body

@@ -109,11 +109,11 @@ int sg_opr_delete_uid(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_k
 {
 	if (sg_ctrl_stopping(c))
 		return sg_error_set(SG_EBUSY, "stopping");
-	int rc = uid ? sg_kube_delete_uid(sg_ctrl_kube(c), ref, uid, NULL) : sg_kube_delete(sg_ctrl_kube(c), ref, NULL);
+	int rc = sg_kube_delete_seen(sg_ctrl_kube(c), ref, uid, NULL);
 	if (rc == SG_ENOTFOUND)
 		return SG_OK;
 	atomic_fetch_add(&st->writes, 1);
-	if (rc < 0 && uid && sg_kube_last_status()->code == 409) {
+	if (rc < 0 && uid && *uid && sg_kube_last_status()->code == 409) {
 		/* The name is another object's now (a handover: the next
 		 * IstioCSR made its own since our copy was read): not ours to
 		 * delete. */
@@ -167,7 +167,7 @@ int sg_opr_delete_owned(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, sg_kube_
 		/* The uid of the copy that carries our label: the cache may be
 		 * behind an object another owner made under the same name. */
 		const char *uid = json_string_value(json_object_get(md, "uid"));
-		if ((rc = sg_opr_delete_uid(c, st, cr, &r, ref->resource, uid && *uid ? uid : NULL)) < 0)
+		if ((rc = sg_opr_delete_uid(c, st, cr, &r, ref->resource, uid)) < 0)
 			break;
 		if (n)
 			(*n)++;

@@ -82,7 +82,8 @@ static void t_crud(void)
 }
 
 /* Delete with a UID precondition: another object of the same name (made
- * after the one whose uid is given) stays; the right uid deletes. */
+ * after the one whose uid is given) stays; the right uid deletes. And
+ * sg_kube_delete_seen, which falls back to the name without a uid. */
 static void t_delete_uid(void)
 {
 	sg_kube_ref coll = cm_ref(NULL), one = cm_ref("by-uid");
@@ -100,9 +101,23 @@ static void t_delete_uid(void)
 	SG_CHECK_RC(sg_kube_delete_uid(k, &one, "", NULL), SG_EINVAL);
 	SG_CHECK_OK(sg_kube_delete_uid(k, &one, second ? sg_kube_meta_str(second, "uid") : "x", NULL));
 	SG_CHECK_RC(sg_kube_delete_uid(k, &one, old_uid, NULL), SG_ENOTFOUND);
+
+	/* As seen: the old uid leaves the newer object alone, no uid deletes
+	 * by name. */
+	json_t *third = NULL;
+	SG_CHECK_OK(sg_kube_create(k, &coll, cm, &third));
+	SG_CHECK_RC(sg_kube_delete_seen(k, &one, old_uid, NULL), SG_EBUSY);
+	SG_CHECK(sg_kube_last_status()->code == 409);
+	SG_CHECK_OK(sg_kube_get(k, &one, NULL));
+	SG_CHECK_OK(sg_kube_delete_seen(k, &one, "", NULL));
+	SG_CHECK_RC(sg_kube_get(k, &one, NULL), SG_ENOTFOUND);
+	SG_CHECK_OK(sg_kube_create(k, &coll, cm, NULL));
+	SG_CHECK_OK(sg_kube_delete_seen(k, &one, NULL, NULL));
+	SG_CHECK_RC(sg_kube_get(k, &one, NULL), SG_ENOTFOUND);
 	json_decref(cm);
 	json_decref(first);
 	json_decref(second);
+	json_decref(third);
 }
 
 static void t_pagination(void)
