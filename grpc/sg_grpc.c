@@ -55,6 +55,7 @@
 #include "sg_grpc.h"
 
 #include "sg_clock.h"
+#include "sg_grpc_absl.h"
 #include "sg_grpc_conn.h"
 #include "sg_guard.h"
 #include "sg_log.h"
@@ -1099,6 +1100,7 @@ int sg_grpc_server_start(sg_grpc_server **out, const sg_grpc_server_options *opt
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_mutex_init(&s->tls_mu, NULL);
 	s->t_shutdown = (tag){TAG_SHUTDOWN, s};
+	sg_grpc_absl_quiet();
 	grpc_init();
 	s->grpc_inited = true;
 	s->o.address = o.address;

@@ -14,6 +14,7 @@
  */
 #include "sg_grpc.h"
 
+#include "sg_grpc_absl.h"
 #include "sg_guard.h"
 
 #include <grpc/byte_buffer.h>
@@ -68,6 +69,7 @@ int sg_grpc_channel_new(sg_grpc_channel **out, const sg_grpc_channel_options *o)
 		  "grpc channel: a client certificate needs TLS (root_pem)");
 	sg_grpc_channel *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory for a channel");
+	sg_grpc_absl_quiet();
 	grpc_init();
 
 	grpc_channel_credentials *creds;
@@ -357,6 +359,7 @@ int sg_grpc_client_new(sg_grpc_client **out)
 	*out = NULL;
 	sg_grpc_client *c = calloc(1, sizeof(*c));
 	SG_ENSURE(c, SG_EINTERNAL, "out of memory for a client");
+	sg_grpc_absl_quiet();
 	grpc_init();
 	c->cq = grpc_completion_queue_create_for_next(NULL);
 	if (!c->cq || pthread_create(&c->thread, NULL, client_thread, c) != 0) {

@@ -7,7 +7,7 @@ set -euo pipefail
 run_pkgs=(build-essential cmake pkg-config libssl-dev openssl softhsm2 libsofthsm2
           p11-kit libp11-kit-dev libjemalloc-dev libgrpc-dev protobuf-c-compiler curl
           libprotobuf-c-dev libprotobuf-dev libjansson-dev libmicrohttpd-dev libgnutls28-dev libcurl4-openssl-dev
-          libyaml-dev ca-certificates libsystemd-dev p11-kit-modules libre2-dev)
+          libyaml-dev ca-certificates libsystemd-dev p11-kit-modules libre2-dev libabsl-dev)
 test_pkgs=(clang libclang-rt-14-dev g++ libbenchmark-dev python3-cryptography python3-yaml strace
            python3-grpcio python3-grpc-tools python3-h2 gdb golang-cfssl dpkg-dev golang-go rsync etcd-server
            golang-github-modern-go-reflect2-dev
