@@ -113,9 +113,10 @@ void sg_cache_free(sg_cache *c)
  * been touched each new token lands on one it has not: a lookup maps the
  * zero page and the store then replaces it, a second fault that shoots
  * down the TLB of every CPU running the process. With a token per request
- * that was 2-3 % of a certificate's CPU for the first ~20,000 certificates
- * after a start, the mesh's restart (perf/README.md section 2). Here it is
- * one fault per page, once, before any request. */
+ * that cost 9-34 us of a certificate's ~0.2 ms of CPU until the sets had
+ * filled, some 40,000 certificates after a start: a mesh's restart
+ * (perf/README.md section 2). Here it is one fault per page, once, before
+ * any request. */
 static void commit(uint8_t *mem, size_t len)
 {
 	long ps = sysconf(_SC_PAGESIZE);
