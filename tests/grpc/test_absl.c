@@ -27,7 +27,7 @@ static void unused_handler(sg_grpc_call *call, const sg_grpc_request *req, void 
 {
 	(void)req;
 	(void)arg;
-	(void)sg_grpc_call_finish(call, 12, "not used", NULL, 0);
+	(void)sg_grpc_call_finish(call, SG_GRPC_UNIMPLEMENTED, "not used", NULL, 0);
 }
 
 static void child(int what)
