@@ -12,8 +12,9 @@ under a deadline), one fault at a time:
   * a C_Sign that hangs until released, while the others keep signing, and
     hangs on every signer thread (/readyz 503 once the pool is stuck);
   * C_Sign returning corrupt signatures, with verify-issued on;
-  * SIGTERM with a hung C_Sign outstanding (a bounded stop), and a clean
-    SIGTERM after all the faults.
+  * SIGTERM with a hung C_Sign outstanding (a bounded stop), SIGTERM with
+    calls held in C_Sign and queued until the stop has begun (drained:
+    served, exit status 0), and a clean SIGTERM after all the faults.
 
 For every phase it asserts: every certificate returned verifies against the
 root (`openssl verify -CAfile`, many files per run; the CA key is the root's
@@ -45,6 +46,7 @@ import urllib.error
 import urllib.request
 
 import grpc
+from cryptography import x509
 
 SIGNETCTL, SIGNETD, PROTO_DIR, FAULT_SO = sys.argv[1:5]
 del sys.argv[1:5]
@@ -199,7 +201,7 @@ class HsmFaults(unittest.TestCase):
             f.write(text)
         os.replace(tmp, self.control)
 
-    def start(self, name, *flags):
+    def start(self, name, *flags, grace=GRACE, server_timeout=SERVER_TIMEOUT):
         self.set_faults("")
         env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
         env.update(SIGNET_P11FAULT_CONTROL=self.control, SIGNET_P11FAULT_LOG=self.events)
@@ -209,8 +211,8 @@ class HsmFaults(unittest.TestCase):
             [SIGNETD, "--config", self.conf, "--hsm-module", FAULT_SO, "--serving-address", "127.0.0.1:0",
              "--http-address", "127.0.0.1", "--metrics-port", "0", "--readiness-probe-port", "0",
              "--log-format", "json", "--signer-threads", str(THREADS), "--hsm-max-sessions", str(THREADS),
-             "--server-timeout", f"{SERVER_TIMEOUT}s",
-             "--shutdown-grace", f"{GRACE}s", *flags],
+             "--server-timeout", f"{server_timeout}s",
+             "--shutdown-grace", f"{grace}s", *flags],
             stdout=self.log, stderr=subprocess.STDOUT, env=env)
         self.addCleanup(self.kill)
         rec = signet_e2e.wait_serving(self.proc, self.records)
@@ -587,6 +589,59 @@ class HsmFaults(unittest.TestCase):
         # came first, UNAVAILABLE ("server shutting down") when the grace did.
         self.assertTrue(any(c.code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNAVAILABLE)
                             for c in calls), "the hung call's answer")
+
+    def test_stop_drains_held_calls(self):
+        """SIGTERM with calls inside signetd: every signer thread holds one in
+        a C_Sign (hung), the others wait in the queue. The hangs are released
+        only once signetd has logged "shutting down", so each certificate
+        issued after that record is a call signetd had at the signal: there
+        must be some, their clients must have got them, every call is
+        answered (a chain, or a retryable refusal for one gRPC had not yet
+        handed over), and the stop ends with exit status 0.
+
+        The HSM holds the calls, not the scheduler: with an undelayed HSM,
+        32 calls are served in a few milliseconds, and a machine that stalls
+        the test between the first answer and the signal leaves nothing to
+        drain (seen in CI)."""
+        # A grace and a server-timeout far beyond the test's own steps: the
+        # hang lasts from the calls' arrival to the release after the signal.
+        self.start("drain", grace=60, server_timeout=60)
+        n = self.event_count()
+        self.set_faults(f"C_Sign hang={THREADS}\n")
+        stub = self.pb_grpc.IstioCertificateServiceStub(self.channel)
+        md = [("authorization", f"Bearer {self.tok}"), ("clusterid", "Kubernetes")]
+        futs = [stub.CreateCertificate.future(self.pb.IstioCertificateRequest(csr=c), metadata=md, timeout=90)
+                for c in self.csrs * 4]
+        self.wait_event("hang C_Sign", n)  # a call is inside signetd from here on
+        self.proc.send_signal(signal.SIGTERM)
+        self.wait_until('"shutting down" logged', lambda: any(
+            r.get("msg") == "shutting down" for r in self.records()))
+        self.set_faults("")
+        results, served, leaves = [], set(), []
+        for f in futs:
+            try:
+                chain = f.result().cert_chain
+                results.append(grpc.StatusCode.OK)
+                leaves.append(chain[0])
+                served.add(x509.load_pem_x509_certificate(chain[0].encode()).serial_number)
+            except grpc.RpcError as e:
+                results.append(e.code())
+        rc = self.proc.wait(WAIT_S)
+        self.assertEqual(rc, 0, self.text()[-3000:])
+        self.no_sanitizer_report()
+        # Calls that reached the server after the stop began are refused
+        # with UNAVAILABLE by signetd, or UNAVAILABLE/CANCELLED by gRPC when
+        # it had not handed them over yet: istio-agent retries all three.
+        for code in results:
+            self.assertIn(code, (grpc.StatusCode.OK, grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED))
+        self.verify(leaves)
+        records = self.records()
+        stop = next(i for i, r in enumerate(records) if r.get("msg") == "shutting down")
+        after = {int(r["serial"], 16) for r in records[stop + 1:] if r.get("msg") == "certificate issued"}
+        self.assertTrue(after, "no call signetd held at SIGTERM was served:\n" + self.text()[-3000:])
+        self.assertLessEqual(after, served, "certificates issued during the stop that no client received")
+        print(f"stop with {len(futs)} calls held: {len(after)} issued after the signal, "
+              f"{results.count(grpc.StatusCode.OK)} answered with a chain, exit {rc}", flush=True)
 
     # ---- idle tokens: the health probes ----------------------------------------
 
