@@ -28,8 +28,8 @@
  * as without this file. signetd itself never forks; the PKCS#11 module or
  * p11-kit may (a "remote:" module starts a process).
  *
- * The page is set up by a constructor, before main and before any thread;
- * a call made earlier (another constructor) takes the system call.
+ * The page is set up by a constructor, before main; a call made earlier
+ * (another library's constructor) takes the system call.
  */
 #define _GNU_SOURCE
 #include <stdatomic.h>
@@ -37,9 +37,10 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-/* The cached pid; 0: not known (a fresh page, or a child's wiped copy).
- * The pointer is set once, before main (no thread yet), and only read. */
-static _Atomic pid_t *slot;
+/* The page holding the cached pid (0: not known: a fresh page, or a
+ * child's wiped copy); NULL until the constructor set it. The pointer is
+ * atomic too, in case a library's constructor started a thread. */
+static _Atomic pid_t *_Atomic slot;
 
 __attribute__((constructor)) static void getpid_slot_init(void)
 {
@@ -50,20 +51,21 @@ __attribute__((constructor)) static void getpid_slot_init(void)
 		munmap(p, (size_t)sysconf(_SC_PAGESIZE));
 		return;
 	}
-	slot = (_Atomic pid_t *)p;
+	atomic_store_explicit(&slot, (_Atomic pid_t *)p, memory_order_release);
 }
 
 /* Default visibility: the build hides symbols unless told (and the link
  * exports this one, see CMakeLists.txt). */
 __attribute__((visibility("default"))) pid_t getpid(void)
 {
-	if (!slot)
+	_Atomic pid_t *s = atomic_load_explicit(&slot, memory_order_acquire);
+	if (!s)
 		return (pid_t)syscall(SYS_getpid);
 	/* Relaxed: every thread that stores here stores the same value. */
-	pid_t pid = atomic_load_explicit(slot, memory_order_relaxed);
+	pid_t pid = atomic_load_explicit(s, memory_order_relaxed);
 	if (pid == 0) {
 		pid = (pid_t)syscall(SYS_getpid);
-		atomic_store_explicit(slot, pid, memory_order_relaxed);
+		atomic_store_explicit(s, pid, memory_order_relaxed);
 	}
 	return pid;
 }
