@@ -11,9 +11,11 @@
  * the ~0.2 ms of CPU a certificate costs.
  *
  * Defined in the executable, this getpid interposes on libc's for every
- * shared object signetd loads, the PKCS#11 module included (the dynamic
- * linker looks in the executable first; the link exports the symbol since
- * libcrypto refers to it). glibc's own internal calls do not come here.
+ * shared object signetd loads, the PKCS#11 module included: the dynamic
+ * linker looks in the executable first, and the link puts the symbol in
+ * the dynamic symbol table (--export-dynamic-symbol, CMakeLists.txt;
+ * without it the symbol stays local and every library binds libc's).
+ * glibc's own internal calls do not come here.
  *
  * Why it stays right across fork(): the pid is kept on a page mapped with
  * MADV_WIPEONFORK (Linux 4.14), which a child gets zero-filled, so the
@@ -44,18 +46,18 @@ static _Atomic pid_t *_Atomic slot;
 
 __attribute__((constructor)) static void getpid_slot_init(void)
 {
-	void *p = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	size_t len = (size_t)sysconf(_SC_PAGESIZE);
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (p == MAP_FAILED)
 		return;
-	if (madvise(p, (size_t)sysconf(_SC_PAGESIZE), MADV_WIPEONFORK) != 0) {
-		munmap(p, (size_t)sysconf(_SC_PAGESIZE));
+	if (madvise(p, len, MADV_WIPEONFORK) != 0) {
+		munmap(p, len);
 		return;
 	}
 	atomic_store_explicit(&slot, (_Atomic pid_t *)p, memory_order_release);
 }
 
-/* Default visibility: the build hides symbols unless told (and the link
- * exports this one, see CMakeLists.txt). */
+/* Default visibility: the build hides symbols unless told. */
 __attribute__((visibility("default"))) pid_t getpid(void)
 {
 	_Atomic pid_t *s = atomic_load_explicit(&slot, memory_order_acquire);
