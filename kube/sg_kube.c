@@ -731,20 +731,42 @@ int sg_kube_delete(sg_kube *k, const sg_kube_ref *ref, json_t **out)
 	return call(k, "DELETE", ref, &u, NULL, NULL, out);
 }
 
-int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out)
+/* DELETE with DeleteOptions.preconditions: uid, and resourceVersion when
+ * rv is not NULL. */
+static int delete_if(sg_kube *k, const sg_kube_ref *ref, const char *uid, const char *rv, json_t **out)
 {
 	if (out)
 		*out = NULL;
 	SG_ENSURE(uid && *uid, SG_EINVAL, "kube: delete with a precondition needs a uid");
+	SG_ENSURE(!rv || *rv, SG_EINVAL, "kube: delete with a version precondition needs a resourceVersion");
 	struct url u;
 	SG_TRY(build_url(k, ref, &u));
 	SG_ENSURE(ref->name, SG_EINVAL, "kube: delete needs a name");
 	json_t *opts =
 	    json_pack("{s:s, s:s, s:{s:s}}", "apiVersion", "v1", "kind", "DeleteOptions", "preconditions", "uid", uid);
+	if (opts && rv &&
+	    json_object_set_new(json_object_get(opts, "preconditions"), "resourceVersion", json_string(rv)) != 0) {
+		json_decref(opts);
+		opts = NULL;
+	}
 	SG_ENSURE(opts, SG_EINTERNAL, "kube: out of memory");
 	int rc = call(k, "DELETE", ref, &u, "application/json", opts, out);
 	json_decref(opts);
 	return rc;
+}
+
+int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out)
+{
+	return delete_if(k, ref, uid, NULL, out);
+}
+
+int sg_kube_delete_version(sg_kube *k, const sg_kube_ref *ref, const char *uid, const char *resource_version,
+                           json_t **out)
+{
+	if (out)
+		*out = NULL;
+	SG_ENSURE(resource_version, SG_EINVAL, "kube: delete with a version precondition needs a resourceVersion");
+	return delete_if(k, ref, uid, resource_version, out);
 }
 
 int sg_kube_delete_seen(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out)

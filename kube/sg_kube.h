@@ -238,6 +238,14 @@ SG_API int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *ui
  * from a cache that may be behind the API server: a 409 (SG_EBUSY) says the
  * name holds a newer object, to be looked at instead. */
 SG_API int sg_kube_delete_seen(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out) SG_MUST_CHECK;
+/* DELETE of exactly the version the caller saw: preconditions uid and
+ * resourceVersion (both non-empty, else SG_EINVAL). Any write since, a
+ * key another manager added included, makes the API server answer 409
+ * Conflict (SG_EBUSY): what a controller uses when the delete is right
+ * only for the content it read, and a cache that is behind must not
+ * decide for it. */
+SG_API int sg_kube_delete_version(sg_kube *k, const sg_kube_ref *ref, const char *uid, const char *resource_version,
+                                  json_t **out) SG_MUST_CHECK;
 /* PATCH with application/merge-patch+json (RFC 7386). */
 SG_API int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch, json_t **out) SG_MUST_CHECK;
 /* Server-side apply: PATCH application/apply-patch+yaml with the JSON body

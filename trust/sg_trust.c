@@ -225,7 +225,7 @@ static int sync_all(sg_trust *t, sg_ctrl *c, const json_t *bundle, const char *b
 				*deferred = true; /* cleaned already; the cache is behind */
 				continue;
 			}
-			rc = trust_cleanup_target(t, c, obj, k == 1, bname, uid);
+			rc = trust_cleanup_target(t, c, obj, k == 1, bname, uid, deferred);
 			if (rc < 0 && !(rc == SG_EBUSY && sg_ctrl_stopping(c))) {
 				sg_log(SG_LOG_WARN, "trust: failed to clean up a Bundle target it no longer wants",
 				       SG_F_STR("bundle", bname), SG_F_STR("namespace", ons),

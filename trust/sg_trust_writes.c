@@ -110,14 +110,27 @@ void trust_pending_prune(sg_trust *t)
 	pthread_mutex_unlock(&t->pending_mu);
 }
 
-/* A DELETE of a target: SG_OK also when it was gone already, counted only
- * when it did delete. */
-static int delete_target(sg_trust *t, const sg_kube_ref *ref)
+/* A DELETE of target seen, as it was seen: the same object (its uid), and
+ * with exact the same version of it too, for a delete that is right only
+ * for the content read (a cache behind the API server may not show a key
+ * a user added a moment ago, and the delete would take it with ours).
+ * SG_OK also when it was gone already, counted only when it did delete;
+ * SG_EBUSY with a 409 (conflict() is true) when the name holds something
+ * newer. */
+static int delete_target(sg_trust *t, const sg_kube_ref *ref, const json_t *seen, bool exact)
 {
-	int rc = sg_kube_delete(t->kube, ref, NULL);
+	const char *uid = sg_kube_meta_str(seen, "uid");
+	int rc = exact ? sg_kube_delete_version(t->kube, ref, uid, sg_kube_meta_str(seen, "resourceVersion"), NULL)
+	               : sg_kube_delete_seen(t->kube, ref, uid, NULL);
 	if (rc == SG_OK)
 		atomic_fetch_add(&t->deletes, 1);
 	return rc == SG_ENOTFOUND ? SG_OK : rc;
+}
+
+/* Whether rc is the API server's 409 to a precondition or a version. */
+static bool conflict(int rc)
+{
+	return rc == SG_EBUSY && sg_kube_last_status()->code == 409;
 }
 
 int trust_sync_target(sg_trust *t, sg_ctrl *c, const char *bname, const char *uid, const char *ns, const spec *s,
@@ -145,7 +158,7 @@ int trust_sync_target(sg_trust *t, sg_ctrl *c, const char *bname, const char *ui
 		rc = sg_error_set(SG_EBUSY, "trust: stopping");
 		goto out;
 	}
-	if (stale_owner && (rc = delete_target(t, &ref)) < 0)
+	if (stale_owner && (rc = delete_target(t, &ref, cur, false)) < 0)
 		goto out;
 	if ((rc = trust_make_formats(s, set, w, other)) < 0)
 		goto out;
@@ -173,7 +186,8 @@ static bool has_data(const json_t *obj)
 
 /* obj is a target this Bundle controls that should not exist: drop the
  * keys and the hash we wrote; delete what is left empty. */
-int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret, const char *bname, const char *uid)
+int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret, const char *bname, const char *uid,
+                         bool *deferred)
 {
 	const char *ns = sg_kube_meta_str(obj, "namespace");
 	const char *have[OWNED_MAX];
@@ -184,11 +198,18 @@ int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret
 	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "trust: stopping");
 	sg_kube_ref ref = trust_target_ref(secret, ns, bname);
 	if (!trust_others_own_data(obj, secret)) {
-		/* Every key is ours: the apply would leave it empty, and one
-		 * delete does what apply + delete would. */
-		int rc = delete_target(t, &ref);
+		/* Every key is ours, as far as the cache knows: the apply
+		 * would leave it empty, and one delete does what apply +
+		 * delete would, for this version only. A 409 says the object
+		 * changed since (a user's key, perhaps): its event is on the
+		 * way, and the next pass cleans up what it then shows. */
+		int rc = delete_target(t, &ref, obj, true);
 		if (rc == SG_OK)
 			pending_note(t, secret, ns, bname, obj, NULL, true);
+		if (conflict(rc)) {
+			*deferred = true;
+			rc = SG_OK;
+		}
 		return rc;
 	}
 	want w = {.secret = secret};
@@ -201,7 +222,12 @@ int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret
 		atomic_fetch_add(&t->cleanups, 1);
 		bool empty = !has_data(after);
 		if (empty)
-			rc = delete_target(t, &ref);
+			rc = delete_target(t, &ref, after, true);
+		if (empty && conflict(rc)) {
+			/* Written since our apply: no longer empty, not ours. */
+			empty = false;
+			rc = SG_OK;
+		}
 		pending_note(t, secret, ns, bname, obj, after, empty);
 	} else if (rc == SG_ENOTFOUND) {
 		rc = SG_OK; /* its namespace is gone */
@@ -239,8 +265,12 @@ int trust_orphans(sg_trust *t, sg_ctrl *c, const char *bname, bool *deferred)
 				continue;
 			}
 			sg_kube_ref ref = trust_target_ref(kind, ns, bname);
-			if ((rc = delete_target(t, &ref)) == SG_OK)
+			if ((rc = delete_target(t, &ref, obj, false)) == SG_OK)
 				pending_note(t, kind, ns, bname, obj, NULL, true);
+			if (conflict(rc)) {
+				*deferred = true; /* a newer object: the cache is behind */
+				rc = SG_OK;
+			}
 		}
 		json_decref(all);
 	}

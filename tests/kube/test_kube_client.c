@@ -120,6 +120,38 @@ static void t_delete_uid(void)
 	json_decref(third);
 }
 
+/* Delete of the version seen: a write since (a key another manager added)
+ * turns it into 409 and the object stays; the version as it is now
+ * deletes. Both preconditions are required. */
+static void t_delete_version(void)
+{
+	sg_kube_ref coll = cm_ref(NULL), one = cm_ref("by-version");
+	json_t *cm = kube_env_configmap("default", "by-version", "k", "v1");
+	json_t *seen = NULL, *now = NULL;
+	SG_CHECK_OK(sg_kube_create(k, &coll, cm, &seen));
+	char uid[64], rv[64];
+	snprintf(uid, sizeof(uid), "%s", seen ? sg_kube_meta_str(seen, "uid") : "");
+	snprintf(rv, sizeof(rv), "%s", seen ? sg_kube_meta_str(seen, "resourceVersion") : "");
+	json_t *patch = json_pack("{s:{s:s}}", "data", "mine", "kept");
+	SG_CHECK_OK(sg_kube_merge_patch(k, &one, patch, &now));
+	SG_CHECK_RC(sg_kube_delete_version(k, &one, uid, rv, NULL), SG_EBUSY);
+	SG_CHECK(sg_kube_last_status()->code == 409);
+	json_t *still = NULL;
+	SG_CHECK_OK(sg_kube_get(k, &one, &still));
+	SG_CHECK(json_string_value(json_object_get(json_object_get(still, "data"), "mine")) != NULL);
+	SG_CHECK_RC(sg_kube_delete_version(k, &one, uid, "", NULL), SG_EINVAL);
+	SG_CHECK_RC(sg_kube_delete_version(k, &one, uid, NULL, NULL), SG_EINVAL);
+	SG_CHECK_RC(sg_kube_delete_version(k, &one, NULL, rv, NULL), SG_EINVAL);
+	SG_CHECK_OK(sg_kube_get(k, &one, NULL));
+	SG_CHECK_OK(sg_kube_delete_version(k, &one, uid, now ? sg_kube_meta_str(now, "resourceVersion") : "x", NULL));
+	SG_CHECK_RC(sg_kube_get(k, &one, NULL), SG_ENOTFOUND);
+	json_decref(patch);
+	json_decref(still);
+	json_decref(cm);
+	json_decref(seen);
+	json_decref(now);
+}
+
 static void t_pagination(void)
 {
 	sg_kube_ref coll = cm_ref(NULL);
@@ -789,7 +821,7 @@ static void t_start(void)
 		exit(1);
 }
 
-SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crud), SG_TEST(t_delete_uid), SG_TEST(t_pagination), SG_TEST(t_watch_order),
-             SG_TEST(t_watch_bookmarks), SG_TEST(t_apply), SG_TEST(t_status_subresource), SG_TEST(t_watch_expired),
-             SG_TEST(t_event), SG_TEST(t_auth_and_rotation), SG_TEST(t_rate_limit), SG_TEST(t_get_path),
-             SG_TEST(t_loop), SG_TEST(t_zz_cleanup))
+SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_crud), SG_TEST(t_delete_uid), SG_TEST(t_delete_version), SG_TEST(t_pagination),
+             SG_TEST(t_watch_order), SG_TEST(t_watch_bookmarks), SG_TEST(t_apply), SG_TEST(t_status_subresource),
+             SG_TEST(t_watch_expired), SG_TEST(t_event), SG_TEST(t_auth_and_rotation), SG_TEST(t_rate_limit),
+             SG_TEST(t_get_path), SG_TEST(t_loop), SG_TEST(t_zz_cleanup))

@@ -185,8 +185,9 @@ bool trust_pending_stale(sg_trust *t, bool secret, const char *ns, const char *n
 int trust_sync_target(sg_trust *t, sg_ctrl *c, const char *bname, const char *uid, const char *ns, const spec *s,
                       sg_certset *set, want *w, want *other, bool *deferred);
 /* Drops our keys from a target that should not exist; deletes it when
- * nothing is left. */
-int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret, const char *bname, const char *uid);
+ * nothing is left. *deferred when obj turns out older than the object. */
+int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret, const char *bname, const char *uid,
+                         bool *deferred);
 /* Deletes the targets of a Bundle that no longer exists. */
 int trust_orphans(sg_trust *t, sg_ctrl *c, const char *bname, bool *deferred);
 /* The Synced condition (and defaultCAVersion), written when it differs. */
