@@ -99,11 +99,6 @@ int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_r
 	return SG_OK;
 }
 
-int sg_opr_delete(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what)
-{
-	return sg_opr_delete_uid(c, st, cr, ref, what, NULL);
-}
-
 int sg_opr_delete_uid(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
                       const char *uid)
 {

@@ -1498,10 +1498,13 @@ static int finalize(pass *p)
 			if (rc < 0 && rc != SG_ENOTFOUND)
 				return rc;
 		}
-		bool mine = o && ours(o);
+		/* By uid: a copy read from a cache that is behind must not
+		 * delete an object made since under the same name. */
+		int rc = o && ours(o) ? sg_opr_delete_uid(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind,
+		                                          sg_kube_meta_str(o, "uid"))
+		                      : SG_OK;
 		json_decref(o);
-		if (mine)
-			SG_TRY(sg_opr_delete(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind));
+		SG_TRY(rc);
 	}
 	SG_TRY(delete_unwanted(p, w, n));
 	sg_kube_ref ref = cr_ref(p->cr);
