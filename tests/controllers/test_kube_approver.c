@@ -682,6 +682,9 @@ static void t_many_policies(void)
 		json_t *p = json_loads(text, 0, NULL);
 		SG_CHECK_OK(kube_fx_ensure(k, policy_ref(NULL), p));
 	}
+	/* The approving one in the cache before the request: a decision is
+	 * final, and the others alone deny. */
+	SG_WAIT_FOR(120000u, strncmp(policy_ready("many-1029"), "True|", 5) == 0);
 	cr_create(&(cr_spec){.ns = NS_A, .name = "many-policies", .issuer = "many-issuer"});
 	SG_WAIT_FOR(120000u, decided_starting(NS_A, "many-policies", "Approved",
 	                                      "True|policy.cert-manager.io|Approved by CertificateRequestPolicy: "

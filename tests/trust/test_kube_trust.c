@@ -683,6 +683,10 @@ static void t_sources(void)
 	cm_put("src-all", NULL, json_pack("{s:s, s:s}", "a.pem", ca[0], "b.pem", c12), NULL);
 	secret_put("src-all-secret", NULL, NULL, json_pack("{s:s, s:s}", "x", ca[3], "y", ca[4]));
 	secret_put("src-tls", "kubernetes.io/tls", NULL, json_pack("{s:s, s:s}", "tls.crt", ca[0], "tls.key", "not a key"));
+	/* The sources' caches first: a Bundle reconciled before its source
+	 * is seen writes SourceNotFound, one more status write than counted
+	 * below. */
+	WAIT_IDLE();
 
 	char *c34 = cat(2, ca[3], ca[4]);
 	bundle_put("b-cm-data", SRC_CM("src-cm", KEY), target_cm());
