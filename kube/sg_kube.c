@@ -763,10 +763,8 @@ int sg_kube_delete_uid(sg_kube *k, const sg_kube_ref *ref, const char *uid, json
 int sg_kube_delete_version(sg_kube *k, const sg_kube_ref *ref, const char *uid, const char *resource_version,
                            json_t **out)
 {
-	if (out)
-		*out = NULL;
-	SG_ENSURE(resource_version, SG_EINVAL, "kube: delete with a version precondition needs a resourceVersion");
-	return delete_if(k, ref, uid, resource_version, out);
+	/* "" for NULL: delete_if refuses both alike. */
+	return delete_if(k, ref, uid, resource_version ? resource_version : "", out);
 }
 
 int sg_kube_delete_seen(sg_kube *k, const sg_kube_ref *ref, const char *uid, json_t **out)

@@ -79,9 +79,9 @@ SG_API int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg
 
 /* Deletes the object ref names (absent is fine), counting it, only while
  * its uid is uid (NULL or "": any): the copy the caller read and found its
- * own. An object of that name with another
- * uid (made since, by another owner: a handover between two instances) is
- * left alone, logged, and SG_OK returned. */
+ * own. An object of that name with another uid (made since, by another
+ * owner: a handover between two instances) is left alone, logged, and
+ * SG_OK returned. */
 SG_API int sg_opr_delete_uid(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
                              const char *uid) SG_MUST_CHECK;
 

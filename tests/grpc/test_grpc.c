@@ -865,8 +865,6 @@ static void t_shutdown_drains(void)
 	sg_grpc_channel_free(ch);
 }
 
-/* The handler holding its calls for 500 ms: the time shutdown must be seen
- * to wait (a lower bound, which a slow machine only lengthens). */
 /* Releases the hung calls once their clients have a status (the grace
  * period is over and shutdown is waiting for the handler), or after 30 s
  * when they never get one (the test then fails on the count). */
