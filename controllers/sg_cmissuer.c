@@ -15,7 +15,13 @@
  * The state machine is cert-manager's (reference: its external-issuer
  * contract and issuer-lib): each reconcile reads the request from the
  * informer, decides, and makes at most one status write. The decision never
- * depends on anything but the request, its issuer and the CA.
+ * depends on anything but the request, its issuer and the CA. Every status
+ * write, Pending, Failed and Denied as much as Issued, carries the
+ * resourceVersion of the object decided on: a cache may still show a
+ * request as it was before the previous leader's Issued write, and an
+ * apply from that copy would turn it back to Ready=False and, from the
+ * same field manager, take its certificate away. The API server refuses
+ * it instead (409), and the retry decides on what the request says then.
  *
  * Exactly once, in two halves.
  *   - Signed, not written: the result is kept (sg_kubekeep.h) by the
@@ -188,7 +194,27 @@ typedef struct outcome {
 	bool failure_time; /* set status.failureTime (kept when already set) */
 } outcome;
 
-static int write_status(sg_ctrl *c, const json_t *cr, const char *ns, const char *name, const outcome *o)
+/* A status write refused because the request changed after it was read
+ * (a resourceVersion that is no longer current): counted, and returned
+ * as the error it is, so the runtime tries again and the next pass
+ * decides on what the request says then. */
+static int note_conflict(sg_cmissuer *m, int rc)
+{
+	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+		pthread_mutex_lock(&m->mu);
+		m->stats.conflicts++;
+		pthread_mutex_unlock(&m->mu);
+	}
+	return rc;
+}
+
+/* Ready=False with o, as a server-side apply of the status carrying the
+ * resourceVersion of cr: cr may come from a cache behind the API server,
+ * and an apply made from it without that precondition would turn an
+ * Issued request (written meanwhile by the leader before us) back to
+ * Ready=False and, from the same field manager, remove its certificate. */
+static int write_status(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, const char *name,
+                        const outcome *o)
 {
 	json_t *st = json_pack("{s:[{s:s, s:s, s:s, s:s, s:n}]}", "conditions", "type", "Ready", "status", o->status,
 			       "reason", o->reason, "message", o->message, "observedGeneration");
@@ -206,7 +232,7 @@ static int write_status(sg_ctrl *c, const json_t *cr, const char *ns, const char
 	/* a stopping controller writes nothing: leadership may be passing on */
 	if (rc == SG_OK)
 		rc = sg_ctrl_stopping(c) ? sg_error_set(SG_EBUSY, "stopping")
-		                         : sg_ctrl_apply_status(c, &ref, CR_KIND, cr, st, NULL);
+		                         : note_conflict(m, sg_ctrl_apply_status_exact(c, &ref, CR_KIND, cr, st, NULL));
 	json_decref(st);
 	return rc;
 }
@@ -225,7 +251,7 @@ static int pending(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns,
 	const char *was = ready_reason(cr);
 	sg_error saved;
 	sg_error_save(&saved);
-	int rc = write_status(c, cr, ns, name, &o);
+	int rc = write_status(m, c, cr, ns, name, &o);
 	if (rc == SG_OK) {
 		count(m, R_PENDING);
 		if (!was || strcmp(was, "Pending") != 0)
@@ -239,7 +265,7 @@ static int failed(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, 
 {
 	outcome o = {.status = "False", .reason = "Failed", .failure_time = true};
 	snprintf(o.message, sizeof(o.message), "Failed to sign CertificateRequest: %s", why);
-	int rc = write_status(c, cr, ns, name, &o);
+	int rc = write_status(m, c, cr, ns, name, &o);
 	if (rc == SG_OK) {
 		count(m, R_FAILED);
 		sg_ctrl_event(c, cr, "Warning", "Failed", "%s", o.message);
@@ -329,7 +355,8 @@ static json_t *issued_body(const char *ns, const char *name, const char *rv, con
  * status carrying the resourceVersion of cr (the object the decision was
  * made on): a request changed since is refused with a conflict, and the
  * retry decides again on what it says now. */
-static int write_issued(sg_ctrl *c, const json_t *cr, const char *ns, const char *name, const sg_kubesign_result *res)
+static int write_issued(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const char *ns, const char *name,
+                        const sg_kubesign_result *res)
 {
 	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "stopping"); /* leadership may be passing on */
 	const char *rv = sg_kube_meta_str(cr, "resourceVersion");
@@ -344,7 +371,7 @@ static int write_issued(sg_ctrl *c, const json_t *cr, const char *ns, const char
 	sg_kube_ref ref = {.group = CR_GROUP, .version = CR_VERSION, .resource = CR_RESOURCE, .ns = ns, .name = name};
 	ref.subresource = "status";
 	if (rc == SG_OK)
-		rc = sg_ctrl_apply(c, &ref, body, NULL);
+		rc = note_conflict(m, sg_ctrl_apply(c, &ref, body, NULL));
 	json_decref(body);
 	free(cert_b64);
 	free(ca_b64);
@@ -407,7 +434,7 @@ static int sign(sg_cmissuer *m, sg_ctrl *c, const json_t *cr, const json_t *issu
 	free(p.csr);
 	if (rc < 0)
 		return sign_failed(m, c, cr, ns, name, rc);
-	rc = write_issued(c, cr, ns, name, &res);
+	rc = write_issued(m, c, cr, ns, name, &res);
 	if (rc == SG_OK) {
 		sg_kubekeep_drop(m->keep, uid);
 		remember_signed(m, uid);
@@ -472,7 +499,7 @@ static int reconcile_cr(sg_cmissuer *m, sg_ctrl *c, const char *ns, const char *
 		}
 		outcome o = {.status = "False", .reason = "Denied", .failure_time = true};
 		snprintf(o.message, sizeof(o.message), "The CertificateRequest was denied by an approval controller");
-		rc = write_status(c, cr, ns, name, &o);
+		rc = write_status(m, c, cr, ns, name, &o);
 		if (rc == SG_OK)
 			count(m, R_DENIED);
 		goto out;

@@ -49,8 +49,11 @@
  *
  * Status writes are server-side applies of the status subresource with
  * field manager "signet-certificaterequests" (only the Ready condition and
- * the fields above are ours; Approved/Denied stay the approver's). The
- * Issued write carries the resourceVersion the decision was made on.
+ * the fields above are ours; Approved/Denied stay the approver's). Each
+ * write carries the resourceVersion the decision was made on: one made
+ * from a cache that is behind (an Issued write by the leader before us not
+ * seen yet) is refused with a conflict, retried, and decided again on
+ * what the request says then, so Issued never turns back to Pending.
  *
  * Watching: requests are listed with the field selector
  * spec.issuerRef.group=signet.dev where the API server supports it (CRD
@@ -109,6 +112,7 @@ typedef struct sg_cmissuer_stats {
 	uint64_t signatures; /* certificates signed (one per request, however often its write is retried) */
 	uint64_t reused;     /* Issued writes of a certificate kept from an earlier, failed write */
 	uint64_t kept;       /* now: certificates signed and not yet written (sg_kubekeep.h) */
+	uint64_t conflicts;  /* status writes refused: the request changed since it was read (409) */
 	bool field_selector; /* the running controller lists with the field selector */
 } sg_cmissuer_stats;
 

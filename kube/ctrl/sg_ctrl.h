@@ -328,6 +328,15 @@ SG_API const json_t *sg_ctrl_condition_find(const json_t *obj, const char *type)
  * carry none). *written (may be NULL) tells whether a request was made. */
 SG_API int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
                                 const json_t *status, bool *written) SG_MUST_CHECK;
+/* As sg_ctrl_apply_status, for a status decided from obj alone, which a
+ * cache behind the API server may show as it was before a write made
+ * since (such as one by the replica that led before): the apply carries
+ * obj's resourceVersion, so on an object changed since it is refused with
+ * 409 Conflict (SG_EBUSY; sg_kube_last_status()->code 409), and the fields
+ * our manager applied meanwhile are not removed. SG_EINVAL when obj has no
+ * resourceVersion. */
+SG_API int sg_ctrl_apply_status_exact(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
+                                      const json_t *status, bool *written) SG_MUST_CHECK;
 
 /* ---- the table (leader-gated runner) ---- */
 

@@ -372,13 +372,17 @@ static char *api_version(const sg_kube_ref *ref, char *buf, size_t cap)
 	return buf;
 }
 
-int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
-                         const json_t *status, bool *written)
+/* exact: the apply names obj's resourceVersion, so the API server refuses
+ * it (409) when the object changed after obj was read. */
+static int apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj, const json_t *status,
+                        bool exact, bool *written)
 {
 	if (written)
 		*written = false;
 	SG_ENSURE(ref && ref->version && ref->name && kind && json_is_object(status), SG_EINVAL,
 	          "status apply: needs a named object, its kind and a status object");
+	const char *rv = exact ? sg_kube_meta_str(obj, "resourceVersion") : NULL;
+	SG_ENSURE(!exact || (rv && *rv), SG_EINVAL, "status apply: the object read has no resourceVersion");
 	json_t *want = json_deep_copy(status);
 	SG_ENSURE(want, SG_EINTERNAL, "out of memory");
 	int rc = complete_conditions(want, obj, time(NULL));
@@ -387,9 +391,11 @@ int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, c
 		return rc;
 	}
 	char av[300];
-	/* "o" consumes want, also when json_pack fails. */
-	json_t *body = json_pack("{s:s, s:s, s:{s:s, s:s*}, s:o}", "apiVersion", api_version(ref, av, sizeof(av)),
-	                         "kind", kind, "metadata", "name", ref->name, "namespace", ref->ns, "status", want);
+	/* "o" consumes want, also when json_pack fails; "s*" leaves out a
+	 * NULL namespace or resourceVersion. */
+	json_t *body =
+	    json_pack("{s:s, s:s, s:{s:s, s:s*, s:s*}, s:o}", "apiVersion", api_version(ref, av, sizeof(av)), "kind",
+	              kind, "metadata", "name", ref->name, "namespace", ref->ns, "resourceVersion", rv, "status", want);
 	if (!body)
 		rc = sg_error_set(SG_EINTERNAL, "out of memory");
 	if (rc == SG_OK) {
@@ -401,4 +407,16 @@ int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, c
 	}
 	json_decref(body);
 	return rc;
+}
+
+int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj, const json_t *status,
+                         bool *written)
+{
+	return apply_status(c, ref, kind, obj, status, false, written);
+}
+
+int sg_ctrl_apply_status_exact(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
+                               const json_t *status, bool *written)
+{
+	return apply_status(c, ref, kind, obj, status, true, written);
 }

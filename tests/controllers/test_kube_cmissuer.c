@@ -951,6 +951,79 @@ static void t_reread(void)
 	json_decref(o);
 }
 
+/* Whether the informer's copy of the request is Ready=True. */
+static bool cached_ready(sg_kube_informer *inf, const char *name)
+{
+	json_t *o = sg_kube_informer_get(inf, NS, name);
+	bool yes = o && cond_true_is(o);
+	json_decref(o);
+	return yes;
+}
+
+/* A replica whose cache is behind the API server: it still shows a
+ * request Pending that the leader before it has written Issued since (a
+ * handover within a watch's delay). Its next decision from that copy,
+ * Pending because the issuer went not Ready, is refused with a conflict
+ * (the write names the resourceVersion decided on), and the request keeps
+ * Ready=True and its certificate; once the cache catches up, the request
+ * is done for it too. Without the resourceVersion the apply, from the same
+ * field manager, turned the request back to Pending and removed its
+ * certificate.
+ *
+ * The interleaving is made certain: the behind replica's request informer
+ * is stopped (its store kept) while the other one issues. */
+static void t_stale_cache(void)
+{
+	issuer_put(NS, "stale", "{\"caName\": \"default\"}");
+	SG_WAIT_FOR(15000, issuer_ready_is(NS, "stale", "True", "Checked"));
+	sg_ctrl_stop(sg_cmissuer_controller(cm));
+	/* behind: without the CA the issuer names, it can only say Pending */
+	sg_cmissuer *behind = NULL;
+	SG_CHECK_OK(sg_cmissuer_new(&behind, &(sg_cmissuer_options){.kube = k, .cas = cas + 1, .ncas = 1}));
+	if (!behind)
+		exit(1);
+	SG_CHECK_OK(sg_ctrl_start(sg_cmissuer_controller(behind)));
+	cr_spec s = {.issuer = "stale", .kind = "SignetIssuer", .group = "signet.dev"};
+	char *pem = cr_create_approved("stale-1", &s);
+	SG_WAIT_FOR(20000, ready_is("stale-1", "Pending") && ready_msg_has("stale-1", "will retry"));
+	sg_kube_informer *requests = sg_ctrl_informer(sg_cmissuer_controller(behind), 0); /* its request watch */
+	sg_kube_informer_stop(requests);
+
+	SG_CHECK_OK(sg_ctrl_start(sg_cmissuer_controller(cm)));
+	SG_WAIT_FOR(20000, ready_is("stale-1", "Issued"));
+	json_t *o = cr_get("stale-1");
+	char *cert = str_at(o, "status", "certificate") ? strdup(str_at(o, "status", "certificate")) : NULL;
+	json_decref(o);
+	SG_CHECK(cert != NULL && check_issued("stale-1", pem).ok);
+
+	/* the issuer goes not Ready: behind decides Pending from its copy */
+	sg_cmissuer_stats b0 = stats_of(behind);
+	issuer_patch(NS, "stale", "{\"spec\": {\"caName\": \"nope\"}}");
+	SG_WAIT_FOR(20000, issuer_ready_is(NS, "stale", "False", "CANotFound"));
+	SG_WAIT_FOR(20000, stats_of(behind).conflicts >= b0.conflicts + 1);
+	o = cr_get("stale-1");
+	const char *now = str_at(o, "status", "certificate");
+	SG_CHECK(cond_true_is(o) && now && cert && strcmp(now, cert) == 0);
+	json_decref(o);
+	SG_CHECK(stats_of(behind).pending == b0.pending);
+
+	/* caught up: Issued is done for it too; nothing more is written */
+	SG_CHECK_OK(sg_kube_informer_start(requests));
+	SG_WAIT_FOR(20000, cached_ready(requests, "stale-1"));
+	issuer_patch(NS, "stale", "{\"spec\": {\"caName\": \"default\"}}");
+	SG_WAIT_FOR(20000, issuer_ready_is(NS, "stale", "True", "Checked"));
+	SG_WAIT_FOR(20000, idle(sg_cmissuer_controller(behind), 1) && idle(sg_cmissuer_controller(cm), 1));
+	o = cr_get("stale-1");
+	now = str_at(o, "status", "certificate");
+	SG_CHECK(cond_true_is(o) && now && cert && strcmp(now, cert) == 0);
+	json_decref(o);
+	sg_cmissuer_stats b1 = stats_of(behind);
+	SG_CHECK(b1.pending == b0.pending && b1.signatures == 0 && b1.kept == 0);
+	sg_cmissuer_free(behind);
+	free(cert);
+	free(pem);
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_cmissuer_free(cm);
@@ -965,4 +1038,5 @@ static void t_zz_cleanup(void)
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_issue), SG_TEST(t_second_ca), SG_TEST(t_denied), SG_TEST(t_untouched),
              SG_TEST(t_issuer_not_ready), SG_TEST(t_failures), SG_TEST(t_usages), SG_TEST(t_durations),
-             SG_TEST(t_replicas), SG_TEST(t_exactly_once), SG_TEST(t_retry), SG_TEST(t_reread), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_replicas), SG_TEST(t_exactly_once), SG_TEST(t_retry), SG_TEST(t_reread), SG_TEST(t_stale_cache),
+             SG_TEST(t_zz_cleanup))

@@ -631,6 +631,27 @@ static void t_status(void)
 	before = get_obj(&r1);
 	SG_CHECK(applies_status(before, "signet-widgets"));
 
+	/* A write decided from a copy that is behind (after is from before
+	 * the edits above), made exact: refused with a conflict, and nothing
+	 * changes. Without a resourceVersion to name: refused before any
+	 * request. */
+	SG_WAIT_FOR(10000, quiet(&p_status.seen, "w-1"));
+	json_t *probe_cond = json_pack("{s:[{s:s, s:s, s:s, s:s}]}", "conditions", "type", "Probe", "status", "True",
+	                               "reason", "Stale", "message", "");
+	written = true;
+	SG_CHECK_RC(sg_ctrl_apply_status_exact(c_status, &r1, "Widget", after, probe_cond, &written), SG_EBUSY);
+	SG_CHECK(sg_kube_last_status()->code == 409 && !written);
+	json_t *now = get_obj(&r1);
+	SG_CHECK(strcmp(sg_kube_meta_str(before, "resourceVersion"), sg_kube_meta_str(now, "resourceVersion")) == 0);
+	SG_CHECK(!has_condition("w-1", "Probe") && ready_is("w-1", "False", 3));
+	json_decref(now);
+	json_t *bare = json_pack("{s:{s:s, s:s}}", "metadata", "name", "w-1", "namespace", ns);
+	written = true;
+	SG_CHECK_RC(sg_ctrl_apply_status_exact(c_status, &r1, "Widget", bare, probe_cond, &written), SG_EINVAL);
+	SG_CHECK(!written);
+	json_decref(bare);
+	json_decref(probe_cond);
+
 	/* A malformed intent is refused before any request. */
 	json_t *bad = json_pack("{s:[{s:s, s:s}]}", "conditions", "type", "Ready", "status", "Perhaps");
 	written = true;
