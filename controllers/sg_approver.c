@@ -7,7 +7,10 @@
  * bumps, so a new RoleBinding counts at once), a Namespace the cache does
  * not hold yet (read live: a gap must not read as "no labels"), and the
  * live read of a request just before its decision is written (a decision
- * is final; the PUT carries that read's resourceVersion).
+ * is final; the PUT carries that read's resourceVersion, and it is written
+ * only when the live request is the one evaluated: the same uid and
+ * generation, not a request made since under the same name, as
+ * cert-manager does when a Certificate is deleted and made again).
  *
  * A pass (review_run) is approver-policy's review with two changes that
  * keep a final decision from being wrong: a policy that applies but is not
@@ -334,12 +337,24 @@ static int may_use(sg_approver *a, const sg_crpolicy_request *r, const char *pol
 
 /* ---- writing the decision ---- */
 
-/* Writes the decision on cr: a live read (a request decided meanwhile is
- * left alone), the condition added, PUT of /status with the read's
- * resourceVersion. *conflict: someone else wrote first (409 or decided). */
-static int write_decision(sg_approver *a, sg_ctrl *c, const char *ns, const char *name, bool approve, const char *msg,
-                          bool *conflict)
+/* Whether live is the request cr was: the same object (uid) with the same
+ * spec (generation). */
+static bool same_request(const json_t *cr, const json_t *live)
 {
+	const char *u1 = sg_kube_meta_str(cr, "uid"), *u2 = sg_kube_meta_str(live, "uid");
+	const json_t *g1 = json_object_get(json_object_get(cr, "metadata"), "generation");
+	const json_t *g2 = json_object_get(json_object_get(live, "metadata"), "generation");
+	return u1 && u2 && strcmp(u1, u2) == 0 && json_integer_value(g1) == json_integer_value(g2);
+}
+
+/* Writes the decision made on cr (the cached copy evaluated): a live read
+ * (a request decided meanwhile, or another one made since under the same
+ * name, is left alone), the condition added, PUT of /status with the
+ * read's resourceVersion. *conflict: someone else wrote first (409,
+ * decided, or not the request evaluated). */
+static int write_decision(sg_approver *a, sg_ctrl *c, const json_t *cr, bool approve, const char *msg, bool *conflict)
+{
+	const char *ns = sg_kube_meta_str(cr, "namespace"), *name = sg_kube_meta_str(cr, "name");
 	*conflict = false;
 	SG_ENSURE(!sg_ctrl_stopping(c), SG_EBUSY, "approver: stopping");
 	sg_kube_ref ref = {.group = "cert-manager.io", .version = "v1", .resource = "certificaterequests", .ns = ns,
@@ -351,7 +366,7 @@ static int write_decision(sg_approver *a, sg_ctrl *c, const char *ns, const char
 		return SG_OK;
 	}
 	SG_TRY(rc);
-	if (decided(live)) {
+	if (decided(live) || !same_request(cr, live)) {
 		json_decref(live);
 		*conflict = true;
 		return SG_OK;
@@ -702,7 +717,7 @@ static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const c
 	}
 	if (v.approver) {
 		if ((rc = sg_crpolicy_approved_message(v.approver, &msg)) == SG_OK)
-			rc = write_decision(a, c, ns, name, true, msg, &conflict);
+			rc = write_decision(a, c, cr, true, msg, &conflict);
 	} else if (v.nready == 0) {
 		/* nothing bound, or nothing Ready of what is */
 		tell_unprocessed(a, c, cr, SG_CRPOLICY_NONE_APPLICABLE);
@@ -714,7 +729,7 @@ static int reconcile_request(sg_approver *a, sg_ctrl *c, const char *ns, const c
 			sg_log(SG_LOG_INFO, "approver: deferred", SG_F_STR("namespace", ns), SG_F_STR("name", name),
 			       SG_F_STR("message", msg), SG_F_END);
 	} else if ((rc = sg_crpolicy_denied_message(v.denials, v.ndenied, &msg)) == SG_OK) {
-		rc = write_decision(a, c, ns, name, false, msg, &conflict);
+		rc = write_decision(a, c, cr, false, msg, &conflict);
 	}
 	if (rc == SG_OK && conflict) {
 		atomic_fetch_add(&a->conflicts, 1);

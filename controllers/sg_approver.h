@@ -41,7 +41,9 @@
  * The condition is written by a PUT of the status subresource carrying the
  * resourceVersion the decision was made on, after a live read: a request
  * decided meanwhile (by another approver, or a former leader) is a 409 and
- * is left as it is. Unprocessed and deferred requests are decided again
+ * is left as it is, and so is one that is not the request evaluated (a
+ * cache behind a delete and a create under the same name: another uid or
+ * generation), which is evaluated on its own event. Unprocessed and deferred requests are decided again
  * when a policy, a Namespace or RBAC changes.
  *
  * It is a controller on the runtime (sg_ctrl.h) named "approver",
@@ -126,7 +128,7 @@ typedef struct sg_approver_stats {
 	uint64_t deferred;          /* passes that waited for a policy to be Ready */
 	uint64_t skipped;           /* passes on requests for a signer outside signer_names */
 	uint64_t errors;            /* passes without an answer (retried) */
-	uint64_t conflicts;         /* decisions not written: decided meanwhile */
+	uint64_t conflicts;         /* decisions not written: decided meanwhile, or not the request evaluated */
 	uint64_t sar_requests;      /* SubjectAccessReviews sent */
 	uint64_t sar_cached;        /* answers taken from the cache */
 	uint64_t policy_status_writes;

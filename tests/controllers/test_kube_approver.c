@@ -665,6 +665,43 @@ static void t_namespace_cache_gap(void)
 	SG_CHECK_OK(sg_kube_informer_start(namespaces));
 }
 
+/* A request deleted and made again under the same name (cert-manager does
+ * so when a Certificate is made again: its requests are <name>-1, ...)
+ * while the approver's cache still holds the first one: a decision made
+ * on the cached request is not written on the new one. Here the first
+ * asks for a name the policy allows, the second for one it does not; the
+ * cache stands still (its informer stopped) while the policy that decides
+ * arrives. Before, the live read took whatever held the name, and the new
+ * request was Approved unevaluated. */
+static void t_recreated_same_name(void)
+{
+	cr_create(&(cr_spec){.ns = NS_A, .name = "again-1", .issuer = "again-issuer"});
+	WAIT_UNPROCESSED(NS_A, "again-1");
+	SG_WAIT_FOR(WAIT_MS, idle());
+	sg_kube_informer *requests = sg_ctrl_informer(sg_approver_controller(ap), 0); /* its request watch */
+	sg_kube_informer_stop(requests);
+	SG_CHECK_OK(kube_fx_delete(k, cr_ref(NS_A, "again-1")));
+	cr_create(&(cr_spec){
+	    .ns = NS_A, .name = "again-1", .issuer = "again-issuer", .san = "DNS:evil.test", .cn = "evil.test"});
+	uint64_t c0 = stats(ap).conflicts, a0 = stats(ap).approved;
+	APPLY("{\"apiVersion\":\"policy.cert-manager.io/v1alpha1\",\"kind\":\"CertificateRequestPolicy\",\"metadata\":"
+	      "{\"name\":\"again-allow\"},\"spec\":{\"allowed\":{\"commonName\":{\"value\":\"*.example.com\"},"
+	      "\"dnsNames\":{\"values\":[\"*.example.com\"]},\"usages\":[\"digital signature\",\"server auth\"]},"
+	      "\"selector\":{\"issuerRef\":{\"name\":\"again-issuer\"}}}}");
+	/* the cached request is evaluated, approved, and not written */
+	SG_WAIT_FOR(WAIT_MS, stats(ap).conflicts > c0);
+	SG_CHECK(stats(ap).approved == a0);
+	SG_CHECK(cr_condition_count(NS_A, "again-1") == 0);
+	/* caught up: the new request is evaluated on its own, and denied */
+	SG_CHECK_OK(sg_kube_informer_start(requests));
+	SG_WAIT_FOR(WAIT_MS, decided_starting(NS_A, "again-1", "Denied",
+	                                      "True|policy.cert-manager.io|No policy approved this request: "
+	                                      "[again-allow: "));
+	char got[4096];
+	SG_CHECK(!cr_condition(NS_A, "again-1", "Approved", got, sizeof(got)));
+	SG_CHECK(stats(ap).approved == a0);
+}
+
 /* More policies than the approver once held (1,024): all compiled, the
  * last in name order approves. Only this test's requests select them. */
 static void t_many_policies(void)
@@ -771,4 +808,5 @@ SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_approve_and_deny), SG_TEST(t_unprocesse
              SG_TEST(t_namespace_selector_and_constraints), SG_TEST(t_not_ready_defers), SG_TEST(t_cel),
              SG_TEST(t_plugin), SG_TEST(t_not_ready_holds_denial), SG_TEST(t_error_stops_review),
              SG_TEST(t_unparsable_request), SG_TEST(t_signer_names), SG_TEST(t_namespace_cache_gap),
-             SG_TEST(t_two_approvers), SG_TEST(t_with_issuer), SG_TEST(t_many_policies), SG_TEST(t_zz_stop))
+             SG_TEST(t_recreated_same_name), SG_TEST(t_two_approvers), SG_TEST(t_with_issuer), SG_TEST(t_many_policies),
+             SG_TEST(t_zz_stop))
