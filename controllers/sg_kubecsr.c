@@ -410,7 +410,9 @@ static bool conflict(int rc)
  * made on, replaced by the live one after a conflict. *out: OUT_NONE when
  * stopping, done_out when written, OUT_SKIPPED when the CSR is gone, and
  * lost_out when it turned out done (or no longer wanting a signature)
- * before our write. */
+ * before our write, or when the name now holds another CSR (deleted and
+ * made again since the decision: w was made for the first one, and the
+ * new one is decided on its own event). */
 static int write_status(sg_kubecsr *k, const char *name, json_t **csr, const status_write *w, outcome done_out,
                         outcome lost_out, outcome *out)
 {
@@ -420,6 +422,10 @@ static int write_status(sg_kubecsr *k, const char *name, json_t **csr, const sta
 	                   .name = name,
 	                   .subresource = "status"};
 	*out = OUT_NONE;
+	char uid[UID_MAX];
+	const char *u = sg_kube_meta_str(*csr, "uid");
+	SG_ENSURE(u && strlen(u) < sizeof(uid), SG_EINTERNAL, "kubecsr: CertificateSigningRequest %s has no uid", name);
+	memcpy(uid, u, strlen(u) + 1);
 	for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
 		if (sg_ctrl_stopping(k->ctrl))
 			return SG_OK;
@@ -449,6 +455,11 @@ static int write_status(sg_kubecsr *k, const char *name, json_t **csr, const sta
 			return SG_OK;
 		}
 		SG_TRY(rc);
+		const char *live_uid = sg_kube_meta_str(*csr, "uid");
+		if (!live_uid || strcmp(live_uid, uid) != 0) {
+			*out = lost_out;
+			return SG_OK;
+		}
 		if (w->certificate && has_certificate(*csr)) {
 			/* Ours, if it is the very chain we sent: the write took and
 			 * its answer was lost (a connection cut after the API server
@@ -601,7 +612,8 @@ static int sign_csr(sg_kubecsr *k, const char *name, const char *issuer, json_t 
 		sg_log(SG_LOG_INFO, "kubecsr: certificate issued", SG_F_STR("csr", name), SG_F_STR("issuer", issuer),
 		       SG_F_STR("serial", res.serial), SG_F_INT("not_after", res.not_after), SG_F_END);
 	} else if (rc == SG_OK && *out == OUT_LOST) {
-		sg_log(SG_LOG_INFO, "kubecsr: CertificateSigningRequest done by someone else before our write",
+		sg_log(SG_LOG_INFO,
+		       "kubecsr: CertificateSigningRequest done, or made again, by someone else before our write",
 		       SG_F_STR("csr", name), SG_F_STR("serial", res.serial), SG_F_END);
 	}
 	sg_kubesign_result_clear(&res);
