@@ -489,6 +489,12 @@ static int reconcile_cr(sg_cmissuer *m, sg_ctrl *c, const char *ns, const char *
 		/* ir holds copies: nothing points into the object released here */
 		json_decref(cr);
 		cr = live;
+		/* The live request may be another one made since under the same
+		 * name: the issuer it names is taken from it. */
+		if (!ours(cr, &ir)) {
+			count(m, R_IGNORED);
+			goto out;
+		}
 	}
 	const char *reason = ready_reason(cr);
 	if (cond_true(cr, "Denied")) {

@@ -406,6 +406,28 @@ static void t_issue(void)
 	free(pem);
 }
 
+/* Whether the chain's leaf verifies to the second CA's root and never to
+ * the first's. */
+static bool chains_to_second_only(const char *chain)
+{
+	STACK_OF(X509) *sk = chain ? certs_of(chain) : NULL;
+	X509 *leaf = sk && sk_X509_num(sk) ? sk_X509_value(sk, 0) : NULL;
+	bool ok = leaf != NULL;
+	for (int pass = 0; leaf && pass < 2; pass++) {
+		X509_STORE *st = X509_STORE_new();
+		X509_STORE_load_file(st, pass == 0 ? second_root : fx.root);
+		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
+		X509_STORE_CTX_init(ctx, st, leaf, NULL);
+		int v = X509_verify_cert(ctx);
+		ok &= pass == 0 ? v == 1 : v != 1;
+		ERR_clear_error();
+		X509_STORE_CTX_free(ctx);
+		X509_STORE_free(st);
+	}
+	sk_X509_pop_free(sk, X509_free);
+	return ok;
+}
+
 /* An issuer naming the second CA: signed by its key, chaining to its root
  * and not to the first. */
 static void t_second_ca(void)
@@ -420,21 +442,7 @@ static void t_second_ca(void)
 	char *ca = unb64(str_at(o, "status", "ca"));
 	char *want_ca = read_text(second_root);
 	SG_CHECK(chain && ca && want_ca && strcmp(ca, want_ca) == 0 && strcmp(ca, root) != 0);
-	STACK_OF(X509) *sk = chain ? certs_of(chain) : NULL;
-	X509 *leaf = sk && sk_X509_num(sk) ? sk_X509_value(sk, 0) : NULL;
-	for (int pass = 0; leaf && pass < 2; pass++) {
-		X509_STORE *st = X509_STORE_new();
-		X509_STORE_load_file(st, pass == 0 ? second_root : fx.root);
-		X509_STORE_CTX *ctx = X509_STORE_CTX_new();
-		X509_STORE_CTX_init(ctx, st, leaf, NULL);
-		int v = X509_verify_cert(ctx);
-		SG_CHECK(pass == 0 ? v == 1 : v != 1); /* the second root, never the first */
-		ERR_clear_error();
-		X509_STORE_CTX_free(ctx);
-		X509_STORE_free(st);
-	}
-	SG_CHECK(leaf != NULL);
-	sk_X509_pop_free(sk, X509_free);
+	SG_CHECK(chains_to_second_only(chain));
 	free(chain);
 	free(ca);
 	free(want_ca);
@@ -1024,6 +1032,56 @@ static void t_stale_cache(void)
 	free(pem);
 }
 
+/* Whether the request informer's copy has Ready reason reason. */
+static bool cached_reason(sg_kube_informer *inf, const char *name, const char *reason)
+{
+	json_t *o = sg_kube_informer_get(inf, NS, name);
+	const char *r = o ? kube_fx_cond_str(o, "Ready", "reason") : NULL;
+	bool yes = r && strcmp(r, reason) == 0;
+	json_decref(o);
+	return yes;
+}
+
+/* A request this process signed, found without its certificate, is read
+ * live (t_reread); when the name holds another request by then (deleted
+ * and made again, naming another issuer), the issuer the live one names
+ * signs it. Before, the issuer was the one the cached request named. The
+ * cache is held on the first request (its informer stopped) after its
+ * certificate was erased and, its issuer no longer Ready, it went
+ * Pending. */
+static void t_recreated_after_ours(void)
+{
+	sg_kube_informer *requests = sg_ctrl_informer(sg_cmissuer_controller(cm), 0);
+	issuer_put(NS, "after", "{\"caName\": \"default\"}");
+	SG_WAIT_FOR(15000, issuer_ready_is(NS, "after", "True", "Checked"));
+	cr_spec first = {.issuer = "after", .kind = "SignetIssuer", .group = "signet.dev"};
+	free(cr_create_approved("again-1", &first));
+	SG_WAIT_FOR(20000, ready_is("again-1", "Issued"));
+	issuer_patch(NS, "after", "{\"spec\": {\"caName\": \"nope\"}}");
+	SG_WAIT_FOR(20000, issuer_ready_is(NS, "after", "False", "CANotFound"));
+	json_t *erase = json_pack("{s:{s:n, s:n, s:[{s:s, s:s, s:s, s:s, s:s}]}}", "status", "certificate", "ca",
+	                          "conditions", "type", "Approved", "status", "True", "reason", "test.signet.dev",
+	                          "message", "decided by the test", "lastTransitionTime", "2026-01-01T00:00:00Z");
+	SG_CHECK_OK(kube_fx_patch(k, kube_fx_named(cr_ref("again-1"), "again-1", "status"), erase));
+	SG_WAIT_FOR(20000, cached_reason(requests, "again-1", "Pending"));
+	sg_kube_informer_stop(requests);
+
+	SG_CHECK_OK(kube_fx_delete(k, cr_ref("again-1")));
+	cr_spec second = {.issuer = "ca2", .kind = "SignetIssuer", .group = "signet.dev"};
+	char *pem = cr_create_approved("again-1", &second);
+	uint64_t rereads = stats_of(cm).rereads;
+	sg_ctrl_add(sg_cmissuer_controller(cm), NS "/again-1");
+	SG_WAIT_FOR(20000, stats_of(cm).rereads > rereads && ready_is("again-1", "Issued"));
+	json_t *o = cr_get("again-1");
+	char *chain = unb64(str_at(o, "status", "certificate"));
+	SG_CHECK(chains_to_second_only(chain));
+	json_decref(o);
+	free(chain);
+	SG_CHECK_OK(sg_kube_informer_start(requests));
+	SG_WAIT_FOR(20000, cached_ready(requests, "again-1"));
+	free(pem);
+}
+
 static void t_zz_cleanup(void)
 {
 	sg_cmissuer_free(cm);
@@ -1039,4 +1097,4 @@ static void t_zz_cleanup(void)
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_issue), SG_TEST(t_second_ca), SG_TEST(t_denied), SG_TEST(t_untouched),
              SG_TEST(t_issuer_not_ready), SG_TEST(t_failures), SG_TEST(t_usages), SG_TEST(t_durations),
              SG_TEST(t_replicas), SG_TEST(t_exactly_once), SG_TEST(t_retry), SG_TEST(t_reread), SG_TEST(t_stale_cache),
-             SG_TEST(t_zz_cleanup))
+             SG_TEST(t_recreated_after_ours), SG_TEST(t_zz_cleanup))
