@@ -55,6 +55,21 @@ SG_API void sg_civil_from_days(int64_t days, int64_t *y, int *m, int *d);
  * arithmetic: no time-zone lock. */
 SG_API bool sg_clock_rfc3339(char *out, size_t cap, int64_t t);
 
+/* The longest text sg_clock_parse_rfc3339 reads: the form with nine
+ * fraction digits and an offset is 35 bytes. */
+#define SG_CLOCK_PARSE_MAX 64
+
+/* Reads an RFC 3339 date-time as the API server writes one: metav1.Time
+ * "YYYY-MM-DDTHH:MM:SSZ", with a fraction of 1 to 9 digits (MicroTime),
+ * or with a numeric offset "+hh:mm" / "-hh:mm"; 'T' and 'Z' in either
+ * case (RFC 3339 §5.6). Into *out, Unix seconds: the fraction dropped,
+ * the offset applied, a leap second 60 read as the next minute's first.
+ * Strict: exactly the digits each field has (no spaces, no signs), the
+ * day within its month (leap years counted), nothing after. false for
+ * anything else, or for a NULL or longer than SG_CLOCK_PARSE_MAX bytes,
+ * leaving *out as it was. Pure arithmetic: no time-zone lock. */
+SG_API bool sg_clock_parse_rfc3339(const char *s, int64_t *out);
+
 /* Sleeps for ms milliseconds (restarting after signals). */
 SG_API void sg_sleep_ms(unsigned ms);
 

@@ -19,18 +19,6 @@
 
 /* ---- what a crash left behind ---- */
 
-/* RFC 3339 "YYYY-MM-DDTHH:MM:SSZ" (metadata.creationTimestamp) in Unix
- * seconds; -1 when it is not that. */
-static int64_t rfc3339_seconds(const char *s)
-{
-	int y, mo, d, h, mi, se;
-	char z = 0;
-	if (!s || sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d%c", &y, &mo, &d, &h, &mi, &se, &z) != 7 || z != 'Z' || mo < 1 ||
-	    mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || se > 60)
-		return -1;
-	return sg_days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + se;
-}
-
 /* One look: every request of ours that nobody waits for any more. A
  * request of this replica that is not pending here was left by an earlier
  * run with the same id (or its delete failed); another replica's is left
@@ -57,8 +45,8 @@ static void sweep(sg_forward *f)
 		if (!name || !owner)
 			continue;
 		bool mine = strcmp(owner, f->replica_id) == 0;
-		int64_t born = rfc3339_seconds(sg_kube_meta_str(item, "creationTimestamp"));
-		if (born < 0)
+		int64_t born;
+		if (!sg_clock_parse_rfc3339(sg_kube_meta_str(item, "creationTimestamp"), &born))
 			continue;
 		if (mine) {
 			/* Only what an earlier run left: one of this run's, answered

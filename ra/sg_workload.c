@@ -141,53 +141,6 @@ int sg_workload_pod_index(const json_t *pod, char *key, size_t cap, void *arg)
 	           : 0;
 }
 
-static bool digits(const char *s, int n, int *v)
-{
-	*v = 0;
-	for (int i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return false;
-		*v = *v * 10 + (s[i] - '0');
-	}
-	return true;
-}
-
-/* RFC 3339 §5.6 date-time, as metav1.Time is written
- * ("2024-05-01T12:00:00Z"; fractions and offsets accepted). */
-static bool parse_time(const char *s, int64_t *out)
-{
-	int Y, M, D, h, m, sec, oh = 0, om = 0;
-	if (!s || strnlen(s, 40) < 20 || !digits(s, 4, &Y) || s[4] != '-' || !digits(s + 5, 2, &M) || s[7] != '-' ||
-	    !digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &h) || s[13] != ':' ||
-	    !digits(s + 14, 2, &m) || s[16] != ':' || !digits(s + 17, 2, &sec))
-		return false;
-	if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
-		return false;
-	const char *p = s + 19;
-	if (*p == '.') {
-		p++;
-		if (*p < '0' || *p > '9')
-			return false;
-		while (*p >= '0' && *p <= '9')
-			p++;
-	}
-	int sign = 0;
-	if (*p == 'Z' || *p == 'z') {
-		p++;
-	} else if (*p == '+' || *p == '-') {
-		sign = *p == '+' ? 1 : -1;
-		if (!digits(p + 1, 2, &oh) || p[3] != ':' || !digits(p + 4, 2, &om) || oh > 23 || om > 59)
-			return false;
-		p += 6;
-	} else {
-		return false;
-	}
-	if (*p)
-		return false;
-	*out = sg_days_from_civil(Y, M, D) * 86400 + h * 3600 + m * 60 + sec - sign * (oh * 3600 + om * 60);
-	return true;
-}
-
 /* ---- the deleted-uid memory ---- */
 
 static void dead_add(sg_workload *w, const char *uid)
@@ -430,8 +383,8 @@ static int judge(sg_workload *w, int kind, const json_t *obj, const char *ns, co
 	json_t *when = json_object_get(json_object_get(obj, "metadata"), "deletionTimestamp");
 	if (when && !json_is_null(when)) {
 		int64_t t;
-		SG_ENSURE(parse_time(str_of(when), &t), SG_EAUTH, "%s %s/%s has an unreadable deletionTimestamp",
-		          k->what, ns, name);
+		SG_ENSURE(sg_clock_parse_rfc3339(str_of(when), &t), SG_EAUTH,
+		          "%s %s/%s has an unreadable deletionTimestamp", k->what, ns, name);
 		SG_ENSURE(t >= now - DELETED_LEEWAY_S, SG_EAUTH, "%s %s/%s%s has been deleted", k->what, ns, name,
 		          k->bound);
 	}
