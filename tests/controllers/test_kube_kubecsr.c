@@ -907,6 +907,20 @@ static bool cached_issuer_ready(const char *name, bool ready)
 	return is;
 }
 
+/* A CSR for the late issuer, made not Ready first, approved: returns its
+ * PEM (caller frees) once kubecsr's cache holds the approved copy (its
+ * pass found the issuer not Ready). */
+static char *approved_waiting(const char *name)
+{
+	issuer_set_ready(LATE_ISSUER, false);
+	SG_WAIT_FOR(20000, cached_issuer_ready(LATE_ISSUER, false));
+	sg_kubecsr_stats s0 = stats_of(kc);
+	char *pem = csr_create(name, SIGNER_LATE, usages("digital signature", "client auth"), NULL, false);
+	csr_decide(name, "Approved");
+	SG_WAIT_FOR(20000, stats_of(kc).waiting > s0.waiting);
+	return pem;
+}
+
 /* A pass over a CSR whose cached copy is older than our own write (the
  * watch behind it, as on a loaded machine) signs nothing: without the
  * memory of our writes it signed again, met a 409 and counted the CSR
@@ -917,12 +931,7 @@ static void t_cache_behind(void)
 {
 	const char *name = PREFIX "behind";
 	sg_kube_informer *csrs = sg_ctrl_informer(sg_kubecsr_controller(kc), 0);
-	issuer_set_ready(LATE_ISSUER, false);
-	SG_WAIT_FOR(20000, cached_issuer_ready(LATE_ISSUER, false));
-	sg_kubecsr_stats s0 = stats_of(kc);
-	char *pem = csr_create(name, SIGNER_LATE, usages("digital signature", "client auth"), NULL, false);
-	csr_decide(name, "Approved");
-	SG_WAIT_FOR(20000, stats_of(kc).waiting > s0.waiting); /* the approved copy is in the cache */
+	char *pem = approved_waiting(name);
 	sg_kube_informer_stop(csrs);
 
 	/* The issuer's event brings the CSR back: signed, written. */
@@ -963,12 +972,7 @@ static void t_recreated(void)
 {
 	const char *name = PREFIX "again";
 	sg_kube_informer *csrs = sg_ctrl_informer(sg_kubecsr_controller(kc), 0);
-	issuer_set_ready(LATE_ISSUER, false);
-	SG_WAIT_FOR(20000, cached_issuer_ready(LATE_ISSUER, false));
-	sg_kubecsr_stats s0 = stats_of(kc);
-	char *first = csr_create(name, SIGNER_LATE, usages("digital signature", "client auth"), NULL, false);
-	csr_decide(name, "Approved");
-	SG_WAIT_FOR(20000, stats_of(kc).waiting > s0.waiting); /* the first, approved, is in the cache */
+	char *first = approved_waiting(name);
 	sg_kube_informer_stop(csrs);
 	SG_CHECK_OK(kube_fx_delete(k, kube_fx_named(csr_coll, name, NULL)));
 	char *second = csr_create(name, SIGNER_LATE, usages("digital signature", "client auth"), NULL, false);
