@@ -424,7 +424,8 @@ static int write_status(sg_kubecsr *k, const char *name, json_t **csr, const sta
 	*out = OUT_NONE;
 	char uid[UID_MAX];
 	const char *u = sg_kube_meta_str(*csr, "uid");
-	SG_ENSURE(u && strlen(u) < sizeof(uid), SG_EINTERNAL, "kubecsr: CertificateSigningRequest %s has no uid", name);
+	SG_ENSURE(u && strlen(u) < sizeof(uid), SG_EINTERNAL, "kubecsr: CertificateSigningRequest %s has no usable uid",
+	          name);
 	memcpy(uid, u, strlen(u) + 1);
 	for (int attempt = 0; attempt < WRITE_ATTEMPTS; attempt++) {
 		if (sg_ctrl_stopping(k->ctrl))

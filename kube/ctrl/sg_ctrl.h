@@ -333,7 +333,9 @@ SG_API int sg_ctrl_apply_status(sg_ctrl *c, const sg_kube_ref *ref, const char *
  * since (such as one by the replica that led before): the apply carries
  * obj's resourceVersion, so on an object changed since it is refused with
  * 409 Conflict (SG_EBUSY; sg_kube_last_status()->code 409), and the fields
- * our manager applied meanwhile are not removed. SG_EINVAL when obj has no
+ * our manager applied meanwhile are not removed. As with
+ * sg_ctrl_apply_status, nothing is sent (SG_OK, *written false) when obj
+ * already holds the intent, however old obj is. SG_EINVAL when obj has no
  * resourceVersion. */
 SG_API int sg_ctrl_apply_status_exact(sg_ctrl *c, const sg_kube_ref *ref, const char *kind, const json_t *obj,
                                       const json_t *status, bool *written) SG_MUST_CHECK;

@@ -968,13 +968,24 @@ static bool cached_ready(sg_kube_informer *inf, const char *name)
 	return yes;
 }
 
+/* Whether the request informer's copy has Ready reason reason. */
+static bool cached_reason(sg_kube_informer *inf, const char *name, const char *reason)
+{
+	json_t *o = sg_kube_informer_get(inf, NS, name);
+	const char *r = o ? kube_fx_cond_str(o, "Ready", "reason") : NULL;
+	bool yes = r && strcmp(r, reason) == 0;
+	json_decref(o);
+	return yes;
+}
+
 /* A replica whose cache is behind the API server: it still shows a
  * request Pending that the leader before it has written Issued since (a
  * handover within a watch's delay). Its next decision from that copy,
  * Pending because the issuer went not Ready, is refused with a conflict
  * (the write names the resourceVersion decided on), and the request keeps
  * Ready=True and its certificate; once the cache catches up, the request
- * is done for it too. Without the resourceVersion the apply, from the same
+ * is done for it too. (Its pending count is no witness: a decision that
+ * finds nothing to write counts as Pending too.) Without the resourceVersion the apply, from the same
  * field manager, turned the request back to Pending and removed its
  * certificate.
  *
@@ -994,7 +1005,11 @@ static void t_stale_cache(void)
 	cr_spec s = {.issuer = "stale", .kind = "SignetIssuer", .group = "signet.dev"};
 	char *pem = cr_create_approved("stale-1", &s);
 	SG_WAIT_FOR(20000, ready_is("stale-1", "Pending") && ready_msg_has("stale-1", "will retry"));
+	/* Its own Pending in its cache before the cache stands still: its
+	 * retries (the signature keeps failing) then find nothing to write,
+	 * and only a decision that differs makes a write. */
 	sg_kube_informer *requests = sg_ctrl_informer(sg_cmissuer_controller(behind), 0); /* its request watch */
+	SG_WAIT_FOR(20000, cached_reason(requests, "stale-1", "Pending"));
 	sg_kube_informer_stop(requests);
 
 	SG_CHECK_OK(sg_ctrl_start(sg_cmissuer_controller(cm)));
@@ -1013,7 +1028,6 @@ static void t_stale_cache(void)
 	const char *now = str_at(o, "status", "certificate");
 	SG_CHECK(cond_true_is(o) && now && cert && strcmp(now, cert) == 0);
 	json_decref(o);
-	SG_CHECK(stats_of(behind).pending == b0.pending);
 
 	/* caught up: Issued is done for it too; nothing more is written */
 	SG_CHECK_OK(sg_kube_informer_start(requests));
@@ -1026,20 +1040,10 @@ static void t_stale_cache(void)
 	SG_CHECK(cond_true_is(o) && now && cert && strcmp(now, cert) == 0);
 	json_decref(o);
 	sg_cmissuer_stats b1 = stats_of(behind);
-	SG_CHECK(b1.pending == b0.pending && b1.signatures == 0 && b1.kept == 0);
+	SG_CHECK(b1.signatures == 0 && b1.kept == 0);
 	sg_cmissuer_free(behind);
 	free(cert);
 	free(pem);
-}
-
-/* Whether the request informer's copy has Ready reason reason. */
-static bool cached_reason(sg_kube_informer *inf, const char *name, const char *reason)
-{
-	json_t *o = sg_kube_informer_get(inf, NS, name);
-	const char *r = o ? kube_fx_cond_str(o, "Ready", "reason") : NULL;
-	bool yes = r && strcmp(r, reason) == 0;
-	json_decref(o);
-	return yes;
 }
 
 /* A request this process signed, found without its certificate, is read

@@ -636,6 +636,8 @@ static void t_status(void)
 	 * changes. Without a resourceVersion to name: refused before any
 	 * request. */
 	SG_WAIT_FOR(10000, quiet(&p_status.seen, "w-1"));
+	json_decref(before);
+	before = get_obj(&r1);
 	json_t *probe_cond = json_pack("{s:[{s:s, s:s, s:s, s:s}]}", "conditions", "type", "Probe", "status", "True",
 	                               "reason", "Stale", "message", "");
 	written = true;
