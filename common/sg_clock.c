@@ -91,7 +91,7 @@ bool sg_clock_parse_rfc3339(const char *s, int64_t *out)
 	    (s[10] != 'T' && s[10] != 't') || !digits(s + 11, 2, &h) || s[13] != ':' || !digits(s + 14, 2, &mi) ||
 	    s[16] != ':' || !digits(s + 17, 2, &sec))
 		return false;
-	/* 60: RFC 3339's leap second, read as the next second's start */
+	/* 60: RFC 3339's leap second, read as the next minute's first second */
 	if (mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 || sec > 60)
 		return false;
 	const char *p = s + 19;

@@ -43,8 +43,9 @@
  * decided meanwhile (by another approver, or a former leader) is a 409 and
  * is left as it is, and so is one that is not the request evaluated (a
  * cache behind a delete and a create under the same name: another uid or
- * generation), which is evaluated on its own event. Unprocessed and deferred requests are decided again
- * when a policy, a Namespace or RBAC changes.
+ * generation), which is evaluated on its own event. Unprocessed and
+ * deferred requests are decided again when a policy, a Namespace or RBAC
+ * changes.
  *
  * It is a controller on the runtime (sg_ctrl.h) named "approver",
  * leader-only. Keys: "<namespace>/<name>" for requests, "crp:<name>" for
