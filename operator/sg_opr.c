@@ -64,6 +64,28 @@ static bool rules_differ(const json_t *body, const json_t *live)
 	return live && want && !json_equal(want, json_object_get(live, "rules"));
 }
 
+static void apply_failed(sg_ctrl *c, const json_t *cr, const sg_kube_ref *ref, const char *what)
+{
+	sg_error e;
+	sg_error_save(&e);
+	sg_ctrl_event(c, cr, "Warning", "ApplyFailed", "%s %s%s%s: %s", what, ref->ns ? ref->ns : "",
+	              ref->ns ? "/" : "", ref->name, e.msg);
+	sg_error_restore(&e);
+}
+
+/* A write made: counted, an Event about cr and a log line. */
+static void applied(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
+                    bool existed)
+{
+	atomic_fetch_add(&st->writes, 1);
+	atomic_fetch_add(existed ? &st->repaired : &st->created, 1);
+	sg_ctrl_event(c, cr, "Normal", existed ? "Applied" : "Created", "%s %s%s%s %s", what, ref->ns ? ref->ns : "",
+	              ref->ns ? "/" : "", ref->name, existed ? "reconciled back to the desired state" : "created");
+	sg_log(SG_LOG_INFO, existed ? "object repaired" : "object created", SG_F_STR("controller", sg_ctrl_name(c)),
+	       SG_F_STR("kind", what), SG_F_STR("namespace", ref->ns ? ref->ns : ""), SG_F_STR("name", ref->name),
+	       SG_F_END);
+}
+
 int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
                  const json_t *body, const json_t *live)
 {
@@ -80,22 +102,44 @@ int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_r
 		rc = sg_ctrl_apply_owned(c, ref, body, live, NULL, &written);
 	}
 	if (rc < 0) {
-		sg_error e;
-		sg_error_save(&e);
-		sg_ctrl_event(c, cr, "Warning", "ApplyFailed", "%s %s%s%s: %s", what, ref->ns ? ref->ns : "",
-		              ref->ns ? "/" : "", ref->name, e.msg);
-		sg_error_restore(&e);
+		apply_failed(c, cr, ref, what);
 		return rc;
 	}
-	if (!written)
-		return SG_OK;
-	atomic_fetch_add(&st->writes, 1);
-	atomic_fetch_add(live ? &st->repaired : &st->created, 1);
-	sg_ctrl_event(c, cr, "Normal", live ? "Applied" : "Created", "%s %s%s%s %s", what, ref->ns ? ref->ns : "",
-	              ref->ns ? "/" : "", ref->name, live ? "reconciled back to the desired state" : "created");
-	sg_log(SG_LOG_INFO, live ? "object repaired" : "object created", SG_F_STR("controller", sg_ctrl_name(c)),
-	       SG_F_STR("kind", what), SG_F_STR("namespace", ref->ns ? ref->ns : ""), SG_F_STR("name", ref->name),
-	       SG_F_END);
+	if (written)
+		applied(c, st, cr, ref, what, live != NULL);
+	return SG_OK;
+}
+
+int sg_opr_apply_exact(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
+                       const json_t *body, const char *rv)
+{
+	if (sg_ctrl_stopping(c))
+		return sg_error_set(SG_EBUSY, "stopping");
+	int rc;
+	if (!rv) {
+		sg_kube_ref coll = *ref;
+		coll.name = NULL;
+		rc = sg_kube_create(sg_ctrl_kube(c), &coll, body, NULL);
+	} else {
+		json_t *exact = json_deep_copy(body);
+		json_t *md = json_object_get(exact, "metadata");
+		rc = md && json_object_set_new(md, "resourceVersion", json_string(rv)) == 0
+		         ? sg_ctrl_apply(c, ref, exact, NULL)
+		         : sg_error_set(SG_EINTERNAL, "operator: out of memory");
+		json_decref(exact);
+	}
+	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+		/* Not a failure: what we decided on is gone. */
+		sg_log(SG_LOG_INFO, "object written since it was read: decided again on the new copy",
+		       SG_F_STR("controller", sg_ctrl_name(c)), SG_F_STR("kind", what),
+		       SG_F_STR("namespace", ref->ns ? ref->ns : ""), SG_F_STR("name", ref->name), SG_F_END);
+		return rc;
+	}
+	if (rc < 0) {
+		apply_failed(c, cr, ref, what);
+		return rc;
+	}
+	applied(c, st, cr, ref, what, rv != NULL);
 	return SG_OK;
 }
 

@@ -76,6 +76,17 @@ SG_API json_t *sg_opr_owner_ref(const json_t *cr, const char *kind);
  * messages ("Deployment"). */
 SG_API int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
                         const json_t *body, const json_t *live) SG_MUST_CHECK;
+/* As sg_opr_apply, for a body decided from one copy of the object, the
+ * version rv (NULL: the object was absent), that must not replace anything
+ * written since (a new key pair made because the copy's did not fit): a
+ * create when rv is NULL, otherwise an apply that carries rv. Always
+ * written: body differs from the copy. An object written since (a cache
+ * behind the API server) refuses it with 409 Conflict or AlreadyExists:
+ * SG_EBUSY, sg_kube_last_status()->code 409, counted as nothing and with
+ * no ApplyFailed Event; the watch event of that write brings the next
+ * pass, which decides on the newer copy. */
+SG_API int sg_opr_apply_exact(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_kube_ref *ref, const char *what,
+                              const json_t *body, const char *rv) SG_MUST_CHECK;
 
 /* Deletes the object ref names (absent is fine), counting it, only while
  * its uid is uid (NULL or "": any): the copy the caller read and found its

@@ -233,6 +233,7 @@ struct sg_trustmanager {
 	char inj_hash[65];
 	sg_opr_stats st;
 	atomic_uint_fast64_t status_writes;
+	atomic_uint_fast64_t conflicts;        /* a new pair refused: the Secret had changed since it was read */
 	pthread_mutex_t mu;                    /* trust_ns */
 	char trust_ns[SG_NAMES_LABEL_MAX + 1]; /* of the last pass; "" before the first */
 };
@@ -268,6 +269,10 @@ typedef struct pass {
 	/* Without cert-manager: the Secret's data, base64 as the API holds
 	 * it (tls.crt, tls.key, ca.crt: the caBundle); owned. */
 	char *tls_b64[3];
+	/* A new pair (tls_new) replaces only the copy it was decided on: the
+	 * cached Secret's resourceVersion (owned; NULL: none was cached). */
+	bool tls_new;
+	char *tls_rv;
 } pass;
 
 static bool refuse(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1001,6 +1006,7 @@ static void pass_free(pass *p)
 			sg_wipe(p->tls_b64[i], strlen(p->tls_b64[i]));
 		free(p->tls_b64[i]);
 	}
+	free(p->tls_rv);
 	json_decref(p->s.authorized);
 	json_decref(p->labels);
 	json_decref(p->owner);
@@ -1047,8 +1053,18 @@ static int apply_all(pass *p, want *w, size_t n, bool *deployment_written, bool 
 		json_t *live = NULL;
 		SG_TRY(live_of(p, &w[i], &live));
 		bool changes = !live || !sg_ctrl_object_holds(p->c, w[i].body, live);
-		int rc = sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live);
+		bool exact = w[i].w == W_SECRET && p->tls_new;
+		int rc = exact ? sg_opr_apply_exact(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, p->tls_rv)
+		               : sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live);
 		json_decref(live);
+		if (exact && rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+			/* The Secret was written since our copy: its event brings
+			 * the next pass, which decides on what it holds then.
+			 * Nothing after it (the caBundle) is applied from this one. */
+			atomic_fetch_add(&p->t->conflicts, 1);
+			*refused = true;
+			return SG_OK;
+		}
 		if (rc == SG_EINVAL || rc == SG_EAUTH) {
 			sg_error e;
 			sg_error_save(&e);
@@ -1349,7 +1365,12 @@ static bool tls_current(const pass *p, const char *crt, size_t crt_len, const ch
  * Secret's pair is kept while it is ours, fits the Service's name and is
  * in the first two thirds of its life; otherwise a new self-signed pair
  * is made (sg_softkey), and the caBundle is the new certificate followed
- * by the old one while that is valid. Sets p->tls_b64. */
+ * by the old one while that is valid. Sets p->tls_b64, and for a new pair
+ * tls_new and tls_rv: the cache may be behind a pair written since (our
+ * own last pass, whose echo has not come back; another replica's), and
+ * replacing that one would drop from the caBundle a certificate pods may
+ * already serve, so the new pair is written only over the copy read here
+ * (apply_all). */
 static int own_certificate(pass *p)
 {
 	json_t *sec = sg_kube_informer_get(sg_ctrl_informer(p->c, W_SECRET), p->t->ns, OBJ_TLS);
@@ -1371,6 +1392,12 @@ static int own_certificate(pass *p)
 				rc = sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
 		}
 	} else {
+		const char *rv = sec ? sg_kube_meta_str(sec, "resourceVersion") : NULL;
+		p->tls_new = true;
+		p->tls_rv = rv ? strdup(rv) : NULL;
+		if (sec && !p->tls_rv)
+			rc = sg_error_set(rv ? SG_EINTERNAL : SG_EINVAL, "trustmanager: %s",
+			                  rv ? "out of memory" : "the cached Secret has no resourceVersion");
 		const char *dns = p->dns;
 		sg_softkey_request r = {.type = SG_SOFTKEY_EC_P256,
 		                        .cn = dns,
@@ -1379,7 +1406,8 @@ static int own_certificate(pass *p)
 		                        .ttl = TLS_TTL,
 		                        .ext_key_usage = SG_EKU_SERVER_AUTH};
 		char *nkey = NULL, *ncrt = NULL;
-		rc = sg_softkey_self_signed(&r, &nkey, &ncrt);
+		if (rc == SG_OK)
+			rc = sg_softkey_self_signed(&r, &nkey, &ncrt);
 		char *bundle = NULL;
 		if (rc == SG_OK) {
 			/* the old certificate stays trusted while pods may serve it */
@@ -1600,8 +1628,8 @@ static void stats_of(void *arg, void *out)
 	sg_trustmanager_stats_get(arg, out);
 }
 
-/* signet_operator_trustmanager_*_total: the operator's four, and status
- * writes. */
+/* signet_operator_trustmanager_*_total: the operator's four, status
+ * writes and conflicts. */
 static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
 {
 	(void)c;
@@ -1610,9 +1638,11 @@ static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
 	    SG_METRICS_STAT_COUNTER(sg_trustmanager_stats, status_writes,
 	                            "signet_operator_trustmanager_status_writes_total",
 	                            "TrustManager status writes (counted in writes_total too)."),
+	    SG_METRICS_STAT_COUNTER(sg_trustmanager_stats, conflicts, "signet_operator_trustmanager_conflicts_total",
+	                            "New webhook key pairs not written: the Secret had changed since it was read."),
 	};
 	SG_TRY(sg_opr_metrics(&t->st, "trustmanager", reg));
-	return sg_metrics_stats(reg, rows, 1, stats_of, sizeof(sg_trustmanager_stats), t);
+	return sg_metrics_stats(reg, rows, sizeof(rows) / sizeof(rows[0]), stats_of, sizeof(sg_trustmanager_stats), t);
 }
 
 int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o)
@@ -1690,6 +1720,7 @@ void sg_trustmanager_stats_get(sg_trustmanager *t, sg_trustmanager_stats *out)
 	out->repaired = atomic_load(&t->st.repaired);
 	out->deleted = atomic_load(&t->st.deleted);
 	out->status_writes = atomic_load(&t->status_writes);
+	out->conflicts = atomic_load(&t->conflicts);
 }
 
 void sg_trustmanager_free(sg_trustmanager *t)

@@ -131,6 +131,7 @@ typedef struct sg_trustmanager_stats {
 	uint64_t repaired;      /* objects that existed and were applied again */
 	uint64_t deleted;       /* objects deleted */
 	uint64_t status_writes; /* TrustManager status writes (in writes too) */
+	uint64_t conflicts;     /* new webhook key pairs refused: the Secret had been written since it was read */
 } sg_trustmanager_stats;
 
 /* Checks the options, makes the default CA package from ca_bundle_path
@@ -142,7 +143,7 @@ typedef struct sg_trustmanager_stats {
 SG_API int sg_trustmanager_new(sg_trustmanager **out, const sg_trustmanager_options *o) SG_MUST_CHECK;
 /* The runtime's controller (borrowed), for a table row or start/stop; its
  * metrics (sg_ctrl_metrics) are signet_operator_trustmanager_{writes,
- * created,repaired,deleted,status_writes}_total. */
+ * created,repaired,deleted,status_writes,conflicts}_total. */
 SG_API sg_ctrl *sg_trustmanager_controller(sg_trustmanager *t);
 SG_API void sg_trustmanager_stats_get(sg_trustmanager *t, sg_trustmanager_stats *out);
 /* Stops and frees; accepts NULL. */
