@@ -391,7 +391,7 @@ static int write_decision(sg_approver *a, sg_ctrl *c, const json_t *cr, bool app
 	}
 	ref.subresource = "status";
 	rc = sg_kube_update(a->kube, &ref, live, NULL);
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+	if (sg_kube_conflict(rc)) {
 		*conflict = true;
 		rc = SG_OK;
 	} else if (rc == SG_OK) {

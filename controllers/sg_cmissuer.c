@@ -200,7 +200,7 @@ typedef struct outcome {
  * decides on what the request says then. */
 static int note_conflict(sg_cmissuer *m, int rc)
 {
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+	if (sg_kube_conflict(rc)) {
 		pthread_mutex_lock(&m->mu);
 		m->stats.conflicts++;
 		pthread_mutex_unlock(&m->mu);

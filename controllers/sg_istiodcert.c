@@ -408,11 +408,6 @@ typedef enum outcome {
 	OUT_UNCHANGED,
 } outcome;
 
-static bool conflict(int rc)
-{
-	return rc == SG_EBUSY && sg_kube_last_status()->code == 409;
-}
-
 /* After a 409 or a vanished object: the live Secret, or NULL when gone. */
 static int reread(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret)
 {
@@ -453,7 +448,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 		json_decref(body);
 		if (rc == SG_OK)
 			*out = OUT_CREATED;
-		else if (conflict(rc))
+		else if (sg_kube_conflict(rc))
 			rc = reread(c, ref, secret); /* AlreadyExists: the cache is behind */
 	} else {
 		const char *type = json_string_value(json_object_get(*secret, "type"));
@@ -477,7 +472,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 				json_decref(*secret);
 				*secret = NULL;
 				rc = SG_OK;
-			} else if (conflict(rc)) {
+			} else if (sg_kube_conflict(rc)) {
 				rc = reread(c, ref, secret);
 			}
 			return rc;
@@ -489,7 +484,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 		json_decref(body);
 		if (rc == SG_OK)
 			*out = OUT_UPDATED;
-		else if (conflict(rc) || rc == SG_ENOTFOUND)
+		else if (sg_kube_conflict(rc) || rc == SG_ENOTFOUND)
 			rc = reread(c, ref, secret);
 	}
 	if (rc == SG_OK && *out != OUT_NONE && c->announce) {

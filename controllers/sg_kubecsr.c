@@ -401,11 +401,6 @@ fail:
 	return NULL;
 }
 
-static bool conflict(int rc)
-{
-	return rc == SG_EBUSY && sg_kube_last_status()->code == 409;
-}
-
 /* Writes w into the CSR's status; *csr is the object the decision was
  * made on, replaced by the live one after a conflict. *out: OUT_NONE when
  * stopping, done_out when written, OUT_SKIPPED when the CSR is gone, and
@@ -442,7 +437,7 @@ static int write_status(sg_kubecsr *k, const char *name, json_t **csr, const sta
 			*out = OUT_SKIPPED;
 			return SG_OK;
 		}
-		if (!conflict(rc))
+		if (!sg_kube_conflict(rc))
 			return rc;
 		/* Our cache is behind: the live object decides. */
 		count(k, &k->stats.rereads);

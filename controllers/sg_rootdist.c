@@ -230,7 +230,7 @@ static int create(sg_rootdist *r, const sg_kube_ref *ref, json_t *root, json_t *
 		*out = OUT_CREATED;
 		return SG_OK;
 	}
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409)
+	if (sg_kube_conflict(rc))
 		return reread(r, ref, cm); /* AlreadyExists: our cache is behind */
 	if (namespace_refused()) {
 		*out = OUT_SKIPPED;
@@ -249,7 +249,7 @@ static int recreate(sg_rootdist *r, const sg_kube_ref *ref, json_t **cm)
 	sg_log(SG_LOG_WARN, "rootdist: replacing an immutable object with the wrong data", SG_F_STR("kind", r->kind),
 	       SG_F_STR("namespace", ref->ns), SG_F_STR("name", ref->name), SG_F_END);
 	int rc = sg_kube_delete_seen(r->kube, ref, sg_kube_meta_str(*cm, "uid"), NULL);
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409)
+	if (sg_kube_conflict(rc))
 		return reread(r, ref, cm);
 	if (rc < 0 && rc != SG_ENOTFOUND)
 		return rc;
@@ -271,7 +271,7 @@ static int update(sg_rootdist *r, const sg_kube_ref *ref, json_t *root, json_t *
 		*out = OUT_UPDATED;
 		return SG_OK;
 	}
-	if ((rc == SG_EBUSY && sg_kube_last_status()->code == 409) || rc == SG_ENOTFOUND)
+	if (sg_kube_conflict(rc) || rc == SG_ENOTFOUND)
 		return reread(r, ref, cm); /* stale resourceVersion, or deleted meanwhile */
 	return rc;
 }

@@ -161,6 +161,11 @@ typedef struct sg_kube_status {
 	                     Status.details.retryAfterSeconds); 0: it did not say */
 } sg_kube_status;
 SG_API const sg_kube_status *sg_kube_last_status(void);
+/* Whether rc, returned by this thread's last call, is the API server's
+ * 409: Conflict (a precondition, a resourceVersion or another field
+ * manager that no longer agrees) or AlreadyExists (reason tells which).
+ * What a controller answers by looking again, not by failing. */
+SG_API bool sg_kube_conflict(int rc);
 
 /* Parses a Kubernetes Status document (kind "Status" or an object with an
  * integer "code"); wrong member types are ignored, strings are cut to the

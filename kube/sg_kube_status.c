@@ -22,6 +22,11 @@ const sg_kube_status *sg_kube_last_status(void)
 	return &sg_kube_tl_status;
 }
 
+bool sg_kube_conflict(int rc)
+{
+	return rc == SG_EBUSY && sg_kube_tl_status.code == 409;
+}
+
 void sg_kube_status_set(const sg_kube_status *st)
 {
 	sg_kube_tl_status = *st;

@@ -1494,7 +1494,7 @@ static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg
 		json_decref(ann);
 		/* The patch's own event brings the next pass; a conflict (the
 		 * CR changed meanwhile) is retried without a word. */
-		if (rc == SG_OK || (rc == SG_EBUSY && sg_kube_last_status()->code == 409))
+		if (rc == SG_OK || sg_kube_conflict(rc))
 			goto out;
 	} else {
 		free(text);

@@ -128,7 +128,7 @@ int sg_opr_apply_exact(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_
 		         : sg_error_set(SG_EINTERNAL, "operator: out of memory");
 		json_decref(exact);
 	}
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+	if (sg_kube_conflict(rc)) {
 		/* Not a failure: what we decided on is gone. */
 		sg_log(SG_LOG_INFO, "object written since it was read: decided again on the new copy",
 		       SG_F_STR("controller", sg_ctrl_name(c)), SG_F_STR("kind", what),
@@ -152,7 +152,7 @@ int sg_opr_delete_uid(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_k
 	if (rc == SG_ENOTFOUND)
 		return SG_OK;
 	atomic_fetch_add(&st->writes, 1);
-	if (rc < 0 && uid && *uid && sg_kube_last_status()->code == 409) {
+	if (uid && *uid && sg_kube_conflict(rc)) {
 		/* The name is another object's now (a handover: the next
 		 * IstioCSR made its own since our copy was read): not ours to
 		 * delete. */

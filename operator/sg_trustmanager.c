@@ -1057,7 +1057,7 @@ static int apply_all(pass *p, want *w, size_t n, bool *deployment_written, bool 
 		int rc = exact ? sg_opr_apply_exact(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, p->tls_rv)
 		               : sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live);
 		json_decref(live);
-		if (exact && rc == SG_EBUSY && sg_kube_last_status()->code == 409) {
+		if (exact && sg_kube_conflict(rc)) {
 			/* The Secret was written since our copy: its event brings
 			 * the next pass, which decides on what it holds then.
 			 * Nothing after it (the caBundle) is applied from this one. */
@@ -1155,8 +1155,8 @@ static bool trust_namespace(pass *p, bool *made, char *msg, size_t cap)
 		              p->s.trust_ns);
 		sg_log(SG_LOG_INFO, "trust namespace created", SG_F_STR("namespace", p->s.trust_ns), SG_F_END);
 	}
-	bool exists = rc == SG_EBUSY && sg_kube_last_status()->code == 409 &&
-	              strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0; /* the cache trails */
+	bool exists =
+	    sg_kube_conflict(rc) && strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0; /* the cache trails */
 	if (rc == SG_OK || exists) {
 		*made = true;
 		return true;

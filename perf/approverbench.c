@@ -330,7 +330,7 @@ static int put(sg_kube *k, const sg_kube_ref *coll, json_t *o)
 {
 	int rc = o ? sg_kube_create(k, coll, o, NULL) : sg_error_set(SG_EINTERNAL, "out of memory");
 	json_decref(o);
-	if (rc == SG_EBUSY && sg_kube_last_status()->code == 409)
+	if (sg_kube_conflict(rc))
 		return SG_OK; /* already there */
 	return rc;
 }

@@ -115,7 +115,7 @@ void trust_pending_prune(sg_trust *t)
  * for the content read (a cache behind the API server may not show a key
  * a user added a moment ago, and the delete would take it with ours).
  * SG_OK also when it was gone already, counted only when it did delete;
- * SG_EBUSY with a 409 (conflict() is true) when the name holds something
+ * SG_EBUSY with a 409 (sg_kube_conflict() is true) when the name holds something
  * newer. */
 static int delete_target(sg_trust *t, const sg_kube_ref *ref, const json_t *seen, bool exact)
 {
@@ -125,12 +125,6 @@ static int delete_target(sg_trust *t, const sg_kube_ref *ref, const json_t *seen
 	if (rc == SG_OK)
 		atomic_fetch_add(&t->deletes, 1);
 	return rc == SG_ENOTFOUND ? SG_OK : rc;
-}
-
-/* Whether rc is the API server's 409 to a precondition or a version. */
-static bool conflict(int rc)
-{
-	return rc == SG_EBUSY && sg_kube_last_status()->code == 409;
 }
 
 int trust_sync_target(sg_trust *t, sg_ctrl *c, const char *bname, const char *uid, const char *ns, const spec *s,
@@ -206,7 +200,7 @@ int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret
 		int rc = delete_target(t, &ref, obj, true);
 		if (rc == SG_OK)
 			pending_note(t, secret, ns, bname, obj, NULL, true);
-		if (conflict(rc)) {
+		if (sg_kube_conflict(rc)) {
 			*deferred = true;
 			rc = SG_OK;
 		}
@@ -223,7 +217,7 @@ int trust_cleanup_target(sg_trust *t, sg_ctrl *c, const json_t *obj, bool secret
 		bool empty = !has_data(after);
 		if (empty)
 			rc = delete_target(t, &ref, after, true);
-		if (empty && conflict(rc)) {
+		if (empty && sg_kube_conflict(rc)) {
 			/* Written since our apply: no longer empty, not ours. */
 			empty = false;
 			rc = SG_OK;
@@ -267,7 +261,7 @@ int trust_orphans(sg_trust *t, sg_ctrl *c, const char *bname, bool *deferred)
 			sg_kube_ref ref = trust_target_ref(kind, ns, bname);
 			if ((rc = delete_target(t, &ref, obj, false)) == SG_OK)
 				pending_note(t, kind, ns, bname, obj, NULL, true);
-			if (conflict(rc)) {
+			if (sg_kube_conflict(rc)) {
 				*deferred = true; /* a newer object: the cache is behind */
 				rc = SG_OK;
 			}

@@ -39,20 +39,23 @@ static void t_crud(void)
 	SG_CHECK(sg_kube_last_status()->code == 201);
 	SG_CHECK(sg_kube_meta_str(created, "uid") != NULL);
 
-	SG_CHECK_RC(sg_kube_create(k, &coll, cm, NULL), SG_EBUSY);
+	int rc = sg_kube_create(k, &coll, cm, NULL);
+	SG_CHECK(rc == SG_EBUSY && sg_kube_conflict(rc));
 	SG_CHECK(sg_kube_last_status()->code == 409);
 	SG_CHECK(strcmp(sg_kube_last_status()->reason, "AlreadyExists") == 0);
 	SG_CHECK_MSG("kube: POST configmaps in default: 409 AlreadyExists: configmaps \"crud\" already exists");
 
 	SG_CHECK_OK(sg_kube_get(k, &one, &got));
 	SG_CHECK(got && strcmp(data_of(got, "k"), "v1") == 0);
+	SG_CHECK(!sg_kube_conflict(SG_OK) && !sg_kube_conflict(SG_EBUSY)); /* the last answer was 200 */
 
 	/* PUT with the current resourceVersion, then a stale one. */
 	json_t *edit = json_deep_copy(got);
 	json_object_set_new(json_object_get(edit, "data"), "k", json_string("v2"));
 	SG_CHECK_OK(sg_kube_update(k, &one, edit, &updated));
 	SG_CHECK(updated && strcmp(data_of(updated, "k"), "v2") == 0);
-	SG_CHECK_RC(sg_kube_update(k, &one, edit, NULL), SG_EBUSY);
+	rc = sg_kube_update(k, &one, edit, NULL);
+	SG_CHECK(rc == SG_EBUSY && sg_kube_conflict(rc));
 	SG_CHECK(sg_kube_last_status()->code == 409 && strcmp(sg_kube_last_status()->reason, "Conflict") == 0);
 	SG_CHECK_MSG("kube: PUT configmaps default/crud: 409 Conflict: Operation cannot be fulfilled on configmaps "
 	             "\"crud\": the object has been modified");
