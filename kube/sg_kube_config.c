@@ -17,7 +17,10 @@
  * Hostile input: the file is bounded (SG_KUBE_CONFIG_MAX), the YAML tree is
  * bounded in depth and in node visits (aliases are followed, so a "billion
  * laughs" document hits the visit budget instead of our memory), and
- * duplicate keys are refused.
+ * duplicate keys are refused. A name or path from the file that a message
+ * quotes is made printable first (messages reach terminals, logs and
+ * statuses), and a file it names must be a regular file, opened so that a
+ * FIFO cannot hang the reader.
  */
 #include "sg_base64.h"
 #include "sg_guard.h"
@@ -47,15 +50,24 @@ static void close_fdp(int *fd)
 		close(*fd);
 }
 
+/* A path for a message: it comes from a kubeconfig, so it is made
+ * printable and cut. */
+#define SHOWN_PATH_MAX 256
+
 int sg_kube_read_file(const char *path, size_t max, uint8_t **out, size_t *len)
 {
-	int fd SG_CLEANUP(close_fdp) = open(path, O_RDONLY | O_CLOEXEC);
+	char shown[SHOWN_PATH_MAX];
+	sg_kube_sanitize(shown, sizeof(shown), path, strlen(path));
+	/* O_NONBLOCK: a FIFO named here must not hang the open (it is then
+	 * refused as not a regular file); it changes nothing for the read of
+	 * a regular file. */
+	int fd SG_CLEANUP(close_fdp) = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0 && (errno == ENOENT || errno == ENOTDIR))
-		SG_BAIL(SG_ENOTFOUND, "kube: %s does not exist", path);
-	SG_ENSURE(fd >= 0, SG_EINVAL, "kube: cannot open %s: %s", path, strerror(errno));
+		SG_BAIL(SG_ENOTFOUND, "kube: %s does not exist", shown);
+	SG_ENSURE(fd >= 0, SG_EINVAL, "kube: cannot open %s: %s", shown, strerror(errno));
 	struct stat st;
-	SG_ENSURE(fstat(fd, &st) == 0 && S_ISREG(st.st_mode), SG_EINVAL, "kube: %s is not a regular file", path);
-	SG_ENSURE((uint64_t)st.st_size <= max, SG_EINVAL, "kube: %s is larger than %zu bytes", path, max);
+	SG_ENSURE(fstat(fd, &st) == 0 && S_ISREG(st.st_mode), SG_EINVAL, "kube: %s is not a regular file", shown);
+	SG_ENSURE((uint64_t)st.st_size <= max, SG_EINVAL, "kube: %s is larger than %zu bytes", shown, max);
 	uint8_t *buf = malloc((size_t)st.st_size + 1);
 	SG_ENSURE(buf, SG_EINTERNAL, "kube: out of memory");
 	size_t n = 0;
@@ -72,7 +84,7 @@ int sg_kube_read_file(const char *path, size_t max, uint8_t **out, size_t *len)
 	}
 	if (n > (size_t)st.st_size) {
 		free(buf);
-		SG_BAIL(SG_EINVAL, "kube: %s changed while being read", path);
+		SG_BAIL(SG_EINVAL, "kube: %s changed while being read", shown);
 	}
 	buf[n] = 0;
 	*out = buf;
@@ -94,9 +106,11 @@ int sg_kube_read_token(const char *path, sg_secret **out)
 	bool ok = e > b;
 	for (size_t i = b; i < e && ok; i++)
 		ok = buf[i] > 0x20 && buf[i] < 0x7f; /* a header value: no spaces, no controls */
-	if (!ok)
-		rc = sg_error_set(SG_EINVAL, "kube: token file %s is empty or holds non-printable bytes", path);
-	else
+	if (!ok) {
+		char shown[SHOWN_PATH_MAX];
+		sg_kube_sanitize(shown, sizeof(shown), path, strlen(path));
+		rc = sg_error_set(SG_EINVAL, "kube: token file %s is empty or holds non-printable bytes", shown);
+	} else
 		rc = sg_secret_new(out, buf + b, e - b);
 	sg_wipe(buf, n);
 	free(buf);
@@ -156,13 +170,18 @@ static int named(const json_t *root, const char *list, const char *field, const 
 		json_t *n = json_object_get(e, "name");
 		if (json_is_string(n) && strcmp(json_string_value(n), name) == 0) {
 			json_t *v = json_object_get(e, field);
-			SG_ENSURE(json_is_object(v), SG_EINVAL, "kubeconfig: %s \"%.64s\" has no %s mapping", list, name,
-			          field);
+			if (!json_is_object(v)) {
+				char shown[65];
+				sg_kube_sanitize(shown, sizeof(shown), name, strlen(name));
+				SG_BAIL(SG_EINVAL, "kubeconfig: %s \"%s\" has no %s mapping", list, shown, field);
+			}
 			*out = v;
 			return SG_OK;
 		}
 	}
-	SG_BAIL(SG_EINVAL, "kubeconfig: no %s entry named \"%.64s\"", list, name);
+	char shown[65];
+	sg_kube_sanitize(shown, sizeof(shown), name, strlen(name));
+	SG_BAIL(SG_EINVAL, "kubeconfig: no %s entry named \"%s\"", list, shown);
 }
 
 /* A "<field>-data" value: base64 (RFC 4648 §4, padded) as client-go reads
@@ -340,7 +359,11 @@ static int from_tree(sg_kube_config *c, const json_t *root, const char *context,
 	SG_TRY(str_of(ctx, "cluster", "context", &cluster));
 	SG_TRY(str_of(ctx, "user", "context", &user));
 	SG_TRY(str_of(ctx, "namespace", "context", &ns));
-	SG_ENSURE(cluster, SG_EINVAL, "kubeconfig: context \"%.64s\" names no cluster", context);
+	if (!cluster) {
+		char shown[65];
+		sg_kube_sanitize(shown, sizeof(shown), context, strlen(context));
+		SG_BAIL(SG_EINVAL, "kubeconfig: context \"%s\" names no cluster", shown);
+	}
 	SG_TRY(named(root, "clusters", "cluster", cluster, &cl));
 	SG_TRY(resolve_cluster(c, cl, base_dir));
 	if (user) {

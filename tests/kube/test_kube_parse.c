@@ -185,6 +185,54 @@ static void t_kubeconfig_billion_laughs(void)
 	SG_CHECK_RC(sg_kube_config_from_bytes(&c, deep, strlen(deep), NULL, NULL), SG_EINVAL);
 }
 
+/* Whether the last error's message is printable ASCII. */
+static bool message_printable(void)
+{
+	for (const char *p = sg_error_last()->msg; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			return false;
+	return true;
+}
+
+/* Names and paths a message quotes come from the file: a terminal escape
+ * in them is not passed on (found by fuzz_kubeconfig); a FIFO named as a
+ * file is refused at once rather than hanging the open until a writer
+ * comes. */
+static void t_kubeconfig_hostile_names(void)
+{
+	static const char *const bad[] = {
+	    "current-context: \"a\\e[31m\"\ncontexts: [{name: x, context: {cluster: c}}]\n",
+	    "current-context: \"x\\e]0;t\\a\"\ncontexts: [{name: \"x\\e]0;t\\a\", context: {user: u}}]\n",
+	    "current-context: x\ncontexts: [{name: x, context: {cluster: \"c\\r\\n\"}}]\n",
+	    "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	    "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority: \"/nonexistent/\\e[2J\"}}]\n",
+	    "current-context: x\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+	    "clusters: [{name: c, cluster: {server: 'https://h'}}]\n"
+	    "users: [{name: u, user: {tokenFile: \"/nonexistent/\\t\\x7f\"}}]\n",
+	};
+	make_tmp();
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		sg_kube_config *c = NULL;
+		int rc = from_text(&c, bad[i], NULL);
+		SG_CHECK(rc < 0 && c == NULL);
+		SG_CHECK(message_printable());
+		if (!message_printable())
+			fprintf(stderr, "  case %zu: %s\n", i, sg_error_last()->msg);
+	}
+	char fifo[600];
+	snprintf(fifo, sizeof(fifo), "%s/ca-fifo", tmpdir);
+	SG_CHECK(mkfifo(fifo, 0600) == 0);
+	char text[1024];
+	snprintf(text, sizeof(text),
+	         "current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	         "clusters: [{name: c, cluster: {server: 'https://h', certificate-authority: '%s'}}]\n",
+	         fifo);
+	sg_kube_config *c = NULL;
+	SG_CHECK_RC(from_text(&c, text, NULL), SG_EINVAL);
+	SG_CHECK_MSG("is not a regular file");
+	unlink(fifo);
+}
+
 static void t_in_cluster(void)
 {
 	char tok[600], ca[600], ns[600];
@@ -483,6 +531,7 @@ static void t_zz_cleanup(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_kubeconfig_yaml), SG_TEST(t_kubeconfig_base64_lines), SG_TEST(t_kubeconfig_json_and_files),
-             SG_TEST(t_kubeconfig_refused), SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_in_cluster),
-             SG_TEST(t_watch_parser_chunks), SG_TEST(t_watch_parser_hostile), SG_TEST(t_status_parse),
-             SG_TEST(t_error_table), SG_TEST(t_refs_checked), SG_TEST(t_ratelimit), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_kubeconfig_refused), SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_kubeconfig_hostile_names),
+             SG_TEST(t_in_cluster), SG_TEST(t_watch_parser_chunks), SG_TEST(t_watch_parser_hostile),
+             SG_TEST(t_status_parse), SG_TEST(t_error_table), SG_TEST(t_refs_checked), SG_TEST(t_ratelimit),
+             SG_TEST(t_zz_cleanup))
