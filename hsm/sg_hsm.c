@@ -561,8 +561,11 @@ static int ec_point(sg_key_type type, const uint8_t *p, size_t n, sg_slice *poin
 	return SG_OK;
 }
 
-static int spki_ec(sg_key_type type, sg_slice point, uint8_t *buf, size_t cap, size_t *len)
+int hsm_spki_of_ec(sg_key_type type, const uint8_t *raw, size_t n, uint8_t *buf, size_t cap, size_t *len)
 {
+	SG_ENSURE(type == SG_KEY_EC_P256 || type == SG_KEY_EC_P384, SG_EINVAL, "not an EC key type");
+	sg_slice point = {NULL, 0};
+	SG_TRY(ec_point(type, raw, n, &point));
 	const uint8_t *curve = type == SG_KEY_EC_P256 ? hsm_ec_params_p256 : hsm_ec_params_p384;
 	size_t curve_len = type == SG_KEY_EC_P256 ? sizeof(hsm_ec_params_p256) : sizeof(hsm_ec_params_p384);
 	sg_der_writer w;
@@ -617,6 +620,35 @@ static size_t bit_length(const uint8_t *p, size_t n)
 	for (uint8_t top = p[0]; !(top & 0x80); top <<= 1)
 		bits--;
 	return bits;
+}
+
+int hsm_spki_of_rsa(const uint8_t *n, size_t nlen, const uint8_t *e, size_t elen, sg_key_type *type, uint8_t *spki,
+                    size_t cap, size_t *len)
+{
+	size_t bits = bit_length(n, nlen);
+	switch (bits) {
+	case 2048:
+		*type = SG_KEY_RSA_2048;
+		break;
+	case 3072:
+		*type = SG_KEY_RSA_3072;
+		break;
+	case 4096:
+		*type = SG_KEY_RSA_4096;
+		break;
+	default:
+		SG_BAIL(SG_EINVAL, "its modulus has %zu bits; signet supports 2048, 3072 and 4096", bits);
+	}
+	/* An exponent no verifier takes (0, 1, even: RFC 8017 §3.1 wants an
+	 * odd e of at least 3) would put a key in the CA certificate that
+	 * every peer refuses; and over 64 bits none of them reads it. */
+	while (elen > 0 && e[0] == 0) {
+		e++;
+		elen--;
+	}
+	SG_ENSURE(elen >= 1 && elen <= 8 && (e[elen - 1] & 1) && !(elen == 1 && e[0] < 3), SG_EINVAL,
+	          "the public exponent is not an odd number from 3 to 2^64-1 (%zu significant bytes)", elen);
+	return spki_rsa(n, nlen, e, elen, spki, cap, len);
 }
 
 /* The private key's uses besides signing, each set FALSE in the generation
@@ -718,10 +750,8 @@ int hsm_read_key_pub(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE
 		if (pub == CK_INVALID_HANDLE)
 			SG_TRY(hsm_find_object(h, t, sh, CKO_PUBLIC_KEY, &pub, SG_ENOTFOUND));
 		uint8_t raw[160];
-		sg_slice point = {NULL, 0};
 		SG_TRY(get_attr(h, t, sh, pub, CKA_EC_POINT, raw, sizeof(raw), &len));
-		SG_TRY(ec_point(*type, raw, len, &point));
-		return spki_ec(*type, point, spki, cap, spki_len);
+		return hsm_spki_of_ec(*type, raw, len, spki, cap, spki_len);
 	}
 	SG_ENSURE(kt == CKK_RSA, SG_EINVAL,
 	          "key on token '%s' has CKA_KEY_TYPE 0x%lx; signet supports EC and RSA keys only", t->label,
@@ -730,22 +760,10 @@ int hsm_read_key_pub(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE
 	size_t nlen = 0, elen = 0;
 	SG_TRY(get_attr(h, t, sh, key, CKA_MODULUS, n, sizeof(n), &nlen));
 	SG_TRY(get_attr(h, t, sh, key, CKA_PUBLIC_EXPONENT, e, sizeof(e), &elen));
-	size_t bits = bit_length(n, nlen);
-	switch (bits) {
-	case 2048:
-		*type = SG_KEY_RSA_2048;
-		break;
-	case 3072:
-		*type = SG_KEY_RSA_3072;
-		break;
-	case 4096:
-		*type = SG_KEY_RSA_4096;
-		break;
-	default:
-		SG_BAIL(SG_EINVAL, "RSA key on token '%s' has %zu bits; signet supports 2048, 3072 and 4096", t->label,
-		        bits);
-	}
-	return spki_rsa(n, nlen, e, elen, spki, cap, spki_len);
+	int rc = hsm_spki_of_rsa(n, nlen, e, elen, type, spki, cap, spki_len);
+	if (rc < 0)
+		SG_BAIL(rc, "RSA key on token '%s': %s", t->label, sg_error_last()->msg);
+	return SG_OK;
 }
 
 int hsm_read_key(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE key, sg_key_type *type, uint8_t *spki,

@@ -221,6 +221,19 @@ int hsm_read_key(sg_hsm *h, token *t, CK_SESSION_HANDLE sh, CK_OBJECT_HANDLE key
                  size_t cap, size_t *spki_len);
 /* The length of a signature by a key of type. */
 size_t hsm_sig_len_of(sg_key_type type);
+/* The SubjectPublicKeyInfo of an EC key of type (P-256 or P-384) from the
+ * bytes of its CKA_EC_POINT: the uncompressed point, raw or wrapped in a
+ * DER OCTET STRING as the specification has it. Those bytes are the
+ * module's: anything else is SG_EINVAL. The point is not checked to be on
+ * the curve here (this layer has no EC arithmetic); OpenSSL refuses such a
+ * key wherever it decodes it, as in the CA certificate's checks. */
+int hsm_spki_of_ec(sg_key_type type, const uint8_t *raw, size_t n, uint8_t *spki, size_t cap, size_t *len);
+/* The type (RSA 2048, 3072 or 4096 bits, from the modulus' bit length,
+ * leading zero bytes aside) and SubjectPublicKeyInfo of an RSA key from its
+ * CKA_MODULUS and CKA_PUBLIC_EXPONENT bytes (big-endian); another size, or
+ * an exponent that is even, below 3 or over 64 bits, is SG_EINVAL. */
+int hsm_spki_of_rsa(const uint8_t *n, size_t nlen, const uint8_t *e, size_t elen, sg_key_type *type, uint8_t *spki,
+                    size_t cap, size_t *len);
 
 /* ------------------------------------------------------------------ */
 /* Sessions, mechanisms, slots (sg_hsm.c)                             */
