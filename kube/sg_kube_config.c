@@ -266,6 +266,13 @@ static int set_server(sg_kube_config *c, const char *server)
 		          "kubeconfig: server URL holds a forbidden byte");
 	while (n > 8 && server[n - 1] == '/')
 		n--;
+	/* The authority: a host (a bare "https:///" would leave none), and no
+	 * user information, which would be credentials we do not use. */
+	const char *auth = server + 8;
+	size_t alen = strcspn(auth, "/");
+	alen = alen < n - 8 ? alen : n - 8;
+	SG_ENSURE(alen > 0 && auth[0] != ':', SG_EINVAL, "kubeconfig: server URL names no host");
+	SG_ENSURE(!memchr(auth, '@', alen), SG_EINVAL, "kubeconfig: server URL holds user information");
 	c->server = strndup(server, n);
 	SG_ENSURE(c->server, SG_EINTERNAL, "kubeconfig: out of memory");
 	return SG_OK;

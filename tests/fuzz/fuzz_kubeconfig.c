@@ -10,8 +10,9 @@
  * message (a name or path from the input is made printable before it is
  * quoted: messages reach logs and statuses); an accepted configuration's
  * server is an https:// URL of printable bytes without a query, a
- * fragment or a trailing '/', and its namespace a DNS label, "default"
- * when the context names none. Nothing may crash, leak or run long (the
+ * fragment or a trailing '/', whose authority has a host and no user
+ * information, and its namespace a DNS label, "default" when the context
+ * names none. Nothing may crash, leak or run long (the
  * YAML bounds stop aliases and nesting).
  */
 #include "sg_kube.h"
@@ -37,6 +38,8 @@ static void check_server(const char *s)
 	check(n > 8 && n < 512 && s[n - 1] != '/');
 	for (size_t i = 0; i < n; i++)
 		check(s[i] > 0x20 && s[i] < 0x7f && s[i] != '?' && s[i] != '#');
+	size_t host = strcspn(s + 8, ":/@");
+	check(host > 0 && !memchr(s + 8, '@', strcspn(s + 8, "/")));
 }
 
 static void check_namespace(const char *ns)

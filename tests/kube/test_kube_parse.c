@@ -158,6 +158,19 @@ static void t_kubeconfig_refused(void)
 	     "clusters: [{name: c, cluster: {server: 'https://h'}}]\n",
 	     "DNS label"},
 	    {"current-context: x\ncontexts: [{name: x, context: {cluster: [1]}}]\n", "not a string"},
+	    /* found by fuzz_kubeconfig: the trailing '/' stripped, nothing was left */
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https:///'}}]\n",
+	     "names no host"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https:///api'}}]\n",
+	     "names no host"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://:6443'}}]\n",
+	     "names no host"},
+	    {"current-context: x\ncontexts: [{name: x, context: {cluster: c}}]\n"
+	     "clusters: [{name: c, cluster: {server: 'https://admin:pw@h:6443'}}]\n",
+	     "user information"},
 	};
 	make_tmp();
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
