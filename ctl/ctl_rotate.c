@@ -72,6 +72,9 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -192,29 +195,103 @@ static int write_durable(const ctx *c, const char *name, const void *data, size_
 	return sg_file_sync_dir(c->dir);
 }
 
-static int state_write(ctx *c)
+/* The record's fields: name, where the value goes, and for a string its
+ * capacity (0: an integer, between lo and hi). */
+typedef struct state_field {
+	const char *name;
+	size_t off, cap;
+	int64_t lo, hi;
+} state_field;
+
+#define STR_FIELD(n, m)                                                                                                \
+	{                                                                                                              \
+		n, offsetof(rstate, m), sizeof(((rstate *)0)->m), 0, 0                                                 \
+	}
+#define INT_FIELD(n, m, lo, hi)                                                                                        \
+	{                                                                                                              \
+		n, offsetof(rstate, m), 0, lo, hi                                                                      \
+	}
+static const state_field state_fields[] = {
+    STR_FIELD("phase", phase),
+    INT_FIELD("generation", gen, 2, INT32_MAX),
+    STR_FIELD("old-key", old_key),
+    STR_FIELD("new-key", new_key),
+    STR_FIELD("old-cert", old_cert),
+    STR_FIELD("old-root-cert", old_root_conf),
+    INT_FIELD("key-type", key_type, 0, SG_KEY_TYPE_COUNT - 1),
+    STR_FIELD("ca-name", ca_name),
+    INT_FIELD("ca-ttl", ca_ttl, 0, INT64_MAX),
+    INT_FIELD("since", since, 0, INT64_MAX),
+    INT_FIELD("activated-at", activated_at, 0, INT64_MAX),
+    INT_FIELD("wait", wait, 0, INT64_MAX),
+    INT_FIELD("keep-old-key", keep_old_key, 0, 1),
+    INT_FIELD("intermediate", intermediate, 0, 1),
+    INT_FIELD("has-chain", has_chain, 0, 1),
+    INT_FIELD("new-root", new_root, 0, 1),
+    STR_FIELD("subject", subject),
+};
+#define N_STATE_FIELDS (sizeof(state_fields) / sizeof(state_fields[0]))
+
+static const char *const phases[] = {"beginning", "begun",     "awaiting-import", "activating",
+                                     "active",    "finishing", "finished"};
+
+static void printable(char *out, size_t cap, const char *s)
 {
-	const rstate *s = &c->st;
-	char text[4 * PATH_MAX + 2 * URI_MAX + 2048];
-	int n =
-	    snprintf(text, sizeof(text),
-	             "# signetctl rotate's record of the CA rotation (do not edit; see signetctl rotate status).\n"
-	             "phase = %s\ngeneration = %" PRId64 "\nold-key = %s\nnew-key = %s\nold-cert = %s\n"
-	             "old-root-cert = %s\nkey-type = %" PRId64 "\nca-name = %s\nca-ttl = %" PRId64 "\n"
-	             "since = %" PRId64 "\nactivated-at = %" PRId64 "\nwait = %" PRId64 "\nkeep-old-key = %" PRId64
-	             "\nintermediate = %" PRId64 "\nhas-chain = %" PRId64 "\nnew-root = %" PRId64 "\nsubject = %s\n",
-	             s->phase, s->gen, s->old_key, s->new_key, s->old_cert, s->old_root_conf, s->key_type, s->ca_name,
-	             s->ca_ttl, s->since, s->activated_at, s->wait, s->keep_old_key, s->intermediate, s->has_chain,
-	             s->new_root, s->subject);
-	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "rotation state too long");
-	return write_durable(c, STATE_NAME, text, (size_t)n, 0644);
+	size_t o = 0;
+	for (; *s && o + 1 < cap; s++)
+		out[o++] = (unsigned char)*s >= 0x20 && *s != 0x7f ? *s : '?';
+	out[o] = 0;
 }
 
-static void copy_value(char *dst, size_t cap, const char *v, size_t len)
+/* Whether s holds a byte state_line refuses (a control byte). */
+static bool has_control(const char *s)
 {
-	snprintf(dst, cap, "%.*s", (int)(len < cap ? len : cap - 1), v);
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
 }
 
+/* One "name = value" line into s; *seen marks the fields met. */
+static int state_line(rstate *s, char *line, unsigned lineno, bool seen[N_STATE_FIELDS])
+{
+	char *eq = strstr(line, " = ");
+	SG_ENSURE(eq, SG_EINVAL, "line %u is not \"name = value\"", lineno);
+	*eq = 0;
+	const char *v = eq + 3;
+	size_t vl = strlen(v);
+	SG_ENSURE(!has_control(v), SG_EINVAL, "line %u holds a control byte", lineno);
+	size_t i = 0;
+	while (i < N_STATE_FIELDS && strcmp(state_fields[i].name, line) != 0)
+		i++;
+	if (i == N_STATE_FIELDS) {
+		char shown[48];
+		printable(shown, sizeof(shown), line);
+		SG_BAIL(SG_EINVAL, "line %u: unknown name \"%s\" (a newer signetctl's record?)", lineno, shown);
+	}
+	const state_field *f = &state_fields[i];
+	SG_ENSURE(!seen[i], SG_EINVAL, "line %u: %s given twice", lineno, f->name);
+	seen[i] = true;
+	if (f->cap) {
+		SG_ENSURE(vl < f->cap, SG_EINVAL, "line %u: %s is longer than %zu bytes", lineno, f->name, f->cap - 1);
+		memcpy((char *)s + f->off, v, vl + 1);
+		return SG_OK;
+	}
+	char *end = NULL;
+	errno = 0;
+	long long n = strtoll(v, &end, 10);
+	SG_ENSURE(vl > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) && end && *end == 0 && errno == 0 &&
+	              n >= f->lo && n <= f->hi,
+	          SG_EINVAL, "line %u: %s is not an integer from %" PRId64 " to %" PRId64, lineno, f->name, f->lo,
+	          f->hi);
+	*(int64_t *)(void *)((char *)s + f->off) = (int64_t)n;
+	return SG_OK;
+}
+
+/* The record signetctl wrote (state_write), read strictly: a record it
+ * cannot have written (a name it does not know or twice, a value out of
+ * range or cut, a phase it has no step for) is refused whole rather than
+ * acted on in part. A missing file: no rotation yet. */
 static int state_read(ctx *c)
 {
 	rstate *s = &c->st;
@@ -231,49 +308,55 @@ static int state_read(ctx *c)
 		}
 		return rc;
 	}
-	char *save = NULL;
-	for (char *line = strtok_r((char *)text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
-		char *eq = strstr(line, " = ");
-		if (line[0] == '#' || !eq)
-			continue;
-		*eq = 0;
-		const char *v = eq + 3;
-		size_t vl = strlen(v);
-		if (strcmp(line, "phase") == 0)
-			copy_value(s->phase, sizeof(s->phase), v, vl);
-		else if (strcmp(line, "old-key") == 0)
-			copy_value(s->old_key, sizeof(s->old_key), v, vl);
-		else if (strcmp(line, "new-key") == 0)
-			copy_value(s->new_key, sizeof(s->new_key), v, vl);
-		else if (strcmp(line, "old-cert") == 0)
-			copy_value(s->old_cert, sizeof(s->old_cert), v, vl);
-		else if (strcmp(line, "old-root-cert") == 0)
-			copy_value(s->old_root_conf, sizeof(s->old_root_conf), v, vl);
-		else if (strcmp(line, "subject") == 0)
-			copy_value(s->subject, sizeof(s->subject), v, vl);
-		else if (strcmp(line, "ca-name") == 0)
-			copy_value(s->ca_name, sizeof(s->ca_name), v, vl);
-		else {
-			int64_t *num = strcmp(line, "generation") == 0     ? &s->gen
-			               : strcmp(line, "key-type") == 0     ? &s->key_type
-			               : strcmp(line, "ca-ttl") == 0       ? &s->ca_ttl
-			               : strcmp(line, "since") == 0        ? &s->since
-			               : strcmp(line, "activated-at") == 0 ? &s->activated_at
-			               : strcmp(line, "wait") == 0         ? &s->wait
-			               : strcmp(line, "keep-old-key") == 0 ? &s->keep_old_key
-			               : strcmp(line, "intermediate") == 0 ? &s->intermediate
-			               : strcmp(line, "has-chain") == 0    ? &s->has_chain
-			               : strcmp(line, "new-root") == 0     ? &s->new_root
-			                                                   : NULL;
-			if (num)
-				*num = strtoll(v, NULL, 10);
-		}
+	bool seen[N_STATE_FIELDS] = {false};
+	rc = memchr(text, 0, len) ? sg_error_set(SG_EINVAL, "it holds a NUL byte") : SG_OK;
+	unsigned lineno = 0;
+	for (char *line = (char *)text, *next; rc == SG_OK && line < (char *)text + len; line = next) {
+		lineno++;
+		next = strchr(line, '\n');
+		next = next ? (*next = 0, next + 1) : line + strlen(line);
+		if (line[0] != '#' && line[0] != 0)
+			rc = state_line(s, line, lineno, seen);
 	}
+	bool known = false;
+	for (size_t i = 0; rc == SG_OK && i < sizeof(phases) / sizeof(phases[0]); i++)
+		known = known || strcmp(s->phase, phases[i]) == 0;
 	/* An atomic write cannot be torn: a record without these was not
 	 * written by us. */
-	SG_ENSURE(*s->phase && s->gen >= 2 && *s->new_key && *s->old_key && *s->old_cert, SG_EINVAL,
-	          "%s is not a rotation record signetctl rotate wrote; restore it or move it away", path);
+	if (rc == SG_OK && (!known || !*s->new_key || !*s->old_key || !*s->old_cert || s->gen < 2))
+		rc = sg_error_set(SG_EINVAL, "%s",
+		                  !known ? "its phase is not one of signetctl rotate's"
+		                         : "it lacks the phase, generation, keys or old root");
+	if (rc < 0) {
+		char why[SG_ERROR_MSG_MAX];
+		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
+		SG_BAIL(SG_EINVAL,
+		        "%s is not a rotation record signetctl rotate wrote (%s); restore it or move it away", path,
+		        why);
+	}
 	return SG_OK;
+}
+
+static int state_write(ctx *c)
+{
+	const rstate *s = &c->st;
+	/* Only what state_read takes back: one line per value. */
+	for (size_t i = 0; i < N_STATE_FIELDS; i++)
+		SG_ENSURE(!state_fields[i].cap || !has_control((const char *)s + state_fields[i].off), SG_EINVAL,
+		          "the rotation's %s holds a control byte", state_fields[i].name);
+	char text[4 * PATH_MAX + 2 * URI_MAX + 2048];
+	int n =
+	    snprintf(text, sizeof(text),
+	             "# signetctl rotate's record of the CA rotation (do not edit; see signetctl rotate status).\n"
+	             "phase = %s\ngeneration = %" PRId64 "\nold-key = %s\nnew-key = %s\nold-cert = %s\n"
+	             "old-root-cert = %s\nkey-type = %" PRId64 "\nca-name = %s\nca-ttl = %" PRId64 "\n"
+	             "since = %" PRId64 "\nactivated-at = %" PRId64 "\nwait = %" PRId64 "\nkeep-old-key = %" PRId64
+	             "\nintermediate = %" PRId64 "\nhas-chain = %" PRId64 "\nnew-root = %" PRId64 "\nsubject = %s\n",
+	             s->phase, s->gen, s->old_key, s->new_key, s->old_cert, s->old_root_conf, s->key_type, s->ca_name,
+	             s->ca_ttl, s->since, s->activated_at, s->wait, s->keep_old_key, s->intermediate, s->has_chain,
+	             s->new_root, s->subject);
+	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "rotation state too long");
+	return write_durable(c, STATE_NAME, text, (size_t)n, 0644);
 }
 
 static int set_phase(ctx *c, const char *phase)

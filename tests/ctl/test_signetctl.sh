@@ -410,5 +410,57 @@ EOF
 expect "token --count 0: exit 2" one_line_error 2 "--count: 0 is out of range" -- "$ctl" token --config "$tc" --namespace a --service-account b --count 0
 expect "token --count past 48 h of life: exit 1" one_line_error 1 "goes past the 48h" -- "$ctl" token --config "$tc" --namespace a --service-account b --ttl 47h --count 3602
 
+# --- rotate: a rotation record signetctl did not write is refused whole ----
+# The record (rotation.state beside signet.conf) is written atomically by
+# signetctl rotate; one edited, damaged or from a newer version must stop
+# every step with the reason, not be acted on in part. A copy of a CA's
+# folder, so the CA the other cases use is untouched.
+rd=$tmp/rotate-hostile
+cp -a "$tmp/ecdsa-p256" "$rd"
+good='phase = begun
+generation = 2
+old-key = pkcs11:token=signet;object=ca
+new-key = pkcs11:token=signet;object=ca-g2
+old-cert = /nonexistent/root-cert.pem
+old-root-cert = /nonexistent/root-cert.pem
+key-type = 0
+ca-name = signet
+ca-ttl = 315360000
+since = 1764000000
+activated-at = 0
+wait = 0
+keep-old-key = 0
+intermediate = 0
+has-chain = 0
+new-root = 0
+subject = '
+rotate_refused() { # rotate_refused NAME PATTERN RECORD
+  printf '%s\n' "$3" >"$rd/rotation.state"
+  expect "rotate: $1" one_line_error 1 "not a rotation record signetctl rotate wrote.*$2" -- \
+    "$ctl" rotate status --config "$rd/signet.conf"
+}
+rotate_refused "a number with trailing text" "generation is not an integer" "${good/generation = 2/generation = 2x}"
+rotate_refused "a number past 64 bits" "generation is not an integer" \
+  "${good/generation = 2/generation = 99999999999999999999999}"
+rotate_refused "generation 1 (init's own)" "generation is not an integer from 2" "${good/generation = 2/generation = 1}"
+rotate_refused "a key type signet does not have" "key-type is not an integer from 0 to" "${good/key-type = 0/key-type = 99}"
+rotate_refused "a flag that is neither 0 nor 1" "keep-old-key is not an integer from 0 to 1" \
+  "${good/keep-old-key = 0/keep-old-key = 2}"
+rotate_refused "a negative time" "wait is not an integer from 0" "${good/wait = 0/wait = -5}"
+rotate_refused "an unknown phase" "its phase is not one of" "${good/phase = begun/phase = exploded}"
+rotate_refused "a name given twice" "phase given twice" "$good
+phase = finished"
+rotate_refused "an unknown name" "unknown name \"frobnicate\"" "$good
+frobnicate = 1"
+rotate_refused "a line without ' = '" "line 3 is not" "${good/old-key = /old-key:}"
+rotate_refused "a value longer than its field" "new-key is longer than 1023 bytes" \
+  "${good/new-key = pkcs11:/new-key = pkcs11:$(printf 'x%.0s' $(seq 1100))}"
+rotate_refused "a control byte" "line 17 holds a control byte" "$good$(printf 'CN=a\033[2J')"
+rotate_refused "no keys" "lacks the phase, generation, keys" "$(printf '%s\n' "$good" | grep -v '^new-key')"
+printf 'phase = begun\ngeneration = 2\0\nold-key = x\n' >"$rd/rotation.state"
+expect "rotate: a NUL byte" one_line_error 1 "holds a NUL byte" -- "$ctl" rotate status --config "$rd/signet.conf"
+rm -f "$rd/rotation.state"
+expect "rotate: no record is no rotation yet" "$ctl" rotate status --config "$rd/signet.conf"
+
 echo "$failures failed"
 [ "$failures" = 0 ]
