@@ -1200,6 +1200,17 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
 }
 
+/* A decimal number of 1 to 5 digits, no sign or space (strtol alone
+ * would take "+80" and " 80"). */
+static bool small_decimal(const char *s, long *out)
+{
+	size_t n = strspn(s, "0123456789");
+	if (n == 0 || n > 5 || s[n])
+		return false;
+	*out = strtol(s, NULL, 10);
+	return true;
+}
+
 /* One address of hsm-egress: "IPv4[/len]:port" or "[IPv6[/len]]:port"
  * (brackets because an IPv6 address holds colons). A host without a
  * length is one address (/32, /128). The CIDR is written into cidr. */
@@ -1225,16 +1236,14 @@ static bool egress_entry(const char *e, size_t len, char *cidr, size_t cap, long
 			return false;
 		*colon = '\0';
 	}
-	char *end;
-	*port = strtol(colon + 1, &end, 10);
-	if (!colon[1] || *end || *port < 1 || *port > 65535)
+	if (!small_decimal(colon + 1, port) || *port < 1 || *port > 65535)
 		return false;
 	long bits = v6 ? 128 : 32;
 	char *slash = strchr(addr, '/');
 	if (slash) {
 		*slash = '\0';
-		long l = strtol(slash + 1, &end, 10);
-		if (!slash[1] || *end || l < 0 || l > bits)
+		long l = 0;
+		if (!small_decimal(slash + 1, &l) || l > bits)
 			return false;
 		bits = l;
 	}
@@ -1266,10 +1275,16 @@ static json_t *hsm_egress(const char *text, char *why, size_t cap)
 		char cidr[80];
 		long port = 0;
 		if (!egress_entry(s, n, cidr, sizeof(cidr), &port)) {
+			/* The Secret's bytes, shown in the status: printable */
+			char shown[101];
+			size_t k = 0;
+			for (; k < n && k + 1 < sizeof(shown); k++)
+				shown[k] = (unsigned char)s[k] >= 0x20 && s[k] != 0x7f ? s[k] : '?';
+			shown[k] = '\0';
 			snprintf(why, cap,
-			         "\"%.*s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "
+			         "\"%s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "
 			         "NetworkPolicy names addresses, not host names)",
-			         (int)(n > 100 ? 100 : n), s);
+			         shown);
 			json_decref(rules);
 			return NULL;
 		}

@@ -934,6 +934,12 @@ class IstioCSR(Operand, unittest.TestCase):
         self.assertEqual(np["metadata"]["ownerReferences"][0]["kind"], "IstioCSR")
         k.ok("PATCH", secret, {"data": {"hsm-egress": b64("hsm.example.com:1792")}}, merge)
         self.ready("False", "Failed", part='key hsm-egress: "hsm.example.com:1792" is not an address and port')
+        # a port with a sign, as strtol would take it
+        k.ok("PATCH", secret, {"data": {"hsm-egress": b64("10.0.8.20:+1792")}}, merge)
+        self.ready("False", "Failed", part='key hsm-egress: "10.0.8.20:+1792" is not an address and port')
+        # the Secret's bytes reach the status printable: no terminal escape
+        k.ok("PATCH", secret, {"data": {"hsm-egress": b64("10.0.8.20:1792\x1b[2J\r")}}, merge)
+        self.ready("False", "Failed", part='key hsm-egress: "10.0.8.20:1792?[2J?" is not an address and port')
         k.ok("PATCH", secret, {"data": {"hsm-egress": None}}, merge)
         wait_for("the HSM egress policy gone", lambda: self.get(path) is None)
         k.ok("DELETE", CR)
