@@ -269,10 +269,12 @@ typedef struct pass {
 	/* Without cert-manager: the Secret's data, base64 as the API holds
 	 * it (tls.crt, tls.key, ca.crt: the caBundle); owned. */
 	char *tls_b64[3];
-	/* A new pair (tls_new) replaces only the copy it was decided on: the
-	 * cached Secret's resourceVersion (owned; NULL: none was cached). */
-	bool tls_new;
-	char *tls_rv;
+	/* The Secret the pair was decided on (the cache's, else the
+	 * server's; owned; NULL: none exists) and its resourceVersion: the
+	 * Secret is written only over that copy. */
+	json_t *tls_copy;
+	const char *tls_rv;
+	sg_ctrl_result *res;
 } pass;
 
 static bool refuse(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -1006,7 +1008,7 @@ static void pass_free(pass *p)
 			sg_wipe(p->tls_b64[i], strlen(p->tls_b64[i]));
 		free(p->tls_b64[i]);
 	}
-	free(p->tls_rv);
+	json_decref(p->tls_copy);
 	json_decref(p->s.authorized);
 	json_decref(p->labels);
 	json_decref(p->owner);
@@ -1028,6 +1030,15 @@ static bool namespace_ok(sg_ctrl *c, const char *name, const char *role, char *m
 	return ok;
 }
 
+/* The object w names, from the server; *out NULL when absent. */
+static int live_of_server(pass *p, const want *w, json_t **out)
+{
+	*out = NULL;
+	sg_kube_ref ref = ref_of(w);
+	int rc = sg_kube_get(sg_ctrl_kube(p->c), &ref, out);
+	return rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404) ? SG_OK : rc;
+}
+
 /* The live object w names: from our informer's cache, or (cert-manager's
  * kinds, not watched) from the server; *out NULL when absent. */
 static int live_of(pass *p, const want *w, json_t **out)
@@ -1037,9 +1048,7 @@ static int live_of(pass *p, const want *w, json_t **out)
 		*out = sg_kube_informer_get(sg_ctrl_informer(p->c, (size_t)w->w), w->ns, w->name);
 		return SG_OK;
 	}
-	sg_kube_ref ref = ref_of(w);
-	int rc = sg_kube_get(sg_ctrl_kube(p->c), &ref, out);
-	return rc == SG_ENOTFOUND || (rc < 0 && sg_kube_last_status()->code == 404) ? SG_OK : rc;
+	return live_of_server(p, w, out);
 }
 
 /* Applies every wanted object; on a failure the API server will not take
@@ -1053,15 +1062,25 @@ static int apply_all(pass *p, want *w, size_t n, bool *deployment_written, bool 
 		json_t *live = NULL;
 		SG_TRY(live_of(p, &w[i], &live));
 		bool changes = !live || !sg_ctrl_object_holds(p->c, w[i].body, live);
-		bool exact = w[i].w == W_SECRET && p->tls_new;
-		int rc = exact ? sg_opr_apply_exact(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, p->tls_rv)
-		               : sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live);
+		/* The Secret: compared with, and written only over, the copy
+		 * the pair was decided on (own_certificate), never a newer
+		 * one the cache may hold by now. */
+		bool exact = w[i].w == W_SECRET;
+		int rc = !exact ? sg_opr_apply(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, live)
+		         : p->tls_copy && sg_ctrl_object_holds(p->c, w[i].body, p->tls_copy)
+		             ? SG_OK
+		             : sg_opr_apply_exact(p->c, &p->t->st, p->cr, &ref, K[w[i].w].kind, w[i].body, p->tls_rv);
 		json_decref(live);
-		if (exact && sg_kube_conflict(rc)) {
-			/* The Secret was written since our copy: its event brings
-			 * the next pass, which decides on what it holds then.
-			 * Nothing after it (the caBundle) is applied from this one. */
+		if (exact && !sg_ctrl_stopping(p->c) && sg_kube_conflict(rc)) {
+			/* The Secret was written since our copy. A Secret of ours
+			 * changed: its watch event brings the next pass. A create
+			 * refused (one of the name not ours, which the informer
+			 * does not see, or made just now): the next pass reads it
+			 * from the server; that one is asked for here. Nothing
+			 * after it (the caBundle) is applied from this pass. */
 			atomic_fetch_add(&p->t->conflicts, 1);
+			if (!p->tls_copy && p->res)
+				p->res->requeue_after_ms = ECHO_DELAY_MS;
 			*refused = true;
 			return SG_OK;
 		}
@@ -1365,15 +1384,25 @@ static bool tls_current(const pass *p, const char *crt, size_t crt_len, const ch
  * Secret's pair is kept while it is ours, fits the Service's name and is
  * in the first two thirds of its life; otherwise a new self-signed pair
  * is made (sg_softkey), and the caBundle is the new certificate followed
- * by the old one while that is valid. Sets p->tls_b64, and for a new pair
- * tls_new and tls_rv: the cache may be behind a pair written since (our
- * own last pass, whose echo has not come back; another replica's), and
- * replacing that one would drop from the caBundle a certificate pods may
- * already serve, so the new pair is written only over the copy read here
- * (apply_all). */
+ * by the old one while that is valid. Sets p->tls_b64, tls_copy and
+ * tls_rv: the cache may be behind a pair written since (our own last
+ * pass, whose echo has not come back; another replica's), and replacing
+ * that one would drop from the caBundle a certificate pods may already
+ * serve, so the Secret is written only over the copy read here
+ * (apply_all). A Secret the cache does not hold is read from the server:
+ * it may be ours, made moments ago, or one of that name without our
+ * labels, which the informer never sees. */
 static int own_certificate(pass *p)
 {
 	json_t *sec = sg_kube_informer_get(sg_ctrl_informer(p->c, W_SECRET), p->t->ns, OBJ_TLS);
+	if (!sec) {
+		want w = {W_SECRET, p->t->ns, OBJ_TLS, NULL};
+		SG_TRY(live_of_server(p, &w, &sec));
+	}
+	p->tls_copy = sec; /* the pass's now */
+	p->tls_rv = sec ? sg_kube_meta_str(sec, "resourceVersion") : NULL;
+	SG_ENSURE(!sec || (p->tls_rv && *p->tls_rv), SG_EINVAL, "trustmanager: Secret %s/%s has no resourceVersion",
+	          p->t->ns, OBJ_TLS);
 	const json_t *data = json_object_get(sec, "data");
 	size_t clen = 0, klen = 0, alen = 0;
 	char *crt = ours(sec) ? b64_value(data, "tls.crt", TLS_PEM_MAX, &clen) : NULL;
@@ -1392,12 +1421,6 @@ static int own_certificate(pass *p)
 				rc = sg_error_set(SG_EINTERNAL, "trustmanager: out of memory");
 		}
 	} else {
-		const char *rv = sec ? sg_kube_meta_str(sec, "resourceVersion") : NULL;
-		p->tls_new = true;
-		p->tls_rv = rv ? strdup(rv) : NULL;
-		if (sec && !p->tls_rv)
-			rc = sg_error_set(rv ? SG_EINTERNAL : SG_EINVAL, "trustmanager: %s",
-			                  rv ? "out of memory" : "the cached Secret has no resourceVersion");
 		const char *dns = p->dns;
 		sg_softkey_request r = {.type = SG_SOFTKEY_EC_P256,
 		                        .cn = dns,
@@ -1438,7 +1461,6 @@ static int own_certificate(pass *p)
 	}
 	free(crt);
 	free(ca);
-	json_decref(sec);
 	return rc;
 }
 
@@ -1559,12 +1581,11 @@ static int reconcile_other(pass *p)
 
 static int reconcile(sg_ctrl *c, const char *key, sg_ctrl_result *res, void *arg)
 {
-	(void)res;
 	sg_trustmanager *t = arg;
 	json_t *cr = sg_kube_informer_get(sg_ctrl_informer(c, W_TM), NULL, key);
 	if (!cr)
 		return SG_OK;
-	pass p = {.t = t, .c = c, .cr = cr};
+	pass p = {.t = t, .c = c, .cr = cr, .res = res};
 	int rc;
 	if (strcmp(key, NAME) != 0)
 		rc = reconcile_other(&p);

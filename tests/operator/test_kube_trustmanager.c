@@ -40,8 +40,9 @@
  *  - an operator restarted with a new CA bundle rolls the pods (the hash);
  *  - signet's own webhook certificate is made again when the Secret's
  *    does not fit, the old one kept in ca.crt (the caBundle) while valid;
- *    a new pair decided on a cached copy that is behind (a stale Secret,
- *    or none) never replaces the good pair written since;
+ *    a new pair decided on a cached copy that is behind never replaces
+ *    the good pair written since; with no cached copy the server's
+ *    Secret decides (ours kept, one not ours taken over);
  *  - the Bundle webhook is deployed for real (the sample checks its
  *    ValidatingWebhookConfiguration, taken over from one trust-manager's
  *    own installation left pointing at a webhook now gone; its Service;
@@ -1393,21 +1394,46 @@ static char *b64_text(const char *text)
 	return out;
 }
 
-/* A new pair is written only over the copy it was decided on. The
- * reconciler's cache holds a Secret whose certificate needs replacing
- * (absent false), or no Secret at all (absent true: our first pass's echo
- * not back yet), while the API server already holds a good pair written
- * since (another replica's, or our own last pass's): the new pair is
- * refused (409 Conflict or AlreadyExists; the conflicts counter), the
+/* The Secret's data[key] as the API server holds it (base64; owned). */
+static char *live_b64(const char *key)
+{
+	json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+	const char *v = json_string_value(json_object_get(json_object_get(sec, "data"), key));
+	char *out = v ? strdup(v) : NULL;
+	json_decref(sec);
+	return out;
+}
+
+static bool live_is_ours(void)
+{
+	json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+	const char *owner = json_string_value(
+	    json_object_get(json_object_get(json_object_get(sec, "metadata"), "labels"), "operator.signet.dev/owner"));
+	bool ours = owner && strcmp(owner, "cluster") == 0;
+	json_decref(sec);
+	return ours;
+}
+
+/* What the reconciler's cache holds when the API server already has a
+ * good pair written since. */
+typedef enum {
+	STALE_COPY,     /* a copy whose certificate needs replacing */
+	NO_COPY,        /* none: ours made moments ago, its echo not back */
+	NO_COPY_FOREIGN /* none: the Secret of the name is not ours (no labels: the informer never sees it) */
+} stale_mode;
+
+/* The Secret is decided on one copy and written only over it. With a
+ * stale copy the new pair is refused (409; the conflicts counter), the
  * good one stays, and once the cache catches up it is kept as it is and
  * the caBundle is its. Before, the stale copy's new pair replaced the
  * good one, and the certificate pods may already serve was gone from the
- * caBundle.
+ * caBundle. With no copy the server's Secret decides: ours is kept (no
+ * second pair), one not ours is taken over with a new pair.
  *
  * The interleaving is made certain: passes stop before the certificate
  * while the spec is invalid, and the reconciler's Secret informer is
  * stopped (its store kept) once it holds the copy to decide on. */
-static void stale_secret(bool absent)
+static void stale_secret(stale_mode mode)
 {
 	WAIT_IDLE();
 	bool was_ready = ready("cluster");
@@ -1424,7 +1450,9 @@ static void stale_secret(bool absent)
 	char *spec = json_dumps(json_object_get(cr, "spec"), JSON_COMPACT);
 	json_decref(cr);
 	json_t *live = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
-	json_t *labels = json_deep_copy(json_object_get(json_object_get(live, "metadata"), "labels"));
+	json_t *labels = mode == NO_COPY_FOREIGN
+	                     ? json_pack("{s:s}", "app", "someone-else")
+	                     : json_deep_copy(json_object_get(json_object_get(live, "metadata"), "labels"));
 	json_decref(live);
 	SG_CHECK(spec && labels);
 	if (!secrets || !spec || !labels)
@@ -1436,7 +1464,7 @@ static void stale_secret(bool absent)
 	if (!stale)
 		exit(1);
 	char *stale_b64 = b64_text(stale);
-	if (absent) {
+	if (mode != STALE_COPY) {
 		SG_CHECK_OK(kube_fx_delete(k, ref_in(NULL, "secrets", NS, TLS_SECRET)));
 		SG_WAIT_FOR(WAIT_MS, cached_absent(secrets));
 	} else {
@@ -1461,7 +1489,7 @@ static void stale_secret(bool absent)
 		exit(1);
 	char *crt_b64 = b64_text(ncrt), *key_b64 = b64_text(nkey);
 	json_t *data = json_pack("{s:s, s:s, s:s}", "tls.crt", crt_b64, "tls.key", key_b64, "ca.crt", crt_b64);
-	if (absent)
+	if (mode != STALE_COPY)
 		SG_CHECK_OK(kube_fx_create(k, ref_in(NULL, "secrets", NS, NULL),
 		                           json_pack("{s:s, s:s, s:{s:s, s:s, s:O}, s:s, s:o}", "apiVersion", "v1",
 		                                     "kind", "Secret", "metadata", "name", TLS_SECRET, "namespace", NS,
@@ -1471,28 +1499,42 @@ static void stale_secret(bool absent)
 
 	sg_trustmanager_stats before = stats();
 	tm_put("cluster", "%s", spec);
-	SG_WAIT_FOR(WAIT_MS, stats().conflicts > before.conflicts);
+	if (mode == STALE_COPY)
+		SG_WAIT_FOR(WAIT_MS, stats().conflicts > before.conflicts);
+	else if (mode == NO_COPY)
+		SG_WAIT_FOR(WAIT_MS, !cond_is("cluster", "Ready", "False", "InvalidSpec", NULL));
+	else
+		SG_WAIT_FOR(WAIT_MS, live_is_ours());
 	WAIT_IDLE();
 	uint64_t refused = stats().conflicts;
+	SG_CHECK(mode == STALE_COPY || refused == before.conflicts);
 	char *crt = secret_value(TLS_SECRET, "tls.crt"), *key = secret_value(TLS_SECRET, "tls.key");
-	SG_CHECK(crt && strcmp(crt, ncrt) == 0 && key && strcmp(key, nkey) == 0);
+	if (mode == NO_COPY_FOREIGN) /* taken over: a pair of ours */
+		SG_CHECK(crt && strcmp(crt, ncrt) != 0 && key && strcmp(key, nkey) != 0);
+	else /* kept */
+		SG_CHECK(crt && strcmp(crt, ncrt) == 0 && key && strcmp(key, nkey) == 0);
 	free(crt);
 	if (key)
 		sg_wipe(key, strlen(key));
 	free(key);
 
 	/* caught up: the pair is kept, and the caBundle is its */
+	char *now_b64 = live_b64("tls.crt");
 	SG_CHECK_OK(sg_kube_informer_start(secrets));
-	SG_WAIT_FOR(WAIT_MS, cached_value_is(secrets, "tls.crt", crt_b64));
+	SG_WAIT_FOR(WAIT_MS, cached_value_is(secrets, "tls.crt", now_b64));
 	sg_ctrl_add(ctl, "cluster");
 	if (was_ready)
 		WAIT_STATE(ready, "cluster");
 	WAIT_IDLE();
+	char *after_b64 = live_b64("tls.crt");
 	crt = secret_value(TLS_SECRET, "tls.crt");
 	char *ca_crt = secret_value(TLS_SECRET, "ca.crt");
-	SG_CHECK(crt && strcmp(crt, ncrt) == 0 && ca_crt && strcmp(ca_crt, ncrt) == 0);
+	SG_CHECK(after_b64 && now_b64 && strcmp(after_b64, now_b64) == 0);
+	SG_CHECK(crt && ca_crt && strstr(ca_crt, crt) == ca_crt);
 	check_webhook(false);
 	SG_CHECK(stats().conflicts == refused); /* none once the cache is current */
+	free(after_b64);
+	free(now_b64);
 	free(crt);
 	free(ca_crt);
 	sg_wipe(nkey, strlen(nkey));
@@ -1511,8 +1553,9 @@ static void t_stale_secret(void)
 {
 	if (cert_manager_crds())
 		return;
-	stale_secret(false);
-	stale_secret(true);
+	stale_secret(STALE_COPY);
+	stale_secret(NO_COPY);
+	stale_secret(NO_COPY_FOREIGN);
 }
 
 /* An operator restarted with another CA bundle (a new ca-certificates):
