@@ -239,7 +239,7 @@ static void printable(char *out, size_t cap, const char *s)
 {
 	size_t o = 0;
 	for (; *s && o + 1 < cap; s++)
-		out[o++] = (unsigned char)*s >= 0x20 && *s != 0x7f ? *s : '?';
+		out[o++] = (unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f ? *s : '?';
 	out[o] = 0;
 }
 

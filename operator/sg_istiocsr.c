@@ -1275,11 +1275,13 @@ static json_t *hsm_egress(const char *text, char *why, size_t cap)
 		char cidr[80];
 		long port = 0;
 		if (!egress_entry(s, n, cidr, sizeof(cidr), &port)) {
-			/* The Secret's bytes, shown in the status: printable */
+			/* The Secret's bytes, shown in the status: printable ASCII
+			 * (a byte over 0x7e, or a character cut at the bound, is
+			 * not UTF-8 jansson takes, and the status write fails) */
 			char shown[101];
 			size_t k = 0;
 			for (; k < n && k + 1 < sizeof(shown); k++)
-				shown[k] = (unsigned char)s[k] >= 0x20 && s[k] != 0x7f ? s[k] : '?';
+				shown[k] = (unsigned char)s[k] >= 0x20 && (unsigned char)s[k] < 0x7f ? s[k] : '?';
 			shown[k] = '\0';
 			snprintf(why, cap,
 			         "\"%s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "

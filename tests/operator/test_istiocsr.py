@@ -940,6 +940,10 @@ class IstioCSR(Operand, unittest.TestCase):
         # the Secret's bytes reach the status printable: no terminal escape
         k.ok("PATCH", secret, {"data": {"hsm-egress": b64("10.0.8.20:1792\x1b[2J\r")}}, merge)
         self.ready("False", "Failed", part='key hsm-egress: "10.0.8.20:1792?[2J?" is not an address and port')
+        # bytes that are not UTF-8 still reach the status, as '?'
+        k.ok("PATCH", secret, {"data": {"hsm-egress": base64.b64encode(b"10.0.8.20:1792\xff\xc3").decode()}},
+             merge)
+        self.ready("False", "Failed", part='key hsm-egress: "10.0.8.20:1792??" is not an address and port')
         k.ok("PATCH", secret, {"data": {"hsm-egress": None}}, merge)
         wait_for("the HSM egress policy gone", lambda: self.get(path) is None)
         k.ok("DELETE", CR)
