@@ -233,7 +233,7 @@ struct sg_trustmanager {
 	char inj_hash[65];
 	sg_opr_stats st;
 	atomic_uint_fast64_t status_writes;
-	atomic_uint_fast64_t conflicts;        /* a new pair refused: the Secret had changed since it was read */
+	atomic_uint_fast64_t conflicts;        /* a Secret write refused: it had changed since it was read */
 	pthread_mutex_t mu;                    /* trust_ns */
 	char trust_ns[SG_NAMES_LABEL_MAX + 1]; /* of the last pass; "" before the first */
 };
@@ -1429,8 +1429,7 @@ static int own_certificate(pass *p)
 		                        .ttl = TLS_TTL,
 		                        .ext_key_usage = SG_EKU_SERVER_AUTH};
 		char *nkey = NULL, *ncrt = NULL;
-		if (rc == SG_OK)
-			rc = sg_softkey_self_signed(&r, &nkey, &ncrt);
+		rc = sg_softkey_self_signed(&r, &nkey, &ncrt);
 		char *bundle = NULL;
 		if (rc == SG_OK) {
 			/* the old certificate stays trusted while pods may serve it */
@@ -1660,7 +1659,7 @@ static int metrics(sg_ctrl *c, sg_metrics *reg, void *arg)
 	                            "signet_operator_trustmanager_status_writes_total",
 	                            "TrustManager status writes (counted in writes_total too)."),
 	    SG_METRICS_STAT_COUNTER(sg_trustmanager_stats, conflicts, "signet_operator_trustmanager_conflicts_total",
-	                            "New webhook key pairs not written: the Secret had changed since it was read."),
+	                            "Writes of the webhook's Secret refused: it had changed since it was read."),
 	};
 	SG_TRY(sg_opr_metrics(&t->st, "trustmanager", reg));
 	return sg_metrics_stats(reg, rows, sizeof(rows) / sizeof(rows[0]), stats_of, sizeof(sg_trustmanager_stats), t);

@@ -131,7 +131,7 @@ typedef struct sg_trustmanager_stats {
 	uint64_t repaired;      /* objects that existed and were applied again */
 	uint64_t deleted;       /* objects deleted */
 	uint64_t status_writes; /* TrustManager status writes (in writes too) */
-	uint64_t conflicts;     /* new webhook key pairs refused: the Secret had been written since it was read */
+	uint64_t conflicts;     /* webhook Secret writes refused: it had been written since it was read */
 } sg_trustmanager_stats;
 
 /* Checks the options, makes the default CA package from ca_bundle_path
