@@ -151,7 +151,7 @@ static bool read_key(sg_extpolicy *e, bool secret, const char *ns, const char *n
 {
 	const char *what = secret ? "Secret" : "ConfigMap";
 	sg_kube_ref ref = {.version = "v1", .resource = secret ? "secrets" : "configmaps", .ns = ns, .name = name};
-	json_auto_t *obj = NULL;
+	sg_kube_secret_auto_t *obj = NULL; /* a Secret's other keys may be a private key */
 	if (!get_object(e, &ref, what, &obj, o))
 		return false;
 	const char *v = str_member(json_object_get(obj, "data"), key);
@@ -204,7 +204,7 @@ static bool from_certificate(sg_extpolicy *e, const char *text, bundle *b, outco
 		return false;
 	}
 	sg_kube_ref sref = {.version = "v1", .resource = "secrets", .ns = ns, .name = secret};
-	json_auto_t *obj = NULL;
+	sg_kube_secret_auto_t *obj = NULL; /* the Certificate's tls.key beside its ca.crt */
 	if (!get_object(e, &sref, "Secret", &obj, o))
 		return false;
 	const char *owner = str_member(json_object_get(json_object_get(obj, "metadata"), "annotations"), ANN_CERT_NAME);
@@ -231,7 +231,7 @@ static bool from_secret(sg_extpolicy *e, const char *text, bundle *b, outcome *o
 		return false;
 	}
 	sg_kube_ref ref = {.version = "v1", .resource = "secrets", .ns = ns, .name = name};
-	json_auto_t *obj = NULL;
+	sg_kube_secret_auto_t *obj = NULL;
 	if (!get_object(e, &ref, "Secret", &obj, o))
 		return false;
 	const char *allow =

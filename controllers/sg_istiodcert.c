@@ -34,9 +34,11 @@
  * start. So each start first looks at the Secret and takes its
  * certificate over when it is one we would have issued and is not due.
  *
- * Secrets: the key PEM and its base64 are wiped when replaced or freed.
- * Copies made by jansson (the request body, the informer's cached Secret)
- * are outside our reach; they live as long as a request or the cache.
+ * Secrets: the key PEM and its base64 are wiped when replaced or freed, and
+ * so is every JSON copy of the Secret we build, read or are answered with
+ * (sg_kube_secret_release); sg_kube wipes the bytes it sends and receives.
+ * The one copy left is the informer's, which lives as long as the Secret
+ * does and is shared with the threads that read it.
  */
 #include "sg_istiodcert.h"
 #include "sg_ctrl.h"
@@ -411,8 +413,7 @@ typedef enum outcome {
 /* After a 409 or a vanished object: the live Secret, or NULL when gone. */
 static int reread(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret)
 {
-	json_decref(*secret);
-	*secret = NULL;
+	sg_kube_secret_release(secret);
 	int rc = sg_kube_get(c->kube, ref, secret);
 	return rc == SG_ENOTFOUND ? SG_OK : rc;
 }
@@ -445,7 +446,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 		json_t *body = desired_new(c, ca_b64);
 		SG_ENSURE(body, SG_EINTERNAL, "istiodcert: out of memory");
 		rc = sg_kube_create(c->kube, &coll, body, answer);
-		json_decref(body);
+		sg_kube_secret_release(&body);
 		if (rc == SG_OK)
 			*out = OUT_CREATED;
 		else if (sg_kube_conflict(rc))
@@ -469,8 +470,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 				pthread_mutex_unlock(&c->mu);
 			}
 			if (rc == SG_OK || rc == SG_ENOTFOUND) {
-				json_decref(*secret);
-				*secret = NULL;
+				sg_kube_secret_release(secret);
 				rc = SG_OK;
 			} else if (sg_kube_conflict(rc)) {
 				rc = reread(c, ref, secret);
@@ -481,7 +481,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 		if (!body)
 			return reread(c, ref, secret);
 		rc = sg_kube_update(c->kube, ref, body, answer);
-		json_decref(body);
+		sg_kube_secret_release(&body);
 		if (rc == SG_OK)
 			*out = OUT_UPDATED;
 		else if (sg_kube_conflict(rc) || rc == SG_ENOTFOUND)
@@ -491,7 +491,7 @@ static int write_once(sg_istiodcert *c, const sg_kube_ref *ref, json_t **secret,
 		c->announce = false;
 		announce(c, written);
 	}
-	json_decref(written);
+	sg_kube_secret_release(&written);
 	return rc;
 }
 
@@ -500,7 +500,16 @@ static int write_secret(sg_istiodcert *c, const json_t *root)
 	char *ca_b64 = NULL;
 	SG_TRY(b64_encode(json_string_value(root), json_string_length(root), &ca_b64));
 	sg_kube_ref ref = {.version = "v1", .resource = "secrets", .ns = c->ns, .name = c->name};
-	json_t *secret = sg_kube_informer_get(sg_ctrl_informer(c->ctrl, 0), c->ns, c->name);
+	/* Our own copy, so that every copy of the key this function lets go
+	 * of (the cache's, the server's answers) can be wiped: the informer's
+	 * is shared with other threads. */
+	json_t *cached = sg_kube_informer_get(sg_ctrl_informer(c->ctrl, 0), c->ns, c->name);
+	json_t *secret = cached ? json_deep_copy(cached) : NULL;
+	json_decref(cached);
+	if (cached && !secret) {
+		free(ca_b64);
+		return sg_error_set(SG_EINTERNAL, "istiodcert: out of memory");
+	}
 	outcome out = OUT_NONE;
 	int rc = SG_OK;
 	for (int attempt = 0; attempt < WRITE_ATTEMPTS && out == OUT_NONE; attempt++) {
@@ -514,7 +523,7 @@ static int write_secret(sg_istiodcert *c, const json_t *root)
 		if (rc < 0)
 			break;
 	}
-	json_decref(secret);
+	sg_kube_secret_release(&secret);
 	free(ca_b64);
 	if (rc == SG_OK && out == OUT_NONE && !stopping(c))
 		rc = sg_error_set(SG_EBUSY, "istiodcert: %s/%s kept changing under us (%d attempts)", c->ns, c->name,

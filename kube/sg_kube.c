@@ -75,6 +75,33 @@ const char *sg_kube_meta_str(const json_t *obj, const char *field)
 	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+void sg_kube_secret_wipe(json_t *obj)
+{
+	const char *kind = json_string_value(json_object_get(obj, "kind"));
+	const char *api = json_string_value(json_object_get(obj, "apiVersion"));
+	if (!kind || !api || strcmp(kind, "Secret") != 0 || strcmp(api, "v1") != 0)
+		return;
+	static const char *const maps[] = {"data", "stringData"};
+	for (size_t m = 0; m < sizeof(maps) / sizeof(maps[0]); m++) {
+		const char *k;
+		json_t *v;
+		json_object_foreach(json_object_get(obj, maps[m]), k, v)
+		{
+			if (json_is_string(v)) /* jansson's own buffer, ours to clear before the decref */
+				sg_wipe((char *)json_string_value(v), json_string_length(v));
+		}
+	}
+}
+
+void sg_kube_secret_release(json_t **obj)
+{
+	if (!*obj)
+		return;
+	sg_kube_secret_wipe(*obj);
+	json_decref(*obj);
+	*obj = NULL;
+}
+
 void sg_kube_microtime_now(char *out, size_t cap)
 {
 	struct timespec ts;

@@ -364,6 +364,17 @@ SG_API void sg_kube_ratelimit_free(sg_kube_ratelimit *r);
 
 /* metadata.<field> as a string, or NULL (borrowed from obj). */
 SG_API const char *sg_kube_meta_str(const json_t *obj, const char *field);
+/* When obj is a Secret (kind "Secret", apiVersion "v1"): zeroes every
+ * string under its data and stringData in place, lengths kept, before the
+ * caller releases it. A key pair or a token in a body we built or an
+ * answer we parsed is then gone when jansson frees it. Only for an object
+ * nobody else reads: never on an informer's copy (sg_kube_informer_get),
+ * which other threads share. NULL and other kinds: nothing. */
+SG_API void sg_kube_secret_wipe(json_t *obj);
+/* sg_kube_secret_wipe(*obj), then json_decref; *obj NULL after. As a
+ * scope's cleanup: sg_kube_secret_auto_t *s = NULL; (as json_auto_t). */
+SG_API void sg_kube_secret_release(json_t **obj);
+#define sg_kube_secret_auto_t json_t __attribute__((cleanup(sg_kube_secret_release)))
 /* Formats wall-clock now as a Kubernetes MicroTime (RFC 3339 with
  * microseconds, UTC): cap >= 28. */
 SG_API void sg_kube_microtime_now(char *out, size_t cap);

@@ -126,6 +126,7 @@ int sg_opr_apply_exact(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_
 		rc = md && json_object_set_new(md, "resourceVersion", json_string(rv)) == 0
 		         ? sg_ctrl_apply(c, ref, exact, NULL)
 		         : sg_error_set(SG_EINTERNAL, "operator: out of memory");
+		sg_kube_secret_wipe(exact); /* a copy of a Secret's data */
 		json_decref(exact);
 	}
 	if (sg_kube_conflict(rc)) {

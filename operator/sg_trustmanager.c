@@ -273,6 +273,7 @@ typedef struct pass {
 	 * server's; owned; NULL: none exists) and its resourceVersion: the
 	 * Secret is written only over that copy. */
 	json_t *tls_copy;
+	bool tls_copy_read; /* read from the server, not shared with the cache: wiped */
 	const char *tls_rv;
 	sg_ctrl_result *res;
 } pass;
@@ -876,8 +877,10 @@ static int wants_of(pass *p, want *out, size_t *n, bool bodies)
 
 static void wants_free(want *w, size_t n)
 {
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
+		sg_kube_secret_wipe(w[i].body); /* the webhook's key */
 		json_decref(w[i].body);
+	}
 }
 
 static sg_kube_ref ref_of(const want *w)
@@ -1008,6 +1011,8 @@ static void pass_free(pass *p)
 			sg_wipe(p->tls_b64[i], strlen(p->tls_b64[i]));
 		free(p->tls_b64[i]);
 	}
+	if (p->tls_copy_read)
+		sg_kube_secret_wipe(p->tls_copy);
 	json_decref(p->tls_copy);
 	json_decref(p->s.authorized);
 	json_decref(p->labels);
@@ -1398,6 +1403,7 @@ static int own_certificate(pass *p)
 	if (!sec) {
 		want w = {W_SECRET, p->t->ns, OBJ_TLS, NULL};
 		SG_TRY(live_of_server(p, &w, &sec));
+		p->tls_copy_read = sec != NULL;
 	}
 	p->tls_copy = sec; /* the pass's now */
 	p->tls_rv = sec ? sg_kube_meta_str(sec, "resourceVersion") : NULL;

@@ -528,6 +528,61 @@ static void t_ratelimit(void)
 	sg_kube_ratelimit_free(r);
 }
 
+/* Every string under a Secret's data and stringData is zeroed in place,
+ * its length kept; the rest of it, and any other kind, untouched. */
+static bool streq(const char *a, const char *b)
+{
+	return a && strcmp(a, b) == 0;
+}
+
+static bool zeroed(const json_t *s)
+{
+	const char *v = json_string_value(s);
+	for (size_t i = 0; v && i < json_string_length(s); i++)
+		if (v[i])
+			return false;
+	return v != NULL;
+}
+
+static void t_secret_wipe(void)
+{
+	const char *text = "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"metadata\":{\"name\":\"k\"},"
+	                   "\"type\":\"kubernetes.io/tls\",\"data\":{\"tls.key\":\"c2VjcmV0\",\"tls.crt\":\"Y3J0\","
+	                   "\"n\":7},\"stringData\":{\"token\":\"a\\u0000b\"}}";
+	json_t *sec = json_loads(text, JSON_ALLOW_NUL, NULL);
+	SG_CHECK(sec != NULL);
+	json_t *data = json_object_get(sec, "data"), *sd = json_object_get(sec, "stringData");
+	json_t *key = json_incref(json_object_get(data, "tls.key")), *tok = json_incref(json_object_get(sd, "token"));
+	sg_kube_secret_wipe(sec);
+	SG_CHECK(zeroed(key) && json_string_length(key) == 8);
+	SG_CHECK(zeroed(json_object_get(data, "tls.crt")));
+	SG_CHECK(zeroed(tok) && json_string_length(tok) == 3); /* past the NUL too */
+	SG_CHECK(json_integer_value(json_object_get(data, "n")) == 7);
+	SG_CHECK(streq(json_string_value(json_object_get(sec, "type")), "kubernetes.io/tls"));
+	SG_CHECK(streq(sg_kube_meta_str(sec, "name"), "k"));
+	json_decref(key);
+	json_decref(tok);
+	json_decref(sec);
+
+	/* Not a Secret: a ConfigMap, a Secret of another apiVersion, no kind. */
+	const char *others[] = {
+	    "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"data\":{\"a\":\"b\"}}",
+	    "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Secret\",\"data\":{\"a\":\"b\"}}",
+	    "{\"data\":{\"a\":\"b\"}}",
+	    "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"data\":[\"b\"]}",
+	};
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+		json_t *o = json_loads(others[i], 0, NULL);
+		SG_CHECK(o != NULL);
+		sg_kube_secret_wipe(o);
+		json_t *d = json_object_get(o, "data");
+		SG_CHECK(
+		    streq(json_string_value(json_is_array(d) ? json_array_get(d, 0) : json_object_get(d, "a")), "b"));
+		json_decref(o);
+	}
+	sg_kube_secret_wipe(NULL);
+}
+
 static void cleanup(void)
 {
 	if (tmpdir[0]) {
@@ -547,4 +602,4 @@ SG_TEST_MAIN(SG_TEST(t_kubeconfig_yaml), SG_TEST(t_kubeconfig_base64_lines), SG_
              SG_TEST(t_kubeconfig_refused), SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_kubeconfig_hostile_names),
              SG_TEST(t_in_cluster), SG_TEST(t_watch_parser_chunks), SG_TEST(t_watch_parser_hostile),
              SG_TEST(t_status_parse), SG_TEST(t_error_table), SG_TEST(t_refs_checked), SG_TEST(t_ratelimit),
-             SG_TEST(t_zz_cleanup))
+             SG_TEST(t_secret_wipe), SG_TEST(t_zz_cleanup))
