@@ -41,8 +41,9 @@ SG_API int sg_file_sync_dir(const char *dir) SG_MUST_CHECK;
  * NUL-terminated (the NUL not counted in *len). The caller frees *out with
  * free(), after sg_wipe when it holds a secret; on failure nothing is
  * returned and whatever was read is wiped. SG_ENOTFOUND when the file
- * cannot be opened, SG_EINVAL when it cannot be read or holds more than
- * max bytes, SG_EINTERNAL when out of memory. */
+ * cannot be opened, SG_EINVAL when it is not a regular file (a directory,
+ * a FIFO, a device: refused without waiting), cannot be read or holds more
+ * than max bytes, SG_EINTERNAL when out of memory. */
 SG_API int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len) SG_MUST_CHECK;
 
 #endif

@@ -2,7 +2,7 @@
  * Tests for sg_file: the atomic write (mode whatever the umask, an existing
  * file replaced, a stale temporary of ours removed), the write of a new file
  * (an existing target or temporary refused, nothing touched), the bounded
- * read, and the folder sync that makes renames and unlinks durable.
+ * read (a regular file only), and the folder sync that makes renames and unlinks durable.
  */
 #include "sg_file.h"
 #include "sg_test.h"
@@ -97,6 +97,26 @@ static void t_read_bounded(void)
 	SG_CHECK(len == 10);
 	free(got);
 	SG_CHECK_RC(sg_file_read(at("absent"), 10, &got, &len), SG_ENOTFOUND);
+
+	/* Not a regular file: refused at once, nothing returned. A FIFO
+	 * without a writer would block a plain open() forever, and /dev/zero
+	 * would fill the limit with zeros. */
+	SG_CHECK(mkfifo(at("fifo"), 0600) == 0);
+	SG_CHECK_RC(sg_file_read(at("fifo"), 10, &got, &len), SG_EINVAL);
+	SG_CHECK_MSG("not a regular file");
+	SG_CHECK(got == NULL && len == 0);
+	SG_CHECK_RC(sg_file_read("/dev/zero", 10, &got, &len), SG_EINVAL);
+	SG_CHECK_MSG("not a regular file");
+	SG_CHECK_RC(sg_file_read(dir, 10, &got, &len), SG_EINVAL);
+	SG_CHECK_MSG("a directory");
+	SG_CHECK(got == NULL && len == 0);
+	/* A symbolic link to a regular file is read through. */
+	char target[600];
+	snprintf(target, sizeof(target), "%s", at("r")); /* at() has one buffer */
+	SG_CHECK(symlink(target, at("link")) == 0);
+	SG_CHECK_OK(sg_file_read(at("link"), 10, &got, &len));
+	SG_CHECK(len == 10 && memcmp(got, "0123456789", 10) == 0);
+	free(got);
 }
 
 static void t_sync_dir(void)
@@ -109,7 +129,7 @@ static void t_sync_dir(void)
 
 static void cleanup(void)
 {
-	const char *names[] = {"a", "n", "m.new", "dangling", "r"};
+	const char *names[] = {"a", "n", "m.new", "dangling", "r", "fifo", "link"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		unlink(at(names[i]));
 	SG_CHECK(rmdir(dir) == 0);
