@@ -361,6 +361,19 @@ static void resource_put(resource *r)
 	free(r);
 }
 
+/* The detail of a refused configuration, which quotes the flag's entry,
+ * an option's key and a ca= path as written, made printable ASCII (other
+ * bytes shown as '?'): it goes to the log and the terminal. */
+static int printable_detail(int code)
+{
+	char msg[SG_ERROR_MSG_MAX];
+	snprintf(msg, sizeof(msg), "%s", sg_error_last()->msg);
+	for (char *c = msg; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
+			*c = '?';
+	return sg_error_set(code, "%s", msg);
+}
+
 int sg_policyserver_new(sg_policyserver **out, const sg_policyserver_options *o)
 {
 	*out = NULL;
@@ -376,7 +389,7 @@ int sg_policyserver_new(sg_policyserver **out, const sg_policyserver_options *o)
 		rc = channels_open(ps);
 	if (rc < 0) {
 		sg_policyserver_free(ps);
-		return rc;
+		return printable_detail(rc);
 	}
 	*out = ps;
 	return SG_OK;

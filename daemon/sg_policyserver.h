@@ -14,7 +14,8 @@
  * leading zeros; ca: a file of PEM certificates (read and checked once, at
  * sg_policyserver_new); server-name: the DNS name the server's
  * certificate must hold, instead of host. Anything else, an empty entry or
- * an option given twice is SG_EINVAL naming the entry.
+ * an option given twice is SG_EINVAL naming the entry (the detail in
+ * printable ASCII: other bytes of the entry are shown as '?').
  *
  * A policy chooses its servers with the plugin's values:
  *     spec.plugins:
