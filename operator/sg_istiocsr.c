@@ -32,12 +32,12 @@
 #include "sg_istiocsr.h"
 #include "sg_base64.h"
 #include "sg_guard.h"
+#include "sg_hsm_egress.h"
 #include "sg_log.h"
 #include "sg_names.h"
 #include "sg_opr.h"
 #include "sg_x509.h"
 
-#include <arpa/inet.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,7 +51,6 @@
 #define HSM_MOUNT "/etc/signet/hsm"
 /* The HSM Secret's key naming a network HSM's addresses (see hsm_egress). */
 #define HSM_EGRESS_KEY "hsm-egress"
-#define HSM_EGRESS_MAX 4096 /* bytes of its value */
 #define HSM_EGRESS_POLICY "istio-csr-allow-egress-to-hsm"
 #define ROOT_MOUNT "/var/run/configmaps/istio-csr"
 #define RETRY_MS 30000u
@@ -1200,112 +1199,6 @@ static int remove_all(pass *p, const sg_kube_ref *cr_ref)
 	return sg_opr_set_finalizer(p->c, &p->t->st, cr_ref, p->cr, FINALIZER, false, NULL);
 }
 
-/* A decimal number of 1 to 5 digits, no sign or space (strtol alone
- * would take "+80" and " 80"). */
-static bool small_decimal(const char *s, long *out)
-{
-	size_t n = strspn(s, "0123456789");
-	if (n == 0 || n > 5 || s[n])
-		return false;
-	*out = strtol(s, NULL, 10);
-	return true;
-}
-
-/* One address of hsm-egress: "IPv4[/len]:port" or "[IPv6[/len]]:port"
- * (brackets because an IPv6 address holds colons). A host without a
- * length is one address (/32, /128). The CIDR is written into cidr. */
-static bool egress_entry(const char *e, size_t len, char *cidr, size_t cap, long *port)
-{
-	char buf[128];
-	if (len == 0 || len >= sizeof(buf))
-		return false;
-	memcpy(buf, e, len);
-	buf[len] = '\0';
-	char *addr = buf, *colon;
-	bool v6 = buf[0] == '[';
-	if (v6) {
-		char *close = strchr(buf, ']');
-		if (!close || close[1] != ':')
-			return false;
-		*close = '\0';
-		addr = buf + 1;
-		colon = close + 1;
-	} else {
-		colon = strrchr(buf, ':');
-		if (!colon)
-			return false;
-		*colon = '\0';
-	}
-	if (!small_decimal(colon + 1, port) || *port < 1 || *port > 65535)
-		return false;
-	long bits = v6 ? 128 : 32;
-	char *slash = strchr(addr, '/');
-	if (slash) {
-		*slash = '\0';
-		long l = 0;
-		if (!small_decimal(slash + 1, &l) || l > bits)
-			return false;
-		bits = l;
-	}
-	unsigned char raw[16];
-	if (inet_pton(v6 ? AF_INET6 : AF_INET, addr, raw) != 1)
-		return false;
-	int w = snprintf(cidr, cap, "%s/%ld", addr, bits);
-	return w > 0 && (size_t)w < cap;
-}
-
-/* hsm-egress: the network HSM's addresses, comma-separated entries of
- * egress_entry's form (e.g. "10.0.8.20:1792,[fd00::20]:1792"). A
- * NetworkPolicy can only name addresses (ipBlock), not host names: the
- * Secret that says how to reach the HSM (signetd.conf) is where its
- * addresses belong too. The egress rules (one per entry, TCP), or NULL
- * with why set (why empty: out of memory). */
-static json_t *hsm_egress(const char *text, char *why, size_t cap)
-{
-	json_t *rules = json_array();
-	if (!rules)
-		return NULL;
-	const char *s = text;
-	while (*s) {
-		while (*s == ' ' || *s == ',' || *s == '\n' || *s == '\t')
-			s++;
-		size_t n = strcspn(s, ", \n\t");
-		if (!n)
-			break;
-		char cidr[80];
-		long port = 0;
-		if (!egress_entry(s, n, cidr, sizeof(cidr), &port)) {
-			/* The Secret's bytes, shown in the status: printable ASCII
-			 * (a byte over 0x7e, or a character cut at the bound, is
-			 * not UTF-8 jansson takes, and the status write fails) */
-			char shown[101];
-			size_t k = 0;
-			for (; k < n && k + 1 < sizeof(shown); k++)
-				shown[k] = (unsigned char)s[k] >= 0x20 && (unsigned char)s[k] < 0x7f ? s[k] : '?';
-			shown[k] = '\0';
-			snprintf(why, cap,
-			         "\"%s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "
-			         "NetworkPolicy names addresses, not host names)",
-			         shown);
-			json_decref(rules);
-			return NULL;
-		}
-		if (json_array_append_new(rules,
-		                          json_pack("{s:[{s:{s:s}}], s:[{s:s, s:I}]}", "to", "ipBlock", "cidr", cidr,
-		                                    "ports", "protocol", "TCP", "port", (json_int_t)port)) != 0) {
-			json_decref(rules);
-			return NULL;
-		}
-		s += n;
-	}
-	if (json_array_size(rules) == 0) {
-		snprintf(why, cap, "names no address");
-		json_decref(rules);
-		return NULL;
-	}
-	return rules;
-}
-
 /* The HSM Secret must hold signetd.conf (signet mode: RA mode reads none). */
 static bool hsm_ok(pass *p, char *msg, size_t cap)
 {
@@ -1323,15 +1216,13 @@ static bool hsm_ok(pass *p, char *msg, size_t cap)
 	const char *b64 = json_string_value(json_object_get(json_object_get(p->hsm, "data"), HSM_EGRESS_KEY));
 	if (!b64)
 		return true;
-	char text[HSM_EGRESS_MAX + 1];
+	char text[SG_HSM_EGRESS_MAX];
 	size_t n = 0, blen = strlen(b64);
 	char why[256] = "";
-	if (blen > (HSM_EGRESS_MAX + 2) / 3 * 4 ||
-	    sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)text, HSM_EGRESS_MAX, &n) < 0)
-		snprintf(why, sizeof(why), "not base64 of at most %d bytes", HSM_EGRESS_MAX);
-	else
-		text[n] = '\0';
-	if (!*why && !(p->hsm_egress = hsm_egress(text, why, sizeof(why))) && !*why)
+	if (blen > (SG_HSM_EGRESS_MAX + 2) / 3 * 4 ||
+	    sg_b64_decode(SG_B64_STD, b64, blen, (uint8_t *)text, SG_HSM_EGRESS_MAX, &n) < 0)
+		snprintf(why, sizeof(why), "not base64 of at most %d bytes", SG_HSM_EGRESS_MAX);
+	if (!*why && !(p->hsm_egress = sg_hsm_egress_rules(text, n, why, sizeof(why))) && !*why)
 		snprintf(why, sizeof(why), "out of memory");
 	if (*why) {
 		snprintf(msg, cap, "Secret %s/%s key " HSM_EGRESS_KEY ": %s", p->v.ns, p->t->hsm_secret, why);

@@ -911,8 +911,9 @@ class IstioCSR(Operand, unittest.TestCase):
     def test_9g_egress_to_a_network_hsm(self):
         """The HSM Secret's hsm-egress names a network HSM's addresses: the
         deny-all NetworkPolicy gets a companion letting signetd's pods reach
-        them (TCP, each entry its own rule); a value that is no address is
-        refused saying so; without the key the policy goes again."""
+        them (TCP, each entry its own rule); a value that is no address, or
+        holds a NUL byte, is refused saying so; without the key the policy
+        goes again."""
         k = self.k
         merge = "application/merge-patch+json"
         secret = f"/api/v1/namespaces/{NS}/secrets/signet-hsm"
@@ -944,6 +945,10 @@ class IstioCSR(Operand, unittest.TestCase):
         k.ok("PATCH", secret, {"data": {"hsm-egress": base64.b64encode(b"10.0.8.20:1792\xff\xc3").decode()}},
              merge)
         self.ready("False", "Failed", part='key hsm-egress: "10.0.8.20:1792??" is not an address and port')
+        # a NUL byte: what follows it is not dropped without a word
+        k.ok("PATCH", secret, {"data": {"hsm-egress": base64.b64encode(b"10.0.8.20:1792\x00hsm:1").decode()}},
+             merge)
+        self.ready("False", "Failed", part="key hsm-egress: holds a NUL byte")
         k.ok("PATCH", secret, {"data": {"hsm-egress": None}}, merge)
         wait_for("the HSM egress policy gone", lambda: self.get(path) is None)
         k.ok("DELETE", CR)
