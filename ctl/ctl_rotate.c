@@ -53,6 +53,7 @@
  */
 #define _XOPEN_SOURCE 700 /* realpath, strtok_r */
 #include "ctl.h"
+#include "ctl_record.h"
 #include "sg_appliance.h"
 #include "sg_ca.h"
 #include "sg_clock.h"
@@ -82,7 +83,7 @@
 
 #define STATE_NAME "rotation.state"
 #define AUDIT_NAME "rotation-audit.log"
-#define URI_MAX 1024
+#define URI_MAX CTL_RECORD_URI_MAX
 #define DEFAULT_WORKLOAD_LIFETIME "24h" /* signetd's default-certificate-duration; max is 1h by default */
 #define DEFAULT_SKEW "5m"
 
@@ -134,29 +135,12 @@ static const sg_opt rotate_opts[] = {
 #define N_ROTATE_OPTS (sizeof(rotate_opts) / sizeof(rotate_opts[0]))
 
 /* The rotation as recorded; "" phase: none ever began. */
-typedef struct rstate {
-	char phase[16]; /* beginning, begun, activating, active, finishing, finished */
-	int64_t gen;    /* the new root's generation (init's root is 1) */
-	char old_key[URI_MAX], new_key[URI_MAX];
-	char old_cert[PATH_MAX];      /* the old root (ca-cert at begin), absolute */
-	char old_root_conf[PATH_MAX]; /* root-cert at begin, absolute (for status) */
-	int64_t key_type;             /* sg_key_type of the new key */
-	char ca_name[SG_INIT_CA_NAME_MAX + 1];
-	int64_t ca_ttl;
-	int64_t since; /* when the phase was entered */
-	int64_t activated_at, wait;
-	int64_t keep_old_key;
-	int64_t intermediate; /* an intermediate under an external root (import brings its next certificate) */
-	int64_t has_chain;    /* import brought a chain (chain-gN.pem) */
-	int64_t new_root;     /* import brought a new root (root-cert-gN.pem) */
-	char subject[1024];   /* an intermediate's next CSR subject */
-} rstate;
 
 typedef struct ctx {
 	rotate_args *a;
 	char dir[PATH_MAX];    /* the config's folder */
 	char config[PATH_MAX]; /* absolute */
-	rstate st;
+	ctl_record st;
 } ctx;
 
 /* ---- test hook -------------------------------------------------------------- */
@@ -195,112 +179,17 @@ static int write_durable(const ctx *c, const char *name, const void *data, size_
 	return sg_file_sync_dir(c->dir);
 }
 
-/* The record's fields: name, where the value goes, and for a string its
- * capacity (0: an integer, between lo and hi). */
-typedef struct state_field {
-	const char *name;
-	size_t off, cap;
-	int64_t lo, hi;
-} state_field;
-
-#define STR_FIELD(n, m)                                                                                                \
-	{                                                                                                              \
-		n, offsetof(rstate, m), sizeof(((rstate *)0)->m), 0, 0                                                 \
-	}
-#define INT_FIELD(n, m, lo, hi)                                                                                        \
-	{                                                                                                              \
-		n, offsetof(rstate, m), 0, lo, hi                                                                      \
-	}
-static const state_field state_fields[] = {
-    STR_FIELD("phase", phase),
-    INT_FIELD("generation", gen, 2, INT32_MAX),
-    STR_FIELD("old-key", old_key),
-    STR_FIELD("new-key", new_key),
-    STR_FIELD("old-cert", old_cert),
-    STR_FIELD("old-root-cert", old_root_conf),
-    INT_FIELD("key-type", key_type, 0, SG_KEY_TYPE_COUNT - 1),
-    STR_FIELD("ca-name", ca_name),
-    INT_FIELD("ca-ttl", ca_ttl, 0, INT64_MAX),
-    INT_FIELD("since", since, 0, INT64_MAX),
-    INT_FIELD("activated-at", activated_at, 0, INT64_MAX),
-    INT_FIELD("wait", wait, 0, INT64_MAX),
-    INT_FIELD("keep-old-key", keep_old_key, 0, 1),
-    INT_FIELD("intermediate", intermediate, 0, 1),
-    INT_FIELD("has-chain", has_chain, 0, 1),
-    INT_FIELD("new-root", new_root, 0, 1),
-    STR_FIELD("subject", subject),
-};
-#define N_STATE_FIELDS (sizeof(state_fields) / sizeof(state_fields[0]))
-
-static const char *const phases[] = {"beginning", "begun",     "awaiting-import", "activating",
-                                     "active",    "finishing", "finished"};
-
-static void printable(char *out, size_t cap, const char *s)
-{
-	size_t o = 0;
-	for (; *s && o + 1 < cap; s++)
-		out[o++] = (unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f ? *s : '?';
-	out[o] = 0;
-}
-
-/* Whether s holds a byte state_line refuses (a control byte). */
-static bool has_control(const char *s)
-{
-	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 || *s == 0x7f)
-			return true;
-	return false;
-}
-
-/* One "name = value" line into s; *seen marks the fields met. */
-static int state_line(rstate *s, char *line, unsigned lineno, bool seen[N_STATE_FIELDS])
-{
-	char *eq = strstr(line, " = ");
-	SG_ENSURE(eq, SG_EINVAL, "line %u is not \"name = value\"", lineno);
-	*eq = 0;
-	const char *v = eq + 3;
-	size_t vl = strlen(v);
-	SG_ENSURE(!has_control(v), SG_EINVAL, "line %u holds a control byte", lineno);
-	size_t i = 0;
-	while (i < N_STATE_FIELDS && strcmp(state_fields[i].name, line) != 0)
-		i++;
-	if (i == N_STATE_FIELDS) {
-		char shown[48];
-		printable(shown, sizeof(shown), line);
-		SG_BAIL(SG_EINVAL, "line %u: unknown name \"%s\" (a newer signetctl's record?)", lineno, shown);
-	}
-	const state_field *f = &state_fields[i];
-	SG_ENSURE(!seen[i], SG_EINVAL, "line %u: %s given twice", lineno, f->name);
-	seen[i] = true;
-	if (f->cap) {
-		SG_ENSURE(vl < f->cap, SG_EINVAL, "line %u: %s is longer than %zu bytes", lineno, f->name, f->cap - 1);
-		memcpy((char *)s + f->off, v, vl + 1);
-		return SG_OK;
-	}
-	char *end = NULL;
-	errno = 0;
-	long long n = strtoll(v, &end, 10);
-	SG_ENSURE(vl > 0 && (v[0] == '-' || (v[0] >= '0' && v[0] <= '9')) && end && *end == 0 && errno == 0 &&
-	              n >= f->lo && n <= f->hi,
-	          SG_EINVAL, "line %u: %s is not an integer from %" PRId64 " to %" PRId64, lineno, f->name, f->lo,
-	          f->hi);
-	*(int64_t *)(void *)((char *)s + f->off) = (int64_t)n;
-	return SG_OK;
-}
-
-/* The record signetctl wrote (state_write), read strictly: a record it
- * cannot have written (a name it does not know or twice, a value out of
- * range or cut, a phase it has no step for) is refused whole rather than
- * acted on in part. A missing file: no rotation yet. */
+/* The record signetctl wrote (state_write), read strictly (ctl_record.h):
+ * one it cannot have written is refused whole rather than acted on in
+ * part. A missing file: no rotation yet. */
 static int state_read(ctx *c)
 {
-	rstate *s = &c->st;
-	memset(s, 0, sizeof(*s));
+	memset(&c->st, 0, sizeof(c->st));
 	char path[PATH_MAX];
 	SG_TRY(path_in(c, STATE_NAME, path));
 	uint8_t *text SG_AUTOFREE = NULL;
 	size_t len;
-	int rc = sg_file_read(path, 64 * 1024, &text, &len);
+	int rc = sg_file_read(path, CTL_RECORD_TEXT_MAX, &text, &len);
 	if (rc < 0) {
 		if (access(path, F_OK) != 0 && errno == ENOENT) {
 			sg_error_clear();
@@ -308,25 +197,7 @@ static int state_read(ctx *c)
 		}
 		return rc;
 	}
-	bool seen[N_STATE_FIELDS] = {false};
-	rc = memchr(text, 0, len) ? sg_error_set(SG_EINVAL, "it holds a NUL byte") : SG_OK;
-	unsigned lineno = 0;
-	for (char *line = (char *)text, *next; rc == SG_OK && line < (char *)text + len; line = next) {
-		lineno++;
-		next = strchr(line, '\n');
-		next = next ? (*next = 0, next + 1) : line + strlen(line);
-		if (line[0] != '#' && line[0] != 0)
-			rc = state_line(s, line, lineno, seen);
-	}
-	bool known = false;
-	for (size_t i = 0; rc == SG_OK && i < sizeof(phases) / sizeof(phases[0]); i++)
-		known = known || strcmp(s->phase, phases[i]) == 0;
-	/* An atomic write cannot be torn: a record without these was not
-	 * written by us. */
-	if (rc == SG_OK && (!known || !*s->new_key || !*s->old_key || !*s->old_cert || s->gen < 2))
-		rc = sg_error_set(SG_EINVAL, "%s",
-		                  !known ? "its phase is not one of signetctl rotate's"
-		                         : "it lacks the phase, generation, keys or old root");
+	rc = ctl_record_parse(&c->st, (const char *)text, len);
 	if (rc < 0) {
 		char why[SG_ERROR_MSG_MAX];
 		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);
@@ -339,24 +210,10 @@ static int state_read(ctx *c)
 
 static int state_write(ctx *c)
 {
-	const rstate *s = &c->st;
-	/* Only what state_read takes back: one line per value. */
-	for (size_t i = 0; i < N_STATE_FIELDS; i++)
-		SG_ENSURE(!state_fields[i].cap || !has_control((const char *)s + state_fields[i].off), SG_EINVAL,
-		          "the rotation's %s holds a control byte", state_fields[i].name);
 	char text[4 * PATH_MAX + 2 * URI_MAX + 2048];
-	int n =
-	    snprintf(text, sizeof(text),
-	             "# signetctl rotate's record of the CA rotation (do not edit; see signetctl rotate status).\n"
-	             "phase = %s\ngeneration = %" PRId64 "\nold-key = %s\nnew-key = %s\nold-cert = %s\n"
-	             "old-root-cert = %s\nkey-type = %" PRId64 "\nca-name = %s\nca-ttl = %" PRId64 "\n"
-	             "since = %" PRId64 "\nactivated-at = %" PRId64 "\nwait = %" PRId64 "\nkeep-old-key = %" PRId64
-	             "\nintermediate = %" PRId64 "\nhas-chain = %" PRId64 "\nnew-root = %" PRId64 "\nsubject = %s\n",
-	             s->phase, s->gen, s->old_key, s->new_key, s->old_cert, s->old_root_conf, s->key_type, s->ca_name,
-	             s->ca_ttl, s->since, s->activated_at, s->wait, s->keep_old_key, s->intermediate, s->has_chain,
-	             s->new_root, s->subject);
-	SG_ENSURE(n > 0 && (size_t)n < sizeof(text), SG_EINVAL, "rotation state too long");
-	return write_durable(c, STATE_NAME, text, (size_t)n, 0644);
+	size_t n = 0;
+	SG_TRY(ctl_record_format(&c->st, text, sizeof(text), &n));
+	return write_durable(c, STATE_NAME, text, n, 0644);
 }
 
 static int set_phase(ctx *c, const char *phase)
@@ -540,7 +397,7 @@ static int files_of(const ctx *c, gen_files *g)
 static int plan_begin(ctx *c)
 {
 	rotate_args *a = c->a;
-	rstate prev = c->st;
+	ctl_record prev = c->st;
 	SG_ENSURE(a->s.hsm_token && a->s.hsm_key && a->s.ca_cert && a->s.root_cert, SG_EINVAL,
 	          "%s does not name hsm-token, hsm-key, ca-cert and root-cert (a CA signetctl init made does)",
 	          c->config);
@@ -558,7 +415,7 @@ static int plan_begin(ctx *c)
 	SG_ENSURE(root || strlen(a->subject) < sizeof(c->st.subject), SG_EINVAL, "--subject is too long");
 	SG_ENSURE(strlen(a->s.hsm_key) < URI_MAX && strlen(a->s.ca_cert) < PATH_MAX, SG_EINVAL, "settings too long");
 
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	memset(s, 0, sizeof(*s));
 	s->gen = prev.gen ? prev.gen + 1 : 2;
 	s->intermediate = !root;
@@ -611,7 +468,7 @@ static int plan_begin(ctx *c)
  * reads changes. */
 static int begin_intermediate(ctx *c, bool resumed)
 {
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	gen_files g;
 	SG_TRY(files_of(c, &g));
 	sg_hsm *nw = NULL;
@@ -667,7 +524,7 @@ static int copy_in(ctx *c, const char *from, const char *name)
  * a killed import is completed by running it again. */
 static int do_import(ctx *c)
 {
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	rotate_args *a = c->a;
 	const char *p = s->phase;
 	SG_ENSURE(strcmp(p, "awaiting-import") == 0, SG_EINVAL,
@@ -731,7 +588,7 @@ static int do_import(ctx *c)
 
 static int do_begin(ctx *c)
 {
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	const char *p = s->phase;
 	if (strcmp(p, "begun") == 0 || strcmp(p, "awaiting-import") == 0) {
 		printf("rotation to generation %" PRId64 " has begun already; next: signetctl rotate %s\n", s->gen,
@@ -844,7 +701,7 @@ static int do_begin(ctx *c)
 
 static int do_activate(ctx *c)
 {
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	const char *p = s->phase;
 	if (strcmp(p, "active") == 0) {
 		printf("generation %" PRId64 " is active already; next: signetctl rotate finish\n", s->gen);
@@ -888,7 +745,7 @@ static int do_activate(ctx *c)
 
 static int do_finish(ctx *c)
 {
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	const char *p = s->phase;
 	if (strcmp(p, "finished") == 0) {
 		printf("the rotation to generation %" PRId64 " is finished already\n", s->gen);
@@ -969,7 +826,7 @@ static void print_root(const char *label, const char *path)
 
 static int do_status(ctx *c)
 {
-	rstate *s = &c->st;
+	ctl_record *s = &c->st;
 	char when[SG_CLOCK_RFC3339_LEN];
 	if (!*s->phase) {
 		printf("%-14s none (no rotation has begun)\n", "phase");
