@@ -87,13 +87,19 @@ int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len)
 	*out = NULL;
 	*len = 0;
 	SG_ENSURE(max < SIZE_MAX, SG_EINVAL, "read limit too large");
-	/* Non-blocking so that a FIFO without a writer cannot hang the open;
-	 * then only a regular file is read: a FIFO, a terminal or a device
-	 * (/dev/stdin, /dev/zero) named by mistake gets an error, not a read
-	 * that waits forever or fills max with what is not a file. */
+	/* Only a regular file is read: a FIFO, a terminal, a socket or a
+	 * device (/dev/stdin, /dev/zero) named by mistake gets an error, not a
+	 * read that waits forever or fills max with what is not a file. The
+	 * type is looked at before the open (opening some devices does
+	 * something) and again on what was opened (the path may have changed
+	 * in between); the open is non-blocking, so a FIFO swapped in by then
+	 * cannot hang it either. */
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		SG_BAIL(SG_EINVAL, "cannot read %s: %s", path,
+		        S_ISDIR(st.st_mode) ? "a directory, not a file" : "not a regular file");
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	SG_ENSURE(fd >= 0, SG_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
-	struct stat st;
 	int st_rc = fstat(fd, &st), e = errno;
 	if (st_rc != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);

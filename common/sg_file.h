@@ -42,8 +42,9 @@ SG_API int sg_file_sync_dir(const char *dir) SG_MUST_CHECK;
  * free(), after sg_wipe when it holds a secret; on failure nothing is
  * returned and whatever was read is wiped. SG_ENOTFOUND when the file
  * cannot be opened, SG_EINVAL when it is not a regular file (a directory,
- * a FIFO, a device: refused without waiting), cannot be read or holds more
- * than max bytes, SG_EINTERNAL when out of memory. */
+ * a FIFO, a socket, a device: refused without opening it or waiting),
+ * cannot be read or holds more than max bytes, SG_EINTERNAL when out of
+ * memory. Symbolic links are followed. */
 SG_API int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len) SG_MUST_CHECK;
 
 #endif

@@ -46,7 +46,8 @@ typedef struct ctl_record {
 
 /* Reads len bytes of text into *out (zeroed first). SG_EINVAL with the
  * reason (printable ASCII: a name from the text is shown with other bytes
- * as '?') when it is not a record ctl_record_format could have written. */
+ * as '?') when it is not a record ctl_record_format could have written;
+ * SG_EINTERNAL when out of memory. */
 int ctl_record_parse(ctl_record *out, const char *text, size_t len) SG_MUST_CHECK;
 
 /* Writes r as a record into out (cap bytes, NUL-terminated); *len its

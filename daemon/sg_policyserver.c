@@ -366,12 +366,13 @@ static void resource_put(resource *r)
  * bytes shown as '?'): it goes to the log and the terminal. */
 static int printable_detail(int code)
 {
-	char msg[SG_ERROR_MSG_MAX];
-	snprintf(msg, sizeof(msg), "%s", sg_error_last()->msg);
-	for (char *c = msg; *c; c++)
+	sg_error e; /* the detail rewritten in place: its origin (file, line) kept */
+	sg_error_save(&e);
+	for (char *c = e.msg; *c; c++)
 		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
 			*c = '?';
-	return sg_error_set(code, "%s", msg);
+	sg_error_restore(&e);
+	return code;
 }
 
 int sg_policyserver_new(sg_policyserver **out, const sg_policyserver_options *o)

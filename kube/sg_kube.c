@@ -75,22 +75,31 @@ const char *sg_kube_meta_str(const json_t *obj, const char *field)
 	return json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+static void wipe_string(json_t *v)
+{
+	if (json_is_string(v)) /* jansson's own buffer, ours to clear before the decref */
+		sg_wipe((char *)json_string_value(v), json_string_length(v));
+}
+
 void sg_kube_secret_wipe(json_t *obj)
 {
-	const char *kind = json_string_value(json_object_get(obj, "kind"));
-	const char *api = json_string_value(json_object_get(obj, "apiVersion"));
-	if (!kind || !api || strcmp(kind, "Secret") != 0 || strcmp(api, "v1") != 0)
+	/* The items of a LIST carry no kind or apiVersion (only watch events
+	 * and single objects do), and an informer keeps them so: only an
+	 * object that names another kind is left alone. */
+	json_t *kind = json_object_get(obj, "kind"), *api = json_object_get(obj, "apiVersion");
+	if (!json_is_object(obj) ||
+	    (kind && (!json_is_string(kind) || strcmp(json_string_value(kind), "Secret") != 0)) ||
+	    (api && (!json_is_string(api) || strcmp(json_string_value(api), "v1") != 0)))
 		return;
 	static const char *const maps[] = {"data", "stringData"};
 	for (size_t m = 0; m < sizeof(maps) / sizeof(maps[0]); m++) {
 		const char *k;
 		json_t *v;
-		json_object_foreach(json_object_get(obj, maps[m]), k, v)
-		{
-			if (json_is_string(v)) /* jansson's own buffer, ours to clear before the decref */
-				sg_wipe((char *)json_string_value(v), json_string_length(v));
-		}
+		json_object_foreach(json_object_get(obj, maps[m]), k, v) wipe_string(v);
 	}
+	/* kubectl apply's record of the object repeats its data. */
+	wipe_string(json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"),
+	                            "kubectl.kubernetes.io/last-applied-configuration"));
 }
 
 void sg_kube_secret_release(json_t **obj)

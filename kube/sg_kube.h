@@ -364,12 +364,15 @@ SG_API void sg_kube_ratelimit_free(sg_kube_ratelimit *r);
 
 /* metadata.<field> as a string, or NULL (borrowed from obj). */
 SG_API const char *sg_kube_meta_str(const json_t *obj, const char *field);
-/* When obj is a Secret (kind "Secret", apiVersion "v1"): zeroes every
- * string under its data and stringData in place, lengths kept, before the
- * caller releases it. A key pair or a token in a body we built or an
- * answer we parsed is then gone when jansson frees it. Only for an object
+/* Zeroes in place, lengths kept, every string under obj's data and
+ * stringData and its kubectl.kubernetes.io/last-applied-configuration
+ * annotation (which repeats the data), before the caller releases it: a
+ * key pair or a token in a body we built or an answer we parsed is then
+ * gone when jansson frees it. obj is a Secret or an object without kind
+ * and apiVersion (a LIST's items have none); one that names another kind
+ * or version, NULL and non-objects are left alone. Only for an object
  * nobody else reads: never on an informer's copy (sg_kube_informer_get),
- * which other threads share. NULL and other kinds: nothing. */
+ * which other threads share. */
 SG_API void sg_kube_secret_wipe(json_t *obj);
 /* sg_kube_secret_wipe(*obj), then json_decref; *obj NULL after. As a
  * scope's cleanup: sg_kube_secret_auto_t *s = NULL; (as json_auto_t). */

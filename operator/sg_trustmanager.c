@@ -831,6 +831,8 @@ typedef struct want {
 	json_t *body; /* owned; NULL when only named (deletion) */
 } want;
 
+static void wants_free(want *w, size_t n);
+
 /* Every object p's spec asks for, in the order they are applied (the
  * Deployment last, once what it runs with is in place). With bodies
  * false only the names (deletion, where the spec may be invalid). */
@@ -866,8 +868,7 @@ static int wants_of(pass *p, want *out, size_t *n, bool bodies)
 	*n = i;
 	for (size_t j = 0; bodies && j < i; j++) {
 		if (!out[j].body) {
-			for (size_t k = 0; k < i; k++)
-				json_decref(out[k].body);
+			wants_free(out, i); /* the Secret's body holds the key */
 			*n = 0;
 			SG_BAIL(SG_EINTERNAL, "trustmanager: out of memory");
 		}

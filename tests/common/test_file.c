@@ -11,7 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static char dir[512];
@@ -109,6 +111,17 @@ static void t_read_bounded(void)
 	SG_CHECK_MSG("not a regular file");
 	SG_CHECK_RC(sg_file_read(dir, 10, &got, &len), SG_EINVAL);
 	SG_CHECK_MSG("a directory");
+	/* A socket (where the folder's path leaves room for its name). */
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (strlen(at("sock")) < sizeof(sa.sun_path)) {
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", at("sock"));
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+		SG_CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0);
+		SG_CHECK_RC(sg_file_read(at("sock"), 10, &got, &len), SG_EINVAL);
+		SG_CHECK_MSG("not a regular file");
+		if (s >= 0)
+			close(s);
+	}
 	SG_CHECK(got == NULL && len == 0);
 	/* A symbolic link to a regular file is read through. */
 	char target[600];
@@ -129,7 +142,7 @@ static void t_sync_dir(void)
 
 static void cleanup(void)
 {
-	const char *names[] = {"a", "n", "m.new", "dangling", "r", "fifo", "link"};
+	const char *names[] = {"a", "n", "m.new", "dangling", "r", "fifo", "link", "sock"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
 		unlink(at(names[i]));
 	SG_CHECK(rmdir(dir) == 0);

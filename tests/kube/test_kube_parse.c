@@ -564,11 +564,27 @@ static void t_secret_wipe(void)
 	json_decref(tok);
 	json_decref(sec);
 
-	/* Not a Secret: a ConfigMap, a Secret of another apiVersion, no kind. */
+	/* A LIST's item has no kind or apiVersion: wiped too, kubectl's
+	 * record of the applied object (which repeats the data) with it. */
+	const char *listed = "{\"metadata\":{\"name\":\"k\",\"annotations\":{\"kubectl.kubernetes.io/"
+	                     "last-applied-configuration\":\"{\\\"data\\\":{\\\"tls.key\\\":\\\"c2Vj\\\"}}\","
+	                     "\"other\":\"kept\"}},\"type\":\"kubernetes.io/tls\",\"data\":{\"tls.key\":\"c2VjcmV0\"}}";
+	sec = json_loads(listed, 0, NULL);
+	SG_CHECK(sec != NULL);
+	json_t *ann = json_object_get(json_object_get(sec, "metadata"), "annotations");
+	sg_kube_secret_wipe(sec);
+	SG_CHECK(zeroed(json_object_get(json_object_get(sec, "data"), "tls.key")));
+	SG_CHECK(zeroed(json_object_get(ann, "kubectl.kubernetes.io/last-applied-configuration")));
+	SG_CHECK(streq(json_string_value(json_object_get(ann, "other")), "kept"));
+	json_decref(sec);
+
+	/* Not a Secret: a ConfigMap, a Secret of another apiVersion, a kind
+	 * that is not a string; data that is not an object. */
 	const char *others[] = {
 	    "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"data\":{\"a\":\"b\"}}",
+	    "{\"kind\":\"ConfigMap\",\"data\":{\"a\":\"b\"}}",
 	    "{\"apiVersion\":\"example.com/v1\",\"kind\":\"Secret\",\"data\":{\"a\":\"b\"}}",
-	    "{\"data\":{\"a\":\"b\"}}",
+	    "{\"kind\":7,\"data\":{\"a\":\"b\"}}",
 	    "{\"apiVersion\":\"v1\",\"kind\":\"Secret\",\"data\":[\"b\"]}",
 	};
 	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
