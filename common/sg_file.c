@@ -82,6 +82,12 @@ int sg_file_sync_dir(const char *dir)
 	return SG_OK;
 }
 
+static int not_a_file(const char *path, mode_t mode)
+{
+	return sg_error_set(SG_EINVAL, "cannot read %s: %s", path,
+	                    S_ISDIR(mode) ? "a directory, not a file" : "not a regular file");
+}
+
 int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len)
 {
 	*out = NULL;
@@ -96,17 +102,14 @@ int sg_file_read(const char *path, size_t max, uint8_t **out, size_t *len)
 	 * cannot hang it either. */
 	struct stat st;
 	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
-		SG_BAIL(SG_EINVAL, "cannot read %s: %s", path,
-		        S_ISDIR(st.st_mode) ? "a directory, not a file" : "not a regular file");
+		return not_a_file(path, st.st_mode);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 	SG_ENSURE(fd >= 0, SG_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
 	int st_rc = fstat(fd, &st), e = errno;
 	if (st_rc != 0 || !S_ISREG(st.st_mode)) {
 		close(fd);
-		SG_BAIL(SG_EINVAL, "cannot read %s: %s", path,
-		        st_rc != 0            ? strerror(e)
-		        : S_ISDIR(st.st_mode) ? "a directory, not a file"
-		                              : "not a regular file");
+		return st_rc != 0 ? sg_error_set(SG_EINVAL, "cannot read %s: %s", path, strerror(e))
+		                  : not_a_file(path, st.st_mode);
 	}
 	/* One byte past max tells "exactly max" from "more than max". */
 	uint8_t *buf = malloc(max + 1);

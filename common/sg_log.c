@@ -385,6 +385,14 @@ void sg_log_fields(sg_log_level level, const char *msg, const sg_log_field *fiel
 	emit(r.buf, r.len);
 }
 
+void sg_log_printable(char *out, size_t cap, const char *s, size_t n)
+{
+	size_t o = 0;
+	for (; o < n && o + 1 < cap; o++) /* one byte out per byte in: in place works */
+		out[o] = (unsigned char)s[o] >= 0x20 && (unsigned char)s[o] < 0x7f ? s[o] : '?';
+	out[o] = '\0';
+}
+
 void sg_log_error_last(sg_log_level level, const char *msg)
 {
 	if (!sg_log_enabled(level))

@@ -103,4 +103,9 @@ SG_API void sg_log_fields(sg_log_level level, const char *msg, const sg_log_fiel
 /* Logs the current thread's last error (code name, message, file:line). */
 SG_API void sg_log_error_last(sg_log_level level, const char *msg);
 
+/* Copies s[0..n) into out (cap >= 1 bytes, NUL-terminated, cut to fit) as
+ * printable ASCII, '?' for any other byte: a user's or a peer's text fit
+ * to quote in a message, a log line or a status. out may be s (in place). */
+SG_API void sg_log_printable(char *out, size_t cap, const char *s, size_t n);
+
 #endif

@@ -9,6 +9,7 @@
 
 #include "sg_guard.h"
 #include "sg_hsm.h"
+#include "sg_log.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -57,14 +58,6 @@ static const field fields[] = {
 static const char *const phases[] = {"beginning", "begun",     "awaiting-import", "activating",
                                      "active",    "finishing", "finished"};
 
-static void printable(char *out, size_t cap, const char *s)
-{
-	size_t o = 0;
-	for (; *s && o + 1 < cap; s++)
-		out[o++] = (unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f ? *s : '?';
-	out[o] = 0;
-}
-
 /* Whether s holds a byte a line cannot carry (a control byte). */
 static bool has_control(const char *s)
 {
@@ -88,7 +81,7 @@ static int parse_line(ctl_record *r, char *line, unsigned lineno, bool seen[N_FI
 		i++;
 	if (i == N_FIELDS) {
 		char shown[48];
-		printable(shown, sizeof(shown), line);
+		sg_log_printable(shown, sizeof(shown), line, strlen(line));
 		SG_BAIL(SG_EINVAL, "line %u: unknown name \"%s\" (a newer signetctl's record?)", lineno, shown);
 	}
 	const field *f = &fields[i];
@@ -110,27 +103,20 @@ static int parse_line(ctl_record *r, char *line, unsigned lineno, bool seen[N_FI
 	return SG_OK;
 }
 
-int ctl_record_parse(ctl_record *out, const char *text, size_t len)
+int ctl_record_parse(ctl_record *out, char *text, size_t len)
 {
 	memset(out, 0, sizeof(*out));
 	SG_ENSURE(len <= CTL_RECORD_TEXT_MAX, SG_EINVAL, "it is longer than %d bytes", CTL_RECORD_TEXT_MAX);
-	SG_ENSURE(!memchr(text, 0, len), SG_EINVAL, "it holds a NUL byte");
-	char *copy = malloc(len + 1);
-	SG_ENSURE(copy, SG_EINTERNAL, "out of memory");
-	memcpy(copy, text, len);
-	copy[len] = 0;
+	SG_ENSURE(!memchr(text, 0, len) && text[len] == 0, SG_EINVAL, "it holds a NUL byte");
 	bool seen[N_FIELDS] = {false};
-	int rc = SG_OK;
 	unsigned lineno = 0;
-	for (char *line = copy, *next; rc == SG_OK && line < copy + len; line = next) {
+	for (char *line = text, *next; line < text + len; line = next) {
 		lineno++;
 		next = strchr(line, '\n');
 		next = next ? (*next = 0, next + 1) : line + strlen(line);
 		if (line[0] != '#' && line[0] != 0)
-			rc = parse_line(out, line, lineno, seen);
+			SG_TRY(parse_line(out, line, lineno, seen));
 	}
-	free(copy);
-	SG_TRY(rc);
 	bool known = false;
 	for (size_t i = 0; i < sizeof(phases) / sizeof(phases[0]); i++)
 		known = known || strcmp(out->phase, phases[i]) == 0;

@@ -44,11 +44,12 @@ typedef struct ctl_record {
 	char subject[1024];   /* an intermediate's next CSR subject */
 } ctl_record;
 
-/* Reads len bytes of text into *out (zeroed first). SG_EINVAL with the
- * reason (printable ASCII: a name from the text is shown with other bytes
- * as '?') when it is not a record ctl_record_format could have written;
- * SG_EINTERNAL when out of memory. */
-int ctl_record_parse(ctl_record *out, const char *text, size_t len) SG_MUST_CHECK;
+/* Reads len bytes of text into *out (zeroed first); text[len] must be
+ * readable and is NUL (sg_file_read's buffers are), and text is cut into
+ * lines in place. SG_EINVAL with the reason (printable ASCII: a name from
+ * the text is shown with other bytes as '?') when it is not a record
+ * ctl_record_format could have written. */
+int ctl_record_parse(ctl_record *out, char *text, size_t len) SG_MUST_CHECK;
 
 /* Writes r as a record into out (cap bytes, NUL-terminated); *len its
  * length. SG_EINVAL when a string holds a control byte (the record is

@@ -197,9 +197,7 @@ static int state_read(ctx *c)
 		}
 		return rc;
 	}
-	rc = ctl_record_parse(&c->st, (const char *)text, len);
-	if (rc == SG_EINTERNAL)
-		return rc; /* out of memory: nothing is said about the record */
+	rc = ctl_record_parse(&c->st, (char *)text, len);
 	if (rc < 0) {
 		char why[SG_ERROR_MSG_MAX];
 		snprintf(why, sizeof(why), "%s", sg_error_last()->msg);

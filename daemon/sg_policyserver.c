@@ -44,6 +44,7 @@
 #include "sg_grpc.h"
 #include "sg_guard.h"
 #include "sg_kubesign.h"
+#include "sg_log.h"
 #include "sg_names.h"
 #include "sg_policypb.h"
 #include "sg_x509.h"
@@ -368,9 +369,7 @@ static int printable_detail(int code)
 {
 	sg_error e; /* the detail rewritten in place: its origin (file, line) kept */
 	sg_error_save(&e);
-	for (char *c = e.msg; *c; c++)
-		if ((unsigned char)*c < 0x20 || (unsigned char)*c > 0x7e)
-			*c = '?';
+	sg_log_printable(e.msg, sizeof(e.msg), e.msg, strlen(e.msg));
 	sg_error_restore(&e);
 	return code;
 }

@@ -434,7 +434,7 @@ static int curl_error(CURLcode cc, const char *method, const char *what, const c
 {
 	char why[CURL_ERROR_SIZE];
 	const char *e = errbuf && *errbuf ? errbuf : curl_easy_strerror(cc);
-	sg_kube_sanitize(why, sizeof(why), e, strlen(e));
+	sg_log_printable(why, sizeof(why), e, strlen(e));
 	int code;
 	switch (cc) {
 	case CURLE_OPERATION_TIMEDOUT:
@@ -1039,7 +1039,7 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 		curl_easy_getinfo(h, CURLINFO_CONTENT_TYPE, &ct);
 		if (!json_media_type(ct)) {
 			char shown[64];
-			sg_kube_sanitize(shown, sizeof(shown), ct ? ct : "none", strlen(ct ? ct : "none"));
+			sg_log_printable(shown, sizeof(shown), ct ? ct : "none", strlen(ct ? ct : "none"));
 			rc = sg_error_set(SG_EPROTO, "kube: GET %.200s: the answer is %s, not JSON", path, shown);
 		} else {
 			rc = SG_OK;

@@ -57,7 +57,7 @@ static void close_fdp(int *fd)
 int sg_kube_read_file(const char *path, size_t max, uint8_t **out, size_t *len)
 {
 	char shown[SHOWN_PATH_MAX];
-	sg_kube_sanitize(shown, sizeof(shown), path, strlen(path));
+	sg_log_printable(shown, sizeof(shown), path, strlen(path));
 	/* O_NONBLOCK: a FIFO named here must not hang the open (it is then
 	 * refused as not a regular file); it changes nothing for the read of
 	 * a regular file. */
@@ -108,25 +108,13 @@ int sg_kube_read_token(const char *path, sg_secret **out)
 		ok = buf[i] > 0x20 && buf[i] < 0x7f; /* a header value: no spaces, no controls */
 	if (!ok) {
 		char shown[SHOWN_PATH_MAX];
-		sg_kube_sanitize(shown, sizeof(shown), path, strlen(path));
+		sg_log_printable(shown, sizeof(shown), path, strlen(path));
 		rc = sg_error_set(SG_EINVAL, "kube: token file %s is empty or holds non-printable bytes", shown);
 	} else
 		rc = sg_secret_new(out, buf + b, e - b);
 	sg_wipe(buf, n);
 	free(buf);
 	return rc;
-}
-
-void sg_kube_sanitize(char *out, size_t cap, const char *s, size_t n)
-{
-	if (cap == 0)
-		return;
-	size_t o = 0;
-	for (size_t i = 0; i < n && o + 1 < cap; i++) {
-		unsigned char c = (unsigned char)s[i];
-		out[o++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-	}
-	out[o] = 0;
 }
 
 /* ---- YAML to jansson ---- */
@@ -172,7 +160,7 @@ static int named(const json_t *root, const char *list, const char *field, const 
 			json_t *v = json_object_get(e, field);
 			if (!json_is_object(v)) {
 				char shown[65];
-				sg_kube_sanitize(shown, sizeof(shown), name, strlen(name));
+				sg_log_printable(shown, sizeof(shown), name, strlen(name));
 				SG_BAIL(SG_EINVAL, "kubeconfig: %s \"%s\" has no %s mapping", list, shown, field);
 			}
 			*out = v;
@@ -180,7 +168,7 @@ static int named(const json_t *root, const char *list, const char *field, const 
 		}
 	}
 	char shown[65];
-	sg_kube_sanitize(shown, sizeof(shown), name, strlen(name));
+	sg_log_printable(shown, sizeof(shown), name, strlen(name));
 	SG_BAIL(SG_EINVAL, "kubeconfig: no %s entry named \"%s\"", list, shown);
 }
 
@@ -368,7 +356,7 @@ static int from_tree(sg_kube_config *c, const json_t *root, const char *context,
 	SG_TRY(str_of(ctx, "namespace", "context", &ns));
 	if (!cluster) {
 		char shown[65];
-		sg_kube_sanitize(shown, sizeof(shown), context, strlen(context));
+		sg_log_printable(shown, sizeof(shown), context, strlen(context));
 		SG_BAIL(SG_EINVAL, "kubeconfig: context \"%s\" names no cluster", shown);
 	}
 	SG_TRY(named(root, "clusters", "cluster", cluster, &cl));

@@ -10,6 +10,7 @@
  */
 #include "sg_guard.h"
 #include "sg_kube_impl.h"
+#include "sg_log.h"
 
 #include <string.h>
 
@@ -106,11 +107,11 @@ int sg_kube_status_from_json(sg_kube_status *out, const json_t *s)
 	}
 	json_t *reason = json_object_get(s, "reason");
 	if (json_is_string(reason))
-		sg_kube_sanitize(out->reason, sizeof(out->reason), json_string_value(reason),
+		sg_log_printable(out->reason, sizeof(out->reason), json_string_value(reason),
 		                 json_string_length(reason));
 	json_t *msg = json_object_get(s, "message");
 	if (json_is_string(msg))
-		sg_kube_sanitize(out->message, sizeof(out->message), json_string_value(msg), json_string_length(msg));
+		sg_log_printable(out->message, sizeof(out->message), json_string_value(msg), json_string_length(msg));
 	/* apimachinery's NewTooManyRequests and NewServerTimeout say how long
 	 * to wait here as well as in the header; a day bounds what we keep. */
 	json_t *ra = json_object_get(json_object_get(s, "details"), "retryAfterSeconds");

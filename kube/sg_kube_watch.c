@@ -18,6 +18,7 @@
  */
 #include "sg_guard.h"
 #include "sg_kube_impl.h"
+#include "sg_log.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,7 +112,7 @@ static int dispatch(sg_kube_watch_parser *p, const char *line, size_t n)
 		if (strcmp(t, type_names[i]) == 0)
 			return p->fn((sg_kube_event_type)i, obj, p->arg);
 	char shown[24];
-	sg_kube_sanitize(shown, sizeof(shown), t, json_string_length(type));
+	sg_log_printable(shown, sizeof(shown), t, json_string_length(type));
 	SG_BAIL(SG_EPROTO, "event type \"%s\" is unknown", shown);
 }
 

@@ -10,6 +10,8 @@
  */
 #include "sg_hsm_egress.h"
 
+#include "sg_log.h"
+
 #include <arpa/inet.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -104,12 +106,7 @@ json_t *sg_hsm_egress_rules(const char *text, size_t len, char *why, size_t cap)
 			 * or a character cut at the bound, is not UTF-8 jansson
 			 * takes, and the status write would fail) */
 			char shown[101];
-			size_t k = 0;
-			for (; k < n && k + 1 < sizeof(shown); k++)
-				shown[k] = (unsigned char)text[i + k] >= 0x20 && (unsigned char)text[i + k] < 0x7f
-				               ? text[i + k]
-				               : '?';
-			shown[k] = '\0';
+			sg_log_printable(shown, sizeof(shown), text + i, n);
 			snprintf(why, cap,
 			         "\"%s\" is not an address and port (IPv4[/len]:port or [IPv6[/len]]:port; a "
 			         "NetworkPolicy names addresses, not host names)",

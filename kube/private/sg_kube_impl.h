@@ -30,10 +30,6 @@ int sg_kube_read_file(const char *path, size_t max, uint8_t **out, size_t *len) 
  * dropped, must not be empty) into a secret; the scratch copy is wiped. */
 int sg_kube_read_token(const char *path, sg_secret **out) SG_MUST_CHECK;
 
-/* Copies printable ASCII of s[0..n) into out (cap bytes, NUL-terminated),
- * replacing anything else by '?'. For peer-controlled text in messages. */
-void sg_kube_sanitize(char *out, size_t cap, const char *s, size_t n);
-
 /* Records a Status (or only an HTTP code) as this thread's last status. */
 void sg_kube_status_set(const sg_kube_status *st);
 void sg_kube_status_reset(void);

@@ -24,6 +24,7 @@
 #include "sg_kube_yaml.h"
 
 #include "sg_guard.h"
+#include "sg_log.h"
 
 #include <errno.h>
 #include <math.h>
@@ -61,17 +62,6 @@ struct ytree {
 	bool generic;  /* a refusal without a reason of its own (kubeconfig's wording) */
 	char why[192]; /* the first refusal with a reason of its own, or "" */
 };
-
-/* Printable ASCII of s[0..n), '?' for anything else, for a message. */
-static void sanitize(char *out, size_t cap, const char *s, size_t n)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < n && o + 1 < cap; i++) {
-		unsigned char c = (unsigned char)s[i];
-		out[o++] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-	}
-	out[o] = 0;
-}
 
 static bool one_of(const char *s, size_t n, const char *const *list)
 {
@@ -196,7 +186,7 @@ static json_t *typed_scalar(struct ytree *t, const char *s, size_t len, size_t l
 		return json_integer(iv);
 	if (range) {
 		char shown[72];
-		sanitize(shown, sizeof(shown), s, len);
+		sg_log_printable(shown, sizeof(shown), s, len);
 		snprintf(t->why, sizeof(t->why), "line %zu: the integer %s is out of range", line, shown);
 		return NULL;
 	}
@@ -216,8 +206,8 @@ static json_t *typed_scalar(struct ytree *t, const char *s, size_t len, size_t l
 static int load_error(yaml_parser_t *parser, const char *what)
 {
 	char why[128];
-	sanitize(why, sizeof(why), parser->problem ? parser->problem : "?",
-	         parser->problem ? strlen(parser->problem) : 1);
+	sg_log_printable(why, sizeof(why), parser->problem ? parser->problem : "?",
+	                 parser->problem ? strlen(parser->problem) : 1);
 	size_t line = parser->problem_mark.line + 1;
 	return sg_error_set(SG_EINVAL, "%s: YAML error at line %zu: %s", what, line, why);
 }
@@ -229,7 +219,7 @@ static bool refuse_tag(struct ytree *t, const yaml_char_t *tag, const yaml_mark_
 	if (!t->o->typed || !tag)
 		return false;
 	char shown[64];
-	sanitize(shown, sizeof(shown), (const char *)tag, strlen((const char *)tag));
+	sg_log_printable(shown, sizeof(shown), (const char *)tag, strlen((const char *)tag));
 	snprintf(t->why, sizeof(t->why),
 	         "line %zu: the tag %s is not supported (a plain value that begins with '!' is a tag: quote it)",
 	         (size_t)m->line + 1, shown);
@@ -303,7 +293,7 @@ static bool place(struct ytree *t, json_t *v, bool key, const yaml_mark_t *m)
 	if (json_object_getn(f->node, k, klen)) {
 		if (t->o->typed) {
 			char shown[64];
-			sanitize(shown, sizeof(shown), k, klen);
+			sg_log_printable(shown, sizeof(shown), k, klen);
 			snprintf(t->why, sizeof(t->why), "line %zu: duplicate key \"%s\"", (size_t)m->line + 1, shown);
 		}
 		t->generic = true;
@@ -393,7 +383,7 @@ static bool on_alias(struct ytree *t, const yaml_event_t *e)
 	if (!a) {
 		if (t->o->typed) {
 			char shown[64];
-			sanitize(shown, sizeof(shown), name, strlen(name));
+			sg_log_printable(shown, sizeof(shown), name, strlen(name));
 			snprintf(t->why, sizeof(t->why), "line %zu: the alias *%s names no anchor before it",
 			         (size_t)e->start_mark.line + 1, shown);
 		}

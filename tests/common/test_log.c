@@ -347,6 +347,25 @@ static void t_mend(void)
 	unlink(cap_path);
 }
 
-SG_TEST_MAIN(SG_TEST(t_text), SG_TEST(t_json), SG_TEST(t_json_escaping), SG_TEST(t_text_escaping),
-	     SG_TEST(t_levels), SG_TEST(t_error_last), SG_TEST(t_truncation), SG_TEST(t_threads),
-	     SG_TEST(t_mend))
+/* sg_log_printable: printable ASCII kept, every other byte one '?', cut to
+ * the buffer, NUL-terminated; in place too. */
+static void t_printable(void)
+{
+	char shown[16];
+	sg_log_printable(shown, sizeof(shown), "a b~", 4);
+	SG_CHECK(strcmp(shown, "a b~") == 0);
+	sg_log_printable(shown, sizeof(shown), "x\x1b[2J\r\x7f\xc3\xa9\0y", 11);
+	SG_CHECK(strcmp(shown, "x?[2J?????y") == 0); /* the NUL byte too */
+	sg_log_printable(shown, 4, "abcdef", 6);     /* cut: 3 bytes and the NUL */
+	SG_CHECK(strcmp(shown, "abc") == 0);
+	sg_log_printable(shown, 1, "abc", 3);
+	SG_CHECK(shown[0] == '\0');
+	sg_log_printable(shown, sizeof(shown), "", 0);
+	SG_CHECK(shown[0] == '\0');
+	char in[] = "k\x02v\xff";
+	sg_log_printable(in, sizeof(in), in, strlen(in));
+	SG_CHECK(strcmp(in, "k?v?") == 0);
+}
+
+SG_TEST_MAIN(SG_TEST(t_text), SG_TEST(t_json), SG_TEST(t_json_escaping), SG_TEST(t_text_escaping), SG_TEST(t_levels),
+             SG_TEST(t_error_last), SG_TEST(t_truncation), SG_TEST(t_threads), SG_TEST(t_mend), SG_TEST(t_printable))
