@@ -111,6 +111,17 @@ static void t_refused(void)
 	SG_CHECK(rules(big, 200, why) == NULL && strstr(why, "is not an address") != NULL);
 	SG_CHECK(strlen(why) < 256 && strstr(why, "\"1111") != NULL);
 	SG_CHECK(rules(big, SG_HSM_EGRESS_MAX + 1, why) == NULL && strstr(why, "longer than 4096 bytes") != NULL);
+	/* At the bound: 4,096 bytes of entries and separators are read whole,
+	 * one byte more is refused before any entry is. */
+	size_t at = 0;
+	while (at + 13 <= SG_HSM_EGRESS_MAX)
+		at += (size_t)snprintf(big + at, 14, "10.0.0.1:443,");
+	memset(big + at, ' ', SG_HSM_EGRESS_MAX - at);
+	json_t *r = rules(big, SG_HSM_EGRESS_MAX, why);
+	SG_CHECK(r && json_array_size(r) == SG_HSM_EGRESS_MAX / 13);
+	json_decref(r);
+	big[SG_HSM_EGRESS_MAX] = ' ';
+	SG_CHECK(rules(big, SG_HSM_EGRESS_MAX + 1, why) == NULL && strstr(why, "longer than 4096 bytes") != NULL);
 	free(big);
 	/* A message cut at a small cap is still a string. */
 	char tiny[8];
