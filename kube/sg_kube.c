@@ -817,6 +817,15 @@ int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *patch,
 	return call(k, "PATCH", ref, &u, "application/merge-patch+json", patch, out);
 }
 
+static int check_field_manager(const char *verb, const char *field_manager)
+{
+	SG_ENSURE(field_manager && *field_manager && strlen(field_manager) <= FIELD_MANAGER_MAX, SG_EINVAL,
+	          "kube: %s needs a field manager of 1..%d bytes", verb, FIELD_MANAGER_MAX);
+	for (const char *p = field_manager; *p; p++)
+		SG_ENSURE(*p >= 0x20 && *p < 0x7f, SG_EINVAL, "kube: the field manager must be printable");
+	return SG_OK;
+}
+
 int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager, bool force,
                   json_t **out)
 {
@@ -824,14 +833,87 @@ int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const 
 	SG_TRY(build_url(k, ref, &u));
 	SG_ENSURE(ref->name, SG_EINVAL, "kube: apply needs a name");
 	SG_ENSURE(json_is_object(body), SG_EINVAL, "kube: apply needs an object");
-	SG_ENSURE(field_manager && *field_manager && strlen(field_manager) <= FIELD_MANAGER_MAX, SG_EINVAL,
-	          "kube: apply needs a field manager of 1..%d bytes", FIELD_MANAGER_MAX);
-	for (const char *p = field_manager; *p; p++)
-		SG_ENSURE(*p >= 0x20 && *p < 0x7f, SG_EINVAL, "kube: the field manager must be printable");
+	SG_TRY(check_field_manager("apply", field_manager));
 	url_param(&u, "fieldManager", field_manager);
 	url_param(&u, "force", force ? "true" : "false");
 	/* Exactly one Content-Type (kubernetes-client/c#52). */
 	return call(k, "PATCH", ref, &u, "application/apply-patch+yaml", body, out);
+}
+
+/* The index of field_manager's entry for an update of the object itself
+ * (no subresource) in obj's metadata.managedFields; -1 when there is
+ * none (a server that does not track fields). */
+static long update_entry(const json_t *obj, const char *field_manager)
+{
+	size_t i;
+	const json_t *m;
+	json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "managedFields"), i, m)
+	{
+		const char *who = json_string_value(json_object_get(m, "manager"));
+		const char *op = json_string_value(json_object_get(m, "operation"));
+		const char *sub = json_string_value(json_object_get(m, "subresource"));
+		if (who && op && strcmp(who, field_manager) == 0 && strcmp(op, "Update") == 0 && (!sub || !*sub))
+			return (long)i;
+	}
+	return -1;
+}
+
+int sg_kube_create_applied(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
+                           json_t **out)
+{
+	if (out)
+		*out = NULL;
+	struct url u;
+	SG_TRY(create_url(k, ref, body, &u));
+	SG_ENSURE(!ref->name, SG_EINVAL, "kube: create_applied makes an object, not a subresource");
+	SG_TRY(check_field_manager("create_applied", field_manager));
+	url_param(&u, "fieldManager", field_manager);
+	json_t *made = NULL;
+	SG_TRY(call(k, "POST", ref, &u, "application/json", body, &made));
+
+	/* The object exists from here on: whatever the second request meets,
+	 * the create succeeded, and the caller must hear so. The test
+	 * operations make the patch touch that one entry only: if the
+	 * entries moved or the entry changed (another write in between),
+	 * the API server refuses the whole patch (422) and nothing is
+	 * changed. */
+	long at = update_entry(made, field_manager);
+	const char *name = sg_kube_meta_str(made, "name");
+	if (at < 0 || !name) {
+		sg_log(SG_LOG_DEBUG, "kube: the created object lists no update of its field manager; left as it is",
+		       SG_F_STR("resource", ref->resource), SG_F_STR("manager", field_manager), SG_F_END);
+	} else {
+		char who[64], op[64];
+		snprintf(who, sizeof(who), "/metadata/managedFields/%ld/manager", at);
+		snprintf(op, sizeof(op), "/metadata/managedFields/%ld/operation", at);
+		json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s}, {s:s, s:s, s:s}]", "op", "test", "path",
+		                        who, "value", field_manager, "op", "test", "path", op, "value", "Update", "op",
+		                        "replace", "path", op, "value", "Apply");
+		sg_kube_ref one = *ref;
+		one.name = name;
+		struct url pu;
+		json_t *flipped = NULL;
+		int rc = ops ? build_url(k, &one, &pu) : sg_error_set(SG_EINTERNAL, "kube: out of memory");
+		if (rc == SG_OK)
+			rc = call(k, "PATCH", &one, &pu, "application/json-patch+json", ops, &flipped);
+		json_decref(ops);
+		if (rc == SG_OK) {
+			sg_kube_secret_release(&made); /* a Secret's answer echoes its data */
+			made = flipped;
+		} else {
+			sg_log(SG_LOG_WARN,
+			       "kube: created, but its fields stay owned by an update: a later apply that leaves one "
+			       "out will not remove it",
+			       SG_F_STR("resource", ref->resource), SG_F_STR("namespace", ref->ns ? ref->ns : ""),
+			       SG_F_STR("name", name), SG_F_STR("manager", field_manager),
+			       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+		}
+	}
+	if (out)
+		*out = made;
+	else
+		sg_kube_secret_release(&made);
+	return SG_OK;
 }
 
 int sg_kube_event(sg_kube *k, const json_t *obj, const char *type, const char *reason, const char *message,

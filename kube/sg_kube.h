@@ -260,6 +260,24 @@ SG_API int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t 
  * SG_EBUSY with status 409 Conflict. */
 SG_API int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
                          bool force, json_t **out) SG_MUST_CHECK;
+/* A create that leaves the object as an apply by field_manager would: the
+ * fields body sets are owned by (field_manager, Apply) in its
+ * metadata.managedFields, so that a later sg_kube_apply by that manager
+ * that leaves one of them out removes it. A plain create gives them to an
+ * update by the client's User-Agent, which no apply ever takes back: a
+ * label dropped from the intent would stay on the object for good. Unlike
+ * an apply it fails when the name is taken (409 AlreadyExists, SG_EBUSY):
+ * for an object the caller decided to make only because it was absent.
+ * Two requests: the POST (?fieldManager=field_manager), then a JSON patch
+ * (RFC 6902) that only turns that manager's Update entry into Apply,
+ * guarded by test operations on the entry. Once the POST succeeds the
+ * result is SG_OK: when the patch is refused (the object written or
+ * deleted in between) the object keeps its Update entry, logged at
+ * warning level, and *out is the POST's answer. ref names the collection
+ * (no name, no subresource); field_manager as for sg_kube_apply;
+ * sg_kube_last_status() tells of the last request made. */
+SG_API int sg_kube_create_applied(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
+                                  json_t **out) SG_MUST_CHECK;
 
 /* Creates a core/v1 Event about obj (which must carry apiVersion, kind and
  * metadata.name; namespace, uid and resourceVersion are copied when

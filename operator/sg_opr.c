@@ -119,7 +119,9 @@ int sg_opr_apply_exact(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg_
 	if (!rv) {
 		sg_kube_ref coll = *ref;
 		coll.name = NULL;
-		rc = sg_kube_create(sg_ctrl_kube(c), &coll, body, NULL);
+		/* Created as our apply would have: a field dropped from a later
+		 * intent (a label no longer configured) is then removed. */
+		rc = sg_kube_create_applied(sg_ctrl_kube(c), &coll, body, sg_ctrl_field_manager(c), NULL);
 	} else {
 		json_t *exact = json_deep_copy(body);
 		json_t *md = json_object_get(exact, "metadata");

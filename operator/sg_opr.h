@@ -79,7 +79,9 @@ SG_API int sg_opr_apply(sg_ctrl *c, sg_opr_stats *st, const json_t *cr, const sg
 /* As sg_opr_apply, for a body decided from one copy of the object, the
  * version rv (NULL: the object was absent), that must not replace anything
  * written since (a new key pair made because the copy's did not fit): a
- * create when rv is NULL, otherwise an apply that carries rv. Always
+ * create when rv is NULL (its fields then owned by the controller's
+ * apply, as if applied: sg_kube_create_applied), otherwise an apply that
+ * carries rv. Always
  * written: body differs from the copy. An object written since (a cache
  * behind the API server) refuses it with 409 Conflict or AlreadyExists:
  * SG_EBUSY, sg_kube_last_status()->code 409, counted as nothing and with

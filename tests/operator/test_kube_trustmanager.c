@@ -32,7 +32,8 @@
  *    the package disabled: its ConfigMap deleted, mount and argument gone;
  *  - invalid specs (what the CRD's CEL rules refuse on newer servers) are
  *    InvalidSpec and change nothing; labels and annotations of
- *    controllerConfig reach every object;
+ *    controllerConfig reach every object, and leave every object when
+ *    dropped (the webhook's Secret created with them too);
  *  - drift is repaired: the Deployment's arguments edited, the Service
  *    deleted, the ClusterRole and a Role edited;
  *  - a quiet cluster sees no write: a handled event (the CR relabelled)
@@ -86,6 +87,7 @@
 #include "sg_clock.h"
 #include "sg_kube_informer.h"
 #include "sg_log.h"
+#include "sg_opr.h"
 #include "sg_secret.h"
 #include "sg_softkey.h"
 #include "sg_test.h"
@@ -1242,6 +1244,82 @@ static void t_invalid(void)
 	json_decref(d);
 }
 
+/* Whether no object carries label key lkey or annotation akey. */
+static bool meta_gone(const char *lkey, const char *akey)
+{
+	for (size_t i = 0; i < NOBJECTS; i++) {
+		json_t *o = kube_fx_get(k, made_ref(&objects[i]));
+		bool has = !o || label(o, lkey) || annotation(o, akey);
+		json_decref(o);
+		if (has) {
+			snprintf(seen, sizeof(seen), "%s %s still labelled or annotated", objects[i].resource,
+			         objects[i].name);
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool secret_remade(const char *old_uid)
+{
+	json_t *o = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+	const char *uid = sg_kube_meta_str(o, "uid");
+	bool remade = uid && strcmp(uid, old_uid) != 0 && label(o, "team") && annotation(o, "example.com/note");
+	json_decref(o);
+	return remade;
+}
+
+/* A label and an annotation dropped from controllerConfig leave every
+ * object, the webhook's Secret too when it was created with them. That
+ * Secret alone is created by a POST (a name taken since must be refused,
+ * which an apply cannot say): unless the POST's fields are handed to the
+ * operator's apply, no later apply removes them. */
+static void t_labels_dropped(void)
+{
+	WAIT_IDLE();
+	json_t *s = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+	char *old_uid = strdup(s && sg_kube_meta_str(s, "uid") ? sg_kube_meta_str(s, "uid") : "");
+	json_decref(s);
+	SG_CHECK_OK(kube_fx_delete(k, ref_in(NULL, "secrets", NS, TLS_SECRET)));
+	SG_WAIT_FOR(WAIT_MS, secret_remade(old_uid));
+	free(old_uid);
+	WAIT_IDLE();
+
+	tm_put("cluster",
+	       "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Enabled\"}, " SCHEDULING "}}");
+	SG_WAIT_FOR(WAIT_MS, meta_gone("team", "example.com/note"));
+	if (!meta_gone("team", "example.com/note"))
+		fprintf(stderr, "  %s\n", seen);
+	json_t *sec = kube_fx_get(k, ref_in(NULL, "secrets", NS, TLS_SECRET));
+	size_t applies = 0, i;
+	json_t *m;
+	json_array_foreach(json_object_get(json_object_get(sec, "metadata"), "managedFields"), i, m)
+	{
+		const char *op = json_string_value(json_object_get(m, "operation"));
+		const char *who = json_string_value(json_object_get(m, "manager"));
+		SG_CHECK(op && who);
+		if (op && who && strcmp(op, "Apply") == 0 && strcmp(who, SG_OPR_FIELD_MANAGER) == 0)
+			applies++;
+		else /* nothing else owns a field of the Secret */
+			fprintf(stderr, "  the Secret's fields are also owned by %s (%s)\n", who, op);
+		SG_CHECK(op && who && strcmp(op, "Apply") == 0 && strcmp(who, SG_OPR_FIELD_MANAGER) == 0);
+	}
+	SG_CHECK(applies == 1);
+	sg_kube_secret_release(&sec);
+
+	/* Back as t_invalid left them. */
+	tm_put("cluster", "{\"trustManagerConfig\": {\"defaultCAPackage\": {\"policy\": \"Enabled\"}, " SCHEDULING "}, "
+	                  "\"controllerConfig\": {\"labels\": {\"team\": \"security\"}, \"annotations\": "
+	                  "{\"example.com/note\": \"managed by signet\"}}}");
+	SG_WAIT_FOR(WAIT_MS, secret_remade(""));
+	WAIT_IDLE();
+	deployment_status(true);
+	WAIT_STATE(ready, "cluster");
+	char *uid = cr_uid("cluster");
+	check_meta(uid, "example.com/note", "managed by signet", "team");
+	free(uid);
+}
+
 /* Replaces the live object's field (a merge patch by the test's client,
  * another field manager). patch is stolen. */
 #define PATCH(ref, p) SG_CHECK_OK(kube_fx_patch(k, (ref), (p)))
@@ -2139,7 +2217,7 @@ static void t_stop(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_start), SG_TEST(t_sample), SG_TEST(t_ready), SG_TEST(t_degraded), SG_TEST(t_spec_change),
-             SG_TEST(t_invalid), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_renew), SG_TEST(t_stale_secret),
-             SG_TEST(t_package_change), SG_TEST(t_webhook_call), SG_TEST(t_delete), SG_TEST(t_recreate),
-             SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_openshift_package), SG_TEST(t_cert_manager),
-             SG_TEST(t_metrics), SG_TEST(t_stop))
+             SG_TEST(t_invalid), SG_TEST(t_labels_dropped), SG_TEST(t_drift), SG_TEST(t_quiet), SG_TEST(t_renew),
+             SG_TEST(t_stale_secret), SG_TEST(t_package_change), SG_TEST(t_webhook_call), SG_TEST(t_delete),
+             SG_TEST(t_recreate), SG_TEST(t_second), SG_TEST(t_missing_namespace), SG_TEST(t_openshift_package),
+             SG_TEST(t_cert_manager), SG_TEST(t_metrics), SG_TEST(t_stop))
