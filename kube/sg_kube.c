@@ -840,22 +840,127 @@ int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const 
 	return call(k, "PATCH", ref, &u, "application/apply-patch+yaml", body, out);
 }
 
-/* The index of field_manager's entry for an update of the object itself
- * (no subresource) in obj's metadata.managedFields; -1 when there is
- * none (a server that does not track fields). */
-static long update_entry(const json_t *obj, const char *field_manager)
+int sg_kube_json_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *ops, json_t **out)
 {
+	if (out)
+		*out = NULL;
+	struct url u;
+	SG_TRY(build_url(k, ref, &u));
+	SG_ENSURE(ref->name, SG_EINVAL, "kube: patch needs a name");
+	SG_ENSURE(json_is_array(ops) && json_array_size(ops) > 0, SG_EINVAL,
+	          "kube: a JSON patch is a non-empty array of operations");
+	return call(k, "PATCH", ref, &u, "application/json-patch+json", ops, out);
+}
+
+/* Whether managedFields entry m is an update of the object itself (no
+ * subresource) by one of from[0..n). */
+static bool adoptable(const json_t *m, const char *const *from, size_t n)
+{
+	const char *who = json_string_value(json_object_get(m, "manager"));
+	const char *op = json_string_value(json_object_get(m, "operation"));
+	const char *sub = json_string_value(json_object_get(m, "subresource"));
+	if (!who || !op || strcmp(op, "Update") != 0 || (sub && *sub) ||
+	    !json_is_object(json_object_get(m, "fieldsV1")))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (from[i] && strcmp(who, from[i]) == 0)
+			return true;
+	return false;
+}
+
+static bool own_apply(const json_t *m, const char *field_manager)
+{
+	const char *who = json_string_value(json_object_get(m, "manager"));
+	const char *op = json_string_value(json_object_get(m, "operation"));
+	const char *sub = json_string_value(json_object_get(m, "subresource"));
+	return who && op && strcmp(who, field_manager) == 0 && strcmp(op, "Apply") == 0 && (!sub || !*sub);
+}
+
+/* live's managedFields with the adoptable entries and field_manager's own
+ * apply entry merged into one apply entry (fieldsV1 the union: FieldsV1
+ * is a tree of objects, so a recursive object update is the union of
+ * two sets). NULL with *none true when there is nothing to adopt. */
+static json_t *adopted_fields(const json_t *live, const char *const *from, size_t n, const char *field_manager,
+                              bool *none)
+{
+	*none = true;
+	const json_t *mf = json_object_get(json_object_get(live, "metadata"), "managedFields");
+	json_t *keep = json_array(), *merged = NULL;
+	if (!keep)
+		return NULL;
 	size_t i;
 	const json_t *m;
-	json_array_foreach(json_object_get(json_object_get(obj, "metadata"), "managedFields"), i, m)
+	json_array_foreach(mf, i, m)
 	{
-		const char *who = json_string_value(json_object_get(m, "manager"));
-		const char *op = json_string_value(json_object_get(m, "operation"));
-		const char *sub = json_string_value(json_object_get(m, "subresource"));
-		if (who && op && strcmp(who, field_manager) == 0 && strcmp(op, "Update") == 0 && (!sub || !*sub))
-			return (long)i;
+		bool take = adoptable(m, from, n);
+		if (!take && !own_apply(m, field_manager)) {
+			if (json_array_append(keep, (json_t *)m) != 0)
+				goto oom;
+			continue;
+		}
+		if (take)
+			*none = false;
+		if (!merged) {
+			merged = json_deep_copy(m);
+			if (!merged || json_object_set_new(merged, "manager", json_string(field_manager)) != 0 ||
+			    json_object_set_new(merged, "operation", json_string("Apply")) != 0 ||
+			    json_object_set_new(merged, "fieldsType", json_string("FieldsV1")) != 0)
+				goto oom;
+		} else if (json_object_update_recursive(json_object_get(merged, "fieldsV1"),
+		                                        json_object_get(m, "fieldsV1")) != 0) {
+			goto oom;
+		}
 	}
-	return -1;
+	if (*none) {
+		json_decref(keep);
+		json_decref(merged);
+		return NULL;
+	}
+	if (json_array_append_new(keep, merged) != 0) {
+		merged = NULL;
+		goto oom;
+	}
+	return keep;
+oom:
+	*none = false;
+	json_decref(keep);
+	json_decref(merged);
+	return NULL;
+}
+
+int sg_kube_adopt_fields(sg_kube *k, const sg_kube_ref *ref, const json_t *live, const char *const *from, size_t n,
+                         const char *field_manager, json_t **out)
+{
+	if (out)
+		*out = NULL;
+	SG_TRY(check_field_manager("adopt_fields", field_manager));
+	SG_ENSURE(ref->name && (!ref->subresource || !*ref->subresource), SG_EINVAL,
+	          "kube: adopt_fields needs an object's name and no subresource");
+	const char *rv = sg_kube_meta_str(live, "resourceVersion"), *name = sg_kube_meta_str(live, "name");
+	SG_ENSURE(rv && *rv && name && strcmp(name, ref->name) == 0, SG_EINVAL,
+	          "kube: adopt_fields needs the object as read (its name and resourceVersion)");
+	bool none = true;
+	json_t *fields = adopted_fields(live, from, n, field_manager, &none);
+	if (none)
+		return SG_OK;
+	SG_ENSURE(fields, SG_EINTERNAL, "kube: out of memory");
+	/* The resourceVersion written back is the one read: the API server
+	 * refuses the patch with 409 Conflict when the object changed since,
+	 * as for any update that names its version. */
+	json_t *ops =
+	    json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:o}]", "op", "replace", "path", "/metadata/resourceVersion",
+	              "value", rv, "op", "replace", "path", "/metadata/managedFields", "value", fields);
+	SG_ENSURE(ops, SG_EINTERNAL, "kube: out of memory");
+	json_t *answer = NULL;
+	int rc = sg_kube_json_patch(k, ref, ops, &answer);
+	json_decref(ops);
+	if (rc < 0)
+		return rc;
+	if (out)
+		*out = answer;
+	else
+		sg_kube_secret_release(&answer);
+	return SG_OK;
 }
 
 int sg_kube_create_applied(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
@@ -863,52 +968,37 @@ int sg_kube_create_applied(sg_kube *k, const sg_kube_ref *ref, const json_t *bod
 {
 	if (out)
 		*out = NULL;
+	SG_ENSURE(!ref->name && (!ref->subresource || !*ref->subresource), SG_EINVAL,
+	          "kube: create_applied names a collection: the object's name is in its body");
+	SG_TRY(check_field_manager("create_applied", field_manager));
 	struct url u;
 	SG_TRY(create_url(k, ref, body, &u));
-	SG_ENSURE(!ref->name, SG_EINVAL, "kube: create_applied makes an object, not a subresource");
-	SG_TRY(check_field_manager("create_applied", field_manager));
 	url_param(&u, "fieldManager", field_manager);
 	json_t *made = NULL;
 	SG_TRY(call(k, "POST", ref, &u, "application/json", body, &made));
 
 	/* The object exists from here on: whatever the second request meets,
-	 * the create succeeded, and the caller must hear so. The test
-	 * operations make the patch touch that one entry only: if the
-	 * entries moved or the entry changed (another write in between),
-	 * the API server refuses the whole patch (422) and nothing is
-	 * changed. */
-	long at = update_entry(made, field_manager);
-	const char *name = sg_kube_meta_str(made, "name");
-	if (at < 0 || !name) {
-		sg_log(SG_LOG_DEBUG, "kube: the created object lists no update of its field manager; left as it is",
-		       SG_F_STR("resource", ref->resource), SG_F_STR("manager", field_manager), SG_F_END);
-	} else {
-		char who[64], op[64];
-		snprintf(who, sizeof(who), "/metadata/managedFields/%ld/manager", at);
-		snprintf(op, sizeof(op), "/metadata/managedFields/%ld/operation", at);
-		json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s}, {s:s, s:s, s:s}]", "op", "test", "path",
-		                        who, "value", field_manager, "op", "test", "path", op, "value", "Update", "op",
-		                        "replace", "path", op, "value", "Apply");
-		sg_kube_ref one = *ref;
-		one.name = name;
-		struct url pu;
-		json_t *flipped = NULL;
-		int rc = ops ? build_url(k, &one, &pu) : sg_error_set(SG_EINTERNAL, "kube: out of memory");
-		if (rc == SG_OK)
-			rc = call(k, "PATCH", &one, &pu, "application/json-patch+json", ops, &flipped);
-		json_decref(ops);
-		if (rc == SG_OK) {
-			sg_kube_secret_release(&made); /* a Secret's answer echoes its data */
-			made = flipped;
-		} else {
-			sg_log(SG_LOG_WARN,
-			       "kube: created, but its fields stay owned by an update: a later apply that leaves one "
-			       "out will not remove it",
-			       SG_F_STR("resource", ref->resource), SG_F_STR("namespace", ref->ns ? ref->ns : ""),
-			       SG_F_STR("name", name), SG_F_STR("manager", field_manager),
-			       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
-		}
+	 * the create succeeded, and the caller must hear so, with the POST's
+	 * own status. */
+	sg_kube_status posted = *sg_kube_last_status();
+	sg_kube_ref one = *ref;
+	one.name = sg_kube_meta_str(made, "name");
+	const char *from[] = {field_manager};
+	json_t *adopted = NULL;
+	int rc = one.name ? sg_kube_adopt_fields(k, &one, made, from, 1, field_manager, &adopted) : SG_OK;
+	if (rc < 0)
+		sg_log(SG_LOG_WARN,
+		       "kube: created, but its fields stay owned by an update until adopted: a later apply that "
+		       "leaves one out will not remove it",
+		       SG_F_STR("resource", ref->resource), SG_F_STR("namespace", ref->ns ? ref->ns : ""),
+		       SG_F_STR("name", one.name), SG_F_STR("manager", field_manager),
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	if (adopted) {
+		sg_kube_secret_release(&made); /* a Secret's answer echoes its data */
+		made = adopted;
 	}
+	sg_kube_status_set(&posted);
+	sg_error_clear();
 	if (out)
 		*out = made;
 	else

@@ -260,22 +260,51 @@ SG_API int sg_kube_merge_patch(sg_kube *k, const sg_kube_ref *ref, const json_t 
  * SG_EBUSY with status 409 Conflict. */
 SG_API int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
                          bool force, json_t **out) SG_MUST_CHECK;
-/* A create that leaves the object as an apply by field_manager would: the
- * fields body sets are owned by (field_manager, Apply) in its
- * metadata.managedFields, so that a later sg_kube_apply by that manager
- * that leaves one of them out removes it. A plain create gives them to an
- * update by the client's User-Agent, which no apply ever takes back: a
- * label dropped from the intent would stay on the object for good. Unlike
- * an apply it fails when the name is taken (409 AlreadyExists, SG_EBUSY):
- * for an object the caller decided to make only because it was absent.
- * Two requests: the POST (?fieldManager=field_manager), then a JSON patch
- * (RFC 6902) that only turns that manager's Update entry into Apply,
- * guarded by test operations on the entry. Once the POST succeeds the
- * result is SG_OK: when the patch is refused (the object written or
- * deleted in between) the object keeps its Update entry, logged at
- * warning level, and *out is the POST's answer. ref names the collection
- * (no name, no subresource); field_manager as for sg_kube_apply;
- * sg_kube_last_status() tells of the last request made. */
+/* PATCH with application/json-patch+json (RFC 6902): ops is a non-empty
+ * array of operations, applied by the API server all or none ("test"
+ * operations refuse the whole patch with 422 Invalid, SG_EINVAL). */
+SG_API int sg_kube_json_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *ops, json_t **out) SG_MUST_CHECK;
+
+/* The field manager the API server names a write by after this client's
+ * default User-Agent ("signet/<version> (kube)") when the request names
+ * none: every create, update and merge patch signet made without
+ * ?fieldManager= is owned by an update of this manager. */
+#define SG_KUBE_USER_AGENT_MANAGER "signet"
+
+/* Hands to field_manager's apply the fields that updates by the managers
+ * from[0..n) own in live (the object as read, with its resourceVersion
+ * and metadata.managedFields): those entries (operation Update, no
+ * subresource) and field_manager's own Apply entry become one Apply entry
+ * of field_manager owning the union of their fields, so that its next
+ * apply that leaves one of them out removes it. An update's fields are
+ * otherwise never an apply's to remove: a label dropped from an intent
+ * would stay on an object created, or once written, by a plain request.
+ * A JSON patch of metadata.managedFields that writes back live's
+ * resourceVersion: an object changed since is refused with 409 Conflict
+ * (SG_EBUSY), to be read again. Nothing to hand over: SG_OK with no
+ * request made and *out NULL; otherwise *out is the patched object. Only
+ * ownership changes, never a field's value. */
+SG_API int sg_kube_adopt_fields(sg_kube *k, const sg_kube_ref *ref, const json_t *live, const char *const *from,
+                                size_t n, const char *field_manager, json_t **out) SG_MUST_CHECK;
+
+/* A create that leaves the object as an apply by field_manager would own
+ * it: the fields body sets (and those the server filled in on create, as
+ * defaults) belong to (field_manager, Apply), so that a later sg_kube_apply
+ * by that manager that leaves one of them out removes it. Unlike an apply
+ * it fails when the name is taken (409 AlreadyExists, SG_EBUSY): for an
+ * object the caller decided to make only because it was absent. Two
+ * requests: the POST (?fieldManager=field_manager), then
+ * sg_kube_adopt_fields from that manager's update. Once the POST has
+ * succeeded the result is SG_OK, with the POST's status in
+ * sg_kube_last_status(): when the second request is refused (the object
+ * written in between) the fields stay the update's, logged at warning
+ * level, for a later sg_kube_adopt_fields; *out is then the POST's
+ * answer. The apply then owns the defaults too: an intent that omits
+ * one asks for its removal, which the server answers by defaulting it
+ * again (or refuses, for an immutable field such as a Job's selector):
+ * meant for kinds with no such defaults (a Secret that sets its type).
+ * ref names the collection (no name, no subresource); field_manager as
+ * for sg_kube_apply. */
 SG_API int sg_kube_create_applied(sg_kube *k, const sg_kube_ref *ref, const json_t *body, const char *field_manager,
                                   json_t **out) SG_MUST_CHECK;
 

@@ -1386,6 +1386,47 @@ static bool tls_current(const pass *p, const char *crt, size_t crt_len, const ch
 	return ok;
 }
 
+/* Our Secret's fields handed to the operator's apply when updates own
+ * some of them: a Secret created by a plain POST (by signet before it
+ * created this Secret as an apply, whose writes carried no field manager
+ * and are owned by the User-Agent's; or one whose second step was
+ * refused) keeps a label dropped from controllerConfig for good
+ * otherwise. Only ownership changes. Returns the copy the pass goes on
+ * with: the patched Secret when it was patched (read from the server, so
+ * wiped after the pass), else sec. A Secret changed since the copy (a
+ * cache behind) is refused and left to the pass its watch event brings;
+ * any other failure is logged and the pass goes on: it decides nothing. */
+static json_t *adopt_secret(pass *p, json_t *sec)
+{
+	static const char *const from[] = {SG_KUBE_USER_AGENT_MANAGER, SG_OPR_FIELD_MANAGER};
+	sg_kube_ref ref = K[W_SECRET].ref;
+	ref.ns = p->t->ns;
+	ref.name = OBJ_TLS;
+	json_t *adopted = NULL;
+	int rc = sg_ctrl_stopping(p->c) ? SG_OK
+	                                : sg_kube_adopt_fields(sg_ctrl_kube(p->c), &ref, sec, from, 2,
+	                                                       sg_ctrl_field_manager(p->c), &adopted);
+	if (rc < 0 && !sg_kube_conflict(rc))
+		sg_log(SG_LOG_WARN, "trustmanager: cannot hand the webhook Secret's fields to the operator's apply",
+		       SG_F_STR("namespace", p->t->ns), SG_F_STR("secret", OBJ_TLS),
+		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	const char *rv = sg_kube_meta_str(adopted, "resourceVersion");
+	if (!adopted || !rv || !*rv) {
+		sg_kube_secret_release(&adopted);
+		return sec;
+	}
+	sg_log(SG_LOG_INFO, "trustmanager: the webhook Secret's fields handed to the operator's apply",
+	       SG_F_STR("namespace", p->t->ns), SG_F_STR("secret", OBJ_TLS), SG_F_END);
+	atomic_fetch_add(&p->t->st.writes, 1);
+	if (p->tls_copy_read)
+		sg_kube_secret_wipe(sec);
+	json_decref(sec);
+	p->tls_copy = adopted;
+	p->tls_copy_read = true;
+	p->tls_rv = rv;
+	return adopted;
+}
+
 /* Without cert-manager: the webhook's certificate, signet's own. The
  * Secret's pair is kept while it is ours, fits the Service's name and is
  * in the first two thirds of its life; otherwise a new self-signed pair
@@ -1410,6 +1451,8 @@ static int own_certificate(pass *p)
 	p->tls_rv = sec ? sg_kube_meta_str(sec, "resourceVersion") : NULL;
 	SG_ENSURE(!sec || (p->tls_rv && *p->tls_rv), SG_EINVAL, "trustmanager: Secret %s/%s has no resourceVersion",
 	          p->t->ns, OBJ_TLS);
+	if (sec && ours(sec))
+		sec = adopt_secret(p, sec);
 	const json_t *data = json_object_get(sec, "data");
 	size_t clen = 0, klen = 0, alen = 0;
 	char *crt = ours(sec) ? b64_value(data, "tls.crt", TLS_PEM_MAX, &clen) : NULL;

@@ -392,6 +392,7 @@ static void t_create_applied(void)
 	json_t *made = NULL, *after = NULL;
 	size_t all = 0;
 	SG_CHECK_OK(sg_kube_create_applied(k, &coll, body, "signet-c", &made));
+	SG_CHECK(sg_kube_last_status()->code == 201); /* the create's */
 	SG_CHECK(made && has_label(made, "b"));
 	SG_CHECK(entries(made, "signet-c", "Apply", &all) == 1 && all == 1);
 
@@ -410,14 +411,54 @@ static void t_create_applied(void)
 	/* What a plain create leaves behind: the same apply keeps b, owned by
 	 * an update under the client's User-Agent. */
 	json_t *pbody = labelled_cm("made-plain", true), *pless = labelled_cm("made-plain", false);
+	/* The apply's own intent has a label c the create had not. */
+	json_t *pmore = labelled_cm("made-plain", false);
+	json_object_set_new(json_object_get(json_object_get(pmore, "metadata"), "labels"), "c", json_string("3"));
 	SG_CHECK_OK(sg_kube_create(k, &coll, pbody, NULL));
-	SG_CHECK_OK(sg_kube_apply(k, &plain, pless, "signet-c", false, &after));
-	SG_CHECK(after && has_label(after, "b"));
+	SG_CHECK_OK(sg_kube_apply(k, &plain, pmore, "signet-c", false, &after));
+	SG_CHECK(after && has_label(after, "b") && has_label(after, "c"));
 	SG_CHECK(entries(after, "signet-c", "Apply", &all) == 1 && all == 2);
+	SG_CHECK(entries(after, SG_KUBE_USER_AGENT_MANAGER, "Update", &all) == 1);
+
+	/* Adopted: the update's fields join the apply's, values unchanged;
+	 * the next apply without b and c removes both (b was the update's
+	 * alone, c the apply's alone: the union of the two). */
+	const char *from[] = {"someone-else", SG_KUBE_USER_AGENT_MANAGER};
+	json_t *adopted = NULL, *again = NULL, *last = NULL;
+	SG_CHECK_OK(sg_kube_adopt_fields(k, &plain, after, from, 2, "signet-c", &adopted));
+	SG_CHECK(adopted && has_label(adopted, "b"));
+	SG_CHECK(entries(adopted, "signet-c", "Apply", &all) == 1 && all == 1);
+	/* The copy read before is stale now: refused as a conflict. */
+	rc = sg_kube_adopt_fields(k, &plain, after, from, 2, "signet-c", NULL);
+	SG_CHECK(rc == SG_EBUSY && sg_kube_conflict(rc));
+	/* Nothing left to adopt: no request. */
+	SG_CHECK_OK(sg_kube_adopt_fields(k, &plain, adopted, from, 2, "signet-c", &again));
+	SG_CHECK(again == NULL);
+	SG_CHECK_OK(sg_kube_apply(k, &plain, pless, "signet-c", false, &last));
+	SG_CHECK(last && has_label(last, "a") && !has_label(last, "b") && !has_label(last, "c"));
+	SG_CHECK_RC(sg_kube_adopt_fields(k, &one, adopted, from, 2, "signet-c", NULL), SG_EINVAL); /* another name */
+
+	/* A JSON patch is all or none: a failed test refuses it (422). */
+	json_t *ops = json_pack("[{s:s, s:s, s:s}, {s:s, s:s, s:s}]", "op", "test", "path", "/data/k", "value", "not-v",
+	                        "op", "replace", "path", "/data/k", "value", "w");
+	SG_CHECK_RC(sg_kube_json_patch(k, &plain, ops, NULL), SG_EINVAL);
+	SG_CHECK(sg_kube_last_status()->code == 422);
+	json_object_set_new(json_array_get(ops, 0), "value", json_string("v"));
+	json_t *patched = NULL;
+	SG_CHECK_OK(sg_kube_json_patch(k, &plain, ops, &patched));
+	SG_CHECK(patched && strcmp(data_of(patched, "k"), "w") == 0);
+	json_t *empty = json_array();
+	SG_CHECK_RC(sg_kube_json_patch(k, &plain, empty, NULL), SG_EINVAL);
+	json_decref(empty);
+	json_decref(ops);
+	json_decref(patched);
+	json_decref(adopted);
+	json_decref(last);
 
 	/* Arguments: a field manager as for an apply, a collection only. */
 	SG_CHECK_RC(sg_kube_create_applied(k, &coll, body, "", NULL), SG_EINVAL);
 	SG_CHECK_MSG("kube: create_applied needs a field manager of 1..128 bytes");
+	SG_CHECK_RC(sg_kube_adopt_fields(k, &plain, body, NULL, 0, "signet-c", NULL), SG_EINVAL); /* no version */
 	SG_CHECK_RC(sg_kube_create_applied(k, &coll, body, "bad\nmanager", NULL), SG_EINVAL);
 	SG_CHECK_RC(sg_kube_create_applied(k, &one, body, "signet-c", NULL), SG_EINVAL);
 
@@ -427,6 +468,7 @@ static void t_create_applied(void)
 	json_decref(less);
 	json_decref(pbody);
 	json_decref(pless);
+	json_decref(pmore);
 	json_decref(made);
 	json_decref(after);
 }
