@@ -852,39 +852,63 @@ int sg_kube_json_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *ops, js
 	return call(k, "PATCH", ref, &u, "application/json-patch+json", ops, out);
 }
 
-/* Whether managedFields entry m is an update of the object itself (no
- * subresource) by one of from[0..n). */
+/* Whether managedFields entry m, of the object itself (no subresource),
+ * is by manager who with operation op, and has its fields. */
+static bool entry_is(const json_t *m, const char *who, const char *op)
+{
+	const char *w = json_string_value(json_object_get(m, "manager"));
+	const char *o = json_string_value(json_object_get(m, "operation"));
+	const char *sub = json_string_value(json_object_get(m, "subresource"));
+	return w && o && strcmp(w, who) == 0 && strcmp(o, op) == 0 && (!sub || !*sub) &&
+	       json_is_object(json_object_get(m, "fieldsV1"));
+}
+
+/* Whether m is an update by one of from[0..n). */
 static bool adoptable(const json_t *m, const char *const *from, size_t n)
 {
-	const char *who = json_string_value(json_object_get(m, "manager"));
-	const char *op = json_string_value(json_object_get(m, "operation"));
-	const char *sub = json_string_value(json_object_get(m, "subresource"));
-	if (!who || !op || strcmp(op, "Update") != 0 || (sub && *sub) ||
-	    !json_is_object(json_object_get(m, "fieldsV1")))
-		return false;
 	for (size_t i = 0; i < n; i++)
-		if (from[i] && strcmp(who, from[i]) == 0)
+		if (from[i] && entry_is(m, from[i], "Update"))
 			return true;
 	return false;
 }
 
-static bool own_apply(const json_t *m, const char *field_manager)
+/* The apiVersion the merged entry speaks: its fields are paths in that
+ * version's schema, so only entries of the same version are merged (the
+ * own Apply entry's when there is one, else the first adoptable one's). */
+static const char *adopt_version(const json_t *mf, const char *const *from, size_t n, const char *field_manager)
 {
-	const char *who = json_string_value(json_object_get(m, "manager"));
-	const char *op = json_string_value(json_object_get(m, "operation"));
-	const char *sub = json_string_value(json_object_get(m, "subresource"));
-	return who && op && strcmp(who, field_manager) == 0 && strcmp(op, "Apply") == 0 && (!sub || !*sub);
+	const char *first = NULL;
+	size_t i;
+	const json_t *m;
+	json_array_foreach(mf, i, m)
+	{
+		const char *v = json_string_value(json_object_get(m, "apiVersion"));
+		if (v && entry_is(m, field_manager, "Apply"))
+			return v;
+		if (v && !first && adoptable(m, from, n))
+			first = v;
+	}
+	return first;
 }
 
 /* live's managedFields with the adoptable entries and field_manager's own
- * apply entry merged into one apply entry (fieldsV1 the union: FieldsV1
- * is a tree of objects, so a recursive object update is the union of
- * two sets). NULL with *none true when there is nothing to adopt. */
+ * apply entry (of one apiVersion) merged into one apply entry whose
+ * fieldsV1 is the union: FieldsV1 is a tree of objects ("f:", "k:", "v:"
+ * and "." keys, every value an object), so a recursive object update is
+ * the union of two sets. live is not modified: what is merged in is a
+ * copy (json_object_update_recursive attaches the subtrees it does not
+ * find, which a later merge would then write into). NULL with *none
+ * true when there is nothing to adopt. */
 static json_t *adopted_fields(const json_t *live, const char *const *from, size_t n, const char *field_manager,
                               bool *none)
 {
 	*none = true;
 	const json_t *mf = json_object_get(json_object_get(live, "metadata"), "managedFields");
+	const char *version = adopt_version(mf, from, n, field_manager);
+	if (!version)
+		return NULL;
+	char now[40];
+	rfc3339_now(now, sizeof(now));
 	json_t *keep = json_array(), *merged = NULL;
 	if (!keep)
 		return NULL;
@@ -892,23 +916,29 @@ static json_t *adopted_fields(const json_t *live, const char *const *from, size_
 	const json_t *m;
 	json_array_foreach(mf, i, m)
 	{
-		bool take = adoptable(m, from, n);
-		if (!take && !own_apply(m, field_manager)) {
+		const char *v = json_string_value(json_object_get(m, "apiVersion"));
+		bool take = v && strcmp(v, version) == 0 && adoptable(m, from, n);
+		if (!take && !(v && strcmp(v, version) == 0 && entry_is(m, field_manager, "Apply"))) {
 			if (json_array_append(keep, (json_t *)m) != 0)
 				goto oom;
 			continue;
 		}
 		if (take)
 			*none = false;
-		if (!merged) {
-			merged = json_deep_copy(m);
-			if (!merged || json_object_set_new(merged, "manager", json_string(field_manager)) != 0 ||
-			    json_object_set_new(merged, "operation", json_string("Apply")) != 0 ||
-			    json_object_set_new(merged, "fieldsType", json_string("FieldsV1")) != 0)
-				goto oom;
-		} else if (json_object_update_recursive(json_object_get(merged, "fieldsV1"),
-		                                        json_object_get(m, "fieldsV1")) != 0) {
+		json_t *fields = json_deep_copy(json_object_get(m, "fieldsV1"));
+		if (!fields)
 			goto oom;
+		if (!merged) {
+			merged =
+			    json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "manager", field_manager, "operation", "Apply",
+			              "apiVersion", version, "time", now, "fieldsType", "FieldsV1", "fieldsV1", fields);
+			if (!merged)
+				goto oom;
+		} else {
+			int rc = json_object_update_recursive(json_object_get(merged, "fieldsV1"), fields);
+			json_decref(fields);
+			if (rc != 0)
+				goto oom;
 		}
 	}
 	if (*none) {
@@ -956,6 +986,15 @@ int sg_kube_adopt_fields(sg_kube *k, const sg_kube_ref *ref, const json_t *live,
 	json_decref(ops);
 	if (rc < 0)
 		return rc;
+	/* An API server that cannot read the entries keeps its own and
+	 * answers 200: said, so that a caller does not write again and again. */
+	json_t *still = adopted_fields(answer, from, n, field_manager, &none);
+	json_decref(still);
+	if (!none) {
+		sg_kube_secret_release(&answer);
+		SG_BAIL(SG_EPROTO, "kube: PATCH %s %s: the API server kept the updates' managedFields entries",
+		        ref->resource, ref->name);
+	}
 	if (out)
 		*out = answer;
 	else

@@ -266,24 +266,28 @@ SG_API int sg_kube_apply(sg_kube *k, const sg_kube_ref *ref, const json_t *body,
 SG_API int sg_kube_json_patch(sg_kube *k, const sg_kube_ref *ref, const json_t *ops, json_t **out) SG_MUST_CHECK;
 
 /* The field manager the API server names a write by after this client's
- * default User-Agent ("signet/<version> (kube)") when the request names
- * none: every create, update and merge patch signet made without
- * ?fieldManager= is owned by an update of this manager. */
+ * default User-Agent ("signet/<version> (kube)", when
+ * sg_kube_opts.user_agent is not set) when the request names none: every create, update and merge patch signet made
+ * without ?fieldManager= is owned by an update of this manager. */
 #define SG_KUBE_USER_AGENT_MANAGER "signet"
 
 /* Hands to field_manager's apply the fields that updates by the managers
  * from[0..n) own in live (the object as read, with its resourceVersion
  * and metadata.managedFields): those entries (operation Update, no
- * subresource) and field_manager's own Apply entry become one Apply entry
- * of field_manager owning the union of their fields, so that its next
+ * subresource) and field_manager's own Apply entry, those of one
+ * apiVersion (the Apply entry's), become one Apply entry of field_manager
+ * owning the union of their fields, so that its next
  * apply that leaves one of them out removes it. An update's fields are
  * otherwise never an apply's to remove: a label dropped from an intent
  * would stay on an object created, or once written, by a plain request.
  * A JSON patch of metadata.managedFields that writes back live's
  * resourceVersion: an object changed since is refused with 409 Conflict
  * (SG_EBUSY), to be read again. Nothing to hand over: SG_OK with no
- * request made and *out NULL; otherwise *out is the patched object. Only
- * ownership changes, never a field's value. */
+ * request made and *out NULL; otherwise *out is the patched object. An
+ * answer that still lists those updates (a server that could not read
+ * the entries keeps its own) is SG_EPROTO. Only ownership changes, never
+ * a field's value. live is not modified; ref names it (its name is
+ * checked against live's, its namespace is not). */
 SG_API int sg_kube_adopt_fields(sg_kube *k, const sg_kube_ref *ref, const json_t *live, const char *const *from,
                                 size_t n, const char *field_manager, json_t **out) SG_MUST_CHECK;
 

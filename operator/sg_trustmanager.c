@@ -1410,6 +1410,8 @@ static json_t *adopt_secret(pass *p, json_t *sec)
 		sg_log(SG_LOG_WARN, "trustmanager: cannot hand the webhook Secret's fields to the operator's apply",
 		       SG_F_STR("namespace", p->t->ns), SG_F_STR("secret", OBJ_TLS),
 		       SG_F_STR("error", sg_error_last()->msg), SG_F_END);
+	if (rc < 0)
+		sg_error_clear(); /* the pass goes on: nothing of it was decided here */
 	const char *rv = sg_kube_meta_str(adopted, "resourceVersion");
 	if (!adopted || !rv || !*rv) {
 		sg_kube_secret_release(&adopted);

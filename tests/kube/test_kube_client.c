@@ -431,9 +431,11 @@ static void t_create_applied(void)
 	/* The copy read before is stale now: refused as a conflict. */
 	rc = sg_kube_adopt_fields(k, &plain, after, from, 2, "signet-c", NULL);
 	SG_CHECK(rc == SG_EBUSY && sg_kube_conflict(rc));
-	/* Nothing left to adopt: no request. */
+	SG_CHECK(strcmp(sg_kube_last_status()->reason, "Conflict") == 0);
+	/* Nothing left to adopt: no request (the last status is still the
+	 * conflict's). */
 	SG_CHECK_OK(sg_kube_adopt_fields(k, &plain, adopted, from, 2, "signet-c", &again));
-	SG_CHECK(again == NULL);
+	SG_CHECK(again == NULL && sg_kube_last_status()->code == 409);
 	SG_CHECK_OK(sg_kube_apply(k, &plain, pless, "signet-c", false, &last));
 	SG_CHECK(last && has_label(last, "a") && !has_label(last, "b") && !has_label(last, "c"));
 	SG_CHECK_RC(sg_kube_adopt_fields(k, &one, adopted, from, 2, "signet-c", NULL), SG_EINVAL); /* another name */
@@ -458,7 +460,10 @@ static void t_create_applied(void)
 	/* Arguments: a field manager as for an apply, a collection only. */
 	SG_CHECK_RC(sg_kube_create_applied(k, &coll, body, "", NULL), SG_EINVAL);
 	SG_CHECK_MSG("kube: create_applied needs a field manager of 1..128 bytes");
-	SG_CHECK_RC(sg_kube_adopt_fields(k, &plain, body, NULL, 0, "signet-c", NULL), SG_EINVAL); /* no version */
+	json_t *unread = labelled_cm("made-plain", true); /* the right name, no resourceVersion */
+	SG_CHECK_RC(sg_kube_adopt_fields(k, &plain, unread, NULL, 0, "signet-c", NULL), SG_EINVAL);
+	SG_CHECK_MSG("kube: adopt_fields needs the object as read (its name and resourceVersion)");
+	json_decref(unread);
 	SG_CHECK_RC(sg_kube_create_applied(k, &coll, body, "bad\nmanager", NULL), SG_EINVAL);
 	SG_CHECK_RC(sg_kube_create_applied(k, &one, body, "signet-c", NULL), SG_EINVAL);
 

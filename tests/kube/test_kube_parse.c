@@ -448,6 +448,39 @@ static sg_kube *offline_client(void)
 	return k;
 }
 
+/* sg_kube_adopt_fields merges copies: the object it was given (a
+ * shared informer copy, in the operator) is the same after it, whatever
+ * the request's fate, with three entries merged (the third merge
+ * descends into what the second attached). */
+static void t_adopt_leaves_live(void)
+{
+	sg_kube *k = offline_client();
+	json_t *live = json_loads(
+	    "{\"metadata\": {\"name\": \"s\", \"resourceVersion\": \"7\", \"managedFields\": ["
+	    "{\"manager\": \"signet\", \"operation\": \"Update\", \"apiVersion\": \"v1\", \"fieldsType\": \"FieldsV1\","
+	    " \"fieldsV1\": {\"f:metadata\": {\"f:labels\": {\"f:a\": {}}}}},"
+	    "{\"manager\": \"signet-operator\", \"operation\": \"Update\", \"apiVersion\": \"v1\","
+	    " \"fieldsType\": \"FieldsV1\", \"fieldsV1\": {\"f:data\": {\"f:tls.crt\": {}}}},"
+	    "{\"manager\": \"signet-operator\", \"operation\": \"Apply\", \"apiVersion\": \"v1\","
+	    " \"fieldsType\": \"FieldsV1\", \"fieldsV1\": {\"f:data\": {\"f:ca.crt\": {}}}},"
+	    "{\"manager\": \"x\", \"operation\": \"Update\", \"apiVersion\": \"v1beta1\", \"fieldsType\": \"FieldsV1\","
+	    " \"fieldsV1\": {\"f:data\": {\"f:other\": {}}}}]}}",
+	    0, NULL);
+	json_t *before = json_deep_copy(live);
+	SG_CHECK(live && before);
+	sg_kube_ref r = {.version = "v1", .resource = "secrets", .ns = "default", .name = "s"};
+	const char *from[] = {"signet", "signet-operator"};
+	/* Nothing listens on port 1: the request fails after the merge. */
+	SG_CHECK_RC(sg_kube_adopt_fields(k, &r, live, from, 2, "signet-operator", NULL), SG_EBUSY);
+	SG_CHECK(json_equal(live, before));
+	/* Nothing of from's: no request, no error. */
+	const char *none[] = {"nobody"};
+	SG_CHECK_OK(sg_kube_adopt_fields(k, &r, live, none, 1, "signet-operator", NULL));
+	json_decref(live);
+	json_decref(before);
+	sg_kube_free(k);
+}
+
 static void t_refs_checked(void)
 {
 	sg_kube *k = offline_client();
@@ -618,4 +651,4 @@ SG_TEST_MAIN(SG_TEST(t_kubeconfig_yaml), SG_TEST(t_kubeconfig_base64_lines), SG_
              SG_TEST(t_kubeconfig_refused), SG_TEST(t_kubeconfig_billion_laughs), SG_TEST(t_kubeconfig_hostile_names),
              SG_TEST(t_in_cluster), SG_TEST(t_watch_parser_chunks), SG_TEST(t_watch_parser_hostile),
              SG_TEST(t_status_parse), SG_TEST(t_error_table), SG_TEST(t_refs_checked), SG_TEST(t_ratelimit),
-             SG_TEST(t_secret_wipe), SG_TEST(t_zz_cleanup))
+             SG_TEST(t_secret_wipe), SG_TEST(t_adopt_leaves_live), SG_TEST(t_zz_cleanup))
