@@ -891,40 +891,51 @@ static const char *adopt_version(const json_t *mf, const char *const *from, size
 	return first;
 }
 
-/* live's managedFields with the adoptable entries and field_manager's own
- * apply entry (of one apiVersion) merged into one apply entry whose
- * fieldsV1 is the union: FieldsV1 is a tree of objects ("f:", "k:", "v:"
- * and "." keys, every value an object), so a recursive object update is
- * the union of two sets. live is not modified: what is merged in is a
- * copy (json_object_update_recursive attaches the subtrees it does not
- * find, which a later merge would then write into). NULL with *none
- * true when there is nothing to adopt. */
-static json_t *adopted_fields(const json_t *live, const char *const *from, size_t n, const char *field_manager,
-                              bool *none)
+/* Whether obj's managedFields hold an update of from[0..n) to adopt: one
+ * of the version adopt_version picks. */
+static bool anything_to_adopt(const json_t *obj, const char *const *from, size_t n, const char *field_manager)
 {
-	*none = true;
-	const json_t *mf = json_object_get(json_object_get(live, "metadata"), "managedFields");
+	const json_t *mf = json_object_get(json_object_get(obj, "metadata"), "managedFields");
 	const char *version = adopt_version(mf, from, n, field_manager);
-	if (!version)
-		return NULL;
-	char now[40];
-	rfc3339_now(now, sizeof(now));
-	json_t *keep = json_array(), *merged = NULL;
-	if (!keep)
-		return NULL;
 	size_t i;
 	const json_t *m;
 	json_array_foreach(mf, i, m)
 	{
 		const char *v = json_string_value(json_object_get(m, "apiVersion"));
-		bool take = v && strcmp(v, version) == 0 && adoptable(m, from, n);
-		if (!take && !(v && strcmp(v, version) == 0 && entry_is(m, field_manager, "Apply"))) {
+		if (version && v && strcmp(v, version) == 0 && adoptable(m, from, n))
+			return true;
+	}
+	return false;
+}
+
+/* live's managedFields (anything_to_adopt true) with the adoptable entries
+ * and field_manager's own apply entry, those of one apiVersion, merged into
+ * one apply entry whose fieldsV1 is the union: FieldsV1 is a tree of
+ * objects ("f:", "k:", "v:" and "." keys, every value an object), so a
+ * recursive object update is the union of two sets. live is not modified:
+ * what is merged in is a copy (json_object_update_recursive attaches the
+ * subtrees it does not find, which a later merge would then write into).
+ * NULL: out of memory. */
+static json_t *adopted_fields(const json_t *live, const char *const *from, size_t n, const char *field_manager)
+{
+	const json_t *mf = json_object_get(json_object_get(live, "metadata"), "managedFields");
+	const char *version = adopt_version(mf, from, n, field_manager);
+	char now[40];
+	rfc3339_now(now, sizeof(now));
+	json_t *keep = json_array(), *merged = NULL;
+	if (!keep || !version)
+		goto oom;
+	size_t i;
+	const json_t *m;
+	json_array_foreach(mf, i, m)
+	{
+		const char *v = json_string_value(json_object_get(m, "apiVersion"));
+		bool same = v && strcmp(v, version) == 0;
+		if (!same || (!adoptable(m, from, n) && !entry_is(m, field_manager, "Apply"))) {
 			if (json_array_append(keep, (json_t *)m) != 0)
 				goto oom;
 			continue;
 		}
-		if (take)
-			*none = false;
 		json_t *fields = json_deep_copy(json_object_get(m, "fieldsV1"));
 		if (!fields)
 			goto oom;
@@ -941,18 +952,12 @@ static json_t *adopted_fields(const json_t *live, const char *const *from, size_
 				goto oom;
 		}
 	}
-	if (*none) {
-		json_decref(keep);
-		json_decref(merged);
-		return NULL;
-	}
 	if (json_array_append_new(keep, merged) != 0) {
 		merged = NULL;
 		goto oom;
 	}
 	return keep;
 oom:
-	*none = false;
 	json_decref(keep);
 	json_decref(merged);
 	return NULL;
@@ -969,10 +974,9 @@ int sg_kube_adopt_fields(sg_kube *k, const sg_kube_ref *ref, const json_t *live,
 	const char *rv = sg_kube_meta_str(live, "resourceVersion"), *name = sg_kube_meta_str(live, "name");
 	SG_ENSURE(rv && *rv && name && strcmp(name, ref->name) == 0, SG_EINVAL,
 	          "kube: adopt_fields needs the object as read (its name and resourceVersion)");
-	bool none = true;
-	json_t *fields = adopted_fields(live, from, n, field_manager, &none);
-	if (none)
+	if (!anything_to_adopt(live, from, n, field_manager))
 		return SG_OK;
+	json_t *fields = adopted_fields(live, from, n, field_manager);
 	SG_ENSURE(fields, SG_EINTERNAL, "kube: out of memory");
 	/* The resourceVersion written back is the one read: the API server
 	 * refuses the patch with 409 Conflict when the object changed since,
@@ -988,9 +992,7 @@ int sg_kube_adopt_fields(sg_kube *k, const sg_kube_ref *ref, const json_t *live,
 		return rc;
 	/* An API server that cannot read the entries keeps its own and
 	 * answers 200: said, so that a caller does not write again and again. */
-	json_t *still = adopted_fields(answer, from, n, field_manager, &none);
-	json_decref(still);
-	if (!none) {
+	if (anything_to_adopt(answer, from, n, field_manager)) {
 		sg_kube_secret_release(&answer);
 		SG_BAIL(SG_EPROTO, "kube: PATCH %s %s: the API server kept the updates' managedFields entries",
 		        ref->resource, ref->name);

@@ -476,6 +476,30 @@ static void t_adopt_leaves_live(void)
 	/* Nothing of from's: no request, no error. */
 	const char *none[] = {"nobody"};
 	SG_CHECK_OK(sg_kube_adopt_fields(k, &r, live, none, 1, "signet-operator", NULL));
+	/* Entries of the wrong shape are nobody's to adopt (no request: the
+	 * offline client would fail one): managedFields not an array, a
+	 * manager not a string, fieldsV1 not an object, a subresource's
+	 * update, no apiVersion. */
+	static const char *const odd[] = {
+	    "\"managedFields\": {\"manager\": \"signet\"}",
+	    "\"managedFields\": [{\"manager\": 7, \"operation\": \"Update\", \"apiVersion\": \"v1\", \"fieldsV1\": "
+	    "{}}]",
+	    "\"managedFields\": [{\"manager\": \"signet\", \"operation\": \"Update\", \"apiVersion\": \"v1\", "
+	    "\"fieldsV1\": \"f:data\"}]",
+	    "\"managedFields\": [{\"manager\": \"signet\", \"operation\": \"Update\", \"apiVersion\": \"v1\", "
+	    "\"subresource\": \"status\", \"fieldsV1\": {}}]",
+	    "\"managedFields\": [{\"manager\": \"signet\", \"operation\": \"Update\", \"fieldsV1\": {}}]",
+	    "\"managedFields\": [null, 3, \"x\"]",
+	};
+	for (size_t i = 0; i < sizeof(odd) / sizeof(odd[0]); i++) {
+		char text[512];
+		snprintf(text, sizeof(text), "{\"metadata\": {\"name\": \"s\", \"resourceVersion\": \"7\", %s}}",
+		         odd[i]);
+		json_t *o = json_loads(text, 0, NULL);
+		SG_CHECK(o != NULL);
+		SG_CHECK_OK(sg_kube_adopt_fields(k, &r, o, from, 2, "signet-operator", NULL));
+		json_decref(o);
+	}
 	json_decref(live);
 	json_decref(before);
 	sg_kube_free(k);
