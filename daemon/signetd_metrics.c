@@ -388,7 +388,8 @@ int signetd_start_hsm_probes(daemon *d)
 	static const char *const labels[] = {"token", "serial", "result"};
 	SG_TRY(sg_metrics_counter(&m->probe_results, m->reg, "signet_hsm_probes_total",
 	                          "Health probes of each HSM token by result: ok, failed (an error, and a test "
-	                          "signature failed too), late (answered after hsm-probe-timeout).",
+	                          "signature failed too), late (answered after hsm-probe-timeout). A token that "
+	                          "signed for requests since its last probe is not probed.",
 	                          labels, 3));
 	SG_TRY(sg_metrics_histogram(&m->probe_duration, m->reg, "signet_hsm_probe_duration_seconds",
 	                            "How long each HSM token's health probes took.", SG_METRICS_LATENCY_BOUNDS,

@@ -183,6 +183,7 @@
 #define PROBE_EVERY_MS 1000  /* test signatures on a failing token, at most this often */
 #define PROBES_BEFORE_REINIT 5 /* failed test signatures in a row before the module is re-initialised */
 #define WAIT_SAMPLE_GAP_NS 10000000ull /* at most one signing call per token per 10 ms has its wait measured */
+#define SIGNED_STEP_NS 10000000ull     /* token.signed_ns is rewritten at most once per 10 ms */
 #define SLEPT_MIN_NS 20000u            /* a measured call that slept this long waited for the token */
 #define RESERVED_SESSIONS 2    /* of a token's ulMaxSessionCount: the admin session and a probe's */
 #define RECHECK_DRAIN_MS 250 /* longest wait for calls in flight before a handle re-check gives up */
@@ -1110,6 +1111,7 @@ static int select_tokens(sg_hsm *h, P11KitUri *turi, P11KitUri *kuri, const char
 		atomic_init(&t->wait_samples, 0);
 		atomic_init(&t->asleep_samples, 0);
 		atomic_init(&t->next_sample_ns, 0);
+		atomic_init(&t->signed_ns, 0);
 		SG_ENSURE(pthread_mutex_init(&t->lock, NULL) == 0, SG_EINTERNAL, "pthread_mutex_init failed");
 		t->lock_init = true;
 		atomic_init(&t->auth_failed, false);
@@ -1795,6 +1797,14 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 			atomic_fetch_add_explicit(&t->asleep_samples, 1, memory_order_relaxed);
 	}
 	atomic_fetch_add_explicit(&t->sign_ns, wall, memory_order_relaxed);
+	if (rv == CKR_OK) {
+		/* The token signs: the health probes' verdict yields to it
+		 * (hsm_token_signed_since). Rewritten only when SIGNED_STEP_NS
+		 * old, so a busy token's signatures mostly only read it. */
+		uint64_t end = w0 + wall, last = atomic_load_explicit(&t->signed_ns, memory_order_relaxed);
+		if (end > last && end - last >= SIGNED_STEP_NS)
+			atomic_store_explicit(&t->signed_ns, end, memory_order_relaxed);
+	}
 	sg_hsm_sign_fn cb = atomic_load_explicit(&s->h->on_sign, memory_order_acquire);
 	if (cb)
 		cb(s->tok, (double)wall / 1e9, atomic_load_explicit(&s->h->on_sign_arg, memory_order_relaxed));
@@ -1986,6 +1996,17 @@ static bool token_failing(token *t)
 bool hsm_token_troubled(token *t)
 {
 	return token_failing(t) || atomic_load(&t->down) || atomic_load(&t->lost);
+}
+
+uint64_t hsm_token_signed_at(const token *t)
+{
+	return atomic_load_explicit(&((token *)t)->signed_ns, memory_order_relaxed);
+}
+
+bool hsm_token_signed_since(const token *t, uint64_t since_ns)
+{
+	uint64_t at = hsm_token_signed_at(t);
+	return at && at >= since_ns;
 }
 
 /* The fixed input of test signatures: 32 zero bytes for ECDSA, a SHA-256

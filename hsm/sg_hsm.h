@@ -229,7 +229,11 @@ typedef struct sg_hsm_probe_options {
  * sg_hsm_sign's recovery. The probe's verdict joins sg_hsm_stats_get's
  * state: a token whose last probe failed or came late, or whose probe has
  * been inside the module for timeout_ms, is down until a probe answers in
- * time again (after a late answer the next probe is made at once). Once
+ * time again (after a late answer the next probe is made at once), unless
+ * a signature for a caller succeeded on it within interval_ms + timeout_ms
+ * (a busy token's probe may wait behind its signatures). A token that
+ * signed for a caller since its last probe, and is not failing, is not
+ * probed when the next one is due (on_probe is not told). Once
  * probes run, sg_hsm_stats_get makes no PKCS#11 call (the probes make the
  * due re-init attempts and test signatures), so a hung module cannot hold
  * up its caller. Call once. Other threads may be reading h's health

@@ -23,6 +23,22 @@
  * (step_ns) and counts a probe past its timeout as down by itself, so the
  * bound is interval + timeout however the threads are scheduled.
  *
+ * A token that signs for callers is not down, whatever its probe says. A
+ * module that serialises its calls (tpm2-pkcs11 behind its resource
+ * manager) queues the probe behind every signature asked of it: under load
+ * the probe comes late, the next one (a test signature) queues again, and
+ * a replica that serves every request was counted unready, and after
+ * hsm-down-limit not alive. So the probe's verdict counts only while no
+ * signature for a caller has succeeded within interval + timeout
+ * (token.signed_ns). A token that goes silent signs nothing more, so the
+ * bound stays interval + timeout; an idle one has only its probe to go by.
+ * A probe due on a token that signed for callers since the last one
+ * is not made at all (it has answered, and the probe would only wait
+ * behind it), unless the token is troubled: then the test signature is
+ * what recovers it. The next one is then due an interval after that
+ * signature, which keeps the bound for a token that goes silent just
+ * after signing.
+ *
  * step_ns is the start of the probe under way (CLOCK_MONOTONIC, made
  * even), 0 between probes; bit 0 says the watcher reported it stuck. The
  * watcher sets the bit with a compare-and-swap and the worker clears the
@@ -78,6 +94,7 @@ typedef struct probe {
 	_Atomic uint64_t step_ns;   /* start of the probe under way | STUCK_BIT; 0: none */
 	_Atomic(const char *) step; /* what it is doing, for the stuck record */
 	atomic_bool down;           /* the last probe failed or came late */
+	uint64_t last_ns;           /* the worker's own: end of its last probe, or the signature it skipped for */
 } probe;
 
 struct hsm_probes {
@@ -115,13 +132,22 @@ static bool past_timeout(const hsm_probes *ps, uint64_t v, uint64_t now_ns)
 	return v && now_ns > start && now_ns - start > ps->timeout_ns;
 }
 
+/* The window in which a signature for a caller outweighs the probe. */
+static uint64_t signed_window_start(const hsm_probes *ps, uint64_t now_ns)
+{
+	uint64_t window = ps->interval_ns + ps->timeout_ns;
+	return now_ns > window ? now_ns - window : 1;
+}
+
 bool hsm_probe_token_down(const sg_hsm *h, size_t i, uint64_t now_ns)
 {
 	hsm_probes *ps = atomic_load(&((sg_hsm *)h)->probes);
 	if (!ps || i >= ps->n || !ps->p[i].s)
 		return false;
 	probe *p = &ps->p[i];
-	return atomic_load(&p->down) || past_timeout(ps, atomic_load(&p->step_ns), now_ns);
+	if (!atomic_load(&p->down) && !past_timeout(ps, atomic_load(&p->step_ns), now_ns))
+		return false;
+	return !hsm_token_signed_since(&h->tokens[i], signed_window_start(ps, now_ns));
 }
 
 bool hsm_probe_wedged(const sg_hsm *h, uint64_t now_ns)
@@ -141,29 +167,45 @@ static const char *result_name(sg_hsm_probe_result r)
 	return (unsigned)r < sizeof(names) / sizeof(names[0]) ? names[r] : "?";
 }
 
-/* One probe of p's token; returns its result and duration. Logs the
- * token's changes between up and down, once each. */
-static sg_hsm_probe_result probe_once(probe *p, double *seconds)
+/* One probe of p's token: false when none was needed (it signed for
+ * callers since the last one; last_ns is then that signature's end), else
+ * true with its result and duration. Logs the token's changes between up
+ * and down, once each. */
+static bool probe_once(probe *p, sg_hsm_probe_result *result, double *seconds)
 {
 	sg_hsm *h = p->h;
 	hsm_probes *ps = atomic_load(&h->probes);
 	token *t = &h->tokens[p->tok];
+	/* A re-init whose backoff is over: what readiness polling made
+	 * before probes ran. */
+	hsm_module_reinit_if_due(h->mod);
 	uint64_t start = sg_now_ns() & ~STUCK_BIT;
 	if (!start)
 		start = 2;
+	/* A token that signed for callers since the last probe has answered
+	 * already, and a module that serialises its calls would only queue
+	 * the probe behind them. Not when it is troubled: the test
+	 * signature is what recovers it. */
+	bool troubled = hsm_token_troubled(t);
+	uint64_t signed_at = hsm_token_signed_at(t);
+	if (!troubled && signed_at > p->last_ns) {
+		p->last_ns = signed_at;
+		if (atomic_exchange(&p->down, false))
+			sg_log(SG_LOG_WARN, "PKCS#11 token signs for callers again; counted as up",
+			       SG_F_STR("token", t->label), SG_F_STR("serial", t->serial_text), SG_F_END);
+		return false;
+	}
 	atomic_store(&p->step_ns, start);
 	pthread_mutex_lock(&ps->mu);
 	pthread_cond_broadcast(&ps->cv); /* the watcher's next deadline */
 	pthread_mutex_unlock(&ps->mu);
 
-	/* A re-init whose backoff is over: what readiness polling made
-	 * before probes ran. Then the cheap call, or a test signature when
-	 * the token has been failing or the cheap call failed (a lost
-	 * session is reopened by it, as for a signature). */
-	hsm_module_reinit_if_due(h->mod);
+	/* The cheap call, or a test signature when the token has been
+	 * failing or the cheap call failed (a lost session is reopened by
+	 * it, as for a signature). */
 	const char *fn = "test signature";
 	int rc = SG_EBUSY;
-	bool test = atomic_load(&p->down) || hsm_token_troubled(t);
+	bool test = troubled || atomic_load(&p->down);
 	if (!test) {
 		atomic_store(&p->step, "C_GetSessionInfo, C_GetTokenInfo");
 		rc = hsm_session_check(p->s, &fn);
@@ -174,6 +216,7 @@ static sg_hsm_probe_result probe_once(probe *p, double *seconds)
 	}
 	uint64_t end = sg_now_ns();
 	uint64_t was = atomic_exchange(&p->step_ns, 0);
+	p->last_ns = end;
 	*seconds = (double)(end - start) / 1e9;
 	sg_hsm_probe_result r = rc < 0                         ? SG_HSM_PROBE_FAILED
 	                        : end - start > ps->timeout_ns ? SG_HSM_PROBE_LATE
@@ -185,17 +228,21 @@ static sg_hsm_probe_result probe_once(probe *p, double *seconds)
 	bool down = r != SG_HSM_PROBE_OK;
 	bool before = atomic_exchange(&p->down, down);
 	if (down && !before)
-		sg_log(SG_LOG_WARN, "PKCS#11 token failed its health probe; counted as down",
-		       SG_F_STR("token", t->label), SG_F_STR("serial", t->serial_text),
-		       SG_F_STR("result", result_name(r)),
-		       SG_F_STR("error",
-		                r == SG_HSM_PROBE_FAILED ? sg_error_last()->msg : "answered after hsm-probe-timeout"),
-		       SG_F_INT("ms", (int64_t)((end - start) / 1000000u)), SG_F_END);
+		sg_log(
+		    SG_LOG_WARN,
+		    hsm_token_signed_since(t, signed_window_start(ps, end))
+		        ? "PKCS#11 token failed its health probe but signs for callers; counted as down once they stop"
+		        : "PKCS#11 token failed its health probe; counted as down",
+		    SG_F_STR("token", t->label), SG_F_STR("serial", t->serial_text), SG_F_STR("result", result_name(r)),
+		    SG_F_STR("error",
+		             r == SG_HSM_PROBE_FAILED ? sg_error_last()->msg : "answered after hsm-probe-timeout"),
+		    SG_F_INT("ms", (int64_t)((end - start) / 1000000u)), SG_F_END);
 	else if (!down && before)
 		sg_log(SG_LOG_WARN, "PKCS#11 token answers its health probe again", SG_F_STR("token", t->label),
 		       SG_F_STR("serial", t->serial_text), SG_F_INT("ms", (int64_t)((end - start) / 1000000u)),
 		       SG_F_END);
-	return r;
+	*result = r;
+	return true;
 }
 
 static void *probe_main(void *arg)
@@ -203,7 +250,8 @@ static void *probe_main(void *arg)
 	probe *p = arg;
 	hsm_probes *ps = atomic_load(&p->h->probes);
 	pthread_mutex_lock(&ps->mu);
-	uint64_t due = sg_now_ns() + ps->interval_ns;
+	p->last_ns = sg_now_ns();
+	uint64_t due = p->last_ns + ps->interval_ns;
 	bool quick = false; /* this probe is the at-once one after a late answer */
 	while (!ps->stop) {
 		if (sg_now_ns() < due) {
@@ -212,19 +260,23 @@ static void *probe_main(void *arg)
 		}
 		pthread_mutex_unlock(&ps->mu);
 		double seconds = 0;
-		sg_hsm_probe_result r = probe_once(p, &seconds);
+		sg_hsm_probe_result r = SG_HSM_PROBE_OK;
+		bool made = probe_once(p, &r, &seconds);
 		pthread_mutex_lock(&ps->mu);
 		if (ps->abandoned) /* sg_hsm_free gave up on this thread: touch nothing */
 			break;
-		if (ps->fn)
+		if (made && ps->fn)
 			ps->fn(p->tok, r, seconds, ps->arg);
 		/* After a late answer (a stuck call that returned) the token is
 		 * judged again at once: it answers, and a fresh probe tells
 		 * whether it does in time. Only once in a row, so that a token
 		 * that is merely slow is still probed once an interval. */
-		bool again = r == SG_HSM_PROBE_LATE && !quick;
+		bool again = made && r == SG_HSM_PROBE_LATE && !quick;
 		quick = again;
-		due = sg_now_ns() + (again ? 0 : ps->interval_ns);
+		/* Not made: due an interval after the signature it skipped for,
+		 * not after now, so that a token that goes silent right after
+		 * one is probed within the interval all the same. */
+		due = made ? sg_now_ns() + (again ? 0 : ps->interval_ns) : p->last_ns + ps->interval_ns;
 	}
 	p->exited = true;
 	pthread_cond_broadcast(&ps->cv);
@@ -253,8 +305,11 @@ static uint64_t watch_once(hsm_probes *ps, uint64_t now_ns)
 			continue; /* it returned meanwhile */
 		token *t = &p->h->tokens[p->tok];
 		const char *step = atomic_load(&p->step);
-		sg_log(SG_LOG_ERROR,
-		       "PKCS#11 health probe stuck in the module past hsm-probe-timeout; token counted as down",
+		bool signs = hsm_token_signed_since(t, signed_window_start(ps, now_ns));
+		sg_log(signs ? SG_LOG_WARN : SG_LOG_ERROR,
+		       signs ? "PKCS#11 health probe stuck in the module past hsm-probe-timeout; the token signs for "
+		               "callers meanwhile"
+		             : "PKCS#11 health probe stuck in the module past hsm-probe-timeout; token counted as down",
 		       SG_F_STR("token", t->label), SG_F_STR("serial", t->serial_text),
 		       SG_F_STR("call", step ? step : "?"), SG_F_INT("ms", (int64_t)((now_ns - v) / 1000000u)),
 		       SG_F_END);

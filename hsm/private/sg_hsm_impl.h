@@ -95,6 +95,7 @@ typedef struct token {
 	atomic_uint in_flight; /* signing calls inside the module now */
 	_Atomic uint64_t sign_calls, sign_ns, sign_wait_ns, wait_samples, asleep_samples;
 	_Atomic uint64_t next_sample_ns; /* the next call at or after it has its wait measured */
+	_Atomic uint64_t signed_ns;      /* end of a recent signature for a caller (CLOCK_MONOTONIC); 0: none */
 } token;
 
 typedef struct hsm_probes hsm_probes; /* sg_hsm_probe.c */
@@ -270,12 +271,18 @@ int hsm_session_test_sign(sg_hsm_session *s, uint64_t deadline_ns);
 /* Whether t counts as failing or down from signing and reopening alone
  * (without the probes' verdict). */
 bool hsm_token_troubled(token *t);
+/* When the last signature for a caller (not a probe's) succeeded on t,
+ * give or take SIGNED_STEP_NS (CLOCK_MONOTONIC; 0: none yet), and whether
+ * one did at or after since_ns (sg_hsm.c). */
+uint64_t hsm_token_signed_at(const token *t);
+bool hsm_token_signed_since(const token *t, uint64_t since_ns);
 /* Makes a module re-init that is due (backoff over); what sg_hsm_stats_get
  * does when no probe runs. */
 void hsm_module_reinit_if_due(module *m);
 
 /* sg_hsm_probe.c: whether token i counts as down by its probe (the last
- * probe failed, or one has been inside the module past the timeout), and
+ * probe failed, or one has been inside the module past the timeout, and
+ * no signature for a caller succeeded within interval + timeout), and
  * whether any probe of h is stuck in the module now. Pure reads. */
 bool hsm_probe_token_down(const sg_hsm *h, size_t i, uint64_t now_ns);
 bool hsm_probe_wedged(const sg_hsm *h, uint64_t now_ns);

@@ -12,6 +12,9 @@ under a deadline), one fault at a time:
   * a C_Sign that hangs until released, while the others keep signing, and
     hangs on every signer thread (/readyz 503 once the pool is stuck);
   * C_Sign returning corrupt signatures, with verify-issued on;
+  * the health probes: an idle token that hangs or fails, one failing past
+    hsm-down-limit, and a busy one whose every call answers after the
+    probe's timeout (ready and alive while it signs);
   * SIGTERM with a hung C_Sign outstanding (a bounded stop), SIGTERM with
     calls held in C_Sign and queued until the stop has begun (drained:
     served, exit status 0), and a clean SIGTERM after all the faults.
@@ -738,6 +741,74 @@ class HsmFaults(unittest.TestCase):
         self.assertIn("exiting without library destructors: a PKCS#11 call is still inside the module", msgs)
         self.assertFalse(any(m.startswith("graceful stop did not finish") for m in msgs))
         self.no_sanitizer_report()
+
+    def test_busy_probe_late(self):
+        """A busy token whose calls all answer after hsm-probe-timeout (a
+        module that queues the probe behind the signatures asked of it, as
+        tpm2-pkcs11 behind its resource manager does) while every request is
+        answered: the replica stays ready and alive (before, the probe came
+        late, the token counted as down, /readyz 503 while serving, and
+        /healthz 503 past hsm-down-limit). Once the requests stop, the same
+        late probes make it unready within the probe's bound, and cured it is
+        ready again."""
+        interval, timeout, call = 1, 1, 1.2
+        bound = interval + timeout + 1 + PROBE_SLACK
+        self.start("busylate", f"--hsm-probe-interval={interval}s", f"--hsm-probe-timeout={timeout}s",
+                   "--hsm-down-limit=2s", server_timeout=10)
+        stub = self.pb_grpc.IstioCertificateServiceStub(self.channel)
+        md = [("authorization", f"Bearer {self.tok}"), ("clusterid", "Kubernetes")]
+        stop, leaves, failed, lock = threading.Event(), [], [], threading.Lock()
+
+        def client(i):
+            k = 0
+            while not stop.is_set():
+                req = self.pb.IstioCertificateRequest(csr=self.csrs[(i + k) % len(self.csrs)])
+                k += 1
+                try:
+                    leaf = stub.CreateCertificate(req, metadata=md, timeout=15).cert_chain[0]
+                    with lock:
+                        leaves.append(leaf)
+                except grpc.RpcError as e:
+                    with lock:
+                        failed.append((e.code().name, e.details()))
+
+        clients = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(THREADS)]
+        for th in clients:
+            th.start()
+        self.wait_until("calls answered", lambda: len(leaves) >= THREADS)
+        self.set_faults(f"C_Sign delay_ms={int(call * 1000)}\nC_GetTokenInfo delay_ms={int(call * 1000)}\n")
+        t0 = time.monotonic()
+        n0 = len(leaves)
+        healthz = []
+        while time.monotonic() - t0 < 4 * (interval + timeout):
+            healthz.append(self.health())
+            time.sleep(0.2)
+        t1 = time.monotonic()
+        during = self.ready.between(t0, t1)
+        stop.set()
+        for th in clients:
+            th.join(20)
+            self.assertFalse(th.is_alive(), "a client call never returned")
+        t_stop = time.monotonic()
+        served = len(leaves) - n0
+        print(f"busy and late: {served} calls answered in {t1 - t0:.1f}s, /readyz {collections.Counter(during)}, "
+              f"/healthz {collections.Counter(healthz)}", flush=True)
+        self.assertEqual(failed, [], self.text()[-3000:])
+        self.assertGreaterEqual(served, 2 * THREADS)
+        self.assertTrue(during and all(s == 200 for s in during), self.text()[-3000:])
+        self.assertTrue(all(s == 200 for s in healthz), self.text()[-3000:])
+        self.verify(leaves)
+
+        # Idle now: the probe's late answers count.
+        unready = self.first_status(503, t_stop)
+        print(f"busy and late, then idle: /readyz 503 after {unready:.2f}s (bound {bound:.1f}s)", flush=True)
+        self.assertLess(unready, bound, self.text()[-3000:])
+        self.assertGreater(self.metric_sum("signet_hsm_probes_total", result="late"), 0)
+        t2 = time.monotonic()
+        self.set_faults("")
+        self.first_status(200, t2, RECOVER_S)
+        self.calls_ok(2)
+        self.stop_clean()
 
     def test_idle_down_limit(self):
         """An idle replica whose token fails for longer than hsm-down-limit

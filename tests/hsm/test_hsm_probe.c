@@ -4,7 +4,8 @@
  * down within interval + timeout, the stuck probe is reported once, health
  * reads never wait on the hung module, and released it is back with the
  * next probe; a token that answers errors is down and back once cured; a
- * probe that only answers late counts as down; sg_hsm_free with a probe
+ * probe that only answers late counts as down, unless the token signs for
+ * callers meanwhile (its probe waits behind them); sg_hsm_free with a probe
  * under way waits for it, but not past its timeout; probes stopped before
  * the free (sg_hsm_probe_stop) tell nothing more and leave health readable.
  */
@@ -165,6 +166,100 @@ static void t_slow_is_down(void)
 	fx_free(&x);
 }
 
+/* Signatures so far, over n running signers. */
+static int signed_now(signer *w, int n)
+{
+	int sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += atomic_load(&w[i].ok_now);
+	return sum;
+}
+
+/* A busy token whose every call answers late (a module that queues the
+ * probe behind the signatures asked of it, as tpm2-pkcs11 behind its
+ * resource manager does) is not down while it signs for callers: a probe
+ * late or stuck meanwhile does not count, and while it signs no probe is
+ * made. The same probes count it as down once the signatures stop, and a
+ * token that hangs under load is down within interval + timeout of its
+ * last signature, as an idle one is: signatures that went before do not
+ * stretch the bound. */
+static void t_busy_late_not_down(void)
+{
+	enum { INTERVAL = 1000, CALL_MS = TIMEOUT_MS + 200 };
+	fx x;
+	fx_init(&x);
+	sg_hsm *h = NULL;
+	told t = {0};
+	SG_CHECK(open_probed_every(&x, &h, "busylate", &t, INTERVAL));
+	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_OK) >= 1);
+	char rule[128];
+	/* Both probes late (the cheap call and the test signature), and
+	 * each signature of the four threads takes as long: one ends at
+	 * least every CALL_MS, well within interval + timeout. */
+	snprintf(rule, sizeof(rule), "C_Sign delay_ms=%d\nC_GetTokenInfo delay_ms=%d\n", CALL_MS, CALL_MS);
+	fx_faults(rule);
+	enum { N = 4 };
+	signer w[N];
+	pthread_t th[N];
+	atomic_bool stop = false;
+	/* Idle first: a probe stuck past its timeout, the token down. The
+	 * signatures start while it is inside, and it comes back late. */
+	SG_WAIT_FOR(30000, count(&t, SG_HSM_PROBE_STUCK) >= 1);
+	SG_CHECK(stats(h).state == SG_HSM_DOWN);
+	signers_start(w, th, N, h, &stop, signer_run);
+	SG_WAIT_FOR(30000, signed_now(w, N) >= 1);
+	unsigned made0 = count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_LATE) + count(&t, SG_HSM_PROBE_FAILED);
+	unsigned down_reads = 0, reads = 0;
+	uint64_t until = sg_now_ns() + 3000000000u;
+	while (sg_now_ns() < until) {
+		down_reads += stats(h).state == SG_HSM_DOWN;
+		reads++;
+		sg_sleep_ms(20);
+	}
+	unsigned made =
+	    count(&t, SG_HSM_PROBE_OK) + count(&t, SG_HSM_PROBE_LATE) + count(&t, SG_HSM_PROBE_FAILED) - made0;
+	printf("busy and late: %u of %u health reads down, %u probes made in 3 s, %d signatures\n", down_reads, reads,
+	       made, signed_now(w, N));
+	SG_CHECK(down_reads == 0);
+	/* The stuck one may return in the window, and the one made at once
+	 * after a late answer may start before a signature ends. */
+	SG_CHECK(made <= 2);
+
+	/* The signatures stop; the probes' verdict counts again. */
+	signer_sum sum = signers_stop(w, th, N, &stop, true);
+	SG_CHECK(sum.errors == 0 && sum.verified == sum.ok);
+	uint64_t t0 = sg_now_ns();
+	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_DOWN);
+	uint64_t down_ms = (sg_now_ns() - t0) / 1000000u;
+	printf("busy and late: down %llu ms after the signatures stopped\n", (unsigned long long)down_ms);
+	SG_CHECK(down_ms <= INTERVAL + TIMEOUT_MS + 1500);
+
+	/* Signing again, then every call hangs. */
+	fx_faults("");
+	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_OK);
+	fx_faults(rule);
+	atomic_store(&stop, false);
+	signers_start(w, th, N, h, &stop, signer_run);
+	SG_WAIT_FOR(30000, signed_now(w, N) >= 2 * N);
+	SG_CHECK(stats(h).state != SG_HSM_DOWN);
+	t0 = sg_now_ns();
+	fx_faults("* hang=64\n");
+	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_DOWN);
+	down_ms = (sg_now_ns() - t0) / 1000000u;
+	printf("busy, then hung: down after %llu ms (interval %d + timeout %d)\n", (unsigned long long)down_ms,
+	       INTERVAL, TIMEOUT_MS);
+	/* A signature under way when the hang began may still end CALL_MS
+	 * later; from that one, interval + timeout as for an idle token. */
+	SG_CHECK(down_ms <= CALL_MS + INTERVAL + TIMEOUT_MS + 1500);
+	fx_faults("");
+	sum = signers_stop(w, th, N, &stop, true);
+	SG_CHECK(sum.errors == 0);
+	SG_WAIT_FOR(30000, stats(h).state == SG_HSM_OK);
+	sg_hsm_free(h);
+	SG_CHECK(sg_hsm_threads_left() == 0);
+	fx_free(&x);
+}
+
 /* sg_hsm_free while a probe is inside a slow call waits for it (it
  * returns before its timeout), and leaves no thread behind. */
 static void t_free_bounded(void)
@@ -269,5 +364,6 @@ static void t_bad_options(void)
 	fx_free(&x);
 }
 
-SG_TEST_MAIN(SG_TEST(t_idle_hang), SG_TEST(t_idle_error), SG_TEST(t_slow_is_down), SG_TEST(t_free_bounded),
-             SG_TEST(t_signer_down_cleared), SG_TEST(t_stop_before_free), SG_TEST(t_bad_options))
+SG_TEST_MAIN(SG_TEST(t_idle_hang), SG_TEST(t_idle_error), SG_TEST(t_slow_is_down), SG_TEST(t_busy_late_not_down),
+             SG_TEST(t_free_bounded), SG_TEST(t_signer_down_cleared), SG_TEST(t_stop_before_free),
+             SG_TEST(t_bad_options))
