@@ -396,7 +396,8 @@ int signetd_start_hsm_probes(daemon *d)
 	                            SG_METRICS_LATENCY_NBOUNDS, labels, 2));
 	SG_TRY(sg_metrics_counter(&m->probe_stuck, m->reg, "signet_hsm_probes_stuck_total",
 	                          "Health probes still inside the PKCS#11 module at hsm-probe-timeout (the token "
-	                          "counted as down; the thread may stay there).",
+	                          "counted as down unless it signs for requests meanwhile; the thread may stay "
+	                          "there).",
 	                          labels, 2));
 	return probe_hsm(d, sg_appliance_hsm(d->app));
 }

@@ -1802,8 +1802,10 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 		 * (hsm_token_signed_since). Rewritten only when SIGNED_STEP_NS
 		 * old, so a busy token's signatures mostly only read it. */
 		uint64_t end = w0 + wall, last = atomic_load_explicit(&t->signed_ns, memory_order_relaxed);
-		if (end > last && end - last >= SIGNED_STEP_NS)
-			atomic_store_explicit(&t->signed_ns, end, memory_order_relaxed);
+		while (end > last && end - last >= SIGNED_STEP_NS &&
+		       !atomic_compare_exchange_weak_explicit(&t->signed_ns, &last, end, memory_order_relaxed,
+		                                              memory_order_relaxed))
+			; /* never moved back by a signer that was preempted */
 	}
 	sg_hsm_sign_fn cb = atomic_load_explicit(&s->h->on_sign, memory_order_acquire);
 	if (cb)

@@ -176,16 +176,12 @@ static bool probe_once(probe *p, sg_hsm_probe_result *result, double *seconds)
 	sg_hsm *h = p->h;
 	hsm_probes *ps = atomic_load(&h->probes);
 	token *t = &h->tokens[p->tok];
-	/* A re-init whose backoff is over: what readiness polling made
-	 * before probes ran. */
-	hsm_module_reinit_if_due(h->mod);
-	uint64_t start = sg_now_ns() & ~STUCK_BIT;
-	if (!start)
-		start = 2;
 	/* A token that signed for callers since the last probe has answered
 	 * already, and a module that serialises its calls would only queue
 	 * the probe behind them. Not when it is troubled: the test
-	 * signature is what recovers it. */
+	 * signature is what recovers it. A re-init that is due waits for a
+	 * probe that is made (a troubled token's, or this one's once idle):
+	 * it is timed as the probe's first step. */
 	bool troubled = hsm_token_troubled(t);
 	uint64_t signed_at = hsm_token_signed_at(t);
 	if (!troubled && signed_at > p->last_ns) {
@@ -195,14 +191,20 @@ static bool probe_once(probe *p, sg_hsm_probe_result *result, double *seconds)
 			       SG_F_STR("token", t->label), SG_F_STR("serial", t->serial_text), SG_F_END);
 		return false;
 	}
+	uint64_t start = sg_now_ns() & ~STUCK_BIT;
+	if (!start)
+		start = 2;
+	atomic_store(&p->step, "module re-init");
 	atomic_store(&p->step_ns, start);
 	pthread_mutex_lock(&ps->mu);
 	pthread_cond_broadcast(&ps->cv); /* the watcher's next deadline */
 	pthread_mutex_unlock(&ps->mu);
 
-	/* The cheap call, or a test signature when the token has been
-	 * failing or the cheap call failed (a lost session is reopened by
-	 * it, as for a signature). */
+	/* A re-init whose backoff is over: what readiness polling made
+	 * before probes ran. Then the cheap call, or a test signature when
+	 * the token has been failing or the cheap call failed (a lost
+	 * session is reopened by it, as for a signature). */
+	hsm_module_reinit_if_due(h->mod);
 	const char *fn = "test signature";
 	int rc = SG_EBUSY;
 	bool test = troubled || atomic_load(&p->down);

@@ -772,11 +772,14 @@ class HsmFaults(unittest.TestCase):
                     with lock:
                         failed.append((e.code().name, e.details()))
 
+        self.set_faults(f"C_Sign delay_ms={int(call * 1000)}\nC_GetTokenInfo delay_ms={int(call * 1000)}\n")
+        # Started apart, so that their signatures end spread out (one about
+        # every call / THREADS), as a mesh's requests do.
         clients = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(THREADS)]
         for th in clients:
             th.start()
+            time.sleep(call / THREADS)
         self.wait_until("calls answered", lambda: len(leaves) >= THREADS)
-        self.set_faults(f"C_Sign delay_ms={int(call * 1000)}\nC_GetTokenInfo delay_ms={int(call * 1000)}\n")
         t0 = time.monotonic()
         n0 = len(leaves)
         healthz = []
@@ -803,7 +806,7 @@ class HsmFaults(unittest.TestCase):
         unready = self.first_status(503, t_stop)
         print(f"busy and late, then idle: /readyz 503 after {unready:.2f}s (bound {bound:.1f}s)", flush=True)
         self.assertLess(unready, bound, self.text()[-3000:])
-        self.assertGreater(self.metric_sum("signet_hsm_probes_total", result="late"), 0)
+        self.wait_until("a late probe counted", lambda: self.metric_sum("signet_hsm_probes_total", result="late") > 0)
         t2 = time.monotonic()
         self.set_faults("")
         self.first_status(200, t2, RECOVER_S)
