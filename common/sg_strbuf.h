@@ -57,8 +57,8 @@ SG_API bool sg_strbuf_failed(const sg_strbuf *b);
  * the text is freed then. Either way the builder is left empty, its max
  * and first kept. */
 SG_API char *sg_strbuf_take(sg_strbuf *b);
-/* Frees the text and empties the builder (flags cleared; max and first
- * kept, so it may be used again). */
+/* Frees the text (cleared first with wipe) and empties the builder (flags
+ * cleared; max, first and wipe kept, so it may be used again). */
 SG_API void sg_strbuf_free(sg_strbuf *b);
 
 #endif

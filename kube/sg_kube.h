@@ -432,9 +432,11 @@ SG_API void sg_kube_secret_release(json_t **obj);
  * (json_set_alloc_funcs; not undone): an informer's copy of a Secret, which
  * threads share and the last reference frees wherever it is, is then
  * cleared like the copies sg_kube_secret_wipe reaches. For the controller
- * programs, which cache Secrets (sg_ctrl_program_main calls it); not for
- * signetd, which caches none, and whose token parsing it would slow by
- * about half a microsecond. Blocks allocated before the call are cleared
+ * programs, which cache Secrets (sg_ctrl_program_main calls it), and for
+ * signetd when it reads Secrets that may hold a key
+ * (sg_cluster_reads_secrets); otherwise signetd's token parsing keeps the
+ * plain free, which is about half a microsecond faster. Call before any
+ * other thread uses jansson. Blocks allocated before the call are cleared
  * too when they are freed after it. */
 SG_API void sg_kube_json_wipe_frees(void);
 #define sg_kube_secret_auto_t json_t __attribute__((cleanup(sg_kube_secret_release)))

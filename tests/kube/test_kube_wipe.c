@@ -5,7 +5,8 @@
  * meanwhile may still hold its data. Also the pieces alone: a response
  * buffer (sg_strbuf with wipe) growing past several blocks, the watch
  * parser growing its line over chunks, and jansson's frees once
- * sg_kube_json_wipe_frees has run (what sg_ctrl_program_main does first).
+ * sg_kube_json_wipe_frees has run, as sg_ctrl_program_main makes it run
+ * first thing (its --help is enough to see that).
  *
  * How freed memory is looked at without reading it after the free: the
  * executable is linked with --wrap=free and --wrap=realloc, so every free
@@ -13,9 +14,13 @@
  * are ours) comes here first, while the block is still allocated, and the
  * block is searched for the marker over its usable size (a realloc may
  * free it as it is). libcurl's and OpenSSL's own buffers are freed inside
- * their libraries and are out of reach, of this test and of signet.
+ * their libraries and are out of reach, of this test and of signet; so
+ * that their stale bytes, in memory a later malloc hands to signet, are
+ * not taken for signet's, --wrap=malloc fills every new block (and a
+ * realloc its new part) with a pattern.
  */
 #define _GNU_SOURCE /* memmem */
+#include "sg_ctrl_program.h"
 #include "sg_kube_informer.h"
 #include "sg_strbuf.h"
 #include "sg_test.h"
@@ -34,6 +39,8 @@ void __real_free(void *p);
 void __wrap_free(void *p);
 void *__real_realloc(void *p, size_t n);
 void *__wrap_realloc(void *p, size_t n);
+void *__real_malloc(size_t n);
+void *__wrap_malloc(size_t n);
 
 static atomic_bool armed;
 static atomic_uint leaked, seen;
@@ -57,10 +64,25 @@ void __wrap_free(void *p)
 	__real_free(p);
 }
 
+#define FILL 0xa5
+
+void *__wrap_malloc(size_t n)
+{
+	void *p = __real_malloc(n);
+	if (p)
+		memset(p, FILL, malloc_usable_size(p));
+	return p;
+}
+
 void *__wrap_realloc(void *p, size_t n)
 {
 	look(p);
-	return __real_realloc(p, n);
+	size_t old = p ? malloc_usable_size(p) : 0;
+	void *q = __real_realloc(p, n);
+	size_t now = q ? malloc_usable_size(q) : 0;
+	if (now > old)
+		memset((char *)q + old, FILL, now - old);
+	return q;
 }
 
 /* Through a pointer, so that the compiler cannot pair a malloc with its
@@ -97,30 +119,49 @@ static void t_search_works(void)
 	SG_CHECK(atomic_load(&seen) >= 1);
 }
 
-/* jansson's free, once sg_kube_json_wipe_frees has run, is ours and
- * clears the block: seen here, without the marker. */
-static void t_json_frees(void)
+/* Whether jansson's free is ours and clears the block: a marked block
+ * and a string freed through it are seen here, without the marker.
+ * (Before sg_kube_json_wipe_frees, jansson frees inside its library, and
+ * nothing is seen.) */
+static bool json_frees_cleared(void)
 {
-	sg_kube_json_wipe_frees();
 	json_malloc_t m = NULL;
 	json_free_t f = NULL;
 	json_get_alloc_funcs(&m, &f);
-	SG_CHECK(m && f);
 	if (!m || !f)
-		return;
+		return false;
 	arm();
 	char *p = m(100);
-	SG_CHECK(p != NULL);
 	if (!p)
-		return;
+		return disarm(), false;
 	memcpy(p, MARKER, strlen(MARKER) + 1);
 	f(p);
 	json_t *s = json_string(MARKER);
 	json_decref(s);
 	unsigned left = disarm();
 	printf("json frees: %u seen, %u held the marker\n", atomic_load(&seen), left);
-	SG_CHECK(atomic_load(&seen) >= 3); /* the block, the string's copy and its struct */
-	SG_CHECK(left == 0);
+	/* the block, the string's copy and its struct */
+	return atomic_load(&seen) >= 3 && left == 0;
+}
+
+/* A controller program's main makes jansson's frees clear, before
+ * anything else (--help returns right after the flags are parsed). */
+static void t_ctrl_program_main(void)
+{
+	SG_CHECK(!json_frees_cleared()); /* not yet: the default free */
+	static int level, format;
+	sg_ctrl_program_def d = {
+	    .name = "wipe-test", .usage = "", .log_level = &level, .log_format = &format, .settings = &level};
+	char *argv[] = {"wipe-test", "--help", NULL};
+	SG_CHECK(sg_ctrl_program_main(&d, 2, argv) == 0);
+	SG_CHECK(json_frees_cleared());
+}
+
+/* sg_kube_json_wipe_frees again: nothing changes. */
+static void t_json_frees(void)
+{
+	sg_kube_json_wipe_frees();
+	SG_CHECK(json_frees_cleared());
 }
 
 /* A wiping builder fed past several growths leaves no block with the
@@ -191,8 +232,14 @@ static void t_secret_round_trip(void)
 	sg_kube_ref one = {.version = "v1", .resource = "secrets", .ns = "default", .name = "wipe-test"};
 	sg_kube_ref coll = {.version = "v1", .resource = "secrets", .ns = "default"};
 	arm();
-	json_t *sec = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s}}", "apiVersion", "v1", "kind", "Secret",
-	                        "metadata", "name", "wipe-test", "labels", "app", "wipe-test", "data", "k", MARKER);
+	/* "pad" (48 KiB, after "k" in the server's order) makes each answer
+	 * come in several of curl's writes (16 KiB at most each), so that the
+	 * response buffer grows with the data already in it. */
+	static char pad[48 * 1024 + 1];
+	memset(pad, 'A', sizeof(pad) - 1);
+	json_t *sec =
+	    json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s, s:s}}", "apiVersion", "v1", "kind", "Secret", "metadata",
+	              "name", "wipe-test", "labels", "app", "wipe-test", "data", "k", MARKER, "pad", pad);
 	SG_CHECK_OK(sg_kube_apply(k, &one, sec, "wipe-test", true, NULL));
 	sg_kube_secret_release(&sec);
 
@@ -205,9 +252,9 @@ static void t_secret_round_trip(void)
 	SG_CHECK(sg_kube_informer_size(inf) == 1);
 
 	/* An update through the watch: the informer drops its first copy. */
-	json_t *upd =
-	    json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s, s:s}}", "apiVersion", "v1", "kind", "Secret", "metadata",
-	              "name", "wipe-test", "labels", "app", "wipe-test", "data", "k", MARKER, "k2", MARKER);
+	json_t *upd = json_pack("{s:s, s:s, s:{s:s, s:{s:s}}, s:{s:s, s:s, s:s}}", "apiVersion", "v1", "kind", "Secret",
+	                        "metadata", "name", "wipe-test", "labels", "app", "wipe-test", "data", "k", MARKER,
+	                        "k2", MARKER, "pad", pad);
 	SG_CHECK_OK(sg_kube_apply(k, &one, upd, "wipe-test", true, NULL));
 	sg_kube_secret_release(&upd);
 	SG_WAIT_FOR(10000, holds_k2(inf));
@@ -232,6 +279,7 @@ static void t_secret_round_trip(void)
 
 static void t_start(void)
 {
+	sg_kube_json_wipe_frees(); /* whatever ran before */
 	if (!kube_env_start()) {
 		fprintf(stderr, "no API server\n");
 		exit(1);
@@ -246,5 +294,5 @@ static void t_zz_cleanup(void)
 	sg_kube_free(k);
 }
 
-SG_TEST_MAIN(SG_TEST(t_search_works), SG_TEST(t_strbuf), SG_TEST(t_json_frees), SG_TEST(t_start),
-             SG_TEST(t_watch_parser), SG_TEST(t_secret_round_trip), SG_TEST(t_zz_cleanup))
+SG_TEST_MAIN(SG_TEST(t_search_works), SG_TEST(t_strbuf), SG_TEST(t_ctrl_program_main), SG_TEST(t_json_frees),
+             SG_TEST(t_start), SG_TEST(t_watch_parser), SG_TEST(t_secret_round_trip), SG_TEST(t_zz_cleanup))
