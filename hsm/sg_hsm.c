@@ -1799,7 +1799,7 @@ static CK_RV sign_timed(sg_hsm_session *s, token *t, CK_MECHANISM_TYPE m, const 
 	atomic_fetch_add_explicit(&t->sign_ns, wall, memory_order_relaxed);
 	if (rv == CKR_OK) {
 		/* The token signs: the health probes' verdict yields to it
-		 * (hsm_token_signed_since). Rewritten only when SIGNED_STEP_NS
+		 * (hsm_token_signed_at). Rewritten only when SIGNED_STEP_NS
 		 * old, so a busy token's signatures mostly only read it. */
 		uint64_t end = w0 + wall, last = atomic_load_explicit(&t->signed_ns, memory_order_relaxed);
 		while (end > last && end - last >= SIGNED_STEP_NS &&
@@ -2003,12 +2003,6 @@ bool hsm_token_troubled(token *t)
 uint64_t hsm_token_signed_at(const token *t)
 {
 	return atomic_load_explicit(&((token *)t)->signed_ns, memory_order_relaxed);
-}
-
-bool hsm_token_signed_since(const token *t, uint64_t since_ns)
-{
-	uint64_t at = hsm_token_signed_at(t);
-	return at && at >= since_ns;
 }
 
 /* The fixed input of test signatures: 32 zero bytes for ECDSA, a SHA-256

@@ -132,11 +132,12 @@ static bool past_timeout(const hsm_probes *ps, uint64_t v, uint64_t now_ns)
 	return v && now_ns > start && now_ns - start > ps->timeout_ns;
 }
 
-/* The window in which a signature for a caller outweighs the probe. */
-static uint64_t signed_window_start(const hsm_probes *ps, uint64_t now_ns)
+/* Whether t signed for a caller within interval + timeout of now: then
+ * its signatures outweigh its probe. */
+static bool signs_for_callers(const hsm_probes *ps, const token *t, uint64_t now_ns)
 {
-	uint64_t window = ps->interval_ns + ps->timeout_ns;
-	return now_ns > window ? now_ns - window : 1;
+	uint64_t at = hsm_token_signed_at(t), window = ps->interval_ns + ps->timeout_ns;
+	return at && (now_ns <= window || at >= now_ns - window);
 }
 
 bool hsm_probe_token_down(const sg_hsm *h, size_t i, uint64_t now_ns)
@@ -147,7 +148,7 @@ bool hsm_probe_token_down(const sg_hsm *h, size_t i, uint64_t now_ns)
 	probe *p = &ps->p[i];
 	if (!atomic_load(&p->down) && !past_timeout(ps, atomic_load(&p->step_ns), now_ns))
 		return false;
-	return !hsm_token_signed_since(&h->tokens[i], signed_window_start(ps, now_ns));
+	return !signs_for_callers(ps, &h->tokens[i], now_ns);
 }
 
 bool hsm_probe_wedged(const sg_hsm *h, uint64_t now_ns)
@@ -232,7 +233,7 @@ static bool probe_once(probe *p, sg_hsm_probe_result *result, double *seconds)
 	if (down && !before)
 		sg_log(
 		    SG_LOG_WARN,
-		    hsm_token_signed_since(t, signed_window_start(ps, end))
+		    signs_for_callers(ps, t, end)
 		        ? "PKCS#11 token failed its health probe but signs for callers; counted as down once they stop"
 		        : "PKCS#11 token failed its health probe; counted as down",
 		    SG_F_STR("token", t->label), SG_F_STR("serial", t->serial_text), SG_F_STR("result", result_name(r)),
@@ -307,7 +308,7 @@ static uint64_t watch_once(hsm_probes *ps, uint64_t now_ns)
 			continue; /* it returned meanwhile */
 		token *t = &p->h->tokens[p->tok];
 		const char *step = atomic_load(&p->step);
-		bool signs = hsm_token_signed_since(t, signed_window_start(ps, now_ns));
+		bool signs = signs_for_callers(ps, t, now_ns);
 		sg_log(signs ? SG_LOG_WARN : SG_LOG_ERROR,
 		       signs ? "PKCS#11 health probe stuck in the module past hsm-probe-timeout; the token signs for "
 		               "callers meanwhile"

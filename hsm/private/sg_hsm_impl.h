@@ -272,10 +272,8 @@ int hsm_session_test_sign(sg_hsm_session *s, uint64_t deadline_ns);
  * (without the probes' verdict). */
 bool hsm_token_troubled(token *t);
 /* When the last signature for a caller (not a probe's) succeeded on t,
- * give or take SIGNED_STEP_NS (CLOCK_MONOTONIC; 0: none yet), and whether
- * one did at or after since_ns (sg_hsm.c). */
+ * give or take SIGNED_STEP_NS (CLOCK_MONOTONIC; 0: none yet; sg_hsm.c). */
 uint64_t hsm_token_signed_at(const token *t);
-bool hsm_token_signed_since(const token *t, uint64_t since_ns);
 /* Makes a module re-init that is due (backoff over); what sg_hsm_stats_get
  * does when no probe runs. */
 void hsm_module_reinit_if_due(module *m);

@@ -417,6 +417,15 @@ static __attribute__((unused)) void signers_start(signer *w, pthread_t *th, int 
 	}
 }
 
+/* Signatures made so far by the n signers (readable while they run). */
+static __attribute__((unused)) int signed_now(signer *w, int n)
+{
+	int sum = 0;
+	for (int i = 0; i < n; i++)
+		sum += atomic_load(&w[i].ok_now);
+	return sum;
+}
+
 /* Sets *stop, joins the n threads and sums their counts; with each_clean,
  * checks that every one signed and had no unclean error. */
 static __attribute__((unused)) signer_sum signers_stop(signer *w, pthread_t *th, int n, atomic_bool *stop,

@@ -140,15 +140,6 @@ static void t_hang_holds_one_session(void)
 	fx_free(&x);
 }
 
-/* Signatures made so far by the n signers. */
-static int signed_now(signer *w, int n)
-{
-	int sum = 0;
-	for (int i = 0; i < n; i++)
-		sum += atomic_load(&w[i].ok_now);
-	return sum;
-}
-
 /* The module loses every session behind signet's back (p11_fault's crash:
  * SoftHSM2 finalised and initialised again, which numbers new sessions
  * from 1 again) while four threads sign. Each session finds its handle

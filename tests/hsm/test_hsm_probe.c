@@ -177,15 +177,6 @@ static void signers_start_spread(signer *w, pthread_t *th, int n, sg_hsm *h, ato
 	}
 }
 
-/* Signatures so far, over n running signers. */
-static int signed_now(signer *w, int n)
-{
-	int sum = 0;
-	for (int i = 0; i < n; i++)
-		sum += atomic_load(&w[i].ok_now);
-	return sum;
-}
-
 /* A busy token whose every call answers late (a module that queues the
  * probe behind the signatures asked of it, as tpm2-pkcs11 behind its
  * resource manager does) is not down while it signs for callers: a probe
