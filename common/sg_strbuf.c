@@ -7,6 +7,8 @@
  */
 #include "sg_strbuf.h"
 
+#include "sg_secret.h"
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -41,10 +43,15 @@ static bool reserve(sg_strbuf *b, size_t n)
 		cap = cap > lim / 2 ? lim + 1 : cap * 2;
 	if (cap > lim + 1)
 		cap = lim + 1;
-	char *p = realloc(b->p, cap);
+	char *p = b->wipe && b->p ? malloc(cap) : realloc(b->p, cap);
 	if (!p) {
 		b->oom = true;
 		return false;
+	}
+	if (b->wipe && b->p) {
+		memcpy(p, b->p, b->len + 1); /* the bytes and their NUL */
+		sg_wipe(b->p, b->cap);
+		free(b->p);
 	}
 	b->p = p;
 	b->cap = cap;
@@ -110,6 +117,8 @@ char *sg_strbuf_take(sg_strbuf *b)
 
 void sg_strbuf_free(sg_strbuf *b)
 {
+	if (b->wipe && b->p)
+		sg_wipe(b->p, b->cap);
 	free(b->p);
 	b->p = NULL;
 	b->len = b->cap = 0;

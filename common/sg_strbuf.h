@@ -11,7 +11,12 @@
  * sg_strbuf_failed once at the end.
  *
  * Set up with a designated initializer, e.g. {.max = 4096}: max 0 is no
- * bound but memory, first 0 a first allocation of 64 bytes. The buffer
+ * bound but memory, first 0 a first allocation of 64 bytes; wipe for
+ * bytes that may be secret (a response body that may hold a Secret or a
+ * token): a growth then copies into a new block and clears the old one
+ * instead of realloc (which frees it as it is), and sg_strbuf_free and a
+ * refused take clear what they free. Text handed over by sg_strbuf_take is
+ * the caller's to clear. The buffer
  * belongs to the builder until sg_strbuf_take hands it over; free it with
  * sg_strbuf_free.
  */
@@ -31,6 +36,7 @@ typedef struct sg_strbuf {
 	size_t first;  /* the first allocation; 0: 64 */
 	bool overflow; /* an add was refused: past max */
 	bool oom;      /* an add was refused: out of memory */
+	bool wipe;     /* secret bytes: no block is freed uncleared */
 } sg_strbuf;
 
 /* Appends n bytes of s (s may be NULL when n is 0); even n == 0 leaves a
@@ -51,8 +57,8 @@ SG_API bool sg_strbuf_failed(const sg_strbuf *b);
  * the text is freed then. Either way the builder is left empty, its max
  * and first kept. */
 SG_API char *sg_strbuf_take(sg_strbuf *b);
-/* Frees the text and empties the builder (flags cleared; max and first
- * kept, so it may be used again). */
+/* Frees the text (cleared first with wipe) and empties the builder (flags
+ * cleared; max, first and wipe kept, so it may be used again). */
 SG_API void sg_strbuf_free(sg_strbuf *b);
 
 #endif

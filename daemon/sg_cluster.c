@@ -374,6 +374,11 @@ static bool want_extpolicy(const sg_daemon_settings *d)
 	return d->approver && d->external_policy_server_objects;
 }
 
+bool sg_cluster_reads_secrets(const sg_daemon_settings *d)
+{
+	return sg_cluster_configured(d) && (want_istiodcert(d) || want_raroots(d) || want_extpolicy(d));
+}
+
 /* An object's server into the approver's table; when it changed, requests
  * that waited for it are looked at again. */
 static int extpolicy_set(void *arg, const char *name, const char *endpoint, const char *ca, size_t ca_len,

@@ -58,6 +58,13 @@ typedef struct sg_cluster_options {
 
 /* Whether the settings and environment name a Kubernetes API. */
 SG_API bool sg_cluster_configured(const sg_daemon_settings *d);
+/* Whether the settings make signetd read Secrets that may hold a key: the
+ * istiod serving certificate's (istiod-cert-enabled, an informer's cached
+ * copy), the RA's root Secret (istiod-ra-root-secret; istio's cacerts
+ * holds ca-key.pem) or the external policy servers' (their client keys).
+ * signetd then makes jansson clear what it frees (sg_kube_json_wipe_frees);
+ * otherwise its token parsing keeps the plain free. */
+SG_API bool sg_cluster_reads_secrets(const sg_daemon_settings *d);
 
 /* Loads the configuration, creates the client and the parts the settings
  * ask for (nothing runs yet). Caller frees with sg_cluster_free. */

@@ -669,6 +669,10 @@ int main(int argc, char **argv)
 	/* Before the first record, so that every record (these start-up ones
 	 * included) has the level and format asked for. */
 	sg_settings_apply_log(&d.a.s);
+	/* Before any thread: jansson then clears every block it frees, an
+	 * informer's shared copy of a Secret included. */
+	if (sg_cluster_reads_secrets(&d.a.d))
+		sg_kube_json_wipe_frees();
 	set_sched_batch(d.a.d.sched_batch);
 	raise_fd_limit();
 

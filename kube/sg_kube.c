@@ -36,6 +36,7 @@
 
 #include <curl/curl.h>
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +101,19 @@ void sg_kube_secret_wipe(json_t *obj)
 	/* kubectl apply's record of the object repeats its data. */
 	wipe_string(json_object_get(json_object_get(json_object_get(obj, "metadata"), "annotations"),
 	                            "kubectl.kubernetes.io/last-applied-configuration"));
+}
+
+static void wiping_free(void *p)
+{
+	if (!p)
+		return;
+	sg_wipe(p, malloc_usable_size(p));
+	free(p);
+}
+
+void sg_kube_json_wipe_frees(void)
+{
+	json_set_alloc_funcs(malloc, wiping_free);
 }
 
 void sg_kube_secret_release(json_t **obj)
@@ -481,13 +495,9 @@ static int http_error(long http, long retry_after, const char *body, size_t len,
 }
 
 /* Request and response bodies are wiped before they are freed: a
- * TokenReview carries a workload's bearer token both ways. */
-static void rbuf_free(sg_strbuf *b)
-{
-	if (b->p)
-		sg_wipe(b->p, b->len);
-	sg_strbuf_free(b);
-}
+ * TokenReview carries a workload's bearer token both ways, and a Secret's
+ * GET, LIST or watch its data. Response buffers are sg_strbufs with wipe
+ * set, which also clears each block a growth leaves behind. */
 
 static void payload_free(char **p)
 {
@@ -515,7 +525,7 @@ static void xfer_release(struct sg_kube_xfer *x)
 	pool_put(x->k, x->h);
 	x->h = NULL;
 	free_headersp(&x->hdrs);
-	rbuf_free(&x->rb);
+	sg_strbuf_free(&x->rb);
 	payload_free(&x->payload);
 }
 
@@ -524,7 +534,8 @@ static void xfer_release(struct sg_kube_xfer *x)
 static int xfer_prepare(struct sg_kube_xfer *x, sg_kube *k, const char *method, const sg_kube_ref *ref, struct url *u,
                         const char *ctype, const json_t *body)
 {
-	*x = (struct sg_kube_xfer){.k = k, .method = method, .rb = {.max = SG_KUBE_RESPONSE_MAX, .first = RBUF_FIRST}};
+	*x = (struct sg_kube_xfer){
+	    .k = k, .method = method, .rb = {.max = SG_KUBE_RESPONSE_MAX, .first = RBUF_FIRST, .wipe = true}};
 	sg_kube_status_reset();
 	describe(ref, x->what, sizeof(x->what));
 	SG_ENSURE(!u->overflow, SG_EINVAL, "kube: %s %s: URL longer than %d bytes", method, x->what, SG_KUBE_URL_MAX);
@@ -1186,8 +1197,8 @@ static int progress_path(void *arg, curl_off_t dt, curl_off_t dn, curl_off_t ut,
 
 static void pstate_free(struct pstate *p)
 {
-	free(p->body.p);
-	free(p->err.p);
+	sg_strbuf_free(&p->body);
+	sg_strbuf_free(&p->err);
 }
 
 int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt, uint8_t **out, size_t *len)
@@ -1211,8 +1222,8 @@ int sg_kube_get_path(sg_kube *k, const char *path, const sg_kube_path_opts *opt,
 	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
 	struct pstate p SG_CLEANUP(pstate_free) = {.h = h,
-	                                           .body = {.max = max, .first = RBUF_FIRST},
-	                                           .err = {.max = ERRBODY_MAX, .first = RBUF_FIRST},
+	                                           .body = {.max = max, .first = RBUF_FIRST, .wipe = true},
+	                                           .err = {.max = ERRBODY_MAX, .first = RBUF_FIRST, .wipe = true},
 	                                           .stop = opt ? opt->stop : NULL};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	int rc = setup(k, h, u.s, &hdrs, NULL, "application/json, application/jwk-set+json", errbuf);
@@ -1348,7 +1359,8 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 	CURL *h = pool_get(k);
 	SG_ENSURE(h, SG_EINTERNAL, "kube: out of memory");
 	struct curl_slist *hdrs SG_CLEANUP(free_headersp) = NULL;
-	struct wstate w = {.parser = parser, .h = h, .err = {.max = ERRBODY_MAX, .first = RBUF_FIRST}, .stop = o.stop};
+	struct wstate w = {
+	    .parser = parser, .h = h, .err = {.max = ERRBODY_MAX, .first = RBUF_FIRST, .wipe = true}, .stop = o.stop};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	int rc = setup(k, h, u.s, &hdrs, NULL, NULL, errbuf);
 	if (rc < 0)
@@ -1393,7 +1405,7 @@ int sg_kube_watch(sg_kube *k, const sg_kube_ref *ref, const sg_kube_watch_opts *
 	if (rc >= 0 && sg_kube_tl_status.code == 0)
 		sg_kube_tl_status.code = w.http;
 done:
-	free(w.err.p);
+	sg_strbuf_free(&w.err);
 	pool_put(k, h);
 	return rc;
 }

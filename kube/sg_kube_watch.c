@@ -15,10 +15,15 @@
  *
  * An ERROR event carries a Status: 410 Expired/Gone means the requested
  * resourceVersion left the server's window and the caller must relist.
+ *
+ * A line may be a Secret's event: the buffer is cleared once the line is
+ * dispatched, a growth copies into a new block and clears the old one
+ * (realloc would free it as it is), and the free clears it all.
  */
 #include "sg_guard.h"
 #include "sg_kube_impl.h"
 #include "sg_log.h"
+#include "sg_secret.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +68,8 @@ void sg_kube_watch_parser_free(sg_kube_watch_parser *p)
 {
 	if (!p)
 		return;
+	if (p->buf)
+		sg_wipe(p->buf, p->cap);
 	free(p->buf);
 	free(p);
 }
@@ -124,8 +131,13 @@ static int grow(sg_kube_watch_parser *p, size_t need)
 	size_t cap = p->cap ? p->cap : (LINE_INITIAL < p->max ? LINE_INITIAL : p->max);
 	while (cap < need)
 		cap = cap > p->max / 2 ? p->max : cap * 2;
-	char *b = realloc(p->buf, cap);
+	char *b = malloc(cap);
 	SG_ENSURE(b, SG_EINTERNAL, "kube: out of memory");
+	if (p->buf) {
+		memcpy(b, p->buf, p->n); /* n <= cap: the line so far */
+		sg_wipe(p->buf, p->cap);
+		free(p->buf);
+	}
 	p->buf = b;
 	p->cap = cap;
 	return SG_OK;
@@ -153,6 +165,8 @@ int sg_kube_watch_parser_feed(sg_kube_watch_parser *p, const void *data, size_t 
 				p->n += take;
 				if (nl) {
 					rc = dispatch(p, p->buf, p->n);
+					if (p->n)
+						sg_wipe(p->buf, p->n);
 					p->n = 0;
 				}
 			}
@@ -173,6 +187,8 @@ int sg_kube_watch_parser_finish(sg_kube_watch_parser *p)
 	for (size_t i = 0; i < p->n; i++)
 		if (p->buf[i] != ' ' && p->buf[i] != '\t' && p->buf[i] != '\r')
 			SG_BAIL(SG_EPROTO, "watch stream truncated inside an event (%zu bytes)", p->n);
+	if (p->n)
+		sg_wipe(p->buf, p->n);
 	p->n = 0;
 	return SG_OK;
 }

@@ -211,6 +211,9 @@ void sg_ctrl_run_until_signal(sg_ctrl_manager *m, void (*tick)(void *arg), void 
 
 int sg_ctrl_program_main(const sg_ctrl_program_def *d, int argc, char **argv)
 {
+	/* Before any thread: the informers' copies of Secrets are cleared
+	 * when their last reference goes, wherever that is. */
+	sg_kube_json_wipe_frees();
 	sg_opt_result res = {0};
 	int rc = sg_opt_parse(d->opts, d->nopts, d->settings, argc - 1, argv + 1, &res);
 	if (rc == SG_OK && res.help) {

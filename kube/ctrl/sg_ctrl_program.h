@@ -77,6 +77,9 @@ typedef struct sg_ctrl_program_def {
 	void (*tick)(void *self);      /* optional, once a second beside the table's */
 } sg_ctrl_program_def;
 
+/* The program's main: first makes jansson clear what it frees
+ * (sg_kube_json_wipe_frees), then parses the flags, starts, runs the table
+ * until a signal and stops. */
 SG_API int sg_ctrl_program_main(const sg_ctrl_program_def *d, int argc, char **argv);
 
 /* ---- the flags every controller program shares ---- */
