@@ -34,13 +34,15 @@
  * as thread-safe; the plain read of an aligned word is benign, so those two
  * frames are suppressed (nothing of ours), and so are the frees inside
  * libjansson after the last json_decref, whose release-only decrement
- * TSan cannot pair with the reader's accesses. Used only by TSan builds;
+ * TSan cannot pair with the reader's accesses (through sg_kube.c's
+ * wiping_free when Secrets' frees are cleared). Used only by TSan builds;
  * SG_API exports it from the (hidden-by-default) test executable, which is
  * how libtsan finds it. */
 SG_API const char *__tsan_default_suppressions(void);
 SG_API const char *__tsan_default_suppressions(void)
 {
-	return "race:json_incref\nrace:json_decref\ncalled_from_lib:libjansson.so\n";
+	return "race:json_incref\nrace:json_decref\ncalled_from_lib:libjansson.so\n"
+	       "race:wiping_free\n";
 }
 
 static struct {
