@@ -45,6 +45,7 @@ usage: test_agent.py SIGNET_AGENT SIGNETCTL SIGNETD SOURCE_DIR
 """
 import datetime
 import os
+import random
 import re
 import shutil
 import signal
@@ -94,11 +95,23 @@ def node(n):
 
 
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port free now, below the kernel's ephemeral range: the CA
+    binds it later and binds it again after a stop, and a port in the range
+    can be taken meanwhile by any outgoing connection on the machine (as
+    tests/kube/apiserver.sh's free_ports explains)."""
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low = int(f.read().split()[0])
+    first = max(1024, low - 16384)
+    for _ in range(1000):
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", random.randrange(first, low) if low - first >= 1024 else 0))
+            return s.getsockname()[1]
+        except OSError:
+            pass
+        finally:
+            s.close()
+    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 def read(path, mode="r"):

@@ -103,10 +103,12 @@
 #include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef SOURCE_DIR
@@ -1696,19 +1698,40 @@ static void t_package_change(void)
 
 extern char **environ; /* POSIX: the environment, for posix_spawn */
 
-/* A port free on the loopback now (the kernel's pick). */
+/* A port free on the loopback now, below the kernel's ephemeral range:
+ * signet-trust binds it a moment later, and a port in the range can be
+ * taken meanwhile by any outgoing connection on the machine
+ * (tests/kube/apiserver.sh, free_ports). -1 when none is found. */
 static int free_port(void)
 {
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	socklen_t n = sizeof(a);
-	int port = fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	                   getsockname(fd, (struct sockaddr *)&a, &n) == 0
-	               ? ntohs(a.sin_port)
-	               : -1;
-	if (fd >= 0)
+	int low = 32768;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	if (f) {
+		if (fscanf(f, "%d", &low) != 1)
+			low = 32768;
+		fclose(f);
+	}
+	int first = low - 16384 > 1024 ? low - 16384 : 1024;
+	unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL);
+	for (int i = 0; i < 1000; i++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd < 0)
+			return -1;
+		/* below the range if it leaves room; otherwise the kernel's pick */
+		int want = low - first >= 1024 ? first + (int)(rand_r(&seed) % (unsigned)(low - first)) : 0;
+		struct sockaddr_in a = {.sin_family = AF_INET,
+		                        .sin_port = htons((uint16_t)want),
+		                        .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t n = sizeof(a);
+		int port = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		                   getsockname(fd, (struct sockaddr *)&a, &n) == 0
+		               ? ntohs(a.sin_port)
+		               : -1;
 		close(fd);
-	return port;
+		if (port > 0)
+			return port;
+	}
+	return -1;
 }
 
 static bool port_open(int port)

@@ -200,12 +200,23 @@ hsm_wait_until() {
 	done
 }
 
-# Two free consecutive loopback TCP ports "P P+1" (swtpm server + ctrl).
+# Two free consecutive loopback TCP ports "P P+1" (swtpm server + ctrl),
+# below the kernel's ephemeral range: swtpm binds them later and again on
+# every restart, and a port in the range can be taken meanwhile by any
+# outgoing connection on the machine (tests/kube/apiserver.sh, free_ports).
 hsm_free_port_pair() {
 	python3 - <<'EOF' || hsm_die "could not find two free consecutive loopback ports"
-import socket, sys
-for _ in range(200):
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); p = a.getsockname()[1]
+import random, socket, sys
+with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+    low = int(f.read().split()[0])
+first = max(1024, low - 16384)
+for _ in range(1000):
+    a = socket.socket()
+    try:
+        a.bind(("127.0.0.1", random.randrange(first, low - 1) if low - first >= 1024 else 0))
+    except OSError:
+        a.close(); continue
+    p = a.getsockname()[1]
     if p >= 65535:
         a.close(); continue
     b = socket.socket()
