@@ -44,8 +44,10 @@
 
 #include "policy_server_fx.h"
 
-/* A port nothing listens on (bound, then closed). */
-static int dead_port(void)
+/* A port nothing listens on: bound and never listening, so a connection
+ * is refused; *fd holds it until the caller closes it (closed, the port
+ * could become any listener's, the test's own policy servers included). */
+static int dead_port(int *fd)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -54,7 +56,7 @@ static int dead_port(void)
 	if (s >= 0 && bind(s, (struct sockaddr *)&a, sizeof(a)) == 0 &&
 	    getsockname(s, (struct sockaddr *)&a, &len) == 0)
 		port = ntohs(a.sin_port);
-	close(s);
+	*fd = s;
 	return port;
 }
 
@@ -518,12 +520,15 @@ static void t_deadline(void)
 static void t_down(void)
 {
 	char spec[64];
-	int port = dead_port();
+	int port_fd = -1;
+	int port = dead_port(&port_fd);
 	SG_CHECK(port > 0);
 	snprintf(spec, sizeof(spec), "down=127.0.0.1:%d", port);
 	sg_policyserver *ps = ps_new(spec, 5000);
-	if (!ps)
+	if (!ps) {
+		close(port_fd);
 		return;
+	}
 	for (int i = 0; i < 3; i++) {
 		outcome o = eval(ps, "down", "approve-1");
 		SG_CHECK(o.ms < 4000);
@@ -532,13 +537,16 @@ static void t_down(void)
 	SG_CHECK(stats(ps, 0).unavailable == 3 && stats(ps, 0).approved == 0);
 	sg_policyserver_free(ps);
 	/* and a listed server that is down spoils the approval of one that is up */
-	if (!server())
+	if (!server()) {
+		close(port_fd);
 		return;
+	}
 	snprintf(spec, sizeof(spec), "a=127.0.0.1:%d,down=127.0.0.1:%d", srv.a, port);
 	ps = ps_new(spec, 5000);
 	want_error(eval(ps, "a,down", "approve-2"), SG_EBUSY, "external policy server down: UNAVAILABLE");
 	SG_CHECK(stats(ps, 0).approved == 1);
 	sg_policyserver_free(ps);
+	close(port_fd);
 }
 
 /* TLS handshakes with Python's grpcio take longest under load (ASan with

@@ -627,7 +627,8 @@ static void t_channel_state(void)
 	socklen_t al = sizeof(a);
 	SG_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
 		 getsockname(fd, (struct sockaddr *)&a, &al) == 0);
-	close(fd); /* bound, never listening, then closed: connecting is refused */
+	/* Bound and never listening: connecting is refused, and the port
+	 * stays ours until the end (closed, it could be any listener's). */
 	char target[64];
 	snprintf(target, sizeof(target), "127.0.0.1:%d", ntohs(a.sin_port));
 	SG_CHECK_OK(sg_grpc_client_new(&c));
@@ -637,6 +638,7 @@ static void t_channel_state(void)
 	SG_WAIT_FOR(30000, sg_grpc_channel_state(dead, true) == SG_GRPC_CHANNEL_FAILING);
 	sg_grpc_channel_free(dead);
 	sg_grpc_client_free(c);
+	close(fd);
 	sg_grpc_server_shutdown(s, SEC);
 }
 

@@ -417,6 +417,12 @@ static __attribute__((unused)) void signers_start(signer *w, pthread_t *th, int 
 	}
 }
 
+/* The deadline of a signature a case needs to succeed (a session's
+ * recovery included): time enough on a loaded sanitizer build, and it
+ * costs nothing when signing is fast. Cases that expect a failure keep
+ * their own, shorter deadlines. */
+#define SIGN_DEADLINE_NS 30000000000u
+
 /* Signatures made so far by the n signers (readable while they run). */
 static __attribute__((unused)) int signed_now(signer *w, int n)
 {

@@ -56,7 +56,7 @@ static void t_sign_failing_is_down(void)
 
 	fx_faults("");
 	SG_WAIT_FOR(30000, stats(h).state != SG_HSM_DOWN);
-	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok));
+	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + SIGN_DEADLINE_NS, &ok));
 	SG_CHECK(ok && stats(h).state == SG_HSM_OK);
 
 	sg_hsm_session_free(s);
@@ -78,7 +78,7 @@ static void t_intermittent_not_down(void)
 	uint64_t rec0 = stats(h).recoveries;
 	for (int i = 0; i < 20; i++) {
 		bool ok = false;
-		SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &ok));
+		SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + SIGN_DEADLINE_NS, &ok));
 		SG_CHECK(ok);
 		SG_CHECK(stats(h).state != SG_HSM_DOWN);
 	}
@@ -127,7 +127,7 @@ static void t_hang_holds_one_session(void)
 	SG_CHECK(!atomic_load(&a.done));
 	for (int i = 0; i < 10; i++) {
 		bool ok = false;
-		SG_CHECK_OK(sign_verify(h, s2, sg_now_ns() + 3000000000u, &ok));
+		SG_CHECK_OK(sign_verify(h, s2, sg_now_ns() + SIGN_DEADLINE_NS, &ok));
 		SG_CHECK(ok);
 	}
 	SG_CHECK(!atomic_load(&a.done));
@@ -177,7 +177,7 @@ static void t_crash_no_aliasing(void)
 	bool good = false;
 	sg_hsm_session *s = NULL;
 	SG_CHECK_OK(sg_hsm_session_open(&s, h));
-	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + 3000000000u, &good));
+	SG_CHECK_OK(sign_verify(h, s, sg_now_ns() + SIGN_DEADLINE_NS, &good));
 	SG_CHECK(good);
 	sg_hsm_session_free(s);
 	fx_faults("");

@@ -567,7 +567,9 @@ static void t_limits(void)
 	get(fx.port, "GET", "/healthz", &r);
 	double waited = now_s() - t0;
 	printf("  third client served after %.3f s\n", waited);
-	SG_CHECK(r.status == 200 && waited > 0.7 && waited < 4);
+	/* Not at once (the timeout is 1 s; the lower bound leaves the test
+	 * thread half a second of its own delays), and not much later. */
+	SG_CHECK(r.status == 200 && waited > 0.5 && waited < 4 * SG_TEST_SLOW);
 	reply_clear(&r);
 	/* The idle connections were closed by the timeout. */
 	SG_CHECK(closed_within(a, 20000));
@@ -622,7 +624,7 @@ static void t_stop_with_clients(void)
 	fixture_stop(&fx);
 	double took = now_s() - t0;
 	printf("  stop with 2 connected clients: %.3f s\n", took);
-	SG_CHECK(took < 2);
+	SG_CHECK(took < 2 * SG_TEST_SLOW);
 	SG_CHECK(closed_within(idle, 20000));
 	SG_CHECK(closed_within(partial, 20000));
 	close(idle);
@@ -935,9 +937,11 @@ static void t_slowloris(void)
 	SG_CHECK(l.connects >= LORIS_CONNS);  /* the attack happened */
 	SG_CHECK(during.most_open <= 8 + 1);  /* 8 from the attacker, 1 probe */
 	SG_CHECK(st.overdue >= 8);            /* the held slots... */
-	SG_CHECK(l.longest_ms < 5000 + 1500); /* ...were closed at the deadline */
+	SG_CHECK(l.longest_ms < 5000 + 1500 * SG_TEST_SLOW); /* ...were closed at the deadline */
 	SG_CHECK(during.sent >= 10 && during.answered == during.sent && during.worst_run < PROBE_FAILURES);
-	SG_CHECK(during.good + 2 >= during.sent); /* at most two late, in the whole attack */
+	/* At most two late in the whole attack (six in a sanitizer build,
+	 * which shares CI's two vCPUs with other tests). */
+	SG_CHECK(during.good + 2 * SG_TEST_SLOW >= during.sent);
 	SG_CHECK(after.sent >= 3 && after.answered == after.sent && after.worst_run < PROBE_FAILURES);
 	fixture_stop(&fx);
 }
@@ -970,7 +974,7 @@ static void t_request_deadline(void)
 	size_t sent = 0;
 	long took = trickle_until_closed(fd, 8000, &sent);
 	printf("  trickling client closed after %.3f s, %zu bytes sent\n", took / 1000.0, sent);
-	SG_CHECK(took >= 1900 && took < 3500);
+	SG_CHECK(took >= 1900 && took < 2000 + 1500 * SG_TEST_SLOW);
 	SG_CHECK(sent >= 2);
 	char c;
 	SG_CHECK(recv(fd, &c, 1, MSG_DONTWAIT) <= 0); /* no response */

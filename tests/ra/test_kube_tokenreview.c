@@ -983,7 +983,8 @@ static void t_unreachable(void)
 	socklen_t len = sizeof(sa);
 	SG_CHECK(s >= 0 && bind(s, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
 	         getsockname(s, (struct sockaddr *)&sa, &len) == 0);
-	close(s); /* nobody listens there now */
+	/* Bound and never listening: a connection is refused, and the port
+	 * stays ours until the case ends (closed, it could be any listener's). */
 	char yaml[2048];
 	snprintf(yaml, sizeof(yaml),
 	         "current-context: t\ncontexts: [{name: t, context: {cluster: c, user: u}}]\n"
@@ -992,8 +993,10 @@ static void t_unreachable(void)
 	         ntohs(sa.sin_port), kube_env.ca_file, kube_env.token_file);
 	sg_kube *dead = kube_fx_client_yaml(yaml, NULL);
 	SG_CHECK(dead != NULL);
-	if (!dead)
+	if (!dead) {
+		close(s);
 		return;
+	}
 	sg_authenticator a;
 	SG_CHECK_OK(new_tr(&a, dead, NULL));
 	char *tok = mint("app", "istio-ca", NULL, NULL);
@@ -1008,6 +1011,7 @@ static void t_unreachable(void)
 	}
 	a.free(a.self);
 	sg_kube_free(dead);
+	close(s);
 	/* The same token through the real server: accepted (it was never cached as bad). */
 	SG_CHECK_OK(new_tr(&a, k, NULL));
 	SG_CHECK_OK(run(&a, tok, sg_wall_seconds(), &r));

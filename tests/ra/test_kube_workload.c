@@ -836,7 +836,9 @@ static sg_kube *client_at(int port, long timeout_ms)
 }
 
 /* A loopback port with a listener that never accepts (listening) or with
- * nothing behind it (closed). */
+ * nothing behind it (bound, never listening: a connection is refused).
+ * *fd_out holds it either way until the caller closes it (closed, the
+ * port could become any listener's). */
 static int loopback_port(bool listening, int *fd_out)
 {
 	int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -846,10 +848,6 @@ static int loopback_port(bool listening, int *fd_out)
 	    getsockname(fd, (struct sockaddr *)&sa, &len) != 0 || (listening && listen(fd, 16) != 0))
 		abort();
 	*fd_out = fd;
-	if (!listening) {
-		close(fd);
-		*fd_out = -1;
-	}
 	return ntohs(sa.sin_port);
 }
 
@@ -874,6 +872,7 @@ static void t_bound_unreachable(void)
 	a.free(a.self);
 	sg_workload_free(wd);
 	sg_kube_free(dead);
+	close(fd);
 }
 
 static uint64_t bound_live_of(sg_workload *wl)

@@ -374,8 +374,10 @@ static void t_token_exp(void)
 
 /* ---- the authenticator without an API server ---- */
 
-/* A free port on 127.0.0.1 (bound, then closed: nobody listens there). */
-static int closed_port(void)
+/* A port on 127.0.0.1 nobody listens on: bound and never listening, so a
+ * connection is refused; *fd holds it until the caller closes it (closed,
+ * the port could become any listener's). */
+static int closed_port(int *fd)
 {
 	int s = socket(AF_INET, SOCK_STREAM, 0);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -383,7 +385,7 @@ static int closed_port(void)
 	if (s < 0 || bind(s, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
 	    getsockname(s, (struct sockaddr *)&sa, &len) != 0)
 		abort();
-	close(s);
+	*fd = s;
 	return ntohs(sa.sin_port);
 }
 
@@ -492,7 +494,8 @@ static sg_authn_tokenreview_stats stats(const sg_authenticator *a)
 
 static void t_options(void)
 {
-	sg_kube *k = client_at(closed_port(), 2000);
+	int port_fd;
+	sg_kube *k = client_at(closed_port(&port_fd), 2000);
 	sg_authenticator a;
 	memset(&a, 0x5a, sizeof(a));
 	SG_CHECK_RC(sg_authn_tokenreview_new(&a, NULL), SG_EINVAL);
@@ -549,12 +552,14 @@ static void t_options(void)
 	SG_CHECK(st.reviews == 0);
 	a.free(a.self);
 	sg_kube_free(k);
+	close(port_fd);
 }
 
 /* Refusals that need no API call, answered inside start(). */
 static void t_sync_refusals(void)
 {
-	sg_kube *k = client_at(closed_port(), 2000);
+	int port_fd;
+	sg_kube *k = client_at(closed_port(&port_fd), 2000);
 	sg_authenticator a;
 	SG_CHECK_OK(sg_authn_tokenreview_new(&a, &(sg_authn_tokenreview_options){.kube = k, .trust_domain = TD}));
 	struct result r;
@@ -588,12 +593,14 @@ static void t_sync_refusals(void)
 	a.free(a.self);
 	result_destroy(&r);
 	sg_kube_free(k);
+	close(port_fd);
 }
 
 /* Nobody listens: SG_EBUSY through done, from a worker, and not cached. */
 static void t_unreachable(void)
 {
-	sg_kube *k = client_at(closed_port(), 5000);
+	int port_fd;
+	sg_kube *k = client_at(closed_port(&port_fd), 5000);
 	sg_authenticator a;
 	SG_CHECK_OK(sg_authn_tokenreview_new(&a, &(sg_authn_tokenreview_options){.kube = k, .trust_domain = TD}));
 	char *t = jwt_with("{\"exp\":1700000600}");
@@ -616,6 +623,7 @@ static void t_unreachable(void)
 	free(t);
 	a.free(a.self);
 	sg_kube_free(k);
+	close(port_fd);
 }
 
 /* A server that never answers: the request times out (SG_EBUSY, not
