@@ -295,12 +295,8 @@ class Systemd(unittest.TestCase):
         self.assertTrue(n.with_var("STOPPING", "1"), n.msgs)
 
     def test_watchdog(self):
-        # The interval: 1 s, 3 s in a sanitizer build, where a stall of the
-        # loaded machine is a larger share of 1 s than the pace's slack.
-        interval = 3.0 if sanitized(SIGNETD) else 1.0
         n = self.notify_socket()
-        d = self.start("watchdog", env=base_env(NOTIFY_SOCKET=n.path, WATCHDOG_USEC=str(int(interval * 1e6))),
-                       watchdog_pid=True)
+        d = self.start("watchdog", env=base_env(NOTIFY_SOCKET=n.path, WATCHDOG_USEC="1000000"), watchdog_pid=True)
         self.assertIsNotNone(n.wait(lambda f: f.get("READY") == "1"), read(d.log_path))
         start = len(n.msgs)
 
@@ -314,10 +310,14 @@ class Systemd(unittest.TestCase):
             n.poll()
         self.assertGreaterEqual(len(pings()), 7, n.msgs)
         gaps = sorted(b - a for a, b in zip(pings(), pings()[1:]))
-        # Every half interval, and never near the interval, past which
-        # systemd would kill signetd.
-        self.assertLess(gaps[len(gaps) // 2], 0.7 * interval, gaps)
-        self.assertLess(gaps[-1], 0.9 * interval, gaps)
+        # Every half interval (0.5 s), and never near the interval (1 s),
+        # past which systemd would kill signetd. (The interval stays 1 s in
+        # every build: signetd's loop waits at most 1 s, so a longer one
+        # would hide a pace that ignored it.) A sanitizer build, slower and
+        # beside other tests, may lose one gap to a stall of the machine:
+        # a stall lengthens the gap before the late ping only.
+        self.assertLess(gaps[len(gaps) // 2], 0.7, gaps)
+        self.assertLess(gaps[-2] if sanitized(SIGNETD) else gaps[-1], 0.9, gaps)
         self.assertEqual(d.stop(), 0)
 
         # WATCHDOG_PID naming another process: not ours, no pings.

@@ -834,7 +834,8 @@ class HsmFaults(unittest.TestCase):
         # before its request), however late the sampler then ran; the first
         # 503 sample's time is only an upper bound of it, which a stalled
         # sampler thread pushes later.
-        last_200 = max(t for t, st in list(self.ready.samples) if st == 200 and t < t0 + unready) - t0
+        # (t0 itself when no 200 was sampled: the fault was set after it.)
+        last_200 = max([t0] + [t for t, st in list(self.ready.samples) if st == 200 and t < t0 + unready]) - t0
         self.assertGreater(first_503, last_200 + 1.7, (last_200, unready))
         self.set_faults("")
         self.wait_until("/healthz 200 after the cure", lambda: self.health() == 200, RECOVER_S)

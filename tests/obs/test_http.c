@@ -554,7 +554,11 @@ static void t_bind(void)
 static void t_limits(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, &(sg_http_options){.max_connections = 2, .timeout_seconds = 1}))
+	/* The request deadline far off: only the idle timeout can free a slot
+	 * within the bound below. */
+	if (!fixture_start(
+	        &fx, NULL,
+	        &(sg_http_options){.max_connections = 2, .timeout_seconds = 1, .request_timeout_seconds = 60}))
 		return;
 	/* Two silent connections hold both slots. */
 	int a = dial("127.0.0.1", fx.port), b = dial("127.0.0.1", fx.port);
@@ -613,7 +617,9 @@ static void t_option_bounds(void)
 static void t_stop_with_clients(void)
 {
 	fixture fx;
-	if (!fixture_start(&fx, NULL, NULL))
+	/* Timeouts far off: a stop that waited for its clients would take a
+	 * minute, not the seconds of the bound below. */
+	if (!fixture_start(&fx, NULL, &(sg_http_options){.timeout_seconds = 60, .request_timeout_seconds = 60}))
 		return;
 	int idle = dial("127.0.0.1", fx.port);
 	int partial = dial("127.0.0.1", fx.port);
@@ -920,7 +926,9 @@ static void t_slowloris(void)
 	SG_CHECK(pthread_create(&t, NULL, loris_run, &l) == 0);
 
 	probes during = {0}, after = {0};
-	probe_for(&fx, 7000, &during); /* longer than the 5 s deadline */
+	/* Longer than the 5 s deadline and its slack below, so that a held
+	 * connection the deadline missed is seen held past the bound. */
+	probe_for(&fx, 5000 + 1500 * SG_TEST_SLOW + 500, &during);
 	atomic_store(&l.stop, true);
 	pthread_join(t, NULL);
 	probe_for(&fx, 1500, &after);
