@@ -70,6 +70,17 @@ void sg_wipe(void *p, size_t n)
 	explicit_bzero(p, n);
 }
 
+void *sg_wipe_realloc(void *p, size_t cap, size_t keep, size_t n)
+{
+	void *b = malloc(n);
+	if (!b || !p)
+		return b;
+	memcpy(b, p, keep);
+	sg_wipe(p, cap);
+	free(p);
+	return b;
+}
+
 /* Fills buf with n bytes from the kernel's CSPRNG. A signal (EINTR) or a
  * short read asks again for the rest; any other failure (ENOSYS on a
  * kernel older than 3.17, EFAULT) fails closed: no secret is made from

@@ -82,6 +82,11 @@ SG_API bool sg_equal_ct(const void *p, const void *q, size_t n);
 
 /* Wipes memory in a way the compiler cannot elide. */
 SG_API void sg_wipe(void *p, size_t n);
+/* realloc for a buffer that may hold secret bytes: a new block of n bytes
+ * gets the first keep bytes of p (keep <= n, keep <= cap), and p, a block
+ * of cap bytes (or NULL), is cleared and freed; realloc would free it as
+ * it is. NULL when out of memory, p then untouched. */
+SG_API void *sg_wipe_realloc(void *p, size_t cap, size_t keep, size_t n);
 
 /*
  * Makes the calling process non-dumpable (prctl PR_SET_DUMPABLE 0): the

@@ -43,15 +43,11 @@ static bool reserve(sg_strbuf *b, size_t n)
 		cap = cap > lim / 2 ? lim + 1 : cap * 2;
 	if (cap > lim + 1)
 		cap = lim + 1;
-	char *p = b->wipe && b->p ? malloc(cap) : realloc(b->p, cap);
+	/* with wipe: the bytes and their NUL moved, the old block cleared */
+	char *p = b->wipe ? sg_wipe_realloc(b->p, b->cap, b->p ? b->len + 1 : 0, cap) : realloc(b->p, cap);
 	if (!p) {
 		b->oom = true;
 		return false;
-	}
-	if (b->wipe && b->p) {
-		memcpy(p, b->p, b->len + 1); /* the bytes and their NUL */
-		sg_wipe(b->p, b->cap);
-		free(b->p);
 	}
 	b->p = p;
 	b->cap = cap;

@@ -131,13 +131,8 @@ static int grow(sg_kube_watch_parser *p, size_t need)
 	size_t cap = p->cap ? p->cap : (LINE_INITIAL < p->max ? LINE_INITIAL : p->max);
 	while (cap < need)
 		cap = cap > p->max / 2 ? p->max : cap * 2;
-	char *b = malloc(cap);
+	char *b = sg_wipe_realloc(p->buf, p->cap, p->n, cap); /* the line so far */
 	SG_ENSURE(b, SG_EINTERNAL, "kube: out of memory");
-	if (p->buf) {
-		memcpy(b, p->buf, p->n); /* n <= cap: the line so far */
-		sg_wipe(p->buf, p->cap);
-		free(p->buf);
-	}
 	p->buf = b;
 	p->cap = cap;
 	return SG_OK;

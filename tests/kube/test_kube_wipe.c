@@ -24,7 +24,7 @@
 #include "sg_kube_informer.h"
 #include "sg_strbuf.h"
 #include "sg_test.h"
-#include "test_kube_env.h"
+#include "test_kube_fixture.h"
 
 #include <malloc.h>
 #include <stdatomic.h>
@@ -280,13 +280,7 @@ static void t_secret_round_trip(void)
 static void t_start(void)
 {
 	sg_kube_json_wipe_frees(); /* whatever ran before */
-	if (!kube_env_start()) {
-		fprintf(stderr, "no API server\n");
-		exit(1);
-	}
-	k = kube_env_client(-1, 0);
-	if (!k)
-		exit(1);
+	k = kube_fx_start(SG_LOG_WARN);
 }
 
 static void t_zz_cleanup(void)
