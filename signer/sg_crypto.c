@@ -324,13 +324,17 @@ int sg_verify_key_rsa(sg_verify_key **out, const BIGNUM *n, const BIGNUM *e)
  *     precomputed: s⁻¹ 7.3, u1·G 4.8,      25–26
  *       u2·Q 5.1, add 0.6, affine x 2.3
  *
- * at ~15 ms and ~150 KiB per key, once. The inverse and the affine x are
- * now done without BN_mod_inverse (below): bench_signet's
- * jwk_verify/es256/prepared went from 34.1–34.5 to 20.2–22.3 µs side by
- * side in one hour (ECDSA_do_verify: 59 µs in that hour). Only where the library's P-256 is
+ * at ~15 ms and ~150 KiB per key, once. Only where the library's P-256 is
  * its specialised one, whose table for the standard generator is built in
  * (EC_GROUP_have_precompute_mult on a fresh group): the generic method's
  * tables (as OpenSSL's P-384 has) made a verification twice as slow.
+ *
+ * Since then s⁻¹ is computed on limbs (sg_p256_inv_mod_n) rather than by
+ * BN_mod_inverse, and R's x is compared without converting R to affine
+ * coordinates, which cost a field inversion: bench_signet's
+ * jwk_verify/es256/prepared (which adds SHA-256 of a 600-byte message)
+ * went from 34.1–34.5 to 20.2–22.3 µs, side by side in one hour in which
+ * jwk_verify/es256, the key not prepared, took 59 µs.
  *
  * The checks are the standard's: r and s in [1, n-1], R not the point at
  * infinity, R's x mod n equal to r. The digest is as long as the order
@@ -369,10 +373,10 @@ bool sg_verify_key_prepared(const sg_verify_key *k)
 }
 
 /*
- * s⁻¹ mod n, the P-256 order, for a signature's s: BN_mod_inverse took a
- * third of a prepared verification (9.8 µs of 28.5 on the machine of
- * perf/README.md §2; this, 4.1 µs), and OpenSSL's own inverse modulo the
- * order, which ECDSA_do_verify uses, is not public. The binary extended
+ * s⁻¹ mod n, the P-256 order, for a signature's s: BN_mod_inverse took 9.8
+ * µs of a 256-bit value in a loop on the machine of perf/README.md §2, this
+ * takes 4.1 µs, and OpenSSL's own inverse modulo the order, which
+ * ECDSA_do_verify uses, is not public. The binary extended
  * Euclidean algorithm (Hankerson, Menezes, Vanstone, "Guide to Elliptic
  * Curve Cryptography", Alg. 2.22) on four 64-bit limbs, least significant
  * first, keeping x1·a ≡ u and x2·a ≡ v (mod n). It runs in variable time,
@@ -445,9 +449,12 @@ static void strip_twos(uint64_t u[4], uint64_t x[4])
 	}
 }
 
-/* n is prime, so every 0 < a < n has an inverse. u never reaches zero:
- * u = v would be their gcd, 1, and the loop would have ended. */
-void sg_p256_inv_mod_n(uint8_t w[32], const uint8_t a[32])
+/* n is prime, so every 0 < a < n has an inverse. u and v stay nonzero:
+ * of the two, the one a pass left alone is odd and over 1, so they are
+ * never equal. Each pass takes at least one bit from one of them, so at
+ * most 2·256 passes end the loop: a pass beyond that is a bug, refused
+ * rather than spun on. */
+bool sg_p256_inv_mod_n(uint8_t w[32], const uint8_t a[32])
 {
 	uint64_t u[4], v[4], x1[4] = {1, 0, 0, 0}, x2[4] = {0, 0, 0, 0};
 	for (int i = 0; i < 4; i++) {
@@ -455,8 +462,13 @@ void sg_p256_inv_mod_n(uint8_t w[32], const uint8_t a[32])
 		for (int j = 0; j < 8; j++)
 			u[i] = u[i] << 8 | a[(3 - i) * 8 + j];
 	}
+	memset(w, 0, 32);
+	if ((u[0] | u[1] | u[2] | u[3]) == 0 || limbs_ge(u, P256_N))
+		return false;
 	memcpy(v, P256_N, sizeof(v));
-	while (!limbs_one(u) && !limbs_one(v)) {
+	for (unsigned pass = 0; !limbs_one(u) && !limbs_one(v); pass++) {
+		if (pass > 2 * 256)
+			return false;
 		strip_twos(u, x1);
 		strip_twos(v, x2);
 		if (limbs_ge(u, v)) {
@@ -473,6 +485,7 @@ void sg_p256_inv_mod_n(uint8_t w[32], const uint8_t a[32])
 	for (int i = 0; i < 4; i++)
 		for (int j = 0; j < 8; j++)
 			w[(3 - i) * 8 + j] = (uint8_t)(x[i] >> (56 - 8 * j));
+	return true;
 }
 
 /* 1: verifies; 0: does not; -1: OpenSSL failed (its queue says why).
@@ -497,10 +510,9 @@ static int ecdsa_verify_fixed(const sg_verify_key *k, const uint8_t *dg, size_t 
 	ok = -1;
 	/* w = s⁻¹, u1 = e·w, u2 = r·w (mod n); R = u1·G + u2·Q. */
 	uint8_t wb[32];
-	sg_p256_inv_mod_n(wb, sig + 32);
-	if (!BN_bin2bn(wb, 32, w) || !BN_mod_mul(u1, e, w, n, ctx) || !BN_mod_mul(u2, r, w, n, ctx) ||
-	    !EC_POINT_mul(g, p, u1, NULL, NULL, ctx) || !EC_POINT_mul(k->fixed, q, u2, NULL, NULL, ctx) ||
-	    !EC_POINT_add(g, p, p, q, ctx))
+	if (!sg_p256_inv_mod_n(wb, sig + 32) || !BN_bin2bn(wb, 32, w) || !BN_mod_mul(u1, e, w, n, ctx) ||
+	    !BN_mod_mul(u2, r, w, n, ctx) || !EC_POINT_mul(g, p, u1, NULL, NULL, ctx) ||
+	    !EC_POINT_mul(k->fixed, q, u2, NULL, NULL, ctx) || !EC_POINT_add(g, p, p, q, ctx))
 		goto end;
 	ok = 0;
 	if (EC_POINT_is_at_infinity(g, p))
@@ -508,7 +520,7 @@ static int ecdsa_verify_fixed(const sg_verify_key *k, const uint8_t *dg, size_t 
 	ok = -1;
 	/* R's affine x is X/Z² (mod p), and p > n, so x mod n = r when x is
 	 * r, or r + n if that is below p: compared as X = x·Z², which spares
-	 * the inversion the affine x costs (2.8 µs of 3.5 here). */
+	 * the field inversion the affine x costs. */
 	if (!EC_POINT_get_Jprojective_coordinates_GFp(g, p, x, NULL, z, ctx) || !BN_mod_sqr(z, z, pf, ctx) ||
 	    !BN_mod_mul(w, r, z, pf, ctx))
 		goto end;

@@ -46,10 +46,11 @@ bool sg_verify_key_prepared(const sg_verify_key *k);
 int sg_verify_key_check(const sg_verify_key *k, sg_hash h, const uint8_t *dg, size_t dglen, const uint8_t *sig,
                         size_t siglen);
 
-/* w = a⁻¹ mod n, n the order of P-256's group, for 0 < a < n (the caller
- * checks); both 32 bytes, big-endian. Variable time: for public values
- * only, such as a signature's s. */
-void sg_p256_inv_mod_n(uint8_t w[32], const uint8_t a[32]);
+/* w = a⁻¹ mod n, n the order of P-256's group; both 32 bytes, big-endian.
+ * false, and w zero, when a is 0 or not below n. Variable time: for
+ * public values only, such as a signature's s. sg_crypto.c's prepared
+ * ECDSA check uses it; it is here for its test. */
+bool sg_p256_inv_mod_n(uint8_t w[32], const uint8_t a[32]);
 
 /* Scope-bound cleanup of OpenSSL handles (sg_guard.h's SG_CLEANUP):
  * `BIO *b SG_CLEANUP(sg_ossl_bio_freep) = BIO_new(...)`. Each accepts a

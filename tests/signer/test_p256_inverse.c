@@ -4,7 +4,8 @@
  * uses: against OpenSSL's BN_mod_inverse and against its own definition
  * (a·w ≡ 1 mod n), on the values where limb arithmetic goes wrong first
  * (1 and n - 1, every power of two and its neighbours, limbs all ones or
- * all zeros, n's halves) and on random values from a fixed seed. The
+ * all zeros, n's halves) and on random values of every length from a
+ * fixed seed; 0 and values from n up are refused. The
  * verification around it is tested through Wycheproof's vectors
  * (test_jwk.c) and fuzz_ecdsa.
  */
@@ -38,11 +39,11 @@ static void check_inverse(const BIGNUM *a)
 	BIGNUM *want = BN_new(), *got = BN_new(), *prod = BN_new();
 	if (!want || !got || !prod || BN_bn2binpad(a, ab, 32) != 32 || !BN_mod_inverse(want, a, order, ctx))
 		abort();
-	sg_p256_inv_mod_n(wb, ab);
+	bool done = sg_p256_inv_mod_n(wb, ab);
 	if (!BN_bin2bn(wb, 32, got) || !BN_mod_mul(prod, a, got, order, ctx))
 		abort();
 	checked++;
-	if (BN_cmp(got, want) != 0 || !BN_is_one(prod)) {
+	if (!done || BN_cmp(got, want) != 0 || !BN_is_one(prod)) {
 		if (wrong++ < 5) {
 			char *h = BN_bn2hex(a);
 			fprintf(stderr, "inverse of %s is wrong\n", h);
@@ -70,7 +71,9 @@ static void t_edges(void)
 			check_inverse(b);
 		}
 	}
-	for (unsigned mask = 1; mask < 16; mask++) { /* each limb 0 or all ones */
+	/* Each limb 0 or all ones (those with the top limb all ones are over
+	 * n, and skipped). */
+	for (unsigned mask = 1; mask < 16; mask++) {
 		uint8_t be[32] = {0};
 		for (int limb = 0; limb < 4; limb++)
 			if (mask & 1u << limb)
@@ -88,6 +91,29 @@ static void t_edges(void)
 	BN_free(b);
 }
 
+/* 0 and values from n up are refused, w zeroed, not looped on. */
+static void t_out_of_range(void)
+{
+	setup();
+	static const char *const bad[] = {
+	    "00",
+	    "FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551", /* n */
+	    "FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632552",
+	    "FFFFFFFF00000000FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF",
+	    "FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		BIGNUM *a = NULL;
+		uint8_t ab[32], wb[32];
+		SG_CHECK(BN_hex2bn(&a, bad[i]) > 0 && BN_bn2binpad(a, ab, 32) == 32);
+		memset(wb, 0xa5, sizeof(wb));
+		SG_CHECK(!sg_p256_inv_mod_n(wb, ab));
+		uint8_t zero[32] = {0};
+		SG_CHECK(memcmp(wb, zero, 32) == 0);
+		BN_free(a);
+	}
+}
+
 static void t_random(void)
 {
 	setup();
@@ -99,8 +125,8 @@ static void t_random(void)
 		uint8_t be[32];
 		for (size_t j = 0; j < sizeof(be); j++)
 			be[j] = (uint8_t)(rand() >> 7);
-		be[0] &= (uint8_t)(0xff >> (i % 8)); /* shorter values too */
 		SG_CHECK(BN_bin2bn(be, 32, a) != NULL);
+		SG_CHECK(BN_rshift(a, a, i % 256) == 1); /* every length */
 		check_inverse(a);
 	}
 	SG_CHECK(checked - before > 19000);
@@ -108,4 +134,4 @@ static void t_random(void)
 	BN_free(a);
 }
 
-SG_TEST_MAIN(SG_TEST(t_edges), SG_TEST(t_random))
+SG_TEST_MAIN(SG_TEST(t_edges), SG_TEST(t_out_of_range), SG_TEST(t_random))
