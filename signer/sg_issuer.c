@@ -21,7 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define SIG_MAX 1024 /* RSA-8192 would be 1024 bytes; our CA keys are smaller */
 
@@ -262,11 +261,7 @@ static int validity(const sg_issue_request *req, const sg_cert_issuer *iss, sg_c
 	SG_ENSURE(req->ttl >= 0 && req->ttl <= 100LL * 365 * 86400, SG_EINVAL, "TTL %lld s is out of range",
 		  (long long)req->ttl);
 	int64_t ttl = req->ttl ? req->ttl : defaults[req->profile];
-	/* time(2), not CLOCK_REALTIME: its second turns up to a tick (4 ms
-	 * measured) after CLOCK_REALTIME's, and OpenSSL's verification, like
-	 * any relying party on time(2), would find a certificate dated by the
-	 * finer clock not yet valid for that long after each second begins. */
-	int64_t now = (int64_t)time(NULL);
+	int64_t now = sg_cert_seconds(); /* not sg_wall_seconds: sg_clock.h says why */
 	SG_ENSURE(now < iss->not_after, SG_EINTERNAL, "the CA certificate has expired");
 	spec->not_before = now - (req->profile == SG_PROFILE_ISTIO ? SG_ISTIO_BACKDATE : 0);
 	if (spec->not_before < iss->not_before)

@@ -164,39 +164,48 @@ static void t_istio_strict(void)
 	}
 }
 
-/* A certificate is valid by time(2) as soon as it is issued. That clock's
- * second turns up to a tick after CLOCK_REALTIME's, so a notBefore taken
- * from CLOCK_REALTIME (no backdating: the generic and intermediate
- * profiles) was in OpenSSL's future for a few ms after each second began.
- * Issues in that window, three times, where the host shows one. */
+/* A certificate is valid by time(2) as soon as it is issued. On Linux that
+ * clock's second begins a few ms after CLOCK_REALTIME's, so a notBefore
+ * taken from CLOCK_REALTIME (no backdating: the generic and intermediate
+ * profiles) was in OpenSSL's future for those ms after each second began.
+ * Sleeps to just before a second, waits for it, and issues while time(2)
+ * is behind, in up to three seconds. An issue that time(2) was still
+ * behind after is one the old clock would have failed; how many there
+ * were is printed, and where the host has no such window (a tick too
+ * short, another libc), that the case did not test it. */
 static void t_valid_at_once(void)
 {
 	size_t len;
 	csr_opts o = {"EC", "P-256", "DNS:svc.example.com", "svc.example.com", false, NULL, false};
 	char *csr = make_csr(&o, &len);
-	int in_window = 0;
-	uint64_t give_up = sg_now_ns() + 5000000000ull;
-	while (in_window < 3 && sg_now_ns() < give_up) {
+	int seconds = 0, behind_after = 0;
+	for (; seconds < 3; seconds++) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
+		struct timespec wake = {ts.tv_sec, 998000000}; /* 2 ms before the next second */
+		if (ts.tv_nsec < wake.tv_nsec)
+			clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &wake, NULL);
+		uint64_t give_up = sg_now_ns() + 20000000u; /* this second's window, if any */
+		do
+			clock_gettime(CLOCK_REALTIME, &ts);
+		while (ts.tv_sec == wake.tv_sec && sg_now_ns() < give_up);
 		if (time(NULL) >= ts.tv_sec)
-			continue; /* not in the window */
-		in_window++;
+			continue; /* no window this second */
 		for (int p = 0; p < 2; p++) {
 			sg_issue_result res;
 			SG_CHECK_OK(
 			    issue(p ? SG_PROFILE_INTERMEDIATE : SG_PROFILE_GENERIC, csr, len, NULL, 3600, &res));
 			time_t after = time(NULL);
+			behind_after += after < ts.tv_sec;
 			if (res.not_before > after)
 				fprintf(stderr, "notBefore %lld, time() %lld after issuing\n",
 				        (long long)res.not_before, (long long)after);
 			SG_CHECK(res.not_before <= after);
 			sg_issue_result_clear(&res);
 		}
-		while (sg_now_ns() < give_up && time(NULL) < ts.tv_sec)
-			; /* the next window, not this one again */
 	}
-	printf("issued in %d windows where time() was behind CLOCK_REALTIME\n", in_window);
+	fprintf(stderr, "%d issues ended with time() still behind CLOCK_REALTIME's second%s\n", behind_after,
+	        behind_after ? "" : ": not tested on this host");
 	free(csr);
 }
 
