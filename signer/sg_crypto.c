@@ -500,19 +500,20 @@ static int ecdsa_verify_fixed(const sg_verify_key *k, const uint8_t *dg, size_t 
 	if (!ctx || !p || !q || !pf)
 		goto out;
 	BN_CTX_start(ctx);
-	BIGNUM *r = BN_CTX_get(ctx), *s = BN_CTX_get(ctx), *e = BN_CTX_get(ctx), *w = BN_CTX_get(ctx);
+	BIGNUM *r = BN_CTX_get(ctx), *e = BN_CTX_get(ctx), *w = BN_CTX_get(ctx);
 	BIGNUM *u1 = BN_CTX_get(ctx), *u2 = BN_CTX_get(ctx), *x = BN_CTX_get(ctx), *z = BN_CTX_get(ctx);
-	if (!z || !BN_bin2bn(sig, 32, r) || !BN_bin2bn(sig + 32, 32, s) || !BN_bin2bn(dg, (int)dglen, e))
+	if (!z || !BN_bin2bn(sig, 32, r) || !BN_bin2bn(dg, (int)dglen, e))
 		goto end;
+	/* w = s⁻¹, refused for an s outside [1, n-1], as r is checked here;
+	 * u1 = e·w, u2 = r·w (mod n); R = u1·G + u2·Q. */
+	uint8_t wb[32];
 	ok = 0;
-	if (BN_is_zero(r) || BN_cmp(r, n) >= 0 || BN_is_zero(s) || BN_cmp(s, n) >= 0)
+	if (BN_is_zero(r) || BN_cmp(r, n) >= 0 || !sg_p256_inv_mod_n(wb, sig + 32))
 		goto end;
 	ok = -1;
-	/* w = s⁻¹, u1 = e·w, u2 = r·w (mod n); R = u1·G + u2·Q. */
-	uint8_t wb[32];
-	if (!sg_p256_inv_mod_n(wb, sig + 32) || !BN_bin2bn(wb, 32, w) || !BN_mod_mul(u1, e, w, n, ctx) ||
-	    !BN_mod_mul(u2, r, w, n, ctx) || !EC_POINT_mul(g, p, u1, NULL, NULL, ctx) ||
-	    !EC_POINT_mul(k->fixed, q, u2, NULL, NULL, ctx) || !EC_POINT_add(g, p, p, q, ctx))
+	if (!BN_bin2bn(wb, 32, w) || !BN_mod_mul(u1, e, w, n, ctx) || !BN_mod_mul(u2, r, w, n, ctx) ||
+	    !EC_POINT_mul(g, p, u1, NULL, NULL, ctx) || !EC_POINT_mul(k->fixed, q, u2, NULL, NULL, ctx) ||
+	    !EC_POINT_add(g, p, p, q, ctx))
 		goto end;
 	ok = 0;
 	if (EC_POINT_is_at_infinity(g, p))

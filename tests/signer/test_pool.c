@@ -178,8 +178,8 @@ static void t_valid_at_once(void)
 	size_t len;
 	csr_opts o = {"EC", "P-256", "DNS:svc.example.com", "svc.example.com", false, NULL, false};
 	char *csr = make_csr(&o, &len);
-	int seconds = 0, behind_after = 0;
-	for (; seconds < 3; seconds++) {
+	int behind_after = 0;
+	for (int second = 0; second < 3; second++) {
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		struct timespec wake = {ts.tv_sec, 998000000}; /* 2 ms before the next second */
