@@ -20,6 +20,7 @@
  */
 #define _XOPEN_SOURCE 700 /* nftw, mkdtemp */
 #include "sg_appliance.h"
+#include "sg_ca.h"
 #include "sg_init.h"
 #include "sg_opt.h"
 #include "sg_test.h"
@@ -36,6 +37,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define ID "spiffe://cluster.local/ns/default/sa/default"
@@ -607,6 +609,81 @@ static void t_same_token(void)
 	rm_tree(state);
 }
 
+/* The seconds since the epoch of a certificate's notBefore (which 0) or
+ * notAfter (1), read by OpenSSL; -1 when it cannot be read. */
+static int64_t cert_time(const char *pem, size_t len, int which)
+{
+	BIO *b = BIO_new_mem_buf(pem, (int)len);
+	X509 *x = b ? PEM_read_bio_X509(b, NULL, NULL, NULL) : NULL;
+	BIO_free(b);
+	ASN1_TIME *epoch = ASN1_TIME_set(NULL, 0);
+	int day = 0, sec = 0;
+	int64_t t = -1;
+	if (x && epoch &&
+	    ASN1_TIME_diff(&day, &sec, epoch, which ? X509_get0_notAfter(x) : X509_get0_notBefore(x)) == 1)
+		t = (int64_t)day * 86400 + sec;
+	ASN1_TIME_free(epoch);
+	X509_free(x);
+	return t;
+}
+
+/* A certificate signed under another CA (a rotation's cross-signature)
+ * lies within that CA's validity at both ends: under an issuer made this
+ * second (an external root, not backdated as signet's are) it starts when
+ * the issuer does instead of 5 minutes before, which the lint refused;
+ * under an issuer that ends within the TTL it ends with it. Under an old
+ * issuer it is backdated as a root is. */
+static void t_cross_within_issuer(void)
+{
+	char state[512], dir[PATH_MAX + 32];
+	if (!new_state(state, sizeof(state))) {
+		SG_CHECK(!"mkdtemp");
+		return;
+	}
+	path_of(dir, sizeof(dir), state, "ca");
+	sg_init_options o = {.dir = dir};
+	sg_init_result *r = calloc(1, sizeof(*r));
+	SG_CHECK(r != NULL);
+	if (!r)
+		return;
+	SG_CHECK_OK(sg_init_ca(&o, r));
+	conf_args a = {0};
+	char *argv[] = {"--config", r->config};
+	char *pos[2];
+	sg_opt_result res = {.argv = pos};
+	SG_CHECK_OK(sg_opt_parse(conf_opts, N_CONF_OPTS, &a, 2, argv, &res));
+	sg_appliance *app = NULL;
+	SG_CHECK_OK(sg_appliance_open(&app, &a.s));
+	if (app) {
+		sg_hsm *hsm = sg_appliance_hsm(app);
+		sg_cert_issuer young = *sg_ca_issuer(sg_appliance_ca(app));
+		int64_t now = (int64_t)time(NULL);
+		young.not_before = now;
+		young.not_after = now + 3600;
+		char *pem = NULL;
+		size_t len = 0;
+		SG_CHECK_OK(sg_init_ca_cert(hsm, hsm, &young, "example.org", "cross", 86400, &pem, &len));
+		SG_CHECK(pem && cert_time(pem, len, 0) == now);
+		SG_CHECK(pem && cert_time(pem, len, 1) == now + 3600);
+		free(pem);
+		pem = NULL;
+
+		sg_cert_issuer old = young;
+		old.not_before = now - 86400;
+		old.not_after = now + 10 * 86400;
+		int64_t t0 = (int64_t)time(NULL);
+		SG_CHECK_OK(sg_init_ca_cert(hsm, hsm, &old, "example.org", "cross", 86400, &pem, &len));
+		int64_t t1 = (int64_t)time(NULL), nb = pem ? cert_time(pem, len, 0) : -1;
+		SG_CHECK(nb >= t0 - 300 && nb <= t1 + 1 - 300); /* time(2) trails the wall clock by milliseconds */
+		SG_CHECK(pem && cert_time(pem, len, 1) - nb == 86400 + 300);
+		free(pem);
+	}
+	sg_appliance_free(app);
+	sg_opt_free(conf_opts, N_CONF_OPTS, &a);
+	free(r);
+	rm_tree(state);
+}
+
 static void touch(const char *dir, const char *name, const char *text, unsigned mode)
 {
 	char p[PATH_MAX + 64];
@@ -823,5 +900,6 @@ static void t_softhsm_repair(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_two_at_once), SG_TEST(t_unwritable), SG_TEST(t_first_and_second_start),
-	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca), SG_TEST(t_same_token),
-	     SG_TEST(t_ca_remnant), SG_TEST(t_ca_refusals), SG_TEST(t_interrupted_at_so_pin), SG_TEST(t_softhsm_repair))
+             SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca), SG_TEST(t_same_token),
+             SG_TEST(t_cross_within_issuer), SG_TEST(t_ca_remnant), SG_TEST(t_ca_refusals),
+             SG_TEST(t_interrupted_at_so_pin), SG_TEST(t_softhsm_repair))
