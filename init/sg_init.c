@@ -562,12 +562,13 @@ int sg_init_ca_cert(sg_hsm *subject, sg_hsm *signer, const sg_cert_issuer *issue
 	};
 	/* A certificate lies within its issuer's validity: it does not outlive
 	 * it, and the backdating above stops at its start (an external root
-	 * made moments ago, whose notBefore is later than now − 300). */
+	 * made moments ago, whose notBefore is later than now - 300). */
 	if (issuer && spec.not_after > issuer->not_after)
 		spec.not_after = issuer->not_after;
 	if (issuer && spec.not_before < issuer->not_before)
 		spec.not_before = issuer->not_before;
 	SG_ENSURE_GOTO(rc, spec.not_after > now, out, SG_EINVAL, "the issuing CA has expired");
+	SG_ENSURE_GOTO(rc, !issuer || issuer->not_before <= now, out, SG_EINVAL, "the issuing CA is not valid yet");
 	SG_TRY_GOTO(rc, sg_cert_serial(&spec), out);
 	sg_der_writer_init(&tw, tbs, sizeof(tbs));
 	SG_TRY_GOTO(rc, sg_cert_encode_tbs(&tw, &spec, &by, sg_issuer_crypto(is)), out);

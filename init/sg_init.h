@@ -145,11 +145,13 @@ SG_API bool sg_init_made_name(const char *name);
 
 /* A CA certificate (PEM; caller frees *pem) for the key of subject, with
  * the subject O=trust_domain, CN=ca_name, keyCertSign, no path length
- * limit, valid from 5 minutes ago for ttl seconds. issuer NULL: a root,
- * self-signed by subject (init's root, a rotation's new root); else
- * signed by signer's key as issuer (a rotation's cross-signed certificate:
- * the new root's name and key under the old root), its validity cut to
- * the issuer's. Both keys stay in their tokens: only the TBS goes in. */
+ * limit, valid from 5 minutes ago until ttl seconds from now. issuer
+ * NULL: a root, self-signed by subject (init's root, a rotation's new
+ * root); else signed by signer's key as issuer (a rotation's cross-signed
+ * certificate: the new root's name and key under the old root), its
+ * validity cut to lie within the issuer's at both ends (it starts no
+ * earlier than the issuer does); SG_EINVAL when the issuer has expired or
+ * is not valid yet. Both keys stay in their tokens: only the TBS goes in. */
 SG_API int sg_init_ca_cert(sg_hsm *subject, sg_hsm *signer, const sg_cert_issuer *issuer, const char *trust_domain,
                            const char *ca_name, int64_t ttl, char **pem, size_t *pem_len) SG_MUST_CHECK;
 

@@ -632,7 +632,7 @@ static int64_t cert_time(const char *pem, size_t len, int which)
  * second (an external root, not backdated as signet's are) it starts when
  * the issuer does instead of 5 minutes before, which the lint refused;
  * under an issuer that ends within the TTL it ends with it. Under an old
- * issuer it is backdated as a root is. */
+ * issuer it is backdated as a root is; under one not valid yet, refused. */
 static void t_cross_within_issuer(void)
 {
 	char state[512], dir[PATH_MAX + 32];
@@ -677,6 +677,14 @@ static void t_cross_within_issuer(void)
 		SG_CHECK(nb >= t0 - 300 && nb <= t1 + 1 - 300); /* time(2) trails the wall clock by milliseconds */
 		SG_CHECK(pem && cert_time(pem, len, 1) - nb == 86400 + 300);
 		free(pem);
+		pem = NULL;
+
+		sg_cert_issuer early = young; /* dated ahead of this clock: refused, not certified ahead */
+		early.not_before = now + 3600;
+		early.not_after = now + 7200;
+		SG_CHECK_RC(sg_init_ca_cert(hsm, hsm, &early, "example.org", "cross", 86400, &pem, &len), SG_EINVAL);
+		SG_CHECK_MSG("the issuing CA is not valid yet");
+		SG_CHECK(pem == NULL);
 	}
 	sg_appliance_free(app);
 	sg_opt_free(conf_opts, N_CONF_OPTS, &a);
@@ -900,6 +908,6 @@ static void t_softhsm_repair(void)
 }
 
 SG_TEST_MAIN(SG_TEST(t_two_at_once), SG_TEST(t_unwritable), SG_TEST(t_first_and_second_start),
-             SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca), SG_TEST(t_same_token),
-             SG_TEST(t_cross_within_issuer), SG_TEST(t_ca_remnant), SG_TEST(t_ca_refusals),
-             SG_TEST(t_interrupted_at_so_pin), SG_TEST(t_softhsm_repair))
+	     SG_TEST(t_interrupted_first_start), SG_TEST(t_refusals), SG_TEST(t_init_ca), SG_TEST(t_same_token),
+	     SG_TEST(t_cross_within_issuer), SG_TEST(t_ca_remnant), SG_TEST(t_ca_refusals),
+	     SG_TEST(t_interrupted_at_so_pin), SG_TEST(t_softhsm_repair))
