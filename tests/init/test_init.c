@@ -129,17 +129,25 @@ typedef struct conf_args {
 static const sg_opt conf_opts[] = {SG_SETTINGS_ROWS(conf_args, s, "warn")};
 #define N_CONF_OPTS (sizeof(conf_opts) / sizeof(conf_opts[0]))
 
+/* Opens the configuration as signetd does; NULL (a failed check) when it
+ * does not open. The caller frees the appliance, then a's options. */
+static sg_appliance *open_conf(const char *conf, conf_args *a)
+{
+	char *argv[] = {"--config", (char *)conf};
+	char *pos[2];
+	sg_opt_result res = {.argv = pos};
+	SG_CHECK_OK(sg_opt_parse(conf_opts, N_CONF_OPTS, a, 2, argv, &res));
+	sg_appliance *app = NULL;
+	SG_CHECK_OK(sg_appliance_open(&app, &a->s));
+	return app;
+}
+
 /* Opens the configuration as signetd does, issues one certificate through
  * the pool and has OpenSSL verify it against the configured root. */
 static void check_signs(const char *conf)
 {
 	conf_args a = {0};
-	char *argv[] = {"--config", (char *)conf};
-	char *pos[2];
-	sg_opt_result res = {.argv = pos};
-	SG_CHECK_OK(sg_opt_parse(conf_opts, N_CONF_OPTS, &a, 2, argv, &res));
-	sg_appliance *app = NULL;
-	SG_CHECK_OK(sg_appliance_open(&app, &a.s));
+	sg_appliance *app = open_conf(conf, &a);
 	if (app) {
 		sg_hsm_stats st;
 		sg_hsm_stats_get(sg_appliance_hsm(app), &st);
@@ -644,16 +652,10 @@ static void t_cross_within_issuer(void)
 	sg_init_options o = {.dir = dir};
 	sg_init_result *r = calloc(1, sizeof(*r));
 	SG_CHECK(r != NULL);
-	if (!r)
-		return;
-	SG_CHECK_OK(sg_init_ca(&o, r));
+	if (r)
+		SG_CHECK_OK(sg_init_ca(&o, r));
 	conf_args a = {0};
-	char *argv[] = {"--config", r->config};
-	char *pos[2];
-	sg_opt_result res = {.argv = pos};
-	SG_CHECK_OK(sg_opt_parse(conf_opts, N_CONF_OPTS, &a, 2, argv, &res));
-	sg_appliance *app = NULL;
-	SG_CHECK_OK(sg_appliance_open(&app, &a.s));
+	sg_appliance *app = r ? open_conf(r->config, &a) : NULL;
 	if (app) {
 		sg_hsm *hsm = sg_appliance_hsm(app);
 		sg_cert_issuer young = *sg_ca_issuer(sg_appliance_ca(app));
